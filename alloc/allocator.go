@@ -1,0 +1,177 @@
+package alloc
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// Allocator is the capture-safe allocator an engine uses. It owns one driver
+// stream; every operation it makes is ordered on that stream. All methods
+// are safe for concurrent use.
+type Allocator struct {
+	drv      Driver
+	backend  string
+	info     DeviceInfo
+	stream   Stream
+	dom      *domain
+	opts     Options
+	watchdog *watchdog
+
+	mu         sync.Mutex
+	closed     bool
+	gen        uint64
+	pool       pool
+	live       liveList
+	cap        *capture // capture begun by this allocator, nil when none
+	lastCap    *capture // most recently ended capture, for CaptureAllocCount
+	graphs     map[*Graph]struct{}
+	hosts      map[*HostBuffer]struct{}
+	workspaces map[string]*block
+	stats      Stats
+
+	closedFlag atomic.Bool // read without mu on paths that must not wait
+}
+
+// New makes an allocator with its own stream on drv. The caller keeps
+// ownership of drv and closes it after the allocator.
+func New(drv Driver, opts Options) (*Allocator, error) {
+	if drv == nil {
+		return nil, wrapf(ErrInvalidValue, "nil driver")
+	}
+	if opts.InteractionMode < Global || opts.InteractionMode > Relaxed {
+		return nil, wrapf(ErrInvalidValue, "interaction mode %d", opts.InteractionMode)
+	}
+	s, err := drv.CreateStream()
+	if err != nil {
+		return nil, &Error{Op: "New", Backend: drv.Name(), Size: -1, Err: err}
+	}
+	a := &Allocator{
+		drv:        drv,
+		backend:    drv.Name(),
+		info:       drv.Info(),
+		stream:     s,
+		dom:        domainFor(drv.CaptureDomain()),
+		opts:       opts,
+		graphs:     map[*Graph]struct{}{},
+		hosts:      map[*HostBuffer]struct{}{},
+		workspaces: map[string]*block{},
+	}
+	a.watchdog = &watchdog{timeout: opts.watchdog()}
+	return a, nil
+}
+
+// Driver returns the driver the allocator runs on.
+func (a *Allocator) Driver() Driver { return a.drv }
+
+// Stream returns the allocator's stream, for engines that launch their own
+// kernels on it (and for tests that start a capture behind its back).
+func (a *Allocator) Stream() Stream { return a.stream }
+
+// Info describes the device.
+func (a *Allocator) Info() DeviceInfo { return a.info }
+
+// Stats returns a snapshot of the counters.
+func (a *Allocator) Stats() Stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.stats
+	s.BytesCached = a.pool.cached
+	s.LiveBuffers = a.live.n
+	s.LiveGraphs = len(a.graphs)
+	return s
+}
+
+// fail wraps err with the operation's context.
+func (a *Allocator) fail(op string, size int64, st CaptureState, err error) error {
+	return &Error{Op: op, Backend: a.backend, Size: size, State: st, Err: err}
+}
+
+// stateLocked asks the driver for the stream's capture status and folds it
+// with the allocator's own flag. It fails on a closed allocator and on a
+// capture the watchdog abandoned. Caller holds a.mu.
+func (a *Allocator) stateLocked() (CaptureState, error) {
+	if a.closed {
+		return StateNone, ErrClosed
+	}
+	st, err := a.drv.StreamCaptureStatus(a.stream)
+	if err != nil {
+		return StateNone, err
+	}
+	s := classify(a.cap != nil, st)
+	if a.cap != nil && a.cap.abandoned {
+		return StateInvalidated, wrapf(ErrCaptureTimeout, "capture abandoned by the watchdog; its function is still running")
+	}
+	return s, nil
+}
+
+// refusal is the error for a data operation in a state that forbids it.
+func refusal(st CaptureState, what string) error {
+	switch st {
+	case StateExternal:
+		return wrapf(ErrCaptureIncompatibleAllocation, "%s: a capture this allocator did not start is active on its stream", what)
+	case StateInvalidated:
+		return wrapf(ErrCaptureInvalidated, "%s", what)
+	}
+	return wrapf(ErrCaptureIncompatibleAllocation, "%s", what)
+}
+
+// validateLocked checks that b is a live buffer of this allocator and that
+// [off, off+n) lies inside it. Caller holds a.mu.
+func (a *Allocator) validateLocked(b Buffer, off, n int64) error {
+	if b.blk == nil {
+		return wrapf(ErrInvalidBuffer, "zero Buffer")
+	}
+	if b.blk.a != a {
+		return wrapf(ErrInvalidBuffer, "buffer %#x belongs to another allocator", b.ptr)
+	}
+	if b.blk.gen != b.gen || !b.blk.live {
+		return wrapf(ErrInvalidBuffer, "buffer %#x was freed (double free or use after free)", b.ptr)
+	}
+	if off < 0 || n < 0 || off > b.size || n > b.size-off {
+		return wrapf(ErrOutOfRange, "range [%d, %d+%d) outside buffer of %d B", off, off, n, b.size)
+	}
+	return nil
+}
+
+// unsafeAllowedLocked says whether an unsafe (implicitly synchronizing)
+// call may be made now, from state st. Caller holds a.mu.
+func (a *Allocator) unsafeAllowedLocked(st CaptureState, onStream bool) error {
+	switch st {
+	case StateActive:
+		if onStream || a.cap.mode != Relaxed {
+			return fmt.Errorf("own %s-mode capture is active", a.cap.mode)
+		}
+	case StateExternal:
+		return errors.New("a capture this allocator did not start is active on its stream")
+	case StateInvalidated:
+		return ErrCaptureInvalidated
+	}
+	if a.opts.InteractionMode == Global && a.dom.globalElsewhere(a.stream) {
+		return errors.New("a global-mode capture is active on another stream")
+	}
+	return nil
+}
+
+// live/dead bookkeeping, caller holds a.mu.
+
+func (a *Allocator) handOutLocked(b *block, size int64) Buffer {
+	a.gen++
+	b.gen = a.gen
+	b.size = size
+	b.live = true
+	a.live.push(b)
+	a.stats.Allocs++
+	a.stats.addInUse(size)
+	return Buffer{blk: b, gen: b.gen, ptr: b.ptr, size: size}
+}
+
+func (a *Allocator) retireLocked(b *block) {
+	b.live = false
+	a.gen++
+	b.gen = a.gen // invalidates every outstanding handle
+	a.live.remove(b)
+	a.stats.Frees++
+	a.stats.BytesInUse -= b.size
+}

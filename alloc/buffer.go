@@ -1,0 +1,81 @@
+package alloc
+
+// blockKind says where a block's memory came from, which decides how it is
+// given back.
+type blockKind uint8
+
+const (
+	kindPooled blockKind = iota // MallocAsync outside capture, recycled by the pool
+	kindSync                    // AllocSync: Malloc/Free, never pooled
+	kindGraph                   // MallocAsync inside a capture: owned by that graph
+)
+
+// block is the allocator's record of one driver allocation. Records are
+// recycled with their memory, so a pool hit allocates nothing; gen changes
+// at every hand-out so stale Buffers are detected.
+type block struct {
+	a     *Allocator
+	ptr   DevicePtr
+	size  int64 // bytes requested by the current owner
+	class int64 // bytes held from the driver
+	gen   uint64
+	kind  blockKind
+	live  bool
+	cls   int      // small class index, -1 for large
+	cap   *capture // capture that allocated a kindGraph block
+	ws    string   // workspace name, "" for an ordinary buffer
+
+	freedInGraph bool // kindGraph block whose free node was captured
+
+	prev, next *block // intrusive list of live blocks, for leak reports
+}
+
+// Buffer is a handle to device memory from an Allocator. It is a small value;
+// copying it does not copy memory. The zero Buffer is invalid. After Free (or
+// Close of the graph that owns it) every copy of the handle is invalid and
+// operations on it fail with ErrInvalidBuffer.
+type Buffer struct {
+	blk  *block
+	gen  uint64
+	ptr  DevicePtr
+	size int64
+	view bool
+}
+
+// Ptr is the device address of the first byte.
+func (b Buffer) Ptr() DevicePtr { return b.ptr }
+
+// Size is the number of usable bytes.
+func (b Buffer) Size() int64 { return b.size }
+
+// IsView reports whether b came from Slice and so does not own its memory.
+func (b Buffer) IsView() bool { return b.view }
+
+// liveList is an intrusive doubly linked list: O(1) insert and remove with
+// no allocation on the hot path.
+type liveList struct {
+	head *block
+	n    int
+}
+
+func (l *liveList) push(b *block) {
+	b.prev, b.next = nil, l.head
+	if l.head != nil {
+		l.head.prev = b
+	}
+	l.head = b
+	l.n++
+}
+
+func (l *liveList) remove(b *block) {
+	if b.prev != nil {
+		b.prev.next = b.next
+	} else {
+		l.head = b.next
+	}
+	if b.next != nil {
+		b.next.prev = b.prev
+	}
+	b.prev, b.next = nil, nil
+	l.n--
+}

@@ -1,0 +1,146 @@
+package alloc
+
+// DevicePtr is a device address as the driver hands it out. Arithmetic on it
+// (base + offset) is valid inside one allocation.
+type DevicePtr uint64
+
+// Stream is a driver stream handle, opaque to this package.
+type Stream uintptr
+
+// GraphHandle is a captured (not yet instantiated) graph.
+type GraphHandle uintptr
+
+// GraphExec is an instantiated, launchable graph.
+type GraphExec uintptr
+
+// CaptureMode is the stream capture mode, with CUDA's meaning
+// (cudaStreamCaptureMode): it decides which other calls a capture forbids.
+type CaptureMode int
+
+const (
+	// Global: while the capture is active, potentially unsafe calls are
+	// refused on this stream and, process wide, from every allocator whose
+	// interaction mode is Global.
+	Global CaptureMode = iota
+	// ThreadLocal: unsafe calls are refused only on the capturing stream.
+	ThreadLocal
+	// Relaxed: unsafe calls that do not touch the capturing stream (an eager
+	// synchronous allocation, say) are allowed; calls on the capturing stream
+	// that would synchronize it are still refused.
+	Relaxed
+)
+
+// Modes lists every capture mode, for tests and tools that iterate them.
+var Modes = []CaptureMode{Global, ThreadLocal, Relaxed}
+
+func (m CaptureMode) String() string {
+	switch m {
+	case Global:
+		return "global"
+	case ThreadLocal:
+		return "threadlocal"
+	case Relaxed:
+		return "relaxed"
+	}
+	return "invalid"
+}
+
+// ParseCaptureMode accepts the names String returns.
+func ParseCaptureMode(s string) (CaptureMode, error) {
+	for _, m := range Modes {
+		if m.String() == s {
+			return m, nil
+		}
+	}
+	return 0, wrapf(ErrInvalidValue, "unknown capture mode %q (want global, threadlocal or relaxed)", s)
+}
+
+// DriverCaptureStatus is what the driver reports for a stream
+// (cudaStreamCaptureStatus / hipStreamCaptureStatus).
+type DriverCaptureStatus int
+
+const (
+	DriverCaptureNone DriverCaptureStatus = iota
+	DriverCaptureActive
+	DriverCaptureInvalidated
+)
+
+// DeviceInfo describes the device behind a driver.
+type DeviceInfo struct {
+	Name          string
+	TotalMemory   int64 // bytes of device memory the driver can hand out
+	Alignment     int64 // guaranteed alignment of every allocation, a power of two
+	UnifiedMemory bool  // host and device share physical memory (GB10, CPU)
+}
+
+// Driver is the thin vendor layer: primitives only, no policy. All capture
+// routing, the guard, the pool and the counters live in Allocator, once.
+//
+// "Unsafe" below means CUDA's "potentially unsafe API call": a call that may
+// synchronize implicitly. Allocator never makes one while a capture forbids
+// it; a driver that receives one anyway must refuse it with an error wrapping
+// ErrCaptureIllegalOp and invalidate the affected capture, as CUDA does.
+//
+// Host memory passed to the *Async copies must come from HostAlloc (pinned);
+// a captured copy reads or writes those bytes at every replay, never a
+// snapshot. The blocking copies take pageable memory.
+//
+// Every method must be safe for concurrent use.
+type Driver interface {
+	// Name is the backend name ("cpu", "cuda", "hip").
+	Name() string
+	Info() DeviceInfo
+	// CaptureDomain names the set of streams whose Global-mode captures
+	// affect each other: one per process for CUDA/HIP, one per driver
+	// instance for the CPU emulation.
+	CaptureDomain() string
+	Close() error
+
+	CreateStream() (Stream, error)
+	DestroyStream(s Stream) error
+	// StreamSynchronize blocks until all work on s is done. Unsafe.
+	StreamSynchronize(s Stream) error
+	// StreamQuery reports whether all work on s is done. Unsafe.
+	StreamQuery(s Stream) (bool, error)
+	// StreamCaptureStatus is always legal (cudaStreamIsCapturing).
+	StreamCaptureStatus(s Stream) (DriverCaptureStatus, error)
+
+	// Malloc and Free are synchronous, device-wide calls (cudaMalloc,
+	// cudaFree). Unsafe.
+	Malloc(size int64) (DevicePtr, error)
+	Free(p DevicePtr) error
+	// MallocAsync and FreeAsync are stream-ordered. On a capturing stream
+	// they become graph nodes; the address then belongs to the graph.
+	MallocAsync(size int64, s Stream) (DevicePtr, error)
+	FreeAsync(p DevicePtr, s Stream) error
+
+	// HostAlloc returns pinned host memory; HostFree releases it. Unsafe.
+	HostAlloc(size int64) ([]byte, error)
+	HostFree(b []byte) error
+
+	CopyHtoDAsync(dst DevicePtr, src []byte, s Stream) error
+	CopyDtoHAsync(dst []byte, src DevicePtr, s Stream) error
+	CopyDtoDAsync(dst, src DevicePtr, n int64, s Stream) error
+	MemsetAsync(dst DevicePtr, value byte, n int64, s Stream) error
+	// CopyHtoD returns once src may be reused; CopyDtoH returns once dst
+	// holds the bytes. Both are ordered on s and take pageable memory. Unsafe.
+	CopyHtoD(dst DevicePtr, src []byte, s Stream) error
+	CopyDtoH(dst []byte, src DevicePtr, s Stream) error
+
+	// BeginCapture fails with ErrCaptureUnavailable when the driver cannot
+	// capture at all.
+	BeginCapture(s Stream, mode CaptureMode) error
+	// EndCapture ends the capture on s. For an invalidated capture it
+	// returns an error wrapping ErrCaptureInvalidated and no graph; the
+	// allocations made during it are released by the driver.
+	EndCapture(s Stream) (GraphHandle, error)
+	// GraphInstantiate makes a launchable graph. autoFree asks that
+	// allocations the graph does not free itself be freed at the next launch
+	// (cudaGraphInstantiateFlagAutoFreeOnLaunch).
+	GraphInstantiate(g GraphHandle, autoFree bool) (GraphExec, error)
+	GraphLaunch(e GraphExec, s Stream) error
+	GraphExecDestroy(e GraphExec) error
+	// GraphDestroy releases the graph and the memory of allocations it also
+	// freed. Allocations the graph did not free stay valid until FreeAsync.
+	GraphDestroy(g GraphHandle) error
+}

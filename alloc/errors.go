@@ -1,0 +1,81 @@
+package alloc
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinels. Match them with errors.Is; every error this module returns wraps
+// one (sometimes two) of them together with the operation's context.
+var (
+	// ErrCaptureIncompatibleAllocation: the operation cannot be made part of
+	// the active capture (an eager allocation, a pageable copy, any data
+	// operation during a capture this allocator did not start). No driver
+	// call was made.
+	ErrCaptureIncompatibleAllocation = errors.New("operation is incompatible with stream capture")
+	// ErrSyncDuringCapture: a synchronize or query was refused because a
+	// capture forbids it. The capture stays valid.
+	ErrSyncDuringCapture = errors.New("synchronization refused during stream capture")
+	// ErrCaptureInvalidated: the driver reports the capture as invalidated.
+	ErrCaptureInvalidated = errors.New("stream capture invalidated")
+	// ErrCaptureTimeout: the watchdog's deadline passed; the stuck call or
+	// captured function is abandoned, not cancelled.
+	ErrCaptureTimeout = errors.New("capture or driver call exceeded its deadline")
+	ErrNotCapturing     = errors.New("stream is not capturing")
+	ErrAlreadyCapturing = errors.New("stream is already capturing")
+	// ErrCaptureIllegalOp: a driver refused a call because a capture was
+	// active (CUDA 900); the driver invalidated the capture.
+	ErrCaptureIllegalOp = errors.New("operation not permitted while stream is capturing")
+	// ErrCaptureUnavailable: the driver cannot capture graphs at all.
+	ErrCaptureUnavailable = errors.New("stream capture not supported by driver")
+	// ErrOutOfMemory carries the allocator's Stats in its message.
+	ErrOutOfMemory = errors.New("out of device memory")
+	// ErrInvalidBuffer: double free, a buffer from another allocator, a
+	// view freed as if it owned its memory, a buffer of a closed graph.
+	ErrInvalidBuffer = errors.New("invalid buffer")
+	ErrInvalidSize   = errors.New("invalid size")
+	ErrOutOfRange    = errors.New("offset or length out of range")
+	ErrMisaligned    = errors.New("misaligned offset")
+	ErrInvalidValue  = errors.New("invalid value")
+	// ErrClosed: use of a closed allocator, graph or host buffer.
+	ErrClosed = errors.New("use after close")
+	// ErrLeaked: Close found buffers, host buffers or graphs still alive; it
+	// released them and reports what they were.
+	ErrLeaked = errors.New("resources leaked at close")
+	// ErrBackendUnavailable: the backend's library or device is missing; the
+	// message says what was searched.
+	ErrBackendUnavailable = errors.New("backend unavailable")
+	// ErrDriver: any other driver failure; the message keeps the driver's
+	// code and text.
+	ErrDriver = errors.New("driver error")
+)
+
+// Error is the context wrapper around a sentinel: which operation, on which
+// backend, with what size, in which capture state.
+type Error struct {
+	Op      string
+	Backend string
+	Size    int64 // bytes involved, -1 when not meaningful
+	State   CaptureState
+	Err     error
+}
+
+func (e *Error) Error() string {
+	s := "capalloc"
+	if e.Backend != "" {
+		s += " " + e.Backend
+	}
+	s += ": " + e.Op
+	if e.Size >= 0 {
+		s += fmt.Sprintf("(%d B)", e.Size)
+	}
+	s += " [capture=" + e.State.String() + "]: " + e.Err.Error()
+	return s
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// wrapf wraps a sentinel with a formatted detail.
+func wrapf(sentinel error, format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{sentinel}, args...)...)
+}

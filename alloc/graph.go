@@ -1,0 +1,115 @@
+package alloc
+
+// Graph is an instantiated capture. It owns the memory allocated during its
+// capture (and holds the memory of pre-capture buffers freed during it)
+// until Close, so no address baked into it is ever handed to anyone else
+// while it can still be launched.
+type Graph struct {
+	a        *Allocator
+	h        GraphHandle
+	exec     GraphExec
+	cap      *capture
+	eager    func() error // set when the driver could not capture
+	launched bool
+	closed   bool
+	warnings []string
+}
+
+// Warnings lists what the capture did that an engine should fix (a
+// workspace first allocated inside it, for instance).
+func (g *Graph) Warnings() []string { return append([]string(nil), g.warnings...) }
+
+// CaptureAllocs is the number of allocations made during the capture.
+func (g *Graph) CaptureAllocs() int {
+	if g.cap == nil {
+		return 0
+	}
+	return g.cap.allocs
+}
+
+// Eager reports whether the graph is an eager fallback: Launch runs the
+// captured function again instead of replaying a driver graph.
+func (g *Graph) Eager() bool { return g.eager != nil }
+
+func (a *Allocator) eagerGraph(fn func() error) *Graph {
+	g := &Graph{a: a, eager: fn, warnings: []string{"driver cannot capture; graph runs its function eagerly"}}
+	a.mu.Lock()
+	a.graphs[g] = struct{}{}
+	a.mu.Unlock()
+	return g
+}
+
+// Launch replays the graph on the allocator's stream. Inside a capture this
+// allocator started, the launch is recorded as a child graph.
+func (g *Graph) Launch() error {
+	a := g.a
+	a.mu.Lock()
+	if g.closed {
+		a.mu.Unlock()
+		return a.fail("Graph.Launch", -1, StateNone, wrapf(ErrClosed, "graph was closed"))
+	}
+	if g.eager != nil {
+		a.mu.Unlock()
+		return g.eager()
+	}
+	st, err := a.stateLocked()
+	if err == nil {
+		switch st {
+		case StateNone:
+			err = a.drv.GraphLaunch(g.exec, a.stream)
+		case StateActive:
+			if err = a.drv.GraphLaunch(g.exec, a.stream); err == nil {
+				err = a.afterCapturedLocked("Graph.Launch")
+			}
+		default:
+			err = refusal(st, "graph launch")
+		}
+	}
+	if err == nil {
+		g.launched = true
+	}
+	a.mu.Unlock()
+	if err != nil {
+		return a.fail("Graph.Launch", -1, st, err)
+	}
+	return nil
+}
+
+// Close destroys the graph and releases what it owned. It is refused while
+// the stream is capturing, since the frees it makes would be recorded.
+func (g *Graph) Close() error {
+	a := g.a
+	a.mu.Lock()
+	if g.closed {
+		a.mu.Unlock()
+		return a.fail("Graph.Close", -1, StateNone, wrapf(ErrClosed, "graph closed twice"))
+	}
+	st, err := a.stateLocked()
+	if err == nil && st != StateNone {
+		err = refusal(st, "graph close frees memory; close it after the capture ends")
+	}
+	if err != nil {
+		a.mu.Unlock()
+		return a.fail("Graph.Close", -1, st, err)
+	}
+	syncFrees := a.closeGraphLocked(g)
+	a.mu.Unlock()
+	a.freeSyncBlocks(syncFrees)
+	return nil
+}
+
+// closeGraphLocked destroys g on the driver and releases its capture.
+func (a *Allocator) closeGraphLocked(g *Graph) []*block {
+	g.closed = true
+	delete(a.graphs, g)
+	if g.eager != nil {
+		return nil
+	}
+	if err := a.drv.GraphExecDestroy(g.exec); err != nil {
+		a.opts.logger().Warn("capalloc: graph exec destroy", "backend", a.backend, "err", err)
+	}
+	if err := a.drv.GraphDestroy(g.h); err != nil {
+		a.opts.logger().Warn("capalloc: graph destroy", "backend", a.backend, "err", err)
+	}
+	return a.discardLocked(g.cap, g.launched)
+}

@@ -1,0 +1,328 @@
+package alloc
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+)
+
+// Alloc returns a buffer of size bytes, capture-aware: outside capture it
+// comes from the pool (no driver call on a hit); inside a capture this
+// allocator started it becomes a stream-ordered allocation node whose memory
+// belongs to the graph until Graph.Close. During a capture the allocator did
+// not start it fails with ErrCaptureIncompatibleAllocation, making no driver
+// call.
+func (a *Allocator) Alloc(size int64) (Buffer, error) {
+	if size <= 0 {
+		return Buffer{}, a.fail("Alloc", size, StateNone, wrapf(ErrInvalidSize, "size must be positive"))
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st, err := a.stateLocked()
+	if err != nil {
+		return Buffer{}, a.fail("Alloc", size, st, err)
+	}
+	if size > a.info.TotalMemory {
+		return Buffer{}, a.fail("Alloc", size, st, a.oomLocked(size, "larger than the device"))
+	}
+	var b Buffer
+	switch st {
+	case StateNone:
+		b, err = a.poolAllocLocked(size)
+	case StateActive:
+		b, err = a.captureAllocLocked("Alloc", size)
+	default:
+		err = refusal(st, "allocation")
+	}
+	if err != nil {
+		return Buffer{}, a.fail("Alloc", size, st, err)
+	}
+	return b, nil
+}
+
+func (a *Allocator) oomLocked(size int64, why string) error {
+	s := a.stats
+	s.BytesCached = a.pool.cached
+	s.LiveBuffers = a.live.n
+	s.LiveGraphs = len(a.graphs)
+	return wrapf(ErrOutOfMemory, "%s (device %d B); %s", why, a.info.TotalMemory, s)
+}
+
+func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
+	class, cls := sizeClass(size)
+	if b := a.pool.get(cls, class); b != nil {
+		a.stats.PoolHits++
+		return a.handOutLocked(b, size), nil
+	}
+	a.stats.PoolMisses++
+	p, err := a.drv.MallocAsync(class, a.stream)
+	if errors.Is(err, ErrOutOfMemory) && a.pool.cached > 0 {
+		// Give the cache back to the driver and try once more.
+		if rerr := a.releaseCacheLocked(); rerr != nil {
+			return Buffer{}, errors.Join(err, rerr)
+		}
+		p, err = a.drv.MallocAsync(class, a.stream)
+	}
+	if errors.Is(err, ErrOutOfMemory) {
+		return Buffer{}, fmt.Errorf("%w; %s", err, a.oomLocked(size, "driver out of memory"))
+	}
+	if err != nil {
+		return Buffer{}, err
+	}
+	b := &block{a: a, ptr: p, class: class, cls: cls, kind: kindPooled}
+	a.stats.DriverAllocs++
+	a.stats.addReserved(class)
+	return a.handOutLocked(b, size), nil
+}
+
+// captureAllocLocked makes an allocation node in the active capture.
+func (a *Allocator) captureAllocLocked(op string, size int64) (Buffer, error) {
+	p, err := a.drv.MallocAsync(size, a.stream)
+	if err != nil {
+		return Buffer{}, err
+	}
+	if err := a.afterCapturedLocked(op); err != nil {
+		return Buffer{}, err // the driver releases memory of an invalidated capture
+	}
+	c := a.cap
+	b := &block{a: a, ptr: p, class: size, cls: -1, kind: kindGraph, cap: c}
+	c.blocks = append(c.blocks, b)
+	c.allocs++
+	a.stats.CaptureAllocs++
+	a.stats.DriverAllocs++
+	a.stats.addReserved(size)
+	return a.handOutLocked(b, size), nil
+}
+
+// afterCapturedLocked re-reads the driver's capture status after a call was
+// recorded: a driver that invalidated the capture while reporting success is
+// reported, not trusted.
+func (a *Allocator) afterCapturedLocked(op string) error {
+	st, err := a.drv.StreamCaptureStatus(a.stream)
+	if err != nil {
+		return err
+	}
+	if st != DriverCaptureActive {
+		return wrapf(ErrCaptureInvalidated, "driver invalidated the capture during %s", op)
+	}
+	return nil
+}
+
+// releaseCacheLocked gives every cached block back to the driver. Only
+// called with no capture on the stream, so the frees are not recorded.
+func (a *Allocator) releaseCacheLocked() error {
+	var errs []error
+	for _, b := range a.pool.drain() {
+		if err := a.drv.FreeAsync(b.ptr, a.stream); err != nil {
+			errs = append(errs, err)
+		}
+		a.stats.DriverFrees++
+		a.stats.BytesReserved -= b.class
+	}
+	return errors.Join(errs...)
+}
+
+// Trim gives the pool's cached memory back to the driver.
+func (a *Allocator) Trim() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st, err := a.stateLocked()
+	if err == nil && st != StateNone {
+		err = refusal(st, "trim frees memory")
+	}
+	if err == nil {
+		err = a.releaseCacheLocked()
+	}
+	if err != nil {
+		return a.fail("Trim", -1, st, err)
+	}
+	return nil
+}
+
+// Free releases b. Outside capture a pooled buffer returns to the pool
+// (stream-ordered: work already queued that uses it still sees it). Inside
+// a capture, a buffer allocated in this capture becomes a free node; a
+// buffer from before the capture is retired now and its memory is held
+// until the graph is closed, since the graph may still touch it.
+func (a *Allocator) Free(b Buffer) error {
+	a.mu.Lock()
+	st, err := a.stateLocked()
+	if err == nil {
+		err = a.validateLocked(b, 0, 0)
+	}
+	if err == nil && b.view {
+		err = wrapf(ErrInvalidBuffer, "buffer %#x is a view; free the buffer it was sliced from", b.ptr)
+	}
+	if err == nil && b.blk.ws != "" {
+		err = wrapf(ErrInvalidBuffer, "buffer %#x is workspace %q; use ReleaseWorkspace", b.ptr, b.blk.ws)
+	}
+	if err != nil {
+		a.mu.Unlock()
+		return a.fail("Free", b.size, st, err)
+	}
+	blk := b.blk
+	if st == StateNone && blk.kind == kindSync {
+		a.mu.Unlock()
+		return a.freeSync(b)
+	}
+	err = a.freeLocked(st, blk)
+	a.mu.Unlock()
+	if err != nil {
+		return a.fail("Free", b.size, st, err)
+	}
+	return nil
+}
+
+func (a *Allocator) freeLocked(st CaptureState, blk *block) error {
+	switch st {
+	case StateNone:
+		if blk.kind == kindGraph {
+			return wrapf(ErrInvalidBuffer, "buffer %#x belongs to a graph; Graph.Close releases it", blk.ptr)
+		}
+		a.retireLocked(blk)
+		a.pool.put(blk)
+		return nil
+	case StateActive:
+		c := a.cap
+		if blk.kind == kindGraph {
+			if blk.cap != c {
+				return wrapf(ErrInvalidBuffer, "buffer %#x belongs to another graph", blk.ptr)
+			}
+			if err := a.drv.FreeAsync(blk.ptr, a.stream); err != nil {
+				return err
+			}
+			if err := a.afterCapturedLocked("Free"); err != nil {
+				return err
+			}
+			blk.freedInGraph = true
+			a.retireLocked(blk)
+			return nil
+		}
+		a.retireLocked(blk)
+		c.deferred = append(c.deferred, blk)
+		return nil
+	}
+	return refusal(st, "free")
+}
+
+// AllocSync is the eager, synchronous allocation (cudaMalloc): outside the
+// pool, never a graph node. It is an unsafe call: refused during this
+// allocator's own Global or ThreadLocal capture, during any capture the
+// allocator did not start, and (in Global interaction mode) while a
+// Global-mode capture is active anywhere in the domain. In a Relaxed
+// capture it is allowed and the memory is ordinary eager memory.
+func (a *Allocator) AllocSync(size int64) (Buffer, error) {
+	if size <= 0 {
+		return Buffer{}, a.fail("AllocSync", size, StateNone, wrapf(ErrInvalidSize, "size must be positive"))
+	}
+	var (
+		buf  Buffer
+		seen atomic.Int32 // written by a call the watchdog may abandon
+	)
+	err := a.watchdog.call("AllocSync", func() error {
+		a.dom.gate.RLock()
+		defer a.dom.gate.RUnlock()
+		a.mu.Lock()
+		st, err := a.stateLocked()
+		seen.Store(int32(st))
+		if err == nil && size > a.info.TotalMemory {
+			err = a.oomLocked(size, "larger than the device")
+		}
+		if err == nil {
+			err = a.unsafeRefusalLocked(st, false, "eager synchronous allocation")
+		}
+		a.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		p, err := a.drv.Malloc(size)
+		if err != nil {
+			return err
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		b := &block{a: a, ptr: p, class: size, cls: -1, kind: kindSync}
+		a.stats.DriverAllocs++
+		a.stats.addReserved(size)
+		if a.cap != nil {
+			a.cap.allocs++
+			a.stats.CaptureAllocs++
+		}
+		buf = a.handOutLocked(b, size)
+		return nil
+	})
+	if err != nil {
+		return Buffer{}, a.fail("AllocSync", size, CaptureState(seen.Load()), err)
+	}
+	return buf, nil
+}
+
+// unsafeRefusalLocked turns unsafeAllowedLocked's verdict into the typed
+// error for a data operation.
+func (a *Allocator) unsafeRefusalLocked(st CaptureState, onStream bool, what string) error {
+	why := a.unsafeAllowedLocked(st, onStream)
+	switch {
+	case why == nil:
+		return nil
+	case st == StateInvalidated:
+		return wrapf(ErrCaptureInvalidated, "%s", what)
+	}
+	return wrapf(ErrCaptureIncompatibleAllocation, "%s: %v", what, why)
+}
+
+// freeSync releases an AllocSync buffer with the driver's synchronous Free.
+func (a *Allocator) freeSync(b Buffer) error {
+	var seen atomic.Int32 // written by a call the watchdog may abandon
+	err := a.watchdog.call("Free", func() error {
+		a.dom.gate.RLock()
+		defer a.dom.gate.RUnlock()
+		a.mu.Lock()
+		st, err := a.stateLocked()
+		seen.Store(int32(st))
+		if err == nil {
+			err = a.validateLocked(b, 0, 0)
+		}
+		if err == nil && st != StateNone {
+			err = a.freeLocked(st, b.blk) // a capture began meanwhile: defer
+			a.mu.Unlock()
+			return err
+		}
+		if err == nil {
+			err = a.unsafeRefusalLocked(st, false, "synchronous free")
+		}
+		if err != nil {
+			a.mu.Unlock()
+			return err
+		}
+		a.retireLocked(b.blk)
+		a.stats.DriverFrees++
+		a.stats.BytesReserved -= b.blk.class
+		a.mu.Unlock()
+		return a.drv.Free(b.ptr)
+	})
+	if err != nil {
+		return a.fail("Free", b.size, CaptureState(seen.Load()), err)
+	}
+	return nil
+}
+
+// Slice returns a view of n bytes of b starting at off. off must keep the
+// device's alignment guarantee (Info().Alignment), which kernels rely on for
+// vectorized access. A view is valid while b is and cannot be freed itself.
+func (a *Allocator) Slice(b Buffer, off, n int64) (Buffer, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return Buffer{}, a.fail("Slice", n, StateNone, ErrClosed)
+	}
+	if err := a.validateLocked(b, off, n); err != nil {
+		return Buffer{}, a.fail("Slice", n, StateNone, err)
+	}
+	if n == 0 {
+		return Buffer{}, a.fail("Slice", n, StateNone, wrapf(ErrInvalidSize, "empty view"))
+	}
+	if al := a.info.Alignment; al > 0 && (uint64(b.ptr)+uint64(off))%uint64(al) != 0 {
+		return Buffer{}, a.fail("Slice", n, StateNone, wrapf(ErrMisaligned, "offset %d breaks the %d-byte alignment", off, al))
+	}
+	return Buffer{blk: b.blk, gen: b.gen, ptr: b.ptr + DevicePtr(off), size: n, view: true}, nil
+}

@@ -1,0 +1,43 @@
+package alloc
+
+import (
+	"log/slog"
+	"time"
+)
+
+// DefaultWatchdog bounds blocking driver calls and captures when
+// Options.Watchdog is zero.
+const DefaultWatchdog = 60 * time.Second
+
+// Options configures an Allocator.
+type Options struct {
+	// Watchdog is the deadline for blocking driver calls (synchronize,
+	// blocking copies, capture begin) and for the function WithCapture runs.
+	// Zero means DefaultWatchdog; negative disables the watchdog.
+	Watchdog time.Duration
+	// InteractionMode is this allocator's reaction to captures other
+	// allocators hold (cudaThreadExchangeStreamCaptureMode): in Global (the
+	// default) its unsafe calls are refused while any Global-mode capture is
+	// active in the domain; ThreadLocal and Relaxed ignore other captures.
+	InteractionMode CaptureMode
+	// Logger receives warnings (lazy workspace allocations at EndCapture,
+	// leaks at Close). Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+func (o Options) watchdog() time.Duration {
+	switch {
+	case o.Watchdog == 0:
+		return DefaultWatchdog
+	case o.Watchdog < 0:
+		return 0
+	}
+	return o.Watchdog
+}
+
+func (o Options) logger() *slog.Logger {
+	if o.Logger != nil {
+		return o.Logger
+	}
+	return slog.Default()
+}

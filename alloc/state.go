@@ -1,0 +1,51 @@
+package alloc
+
+// CaptureState is the allocator's view of its stream, combining its own flag
+// with the driver's report (the driver is the authority).
+type CaptureState int
+
+const (
+	// StateNone: no capture on the stream.
+	StateNone CaptureState = iota
+	// StateActive: a capture this allocator started is recording.
+	StateActive
+	// StateExternal: the driver reports a capture this allocator did not
+	// start (the vendor API was called directly).
+	StateExternal
+	// StateInvalidated: the driver invalidated the capture, or it was ended
+	// behind the allocator's back, or the watchdog abandoned it.
+	StateInvalidated
+)
+
+// States lists every capture state, for tests and tools.
+var States = []CaptureState{StateNone, StateActive, StateExternal, StateInvalidated}
+
+func (s CaptureState) String() string {
+	switch s {
+	case StateNone:
+		return "none"
+	case StateActive:
+		return "active"
+	case StateExternal:
+		return "external"
+	case StateInvalidated:
+		return "invalidated"
+	}
+	return "unknown"
+}
+
+// classify folds the allocator's own flag and the driver's status into one
+// state. began says whether this allocator started the current capture.
+func classify(began bool, st DriverCaptureStatus) CaptureState {
+	switch {
+	case st == DriverCaptureInvalidated:
+		return StateInvalidated
+	case st == DriverCaptureActive && began:
+		return StateActive
+	case st == DriverCaptureActive:
+		return StateExternal
+	case began: // our capture vanished: someone ended it behind our back
+		return StateInvalidated
+	}
+	return StateNone
+}

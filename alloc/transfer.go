@@ -1,0 +1,193 @@
+package alloc
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+// enqueue runs a stream-ordered driver call behind the guard: made eagerly
+// with no capture, recorded into a capture this allocator started, refused
+// (no driver call) in any other state. check validates operands under a.mu.
+func (a *Allocator) enqueue(op string, size int64, check func() error, call func() error) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st, err := a.stateLocked()
+	if err == nil {
+		err = check()
+	}
+	if err == nil {
+		switch st {
+		case StateNone:
+			err = call()
+		case StateActive:
+			if err = call(); err == nil {
+				err = a.afterCapturedLocked(op)
+			}
+		default:
+			err = refusal(st, op)
+		}
+	}
+	if err != nil {
+		return a.fail(op, size, st, err)
+	}
+	return nil
+}
+
+// hostRange checks that h is an open pinned buffer usable by this allocator
+// and that [off, off+n) lies inside it. Caller holds a.mu.
+func (a *Allocator) hostRange(h *HostBuffer, off, n int64) ([]byte, error) {
+	if h == nil {
+		return nil, wrapf(ErrInvalidBuffer, "nil HostBuffer")
+	}
+	if h.closed.Load() {
+		return nil, wrapf(ErrClosed, "HostBuffer was closed")
+	}
+	if h.drv != a.drv {
+		return nil, wrapf(ErrInvalidBuffer, "HostBuffer belongs to another driver")
+	}
+	if off < 0 || n < 0 || off > int64(len(h.b)) || n > int64(len(h.b))-off {
+		return nil, wrapf(ErrOutOfRange, "range [%d, %d+%d) outside HostBuffer of %d B", off, off, n, len(h.b))
+	}
+	return h.b[off : off+n : off+n], nil
+}
+
+// UploadHost copies n bytes from pinned src[srcOff:] to dst at dstOff,
+// stream-ordered: src must not change until the stream passes the copy.
+// Captured, the copy reads src's bytes at every replay.
+func (a *Allocator) UploadHost(dst Buffer, dstOff int64, src *HostBuffer, srcOff, n int64) error {
+	var hb []byte
+	return a.enqueue("UploadHost", n, func() (err error) {
+		if err = a.validateLocked(dst, dstOff, n); err == nil {
+			hb, err = a.hostRange(src, srcOff, n)
+		}
+		return err
+	}, func() error {
+		return a.drv.CopyHtoDAsync(dst.ptr+DevicePtr(dstOff), hb, a.stream)
+	})
+}
+
+// DownloadHost copies n bytes from src at srcOff into pinned dst[dstOff:],
+// stream-ordered: dst holds them once the stream is synchronized. Captured,
+// every replay writes dst again.
+func (a *Allocator) DownloadHost(dst *HostBuffer, dstOff int64, src Buffer, srcOff, n int64) error {
+	var hb []byte
+	return a.enqueue("DownloadHost", n, func() (err error) {
+		if err = a.validateLocked(src, srcOff, n); err == nil {
+			hb, err = a.hostRange(dst, dstOff, n)
+		}
+		return err
+	}, func() error {
+		return a.drv.CopyDtoHAsync(hb, src.ptr+DevicePtr(srcOff), a.stream)
+	})
+}
+
+// Memset sets n bytes of dst from off to value, stream-ordered.
+func (a *Allocator) Memset(dst Buffer, off, n int64, value byte) error {
+	return a.enqueue("Memset", n, func() error {
+		return a.validateLocked(dst, off, n)
+	}, func() error {
+		return a.drv.MemsetAsync(dst.ptr+DevicePtr(off), value, n, a.stream)
+	})
+}
+
+// Copy copies n bytes between device buffers, stream-ordered.
+func (a *Allocator) Copy(dst Buffer, dstOff int64, src Buffer, srcOff, n int64) error {
+	return a.enqueue("Copy", n, func() error {
+		if err := a.validateLocked(dst, dstOff, n); err != nil {
+			return err
+		}
+		return a.validateLocked(src, srcOff, n)
+	}, func() error {
+		return a.drv.CopyDtoDAsync(dst.ptr+DevicePtr(dstOff), src.ptr+DevicePtr(srcOff), n, a.stream)
+	})
+}
+
+// blocking runs an unsafe call on the stream behind the gate and the
+// watchdog: refused, with no driver call, whenever a capture forbids it.
+func (a *Allocator) blocking(op string, size int64, check func(st CaptureState) error, call func() error) error {
+	var seen atomic.Int32 // written by a call the watchdog may abandon
+	err := a.watchdog.call(op, func() error {
+		a.dom.gate.RLock()
+		defer a.dom.gate.RUnlock()
+		a.mu.Lock()
+		st, err := a.stateLocked()
+		seen.Store(int32(st))
+		if err == nil {
+			err = check(st)
+		}
+		a.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		return call()
+	})
+	if err != nil {
+		return a.fail(op, size, CaptureState(seen.Load()), err)
+	}
+	return nil
+}
+
+// Upload copies pageable src into dst at off and returns when src may be
+// reused. A pageable copy cannot be captured: during any capture it fails
+// with ErrCaptureIncompatibleAllocation (use UploadHost with a HostBuffer).
+func (a *Allocator) Upload(dst Buffer, off int64, src []byte) error {
+	n := int64(len(src))
+	return a.blocking("Upload", n, func(st CaptureState) error {
+		if err := a.validateLocked(dst, off, n); err != nil {
+			return err
+		}
+		return a.unsafeRefusalLocked(st, true, "pageable host memory cannot be copied during capture (use a HostBuffer)")
+	}, func() error {
+		return a.drv.CopyHtoD(dst.ptr+DevicePtr(off), src, a.stream)
+	})
+}
+
+// Download copies len(dst) bytes from src at off into pageable dst and
+// returns when dst holds them (everything queued before is done). Refused
+// during any capture like Upload.
+func (a *Allocator) Download(dst []byte, src Buffer, off int64) error {
+	n := int64(len(dst))
+	return a.blocking("Download", n, func(st CaptureState) error {
+		if err := a.validateLocked(src, off, n); err != nil {
+			return err
+		}
+		return a.unsafeRefusalLocked(st, true, "pageable host memory cannot be copied during capture (use a HostBuffer)")
+	}, func() error {
+		return a.drv.CopyDtoH(dst, src.ptr+DevicePtr(off), a.stream)
+	})
+}
+
+// syncRefusalLocked is the error for a synchronize or query that a capture
+// forbids; the capture stays valid because no driver call is made.
+func (a *Allocator) syncRefusalLocked(st CaptureState) error {
+	why := a.unsafeAllowedLocked(st, true)
+	switch {
+	case why == nil:
+		return nil
+	case st == StateInvalidated:
+		return fmt.Errorf("%w: %w", ErrSyncDuringCapture, ErrCaptureInvalidated)
+	}
+	return wrapf(ErrSyncDuringCapture, "%v", why)
+}
+
+// Synchronize waits until all work queued on the stream is done. It is
+// refused during any capture that forbids it, leaving the capture valid.
+func (a *Allocator) Synchronize() error {
+	return a.blocking("Synchronize", -1, a.syncRefusalLocked, func() error {
+		return a.drv.StreamSynchronize(a.stream)
+	})
+}
+
+// Query reports whether all queued work is done, under Synchronize's rules.
+func (a *Allocator) Query() (bool, error) {
+	var done atomic.Bool
+	err := a.blocking("Query", -1, a.syncRefusalLocked, func() error {
+		d, err := a.drv.StreamQuery(a.stream)
+		done.Store(d)
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	return done.Load(), nil
+}

@@ -1,0 +1,40 @@
+package alloc
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// watchdog bounds calls that may block in the driver. A call past its
+// deadline is abandoned, not cancelled (a goroutine stuck in a driver cannot
+// be freed); while one is still stuck, further blocking calls fail at once
+// instead of queueing behind it.
+type watchdog struct {
+	timeout time.Duration // 0: no watchdog
+	stuck   atomic.Int32
+	expired atomic.Uint64
+}
+
+// call runs f under the deadline. f must do its own locking, so that locks it
+// holds are released by whoever finishes it, even after an expiry.
+func (w *watchdog) call(op string, f func() error) error {
+	if n := w.stuck.Load(); n > 0 {
+		return wrapf(ErrCaptureTimeout, "%s not attempted: %d earlier driver call(s) still stuck", op, n)
+	}
+	if w.timeout <= 0 {
+		return f()
+	}
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	t := time.NewTimer(w.timeout)
+	select {
+	case err := <-done:
+		t.Stop()
+		return err
+	case <-t.C:
+		w.expired.Add(1)
+		w.stuck.Add(1)
+		go func() { <-done; w.stuck.Add(-1) }()
+		return wrapf(ErrCaptureTimeout, "%s did not return within %v; the call is abandoned", op, w.timeout)
+	}
+}

@@ -1,0 +1,78 @@
+package alloc
+
+import "fmt"
+
+// Workspace returns the named scratch buffer, at least size bytes, owned by
+// the allocator (free it with ReleaseWorkspace, never Free). Reserve every
+// workspace before capturing: a reserved one is returned in any capture
+// state with no allocation. One first needed inside this allocator's capture
+// is allocated into the graph, counted in CaptureAllocCount and reported in
+// the graph's warnings; it lives as long as that graph. During a capture the
+// allocator did not start, or an invalidated one, a missing or too small
+// workspace is an error.
+func (a *Allocator) Workspace(name string, size int64) (Buffer, error) {
+	op := "Workspace(" + name + ")"
+	if size <= 0 {
+		return Buffer{}, a.fail(op, size, StateNone, wrapf(ErrInvalidSize, "size must be positive"))
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return Buffer{}, a.fail(op, size, StateNone, ErrClosed)
+	}
+	old := a.workspaces[name]
+	if old != nil && old.live && old.size >= size {
+		return Buffer{blk: old, gen: old.gen, ptr: old.ptr, size: old.size}, nil
+	}
+	st, err := a.stateLocked()
+	if err == nil && size > a.info.TotalMemory {
+		err = a.oomLocked(size, "larger than the device")
+	}
+	var b Buffer
+	if err == nil {
+		switch st {
+		case StateNone:
+			b, err = a.poolAllocLocked(size)
+		case StateActive:
+			if b, err = a.captureAllocLocked(op, size); err == nil {
+				a.cap.lazyWS = append(a.cap.lazyWS, name)
+			}
+		default:
+			err = refusal(st, fmt.Sprintf("workspace %q not reserved before the capture", name))
+		}
+	}
+	if err != nil {
+		return Buffer{}, a.fail(op, size, st, err)
+	}
+	if old != nil && old.live {
+		old.ws = ""
+		_ = a.freeLocked(st, old) // too small: replaced; pooled or deferred
+	}
+	b.blk.ws = name
+	a.workspaces[name] = b.blk
+	return b, nil
+}
+
+// ReleaseWorkspace frees the named workspace, under Free's rules.
+func (a *Allocator) ReleaseWorkspace(name string) error {
+	a.mu.Lock()
+	ws := a.workspaces[name]
+	if ws == nil || !ws.live {
+		a.mu.Unlock()
+		return a.fail("ReleaseWorkspace("+name+")", -1, StateNone, wrapf(ErrInvalidBuffer, "no workspace %q", name))
+	}
+	b := Buffer{blk: ws, gen: ws.gen, ptr: ws.ptr, size: ws.size}
+	ws.ws = ""
+	delete(a.workspaces, name)
+	a.mu.Unlock()
+	if err := a.Free(b); err != nil {
+		a.mu.Lock()
+		if ws.live { // refused: keep it registered
+			ws.ws = name
+			a.workspaces[name] = ws
+		}
+		a.mu.Unlock()
+		return err
+	}
+	return nil
+}
