@@ -20,7 +20,7 @@ var (
 	ErrCaptureInvalidated = errors.New("stream capture invalidated")
 	// ErrCaptureTimeout: the watchdog's deadline passed; the stuck call or
 	// captured function is abandoned, not cancelled.
-	ErrCaptureTimeout = errors.New("capture or driver call exceeded its deadline")
+	ErrCaptureTimeout   = errors.New("capture or driver call exceeded its deadline")
 	ErrNotCapturing     = errors.New("stream is not capturing")
 	ErrAlreadyCapturing = errors.New("stream is already capturing")
 	// ErrCaptureIllegalOp: a driver refused a call because a capture was

@@ -1,0 +1,126 @@
+// Command capprobe runs the capture probe matrix on a backend and prints one
+// row per operation: whether it can be captured into a graph, proven by
+// replays with fresh inputs compared against eager runs.
+//
+//	go run ./cmd/capprobe                      # cpu backend, global mode
+//	go run ./cmd/capprobe -mode=all --json     # every mode, JSON
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/backends"
+	"github.com/capalloc/capalloc/conformance"
+	_ "github.com/capalloc/capalloc/cpu"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("capprobe", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	def := os.Getenv("CAPALLOC_BACKEND")
+	if def == "" {
+		def = "cpu"
+	}
+	backend := fs.String("backend", def, "backend to probe ("+strings.Join(backends.Names(), ", ")+"); default $CAPALLOC_BACKEND or cpu")
+	modeFlag := fs.String("mode", "global", "capture mode: global, threadlocal, relaxed or all")
+	asJSON := fs.Bool("json", false, "print a JSON array instead of a table")
+	replays := fs.Int("replays", 20, "fresh-data replays that prove each CAPTURABLE row")
+	check := fs.Bool("check", false, "exit 1 if any verdict differs from CUDA's rules")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	modes, err := parseModes(*modeFlag)
+	if err != nil {
+		fmt.Fprintln(stderr, "capprobe:", err)
+		return 2
+	}
+	open, err := backends.Lookup(*backend)
+	if err != nil {
+		fmt.Fprintln(stderr, "capprobe:", err)
+		return 1
+	}
+	drv, err := open()
+	if err != nil {
+		fmt.Fprintln(stderr, "capprobe:", err)
+		return 1
+	}
+	defer drv.Close()
+
+	var rows []row
+	for _, m := range modes {
+		res, err := conformance.Probe(drv, m, *replays)
+		if err != nil {
+			fmt.Fprintln(stderr, "capprobe:", err)
+			return 1
+		}
+		for _, r := range res {
+			rows = append(rows, row{ProbeResult: r, Expected: conformance.ExpectedVerdict(r.Op, m)})
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rows); err != nil {
+			fmt.Fprintln(stderr, "capprobe:", err)
+			return 1
+		}
+	} else {
+		printTable(stdout, drv, rows)
+	}
+	if *check {
+		for _, r := range rows {
+			if r.Verdict != r.Expected {
+				fmt.Fprintf(stderr, "capprobe: %s/%s: got %s, CUDA's rules give %s\n", r.Mode, r.Op, r.Verdict, r.Expected)
+				return 1
+			}
+		}
+	}
+	return 0
+}
+
+// row is a probe result with the verdict CUDA's rules predict.
+type row struct {
+	conformance.ProbeResult
+	Expected conformance.Verdict `json:"expected"`
+}
+
+func parseModes(s string) ([]alloc.CaptureMode, error) {
+	if s == "all" {
+		return alloc.Modes, nil
+	}
+	m, err := alloc.ParseCaptureMode(s)
+	if err != nil {
+		return nil, errors.New(err.Error() + " or all")
+	}
+	return []alloc.CaptureMode{m}, nil
+}
+
+func printTable(w io.Writer, drv alloc.Driver, rows []row) {
+	info := drv.Info()
+	fmt.Fprintf(w, "capture probe: backend %s (%s, %d MiB)\n\n", drv.Name(), info.Name, info.TotalMemory>>20)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "MODE\tOP\tVERDICT\tREASON")
+	for _, r := range rows {
+		reason := r.Error
+		if reason == "" {
+			reason = r.Note
+		}
+		if r.Verdict != r.Expected {
+			reason = fmt.Sprintf("UNEXPECTED (CUDA gives %s) %s", r.Expected, reason)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Mode, r.Op, r.Verdict, reason)
+	}
+	tw.Flush()
+}

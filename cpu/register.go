@@ -1,0 +1,5 @@
+package cpu
+
+import "github.com/capalloc/capalloc/backends"
+
+func init() { backends.Register("cpu", Open) }
