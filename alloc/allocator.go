@@ -40,9 +40,6 @@ func New(drv Driver, opts Options) (*Allocator, error) {
 	if drv == nil {
 		return nil, wrapf(ErrInvalidValue, "nil driver")
 	}
-	if opts.InteractionMode < Global || opts.InteractionMode > Relaxed {
-		return nil, wrapf(ErrInvalidValue, "interaction mode %d", opts.InteractionMode)
-	}
 	s, err := drv.CreateStream()
 	if err != nil {
 		return nil, &Error{Op: "New", Backend: drv.Name(), Size: -1, Err: err}
@@ -80,6 +77,7 @@ func (a *Allocator) Stats() Stats {
 	s.BytesCached = a.pool.cached
 	s.LiveBuffers = a.live.n
 	s.LiveGraphs = len(a.graphs)
+	s.Timeouts = a.watchdog.expired.Load()
 	return s
 }
 
@@ -148,7 +146,9 @@ func (a *Allocator) unsafeAllowedLocked(st CaptureState, onStream bool) error {
 	case StateInvalidated:
 		return ErrCaptureInvalidated
 	}
-	if a.opts.InteractionMode == Global && a.dom.globalElsewhere(a.stream) {
+	// Every allocator acts as a Global-mode thread (CUDA's default): Go
+	// cannot tie a goroutine to the per-thread interaction mode.
+	if a.dom.globalElsewhere(a.stream) {
 		return errors.New("a global-mode capture is active on another stream")
 	}
 	return nil

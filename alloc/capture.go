@@ -291,7 +291,6 @@ func (a *Allocator) abandon(c *capture, done <-chan captureResult) {
 	a.watchdog.expired.Add(1)
 	a.mu.Lock()
 	c.abandoned = true
-	a.stats.Timeouts++
 	a.mu.Unlock()
 	go func() {
 		<-done

@@ -25,7 +25,7 @@ func (a *Allocator) Close() error {
 				syncFrees = append(syncFrees, a.closeGraphLocked(g)...)
 			}
 		}
-		errs = append(errs, errors.New("an open capture was aborted"))
+		leaks = append(leaks, errors.New("an open capture was aborted"))
 	}
 	if n := len(a.graphs); n > 0 {
 		leaks = append(leaks, fmt.Errorf("%d graph(s) not closed", n))

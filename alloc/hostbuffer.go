@@ -33,20 +33,27 @@ func (a *Allocator) HostAlloc(size int64) (*HostBuffer, error) {
 		return nil, a.fail("HostAlloc", size, StateNone, wrapf(ErrInvalidSize, "size must be positive"))
 	}
 	var h *HostBuffer
-	err := a.blocking("HostAlloc", size, func(st CaptureState) error {
+	err := a.blockingUndo("HostAlloc", size, func(st CaptureState) error {
 		return a.unsafeRefusalLocked(st, false, "pinned host allocation")
-	}, func() error {
+	}, func() (func(), error) {
 		b, err := a.drv.HostAlloc(size)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		h = &HostBuffer{a: a, drv: a.drv, b: b}
-		a.hosts[h] = struct{}{}
+		nh := &HostBuffer{a: a, drv: a.drv, b: b}
+		a.hosts[nh] = struct{}{}
 		a.stats.HostBuffers++
 		a.stats.HostBytes += size
-		return nil
+		h = nh
+		// Abandoned by the watchdog: nobody holds nh, so release it
+		// (directly: the watchdog still counts this call as stuck).
+		return func() {
+			if nh.release() {
+				_ = a.drv.HostFree(nh.b)
+			}
+		}, nil
 	})
 	if err != nil {
 		return nil, err
@@ -64,14 +71,26 @@ func (h *HostBuffer) Close() error {
 		}
 		return a.unsafeRefusalLocked(st, false, "pinned host free")
 	}, func() error {
-		if !h.closed.CompareAndSwap(false, true) {
+		if !h.release() {
 			return wrapf(ErrClosed, "HostBuffer closed twice")
 		}
-		a.mu.Lock()
+		return a.drv.HostFree(h.b)
+	})
+}
+
+// release marks h closed and drops it from its allocator's books; false if
+// it was already closed.
+func (h *HostBuffer) release() bool {
+	if !h.closed.CompareAndSwap(false, true) {
+		return false
+	}
+	a := h.a
+	a.mu.Lock()
+	if _, ok := a.hosts[h]; ok {
 		delete(a.hosts, h)
 		a.stats.HostBuffers--
 		a.stats.HostBytes -= h.Len()
-		a.mu.Unlock()
-		return a.drv.HostFree(h.b)
-	})
+	}
+	a.mu.Unlock()
+	return true
 }

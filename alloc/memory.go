@@ -219,7 +219,7 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 		buf  Buffer
 		seen atomic.Int32 // written by a call the watchdog may abandon
 	)
-	err := a.watchdog.call("AllocSync", func() error {
+	err := a.watchdog.callUndo("AllocSync", func() (func(), error) {
 		a.dom.gate.RLock()
 		defer a.dom.gate.RUnlock()
 		a.mu.Lock()
@@ -233,11 +233,11 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 		}
 		a.mu.Unlock()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		p, err := a.drv.Malloc(size)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		a.mu.Lock()
 		defer a.mu.Unlock()
@@ -248,8 +248,23 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 			a.cap.allocs++
 			a.stats.CaptureAllocs++
 		}
-		buf = a.handOutLocked(b, size)
-		return nil
+		nb := a.handOutLocked(b, size)
+		buf = nb
+		// Abandoned by the watchdog: nobody holds nb, so free it (directly:
+		// the watchdog still counts this call as stuck).
+		return func() {
+			a.mu.Lock()
+			mine := b.live && b.gen == nb.gen // Close may have freed it
+			if mine {
+				a.retireLocked(b)
+				a.stats.DriverFrees++
+				a.stats.BytesReserved -= b.class
+			}
+			a.mu.Unlock()
+			if mine {
+				_ = a.drv.Free(p)
+			}
+		}, nil
 	})
 	if err != nil {
 		return Buffer{}, a.fail("AllocSync", size, CaptureState(seen.Load()), err)

@@ -15,11 +15,6 @@ type Options struct {
 	// blocking copies, capture begin) and for the function WithCapture runs.
 	// Zero means DefaultWatchdog; negative disables the watchdog.
 	Watchdog time.Duration
-	// InteractionMode is this allocator's reaction to captures other
-	// allocators hold (cudaThreadExchangeStreamCaptureMode): in Global (the
-	// default) its unsafe calls are refused while any Global-mode capture is
-	// active in the domain; ThreadLocal and Relaxed ignore other captures.
-	InteractionMode CaptureMode
 	// Logger receives warnings (lazy workspace allocations at EndCapture,
 	// leaks at Close). Nil means slog.Default().
 	Logger *slog.Logger

@@ -105,8 +105,14 @@ func (a *Allocator) Copy(dst Buffer, dstOff int64, src Buffer, srcOff, n int64) 
 // blocking runs an unsafe call on the stream behind the gate and the
 // watchdog: refused, with no driver call, whenever a capture forbids it.
 func (a *Allocator) blocking(op string, size int64, check func(st CaptureState) error, call func() error) error {
+	return a.blockingUndo(op, size, check, func() (func(), error) { return nil, call() })
+}
+
+// blockingUndo is blocking for a call that acquires something; see
+// watchdog.callUndo.
+func (a *Allocator) blockingUndo(op string, size int64, check func(st CaptureState) error, call func() (func(), error)) error {
 	var seen atomic.Int32 // written by a call the watchdog may abandon
-	err := a.watchdog.call(op, func() error {
+	err := a.watchdog.callUndo(op, func() (func(), error) {
 		a.dom.gate.RLock()
 		defer a.dom.gate.RUnlock()
 		a.mu.Lock()
@@ -117,7 +123,7 @@ func (a *Allocator) blocking(op string, size int64, check func(st CaptureState) 
 		}
 		a.mu.Unlock()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		return call()
 	})

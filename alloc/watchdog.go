@@ -18,23 +18,43 @@ type watchdog struct {
 // call runs f under the deadline. f must do its own locking, so that locks it
 // holds are released by whoever finishes it, even after an expiry.
 func (w *watchdog) call(op string, f func() error) error {
+	return w.callUndo(op, func() (func(), error) { return nil, f() })
+}
+
+// callUndo is call for an f that acquires something: if the caller was
+// already given ErrCaptureTimeout when f succeeds, nobody will ever own the
+// result, so undo releases it.
+func (w *watchdog) callUndo(op string, f func() (undo func(), err error)) error {
 	if n := w.stuck.Load(); n > 0 {
 		return wrapf(ErrCaptureTimeout, "%s not attempted: %d earlier driver call(s) still stuck", op, n)
 	}
 	if w.timeout <= 0 {
-		return f()
+		_, err := f()
+		return err
 	}
-	done := make(chan error, 1)
-	go func() { done <- f() }()
+	type result struct {
+		undo func()
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		undo, err := f()
+		done <- result{undo, err}
+	}()
 	t := time.NewTimer(w.timeout)
 	select {
-	case err := <-done:
+	case r := <-done:
 		t.Stop()
-		return err
+		return r.err
 	case <-t.C:
 		w.expired.Add(1)
 		w.stuck.Add(1)
-		go func() { <-done; w.stuck.Add(-1) }()
+		go func() {
+			if r := <-done; r.err == nil && r.undo != nil {
+				r.undo()
+			}
+			w.stuck.Add(-1)
+		}()
 		return wrapf(ErrCaptureTimeout, "%s did not return within %v; the call is abandoned", op, w.timeout)
 	}
 }

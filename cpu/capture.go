@@ -1,0 +1,211 @@
+package cpu
+
+import (
+	"fmt"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+type captureState uint8
+
+const (
+	captureActive captureState = iota
+	captureInvalidated
+)
+
+// capture is a stream capture in progress. All fields but s and mode are
+// guarded by Driver.mu, so a device-wide call on another goroutine can
+// invalidate it without touching the stream's lock.
+type capture struct {
+	s      *stream
+	mode   alloc.CaptureMode
+	state  captureState
+	reason error // what invalidated it
+	ops    []op
+	allocs []*allocation // made during the capture, released if it fails
+}
+
+// invalidateLocked moves c to the invalidated state, keeping the first
+// reason. d.mu held.
+func (c *capture) invalidateLocked(reason error) {
+	if c.state == captureActive {
+		c.state = captureInvalidated
+		c.reason = reason
+	}
+}
+
+// invalidatedErr is what any further operation on an invalidated capture
+// gets. d.mu held.
+func (c *capture) invalidatedErr(what string) error {
+	return fmt.Errorf("%w: cpu: %s on stream %#x: %s-mode capture was invalidated by: %v",
+		alloc.ErrCaptureInvalidated, what, uint64(c.s.h), c.mode, c.reason)
+}
+
+// captureFailed reports err for an operation on c's stream: like CUDA, a
+// failing call invalidates the capture. An already invalidated capture
+// reports that too. Stream lock held, d.mu not.
+func (d *Driver) captureFailed(c *capture, err error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c.state != captureActive {
+		return fmt.Errorf("%w (%w)", err, c.invalidatedErr("operation"))
+	}
+	c.invalidateLocked(err)
+	return err
+}
+
+// refuseOnCapturing refuses a call that would synchronize s while it
+// captures, and invalidates the capture. Stream lock held, d.mu not.
+func (d *Driver) refuseOnCapturing(s *stream, what string) error {
+	err := errf(alloc.ErrCaptureIllegalOp, "%s on capturing stream %#x", what, uint64(s.h))
+	return d.captureFailed(s.cap, err)
+}
+
+// refuseUnsafeLocked refuses a potentially unsafe device-wide call, made by
+// a caller in the given interaction mode, while a Global-mode capture is
+// under way on this device, and invalidates every such capture (CUDA's rule
+// for a thread in Global mode, the default). Callers in ThreadLocal or
+// Relaxed mode, and ThreadLocal or Relaxed captures, are unaffected: the
+// emulation cannot tell threads apart. d.mu held.
+func (d *Driver) refuseUnsafeLocked(what string, interaction alloc.CaptureMode) error {
+	if interaction != alloc.Global || len(d.globalCaps) == 0 {
+		return nil
+	}
+	err := errf(alloc.ErrCaptureIllegalOp, "%s while %d global-mode stream capture(s) are under way on %s",
+		what, len(d.globalCaps), d.domain)
+	for c := range d.globalCaps {
+		c.invalidateLocked(err)
+	}
+	return err
+}
+
+// record appends o to c, or says why it cannot. Stream lock held.
+func (d *Driver) record(c *capture, o *op, what string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c.state != captureActive {
+		return c.invalidatedErr(what)
+	}
+	if o.pageable {
+		err := errf(alloc.ErrCaptureIllegalOp, "%s on capturing stream %#x: host memory is pageable, not from HostAlloc",
+			what, uint64(c.s.h))
+		c.invalidateLocked(err)
+		return err
+	}
+	for _, r := range [2]*allocation{o.dst, o.src} {
+		if r != nil && r.freedIn == c {
+			err := errf(alloc.ErrInvalidValue, "%s on capturing stream %#x: allocation %#x was freed earlier in this capture",
+				what, uint64(c.s.h), uint64(r.base()))
+			c.invalidateLocked(err)
+			return err
+		}
+	}
+	if o.exec != nil && len(o.exec.g.allocs) > 0 {
+		err := errf(alloc.ErrInvalidValue, "%s on capturing stream %#x: a graph with memory nodes cannot be a child graph",
+			what, uint64(c.s.h))
+		c.invalidateLocked(err)
+		return err
+	}
+	c.ops = append(c.ops, *o)
+	return nil
+}
+
+// BeginCapture starts recording the work submitted to s.
+func (d *Driver) BeginCapture(h alloc.Stream, mode alloc.CaptureMode) error {
+	const what = "begin capture"
+	if d.closed.Load() {
+		return errClosed(what)
+	}
+	if d.noCapture {
+		return errf(alloc.ErrCaptureUnavailable, "%s: this emulated device has no graph support (Options.NoCapture)", what)
+	}
+	s, err := d.stream(h, what)
+	if err != nil {
+		return err
+	}
+	switch mode {
+	case alloc.Global, alloc.ThreadLocal, alloc.Relaxed:
+	default:
+		return errf(alloc.ErrInvalidValue, "%s: capture mode %d", what, int(mode))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return errDestroyed(h, what)
+	}
+	if s.cap != nil {
+		return errf(alloc.ErrAlreadyCapturing, "%s: stream %#x", what, uint64(h))
+	}
+	c := &capture{s: s, mode: mode}
+	d.mu.Lock()
+	if mode == alloc.Global {
+		d.globalCaps[c] = struct{}{}
+	}
+	d.mu.Unlock()
+	s.cap = c
+	s.capturing.Store(true)
+	return nil
+}
+
+// EndCapture turns the recorded work into a graph. An invalidated capture
+// yields no graph and releases every allocation it made.
+func (d *Driver) EndCapture(h alloc.Stream) (alloc.GraphHandle, error) {
+	const what = "end capture"
+	if d.closed.Load() {
+		return 0, errClosed(what)
+	}
+	s, err := d.stream(h, what)
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.cap
+	if c == nil {
+		return 0, errf(alloc.ErrNotCapturing, "%s: stream %#x", what, uint64(h))
+	}
+	s.cap = nil
+	s.capturing.Store(false)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.globalCaps, c)
+	if c.state != captureActive {
+		for _, r := range c.allocs {
+			d.releaseLocked(r)
+		}
+		return 0, c.invalidatedErr(what)
+	}
+	g := &graph{ops: c.ops, allocs: c.allocs}
+	for _, r := range c.allocs {
+		r.graph, r.graphFreed = g, r.freedIn == c
+		r.cap, r.freedIn = nil, nil
+	}
+	g.h = alloc.GraphHandle(d.handle())
+	d.graphs[g.h] = g
+	return g.h, nil
+}
+
+// StreamCaptureStatus is always legal.
+func (d *Driver) StreamCaptureStatus(h alloc.Stream) (alloc.DriverCaptureStatus, error) {
+	if d.closed.Load() {
+		return alloc.DriverCaptureNone, errClosed("stream capture status")
+	}
+	s, err := d.stream(h, "stream capture status")
+	if err != nil {
+		return alloc.DriverCaptureNone, err
+	}
+	if !s.capturing.Load() {
+		return alloc.DriverCaptureNone, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cap == nil {
+		return alloc.DriverCaptureNone, nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s.cap.state != captureActive {
+		return alloc.DriverCaptureInvalidated, nil
+	}
+	return alloc.DriverCaptureActive, nil
+}

@@ -1,0 +1,193 @@
+// Package cpu is a pure-Go alloc.Driver that emulates a CUDA device: device
+// memory at fake addresses, lazily executed stream queues, and stream capture
+// into graphs with CUDA's rules. It is the reference backend the CUDA and HIP
+// backends are compared with, so it is deliberately strict: queued work runs
+// only when the host waits for it, and every illegal call during a capture
+// fails and invalidates the capture, as the real driver does.
+package cpu
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+const (
+	// DefaultMemoryLimit is the device size when Options.MemoryLimit is 0.
+	DefaultMemoryLimit int64 = 4 << 30
+	// Alignment is the guaranteed alignment of every device allocation. Each
+	// allocation starts at offset 0 of its own address range, so it holds
+	// trivially; the limit accounting rounds sizes up to it, like a device.
+	Alignment int64 = 256
+
+	// A device address is id<<offsetBits | offset: lookup is a slice index.
+	offsetBits        = 40
+	offsetMask        = 1<<offsetBits - 1
+	maxAllocationSize = 1 << offsetBits
+	maxIDs            = 1 << (64 - offsetBits)
+
+	// maxQueue bounds a stream's queue (about CUDA's pending-launch depth);
+	// past it the enqueuing call runs the queue, as a real device makes
+	// progress when its queue fills up.
+	maxQueue = 1024
+)
+
+// Options configures an emulated device.
+type Options struct {
+	// MemoryLimit is the device memory size in bytes (0: DefaultMemoryLimit).
+	// It is enforced: allocations past it fail with alloc.ErrOutOfMemory
+	// before any Go memory is allocated.
+	MemoryLimit int64
+	// HostMemoryLimit caps pinned host memory from HostAlloc (0: the same as
+	// MemoryLimit), so an absurd size is an error rather than a Go crash.
+	HostMemoryLimit int64
+	// NoCapture emulates a device without graph support: BeginCapture fails
+	// with alloc.ErrCaptureUnavailable.
+	NoCapture bool
+}
+
+// instances numbers drivers so each gets its own capture domain.
+var instances atomic.Int64
+
+// Driver is the emulated device. Every method is safe for concurrent use.
+//
+// Lock order: stream.execMu, then stream.mu, then Driver.mu. Driver.mu is
+// never held while taking a stream lock, so a drain (which may free memory
+// under Driver.mu) can never deadlock with an allocation.
+type Driver struct {
+	domain    string
+	limit     int64
+	hostLimit int64
+	noCapture bool
+
+	closed atomic.Bool
+
+	// Read lock-free on every operation; replaced copy-on-write under mu.
+	table   atomic.Pointer[idTable]
+	streams atomic.Pointer[map[alloc.Stream]*stream]
+	hosts   atomic.Pointer[[]hostRegion]
+
+	mu         sync.Mutex
+	freeIDs    []uint32 // FIFO, so a stale address is unlikely to alias a new allocation soon
+	freeHead   int
+	live       int64 // device bytes in use, rounded to Alignment, graph memory included
+	liveCount  int
+	hostLive   int64
+	nextHandle uint64 // streams, graphs and execs share one counter: handles never collide
+	graphs     map[alloc.GraphHandle]*graph
+	execs      map[alloc.GraphExec]*graphExec
+	globalCaps map[*capture]struct{} // Global-mode captures not yet ended, invalidated ones included
+}
+
+var _ alloc.Driver = (*Driver)(nil)
+
+// New creates an emulated device.
+func New(opts Options) (*Driver, error) {
+	if opts.MemoryLimit < 0 || opts.HostMemoryLimit < 0 {
+		return nil, fmt.Errorf("%w: cpu: negative memory limit (device %d, host %d)",
+			alloc.ErrInvalidValue, opts.MemoryLimit, opts.HostMemoryLimit)
+	}
+	if opts.MemoryLimit == 0 {
+		opts.MemoryLimit = DefaultMemoryLimit
+	}
+	if opts.HostMemoryLimit == 0 {
+		opts.HostMemoryLimit = opts.MemoryLimit
+	}
+	d := &Driver{
+		domain:     fmt.Sprintf("cpu#%d", instances.Add(1)),
+		limit:      opts.MemoryLimit,
+		hostLimit:  opts.HostMemoryLimit,
+		noCapture:  opts.NoCapture,
+		graphs:     make(map[alloc.GraphHandle]*graph),
+		execs:      make(map[alloc.GraphExec]*graphExec),
+		globalCaps: make(map[*capture]struct{}),
+	}
+	d.table.Store(&idTable{})
+	d.streams.Store(&map[alloc.Stream]*stream{})
+	d.hosts.Store(&[]hostRegion{})
+	return d, nil
+}
+
+// Open is a factory for registries: New with default options.
+func Open() (alloc.Driver, error) { return New(Options{}) }
+
+func (d *Driver) Name() string { return "cpu" }
+
+func (d *Driver) Info() alloc.DeviceInfo {
+	return alloc.DeviceInfo{
+		Name:          "cpu (emulated)",
+		TotalMemory:   d.limit,
+		Alignment:     Alignment,
+		UnifiedMemory: true,
+	}
+}
+
+// CaptureDomain is per instance: Global-mode captures only affect calls on
+// the same emulated device.
+func (d *Driver) CaptureDomain() string { return d.domain }
+
+// LiveBytes is the device memory in use (rounded to Alignment), including
+// memory owned by graphs and by captures in progress.
+func (d *Driver) LiveBytes() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.live
+}
+
+// LiveAllocations is the number of live device allocations.
+func (d *Driver) LiveAllocations() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.liveCount
+}
+
+// HostBytes is the pinned host memory in use.
+func (d *Driver) HostBytes() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.hostLive
+}
+
+// Close releases every allocation, stream, graph and host buffer. Work still
+// queued is dropped. Every later call, Close included, fails with ErrClosed.
+func (d *Driver) Close() error {
+	if !d.closed.CompareAndSwap(false, true) {
+		return errClosed("close")
+	}
+	streams := d.streams.Swap(&map[alloc.Stream]*stream{})
+	d.mu.Lock()
+	for _, sl := range d.table.Load().slots {
+		if r := sl.rec.Load(); r != nil {
+			r.dead.Store(true)
+		}
+	}
+	d.table.Store(&idTable{})
+	d.hosts.Store(&[]hostRegion{})
+	d.freeIDs, d.freeHead = nil, 0
+	d.live, d.liveCount, d.hostLive = 0, 0, 0
+	d.graphs = map[alloc.GraphHandle]*graph{}
+	d.execs = map[alloc.GraphExec]*graphExec{}
+	d.globalCaps = map[*capture]struct{}{}
+	d.mu.Unlock()
+	for _, s := range *streams {
+		s.mu.Lock()
+		s.queue, s.spare, s.cap, s.destroyed = nil, nil, nil, true
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+func (d *Driver) handle() uint64 {
+	d.nextHandle++
+	return d.nextHandle
+}
+
+func errClosed(op string) error {
+	return fmt.Errorf("%w: cpu: %s: driver is closed", alloc.ErrClosed, op)
+}
+
+func errf(sentinel error, format string, args ...any) error {
+	return fmt.Errorf("%w: cpu: "+format, append([]any{sentinel}, args...)...)
+}

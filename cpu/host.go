@@ -1,0 +1,118 @@
+package cpu
+
+import (
+	"slices"
+	"unsafe"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// hostRegion is one HostAlloc buffer. The Go heap does not move objects, so
+// its address identifies it; buf keeps it alive while registered.
+type hostRegion struct {
+	start uintptr
+	buf   []byte
+}
+
+func addr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+// pinned reports whether b lies inside one HostAlloc buffer. The async copies
+// use it to apply CUDA's pageable-memory rules.
+func (d *Driver) pinned(b []byte) bool {
+	rs := *d.hosts.Load()
+	p := addr(b)
+	i, found := slices.BinarySearchFunc(rs, p, func(r hostRegion, p uintptr) int {
+		switch {
+		case r.start < p:
+			return -1
+		case r.start > p:
+			return 1
+		}
+		return 0
+	})
+	if !found {
+		i-- // the region starting before p, if any
+	}
+	if i < 0 {
+		return false
+	}
+	r := rs[i]
+	return p >= r.start && p+uintptr(len(b)) <= r.start+uintptr(len(r.buf))
+}
+
+// HostAlloc returns "pinned" host memory: ordinary Go memory, counted and
+// registered so the async copies can tell it from pageable memory.
+func (d *Driver) HostAlloc(size int64) ([]byte, error) { return d.hostAlloc(size, alloc.Global) }
+
+func (d *Driver) hostAlloc(size int64, interaction alloc.CaptureMode) ([]byte, error) {
+	const what = "host alloc"
+	if d.closed.Load() {
+		return nil, errClosed(what)
+	}
+	d.mu.Lock()
+	if err := d.refuseUnsafeLocked(what, interaction); err != nil {
+		d.mu.Unlock()
+		return nil, err
+	}
+	if size <= 0 {
+		d.mu.Unlock()
+		return nil, errf(alloc.ErrInvalidValue, "%s: size %d", what, size)
+	}
+	if size > d.hostLimit-d.hostLive {
+		live := d.hostLive
+		d.mu.Unlock()
+		return nil, errf(alloc.ErrOutOfMemory, "%s %d B: %d of %d B of pinned host memory in use", what, size, live, d.hostLimit)
+	}
+	d.hostLive += size
+	d.mu.Unlock()
+
+	b := make([]byte, size)
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed.Load() {
+		return nil, errClosed(what)
+	}
+	rs := *d.hosts.Load()
+	r := hostRegion{start: addr(b), buf: b}
+	i, _ := slices.BinarySearchFunc(rs, r.start, func(r hostRegion, p uintptr) int {
+		if r.start < p {
+			return -1
+		}
+		return 1
+	})
+	rs = slices.Insert(slices.Clip(rs), i, r)
+	d.hosts.Store(&rs)
+	return b, nil
+}
+
+// HostFree releases a HostAlloc buffer, passed exactly as returned. Like
+// cudaFreeHost it first waits for queued work, which may still use it.
+func (d *Driver) HostFree(b []byte) error { return d.hostFree(b, alloc.Global) }
+
+func (d *Driver) hostFree(b []byte, interaction alloc.CaptureMode) error {
+	const what = "host free"
+	if d.closed.Load() {
+		return errClosed(what)
+	}
+	d.mu.Lock()
+	if err := d.refuseUnsafeLocked(what, interaction); err != nil {
+		d.mu.Unlock()
+		return err
+	}
+	rs := *d.hosts.Load()
+	i := -1
+	if len(b) > 0 {
+		i = slices.IndexFunc(rs, func(r hostRegion) bool { return r.start == addr(b) && len(r.buf) == len(b) })
+	}
+	if i < 0 {
+		d.mu.Unlock()
+		return errf(alloc.ErrInvalidValue, "%s %#x (%d B): not a buffer from HostAlloc, or already freed", what, addr(b), len(b))
+	}
+	rs = slices.Delete(slices.Clone(rs), i, i+1)
+	d.hosts.Store(&rs)
+	d.hostLive -= int64(len(b))
+	d.mu.Unlock()
+	d.drainAll()
+	return nil
+}

@@ -1,0 +1,29 @@
+package cpu
+
+import "github.com/capalloc/capalloc/alloc"
+
+// WithInteractionMode returns d as seen by a caller whose capture
+// interaction mode is m, the emulation of a thread that called
+// cudaThreadExchangeStreamCaptureMode. The plain Driver calls as a thread in
+// Global mode (CUDA's default): its Malloc, Free, HostAlloc and HostFree are
+// refused, and invalidate the capture, while any Global-mode capture is
+// under way on this device. Through a ThreadLocal or Relaxed view those
+// calls ignore other streams' captures, as CUDA lets such a thread make
+// them. Every other method, and all state, is d's own.
+func (d *Driver) WithInteractionMode(m alloc.CaptureMode) alloc.Driver {
+	if m == alloc.Global {
+		return d
+	}
+	return &interactionView{Driver: d, mode: m}
+}
+
+// interactionView overrides only the device-wide unsafe calls.
+type interactionView struct {
+	*Driver
+	mode alloc.CaptureMode
+}
+
+func (v *interactionView) Malloc(size int64) (alloc.DevicePtr, error) { return v.malloc(size, v.mode) }
+func (v *interactionView) Free(p alloc.DevicePtr) error               { return v.free(p, v.mode) }
+func (v *interactionView) HostAlloc(size int64) ([]byte, error)       { return v.hostAlloc(size, v.mode) }
+func (v *interactionView) HostFree(b []byte) error                    { return v.hostFree(b, v.mode) }

@@ -1,0 +1,370 @@
+package cpu
+
+import (
+	"errors"
+	"sync/atomic"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// allocation is one device allocation. buf and size never change after it is
+// published, so queued work can hold the record and use it without a lock;
+// only dead is read concurrently, to catch work that runs after a free.
+type allocation struct {
+	id   uint32
+	buf  []byte
+	size int64
+	acct int64 // size rounded up to Alignment, what the limit counts
+	dead atomic.Bool
+
+	// Guarded by Driver.mu.
+	freeQueued bool     // Free or a stream-ordered FreeAsync was issued
+	cap        *capture // allocated by this capture, which has not ended yet
+	freedIn    *capture // a free node for it was recorded in this capture
+	// Allocated by this graph's allocation node: its address is baked into
+	// the graph, so it stays reserved while the graph or its instantiation
+	// lives, whoever "frees" it.
+	graph      *graph
+	graphFreed bool // the graph frees it itself
+	// Not graphFreed: a launch allocated it (CUDA's lifetime starts when the
+	// allocation node runs) and nobody freed it since.
+	materialized bool
+}
+
+func (a *allocation) base() alloc.DevicePtr { return alloc.DevicePtr(uint64(a.id) << offsetBits) }
+
+// span is the backing bytes of [off, off+n); bounds were checked when the
+// operation was enqueued, so only a free since then can make it fail.
+func (a *allocation) span(off, n int64, what string) ([]byte, error) {
+	if a.dead.Load() {
+		return nil, errf(alloc.ErrInvalidValue, "%s: allocation %#x was freed before the stream reached this operation",
+			what, uint64(a.base()))
+	}
+	return a.buf[off : off+n : off+n], nil
+}
+
+// idTable maps allocation ids to records. The slice header is immutable (a
+// bigger table replaces it); slots are shared between generations, so a
+// lookup is two atomic loads and an index.
+type idTable struct {
+	slots []*idSlot
+}
+
+type idSlot struct {
+	rec atomic.Pointer[allocation]
+}
+
+// resolve turns (p, n) into a live allocation and offset. The reason is empty
+// on success; callers build the error so the hot path does not format.
+func (d *Driver) resolve(p alloc.DevicePtr, n int64) (*allocation, int64, string) {
+	if n < 0 {
+		return nil, 0, "negative size"
+	}
+	id := uint64(p) >> offsetBits
+	off := int64(uint64(p) & offsetMask)
+	t := d.table.Load()
+	if id == 0 || id >= uint64(len(t.slots)) {
+		return nil, 0, "no allocation"
+	}
+	r := t.slots[id].rec.Load()
+	if r == nil || r.dead.Load() {
+		return nil, 0, "no allocation"
+	}
+	if off > r.size || n > r.size-off {
+		return nil, 0, "range crosses the end of the allocation"
+	}
+	return r, off, ""
+}
+
+// baseLocked finds the allocation p is the base address of. d.mu held.
+func (d *Driver) baseLocked(p alloc.DevicePtr) *allocation {
+	if uint64(p)&offsetMask != 0 {
+		return nil
+	}
+	id := uint64(p) >> offsetBits
+	t := d.table.Load()
+	if id == 0 || id >= uint64(len(t.slots)) {
+		return nil
+	}
+	r := t.slots[id].rec.Load()
+	if r == nil || r.dead.Load() {
+		return nil
+	}
+	return r
+}
+
+// takeIDLocked pops the oldest free id, doubling the table when none is left.
+func (d *Driver) takeIDLocked() (uint32, bool) {
+	if d.freeHead == len(d.freeIDs) {
+		old := d.table.Load().slots
+		n := max(2*len(old), 64)
+		if n > maxIDs {
+			n = maxIDs
+		}
+		if n <= len(old) {
+			return 0, false
+		}
+		slots := make([]*idSlot, n)
+		copy(slots, old)
+		first := max(len(old), 1) // id 0 is never used: address 0 stays invalid
+		for i := len(old); i < n; i++ {
+			slots[i] = &idSlot{}
+		}
+		d.freeIDs, d.freeHead = d.freeIDs[:0], 0
+		for i := first; i < n; i++ {
+			d.freeIDs = append(d.freeIDs, uint32(i))
+		}
+		d.table.Store(&idTable{slots: slots})
+	}
+	id := d.freeIDs[d.freeHead]
+	d.freeHead++
+	if d.freeHead == len(d.freeIDs) {
+		d.freeIDs, d.freeHead = d.freeIDs[:0], 0
+	} else if d.freeHead >= 1024 && d.freeHead*2 >= len(d.freeIDs) {
+		n := copy(d.freeIDs, d.freeIDs[d.freeHead:])
+		d.freeIDs, d.freeHead = d.freeIDs[:n], 0
+	}
+	return id, true
+}
+
+// newAllocation reserves, backs and publishes an allocation. unsafeCall marks a
+// synchronous device-wide call (Malloc) by a caller in that interaction mode;
+// c, when set, is the capture that will own the memory. d.mu must not be
+// held.
+func (d *Driver) newAllocation(size int64, c *capture, unsafeCall *alloc.CaptureMode, what string) (*allocation, error) {
+	d.mu.Lock()
+	if d.closed.Load() {
+		d.mu.Unlock()
+		return nil, errClosed(what)
+	}
+	if unsafeCall != nil {
+		if err := d.refuseUnsafeLocked(what, *unsafeCall); err != nil {
+			d.mu.Unlock()
+			return nil, err
+		}
+	}
+	if size <= 0 {
+		d.mu.Unlock()
+		return nil, errf(alloc.ErrInvalidValue, "%s: size %d", what, size)
+	}
+	acct := (size + Alignment - 1) &^ (Alignment - 1)
+	if size > maxAllocationSize || acct > d.limit-d.live {
+		live, n := d.live, d.liveCount
+		d.mu.Unlock()
+		return nil, errf(alloc.ErrOutOfMemory, "%s %d B: %d of %d B in use by %d allocations",
+			what, size, live, d.limit, n)
+	}
+	id, ok := d.takeIDLocked()
+	if !ok {
+		d.mu.Unlock()
+		return nil, errf(alloc.ErrOutOfMemory, "%s %d B: all %d allocation ids in use", what, size, maxIDs-1)
+	}
+	d.live += acct
+	d.liveCount++
+	d.mu.Unlock()
+
+	// Zeroing a large buffer takes a while: do it without the device lock.
+	r := &allocation{id: id, buf: make([]byte, size), size: size, acct: acct}
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed.Load() {
+		return nil, errClosed(what) // Close reset the table and the accounting
+	}
+	if c != nil && c.state != captureActive {
+		d.freeIDs = append(d.freeIDs, id)
+		d.live -= acct
+		d.liveCount--
+		return nil, c.invalidatedErr(what)
+	}
+	r.cap = c
+	if c != nil {
+		c.allocs = append(c.allocs, r)
+	}
+	d.table.Load().slots[id].rec.Store(r)
+	return r, nil
+}
+
+// releaseLocked returns an allocation's id and bytes. Idempotent. d.mu held.
+func (d *Driver) releaseLocked(r *allocation) {
+	if r.dead.Swap(true) {
+		return
+	}
+	t := d.table.Load()
+	if int(r.id) < len(t.slots) && t.slots[r.id].rec.Load() == r {
+		t.slots[r.id].rec.Store(nil)
+		d.freeIDs = append(d.freeIDs, r.id)
+	}
+	d.live -= r.acct
+	d.liveCount--
+}
+
+// checkUserFreeLocked says why p cannot be freed by Free or an ordinary
+// FreeAsync, or returns its allocation. d.mu held.
+func (d *Driver) checkUserFreeLocked(p alloc.DevicePtr, what string) (*allocation, error) {
+	r := d.baseLocked(p)
+	switch {
+	case r == nil:
+		return nil, errf(alloc.ErrInvalidValue, "%s %#x: not the base address of a live allocation", what, uint64(p))
+	case r.freeQueued:
+		return nil, errf(alloc.ErrInvalidValue, "%s %#x: already freed", what, uint64(p))
+	case r.cap != nil:
+		return nil, errf(alloc.ErrInvalidValue, "%s %#x: owned by a stream capture that has not ended", what, uint64(p))
+	case r.graph != nil && r.graphFreed:
+		return nil, errf(alloc.ErrInvalidValue, "%s %#x: freed inside a graph, which owns it until destroyed", what, uint64(p))
+	case r.graph != nil && !r.materialized:
+		return nil, errf(alloc.ErrInvalidValue, "%s %#x: graph allocation not allocated (graph not launched since it was last freed)",
+			what, uint64(p))
+	}
+	return r, nil
+}
+
+// userFreeLocked frees r for Free or FreeAsync. A graph allocation only ends
+// its lifetime: the address stays reserved for the graph's next launch. It
+// returns whether r must still be released. d.mu held.
+func userFreeLocked(r *allocation) bool {
+	if r.graph != nil {
+		r.materialized = false
+		return false
+	}
+	r.freeQueued = true
+	return true
+}
+
+// Malloc is cudaMalloc: synchronous, device wide, refused during a Global
+// capture. On exhaustion it lets every stream finish its queued frees first.
+func (d *Driver) Malloc(size int64) (alloc.DevicePtr, error) { return d.malloc(size, alloc.Global) }
+
+func (d *Driver) malloc(size int64, interaction alloc.CaptureMode) (alloc.DevicePtr, error) {
+	if d.closed.Load() {
+		return 0, errClosed("malloc")
+	}
+	r, err := d.newAllocation(size, nil, &interaction, "malloc")
+	if errors.Is(err, alloc.ErrOutOfMemory) {
+		d.drainAll()
+		r, err = d.newAllocation(size, nil, &interaction, "malloc")
+	}
+	if err != nil {
+		return 0, err
+	}
+	return r.base(), nil
+}
+
+// Free is cudaFree: it waits for all queued work on the device (which may
+// still use p) and then releases p (a graph allocation: as FreeAsync).
+func (d *Driver) Free(p alloc.DevicePtr) error { return d.free(p, alloc.Global) }
+
+func (d *Driver) free(p alloc.DevicePtr, interaction alloc.CaptureMode) error {
+	if d.closed.Load() {
+		return errClosed("free")
+	}
+	d.mu.Lock()
+	if err := d.refuseUnsafeLocked("free", interaction); err != nil {
+		d.mu.Unlock()
+		return err
+	}
+	r, err := d.checkUserFreeLocked(p, "free")
+	if err != nil {
+		d.mu.Unlock()
+		return err
+	}
+	release := userFreeLocked(r)
+	d.mu.Unlock()
+	d.drainAll()
+	if release {
+		d.mu.Lock()
+		d.releaseLocked(r)
+		d.mu.Unlock()
+	}
+	return nil
+}
+
+// MallocAsync returns an address usable at once by work on s. On a capturing
+// stream it is a graph allocation node: the memory is backed now, its address
+// is baked into the graph, and the capture (later the graph) owns it.
+func (d *Driver) MallocAsync(size int64, h alloc.Stream) (alloc.DevicePtr, error) {
+	if d.closed.Load() {
+		return 0, errClosed("malloc async")
+	}
+	s, err := d.stream(h, "malloc async")
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	if s.destroyed {
+		s.mu.Unlock()
+		return 0, errDestroyed(h, "malloc async")
+	}
+	if c := s.cap; c != nil {
+		defer s.mu.Unlock()
+		d.mu.Lock()
+		if c.state != captureActive {
+			err := c.invalidatedErr("malloc async")
+			d.mu.Unlock()
+			return 0, err
+		}
+		d.mu.Unlock()
+		r, err := d.newAllocation(size, c, nil, "malloc async (capture)")
+		if err != nil {
+			return 0, d.captureFailed(c, err)
+		}
+		return r.base(), nil
+	}
+	s.mu.Unlock()
+	r, err := d.newAllocation(size, nil, nil, "malloc async")
+	if errors.Is(err, alloc.ErrOutOfMemory) {
+		// The stream's own queued frees may make room, as in a CUDA pool.
+		d.drain(s)
+		r, err = d.newAllocation(size, nil, nil, "malloc async")
+	}
+	if err != nil {
+		return 0, err
+	}
+	return r.base(), nil
+}
+
+// FreeAsync is stream ordered: the memory is released when the queue reaches
+// it. On a capturing stream it is a free node and only accepts memory
+// allocated by the same capture; that memory stays reserved until the graph
+// is destroyed, because its address is baked into the graph. Outside capture,
+// freeing a graph allocation a launch made ends its lifetime but keeps the
+// address reserved for the graph's next launch.
+func (d *Driver) FreeAsync(p alloc.DevicePtr, h alloc.Stream) error {
+	if d.closed.Load() {
+		return errClosed("free async")
+	}
+	s, err := d.stream(h, "free async")
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return errDestroyed(h, "free async")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c := s.cap; c != nil {
+		if c.state != captureActive {
+			return c.invalidatedErr("free async")
+		}
+		r := d.baseLocked(p)
+		if r == nil || r.cap != c || r.freedIn != nil {
+			err := errf(alloc.ErrInvalidValue,
+				"free async %#x on capturing stream %#x: not an allocation made, and not yet freed, in this capture",
+				uint64(p), uint64(h))
+			c.invalidateLocked(err)
+			return err
+		}
+		r.freedIn = c
+		return nil
+	}
+	r, err := d.checkUserFreeLocked(p, "free async")
+	if err != nil {
+		return err
+	}
+	if userFreeLocked(r) {
+		s.queue = append(s.queue, op{kind: opFree, dst: r})
+	}
+	return nil
+}

@@ -1,0 +1,271 @@
+package cpu
+
+import (
+	"github.com/capalloc/capalloc/alloc"
+)
+
+type opKind uint8
+
+const (
+	opMemset opKind = iota + 1
+	opHtoD
+	opDtoH
+	opDtoD
+	opFree  // stream-ordered release; never part of a graph
+	opGraph // a graph launch: sub runs as one queue entry
+)
+
+// op is one unit of queued or captured work. It is a plain value rather than
+// a closure so that enqueueing does not allocate. Allocations are resolved at
+// enqueue time; running an op only checks that they are still alive.
+type op struct {
+	kind     opKind
+	val      byte
+	pageable bool // host is not pinned memory
+	counted  bool // a queued launch counted in its graph's pending launches
+	n        int64
+	dst, src *allocation
+	dstOff   int64
+	srcOff   int64
+	host     []byte // the caller's slice itself: replays see its current bytes
+	sub      []op
+	exec     *graphExec // the launched graph, checked when recorded as a child
+}
+
+func (d *Driver) run(o *op) error {
+	switch o.kind {
+	case opMemset:
+		b, err := o.dst.span(o.dstOff, o.n, "memset")
+		if err != nil {
+			return err
+		}
+		fill(b, o.val)
+	case opHtoD:
+		b, err := o.dst.span(o.dstOff, o.n, "copy host to device")
+		if err != nil {
+			return err
+		}
+		copy(b, o.host)
+	case opDtoH:
+		b, err := o.src.span(o.srcOff, o.n, "copy device to host")
+		if err != nil {
+			return err
+		}
+		copy(o.host, b)
+	case opDtoD:
+		src, err := o.src.span(o.srcOff, o.n, "copy device to device")
+		if err != nil {
+			return err
+		}
+		dst, err := o.dst.span(o.dstOff, o.n, "copy device to device")
+		if err != nil {
+			return err
+		}
+		copy(dst, src)
+	case opFree:
+		d.mu.Lock()
+		d.releaseLocked(o.dst)
+		d.mu.Unlock()
+	case opGraph:
+		var first error
+		for i := range o.sub {
+			if err := d.run(&o.sub[i]); err != nil && first == nil {
+				first = err
+			}
+		}
+		if o.counted {
+			d.mu.Lock()
+			o.exec.g.pending--
+			d.releaseIfUnusedLocked(o.exec.g)
+			d.mu.Unlock()
+		}
+		return first
+	}
+	return nil
+}
+
+// fill sets b to v by doubling copies (memmove speed for any value).
+func fill(b []byte, v byte) {
+	if len(b) == 0 {
+		return
+	}
+	if v == 0 {
+		clear(b)
+		return
+	}
+	b[0] = v
+	for i := 1; i < len(b); i *= 2 {
+		copy(b[i:], b[:i])
+	}
+}
+
+// noop is a zero-length operation: nothing to do, but an invalidated
+// capture still says so.
+func (d *Driver) noop(s *stream, what string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return errDestroyed(s.h, what)
+	}
+	if c := s.cap; c != nil {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if c.state != captureActive {
+			return c.invalidatedErr(what)
+		}
+	}
+	return nil
+}
+
+// badRange fails an operation whose address does not resolve.
+func (d *Driver) badRange(s *stream, what string, p alloc.DevicePtr, n int64, reason string) error {
+	return d.failed(s, errf(alloc.ErrInvalidValue, "%s %#x+%d: %s", what, uint64(p), n, reason))
+}
+
+func (d *Driver) MemsetAsync(dst alloc.DevicePtr, value byte, n int64, h alloc.Stream) error {
+	const what = "memset"
+	if d.closed.Load() {
+		return errClosed(what)
+	}
+	s, err := d.stream(h, what)
+	if err != nil {
+		return err
+	}
+	r, off, why := d.resolve(dst, n)
+	if why != "" {
+		return d.badRange(s, what, dst, n, why)
+	}
+	if n == 0 {
+		return d.noop(s, what)
+	}
+	o := op{kind: opMemset, val: value, n: n, dst: r, dstOff: off}
+	return d.submit(s, &o, what)
+}
+
+func (d *Driver) CopyHtoDAsync(dst alloc.DevicePtr, src []byte, h alloc.Stream) error {
+	const what = "copy host to device async"
+	if d.closed.Load() {
+		return errClosed(what)
+	}
+	s, err := d.stream(h, what)
+	if err != nil {
+		return err
+	}
+	n := int64(len(src))
+	r, off, why := d.resolve(dst, n)
+	if why != "" {
+		return d.badRange(s, what, dst, n, why)
+	}
+	if n == 0 {
+		return d.noop(s, what)
+	}
+	o := op{kind: opHtoD, n: n, dst: r, dstOff: off, host: src, pageable: !d.pinned(src)}
+	return d.submit(s, &o, what)
+}
+
+// CopyDtoHAsync into pageable memory is synchronous, as in CUDA (it returns
+// once dst holds the bytes); into pinned memory it is queued.
+func (d *Driver) CopyDtoHAsync(dst []byte, src alloc.DevicePtr, h alloc.Stream) error {
+	const what = "copy device to host async"
+	if d.closed.Load() {
+		return errClosed(what)
+	}
+	s, err := d.stream(h, what)
+	if err != nil {
+		return err
+	}
+	n := int64(len(dst))
+	r, off, why := d.resolve(src, n)
+	if why != "" {
+		return d.badRange(s, what, src, n, why)
+	}
+	if n == 0 {
+		return d.noop(s, what)
+	}
+	if !d.pinned(dst) {
+		s.mu.Lock()
+		if s.cap != nil {
+			err := d.refuseOnCapturing(s, what+" into pageable memory")
+			s.mu.Unlock()
+			return err
+		}
+		s.mu.Unlock()
+		return d.blockingDtoH(h, dst, src, what)
+	}
+	o := op{kind: opDtoH, n: n, src: r, srcOff: off, host: dst}
+	return d.submit(s, &o, what)
+}
+
+func (d *Driver) CopyDtoDAsync(dst, src alloc.DevicePtr, n int64, h alloc.Stream) error {
+	const what = "copy device to device async"
+	if d.closed.Load() {
+		return errClosed(what)
+	}
+	s, err := d.stream(h, what)
+	if err != nil {
+		return err
+	}
+	rs, soff, why := d.resolve(src, n)
+	if why != "" {
+		return d.badRange(s, what+" (source)", src, n, why)
+	}
+	rd, doff, why := d.resolve(dst, n)
+	if why != "" {
+		return d.badRange(s, what+" (destination)", dst, n, why)
+	}
+	if n == 0 {
+		return d.noop(s, what)
+	}
+	o := op{kind: opDtoD, n: n, dst: rd, dstOff: doff, src: rs, srcOff: soff}
+	return d.submit(s, &o, what)
+}
+
+// CopyHtoD is cudaMemcpy ordered on s: it runs the queue (reporting queued
+// work's failure), then copies. Addresses resolve after the queue ran, since
+// queued frees may have released them.
+func (d *Driver) CopyHtoD(dst alloc.DevicePtr, src []byte, h alloc.Stream) error {
+	const what = "copy host to device"
+	if d.closed.Load() {
+		return errClosed(what)
+	}
+	if err := d.wait(h, what); err != nil {
+		return err
+	}
+	n := int64(len(src))
+	r, off, why := d.resolve(dst, n)
+	if why != "" {
+		return errf(alloc.ErrInvalidValue, "%s %#x+%d: %s", what, uint64(dst), n, why)
+	}
+	b, err := r.span(off, n, what)
+	if err != nil {
+		return err
+	}
+	copy(b, src)
+	return nil
+}
+
+// CopyDtoH is cudaMemcpy ordered on s: it runs the queue, then copies.
+func (d *Driver) CopyDtoH(dst []byte, src alloc.DevicePtr, h alloc.Stream) error {
+	const what = "copy device to host"
+	if d.closed.Load() {
+		return errClosed(what)
+	}
+	return d.blockingDtoH(h, dst, src, what)
+}
+
+func (d *Driver) blockingDtoH(h alloc.Stream, dst []byte, src alloc.DevicePtr, what string) error {
+	if err := d.wait(h, what); err != nil {
+		return err
+	}
+	n := int64(len(dst))
+	r, off, why := d.resolve(src, n)
+	if why != "" {
+		return errf(alloc.ErrInvalidValue, "%s %#x+%d: %s", what, uint64(src), n, why)
+	}
+	b, err := r.span(off, n, what)
+	if err != nil {
+		return err
+	}
+	copy(dst, b)
+	return nil
+}

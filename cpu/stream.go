@@ -1,0 +1,221 @@
+package cpu
+
+import (
+	"bytes"
+	"maps"
+	"sync"
+	"sync/atomic"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// stream is an in-order queue of work that runs lazily: only when the host
+// waits for it (synchronize, query, a blocking copy) or when the queue is
+// full. Results are therefore never visible early, deterministically, so an
+// engine that reads before it synchronizes fails on a laptop too.
+type stream struct {
+	h alloc.Stream
+
+	// execMu serializes draining, so batches run in submission order and a
+	// synchronize waits for a drain another goroutine has started.
+	execMu sync.Mutex
+
+	mu        sync.Mutex
+	queue     []op
+	spare     []op     // the previous batch's buffer, reused to keep enqueue allocation-free
+	err       error    // first failure of queued work, reported by the next wait
+	cap       *capture // non-nil while capturing (also once invalidated, until EndCapture)
+	// capturing mirrors cap != nil so the capture-status query, made by
+	// the allocator before every operation, takes no lock when idle.
+	capturing atomic.Bool
+	destroyed bool
+}
+
+func (d *Driver) stream(h alloc.Stream, what string) (*stream, error) {
+	if s := (*d.streams.Load())[h]; s != nil {
+		return s, nil
+	}
+	return nil, errf(alloc.ErrInvalidValue, "%s: unknown stream %#x", what, uint64(h))
+}
+
+func errDestroyed(h alloc.Stream, what string) error {
+	return errf(alloc.ErrInvalidValue, "%s: stream %#x was destroyed", what, uint64(h))
+}
+
+// CreateStream makes a new stream. There is no default stream: handle 0 is
+// never valid.
+func (d *Driver) CreateStream() (alloc.Stream, error) {
+	if d.closed.Load() {
+		return 0, errClosed("create stream")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed.Load() {
+		return 0, errClosed("create stream")
+	}
+	s := &stream{h: alloc.Stream(d.handle())}
+	m := maps.Clone(*d.streams.Load())
+	m[s.h] = s
+	d.streams.Store(&m)
+	return s.h, nil
+}
+
+// DestroyStream lets queued work finish (as cudaStreamDestroy does) and
+// forgets the stream. Destroying a capturing stream is illegal.
+func (d *Driver) DestroyStream(h alloc.Stream) error {
+	if d.closed.Load() {
+		return errClosed("destroy stream")
+	}
+	s, err := d.stream(h, "destroy stream")
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.destroyed {
+		s.mu.Unlock()
+		return errDestroyed(h, "destroy stream")
+	}
+	if s.cap != nil {
+		err := d.refuseOnCapturing(s, "destroy stream")
+		s.mu.Unlock()
+		return err
+	}
+	s.destroyed = true
+	s.mu.Unlock()
+
+	d.mu.Lock()
+	if m := *d.streams.Load(); m[h] == s {
+		m = maps.Clone(m)
+		delete(m, h)
+		d.streams.Store(&m)
+	}
+	d.mu.Unlock()
+	d.drain(s)
+	return nil
+}
+
+// StreamSynchronize runs everything queued on s and reports the first
+// failure of that work. Illegal on a capturing stream.
+func (d *Driver) StreamSynchronize(h alloc.Stream) error {
+	return d.wait(h, "stream synchronize")
+}
+
+// StreamQuery makes the device progress (runs the queue) and then reports
+// done. Illegal on a capturing stream.
+func (d *Driver) StreamQuery(h alloc.Stream) (bool, error) {
+	if err := d.wait(h, "stream query"); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// wait drains s on behalf of the host; refused while s captures.
+func (d *Driver) wait(h alloc.Stream, what string) error {
+	if d.closed.Load() {
+		return errClosed(what)
+	}
+	s, err := d.stream(h, what)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.destroyed {
+		s.mu.Unlock()
+		return errDestroyed(h, what)
+	}
+	if s.cap != nil {
+		err := d.refuseOnCapturing(s, what)
+		s.mu.Unlock()
+		return err
+	}
+	s.mu.Unlock()
+	d.drain(s)
+	return s.takeErr()
+}
+
+func (s *stream) takeErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.err
+	s.err = nil
+	return err
+}
+
+// submit queues o on s, or records it when s captures. o is copied.
+func (d *Driver) submit(s *stream, o *op, what string) error {
+	s.mu.Lock()
+	full, err := d.submitLocked(s, o, what)
+	s.mu.Unlock()
+	if full {
+		d.drain(s)
+	}
+	return err
+}
+
+// submitLocked is submit with s.mu held; full asks the caller to run the
+// queue once the lock is released.
+func (d *Driver) submitLocked(s *stream, o *op, what string) (full bool, err error) {
+	if s.destroyed {
+		return false, errDestroyed(s.h, what)
+	}
+	if c := s.cap; c != nil {
+		return false, d.record(c, o, what)
+	}
+	if o.pageable {
+		// CUDA stages pageable source bytes before returning: the caller may
+		// reuse them at once, so take a copy now.
+		o.host = bytes.Clone(o.host)
+		o.pageable = false
+	}
+	s.queue = append(s.queue, *o)
+	return len(s.queue) >= maxQueue, nil
+}
+
+// failed reports err for an operation on s whose arguments were bad; on a
+// capturing stream the error also invalidates the capture, as in CUDA.
+func (d *Driver) failed(s *stream, err error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.cap; c != nil {
+		return d.captureFailed(c, err)
+	}
+	return err
+}
+
+// drain runs the work queued on s so far, in order, in the calling
+// goroutine. Failures are kept in s.err for the next wait.
+func (d *Driver) drain(s *stream) {
+	s.execMu.Lock()
+	defer s.execMu.Unlock()
+	s.mu.Lock()
+	q := s.queue
+	if len(q) == 0 {
+		s.mu.Unlock()
+		return
+	}
+	s.queue, s.spare = s.spare, nil
+	s.mu.Unlock()
+	var first error
+	for i := range q {
+		if err := d.run(&q[i]); err != nil && first == nil {
+			first = err
+		}
+	}
+	clear(q) // drop references to host slices and allocations
+	s.mu.Lock()
+	if cap(q) <= 2*maxQueue && !s.destroyed {
+		s.spare = q[:0]
+	}
+	if first != nil && s.err == nil {
+		s.err = first
+	}
+	s.mu.Unlock()
+}
+
+// drainAll runs every stream's queue: what a device-synchronizing call
+// (cudaFree, cudaFreeHost) waits for.
+func (d *Driver) drainAll() {
+	for _, s := range *d.streams.Load() {
+		d.drain(s)
+	}
+}

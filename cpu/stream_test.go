@@ -1,0 +1,165 @@
+package cpu_test
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/cpu"
+)
+
+func TestInfo(t *testing.T) {
+	d := newDriver(t, cpu.Options{})
+	if d.Name() != "cpu" {
+		t.Fatalf("name %q", d.Name())
+	}
+	want := alloc.DeviceInfo{Name: "cpu (emulated)", TotalMemory: 4 << 30, Alignment: 256, UnifiedMemory: true}
+	if d.Info() != want {
+		t.Fatalf("info %+v, want %+v", d.Info(), want)
+	}
+	d2, err := cpu.Open()
+	ok(t, err)
+	defer d2.Close()
+	if d.CaptureDomain() == d2.CaptureDomain() {
+		t.Fatalf("capture domains collide: %q", d.CaptureDomain())
+	}
+	if _, err := cpu.New(cpu.Options{MemoryLimit: -1}); err == nil {
+		t.Fatal("negative limit accepted")
+	}
+}
+
+func TestStreamIsLazyAndOrdered(t *testing.T) {
+	d := newDriver(t, cpu.Options{})
+	s := newStream(t, d)
+	const n = 1024
+	p := val[alloc.DevicePtr](t)(d.MallocAsync(n, s))
+	in, out := host(t, d, n), host(t, d, n)
+	for i := range in {
+		in[i] = 7
+	}
+	ok(t, d.CopyHtoDAsync(p, in, s))
+	ok(t, d.MemsetAsync(p+16, 9, 16, s))
+	ok(t, d.CopyDtoHAsync(out, p, s))
+	wantBytes(t, out, 0) // nothing runs before the host waits
+
+	ok(t, d.StreamSynchronize(s))
+	wantBytes(t, out[:16], 7)
+	wantBytes(t, out[16:32], 9)
+	wantBytes(t, out[32:], 7)
+
+	// StreamQuery makes the device progress, then reports done.
+	ok(t, d.MemsetAsync(p, 1, n, s))
+	ok(t, d.CopyDtoHAsync(out, p, s))
+	wantBytes(t, out[16:32], 9) // still the previous result
+	done := val[bool](t)(d.StreamQuery(s))
+	if !done {
+		t.Fatal("query after draining reported not done")
+	}
+	wantBytes(t, out, 1)
+}
+
+func TestBlockingCopiesAreOrderedOnTheStream(t *testing.T) {
+	d := newDriver(t, cpu.Options{})
+	s := newStream(t, d)
+	p := val[alloc.DevicePtr](t)(d.MallocAsync(512, s))
+	ok(t, d.MemsetAsync(p, 5, 512, s))
+	out := make([]byte, 512) // pageable
+	ok(t, d.CopyDtoH(out, p, s))
+	wantBytes(t, out, 5)
+
+	ok(t, d.CopyHtoD(p+256, bytes.Repeat([]byte{3}, 256), s))
+	ok(t, d.CopyDtoH(out, p, s))
+	wantBytes(t, out[:256], 5)
+	wantBytes(t, out[256:], 3)
+}
+
+func TestPageableAsyncCopies(t *testing.T) {
+	d := newDriver(t, cpu.Options{})
+	s := newStream(t, d)
+	p := val[alloc.DevicePtr](t)(d.MallocAsync(64, s))
+
+	// Pageable source: staged at the call, so reusing it at once is safe.
+	src := bytes.Repeat([]byte{4}, 64)
+	ok(t, d.CopyHtoDAsync(p, src, s))
+	clear(src)
+	// Pageable destination: the call returns once dst holds the bytes.
+	dst := make([]byte, 64)
+	ok(t, d.CopyDtoHAsync(dst, p, s))
+	wantBytes(t, dst, 4)
+
+	// A sub-slice of a pinned buffer is pinned: queued, not synchronous.
+	h := host(t, d, 128)
+	ok(t, d.CopyDtoHAsync(h[32:96], p, s))
+	wantBytes(t, h, 0)
+	ok(t, d.StreamSynchronize(s))
+	wantBytes(t, h[32:96], 4)
+}
+
+func TestFreeAsyncIsStreamOrdered(t *testing.T) {
+	d := newDriver(t, cpu.Options{})
+	s := newStream(t, d)
+	p := val[alloc.DevicePtr](t)(d.MallocAsync(1000, s))
+	wantLive(t, d, 1024) // rounded to the 256-byte alignment
+	ok(t, d.FreeAsync(p, s))
+	wantLive(t, d, 1024)
+	ok(t, d.StreamSynchronize(s))
+	wantLive(t, d, 0)
+	if d.LiveAllocations() != 0 {
+		t.Fatalf("live allocations %d", d.LiveAllocations())
+	}
+}
+
+func TestUseAfterStreamOrderedFreeFailsAtSynchronize(t *testing.T) {
+	d := newDriver(t, cpu.Options{})
+	s := newStream(t, d)
+	p := val[alloc.DevicePtr](t)(d.MallocAsync(256, s))
+	ok(t, d.FreeAsync(p, s))
+	ok(t, d.MemsetAsync(p, 1, 256, s)) // still allocated when enqueued
+	isErr(t, d.StreamSynchronize(s), alloc.ErrInvalidValue)
+	ok(t, d.StreamSynchronize(s)) // reported once
+	isErr(t, d.MemsetAsync(p, 1, 256, s), alloc.ErrInvalidValue)
+}
+
+func TestOutOfMemoryWaitsForQueuedFrees(t *testing.T) {
+	d := newDriver(t, cpu.Options{MemoryLimit: 1 << 20})
+	s := newStream(t, d)
+	for range 10 {
+		p := val[alloc.DevicePtr](t)(d.MallocAsync(1<<20, s))
+		ok(t, d.FreeAsync(p, s))
+	}
+	p := val[alloc.DevicePtr](t)(d.Malloc(1 << 20))
+	ok(t, d.Free(p))
+}
+
+func TestDestroyStreamRunsQueuedWork(t *testing.T) {
+	d := newDriver(t, cpu.Options{})
+	s := newStream(t, d)
+	p := val[alloc.DevicePtr](t)(d.MallocAsync(256, s))
+	ok(t, d.FreeAsync(p, s))
+	ok(t, d.DestroyStream(s))
+	wantLive(t, d, 0)
+	isErr(t, d.StreamSynchronize(s), alloc.ErrInvalidValue)
+	isErr(t, d.DestroyStream(s), alloc.ErrInvalidValue)
+}
+
+func TestSynchronizeDoesNotBlockOtherStreams(t *testing.T) {
+	d := newDriver(t, cpu.Options{})
+	busy, other := newStream(t, d), newStream(t, d)
+	big := val[alloc.DevicePtr](t)(d.MallocAsync(64<<20, busy))
+	for range 16 {
+		ok(t, d.MemsetAsync(big, 1, 64<<20, busy))
+	}
+	started := make(chan struct{})
+	done := make(chan error)
+	go func() {
+		close(started)
+		done <- d.StreamSynchronize(busy)
+	}()
+	<-started
+	p := val[alloc.DevicePtr](t)(d.MallocAsync(256, other))
+	ok(t, d.MemsetAsync(p, 2, 256, other))
+	out := make([]byte, 256)
+	ok(t, d.CopyDtoH(out, p, other))
+	wantBytes(t, out, 2)
+	ok(t, <-done)
+}
