@@ -141,6 +141,9 @@ type Driver interface {
 	GraphLaunch(e GraphExec, s Stream) error
 	GraphExecDestroy(e GraphExec) error
 	// GraphDestroy releases the graph and the memory of allocations it also
-	// freed. Allocations the graph did not free stay valid until FreeAsync.
+	// freed. An allocation the graph did not free belongs to the graph until
+	// a launch materializes it: if the graph was never launched, destroy
+	// releases it; once launched, it stays valid (past destroy) until the
+	// caller frees it with FreeAsync, as in CUDA.
 	GraphDestroy(g GraphHandle) error
 }

@@ -20,11 +20,11 @@ type stream struct {
 	// synchronize waits for a drain another goroutine has started.
 	execMu sync.Mutex
 
-	mu        sync.Mutex
-	queue     []op
-	spare     []op     // the previous batch's buffer, reused to keep enqueue allocation-free
-	err       error    // first failure of queued work, reported by the next wait
-	cap       *capture // non-nil while capturing (also once invalidated, until EndCapture)
+	mu    sync.Mutex
+	queue []op
+	spare []op     // the previous batch's buffer, reused to keep enqueue allocation-free
+	err   error    // first failure of queued work, reported by the next wait
+	cap   *capture // non-nil while capturing (also once invalidated, until EndCapture)
 	// capturing mirrors cap != nil so the capture-status query, made by
 	// the allocator before every operation, takes no lock when idle.
 	capturing atomic.Bool

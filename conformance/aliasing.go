@@ -1,0 +1,202 @@
+package conformance
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// A live graph has its addresses baked in: nothing it owns may be handed to
+// anyone else until Graph.Close, or two tensors silently alias.
+
+var aliasSizes = []int64{1, 256, 1000, 4096, 5000, 65536, 1 << 20}
+
+// span is an address range some owner holds.
+type span struct {
+	p alloc.DevicePtr
+	n int64
+}
+
+// churn allocates and frees many buffers of aliasSizes eagerly (pool hits
+// and misses, AllocSync too) and reports any that overlaps one of held.
+func churn(t *testing.T, a *alloc.Allocator, held []span, rounds int) {
+	t.Helper()
+	var live []alloc.Buffer
+	check := func(b alloc.Buffer) {
+		for _, h := range held {
+			assert.False(t, overlaps(b.Ptr(), b.Size(), h.p, h.n),
+				"eager buffer %#x+%d overlaps graph-owned %#x+%d", b.Ptr(), b.Size(), h.p, h.n)
+		}
+	}
+	for r := range rounds {
+		for i, n := range aliasSizes {
+			b := mustAlloc(t, a, n)
+			check(b)
+			live = append(live, b)
+			if (r+i)%3 == 0 {
+				sb, err := a.AllocSync(n)
+				require.NoError(t, err)
+				check(sb)
+				live = append(live, sb)
+			}
+		}
+		// Free every other buffer so later rounds hit the pool.
+		keep := live[:0]
+		for i, b := range live {
+			if i%2 == 0 {
+				require.NoError(t, a.Free(b))
+			} else {
+				keep = append(keep, b)
+			}
+		}
+		live = keep
+	}
+	for _, b := range live {
+		require.NoError(t, a.Free(b))
+	}
+}
+
+// warmPool leaves cached blocks of every alias size in the pool, so a
+// careless pool would have something to hand out.
+func warmPool(t *testing.T, a *alloc.Allocator) {
+	t.Helper()
+	var bs []alloc.Buffer
+	for range 3 {
+		for _, n := range aliasSizes {
+			bs = append(bs, mustAlloc(t, a, n))
+		}
+	}
+	for _, b := range bs {
+		require.NoError(t, a.Free(b))
+	}
+}
+
+func (s *suite) aliasing(t *testing.T) {
+	t.Run("graph_buffers_never_handed_out", func(t *testing.T) {
+		for _, launched := range []bool{false, true} {
+			name := "unlaunched"
+			if launched {
+				name = "launched"
+			}
+			t.Run(name, func(t *testing.T) {
+				e := s.env(t)
+				warmPool(t, e.a)
+				var held []span
+				g, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, func() error {
+					for _, n := range aliasSizes {
+						b, err := e.a.Alloc(n)
+						if err != nil {
+							return err
+						}
+						held = append(held, span{b.Ptr(), b.Size()})
+					}
+					return nil
+				})
+				require.NoError(t, err)
+				if launched {
+					launch(t, e.a, g)
+				}
+				churn(t, e.a, held, 20)
+				require.NoError(t, g.Close())
+			})
+		}
+	})
+	t.Run("graph_memory_not_clobbered", func(t *testing.T) {
+		// The data-level view of the same rule: eager writes after a replay
+		// never reach a buffer the graph owns.
+		e := s.env(t)
+		warmPool(t, e.a)
+		const n = 65536
+		in := mustHost(t, e.a, n)
+		var owned alloc.Buffer
+		g, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, func() error {
+			var err error
+			if owned, err = e.a.Alloc(n); err != nil {
+				return err
+			}
+			return e.a.UploadHost(owned, 0, in, 0, n)
+		})
+		require.NoError(t, err)
+		want := pattern(n, 77)
+		copy(in.Bytes(), want)
+		launch(t, e.a, g)
+		var bs []alloc.Buffer
+		for range 4 {
+			for _, sz := range aliasSizes {
+				b := mustAlloc(t, e.a, sz)
+				require.NoError(t, e.a.Memset(b, 0, sz, 0xFF))
+				bs = append(bs, b)
+			}
+		}
+		require.NoError(t, e.a.Synchronize())
+		require.Equal(t, want, download(t, e.a, owned, 0, n), "eager writes reached graph-owned memory")
+		for _, b := range bs {
+			require.NoError(t, e.a.Free(b))
+		}
+		require.NoError(t, g.Close())
+		require.NoError(t, in.Close())
+	})
+	t.Run("precapture_free_held_until_graph_close", func(t *testing.T) {
+		e := s.env(t)
+		const n = 4096
+		pre := mustAlloc(t, e.a, n)
+		require.NoError(t, e.a.BeginCapture(alloc.Global))
+		require.NoError(t, e.a.Memset(pre, 0, n, 1)) // the graph uses pre
+		require.NoError(t, e.a.Free(pre))
+		in, err := e.a.Alloc(n)
+		require.NoError(t, err)
+		assert.False(t, overlaps(in.Ptr(), n, pre.Ptr(), n), "a capture allocation reused memory the capture still uses")
+		g, err := e.a.EndCapture()
+		require.NoError(t, err)
+		churn(t, e.a, []span{{pre.Ptr(), n}}, 10)
+		require.NoError(t, g.Close())
+		// Released by the close: the next allocation of its class reuses it
+		// from the pool, with no driver call.
+		before := e.spy.Snapshot()
+		again := mustAlloc(t, e.a, n)
+		assert.Equal(t, pre.Ptr(), again.Ptr(), "memory held for a closed graph is reusable")
+		assertNoDriverCall(t, e.spy, before)
+		require.NoError(t, e.a.Free(again))
+	})
+	t.Run("stats_back_to_baseline_after_close", func(t *testing.T) {
+		for _, launched := range []bool{false, true} {
+			name := "unlaunched"
+			if launched {
+				name = "launched"
+			}
+			t.Run(name, func(t *testing.T) {
+				e := s.env(t)
+				warmPool(t, e.a)
+				base := usageOf(e.a)
+				g, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Relaxed}, func() error {
+					for i, n := range aliasSizes {
+						b, err := e.a.Alloc(n)
+						if err != nil {
+							return err
+						}
+						if i%2 == 0 { // some freed inside the graph, some not
+							if err := e.a.Free(b); err != nil {
+								return err
+							}
+						}
+					}
+					return nil
+				})
+				require.NoError(t, err)
+				during := usageOf(e.a)
+				assert.Equal(t, base.Graphs+1, during.Graphs)
+				assert.Greater(t, during.Reserved, base.Reserved, "graph memory is reserved while the graph lives")
+				if launched {
+					launch(t, e.a, g)
+					launch(t, e.a, g)
+				}
+				require.NoError(t, g.Close())
+				require.NoError(t, e.a.Synchronize())
+				assert.Equal(t, base, usageOf(e.a))
+			})
+		}
+	})
+}

@@ -1,0 +1,233 @@
+package conformance
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+const (
+	workers    = 8
+	iterations = 500
+)
+
+// stamp fills b with a pattern unique to (worker, iteration), so data that
+// crossed between goroutines or iterations is caught.
+func stamp(b []byte, worker, iter int) {
+	for k := range b {
+		b[k] = byte(worker*31 + iter*7 + k)
+	}
+}
+
+// parallel runs fn(w) on n goroutines and returns the first error.
+func parallel(n int, fn func(w int) error) error {
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for w := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[w] = fn(w)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// pageableWorker round-trips buffers through pageable copies.
+func pageableWorker(a *alloc.Allocator, w, iters int) error {
+	for i := range iters {
+		n := int64(64 + (w*37+i*13)%4000)
+		b, err := a.Alloc(n)
+		if err != nil {
+			return err
+		}
+		want := make([]byte, n)
+		stamp(want, w, i)
+		if err := a.Upload(b, 0, want); err != nil {
+			return err
+		}
+		got := make([]byte, n)
+		if err := a.Download(got, b, 0); err != nil {
+			return err
+		}
+		if !bytes.Equal(got, want) {
+			return fmt.Errorf("worker %d iteration %d: data corrupted (first difference at byte %d)", w, i, firstDiff(got, want))
+		}
+		if err := a.Free(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pinnedWorker round-trips buffers through pinned stream-ordered copies.
+func pinnedWorker(a *alloc.Allocator, w, iters int) (err error) {
+	const maxN = 4096
+	in, err := a.HostAlloc(maxN)
+	if err != nil {
+		return err
+	}
+	out, err := a.HostAlloc(maxN)
+	if err != nil {
+		return errors.Join(err, in.Close())
+	}
+	defer func() { err = errors.Join(err, in.Close(), out.Close()) }()
+	for i := range iters {
+		n := int64(64 + (w*53+i*11)%(maxN-64))
+		b, err := a.Alloc(n)
+		if err != nil {
+			return err
+		}
+		stamp(in.Bytes()[:n], w, i)
+		fill(out.Bytes()[:n], 0)
+		if err := errors.Join(a.UploadHost(b, 0, in, 0, n), a.DownloadHost(out, 0, b, 0, n)); err != nil {
+			return err
+		}
+		if err := a.Synchronize(); err != nil {
+			return err
+		}
+		if !bytes.Equal(out.Bytes()[:n], in.Bytes()[:n]) {
+			return fmt.Errorf("worker %d iteration %d: data corrupted (first difference at byte %d)", w, i, firstDiff(out.Bytes()[:n], in.Bytes()[:n]))
+		}
+		if err := a.Free(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *suite) concurrency(t *testing.T) {
+	t.Run("one_allocator_pageable", func(t *testing.T) {
+		e := s.env(t)
+		require.NoError(t, parallel(workers, func(w int) error { return pageableWorker(e.a, w, iterations) }))
+		assert.Zero(t, e.a.Stats().LiveBuffers)
+		assert.Zero(t, e.a.Stats().BytesInUse)
+	})
+	t.Run("one_allocator_pinned", func(t *testing.T) {
+		e := s.env(t)
+		require.NoError(t, parallel(workers, func(w int) error { return pinnedWorker(e.a, w, iterations) }))
+		assert.Zero(t, e.a.Stats().LiveBuffers)
+		assert.Zero(t, e.a.Stats().HostBuffers)
+	})
+	t.Run("many_allocators_one_driver", func(t *testing.T) {
+		e := s.env(t)
+		as := []*alloc.Allocator{e.a}
+		for range 3 {
+			as = append(as, e.newAllocator(alloc.Options{}))
+		}
+		require.NoError(t, parallel(2*len(as), func(w int) error {
+			a := as[w%len(as)]
+			if w%2 == 0 {
+				return pageableWorker(a, w, iterations/4)
+			}
+			return pinnedWorker(a, w, iterations/4)
+		}))
+		for _, a := range as {
+			assert.Zero(t, a.Stats().LiveBuffers)
+		}
+	})
+	t.Run("parallel_captures_fresh_data", func(t *testing.T) {
+		// ThreadLocal captures on different streams do not disturb each
+		// other or each other's eager work.
+		e := s.env(t)
+		as := []*alloc.Allocator{e.a}
+		for range 3 {
+			as = append(as, e.newAllocator(alloc.Options{}))
+		}
+		progs := make([]*program, len(as))
+		for i, a := range as {
+			progs[i] = newProgram(t, a, 4096)
+		}
+		require.NoError(t, parallel(len(as), func(w int) error {
+			p := progs[w]
+			g, err := p.a.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, p.enqueue)
+			if err != nil {
+				return err
+			}
+			return errors.Join(checkFreshReplays(p, g, 20, uint64(100*w)), g.Close())
+		}))
+		for _, p := range progs {
+			p.close(t)
+		}
+	})
+	t.Run("global_capture_vs_unsafe_calls", func(t *testing.T) {
+		// One allocator captures in Global mode over and over while another
+		// makes unsafe calls: each call either runs or is refused with a
+		// typed error, and none ever lands inside a capture (the driver
+		// would refuse it and invalidate the capture).
+		e := s.env(t)
+		b := e.newAllocator(alloc.Options{})
+		buf := mustAlloc(t, b, 4096)
+		// Slow device-wide calls: one that slipped past the guard just
+		// before a capture began would still be in the driver inside it.
+		e.spy.Delay(MethodMalloc, 100*time.Microsecond)
+		e.spy.Delay(MethodFree, 100*time.Microsecond)
+		var stop atomic.Bool
+		defer stop.Store(true)
+		var ran, refused atomic.Int64
+		errc := make(chan error, 1)
+		var pending []alloc.Buffer // AllocSync buffers whose free was refused
+		go func() {
+			var err error
+			for i := 0; !stop.Load() && err == nil; i++ {
+				switch i % 3 {
+				case 0:
+					var x alloc.Buffer
+					if x, err = b.AllocSync(1000); err == nil {
+						// cudaFree is unsafe too: refused, it is retried later.
+						if err = b.Free(x); err != nil {
+							pending = append(pending, x)
+						}
+					}
+				case 1:
+					err = b.Upload(buf, 0, []byte{byte(i)})
+				case 2:
+					err = b.Synchronize()
+				}
+				switch {
+				case err == nil:
+					ran.Add(1)
+				case errors.Is(err, alloc.ErrCaptureIncompatibleAllocation), errors.Is(err, alloc.ErrSyncDuringCapture):
+					refused.Add(1)
+					err = nil
+				}
+				time.Sleep(10 * time.Microsecond)
+			}
+			errc <- err
+		}()
+		var slowest time.Duration
+		deadline := time.Now().Add(10 * time.Second)
+		i := 0
+		for ; (i < 100 || ran.Load() < 100) && time.Now().Before(deadline); i++ {
+			start := time.Now()
+			require.NoError(t, e.a.BeginCapture(alloc.Global))
+			slowest = max(slowest, time.Since(start))
+			x, err := e.a.Alloc(1000)
+			require.NoError(t, err)
+			time.Sleep(30 * time.Microsecond)
+			require.NoError(t, e.a.Free(x))
+			g, err := e.a.EndCapture()
+			require.NoError(t, err, "capture %d was invalidated by a concurrent unsafe call", i)
+			require.NoError(t, g.Close())
+			time.Sleep(30 * time.Microsecond) // a window for B's calls to start
+		}
+		stop.Store(true)
+		require.NoError(t, <-errc)
+		t.Logf("%d captures (slowest begin %v); B's unsafe calls: %d ran, %d refused", i, slowest, ran.Load(), refused.Load())
+		require.Positive(t, ran.Load(), "B never got a call through: the test proved nothing")
+		for _, x := range pending {
+			require.NoError(t, b.Free(x))
+		}
+		require.NoError(t, b.Free(buf))
+	})
+}

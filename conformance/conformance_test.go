@@ -1,0 +1,77 @@
+package conformance_test
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/backends"
+	"github.com/capalloc/capalloc/conformance"
+	_ "github.com/capalloc/capalloc/cpu" // registers "cpu"
+)
+
+var backendFlag = flag.String("backend", "", "backend to run the suite on (default $CAPALLOC_BACKEND; empty: every available one)")
+
+// selected is the backend asked for with -backend or CAPALLOC_BACKEND.
+func selected() string {
+	if *backendFlag != "" {
+		return *backendFlag
+	}
+	return os.Getenv("CAPALLOC_BACKEND")
+}
+
+// TestConformance runs the suite on the selected backend, or on every
+// available one. Asking for a backend that cannot run fails, with the
+// reason; the default run logs what it left out and why.
+func TestConformance(t *testing.T) {
+	if name := selected(); name != "" {
+		open, err := conformance.Lookup(name)
+		if err != nil {
+			t.Fatalf("backend %q selected but not usable: %v", name, err)
+		}
+		t.Run(name, func(t *testing.T) { conformance.Run(t, open) })
+		return
+	}
+	names, skipped := conformance.Available()
+	reasons := make([]string, 0, len(skipped))
+	for n := range skipped {
+		reasons = append(reasons, n)
+	}
+	sort.Strings(reasons)
+	for _, n := range reasons {
+		t.Logf("backend %s not run: %v", n, skipped[n])
+	}
+	require.NotEmpty(t, names, "no backend available on this machine")
+	for _, n := range names {
+		open, err := conformance.Lookup(n)
+		require.NoError(t, err)
+		t.Run(n, func(t *testing.T) { conformance.Run(t, open) })
+	}
+}
+
+func TestLookupUnknownBackendFails(t *testing.T) {
+	_, err := conformance.Lookup("no-such-backend")
+	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	for _, n := range backends.Names() {
+		require.Contains(t, err.Error(), n, "the error lists the known backends")
+	}
+}
+
+func TestLookupUnavailableBackendFails(t *testing.T) {
+	// A registered backend whose library is missing.
+	if !slices.Contains(backends.Names(), "conformance-test-missing") { // -count=N
+		backends.Register("conformance-test-missing", func() (alloc.Driver, error) {
+			return nil, fmt.Errorf("%w: libmissing.so not found", alloc.ErrBackendUnavailable)
+		})
+	}
+	_, err := conformance.Lookup("conformance-test-missing")
+	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	_, skipped := conformance.Available()
+	require.ErrorIs(t, skipped["conformance-test-missing"], alloc.ErrBackendUnavailable)
+}

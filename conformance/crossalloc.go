@@ -1,0 +1,125 @@
+package conformance
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// CUDA's Global-mode rule: while any Global-mode capture is active, every
+// thread in Global interaction mode is refused potentially unsafe calls, on
+// any stream. Two allocators share one driver; A captures, B calls.
+
+// unsafeCall is one of B's calls that a Global capture elsewhere forbids.
+type unsafeCall struct {
+	name string
+	do   func(t *testing.T, b *alloc.Allocator, buf alloc.Buffer) error
+	// refusal is the sentinel B gets while A holds a Global capture.
+	refusal error
+}
+
+var unsafeCalls = []unsafeCall{
+	{"alloc_sync", func(t *testing.T, b *alloc.Allocator, _ alloc.Buffer) error {
+		x, err := b.AllocSync(1000)
+		if err == nil {
+			require.NoError(t, b.Free(x))
+		}
+		return err
+	}, alloc.ErrCaptureIncompatibleAllocation},
+	{"upload_pageable", func(t *testing.T, b *alloc.Allocator, buf alloc.Buffer) error {
+		return b.Upload(buf, 0, pattern(1000, 8))
+	}, alloc.ErrCaptureIncompatibleAllocation},
+	{"download_pageable", func(t *testing.T, b *alloc.Allocator, buf alloc.Buffer) error {
+		return b.Download(make([]byte, 1000), buf, 0)
+	}, alloc.ErrCaptureIncompatibleAllocation},
+	{"host_alloc", func(t *testing.T, b *alloc.Allocator, _ alloc.Buffer) error {
+		h, err := b.HostAlloc(1000)
+		if err == nil {
+			require.NoError(t, h.Close())
+		}
+		return err
+	}, alloc.ErrCaptureIncompatibleAllocation},
+	{"synchronize", func(t *testing.T, b *alloc.Allocator, _ alloc.Buffer) error {
+		return b.Synchronize()
+	}, alloc.ErrSyncDuringCapture},
+	{"query", func(t *testing.T, b *alloc.Allocator, _ alloc.Buffer) error {
+		_, err := b.Query()
+		return err
+	}, alloc.ErrSyncDuringCapture},
+}
+
+func (s *suite) crossAllocator(t *testing.T) {
+	// run sets up A (capturing in mode) and B, runs check, and asserts A's
+	// capture survived whatever B did. Every allocator acts as a thread in
+	// Global interaction mode, CUDA's default.
+	run := func(t *testing.T, mode alloc.CaptureMode, check func(t *testing.T, e *env, b *alloc.Allocator, buf alloc.Buffer)) {
+		e := s.env(t)
+		b := e.newAllocator(alloc.Options{})
+		buf := mustAlloc(t, b, 1000)
+		require.NoError(t, b.Synchronize())
+		require.NoError(t, e.a.BeginCapture(mode))
+		check(t, e, b, buf)
+		requireState(t, e.a, alloc.StateActive)
+		g, err := e.a.EndCapture()
+		require.NoError(t, err, "B's calls must not have invalidated A's capture")
+		require.NoError(t, g.Close())
+		require.NoError(t, b.Free(buf))
+	}
+
+	t.Run("global", func(t *testing.T) {
+		for _, c := range unsafeCalls {
+			t.Run(c.name+"_refused", func(t *testing.T) {
+				run(t, alloc.Global, func(t *testing.T, e *env, b *alloc.Allocator, buf alloc.Buffer) {
+					before := e.spy.Snapshot()
+					err := c.do(t, b, buf)
+					requireRefused(t, err, alloc.StateNone, c.refusal)
+					assertNoDriverCall(t, e.spy, before)
+					requireState(t, b, alloc.StateNone)
+				})
+			})
+		}
+		t.Run("pool_alloc_free_allowed", func(t *testing.T) {
+			run(t, alloc.Global, func(t *testing.T, e *env, b *alloc.Allocator, _ alloc.Buffer) {
+				// Stream-ordered work on B's own stream is not unsafe.
+				var bufs []alloc.Buffer
+				for _, n := range []int64{100, 5000, 1 << 20} {
+					x, err := b.Alloc(n)
+					require.NoError(t, err)
+					require.NoError(t, b.Memset(x, 0, n, 0x5A))
+					bufs = append(bufs, x)
+				}
+				for _, x := range bufs {
+					require.NoError(t, b.Free(x))
+				}
+			})
+		})
+		t.Run("allowed_after_end", func(t *testing.T) {
+			e := s.env(t)
+			b := e.newAllocator(alloc.Options{})
+			buf := mustAlloc(t, b, 1000)
+			require.NoError(t, e.a.BeginCapture(alloc.Global))
+			require.Error(t, b.Synchronize())
+			g, err := e.a.EndCapture()
+			require.NoError(t, err)
+			for _, c := range unsafeCalls {
+				assert.NoError(t, c.do(t, b, buf), "%s after A's capture ended", c.name)
+			}
+			require.NoError(t, g.Close())
+			require.NoError(t, b.Free(buf))
+		})
+	})
+	for _, mode := range []alloc.CaptureMode{alloc.ThreadLocal, alloc.Relaxed} {
+		t.Run(mode.String(), func(t *testing.T) {
+			for _, c := range unsafeCalls {
+				t.Run(c.name+"_unaffected", func(t *testing.T) {
+					run(t, mode, func(t *testing.T, e *env, b *alloc.Allocator, buf alloc.Buffer) {
+						require.NoError(t, c.do(t, b, buf))
+					})
+				})
+			}
+		})
+	}
+}

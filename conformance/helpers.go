@@ -1,0 +1,126 @@
+package conformance
+
+import (
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// pattern is n deterministic bytes that differ for every seed, so a stale or
+// misplaced copy shows up as a mismatch.
+func pattern(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// fill sets every byte of b to v.
+func fill(b []byte, v byte) {
+	for i := range b {
+		b[i] = v
+	}
+}
+
+// repeat is n copies of v.
+func repeat(v byte, n int) []byte {
+	b := make([]byte, n)
+	fill(b, v)
+	return b
+}
+
+// upload writes data to b at off eagerly (pageable copy).
+func upload(t *testing.T, a *alloc.Allocator, b alloc.Buffer, off int64, data []byte) {
+	t.Helper()
+	require.NoError(t, a.Upload(b, off, data))
+}
+
+// download reads n bytes of b from off eagerly (pageable copy, which waits
+// for everything queued before it).
+func download(t *testing.T, a *alloc.Allocator, b alloc.Buffer, off, n int64) []byte {
+	t.Helper()
+	out := make([]byte, n)
+	require.NoError(t, a.Download(out, b, off))
+	return out
+}
+
+// mustAlloc allocates n bytes outside any capture.
+func mustAlloc(t *testing.T, a *alloc.Allocator, n int64) alloc.Buffer {
+	t.Helper()
+	b, err := a.Alloc(n)
+	require.NoError(t, err)
+	return b
+}
+
+// mustHost allocates n bytes of pinned memory.
+func mustHost(t *testing.T, a *alloc.Allocator, n int64) *alloc.HostBuffer {
+	t.Helper()
+	h, err := a.HostAlloc(n)
+	require.NoError(t, err)
+	require.EqualValues(t, n, len(h.Bytes()))
+	return h
+}
+
+// requireState asserts the allocator reports st (asking the driver).
+func requireState(t *testing.T, a *alloc.Allocator, st alloc.CaptureState) {
+	t.Helper()
+	got, err := a.CaptureStatus()
+	require.NoError(t, err)
+	require.Equal(t, st.String(), got.String(), "capture state")
+}
+
+// requireRefused asserts err wraps every sentinel and carries the capture
+// state the allocator saw, as every alloc error must.
+func requireRefused(t *testing.T, err error, st alloc.CaptureState, sentinels ...error) {
+	t.Helper()
+	require.Error(t, err)
+	for _, s := range sentinels {
+		require.ErrorIs(t, err, s)
+	}
+	var ae *alloc.Error
+	require.True(t, errors.As(err, &ae), "error %q is not an *alloc.Error", err)
+	assert.Equal(t, st.String(), ae.State.String(), "capture state recorded in the error")
+}
+
+// assertNoDriverCall asserts that nothing but capture-status queries reached
+// the driver since before: the guard refused before calling it.
+func assertNoDriverCall(t *testing.T, spy *Spy, before Counts) {
+	t.Helper()
+	d := spy.Snapshot().Sub(before)
+	assert.Zero(t, d.Total(MethodStreamCaptureStatus), "driver calls made by a refused operation: %s", d)
+}
+
+// assertCalls asserts that m was called exactly n times since before.
+func assertCalls(t *testing.T, spy *Spy, before Counts, m Method, n int64) {
+	t.Helper()
+	d := spy.Snapshot().Sub(before)
+	assert.Equal(t, n, d[m], "%s calls (all calls: %s)", m, d)
+}
+
+// overlaps reports whether [a, a+an) and [b, b+bn) share a byte.
+func overlaps(a alloc.DevicePtr, an int64, b alloc.DevicePtr, bn int64) bool {
+	return uint64(a) < uint64(b)+uint64(bn) && uint64(b) < uint64(a)+uint64(an)
+}
+
+// sizeName is a short subtest name for a byte count.
+func sizeName(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) != 0:
+		return itoa(n>>20) + "MiB+" + itoa(n%(1<<20))
+	case n >= 1<<20:
+		return itoa(n>>20) + "MiB"
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return itoa(n>>10) + "KiB"
+	}
+	return itoa(n) + "B"
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

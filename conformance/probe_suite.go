@@ -1,0 +1,30 @@
+package conformance
+
+import (
+	"testing"
+
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// probeSuite runs the capture probe matrix in every mode and requires every
+// row to give the verdict CUDA's rules give (Probe itself proves each
+// CAPTURABLE row by fresh-data replays).
+func probeSuite(t *testing.T, open Factory) {
+	for _, mode := range alloc.Modes {
+		t.Run(mode.String(), func(t *testing.T) {
+			drv := open(t)
+			rows, err := Probe(drv, mode, 10)
+			require.NoError(t, err)
+			require.Len(t, rows, len(ProbeOps()))
+			for _, r := range rows {
+				want := ExpectedVerdict(r.Op, mode)
+				assert.Equal(t, want, r.Verdict, "%s/%s: %s", mode, r.Op, r.Error)
+				if r.Verdict == NotCapturable {
+					assert.NotEmpty(t, r.Error, "%s/%s: a refusal must say why", mode, r.Op)
+				}
+			}
+		})
+	}
+}

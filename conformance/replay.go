@@ -1,0 +1,236 @@
+package conformance
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// ErrStaleReplay is what the fresh-data check returns when a replay's output
+// does not match an eager run on the same input: the graph used bytes frozen
+// at capture time, or an output was not rewritten.
+var ErrStaleReplay = errors.New("graph replay gave stale results")
+
+// program is a small capturable pipeline run the way a careful probe runs a
+// capturable operation: pinned input -> device -> transforms through a
+// temporary allocated and freed inside it -> pinned output.
+type program struct {
+	a         *alloc.Allocator
+	n         int64
+	in, out   *alloc.HostBuffer
+	dIn, dOut alloc.Buffer
+	shift     int64 // a multiple of the alignment
+	// fixedTmp, when set, replaces the temporary allocated inside the
+	// pipeline: a graph with no memory nodes (CUDA allows only those as
+	// child graphs).
+	fixedTmp alloc.Buffer
+}
+
+const (
+	fillByte = 0xA5 // background of the output buffer
+	tailByte = 0x3C // written over the last tailLen bytes
+	tailLen  = 16
+)
+
+func newProgram(t *testing.T, a *alloc.Allocator, n int64) *program {
+	t.Helper()
+	p := &program{a: a, n: n, shift: a.Info().Alignment}
+	require.Greater(t, n, p.shift+tailLen)
+	p.in, p.out = mustHost(t, a, n), mustHost(t, a, n)
+	p.dIn, p.dOut = mustAlloc(t, a, n), mustAlloc(t, a, n)
+	return p
+}
+
+func (p *program) close(t *testing.T) {
+	t.Helper()
+	require.NoError(t, p.a.Synchronize())
+	require.NoError(t, p.a.Free(p.dIn))
+	require.NoError(t, p.a.Free(p.dOut))
+	if p.fixedTmp.Size() != 0 {
+		require.NoError(t, p.a.Free(p.fixedTmp))
+	}
+	require.NoError(t, p.in.Close())
+	require.NoError(t, p.out.Close())
+}
+
+// enqueue queues the pipeline on the allocator's stream (or records it).
+func (p *program) enqueue() error {
+	a, n := p.a, p.n
+	tmp, free := p.fixedTmp, func() error { return nil }
+	if tmp.Size() == 0 {
+		var err error
+		if tmp, err = a.Alloc(n); err != nil {
+			return err
+		}
+		free = func() error { return a.Free(tmp) }
+	}
+	return errors.Join(
+		a.UploadHost(p.dIn, 0, p.in, 0, n),
+		a.Memset(p.dOut, 0, n, fillByte),
+		a.Copy(p.dOut, p.shift, p.dIn, 0, n-p.shift),
+		a.Copy(tmp, 0, p.dOut, 0, n),
+		a.Memset(tmp, n-tailLen, tailLen, tailByte),
+		a.DownloadHost(p.out, 0, tmp, 0, n),
+		free(),
+	)
+}
+
+// model is what the pipeline computes, in plain Go.
+func (p *program) model(in []byte) []byte {
+	out := repeat(fillByte, int(p.n))
+	copy(out[p.shift:], in[:p.n-p.shift])
+	fill(out[p.n-tailLen:], tailByte)
+	return out
+}
+
+// eager runs the pipeline without capture on the current input.
+func (p *program) eager() ([]byte, error) {
+	fill(p.out.Bytes(), 0)
+	if err := p.enqueue(); err != nil {
+		return nil, err
+	}
+	if err := p.a.Synchronize(); err != nil {
+		return nil, err
+	}
+	return bytes.Clone(p.out.Bytes()), nil
+}
+
+// checkFreshReplays launches g replays times, each with a different input
+// written into the pinned input and the pinned output reset before launch,
+// and compares each result with an eager run on the same input. It returns
+// an error wrapping ErrStaleReplay on the first mismatch.
+func checkFreshReplays(p *program, g *alloc.Graph, replays int, seed uint64) error {
+	var prev []byte
+	for i := range replays {
+		in := pattern(int(p.n), seed+uint64(i))
+		if bytes.Equal(in, prev) {
+			return fmt.Errorf("replay %d: test bug: input did not change", i)
+		}
+		prev = in
+		copy(p.in.Bytes(), in)
+		want, err := p.eager()
+		if err != nil {
+			return fmt.Errorf("replay %d: eager run: %w", i, err)
+		}
+		if !bytes.Equal(want, p.model(in)) {
+			return fmt.Errorf("replay %d: the eager run itself is wrong (first difference at byte %d)", i, firstDiff(want, p.model(in)))
+		}
+		fill(p.out.Bytes(), 0xEE) // reset outputs so a skipped write shows
+		if err := g.Launch(); err != nil {
+			return fmt.Errorf("replay %d: launch: %w", i, err)
+		}
+		if err := p.a.Synchronize(); err != nil {
+			return fmt.Errorf("replay %d: synchronize: %w", i, err)
+		}
+		if got := p.out.Bytes(); !bytes.Equal(got, want) {
+			return fmt.Errorf("%w: replay %d differs from the eager run at byte %d (got %#x, want %#x)",
+				ErrStaleReplay, i, firstDiff(got, want), got[firstDiff(got, want)], want[firstDiff(got, want)])
+		}
+	}
+	return nil
+}
+
+// captureProgram warms p up eagerly (as a probe does), then captures it.
+func captureProgram(t *testing.T, p *program, mode alloc.CaptureMode) *alloc.Graph {
+	t.Helper()
+	copy(p.in.Bytes(), pattern(int(p.n), 999))
+	_, err := p.eager()
+	require.NoError(t, err, "warm-up")
+	g, err := p.a.WithCapture(alloc.CaptureOptions{Mode: mode}, p.enqueue)
+	require.NoError(t, err)
+	require.False(t, g.Eager(), "the driver refused capture")
+	return g
+}
+
+func (s *suite) replay(t *testing.T) {
+	t.Run("fresh_data_50x", func(t *testing.T) {
+		for _, mode := range alloc.Modes {
+			t.Run(mode.String(), func(t *testing.T) {
+				e := s.env(t)
+				p := newProgram(t, e.a, 8<<10)
+				g := captureProgram(t, p, mode)
+				assert.Equal(t, 1, g.CaptureAllocs(), "the temporary is a graph allocation")
+				require.NoError(t, checkFreshReplays(p, g, 50, 1000))
+				require.NoError(t, g.Close())
+				p.close(t)
+			})
+		}
+	})
+	t.Run("stale_snapshot_detected", func(t *testing.T) {
+		// A broken driver that freezes pinned inputs at capture time must
+		// fail the check: this proves the check can fail.
+		e := s.env(t)
+		p := newProgram(t, e.a, 8<<10)
+		require.NoError(t, e.spy.SnapshotCapturedUploads(64<<10))
+		g := captureProgram(t, p, alloc.Global)
+		err := checkFreshReplays(p, g, 50, 1000)
+		require.ErrorIs(t, err, ErrStaleReplay)
+		require.NoError(t, g.Close())
+		p.close(t)
+	})
+	t.Run("graph_owned_temporary_unfreed", func(t *testing.T) {
+		// A graph allocation the graph does not free (auto-free on launch)
+		// survives every replay at the same address.
+		e := s.env(t)
+		const n = 4096
+		in, out := mustHost(t, e.a, n), mustHost(t, e.a, n)
+		var tmp alloc.Buffer
+		g, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, func() error {
+			var err error
+			if tmp, err = e.a.Alloc(n); err != nil {
+				return err
+			}
+			return errors.Join(e.a.UploadHost(tmp, 0, in, 0, n), e.a.DownloadHost(out, 0, tmp, 0, n))
+		})
+		require.NoError(t, err)
+		for i := range 10 {
+			want := pattern(n, uint64(500+i))
+			copy(in.Bytes(), want)
+			fill(out.Bytes(), 0)
+			launch(t, e.a, g)
+			require.Equal(t, want, out.Bytes(), "replay %d", i)
+		}
+		require.NoError(t, g.Close())
+		requireRefused(t, e.a.Free(tmp), alloc.StateNone, alloc.ErrInvalidBuffer)
+		require.NoError(t, in.Close())
+		require.NoError(t, out.Close())
+	})
+	t.Run("child_graph", func(t *testing.T) {
+		// A graph launched inside another capture replays as a child node.
+		e := s.env(t)
+		p := newProgram(t, e.a, 4096)
+		p.fixedTmp = mustAlloc(t, e.a, 4096)
+		inner := captureProgram(t, p, alloc.Global)
+		require.Zero(t, inner.CaptureAllocs())
+		outer, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, inner.Launch)
+		require.NoError(t, err)
+		require.NoError(t, checkFreshReplays(p, outer, 10, 2000))
+		require.NoError(t, outer.Close())
+		require.NoError(t, inner.Close())
+		p.close(t)
+	})
+	t.Run("silent_invalidation_reported", func(t *testing.T) {
+		// A driver that invalidates the capture while reporting success for
+		// an operation is reported, not trusted.
+		for _, m := range []Method{MethodMemsetAsync, MethodCopyHtoDAsync, MethodMallocAsync} {
+			t.Run(m.String(), func(t *testing.T) {
+				e := s.env(t)
+				p := newProgram(t, e.a, 4096)
+				base := usageOf(e.a)
+				e.spy.InvalidateAfterNext(m)
+				g, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, p.enqueue)
+				require.ErrorIs(t, err, alloc.ErrCaptureInvalidated)
+				require.Nil(t, g)
+				requireState(t, e.a, alloc.StateNone)
+				assert.Equal(t, base, usageOf(e.a))
+				p.close(t)
+			})
+		}
+	})
+}

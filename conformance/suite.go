@@ -1,0 +1,177 @@
+// Package conformance is the suite every capalloc backend must pass: the
+// capture contract of DESIGN.md cell by cell, replay with fresh data,
+// aliasing, failure cleanup, the watchdog, concurrency and bad input, all
+// through alloc.Allocator over the backend's alloc.Driver.
+//
+// A backend's test calls Run with a Factory; `go test ./conformance
+// -backend=NAME` runs it for a registered backend.
+package conformance
+
+import (
+	"bytes"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// Factory opens a fresh driver for one subtest; Run closes it with
+// t.Cleanup. A Factory fails t itself when it cannot open the driver.
+type Factory func(t testing.TB) alloc.Driver
+
+// testWatchdog bounds blocking calls in tests that do not test the
+// watchdog: a hung backend fails the subtest instead of hanging go test.
+const testWatchdog = 10 * time.Second
+
+// Run runs the whole suite against the driver open makes. Subtest names are
+// stable: Group/case[/mode/state/op].
+func Run(t *testing.T, open Factory) {
+	s := &suite{open: closing(open)}
+	t.Run("Info", s.info)
+	t.Run("Eager", s.eager)
+	t.Run("TruthTable", s.truthTable)
+	t.Run("CrossAllocator", s.crossAllocator)
+	t.Run("Replay", s.replay)
+	t.Run("Aliasing", s.aliasing)
+	t.Run("FailedCapture", s.failedCapture)
+	t.Run("WithCapture", s.withCapture)
+	t.Run("External", s.external)
+	t.Run("Workspace", s.workspace)
+	t.Run("Watchdog", s.watchdog)
+	t.Run("Concurrency", s.concurrency)
+	t.Run("BadInput", s.badInput)
+	t.Run("Close", s.close)
+	t.Run("Leaks", s.leaks)
+	t.Run("Probe", func(t *testing.T) { probeSuite(t, s.open) })
+}
+
+// closing wraps open so that every driver it opens is closed by the
+// cleanup of the test that opened it.
+func closing(open Factory) Factory {
+	return func(t testing.TB) alloc.Driver {
+		t.Helper()
+		d := open(t)
+		require.NotNil(t, d, "factory returned a nil driver")
+		t.Cleanup(func() { assert.NoError(t, d.Close(), "closing the driver") })
+		return d
+	}
+}
+
+type suite struct {
+	open Factory
+}
+
+// env is one subtest's world: a fresh driver behind a Spy and an allocator
+// on it. Its cleanup closes the allocator and fails the test if that
+// reports a leak, so every subtest also proves it released what it took.
+type env struct {
+	t   *testing.T
+	s   *suite
+	drv alloc.Driver // the backend's driver, unwrapped
+	spy *Spy
+	a   *alloc.Allocator
+
+	closed map[*alloc.Allocator]bool // closed by the test itself
+	logs   *logBuffer                // what the allocators logged
+}
+
+// logBuffer collects allocator warnings, so tests can check them and a
+// passing run stays quiet. Written from abandoned goroutines too, hence the
+// lock (t.Log would panic once the test is over).
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// openDriver opens a driver that t's cleanup closes.
+func (s *suite) openDriver(t *testing.T) alloc.Driver {
+	t.Helper()
+	return s.open(t)
+}
+
+// newEnv opens a driver and makes an allocator with opts on it; a zero
+// Watchdog becomes testWatchdog.
+func (s *suite) newEnv(t *testing.T, opts alloc.Options) *env {
+	t.Helper()
+	d := s.openDriver(t)
+	e := &env{t: t, s: s, drv: d, spy: NewSpy(d), logs: &logBuffer{}}
+	t.Cleanup(func() {
+		e.spy.ReleaseAll() // a held call must not hang the cleanup
+		assert.NoError(t, e.spy.StopSnapshot(), "freeing the spy's staging memory")
+	})
+	e.a = e.newAllocator(opts)
+	return e
+}
+
+// env is newEnv with default options.
+func (s *suite) env(t *testing.T) *env { return s.newEnv(t, alloc.Options{}) }
+
+// newAllocator makes another allocator on the same (spied) driver; the
+// test's cleanup closes it and asserts it leaked nothing.
+func (e *env) newAllocator(opts alloc.Options) *alloc.Allocator {
+	e.t.Helper()
+	if opts.Watchdog == 0 {
+		opts.Watchdog = testWatchdog
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(e.logs, nil))
+	}
+	a, err := alloc.New(e.spy, opts)
+	require.NoError(e.t, err)
+	e.t.Cleanup(func() {
+		e.spy.ReleaseAll() // a call held by a failed test must not block Close
+		if !e.closed[a] {
+			assert.NoError(e.t, a.Close(), "allocator Close at the end of the test (a leak or an open capture)")
+		}
+	})
+	return a
+}
+
+// close closes a during the test (tests about Close itself); the cleanup
+// then leaves it alone.
+func (e *env) close(a *alloc.Allocator) error {
+	if e.closed == nil {
+		e.closed = map[*alloc.Allocator]bool{}
+	}
+	e.closed[a] = true
+	return a.Close()
+}
+
+// usage is the part of Stats that must return to a baseline.
+type usage struct {
+	InUse, Reserved int64
+	Live, Graphs    int
+	HostBuffers     int
+}
+
+func usageOf(a *alloc.Allocator) usage {
+	s := a.Stats()
+	return usage{InUse: s.BytesInUse, Reserved: s.BytesReserved, Live: s.LiveBuffers, Graphs: s.LiveGraphs, HostBuffers: s.HostBuffers}
+}
+
+// liveBytes is the driver's own count of device memory in use, for backends
+// that report it (cpu does); ok is false otherwise.
+func liveBytes(d alloc.Driver) (n int64, ok bool) {
+	r, ok := d.(interface{ LiveBytes() int64 })
+	if !ok {
+		return 0, false
+	}
+	return r.LiveBytes(), true
+}

@@ -1,0 +1,178 @@
+package conformance
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+const (
+	wdDeadline = 100 * time.Millisecond
+	// wdSlack bounds how late the timeout may come. Generous on purpose:
+	// this is about the caller getting control back, not about speed.
+	wdSlack = 2 * time.Second
+	// wdRecover bounds how long an abandoned call may take to be cleaned up
+	// once it finally returns.
+	wdRecover = 5 * time.Second
+)
+
+// eventually polls cond until it holds or wdRecover passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(wdRecover)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, wdRecover)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// within runs fn and fails the test if it has not returned after limit: a
+// broken watchdog must fail the test, not hang it. fn's goroutine is left
+// behind on failure; the test's cleanup unblocks it.
+func within(t *testing.T, limit time.Duration, what string, fn func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(limit):
+		t.Fatalf("%s: still blocked after %v (no watchdog)", what, limit)
+		return nil
+	}
+}
+
+// watchdog: a stuck captured function or driver call costs the caller at
+// most the deadline, and the allocator recovers once it returns.
+func (s *suite) watchdog(t *testing.T) {
+	t.Run("capture_fn_timeout", func(t *testing.T) {
+		e := s.env(t)
+		h := mustHost(t, e.a, 4096)
+		b := mustAlloc(t, e.a, 4096)
+		base := usageOf(e.a)
+		unblock := make(chan struct{})
+		var unblocked bool
+		defer func() {
+			if !unblocked {
+				close(unblock)
+			}
+		}()
+		fnDone := make(chan struct{})
+		start := time.Now()
+		var g *alloc.Graph
+		err := within(t, wdSlack, "WithCapture", func() (err error) {
+			g, err = e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global, Timeout: wdDeadline}, func() error {
+				defer close(fnDone)
+				if err := allocSome(e.a, h); err != nil {
+					return err
+				}
+				<-unblock
+				return nil
+			})
+			return err
+		})
+		elapsed := time.Since(start)
+		require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
+		require.Nil(t, g)
+		assert.GreaterOrEqual(t, elapsed, wdDeadline, "returned before the deadline")
+		assert.Less(t, elapsed, wdSlack, "the caller must get control back at the deadline")
+		assert.EqualValues(t, 1, e.a.Stats().Timeouts)
+
+		// While abandoned, the allocator says so instead of recording into
+		// a capture nobody will end.
+		_, err = e.a.Alloc(100)
+		require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
+		require.ErrorIs(t, e.a.Memset(b, 0, 10, 1), alloc.ErrCaptureTimeout)
+		require.ErrorIs(t, e.a.Synchronize(), alloc.ErrCaptureTimeout)
+		require.ErrorIs(t, e.a.UploadHost(b, 0, h, 0, 10), alloc.ErrCaptureTimeout)
+		_, err = e.a.CaptureStatus()
+		require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
+		require.ErrorIs(t, e.a.BeginCapture(alloc.Global), alloc.ErrCaptureTimeout)
+
+		close(unblock)
+		unblocked = true
+		<-fnDone
+		eventually(t, "back to StateNone after fn returned", func() bool {
+			st, err := e.a.CaptureStatus()
+			return err == nil && st == alloc.StateNone
+		})
+		assert.Equal(t, base, usageOf(e.a), "the abandoned capture leaked")
+		require.NoError(t, e.a.Synchronize())
+		upload(t, e.a, b, 0, pattern(4096, 1))
+		require.Equal(t, pattern(4096, 1), download(t, e.a, b, 0, 4096))
+		require.NoError(t, e.a.Free(b))
+		require.NoError(t, h.Close())
+	})
+	t.Run("hung_driver_call", func(t *testing.T) {
+		e := s.newEnv(t, alloc.Options{Watchdog: wdDeadline})
+		b := mustAlloc(t, e.a, 4096)
+		release := e.spy.Block(MethodStreamSynchronize)
+		defer release()
+
+		start := time.Now()
+		err := within(t, wdSlack, "Synchronize", e.a.Synchronize)
+		elapsed := time.Since(start)
+		require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
+		assert.Less(t, elapsed, wdSlack, "the caller must get control back at the deadline")
+		require.EqualValues(t, 1, e.spy.Waiting(MethodStreamSynchronize), "the call is still stuck in the driver")
+		assert.EqualValues(t, 1, e.a.Stats().Timeouts, "Stats().Timeouts counts every watchdog expiry, driver calls included")
+
+		// While it is stuck, other blocking calls fail at once rather than
+		// queue behind it, and make no driver call.
+		before := e.spy.Snapshot()
+		start = time.Now()
+		require.ErrorIs(t, within(t, wdSlack, "Synchronize behind a stuck call", e.a.Synchronize), alloc.ErrCaptureTimeout)
+		require.ErrorIs(t, within(t, wdSlack, "Upload behind a stuck call", func() error {
+			return e.a.Upload(b, 0, []byte{1, 2, 3})
+		}), alloc.ErrCaptureTimeout)
+		require.ErrorIs(t, within(t, wdSlack, "AllocSync behind a stuck call", func() error {
+			_, err := e.a.AllocSync(100)
+			return err
+		}), alloc.ErrCaptureTimeout)
+		assert.Less(t, time.Since(start), wdDeadline, "calls behind a stuck one must fail at once")
+		assertNoDriverCall(t, e.spy, before)
+
+		// A capture cannot begin while an unsafe call may still land in it.
+		start = time.Now()
+		require.ErrorIs(t, within(t, wdSlack, "BeginCapture", func() error { return e.a.BeginCapture(alloc.Global) }), alloc.ErrCaptureTimeout)
+		assert.Less(t, time.Since(start), wdSlack)
+		requireState(t, e.a, alloc.StateNone)
+
+		release()
+		eventually(t, "Synchronize works again after the driver call returned", func() bool {
+			return e.a.Synchronize() == nil
+		})
+		upload(t, e.a, b, 0, pattern(4096, 2))
+		require.Equal(t, pattern(4096, 2), download(t, e.a, b, 0, 4096))
+		require.NoError(t, e.a.Free(b))
+	})
+	t.Run("abandoned_results_released", func(t *testing.T) {
+		// An allocating call abandoned by the watchdog that later succeeds
+		// has no caller left to free its result: the allocator must.
+		for _, c := range []struct {
+			name   string
+			method Method
+			do     func(a *alloc.Allocator) error
+		}{
+			{"alloc_sync", MethodMalloc, func(a *alloc.Allocator) error { _, err := a.AllocSync(4096); return err }},
+			{"host_alloc", MethodHostAlloc, func(a *alloc.Allocator) error { _, err := a.HostAlloc(4096); return err }},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				e := s.newEnv(t, alloc.Options{Watchdog: wdDeadline})
+				base := usageOf(e.a)
+				release := e.spy.Block(c.method)
+				defer release()
+				require.ErrorIs(t, within(t, wdSlack, c.name, func() error { return c.do(e.a) }), alloc.ErrCaptureTimeout)
+				release()
+				eventually(t, "the stuck call returned", func() bool { return e.a.Synchronize() == nil })
+				assert.Equal(t, base, usageOf(e.a), "the abandoned call's result is nobody's and must be released")
+			})
+		}
+	})
+}
