@@ -36,11 +36,11 @@ func newBenchAllocator(b *testing.B) *alloc.Allocator {
 var benchSizes = []struct {
 	name string
 	n    int64
-}{{"256B", 256}, {"64KiB", 64 << 10}, {"4MiB", 4 << 20}}
+}{{"size=256B", 256}, {"size=64KiB", 64 << 10}, {"size=4MiB", 4 << 20}}
 
 func BenchmarkAllocFree(b *testing.B) {
 	for _, s := range benchSizes {
-		b.Run(s.name+"/capalloc", func(b *testing.B) {
+		b.Run(s.name+"/impl=capalloc", func(b *testing.B) {
 			a := newBenchAllocator(b)
 			warm, _ := a.Alloc(s.n) // the pool is warm, as in an engine's steady state
 			a.Free(warm)
@@ -56,13 +56,13 @@ func BenchmarkAllocFree(b *testing.B) {
 				}
 			}
 		})
-		b.Run(s.name+"/make", func(b *testing.B) {
+		b.Run(s.name+"/impl=make", func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
 				sink = make([]byte, s.n)
 			}
 		})
-		b.Run(s.name+"/syncpool", func(b *testing.B) {
+		b.Run(s.name+"/impl=syncpool", func(b *testing.B) {
 			p := sync.Pool{New: func() any { s := make([]byte, s.n); return &s }}
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
@@ -81,14 +81,14 @@ func BenchmarkTransfer64MiB(b *testing.B) {
 	for i := range src {
 		src[i] = byte(i)
 	}
-	b.Run("copy", func(b *testing.B) {
+	b.Run("impl=copy", func(b *testing.B) {
 		dst := make([]byte, bulk)
 		b.SetBytes(bulk)
 		for i := 0; i < b.N; i++ {
 			copy(dst, src)
 		}
 	})
-	b.Run("Upload", func(b *testing.B) {
+	b.Run("impl=Upload", func(b *testing.B) {
 		a := newBenchAllocator(b)
 		buf, _ := a.Alloc(bulk)
 		b.SetBytes(bulk)
@@ -101,7 +101,7 @@ func BenchmarkTransfer64MiB(b *testing.B) {
 		b.StopTimer()
 		a.Free(buf)
 	})
-	b.Run("Download", func(b *testing.B) {
+	b.Run("impl=Download", func(b *testing.B) {
 		a := newBenchAllocator(b)
 		buf, _ := a.Alloc(bulk)
 		dst := make([]byte, bulk)
@@ -115,7 +115,7 @@ func BenchmarkTransfer64MiB(b *testing.B) {
 		b.StopTimer()
 		a.Free(buf)
 	})
-	b.Run("UploadHost+Sync", func(b *testing.B) {
+	b.Run("impl=UploadHost+Sync", func(b *testing.B) {
 		a := newBenchAllocator(b)
 		buf, _ := a.Alloc(bulk)
 		h, _ := a.HostAlloc(bulk)
@@ -161,7 +161,7 @@ func BenchmarkReplay1000(b *testing.B) {
 		y, _ := a.Alloc(256)
 		return a, x, y
 	}
-	b.Run("eager", func(b *testing.B) {
+	b.Run("impl=eager", func(b *testing.B) {
 		a, x, y := setup(b)
 		for i := 0; i < b.N; i++ {
 			if err := program(a, x, y); err != nil {
@@ -175,7 +175,7 @@ func BenchmarkReplay1000(b *testing.B) {
 		a.Free(x)
 		a.Free(y)
 	})
-	b.Run("graph", func(b *testing.B) {
+	b.Run("impl=graph", func(b *testing.B) {
 		a, x, y := setup(b)
 		g, err := a.WithCapture(alloc.CaptureOptions{}, func() error { return program(a, x, y) })
 		if err != nil {

@@ -58,6 +58,12 @@ func (g *Graph) Launch() error {
 		case StateNone:
 			err = a.drv.GraphLaunch(g.exec, a.stream)
 		case StateActive:
+			if len(g.cap.blocks) > 0 {
+				// CUDA refuses child graphs with memory nodes and would
+				// invalidate the capture; refuse first and keep it valid.
+				err = wrapf(ErrCaptureIncompatibleAllocation, "a graph with allocation nodes cannot be launched into a capture")
+				break
+			}
 			if err = a.drv.GraphLaunch(g.exec, a.stream); err == nil {
 				err = a.afterCapturedLocked("Graph.Launch")
 			}

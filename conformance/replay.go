@@ -215,6 +215,23 @@ func (s *suite) replay(t *testing.T) {
 		require.NoError(t, inner.Close())
 		p.close(t)
 	})
+	t.Run("child_graph_with_allocations_refused", func(t *testing.T) {
+		// CUDA refuses a child graph with memory nodes and invalidates the
+		// capture; the allocator refuses first and the capture stays valid.
+		e := s.env(t)
+		p := newProgram(t, e.a, 4096)
+		inner := captureProgram(t, p, alloc.Global)
+		require.NotZero(t, inner.CaptureAllocs())
+		require.NoError(t, e.a.BeginCapture(alloc.Global))
+		launches := e.spy.Calls(MethodGraphLaunch)
+		requireRefused(t, inner.Launch(), alloc.StateActive, alloc.ErrCaptureIncompatibleAllocation)
+		assert.Equal(t, launches, e.spy.Calls(MethodGraphLaunch), "refused before the driver")
+		g, err := e.a.EndCapture()
+		require.NoError(t, err, "the outer capture stays valid")
+		require.NoError(t, g.Close())
+		require.NoError(t, inner.Close())
+		p.close(t)
+	})
 	t.Run("silent_invalidation_reported", func(t *testing.T) {
 		// A driver that invalidates the capture while reporting success for
 		// an operation is reported, not trusted.

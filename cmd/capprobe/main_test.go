@@ -1,0 +1,48 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/capalloc/capalloc/conformance"
+	"github.com/stretchr/testify/require"
+)
+
+func TestJSONEveryModeMatchesCUDARules(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"-backend=cpu", "-mode=all", "--json", "-check", "-replays=5"}, &out, &errb)
+	require.Equal(t, 0, code, errb.String())
+	var rows []map[string]any
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rows))
+	require.Len(t, rows, 3*len(conformance.ProbeOps()))
+	for _, r := range rows {
+		for _, k := range []string{"op", "verdict", "error", "mode", "expected"} {
+			require.Contains(t, r, k)
+		}
+		require.Equal(t, r["expected"], r["verdict"], "%v", r)
+		if r["verdict"] == string(conformance.NotCapturable) {
+			require.NotEmpty(t, r["error"], "a refusal must carry its reason: %v", r)
+		}
+	}
+}
+
+func TestTableHasOneRowPerOperation(t *testing.T) {
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, run([]string{"-replays=2"}, &out, &errb), errb.String())
+	for _, op := range conformance.ProbeOps() {
+		require.Contains(t, out.String(), op)
+	}
+	require.Contains(t, out.String(), "pageable", "upload_pageable's reason names the cause")
+	require.Empty(t, errb.String(), "warnings belong in the table, not on stderr")
+}
+
+func TestBadFlagsAndUnknownBackend(t *testing.T) {
+	var out, errb bytes.Buffer
+	require.Equal(t, 2, run([]string{"-mode=sideways"}, &out, &errb))
+	require.Contains(t, errb.String(), "sideways")
+	errb.Reset()
+	require.Equal(t, 1, run([]string{"-backend=no-such-gpu"}, &out, &errb))
+	require.True(t, strings.Contains(errb.String(), "unknown backend") && strings.Contains(errb.String(), "cpu"), errb.String())
+}
