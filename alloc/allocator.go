@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 )
 
 // Allocator is the capture-safe allocator an engine uses. It owns one driver
@@ -30,8 +29,6 @@ type Allocator struct {
 	hosts      map[*HostBuffer]struct{}
 	workspaces map[string]*block
 	stats      Stats
-
-	closedFlag atomic.Bool // read without mu on paths that must not wait
 }
 
 // New makes an allocator with its own stream on drv. The caller keeps
@@ -73,6 +70,12 @@ func (a *Allocator) Info() DeviceInfo { return a.info }
 func (a *Allocator) Stats() Stats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return a.statsLocked()
+}
+
+// statsLocked completes the counters with the figures derived from state.
+// Caller holds a.mu.
+func (a *Allocator) statsLocked() Stats {
 	s := a.stats
 	s.BytesCached = a.pool.cached
 	s.LiveBuffers = a.live.n

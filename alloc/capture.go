@@ -163,7 +163,7 @@ func (a *Allocator) discardLocked(c *capture, launched bool) (syncFrees []*block
 		b.cap = nil
 	}
 	for _, name := range c.lazyWS {
-		if ws := a.workspaces[name]; ws != nil && ws.kind == kindGraph && ws.gen != 0 && !ws.live {
+		if ws := a.workspaces[name]; ws != nil && ws.kind == kindGraph && !ws.live {
 			delete(a.workspaces, name)
 		}
 	}

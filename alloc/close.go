@@ -34,7 +34,6 @@ func (a *Allocator) Close() error {
 		}
 	}
 	a.closed = true
-	a.closedFlag.Store(true)
 	var bytes int64
 	n := 0
 	for b := a.live.head; b != nil; b = a.live.head {

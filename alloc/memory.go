@@ -41,11 +41,7 @@ func (a *Allocator) Alloc(size int64) (Buffer, error) {
 }
 
 func (a *Allocator) oomLocked(size int64, why string) error {
-	s := a.stats
-	s.BytesCached = a.pool.cached
-	s.LiveBuffers = a.live.n
-	s.LiveGraphs = len(a.graphs)
-	return wrapf(ErrOutOfMemory, "%s (device %d B); %s", why, a.info.TotalMemory, s)
+	return wrapf(ErrOutOfMemory, "%s (device %d B); %s", why, a.info.TotalMemory, a.statsLocked())
 }
 
 func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
