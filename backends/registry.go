@@ -1,9 +1,11 @@
 // Package backends is the registry of allocator backends, in the
-// database/sql style: each backend package registers an opener in its init,
-// and programs select one by name.
+// database/sql style: each backend package registers a factory in its init,
+// and programs select one by name, with options, from Go or from a config
+// string, as a fallback chain (see Open and ParseConfig).
 package backends
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -12,58 +14,133 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 )
 
-// Opener opens a backend's driver. A missing library or device is an error
-// wrapping alloc.ErrBackendUnavailable that says what was searched.
-type Opener func() (alloc.Driver, error)
+// Factory opens a backend's driver with its options. It rejects options it
+// does not know (Options.Check) with ErrInvalidConfig; a missing library or
+// device is an error wrapping alloc.ErrBackendUnavailable that says what was
+// searched.
+type Factory func(ctx context.Context, opts Options) (alloc.Driver, error)
+
+// SchemeFactory opens "scheme:target" choices, such as "plugin:cpu": target
+// is what follows the scheme.
+type SchemeFactory func(ctx context.Context, target string, opts Options) (alloc.Driver, error)
+
+// ErrUnknownBackend is a name no linked package registered. It matches
+// alloc.ErrBackendUnavailable, so a fallback chain moves past it (and says
+// so); its message lists the registered names.
+var ErrUnknownBackend = fmt.Errorf("%w: unknown backend", alloc.ErrBackendUnavailable)
 
 var (
-	mu      sync.RWMutex
-	openers = map[string]Opener{}
+	mu        sync.RWMutex
+	factories = map[string]Factory{}
+	schemes   = map[string]SchemeFactory{}
 )
 
 // Register makes a backend available by name. It panics on a duplicate or
-// empty name or a nil opener, as those are programming errors at init time.
-func Register(name string, open Opener) {
+// invalid name or a nil factory, as those are programming errors at init.
+func Register(name string, f Factory) {
 	mu.Lock()
 	defer mu.Unlock()
-	if name == "" || open == nil {
-		panic("backends: Register needs a name and an opener")
+	if name == "" || strings.ContainsAny(name, ":;,= ") || f == nil {
+		panic("backends: Register needs a plain name (no : ; , = or space) and a factory")
 	}
-	if _, dup := openers[name]; dup {
+	if _, dup := factories[name]; dup {
 		panic("backends: Register called twice for " + name)
 	}
-	openers[name] = open
+	factories[name] = f
+}
+
+// RegisterScheme makes "scheme:target" names available ("plugin" is
+// registered by backends/plugin). It panics like Register.
+func RegisterScheme(scheme string, f SchemeFactory) {
+	mu.Lock()
+	defer mu.Unlock()
+	if scheme == "" || strings.ContainsAny(scheme, ":;,= ") || f == nil {
+		panic("backends: RegisterScheme needs a plain scheme name and a factory")
+	}
+	if _, dup := schemes[scheme]; dup {
+		panic("backends: RegisterScheme called twice for " + scheme)
+	}
+	schemes[scheme] = f
 }
 
 // Names lists the registered backends, sorted.
 func Names() []string {
 	mu.RLock()
 	defer mu.RUnlock()
-	names := make([]string, 0, len(openers))
-	for n := range openers {
+	return sortedKeys(factories)
+}
+
+// Schemes lists the registered schemes, sorted.
+func Schemes() []string {
+	mu.RLock()
+	defer mu.RUnlock()
+	return sortedKeys(schemes)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	names := make([]string, 0, len(m))
+	for n := range m {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	return names
 }
 
-// Lookup returns the opener registered under name; an unknown name is an
-// error wrapping alloc.ErrBackendUnavailable that lists the known ones.
-func Lookup(name string) (Opener, error) {
+// Lookup returns the factory registered under name. An unknown name is an
+// error wrapping ErrUnknownBackend that lists the known ones.
+func Lookup(name string) (Factory, error) {
 	mu.RLock()
-	open, ok := openers[name]
+	f, ok := factories[name]
 	mu.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("%w: unknown backend %q (known: %s)", alloc.ErrBackendUnavailable, name, strings.Join(Names(), ", "))
+		return nil, unknown(name)
 	}
-	return open, nil
+	return f, nil
 }
 
-// OpenDriver looks name up and opens it.
-func OpenDriver(name string) (alloc.Driver, error) {
-	open, err := Lookup(name)
+func unknown(name string) error {
+	known := Names()
+	for _, s := range Schemes() {
+		known = append(known, s+":NAME")
+	}
+	return fmt.Errorf("%w %q (known: %s)", ErrUnknownBackend, name, strings.Join(known, ", "))
+}
+
+// OpenChoice opens exactly one backend: a registered name or a
+// scheme:target, with its options.
+func OpenChoice(ctx context.Context, c Choice) (alloc.Driver, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	opts := c.Options
+	if opts == nil {
+		opts = Options{}
+	}
+	if scheme, target, ok := c.Scheme(); ok {
+		mu.RLock()
+		f, found := schemes[scheme]
+		mu.RUnlock()
+		if !found {
+			return nil, unknown(c.Name)
+		}
+		return f(ctx, target, opts)
+	}
+	f, err := Lookup(c.Name)
 	if err != nil {
 		return nil, err
 	}
-	return open()
+	return f(ctx, opts)
+}
+
+// OpenDriver opens one backend given in the config-string form of a single
+// choice ("cpu", "cuda:device=1", "plugin:cpu"), with no fallback.
+func OpenDriver(ctx context.Context, s string) (alloc.Driver, error) {
+	cfg, err := ParseConfig(s)
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg) != 1 {
+		return nil, fmt.Errorf("%w: %q is a fallback chain; OpenDriver takes one backend (use Open)", ErrInvalidConfig, s)
+	}
+	return OpenChoice(ctx, cfg[0])
 }

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -22,34 +23,39 @@ import (
 // binary; a default run says why each was not run.
 var planned = []string{"cpu", "cuda", "hip"}
 
-// FactoryOf adapts a registry opener to a Factory.
-func FactoryOf(open backends.Opener) Factory {
+// FactoryOf adapts one backend choice (a registered name or
+// scheme:target, with options) to a Factory.
+func FactoryOf(c backends.Choice) Factory {
 	return func(t testing.TB) alloc.Driver {
 		t.Helper()
-		d, err := open()
-		require.NoError(t, err, "opening the backend")
+		d, err := backends.OpenChoice(context.Background(), c)
+		require.NoError(t, err, "opening backend %s", c)
 		return d
 	}
 }
 
-// Lookup returns the Factory for a registered backend after opening it once
-// to prove it is available. An unknown name, or a backend whose library or
-// device is missing, is an error wrapping alloc.ErrBackendUnavailable that
-// says why and lists the registered names.
+// Lookup returns the Factory for one backend, given in the config-string
+// form of a single choice ("cpu", "cpu:memory_limit=1GiB", "plugin:cpu"),
+// after opening it once to prove it is available. An unknown name, or a
+// backend whose library or device is missing, is an error wrapping
+// alloc.ErrBackendUnavailable that says why and lists the registered names.
 func Lookup(name string) (Factory, error) {
-	open, err := backends.Lookup(name)
+	cfg, err := backends.ParseConfig(name)
 	if err != nil {
 		return nil, fmt.Errorf("conformance: %w", err)
 	}
-	if err := probe(open); err != nil {
+	if len(cfg) != 1 {
+		return nil, fmt.Errorf("conformance: %w: %q is a chain; the suite runs one backend", backends.ErrInvalidConfig, name)
+	}
+	if err := probe(cfg[0]); err != nil {
 		return nil, fmt.Errorf("conformance: backend %q (registered: %s): %w", name, strings.Join(backends.Names(), ", "), err)
 	}
-	return FactoryOf(open), nil
+	return FactoryOf(cfg[0]), nil
 }
 
 // probe opens and closes a backend once.
-func probe(open backends.Opener) error {
-	d, err := open()
+func probe(c backends.Choice) error {
+	d, err := backends.OpenChoice(context.Background(), c)
 	if err != nil {
 		if !errors.Is(err, alloc.ErrBackendUnavailable) {
 			err = fmt.Errorf("%w: %w", alloc.ErrBackendUnavailable, err)
@@ -59,17 +65,33 @@ func probe(open backends.Opener) error {
 	return d.Close()
 }
 
-// Available lists the registered backends that open on this machine, and
-// for every other backend (registered but unavailable, or planned but not
-// linked into this binary) the reason it is left out.
+// defaultRun lists what a run without -backend covers: every registered
+// backend, and each through every registered scheme ("plugin:cpu") for the
+// backends named in schemeTargets.
+func defaultRun() []string {
+	names := backends.Names()
+	for _, s := range backends.Schemes() {
+		for _, n := range backends.Names() {
+			if slices.Contains(schemeTargets, n) {
+				names = append(names, s+":"+n)
+			}
+		}
+	}
+	return names
+}
+
+// schemeTargets are the backends a default run also runs out of process:
+// the CPU backend always works, so plugin:cpu proves the plugin layer on
+// every machine without doubling the GPU time.
+var schemeTargets = []string{"cpu"}
+
+// Available lists the backends a default run covers that open on this
+// machine, and for every other backend (registered but unavailable, or
+// planned but not linked into this binary) the reason it is left out.
 func Available() (names []string, skipped map[string]error) {
 	skipped = map[string]error{}
-	for _, n := range backends.Names() {
-		open, err := backends.Lookup(n)
-		if err == nil {
-			err = probe(open)
-		}
-		if err != nil {
+	for _, n := range defaultRun() {
+		if err := probe(backends.Choice{Name: n}); err != nil {
 			skipped[n] = err
 			continue
 		}

@@ -1,6 +1,33 @@
 package cpu
 
-import "github.com/capalloc/capalloc/backends"
+import (
+	"context"
 
-// Registered as "cpu" so programs can pick it by name (backends.OpenDriver).
-func init() { backends.Register("cpu", Open) }
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/backends"
+)
+
+// Registered as "cpu", with options (config-string names):
+//
+//	memory_limit=4GiB       device memory size (default DefaultMemoryLimit)
+//	host_memory_limit=1GiB  pinned host memory cap (default: memory_limit)
+//	no_capture=true         emulate a device without graph support
+func init() { backends.Register("cpu", openWith) }
+
+func openWith(_ context.Context, o backends.Options) (alloc.Driver, error) {
+	if err := o.Check("memory_limit", "host_memory_limit", "no_capture"); err != nil {
+		return nil, err
+	}
+	var opts Options
+	var err error
+	if opts.MemoryLimit, err = o.Bytes("memory_limit", 0); err != nil {
+		return nil, err
+	}
+	if opts.HostMemoryLimit, err = o.Bytes("host_memory_limit", 0); err != nil {
+		return nil, err
+	}
+	if opts.NoCapture, err = o.Bool("no_capture", false); err != nil {
+		return nil, err
+	}
+	return New(opts)
+}

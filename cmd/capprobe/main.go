@@ -7,6 +7,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -33,7 +34,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if def == "" {
 		def = "cpu"
 	}
-	backend := fs.String("backend", def, "backend to probe ("+strings.Join(backends.Names(), ", ")+"); default $CAPALLOC_BACKEND or cpu")
+	backend := fs.String("backend", def, "backend config to probe: a name ("+strings.Join(backends.Names(), ", ")+"), with options (cpu:memory_limit=1GiB), or a fallback chain (cuda;cpu); default $CAPALLOC_BACKEND or cpu")
 	modeFlag := fs.String("mode", "global", "capture mode: global, threadlocal, relaxed or all")
 	asJSON := fs.Bool("json", false, "print a JSON array instead of a table")
 	replays := fs.Int("replays", 20, "fresh-data replays that prove each CAPTURABLE row")
@@ -46,17 +47,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "capprobe:", err)
 		return 2
 	}
-	open, err := backends.Lookup(*backend)
+	opened, err := backends.OpenString(context.Background(), *backend)
 	if err != nil {
 		fmt.Fprintln(stderr, "capprobe:", err)
 		return 1
 	}
-	drv, err := open()
-	if err != nil {
-		fmt.Fprintln(stderr, "capprobe:", err)
-		return 1
-	}
+	drv := opened.Driver
 	defer drv.Close()
+	if len(opened.Skipped) > 0 {
+		fmt.Fprintln(stderr, "capprobe:", opened.Report())
+	}
 
 	var rows []row
 	for _, m := range modes {

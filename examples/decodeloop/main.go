@@ -12,6 +12,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -74,11 +75,13 @@ func (e *engine) step() error {
 }
 
 func run(w io.Writer, backend string, steps int) error {
-	drv, err := backends.OpenDriver(backend)
+	opened, err := backends.OpenString(context.Background(), backend)
 	if err != nil {
 		return err
 	}
+	drv := opened.Driver
 	defer drv.Close()
+	fmt.Fprintln(w, opened.Report())
 	a, err := alloc.New(drv, alloc.Options{})
 	if err != nil {
 		return err

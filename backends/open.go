@@ -1,0 +1,85 @@
+package backends
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// Skipped is a choice of a fallback chain that did not open, and why.
+type Skipped struct {
+	Choice Choice
+	Err    error
+}
+
+// Opened is the result of Open: the driver of the first choice that opened,
+// which choice it was, and why each earlier one was skipped.
+type Opened struct {
+	Driver  alloc.Driver
+	Choice  Choice
+	Skipped []Skipped
+}
+
+// Report says in one line which backend was opened and why earlier ones
+// were not, for an engine's startup log.
+func (o *Opened) Report() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "backend %s", o.Choice)
+	for _, s := range o.Skipped {
+		fmt.Fprintf(&b, "; skipped %s: %v", s.Choice.Name, s.Err)
+	}
+	return b.String()
+}
+
+// Open tries the choices of cfg in order and returns the first that opens.
+//
+// A choice that fails because it is unavailable here (library or device
+// missing, name not linked into this binary, plugin failed to start) is
+// skipped and recorded in Opened.Skipped. A config error (ErrInvalidConfig:
+// an unknown option, a bad value) stops the chain at once, since silently
+// running on another backend would hide the typo. When nothing opens, the
+// error wraps alloc.ErrBackendUnavailable and every choice's reason.
+func Open(ctx context.Context, cfg Config) (*Opened, error) {
+	if len(cfg) == 0 {
+		return nil, fmt.Errorf("%w: empty backend config", ErrInvalidConfig)
+	}
+	var skipped []Skipped
+	for _, c := range cfg {
+		d, err := OpenChoice(ctx, c)
+		if err == nil {
+			return &Opened{Driver: d, Choice: c, Skipped: skipped}, nil
+		}
+		if isConfigError(err) || ctx.Err() != nil {
+			return nil, fmt.Errorf("backends: open %s: %w", c, err)
+		}
+		skipped = append(skipped, Skipped{Choice: c, Err: err})
+	}
+	errs := make([]error, len(skipped))
+	for i, s := range skipped {
+		errs[i] = fmt.Errorf("%s: %w", s.Choice.Name, s.Err)
+	}
+	return nil, fmt.Errorf("%w: no backend of %q opened: %w", alloc.ErrBackendUnavailable, cfg.String(), errors.Join(errs...))
+}
+
+// OpenString parses s (see ParseConfig) and opens it as Open does.
+func OpenString(ctx context.Context, s string) (*Opened, error) {
+	cfg, err := ParseConfig(s)
+	if err != nil {
+		return nil, err
+	}
+	return Open(ctx, cfg)
+}
+
+// FromEnv opens the chain in $CAPALLOC_BACKEND, or def when it is unset or
+// empty.
+func FromEnv(ctx context.Context, def string) (*Opened, error) {
+	s := os.Getenv(EnvVar)
+	if strings.TrimSpace(s) == "" {
+		s = def
+	}
+	return OpenString(ctx, s)
+}

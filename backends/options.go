@@ -1,0 +1,163 @@
+package backends
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// Options are one backend's settings, as "key=value" pairs (from a config
+// string, or built in Go). Keys are lower_snake_case. The typed getters
+// return an error wrapping ErrInvalidConfig that names the key and the bad
+// value; a factory calls Check with the keys it knows, so a typo is an error
+// instead of a silently ignored setting.
+type Options map[string]string
+
+// Get returns the value of key, or def when it is not set.
+func (o Options) Get(key, def string) string {
+	if v, ok := o[key]; ok {
+		return v
+	}
+	return def
+}
+
+// Int parses key as a decimal integer.
+func (o Options) Int(key string, def int) (int, error) {
+	v, ok := o[key]
+	if !ok {
+		return def, nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil {
+		return def, o.bad(key, "an integer", err)
+	}
+	return n, nil
+}
+
+// Bool parses key as true/false (also 1/0, yes/no, on/off).
+func (o Options) Bool(key string, def bool) (bool, error) {
+	v, ok := o[key]
+	if !ok {
+		return def, nil
+	}
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "1", "t", "true", "yes", "on":
+		return true, nil
+	case "0", "f", "false", "no", "off":
+		return false, nil
+	}
+	return def, o.bad(key, "true or false", nil)
+}
+
+// Duration parses key with time.ParseDuration ("250ms", "5s").
+func (o Options) Duration(key string, def time.Duration) (time.Duration, error) {
+	v, ok := o[key]
+	if !ok {
+		return def, nil
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil || d < 0 {
+		return def, o.bad(key, "a non-negative duration such as 500ms or 5s", err)
+	}
+	return d, nil
+}
+
+// Bytes parses key as a byte count: a plain number, or one with a binary
+// (KiB, MiB, GiB, TiB) or decimal (KB, MB, GB, TB) suffix; "8GiB", "512m"
+// (single letters are binary, as in most tools), "1024".
+func (o Options) Bytes(key string, def int64) (int64, error) {
+	v, ok := o[key]
+	if !ok {
+		return def, nil
+	}
+	n, err := ParseBytes(v)
+	if err != nil {
+		return def, o.bad(key, "a byte size such as 8GiB, 512MiB or 1048576", err)
+	}
+	return n, nil
+}
+
+// Check fails, with an error wrapping ErrInvalidConfig that lists the known
+// keys, when o holds a key that is not among them.
+func (o Options) Check(known ...string) error {
+	var unknown []string
+	for k := range o {
+		if !slices.Contains(known, k) {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	sort.Strings(unknown)
+	k := append([]string(nil), known...)
+	sort.Strings(k)
+	return fmt.Errorf("%w: unknown option %s (known: %s)", ErrInvalidConfig, strings.Join(unknown, ", "), strings.Join(k, ", "))
+}
+
+// String renders o as "k=v,k=v" with sorted keys, the form ParseConfig reads.
+func (o Options) String() string {
+	keys := make([]string, 0, len(o))
+	for k := range o {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + o[k]
+	}
+	return strings.Join(parts, ",")
+}
+
+// Clone returns a copy that can be changed without touching o.
+func (o Options) Clone() Options {
+	c := make(Options, len(o))
+	for k, v := range o {
+		c[k] = v
+	}
+	return c
+}
+
+func (o Options) bad(key, want string, cause error) error {
+	if cause != nil {
+		return fmt.Errorf("%w: option %s=%q: want %s: %w", ErrInvalidConfig, key, o[key], want, cause)
+	}
+	return fmt.Errorf("%w: option %s=%q: want %s", ErrInvalidConfig, key, o[key], want)
+}
+
+var byteUnits = []struct {
+	suffix string
+	mult   int64
+}{
+	// Longest suffixes first so "GiB" is not read as "B".
+	{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40},
+	{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12},
+	{"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30}, {"t", 1 << 40},
+	{"b", 1},
+}
+
+// ParseBytes reads a byte size as Options.Bytes does.
+func ParseBytes(s string) (int64, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	mult := int64(1)
+	for _, u := range byteUnits {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %q is not a byte size", alloc.ErrInvalidValue, s)
+	}
+	if n < 0 || n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("%w: byte size %q is negative or too large", alloc.ErrInvalidValue, s)
+	}
+	return n * mult, nil
+}
