@@ -46,3 +46,12 @@ func TestBadFlagsAndUnknownBackend(t *testing.T) {
 	require.Equal(t, 1, run([]string{"-backend=no-such-gpu"}, &out, &errb))
 	require.True(t, strings.Contains(errb.String(), "unknown backend") && strings.Contains(errb.String(), "cpu"), errb.String())
 }
+
+func TestFallbackChainSaysWhatWasSkipped(t *testing.T) {
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, run([]string{"-backend=no-such-gpu;cpu:memory_limit=256MiB", "-replays=2"}, &out, &errb), errb.String())
+	require.Contains(t, errb.String(), "backend cpu:memory_limit=256MiB; skipped no-such-gpu")
+	errb.Reset()
+	require.Equal(t, 1, run([]string{"-backend=cpu:memroy_limit=1GiB"}, &out, &errb))
+	require.Contains(t, errb.String(), "memory_limit", "a typo names the known options")
+}
