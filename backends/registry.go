@@ -37,30 +37,22 @@ var (
 
 // Register makes a backend available by name. It panics on a duplicate or
 // invalid name or a nil factory, as those are programming errors at init.
-func Register(name string, f Factory) {
-	mu.Lock()
-	defer mu.Unlock()
-	if name == "" || strings.ContainsAny(name, ":;,= ") || f == nil {
-		panic("backends: Register needs a plain name (no : ; , = or space) and a factory")
-	}
-	if _, dup := factories[name]; dup {
-		panic("backends: Register called twice for " + name)
-	}
-	factories[name] = f
-}
+func Register(name string, f Factory) { put(factories, "Register", name, f, f == nil) }
 
 // RegisterScheme makes "scheme:target" names available ("plugin" is
 // registered by backends/plugin). It panics like Register.
-func RegisterScheme(scheme string, f SchemeFactory) {
+func RegisterScheme(scheme string, f SchemeFactory) { put(schemes, "RegisterScheme", scheme, f, f == nil) }
+
+func put[V any](m map[string]V, fn, name string, f V, isNil bool) {
 	mu.Lock()
 	defer mu.Unlock()
-	if scheme == "" || strings.ContainsAny(scheme, ":;,= ") || f == nil {
-		panic("backends: RegisterScheme needs a plain scheme name and a factory")
+	if name == "" || strings.ContainsAny(name, ":;,= ") || isNil {
+		panic("backends: " + fn + " needs a plain name (no : ; , = or space) and a non-nil factory")
 	}
-	if _, dup := schemes[scheme]; dup {
-		panic("backends: RegisterScheme called twice for " + scheme)
+	if _, dup := m[name]; dup {
+		panic("backends: " + fn + " called twice for " + name)
 	}
-	schemes[scheme] = f
+	m[name] = f
 }
 
 // Names lists the registered backends, sorted.
