@@ -69,7 +69,11 @@ func loadRuntime(getenv func(string) string) (*runtimeAPI, error) {
 		}
 		h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
 		if err != nil {
-			tried = append(tried, fmt.Sprintf("%s: %v", path, err))
+			msg := err.Error() // dlerror usually starts with the path already
+			if !strings.HasPrefix(msg, path) {
+				msg = path + ": " + msg
+			}
+			tried = append(tried, msg)
 			continue
 		}
 		rt, err := bind(path, h)
