@@ -306,4 +306,3 @@ func TestFakeQueryAndClosed(t *testing.T) {
 	require.ErrorIs(t, err, alloc.ErrClosed)
 	require.ErrorIs(t, d.BeginCapture(s, alloc.Global), alloc.ErrClosed)
 }
-

@@ -140,7 +140,8 @@ const char *cudaGetErrorString(cudaError_t e) {
   case 401: return "the operation cannot be performed in the present state";
   case 900: return "operation not permitted when stream is capturing";
   case 901: return "operation failed due to a previous error during capture";
-  case 908: return "operation not permitted on an event last recorded in a capturing stream";
+  case 907: return "operation not permitted on an event last recorded in a capturing stream";
+  case 908: return "operation not permitted on a stream capture object in current thread";
   }
   return "fake: unknown error";
 }
