@@ -392,7 +392,11 @@ cudaError_t cudaGraphLaunch(void *eh, void *h) {
   if (!s || !eh) RETURN(400);
   exec_t *e = eh;
   logf_("cudaGraphLaunch exec=%p stream=%p", eh, h);
-  if (s->status) { s->status = 2; RETURN(900); }
+  if (s->status == 2) RETURN(901);
+  if (s->status == 1) { /* a child graph node: its operations, in order */
+    for (int i = 0; i < e->g->nops; i++) record(s, e->g->ops[i]);
+    RETURN(0);
+  }
   for (int i = 0; i < e->g->nops; i++) apply(e->g->ops[i]);
   e->g->launched = 1;
   RETURN(0);
