@@ -14,7 +14,8 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/conformance"
-	_ "github.com/capalloc/capalloc/cpu" // registers "cpu"
+	_ "github.com/capalloc/capalloc/cpu"  // registers "cpu"
+	_ "github.com/capalloc/capalloc/cuda" // registers "cuda"
 )
 
 var backendFlag = flag.String("backend", "", "backend to run the suite on (default $CAPALLOC_BACKEND; empty: every available one)")

@@ -21,6 +21,7 @@ import (
 	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/conformance"
 	_ "github.com/capalloc/capalloc/cpu"
+	_ "github.com/capalloc/capalloc/cuda"
 )
 
 func main() {

@@ -1,0 +1,91 @@
+package cuda
+
+import "unsafe"
+
+// ABI facts of the CUDA runtime, each taken from NVIDIA's headers
+// (driver_types.h, cuda_runtime_api.h of CUDA 11.x/12.x), never from memory.
+// Enums are C ints (4 bytes); handles (cudaStream_t, cudaMemPool_t,
+// cudaGraph_t, cudaGraphExec_t) are pointers.
+
+// cudaMemcpyKind (driver_types.h: enum cudaMemcpyKind).
+const (
+	memcpyHostToDevice   = 1
+	memcpyDeviceToHost   = 2
+	memcpyDeviceToDevice = 3
+)
+
+// cudaStreamCaptureStatus (driver_types.h), as cudaStreamIsCapturing reports it.
+const (
+	captureStatusNone        = 0
+	captureStatusActive      = 1
+	captureStatusInvalidated = 2
+)
+
+// cudaStreamCaptureMode (driver_types.h). alloc.CaptureMode has the same
+// order, but the mapping is spelled out so a change on either side is caught
+// by the tests.
+const (
+	captureModeGlobal      = 0
+	captureModeThreadLocal = 1
+	captureModeRelaxed     = 2
+)
+
+// Flags (driver_types.h #defines and enum cudaGraphInstantiateFlags).
+const (
+	hostAllocPortable                = 0x01 // cudaHostAllocPortable: pinned for every context
+	streamNonBlocking                = 0x01 // cudaStreamNonBlocking
+	graphInstantiateAutoFreeOnLaunch = 1    // cudaGraphInstantiateFlagAutoFreeOnLaunch (CUDA 11.4+)
+)
+
+// cudaMemPoolAttr (driver_types.h): the value is a cuuint64_t.
+const memPoolAttrReleaseThreshold = 0x4
+
+// cudaDeviceAttr (driver_types.h).
+const (
+	devAttrIntegrated           = 18
+	devAttrMemoryPoolsSupported = 115
+)
+
+// cudaMemAllocationType, cudaMemAllocationHandleType, cudaMemLocationType
+// (driver_types.h).
+const (
+	memAllocationTypePinned = 0x1
+	memHandleTypeNone       = 0x0
+	memLocationTypeDevice   = 1
+)
+
+// memPoolProps is struct cudaMemPoolProps (driver_types.h):
+//
+//	enum cudaMemAllocationType       allocType;    // 4
+//	enum cudaMemAllocationHandleType handleTypes;  // 4
+//	struct cudaMemLocation { enum type; int id; } location; // 8
+//	void *win32SecurityAttributes;                 // 8
+//	unsigned char reserved[64];                    // CUDA 11.2-11.x
+//
+// CUDA 12 carved `size_t maxSize; unsigned short usage; unsigned char
+// reserved[54];` out of the same 64 tail bytes, so the struct is 88 bytes in
+// every version and an all-zero tail means "defaults" in every version.
+type memPoolProps struct {
+	allocType               int32
+	handleTypes             int32
+	locationType            int32
+	locationID              int32
+	win32SecurityAttributes uintptr
+	tail                    [64]byte
+}
+
+// The layout is part of the ABI: checked at compile time.
+var (
+	_ [88 - unsafe.Sizeof(memPoolProps{})]struct{}
+	_ [unsafe.Sizeof(memPoolProps{}) - 88]struct{}
+	_ [24 - unsafe.Offsetof(memPoolProps{}.tail)]struct{}
+	_ [unsafe.Offsetof(memPoolProps{}.tail) - 24]struct{}
+)
+
+// devicePropsBufSize bounds struct cudaDeviceProp (about 1 KiB in CUDA 12);
+// only its first field, char name[256], is read, so the buffer is generous
+// rather than exact and survives layout changes between versions.
+const (
+	devicePropsBufSize = 8 << 10
+	deviceNameLen      = 256
+)

@@ -1,0 +1,251 @@
+// Package cuda is the alloc.Driver for NVIDIA GPUs, bound to the CUDA
+// runtime (libcudart) at run time through purego: no cgo, so it builds with
+// CGO_ENABLED=0 for linux/amd64 and linux/arm64, and a machine without CUDA
+// gets an error wrapping alloc.ErrBackendUnavailable that says what was
+// searched, never a crash. See docs/cuda-backend.md.
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// Alignment is the guaranteed alignment of device allocations: the CUDA
+// programming guide states every address returned by the runtime's
+// allocation routines is aligned to at least 256 bytes.
+const Alignment int64 = 256
+
+// DefaultReleaseThreshold keeps every byte the pool has reserved (the
+// pool's threshold is a cuuint64_t; UINT64_MAX means "never trim at
+// synchronize"). CUDA's own default of 0 returns memory to the OS at every
+// synchronize, which on GB10's unified memory stalls the process.
+const DefaultReleaseThreshold uint64 = math.MaxUint64
+
+// captureDomain is one per process: every CUDA context in the process sees
+// every Global-mode capture, whichever Driver started it.
+const captureDomain = "cuda"
+
+// Options configures a Driver. The zero value is device 0, a dedicated pool
+// that never trims, default-priority blocking streams.
+type Options struct {
+	// Device is the CUDA device ordinal.
+	Device int
+	// ReleaseThreshold is the pool's cudaMemPoolAttrReleaseThreshold in
+	// bytes: memory above it is returned to the OS at synchronize. 0 means
+	// DefaultReleaseThreshold; there is deliberately no way to ask for 0.
+	ReleaseThreshold int64
+	// Reserve is allocated and freed once at New, so the pool holds that
+	// much from the start. It must not exceed ReleaseThreshold, or the
+	// pool would give it back at the first synchronize.
+	Reserve int64
+	// DefaultPool uses the device's default pool
+	// (cudaDeviceGetDefaultMemPool), shared with every cudaMallocAsync in
+	// the process, instead of a pool of this driver's own.
+	DefaultPool bool
+	// StreamPriority is passed to cudaStreamCreateWithPriority (lower is
+	// higher priority; CUDA clamps it to the device's range).
+	StreamPriority int
+	// NonBlocking creates streams with cudaStreamNonBlocking: they do not
+	// synchronize with the legacy default stream.
+	NonBlocking bool
+}
+
+func (o Options) validate() error {
+	switch {
+	case o.Device < 0:
+		return errf(alloc.ErrInvalidValue, "device ordinal %d is negative", o.Device)
+	case o.ReleaseThreshold < 0:
+		return errf(alloc.ErrInvalidValue, "release threshold %d B is negative", o.ReleaseThreshold)
+	case o.Reserve < 0:
+		return errf(alloc.ErrInvalidValue, "reserve %d B is negative", o.Reserve)
+	case o.Reserve > 0 && o.ReleaseThreshold > 0 && o.Reserve > o.ReleaseThreshold:
+		return errf(alloc.ErrInvalidValue, "reserve %d B exceeds release threshold %d B: the pool would return it at the first synchronize",
+			o.Reserve, o.ReleaseThreshold)
+	}
+	return nil
+}
+
+func (o Options) threshold() uint64 {
+	if o.ReleaseThreshold == 0 {
+		return DefaultReleaseThreshold
+	}
+	return uint64(o.ReleaseThreshold)
+}
+
+// Driver is one CUDA device. Every method is safe for concurrent use.
+type Driver struct {
+	rt   *runtimeAPI
+	opts Options
+	info alloc.DeviceInfo
+
+	dev     *osThread // device-dependent calls, device current
+	capture *osThread // begin/end capture only
+
+	pool    uintptr // cudaMemPool_t
+	ownPool bool    // created here (destroyed at Close), not the default pool
+
+	closed atomic.Bool
+
+	mu      sync.Mutex                            // writers of streams and hosts
+	streams atomic.Pointer[map[alloc.Stream]bool] // live streams, read lock-free
+	hosts   atomic.Pointer[[]hostRegion]          // pinned buffers by address
+}
+
+var _ alloc.Driver = (*Driver)(nil)
+
+// New loads the CUDA runtime and opens a device. Without a usable runtime,
+// driver or device the error wraps alloc.ErrBackendUnavailable and says
+// what was searched or found; bad options wrap alloc.ErrInvalidValue.
+func New(opts Options) (alloc.Driver, error) { return open(opts) }
+
+func open(opts Options) (*Driver, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	rt, err := loadRuntime(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	d := &Driver{rt: rt, opts: opts}
+	d.streams.Store(&map[alloc.Stream]bool{})
+	d.hosts.Store(&[]hostRegion{})
+	if err := d.checkDevice(); err != nil {
+		return nil, err
+	}
+	setDevice := func() error {
+		return rt.check(fmt.Sprintf("make device %d current", opts.Device), "cudaSetDevice", call(rt.setDevice, uintptr(opts.Device)))
+	}
+	if d.dev, err = startThread(setDevice); err != nil {
+		return nil, err
+	}
+	if d.capture, err = startThread(setDevice); err != nil {
+		d.dev.stop()
+		return nil, err
+	}
+	if err := d.dev.do("open", d.setup); err != nil {
+		d.dev.stop()
+		d.capture.stop()
+		return nil, err
+	}
+	return d, nil
+}
+
+// checkDevice refuses a machine without the device or without memory pool
+// support, as unavailable: a fallback chain moves on to the next backend.
+func (d *Driver) checkDevice() error {
+	rt, dev := d.rt, d.opts.Device
+	var n int32
+	if err := rt.check("count devices", "cudaGetDeviceCount", call(rt.getDeviceCount, uintptr(unsafe.Pointer(&n)))); err != nil {
+		return err
+	}
+	if dev >= int(n) {
+		return errf(alloc.ErrBackendUnavailable, "device %d requested, %d present (%s)", dev, n, rt.path)
+	}
+	var pools int32
+	if err := rt.check("query memory pool support", "cudaDeviceGetAttribute",
+		call(rt.deviceGetAttribute, uintptr(unsafe.Pointer(&pools)), devAttrMemoryPoolsSupported, uintptr(dev))); err != nil {
+		return err
+	}
+	if pools == 0 {
+		return errf(alloc.ErrBackendUnavailable, "device %d does not support stream-ordered memory pools (cudaDevAttrMemoryPoolsSupported = 0)", dev)
+	}
+	return nil
+}
+
+// setup runs on the dev thread: device info, the pool, the reservation.
+func (d *Driver) setup() error {
+	rt, dev := d.rt, d.opts.Device
+	var free, total uint64
+	if err := rt.check("memory info", "cudaMemGetInfo", call(rt.memGetInfo, uintptr(unsafe.Pointer(&free)), uintptr(unsafe.Pointer(&total)))); err != nil {
+		return err
+	}
+	var integrated int32
+	if err := rt.check("query integrated", "cudaDeviceGetAttribute",
+		call(rt.deviceGetAttribute, uintptr(unsafe.Pointer(&integrated)), devAttrIntegrated, uintptr(dev))); err != nil {
+		return err
+	}
+	d.info = alloc.DeviceInfo{
+		Name:          fmt.Sprintf("cuda:%d %s (runtime %s, driver %s)", dev, d.deviceName(), versionString(rt.runtimeVersion), versionString(rt.driverVersion)),
+		TotalMemory:   int64(min(total, math.MaxInt64)),
+		Alignment:     Alignment,
+		UnifiedMemory: integrated != 0,
+	}
+	if err := d.createPool(); err != nil {
+		return err
+	}
+	if err := d.reserve(); err != nil {
+		d.destroyPool()
+		return err
+	}
+	return nil
+}
+
+// deviceName reads cudaDeviceProp.name, or "" without the optional symbol.
+func (d *Driver) deviceName() string {
+	if d.rt.getDeviceProperties == 0 {
+		return ""
+	}
+	buf := make([]byte, devicePropsBufSize)
+	if call(d.rt.getDeviceProperties, uintptr(unsafe.Pointer(&buf[0])), uintptr(d.opts.Device)) != 0 {
+		return ""
+	}
+	name := buf[:deviceNameLen]
+	for i, c := range name {
+		if c == 0 {
+			return string(name[:i])
+		}
+	}
+	return string(name)
+}
+
+func (d *Driver) Name() string           { return "cuda" }
+func (d *Driver) Info() alloc.DeviceInfo { return d.info }
+
+// CaptureDomain is "cuda" for every Driver: Global-mode captures are
+// process wide in CUDA.
+func (d *Driver) CaptureDomain() string { return captureDomain }
+
+// Runtime reports the loaded library and its versions, for logs.
+func (d *Driver) Runtime() (path string, runtimeVersion, driverVersion int) {
+	return d.rt.path, d.rt.runtimeVersion, d.rt.driverVersion
+}
+
+// Close frees the pinned buffers and streams still registered, destroys the
+// driver's own pool and stops its threads. Device allocations still live
+// are the allocator's to report; the pool releases them when the last is
+// freed. Every later call fails with alloc.ErrClosed.
+func (d *Driver) Close() error {
+	if !d.closed.CompareAndSwap(false, true) {
+		return errClosed("close")
+	}
+	d.mu.Lock()
+	hosts := d.hosts.Swap(&[]hostRegion{})
+	streams := d.streams.Swap(&map[alloc.Stream]bool{})
+	d.mu.Unlock()
+	var first error
+	keep := func(err error) {
+		if first == nil {
+			first = err
+		}
+	}
+	err := d.dev.do("close", func() error {
+		for _, h := range *hosts {
+			keep(d.rt.check("close: free host buffer", "cudaFreeHost", call(d.rt.freeHost, h.start)))
+		}
+		for s := range *streams {
+			keep(d.rt.check("close: destroy stream", "cudaStreamDestroy", call(d.rt.streamDestroy, uintptr(s))))
+		}
+		d.destroyPool()
+		return nil
+	})
+	keep(err)
+	d.dev.stop()
+	d.capture.stop()
+	return first
+}

@@ -1,0 +1,124 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// cudaError_t values this backend maps to a sentinel (driver_types.h: enum
+// cudaError). Any other non-zero code is ErrDriver; the code and the
+// runtime's own text are always kept in the message.
+const (
+	errInvalidValue               = 1
+	errMemoryAllocation           = 2
+	errInitializationError        = 3
+	errCudartUnloading            = 4
+	errInvalidDevicePointer       = 17 // deprecated since 10.1, still mapped
+	errInvalidMemcpyDirection     = 21
+	errStubLibrary                = 34
+	errInsufficientDriver         = 35
+	errCallRequiresNewerDriver    = 36
+	errDevicesUnavailable         = 46
+	errNoDevice                   = 100
+	errInvalidDevice              = 101
+	errDeviceNotLicensed          = 102
+	errSoftwareValidityNotEstabl  = 103
+	errStartupFailure             = 127
+	errInvalidResourceHandle      = 400
+	errIllegalState               = 401
+	errNotReady                   = 600
+	errNotSupported               = 801
+	errSystemNotReady             = 802
+	errSystemDriverMismatch       = 803
+	errCompatNotSupportedOnDevice = 804
+	errStreamCaptureUnsupported   = 900
+	errStreamCaptureInvalidated   = 901
+	errStreamCaptureMerge         = 902
+	errStreamCaptureUnmatched     = 903
+	errStreamCaptureUnjoined      = 904
+	errStreamCaptureIsolation     = 905
+	errStreamCaptureImplicit      = 906
+	errCapturedEvent              = 907
+	errStreamCaptureWrongThread   = 908
+	errTimeout                    = 909
+	errGraphExecUpdateFailure     = 910
+)
+
+// sentinelFor maps a cudaError_t to the alloc sentinel it means here.
+//
+//   - 2: out of memory.
+//   - 900 (unsupported during capture), 906 (implicit dependency on the
+//     legacy stream), 907 (captured event): the call was illegal because a
+//     capture is active, and CUDA invalidated the capture.
+//   - 901: the capture had already been invalidated.
+//   - 902-905, 908, 910: capture misuse (merge, unmatched end, unjoined fork,
+//     isolation, wrong thread, graph update): the capture is unusable, so the
+//     caller sees it as invalidated; the code says which.
+//   - 3, 4, 34, 35, 36, 46, 100, 102, 103, 127, 802, 803, 804: no usable
+//     driver or device: the backend is unavailable.
+//   - 1, 17, 21, 101, 400, 401: a bad argument or handle.
+//   - 801 (not supported), 909 and everything else: a driver error.
+func sentinelFor(code int) error {
+	switch code {
+	case errMemoryAllocation:
+		return alloc.ErrOutOfMemory
+	case errStreamCaptureUnsupported, errStreamCaptureImplicit, errCapturedEvent:
+		return alloc.ErrCaptureIllegalOp
+	case errStreamCaptureInvalidated, errStreamCaptureMerge, errStreamCaptureUnmatched,
+		errStreamCaptureUnjoined, errStreamCaptureIsolation, errStreamCaptureWrongThread,
+		errGraphExecUpdateFailure:
+		return alloc.ErrCaptureInvalidated
+	case errInitializationError, errCudartUnloading, errStubLibrary, errInsufficientDriver,
+		errCallRequiresNewerDriver, errDevicesUnavailable, errNoDevice, errDeviceNotLicensed,
+		errSoftwareValidityNotEstabl, errStartupFailure, errSystemNotReady,
+		errSystemDriverMismatch, errCompatNotSupportedOnDevice:
+		return alloc.ErrBackendUnavailable
+	case errInvalidValue, errInvalidDevicePointer, errInvalidMemcpyDirection, errInvalidDevice,
+		errInvalidResourceHandle, errIllegalState:
+		return alloc.ErrInvalidValue
+	}
+	return alloc.ErrDriver
+}
+
+// Error is a failed CUDA runtime call. It matches (errors.Is) the alloc
+// sentinel its code maps to, and errors.As gives the numeric code.
+type Error struct {
+	Op   string // what the driver was doing ("malloc async 4096 B")
+	Call string // the runtime function ("cudaMallocFromPoolAsync")
+	Code int    // cudaError_t
+	Text string // cudaGetErrorString(Code)
+
+	// kind overrides the code's sentinel where the call gives the code a
+	// more precise meaning (801 from cudaStreamBeginCapture: no graphs).
+	kind error
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%v: cuda: %s: %s returned %d (%s)", e.Unwrap(), e.Op, e.Call, e.Code, e.Text)
+}
+
+// Unwrap lets errors.Is find the sentinel.
+func (e *Error) Unwrap() error {
+	if e.kind != nil {
+		return e.kind
+	}
+	return sentinelFor(e.Code)
+}
+
+// errf is a backend error that did not come from a runtime call.
+func errf(sentinel error, format string, args ...any) error {
+	return fmt.Errorf("%w: cuda: "+format, append([]any{sentinel}, args...)...)
+}
+
+func errClosed(op string) error { return errf(alloc.ErrClosed, "%s: driver is closed", op) }
+
+// codeOf returns the cudaError_t inside err, or 0.
+func codeOf(err error) int {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return 0
+}

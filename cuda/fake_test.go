@@ -1,0 +1,115 @@
+package cuda
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// The fake libcudart (testdata/fakecudart.c) is compiled once per test
+// binary with gcc and loaded through CAPALLOC_CUDA_LIB, so the purego
+// marshalling of every bound call runs here without a GPU.
+
+var (
+	fakeOnce sync.Once
+	fakeSrc  []byte
+	fakeDir  string
+	fakeErr  error
+)
+
+// fakeLib compiles the fake into a fresh path (a fresh load, so a fresh
+// version and state) and points CAPALLOC_CUDA_LIB at it.
+func fakeLib(t testing.TB) string {
+	t.Helper()
+	fakeOnce.Do(func() {
+		if _, err := exec.LookPath("gcc"); err != nil {
+			fakeErr = err
+			return
+		}
+		fakeSrc, fakeErr = os.ReadFile(filepath.Join("testdata", "fakecudart.c"))
+		if fakeErr == nil {
+			fakeDir, fakeErr = os.MkdirTemp("", "fakecudart")
+		}
+	})
+	if fakeErr != nil {
+		t.Skipf("fake libcudart not built (gcc or testdata missing): %v", fakeErr)
+	}
+	out, err := os.CreateTemp(fakeDir, "libcudart-*.so")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	cmd := exec.Command("gcc", "-shared", "-fPIC", "-O1", "-o", out.Name(), "-x", "c", "-", "-lpthread")
+	cmd.Stdin = bytes.NewReader(fakeSrc)
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, msg)
+	}
+	t.Setenv(LibEnv, out.Name())
+	return out.Name()
+}
+
+// fakeLog reads (and clears) the fake's call log.
+type fakeLog struct {
+	read, reset uintptr
+}
+
+func openFakeLog(t testing.TB, path string) *fakeLog {
+	t.Helper()
+	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &fakeLog{}
+	if l.read, err = purego.Dlsym(h, "fake_log"); err != nil {
+		t.Fatal(err)
+	}
+	if l.reset, err = purego.Dlsym(h, "fake_log_reset"); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func (l *fakeLog) lines() []string {
+	buf := make([]byte, 1<<20)
+	r1, _, _ := purego.SyscallN(l.read, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
+	s := strings.TrimSpace(string(buf[:r1]))
+	purego.SyscallN(l.reset)
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+// find returns the log lines that contain every part.
+func find(lines []string, parts ...string) []string {
+	var out []string
+next:
+	for _, l := range lines {
+		for _, p := range parts {
+			if !strings.Contains(l, p) {
+				continue next
+			}
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func openFake(t testing.TB, opts Options) (*Driver, *fakeLog) {
+	t.Helper()
+	path := fakeLib(t)
+	log := openFakeLog(t, path)
+	d, err := open(opts)
+	if err != nil {
+		t.Fatalf("open on the fake runtime: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d, log
+}

@@ -1,0 +1,102 @@
+package cuda
+
+import (
+	"fmt"
+	"slices"
+	"unsafe"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// hostRegion is one cudaHostAlloc buffer: C memory, outside the Go heap.
+type hostRegion struct {
+	start uintptr
+	size  int
+}
+
+func addr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+// pinned reports whether b lies inside one HostAlloc buffer. The async
+// copies require it: with pageable memory CUDA would copy synchronously
+// (and a capture would record a snapshot, or fail).
+func (d *Driver) pinned(b []byte) bool {
+	rs := *d.hosts.Load()
+	p := addr(b)
+	i, found := slices.BinarySearchFunc(rs, p, func(r hostRegion, p uintptr) int {
+		switch {
+		case r.start < p:
+			return -1
+		case r.start > p:
+			return 1
+		}
+		return 0
+	})
+	if !found {
+		i-- // the region starting before p, if any
+	}
+	if i < 0 {
+		return false
+	}
+	r := rs[i]
+	return p >= r.start && p+uintptr(len(b)) <= r.start+uintptr(r.size)
+}
+
+// HostAlloc is cudaHostAlloc with cudaHostAllocPortable (pinned for every
+// context, so the buffer does not depend on the current device), on the dev
+// thread. The slice views C memory; it stays valid until HostFree.
+func (d *Driver) HostAlloc(size int64) ([]byte, error) {
+	op := fmt.Sprintf("host alloc %d B", size)
+	if d.closed.Load() {
+		return nil, errClosed(op)
+	}
+	if err := checkSize(op, size); err != nil {
+		return nil, err
+	}
+	if uint64(size) > uint64(^uint(0)>>1) {
+		return nil, errf(alloc.ErrInvalidValue, "%s: larger than the address space", op)
+	}
+	var p unsafe.Pointer // C writes a pointer to C memory: the GC ignores it
+	err := d.dev.do(op, func() error {
+		return d.rt.check(op, "cudaHostAlloc", call(d.rt.hostAlloc, uintptr(unsafe.Pointer(&p)), uintptr(size), hostAllocPortable))
+	})
+	if err != nil {
+		return nil, err
+	}
+	b := unsafe.Slice((*byte)(p), int(size))
+	d.mu.Lock()
+	rs := *d.hosts.Load()
+	r := hostRegion{start: addr(b), size: int(size)}
+	i, _ := slices.BinarySearchFunc(rs, r.start, func(r hostRegion, p uintptr) int {
+		if r.start < p {
+			return -1
+		}
+		return 1
+	})
+	rs = slices.Insert(slices.Clip(rs), i, r)
+	d.hosts.Store(&rs)
+	d.mu.Unlock()
+	return b, nil
+}
+
+// HostFree releases a HostAlloc buffer passed exactly as returned;
+// cudaFreeHost waits for work that may still use it.
+func (d *Driver) HostFree(b []byte) error {
+	op := fmt.Sprintf("host free %#x (%d B)", addr(b), len(b))
+	if d.closed.Load() {
+		return errClosed(op)
+	}
+	d.mu.Lock()
+	rs := *d.hosts.Load()
+	i := -1
+	if len(b) > 0 {
+		i = slices.IndexFunc(rs, func(r hostRegion) bool { return r.start == addr(b) && r.size == len(b) })
+	}
+	if i < 0 {
+		d.mu.Unlock()
+		return errf(alloc.ErrInvalidValue, "%s: not a buffer from HostAlloc, or already freed", op)
+	}
+	rs = slices.Delete(slices.Clone(rs), i, i+1)
+	d.hosts.Store(&rs)
+	d.mu.Unlock()
+	return d.dev.do(op, func() error { return d.rt.check(op, "cudaFreeHost", call(d.rt.freeHost, addr(b))) })
+}

@@ -1,0 +1,59 @@
+package cuda
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/backends"
+)
+
+// Registered as "cuda", with options (config-string names):
+//
+//	device=0                 CUDA device ordinal
+//	release_threshold=8GiB   pool release threshold (default: never release)
+//	reserve=2GiB             allocate and free this much once at open
+//	default_pool=true        use the device's default pool
+//	stream_priority=-1       cudaStreamCreateWithPriority priority
+//	non_blocking=true        streams do not sync with the legacy stream
+func init() { backends.Register("cuda", openWith) }
+
+func openWith(_ context.Context, o backends.Options) (alloc.Driver, error) {
+	opts, err := parseOptions(o)
+	if err != nil {
+		return nil, err
+	}
+	return New(opts)
+}
+
+// parseOptions reads config-string options; every error wraps
+// backends.ErrInvalidConfig.
+func parseOptions(o backends.Options) (Options, error) {
+	var opts Options
+	if err := o.Check("device", "release_threshold", "reserve", "default_pool", "stream_priority", "non_blocking"); err != nil {
+		return opts, err
+	}
+	var err error
+	if opts.Device, err = o.Int("device", 0); err != nil {
+		return opts, err
+	}
+	if opts.ReleaseThreshold, err = o.Bytes("release_threshold", 0); err != nil {
+		return opts, err
+	}
+	if opts.Reserve, err = o.Bytes("reserve", 0); err != nil {
+		return opts, err
+	}
+	if opts.DefaultPool, err = o.Bool("default_pool", false); err != nil {
+		return opts, err
+	}
+	if opts.StreamPriority, err = o.Int("stream_priority", 0); err != nil {
+		return opts, err
+	}
+	if opts.NonBlocking, err = o.Bool("non_blocking", false); err != nil {
+		return opts, err
+	}
+	if err := opts.validate(); err != nil {
+		return opts, fmt.Errorf("%w: %w", backends.ErrInvalidConfig, err)
+	}
+	return opts, nil
+}

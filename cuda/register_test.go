@@ -1,0 +1,45 @@
+package cuda
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/backends"
+)
+
+func TestParseOptions(t *testing.T) {
+	o, err := parseOptions(backends.Options{
+		"device": "1", "release_threshold": "8GiB", "reserve": "512MiB",
+		"default_pool": "true", "stream_priority": "-1", "non_blocking": "yes",
+	})
+	require.NoError(t, err)
+	require.Equal(t, Options{Device: 1, ReleaseThreshold: 8 << 30, Reserve: 512 << 20, DefaultPool: true, StreamPriority: -1, NonBlocking: true}, o)
+	o, err = parseOptions(backends.Options{})
+	require.NoError(t, err)
+	require.Equal(t, Options{}, o)
+	require.Equal(t, DefaultReleaseThreshold, o.threshold())
+
+	for name, bad := range map[string]backends.Options{
+		"unknown key":         {"devcie": "0"},
+		"device not int":      {"device": "gpu0"},
+		"negative device":     {"device": "-1"},
+		"threshold not bytes": {"release_threshold": "lots"},
+		"reserve not bytes":   {"reserve": "-5"},
+		"pool not bool":       {"default_pool": "maybe"},
+		"priority not int":    {"stream_priority": "high"},
+		"blocking not bool":   {"non_blocking": "2"},
+		"reserve > threshold": {"reserve": "2GiB", "release_threshold": "1GiB"},
+	} {
+		_, err := parseOptions(bad)
+		require.ErrorIs(t, err, backends.ErrInvalidConfig, name)
+		require.ErrorIs(t, err, alloc.ErrInvalidValue, name)
+	}
+}
+
+// A config error stops a fallback chain before any library is loaded.
+func TestRegisteredBackendRejectsBadOptions(t *testing.T) {
+	_, err := backends.OpenString(t.Context(), "cuda:device=x;cpu")
+	require.ErrorIs(t, err, backends.ErrInvalidConfig)
+}

@@ -1,0 +1,113 @@
+package cuda
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// runtimeAPI is one loaded libcudart: its versions and resolved symbols.
+// Calls go through purego.SyscallN on the cached address (about 65 ns, no
+// allocation) rather than reflective RegisterFunc wrappers (170-250 ns plus
+// allocations); only cudaGetErrorString, off the hot path, uses RegisterFunc
+// for its string result.
+type runtimeAPI struct {
+	path           string
+	runtimeVersion int
+	driverVersion  int
+	errorString    func(code int32) string
+	symbols
+}
+
+// bind checks the versions of the library at path and resolves its symbols.
+func bind(path string, h uintptr) (*runtimeAPI, error) {
+	rt := &runtimeAPI{path: path}
+	var getRT, getDrv, getStr uintptr
+	for _, b := range []binding{
+		{"cudaRuntimeGetVersion", &getRT, false},
+		{"cudaDriverGetVersion", &getDrv, false},
+		{"cudaGetErrorString", &getStr, false},
+	} {
+		addr, err := purego.Dlsym(h, b.name)
+		if err != nil || addr == 0 {
+			return nil, fmt.Errorf("%w: cuda: %s is not a CUDA runtime: no symbol %s", alloc.ErrBackendUnavailable, path, b.name)
+		}
+		*b.addr = addr
+	}
+	purego.RegisterFunc(&rt.errorString, getStr)
+
+	var v int32
+	if code := call(getRT, uintptr(unsafe.Pointer(&v))); code != 0 {
+		return nil, rt.fail("runtime version", "cudaRuntimeGetVersion", code)
+	}
+	rt.runtimeVersion = int(v)
+	v = 0
+	if code := call(getDrv, uintptr(unsafe.Pointer(&v))); code != 0 {
+		return nil, rt.fail("driver version", "cudaDriverGetVersion", code)
+	}
+	rt.driverVersion = int(v)
+	if err := checkVersions(path, rt.runtimeVersion, rt.driverVersion); err != nil {
+		return nil, err
+	}
+	bs, err := rt.bindings(rt.runtimeVersion)
+	if err != nil {
+		return nil, err
+	}
+	if err := resolve(h, path, bs); err != nil {
+		return nil, err
+	}
+	return rt, nil
+}
+
+// checkVersions refuses a runtime older than minRuntimeVersion, a machine
+// without a driver (cudaDriverGetVersion reports 0), and a driver of an
+// older major version than the runtime (CUDA's minor-version compatibility
+// holds only within a major version).
+func checkVersions(path string, runtimeVersion, driverVersion int) error {
+	if runtimeVersion < minRuntimeVersion {
+		return fmt.Errorf("%w: cuda: %s is CUDA runtime %s; the minimum is %s",
+			alloc.ErrBackendUnavailable, path, versionString(runtimeVersion), versionString(minRuntimeVersion))
+	}
+	if driverVersion == 0 {
+		return fmt.Errorf("%w: cuda: %s loaded (runtime %s) but no CUDA driver is installed (cudaDriverGetVersion reports 0)",
+			alloc.ErrBackendUnavailable, path, versionString(runtimeVersion))
+	}
+	if driverVersion/1000 < runtimeVersion/1000 {
+		return fmt.Errorf("%w: cuda: %s is CUDA runtime %s but the driver supports only CUDA %s",
+			alloc.ErrBackendUnavailable, path, versionString(runtimeVersion), versionString(driverVersion))
+	}
+	return nil
+}
+
+// call invokes a C function returning cudaError_t. go:uintptrescapes keeps
+// the objects behind uintptr(unsafe.Pointer(p)) arguments alive and in
+// place (moved to the heap) for the duration of the call, as for SyscallN.
+//
+//go:uintptrescapes
+func call(fn uintptr, args ...uintptr) int32 {
+	r1, _, _ := purego.SyscallN(fn, args...)
+	return int32(r1) // cudaError_t is a C int: the upper half is garbage
+}
+
+// fail builds the typed error of a failed call.
+func (rt *runtimeAPI) fail(op, fn string, code int32) *Error {
+	return &Error{Op: op, Call: fn, Code: int(code), Text: rt.text(code)}
+}
+
+// check is nil for cudaSuccess, else the typed error.
+func (rt *runtimeAPI) check(op, fn string, code int32) error {
+	if code == 0 {
+		return nil
+	}
+	return rt.fail(op, fn, code)
+}
+
+func (rt *runtimeAPI) text(code int32) string {
+	if rt.errorString == nil {
+		return "unknown error"
+	}
+	return rt.errorString(code)
+}

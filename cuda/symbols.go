@@ -1,0 +1,147 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/ebitengine/purego"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// minRuntimeVersion is CUDA 11.4: the first runtime with
+// cudaGraphInstantiateWithFlags and cudaGraphInstantiateFlagAutoFreeOnLaunch
+// (cuda_runtime_api.h guards it with __CUDART_API_VERSION >= 11040); stream
+// ordered pools (cudaMallocFromPoolAsync) arrived in 11.2.
+const minRuntimeVersion = 11040
+
+// Signatures bound here (cuda_runtime_api.h, CUDA 11.4 to 12.x; every
+// function returns cudaError_t, a C int):
+//
+//	cudaRuntimeGetVersion(int *runtimeVersion)
+//	cudaDriverGetVersion(int *driverVersion)
+//	const char *cudaGetErrorString(cudaError_t error)
+//	cudaGetDeviceCount(int *count)
+//	cudaSetDevice(int device)
+//	cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)
+//	cudaGetDeviceProperties[_v2](struct cudaDeviceProp *prop, int device)
+//	cudaMemGetInfo(size_t *free, size_t *total)
+//	cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags, int priority)
+//	cudaStreamDestroy(cudaStream_t stream)
+//	cudaStreamSynchronize(cudaStream_t stream)
+//	cudaStreamQuery(cudaStream_t stream)            // 600 = cudaErrorNotReady
+//	cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *pCaptureStatus)
+//	cudaMalloc(void **devPtr, size_t size)
+//	cudaFree(void *devPtr)
+//	cudaMemPoolCreate(cudaMemPool_t *memPool, const struct cudaMemPoolProps *poolProps)
+//	cudaMemPoolDestroy(cudaMemPool_t memPool)
+//	cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device)
+//	cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
+//	cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream)
+//	cudaFreeAsync(void *devPtr, cudaStream_t hStream)
+//	cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
+//	cudaFreeHost(void *ptr)
+//	cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
+//	cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream)
+//	cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
+//	cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
+//	cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags)
+//	cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
+//	cudaGraphExecDestroy(cudaGraphExec_t graphExec)
+//	cudaGraphDestroy(cudaGraph_t graph)
+//
+// Deliberately not bound: cudaGraphInstantiate (its parameters changed in
+// CUDA 12), cudaStreamGetCaptureInfo (changed in 11.3 (_v2), 12.3 and 13):
+// capture status comes from cudaStreamIsCapturing, stable since CUDA 10.
+
+// symbols are the resolved addresses, called with purego.SyscallN.
+type symbols struct {
+	getDeviceCount, setDevice, deviceGetAttribute, getDeviceProperties uintptr
+	memGetInfo                                                         uintptr
+	streamCreateWithPriority, streamDestroy, streamSynchronize         uintptr
+	streamQuery, streamIsCapturing                                     uintptr
+	malloc, free                                                       uintptr
+	memPoolCreate, memPoolDestroy, deviceGetDefaultMemPool             uintptr
+	memPoolSetAttribute, mallocFromPoolAsync, freeAsync                uintptr
+	hostAlloc, freeHost, memcpyAsync, memsetAsync                      uintptr
+	streamBeginCapture, streamEndCapture                               uintptr
+	graphInstantiateWithFlags, graphLaunch, graphExecDestroy           uintptr
+	graphDestroy                                                       uintptr
+}
+
+// binding is one symbol to resolve: optional ones may be missing (the
+// feature they serve degrades), required ones refuse the library.
+type binding struct {
+	name     string
+	addr     *uintptr
+	optional bool
+}
+
+// bindings lists what is bound for a runtime version, or why the version
+// is refused. The one version-dependent choice today is the device
+// properties struct: CUDA 12.x's header renames cudaGetDeviceProperties to
+// cudaGetDeviceProperties_v2 (the struct grew), and CUDA 13 goes back to
+// the plain name for its own layout. Only the leading `char name[256]` is
+// read, which every layout shares.
+func (s *symbols) bindings(runtimeVersion int) ([]binding, error) {
+	if runtimeVersion < minRuntimeVersion {
+		return nil, fmt.Errorf("%w: cuda: runtime version %s is older than the minimum %s (stream-ordered pools and cudaGraphInstantiateWithFlags)",
+			alloc.ErrBackendUnavailable, versionString(runtimeVersion), versionString(minRuntimeVersion))
+	}
+	props := "cudaGetDeviceProperties"
+	if runtimeVersion >= 12000 && runtimeVersion < 13000 {
+		props = "cudaGetDeviceProperties_v2"
+	}
+	return []binding{
+		{"cudaGetDeviceCount", &s.getDeviceCount, false},
+		{"cudaSetDevice", &s.setDevice, false},
+		{"cudaDeviceGetAttribute", &s.deviceGetAttribute, false},
+		{props, &s.getDeviceProperties, true},
+		{"cudaMemGetInfo", &s.memGetInfo, false},
+		{"cudaStreamCreateWithPriority", &s.streamCreateWithPriority, false},
+		{"cudaStreamDestroy", &s.streamDestroy, false},
+		{"cudaStreamSynchronize", &s.streamSynchronize, false},
+		{"cudaStreamQuery", &s.streamQuery, false},
+		{"cudaStreamIsCapturing", &s.streamIsCapturing, false},
+		{"cudaMalloc", &s.malloc, false},
+		{"cudaFree", &s.free, false},
+		{"cudaMemPoolCreate", &s.memPoolCreate, false},
+		{"cudaMemPoolDestroy", &s.memPoolDestroy, false},
+		{"cudaDeviceGetDefaultMemPool", &s.deviceGetDefaultMemPool, false},
+		{"cudaMemPoolSetAttribute", &s.memPoolSetAttribute, false},
+		{"cudaMallocFromPoolAsync", &s.mallocFromPoolAsync, false},
+		{"cudaFreeAsync", &s.freeAsync, false},
+		{"cudaHostAlloc", &s.hostAlloc, false},
+		{"cudaFreeHost", &s.freeHost, false},
+		{"cudaMemcpyAsync", &s.memcpyAsync, false},
+		{"cudaMemsetAsync", &s.memsetAsync, false},
+		{"cudaStreamBeginCapture", &s.streamBeginCapture, false},
+		{"cudaStreamEndCapture", &s.streamEndCapture, false},
+		{"cudaGraphInstantiateWithFlags", &s.graphInstantiateWithFlags, false},
+		{"cudaGraphLaunch", &s.graphLaunch, false},
+		{"cudaGraphExecDestroy", &s.graphExecDestroy, false},
+		{"cudaGraphDestroy", &s.graphDestroy, false},
+	}, nil
+}
+
+// resolve looks every binding up with Dlsym (never RegisterLibFunc, which
+// panics on a missing symbol).
+func resolve(handle uintptr, path string, bs []binding) error {
+	var missing []string
+	for _, b := range bs {
+		addr, err := purego.Dlsym(handle, b.name)
+		if err != nil || addr == 0 {
+			if !b.optional {
+				missing = append(missing, b.name)
+			}
+			continue
+		}
+		*b.addr = addr
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: cuda: %s lacks required symbols %v", alloc.ErrBackendUnavailable, path, missing)
+	}
+	return nil
+}
+
+// versionString renders CUDA's 1000*major + 10*minor encoding.
+func versionString(v int) string { return fmt.Sprintf("%d.%d", v/1000, v%1000/10) }

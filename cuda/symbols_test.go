@@ -1,0 +1,112 @@
+package cuda
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+func names(t *testing.T, version int) (required, optional []string) {
+	t.Helper()
+	var s symbols
+	bs, err := s.bindings(version)
+	require.NoError(t, err)
+	for _, b := range bs {
+		if b.optional {
+			optional = append(optional, b.name)
+		} else {
+			required = append(required, b.name)
+		}
+	}
+	return required, optional
+}
+
+func TestBindingsByRuntimeVersion(t *testing.T) {
+	for _, c := range []struct {
+		version int
+		props   string
+	}{
+		{11040, "cudaGetDeviceProperties"},
+		{11080, "cudaGetDeviceProperties"},
+		{12000, "cudaGetDeviceProperties_v2"},
+		{12090, "cudaGetDeviceProperties_v2"},
+		{13000, "cudaGetDeviceProperties"},
+	} {
+		req, opt := names(t, c.version)
+		require.Equal(t, []string{c.props}, opt, "version %d", c.version)
+		for _, must := range []string{"cudaStreamIsCapturing", "cudaGraphInstantiateWithFlags", "cudaMallocFromPoolAsync", "cudaMemPoolCreate", "cudaStreamBeginCapture"} {
+			require.Contains(t, req, must)
+		}
+		for _, never := range []string{"cudaGraphInstantiate", "cudaStreamGetCaptureInfo", "cudaStreamGetCaptureInfo_v2"} {
+			require.False(t, slices.Contains(req, never) || slices.Contains(opt, never), "%s has a version-dependent signature", never)
+		}
+	}
+	var s symbols
+	_, err := s.bindings(11030)
+	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.Contains(t, err.Error(), "11.3 is older than the minimum 11.4")
+}
+
+func TestCheckVersions(t *testing.T) {
+	require.NoError(t, checkVersions("lib", 12040, 12020), "minor-version compatibility")
+	require.NoError(t, checkVersions("lib", 12040, 13000))
+	for _, c := range []struct {
+		rt, drv int
+		msg     string
+	}{
+		{11020, 12000, "runtime 11.2; the minimum is 11.4"},
+		{12040, 0, "no CUDA driver is installed"},
+		{13000, 12080, "runtime 13.0 but the driver supports only CUDA 12.8"},
+	} {
+		err := checkVersions("lib", c.rt, c.drv)
+		require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+		require.Contains(t, err.Error(), c.msg)
+	}
+}
+
+func TestCaptureModeAndStatusMapping(t *testing.T) {
+	for m, want := range map[alloc.CaptureMode]uintptr{alloc.Global: 0, alloc.ThreadLocal: 1, alloc.Relaxed: 2} {
+		got, err := cudaMode(m)
+		require.NoError(t, err)
+		require.Equal(t, want, got)
+	}
+	_, err := cudaMode(alloc.CaptureMode(42))
+	require.ErrorIs(t, err, alloc.ErrInvalidValue)
+	for st, want := range map[int32]alloc.DriverCaptureStatus{0: alloc.DriverCaptureNone, 1: alloc.DriverCaptureActive, 2: alloc.DriverCaptureInvalidated} {
+		got, err := captureStatus(st)
+		require.NoError(t, err)
+		require.Equal(t, want, got)
+	}
+	_, err = captureStatus(3)
+	require.ErrorIs(t, err, alloc.ErrDriver)
+}
+
+// The fake reports the runtime version it is told; the bound properties
+// symbol follows it, and an old runtime is refused with its version.
+func TestFakeVersionChoosesBindings(t *testing.T) {
+	for _, c := range []struct {
+		version string
+		props   string
+	}{{"11080", "cudaGetDeviceProperties device=0"}, {"13000", "cudaGetDeviceProperties device=0"}, {"12040", "cudaGetDeviceProperties_v2 device=0"}} {
+		t.Run(c.version, func(t *testing.T) {
+			t.Setenv("FAKE_CUDART_VERSION", c.version)
+			t.Setenv("FAKE_CUDA_DRIVER_VERSION", "13000")
+			_, log := openFake(t, Options{})
+			require.Len(t, find(log.lines(), c.props), 1)
+		})
+	}
+	path := fakeLib(t)
+	t.Setenv("FAKE_CUDART_VERSION", "11020")
+	_, err := New(Options{})
+	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.Contains(t, err.Error(), path+" is CUDA runtime 11.2; the minimum is 11.4")
+	fakeLib(t)
+	t.Setenv("FAKE_CUDART_VERSION", "12040")
+	t.Setenv("FAKE_CUDA_DRIVER_VERSION", "0")
+	_, err = New(Options{})
+	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.Contains(t, err.Error(), "no CUDA driver is installed")
+}

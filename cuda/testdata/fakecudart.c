@@ -1,0 +1,418 @@
+/* A fake libcudart for tests on machines without a GPU. It exports the
+ * runtime functions the cuda package binds, with simple semantics: device
+ * memory is host memory, streams execute at once, captures record into a
+ * graph that replays on launch, and CUDA's capture rules (unsafe calls,
+ * same-thread end, pinned copies) are enforced. Every call is logged with
+ * its arguments and the calling thread's current device, so tests check the
+ * marshalling (argument order, memcpy kinds, flags) through purego.
+ *
+ * Environment: FAKE_CUDART_VERSION, FAKE_CUDA_DRIVER_VERSION (default
+ * 12040), FAKE_CUDA_DEVICES (default 1), FAKE_CUDA_NO_POOLS,
+ * FAKE_CUDA_INTEGRATED, FAKE_CUDA_MEM (bytes, default 1 GiB),
+ * FAKE_CUDA_FAIL=name:code (that function returns code). */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int cudaError_t;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static __thread int cur_device = 0;
+
+static int envint(const char *n, long long def) {
+  const char *v = getenv(n);
+  return v && *v ? atoll(v) : def;
+}
+static long long envll(const char *n, long long def) {
+  const char *v = getenv(n);
+  return v && *v ? atoll(v) : def;
+}
+
+/* ---- call log ---- */
+static char logbuf[1 << 20];
+static size_t loglen;
+static void logf_(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = snprintf(logbuf + loglen, sizeof logbuf - loglen, "dev=%d ", cur_device);
+  if (n > 0 && loglen + n < sizeof logbuf) loglen += n;
+  n = vsnprintf(logbuf + loglen, sizeof logbuf - loglen, fmt, ap);
+  if (n > 0 && loglen + n < sizeof logbuf - 1) { loglen += n; logbuf[loglen++] = '\n'; }
+  va_end(ap);
+}
+size_t fake_log(char *out, size_t n) {
+  pthread_mutex_lock(&mu);
+  size_t m = loglen < n ? loglen : n;
+  memcpy(out, logbuf, m);
+  pthread_mutex_unlock(&mu);
+  return m;
+}
+void fake_log_reset(void) { pthread_mutex_lock(&mu); loglen = 0; pthread_mutex_unlock(&mu); }
+
+static int injected(const char *fn) {
+  const char *v = getenv("FAKE_CUDA_FAIL");
+  size_t l = strlen(fn);
+  if (v && strncmp(v, fn, l) == 0 && v[l] == ':') return atoi(v + l + 1);
+  return 0;
+}
+
+/* ---- graphs and streams ---- */
+enum { OP_COPY, OP_SET, OP_FREE };
+typedef struct { int kind; char *dst; const char *src; size_t n; int val; } op_t;
+typedef struct graph { op_t *ops; int nops, cap; int launched; } graph_t;
+typedef struct { graph_t *g; unsigned long long flags; } exec_t;
+typedef struct stream {
+  int device; unsigned flags; int priority;
+  int status; /* 0 none, 1 active, 2 invalidated */
+  int mode; pthread_t thread; graph_t *g;
+  struct stream *next;
+} stream_t;
+static stream_t *streams;
+static __thread int thread_strict_captures; /* Global/ThreadLocal begun here */
+
+static void record(stream_t *s, op_t o) {
+  graph_t *g = s->g;
+  if (g->nops == g->cap) { g->cap = g->cap ? 2 * g->cap : 16; g->ops = realloc(g->ops, g->cap * sizeof(op_t)); }
+  g->ops[g->nops++] = o;
+}
+
+/* ---- allocations ---- */
+typedef struct { char *p; size_t n; graph_t *owner; int graph_freed; int live; } alloc_t;
+static alloc_t allocs[1 << 16];
+static int nallocs;
+static long long live_bytes;
+static alloc_t *find(const void *p) {
+  for (int i = 0; i < nallocs; i++) if (allocs[i].live && allocs[i].p == p) return &allocs[i];
+  return NULL;
+}
+static void release(alloc_t *a) { free(a->p); a->live = 0; live_bytes -= a->n; }
+static cudaError_t devalloc(void **out, size_t n, graph_t *owner) {
+  if (live_bytes + (long long)n > envll("FAKE_CUDA_MEM", 1LL << 30) || nallocs == (1 << 16)) return 2;
+  char *p = aligned_alloc(256, (n + 255) / 256 * 256);
+  if (!p) return 2;
+  memset(p, 0xAB, n);
+  allocs[nallocs++] = (alloc_t){p, n, owner, 0, 1};
+  live_bytes += n;
+  *out = p;
+  return 0;
+}
+
+typedef struct { char *p; size_t n; } host_t;
+static host_t hosts[4096];
+static int nhosts;
+static int pinned(const void *p, size_t n) {
+  for (int i = 0; i < nhosts; i++)
+    if (hosts[i].p && (const char *)p >= hosts[i].p && (const char *)p + n <= hosts[i].p + hosts[i].n) return 1;
+  return 0;
+}
+
+/* unsafe applies CUDA's rule for potentially unsafe calls: refused (900)
+ * on a thread with a Global/ThreadLocal capture of its own, or while any
+ * Global capture runs; the capture concerned is invalidated. */
+static cudaError_t unsafe(void) {
+  int refused = 0;
+  for (stream_t *s = streams; s; s = s->next) {
+    if (s->status != 1) continue;
+    if (s->mode == 0 || (s->mode == 1 && pthread_equal(s->thread, pthread_self()))) { s->status = 2; refused = 1; }
+  }
+  return refused ? 900 : 0;
+}
+static stream_t *stream_of(void *h) {
+  for (stream_t *s = streams; s; s = s->next) if (s == h) return s;
+  return NULL;
+}
+
+#define ENTER(name) pthread_mutex_lock(&mu); cudaError_t inj_ = injected(name); if (inj_) { logf_("%s injected=%d", name, inj_); pthread_mutex_unlock(&mu); return inj_; }
+#define RETURN(e) do { cudaError_t r_ = (e); pthread_mutex_unlock(&mu); return r_; } while (0)
+
+cudaError_t cudaRuntimeGetVersion(int *v) { *v = envint("FAKE_CUDART_VERSION", 12040); return 0; }
+cudaError_t cudaDriverGetVersion(int *v) { *v = envint("FAKE_CUDA_DRIVER_VERSION", 12040); return 0; }
+const char *cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+  case 0: return "no error";
+  case 1: return "invalid argument";
+  case 2: return "out of memory";
+  case 100: return "no CUDA-capable device is detected";
+  case 101: return "invalid device ordinal";
+  case 400: return "invalid resource handle";
+  case 401: return "the operation cannot be performed in the present state";
+  case 900: return "operation not permitted when stream is capturing";
+  case 901: return "operation failed due to a previous error during capture";
+  case 907: return "operation not permitted on an event last recorded in a capturing stream";
+  case 908: return "operation not permitted on a stream capture object in current thread";
+  }
+  return "fake: unknown error";
+}
+cudaError_t cudaGetDeviceCount(int *n) { ENTER("cudaGetDeviceCount"); *n = envint("FAKE_CUDA_DEVICES", 1); RETURN(0); }
+cudaError_t cudaSetDevice(int d) {
+  ENTER("cudaSetDevice");
+  if (d < 0 || d >= envint("FAKE_CUDA_DEVICES", 1)) RETURN(101);
+  cur_device = d;
+  logf_("cudaSetDevice %d", d);
+  RETURN(0);
+}
+cudaError_t cudaDeviceGetAttribute(int *v, int attr, int dev) {
+  ENTER("cudaDeviceGetAttribute");
+  logf_("cudaDeviceGetAttribute attr=%d device=%d", attr, dev);
+  *v = attr == 115 ? !getenv("FAKE_CUDA_NO_POOLS") : attr == 18 ? envint("FAKE_CUDA_INTEGRATED", 0) : 0;
+  RETURN(0);
+}
+static cudaError_t props(const char *fn, char *p, int dev) {
+  ENTER(fn);
+  logf_("%s device=%d", fn, dev);
+  snprintf(p, 256, "Fake GPU %d", dev);
+  RETURN(0);
+}
+cudaError_t cudaGetDeviceProperties(char *p, int dev) { return props("cudaGetDeviceProperties", p, dev); }
+cudaError_t cudaGetDeviceProperties_v2(char *p, int dev) { return props("cudaGetDeviceProperties_v2", p, dev); }
+cudaError_t cudaMemGetInfo(size_t *fr, size_t *total) {
+  ENTER("cudaMemGetInfo");
+  *total = envll("FAKE_CUDA_MEM", 1LL << 30);
+  *fr = *total - live_bytes;
+  logf_("cudaMemGetInfo");
+  RETURN(0);
+}
+
+cudaError_t cudaStreamCreateWithPriority(void **out, unsigned flags, int prio) {
+  ENTER("cudaStreamCreateWithPriority");
+  stream_t *s = calloc(1, sizeof *s);
+  s->device = cur_device; s->flags = flags; s->priority = prio;
+  s->next = streams; streams = s;
+  *out = s;
+  logf_("cudaStreamCreateWithPriority flags=%u priority=%d -> %p", flags, prio, (void *)s);
+  RETURN(0);
+}
+cudaError_t cudaStreamDestroy(void *h) {
+  ENTER("cudaStreamDestroy");
+  stream_t **pp = &streams;
+  while (*pp && *pp != h) pp = &(*pp)->next;
+  if (!*pp) RETURN(400);
+  *pp = ((stream_t *)h)->next;
+  logf_("cudaStreamDestroy %p", h);
+  free(h);
+  RETURN(0);
+}
+static cudaError_t sync_like(const char *fn, void *h) {
+  stream_t *s = stream_of(h);
+  if (!s) return 400;
+  if (s->status) { s->status = 2; return 900; }
+  return unsafe();
+}
+cudaError_t cudaStreamSynchronize(void *h) { ENTER("cudaStreamSynchronize"); logf_("cudaStreamSynchronize %p", h); RETURN(sync_like("sync", h)); }
+cudaError_t cudaStreamQuery(void *h) { ENTER("cudaStreamQuery"); logf_("cudaStreamQuery %p", h); RETURN(sync_like("query", h)); }
+cudaError_t cudaStreamIsCapturing(void *h, int *st) {
+  ENTER("cudaStreamIsCapturing");
+  stream_t *s = stream_of(h);
+  if (!s) RETURN(400);
+  *st = s->status;
+  RETURN(0);
+}
+
+cudaError_t cudaMalloc(void **p, size_t n) {
+  ENTER("cudaMalloc");
+  logf_("cudaMalloc n=%zu", n);
+  cudaError_t e = unsafe();
+  if (e) RETURN(e);
+  RETURN(devalloc(p, n, NULL));
+}
+cudaError_t cudaFree(void *p) {
+  ENTER("cudaFree");
+  logf_("cudaFree %p", p);
+  cudaError_t e = unsafe();
+  if (e) RETURN(e);
+  alloc_t *a = find(p);
+  if (!a || a->owner) RETURN(1);
+  release(a);
+  RETURN(0);
+}
+
+typedef struct { int device; int is_default; unsigned long long threshold; } pool_t;
+static pool_t default_pools[16];
+cudaError_t cudaMemPoolCreate(void **out, const unsigned char *props) {
+  ENTER("cudaMemPoolCreate");
+  int v[4];
+  memcpy(v, props, sizeof v);
+  int tail_zero = 1;
+  for (int i = 16; i < 88; i++) if (props[i]) tail_zero = 0;
+  logf_("cudaMemPoolCreate allocType=%d handleTypes=%d locationType=%d locationId=%d zeroTail=%d", v[0], v[1], v[2], v[3], tail_zero);
+  if (v[0] != 1 || v[1] != 0 || v[2] != 1 || v[3] < 0 || v[3] >= envint("FAKE_CUDA_DEVICES", 1) || !tail_zero) RETURN(1);
+  pool_t *p = calloc(1, sizeof *p);
+  p->device = v[3];
+  *out = p;
+  RETURN(0);
+}
+cudaError_t cudaMemPoolDestroy(void *p) {
+  ENTER("cudaMemPoolDestroy");
+  logf_("cudaMemPoolDestroy %p", p);
+  if (((pool_t *)p)->is_default) RETURN(1);
+  free(p);
+  RETURN(0);
+}
+cudaError_t cudaDeviceGetDefaultMemPool(void **out, int dev) {
+  ENTER("cudaDeviceGetDefaultMemPool");
+  logf_("cudaDeviceGetDefaultMemPool device=%d", dev);
+  if (dev < 0 || dev >= 16) RETURN(101);
+  default_pools[dev].device = dev;
+  default_pools[dev].is_default = 1;
+  *out = &default_pools[dev];
+  RETURN(0);
+}
+cudaError_t cudaMemPoolSetAttribute(void *pool, int attr, void *value) {
+  ENTER("cudaMemPoolSetAttribute");
+  if (attr != 4) RETURN(1);
+  ((pool_t *)pool)->threshold = *(unsigned long long *)value;
+  logf_("cudaMemPoolSetAttribute attr=%d threshold=%llu", attr, *(unsigned long long *)value);
+  RETURN(0);
+}
+cudaError_t cudaMallocFromPoolAsync(void **out, size_t n, void *pool, void *h) {
+  ENTER("cudaMallocFromPoolAsync");
+  stream_t *s = stream_of(h);
+  if (!s || !pool) RETURN(400);
+  logf_("cudaMallocFromPoolAsync n=%zu pool=%p stream=%p", n, pool, h);
+  if (s->status == 2) RETURN(901);
+  RETURN(devalloc(out, n, s->status == 1 ? s->g : NULL));
+}
+cudaError_t cudaFreeAsync(void *p, void *h) {
+  ENTER("cudaFreeAsync");
+  stream_t *s = stream_of(h);
+  if (!s) RETURN(400);
+  logf_("cudaFreeAsync %p stream=%p", p, h);
+  alloc_t *a = find(p);
+  if (!a) RETURN(1);
+  if (s->status == 2) RETURN(901);
+  if (s->status == 1) {
+    if (a->owner == s->g) a->graph_freed = 1;
+    else record(s, (op_t){OP_FREE, p, NULL, 0, 0});
+    RETURN(0);
+  }
+  if (a->owner && !a->owner->launched) RETURN(1);
+  release(a);
+  RETURN(0);
+}
+
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags) {
+  ENTER("cudaHostAlloc");
+  logf_("cudaHostAlloc n=%zu flags=%u", n, flags);
+  cudaError_t e = unsafe();
+  if (e) RETURN(e);
+  if (nhosts == 4096) RETURN(2);
+  char *b = calloc(1, n);
+  if (!b) RETURN(2);
+  hosts[nhosts++] = (host_t){b, n};
+  *p = b;
+  RETURN(0);
+}
+cudaError_t cudaFreeHost(void *p) {
+  ENTER("cudaFreeHost");
+  logf_("cudaFreeHost %p", p);
+  cudaError_t e = unsafe();
+  if (e) RETURN(e);
+  for (int i = 0; i < nhosts; i++)
+    if (hosts[i].p == p) { free(p); hosts[i].p = NULL; RETURN(0); }
+  RETURN(1);
+}
+
+static cudaError_t apply(op_t o) {
+  if (o.kind == OP_COPY) memmove(o.dst, o.src, o.n);
+  else if (o.kind == OP_SET) memset(o.dst, o.val, o.n);
+  else { alloc_t *a = find(o.dst); if (a) release(a); }
+  return 0;
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *h) {
+  ENTER("cudaMemcpyAsync");
+  stream_t *s = stream_of(h);
+  if (!s) RETURN(400);
+  logf_("cudaMemcpyAsync dst=%p src=%p n=%zu kind=%d stream=%p", dst, src, n, kind, h);
+  if (kind < 1 || kind > 3) RETURN(21);
+  if (s->status == 2) RETURN(901);
+  if (s->status == 1) {
+    const void *host = kind == 1 ? src : kind == 2 ? dst : NULL;
+    if (host && !pinned(host, n)) { s->status = 2; RETURN(900); }
+    record(s, (op_t){OP_COPY, dst, src, n, 0});
+    RETURN(0);
+  }
+  RETURN(apply((op_t){OP_COPY, dst, src, n, 0}));
+}
+cudaError_t cudaMemsetAsync(void *dst, int val, size_t n, void *h) {
+  ENTER("cudaMemsetAsync");
+  stream_t *s = stream_of(h);
+  if (!s) RETURN(400);
+  logf_("cudaMemsetAsync dst=%p value=%d n=%zu stream=%p", dst, val, n, h);
+  if (s->status == 2) RETURN(901);
+  if (s->status == 1) { record(s, (op_t){OP_SET, dst, NULL, n, val}); RETURN(0); }
+  RETURN(apply((op_t){OP_SET, dst, NULL, n, val}));
+}
+
+cudaError_t cudaStreamBeginCapture(void *h, int mode) {
+  ENTER("cudaStreamBeginCapture");
+  stream_t *s = stream_of(h);
+  if (!s) RETURN(400);
+  logf_("cudaStreamBeginCapture %p mode=%d", h, mode);
+  if (mode < 0 || mode > 2) RETURN(1);
+  if (s->status) RETURN(401);
+  s->status = 1; s->mode = mode; s->thread = pthread_self();
+  s->g = calloc(1, sizeof(graph_t));
+  if (mode != 2) thread_strict_captures++;
+  RETURN(0);
+}
+cudaError_t cudaStreamEndCapture(void *h, void **out) {
+  ENTER("cudaStreamEndCapture");
+  stream_t *s = stream_of(h);
+  if (!s) RETURN(400);
+  logf_("cudaStreamEndCapture %p", h);
+  if (!s->status) RETURN(401);
+  if (s->mode != 2 && !pthread_equal(s->thread, pthread_self())) RETURN(908);
+  if (s->mode != 2) thread_strict_captures--;
+  int invalid = s->status == 2;
+  graph_t *g = s->g;
+  s->status = 0; s->g = NULL;
+  if (invalid) {
+    for (int i = 0; i < nallocs; i++) if (allocs[i].live && allocs[i].owner == g) release(&allocs[i]);
+    free(g->ops); free(g);
+    *out = NULL;
+    RETURN(901);
+  }
+  *out = g;
+  RETURN(0);
+}
+cudaError_t cudaGraphInstantiateWithFlags(void **out, void *g, unsigned long long flags) {
+  ENTER("cudaGraphInstantiateWithFlags");
+  logf_("cudaGraphInstantiateWithFlags graph=%p flags=%llu", g, flags);
+  if (!g) RETURN(1);
+  exec_t *e = calloc(1, sizeof *e);
+  e->g = g; e->flags = flags;
+  *out = e;
+  RETURN(0);
+}
+cudaError_t cudaGraphLaunch(void *eh, void *h) {
+  ENTER("cudaGraphLaunch");
+  stream_t *s = stream_of(h);
+  if (!s || !eh) RETURN(400);
+  exec_t *e = eh;
+  logf_("cudaGraphLaunch exec=%p stream=%p", eh, h);
+  if (s->status == 2) RETURN(901);
+  if (s->status == 1) { /* a child graph node: its operations, in order */
+    for (int i = 0; i < e->g->nops; i++) record(s, e->g->ops[i]);
+    RETURN(0);
+  }
+  for (int i = 0; i < e->g->nops; i++) apply(e->g->ops[i]);
+  e->g->launched = 1;
+  RETURN(0);
+}
+cudaError_t cudaGraphExecDestroy(void *e) { ENTER("cudaGraphExecDestroy"); logf_("cudaGraphExecDestroy %p", e); free(e); RETURN(0); }
+cudaError_t cudaGraphDestroy(void *gh) {
+  ENTER("cudaGraphDestroy");
+  graph_t *g = gh;
+  logf_("cudaGraphDestroy %p", gh);
+  for (int i = 0; i < nallocs; i++) {
+    alloc_t *a = &allocs[i];
+    if (a->live && a->owner == g) {
+      if (a->graph_freed || !g->launched) release(a);
+      else a->owner = NULL; /* the caller frees it with cudaFreeAsync */
+    }
+  }
+  free(g->ops); free(g);
+  RETURN(0);
+}
