@@ -95,7 +95,7 @@ func (d *Driver) GraphLaunch(e alloc.GraphExec, s alloc.Stream) error {
 	if e == 0 {
 		return errf(alloc.ErrInvalidValue, "%s: null graph exec", op)
 	}
-	return d.rt.check(op, "cudaGraphLaunch", call(d.rt.graphLaunch, uintptr(e), uintptr(s)))
+	return d.rt.check(op, "cudaGraphLaunch", first(callHot(d.rt.graphLaunch, uintptr(e), uintptr(s))))
 }
 
 func (d *Driver) GraphExecDestroy(e alloc.GraphExec) error {

@@ -10,7 +10,7 @@ import (
 
 // memcpy enqueues cudaMemcpyAsync(dst, src, n, kind, s).
 func (d *Driver) memcpy(op string, dst, src uintptr, n int64, kind uintptr, s alloc.Stream) error {
-	if code := call(d.rt.memcpyAsync, dst, src, uintptr(n), kind, uintptr(s)); code != 0 {
+	if code, _ := callHot(d.rt.memcpyAsync, dst, src, uintptr(n), kind, uintptr(s)); code != 0 {
 		return d.rt.fail(fmt.Sprintf("%s %d B", op, n), "cudaMemcpyAsync", code)
 	}
 	return nil
@@ -71,7 +71,7 @@ func (d *Driver) MemsetAsync(dst alloc.DevicePtr, value byte, n int64, s alloc.S
 	if err := checkSize(op, n); err != nil {
 		return err
 	}
-	if code := call(d.rt.memsetAsync, uintptr(dst), uintptr(value), uintptr(n), uintptr(s)); code != 0 {
+	if code, _ := callHot(d.rt.memsetAsync, uintptr(dst), uintptr(value), uintptr(n), uintptr(s)); code != 0 {
 		return d.rt.fail(fmt.Sprintf("%s %d B", op, n), "cudaMemsetAsync", code)
 	}
 	return nil

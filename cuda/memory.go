@@ -118,8 +118,8 @@ func (d *Driver) MallocAsync(size int64, s alloc.Stream) (alloc.DevicePtr, error
 	if size <= 0 {
 		return 0, errf(alloc.ErrInvalidValue, "%s: size %d", op, size)
 	}
-	var p uintptr
-	if code := call(d.rt.mallocFromPoolAsync, uintptr(unsafe.Pointer(&p)), uintptr(size), d.pool, uintptr(s)); code != 0 {
+	code, p := callHot(d.rt.mallocFromPoolAsync, outArg, uintptr(size), d.pool, uintptr(s))
+	if code != 0 {
 		return 0, d.rt.fail(fmt.Sprintf("%s %d B", op, size), "cudaMallocFromPoolAsync", code)
 	}
 	return alloc.DevicePtr(p), nil
@@ -134,7 +134,7 @@ func (d *Driver) FreeAsync(p alloc.DevicePtr, s alloc.Stream) error {
 	if p == 0 {
 		return errf(alloc.ErrInvalidValue, "%s: null pointer", op)
 	}
-	if code := call(d.rt.freeAsync, uintptr(p), uintptr(s)); code != 0 {
+	if code, _ := callHot(d.rt.freeAsync, uintptr(p), uintptr(s)); code != 0 {
 		return d.rt.fail(fmt.Sprintf("%s %#x", op, uint64(p)), "cudaFreeAsync", code)
 	}
 	return nil

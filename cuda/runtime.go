@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"sync"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -92,6 +93,43 @@ func call(fn uintptr, args ...uintptr) int32 {
 	return int32(r1) // cudaError_t is a C int: the upper half is garbage
 }
 
+// outArg, in callHot's arguments, stands for a pointer to the frame's
+// 8-byte result slot (a C out-parameter).
+const outArg = ^uintptr(0)
+
+// frame is a pooled argument block for callHot.
+type frame struct {
+	args [6]uintptr
+	out  uint64
+}
+
+var frames = sync.Pool{New: func() any { return new(frame) }}
+
+// callHot is call without allocating, for the calls made per operation
+// (cudaStreamIsCapturing runs before every pool hit; the async allocs,
+// frees, copies, memsets and launches). call's go:uintptrescapes moves each
+// pointed-to Go local, and the variadic slice, to the heap at every call;
+// here the slice handed to SyscallN is the pooled frame's array and an
+// out-parameter is the frame's slot (outArg), so the call allocates
+// nothing. The price: callHot must not be given a pointer to a Go stack
+// variable, only outArg, device addresses, C memory (cudaHostAlloc) or heap
+// memory the caller keeps alive (a []byte that came through the Driver
+// interface has escaped to the heap). Heap objects never move.
+func callHot(fn uintptr, args ...uintptr) (code int32, out uint64) {
+	f := frames.Get().(*frame)
+	f.out = 0
+	n := copy(f.args[:], args)
+	for i := range n {
+		if f.args[i] == outArg {
+			f.args[i] = uintptr(unsafe.Pointer(&f.out))
+		}
+	}
+	r1, _, _ := purego.SyscallN(fn, f.args[:n]...)
+	out = f.out
+	frames.Put(f)
+	return int32(r1), out
+}
+
 // fail builds the typed error of a failed call.
 func (rt *runtimeAPI) fail(op, fn string, code int32) *Error {
 	return &Error{Op: op, Call: fn, Code: int(code), Text: rt.text(code)}
@@ -111,3 +149,6 @@ func (rt *runtimeAPI) text(code int32) string {
 	}
 	return rt.errorString(code)
 }
+
+// first is callHot's code, for calls without an out-parameter.
+func first(code int32, _ uint64) int32 { return code }

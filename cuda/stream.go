@@ -76,7 +76,7 @@ func (d *Driver) StreamQuery(s alloc.Stream) (bool, error) {
 	if err := d.checkStream(op, s); err != nil {
 		return false, err
 	}
-	switch code := call(d.rt.streamQuery, uintptr(s)); code {
+	switch code, _ := callHot(d.rt.streamQuery, uintptr(s)); code {
 	case 0:
 		return true, nil
 	case errNotReady:
@@ -92,11 +92,11 @@ func (d *Driver) StreamCaptureStatus(s alloc.Stream) (alloc.DriverCaptureStatus,
 	if err := d.checkStream(op, s); err != nil {
 		return 0, err
 	}
-	var st int32
-	if err := d.rt.check(op, "cudaStreamIsCapturing", call(d.rt.streamIsCapturing, uintptr(s), uintptr(unsafe.Pointer(&st)))); err != nil {
+	code, st := callHot(d.rt.streamIsCapturing, uintptr(s), outArg)
+	if err := d.rt.check(op, "cudaStreamIsCapturing", code); err != nil {
 		return 0, err
 	}
-	return captureStatus(st)
+	return captureStatus(int32(st)) // cudaStreamCaptureStatus is a C enum (int)
 }
 
 func captureStatus(st int32) (alloc.DriverCaptureStatus, error) {
