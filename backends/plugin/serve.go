@@ -100,14 +100,13 @@ func watchParent() {
 	}()
 }
 
-// logger keeps go-plugin quiet (warnings and errors) unless
-// CAPALLOC_PLUGIN_DEBUG is set.
+// logger silences go-plugin unless CAPALLOC_PLUGIN_DEBUG is set: it logs
+// every exit of a killed backend as an error, and the host reports those
+// itself, as typed errors. The child's stderr (a panic, a vendor message)
+// still reaches the host's stderr through ClientConfig.Stderr.
 func logger(name string) hclog.Logger {
 	if os.Getenv(envDebug) == "" {
-		if name == "capalloc-plugin-child" {
-			return hclog.NewNullLogger()
-		}
-		return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Error, Output: os.Stderr})
+		return hclog.NewNullLogger()
 	}
 	return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Trace, Output: os.Stderr})
 }
