@@ -145,7 +145,7 @@ func start(ctx context.Context, path, backend string, fwd backends.Options, call
 	var proc *process
 	client := goplugin.NewClient(&goplugin.ClientConfig{
 		HandshakeConfig:  Handshake,
-		Plugins:          goplugin.PluginSet{pluginName: &grpcPlugin{}},
+		Plugins:          hostPlugins(),
 		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
 		RunnerFunc: func(_ hclog.Logger, spec *exec.Cmd, _ string) (runner.Runner, error) {
 			proc = newProcess(path, spec.Env)
@@ -209,6 +209,14 @@ func start(ctx context.Context, path, backend string, fwd backends.Options, call
 		return usageDriver{d}, nil
 	}
 	return d, nil
+}
+
+func hostPlugins() goplugin.PluginSet {
+	ps := goplugin.PluginSet{pluginName: &grpcPlugin{}}
+	for k, v := range extraPlugins {
+		ps[k] = v
+	}
+	return ps
 }
 
 func openReq(backend string, opts backends.Options) *enc {
