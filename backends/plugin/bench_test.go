@@ -32,7 +32,9 @@ var bareDesc = grpc.ServiceDesc{
 	}},
 }
 
-type barePlugin struct{ goplugin.NetRPCUnsupportedPlugin }
+type barePlugin struct {
+	goplugin.NetRPCUnsupportedPlugin
+}
 
 func (barePlugin) GRPCServer(_ *goplugin.GRPCBroker, s *grpc.Server) error {
 	s.RegisterService(&bareDesc, bareServer{})
