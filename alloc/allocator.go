@@ -53,6 +53,9 @@ func New(drv Driver, opts Options) (*Allocator, error) {
 		workspaces: map[string]*block{},
 	}
 	a.watchdog = &watchdog{timeout: opts.watchdog()}
+	if ab, ok := drv.(Aborter); ok {
+		a.watchdog.abort = ab.Abort
+	}
 	return a, nil
 }
 

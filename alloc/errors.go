@@ -45,6 +45,13 @@ var (
 	// ErrBackendUnavailable: the backend's library or device is missing; the
 	// message says what was searched.
 	ErrBackendUnavailable = errors.New("backend unavailable")
+	// ErrBackendCrashed: the backend's process (plugin mode) died; the
+	// message carries its exit status. Every call after it fails the same
+	// way: reopen the backend (backends.Open) or move down the chain.
+	ErrBackendCrashed = errors.New("backend process crashed")
+	// ErrBackendHung: a call to the backend's process passed its deadline
+	// and the process was killed; the message names the call and deadline.
+	ErrBackendHung = errors.New("backend call hung; backend process killed")
 	// ErrDriver: any other driver failure; the message keeps the driver's
 	// code and text.
 	ErrDriver = errors.New("driver error")

@@ -13,6 +13,9 @@ type watchdog struct {
 	timeout time.Duration // 0: no watchdog
 	stuck   atomic.Int32
 	expired atomic.Uint64
+	// abort, when the driver is an Aborter, tears the backend down on an
+	// expiry so the stuck call returns instead of lingering.
+	abort func(cause error)
 }
 
 // call runs f under the deadline. f must do its own locking, so that locks it
@@ -55,6 +58,10 @@ func (w *watchdog) callUndo(op string, f func() (undo func(), err error)) error 
 			}
 			w.stuck.Add(-1)
 		}()
-		return wrapf(ErrCaptureTimeout, "%s did not return within %v; the call is abandoned", op, w.timeout)
+		err := wrapf(ErrCaptureTimeout, "%s did not return within %v; the call is abandoned", op, w.timeout)
+		if w.abort != nil {
+			w.abort(err)
+		}
+		return err
 	}
 }

@@ -13,10 +13,19 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/backends"
+	"github.com/capalloc/capalloc/backends/plugin" // registers the "plugin" scheme
 	"github.com/capalloc/capalloc/conformance"
 	_ "github.com/capalloc/capalloc/cpu"  // registers "cpu"
 	_ "github.com/capalloc/capalloc/cuda" // registers "cuda"
 )
+
+// TestMain makes the test binary its own plugin binary: plugin:cpu runs the
+// cpu backend in a re-executed copy of this binary, so the default run
+// covers plugin mode with no separately built capalloc-plugin.
+func TestMain(m *testing.M) {
+	plugin.ServeIfChild()
+	os.Exit(m.Run())
+}
 
 var backendFlag = flag.String("backend", "", "backend to run the suite on (default $CAPALLOC_BACKEND; empty: every available one)")
 

@@ -7,11 +7,13 @@
 package cpu
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/backends"
 )
 
 const (
@@ -46,6 +48,9 @@ type Options struct {
 	// NoCapture emulates a device without graph support: BeginCapture fails
 	// with alloc.ErrCaptureUnavailable.
 	NoCapture bool
+	// HostMemory, when set, supplies HostAlloc's memory (the plugin server
+	// passes shared memory); nil: the Go heap. HostMemoryLimit still applies.
+	HostMemory backends.HostMemory
 }
 
 // instances numbers drivers so each gets its own capture domain.
@@ -61,6 +66,7 @@ type Driver struct {
 	limit     int64
 	hostLimit int64
 	noCapture bool
+	hostMem   backends.HostMemory // nil: HostAlloc uses the Go heap
 
 	closed atomic.Bool
 
@@ -100,6 +106,7 @@ func New(opts Options) (*Driver, error) {
 		limit:      opts.MemoryLimit,
 		hostLimit:  opts.HostMemoryLimit,
 		noCapture:  opts.NoCapture,
+		hostMem:    opts.HostMemory,
 		graphs:     make(map[alloc.GraphHandle]*graph),
 		execs:      make(map[alloc.GraphExec]*graphExec),
 		globalCaps: make(map[*capture]struct{}),
@@ -164,7 +171,7 @@ func (d *Driver) Close() error {
 		}
 	}
 	d.table.Store(&idTable{})
-	d.hosts.Store(&[]hostRegion{})
+	hosts := d.hosts.Swap(&[]hostRegion{})
 	d.freeIDs, d.freeHead = nil, 0
 	d.live, d.liveCount, d.hostLive = 0, 0, 0
 	d.graphs = map[alloc.GraphHandle]*graph{}
@@ -176,7 +183,16 @@ func (d *Driver) Close() error {
 		s.queue, s.spare, s.cap, s.destroyed = nil, nil, nil, true
 		s.mu.Unlock()
 	}
-	return nil
+	// The queues are dropped, so nothing uses supplied host memory any more.
+	var errs []error
+	if d.hostMem != nil {
+		for _, r := range *hosts {
+			if err := d.hostMem.Free(r.buf); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (d *Driver) handle() uint64 {

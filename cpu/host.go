@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"slices"
 	"unsafe"
 
@@ -40,8 +41,9 @@ func (d *Driver) pinned(b []byte) bool {
 	return p >= r.start && p+uintptr(len(b)) <= r.start+uintptr(len(r.buf))
 }
 
-// HostAlloc returns "pinned" host memory: ordinary Go memory, counted and
-// registered so the async copies can tell it from pageable memory.
+// HostAlloc returns "pinned" host memory: ordinary Go memory (or memory from
+// Options.HostMemory), counted and registered so the async copies can tell
+// it from pageable memory.
 func (d *Driver) HostAlloc(size int64) ([]byte, error) { return d.hostAlloc(size, alloc.Global) }
 
 func (d *Driver) hostAlloc(size int64, interaction alloc.CaptureMode) ([]byte, error) {
@@ -66,11 +68,18 @@ func (d *Driver) hostAlloc(size int64, interaction alloc.CaptureMode) ([]byte, e
 	d.hostLive += size
 	d.mu.Unlock()
 
-	b := make([]byte, size)
+	b, err := d.newHost(size)
+	if err != nil {
+		d.mu.Lock()
+		d.hostLive -= size
+		d.mu.Unlock()
+		return nil, errf(alloc.ErrOutOfMemory, "%s %d B: %v", what, size, err)
+	}
 
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed.Load() {
+		d.dropHost(b)
 		return nil, errClosed(what)
 	}
 	rs := *d.hosts.Load()
@@ -109,10 +118,36 @@ func (d *Driver) hostFree(b []byte, interaction alloc.CaptureMode) error {
 		d.mu.Unlock()
 		return errf(alloc.ErrInvalidValue, "%s %#x (%d B): not a buffer from HostAlloc, or already freed", what, addr(b), len(b))
 	}
+	r := rs[i]
 	rs = slices.Delete(slices.Clone(rs), i, i+1)
 	d.hosts.Store(&rs)
 	d.hostLive -= int64(len(b))
 	d.mu.Unlock()
-	d.drainAll()
+	d.drainAll() // queued work may still use the memory
+	return d.dropHost(r.buf)
+}
+
+// newHost backs a HostAlloc: supplied memory (Options.HostMemory) or the Go
+// heap.
+func (d *Driver) newHost(size int64) ([]byte, error) {
+	if d.hostMem == nil {
+		return make([]byte, size), nil
+	}
+	b, err := d.hostMem.Alloc(size)
+	if err == nil && int64(len(b)) != size {
+		_ = d.hostMem.Free(b)
+		return nil, fmt.Errorf("host memory supplier returned %d B for %d B", len(b), size)
+	}
+	return b, err
+}
+
+// dropHost gives supplied memory back; Go heap memory is the GC's.
+func (d *Driver) dropHost(b []byte) error {
+	if d.hostMem == nil {
+		return nil
+	}
+	if err := d.hostMem.Free(b); err != nil {
+		return errf(alloc.ErrDriver, "host free: returning %d B to the host memory supplier: %v", len(b), err)
+	}
 	return nil
 }

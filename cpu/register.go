@@ -12,9 +12,11 @@ import (
 //	memory_limit=4GiB       device memory size (default DefaultMemoryLimit)
 //	host_memory_limit=1GiB  pinned host memory cap (default: memory_limit)
 //	no_capture=true         emulate a device without graph support
+//
+// A HostMemory in the context (backends.WithHostMemory) backs HostAlloc.
 func init() { backends.Register("cpu", openWith) }
 
-func openWith(_ context.Context, o backends.Options) (alloc.Driver, error) {
+func openWith(ctx context.Context, o backends.Options) (alloc.Driver, error) {
 	if err := o.Check("memory_limit", "host_memory_limit", "no_capture"); err != nil {
 		return nil, err
 	}
@@ -29,5 +31,6 @@ func openWith(_ context.Context, o backends.Options) (alloc.Driver, error) {
 	if opts.NoCapture, err = o.Bool("no_capture", false); err != nil {
 		return nil, err
 	}
+	opts.HostMemory = backends.HostMemoryFrom(ctx)
 	return New(opts)
 }

@@ -1,0 +1,71 @@
+package alloc_test
+
+import (
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/cpu"
+)
+
+// abortable is a cpu driver whose StreamSynchronize hangs until Abort, as a
+// plugin host's call hangs until it kills the backend process.
+type abortable struct {
+	*cpu.Driver
+	hang    atomic.Bool
+	killed  chan struct{} // closed by Abort: the stuck call returns
+	aborted chan error    // Abort's cause, for the test
+}
+
+var errKilled = errors.New("backend killed")
+
+func (d *abortable) StreamSynchronize(s alloc.Stream) error {
+	if d.hang.Load() {
+		<-d.killed
+		return errKilled
+	}
+	return d.Driver.StreamSynchronize(s)
+}
+
+func (d *abortable) Abort(cause error) {
+	d.aborted <- cause
+	close(d.killed)
+}
+
+func TestWatchdogAbortsAnAborterDriver(t *testing.T) {
+	inner, err := cpu.New(cpu.Options{MemoryLimit: 1 << 20})
+	require.NoError(t, err)
+	defer inner.Close()
+	d := &abortable{Driver: inner, killed: make(chan struct{}), aborted: make(chan error, 1)}
+	a, err := alloc.New(d, alloc.Options{Watchdog: 50 * time.Millisecond})
+	require.NoError(t, err)
+
+	require.NoError(t, a.Synchronize(), "no abort while calls return in time")
+	select {
+	case <-d.aborted:
+		t.Fatal("Abort called without an expiry")
+	default:
+	}
+
+	d.hang.Store(true)
+	err = a.Synchronize()
+	require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
+	cause := <-d.aborted
+	require.ErrorIs(t, cause, alloc.ErrCaptureTimeout, "Abort gets the watchdog's error")
+	require.Contains(t, cause.Error(), "Synchronize")
+	d.hang.Store(false)
+	require.Eventually(t, func() bool { return a.Synchronize() == nil }, 5*time.Second, 5*time.Millisecond,
+		"the aborted call returned, so the allocator is usable again")
+	require.EqualValues(t, 1, a.Stats().Timeouts)
+	require.NoError(t, a.Close())
+}
+
+func TestBackendSentinelsAreDistinct(t *testing.T) {
+	require.NotErrorIs(t, alloc.ErrBackendCrashed, alloc.ErrBackendHung)
+	require.NotErrorIs(t, alloc.ErrBackendHung, alloc.ErrBackendCrashed)
+	require.NotErrorIs(t, alloc.ErrBackendCrashed, alloc.ErrBackendUnavailable)
+}

@@ -1,0 +1,195 @@
+package plugin
+
+import (
+	"context"
+	"testing"
+
+	goplugin "github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/backends"
+)
+
+// The baseline for a round trip: go-plugin and gRPC with nothing of ours,
+// an empty method with protobuf's Empty, served by the same child.
+
+type bareServer struct{}
+
+var bareDesc = grpc.ServiceDesc{
+	ServiceName: "capalloc.bench.Bare",
+	HandlerType: (*any)(nil),
+	Methods: []grpc.MethodDesc{{
+		MethodName: "Empty",
+		Handler: func(_ any, ctx context.Context, decode func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			in := new(emptypb.Empty)
+			if err := decode(in); err != nil {
+				return nil, err
+			}
+			return &emptypb.Empty{}, nil
+		},
+	}},
+}
+
+type barePlugin struct {
+	goplugin.NetRPCUnsupportedPlugin
+}
+
+func (barePlugin) GRPCServer(_ *goplugin.GRPCBroker, s *grpc.Server) error {
+	s.RegisterService(&bareDesc, bareServer{})
+	return nil
+}
+
+func (barePlugin) GRPCClient(_ context.Context, _ *goplugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
+	return c, nil
+}
+
+func init() { extraPlugins = goplugin.PluginSet{"bare": barePlugin{}} }
+
+func benchDriver(b *testing.B, cfg string) alloc.Driver {
+	b.Helper()
+	d, err := backends.OpenDriver(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+func hostOf(d alloc.Driver) *Driver {
+	if u, ok := d.(usageDriver); ok {
+		return u.Driver
+	}
+	return d.(*Driver)
+}
+
+func BenchmarkRoundTrip(b *testing.B) {
+	b.Run("impl=bare-go-plugin", func(b *testing.B) {
+		d := hostOf(benchDriver(b, "plugin:cpu"))
+		rpc, err := d.client.Client()
+		if err != nil {
+			b.Fatal(err)
+		}
+		raw, err := rpc.Dispense("bare")
+		if err != nil {
+			b.Fatal(err)
+		}
+		conn := raw.(*grpc.ClientConn)
+		in, out := &emptypb.Empty{}, &emptypb.Empty{}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if err := conn.Invoke(context.Background(), "/capalloc.bench.Bare/Empty", in, out); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("impl=plugin-StreamCaptureStatus", func(b *testing.B) {
+		d := benchDriver(b, "plugin:cpu")
+		s, err := d.CreateStream()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := d.StreamCaptureStatus(s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+const benchBytes = 64 << 20
+
+var sink []byte
+
+func BenchmarkTransfer(b *testing.B) {
+	b.Run("impl=copy", func(b *testing.B) {
+		src, dst := pattern(benchBytes, 1), pattern(benchBytes, 2)
+		b.SetBytes(benchBytes)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			copy(dst, src)
+		}
+		sink = dst
+	})
+	for _, cfg := range []string{"cpu", "plugin:cpu"} {
+		name := "backend=" + cfg
+		setup := func(b *testing.B) (*alloc.Allocator, alloc.Buffer) {
+			d := benchDriver(b, cfg+":memory_limit=1GiB")
+			a, err := alloc.New(d, alloc.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = a.Close() })
+			buf, err := a.Alloc(benchBytes)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = a.Free(buf) })
+			return a, buf
+		}
+		b.Run(name+"/op=upload-pageable", func(b *testing.B) {
+			a, buf := setup(b)
+			src := pattern(benchBytes, 1) // touched: never-written memory reads the zero page
+			b.SetBytes(benchBytes)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := a.Upload(buf, 0, src); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(name+"/op=download-pageable", func(b *testing.B) {
+			a, buf := setup(b)
+			dst := pattern(benchBytes, 1)
+			b.SetBytes(benchBytes)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := a.Download(dst, buf, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(name+"/op=upload-pinned", func(b *testing.B) {
+			a, buf := setup(b)
+			h, err := a.HostAlloc(benchBytes)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = h.Close() })
+			copy(h.Bytes(), pattern(benchBytes, 1))
+			b.SetBytes(benchBytes)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := a.UploadHost(buf, 0, h, 0, benchBytes); err != nil {
+					b.Fatal(err)
+				}
+				if err := a.Synchronize(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(name+"/op=download-pinned", func(b *testing.B) {
+			a, buf := setup(b)
+			h, err := a.HostAlloc(benchBytes)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = h.Close() })
+			copy(h.Bytes(), pattern(benchBytes, 1))
+			b.SetBytes(benchBytes)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := a.DownloadHost(h, 0, buf, 0, benchBytes); err != nil {
+					b.Fatal(err)
+				}
+				if err := a.Synchronize(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

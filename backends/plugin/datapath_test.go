@@ -1,0 +1,216 @@
+package plugin
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/backends"
+)
+
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7) + seed
+	}
+	return b
+}
+
+// Pageable copies of several sizes, across chunk boundaries, round trip.
+func TestStagedCopies(t *testing.T) {
+	d := open(t, "plugin:cpu")
+	s, err := d.CreateStream()
+	require.NoError(t, err)
+	for _, n := range []int{0, 1, 4096, chunk - 1, chunk, chunk + 1, 3*chunk + 12345} {
+		p, err := d.MallocAsync(int64(max(n, 1)), s)
+		require.NoError(t, err)
+		src := pattern(n, byte(n))
+		require.NoError(t, d.CopyHtoD(p, src, s), "size %d", n)
+		got := make([]byte, n)
+		require.NoError(t, d.CopyDtoH(got, p, s), "size %d", n)
+		require.True(t, bytes.Equal(src, got), "size %d: blocking round trip", n)
+
+		src2 := pattern(n, byte(n)+1)
+		require.NoError(t, d.CopyHtoDAsync(p, src2, s), "pageable async upload is staged")
+		got2 := make([]byte, n)
+		require.NoError(t, d.CopyDtoHAsync(got2, p, s), "pageable async download is blocking")
+		require.True(t, bytes.Equal(src2, got2), "size %d: async pageable round trip", n)
+		require.NoError(t, d.FreeAsync(p, s))
+	}
+	require.NoError(t, d.StreamSynchronize(s))
+}
+
+// A copy past its allocation fails before any byte lands, as in process.
+func TestStagedCopyOutOfRangeWritesNothing(t *testing.T) {
+	d := open(t, "plugin:cpu")
+	s, err := d.CreateStream()
+	require.NoError(t, err)
+	n := 2*chunk + 100
+	p, err := d.Malloc(int64(n))
+	require.NoError(t, err)
+	err = d.CopyHtoD(p, pattern(n+1, 1), s)
+	require.ErrorIs(t, err, alloc.ErrInvalidValue)
+	got := make([]byte, n)
+	require.NoError(t, d.CopyDtoH(got, p, s))
+	require.Equal(t, make([]byte, n), got, "nothing was written")
+	require.NoError(t, d.Free(p))
+}
+
+// Host buffers are shared: a captured upload reads the bytes the host
+// wrote before each replay, and a captured download lands in the host's
+// view, with no bytes in any message.
+func TestHostBufferIsSharedAndReplaysFresh(t *testing.T) {
+	d := open(t, "plugin:cpu")
+	a, err := alloc.New(d, alloc.Options{})
+	require.NoError(t, err)
+	in, err := a.HostAlloc(1 << 20)
+	require.NoError(t, err)
+	out, err := a.HostAlloc(1 << 20)
+	require.NoError(t, err)
+	buf, err := a.Alloc(1 << 20)
+	require.NoError(t, err)
+	g, err := a.WithCapture(alloc.CaptureOptions{}, func() error {
+		if err := a.UploadHost(buf, 0, in, 0, 1<<20); err != nil {
+			return err
+		}
+		return a.DownloadHost(out, 0, buf, 0, 1<<20)
+	})
+	require.NoError(t, err)
+	for seed := byte(1); seed < 4; seed++ {
+		copy(in.Bytes(), pattern(1<<20, seed))
+		require.NoError(t, g.Launch())
+		require.NoError(t, a.Synchronize())
+		require.Equal(t, pattern(1<<20, seed), out.Bytes(), "replay %d", seed)
+	}
+	require.Equal(t, int64(2<<20), d.(interface{ HostBytes() int64 }).HostBytes(), "the backend counts the shared buffers")
+	require.NoError(t, g.Close())
+	require.NoError(t, a.Free(buf))
+	require.NoError(t, in.Close())
+	require.NoError(t, out.Close())
+	require.NoError(t, a.Close())
+	require.Zero(t, d.(interface{ HostBytes() int64 }).HostBytes())
+}
+
+func TestHostFreeBadInput(t *testing.T) {
+	d := open(t, "plugin:cpu")
+	h, err := d.HostAlloc(4096)
+	require.NoError(t, err)
+	require.ErrorIs(t, d.HostFree(h[1:]), alloc.ErrInvalidValue)
+	require.ErrorIs(t, d.HostFree(make([]byte, 4096)), alloc.ErrInvalidValue)
+	h[0] = 42 // still mapped: the bad frees changed nothing
+	require.NoError(t, d.HostFree(h))
+	require.ErrorIs(t, d.HostFree(h), alloc.ErrInvalidValue, "double free")
+}
+
+func TestOptions(t *testing.T) {
+	d := open(t, "plugin:cpu:memory_limit=1MiB,plugin.call_timeout=5s,plugin.start_timeout=20s")
+	require.Equal(t, int64(1<<20), d.Info().TotalMemory, "backend options are forwarded")
+	require.Equal(t, "plugin:cpu", d.Name())
+	require.Contains(t, d.CaptureDomain(), "plugin#")
+
+	for _, bad := range []string{
+		"plugin:cpu:memroy_limit=1GiB", // the child's Check
+		"plugin:cpu:plugin.timeout=1s", // an unknown host option
+		"plugin:cpu:plugin.call_timeout=soon",
+		"plugin:cpu:plugin.call_timeout=0s",
+		"plugin:cpu:plugin.sha256=abc",
+		"plugin:cpu:plugin.backend=cpu", // only with a path
+	} {
+		_, err := backends.OpenDriver(ctx, bad)
+		require.ErrorIs(t, err, backends.ErrInvalidConfig, bad)
+	}
+	_, err := backends.OpenDriver(ctx, "plugin:no-such-backend")
+	require.ErrorIs(t, err, backends.ErrUnknownBackend)
+	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	_, err = backends.OpenDriver(ctx, "plugin:/nonexistent/capalloc-plugin")
+	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+}
+
+func TestChecksum(t *testing.T) {
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	f, err := os.Open(exe)
+	require.NoError(t, err)
+	h := sha256.New()
+	_, err = io.Copy(h, f)
+	f.Close()
+	require.NoError(t, err)
+	sum := hex.EncodeToString(h.Sum(nil))
+
+	d := open(t, "plugin:"+exe+":plugin.backend=cpu,plugin.sha256="+sum)
+	_, err = d.CreateStream()
+	require.NoError(t, err)
+
+	wrong := sha256.Sum256([]byte("not this binary"))
+	_, err = backends.OpenDriver(ctx, "plugin:"+exe+":plugin.backend=cpu,plugin.sha256="+hex.EncodeToString(wrong[:]))
+	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.Contains(t, err.Error(), "does not match")
+}
+
+func TestPathNeedsBackendWhenSeveral(t *testing.T) {
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	// This binary links cpu and faulty: it cannot guess.
+	_, err = backends.OpenDriver(ctx, "plugin:"+exe)
+	require.ErrorIs(t, err, backends.ErrInvalidConfig)
+	require.Contains(t, err.Error(), "plugin.backend")
+}
+
+func TestFindBinary(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "engine")
+	env := map[string]string{}
+	getenv := func(k string) string { return env[k] }
+	noPath := func(string) (string, error) { return "", os.ErrNotExist }
+
+	_, err := findBinary(getenv, false, exe, noPath)
+	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.Contains(t, err.Error(), filepath.Join(dir, BinaryName))
+
+	onPath := func(string) (string, error) { return "/usr/bin/capalloc-plugin", nil }
+	p, err := findBinary(getenv, false, exe, onPath)
+	require.NoError(t, err)
+	require.Equal(t, "/usr/bin/capalloc-plugin", p)
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, BinaryName), []byte("#!/bin/false\n"), 0o755))
+	p, err = findBinary(getenv, false, exe, onPath)
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(dir, BinaryName), p, "next to the program beats $PATH")
+
+	p, err = findBinary(getenv, true, exe, onPath)
+	require.NoError(t, err)
+	require.Equal(t, exe, p, "a self-serving program runs itself")
+
+	env[EnvBinary] = "/opt/x/capalloc-plugin"
+	p, err = findBinary(getenv, true, exe, onPath)
+	require.NoError(t, err)
+	require.Equal(t, "/opt/x/capalloc-plugin", p, "$CAPALLOC_PLUGIN is explicit and wins")
+}
+
+func TestWireErrorsKeepSentinels(t *testing.T) {
+	e := &enc{}
+	encodeErr(e, fmt.Errorf("%w: cpu: boom", backends.ErrInvalidConfig))
+	_, err := decodeReply(e.b)
+	require.ErrorIs(t, err, backends.ErrInvalidConfig)
+	require.ErrorIs(t, err, alloc.ErrInvalidValue)
+	require.NotErrorIs(t, err, alloc.ErrOutOfMemory)
+	require.Contains(t, err.Error(), "cpu: boom")
+
+	_, err = decodeReply(nil)
+	require.ErrorIs(t, err, alloc.ErrDriver)
+	_, err = decodeReply([]byte{replyErr, 0xff})
+	require.ErrorIs(t, err, alloc.ErrDriver, "a truncated reply is malformed, not a panic")
+	srv := newServer()
+	_, err = decodeReply(srv.call(ctx, []byte{byte(opMalloc)}))
+	require.ErrorIs(t, err, alloc.ErrClosed, "no backend open yet")
+	_, err = decodeReply(srv.call(ctx, []byte{byte(opOpen), 0x80}))
+	require.ErrorIs(t, err, alloc.ErrDriver, "a malformed request is an error reply")
+}

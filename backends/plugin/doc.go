@@ -1,0 +1,30 @@
+// Package plugin runs a capalloc backend in its own process, through
+// hashicorp/go-plugin over gRPC, so that a driver call that hangs or crashes
+// takes down only the backend process, never the engine.
+//
+// Importing the package registers the "plugin" scheme with backends:
+//
+//	plugin:cpu                          backend "cpu" in a child process
+//	plugin:cpu:memory_limit=1GiB        options without the plugin. prefix go to the backend
+//	plugin:/opt/capalloc/capalloc-plugin:plugin.backend=cpu
+//
+// The host side is an alloc.Driver, so alloc and the conformance suite run
+// over it unchanged. Options for the host (prefix "plugin."):
+//
+//	plugin.sha256=HEX          the binary must have this SHA-256 (go-plugin SecureConfig)
+//	plugin.call_timeout=60s    deadline of each call; past it the process is killed (ErrBackendHung)
+//	plugin.start_timeout=30s   deadline for starting the process and the handshake
+//	plugin.backend=NAME        the backend a binary given by path serves (default: its only one)
+//
+// The binary for plugin:NAME is, in order: $CAPALLOC_PLUGIN; the running
+// program itself when it called ServeIfChild (so a test binary serves its
+// own plugins); capalloc-plugin next to the running program; capalloc-plugin
+// on $PATH. Pinned host memory and copy staging live in shared memory
+// (memfd) both processes map: no bulk data crosses the RPC pipe. See
+// docs/plugin-mode.md.
+//
+// Errors: every call after the backend process died fails with an error
+// wrapping alloc.ErrBackendCrashed (with the exit status), or
+// alloc.ErrBackendHung when the host killed it on a deadline. Reopen the
+// backend with backends.Open, or move to the next choice of the chain.
+package plugin

@@ -1,0 +1,64 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/backends"
+)
+
+// "faulty" is cpu with injected faults, registered in the test binary, which
+// is also the plugin child: faults happen in the backend's process only.
+// Options (besides cpu's): malloc=exit-N (Malloc exits the process with
+// status N), sync=hang (StreamSynchronize never returns), query=hang.
+func init() {
+	backends.Register("faulty", func(ctx context.Context, o backends.Options) (alloc.Driver, error) {
+		f := &faulty{malloc: o["malloc"], sync: o["sync"], query: o["query"]}
+		inner := o.Clone()
+		delete(inner, "malloc")
+		delete(inner, "sync")
+		delete(inner, "query")
+		d, err := backends.OpenChoice(ctx, backends.Choice{Name: "cpu", Options: inner})
+		if err != nil {
+			return nil, err
+		}
+		f.Driver = d
+		return f, nil
+	})
+}
+
+type faulty struct {
+	alloc.Driver
+	malloc, sync, query string
+}
+
+func (f *faulty) inject(fault string) {
+	switch {
+	case fault == "hang":
+		select {}
+	case strings.HasPrefix(fault, "exit-"):
+		n, _ := strconv.Atoi(strings.TrimPrefix(fault, "exit-"))
+		os.Exit(n)
+	case fault != "":
+		panic(fmt.Sprintf("unknown fault %q", fault))
+	}
+}
+
+func (f *faulty) Malloc(n int64) (alloc.DevicePtr, error) {
+	f.inject(f.malloc)
+	return f.Driver.Malloc(n)
+}
+
+func (f *faulty) StreamSynchronize(s alloc.Stream) error {
+	f.inject(f.sync)
+	return f.Driver.StreamSynchronize(s)
+}
+
+func (f *faulty) StreamQuery(s alloc.Stream) (bool, error) {
+	f.inject(f.query)
+	return f.Driver.StreamQuery(s)
+}

@@ -1,0 +1,54 @@
+package plugin
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// HostAlloc returns pinned host memory that lives in a region shared with
+// the backend process: the backend's HostAlloc took it from the plugin
+// server (backends.HostMemory), and this process maps the same pages.
+func (d *Driver) HostAlloc(size int64) ([]byte, error) {
+	r, err := d.call(opHostAlloc, newReq(opHostAlloc).i64(size))
+	if err != nil {
+		return nil, err
+	}
+	id, fd := r.u64(), r.i64()
+	if r.err != nil {
+		return nil, r.err
+	}
+	b, err := mapChild(d.proc.pid, int(fd), size)
+	if err != nil {
+		_ = d.callErr(opHostFree, newReq(opHostFree).u64(id))
+		return nil, fmt.Errorf("%w: plugin %s: host alloc %d B: %v", alloc.ErrOutOfMemory, d.name, size, err)
+	}
+	d.regions.add(&mapping{id: id, start: uintptr(unsafe.Pointer(unsafe.SliceData(b))), buf: b})
+	return b, nil
+}
+
+// HostFree releases a HostAlloc buffer in both processes. If the backend
+// refuses (a capture forbids it), the buffer stays valid. If the backend is
+// dead, this side is still unmapped and the error says why.
+func (d *Driver) HostFree(b []byte) error {
+	m := d.regions.exact(b)
+	if m == nil {
+		if err := d.deadErr(opHostFree); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: plugin %s: host free %p (%d B): not a buffer from HostAlloc, or already freed",
+			alloc.ErrInvalidValue, d.name, unsafe.SliceData(b), len(b))
+	}
+	err := d.callErr(opHostFree, newReq(opHostFree).u64(m.id))
+	if err != nil && d.dead.Load() == nil {
+		return err
+	}
+	if !d.regions.remove(m) {
+		return fmt.Errorf("%w: plugin %s: host free: buffer freed concurrently", alloc.ErrInvalidValue, d.name)
+	}
+	if uerr := retire(m, false); uerr != nil && err == nil {
+		err = fmt.Errorf("%w: plugin %s: unmapping host buffer: %v", alloc.ErrDriver, d.name, uerr)
+	}
+	return err
+}

@@ -1,0 +1,5 @@
+package plugin
+
+import "syscall"
+
+func syscallKill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }

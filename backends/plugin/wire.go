@@ -1,0 +1,160 @@
+package plugin
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// The wire format is varints in a fixed order per operation: a request is
+// an opcode and its arguments; a reply is a status byte and either the
+// results or an error. No protobuf: the messages are a few integers, and
+// encoding them by hand keeps a round trip close to a bare gRPC call.
+
+// msg is what the codec carries: already-encoded bytes.
+type msg struct{ b []byte }
+
+type enc struct{ b []byte }
+
+func newReq(op opcode) *enc { return &enc{b: append(make([]byte, 0, 32), byte(op))} }
+
+func (e *enc) u64(v uint64) *enc { e.b = binary.AppendUvarint(e.b, v); return e }
+func (e *enc) i64(v int64) *enc  { e.b = binary.AppendVarint(e.b, v); return e }
+func (e *enc) bool(v bool) *enc {
+	if v {
+		return e.u64(1)
+	}
+	return e.u64(0)
+}
+func (e *enc) str(s string) *enc {
+	e.u64(uint64(len(s)))
+	e.b = append(e.b, s...)
+	return e
+}
+
+// errMalformed is a message that does not decode: a version skew between
+// host and plugin binaries, or a bug.
+var errMalformed = fmt.Errorf("%w: plugin: malformed message", alloc.ErrDriver)
+
+type dec struct {
+	b   []byte
+	err error
+}
+
+func (d *dec) fail() {
+	if d.err == nil {
+		d.err = errMalformed
+	}
+	d.b = nil
+}
+
+func (d *dec) u64() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) i64() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) bool() bool { return d.u64() != 0 }
+
+func (d *dec) str() string {
+	n := d.u64()
+	if n > uint64(len(d.b)) {
+		d.fail()
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+// sentinels are the errors a reply can carry across the process boundary,
+// by position: append only, so old and new binaries agree.
+var sentinels = []error{
+	alloc.ErrCaptureIncompatibleAllocation, alloc.ErrSyncDuringCapture, alloc.ErrCaptureInvalidated,
+	alloc.ErrCaptureTimeout, alloc.ErrNotCapturing, alloc.ErrAlreadyCapturing, alloc.ErrCaptureIllegalOp,
+	alloc.ErrCaptureUnavailable, alloc.ErrOutOfMemory, alloc.ErrInvalidBuffer, alloc.ErrInvalidSize,
+	alloc.ErrOutOfRange, alloc.ErrMisaligned, alloc.ErrInvalidValue, alloc.ErrClosed, alloc.ErrLeaked,
+	alloc.ErrBackendUnavailable, alloc.ErrBackendCrashed, alloc.ErrBackendHung, alloc.ErrDriver,
+	errInvalidConfig, errUnknownBackend,
+}
+
+// remoteError is an error returned by the backend in the child: its text,
+// and the sentinels it wrapped there, so errors.Is works on this side.
+type remoteError struct {
+	msg string
+	is  []error
+}
+
+func (e *remoteError) Error() string   { return e.msg }
+func (e *remoteError) Unwrap() []error { return e.is }
+
+const (
+	replyOK  = 0
+	replyErr = 1
+)
+
+func encodeErr(e *enc, err error) {
+	var mask uint64
+	for i, s := range sentinels {
+		if errors.Is(err, s) {
+			mask |= 1 << i
+		}
+	}
+	e.b = append(e.b, replyErr)
+	e.u64(mask)
+	msg := err.Error()
+	if len(msg) > maxErrText {
+		msg = msg[:maxErrText] + "…"
+	}
+	e.str(msg)
+}
+
+// maxErrText bounds an error's text so a reply never nears gRPC's limits.
+const maxErrText = 64 << 10
+
+// decodeReply returns the result decoder, or the backend's error.
+func decodeReply(b []byte) (*dec, error) {
+	d := &dec{b: b}
+	if len(b) == 0 {
+		return nil, errMalformed
+	}
+	status := b[0]
+	d.b = b[1:]
+	switch status {
+	case replyOK:
+		return d, nil
+	case replyErr:
+		mask := d.u64()
+		text := d.str()
+		if d.err != nil {
+			return nil, d.err
+		}
+		re := &remoteError{msg: text}
+		for i, s := range sentinels {
+			if mask&(1<<i) != 0 {
+				re.is = append(re.is, s)
+			}
+		}
+		if len(re.is) == 0 {
+			re.is = []error{alloc.ErrDriver}
+		}
+		return nil, re
+	}
+	return nil, errMalformed
+}
