@@ -10,9 +10,9 @@ import (
 
 	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/backends/plugin"
-	_ "github.com/capalloc/capalloc/cpu" // registers "cpu"
-	// The CUDA and HIP backends are linked here once they exist:
-	// _ "github.com/capalloc/capalloc/cuda"
+	_ "github.com/capalloc/capalloc/cpu"  // registers "cpu"
+	_ "github.com/capalloc/capalloc/cuda" // registers "cuda"; its library is loaded only when opened
+	// HIP is linked here once it exists.
 )
 
 func main() {

@@ -19,12 +19,14 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/backends"
+	"github.com/capalloc/capalloc/backends/plugin"
 	"github.com/capalloc/capalloc/conformance"
 	_ "github.com/capalloc/capalloc/cpu"
 	_ "github.com/capalloc/capalloc/cuda"
 )
 
 func main() {
+	plugin.ServeIfChild() // so -backend=plugin:NAME can run this binary as its backend process
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

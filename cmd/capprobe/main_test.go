@@ -3,12 +3,19 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
+	"github.com/capalloc/capalloc/backends/plugin"
 	"github.com/capalloc/capalloc/conformance"
 	"github.com/stretchr/testify/require"
 )
+
+func TestMain(m *testing.M) {
+	plugin.ServeIfChild() // the plugin:cpu test runs this binary as its backend
+	os.Exit(m.Run())
+}
 
 func TestJSONEveryModeMatchesCUDARules(t *testing.T) {
 	var out, errb bytes.Buffer
@@ -54,4 +61,16 @@ func TestFallbackChainSaysWhatWasSkipped(t *testing.T) {
 	errb.Reset()
 	require.Equal(t, 1, run([]string{"-backend=cpu:memroy_limit=1GiB"}, &out, &errb))
 	require.Contains(t, errb.String(), "memory_limit", "a typo names the known options")
+}
+
+func TestProbeOutOfProcessMatchesCUDARules(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"-backend=plugin:cpu", "-mode=all", "--json", "-check", "-replays=3"}, &out, &errb)
+	require.Equal(t, 0, code, errb.String())
+	var rows []map[string]any
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rows))
+	require.Len(t, rows, 3*len(conformance.ProbeOps()))
+	for _, r := range rows {
+		require.Equal(t, r["expected"], r["verdict"], "%v", r)
+	}
 }

@@ -21,10 +21,12 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/backends"
+	"github.com/capalloc/capalloc/backends/plugin"
 	_ "github.com/capalloc/capalloc/cpu"
 )
 
 func main() {
+	plugin.ServeIfChild() // so -backend=plugin:NAME can run this binary as its backend process
 	backend := flag.String("backend", "cpu", "backend ("+fmt.Sprint(backends.Names())+")")
 	steps := flag.Int("steps", 1000, "decode steps to run in each mode")
 	flag.Parse()
