@@ -3,9 +3,9 @@ package cpu
 import (
 	"fmt"
 	"slices"
-	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/hostregion"
 )
 
 // hostRegion is one HostAlloc buffer. The Go heap does not move objects, so
@@ -15,31 +15,17 @@ type hostRegion struct {
 	buf   []byte
 }
 
-func addr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+func addr(b []byte) uintptr { return hostregion.Addr(b) }
 
 // pinned reports whether b lies inside one HostAlloc buffer. The async copies
 // use it to apply CUDA's pageable-memory rules.
 func (d *Driver) pinned(b []byte) bool {
-	rs := *d.hosts.Load()
-	p := addr(b)
-	i, found := slices.BinarySearchFunc(rs, p, func(r hostRegion, p uintptr) int {
-		switch {
-		case r.start < p:
-			return -1
-		case r.start > p:
-			return 1
-		}
-		return 0
-	})
-	if !found {
-		i-- // the region starting before p, if any
-	}
-	if i < 0 {
-		return false
-	}
-	r := rs[i]
-	return p >= r.start && p+uintptr(len(b)) <= r.start+uintptr(len(r.buf))
+	i, _ := hostregion.Find(*d.hosts.Load(), hostRegion.begin, hostRegion.size, b)
+	return i >= 0
 }
+
+func (r hostRegion) begin() uintptr { return r.start }
+func (r hostRegion) size() uintptr  { return uintptr(len(r.buf)) }
 
 // HostAlloc returns "pinned" host memory: ordinary Go memory (or memory from
 // Options.HostMemory), counted and registered so the async copies can tell

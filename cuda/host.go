@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/hostregion"
 )
 
 // hostRegion is one cudaHostAlloc buffer: C memory, outside the Go heap.
@@ -14,32 +15,18 @@ type hostRegion struct {
 	size  int
 }
 
-func addr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+func addr(b []byte) uintptr { return hostregion.Addr(b) }
 
 // pinned reports whether b lies inside one HostAlloc buffer. The async
 // copies require it: with pageable memory CUDA would copy synchronously
 // (and a capture would record a snapshot, or fail).
 func (d *Driver) pinned(b []byte) bool {
-	rs := *d.hosts.Load()
-	p := addr(b)
-	i, found := slices.BinarySearchFunc(rs, p, func(r hostRegion, p uintptr) int {
-		switch {
-		case r.start < p:
-			return -1
-		case r.start > p:
-			return 1
-		}
-		return 0
-	})
-	if !found {
-		i-- // the region starting before p, if any
-	}
-	if i < 0 {
-		return false
-	}
-	r := rs[i]
-	return p >= r.start && p+uintptr(len(b)) <= r.start+uintptr(r.size)
+	i, _ := hostregion.Find(*d.hosts.Load(), hostRegion.begin, hostRegion.length, b)
+	return i >= 0
 }
+
+func (r hostRegion) begin() uintptr  { return r.start }
+func (r hostRegion) length() uintptr { return uintptr(r.size) }
 
 // HostAlloc is cudaHostAlloc with cudaHostAllocPortable (pinned for every
 // context, so the buffer does not depend on the current device), on the dev
