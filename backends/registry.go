@@ -41,7 +41,9 @@ func Register(name string, f Factory) { put(factories, "Register", name, f, f ==
 
 // RegisterScheme makes "scheme:target" names available ("plugin" is
 // registered by backends/plugin). It panics like Register.
-func RegisterScheme(scheme string, f SchemeFactory) { put(schemes, "RegisterScheme", scheme, f, f == nil) }
+func RegisterScheme(scheme string, f SchemeFactory) {
+	put(schemes, "RegisterScheme", scheme, f, f == nil)
+}
 
 func put[V any](m map[string]V, fn, name string, f V, isNil bool) {
 	mu.Lock()
