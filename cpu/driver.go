@@ -51,6 +51,10 @@ type Options struct {
 	// HostMemory, when set, supplies HostAlloc's memory (the plugin server
 	// passes shared memory); nil: the Go heap. HostMemoryLimit still applies.
 	HostMemory backends.HostMemory
+	// DeviceMemory, when set, supplies the bytes behind device allocations
+	// (the plugin server passes shared memory, which DirectSpan hands out);
+	// nil: the Go heap. MemoryLimit still applies.
+	DeviceMemory backends.DeviceMemory
 }
 
 // instances numbers drivers so each gets its own capture domain.
@@ -66,7 +70,8 @@ type Driver struct {
 	limit     int64
 	hostLimit int64
 	noCapture bool
-	hostMem   backends.HostMemory // nil: HostAlloc uses the Go heap
+	hostMem   backends.HostMemory   // nil: HostAlloc uses the Go heap
+	devMem    backends.DeviceMemory // nil: device allocations use the Go heap
 
 	closed atomic.Bool
 
@@ -107,6 +112,7 @@ func New(opts Options) (*Driver, error) {
 		hostLimit:  opts.HostMemoryLimit,
 		noCapture:  opts.NoCapture,
 		hostMem:    opts.HostMemory,
+		devMem:     opts.DeviceMemory,
 		graphs:     make(map[alloc.GraphHandle]*graph),
 		execs:      make(map[alloc.GraphExec]*graphExec),
 		globalCaps: make(map[*capture]struct{}),
@@ -165,9 +171,10 @@ func (d *Driver) Close() error {
 	}
 	streams := d.streams.Swap(&map[alloc.Stream]*stream{})
 	d.mu.Lock()
+	var live []*allocation
 	for _, sl := range d.table.Load().slots {
-		if r := sl.rec.Load(); r != nil {
-			r.dead.Store(true)
+		if r := sl.rec.Load(); r != nil && !r.dead.Swap(true) {
+			live = append(live, r)
 		}
 	}
 	d.table.Store(&idTable{})
@@ -183,8 +190,20 @@ func (d *Driver) Close() error {
 		s.queue, s.spare, s.cap, s.destroyed = nil, nil, nil, true
 		s.mu.Unlock()
 	}
-	// The queues are dropped, so nothing uses supplied host memory any more.
 	var errs []error
+	if d.devMem != nil {
+		// Wait out drains already running: they may still touch the bytes.
+		for _, s := range *streams {
+			s.execMu.Lock()
+			s.execMu.Unlock()
+		}
+		for _, r := range live {
+			if err := d.devMem.Free(r.buf); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	// The queues are dropped, so nothing uses supplied host memory any more.
 	if d.hostMem != nil {
 		for _, r := range *hosts {
 			if err := d.hostMem.Free(r.buf); err != nil {

@@ -164,17 +164,30 @@ func (d *Driver) newAllocation(size int64, c *capture, unsafeCall *alloc.Capture
 	d.mu.Unlock()
 
 	// Zeroing a large buffer takes a while: do it without the device lock.
-	r := &allocation{id: id, buf: make([]byte, size), size: size, acct: acct}
+	buf, err := d.newDevice(size)
+	if err != nil {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if !d.closed.Load() {
+			d.freeIDs = append(d.freeIDs, id)
+			d.live -= acct
+			d.liveCount--
+		}
+		return nil, errf(alloc.ErrOutOfMemory, "%s %d B: %v", what, size, err)
+	}
+	r := &allocation{id: id, buf: buf, size: size, acct: acct}
 
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed.Load() {
+		d.dropDevice(buf)
 		return nil, errClosed(what) // Close reset the table and the accounting
 	}
 	if c != nil && c.state != captureActive {
 		d.freeIDs = append(d.freeIDs, id)
 		d.live -= acct
 		d.liveCount--
+		d.dropDevice(buf)
 		return nil, c.invalidatedErr(what)
 	}
 	r.cap = c
@@ -197,6 +210,7 @@ func (d *Driver) releaseLocked(r *allocation) {
 	}
 	d.live -= r.acct
 	d.liveCount--
+	d.dropDevice(r.buf)
 }
 
 // checkUserFreeLocked says why p cannot be freed by Free or an ordinary

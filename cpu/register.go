@@ -13,7 +13,8 @@ import (
 //	host_memory_limit=1GiB  pinned host memory cap (default: memory_limit)
 //	no_capture=true         emulate a device without graph support
 //
-// A HostMemory in the context (backends.WithHostMemory) backs HostAlloc.
+// A HostMemory in the context (backends.WithHostMemory) backs HostAlloc; a
+// DeviceMemory (backends.WithDeviceMemory) backs device allocations.
 func init() { backends.Register("cpu", openWith) }
 
 func openWith(ctx context.Context, o backends.Options) (alloc.Driver, error) {
@@ -32,5 +33,6 @@ func openWith(ctx context.Context, o backends.Options) (alloc.Driver, error) {
 		return nil, err
 	}
 	opts.HostMemory = backends.HostMemoryFrom(ctx)
+	opts.DeviceMemory = backends.DeviceMemoryFrom(ctx)
 	return New(opts)
 }

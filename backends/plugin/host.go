@@ -34,6 +34,10 @@ type Driver struct {
 
 	regions hostRegions
 	staging stagingPool
+	direct  directCache
+	// noDirect: the backend answered errNoDirect; pageable blocking copies
+	// stage from then on.
+	noDirect atomic.Bool
 }
 
 var (
@@ -191,6 +195,7 @@ func (d *Driver) Close() error {
 		}
 	}
 	d.staging.drop()
+	d.direct.drop()
 	return errors.Join(errs...)
 }
 

@@ -161,6 +161,8 @@ func (s *server) dispatch(ctx context.Context, op opcode, in *dec, out *enc) err
 			out.i64(lb.LiveBytes())
 			return nil
 		}
+	case opDirectSpan:
+		return s.directSpan(d, in, out)
 	case opHostBytes:
 		if hb, ok := d.(hostByter); ok {
 			out.i64(hb.HostBytes())
@@ -196,7 +198,8 @@ func (s *server) open(ctx context.Context, in *dec, out *enc) error {
 	if s.drv != nil {
 		return fmt.Errorf("%w: plugin: a backend is already open in this process", alloc.ErrInvalidValue)
 	}
-	d, err := backends.OpenChoice(backends.WithHostMemory(ctx, s.regions), backends.Choice{Name: name, Options: opts})
+	ctx = backends.WithDeviceMemory(backends.WithHostMemory(ctx, s.regions), s.regions)
+	d, err := backends.OpenChoice(ctx, backends.Choice{Name: name, Options: opts})
 	if err != nil {
 		return err
 	}

@@ -46,6 +46,7 @@ const (
 	opGraphDestroy
 	opLiveBytes
 	opHostBytes
+	opDirectSpan
 	numOps
 )
 
@@ -58,6 +59,7 @@ var opNames = [numOps]string{
 	opMemsetAsync: "MemsetAsync", opCopyHtoD: "CopyHtoD", opCopyDtoH: "CopyDtoH", opBeginCapture: "BeginCapture",
 	opEndCapture: "EndCapture", opGraphInstantiate: "GraphInstantiate", opGraphLaunch: "GraphLaunch",
 	opGraphExecDestroy: "GraphExecDestroy", opGraphDestroy: "GraphDestroy", opLiveBytes: "LiveBytes", opHostBytes: "HostBytes",
+	opDirectSpan: "DirectSpan",
 }
 
 func (o opcode) String() string {

@@ -23,6 +23,7 @@ import (
 type region struct {
 	id  uint64
 	fd  int
+	ino uint64 // the memfd's inode: the host checks it maps this file
 	buf []byte
 }
 
@@ -40,12 +41,17 @@ func newRegion(id uint64, size int64) (*region, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("sealing memfd: %w", err)
 	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("fstat memfd: %w", err)
+	}
 	b, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("mmap %d B: %w", size, err)
 	}
-	return &region{id: id, fd: fd, buf: b}, nil
+	return &region{id: id, fd: fd, ino: st.Ino, buf: b}, nil
 }
 
 func (r *region) release() error {
@@ -56,13 +62,28 @@ func (r *region) release() error {
 	return err
 }
 
-// childRegions is the child's table of regions, by id (for requests) and by
-// address (for the driver's HostFree, which passes the slice back).
+// childRegions is the child's table of regions, by id (for requests), by
+// address (for the driver's HostFree, which passes the slice back) and
+// sorted by address (for DirectSpan's slices, which point inside one).
+// Ids are never reused.
 type childRegions struct {
 	mu     sync.RWMutex
 	nextID uint64
 	byID   map[uint64]*region
 	byAddr map[*byte]*region
+	sorted []*region
+}
+
+func regionStart(r *region) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(r.buf))) }
+
+func cmpStart(r *region, p uintptr) int {
+	switch s := regionStart(r); {
+	case s < p:
+		return -1
+	case s > p:
+		return 1
+	}
+	return 0
 }
 
 func newChildRegions() *childRegions {
@@ -81,6 +102,8 @@ func (t *childRegions) create(size int64) (*region, error) {
 	t.mu.Lock()
 	t.byID[id] = r
 	t.byAddr[unsafe.SliceData(r.buf)] = r
+	i, _ := slices.BinarySearchFunc(t.sorted, regionStart(r), cmpStart)
+	t.sorted = slices.Insert(t.sorted, i, r)
 	t.mu.Unlock()
 	return r, nil
 }
@@ -95,6 +118,30 @@ func (t *childRegions) byPtr(b []byte) *region {
 	return r
 }
 
+// containing returns the region holding all of b (non-empty) and b's
+// offset in it, or nil.
+func (t *childRegions) containing(b []byte) (*region, int64) {
+	if len(b) == 0 {
+		return nil, 0
+	}
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	i, found := slices.BinarySearchFunc(t.sorted, p, cmpStart)
+	if !found {
+		i--
+	}
+	if i < 0 {
+		return nil, 0
+	}
+	r := t.sorted[i]
+	off := p - regionStart(r)
+	if off+uintptr(len(b)) > uintptr(len(r.buf)) {
+		return nil, 0
+	}
+	return r, int64(off)
+}
+
 func (t *childRegions) get(id uint64) *region {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
@@ -105,6 +152,9 @@ func (t *childRegions) remove(r *region) error {
 	t.mu.Lock()
 	delete(t.byID, r.id)
 	delete(t.byAddr, unsafe.SliceData(r.buf))
+	if i, ok := slices.BinarySearchFunc(t.sorted, regionStart(r), cmpStart); ok {
+		t.sorted = slices.Delete(t.sorted, i, i+1)
+	}
 	t.mu.Unlock()
 	return r.release()
 }
@@ -151,12 +201,32 @@ type mapping struct {
 }
 
 // mapChild maps the child's fd n of size bytes into this process.
-func mapChild(pid, fd int, size int64) ([]byte, error) {
+func mapChild(pid, fd int, size int64) ([]byte, error) { return mapChildFile(pid, fd, size, 0) }
+
+// errStaleRegion is a region whose fd the backend closed (freed) before
+// this process opened it: the number may now name another file.
+var errStaleRegion = fmt.Errorf("%w: plugin: shared region freed before it was mapped", alloc.ErrInvalidValue)
+
+// mapChildFile is mapChild, checking when ino is not 0 that the fd still
+// names that memfd, at least size bytes long.
+func mapChildFile(pid, fd int, size int64, ino uint64) ([]byte, error) {
 	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/%d", pid, fd), os.O_RDWR, 0)
 	if err != nil {
+		if ino != 0 && os.IsNotExist(err) {
+			return nil, errStaleRegion
+		}
 		return nil, fmt.Errorf("opening the backend's shared memory: %w", err)
 	}
 	defer f.Close()
+	if ino != 0 {
+		var st unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+			return nil, fmt.Errorf("fstat of the backend's shared memory: %w", err)
+		}
+		if st.Ino != ino || st.Size < size {
+			return nil, errStaleRegion
+		}
+	}
 	b, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("mapping %d B of the backend's shared memory: %w", size, err)

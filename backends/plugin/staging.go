@@ -242,9 +242,16 @@ func (d *Driver) CopyDtoHAsync(dst []byte, src alloc.DevicePtr, s alloc.Stream) 
 	return d.stagedOut(opCopyDtoHAsync, dst, src, s)
 }
 
+// CopyHtoD and CopyDtoH from pageable memory take the single-copy path
+// (direct.go) when the backend offers it, and stage otherwise.
 func (d *Driver) CopyHtoD(dst alloc.DevicePtr, src []byte, s alloc.Stream) error {
 	if m, off, ok := d.regions.find(src); ok {
 		return d.callErr(opCopyHtoD, copyReq(opCopyHtoD, dst, m.id, off, int64(len(src)), s))
+	}
+	if len(src) > 0 && !d.noDirect.Load() {
+		if ok, err := d.directIn(dst, src, s); ok {
+			return err
+		}
 	}
 	return d.stagedIn(opCopyHtoD, dst, src, s)
 }
@@ -252,6 +259,11 @@ func (d *Driver) CopyHtoD(dst alloc.DevicePtr, src []byte, s alloc.Stream) error
 func (d *Driver) CopyDtoH(dst []byte, src alloc.DevicePtr, s alloc.Stream) error {
 	if m, off, ok := d.regions.find(dst); ok {
 		return d.callErr(opCopyDtoH, copyReq(opCopyDtoH, src, m.id, off, int64(len(dst)), s))
+	}
+	if len(dst) > 0 && !d.noDirect.Load() {
+		if ok, err := d.directOut(dst, src, s); ok {
+			return err
+		}
 	}
 	return d.stagedOut(opCopyDtoH, dst, src, s)
 }

@@ -91,7 +91,7 @@ var sentinels = []error{
 	alloc.ErrCaptureUnavailable, alloc.ErrOutOfMemory, alloc.ErrInvalidBuffer, alloc.ErrInvalidSize,
 	alloc.ErrOutOfRange, alloc.ErrMisaligned, alloc.ErrInvalidValue, alloc.ErrClosed, alloc.ErrLeaked,
 	alloc.ErrBackendUnavailable, alloc.ErrBackendCrashed, alloc.ErrBackendHung, alloc.ErrDriver,
-	errInvalidConfig, errUnknownBackend,
+	errInvalidConfig, errUnknownBackend, errNoDirect,
 }
 
 // remoteError is an error returned by the backend in the child: its text,
