@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/hostregion"
 )
 
 // Shared memory: the child creates each region as a memfd and maps it; the
@@ -74,7 +75,7 @@ type childRegions struct {
 	sorted []*region
 }
 
-func regionStart(r *region) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(r.buf))) }
+func regionStart(r *region) uintptr { return hostregion.Addr(r.buf) }
 
 func cmpStart(r *region, p uintptr) int {
 	switch s := regionStart(r); {
@@ -121,25 +122,13 @@ func (t *childRegions) byPtr(b []byte) *region {
 // containing returns the region holding all of b (non-empty) and b's
 // offset in it, or nil.
 func (t *childRegions) containing(b []byte) (*region, int64) {
-	if len(b) == 0 {
-		return nil, 0
-	}
-	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	i, found := slices.BinarySearchFunc(t.sorted, p, cmpStart)
-	if !found {
-		i--
-	}
+	i, off := hostregion.Find(t.sorted, regionStart, func(r *region) uintptr { return uintptr(len(r.buf)) }, b)
 	if i < 0 {
 		return nil, 0
 	}
-	r := t.sorted[i]
-	off := p - regionStart(r)
-	if off+uintptr(len(b)) > uintptr(len(r.buf)) {
-		return nil, 0
-	}
-	return r, int64(off)
+	return t.sorted[i], int64(off)
 }
 
 func (t *childRegions) get(id uint64) *region {
@@ -287,31 +276,12 @@ func (t *hostRegions) takeAll() []*mapping {
 
 // find returns the caller-visible region holding all of b, and b's offset.
 func (t *hostRegions) find(b []byte) (*mapping, int64, bool) {
-	if len(b) == 0 {
-		return nil, 0, false
-	}
 	ms := t.load()
-	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	i, found := slices.BinarySearchFunc(ms, p, func(x *mapping, p uintptr) int {
-		switch {
-		case x.start < p:
-			return -1
-		case x.start > p:
-			return 1
-		}
-		return 0
-	})
-	if !found {
-		i--
-	}
-	if i < 0 {
+	i, off := hostregion.Find(ms, func(m *mapping) uintptr { return m.start }, func(m *mapping) uintptr { return uintptr(len(m.buf)) }, b)
+	if i < 0 || ms[i].staging {
 		return nil, 0, false
 	}
-	m := ms[i]
-	if m.staging || p+uintptr(len(b)) > m.start+uintptr(len(m.buf)) {
-		return nil, 0, false
-	}
-	return m, int64(p - m.start), true
+	return ms[i], int64(off), true
 }
 
 // exact returns the region b is exactly (as HostAlloc returned it).
