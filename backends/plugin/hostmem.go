@@ -5,13 +5,25 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/hostregion"
 )
 
 // HostAlloc returns pinned host memory that lives in a region shared with
 // the backend process: the backend's HostAlloc took it from the plugin
 // server (backends.HostMemory), and this process maps the same pages.
 func (d *Driver) HostAlloc(size int64) ([]byte, error) {
-	r, err := d.call(opHostAlloc, newReq(opHostAlloc).i64(size))
+	m, err := d.allocShared(opHostAlloc, opHostFree, size, false)
+	if err != nil {
+		return nil, err
+	}
+	return m.buf, nil
+}
+
+// allocShared has the backend create a shared region of size bytes (op),
+// maps it here and registers it; if it cannot be mapped, free (the
+// matching release op) gives it back, so nothing leaks on either side.
+func (d *Driver) allocShared(op, free opcode, size int64, staging bool) (*mapping, error) {
+	r, err := d.call(op, newReq(op).i64(size))
 	if err != nil {
 		return nil, err
 	}
@@ -21,11 +33,12 @@ func (d *Driver) HostAlloc(size int64) ([]byte, error) {
 	}
 	b, err := mapChild(d.proc.pid, int(fd), size)
 	if err != nil {
-		_ = d.callErr(opHostFree, newReq(opHostFree).u64(id))
-		return nil, fmt.Errorf("%w: plugin %s: host alloc %d B: %v", alloc.ErrOutOfMemory, d.name, size, err)
+		_ = d.callErr(free, newReq(free).u64(id))
+		return nil, fmt.Errorf("%w: plugin %s: %s %d B: %w", alloc.ErrOutOfMemory, d.name, op, size, err)
 	}
-	d.regions.add(&mapping{id: id, start: uintptr(unsafe.Pointer(unsafe.SliceData(b))), buf: b})
-	return b, nil
+	m := &mapping{id: id, start: hostregion.Addr(b), buf: b, staging: staging}
+	d.regions.add(m)
+	return m, nil
 }
 
 // HostFree releases a HostAlloc buffer in both processes. If the backend

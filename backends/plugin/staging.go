@@ -3,7 +3,6 @@ package plugin
 import (
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
 )
@@ -39,23 +38,7 @@ func (d *Driver) getStaging() (*mapping, error) {
 		return m, nil
 	}
 	p.mu.Unlock()
-	const size = 2 * chunk
-	r, err := d.call(opStagingAlloc, newReq(opStagingAlloc).i64(size))
-	if err != nil {
-		return nil, err
-	}
-	id, fd := r.u64(), r.i64()
-	if r.err != nil {
-		return nil, r.err
-	}
-	b, err := mapChild(d.proc.pid, int(fd), size)
-	if err != nil {
-		_ = d.callErr(opStagingFree, newReq(opStagingFree).u64(id))
-		return nil, err
-	}
-	m := &mapping{id: id, start: uintptr(unsafe.Pointer(unsafe.SliceData(b))), buf: b, staging: true}
-	d.regions.add(m)
-	return m, nil
+	return d.allocShared(opStagingAlloc, opStagingFree, 2*chunk, true)
 }
 
 // putStaging returns a set for reuse, or frees it when enough are idle.
