@@ -111,8 +111,10 @@ static int pinned(const void *p, size_t n) {
 /* unsafe applies CUDA's rule for potentially unsafe calls: refused (900)
  * on a thread with a Global/ThreadLocal capture of its own, or while any
  * Global capture runs; the capture concerned is invalidated. */
+static __thread int thread_relaxed; /* cudaThreadExchangeStreamCaptureMode(Relaxed) on this thread */
 static cudaError_t unsafe(void) {
   int refused = 0;
+  if (thread_relaxed) return 0;
   for (stream_t *s = streams; s; s = s->next) {
     if (s->status != 1) continue;
     if (s->mode == 0 || (s->mode == 1 && pthread_equal(s->thread, pthread_self()))) { s->status = 2; refused = 1; }
@@ -414,5 +416,17 @@ cudaError_t cudaGraphDestroy(void *gh) {
     }
   }
   free(g->ops); free(g);
+  RETURN(0);
+}
+
+/* cudaThreadExchangeStreamCaptureMode: a thread in Relaxed interaction mode
+ * is never prohibited from potentially unsafe calls. */
+cudaError_t cudaThreadExchangeStreamCaptureMode(int *mode) {
+  ENTER("cudaThreadExchangeStreamCaptureMode");
+  if (*mode < 0 || *mode > 2) RETURN(1);
+  int old = thread_relaxed ? 2 : 0;
+  thread_relaxed = *mode == 2;
+  *mode = old;
+  logf_("cudaThreadExchangeStreamCaptureMode -> %d", thread_relaxed ? 2 : 0);
   RETURN(0);
 }

@@ -1,0 +1,360 @@
+package cuda
+
+import (
+	"fmt"
+	"slices"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// The raw-behaviour probe: what the CUDA runtime itself does with one call
+// made while a stream captures, with no capalloc guard in the way. It backs
+// cmd/cudatruth, which runs every case in a subprocess of its own (a case
+// may hang or wreck the context) and compares the table with the cpu
+// backend's rules. Nothing here is used by the Driver.
+
+// TruthCase is one probe: a capture in Mode on the capturing thread, and
+// Op issued by Caller while it is active.
+type TruthCase struct {
+	Mode   string // global, threadlocal, relaxed
+	Caller string // same (the capturing thread), other, other_relaxed (another thread in Relaxed interaction mode)
+	Op     string // one of TruthOps
+	// Blocking creates the capturing and the unrelated stream with default
+	// flags (they synchronize with the legacy stream) instead of
+	// cudaStreamNonBlocking.
+	Blocking bool
+}
+
+func (c TruthCase) String() string {
+	flags := "nonblocking"
+	if c.Blocking {
+		flags = "blocking"
+	}
+	return fmt.Sprintf("%s/%s/%s/%s", c.Mode, c.Caller, flags, c.Op)
+}
+
+// TruthResult is what happened. Code is the op's cudaError_t (the first
+// non-zero one for ops of two calls); StatusAfter the capturing stream's
+// cudaStreamIsCapturing status right after it (0 none, 1 active, 2
+// invalidated); EndCode cudaStreamEndCapture's code; Graph whether it
+// returned a graph. Skipped says why the case could not run (a symbol
+// missing from this runtime).
+type TruthResult struct {
+	Case        TruthCase
+	Code        int
+	CodeText    string
+	StatusAfter int
+	EndCode     int
+	Graph       bool
+	Skipped     string `json:",omitempty"`
+}
+
+// Invalidated reports whether the capture did not survive the call.
+func (r TruthResult) Invalidated() bool {
+	return r.StatusAfter != captureStatusActive || r.EndCode != 0 || !r.Graph
+}
+
+// TruthOps lists the probed operations.
+var TruthOps = []string{
+	"malloc",                  // cudaMalloc
+	"free_precapture",         // cudaFree of a pointer allocated before the capture
+	"host_alloc",              // cudaHostAlloc
+	"mem_get_info",            // cudaMemGetInfo
+	"pool_alloc_capturing",    // cudaMallocFromPoolAsync + cudaFreeAsync on the capturing stream
+	"pool_alloc_other",        // the same on an unrelated stream
+	"memset_other",            // cudaMemsetAsync on an unrelated stream
+	"copy_pinned_capturing",   // cudaMemcpyAsync HtoD from pinned memory on the capturing stream
+	"copy_pageable_capturing", // cudaMemcpyAsync HtoD from pageable memory on the capturing stream
+	"copy_pageable_sync",      // cudaMemcpy HtoD from pageable memory (legacy stream, synchronous)
+	"sync_capturing",          // cudaStreamSynchronize of the capturing stream
+	"query_capturing",         // cudaStreamQuery of the capturing stream
+	"sync_other",              // cudaStreamSynchronize of an unrelated stream
+	"query_other",             // cudaStreamQuery of an unrelated stream
+	"event_query",             // cudaEventQuery of an event recorded on an unrelated stream before the capture
+	"device_sync",             // cudaDeviceSynchronize
+	"stream_create_destroy",   // cudaStreamCreateWithPriority + cudaStreamDestroy
+	"graph_instantiate",       // cudaGraphInstantiateWithFlags of a graph captured before
+	"graph_launch_capturing",  // cudaGraphLaunch of a pre-built graph into the capturing stream
+	"graph_launch_other",      // cudaGraphLaunch of a pre-built graph into an unrelated stream
+	"graph_mem_trim",          // cudaDeviceGraphMemTrim
+}
+
+// TruthModes and TruthCallers are the other two axes.
+var (
+	TruthModes   = []string{"global", "threadlocal", "relaxed"}
+	TruthCallers = []string{"same", "other", "other_relaxed"}
+)
+
+// truthSyms are the calls the probe needs beyond the Driver's, resolved
+// here so the Driver's binding list stays what it uses. Signatures
+// (cuda_runtime_api.h, unchanged from CUDA 11.0 to 13):
+//
+//	cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)
+//	cudaEventCreate(cudaEvent_t *event)
+//	cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
+//	cudaEventQuery(cudaEvent_t event)
+//	cudaEventDestroy(cudaEvent_t event)
+//	cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
+//	cudaDeviceSynchronize(void)
+//	cudaDeviceGraphMemTrim(int device)
+type truthSyms struct {
+	exchangeMode, eventCreate, eventRecord, eventQuery, eventDestroy uintptr
+	memcpy, deviceSynchronize, graphMemTrim                          uintptr
+}
+
+func (rt *runtimeAPI) truthSymbols() (truthSyms, error) {
+	h, err := purego.Dlopen(rt.path, purego.RTLD_NOW|purego.RTLD_LOCAL) // the loaded library again: same handle
+	if err != nil {
+		return truthSyms{}, fmt.Errorf("cuda: reopen %s: %w", rt.path, err)
+	}
+	var s truthSyms
+	for name, p := range map[string]*uintptr{
+		"cudaThreadExchangeStreamCaptureMode": &s.exchangeMode,
+		"cudaEventCreate":                     &s.eventCreate,
+		"cudaEventRecord":                     &s.eventRecord,
+		"cudaEventQuery":                      &s.eventQuery,
+		"cudaEventDestroy":                    &s.eventDestroy,
+		"cudaMemcpy":                          &s.memcpy,
+		"cudaDeviceSynchronize":               &s.deviceSynchronize,
+		"cudaDeviceGraphMemTrim":              &s.graphMemTrim,
+	} {
+		if addr, err := purego.Dlsym(h, name); err == nil {
+			*p = addr
+		}
+	}
+	return s, nil
+}
+
+// RunTruthCase opens device 0 of the CUDA runtime the backend would load
+// and runs c. The caller should run it in a process of its own: a case may
+// hang, and one that succeeds may leave the context unusable.
+func RunTruthCase(c TruthCase) (TruthResult, error) {
+	res := TruthResult{Case: c}
+	if !slices.Contains(TruthOps, c.Op) || !slices.Contains(TruthModes, c.Mode) || !slices.Contains(TruthCallers, c.Caller) {
+		return res, fmt.Errorf("cuda: unknown truth case %s", c)
+	}
+	d, err := open(Options{})
+	if err != nil {
+		return res, err
+	}
+	// The Driver's own threads stay idle; the probe runs on two of its own.
+	p := &truthProbe{rt: d.rt, pool: d.pool, dev: d.opts.Device}
+	if p.syms, err = d.rt.truthSymbols(); err != nil {
+		return res, err
+	}
+	setDevice := func() error {
+		return d.rt.check("make device current", "cudaSetDevice", call(d.rt.setDevice, uintptr(d.opts.Device)))
+	}
+	capT, err := startThread(setDevice)
+	if err != nil {
+		return res, err
+	}
+	otherT, err := startThread(setDevice)
+	if err != nil {
+		return res, err
+	}
+	// Setup, the capture's begin and end: on the capturing thread.
+	if err := capT.do("setup", func() error { return p.setup(c) }); err != nil {
+		return res, err
+	}
+	if msg := p.unavailable(c); msg != "" {
+		res.Skipped = msg
+		return res, nil
+	}
+	if c.Caller == "other_relaxed" {
+		if err := otherT.do("exchange mode", func() error {
+			m := int32(captureModeRelaxed)
+			return d.rt.check("thread capture mode", "cudaThreadExchangeStreamCaptureMode", call(p.syms.exchangeMode, uintptr(unsafe.Pointer(&m))))
+		}); err != nil {
+			return res, err
+		}
+	}
+	mode := map[string]uintptr{"global": captureModeGlobal, "threadlocal": captureModeThreadLocal, "relaxed": captureModeRelaxed}[c.Mode]
+	if err := capT.do("begin", func() error {
+		if err := d.rt.check("begin capture", "cudaStreamBeginCapture", call(d.rt.streamBeginCapture, p.capS, mode)); err != nil {
+			return err
+		}
+		// One captured node, so that an empty graph never hides a result.
+		return d.rt.check("memset", "cudaMemsetAsync", call(d.rt.memsetAsync, p.dev1, 1, 4096, p.capS))
+	}); err != nil {
+		return res, err
+	}
+	opThread := capT
+	if c.Caller != "same" {
+		opThread = otherT
+	}
+	_ = opThread.do("op", func() error {
+		res.Code = int(p.op(c.Op))
+		return nil
+	})
+	res.CodeText = d.rt.text(int32(res.Code))
+	_ = capT.do("end", func() error {
+		var st int32
+		call(d.rt.streamIsCapturing, p.capS, uintptr(unsafe.Pointer(&st)))
+		res.StatusAfter = int(st)
+		var g uintptr
+		res.EndCode = int(call(d.rt.streamEndCapture, p.capS, uintptr(unsafe.Pointer(&g))))
+		res.Graph = g != 0
+		return nil
+	})
+	return res, nil
+}
+
+// truthProbe holds what a case's op works on, all made before the capture.
+type truthProbe struct {
+	rt   *runtimeAPI
+	syms truthSyms
+	pool uintptr
+	dev  int
+
+	capS, otherS uintptr // the capturing stream, an unrelated one
+	dev0, dev1   uintptr // device buffers, 4 KiB each
+	pinned       uintptr // cudaHostAlloc'd 4 KiB
+	pageable     []byte
+	event        uintptr
+	exec         uintptr // a graph (one memset of dev1) instantiated before the capture
+	graph        uintptr // a graph captured before, not instantiated
+}
+
+func (p *truthProbe) unavailable(c TruthCase) string {
+	need := map[string]uintptr{
+		"event_query":        p.syms.eventQuery,
+		"device_sync":        p.syms.deviceSynchronize,
+		"copy_pageable_sync": p.syms.memcpy,
+		"graph_mem_trim":     p.syms.graphMemTrim,
+	}
+	if addr, ok := need[c.Op]; ok && addr == 0 {
+		return "the runtime lacks the call for " + c.Op
+	}
+	if c.Op == "event_query" && p.event == 0 {
+		return "the runtime lacks cudaEventCreate/cudaEventRecord"
+	}
+	if c.Caller == "other_relaxed" && p.syms.exchangeMode == 0 {
+		return "the runtime lacks cudaThreadExchangeStreamCaptureMode"
+	}
+	return ""
+}
+
+func (p *truthProbe) setup(c TruthCase) error {
+	rt := p.rt
+	flags := uintptr(streamNonBlocking)
+	if c.Blocking {
+		flags = 0
+	}
+	var scratch uintptr
+	for _, s := range []*uintptr{&p.capS, &p.otherS, &scratch} {
+		if err := rt.check("create stream", "cudaStreamCreateWithPriority", call(rt.streamCreateWithPriority, uintptr(unsafe.Pointer(s)), flags, 0)); err != nil {
+			return err
+		}
+	}
+	for _, b := range []*uintptr{&p.dev0, &p.dev1} {
+		if err := rt.check("malloc", "cudaMalloc", call(rt.malloc, uintptr(unsafe.Pointer(b)), 4096)); err != nil {
+			return err
+		}
+	}
+	if err := rt.check("host alloc", "cudaHostAlloc", call(rt.hostAlloc, uintptr(unsafe.Pointer(&p.pinned)), 4096, hostAllocPortable)); err != nil {
+		return err
+	}
+	p.pageable = make([]byte, 4096)
+	if p.syms.eventCreate != 0 && p.syms.eventRecord != 0 {
+		if call(p.syms.eventCreate, uintptr(unsafe.Pointer(&p.event))) != 0 {
+			p.event = 0
+		} else if call(p.syms.eventRecord, p.event, p.otherS) != 0 {
+			p.event = 0
+		}
+	}
+	// A graph captured (ThreadLocal, on this thread) before the probed
+	// capture: one memset of dev1, instantiated once for the launches and
+	// kept raw for the instantiate case.
+	if err := rt.check("pre-capture begin", "cudaStreamBeginCapture", call(rt.streamBeginCapture, scratch, captureModeThreadLocal)); err != nil {
+		return err
+	}
+	if err := rt.check("pre-capture memset", "cudaMemsetAsync", call(rt.memsetAsync, p.dev1, 2, 4096, scratch)); err != nil {
+		return err
+	}
+	if err := rt.check("pre-capture end", "cudaStreamEndCapture", call(rt.streamEndCapture, scratch, uintptr(unsafe.Pointer(&p.graph)))); err != nil {
+		return err
+	}
+	if err := rt.check("instantiate", "cudaGraphInstantiateWithFlags", call(rt.graphInstantiateWithFlags, uintptr(unsafe.Pointer(&p.exec)), p.graph, 0)); err != nil {
+		return err
+	}
+	for _, s := range []uintptr{p.capS, p.otherS, scratch} {
+		if err := rt.check("synchronize", "cudaStreamSynchronize", call(rt.streamSynchronize, s)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// op makes the probed call(s) and returns the first non-zero code. Go
+// values whose address is passed are kept alive by call's
+// go:uintptrescapes.
+func (p *truthProbe) op(name string) int32 {
+	rt := p.rt
+	both := func(a, b func() int32) int32 {
+		if c := a(); c != 0 {
+			return c
+		}
+		return b()
+	}
+	switch name {
+	case "malloc":
+		var q uintptr
+		return call(rt.malloc, uintptr(unsafe.Pointer(&q)), 4096)
+	case "free_precapture":
+		return call(rt.free, p.dev0)
+	case "host_alloc":
+		var q uintptr
+		return call(rt.hostAlloc, uintptr(unsafe.Pointer(&q)), 4096, hostAllocPortable)
+	case "mem_get_info":
+		var free, total uint64
+		return call(rt.memGetInfo, uintptr(unsafe.Pointer(&free)), uintptr(unsafe.Pointer(&total)))
+	case "pool_alloc_capturing", "pool_alloc_other":
+		s := p.capS
+		if name == "pool_alloc_other" {
+			s = p.otherS
+		}
+		var q uintptr
+		return both(
+			func() int32 { return call(rt.mallocFromPoolAsync, uintptr(unsafe.Pointer(&q)), 4096, p.pool, s) },
+			func() int32 { return call(rt.freeAsync, q, s) })
+	case "memset_other":
+		return call(rt.memsetAsync, p.dev1, 3, 4096, p.otherS)
+	case "copy_pinned_capturing":
+		return call(rt.memcpyAsync, p.dev1, p.pinned, 4096, memcpyHostToDevice, p.capS)
+	case "copy_pageable_capturing":
+		return call(rt.memcpyAsync, p.dev1, uintptr(unsafe.Pointer(&p.pageable[0])), 4096, memcpyHostToDevice, p.capS)
+	case "copy_pageable_sync":
+		return call(p.syms.memcpy, p.dev1, uintptr(unsafe.Pointer(&p.pageable[0])), 4096, memcpyHostToDevice)
+	case "sync_capturing":
+		return call(rt.streamSynchronize, p.capS)
+	case "query_capturing":
+		return call(rt.streamQuery, p.capS)
+	case "sync_other":
+		return call(rt.streamSynchronize, p.otherS)
+	case "query_other":
+		return call(rt.streamQuery, p.otherS)
+	case "event_query":
+		return call(p.syms.eventQuery, p.event)
+	case "device_sync":
+		return call(p.syms.deviceSynchronize)
+	case "stream_create_destroy":
+		var s uintptr
+		return both(
+			func() int32 {
+				return call(rt.streamCreateWithPriority, uintptr(unsafe.Pointer(&s)), streamNonBlocking, 0)
+			},
+			func() int32 { return call(rt.streamDestroy, s) })
+	case "graph_instantiate":
+		var e uintptr
+		return call(rt.graphInstantiateWithFlags, uintptr(unsafe.Pointer(&e)), p.graph, 0)
+	case "graph_launch_capturing":
+		return call(rt.graphLaunch, p.exec, p.capS)
+	case "graph_launch_other":
+		return call(rt.graphLaunch, p.exec, p.otherS)
+	case "graph_mem_trim":
+		return call(p.syms.graphMemTrim, uintptr(p.dev))
+	}
+	panic("unreachable: checked in RunTruthCase")
+}
