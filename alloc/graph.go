@@ -39,8 +39,9 @@ func (a *Allocator) eagerGraph(fn func() error) *Graph {
 	return g
 }
 
-// Launch replays the graph on the allocator's stream. Inside a capture this
-// allocator started, the launch is recorded as a child graph.
+// Launch replays the graph on the allocator's stream. Inside a capture it
+// is refused with ErrCaptureIllegalOp before any driver call: CUDA does not
+// record a graph launch into a capture, it invalidates the capture.
 func (g *Graph) Launch() error {
 	a := g.a
 	a.mu.Lock()
@@ -58,15 +59,11 @@ func (g *Graph) Launch() error {
 		case StateNone:
 			err = a.drv.GraphLaunch(g.exec, a.stream)
 		case StateActive:
-			if len(g.cap.blocks) > 0 {
-				// CUDA refuses child graphs with memory nodes and would
-				// invalidate the capture; refuse first and keep it valid.
-				err = wrapf(ErrCaptureIncompatibleAllocation, "a graph with allocation nodes cannot be launched into a capture")
-				break
-			}
-			if err = a.drv.GraphLaunch(g.exec, a.stream); err == nil {
-				err = a.afterCapturedLocked("Graph.Launch")
-			}
+			// cudaGraphLaunch into a capturing stream returns 900 and
+			// invalidates the capture, in every capture mode (measured with
+			// cmd/cudatruth, CUDA 13.0, docs/cuda-truth.md): a graph is not
+			// recorded as a child. Refuse first and keep the capture valid.
+			err = wrapf(ErrCaptureIllegalOp, "a graph cannot be launched into a capture (CUDA refuses it and invalidates the capture); launch it before or after, or capture its work directly")
 		default:
 			err = refusal(st, "graph launch")
 		}

@@ -27,8 +27,7 @@ type program struct {
 	dIn, dOut alloc.Buffer
 	shift     int64 // a multiple of the alignment
 	// fixedTmp, when set, replaces the temporary allocated inside the
-	// pipeline: a graph with no memory nodes (CUDA allows only those as
-	// child graphs).
+	// pipeline: a graph with no memory nodes.
 	fixedTmp alloc.Buffer
 }
 
@@ -201,36 +200,34 @@ func (s *suite) replay(t *testing.T) {
 		require.NoError(t, in.Close())
 		require.NoError(t, out.Close())
 	})
-	t.Run("child_graph", func(t *testing.T) {
-		// A graph launched inside another capture replays as a child node.
-		e := s.env(t)
-		p := newProgram(t, e.a, 4096)
-		p.fixedTmp = mustAlloc(t, e.a, 4096)
-		inner := captureProgram(t, p, alloc.Global)
-		require.Zero(t, inner.CaptureAllocs())
-		outer, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, inner.Launch)
-		require.NoError(t, err)
-		require.NoError(t, checkFreshReplays(p, outer, 10, 2000))
-		require.NoError(t, outer.Close())
-		require.NoError(t, inner.Close())
-		p.close(t)
-	})
-	t.Run("child_graph_with_allocations_refused", func(t *testing.T) {
-		// CUDA refuses a child graph with memory nodes and invalidates the
-		// capture; the allocator refuses first and the capture stays valid.
-		e := s.env(t)
-		p := newProgram(t, e.a, 4096)
-		inner := captureProgram(t, p, alloc.Global)
-		require.NotZero(t, inner.CaptureAllocs())
-		require.NoError(t, e.a.BeginCapture(alloc.Global))
-		launches := e.spy.Calls(MethodGraphLaunch)
-		requireRefused(t, inner.Launch(), alloc.StateActive, alloc.ErrCaptureIncompatibleAllocation)
-		assert.Equal(t, launches, e.spy.Calls(MethodGraphLaunch), "refused before the driver")
-		g, err := e.a.EndCapture()
-		require.NoError(t, err, "the outer capture stays valid")
-		require.NoError(t, g.Close())
-		require.NoError(t, inner.Close())
-		p.close(t)
+	t.Run("graph_launch_in_capture_refused", func(t *testing.T) {
+		// cudaGraphLaunch into a capturing stream returns 900 and
+		// invalidates the capture in every mode, with or without memory
+		// nodes (cmd/cudatruth on CUDA 13.0): the allocator refuses first,
+		// the capture stays valid, and both graphs still replay.
+		for _, withAllocs := range []bool{false, true} {
+			t.Run(fmt.Sprintf("allocations=%v", withAllocs), func(t *testing.T) {
+				e := s.env(t)
+				p := newProgram(t, e.a, 4096)
+				if !withAllocs {
+					p.fixedTmp = mustAlloc(t, e.a, 4096)
+				}
+				inner := captureProgram(t, p, alloc.Global)
+				require.Equal(t, withAllocs, inner.CaptureAllocs() > 0)
+				for _, mode := range alloc.Modes {
+					require.NoError(t, e.a.BeginCapture(mode))
+					launches := e.spy.Calls(MethodGraphLaunch)
+					requireRefused(t, inner.Launch(), alloc.StateActive, alloc.ErrCaptureIllegalOp)
+					assert.Equal(t, launches, e.spy.Calls(MethodGraphLaunch), "refused before the driver")
+					g, err := e.a.EndCapture()
+					require.NoError(t, err, "the outer %s capture stays valid", mode)
+					require.NoError(t, g.Close())
+				}
+				require.NoError(t, checkFreshReplays(p, inner, 5, 3000), "the inner graph still replays")
+				require.NoError(t, inner.Close())
+				p.close(t)
+			})
+		}
 	})
 	t.Run("silent_invalidation_reported", func(t *testing.T) {
 		// A driver that invalidates the capture while reporting success for

@@ -100,12 +100,6 @@ func (d *Driver) record(c *capture, o *op, what string) error {
 			return err
 		}
 	}
-	if o.exec != nil && len(o.exec.g.allocs) > 0 {
-		err := errf(alloc.ErrInvalidValue, "%s on capturing stream %#x: a graph with memory nodes cannot be a child graph",
-			what, uint64(c.s.h))
-		c.invalidateLocked(err)
-		return err
-	}
 	c.ops = append(c.ops, *o)
 	return nil
 }

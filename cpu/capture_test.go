@@ -337,7 +337,10 @@ func TestGraphAllocationLifetime(t *testing.T) {
 	wantLive(t, d, 0)
 }
 
-func TestGraphLaunchInCaptureIsAChildGraph(t *testing.T) {
+// cudaGraphLaunch into a capturing stream returns 900 and invalidates the
+// capture in every mode (cmd/cudatruth, CUDA 13.0): the emulation does the
+// same, and the graph still launches once the capture is over.
+func TestGraphLaunchInCaptureIsRefused(t *testing.T) {
 	d := newDriver(t, cpu.Options{})
 	s := newStream(t, d)
 	p := val[alloc.DevicePtr](t)(d.Malloc(64))
@@ -348,24 +351,47 @@ func TestGraphLaunchInCaptureIsAChildGraph(t *testing.T) {
 	child := val[alloc.GraphHandle](t)(d.EndCapture(s))
 	ce := val[alloc.GraphExec](t)(d.GraphInstantiate(child, false))
 
-	ok(t, d.BeginCapture(s, alloc.Global))
+	for _, m := range alloc.Modes {
+		ok(t, d.BeginCapture(s, m))
+		isErr(t, d.GraphLaunch(ce, s), alloc.ErrCaptureIllegalOp)
+		wantStatus(t, d, s, alloc.DriverCaptureInvalidated)
+		_, err := d.EndCapture(s)
+		isErr(t, err, alloc.ErrCaptureInvalidated)
+	}
+
 	ok(t, d.GraphLaunch(ce, s))
 	ok(t, d.CopyDtoHAsync(out, p, s))
-	parent := val[alloc.GraphHandle](t)(d.EndCapture(s))
-	pe := val[alloc.GraphExec](t)(d.GraphInstantiate(parent, false))
-	ok(t, d.StreamSynchronize(s))
-	wantBytes(t, out, 0)
-
-	ok(t, d.GraphLaunch(pe, s))
 	ok(t, d.StreamSynchronize(s))
 	wantBytes(t, out, 6)
+}
 
-	// Launching into an invalidated capture is refused.
-	ok(t, d.BeginCapture(s, alloc.Global))
-	_, _ = d.StreamQuery(s)
-	isErr(t, d.GraphLaunch(pe, s), alloc.ErrCaptureInvalidated)
-	_, err := d.EndCapture(s)
-	isErr(t, err, alloc.ErrCaptureInvalidated)
+// A synchronize or query of a stream that is not capturing is refused, and
+// invalidates the capture, while a Global-mode capture is under way, for a
+// caller in Global interaction mode only (cmd/cudatruth, CUDA 13.0).
+func TestSyncOfOtherStreamDuringGlobalCapture(t *testing.T) {
+	d := newDriver(t, cpu.Options{})
+	s, other := newStream(t, d), newStream(t, d)
+	for _, m := range alloc.Modes {
+		ok(t, d.BeginCapture(s, m))
+		relaxed := d.WithInteractionMode(alloc.Relaxed)
+		ok(t, relaxed.StreamSynchronize(other))
+		_, err := relaxed.StreamQuery(other)
+		ok(t, err)
+		wantStatus(t, d, s, alloc.DriverCaptureActive)
+		err = d.StreamSynchronize(other)
+		if m == alloc.Global {
+			isErr(t, err, alloc.ErrCaptureIllegalOp)
+			wantStatus(t, d, s, alloc.DriverCaptureInvalidated)
+			_, err = d.EndCapture(s)
+			isErr(t, err, alloc.ErrCaptureInvalidated)
+			continue
+		}
+		ok(t, err)
+		_, err = d.StreamQuery(other)
+		ok(t, err)
+		g := val[alloc.GraphHandle](t)(d.EndCapture(s))
+		ok(t, d.GraphDestroy(g))
+	}
 }
 
 func TestCaptureUnavailable(t *testing.T) {
@@ -378,7 +404,7 @@ func TestCaptureUnavailable(t *testing.T) {
 }
 
 // CUDA's rules for graphs with memory nodes: one instantiation at a time,
-// and never a child graph.
+// and (like every graph) never launched into a capture.
 func TestGraphWithMemoryNodes(t *testing.T) {
 	d := newDriver(t, cpu.Options{})
 	s := newStream(t, d)
@@ -392,7 +418,7 @@ func TestGraphWithMemoryNodes(t *testing.T) {
 	isErr(t, err, alloc.ErrInvalidValue)
 
 	ok(t, d.BeginCapture(s, alloc.Global))
-	isErr(t, d.GraphLaunch(e, s), alloc.ErrInvalidValue)
+	isErr(t, d.GraphLaunch(e, s), alloc.ErrCaptureIllegalOp)
 	wantStatus(t, d, s, alloc.DriverCaptureInvalidated)
 	_, err = d.EndCapture(s)
 	isErr(t, err, alloc.ErrCaptureInvalidated)

@@ -15,7 +15,7 @@ func (d *Driver) DirectSpan(p alloc.DevicePtr, n int64, h alloc.Stream) ([]byte,
 	if d.closed.Load() {
 		return nil, errClosed(what)
 	}
-	if err := d.wait(h, what); err != nil {
+	if err := d.wait(h, what, copyInteraction); err != nil {
 		return nil, err
 	}
 	r, off, why := d.resolve(p, n)

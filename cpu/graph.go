@@ -80,9 +80,10 @@ func (d *Driver) GraphInstantiate(gh alloc.GraphHandle, autoFree bool) (alloc.Gr
 	return e.h, nil
 }
 
-// GraphLaunch queues the whole graph as one entry on s; on a capturing
-// stream it is recorded as a child-graph node, which CUDA refuses for a graph
-// with memory nodes.
+// GraphLaunch queues the whole graph as one entry on s. On a capturing
+// stream it is refused and invalidates the capture, as cudaGraphLaunch does
+// in every capture mode (cmd/cudatruth, CUDA 13.0): a launch is never
+// recorded as a child graph.
 func (d *Driver) GraphLaunch(eh alloc.GraphExec, h alloc.Stream) error {
 	const what = "graph launch"
 	if d.closed.Load() {
@@ -96,9 +97,12 @@ func (d *Driver) GraphLaunch(eh alloc.GraphExec, h alloc.Stream) error {
 	d.mu.Lock()
 	e := d.execs[eh]
 	counted := false
-	if e == nil {
+	switch {
+	case e == nil:
 		err = errf(alloc.ErrInvalidValue, "%s: unknown graph exec %#x", what, uint64(eh))
-	} else if s.cap == nil && !s.destroyed {
+	case s.cap != nil:
+		err = errf(alloc.ErrCaptureIllegalOp, "%s into capturing stream %#x: a graph launch is not captured", what, uint64(h))
+	case !s.destroyed:
 		err = d.materializeLocked(e, what)
 		if counted = err == nil && len(e.g.allocs) > 0; counted {
 			e.g.pending++

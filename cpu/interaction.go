@@ -9,7 +9,8 @@ import "github.com/capalloc/capalloc/alloc"
 // refused, and invalidate the capture, while any Global-mode capture is
 // under way on this device. Through a ThreadLocal or Relaxed view those
 // calls ignore other streams' captures, as CUDA lets such a thread make
-// them. Every other method, and all state, is d's own.
+// them, and synchronize or query streams that are not capturing. Every
+// other method, and all state, is d's own.
 func (d *Driver) WithInteractionMode(m alloc.CaptureMode) alloc.Driver {
 	if m == alloc.Global {
 		return d
@@ -27,3 +28,7 @@ func (v *interactionView) Malloc(size int64) (alloc.DevicePtr, error) { return v
 func (v *interactionView) Free(p alloc.DevicePtr) error               { return v.free(p, v.mode) }
 func (v *interactionView) HostAlloc(size int64) ([]byte, error)       { return v.hostAlloc(size, v.mode) }
 func (v *interactionView) HostFree(b []byte) error                    { return v.hostFree(b, v.mode) }
+func (v *interactionView) StreamSynchronize(h alloc.Stream) error {
+	return v.wait(h, "stream synchronize", v.mode)
+}
+func (v *interactionView) StreamQuery(h alloc.Stream) (bool, error) { return v.query(h, v.mode) }

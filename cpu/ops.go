@@ -228,7 +228,7 @@ func (d *Driver) CopyHtoD(dst alloc.DevicePtr, src []byte, h alloc.Stream) error
 	if d.closed.Load() {
 		return errClosed(what)
 	}
-	if err := d.wait(h, what); err != nil {
+	if err := d.wait(h, what, copyInteraction); err != nil {
 		return err
 	}
 	n := int64(len(src))
@@ -254,7 +254,7 @@ func (d *Driver) CopyDtoH(dst []byte, src alloc.DevicePtr, h alloc.Stream) error
 }
 
 func (d *Driver) blockingDtoH(h alloc.Stream, dst []byte, src alloc.DevicePtr, what string) error {
-	if err := d.wait(h, what); err != nil {
+	if err := d.wait(h, what, copyInteraction); err != nil {
 		return err
 	}
 	n := int64(len(dst))

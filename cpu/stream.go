@@ -97,20 +97,32 @@ func (d *Driver) DestroyStream(h alloc.Stream) error {
 // StreamSynchronize runs everything queued on s and reports the first
 // failure of that work. Illegal on a capturing stream.
 func (d *Driver) StreamSynchronize(h alloc.Stream) error {
-	return d.wait(h, "stream synchronize")
+	return d.wait(h, "stream synchronize", alloc.Global)
 }
 
 // StreamQuery makes the device progress (runs the queue) and then reports
 // done. Illegal on a capturing stream.
-func (d *Driver) StreamQuery(h alloc.Stream) (bool, error) {
-	if err := d.wait(h, "stream query"); err != nil {
+func (d *Driver) StreamQuery(h alloc.Stream) (bool, error) { return d.query(h, alloc.Global) }
+
+func (d *Driver) query(h alloc.Stream, interaction alloc.CaptureMode) (bool, error) {
+	if err := d.wait(h, "stream query", interaction); err != nil {
 		return false, err
 	}
 	return true, nil
 }
 
-// wait drains s on behalf of the host; refused while s captures.
-func (d *Driver) wait(h alloc.Stream, what string) error {
+// copyInteraction is what a blocking copy passes to wait: a synchronous
+// pageable cudaMemcpy does not touch another stream's capture when the
+// streams are non-blocking (cmd/cudatruth, CUDA 13.0), so only a capture on
+// s itself refuses it.
+const copyInteraction = alloc.Relaxed
+
+// wait drains s on behalf of the host. It is refused while s captures, and,
+// for a caller in Global interaction mode, while any Global-mode capture is
+// under way on the device: CUDA refuses a synchronize or query of an
+// unrelated stream then, and invalidates that capture (cmd/cudatruth,
+// CUDA 13.0).
+func (d *Driver) wait(h alloc.Stream, what string, interaction alloc.CaptureMode) error {
 	if d.closed.Load() {
 		return errClosed(what)
 	}
@@ -129,6 +141,12 @@ func (d *Driver) wait(h alloc.Stream, what string) error {
 		return err
 	}
 	s.mu.Unlock()
+	d.mu.Lock()
+	err = d.refuseUnsafeLocked(what+" of a stream that is not capturing", interaction)
+	d.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	d.drain(s)
 	return s.takeErr()
 }

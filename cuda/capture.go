@@ -80,8 +80,11 @@ func (d *Driver) GraphInstantiate(g alloc.GraphHandle, autoFree bool) (alloc.Gra
 	}
 	var e uintptr
 	err := d.dev.do(op, func() error {
-		return d.rt.check(op, "cudaGraphInstantiateWithFlags",
-			call(d.rt.graphInstantiateWithFlags, uintptr(unsafe.Pointer(&e)), uintptr(g), flags))
+		// Relaxed (relaxed.go): instantiating must not invalidate another
+		// stream's Global-mode capture.
+		return d.rt.check(op, "cudaGraphInstantiateWithFlags", d.relaxed(func() int32 {
+			return call(d.rt.graphInstantiateWithFlags, uintptr(unsafe.Pointer(&e)), uintptr(g), flags)
+		}))
 	})
 	return alloc.GraphExec(e), err
 }

@@ -109,7 +109,9 @@ func (d *Driver) Free(p alloc.DevicePtr) error {
 }
 
 // MallocAsync is cudaMallocFromPoolAsync on s: on a capturing stream it
-// becomes a graph allocation node.
+// becomes a graph allocation node. It is made in Relaxed interaction mode
+// (relaxed.go), so that growing the pool never invalidates another
+// stream's Global-mode capture.
 func (d *Driver) MallocAsync(size int64, s alloc.Stream) (alloc.DevicePtr, error) {
 	const op = "malloc async"
 	if err := d.checkStream(op, s); err != nil {
@@ -118,14 +120,20 @@ func (d *Driver) MallocAsync(size int64, s alloc.Stream) (alloc.DevicePtr, error
 	if size <= 0 {
 		return 0, errf(alloc.ErrInvalidValue, "%s: size %d", op, size)
 	}
-	code, p := callHot(d.rt.mallocFromPoolAsync, outArg, uintptr(size), d.pool, uintptr(s))
+	var p uint64
+	code := d.relaxed(func() int32 {
+		var c int32
+		c, p = callHot(d.rt.mallocFromPoolAsync, outArg, uintptr(size), d.pool, uintptr(s))
+		return c
+	})
 	if code != 0 {
 		return 0, d.rt.fail(fmt.Sprintf("%s %d B", op, size), "cudaMallocFromPoolAsync", code)
 	}
 	return alloc.DevicePtr(p), nil
 }
 
-// FreeAsync is cudaFreeAsync on s.
+// FreeAsync is cudaFreeAsync on s, in Relaxed interaction mode like
+// MallocAsync.
 func (d *Driver) FreeAsync(p alloc.DevicePtr, s alloc.Stream) error {
 	const op = "free async"
 	if err := d.checkStream(op, s); err != nil {
@@ -134,7 +142,7 @@ func (d *Driver) FreeAsync(p alloc.DevicePtr, s alloc.Stream) error {
 	if p == 0 {
 		return errf(alloc.ErrInvalidValue, "%s: null pointer", op)
 	}
-	if code, _ := callHot(d.rt.freeAsync, uintptr(p), uintptr(s)); code != 0 {
+	if code := d.relaxed(func() int32 { return first(callHot(d.rt.freeAsync, uintptr(p), uintptr(s))) }); code != 0 {
 		return d.rt.fail(fmt.Sprintf("%s %#x", op, uint64(p)), "cudaFreeAsync", code)
 	}
 	return nil

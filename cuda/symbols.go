@@ -48,6 +48,7 @@ const minRuntimeVersion = 11040
 //	cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
 //	cudaGraphExecDestroy(cudaGraphExec_t graphExec)
 //	cudaGraphDestroy(cudaGraph_t graph)
+//	cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)  // CUDA 10.1+
 //
 // Deliberately not bound: cudaGraphInstantiate (its parameters changed in
 // CUDA 12), cudaStreamGetCaptureInfo (changed in 11.3 (_v2), 12.3 and 13):
@@ -65,7 +66,7 @@ type symbols struct {
 	hostAlloc, freeHost, memcpyAsync, memsetAsync                      uintptr
 	streamBeginCapture, streamEndCapture                               uintptr
 	graphInstantiateWithFlags, graphLaunch, graphExecDestroy           uintptr
-	graphDestroy                                                       uintptr
+	graphDestroy, threadExchangeCaptureMode                            uintptr
 }
 
 // binding is one symbol to resolve: optional ones may be missing (the
@@ -120,6 +121,7 @@ func (s *symbols) bindings(runtimeVersion int) ([]binding, error) {
 		{"cudaGraphLaunch", &s.graphLaunch, false},
 		{"cudaGraphExecDestroy", &s.graphExecDestroy, false},
 		{"cudaGraphDestroy", &s.graphDestroy, false},
+		{"cudaThreadExchangeStreamCaptureMode", &s.threadExchangeCaptureMode, false},
 	}, nil
 }
 

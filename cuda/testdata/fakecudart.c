@@ -274,6 +274,9 @@ cudaError_t cudaMallocFromPoolAsync(void **out, size_t n, void *pool, void *h) {
   if (!s || !pool) RETURN(400);
   logf_("cudaMallocFromPoolAsync n=%zu pool=%p stream=%p", n, pool, h);
   if (s->status == 2) RETURN(901);
+  /* On a stream that is not capturing it is potentially unsafe (measured:
+   * cmd/cudatruth pool_alloc_other, CUDA 13.0). */
+  if (s->status == 0) { cudaError_t u = unsafe(); if (u) RETURN(u); }
   RETURN(devalloc(out, n, s->status == 1 ? s->g : NULL));
 }
 cudaError_t cudaFreeAsync(void *p, void *h) {
@@ -383,6 +386,7 @@ cudaError_t cudaGraphInstantiateWithFlags(void **out, void *g, unsigned long lon
   ENTER("cudaGraphInstantiateWithFlags");
   logf_("cudaGraphInstantiateWithFlags graph=%p flags=%llu", g, flags);
   if (!g) RETURN(1);
+  { cudaError_t u = unsafe(); if (u) RETURN(u); } /* measured: cmd/cudatruth graph_instantiate */
   exec_t *e = calloc(1, sizeof *e);
   e->g = g; e->flags = flags;
   *out = e;
