@@ -96,6 +96,31 @@ func (s *suite) crossAllocator(t *testing.T) {
 				}
 			})
 		})
+		t.Run("graph_capture_launch_close_allowed", func(t *testing.T) {
+			// B captures, instantiates, launches and closes graphs of its
+			// own while A holds a Global capture. CUDA counts
+			// instantiation and exec destruction as unsafe (cmd/cudatruth);
+			// a driver must make them without invalidating A's capture.
+			e := s.env(t)
+			b := e.newAllocator(alloc.Options{})
+			buf := mustAlloc(t, b, 1000)
+			memset := func(v byte) func() error { return func() error { return b.Memset(buf, 0, 1000, v) } }
+			before, err := b.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, memset(1))
+			require.NoError(t, err)
+			require.NoError(t, e.a.BeginCapture(alloc.Global))
+			during, err := b.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, memset(2))
+			require.NoError(t, err, "B's own capture and instantiation")
+			require.NoError(t, before.Launch())
+			require.NoError(t, during.Launch())
+			require.NoError(t, before.Close())
+			require.NoError(t, during.Close())
+			requireState(t, e.a, alloc.StateActive)
+			g, err := e.a.EndCapture()
+			require.NoError(t, err, "B's graphs must not have invalidated A's capture")
+			require.NoError(t, g.Close())
+			require.NoError(t, b.Synchronize())
+			require.NoError(t, b.Free(buf))
+		})
 		t.Run("allowed_after_end", func(t *testing.T) {
 			e := s.env(t)
 			b := e.newAllocator(alloc.Options{})

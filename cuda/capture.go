@@ -109,7 +109,9 @@ func (d *Driver) GraphExecDestroy(e alloc.GraphExec) error {
 	if e == 0 {
 		return errf(alloc.ErrInvalidValue, "%s: null graph exec", op)
 	}
-	return d.rt.check(op, "cudaGraphExecDestroy", call(d.rt.graphExecDestroy, uintptr(e)))
+	// Relaxed (relaxed.go): CUDA counts it as unsafe, and closing one
+	// allocator's graph must not invalidate another's Global capture.
+	return d.rt.check(op, "cudaGraphExecDestroy", d.relaxed(func() int32 { return call(d.rt.graphExecDestroy, uintptr(e)) }))
 }
 
 func (d *Driver) GraphDestroy(g alloc.GraphHandle) error {

@@ -8,8 +8,9 @@ import (
 
 // Calls made in Relaxed capture interaction mode
 //
-// CUDA counts cudaMallocFromPoolAsync on a stream that is not capturing,
-// and cudaGraphInstantiateWithFlags, as potentially unsafe: made from a
+// CUDA counts cudaMallocFromPoolAsync and cudaFreeAsync on a stream that
+// is not capturing, cudaGraphInstantiateWithFlags and cudaGraphExecDestroy
+// as potentially unsafe: made from a
 // thread in the default (Global) interaction mode while any Global-mode
 // capture is under way in the process, they return 900 and invalidate that
 // capture (cmd/cudatruth on an H100, CUDA 13.0: docs/cuda-truth.md). Two

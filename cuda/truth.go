@@ -78,6 +78,9 @@ var TruthOps = []string{
 	"graph_launch_capturing",  // cudaGraphLaunch of a pre-built graph into the capturing stream
 	"graph_launch_other",      // cudaGraphLaunch of a pre-built graph into an unrelated stream
 	"graph_mem_trim",          // cudaDeviceGraphMemTrim
+	"graph_exec_destroy",      // cudaGraphExecDestroy of an exec instantiated before
+	"graph_destroy",           // cudaGraphDestroy of a graph captured before
+	"free_async_other",        // cudaFreeAsync, on an unrelated stream, of pool memory allocated before
 }
 
 // TruthModes and TruthCallers are the other two axes.
@@ -215,6 +218,9 @@ type truthProbe struct {
 	event        uintptr
 	exec         uintptr // a graph (one memset of dev1) instantiated before the capture
 	graph        uintptr // a graph captured before, not instantiated
+	exec2        uintptr // a second exec of graph, for the destroy case
+	graph2       uintptr // a second captured graph, for the destroy case
+	poolPtr      uintptr // pool memory allocated on otherS before the capture
 }
 
 func (p *truthProbe) unavailable(c TruthCase) string {
@@ -276,7 +282,21 @@ func (p *truthProbe) setup(c TruthCase) error {
 	if err := rt.check("pre-capture end", "cudaStreamEndCapture", call(rt.streamEndCapture, scratch, uintptr(unsafe.Pointer(&p.graph)))); err != nil {
 		return err
 	}
-	if err := rt.check("instantiate", "cudaGraphInstantiateWithFlags", call(rt.graphInstantiateWithFlags, uintptr(unsafe.Pointer(&p.exec)), p.graph, 0)); err != nil {
+	for _, e := range []*uintptr{&p.exec, &p.exec2} {
+		if err := rt.check("instantiate", "cudaGraphInstantiateWithFlags", call(rt.graphInstantiateWithFlags, uintptr(unsafe.Pointer(e)), p.graph, 0)); err != nil {
+			return err
+		}
+	}
+	if err := rt.check("pre-capture begin", "cudaStreamBeginCapture", call(rt.streamBeginCapture, scratch, captureModeThreadLocal)); err != nil {
+		return err
+	}
+	if err := rt.check("pre-capture memset", "cudaMemsetAsync", call(rt.memsetAsync, p.dev1, 4, 4096, scratch)); err != nil {
+		return err
+	}
+	if err := rt.check("pre-capture end", "cudaStreamEndCapture", call(rt.streamEndCapture, scratch, uintptr(unsafe.Pointer(&p.graph2)))); err != nil {
+		return err
+	}
+	if err := rt.check("pool alloc", "cudaMallocFromPoolAsync", call(rt.mallocFromPoolAsync, uintptr(unsafe.Pointer(&p.poolPtr)), 4096, p.pool, p.otherS)); err != nil {
 		return err
 	}
 	for _, s := range []uintptr{p.capS, p.otherS, scratch} {
@@ -355,6 +375,12 @@ func (p *truthProbe) op(name string) int32 {
 		return call(rt.graphLaunch, p.exec, p.otherS)
 	case "graph_mem_trim":
 		return call(p.syms.graphMemTrim, uintptr(p.dev))
+	case "graph_exec_destroy":
+		return call(rt.graphExecDestroy, p.exec2)
+	case "graph_destroy":
+		return call(rt.graphDestroy, p.graph2)
+	case "free_async_other":
+		return call(rt.freeAsync, p.poolPtr, p.otherS)
 	}
 	panic("unreachable: checked in RunTruthCase")
 }

@@ -51,11 +51,19 @@ func cpuCase(d *cpu.Driver, c cuda.TruthCase) (failed, invalidated bool, err err
 	pinned, e := d.HostAlloc(4096)
 	must(e)
 	pageable := make([]byte, 4096)
-	must(d.BeginCapture(scratch, alloc.ThreadLocal))
-	must(d.MemsetAsync(dev1, 2, 4096, scratch))
-	g, e := d.EndCapture(scratch)
-	must(e)
+	capture := func(v byte) alloc.GraphHandle {
+		must(d.BeginCapture(scratch, alloc.ThreadLocal))
+		must(d.MemsetAsync(dev1, v, 4096, scratch))
+		g, e := d.EndCapture(scratch)
+		must(e)
+		return g
+	}
+	g, g2 := capture(2), capture(4)
 	exec, e := d.GraphInstantiate(g, false)
+	must(e)
+	exec2, e := d.GraphInstantiate(g, false)
+	must(e)
+	poolPtr, e := d.MallocAsync(4096, otherS)
 	must(e)
 	for _, s := range []alloc.Stream{capS, otherS, scratch} {
 		must(d.StreamSynchronize(s))
@@ -76,7 +84,9 @@ func cpuCase(d *cpu.Driver, c cuda.TruthCase) (failed, invalidated bool, err err
 	if c.Caller == "other_relaxed" {
 		v = d.WithInteractionMode(alloc.Relaxed)
 	}
-	opErr := cpuOp(v, c.Op, capS, otherS, dev0, dev1, pinned, pageable, g, exec)
+	pre := preCapture{capS: capS, otherS: otherS, dev0: dev0, dev1: dev1, pinned: pinned, pageable: pageable,
+		g: g, g2: g2, exec: exec, exec2: exec2, poolPtr: poolPtr}
+	opErr := cpuOp(v, c.Op, pre)
 	if errors.Is(opErr, errNA) {
 		return false, false, opErr
 	}
@@ -88,8 +98,19 @@ func cpuCase(d *cpu.Driver, c cuda.TruthCase) (failed, invalidated bool, err err
 	return opErr != nil, st != alloc.DriverCaptureActive || endErr != nil, nil
 }
 
-func cpuOp(v alloc.Driver, op string, capS, otherS alloc.Stream, dev0, dev1 alloc.DevicePtr,
-	pinned, pageable []byte, g alloc.GraphHandle, exec alloc.GraphExec) error {
+// preCapture is what the ops work on, all made before the capture, as in
+// cuda.RunTruthCase.
+type preCapture struct {
+	capS, otherS     alloc.Stream
+	dev0, dev1       alloc.DevicePtr
+	pinned, pageable []byte
+	g, g2            alloc.GraphHandle
+	exec, exec2      alloc.GraphExec
+	poolPtr          alloc.DevicePtr
+}
+
+func cpuOp(v alloc.Driver, op string, p preCapture) error {
+	capS, otherS, dev0, dev1, pinned, pageable, g, exec := p.capS, p.otherS, p.dev0, p.dev1, p.pinned, p.pageable, p.g, p.exec
 	switch op {
 	case "malloc":
 		_, err := v.Malloc(4096)
@@ -143,16 +164,50 @@ func cpuOp(v alloc.Driver, op string, capS, otherS alloc.Stream, dev0, dev1 allo
 		return v.GraphLaunch(exec, capS)
 	case "graph_launch_other":
 		return v.GraphLaunch(exec, otherS)
+	case "graph_exec_destroy":
+		return v.GraphExecDestroy(p.exec2)
+	case "graph_destroy":
+		return v.GraphDestroy(p.g2)
+	case "free_async_other":
+		return v.FreeAsync(p.poolPtr, otherS)
 	case "event_query", "device_sync", "mem_get_info", "graph_mem_trim":
 		return fmt.Errorf("%s: %w", op, errNA)
 	}
 	return fmt.Errorf("unknown op %q", op)
 }
 
+// relaxedByContract are the calls the Driver contract makes in Relaxed
+// interaction mode (cuda/relaxed.go): the emulation never counts them as
+// unsafe.
+var relaxedByContract = map[string]bool{
+	"pool_alloc_other": true, "free_async_other": true, "graph_instantiate": true, "graph_exec_destroy": true,
+}
+
 // knownDifference explains a difference between the runtime and the cpu
-// backend that is understood and accepted, or returns "". Each entry says
-// why the emulation cannot or need not follow; anything else is a bug in
-// the cpu backend.
+// backend that is understood and accepted, or returns "". Each reason says
+// why the emulation does not follow; any other difference is a bug in the
+// cpu backend (or a runtime that changed its rules: record it).
 func knownDifference(c cuda.TruthCase, cudaV, cpuV string) string {
+	unsafeOp := map[string]bool{
+		"malloc": true, "free_precapture": true, "host_alloc": true, "sync_other": true, "query_other": true,
+		"pool_alloc_other": true, "graph_instantiate": true, "free_async_other": true,
+		"graph_exec_destroy": true, "graph_destroy": true,
+	}
+	switch {
+	case c.Mode == "threadlocal" && c.Caller == "same" && unsafeOp[c.Op] &&
+		cudaV == verdictInvalidates && cpuV == verdictOK:
+		return "no OS threads in the emulation: ThreadLocal's rule for the capturing thread's own unsafe calls " +
+			"cannot be told apart; alloc refuses an allocator's unsafe calls during its own capture in every mode, " +
+			"and the cuda driver makes none on its capture thread"
+	case relaxedByContract[c.Op] &&
+		c.Caller != "other_relaxed" && cudaV == verdictInvalidates && cpuV == verdictOK:
+		return "the Driver contract makes this call in Relaxed interaction mode (cuda/relaxed.go); " +
+			"the runtime's own other_relaxed row for it is ok"
+	case c.Op == "copy_pageable_capturing" && cudaV == verdictOK && cpuV == verdictInvalidates:
+		return "CUDA 13 records a pageable async copy; the Driver contract takes only pinned memory for " +
+			"*Async copies, and alloc refuses a pageable upload in capture before the driver (DESIGN.md)"
+	case c.Op == "copy_pageable_sync" && c.Blocking && cudaV == verdictInvalidates && cpuV == verdictOK:
+		return "no legacy stream in the emulation: its streams act as non-blocking ones, the cuda default"
+	}
 	return ""
 }

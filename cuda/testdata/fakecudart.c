@@ -399,15 +399,20 @@ cudaError_t cudaGraphLaunch(void *eh, void *h) {
   exec_t *e = eh;
   logf_("cudaGraphLaunch exec=%p stream=%p", eh, h);
   if (s->status == 2) RETURN(901);
-  if (s->status == 1) { /* a child graph node: its operations, in order */
-    for (int i = 0; i < e->g->nops; i++) record(s, e->g->ops[i]);
-    RETURN(0);
-  }
+  /* Not captured as a child graph: 900, capture invalidated, in every mode
+   * (measured: cmd/cudatruth graph_launch_capturing, CUDA 13.0). */
+  if (s->status == 1) { s->status = 2; RETURN(900); }
   for (int i = 0; i < e->g->nops; i++) apply(e->g->ops[i]);
   e->g->launched = 1;
   RETURN(0);
 }
-cudaError_t cudaGraphExecDestroy(void *e) { ENTER("cudaGraphExecDestroy"); logf_("cudaGraphExecDestroy %p", e); free(e); RETURN(0); }
+cudaError_t cudaGraphExecDestroy(void *e) {
+  ENTER("cudaGraphExecDestroy");
+  logf_("cudaGraphExecDestroy %p", e);
+  { cudaError_t u = unsafe(); if (u) RETURN(u); } /* measured: cmd/cudatruth graph_exec_destroy */
+  free(e);
+  RETURN(0);
+}
 cudaError_t cudaGraphDestroy(void *gh) {
   ENTER("cudaGraphDestroy");
   graph_t *g = gh;

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/cuda"
+)
+
+// hangEnv makes a child case hang, to test that a hang is recorded.
+const hangEnv = "CUDATRUTH_TEST_HANG"
+
+// TestMain lets the test binary run cases as the tool's own children do.
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(caseEnv); spec != "" {
+		if os.Getenv(hangEnv) != "" {
+			time.Sleep(time.Hour)
+		}
+		os.Exit(child(spec, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// recorded is a table taken on a GPU by `cudatruth -json`.
+type recorded struct {
+	GPU, Driver, Runtime, Date, Command string
+	Results                             []cuda.TruthResult
+}
+
+// TestRecordedTableMatchesCPU checks the cpu backend against what an H100
+// did (testdata, recorded with this tool): every case where the emulation
+// differs from the runtime must be a known, explained difference. This
+// runs everywhere, so the emulation cannot drift from the measured rules
+// between GPU sessions.
+func TestRecordedTableMatchesCPU(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "*.json"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			b, err := os.ReadFile(f)
+			require.NoError(t, err)
+			var rec recorded
+			require.NoError(t, json.Unmarshal(b, &rec))
+			require.Len(t, rec.Results, len(cuda.TruthModes)*len(cuda.TruthCallers)*len(cuda.TruthOps)*2, "a whole table")
+			compared := 0
+			for _, r := range rec.Results {
+				if r.Skipped != "" {
+					continue
+				}
+				cudaV := verdict(r.Code != 0, r.Invalidated())
+				cpuV, _ := cpuVerdict(r.Case)
+				if cpuV == verdictNA {
+					continue
+				}
+				compared++
+				if cudaV != cpuV {
+					assert.NotEmpty(t, knownDifference(r.Case, cudaV, cpuV),
+						"%s: %s runtime %s (code %d), cpu backend %s", r.Case, rec.GPU, cudaV, r.Code, cpuV)
+				}
+			}
+			assert.Greater(t, compared, 300, "most cases exist on both sides")
+		})
+	}
+}
+
+// The rules the allocator's design rests on, read off the recorded table:
+// if a new table contradicts one, the design must be revisited, not the
+// test.
+func TestRecordedTableRules(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "h100-driver580-cuda13.0.json"))
+	require.NoError(t, err)
+	var rec recorded
+	require.NoError(t, json.Unmarshal(b, &rec))
+	at := map[string]cuda.TruthResult{}
+	for _, r := range rec.Results {
+		at[r.Case.String()] = r
+	}
+	v := func(name string) string {
+		r, ok := at[name]
+		require.True(t, ok, name)
+		return verdict(r.Code != 0, r.Invalidated())
+	}
+	for _, m := range cuda.TruthModes {
+		for _, caller := range cuda.TruthCallers {
+			for _, kind := range []string{"blocking", "nonblocking"} {
+				c := m + "/" + caller + "/" + kind + "/"
+				assert.Equal(t, verdictInvalidates, v(c+"graph_launch_capturing"), "a graph launch is never captured")
+				assert.Equal(t, verdictInvalidates, v(c+"sync_capturing"))
+				assert.Equal(t, verdictOK, v(c+"pool_alloc_capturing"))
+				assert.Equal(t, verdictOK, v(c+"copy_pinned_capturing"))
+			}
+			// Relaxed interaction makes the pool and graph calls legal.
+			for _, op := range []string{"pool_alloc_other", "free_async_other", "graph_instantiate", "graph_exec_destroy"} {
+				assert.Equal(t, verdictOK, v(m+"/other_relaxed/nonblocking/"+op), op)
+			}
+		}
+	}
+	assert.Equal(t, verdictInvalidates, v("global/other/nonblocking/pool_alloc_other"), "why cuda/relaxed.go exists")
+	assert.Equal(t, verdictOK, v("global/other/nonblocking/copy_pageable_sync"), "non-blocking streams")
+	assert.Equal(t, verdictInvalidates, v("global/other/blocking/copy_pageable_sync"), "blocking streams: 906")
+}
+
+func TestHangIsRecorded(t *testing.T) {
+	self, err := os.Executable()
+	require.NoError(t, err)
+	t.Setenv(hangEnv, "1")
+	start := time.Now()
+	res, v := runChild(self, cuda.TruthCase{Mode: "global", Caller: "same", Op: "malloc"}, 300*time.Millisecond)
+	assert.Nil(t, res)
+	assert.Equal(t, verdictHang, v)
+	assert.Less(t, time.Since(start), 30*time.Second, "the hung child was killed")
+}
+
+func TestCaseRoundTrip(t *testing.T) {
+	cases, err := allCases("both", "")
+	require.NoError(t, err)
+	require.Len(t, cases, 2*len(cuda.TruthModes)*len(cuda.TruthCallers)*len(cuda.TruthOps))
+	for _, c := range cases {
+		got, err := decodeCase(encodeCase(c))
+		require.NoError(t, err)
+		require.Equal(t, c, got)
+	}
+	_, err = decodeCase("global/same/sideways/malloc")
+	require.Error(t, err)
+	_, err = allCases("purple", "")
+	require.Error(t, err)
+	_, err = allCases("both", "no-such-op")
+	require.Error(t, err)
+}
+
+// TestOverFakeRuntime runs the tool end to end over the fake libcudart
+// (cuda/testdata/fakecudart.c, which models the measured rules): children,
+// JSON, and the comparison with the cpu backend.
+func TestOverFakeRuntime(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skipf("gcc not found, the fake libcudart cannot be built: %v", err)
+	}
+	lib := filepath.Join(t.TempDir(), "libcudart.so")
+	out, err := exec.Command("gcc", "-shared", "-fPIC", "-O1", "-o", lib,
+		filepath.Join("..", "..", "cuda", "testdata", "fakecudart.c"), "-lpthread").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	t.Setenv(cuda.LibEnv, lib)
+	var stdout, stderr bytes.Buffer
+	rc := run([]string{"-json", "-compare", "-streams=nonblocking", "-only=global/", "-timeout=20s"}, &stdout, &stderr)
+	require.Equal(t, 0, rc, "stderr: %s", stderr.String())
+	var rows []Row
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &rows))
+	require.Len(t, rows, len(cuda.TruthCallers)*len(cuda.TruthOps))
+	got := map[string]string{}
+	for _, r := range rows {
+		got[r.Case] = r.CUDA
+	}
+	assert.Equal(t, verdictInvalidates, got["global/other/nonblocking/malloc"])
+	assert.Equal(t, verdictOK, got["global/other_relaxed/nonblocking/malloc"])
+	assert.Equal(t, verdictInvalidates, got["global/same/nonblocking/graph_launch_capturing"])
+	assert.Equal(t, verdictOK, got["global/same/nonblocking/copy_pinned_capturing"])
+	assert.Equal(t, verdictSkipped, got["global/same/nonblocking/device_sync"], "the fake has no cudaDeviceSynchronize")
+}
+
+// TestLiveRuntime compares the runtime on this machine with the cpu
+// backend, when a CUDA device opens (a GPU session); elsewhere it says why
+// it did not run.
+func TestLiveRuntime(t *testing.T) {
+	if os.Getenv(cuda.LibEnv) != "" {
+		t.Skipf("%s is set: not the machine's own runtime", cuda.LibEnv)
+	}
+	d, err := cuda.New(cuda.Options{})
+	if err != nil {
+		t.Skipf("no CUDA device: %v", err)
+	}
+	d.Close()
+	var stdout, stderr bytes.Buffer
+	rc := run([]string{"-compare", "-timeout=20s"}, &stdout, &stderr)
+	t.Log("\n" + stdout.String())
+	require.Equal(t, 0, rc, "the cpu backend differs from this runtime:\n%s", strings.TrimSpace(stderr.String()))
+}
