@@ -32,7 +32,7 @@ const DefaultReleaseThreshold uint64 = math.MaxUint64
 const captureDomain = "cuda"
 
 // Options configures a Driver. The zero value is device 0, a dedicated pool
-// that never trims, default-priority blocking streams.
+// that never trims, default-priority non-blocking streams.
 type Options struct {
 	// Device is the CUDA device ordinal.
 	Device int
@@ -51,9 +51,19 @@ type Options struct {
 	// StreamPriority is passed to cudaStreamCreateWithPriority (lower is
 	// higher priority; CUDA clamps it to the device's range).
 	StreamPriority int
-	// NonBlocking creates streams with cudaStreamNonBlocking: they do not
-	// synchronize with the legacy default stream.
-	NonBlocking bool
+	// Blocking creates streams without cudaStreamNonBlocking, so they
+	// synchronize implicitly with the legacy default stream. The zero value
+	// (false) gives non-blocking streams, and that is what you want: while
+	// a blocking stream is capturing in Global mode, CUDA refuses any work
+	// on the legacy stream or on another blocking stream in the process
+	// (900, cudaErrorStreamCaptureUnsupported) and invalidates the capture,
+	// so one allocator's pool allocation on its own idle stream, or another
+	// library's use of the default stream (CuPy's, for one), breaks another
+	// allocator's capture. Ask for blocking streams only when an engine
+	// relies on the legacy stream's implicit ordering with this driver's
+	// streams, and then keep every capture off Global mode or alone in the
+	// process.
+	Blocking bool
 }
 
 func (o Options) validate() error {

@@ -9,7 +9,10 @@
  * Environment: FAKE_CUDART_VERSION, FAKE_CUDA_DRIVER_VERSION (default
  * 12040), FAKE_CUDA_DEVICES (default 1), FAKE_CUDA_NO_POOLS,
  * FAKE_CUDA_INTEGRATED, FAKE_CUDA_MEM (bytes, default 1 GiB),
- * FAKE_CUDA_FAIL=name:code (that function returns code). */
+ * FAKE_CUDA_FAIL=name:code (that function returns code).
+ *
+ * Compile with -DFAKE_NO_GRAPH_MEM_TRIM to leave cudaDeviceGraphMemTrim out
+ * (an optional symbol for the binding). */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -123,6 +126,24 @@ static stream_t *stream_of(void *h) {
   for (stream_t *s = streams; s; s = s->next) if (s == h) return s;
   return NULL;
 }
+/* The legacy default stream: handle 0 or cudaStreamLegacy ((cudaStream_t)0x1). */
+static int is_legacy(void *h) { return h == NULL || h == (void *)1; }
+
+/* legacy applies the legacy-stream rule, as measured on an H100 (driver
+ * 580, runtime 13.0): a stream created without cudaStreamNonBlocking
+ * synchronizes implicitly with the legacy stream, and so does the legacy
+ * stream itself. While a blocking stream captures in Global mode, an
+ * operation on the legacy stream or on another (non-capturing) blocking
+ * stream would depend on that capture: it is refused with 900 and the
+ * capture is invalidated. A non-blocking stream is outside the rule. s is
+ * NULL for the legacy stream. */
+static cudaError_t legacy(stream_t *s) {
+  if (s && ((s->flags & 1) || s->status)) return 0;
+  int refused = 0;
+  for (stream_t *t = streams; t; t = t->next)
+    if (t != s && t->status == 1 && t->mode == 0 && !(t->flags & 1)) { t->status = 2; refused = 1; }
+  return refused ? 900 : 0;
+}
 
 #define ENTER(name) pthread_mutex_lock(&mu); cudaError_t inj_ = injected(name); if (inj_) { logf_("%s injected=%d", name, inj_); pthread_mutex_unlock(&mu); return inj_; }
 #define RETURN(e) do { cudaError_t r_ = (e); pthread_mutex_unlock(&mu); return r_; } while (0)
@@ -195,10 +216,12 @@ cudaError_t cudaStreamDestroy(void *h) {
   RETURN(0);
 }
 static cudaError_t sync_like(const char *fn, void *h) {
+  if (is_legacy(h)) { cudaError_t e = legacy(NULL); return e ? e : unsafe(); }
   stream_t *s = stream_of(h);
   if (!s) return 400;
   if (s->status) { s->status = 2; return 900; }
-  return unsafe();
+  cudaError_t e = legacy(s);
+  return e ? e : unsafe();
 }
 cudaError_t cudaStreamSynchronize(void *h) { ENTER("cudaStreamSynchronize"); logf_("cudaStreamSynchronize %p", h); RETURN(sync_like("sync", h)); }
 cudaError_t cudaStreamQuery(void *h) { ENTER("cudaStreamQuery"); logf_("cudaStreamQuery %p", h); RETURN(sync_like("query", h)); }
@@ -272,6 +295,8 @@ cudaError_t cudaMallocFromPoolAsync(void **out, size_t n, void *pool, void *h) {
   if (!s || !pool) RETURN(400);
   logf_("cudaMallocFromPoolAsync n=%zu pool=%p stream=%p", n, pool, h);
   if (s->status == 2) RETURN(901);
+  cudaError_t le = legacy(s);
+  if (le) RETURN(le);
   RETURN(devalloc(out, n, s->status == 1 ? s->g : NULL));
 }
 cudaError_t cudaFreeAsync(void *p, void *h) {
@@ -282,6 +307,8 @@ cudaError_t cudaFreeAsync(void *p, void *h) {
   alloc_t *a = find(p);
   if (!a) RETURN(1);
   if (s->status == 2) RETURN(901);
+  cudaError_t le = legacy(s);
+  if (le) RETURN(le);
   if (s->status == 1) {
     if (a->owner == s->g) a->graph_freed = 1;
     else record(s, (op_t){OP_FREE, p, NULL, 0, 0});
@@ -323,9 +350,12 @@ static cudaError_t apply(op_t o) {
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *h) {
   ENTER("cudaMemcpyAsync");
   stream_t *s = stream_of(h);
-  if (!s) RETURN(400);
+  if (!s && !is_legacy(h)) RETURN(400);
   logf_("cudaMemcpyAsync dst=%p src=%p n=%zu kind=%d stream=%p", dst, src, n, kind, h);
   if (kind < 1 || kind > 3) RETURN(21);
+  cudaError_t le = legacy(s);
+  if (le) RETURN(le);
+  if (!s) RETURN(apply((op_t){OP_COPY, dst, src, n, 0}));
   if (s->status == 2) RETURN(901);
   if (s->status == 1) {
     const void *host = kind == 1 ? src : kind == 2 ? dst : NULL;
@@ -338,8 +368,11 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void
 cudaError_t cudaMemsetAsync(void *dst, int val, size_t n, void *h) {
   ENTER("cudaMemsetAsync");
   stream_t *s = stream_of(h);
-  if (!s) RETURN(400);
+  if (!s && !is_legacy(h)) RETURN(400);
   logf_("cudaMemsetAsync dst=%p value=%d n=%zu stream=%p", dst, val, n, h);
+  cudaError_t le = legacy(s);
+  if (le) RETURN(le);
+  if (!s) RETURN(apply((op_t){OP_SET, dst, NULL, n, val}));
   if (s->status == 2) RETURN(901);
   if (s->status == 1) { record(s, (op_t){OP_SET, dst, NULL, n, val}); RETURN(0); }
   RETURN(apply((op_t){OP_SET, dst, NULL, n, val}));
@@ -393,6 +426,8 @@ cudaError_t cudaGraphLaunch(void *eh, void *h) {
   exec_t *e = eh;
   logf_("cudaGraphLaunch exec=%p stream=%p", eh, h);
   if (s->status == 2) RETURN(901);
+  cudaError_t le = legacy(s);
+  if (le) RETURN(le);
   if (s->status == 1) { /* a child graph node: its operations, in order */
     for (int i = 0; i < e->g->nops; i++) record(s, e->g->ops[i]);
     RETURN(0);
