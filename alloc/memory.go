@@ -75,7 +75,7 @@ func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 func (a *Allocator) captureAllocLocked(op string, size int64) (Buffer, error) {
 	p, err := a.drv.MallocAsync(size, a.stream)
 	if err != nil {
-		return Buffer{}, err
+		return Buffer{}, a.refusedInCaptureLocked(err)
 	}
 	if err := a.afterCapturedLocked(op); err != nil {
 		return Buffer{}, err // the driver releases memory of an invalidated capture
@@ -102,6 +102,26 @@ func (a *Allocator) afterCapturedLocked(op string) error {
 		return wrapf(ErrCaptureInvalidated, "driver invalidated the capture during %s", op)
 	}
 	return nil
+}
+
+// refusedInCaptureLocked completes the error of a call the driver refused
+// while this allocator's capture records. A refusal because of the capture
+// (ErrCaptureIllegalOp: CUDA's 900, 906, 907) does not always invalidate
+// it, so the driver's status is read again and the error says which: it
+// also wraps ErrCaptureInvalidated when the capture is gone, and says the
+// capture is still active otherwise (EndCapture will then succeed).
+func (a *Allocator) refusedInCaptureLocked(err error) error {
+	if !errors.Is(err, ErrCaptureIllegalOp) || errors.Is(err, ErrCaptureInvalidated) {
+		return err
+	}
+	st, serr := a.drv.StreamCaptureStatus(a.stream)
+	switch {
+	case serr != nil:
+		return errors.Join(err, serr)
+	case st == DriverCaptureActive:
+		return fmt.Errorf("%w (the capture is still active)", err)
+	}
+	return fmt.Errorf("%w (%w by the refusal)", err, ErrCaptureInvalidated)
 }
 
 // releaseCacheLocked gives every cached block back to the driver. Only
@@ -185,7 +205,7 @@ func (a *Allocator) freeLocked(st CaptureState, blk *block) error {
 				return wrapf(ErrInvalidBuffer, "buffer %#x belongs to another graph", blk.ptr)
 			}
 			if err := a.drv.FreeAsync(blk.ptr, a.stream); err != nil {
-				return err
+				return a.refusedInCaptureLocked(err)
 			}
 			if err := a.afterCapturedLocked("Free"); err != nil {
 				return err

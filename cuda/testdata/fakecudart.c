@@ -9,7 +9,8 @@
  * Environment: FAKE_CUDART_VERSION, FAKE_CUDA_DRIVER_VERSION (default
  * 12040), FAKE_CUDA_DEVICES (default 1), FAKE_CUDA_NO_POOLS,
  * FAKE_CUDA_INTEGRATED, FAKE_CUDA_MEM (bytes, default 1 GiB),
- * FAKE_CUDA_FAIL=name:code (that function returns code).
+ * FAKE_CUDA_FAIL=name:code (that function returns code; with
+ * FAKE_CUDA_FAIL_INVALIDATES set it also invalidates every active capture).
  *
  * Compile with -DFAKE_NO_GRAPH_MEM_TRIM to leave cudaDeviceGraphMemTrim out
  * (an optional symbol for the binding). */
@@ -54,12 +55,6 @@ size_t fake_log(char *out, size_t n) {
 }
 void fake_log_reset(void) { pthread_mutex_lock(&mu); loglen = 0; pthread_mutex_unlock(&mu); }
 
-static int injected(const char *fn) {
-  const char *v = getenv("FAKE_CUDA_FAIL");
-  size_t l = strlen(fn);
-  if (v && strncmp(v, fn, l) == 0 && v[l] == ':') return atoi(v + l + 1);
-  return 0;
-}
 
 /* ---- graphs and streams ---- */
 enum { OP_COPY, OP_SET, OP_FREE };
@@ -73,6 +68,17 @@ typedef struct stream {
   struct stream *next;
 } stream_t;
 static stream_t *streams;
+static int injected(const char *fn) {
+  const char *v = getenv("FAKE_CUDA_FAIL");
+  size_t l = strlen(fn);
+  if (v && strncmp(v, fn, l) == 0 && v[l] == ':') {
+    int code = atoi(v + l + 1);
+    if (getenv("FAKE_CUDA_FAIL_INVALIDATES"))
+      for (struct stream *s = streams; s; s = s->next) if (s->status == 1) s->status = 2;
+    return code;
+  }
+  return 0;
+}
 static __thread int thread_strict_captures; /* Global/ThreadLocal begun here */
 
 static void record(stream_t *s, op_t o) {
