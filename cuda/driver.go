@@ -6,6 +6,7 @@
 package cuda
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"os"
@@ -100,7 +101,9 @@ type Driver struct {
 	pool    uintptr // cudaMemPool_t
 	ownPool bool    // created here (destroyed at Close), not the default pool
 
-	closed atomic.Bool
+	closed   atomic.Bool
+	released chan struct{} // closed once Close's vendor teardown has run
+	closeErr error         // the teardown's error, read after released
 
 	mu      sync.Mutex                            // writers of streams and hosts
 	streams atomic.Pointer[map[alloc.Stream]bool] // live streams, read lock-free
@@ -112,17 +115,38 @@ var _ alloc.Driver = (*Driver)(nil)
 // New loads the CUDA runtime and opens a device. Without a usable runtime,
 // driver or device the error wraps alloc.ErrBackendUnavailable and says
 // what was searched or found; bad options wrap alloc.ErrInvalidValue.
+//
+// Opening makes device-wide calls (cudaSetDevice, cudaMemGetInfo, pool
+// creation, the reserve's synchronize) that would invalidate a Global-mode
+// capture, or hang on GB10. So New runs under alloc's guard for the "cuda"
+// capture domain: while a Global-mode capture is active anywhere in the
+// process it makes no driver call and fails with an error wrapping
+// alloc.ErrCaptureIllegalOp; retry after the capture ends.
 func New(opts Options) (alloc.Driver, error) { return open(opts) }
 
 func open(opts Options) (*Driver, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
+	var d *Driver
+	err := alloc.DeviceWide(captureDomain, "cuda: open device", func() error {
+		var err error
+		d, err = openGuarded(opts)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// openGuarded is open under the domain's guard.
+func openGuarded(opts Options) (*Driver, error) {
 	rt, err := loadRuntime(os.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{rt: rt, opts: opts}
+	d := &Driver{rt: rt, opts: opts, released: make(chan struct{})}
 	d.streams.Store(&map[alloc.Stream]bool{})
 	d.hosts.Store(&[]hostRegion{})
 	if err := d.checkDevice(); err != nil {
@@ -229,7 +253,18 @@ func (d *Driver) Runtime() (path string, runtimeVersion, driverVersion int) {
 // Close frees the pinned buffers and streams still registered, destroys the
 // driver's own pool and stops its threads. Device allocations still live
 // are the allocator's to report; the pool releases them when the last is
-// freed. Every later call fails with alloc.ErrClosed.
+// freed. Every later call fails with alloc.ErrClosed, at once.
+//
+// The vendor teardown is device-wide (cudaFreeHost, cudaStreamDestroy,
+// cudaMemPoolDestroy), so it runs under alloc's guard: now, and Close
+// returns its error, if no Global-mode capture is active in the process;
+// otherwise it is deferred until the last Global-mode capture ends, and
+// Close returns nil at once. Deferring rather than failing is deliberate:
+// an engine closes drivers in defers and shutdown paths that cannot retry,
+// a refused Close would leak the pool, and a blocking Close could deadlock
+// against the goroutine that owns the capture. The cost is that the memory
+// stays reserved until the capture ends. WaitClosed waits for the teardown
+// and reports its error.
 func (d *Driver) Close() error {
 	if !d.closed.CompareAndSwap(false, true) {
 		return errClosed("close")
@@ -238,6 +273,30 @@ func (d *Driver) Close() error {
 	hosts := d.hosts.Swap(&[]hostRegion{})
 	streams := d.streams.Swap(&map[alloc.Stream]bool{})
 	d.mu.Unlock()
+	now := alloc.AfterGlobalCaptures(captureDomain, func() {
+		d.closeErr = d.teardown(*hosts, *streams)
+		close(d.released)
+	})
+	if now {
+		return d.closeErr
+	}
+	return nil
+}
+
+// WaitClosed waits until the teardown of a closed driver has run (see
+// Close) and returns its error, or ctx's error if ctx ends first.
+func (d *Driver) WaitClosed(ctx context.Context) error {
+	select {
+	case <-d.released:
+		return d.closeErr
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// teardown releases what the driver holds, on its dev thread, and stops
+// its threads. It runs under the domain's guard.
+func (d *Driver) teardown(hosts []hostRegion, streams map[alloc.Stream]bool) error {
 	var first error
 	keep := func(err error) {
 		if first == nil {
@@ -245,10 +304,10 @@ func (d *Driver) Close() error {
 		}
 	}
 	err := d.dev.do("close", func() error {
-		for _, h := range *hosts {
+		for _, h := range hosts {
 			keep(d.rt.check("close: free host buffer", "cudaFreeHost", call(d.rt.freeHost, h.start)))
 		}
-		for s := range *streams {
+		for s := range streams {
 			keep(d.rt.check("close: destroy stream", "cudaStreamDestroy", call(d.rt.streamDestroy, uintptr(s))))
 		}
 		d.destroyPool()
