@@ -95,6 +95,8 @@ type Driver struct {
 	opts Options
 	info alloc.DeviceInfo
 
+	warnings []string // set at open, read-only after
+
 	dev     *osThread // device-dependent calls, device current
 	capture *osThread // begin/end capture only
 
@@ -110,7 +112,10 @@ type Driver struct {
 	hosts   atomic.Pointer[[]hostRegion]          // pinned buffers by address
 }
 
-var _ alloc.Driver = (*Driver)(nil)
+var (
+	_ alloc.Driver          = (*Driver)(nil)
+	_ alloc.GraphMemTrimmer = (*Driver)(nil)
+)
 
 // New loads the CUDA runtime and opens a device. Without a usable runtime,
 // driver or device the error wraps alloc.ErrBackendUnavailable and says
@@ -195,17 +200,21 @@ func (d *Driver) checkDevice() error {
 // setup runs on the dev thread: device info, the pool, the reservation.
 func (d *Driver) setup() error {
 	rt, dev := d.rt, d.opts.Device
-	var free, total uint64
-	if err := rt.check("memory info", "cudaMemGetInfo", call(rt.memGetInfo, uintptr(unsafe.Pointer(&free)), uintptr(unsafe.Pointer(&total)))); err != nil {
-		return err
-	}
 	var integrated int32
 	if err := rt.check("query integrated", "cudaDeviceGetAttribute",
 		call(rt.deviceGetAttribute, uintptr(unsafe.Pointer(&integrated)), devAttrIntegrated, uintptr(dev))); err != nil {
 		return err
 	}
+	name, propTotal := d.deviceProps()
+	total, err := d.totalMemory(integrated != 0, propTotal)
+	if err != nil {
+		return err
+	}
+	if rt.graphMemTrim == 0 {
+		d.warn("%s lacks cudaDeviceGraphMemTrim: memory freed by graphs is not returned to the OS by Trim", rt.path)
+	}
 	d.info = alloc.DeviceInfo{
-		Name:          fmt.Sprintf("cuda:%d %s (runtime %s, driver %s)", dev, d.deviceName(), versionString(rt.runtimeVersion), versionString(rt.driverVersion)),
+		Name:          fmt.Sprintf("cuda:%d %s (runtime %s, driver %s)", dev, name, versionString(rt.runtimeVersion), versionString(rt.driverVersion)),
 		TotalMemory:   int64(min(total, math.MaxInt64)),
 		Alignment:     Alignment,
 		UnifiedMemory: integrated != 0,
@@ -220,22 +229,81 @@ func (d *Driver) setup() error {
 	return nil
 }
 
-// deviceName reads cudaDeviceProp.name, or "" without the optional symbol.
-func (d *Driver) deviceName() string {
+// totalMemory is cudaMemGetInfo's total, which has been reported to fail
+// or under-report on unified-memory GB10. Neither is fatal: a failure (or a
+// total of 0) falls back to cudaDeviceProp.totalGlobalMem, and on an
+// integrated device the larger of the two is used; either case is recorded
+// in Warnings. Only when neither source answers is open refused.
+func (d *Driver) totalMemory(integrated bool, propTotal uint64) (uint64, error) {
+	var free, total uint64
+	err := d.rt.check("memory info", "cudaMemGetInfo", call(d.rt.memGetInfo, uintptr(unsafe.Pointer(&free)), uintptr(unsafe.Pointer(&total))))
+	switch {
+	case (err != nil || total == 0) && propTotal == 0:
+		if err == nil {
+			err = errf(alloc.ErrDriver, "cudaMemGetInfo reported a total of 0 B and cudaDeviceProp.totalGlobalMem is unavailable")
+		}
+		return 0, err
+	case err != nil:
+		d.warn("total memory from cudaDeviceProp.totalGlobalMem (%d B): %v", propTotal, err)
+		return propTotal, nil
+	case total == 0:
+		d.warn("total memory from cudaDeviceProp.totalGlobalMem (%d B): cudaMemGetInfo reported a total of 0 B", propTotal)
+		return propTotal, nil
+	case integrated && propTotal > total:
+		d.warn("total memory from cudaDeviceProp.totalGlobalMem (%d B): cudaMemGetInfo under-reports unified memory (%d B)", propTotal, total)
+		return propTotal, nil
+	}
+	return total, nil
+}
+
+// warn records something an operator should know about this driver.
+func (d *Driver) warn(format string, args ...any) {
+	d.warnings = append(d.warnings, fmt.Sprintf(format, args...))
+}
+
+// Warnings lists what went wrong, without being fatal, while opening the
+// driver: a total memory taken from cudaDeviceProp because cudaMemGetInfo
+// failed or under-reported, a missing optional symbol. Fixed at open.
+func (d *Driver) Warnings() []string { return append([]string(nil), d.warnings...) }
+
+// deviceProps reads cudaDeviceProp.name and .totalGlobalMem, or "" and 0
+// without the optional symbol or when the call fails.
+func (d *Driver) deviceProps() (name string, totalGlobalMem uint64) {
 	if d.rt.getDeviceProperties == 0 {
-		return ""
+		return "", 0
 	}
 	buf := make([]byte, devicePropsBufSize)
 	if call(d.rt.getDeviceProperties, uintptr(unsafe.Pointer(&buf[0])), uintptr(d.opts.Device)) != 0 {
-		return ""
+		return "", 0
 	}
-	name := buf[:deviceNameLen]
-	for i, c := range name {
+	totalGlobalMem = *(*uint64)(unsafe.Pointer(&buf[devicePropTotalGlobalMemAt]))
+	raw := buf[:deviceNameLen]
+	for i, c := range raw {
 		if c == 0 {
-			return string(name[:i])
+			return string(raw[:i]), totalGlobalMem
 		}
 	}
-	return string(name)
+	return string(raw), totalGlobalMem
+}
+
+// TrimGraphMemory is cudaDeviceGraphMemTrim: memory that graphs allocated
+// and freed stays cached for graphs, outside the pool's release
+// threshold, until this returns it to the OS. It is device-wide: alloc
+// calls it (Allocator.Trim, and before retrying an allocation that ran out
+// of memory) only under its guard, never while a capture forbids it; it
+// runs on the dev thread. Without the optional symbol it does nothing (see
+// Warnings).
+func (d *Driver) TrimGraphMemory() error {
+	const op = "trim graph memory"
+	if d.closed.Load() {
+		return errClosed(op)
+	}
+	if d.rt.graphMemTrim == 0 {
+		return nil
+	}
+	return d.dev.do(op, func() error {
+		return d.rt.check(op, "cudaDeviceGraphMemTrim", call(d.rt.graphMemTrim, uintptr(d.opts.Device)))
+	})
 }
 
 func (d *Driver) Name() string           { return "cuda" }

@@ -48,6 +48,7 @@ const minRuntimeVersion = 11040
 //	cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
 //	cudaGraphExecDestroy(cudaGraphExec_t graphExec)
 //	cudaGraphDestroy(cudaGraph_t graph)
+//	cudaDeviceGraphMemTrim(int device)                // optional
 //
 // Deliberately not bound: cudaGraphInstantiate (its parameters changed in
 // CUDA 12), cudaStreamGetCaptureInfo (changed in 11.3 (_v2), 12.3 and 13):
@@ -66,6 +67,7 @@ type symbols struct {
 	streamBeginCapture, streamEndCapture                               uintptr
 	graphInstantiateWithFlags, graphLaunch, graphExecDestroy           uintptr
 	graphDestroy                                                       uintptr
+	graphMemTrim                                                       uintptr // optional: 0 when missing
 }
 
 // binding is one symbol to resolve: optional ones may be missing (the
@@ -120,6 +122,10 @@ func (s *symbols) bindings(runtimeVersion int) ([]binding, error) {
 		{"cudaGraphLaunch", &s.graphLaunch, false},
 		{"cudaGraphExecDestroy", &s.graphExecDestroy, false},
 		{"cudaGraphDestroy", &s.graphDestroy, false},
+		// Optional: without it graph memory is not trimmed (a warning
+		// at open says so). Declared in every cuda_runtime_api.h from
+		// 11.4 on, but a missing symbol must not refuse the library.
+		{"cudaDeviceGraphMemTrim", &s.graphMemTrim, true},
 	}, nil
 }
 

@@ -92,13 +92,19 @@ typedef struct { char *p; size_t n; graph_t *owner; int graph_freed; int live; }
 static alloc_t allocs[1 << 16];
 static int nallocs;
 static long long live_bytes;
+/* graph_cached: memory graph allocations released at cudaGraphDestroy,
+ * kept for later graphs (reused by graph allocations) and counted against
+ * the device until cudaDeviceGraphMemTrim, as CUDA's graph memory is. */
+static long long graph_cached;
 static alloc_t *find(const void *p) {
   for (int i = 0; i < nallocs; i++) if (allocs[i].live && allocs[i].p == p) return &allocs[i];
   return NULL;
 }
 static void release(alloc_t *a) { free(a->p); a->live = 0; live_bytes -= a->n; }
 static cudaError_t devalloc(void **out, size_t n, graph_t *owner) {
-  if (live_bytes + (long long)n > envll("FAKE_CUDA_MEM", 1LL << 30) || nallocs == (1 << 16)) return 2;
+  long long reuse = owner ? (graph_cached < (long long)n ? graph_cached : (long long)n) : 0;
+  if (live_bytes + graph_cached - reuse + (long long)n > envll("FAKE_CUDA_MEM", 1LL << 30) || nallocs == (1 << 16)) return 2;
+  graph_cached -= reuse;
   char *p = aligned_alloc(256, (n + 255) / 256 * 256);
   if (!p) return 2;
   memset(p, 0xAB, n);
@@ -186,18 +192,24 @@ cudaError_t cudaDeviceGetAttribute(int *v, int attr, int dev) {
   *v = attr == 115 ? !getenv("FAKE_CUDA_NO_POOLS") : attr == 18 ? envint("FAKE_CUDA_INTEGRATED", 0) : 0;
   RETURN(0);
 }
+/* cudaDeviceProp: name[256] at 0, size_t totalGlobalMem at 288 (after
+ * uuid[16], luid[8], unsigned luidDeviceNodeMask and padding), in every
+ * layout from 11.4 to 13.0. FAKE_CUDA_PROP_MEM overrides the total. */
 static cudaError_t props(const char *fn, char *p, int dev) {
   ENTER(fn);
   logf_("%s device=%d", fn, dev);
   snprintf(p, 256, "Fake GPU %d", dev);
+  size_t total = envll("FAKE_CUDA_PROP_MEM", envll("FAKE_CUDA_MEM", 1LL << 30));
+  memcpy(p + 288, &total, sizeof total);
   RETURN(0);
 }
 cudaError_t cudaGetDeviceProperties(char *p, int dev) { return props("cudaGetDeviceProperties", p, dev); }
 cudaError_t cudaGetDeviceProperties_v2(char *p, int dev) { return props("cudaGetDeviceProperties_v2", p, dev); }
 cudaError_t cudaMemGetInfo(size_t *fr, size_t *total) {
   ENTER("cudaMemGetInfo");
-  *total = envll("FAKE_CUDA_MEM", 1LL << 30);
-  *fr = *total - live_bytes;
+  /* FAKE_CUDA_MEMINFO_TOTAL: what GB10 has been seen to under-report */
+  *total = envll("FAKE_CUDA_MEMINFO_TOTAL", envll("FAKE_CUDA_MEM", 1LL << 30));
+  *fr = *total > live_bytes + graph_cached ? *total - live_bytes - graph_cached : 0;
   logf_("cudaMemGetInfo");
   RETURN(0);
 }
@@ -450,10 +462,22 @@ cudaError_t cudaGraphDestroy(void *gh) {
   for (int i = 0; i < nallocs; i++) {
     alloc_t *a = &allocs[i];
     if (a->live && a->owner == g) {
-      if (a->graph_freed || !g->launched) release(a);
+      if (a->graph_freed || !g->launched) { graph_cached += a->n; release(a); }
       else a->owner = NULL; /* the caller frees it with cudaFreeAsync */
     }
   }
   free(g->ops); free(g);
   RETURN(0);
 }
+
+#ifndef FAKE_NO_GRAPH_MEM_TRIM
+cudaError_t cudaDeviceGraphMemTrim(int dev) {
+  ENTER("cudaDeviceGraphMemTrim");
+  logf_("cudaDeviceGraphMemTrim device=%d cached=%lld", dev, graph_cached);
+  cudaError_t e = unsafe();
+  if (e) RETURN(e);
+  if (dev < 0 || dev >= envint("FAKE_CUDA_DEVICES", 1)) RETURN(101);
+  graph_cached = 0;
+  RETURN(0);
+}
+#endif
