@@ -147,3 +147,14 @@ type Driver interface {
 	// caller frees it with FreeAsync, as in CUDA.
 	GraphDestroy(g GraphHandle) error
 }
+
+// GraphMemTrimmer is implemented by drivers whose graphs cache device
+// memory outside the pool (CUDA keeps memory that graph allocations
+// released for later graphs, beyond the pool's release threshold, until
+// cudaDeviceGraphMemTrim). TrimGraphMemory returns that memory to the OS.
+// It is a device-wide unsafe call: the Allocator makes it from Trim and
+// before retrying an allocation that ran out of memory, under the domain's
+// gate, and never while a capture forbids unsafe calls.
+type GraphMemTrimmer interface {
+	TrimGraphMemory() error
+}

@@ -23,9 +23,21 @@ var (
 	ErrCaptureTimeout   = errors.New("capture or driver call exceeded its deadline")
 	ErrNotCapturing     = errors.New("stream is not capturing")
 	ErrAlreadyCapturing = errors.New("stream is already capturing")
-	// ErrCaptureIllegalOp: a driver refused a call because a capture was
-	// active (CUDA 900); the driver invalidated the capture.
+	// ErrCaptureIllegalOp: a call was refused because a capture was
+	// active: by the driver (CUDA 900, 906, 907), or by this module before
+	// any driver call (a device-wide call during a Global-mode capture, see
+	// DeviceWide). A driver refusal may or may not have invalidated the
+	// capture (CUDA's 900 does not always): the allocator reads the
+	// driver's status again after it, and the error also wraps
+	// ErrCaptureInvalidated when the capture is gone. A refusal made before
+	// the driver leaves the capture valid.
 	ErrCaptureIllegalOp = errors.New("operation not permitted while stream is capturing")
+	// ErrCaptureWrongThread: a Global or ThreadLocal capture was ended on
+	// another OS thread than the one that began it (CUDA 908,
+	// cudaErrorStreamCaptureWrongThread). The capture is not invalidated by
+	// this: it is still recording and must be ended on its own thread.
+	// Errors wrapping it also wrap ErrCaptureIllegalOp.
+	ErrCaptureWrongThread = errors.New("capture must be ended on the thread that began it")
 	// ErrCaptureUnavailable: the driver cannot capture graphs at all.
 	ErrCaptureUnavailable = errors.New("stream capture not supported by driver")
 	// ErrOutOfMemory carries the allocator's Stats in its message.

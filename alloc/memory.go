@@ -52,12 +52,19 @@ func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 	}
 	a.stats.PoolMisses++
 	p, err := a.drv.MallocAsync(class, a.stream)
-	if errors.Is(err, ErrOutOfMemory) && a.pool.cached > 0 {
-		// Give the cache back to the driver and try once more.
+	if errors.Is(err, ErrOutOfMemory) {
+		// Give the cache back to the driver, and the memory closed graphs
+		// left cached for graphs, then try once more.
+		released := a.pool.cached > 0
 		if rerr := a.releaseCacheLocked(); rerr != nil {
 			return Buffer{}, errors.Join(err, rerr)
 		}
-		p, err = a.drv.MallocAsync(class, a.stream)
+		if a.tryTrimGraphMemoryLocked() {
+			released = true
+		}
+		if released {
+			p, err = a.drv.MallocAsync(class, a.stream)
+		}
 	}
 	if errors.Is(err, ErrOutOfMemory) {
 		return Buffer{}, fmt.Errorf("%w; %s", err, a.oomLocked(size, "driver out of memory"))
@@ -75,7 +82,7 @@ func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 func (a *Allocator) captureAllocLocked(op string, size int64) (Buffer, error) {
 	p, err := a.drv.MallocAsync(size, a.stream)
 	if err != nil {
-		return Buffer{}, err
+		return Buffer{}, a.refusedInCaptureLocked(err)
 	}
 	if err := a.afterCapturedLocked(op); err != nil {
 		return Buffer{}, err // the driver releases memory of an invalidated capture
@@ -104,6 +111,26 @@ func (a *Allocator) afterCapturedLocked(op string) error {
 	return nil
 }
 
+// refusedInCaptureLocked completes the error of a call the driver refused
+// while this allocator's capture records. A refusal because of the capture
+// (ErrCaptureIllegalOp: CUDA's 900, 906, 907) does not always invalidate
+// it, so the driver's status is read again and the error says which: it
+// also wraps ErrCaptureInvalidated when the capture is gone, and says the
+// capture is still active otherwise (EndCapture will then succeed).
+func (a *Allocator) refusedInCaptureLocked(err error) error {
+	if !errors.Is(err, ErrCaptureIllegalOp) || errors.Is(err, ErrCaptureInvalidated) {
+		return err
+	}
+	st, serr := a.drv.StreamCaptureStatus(a.stream)
+	switch {
+	case serr != nil:
+		return errors.Join(err, serr)
+	case st == DriverCaptureActive:
+		return fmt.Errorf("%w (the capture is still active)", err)
+	}
+	return fmt.Errorf("%w (%w by the refusal)", err, ErrCaptureInvalidated)
+}
+
 // releaseCacheLocked gives every cached block back to the driver. Only
 // called with no capture on the stream, so the frees are not recorded.
 func (a *Allocator) releaseCacheLocked() error {
@@ -118,21 +145,66 @@ func (a *Allocator) releaseCacheLocked() error {
 	return errors.Join(errs...)
 }
 
-// Trim gives the pool's cached memory back to the driver.
+// Trim gives the pool's cached memory back to the driver and, when the
+// driver implements GraphMemTrimmer, the memory that closed graphs left
+// cached (cudaDeviceGraphMemTrim). It is refused during a capture on the
+// allocator's stream. The graph trim is device-wide: while a Global-mode
+// capture is active elsewhere in the domain it is skipped (the pool's
+// cache is still released) and a warning is logged.
 func (a *Allocator) Trim() error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	st, err := a.stateLocked()
-	if err == nil && st != StateNone {
-		err = refusal(st, "trim frees memory")
-	}
-	if err == nil {
-		err = a.releaseCacheLocked()
-	}
+	var seen atomic.Int32 // written by a call the watchdog may abandon
+	err := a.watchdog.call("Trim", func() error {
+		a.dom.gate.RLock()
+		defer a.dom.gate.RUnlock()
+		a.mu.Lock()
+		st, err := a.stateLocked()
+		seen.Store(int32(st))
+		if err == nil && st != StateNone {
+			err = refusal(st, "trim frees memory")
+		}
+		if err == nil {
+			err = a.releaseCacheLocked()
+		}
+		t, ok := a.drv.(GraphMemTrimmer)
+		var why error
+		if err == nil && ok {
+			why = a.unsafeAllowedLocked(st, false)
+		}
+		a.mu.Unlock()
+		switch {
+		case err != nil || !ok:
+			return err
+		case why != nil:
+			a.opts.logger().Warn("capalloc: graph memory not trimmed", "backend", a.backend, "reason", why)
+			return nil
+		}
+		return t.TrimGraphMemory()
+	})
 	if err != nil {
-		return a.fail("Trim", -1, st, err)
+		return a.fail("Trim", -1, CaptureState(seen.Load()), err)
 	}
 	return nil
+}
+
+// tryTrimGraphMemoryLocked trims graph memory if the driver can and the
+// guard allows it now, without waiting: a.mu is held, and the gate's order
+// is gate before a.mu, so only TryRLock is safe here (a capture beginning
+// meanwhile means no trim). Only called with no capture on the stream. It
+// reports whether it trimmed.
+func (a *Allocator) tryTrimGraphMemoryLocked() bool {
+	t, ok := a.drv.(GraphMemTrimmer)
+	if !ok || !a.dom.gate.TryRLock() {
+		return false
+	}
+	defer a.dom.gate.RUnlock()
+	if a.unsafeAllowedLocked(StateNone, false) != nil {
+		return false
+	}
+	if err := t.TrimGraphMemory(); err != nil {
+		a.opts.logger().Warn("capalloc: trim graph memory", "backend", a.backend, "err", err)
+		return false
+	}
+	return true
 }
 
 // Free releases b. Outside capture a pooled buffer returns to the pool
@@ -185,7 +257,7 @@ func (a *Allocator) freeLocked(st CaptureState, blk *block) error {
 				return wrapf(ErrInvalidBuffer, "buffer %#x belongs to another graph", blk.ptr)
 			}
 			if err := a.drv.FreeAsync(blk.ptr, a.stream); err != nil {
-				return err
+				return a.refusedInCaptureLocked(err)
 			}
 			if err := a.afterCapturedLocked("Free"); err != nil {
 				return err

@@ -22,6 +22,8 @@ func (a *Allocator) enqueue(op string, size int64, check func() error, call func
 		case StateActive:
 			if err = call(); err == nil {
 				err = a.afterCapturedLocked(op)
+			} else {
+				err = a.refusedInCaptureLocked(err)
 			}
 		default:
 			err = refusal(st, op)

@@ -41,7 +41,11 @@ func (o *Opened) Report() string {
 // missing, name not linked into this binary, plugin failed to start) is
 // skipped and recorded in Opened.Skipped. A config error (ErrInvalidConfig:
 // an unknown option, a bad value) stops the chain at once, since silently
-// running on another backend would hide the typo. When nothing opens, the
+// running on another backend would hide the typo. So does a choice refused
+// because a Global-mode capture is active (alloc.ErrCaptureIllegalOp: the
+// device exists, and opening it would invalidate the capture): falling back
+// to another backend for that would be a surprise; retry after the
+// capture. When nothing opens, the
 // error wraps alloc.ErrBackendUnavailable and every choice's reason.
 func Open(ctx context.Context, cfg Config) (*Opened, error) {
 	if len(cfg) == 0 {
@@ -53,7 +57,7 @@ func Open(ctx context.Context, cfg Config) (*Opened, error) {
 		if err == nil {
 			return &Opened{Driver: d, Choice: c, Skipped: skipped}, nil
 		}
-		if isConfigError(err) || ctx.Err() != nil {
+		if isConfigError(err) || errors.Is(err, alloc.ErrCaptureIllegalOp) || ctx.Err() != nil {
 			return nil, fmt.Errorf("backends: open %s: %w", c, err)
 		}
 		skipped = append(skipped, Skipped{Choice: c, Err: err})

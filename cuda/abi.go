@@ -83,9 +83,41 @@ var (
 )
 
 // devicePropsBufSize bounds struct cudaDeviceProp (about 1 KiB in CUDA 12);
-// only its first field, char name[256], is read, so the buffer is generous
-// rather than exact and survives layout changes between versions.
+// only its leading fields are read, so the buffer is generous rather than
+// exact and survives layout changes between versions.
+//
+// The leading fields are the same in every runtime this package accepts
+// (struct cudaDeviceProp in driver_types.h of 11.4-11.8, 12.0-12.9 and
+// 13.0, as the bindgen output of each carries it):
+//
+//	char         name[256];          // offset 0
+//	cudaUUID_t   uuid;               // 256: struct { char bytes[16]; }
+//	char         luid[8];            // 272
+//	unsigned int luidDeviceNodeMask; // 280
+//	size_t       totalGlobalMem;     // 288 (284 rounded up to size_t's 8)
+//
+// The struct grew and lost fields later on (12.0 added reserved tails,
+// 13.0 dropped deprecated clock fields), never before totalGlobalMem.
 const (
 	devicePropsBufSize = 8 << 10
 	deviceNameLen      = 256
+)
+
+// devicePropPrefix mirrors those leading fields; totalGlobalMem is read at
+// its offset.
+type devicePropPrefix struct {
+	name               [256]byte
+	uuid               [16]byte
+	luid               [8]byte
+	luidDeviceNodeMask uint32
+	totalGlobalMem     uint64 // size_t
+}
+
+const devicePropTotalGlobalMemAt = unsafe.Offsetof(devicePropPrefix{}.totalGlobalMem)
+
+// The offset is part of the ABI (288 on linux/amd64 and linux/arm64):
+// checked at compile time.
+var (
+	_ [288 - devicePropTotalGlobalMemAt]struct{}
+	_ [devicePropTotalGlobalMemAt - 288]struct{}
 )

@@ -6,6 +6,7 @@
 package cuda
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"os"
@@ -32,7 +33,7 @@ const DefaultReleaseThreshold uint64 = math.MaxUint64
 const captureDomain = "cuda"
 
 // Options configures a Driver. The zero value is device 0, a dedicated pool
-// that never trims, default-priority blocking streams.
+// that never trims, default-priority non-blocking streams.
 type Options struct {
 	// Device is the CUDA device ordinal.
 	Device int
@@ -51,9 +52,16 @@ type Options struct {
 	// StreamPriority is passed to cudaStreamCreateWithPriority (lower is
 	// higher priority; CUDA clamps it to the device's range).
 	StreamPriority int
-	// NonBlocking creates streams with cudaStreamNonBlocking: they do not
-	// synchronize with the legacy default stream.
-	NonBlocking bool
+	// Blocking creates streams without cudaStreamNonBlocking, so they
+	// synchronize implicitly with the legacy default stream. The zero value
+	// (false) gives non-blocking streams, and that is what you want: while
+	// a blocking stream is capturing, in any mode, CUDA refuses work on the
+	// legacy stream (906, cudaErrorStreamCaptureImplicit) and invalidates
+	// the capture, so another library's cudaMemcpy or default-stream work
+	// (CuPy's, for one) breaks it (measured: docs/cuda-truth.md). Ask for
+	// blocking streams only when an engine relies on the legacy stream's
+	// implicit ordering with this driver's streams.
+	Blocking bool
 }
 
 func (o Options) validate() error {
@@ -84,35 +92,63 @@ type Driver struct {
 	opts Options
 	info alloc.DeviceInfo
 
+	warnings []string // set at open, read-only after
+
 	dev     *osThread // device-dependent calls, device current
 	capture *osThread // begin/end capture only
 
 	pool    uintptr // cudaMemPool_t
 	ownPool bool    // created here (destroyed at Close), not the default pool
 
-	closed atomic.Bool
+	closed   atomic.Bool
+	released chan struct{} // closed once Close's vendor teardown has run
+	closeErr error         // the teardown's error, read after released
 
 	mu      sync.Mutex                            // writers of streams and hosts
 	streams atomic.Pointer[map[alloc.Stream]bool] // live streams, read lock-free
 	hosts   atomic.Pointer[[]hostRegion]          // pinned buffers by address
 }
 
-var _ alloc.Driver = (*Driver)(nil)
+var (
+	_ alloc.Driver          = (*Driver)(nil)
+	_ alloc.GraphMemTrimmer = (*Driver)(nil)
+)
 
 // New loads the CUDA runtime and opens a device. Without a usable runtime,
 // driver or device the error wraps alloc.ErrBackendUnavailable and says
 // what was searched or found; bad options wrap alloc.ErrInvalidValue.
+//
+// Opening makes device-wide calls (cudaSetDevice, cudaMemGetInfo, pool
+// creation, the reserve's synchronize) that would invalidate a Global-mode
+// capture, or hang on GB10. So New runs under alloc's guard for the "cuda"
+// capture domain: while a Global-mode capture is active anywhere in the
+// process it makes no driver call and fails with an error wrapping
+// alloc.ErrCaptureIllegalOp; retry after the capture ends.
 func New(opts Options) (alloc.Driver, error) { return open(opts) }
 
 func open(opts Options) (*Driver, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
+	var d *Driver
+	err := alloc.DeviceWide(captureDomain, "cuda: open device", func() error {
+		var err error
+		d, err = openGuarded(opts)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// openGuarded is open under the domain's guard.
+func openGuarded(opts Options) (*Driver, error) {
 	rt, err := loadRuntime(os.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{rt: rt, opts: opts}
+	d := &Driver{rt: rt, opts: opts, released: make(chan struct{})}
 	d.streams.Store(&map[alloc.Stream]bool{})
 	d.hosts.Store(&[]hostRegion{})
 	if err := d.checkDevice(); err != nil {
@@ -161,17 +197,21 @@ func (d *Driver) checkDevice() error {
 // setup runs on the dev thread: device info, the pool, the reservation.
 func (d *Driver) setup() error {
 	rt, dev := d.rt, d.opts.Device
-	var free, total uint64
-	if err := rt.check("memory info", "cudaMemGetInfo", call(rt.memGetInfo, uintptr(unsafe.Pointer(&free)), uintptr(unsafe.Pointer(&total)))); err != nil {
-		return err
-	}
 	var integrated int32
 	if err := rt.check("query integrated", "cudaDeviceGetAttribute",
 		call(rt.deviceGetAttribute, uintptr(unsafe.Pointer(&integrated)), devAttrIntegrated, uintptr(dev))); err != nil {
 		return err
 	}
+	name, propTotal := d.deviceProps()
+	total, err := d.totalMemory(integrated != 0, propTotal)
+	if err != nil {
+		return err
+	}
+	if rt.graphMemTrim == 0 {
+		d.warn("%s lacks cudaDeviceGraphMemTrim: memory freed by graphs is not returned to the OS by Trim", rt.path)
+	}
 	d.info = alloc.DeviceInfo{
-		Name:          fmt.Sprintf("cuda:%d %s (runtime %s, driver %s)", dev, d.deviceName(), versionString(rt.runtimeVersion), versionString(rt.driverVersion)),
+		Name:          fmt.Sprintf("cuda:%d %s (runtime %s, driver %s)", dev, name, versionString(rt.runtimeVersion), versionString(rt.driverVersion)),
 		TotalMemory:   int64(min(total, math.MaxInt64)),
 		Alignment:     Alignment,
 		UnifiedMemory: integrated != 0,
@@ -186,22 +226,81 @@ func (d *Driver) setup() error {
 	return nil
 }
 
-// deviceName reads cudaDeviceProp.name, or "" without the optional symbol.
-func (d *Driver) deviceName() string {
+// totalMemory is cudaMemGetInfo's total, which has been reported to fail
+// or under-report on unified-memory GB10. Neither is fatal: a failure (or a
+// total of 0) falls back to cudaDeviceProp.totalGlobalMem, and on an
+// integrated device the larger of the two is used; either case is recorded
+// in Warnings. Only when neither source answers is open refused.
+func (d *Driver) totalMemory(integrated bool, propTotal uint64) (uint64, error) {
+	var free, total uint64
+	err := d.rt.check("memory info", "cudaMemGetInfo", call(d.rt.memGetInfo, uintptr(unsafe.Pointer(&free)), uintptr(unsafe.Pointer(&total))))
+	switch {
+	case (err != nil || total == 0) && propTotal == 0:
+		if err == nil {
+			err = errf(alloc.ErrDriver, "cudaMemGetInfo reported a total of 0 B and cudaDeviceProp.totalGlobalMem is unavailable")
+		}
+		return 0, err
+	case err != nil:
+		d.warn("total memory from cudaDeviceProp.totalGlobalMem (%d B): %v", propTotal, err)
+		return propTotal, nil
+	case total == 0:
+		d.warn("total memory from cudaDeviceProp.totalGlobalMem (%d B): cudaMemGetInfo reported a total of 0 B", propTotal)
+		return propTotal, nil
+	case integrated && propTotal > total:
+		d.warn("total memory from cudaDeviceProp.totalGlobalMem (%d B): cudaMemGetInfo under-reports unified memory (%d B)", propTotal, total)
+		return propTotal, nil
+	}
+	return total, nil
+}
+
+// warn records something an operator should know about this driver.
+func (d *Driver) warn(format string, args ...any) {
+	d.warnings = append(d.warnings, fmt.Sprintf(format, args...))
+}
+
+// Warnings lists what went wrong, without being fatal, while opening the
+// driver: a total memory taken from cudaDeviceProp because cudaMemGetInfo
+// failed or under-reported, a missing optional symbol. Fixed at open.
+func (d *Driver) Warnings() []string { return append([]string(nil), d.warnings...) }
+
+// deviceProps reads cudaDeviceProp.name and .totalGlobalMem, or "" and 0
+// without the optional symbol or when the call fails.
+func (d *Driver) deviceProps() (name string, totalGlobalMem uint64) {
 	if d.rt.getDeviceProperties == 0 {
-		return ""
+		return "", 0
 	}
 	buf := make([]byte, devicePropsBufSize)
 	if call(d.rt.getDeviceProperties, uintptr(unsafe.Pointer(&buf[0])), uintptr(d.opts.Device)) != 0 {
-		return ""
+		return "", 0
 	}
-	name := buf[:deviceNameLen]
-	for i, c := range name {
+	totalGlobalMem = *(*uint64)(unsafe.Pointer(&buf[devicePropTotalGlobalMemAt]))
+	raw := buf[:deviceNameLen]
+	for i, c := range raw {
 		if c == 0 {
-			return string(name[:i])
+			return string(raw[:i]), totalGlobalMem
 		}
 	}
-	return string(name)
+	return string(raw), totalGlobalMem
+}
+
+// TrimGraphMemory is cudaDeviceGraphMemTrim: memory that graphs allocated
+// and freed stays cached for graphs, outside the pool's release
+// threshold, until this returns it to the OS. It is device-wide: alloc
+// calls it (Allocator.Trim, and before retrying an allocation that ran out
+// of memory) only under its guard, never while a capture forbids it; it
+// runs on the dev thread. Without the optional symbol it does nothing (see
+// Warnings).
+func (d *Driver) TrimGraphMemory() error {
+	const op = "trim graph memory"
+	if d.closed.Load() {
+		return errClosed(op)
+	}
+	if d.rt.graphMemTrim == 0 {
+		return nil
+	}
+	return d.dev.do(op, func() error {
+		return d.rt.check(op, "cudaDeviceGraphMemTrim", call(d.rt.graphMemTrim, uintptr(d.opts.Device)))
+	})
 }
 
 func (d *Driver) Name() string           { return "cuda" }
@@ -219,7 +318,18 @@ func (d *Driver) Runtime() (path string, runtimeVersion, driverVersion int) {
 // Close frees the pinned buffers and streams still registered, destroys the
 // driver's own pool and stops its threads. Device allocations still live
 // are the allocator's to report; the pool releases them when the last is
-// freed. Every later call fails with alloc.ErrClosed.
+// freed. Every later call fails with alloc.ErrClosed, at once.
+//
+// The vendor teardown is device-wide (cudaFreeHost, cudaStreamDestroy,
+// cudaMemPoolDestroy), so it runs under alloc's guard: now, and Close
+// returns its error, if no Global-mode capture is active in the process;
+// otherwise it is deferred until the last Global-mode capture ends, and
+// Close returns nil at once. Deferring rather than failing is deliberate:
+// an engine closes drivers in defers and shutdown paths that cannot retry,
+// a refused Close would leak the pool, and a blocking Close could deadlock
+// against the goroutine that owns the capture. The cost is that the memory
+// stays reserved until the capture ends. WaitClosed waits for the teardown
+// and reports its error.
 func (d *Driver) Close() error {
 	if !d.closed.CompareAndSwap(false, true) {
 		return errClosed("close")
@@ -228,6 +338,30 @@ func (d *Driver) Close() error {
 	hosts := d.hosts.Swap(&[]hostRegion{})
 	streams := d.streams.Swap(&map[alloc.Stream]bool{})
 	d.mu.Unlock()
+	now := alloc.AfterGlobalCaptures(captureDomain, func() {
+		d.closeErr = d.teardown(*hosts, *streams)
+		close(d.released)
+	})
+	if now {
+		return d.closeErr
+	}
+	return nil
+}
+
+// WaitClosed waits until the teardown of a closed driver has run (see
+// Close) and returns its error, or ctx's error if ctx ends first.
+func (d *Driver) WaitClosed(ctx context.Context) error {
+	select {
+	case <-d.released:
+		return d.closeErr
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// teardown releases what the driver holds, on its dev thread, and stops
+// its threads. It runs under the domain's guard.
+func (d *Driver) teardown(hosts []hostRegion, streams map[alloc.Stream]bool) error {
 	var first error
 	keep := func(err error) {
 		if first == nil {
@@ -235,10 +369,10 @@ func (d *Driver) Close() error {
 		}
 	}
 	err := d.dev.do("close", func() error {
-		for _, h := range *hosts {
+		for _, h := range hosts {
 			keep(d.rt.check("close: free host buffer", "cudaFreeHost", call(d.rt.freeHost, h.start)))
 		}
-		for s := range *streams {
+		for s := range streams {
 			keep(d.rt.check("close: destroy stream", "cudaStreamDestroy", call(d.rt.streamDestroy, uintptr(s))))
 		}
 		d.destroyPool()

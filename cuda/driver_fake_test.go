@@ -14,7 +14,7 @@ import (
 )
 
 func TestFakeOpenBindsPoolAndStreams(t *testing.T) {
-	d, log := openFake(t, Options{StreamPriority: -2, NonBlocking: true})
+	d, log := openFake(t, Options{StreamPriority: -2})
 	lines := log.lines()
 	require.Len(t, find(lines, "cudaMemPoolCreate allocType=1 handleTypes=0 locationType=1 locationId=0 zeroTail=1"), 1, "%v", lines)
 	require.Len(t, find(lines, "threshold=18446744073709551615"), 1, "default threshold is UINT64_MAX: %v", lines)

@@ -46,29 +46,43 @@ const (
 	errGraphExecUpdateFailure     = 910
 )
 
-// sentinelFor maps a cudaError_t to the alloc sentinel it means here.
+// sentinelFor maps a cudaError_t to the alloc sentinel it means here. The
+// meanings are driver_types.h's enum cudaError comments (quoted in
+// docs/cuda-backend.md, with the table).
 //
 //   - 2: out of memory.
-//   - 900 (unsupported during capture), 906 (implicit dependency on the
-//     legacy stream), 907 (captured event): the call was illegal because a
-//     capture is active, and CUDA invalidated the capture.
-//   - 901: the capture had already been invalidated.
-//   - 902-905, 908, 910: capture misuse (merge, unmatched end, unjoined fork,
-//     isolation, wrong thread, graph update): the capture is unusable, so the
-//     caller sees it as invalidated; the code says which.
+//   - 900 ("the operation is not permitted when the stream is capturing"),
+//     906 ("would have resulted in a disallowed implicit dependency on a
+//     current capture sequence from cudaStreamLegacy"), 907 ("not
+//     permitted on an event which was last recorded in a capturing
+//     stream"): the call was illegal because a capture is active. Whether
+//     CUDA also invalidated the capture depends on the call; alloc reads
+//     the stream's status again after such a refusal.
+//   - 908 ("a stream capture sequence not initiated with
+//     cudaStreamCaptureModeRelaxed ... was passed to cudaStreamEndCapture
+//     in a different thread"): ErrCaptureWrongThread (and
+//     ErrCaptureIllegalOp). The capture is still active, not invalidated.
+//   - 901 ("invalidated due to a previous error"): the capture was
+//     invalidated.
+//   - 902 (merge), 903 (unmatched: "not initiated in this stream"), 904
+//     (unjoined fork), 905 (isolation), 910 (graph exec update failure):
+//     capture misuse that leaves nothing usable: invalidated; the code
+//     says which.
 //   - 3, 4, 34, 35, 36, 46, 100, 102, 103, 127, 802, 803, 804: no usable
 //     driver or device: the backend is unavailable.
 //   - 1, 17, 21, 101, 400, 401: a bad argument or handle.
-//   - 801 (not supported), 909 and everything else: a driver error.
+//   - 801 (not supported), 909 (timeout) and everything else: a driver
+//     error.
 func sentinelFor(code int) error {
 	switch code {
 	case errMemoryAllocation:
 		return alloc.ErrOutOfMemory
 	case errStreamCaptureUnsupported, errStreamCaptureImplicit, errCapturedEvent:
 		return alloc.ErrCaptureIllegalOp
+	case errStreamCaptureWrongThread:
+		return errWrongThread
 	case errStreamCaptureInvalidated, errStreamCaptureMerge, errStreamCaptureUnmatched,
-		errStreamCaptureUnjoined, errStreamCaptureIsolation, errStreamCaptureWrongThread,
-		errGraphExecUpdateFailure:
+		errStreamCaptureUnjoined, errStreamCaptureIsolation, errGraphExecUpdateFailure:
 		return alloc.ErrCaptureInvalidated
 	case errInitializationError, errCudartUnloading, errStubLibrary, errInsufficientDriver,
 		errCallRequiresNewerDriver, errDevicesUnavailable, errNoDevice, errDeviceNotLicensed,
@@ -81,6 +95,10 @@ func sentinelFor(code int) error {
 	}
 	return alloc.ErrDriver
 }
+
+// errWrongThread is 908's sentinel: it matches both ErrCaptureWrongThread
+// and ErrCaptureIllegalOp, and its text says what to do.
+var errWrongThread = fmt.Errorf("%w (%w)", alloc.ErrCaptureWrongThread, alloc.ErrCaptureIllegalOp)
 
 // Error is a failed CUDA runtime call. It matches (errors.Is) the alloc
 // sentinel its code maps to, and errors.As gives the numeric code.

@@ -21,7 +21,7 @@ func TestErrorMapping(t *testing.T) {
 		804: alloc.ErrBackendUnavailable,
 		900: alloc.ErrCaptureIllegalOp, 906: alloc.ErrCaptureIllegalOp, 907: alloc.ErrCaptureIllegalOp,
 		901: alloc.ErrCaptureInvalidated, 902: alloc.ErrCaptureInvalidated, 903: alloc.ErrCaptureInvalidated,
-		904: alloc.ErrCaptureInvalidated, 905: alloc.ErrCaptureInvalidated, 908: alloc.ErrCaptureInvalidated,
+		904: alloc.ErrCaptureInvalidated, 905: alloc.ErrCaptureInvalidated,
 		910: alloc.ErrCaptureInvalidated,
 		909: alloc.ErrDriver, 801: alloc.ErrDriver, 700: alloc.ErrDriver, 719: alloc.ErrDriver, 999: alloc.ErrDriver,
 	}
@@ -41,6 +41,17 @@ func TestErrorMapping(t *testing.T) {
 		require.ErrorAs(t, err, &e)
 		require.Equal(t, code, codeOf(err))
 	}
+}
+
+// 908 is a capture ended on the wrong thread: refused, not invalidated.
+func TestErrorWrongThread(t *testing.T) {
+	err := error(&Error{Op: "end capture", Call: "cudaStreamEndCapture", Code: 908, Text: "operation not permitted on a stream capture object in current thread"})
+	require.ErrorIs(t, err, alloc.ErrCaptureWrongThread)
+	require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
+	require.NotErrorIs(t, err, alloc.ErrCaptureInvalidated)
+	require.NotErrorIs(t, err, alloc.ErrDriver)
+	require.Contains(t, err.Error(), "capture must be ended on the thread that began it")
+	require.Contains(t, err.Error(), "cudaStreamEndCapture returned 908")
 }
 
 func TestErrorMessageAndOverride(t *testing.T) {

@@ -28,6 +28,12 @@ var (
 // version and state) and points CAPALLOC_CUDA_LIB at it.
 func fakeLib(t testing.TB) string {
 	t.Helper()
+	return fakeLibWith(t)
+}
+
+// fakeLibWith is fakeLib with preprocessor flags (-DFAKE_NO_GRAPH_MEM_TRIM).
+func fakeLibWith(t testing.TB, cflags ...string) string {
+	t.Helper()
 	fakeOnce.Do(func() {
 		if _, err := exec.LookPath("gcc"); err != nil {
 			fakeErr = err
@@ -46,7 +52,8 @@ func fakeLib(t testing.TB) string {
 		t.Fatal(err)
 	}
 	out.Close()
-	cmd := exec.Command("gcc", "-shared", "-fPIC", "-O1", "-o", out.Name(), "-x", "c", "-", "-lpthread")
+	args := append([]string{"-shared", "-fPIC", "-O1", "-o", out.Name()}, cflags...)
+	cmd := exec.Command("gcc", append(args, "-x", "c", "-", "-lpthread")...)
 	cmd.Stdin = bytes.NewReader(fakeSrc)
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, msg)

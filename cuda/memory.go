@@ -58,7 +58,7 @@ func (d *Driver) reserve() error {
 	rt := d.rt
 	op := fmt.Sprintf("reserve %d B", n)
 	var s, p uintptr
-	if err := rt.check(op, "cudaStreamCreateWithPriority", call(rt.streamCreateWithPriority, uintptr(unsafe.Pointer(&s)), 0, 0)); err != nil {
+	if err := rt.check(op, "cudaStreamCreateWithPriority", call(rt.streamCreateWithPriority, uintptr(unsafe.Pointer(&s)), d.opts.streamFlags(), 0)); err != nil {
 		return err
 	}
 	defer call(rt.streamDestroy, s)

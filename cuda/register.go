@@ -15,7 +15,9 @@ import (
 //	reserve=2GiB             allocate and free this much once at open
 //	default_pool=true        use the device's default pool
 //	stream_priority=-1       cudaStreamCreateWithPriority priority
-//	non_blocking=true        streams do not sync with the legacy stream
+//	non_blocking=false       blocking streams, which sync with the legacy
+//	                         stream (default true: see Options.Blocking
+//	                         for what blocking streams cost under capture)
 func init() { backends.Register("cuda", openWith) }
 
 func openWith(_ context.Context, o backends.Options) (alloc.Driver, error) {
@@ -49,9 +51,11 @@ func parseOptions(o backends.Options) (Options, error) {
 	if opts.StreamPriority, err = o.Int("stream_priority", 0); err != nil {
 		return opts, err
 	}
-	if opts.NonBlocking, err = o.Bool("non_blocking", false); err != nil {
+	nonBlocking, err := o.Bool("non_blocking", true)
+	if err != nil {
 		return opts, err
 	}
+	opts.Blocking = !nonBlocking
 	if err := opts.validate(); err != nil {
 		return opts, fmt.Errorf("%w: %w", backends.ErrInvalidConfig, err)
 	}

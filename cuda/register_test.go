@@ -12,13 +12,16 @@ import (
 func TestParseOptions(t *testing.T) {
 	o, err := parseOptions(backends.Options{
 		"device": "1", "release_threshold": "8GiB", "reserve": "512MiB",
-		"default_pool": "true", "stream_priority": "-1", "non_blocking": "yes",
+		"default_pool": "true", "stream_priority": "-1", "non_blocking": "no",
 	})
 	require.NoError(t, err)
-	require.Equal(t, Options{Device: 1, ReleaseThreshold: 8 << 30, Reserve: 512 << 20, DefaultPool: true, StreamPriority: -1, NonBlocking: true}, o)
+	require.Equal(t, Options{Device: 1, ReleaseThreshold: 8 << 30, Reserve: 512 << 20, DefaultPool: true, StreamPriority: -1, Blocking: true}, o)
 	o, err = parseOptions(backends.Options{})
 	require.NoError(t, err)
-	require.Equal(t, Options{}, o)
+	require.Equal(t, Options{}, o, "the default is non-blocking streams: Blocking's zero value")
+	o, err = parseOptions(backends.Options{"non_blocking": "true"})
+	require.NoError(t, err)
+	require.False(t, o.Blocking)
 	require.Equal(t, DefaultReleaseThreshold, o.threshold())
 
 	for name, bad := range map[string]backends.Options{

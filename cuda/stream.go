@@ -19,6 +19,15 @@ func (d *Driver) checkStream(op string, s alloc.Stream) error {
 	return nil
 }
 
+// streamFlags is cudaStreamNonBlocking unless Options.Blocking asks for a
+// stream that synchronizes with the legacy default stream.
+func (o Options) streamFlags() uintptr {
+	if o.Blocking {
+		return 0
+	}
+	return streamNonBlocking
+}
+
 // CreateStream makes a stream on the driver's device, with the configured
 // priority and blocking flag. It runs on the dev thread: a stream belongs
 // to the device current when it is created.
@@ -27,10 +36,7 @@ func (d *Driver) CreateStream() (alloc.Stream, error) {
 	if d.closed.Load() {
 		return 0, errClosed(op)
 	}
-	flags := uintptr(0)
-	if d.opts.NonBlocking {
-		flags = streamNonBlocking
-	}
+	flags := d.opts.streamFlags()
 	var s uintptr
 	err := d.dev.do(op, func() error {
 		return d.rt.check(op, "cudaStreamCreateWithPriority",

@@ -49,6 +49,7 @@ const minRuntimeVersion = 11040
 //	cudaGraphExecDestroy(cudaGraphExec_t graphExec)
 //	cudaGraphDestroy(cudaGraph_t graph)
 //	cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)  // CUDA 10.1+
+//	cudaDeviceGraphMemTrim(int device)                // optional
 //
 // Deliberately not bound: cudaGraphInstantiate (its parameters changed in
 // CUDA 12), cudaStreamGetCaptureInfo (changed in 11.3 (_v2), 12.3 and 13):
@@ -67,6 +68,7 @@ type symbols struct {
 	streamBeginCapture, streamEndCapture                               uintptr
 	graphInstantiateWithFlags, graphLaunch, graphExecDestroy           uintptr
 	graphDestroy, threadExchangeCaptureMode                            uintptr
+	graphMemTrim                                                       uintptr // optional: 0 when missing
 }
 
 // binding is one symbol to resolve: optional ones may be missing (the
@@ -122,6 +124,10 @@ func (s *symbols) bindings(runtimeVersion int) ([]binding, error) {
 		{"cudaGraphExecDestroy", &s.graphExecDestroy, false},
 		{"cudaGraphDestroy", &s.graphDestroy, false},
 		{"cudaThreadExchangeStreamCaptureMode", &s.threadExchangeCaptureMode, false},
+		// Optional: without it graph memory is not trimmed (a warning
+		// at open says so). Declared in every cuda_runtime_api.h from
+		// 11.4 on, but a missing symbol must not refuse the library.
+		{"cudaDeviceGraphMemTrim", &s.graphMemTrim, true},
 	}, nil
 }
 

@@ -9,7 +9,11 @@
  * Environment: FAKE_CUDART_VERSION, FAKE_CUDA_DRIVER_VERSION (default
  * 12040), FAKE_CUDA_DEVICES (default 1), FAKE_CUDA_NO_POOLS,
  * FAKE_CUDA_INTEGRATED, FAKE_CUDA_MEM (bytes, default 1 GiB),
- * FAKE_CUDA_FAIL=name:code (that function returns code). */
+ * FAKE_CUDA_FAIL=name:code (that function returns code; with
+ * FAKE_CUDA_FAIL_INVALIDATES set it also invalidates every active capture).
+ *
+ * Compile with -DFAKE_NO_GRAPH_MEM_TRIM to leave cudaDeviceGraphMemTrim out
+ * (an optional symbol for the binding). */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -51,12 +55,6 @@ size_t fake_log(char *out, size_t n) {
 }
 void fake_log_reset(void) { pthread_mutex_lock(&mu); loglen = 0; pthread_mutex_unlock(&mu); }
 
-static int injected(const char *fn) {
-  const char *v = getenv("FAKE_CUDA_FAIL");
-  size_t l = strlen(fn);
-  if (v && strncmp(v, fn, l) == 0 && v[l] == ':') return atoi(v + l + 1);
-  return 0;
-}
 
 /* ---- graphs and streams ---- */
 enum { OP_COPY, OP_SET, OP_FREE };
@@ -70,6 +68,17 @@ typedef struct stream {
   struct stream *next;
 } stream_t;
 static stream_t *streams;
+static int injected(const char *fn) {
+  const char *v = getenv("FAKE_CUDA_FAIL");
+  size_t l = strlen(fn);
+  if (v && strncmp(v, fn, l) == 0 && v[l] == ':') {
+    int code = atoi(v + l + 1);
+    if (getenv("FAKE_CUDA_FAIL_INVALIDATES"))
+      for (struct stream *s = streams; s; s = s->next) if (s->status == 1) s->status = 2;
+    return code;
+  }
+  return 0;
+}
 static __thread int thread_strict_captures; /* Global/ThreadLocal begun here */
 
 static void record(stream_t *s, op_t o) {
@@ -83,13 +92,19 @@ typedef struct { char *p; size_t n; graph_t *owner; int graph_freed; int live; }
 static alloc_t allocs[1 << 16];
 static int nallocs;
 static long long live_bytes;
+/* graph_cached: memory graph allocations released at cudaGraphDestroy,
+ * kept for later graphs (reused by graph allocations) and counted against
+ * the device until cudaDeviceGraphMemTrim, as CUDA's graph memory is. */
+static long long graph_cached;
 static alloc_t *find(const void *p) {
   for (int i = 0; i < nallocs; i++) if (allocs[i].live && allocs[i].p == p) return &allocs[i];
   return NULL;
 }
 static void release(alloc_t *a) { free(a->p); a->live = 0; live_bytes -= a->n; }
 static cudaError_t devalloc(void **out, size_t n, graph_t *owner) {
-  if (live_bytes + (long long)n > envll("FAKE_CUDA_MEM", 1LL << 30) || nallocs == (1 << 16)) return 2;
+  long long reuse = owner ? (graph_cached < (long long)n ? graph_cached : (long long)n) : 0;
+  if (live_bytes + graph_cached - reuse + (long long)n > envll("FAKE_CUDA_MEM", 1LL << 30) || nallocs == (1 << 16)) return 2;
+  graph_cached -= reuse;
   char *p = aligned_alloc(256, (n + 255) / 256 * 256);
   if (!p) return 2;
   memset(p, 0xAB, n);
@@ -124,6 +139,25 @@ static cudaError_t unsafe(void) {
 static stream_t *stream_of(void *h) {
   for (stream_t *s = streams; s; s = s->next) if (s == h) return s;
   return NULL;
+}
+/* The legacy default stream: handle 0 or cudaStreamLegacy ((cudaStream_t)0x1). */
+static int is_legacy(void *h) { return h == NULL || h == (void *)1; }
+
+/* legacy applies the legacy-stream rule, as measured on an H100 (driver
+ * 580, runtime 13.0, cmd/cudatruth copy_pageable_sync): a stream created
+ * without cudaStreamNonBlocking synchronizes implicitly with the legacy
+ * stream. While such a stream captures, in any mode, work on the legacy
+ * stream would depend on the capture: it is refused with 906
+ * (cudaErrorStreamCaptureImplicit) and the capture is invalidated. Work on
+ * another stream, blocking or not, is not affected (memset_other: 0), and
+ * a non-blocking stream's capture is outside the rule. s is NULL for the
+ * legacy stream. */
+static cudaError_t legacy(stream_t *s) {
+  if (s) return 0;
+  int refused = 0;
+  for (stream_t *t = streams; t; t = t->next)
+    if (t->status == 1 && !(t->flags & 1)) { t->status = 2; refused = 1; }
+  return refused ? 906 : 0;
 }
 
 #define ENTER(name) pthread_mutex_lock(&mu); cudaError_t inj_ = injected(name); if (inj_) { logf_("%s injected=%d", name, inj_); pthread_mutex_unlock(&mu); return inj_; }
@@ -161,18 +195,24 @@ cudaError_t cudaDeviceGetAttribute(int *v, int attr, int dev) {
   *v = attr == 115 ? !getenv("FAKE_CUDA_NO_POOLS") : attr == 18 ? envint("FAKE_CUDA_INTEGRATED", 0) : 0;
   RETURN(0);
 }
+/* cudaDeviceProp: name[256] at 0, size_t totalGlobalMem at 288 (after
+ * uuid[16], luid[8], unsigned luidDeviceNodeMask and padding), in every
+ * layout from 11.4 to 13.0. FAKE_CUDA_PROP_MEM overrides the total. */
 static cudaError_t props(const char *fn, char *p, int dev) {
   ENTER(fn);
   logf_("%s device=%d", fn, dev);
   snprintf(p, 256, "Fake GPU %d", dev);
+  size_t total = envll("FAKE_CUDA_PROP_MEM", envll("FAKE_CUDA_MEM", 1LL << 30));
+  memcpy(p + 288, &total, sizeof total);
   RETURN(0);
 }
 cudaError_t cudaGetDeviceProperties(char *p, int dev) { return props("cudaGetDeviceProperties", p, dev); }
 cudaError_t cudaGetDeviceProperties_v2(char *p, int dev) { return props("cudaGetDeviceProperties_v2", p, dev); }
 cudaError_t cudaMemGetInfo(size_t *fr, size_t *total) {
   ENTER("cudaMemGetInfo");
-  *total = envll("FAKE_CUDA_MEM", 1LL << 30);
-  *fr = *total - live_bytes;
+  /* FAKE_CUDA_MEMINFO_TOTAL: what GB10 has been seen to under-report */
+  *total = envll("FAKE_CUDA_MEMINFO_TOTAL", envll("FAKE_CUDA_MEM", 1LL << 30));
+  *fr = *total > live_bytes + graph_cached ? *total - live_bytes - graph_cached : 0;
   logf_("cudaMemGetInfo");
   RETURN(0);
 }
@@ -197,10 +237,12 @@ cudaError_t cudaStreamDestroy(void *h) {
   RETURN(0);
 }
 static cudaError_t sync_like(const char *fn, void *h) {
+  if (is_legacy(h)) { cudaError_t e = legacy(NULL); return e ? e : unsafe(); }
   stream_t *s = stream_of(h);
   if (!s) return 400;
   if (s->status) { s->status = 2; return 900; }
-  return unsafe();
+  cudaError_t e = legacy(s);
+  return e ? e : unsafe();
 }
 cudaError_t cudaStreamSynchronize(void *h) { ENTER("cudaStreamSynchronize"); logf_("cudaStreamSynchronize %p", h); RETURN(sync_like("sync", h)); }
 cudaError_t cudaStreamQuery(void *h) { ENTER("cudaStreamQuery"); logf_("cudaStreamQuery %p", h); RETURN(sync_like("query", h)); }
@@ -277,6 +319,8 @@ cudaError_t cudaMallocFromPoolAsync(void **out, size_t n, void *pool, void *h) {
   /* On a stream that is not capturing it is potentially unsafe (measured:
    * cmd/cudatruth pool_alloc_other, CUDA 13.0). */
   if (s->status == 0) { cudaError_t u = unsafe(); if (u) RETURN(u); }
+  cudaError_t le = legacy(s);
+  if (le) RETURN(le);
   RETURN(devalloc(out, n, s->status == 1 ? s->g : NULL));
 }
 cudaError_t cudaFreeAsync(void *p, void *h) {
@@ -287,6 +331,8 @@ cudaError_t cudaFreeAsync(void *p, void *h) {
   alloc_t *a = find(p);
   if (!a) RETURN(1);
   if (s->status == 2) RETURN(901);
+  cudaError_t le = legacy(s);
+  if (le) RETURN(le);
   if (s->status == 1) {
     if (a->owner == s->g) a->graph_freed = 1;
     else record(s, (op_t){OP_FREE, p, NULL, 0, 0});
@@ -328,9 +374,12 @@ static cudaError_t apply(op_t o) {
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *h) {
   ENTER("cudaMemcpyAsync");
   stream_t *s = stream_of(h);
-  if (!s) RETURN(400);
+  if (!s && !is_legacy(h)) RETURN(400);
   logf_("cudaMemcpyAsync dst=%p src=%p n=%zu kind=%d stream=%p", dst, src, n, kind, h);
   if (kind < 1 || kind > 3) RETURN(21);
+  cudaError_t le = legacy(s);
+  if (le) RETURN(le);
+  if (!s) RETURN(apply((op_t){OP_COPY, dst, src, n, 0}));
   if (s->status == 2) RETURN(901);
   if (s->status == 1) {
     const void *host = kind == 1 ? src : kind == 2 ? dst : NULL;
@@ -343,8 +392,11 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void
 cudaError_t cudaMemsetAsync(void *dst, int val, size_t n, void *h) {
   ENTER("cudaMemsetAsync");
   stream_t *s = stream_of(h);
-  if (!s) RETURN(400);
+  if (!s && !is_legacy(h)) RETURN(400);
   logf_("cudaMemsetAsync dst=%p value=%d n=%zu stream=%p", dst, val, n, h);
+  cudaError_t le = legacy(s);
+  if (le) RETURN(le);
+  if (!s) RETURN(apply((op_t){OP_SET, dst, NULL, n, val}));
   if (s->status == 2) RETURN(901);
   if (s->status == 1) { record(s, (op_t){OP_SET, dst, NULL, n, val}); RETURN(0); }
   RETURN(apply((op_t){OP_SET, dst, NULL, n, val}));
@@ -402,6 +454,8 @@ cudaError_t cudaGraphLaunch(void *eh, void *h) {
   /* Not captured as a child graph: 900, capture invalidated, in every mode
    * (measured: cmd/cudatruth graph_launch_capturing, CUDA 13.0). */
   if (s->status == 1) { s->status = 2; RETURN(900); }
+  cudaError_t le = legacy(s);
+  if (le) RETURN(le);
   for (int i = 0; i < e->g->nops; i++) apply(e->g->ops[i]);
   e->g->launched = 1;
   RETURN(0);
@@ -420,7 +474,7 @@ cudaError_t cudaGraphDestroy(void *gh) {
   for (int i = 0; i < nallocs; i++) {
     alloc_t *a = &allocs[i];
     if (a->live && a->owner == g) {
-      if (a->graph_freed || !g->launched) release(a);
+      if (a->graph_freed || !g->launched) { graph_cached += a->n; release(a); }
       else a->owner = NULL; /* the caller frees it with cudaFreeAsync */
     }
   }
@@ -439,3 +493,14 @@ cudaError_t cudaThreadExchangeStreamCaptureMode(int *mode) {
   logf_("cudaThreadExchangeStreamCaptureMode -> %d", thread_relaxed ? 2 : 0);
   RETURN(0);
 }
+
+#ifndef FAKE_NO_GRAPH_MEM_TRIM
+cudaError_t cudaDeviceGraphMemTrim(int dev) {
+  ENTER("cudaDeviceGraphMemTrim");
+  logf_("cudaDeviceGraphMemTrim device=%d cached=%lld", dev, graph_cached);
+  /* Legal during any capture (measured: cmd/cudatruth graph_mem_trim). */
+  if (dev < 0 || dev >= envint("FAKE_CUDA_DEVICES", 1)) RETURN(101);
+  graph_cached = 0;
+  RETURN(0);
+}
+#endif
