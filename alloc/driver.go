@@ -110,7 +110,11 @@ type Driver interface {
 	Malloc(size int64) (DevicePtr, error)
 	Free(p DevicePtr) error
 	// MallocAsync and FreeAsync are stream-ordered. On a capturing stream
-	// they become graph nodes; the address then belongs to the graph.
+	// they become graph nodes; the address then belongs to the graph. On a
+	// stream that is not capturing they must not invalidate another
+	// stream's capture: CUDA counts them as unsafe from a thread in Global
+	// interaction mode, so the cuda driver makes them in Relaxed mode
+	// (docs/cuda-truth.md).
 	MallocAsync(size int64, s Stream) (DevicePtr, error)
 	FreeAsync(p DevicePtr, s Stream) error
 
@@ -137,8 +141,13 @@ type Driver interface {
 	// GraphInstantiate makes a launchable graph. autoFree asks that
 	// allocations the graph does not free itself be freed at the next launch
 	// (cudaGraphInstantiateFlagAutoFreeOnLaunch).
+	// Like MallocAsync, it must not invalidate another stream's capture.
 	GraphInstantiate(g GraphHandle, autoFree bool) (GraphExec, error)
+	// GraphLaunch on a capturing stream fails with ErrCaptureIllegalOp and
+	// invalidates the capture, as cudaGraphLaunch does in every mode: a
+	// launch is never recorded as a child graph.
 	GraphLaunch(e GraphExec, s Stream) error
+	// GraphExecDestroy must not invalidate another stream's capture.
 	GraphExecDestroy(e GraphExec) error
 	// GraphDestroy releases the graph and the memory of allocations it also
 	// freed. An allocation the graph did not free belongs to the graph until
