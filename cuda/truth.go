@@ -270,31 +270,29 @@ func (p *truthProbe) setup(c TruthCase) error {
 			p.event = 0
 		}
 	}
-	// A graph captured (ThreadLocal, on this thread) before the probed
-	// capture: one memset of dev1, instantiated once for the launches and
-	// kept raw for the instantiate case.
-	if err := rt.check("pre-capture begin", "cudaStreamBeginCapture", call(rt.streamBeginCapture, scratch, captureModeThreadLocal)); err != nil {
+	// Two graphs captured (ThreadLocal, on this thread) before the probed
+	// capture, one memset of dev1 each: the first instantiated twice (for
+	// the launches and the exec destroy case) and kept raw for the
+	// instantiate case, the second for the destroy case.
+	precapture := func(value uintptr, out *uintptr) error {
+		if err := rt.check("pre-capture begin", "cudaStreamBeginCapture", call(rt.streamBeginCapture, scratch, captureModeThreadLocal)); err != nil {
+			return err
+		}
+		if err := rt.check("pre-capture memset", "cudaMemsetAsync", call(rt.memsetAsync, p.dev1, value, 4096, scratch)); err != nil {
+			return err
+		}
+		return rt.check("pre-capture end", "cudaStreamEndCapture", call(rt.streamEndCapture, scratch, uintptr(unsafe.Pointer(out))))
+	}
+	if err := precapture(2, &p.graph); err != nil {
 		return err
 	}
-	if err := rt.check("pre-capture memset", "cudaMemsetAsync", call(rt.memsetAsync, p.dev1, 2, 4096, scratch)); err != nil {
-		return err
-	}
-	if err := rt.check("pre-capture end", "cudaStreamEndCapture", call(rt.streamEndCapture, scratch, uintptr(unsafe.Pointer(&p.graph)))); err != nil {
+	if err := precapture(4, &p.graph2); err != nil {
 		return err
 	}
 	for _, e := range []*uintptr{&p.exec, &p.exec2} {
 		if err := rt.check("instantiate", "cudaGraphInstantiateWithFlags", call(rt.graphInstantiateWithFlags, uintptr(unsafe.Pointer(e)), p.graph, 0)); err != nil {
 			return err
 		}
-	}
-	if err := rt.check("pre-capture begin", "cudaStreamBeginCapture", call(rt.streamBeginCapture, scratch, captureModeThreadLocal)); err != nil {
-		return err
-	}
-	if err := rt.check("pre-capture memset", "cudaMemsetAsync", call(rt.memsetAsync, p.dev1, 4, 4096, scratch)); err != nil {
-		return err
-	}
-	if err := rt.check("pre-capture end", "cudaStreamEndCapture", call(rt.streamEndCapture, scratch, uintptr(unsafe.Pointer(&p.graph2)))); err != nil {
-		return err
 	}
 	if err := rt.check("pool alloc", "cudaMallocFromPoolAsync", call(rt.mallocFromPoolAsync, uintptr(unsafe.Pointer(&p.poolPtr)), 4096, p.pool, p.otherS)); err != nil {
 		return err
