@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -16,9 +17,10 @@ import (
 // library would hide a typo.
 const LibEnv = "CAPALLOC_CUDA_LIB"
 
-// sonames are tried newest first; the unversioned name is a toolkit's
+// sonames are tried newest first (CUDA 11.x's runtime is libcudart.so.11.0
+// for every 11.x; 11.4 is the minimum); the unversioned name is a toolkit's
 // development link and comes last.
-var sonames = []string{"libcudart.so.13", "libcudart.so.12", "libcudart.so"}
+var sonames = []string{"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"}
 
 // candidates lists the paths tried, in order: $CAPALLOC_CUDA_LIB alone if
 // set; else each soname under $CUDA_HOME/lib64 (an explicit choice), then
@@ -54,16 +56,26 @@ var (
 	loaded = map[string]*runtimeAPI{}
 )
 
-// loadRuntime opens the first candidate that dlopen accepts and binds it.
-// When none opens, the error wraps alloc.ErrBackendUnavailable and names
-// every path with dlopen's reason. A library that opens but cannot be used
-// (too old, missing symbols, no driver) is not skipped for the next one:
-// the reason is reported as it is.
+// loadRuntime opens the first usable candidate and binds it.
 func loadRuntime(getenv func(string) string) (*runtimeAPI, error) {
+	return loadFirst(candidates(getenv))
+}
+
+// loadFirst tries paths in order. A path dlopen refuses, or a library that
+// opens but is unusable (not a CUDA runtime, too old, no driver, a driver
+// too old for it, no device: every reason that wraps
+// alloc.ErrBackendUnavailable) is skipped for the next one, so a machine
+// with libcudart.so.13 first on the path and a CUDA 12 driver uses
+// libcudart.so.12. When none is usable, the error wraps
+// alloc.ErrBackendUnavailable and names every path with its reason. Any
+// other failure stops the search and is returned as it is.
+func loadFirst(paths []string) (*runtimeAPI, error) {
 	loadMu.Lock()
 	defer loadMu.Unlock()
 	var tried []string
-	for _, path := range candidates(getenv) {
+	var causes []error // the unusable libraries' errors, for errors.As
+	opened := false
+	for _, path := range paths {
 		if rt, ok := loaded[path]; ok {
 			return rt, nil
 		}
@@ -76,19 +88,45 @@ func loadRuntime(getenv func(string) string) (*runtimeAPI, error) {
 			tried = append(tried, msg)
 			continue
 		}
+		opened = true
 		rt, err := bind(path, h)
+		if errors.Is(err, alloc.ErrBackendUnavailable) {
+			// Left loaded: dlclose of a half-initialized CUDA runtime is not
+			// worth the risk. The reason goes into the final message.
+			tried = append(tried, strings.TrimPrefix(err.Error(), alloc.ErrBackendUnavailable.Error()+": cuda: "))
+			causes = append(causes, err)
+			continue
+		}
 		if err != nil {
-			// Leave it loaded: dlclose of a half-initialized CUDA runtime
-			// is not worth the risk, and the process is told why.
 			return nil, err
 		}
 		loaded[path] = rt
 		return rt, nil
 	}
-	return nil, unavailable(tried)
+	return nil, unavailable(tried, opened, causes)
 }
 
-func unavailable(tried []string) error {
-	return fmt.Errorf("%w: cuda: no CUDA runtime library could be loaded (set %s to its path, or CUDA_HOME); tried:\n  %s",
-		alloc.ErrBackendUnavailable, LibEnv, strings.Join(tried, "\n  "))
+// loadError is the search's failure: its text lists every path with its
+// reason; it matches alloc.ErrBackendUnavailable and, through errors.As,
+// each unusable library's own error (a *Error with its cudaError_t).
+type loadError struct {
+	msg    string
+	causes []error
+}
+
+func (e *loadError) Error() string { return e.msg }
+func (e *loadError) Unwrap() []error {
+	return append([]error{alloc.ErrBackendUnavailable}, e.causes...)
+}
+
+func unavailable(tried []string, opened bool, causes []error) error {
+	what := "no CUDA runtime library could be loaded"
+	if opened {
+		what = "no usable CUDA runtime library"
+	}
+	return &loadError{
+		msg: fmt.Sprintf("%v: cuda: %s (set %s to its path, or CUDA_HOME); tried:\n  %s",
+			alloc.ErrBackendUnavailable, what, LibEnv, strings.Join(tried, "\n  ")),
+		causes: causes,
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ebitengine/purego"
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
@@ -15,13 +16,16 @@ func env(m map[string]string) func(string) string { return func(k string) string
 
 func TestLibrarySearchOrder(t *testing.T) {
 	require.Equal(t, []string{
-		"libcudart.so.13", "libcudart.so.12", "libcudart.so",
-		"/usr/local/cuda/lib64/libcudart.so.13", "/usr/local/cuda/lib64/libcudart.so.12", "/usr/local/cuda/lib64/libcudart.so",
+		"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so",
+		"/usr/local/cuda/lib64/libcudart.so.13", "/usr/local/cuda/lib64/libcudart.so.12",
+		"/usr/local/cuda/lib64/libcudart.so.11.0", "/usr/local/cuda/lib64/libcudart.so",
 	}, candidates(env(nil)))
 	require.Equal(t, []string{
-		"/opt/cuda/lib64/libcudart.so.13", "/opt/cuda/lib64/libcudart.so.12", "/opt/cuda/lib64/libcudart.so",
-		"libcudart.so.13", "libcudart.so.12", "libcudart.so",
-		"/usr/local/cuda/lib64/libcudart.so.13", "/usr/local/cuda/lib64/libcudart.so.12", "/usr/local/cuda/lib64/libcudart.so",
+		"/opt/cuda/lib64/libcudart.so.13", "/opt/cuda/lib64/libcudart.so.12",
+		"/opt/cuda/lib64/libcudart.so.11.0", "/opt/cuda/lib64/libcudart.so",
+		"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so",
+		"/usr/local/cuda/lib64/libcudart.so.13", "/usr/local/cuda/lib64/libcudart.so.12",
+		"/usr/local/cuda/lib64/libcudart.so.11.0", "/usr/local/cuda/lib64/libcudart.so",
 	}, candidates(env(map[string]string{"CUDA_HOME": "/opt/cuda"})))
 	require.Equal(t, []string{"/x/libcudart.so.12"},
 		candidates(env(map[string]string{LibEnv: " /x/libcudart.so.12 ", "CUDA_HOME": "/opt/cuda"})), "the override is the only candidate")
@@ -66,4 +70,87 @@ func TestLibraryWithoutCUDASymbolsIsUnavailable(t *testing.T) {
 	_, err := New(Options{})
 	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), "is not a CUDA runtime: no symbol cudaRuntimeGetVersion")
+}
+
+// The real runtime without a driver fails cudaRuntimeGetVersion itself
+// with 35 and reports driver version 0; with a driver too old for it, 35
+// and the old version. The fake does the same.
+func TestFakeNoDriverOrOldDriverIsUnavailable(t *testing.T) {
+	for _, c := range []struct {
+		name, runtime, driver, want string
+	}{
+		{"no driver", "12040", "0", "no CUDA driver is installed (cudaDriverGetVersion reports 0"},
+		{"driver too old", "13000", "12040", "the driver supports CUDA 12.4, older than this runtime needs"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := fakeLib(t)
+			t.Setenv("FAKE_CUDART_VERSION", c.runtime)
+			t.Setenv("FAKE_CUDA_DRIVER_VERSION", c.driver)
+			_, err := New(Options{})
+			require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+			require.Contains(t, err.Error(), path+": runtime version: cudaRuntimeGetVersion returned 35 (CUDA driver version is insufficient for CUDA runtime version)")
+			require.Contains(t, err.Error(), c.want)
+		})
+	}
+}
+
+// A library that loads but cannot be used does not end the search: the
+// next candidate is tried, and the message says how each one failed.
+func TestLoaderMovesOnPastAnUnusableLibrary(t *testing.T) {
+	broken := fakeLibWith(t, "-DFAKE_NO_DRIVER")
+	good := fakeLib(t)
+	missing := filepath.Join(t.TempDir(), "libcudart.so.13")
+
+	rt, err := loadFirst([]string{missing, broken, good})
+	require.NoError(t, err)
+	require.Equal(t, good, rt.path, "the first usable library is the one bound")
+
+	_, err = loadFirst([]string{missing, broken})
+	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	msg := err.Error()
+	require.Contains(t, msg, "no usable CUDA runtime library")
+	require.Contains(t, msg, missing+": ")
+	require.Contains(t, msg, broken+": runtime version: cudaRuntimeGetVersion returned 35")
+	require.Contains(t, msg, "no CUDA driver is installed")
+
+	// Through New: the override is the only candidate, and it is reported.
+	t.Setenv(LibEnv, broken)
+	_, err = New(Options{})
+	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.Contains(t, err.Error(), broken+": runtime version")
+}
+
+// RealRuntimeEnv names a real libcudart for TestRealRuntimeWithoutGPU (.ci/run
+// installs Debian's libcudart11.0 and sets it): a machine without a GPU.
+const realRuntimeEnv = "CAPALLOC_REAL_CUDART"
+
+func TestRealRuntimeWithoutGPU(t *testing.T) {
+	path := os.Getenv(realRuntimeEnv)
+	if path == "" {
+		t.Skipf("%s is not set (.ci/run sets it to Debian's libcudart.so.11.0)", realRuntimeEnv)
+	}
+	if h, err := purego.Dlopen("libcuda.so.1", purego.RTLD_NOW|purego.RTLD_LOCAL); err == nil {
+		purego.Dlclose(h)
+		// A driver library without a device: the runtime reports 100.
+		_, err := loadFirst([]string{path})
+		require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+		require.Contains(t, err.Error(), path+": ")
+		require.Contains(t, err.Error(), "returned 100")
+		return
+	}
+	_, err := loadFirst([]string{path})
+	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	msg := err.Error()
+	require.Contains(t, msg, path+": runtime version: cudaRuntimeGetVersion returned 35 (CUDA driver version is insufficient for CUDA runtime version)",
+		"the real runtime's own answer without a driver")
+	require.Contains(t, msg, "no CUDA driver is installed (cudaDriverGetVersion reports 0")
+	var e *Error
+	require.ErrorAs(t, err, &e, "the code is kept")
+
+	// The default search finds it too (it is libcudart.so.11.0 on the
+	// loader's path) and gives the same reason.
+	t.Setenv(LibEnv, "")
+	_, err = New(Options{})
+	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.Contains(t, err.Error(), "cudaRuntimeGetVersion returned 35")
 }

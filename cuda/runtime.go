@@ -40,16 +40,18 @@ func bind(path string, h uintptr) (*runtimeAPI, error) {
 	}
 	purego.RegisterFunc(&rt.errorString, getStr)
 
+	// The driver's version first: the real runtime answers it (0 when no
+	// driver is installed) even when it cannot report its own.
 	var v int32
-	if code := call(getRT, uintptr(unsafe.Pointer(&v))); code != 0 {
-		return nil, rt.fail("runtime version", "cudaRuntimeGetVersion", code)
-	}
-	rt.runtimeVersion = int(v)
-	v = 0
 	if code := call(getDrv, uintptr(unsafe.Pointer(&v))); code != 0 {
-		return nil, rt.fail("driver version", "cudaDriverGetVersion", code)
+		return nil, rt.unusable("driver version", "cudaDriverGetVersion", code, "")
 	}
 	rt.driverVersion = int(v)
+	v = 0
+	if code := call(getRT, uintptr(unsafe.Pointer(&v))); code != 0 {
+		return nil, rt.unusable("runtime version", "cudaRuntimeGetVersion", code, rt.driverReason(code))
+	}
+	rt.runtimeVersion = int(v)
 	if err := checkVersions(path, rt.runtimeVersion, rt.driverVersion); err != nil {
 		return nil, err
 	}
@@ -61,6 +63,33 @@ func bind(path string, h uintptr) (*runtimeAPI, error) {
 		return nil, err
 	}
 	return rt, nil
+}
+
+// driverReason explains a failed cudaRuntimeGetVersion from the driver's
+// version. Without a driver, or with one too old for it, the real runtime
+// fails that call itself with 35 (cudaErrorInsufficientDriver), and
+// cudaDriverGetVersion reports 0 or the old version.
+func (rt *runtimeAPI) driverReason(code int32) string {
+	switch {
+	case rt.driverVersion == 0:
+		return "no CUDA driver is installed (cudaDriverGetVersion reports 0: libcuda.so.1 is missing)"
+	case code == errInsufficientDriver:
+		return fmt.Sprintf("the driver supports CUDA %s, older than this runtime needs", versionString(rt.driverVersion))
+	}
+	return ""
+}
+
+// unusable is the error of a library that loaded but cannot be used: it
+// names the library and why, keeps the code (errors.As gives the *Error)
+// and wraps alloc.ErrBackendUnavailable whatever the code, so the loader
+// moves on to the next candidate.
+func (rt *runtimeAPI) unusable(op, fn string, code int32, why string) error {
+	e := rt.fail(rt.path+": "+op, fn, code)
+	e.kind = alloc.ErrBackendUnavailable
+	if why != "" {
+		return fmt.Errorf("%w: %s", e, why)
+	}
+	return e
 }
 
 // checkVersions refuses a runtime older than minRuntimeVersion, a machine

@@ -163,13 +163,34 @@ static cudaError_t legacy(stream_t *s) {
 #define ENTER(name) pthread_mutex_lock(&mu); cudaError_t inj_ = injected(name); if (inj_) { logf_("%s injected=%d", name, inj_); pthread_mutex_unlock(&mu); return inj_; }
 #define RETURN(e) do { cudaError_t r_ = (e); pthread_mutex_unlock(&mu); return r_; } while (0)
 
-cudaError_t cudaRuntimeGetVersion(int *v) { *v = envint("FAKE_CUDART_VERSION", 12040); return 0; }
-cudaError_t cudaDriverGetVersion(int *v) { *v = envint("FAKE_CUDA_DRIVER_VERSION", 12040); return 0; }
+/* Versions, as the real runtime reports them (checked against Debian's
+ * libcudart.so.11.0, 11.8.89, on a machine without libcuda.so.1):
+ * cudaDriverGetVersion succeeds and reports 0 when no driver is installed;
+ * cudaRuntimeGetVersion itself fails with 35 (cudaErrorInsufficientDriver)
+ * then, and when the driver is older than the runtime needs (here: an
+ * older major version). Built with -DFAKE_NO_DRIVER, this copy behaves as
+ * if no driver were installed whatever the environment says, so a test can
+ * load a broken and a working copy side by side. */
+static int driver_version(void) {
+#ifdef FAKE_NO_DRIVER
+  return 0;
+#else
+  return envint("FAKE_CUDA_DRIVER_VERSION", 12040);
+#endif
+}
+cudaError_t cudaRuntimeGetVersion(int *v) {
+  int rt = envint("FAKE_CUDART_VERSION", 12040), drv = driver_version();
+  if (drv == 0 || drv / 1000 < rt / 1000) return 35;
+  *v = rt;
+  return 0;
+}
+cudaError_t cudaDriverGetVersion(int *v) { *v = driver_version(); return 0; }
 const char *cudaGetErrorString(cudaError_t e) {
   switch (e) {
   case 0: return "no error";
   case 1: return "invalid argument";
   case 2: return "out of memory";
+  case 35: return "CUDA driver version is insufficient for CUDA runtime version";
   case 100: return "no CUDA-capable device is detected";
   case 101: return "invalid device ordinal";
   case 400: return "invalid resource handle";
