@@ -33,6 +33,7 @@ const (
 // Flags (driver_types.h #defines and enum cudaGraphInstantiateFlags).
 const (
 	hostAllocPortable                = 0x01 // cudaHostAllocPortable: pinned for every context
+	hostRegisterPortable             = 0x01 // cudaHostRegisterPortable: registered for every context
 	streamNonBlocking                = 0x01 // cudaStreamNonBlocking
 	graphInstantiateAutoFreeOnLaunch = 1    // cudaGraphInstantiateFlagAutoFreeOnLaunch (CUDA 11.4+)
 )

@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/backends"
 )
 
 // Alignment is the guaranteed alignment of device allocations: the CUDA
@@ -62,6 +63,12 @@ type Options struct {
 	// blocking streams only when an engine relies on the legacy stream's
 	// implicit ordering with this driver's streams.
 	Blocking bool
+	// HostMemory, when set, supplies HostAlloc's memory, which the driver
+	// pins with cudaHostRegister instead of allocating with cudaHostAlloc.
+	// The plugin server passes its shared memory (backends.HostMemoryFrom),
+	// so pinned buffers are visible to the engine's process and plugin:cuda
+	// moves no bytes over RPC.
+	HostMemory backends.HostMemory
 }
 
 func (o Options) validate() error {
@@ -370,7 +377,7 @@ func (d *Driver) teardown(hosts []hostRegion, streams map[alloc.Stream]bool) err
 	}
 	err := d.dev.do("close", func() error {
 		for _, h := range hosts {
-			keep(d.rt.check("close: free host buffer", "cudaFreeHost", call(d.rt.freeHost, h.start)))
+			keep(d.freeHostRegion("close: free host buffer", h))
 		}
 		for s := range streams {
 			keep(d.rt.check("close: destroy stream", "cudaStreamDestroy", call(d.rt.streamDestroy, uintptr(s))))

@@ -9,10 +9,13 @@ import (
 	"github.com/capalloc/capalloc/internal/hostregion"
 )
 
-// hostRegion is one cudaHostAlloc buffer: C memory, outside the Go heap.
+// hostRegion is one pinned buffer: C memory from cudaHostAlloc, or, with
+// Options.HostMemory, memory that source supplied and cudaHostRegister
+// pinned (supplied keeps it, to give back). Either lies outside the Go heap.
 type hostRegion struct {
-	start uintptr
-	size  int
+	start    uintptr
+	size     int
+	supplied []byte
 }
 
 func addr(b []byte) uintptr { return hostregion.Addr(b) }
@@ -30,7 +33,10 @@ func (r hostRegion) length() uintptr { return uintptr(r.size) }
 
 // HostAlloc is cudaHostAlloc with cudaHostAllocPortable (pinned for every
 // context, so the buffer does not depend on the current device), on the dev
-// thread. The slice views C memory; it stays valid until HostFree.
+// thread. The slice views C memory; it stays valid until HostFree. With
+// Options.HostMemory the memory comes from there instead (the plugin
+// server's shared memory) and is pinned with cudaHostRegister
+// (cudaHostRegisterPortable); a failed registration gives it back.
 func (d *Driver) HostAlloc(size int64) ([]byte, error) {
 	op := fmt.Sprintf("host alloc %d B", size)
 	if d.closed.Load() {
@@ -42,17 +48,37 @@ func (d *Driver) HostAlloc(size int64) ([]byte, error) {
 	if uint64(size) > uint64(^uint(0)>>1) {
 		return nil, errf(alloc.ErrInvalidValue, "%s: larger than the address space", op)
 	}
-	var p unsafe.Pointer // C writes a pointer to C memory: the GC ignores it
-	err := d.dev.do(op, func() error {
-		return d.rt.check(op, "cudaHostAlloc", call(d.rt.hostAlloc, uintptr(unsafe.Pointer(&p)), uintptr(size), hostAllocPortable))
-	})
-	if err != nil {
-		return nil, err
+	var b, supplied []byte
+	if hm := d.opts.HostMemory; hm != nil {
+		var err error
+		if b, err = hm.Alloc(size); err != nil {
+			return nil, fmt.Errorf("%s: supplied host memory: %w", op, err)
+		}
+		if int64(len(b)) != size {
+			_ = hm.Free(b)
+			return nil, errf(alloc.ErrDriver, "%s: supplied host memory returned %d B", op, len(b))
+		}
+		err = d.dev.do(op, func() error {
+			return d.rt.check(op, "cudaHostRegister", call(d.rt.hostRegister, addr(b), uintptr(size), hostRegisterPortable))
+		})
+		if err != nil {
+			_ = hm.Free(b)
+			return nil, err
+		}
+		supplied = b
+	} else {
+		var p unsafe.Pointer // C writes a pointer to C memory: the GC ignores it
+		err := d.dev.do(op, func() error {
+			return d.rt.check(op, "cudaHostAlloc", call(d.rt.hostAlloc, uintptr(unsafe.Pointer(&p)), uintptr(size), hostAllocPortable))
+		})
+		if err != nil {
+			return nil, err
+		}
+		b = unsafe.Slice((*byte)(p), int(size))
 	}
-	b := unsafe.Slice((*byte)(p), int(size))
 	d.mu.Lock()
 	rs := *d.hosts.Load()
-	r := hostRegion{start: addr(b), size: int(size)}
+	r := hostRegion{start: addr(b), size: int(size), supplied: supplied}
 	i, _ := slices.BinarySearchFunc(rs, r.start, func(r hostRegion, p uintptr) int {
 		if r.start < p {
 			return -1
@@ -82,8 +108,23 @@ func (d *Driver) HostFree(b []byte) error {
 		d.mu.Unlock()
 		return errf(alloc.ErrInvalidValue, "%s: not a buffer from HostAlloc, or already freed", op)
 	}
+	r := rs[i]
 	rs = slices.Delete(slices.Clone(rs), i, i+1)
 	d.hosts.Store(&rs)
 	d.mu.Unlock()
-	return d.dev.do(op, func() error { return d.rt.check(op, "cudaFreeHost", call(d.rt.freeHost, addr(b))) })
+	return d.dev.do(op, func() error { return d.freeHostRegion(op, r) })
+}
+
+// freeHostRegion releases r on the dev thread: cudaFreeHost, or, for
+// supplied memory, cudaHostUnregister and then the source's Free (which
+// runs even when the unregistration failed, so nothing is kept twice).
+func (d *Driver) freeHostRegion(op string, r hostRegion) error {
+	if r.supplied == nil {
+		return d.rt.check(op, "cudaFreeHost", call(d.rt.freeHost, r.start))
+	}
+	err := d.rt.check(op, "cudaHostUnregister", call(d.rt.hostUnregister, r.start))
+	if ferr := d.opts.HostMemory.Free(r.supplied); ferr != nil && err == nil {
+		err = fmt.Errorf("%s: supplied host memory: %w", op, ferr)
+	}
+	return err
 }

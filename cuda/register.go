@@ -20,11 +20,12 @@ import (
 //	                         for what blocking streams cost under capture)
 func init() { backends.Register("cuda", openWith) }
 
-func openWith(_ context.Context, o backends.Options) (alloc.Driver, error) {
+func openWith(ctx context.Context, o backends.Options) (alloc.Driver, error) {
 	opts, err := parseOptions(o)
 	if err != nil {
 		return nil, err
 	}
+	opts.HostMemory = backends.HostMemoryFrom(ctx) // the plugin server's shared memory, if any
 	return New(opts)
 }
 

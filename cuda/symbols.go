@@ -40,6 +40,8 @@ const minRuntimeVersion = 11040
 //	cudaFreeAsync(void *devPtr, cudaStream_t hStream)
 //	cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 //	cudaFreeHost(void *ptr)
+//	cudaHostRegister(void *ptr, size_t size, unsigned int flags)
+//	cudaHostUnregister(void *ptr)
 //	cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
 //	cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream)
 //	cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
@@ -65,6 +67,7 @@ type symbols struct {
 	memPoolCreate, memPoolDestroy, deviceGetDefaultMemPool             uintptr
 	memPoolSetAttribute, mallocFromPoolAsync, freeAsync                uintptr
 	hostAlloc, freeHost, memcpyAsync, memsetAsync                      uintptr
+	hostRegister, hostUnregister                                       uintptr
 	streamBeginCapture, streamEndCapture                               uintptr
 	graphInstantiateWithFlags, graphLaunch, graphExecDestroy           uintptr
 	graphDestroy, threadExchangeCaptureMode                            uintptr
@@ -115,6 +118,8 @@ func (s *symbols) bindings(runtimeVersion int) ([]binding, error) {
 		{"cudaFreeAsync", &s.freeAsync, false},
 		{"cudaHostAlloc", &s.hostAlloc, false},
 		{"cudaFreeHost", &s.freeHost, false},
+		{"cudaHostRegister", &s.hostRegister, false},
+		{"cudaHostUnregister", &s.hostUnregister, false},
 		{"cudaMemcpyAsync", &s.memcpyAsync, false},
 		{"cudaMemsetAsync", &s.memsetAsync, false},
 		{"cudaStreamBeginCapture", &s.streamBeginCapture, false},

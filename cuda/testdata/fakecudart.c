@@ -114,7 +114,7 @@ static cudaError_t devalloc(void **out, size_t n, graph_t *owner) {
   return 0;
 }
 
-typedef struct { char *p; size_t n; } host_t;
+typedef struct { char *p; size_t n; int reg; } host_t; /* reg: cudaHostRegister'd, not ours */
 static host_t hosts[4096];
 static int nhosts;
 static int pinned(const void *p, size_t n) {
@@ -382,8 +382,31 @@ cudaError_t cudaFreeHost(void *p) {
   cudaError_t e = unsafe();
   if (e) RETURN(e);
   for (int i = 0; i < nhosts; i++)
-    if (hosts[i].p == p) { free(p); hosts[i].p = NULL; RETURN(0); }
+    if (hosts[i].p == p && !hosts[i].reg) { free(p); hosts[i].p = NULL; RETURN(0); }
   RETURN(1);
+}
+/* cudaHostRegister pins memory the caller owns; 712 when it overlaps a
+ * registered range, 713 when unregistering what is not registered
+ * (driver_types.h: cudaErrorHostMemoryAlreadyRegistered, ...NotRegistered). */
+cudaError_t cudaHostRegister(void *p, size_t n, unsigned flags) {
+  ENTER("cudaHostRegister");
+  logf_("cudaHostRegister %p n=%zu flags=%u", p, n, flags);
+  cudaError_t e = unsafe();
+  if (e) RETURN(e);
+  if (!p || !n) RETURN(1);
+  if (pinned(p, 1) || pinned((char *)p + n - 1, 1)) RETURN(712);
+  if (nhosts == 4096) RETURN(2);
+  hosts[nhosts++] = (host_t){p, n, 1};
+  RETURN(0);
+}
+cudaError_t cudaHostUnregister(void *p) {
+  ENTER("cudaHostUnregister");
+  logf_("cudaHostUnregister %p", p);
+  cudaError_t e = unsafe();
+  if (e) RETURN(e);
+  for (int i = 0; i < nhosts; i++)
+    if (hosts[i].p == p && hosts[i].reg) { hosts[i].p = NULL; RETURN(0); }
+  RETURN(713);
 }
 
 static cudaError_t apply(op_t o) {
