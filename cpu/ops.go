@@ -228,20 +228,19 @@ func (d *Driver) CopyHtoD(dst alloc.DevicePtr, src []byte, h alloc.Stream) error
 	if d.closed.Load() {
 		return errClosed(what)
 	}
-	if err := d.wait(h, what, copyInteraction); err != nil {
-		return err
-	}
-	n := int64(len(src))
-	r, off, why := d.resolve(dst, n)
-	if why != "" {
-		return errf(alloc.ErrInvalidValue, "%s %#x+%d: %s", what, uint64(dst), n, why)
-	}
-	b, err := r.span(off, n, what)
-	if err != nil {
-		return err
-	}
-	copy(b, src)
-	return nil
+	return d.waitThen(h, what, copyInteraction, func() error {
+		n := int64(len(src))
+		r, off, why := d.resolve(dst, n)
+		if why != "" {
+			return errf(alloc.ErrInvalidValue, "%s %#x+%d: %s", what, uint64(dst), n, why)
+		}
+		b, err := r.span(off, n, what)
+		if err != nil {
+			return err
+		}
+		copy(b, src)
+		return nil
+	})
 }
 
 // CopyDtoH is cudaMemcpy ordered on s: it runs the queue, then copies.
@@ -254,18 +253,17 @@ func (d *Driver) CopyDtoH(dst []byte, src alloc.DevicePtr, h alloc.Stream) error
 }
 
 func (d *Driver) blockingDtoH(h alloc.Stream, dst []byte, src alloc.DevicePtr, what string) error {
-	if err := d.wait(h, what, copyInteraction); err != nil {
-		return err
-	}
-	n := int64(len(dst))
-	r, off, why := d.resolve(src, n)
-	if why != "" {
-		return errf(alloc.ErrInvalidValue, "%s %#x+%d: %s", what, uint64(src), n, why)
-	}
-	b, err := r.span(off, n, what)
-	if err != nil {
-		return err
-	}
-	copy(dst, b)
-	return nil
+	return d.waitThen(h, what, copyInteraction, func() error {
+		n := int64(len(dst))
+		r, off, why := d.resolve(src, n)
+		if why != "" {
+			return errf(alloc.ErrInvalidValue, "%s %#x+%d: %s", what, uint64(src), n, why)
+		}
+		b, err := r.span(off, n, what)
+		if err != nil {
+			return err
+		}
+		copy(dst, b)
+		return nil
+	})
 }

@@ -123,6 +123,16 @@ const copyInteraction = alloc.Relaxed
 // unrelated stream then, and invalidates that capture (cmd/cudatruth,
 // CUDA 13.0).
 func (d *Driver) wait(h alloc.Stream, what string, interaction alloc.CaptureMode) error {
+	return d.waitThen(h, what, interaction, nil)
+}
+
+// waitThen is wait, then then() at the stream's place in its order: the
+// stream's execution lock is held from the drain to the end of then, so
+// work enqueued meanwhile (by another goroutine) runs after it, never
+// during it. A blocking copy is such a then: without it, a memset enqueued
+// and run by another goroutine between the drain and the copy tore the
+// copy (issue 8, item 5). then does not run when queued work failed.
+func (d *Driver) waitThen(h alloc.Stream, what string, interaction alloc.CaptureMode, then func() error) error {
 	if d.closed.Load() {
 		return errClosed(what)
 	}
@@ -147,8 +157,13 @@ func (d *Driver) wait(h alloc.Stream, what string, interaction alloc.CaptureMode
 	if err != nil {
 		return err
 	}
-	d.drain(s)
-	return s.takeErr()
+	s.execMu.Lock()
+	defer s.execMu.Unlock()
+	d.drainLocked(s)
+	if err := s.takeErr(); err != nil || then == nil {
+		return err
+	}
+	return then()
 }
 
 func (s *stream) takeErr() error {
@@ -205,6 +220,11 @@ func (d *Driver) failed(s *stream, err error) error {
 func (d *Driver) drain(s *stream) {
 	s.execMu.Lock()
 	defer s.execMu.Unlock()
+	d.drainLocked(s)
+}
+
+// drainLocked is drain with s.execMu held.
+func (d *Driver) drainLocked(s *stream) {
 	s.mu.Lock()
 	q := s.queue
 	if len(q) == 0 {
