@@ -221,26 +221,13 @@ func (d *Driver) CopyDtoDAsync(dst, src alloc.DevicePtr, n int64, h alloc.Stream
 }
 
 // CopyHtoD is cudaMemcpy ordered on s: it runs the queue (reporting queued
-// work's failure), then copies. Addresses resolve after the queue ran, since
-// queued frees may have released them.
+// work's failure), then copies at that place in the stream's order.
 func (d *Driver) CopyHtoD(dst alloc.DevicePtr, src []byte, h alloc.Stream) error {
 	const what = "copy host to device"
 	if d.closed.Load() {
 		return errClosed(what)
 	}
-	return d.waitThen(h, what, copyInteraction, func() error {
-		n := int64(len(src))
-		r, off, why := d.resolve(dst, n)
-		if why != "" {
-			return errf(alloc.ErrInvalidValue, "%s %#x+%d: %s", what, uint64(dst), n, why)
-		}
-		b, err := r.span(off, n, what)
-		if err != nil {
-			return err
-		}
-		copy(b, src)
-		return nil
-	})
+	return d.blockingCopy(h, dst, src, true, what)
 }
 
 // CopyDtoH is cudaMemcpy ordered on s: it runs the queue, then copies.
@@ -253,17 +240,29 @@ func (d *Driver) CopyDtoH(dst []byte, src alloc.DevicePtr, h alloc.Stream) error
 }
 
 func (d *Driver) blockingDtoH(h alloc.Stream, dst []byte, src alloc.DevicePtr, what string) error {
+	return d.blockingCopy(h, src, dst, false, what)
+}
+
+// blockingCopy copies between host and device range [p, p+len(host)) once
+// s has run everything queued before it, holding s's place in its order
+// (waitThen). The address resolves after the queue ran, since queued frees
+// may have released it.
+func (d *Driver) blockingCopy(h alloc.Stream, p alloc.DevicePtr, host []byte, toDevice bool, what string) error {
 	return d.waitThen(h, what, copyInteraction, func() error {
-		n := int64(len(dst))
-		r, off, why := d.resolve(src, n)
+		n := int64(len(host))
+		r, off, why := d.resolve(p, n)
 		if why != "" {
-			return errf(alloc.ErrInvalidValue, "%s %#x+%d: %s", what, uint64(src), n, why)
+			return errf(alloc.ErrInvalidValue, "%s %#x+%d: %s", what, uint64(p), n, why)
 		}
 		b, err := r.span(off, n, what)
 		if err != nil {
 			return err
 		}
-		copy(dst, b)
+		if toDevice {
+			copy(b, host)
+		} else {
+			copy(host, b)
+		}
 		return nil
 	})
 }
