@@ -111,10 +111,17 @@ type Error struct {
 	// kind overrides the code's sentinel where the call gives the code a
 	// more precise meaning (801 from cudaStreamBeginCapture: no graphs).
 	kind error
+	// why explains the code where the driver's version does ("no CUDA
+	// driver is installed ..."); empty otherwise.
+	why string
 }
 
 func (e *Error) Error() string {
-	return fmt.Sprintf("%v: cuda: %s: %s returned %d (%s)", e.Unwrap(), e.Op, e.Call, e.Code, e.Text)
+	msg := fmt.Sprintf("%v: cuda: %s: %s returned %d (%s)", e.Unwrap(), e.Op, e.Call, e.Code, e.Text)
+	if e.why != "" {
+		msg += ": " + e.why
+	}
+	return msg
 }
 
 // Unwrap lets errors.Is find the sentinel.

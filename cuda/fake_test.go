@@ -34,6 +34,20 @@ func fakeLib(t testing.TB) string {
 // fakeLibWith is fakeLib with preprocessor flags (-DFAKE_NO_GRAPH_MEM_TRIM).
 func fakeLibWith(t testing.TB, cflags ...string) string {
 	t.Helper()
+	prepareFake(t)
+	out, err := os.CreateTemp(fakeDir, "libcudart-*.so")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	buildFake(t, out.Name(), cflags...)
+	t.Setenv(LibEnv, out.Name())
+	return out.Name()
+}
+
+// prepareFake reads the fake's source once, or skips the test without gcc.
+func prepareFake(t testing.TB) {
+	t.Helper()
 	fakeOnce.Do(func() {
 		if _, err := exec.LookPath("gcc"); err != nil {
 			fakeErr = err
@@ -47,19 +61,18 @@ func fakeLibWith(t testing.TB, cflags ...string) string {
 	if fakeErr != nil {
 		t.Skipf("fake libcudart not built (gcc or testdata missing): %v", fakeErr)
 	}
-	out, err := os.CreateTemp(fakeDir, "libcudart-*.so")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out.Close()
-	args := append([]string{"-shared", "-fPIC", "-O1", "-o", out.Name()}, cflags...)
+}
+
+// buildFake compiles the fake to path with preprocessor flags.
+func buildFake(t testing.TB, path string, cflags ...string) {
+	t.Helper()
+	prepareFake(t)
+	args := append([]string{"-shared", "-fPIC", "-O1", "-o", path}, cflags...)
 	cmd := exec.Command("gcc", append(args, "-x", "c", "-", "-lpthread")...)
 	cmd.Stdin = bytes.NewReader(fakeSrc)
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, msg)
 	}
-	t.Setenv(LibEnv, out.Name())
-	return out.Name()
 }
 
 // fakeLog reads (and clears) the fake's call log.

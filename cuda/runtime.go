@@ -2,6 +2,9 @@ package cuda
 
 import (
 	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -25,7 +28,7 @@ type runtimeAPI struct {
 
 // bind checks the versions of the library at path and resolves its symbols.
 func bind(path string, h uintptr) (*runtimeAPI, error) {
-	rt := &runtimeAPI{path: path}
+	rt := &runtimeAPI{path: path, driverVersion: -1} // -1: not read yet
 	var getRT, getDrv, getStr uintptr
 	for _, b := range []binding{
 		{"cudaRuntimeGetVersion", &getRT, false},
@@ -34,7 +37,7 @@ func bind(path string, h uintptr) (*runtimeAPI, error) {
 	} {
 		addr, err := purego.Dlsym(h, b.name)
 		if err != nil || addr == 0 {
-			return nil, fmt.Errorf("%w: cuda: %s is not a CUDA runtime: no symbol %s", alloc.ErrBackendUnavailable, path, b.name)
+			return nil, fmt.Errorf("%w: cuda: %s: not a CUDA runtime: no symbol %s", alloc.ErrBackendUnavailable, path, b.name)
 		}
 		*b.addr = addr
 	}
@@ -44,12 +47,12 @@ func bind(path string, h uintptr) (*runtimeAPI, error) {
 	// driver is installed) even when it cannot report its own.
 	var v int32
 	if code := call(getDrv, uintptr(unsafe.Pointer(&v))); code != 0 {
-		return nil, rt.unusable("driver version", "cudaDriverGetVersion", code, "")
+		return nil, rt.unusable("driver version", "cudaDriverGetVersion", code)
 	}
 	rt.driverVersion = int(v)
 	v = 0
 	if code := call(getRT, uintptr(unsafe.Pointer(&v))); code != 0 {
-		return nil, rt.unusable("runtime version", "cudaRuntimeGetVersion", code, rt.driverReason(code))
+		return nil, rt.unusable("runtime version", "cudaRuntimeGetVersion", code)
 	}
 	rt.runtimeVersion = int(v)
 	if err := checkVersions(path, rt.runtimeVersion, rt.driverVersion); err != nil {
@@ -62,52 +65,103 @@ func bind(path string, h uintptr) (*runtimeAPI, error) {
 	if err := resolve(h, path, bs); err != nil {
 		return nil, err
 	}
+	// The first call that needs the driver and a device: a runtime that
+	// reported its version can still refuse here (no device: 100), and the
+	// loader should then try the next library rather than fail at open.
+	v = 0
+	if code := call(rt.getDeviceCount, uintptr(unsafe.Pointer(&v))); code != 0 {
+		return nil, rt.unusable("count devices", "cudaGetDeviceCount", code)
+	}
 	return rt, nil
 }
 
-// driverReason explains a failed cudaRuntimeGetVersion from the driver's
-// version. Without a driver, or with one too old for it, the real runtime
-// fails that call itself with 35 (cudaErrorInsufficientDriver), and
-// cudaDriverGetVersion reports 0 or the old version.
-func (rt *runtimeAPI) driverReason(code int32) string {
-	switch {
-	case rt.driverVersion == 0:
-		return "no CUDA driver is installed (cudaDriverGetVersion reports 0: libcuda.so.1 is missing)"
-	case code == errInsufficientDriver:
-		return fmt.Sprintf("the driver supports CUDA %s, older than this runtime needs", versionString(rt.driverVersion))
-	}
-	return ""
+// unusable is the error of a library that loaded but cannot be used: its
+// first calls failed. It wraps alloc.ErrBackendUnavailable whatever the
+// code (the loader then moves on to the next candidate), names the
+// library, explains the code from the driver's version, and keeps the code
+// (errors.As gives the *Error).
+func (rt *runtimeAPI) unusable(op, fn string, code int32) error {
+	e := &Error{Op: op, Call: fn, Code: int(code), Text: rt.text(code), kind: alloc.ErrBackendUnavailable}
+	rt.explain(e)
+	return e
 }
 
-// unusable is the error of a library that loaded but cannot be used: it
-// names the library and why, keeps the code (errors.As gives the *Error)
-// and wraps alloc.ErrBackendUnavailable whatever the code, so the loader
-// moves on to the next candidate.
-func (rt *runtimeAPI) unusable(op, fn string, code int32, why string) error {
-	e := rt.fail(rt.path+": "+op, fn, code)
-	e.kind = alloc.ErrBackendUnavailable
-	if why != "" {
-		return fmt.Errorf("%w: %s", e, why)
+// explain adds, to the error of a call that found no usable driver or
+// device, the library's path and what the driver's version says about it.
+// Without a driver, or with one too old for it, the real runtime fails
+// every call that needs the driver (cudaRuntimeGetVersion included) with 35
+// (cudaErrorInsufficientDriver), and cudaDriverGetVersion reports 0 or the
+// old version.
+func (rt *runtimeAPI) explain(e *Error) {
+	e.Op = rt.path + ": " + e.Op
+	switch {
+	case rt.driverVersion < 0: // cudaDriverGetVersion itself failed: nothing to add
+	case rt.driverVersion == 0:
+		e.why = "no CUDA driver is installed (cudaDriverGetVersion reports 0: libcuda.so.1 is missing or cannot be loaded)"
+	case e.Code == errInsufficientDriver:
+		e.why = driverTooOld(rt.path, rt.runtimeVersion, rt.driverVersion)
 	}
-	return e
+}
+
+// driverTooOld says what a runtime needs of the driver. CUDA's minor
+// version compatibility holds within a major version (the real 11.8
+// runtime accepts an 11.0 driver and fails with 35 on a 10.2 one), so the
+// runtime needs a driver of its own major version or newer. When the
+// runtime could not report its version (runtimeVersion 0), the library's
+// file name tells it, if it can.
+func driverTooOld(path string, runtimeVersion, driverVersion int) string {
+	rv, major, from := versionString(runtimeVersion), runtimeVersion/1000, ""
+	if runtimeVersion == 0 {
+		rv, major = fileVersion(path)
+		from = " (runtime version from the file name)"
+	}
+	if major == 0 || driverVersion/1000 >= major {
+		return fmt.Sprintf("the driver supports CUDA %s, older than this runtime needs", versionString(driverVersion))
+	}
+	return fmt.Sprintf("runtime %s needs a driver for CUDA %d, driver supports %s%s", rv, major, versionString(driverVersion), from)
+}
+
+// fileVersion reads a runtime's version from its file name, following
+// symlinks: "11.8" and 11 for libcudart.so.11.8.89, "13" and 13 for
+// libcudart.so.13 (the soname of every 13.x), "" and 0 when the name says
+// nothing (libcudart.so, or another name).
+func fileVersion(path string) (string, int) {
+	if p, err := filepath.EvalSymlinks(path); err == nil {
+		path = p
+	}
+	rest, ok := strings.CutPrefix(filepath.Base(path), "libcudart.so.")
+	if !ok {
+		return "", 0
+	}
+	parts := strings.Split(rest, ".")
+	major, err := strconv.Atoi(parts[0])
+	if err != nil || major == 0 {
+		return "", 0
+	}
+	if len(parts) == 3 { // major.minor.patch: the real file, not a soname
+		if _, err := strconv.Atoi(parts[1]); err == nil {
+			return parts[0] + "." + parts[1], major
+		}
+	}
+	return parts[0], major
 }
 
 // checkVersions refuses a runtime older than minRuntimeVersion, a machine
 // without a driver (cudaDriverGetVersion reports 0), and a driver of an
-// older major version than the runtime (CUDA's minor-version compatibility
-// holds only within a major version).
+// older major version than the runtime. The real runtime fails
+// cudaRuntimeGetVersion itself in the last two cases, so these checks
+// serve runtimes that report their version anyway.
 func checkVersions(path string, runtimeVersion, driverVersion int) error {
 	if runtimeVersion < minRuntimeVersion {
-		return fmt.Errorf("%w: cuda: %s is CUDA runtime %s; the minimum is %s",
+		return fmt.Errorf("%w: cuda: %s: runtime %s is older than the minimum, %s",
 			alloc.ErrBackendUnavailable, path, versionString(runtimeVersion), versionString(minRuntimeVersion))
 	}
 	if driverVersion == 0 {
-		return fmt.Errorf("%w: cuda: %s loaded (runtime %s) but no CUDA driver is installed (cudaDriverGetVersion reports 0)",
+		return fmt.Errorf("%w: cuda: %s: runtime %s, but no CUDA driver is installed (cudaDriverGetVersion reports 0)",
 			alloc.ErrBackendUnavailable, path, versionString(runtimeVersion))
 	}
 	if driverVersion/1000 < runtimeVersion/1000 {
-		return fmt.Errorf("%w: cuda: %s is CUDA runtime %s but the driver supports only CUDA %s",
-			alloc.ErrBackendUnavailable, path, versionString(runtimeVersion), versionString(driverVersion))
+		return fmt.Errorf("%w: cuda: %s: %s", alloc.ErrBackendUnavailable, path, driverTooOld(path, runtimeVersion, driverVersion))
 	}
 	return nil
 }
@@ -159,9 +213,16 @@ func callHot(fn uintptr, args ...uintptr) (code int32, out uint64) {
 	return int32(r1), out
 }
 
-// fail builds the typed error of a failed call.
+// fail builds the typed error of a failed call. A code that means no
+// usable driver or device (35 and the others mapped to
+// alloc.ErrBackendUnavailable), at any step of open or later, is explained
+// as the loader explains it: the library's path and the driver's version.
 func (rt *runtimeAPI) fail(op, fn string, code int32) *Error {
-	return &Error{Op: op, Call: fn, Code: int(code), Text: rt.text(code)}
+	e := &Error{Op: op, Call: fn, Code: int(code), Text: rt.text(code)}
+	if sentinelFor(e.Code) == alloc.ErrBackendUnavailable {
+		rt.explain(e)
+	}
+	return e
 }
 
 // check is nil for cudaSuccess, else the typed error.

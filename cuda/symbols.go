@@ -151,7 +151,7 @@ func resolve(handle uintptr, path string, bs []binding) error {
 		*b.addr = addr
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("%w: cuda: %s lacks required symbols %v", alloc.ErrBackendUnavailable, path, missing)
+		return fmt.Errorf("%w: cuda: %s: lacks required symbols %v", alloc.ErrBackendUnavailable, path, missing)
 	}
 	return nil
 }

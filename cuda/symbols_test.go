@@ -57,9 +57,9 @@ func TestCheckVersions(t *testing.T) {
 		rt, drv int
 		msg     string
 	}{
-		{11020, 12000, "runtime 11.2; the minimum is 11.4"},
+		{11020, 12000, "lib: runtime 11.2 is older than the minimum, 11.4"},
 		{12040, 0, "no CUDA driver is installed"},
-		{13000, 12080, "runtime 13.0 but the driver supports only CUDA 12.8"},
+		{13000, 12080, "lib: runtime 13.0 needs a driver for CUDA 13, driver supports 12.8"},
 	} {
 		err := checkVersions("lib", c.rt, c.drv)
 		require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
@@ -102,7 +102,7 @@ func TestFakeVersionChoosesBindings(t *testing.T) {
 	t.Setenv("FAKE_CUDART_VERSION", "11020")
 	_, err := New(Options{})
 	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
-	require.Contains(t, err.Error(), path+" is CUDA runtime 11.2; the minimum is 11.4")
+	require.Contains(t, err.Error(), path+": runtime 11.2 is older than the minimum, 11.4")
 	fakeLib(t)
 	t.Setenv("FAKE_CUDART_VERSION", "12040")
 	t.Setenv("FAKE_CUDA_DRIVER_VERSION", "0")

@@ -7,13 +7,14 @@
  * marshalling (argument order, memcpy kinds, flags) through purego.
  *
  * Environment: FAKE_CUDART_VERSION, FAKE_CUDA_DRIVER_VERSION (default
- * 12040), FAKE_CUDA_DEVICES (default 1), FAKE_CUDA_NO_POOLS,
- * FAKE_CUDA_INTEGRATED, FAKE_CUDA_MEM (bytes, default 1 GiB),
+ * 12040; 0: no driver), FAKE_CUDA_DEVICES (default 1; 0: no device),
+ * FAKE_CUDA_NO_POOLS, FAKE_CUDA_INTEGRATED, FAKE_CUDA_MEM (bytes, default 1 GiB),
  * FAKE_CUDA_FAIL=name:code (that function returns code; with
  * FAKE_CUDA_FAIL_INVALIDATES set it also invalidates every active capture).
  *
  * Compile with -DFAKE_NO_GRAPH_MEM_TRIM to leave cudaDeviceGraphMemTrim out
- * (an optional symbol for the binding). */
+ * (an optional symbol for the binding); -DFAKE_NO_DRIVER and
+ * -DFAKE_RUNTIME_VERSION=N: see the versions below. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -164,13 +165,19 @@ static cudaError_t legacy(stream_t *s) {
 #define RETURN(e) do { cudaError_t r_ = (e); pthread_mutex_unlock(&mu); return r_; } while (0)
 
 /* Versions, as the real runtime reports them (checked against Debian's
- * libcudart.so.11.0, 11.8.89, on a machine without libcuda.so.1):
- * cudaDriverGetVersion succeeds and reports 0 when no driver is installed;
- * cudaRuntimeGetVersion itself fails with 35 (cudaErrorInsufficientDriver)
- * then, and when the driver is older than the runtime needs (here: an
- * older major version). Built with -DFAKE_NO_DRIVER, this copy behaves as
- * if no driver were installed whatever the environment says, so a test can
- * load a broken and a working copy side by side. */
+ * libcudart.so.11.0, 11.8.89, with no libcuda.so.1 and with a stand-in
+ * libcuda.so.1 reporting other driver versions; docs/cuda-backend.md):
+ * cudaDriverGetVersion succeeds and reports 0 when no driver is installed,
+ * or the driver's version; every call that needs the driver, from
+ * cudaRuntimeGetVersion itself to cudaGetDeviceCount and cudaSetDevice,
+ * fails with 35 (cudaErrorInsufficientDriver) when there is none or it is
+ * of an older major version than the runtime, and with 100 when the driver
+ * finds no device (here: FAKE_CUDA_DEVICES=0).
+ *
+ * Built with -DFAKE_NO_DRIVER this copy behaves as if no driver were
+ * installed, and with -DFAKE_RUNTIME_VERSION=13000 it is that runtime,
+ * whatever the environment says, so a test loads a broken and a working
+ * copy side by side. */
 static int driver_version(void) {
 #ifdef FAKE_NO_DRIVER
   return 0;
@@ -178,13 +185,26 @@ static int driver_version(void) {
   return envint("FAKE_CUDA_DRIVER_VERSION", 12040);
 #endif
 }
-cudaError_t cudaRuntimeGetVersion(int *v) {
-  int rt = envint("FAKE_CUDART_VERSION", 12040), drv = driver_version();
-  if (drv == 0 || drv / 1000 < rt / 1000) return 35;
-  *v = rt;
-  return 0;
+static int runtime_version(void) {
+#ifdef FAKE_RUNTIME_VERSION
+  return FAKE_RUNTIME_VERSION;
+#else
+  return envint("FAKE_CUDART_VERSION", 12040);
+#endif
 }
-cudaError_t cudaDriverGetVersion(int *v) { *v = driver_version(); return 0; }
+static cudaError_t driver_usable(void) {
+  int drv = driver_version();
+  if (drv == 0 || drv / 1000 < runtime_version() / 1000) return 35;
+  return envint("FAKE_CUDA_DEVICES", 1) == 0 ? 100 : 0;
+}
+cudaError_t cudaRuntimeGetVersion(int *v) {
+  ENTER("cudaRuntimeGetVersion");
+  cudaError_t e = driver_usable();
+  if (e) RETURN(e);
+  *v = runtime_version();
+  RETURN(0);
+}
+cudaError_t cudaDriverGetVersion(int *v) { ENTER("cudaDriverGetVersion"); *v = driver_version(); RETURN(0); }
 const char *cudaGetErrorString(cudaError_t e) {
   switch (e) {
   case 0: return "no error";
@@ -202,9 +222,17 @@ const char *cudaGetErrorString(cudaError_t e) {
   }
   return "fake: unknown error";
 }
-cudaError_t cudaGetDeviceCount(int *n) { ENTER("cudaGetDeviceCount"); *n = envint("FAKE_CUDA_DEVICES", 1); RETURN(0); }
+cudaError_t cudaGetDeviceCount(int *n) {
+  ENTER("cudaGetDeviceCount");
+  cudaError_t e = driver_usable();
+  if (e) RETURN(e);
+  *n = envint("FAKE_CUDA_DEVICES", 1);
+  RETURN(0);
+}
 cudaError_t cudaSetDevice(int d) {
   ENTER("cudaSetDevice");
+  cudaError_t e = driver_usable();
+  if (e) RETURN(e);
   if (d < 0 || d >= envint("FAKE_CUDA_DEVICES", 1)) RETURN(101);
   cur_device = d;
   logf_("cudaSetDevice %d", d);
