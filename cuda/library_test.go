@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -72,37 +73,91 @@ func TestLibraryWithoutCUDASymbolsIsUnavailable(t *testing.T) {
 	require.Contains(t, err.Error(), ": not a CUDA runtime: no symbol cudaRuntimeGetVersion")
 }
 
-// RealRuntimeEnv names a real libcudart for TestRealRuntimeWithoutGPU (.ci/run
-// installs Debian's libcudart11.0 and sets it): a machine without a GPU.
+// realRuntimeEnv names a real libcudart for the TestRealRuntime tests
+// (.ci/run installs Debian's libcudart11.0, 11.8.89, and sets it): they
+// check what the real library answers on a machine without a GPU.
 const realRuntimeEnv = "CAPALLOC_REAL_CUDART"
 
-func TestRealRuntimeWithoutGPU(t *testing.T) {
+func realRuntime(t *testing.T) string {
+	t.Helper()
 	path := os.Getenv(realRuntimeEnv)
 	if path == "" {
 		t.Skipf("%s is not set (.ci/run sets it to Debian's libcudart.so.11.0)", realRuntimeEnv)
 	}
+	return path
+}
+
+// Without a driver the real runtime fails cudaRuntimeGetVersion itself with
+// 35 and reports driver version 0: the library is refused with that reason,
+// and the search moves on to the next candidate.
+func TestRealRuntimeWithoutGPU(t *testing.T) {
+	path := realRuntime(t)
 	if h, err := purego.Dlopen("libcuda.so.1", purego.RTLD_NOW|purego.RTLD_LOCAL); err == nil {
 		purego.Dlclose(h)
 		// A driver library without a device: the runtime reports 100.
 		_, err := loadFirst([]string{path})
 		require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
-		require.Contains(t, err.Error(), path+": ")
-		require.Contains(t, err.Error(), "returned 100")
+		require.Contains(t, err.Error(), path+": runtime version: cudaRuntimeGetVersion returned 100")
 		return
 	}
 	_, err := loadFirst([]string{path})
 	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
 	msg := err.Error()
+	t.Log(msg)
 	require.Contains(t, msg, path+": runtime version: cudaRuntimeGetVersion returned 35 (CUDA driver version is insufficient for CUDA runtime version)",
 		"the real runtime's own answer without a driver")
 	require.Contains(t, msg, "no CUDA driver is installed (cudaDriverGetVersion reports 0")
 	var e *Error
 	require.ErrorAs(t, err, &e, "the code is kept")
+	require.Equal(t, 35, e.Code)
+
+	// The real library first, a working one after it: the second is used.
+	good := fakeLib(t)
+	rt, err := loadFirst([]string{path, good})
+	require.NoError(t, err)
+	require.Equal(t, good, rt.path)
 
 	// The default search finds it too (it is libcudart.so.11.0 on the
 	// loader's path) and gives the same reason.
 	t.Setenv(LibEnv, "")
 	_, err = New(Options{})
 	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
-	require.Contains(t, err.Error(), "cudaRuntimeGetVersion returned 35")
+	require.Contains(t, err.Error(), "libcudart.so.11.0: runtime version: cudaRuntimeGetVersion returned 35")
+}
+
+// oldDriverEnv marks the child process of TestRealRuntimeWithOldDriver.
+const oldDriverEnv = "CAPALLOC_TEST_OLD_DRIVER"
+
+// With a driver too old for it, the real runtime also fails
+// cudaRuntimeGetVersion with 35, and cudaDriverGetVersion reports the old
+// version. The driver is a stand-in libcuda.so.1 that exports only
+// cuDriverGetVersion (cuda.h: CUresult cuDriverGetVersion(int
+// *driverVersion)) and reports CUDA 10.2: the 11.8 runtime reads the
+// version and refuses before it needs anything else. The runtime finds
+// libcuda.so.1 through LD_LIBRARY_PATH, read at process start, so the test
+// runs itself again in a child process.
+func TestRealRuntimeWithOldDriver(t *testing.T) {
+	path := realRuntime(t)
+	if os.Getenv(oldDriverEnv) != "" {
+		_, err := loadFirst([]string{path})
+		require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+		msg := err.Error()
+		t.Log(msg)
+		require.Contains(t, msg, path+": runtime version: cudaRuntimeGetVersion returned 35 (CUDA driver version is insufficient for CUDA runtime version)")
+		require.Contains(t, msg, "needs a driver for CUDA 11, driver supports 10.2")
+		return
+	}
+	prepareFake(t) // skips without gcc
+	dir := t.TempDir()
+	cmd := exec.Command("gcc", "-shared", "-fPIC", "-o", filepath.Join(dir, "libcuda.so.1"), "-x", "c", "-")
+	cmd.Stdin = strings.NewReader("int cuDriverGetVersion(int *v) { *v = 10020; return 0; }\n")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "gcc: %s", out)
+
+	cmd = exec.Command(os.Args[0], "-test.run=^TestRealRuntimeWithOldDriver$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), oldDriverEnv+"=1", "LD_LIBRARY_PATH="+dir)
+	out, err = cmd.CombinedOutput()
+	require.NoError(t, err, "child:\n%s", out)
+	require.Contains(t, string(out), "--- PASS: TestRealRuntimeWithOldDriver")
+	t.Logf("child:\n%s", out)
 }
