@@ -67,9 +67,17 @@ func prepareFake(t testing.TB) {
 func buildFake(t testing.TB, path string, cflags ...string) {
 	t.Helper()
 	prepareFake(t)
-	args := append([]string{"-shared", "-fPIC", "-O1", "-o", path}, cflags...)
+	buildShared(t, path, fakeSrc, append([]string{"-O1"}, cflags...)...)
+}
+
+// buildShared compiles C source into a shared library at path with gcc
+// (a test fixture: the package itself has no cgo); it skips without gcc.
+func buildShared(t testing.TB, path string, src []byte, cflags ...string) {
+	t.Helper()
+	prepareFake(t)
+	args := append([]string{"-shared", "-fPIC", "-o", path}, cflags...)
 	cmd := exec.Command("gcc", append(args, "-x", "c", "-", "-lpthread")...)
-	cmd.Stdin = bytes.NewReader(fakeSrc)
+	cmd.Stdin = bytes.NewReader(src)
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, msg)
 	}

@@ -147,16 +147,12 @@ func TestRealRuntimeWithOldDriver(t *testing.T) {
 		require.Contains(t, msg, "needs a driver for CUDA 11, driver supports 10.2")
 		return
 	}
-	prepareFake(t) // skips without gcc
 	dir := t.TempDir()
-	cmd := exec.Command("gcc", "-shared", "-fPIC", "-o", filepath.Join(dir, "libcuda.so.1"), "-x", "c", "-")
-	cmd.Stdin = strings.NewReader("int cuDriverGetVersion(int *v) { *v = 10020; return 0; }\n")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "gcc: %s", out)
+	buildShared(t, filepath.Join(dir, "libcuda.so.1"), []byte("int cuDriverGetVersion(int *v) { *v = 10020; return 0; }\n"))
 
-	cmd = exec.Command(os.Args[0], "-test.run=^TestRealRuntimeWithOldDriver$", "-test.v", "-test.count=1")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRealRuntimeWithOldDriver$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), oldDriverEnv+"=1", "LD_LIBRARY_PATH="+dir)
-	out, err = cmd.CombinedOutput()
+	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "child:\n%s", out)
 	require.Contains(t, string(out), "--- PASS: TestRealRuntimeWithOldDriver")
 	t.Logf("child:\n%s", out)

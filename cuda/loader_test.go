@@ -3,7 +3,6 @@ package cuda
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -39,11 +38,7 @@ func fileWith(content string) func(*testing.T, string) {
 
 // A library with no CUDA symbol at all: an ELF shared object, not a runtime.
 func notRuntime(t *testing.T, path string) {
-	prepareFake(t) // skips without gcc
-	cmd := exec.Command("gcc", "-shared", "-fPIC", "-o", path, "-x", "c", "-")
-	cmd.Stdin = strings.NewReader("int capalloc_not_cuda;\n")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "gcc: %s", out)
+	buildShared(t, path, []byte("int capalloc_not_cuda;\n"))
 }
 
 // Each way a library can open and still be unusable, as the first
