@@ -24,6 +24,10 @@ type Allocator struct {
 	pool       pool
 	live       liveList
 	cap        *capture // capture begun by this allocator, nil when none
+	transition chan struct{} // closed when a capture begin or end in flight returns
+	pending    []*block      // AllocSync blocks released, for flushReleases
+	eager      *eagerRun     // an eager-fallback graph's function is running
+	eagerMu    sync.Mutex    // serializes eager-fallback runs
 	lastCap    *capture // most recently ended capture, for CaptureAllocCount
 	graphs     map[*Graph]struct{}
 	hosts      map[*HostBuffer]struct{}
@@ -96,6 +100,12 @@ func (a *Allocator) fail(op string, size int64, st CaptureState, err error) erro
 // with the allocator's own flag. It fails on a closed allocator and on a
 // capture the watchdog abandoned. Caller holds a.mu.
 func (a *Allocator) stateLocked() (CaptureState, error) {
+	for a.transition != nil { // the driver is beginning or ending a capture
+		ch := a.transition
+		a.mu.Unlock()
+		<-ch
+		a.mu.Lock()
+	}
 	if a.closed {
 		return StateNone, ErrClosed
 	}
@@ -105,7 +115,7 @@ func (a *Allocator) stateLocked() (CaptureState, error) {
 	}
 	s := classify(a.cap != nil, st)
 	if a.cap != nil && a.cap.abandoned {
-		return StateInvalidated, wrapf(ErrCaptureTimeout, "capture abandoned by the watchdog; its function is still running")
+		return StateInvalidated, wrapf(ErrCaptureTimeout, "capture abandoned by the watchdog; its function or driver call is still running")
 	}
 	return s, nil
 }

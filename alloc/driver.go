@@ -167,3 +167,12 @@ type Driver interface {
 type GraphMemTrimmer interface {
 	TrimGraphMemory() error
 }
+
+// PoolTrimmer is implemented by drivers whose stream-ordered pool keeps
+// freed memory for reuse (CUDA's release threshold). TrimPool returns the
+// pool's unused memory to the device (cudaMemPoolTrimTo(pool, 0)), so a
+// synchronous allocation can use it. It is a device-wide unsafe call, made
+// like GraphMemTrimmer's.
+type PoolTrimmer interface {
+	TrimPool() error
+}

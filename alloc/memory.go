@@ -28,7 +28,9 @@ func (a *Allocator) Alloc(size int64) (Buffer, error) {
 	var b Buffer
 	switch st {
 	case StateNone:
-		b, err = a.poolAllocLocked(size)
+		if b, err = a.poolAllocLocked(size); err == nil && a.eager != nil {
+			a.eager.bufs = append(a.eager.bufs, b) // an eager graph's run owns it
+		}
 	case StateActive:
 		b, err = a.captureAllocLocked("Alloc", size)
 	default:
@@ -139,8 +141,7 @@ func (a *Allocator) releaseCacheLocked() error {
 		if err := a.drv.FreeAsync(b.ptr, a.stream); err != nil {
 			errs = append(errs, err)
 		}
-		a.stats.DriverFrees++
-		a.stats.BytesReserved -= b.class
+		a.releasedLocked(b)
 	}
 	return errors.Join(errs...)
 }
@@ -248,7 +249,7 @@ func (a *Allocator) freeLocked(st CaptureState, blk *block) error {
 			return wrapf(ErrInvalidBuffer, "buffer %#x belongs to a graph; Graph.Close releases it", blk.ptr)
 		}
 		a.retireLocked(blk)
-		a.pool.put(blk)
+		a.releaseLocked(blk) // held while a live graph uses it
 		return nil
 	case StateActive:
 		c := a.cap
@@ -304,6 +305,9 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 			return nil, err
 		}
 		p, err := a.drv.Malloc(size)
+		if errors.Is(err, ErrOutOfMemory) && st == StateNone && a.giveBackForSync() {
+			p, err = a.drv.Malloc(size)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -325,8 +329,7 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 			mine := b.live && b.gen == nb.gen // Close may have freed it
 			if mine {
 				a.retireLocked(b)
-				a.stats.DriverFrees++
-				a.stats.BytesReserved -= b.class
+				a.releasedLocked(b)
 			}
 			a.mu.Unlock()
 			if mine {
@@ -353,6 +356,36 @@ func (a *Allocator) unsafeRefusalLocked(st CaptureState, onStream bool, what str
 	return wrapf(ErrCaptureIncompatibleAllocation, "%s: %v", what, why)
 }
 
+// giveBackForSync makes room for a synchronous allocation that ran out of
+// memory: the pool's cache goes back to the driver, the stream is
+// synchronized so those stream-ordered frees complete, and the driver's
+// own caches are trimmed (PoolTrimmer, GraphMemTrimmer). It reports whether
+// anything was given back. The caller holds the gate's read side, and the
+// stream is not capturing.
+func (a *Allocator) giveBackForSync() bool {
+	a.mu.Lock()
+	released := a.pool.cached > 0
+	err := a.releaseCacheLocked()
+	if a.tryTrimGraphMemoryLocked() {
+		released = true
+	}
+	a.mu.Unlock()
+	if err != nil {
+		return false
+	}
+	if released {
+		if err := a.drv.StreamSynchronize(a.stream); err != nil {
+			return false
+		}
+	}
+	if t, ok := a.drv.(PoolTrimmer); ok {
+		if err := t.TrimPool(); err == nil {
+			released = true
+		}
+	}
+	return released
+}
+
 // freeSync releases an AllocSync buffer with the driver's synchronous Free.
 func (a *Allocator) freeSync(b Buffer) error {
 	var seen atomic.Int32 // written by a call the watchdog may abandon
@@ -377,9 +410,14 @@ func (a *Allocator) freeSync(b Buffer) error {
 			a.mu.Unlock()
 			return err
 		}
-		a.retireLocked(b.blk)
-		a.stats.DriverFrees++
-		a.stats.BytesReserved -= b.blk.class
+		blk := b.blk
+		a.retireLocked(blk)
+		if blk.refs > 0 { // a live graph uses it: freed when the last one closes
+			blk.held = true
+			a.mu.Unlock()
+			return nil
+		}
+		a.releasedLocked(blk)
 		a.mu.Unlock()
 		return a.drv.Free(b.ptr)
 	})

@@ -8,7 +8,10 @@ import (
 // enqueue runs a stream-ordered driver call behind the guard: made eagerly
 // with no capture, recorded into a capture this allocator started, refused
 // (no driver call) in any other state. check validates operands under a.mu.
-func (a *Allocator) enqueue(op string, size int64, check func() error, call func() error) error {
+// dst and src (a zero Buffer when there is none) are the device buffers the
+// call uses: a capture that records it keeps their memory from reuse until
+// its graph is closed.
+func (a *Allocator) enqueue(op string, size int64, dst, src Buffer, check func() error, call func() error) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	st, err := a.stateLocked()
@@ -24,6 +27,10 @@ func (a *Allocator) enqueue(op string, size int64, check func() error, call func
 				err = a.afterCapturedLocked(op)
 			} else {
 				err = a.refusedInCaptureLocked(err)
+			}
+			if err == nil {
+				a.refLocked(a.cap, dst.blk)
+				a.refLocked(a.cap, src.blk)
 			}
 		default:
 			err = refusal(st, op)
@@ -58,7 +65,7 @@ func (a *Allocator) hostRange(h *HostBuffer, off, n int64) ([]byte, error) {
 // Captured, the copy reads src's bytes at every replay.
 func (a *Allocator) UploadHost(dst Buffer, dstOff int64, src *HostBuffer, srcOff, n int64) error {
 	var hb []byte
-	return a.enqueue("UploadHost", n, func() (err error) {
+	return a.enqueue("UploadHost", n, dst, Buffer{}, func() (err error) {
 		if err = a.validateLocked(dst, dstOff, n); err == nil {
 			hb, err = a.hostRange(src, srcOff, n)
 		}
@@ -73,7 +80,7 @@ func (a *Allocator) UploadHost(dst Buffer, dstOff int64, src *HostBuffer, srcOff
 // every replay writes dst again.
 func (a *Allocator) DownloadHost(dst *HostBuffer, dstOff int64, src Buffer, srcOff, n int64) error {
 	var hb []byte
-	return a.enqueue("DownloadHost", n, func() (err error) {
+	return a.enqueue("DownloadHost", n, Buffer{}, src, func() (err error) {
 		if err = a.validateLocked(src, srcOff, n); err == nil {
 			hb, err = a.hostRange(dst, dstOff, n)
 		}
@@ -85,7 +92,7 @@ func (a *Allocator) DownloadHost(dst *HostBuffer, dstOff int64, src Buffer, srcO
 
 // Memset sets n bytes of dst from off to value, stream-ordered.
 func (a *Allocator) Memset(dst Buffer, off, n int64, value byte) error {
-	return a.enqueue("Memset", n, func() error {
+	return a.enqueue("Memset", n, dst, Buffer{}, func() error {
 		return a.validateLocked(dst, off, n)
 	}, func() error {
 		return a.drv.MemsetAsync(dst.ptr+DevicePtr(off), value, n, a.stream)
@@ -94,7 +101,7 @@ func (a *Allocator) Memset(dst Buffer, off, n int64, value byte) error {
 
 // Copy copies n bytes between device buffers, stream-ordered.
 func (a *Allocator) Copy(dst Buffer, dstOff int64, src Buffer, srcOff, n int64) error {
-	return a.enqueue("Copy", n, func() error {
+	return a.enqueue("Copy", n, dst, src, func() error {
 		if err := a.validateLocked(dst, dstOff, n); err != nil {
 			return err
 		}

@@ -3,7 +3,6 @@ package alloc
 import (
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // domain is the process-wide record of captures for one CaptureDomain. CUDA
@@ -12,10 +11,8 @@ import (
 // captures other allocators started. The set is keyed by stream, so ending
 // a capture twice is harmless.
 type domain struct {
-	// gate orders unsafe driver calls (read side, held for the duration of
-	// the call) against capture begin (write side): a capture never starts
-	// while an unsafe call that it would forbid is in flight.
-	gate sync.RWMutex
+	// gate orders unsafe driver calls against capture begin (gate.go).
+	gate gate
 
 	mu       sync.Mutex
 	streams  map[Stream]CaptureMode
@@ -119,18 +116,28 @@ func DeviceWide(domainName, op string, fn func() error) error {
 // no capture begins while it runs. It is for work that must happen and
 // must not invalidate a capture, such as a driver's teardown at Close.
 func AfterGlobalCaptures(domainName string, fn func()) (ranNow bool) {
-	d := domainFor(domainName)
+	_ = domainFor(domainName).nowOrAfterGlobal(func() error {
+		ranNow = true
+		fn()
+		return nil
+	}, fn)
+	return ranNow
+}
+
+// nowOrAfterGlobal runs now under the gate's read side if no Global-mode
+// capture is active in d, returning its error; otherwise it queues later to
+// run (under the gate too) when the last one ends, and returns nil.
+func (d *domain) nowOrAfterGlobal(now func() error, later func()) error {
 	d.gate.RLock()
 	defer d.gate.RUnlock()
 	d.mu.Lock()
 	if d.global.Load() > 0 {
-		d.deferred = append(d.deferred, fn)
+		d.deferred = append(d.deferred, later)
 		d.mu.Unlock()
-		return false
+		return nil
 	}
 	d.mu.Unlock()
-	fn()
-	return true
+	return now()
 }
 
 // globalElsewhere reports whether a Global-mode capture is active on a
@@ -147,25 +154,4 @@ func (d *domain) globalElsewhere(own Stream) bool {
 		}
 	}
 	return false
-}
-
-// lockGate takes the write side of the gate, giving up after timeout
-// (<= 0: wait forever) so that a hung unsafe call cannot hang capture begin.
-func (d *domain) lockGate(timeout time.Duration) bool {
-	if timeout <= 0 {
-		d.gate.Lock()
-		return true
-	}
-	deadline := time.Now().Add(timeout)
-	wait := 20 * time.Microsecond
-	for !d.gate.TryLock() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(wait)
-		if wait < 5*time.Millisecond {
-			wait *= 2
-		}
-	}
-	return true
 }

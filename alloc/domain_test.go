@@ -55,7 +55,7 @@ func TestAfterGlobalCapturesDefersUntilTheLastEnds(t *testing.T) {
 	case <-time.After(20 * time.Millisecond):
 	}
 	// A Global capture that begins while the hook is pending holds it back.
-	d.gate.Lock()
+	d.gate.Lock(0)
 	d.remove(2) // the count drops to zero: the hook's goroutine waits for the gate
 	d.add(4, Global)
 	d.gate.Unlock()
