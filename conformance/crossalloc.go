@@ -121,6 +121,49 @@ func (s *suite) crossAllocator(t *testing.T) {
 			require.NoError(t, b.Synchronize())
 			require.NoError(t, b.Free(buf))
 		})
+		t.Run("cleanup_never_invalidates", func(t *testing.T) {
+			// B's cleanup must free what it owes without invalidating A's
+			// capture: Close with a leaked host buffer and AllocSync
+			// buffer, and a graph whose close releases a deferred
+			// synchronous free. The frees wait for A's capture to end.
+			e := s.env(t)
+			b := e.newAllocator(alloc.Options{})
+			x, err := b.AllocSync(4096)
+			require.NoError(t, err)
+			pre, err := b.AllocSync(4096)
+			require.NoError(t, err)
+			gb, err := b.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, func() error {
+				if err := b.Memset(pre, 0, 4096, 3); err != nil {
+					return err
+				}
+				return b.Free(pre) // deferred until gb closes
+			})
+			require.NoError(t, err)
+			_, err = b.HostAlloc(4096) // leaked on purpose
+			require.NoError(t, err)
+			_ = x // leaked on purpose
+			live, haveLive := liveBytes(e.drv)
+
+			require.NoError(t, e.a.BeginCapture(alloc.Global))
+			before := e.spy.Snapshot()
+			require.NoError(t, gb.Close())
+			require.ErrorIs(t, e.close(b), alloc.ErrLeaked)
+			for _, m := range []Method{MethodFree, MethodHostFree, MethodStreamSynchronize} {
+				assertCalls(t, e.spy, before, m, 0)
+			}
+			requireState(t, e.a, alloc.StateActive)
+			g, err := e.a.EndCapture()
+			require.NoError(t, err, "B's cleanup invalidated A's capture")
+			require.NoError(t, g.Close())
+			eventually(t, "B's deferred frees ran after A's capture ended", func() bool {
+				c := e.spy.Snapshot().Sub(before)
+				return c[MethodFree] == 2 && c[MethodHostFree] == 1 && c[MethodDestroyStream] == 1
+			})
+			if haveLive {
+				n, _ := liveBytes(e.drv)
+				assert.Less(t, n, live, "B's memory was given back")
+			}
+		})
 		t.Run("allowed_after_end", func(t *testing.T) {
 			e := s.env(t)
 			b := e.newAllocator(alloc.Options{})
