@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -151,6 +152,106 @@ func (s *suite) watchdog(t *testing.T) {
 		upload(t, e.a, b, 0, pattern(4096, 2))
 		require.Equal(t, pattern(4096, 2), download(t, e.a, b, 0, 4096))
 		require.NoError(t, e.a.Free(b))
+	})
+	t.Run("begin_capture_not_starved", func(t *testing.T) {
+		// Busy goroutines looping unsafe calls on a sibling allocator must
+		// not keep a Global capture begin from the gate until its deadline.
+		// The deadline is far longer than one upload, far shorter than the
+		// time a polling begin waits for a gap between overlapping ones.
+		e := s.newEnv(t, alloc.Options{Watchdog: 250 * time.Millisecond})
+		b := e.newAllocator(alloc.Options{})
+		buf := mustAlloc(t, b, 1<<16)
+		src := pattern(1<<16, 3)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+						_ = b.Upload(buf, 0, src) // refused while A captures: fine
+					}
+				}
+			}()
+		}
+		time.Sleep(20 * time.Millisecond)
+		for range 10 {
+			err := within(t, wdSlack, "BeginCapture", func() error { return e.a.BeginCapture(alloc.Global) })
+			require.NoError(t, err, "the capture begin starved behind the uploads")
+			g, err := e.a.EndCapture()
+			require.NoError(t, err)
+			require.NoError(t, g.Close())
+		}
+		close(stop)
+		wg.Wait()
+		require.NoError(t, b.Free(buf))
+	})
+	for _, m := range []Method{MethodBeginCapture, MethodEndCapture} {
+		t.Run("hung_driver_"+m.String(), func(t *testing.T) {
+			// A capture begin or end stuck in the driver costs the caller
+			// the deadline, and holds no lock: the allocator answers
+			// (ErrCaptureTimeout) and a sibling's unsafe call is refused,
+			// not hung. Once the driver returns, all is released.
+			e := s.newEnv(t, alloc.Options{Watchdog: wdDeadline})
+			b := e.newAllocator(alloc.Options{})
+			bbuf := mustAlloc(t, b, 1000)
+			pre := mustAlloc(t, e.a, 1000)
+			base := usageOf(e.a)
+			if m == MethodEndCapture {
+				require.NoError(t, e.a.BeginCapture(alloc.Global))
+				_, err := e.a.Alloc(100) // a graph allocation the end must release
+				require.NoError(t, err)
+			}
+			release := e.spy.Block(m)
+			defer release()
+			start := time.Now()
+			err := within(t, wdSlack, m.String(), func() error {
+				if m == MethodBeginCapture {
+					return e.a.BeginCapture(alloc.Global)
+				}
+				_, err := e.a.EndCapture()
+				return err
+			})
+			require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
+			assert.Less(t, time.Since(start), wdSlack)
+			err = within(t, wdSlack, "Alloc during the stuck call", func() error { _, err := e.a.Alloc(100); return err })
+			require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
+			err = within(t, wdSlack, "sibling's Synchronize during the stuck call", b.Synchronize)
+			require.ErrorIs(t, err, alloc.ErrSyncDuringCapture, "a capture may have begun: the sibling is refused, not hung")
+			release()
+			eventually(t, "back to StateNone after the driver returned", func() bool {
+				st, err := e.a.CaptureStatus()
+				return err == nil && st == alloc.StateNone
+			})
+			eventually(t, "the sibling may synchronize again", func() bool { return b.Synchronize() == nil })
+			assert.Equal(t, base, usageOf(e.a), "the abandoned capture leaked")
+			g, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, func() error { return e.a.Memset(pre, 0, 1000, 1) })
+			require.NoError(t, err, "capturing again after recovery")
+			require.NoError(t, g.Close())
+			require.NoError(t, e.a.Free(pre))
+			require.NoError(t, b.Free(bbuf))
+		})
+	}
+	t.Run("with_capture_timeout_covers_end", func(t *testing.T) {
+		e := s.env(t) // the allocator's watchdog is long: the capture's Timeout must bound the end
+		release := e.spy.Block(MethodEndCapture)
+		defer release()
+		start := time.Now()
+		err := within(t, wdSlack, "WithCapture", func() error {
+			_, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global, Timeout: wdDeadline}, func() error { return nil })
+			return err
+		})
+		require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
+		assert.Less(t, time.Since(start), wdSlack)
+		release()
+		eventually(t, "back to StateNone", func() bool {
+			st, err := e.a.CaptureStatus()
+			return err == nil && st == alloc.StateNone
+		})
 	})
 	t.Run("abandoned_results_released", func(t *testing.T) {
 		// An allocating call abandoned by the watchdog that later succeeds
