@@ -23,12 +23,12 @@ type Allocator struct {
 	gen        uint64
 	pool       pool
 	live       liveList
-	cap        *capture // capture begun by this allocator, nil when none
+	cap        *capture      // capture begun by this allocator, nil when none
 	transition chan struct{} // closed when a capture begin or end in flight returns
 	pending    []*block      // AllocSync blocks released, for flushReleases
 	eager      *eagerRun     // an eager-fallback graph's function is running
 	eagerMu    sync.Mutex    // serializes eager-fallback runs
-	lastCap    *capture // most recently ended capture, for CaptureAllocCount
+	lastCap    *capture      // most recently ended capture, for CaptureAllocCount
 	graphs     map[*Graph]struct{}
 	hosts      map[*HostBuffer]struct{}
 	workspaces map[string]*block

@@ -5,16 +5,16 @@ package alloc
 // until Close, so no address baked into it is ever handed to anyone else
 // while it can still be launched.
 type Graph struct {
-	a        *Allocator
-	h        GraphHandle
-	exec     GraphExec
-	cap      *capture
-	eager    func() error // set when the driver could not capture
+	a     *Allocator
+	h     GraphHandle
+	exec  GraphExec
+	cap   *capture
+	eager func() error // set when the driver could not capture
 	// eagerAllocs: buffers the eager function's last run allocated.
 	eagerAllocs []Buffer
-	launched bool
-	closed   bool
-	warnings []string
+	launched    bool
+	closed      bool
+	warnings    []string
 }
 
 // Warnings lists what the capture did that an engine should fix (a
