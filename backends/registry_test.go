@@ -48,6 +48,9 @@ func TestCPURejectsBadOptions(t *testing.T) {
 	}
 	_, err := backends.OpenDriver(ctx, "cpu:memroy_limit=1GiB")
 	require.Contains(t, err.Error(), "memory_limit", "the error lists the known options")
+	// Each part of the message is said once.
+	_, err = backends.OpenDriver(ctx, "cpu:memory_limit=lots")
+	require.Equal(t, `invalid backend config: option memory_limit="lots": want a byte size such as 8GiB, 512MiB or 1048576`, err.Error())
 }
 
 func TestRegisterRejectsDuplicatesAndBadNames(t *testing.T) {

@@ -24,7 +24,9 @@ import (
 // covers plugin mode with no separately built capalloc-plugin.
 func TestMain(m *testing.M) {
 	plugin.ServeIfChild()
-	os.Exit(m.Run())
+	code := m.Run()
+	printNotRun()
+	os.Exit(code)
 }
 
 var backendFlag = flag.String("backend", "", "backend to run the suite on (default $CAPALLOC_BACKEND; empty: every available one)")
@@ -57,6 +59,7 @@ func TestConformance(t *testing.T) {
 	sort.Strings(reasons)
 	for _, n := range reasons {
 		t.Logf("backend %s not run: %v", n, skipped[n])
+		reportNotRun(n, skipped[n])
 	}
 	require.NotEmpty(t, names, "no backend available on this machine")
 	for _, n := range names {

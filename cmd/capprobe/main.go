@@ -9,7 +9,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -105,7 +104,7 @@ func parseModes(s string) ([]alloc.CaptureMode, error) {
 	}
 	m, err := alloc.ParseCaptureMode(s)
 	if err != nil {
-		return nil, errors.New(err.Error() + " or all")
+		return nil, fmt.Errorf("%w: unknown capture mode %q (want global, threadlocal, relaxed or all)", alloc.ErrInvalidValue, s)
 	}
 	return []alloc.CaptureMode{m}, nil
 }

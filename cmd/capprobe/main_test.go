@@ -42,13 +42,18 @@ func TestTableHasOneRowPerOperation(t *testing.T) {
 		require.Contains(t, out.String(), op)
 	}
 	require.Contains(t, out.String(), "pageable", "upload_pageable's reason names the cause")
+	for _, line := range strings.Split(out.String(), "\n") {
+		if strings.Contains(line, "workspace_lazy") {
+			require.Contains(t, line, "first allocated inside the capture", "the lazy workspace's warning is in its row")
+		}
+	}
 	require.Empty(t, errb.String(), "warnings belong in the table, not on stderr")
 }
 
 func TestBadFlagsAndUnknownBackend(t *testing.T) {
 	var out, errb bytes.Buffer
 	require.Equal(t, 2, run([]string{"-mode=sideways"}, &out, &errb))
-	require.Contains(t, errb.String(), "sideways")
+	require.Equal(t, "capprobe: invalid value: unknown capture mode \"sideways\" (want global, threadlocal, relaxed or all)\n", errb.String())
 	errb.Reset()
 	require.Equal(t, 1, run([]string{"-backend=no-such-gpu"}, &out, &errb))
 	require.True(t, strings.Contains(errb.String(), "unknown backend") && strings.Contains(errb.String(), "cpu"), errb.String())
