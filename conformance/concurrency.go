@@ -119,6 +119,55 @@ func (s *suite) concurrency(t *testing.T) {
 		assert.Zero(t, e.a.Stats().LiveBuffers)
 		assert.Zero(t, e.a.Stats().HostBuffers)
 	})
+	t.Run("blocking_copy_in_stream_order", func(t *testing.T) {
+		// A blocking copy runs at its place in the stream's order: while
+		// one goroutine enqueues memsets (and makes them run) another's
+		// pageable download never sees a half-written buffer.
+		// Large enough that a copy outlasts a round trip to a plugin.
+		e := s.env(t)
+		const n = 8 << 20
+		b := mustAlloc(t, e.a, n)
+		upload(t, e.a, b, 0, repeat(1, n))
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := e.a.Memset(b, 0, n, byte(1+i%2)); err != nil {
+					assert.NoError(t, err)
+					return
+				}
+				if _, err := e.a.Query(); err != nil {
+					assert.NoError(t, err)
+					return
+				}
+			}
+		}()
+		dst := make([]byte, n)
+		up := repeat(7, n)
+		torn, reads := 0, 0
+		for i := range 90 {
+			if i%3 == 0 {
+				require.NoError(t, e.a.Upload(b, 0, up))
+				continue
+			}
+			require.NoError(t, e.a.Download(dst, b, 0))
+			reads++
+			if c := bytes.Count(dst, dst[:1]); c != n {
+				torn++
+			}
+		}
+		close(stop)
+		wg.Wait()
+		require.Zero(t, torn, "%d of %d downloads were torn: a blocking copy ran concurrently with later work", torn, reads)
+		require.NoError(t, e.a.Free(b))
+	})
 	t.Run("many_allocators_one_driver", func(t *testing.T) {
 		e := s.env(t)
 		as := []*alloc.Allocator{e.a}

@@ -123,10 +123,12 @@ func (c *directCache) drop() {
 }
 
 // directSpan asks the backend for device range [p, p+n) (n > 0) after s's
-// queued work, and returns it mapped here; the caller puts the mapping back
-// when its copy is done. ok is false when the backend has no direct access:
-// the caller stages instead, as every later copy will.
-func (d *Driver) directSpan(p alloc.DevicePtr, n int64, s alloc.Stream) (span []byte, m *directMap, ok bool, err error) {
+// queued work, and returns it mapped here, with the backend holding s at
+// that point of its order; the caller copies, then calls done (which
+// releases the stream and puts the mapping back). ok is false when the
+// backend has no direct access: the caller stages instead, as every later
+// copy will.
+func (d *Driver) directSpan(p alloc.DevicePtr, n int64, s alloc.Stream) (span []byte, done func() error, ok bool, err error) {
 	r, err := d.call(opDirectSpan, newReq(opDirectSpan).u64(uint64(p)).i64(n).u64(uint64(s)))
 	if errors.Is(err, errNoDirect) {
 		d.noDirect.Store(true)
@@ -135,48 +137,60 @@ func (d *Driver) directSpan(p alloc.DevicePtr, n int64, s alloc.Stream) (span []
 	if err != nil {
 		return nil, nil, true, err
 	}
-	id, fd, ino, size, off := r.u64(), r.i64(), r.u64(), r.i64(), r.i64()
+	id, fd, ino, size, off, lease := r.u64(), r.i64(), r.u64(), r.i64(), r.i64(), r.u64()
 	if r.err != nil {
 		return nil, nil, true, r.err
 	}
-	if size <= 0 || off < 0 || n > size-off {
-		return nil, nil, true, errMalformed
+	release := func() error {
+		_, err := d.call(opDirectDone, newReq(opDirectDone).u64(lease))
+		return err
 	}
-	if m = d.direct.get(id); m == nil {
+	if size <= 0 || off < 0 || n > size-off {
+		return nil, nil, true, errors.Join(errMalformed, release())
+	}
+	m := d.direct.get(id)
+	if m == nil {
 		b, err := mapChildFile(d.proc.pid, int(fd), size, ino)
 		if err != nil {
-			if e := d.deadErr(opDirectSpan); e != nil {
-				return nil, nil, true, e
-			}
-			if errors.Is(err, errStaleRegion) { // freed by another goroutine meanwhile
-				return nil, nil, true, fmt.Errorf("plugin %s: %v %#x+%d: %w", d.name, opDirectSpan, uint64(p), n, err)
-			}
-			return nil, nil, true, fmt.Errorf("%w: plugin %s: %v: %v", alloc.ErrDriver, d.name, opDirectSpan, err)
+			err = d.mapErr(p, n, err)
+			return nil, nil, true, errors.Join(err, release())
 		}
 		m = d.direct.add(id, b)
 	}
-	return m.buf[off : off+n : off+n], m, true, nil
+	return m.buf[off : off+n : off+n], func() error {
+		d.direct.put(m)
+		return release()
+	}, true, nil
+}
+
+// mapErr explains why the region holding [p, p+n) could not be mapped.
+func (d *Driver) mapErr(p alloc.DevicePtr, n int64, err error) error {
+	if e := d.deadErr(opDirectSpan); e != nil {
+		return e
+	}
+	if errors.Is(err, errStaleRegion) { // freed by another goroutine meanwhile
+		return fmt.Errorf("plugin %s: %v %#x+%d: %w", d.name, opDirectSpan, uint64(p), n, err)
+	}
+	return fmt.Errorf("%w: plugin %s: %v: %v", alloc.ErrDriver, d.name, opDirectSpan, err)
 }
 
 // directIn is CopyHtoD's single-copy path; ok is false when the driver
 // must stage instead.
 func (d *Driver) directIn(dst alloc.DevicePtr, src []byte, s alloc.Stream) (ok bool, err error) {
-	span, m, ok, err := d.directSpan(dst, int64(len(src)), s)
+	span, done, ok, err := d.directSpan(dst, int64(len(src)), s)
 	if !ok || err != nil {
 		return ok, err
 	}
 	copy(span, src)
-	d.direct.put(m)
-	return true, nil
+	return true, done()
 }
 
 // directOut is CopyDtoH's single-copy path.
 func (d *Driver) directOut(dst []byte, src alloc.DevicePtr, s alloc.Stream) (ok bool, err error) {
-	span, m, ok, err := d.directSpan(src, int64(len(dst)), s)
+	span, done, ok, err := d.directSpan(src, int64(len(dst)), s)
 	if !ok || err != nil {
 		return ok, err
 	}
 	copy(dst, span)
-	d.direct.put(m)
-	return true, nil
+	return true, done()
 }

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/capalloc/capalloc/alloc"
 )
@@ -9,9 +10,43 @@ import (
 // directSpanner is a backend whose device bytes are host memory it can hand
 // out (cpu.Driver.DirectSpan): a synchronizing call with the blocking
 // copies' rules, returning the bytes behind [p, p+n) once s has run
-// everything queued before it.
+// everything queued before it, and holding s there until release.
 type directSpanner interface {
-	DirectSpan(p alloc.DevicePtr, n int64, s alloc.Stream) ([]byte, error)
+	DirectSpan(p alloc.DevicePtr, n int64, s alloc.Stream) (span []byte, release func(), err error)
+}
+
+// spanLeases are the streams held for direct copies the host is making: a
+// blocking copy runs at its place in stream order, so the stream stays held
+// from the DirectSpan reply until the host's DirectDone (work another
+// goroutine enqueues meanwhile runs after the copy, never during it). If
+// the host dies, so does this process.
+type spanLeases struct {
+	mu   sync.Mutex
+	next uint64
+	held map[uint64]func()
+}
+
+func (l *spanLeases) start(release func()) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held == nil {
+		l.held = map[uint64]func(){}
+	}
+	l.next++
+	l.held[l.next] = release
+	return l.next
+}
+
+func (l *spanLeases) end(id uint64) error {
+	l.mu.Lock()
+	release := l.held[id]
+	delete(l.held, id)
+	l.mu.Unlock()
+	if release == nil {
+		return fmt.Errorf("%w: plugin: no direct copy %d in progress", alloc.ErrInvalidValue, id)
+	}
+	release()
+	return nil
 }
 
 // errNoDirect is the child's answer when the backend has no direct access
@@ -20,7 +55,8 @@ type directSpanner interface {
 var errNoDirect = fmt.Errorf("%w: plugin: backend has no direct access to shared device memory", alloc.ErrDriver)
 
 // directSpan answers a DirectSpan request (device address, length, stream)
-// with where the bytes live: region id, fd, inode, region size, offset.
+// with where the bytes live: region id, fd, inode, region size, offset,
+// and the lease that holds the stream until DirectDone.
 func (s *server) directSpan(d alloc.Driver, in *dec, out *enc) error {
 	p, n, st := alloc.DevicePtr(in.u64()), in.i64(), alloc.Stream(in.u64())
 	if in.err != nil {
@@ -33,14 +69,15 @@ func (s *server) directSpan(d alloc.Driver, in *dec, out *enc) error {
 	if n <= 0 {
 		return fmt.Errorf("%w: plugin: direct access of %d B", alloc.ErrInvalidValue, n)
 	}
-	b, err := ds.DirectSpan(p, n, st)
+	b, release, err := ds.DirectSpan(p, n, st)
 	if err != nil {
 		return err
 	}
 	r, off := s.regions.containing(b)
 	if r == nil {
+		release()
 		return fmt.Errorf("%w (%s: device memory is not from the plugin, backends.DeviceMemoryFrom)", errNoDirect, d.Name())
 	}
-	out.u64(r.id).i64(int64(r.fd)).u64(r.ino).i64(int64(len(r.buf))).i64(off)
+	out.u64(r.id).i64(int64(r.fd)).u64(r.ino).i64(int64(len(r.buf))).i64(off).u64(s.leases.start(release))
 	return nil
 }

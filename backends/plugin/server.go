@@ -14,6 +14,7 @@ import (
 // first request, and the shared regions.
 type server struct {
 	regions *childRegions
+	leases  spanLeases // streams held for the host's direct copies
 
 	mu  sync.RWMutex
 	drv alloc.Driver
@@ -163,6 +164,8 @@ func (s *server) dispatch(ctx context.Context, op opcode, in *dec, out *enc) err
 		}
 	case opDirectSpan:
 		return s.directSpan(d, in, out)
+	case opDirectDone:
+		return s.leases.end(in.u64())
 	case opHostBytes:
 		if hb, ok := d.(hostByter); ok {
 			out.i64(hb.HostBytes())

@@ -47,6 +47,7 @@ const (
 	opLiveBytes
 	opHostBytes
 	opDirectSpan
+	opDirectDone
 	numOps
 )
 
@@ -59,7 +60,7 @@ var opNames = [numOps]string{
 	opMemsetAsync: "MemsetAsync", opCopyHtoD: "CopyHtoD", opCopyDtoH: "CopyDtoH", opBeginCapture: "BeginCapture",
 	opEndCapture: "EndCapture", opGraphInstantiate: "GraphInstantiate", opGraphLaunch: "GraphLaunch",
 	opGraphExecDestroy: "GraphExecDestroy", opGraphDestroy: "GraphDestroy", opLiveBytes: "LiveBytes", opHostBytes: "HostBytes",
-	opDirectSpan: "DirectSpan",
+	opDirectSpan: "DirectSpan", opDirectDone: "DirectDone",
 }
 
 func (o opcode) String() string {
