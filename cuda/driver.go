@@ -119,6 +119,7 @@ type Driver struct {
 var (
 	_ alloc.Driver          = (*Driver)(nil)
 	_ alloc.GraphMemTrimmer = (*Driver)(nil)
+	_ alloc.PoolTrimmer     = (*Driver)(nil)
 )
 
 // New loads the CUDA runtime and opens a device. Without a usable runtime,
@@ -307,6 +308,22 @@ func (d *Driver) TrimGraphMemory() error {
 	}
 	return d.dev.do(op, func() error {
 		return d.rt.check(op, "cudaDeviceGraphMemTrim", call(d.rt.graphMemTrim, uintptr(d.opts.Device)))
+	})
+}
+
+// TrimPool is cudaMemPoolTrimTo(pool, 0): the pool keeps memory freed into
+// it (the release threshold defaults to everything), so a synchronous
+// cudaMalloc that ran out of memory can use it only once it is trimmed.
+// Frees whose completion the host has not observed still count as in use:
+// alloc synchronizes the stream first. Device-wide and unsafe like
+// TrimGraphMemory, and called like it, under alloc's guard.
+func (d *Driver) TrimPool() error {
+	const op = "trim pool"
+	if d.closed.Load() {
+		return errClosed(op)
+	}
+	return d.dev.do(op, func() error {
+		return d.rt.check(op, "cudaMemPoolTrimTo", call(d.rt.memPoolTrimTo, d.pool, 0))
 	})
 }
 

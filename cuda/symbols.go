@@ -36,6 +36,7 @@ const minRuntimeVersion = 11040
 //	cudaMemPoolDestroy(cudaMemPool_t memPool)
 //	cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device)
 //	cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
+//	cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
 //	cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream)
 //	cudaFreeAsync(void *devPtr, cudaStream_t hStream)
 //	cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
@@ -66,6 +67,7 @@ type symbols struct {
 	malloc, free                                                       uintptr
 	memPoolCreate, memPoolDestroy, deviceGetDefaultMemPool             uintptr
 	memPoolSetAttribute, mallocFromPoolAsync, freeAsync                uintptr
+	memPoolTrimTo                                                      uintptr
 	hostAlloc, freeHost, memcpyAsync, memsetAsync                      uintptr
 	hostRegister, hostUnregister                                       uintptr
 	streamBeginCapture, streamEndCapture                               uintptr
@@ -114,6 +116,7 @@ func (s *symbols) bindings(runtimeVersion int) ([]binding, error) {
 		{"cudaMemPoolDestroy", &s.memPoolDestroy, false},
 		{"cudaDeviceGetDefaultMemPool", &s.deviceGetDefaultMemPool, false},
 		{"cudaMemPoolSetAttribute", &s.memPoolSetAttribute, false},
+		{"cudaMemPoolTrimTo", &s.memPoolTrimTo, false},
 		{"cudaMallocFromPoolAsync", &s.mallocFromPoolAsync, false},
 		{"cudaFreeAsync", &s.freeAsync, false},
 		{"cudaHostAlloc", &s.hostAlloc, false},

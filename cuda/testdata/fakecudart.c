@@ -359,6 +359,12 @@ cudaError_t cudaMemPoolSetAttribute(void *pool, int attr, void *value) {
   logf_("cudaMemPoolSetAttribute attr=%d threshold=%llu", attr, *(unsigned long long *)value);
   RETURN(0);
 }
+cudaError_t cudaMemPoolTrimTo(void *pool, size_t keep) {
+  ENTER("cudaMemPoolTrimTo");
+  if (!pool) RETURN(1);
+  logf_("cudaMemPoolTrimTo pool=%p keep=%zu", pool, keep);
+  RETURN(0);
+}
 cudaError_t cudaMallocFromPoolAsync(void **out, size_t n, void *pool, void *h) {
   ENTER("cudaMallocFromPoolAsync");
   stream_t *s = stream_of(h);
