@@ -306,8 +306,8 @@ func (p *truthProbe) setup(c TruthCase) error {
 }
 
 // op makes the probed call(s) and returns the first non-zero code. Go
-// values whose address is passed are kept alive by call's
-// go:uintptrescapes.
+// values whose address is passed are kept alive by call's uintptrescapes
+// directive.
 func (p *truthProbe) op(name string) int32 {
 	rt := p.rt
 	both := func(a, b func() int32) int32 {
