@@ -166,12 +166,19 @@ func usageOf(a *alloc.Allocator) usage {
 	return usage{InUse: s.BytesInUse, Reserved: s.BytesReserved, Live: s.LiveBuffers, Graphs: s.LiveGraphs, HostBuffers: s.HostBuffers}
 }
 
-// liveBytes is the driver's own count of device memory in use, for backends
-// that report it (cpu does); ok is false otherwise.
-func liveBytes(d alloc.Driver) (n int64, ok bool) {
-	r, ok := d.(interface{ LiveBytes() int64 })
+// driverUsage is the driver's own count of the memory it handed out, for
+// backends that report it (alloc.UsageReporter); ok is false otherwise.
+func driverUsage(d alloc.Driver) (u alloc.Usage, ok bool) {
+	r, ok := d.(alloc.UsageReporter)
 	if !ok {
-		return 0, false
+		return alloc.Usage{}, false
 	}
-	return r.LiveBytes(), true
+	u, err := r.Usage()
+	return u, err == nil
+}
+
+// liveBytes is driverUsage's device bytes.
+func liveBytes(d alloc.Driver) (n int64, ok bool) {
+	u, ok := driverUsage(d)
+	return u.Device, ok
 }

@@ -92,7 +92,11 @@ type Driver struct {
 	globalCaps map[*capture]struct{} // Global-mode captures not yet ended, invalidated ones included
 }
 
-var _ alloc.Driver = (*Driver)(nil)
+var (
+	_ alloc.Driver        = (*Driver)(nil)
+	_ alloc.UsageReporter = (*Driver)(nil)
+	_ alloc.DirectSpanner = (*Driver)(nil)
+)
 
 // New creates an emulated device.
 func New(opts Options) (*Driver, error) {
@@ -161,6 +165,13 @@ func (d *Driver) HostBytes() int64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.hostLive
+}
+
+// Usage is LiveBytes and HostBytes together (alloc.UsageReporter).
+func (d *Driver) Usage() (alloc.Usage, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return alloc.Usage{Device: d.live, Host: d.hostLive}, nil
 }
 
 // Close releases every allocation, stream, graph and host buffer. Work still

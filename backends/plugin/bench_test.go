@@ -57,12 +57,7 @@ func benchDriver(b *testing.B, cfg string) alloc.Driver {
 	return d
 }
 
-func hostOf(d alloc.Driver) *Driver {
-	if u, ok := d.(usageDriver); ok {
-		return u.Driver
-	}
-	return d.(*Driver)
-}
+func hostOf(d alloc.Driver) *Driver { return d.(*Driver) }
 
 func BenchmarkRoundTrip(b *testing.B) {
 	b.Run("impl=bare-go-plugin", func(b *testing.B) {

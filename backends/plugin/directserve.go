@@ -7,14 +7,6 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 )
 
-// directSpanner is a backend whose device bytes are host memory it can hand
-// out (cpu.Driver.DirectSpan): a synchronizing call with the blocking
-// copies' rules, returning the bytes behind [p, p+n) once s has run
-// everything queued before it, and holding s there until release.
-type directSpanner interface {
-	DirectSpan(p alloc.DevicePtr, n int64, s alloc.Stream) (span []byte, release func(), err error)
-}
-
 // spanLeases are the streams held for direct copies the host is making: a
 // blocking copy runs at its place in stream order, so the stream stays held
 // from the DirectSpan reply until the host's DirectDone (work another
@@ -62,7 +54,7 @@ func (s *server) directSpan(d alloc.Driver, in *dec, out *enc) error {
 	if in.err != nil {
 		return in.err
 	}
-	ds, ok := d.(directSpanner)
+	ds, ok := d.(alloc.DirectSpanner)
 	if !ok {
 		return fmt.Errorf("%w (%s)", errNoDirect, d.Name())
 	}

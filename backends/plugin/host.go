@@ -41,24 +41,23 @@ type Driver struct {
 }
 
 var (
-	_ alloc.Driver  = (*Driver)(nil)
-	_ alloc.Aborter = (*Driver)(nil)
+	_ alloc.Driver        = (*Driver)(nil)
+	_ alloc.Aborter       = (*Driver)(nil)
+	_ alloc.UsageReporter = (*Driver)(nil)
 )
 
-// usageDriver is a Driver over a backend that reports its memory use
-// (LiveBytes, HostBytes), as the in-process backend would.
-type usageDriver struct{ *Driver }
-
-func (d usageDriver) LiveBytes() int64 { return d.usage(opLiveBytes) }
-func (d usageDriver) HostBytes() int64 { return d.usage(opHostBytes) }
-
-// usage returns -1 when the backend cannot answer.
-func (d *Driver) usage(op opcode) int64 {
-	r, err := d.call(op, newReq(op))
-	if err != nil {
-		return -1
+// Usage is the backend's own count (alloc.UsageReporter), or an error
+// wrapping errors.ErrUnsupported when the backend does not count.
+func (d *Driver) Usage() (alloc.Usage, error) {
+	if d.caps&capUsage == 0 {
+		return alloc.Usage{}, fmt.Errorf("plugin %s: memory usage: %w by the backend", d.name, errors.ErrUnsupported)
 	}
-	return r.i64()
+	r, err := d.call(opUsage, newReq(opUsage))
+	if err != nil {
+		return alloc.Usage{}, err
+	}
+	u := alloc.Usage{Device: r.i64(), Host: r.i64()}
+	return u, r.err
 }
 
 // PID is the backend process's id.

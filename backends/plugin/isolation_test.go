@@ -19,17 +19,12 @@ import (
 
 var ctx = context.Background()
 
-type pidDriver interface {
-	alloc.Driver
-	PID() int
-}
-
-func open(t *testing.T, cfg string) pidDriver {
+func open(t *testing.T, cfg string) *Driver {
 	t.Helper()
 	d, err := backends.OpenDriver(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d.Close() })
-	return d.(pidDriver)
+	return d.(*Driver) // whatever the backend: one host type
 }
 
 // gone reports whether pid no longer runs (absent, or a zombie nobody

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"runtime"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -23,7 +24,15 @@ import (
 	"github.com/capalloc/capalloc/backends"
 )
 
-func init() { backends.RegisterScheme("plugin", Open) }
+func init() {
+	backends.RegisterScheme("plugin", func(ctx context.Context, target string, opts backends.Options) (alloc.Driver, error) {
+		d, err := Open(ctx, target, opts)
+		if err != nil {
+			return nil, err // not a nil *Driver in a non-nil interface
+		}
+		return d, nil
+	})
+}
 
 const (
 	// EnvBinary names the plugin binary for plugin:NAME explicitly.
@@ -55,7 +64,10 @@ var domains atomic.Int64
 // Open starts the backend named by target (a registered name, or a path to
 // a plugin binary) in its own process and returns the host's driver for
 // it. It is the "plugin" scheme's factory.
-func Open(ctx context.Context, target string, opts backends.Options) (alloc.Driver, error) {
+func Open(ctx context.Context, target string, opts backends.Options) (*Driver, error) {
+	if runtime.GOOS != "linux" {
+		return nil, fmt.Errorf("%w: plugin mode needs Linux (shared memory is memfd, and the backend process dies with its host through Pdeathsig); this is %s", alloc.ErrBackendUnavailable, runtime.GOOS)
+	}
 	host, fwd := backends.Options{}, backends.Options{}
 	for k, v := range opts {
 		if strings.HasPrefix(k, optPrefix) {
@@ -141,7 +153,7 @@ func findBinary(getenv func(string) string, self bool, exe string, lookPath func
 		alloc.ErrBackendUnavailable, EnvBinary, BinaryName, strings.Join(searched, " or "))
 }
 
-func start(ctx context.Context, path, backend string, fwd backends.Options, callTimeout, startTimeout time.Duration) (alloc.Driver, error) {
+func start(ctx context.Context, path, backend string, fwd backends.Options, callTimeout, startTimeout time.Duration) (*Driver, error) {
 	var proc *process
 	client := goplugin.NewClient(&goplugin.ClientConfig{
 		HandshakeConfig:  Handshake,
@@ -159,7 +171,7 @@ func start(ctx context.Context, path, backend string, fwd backends.Options, call
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg)),
 		},
 	})
-	fail := func(err error) (alloc.Driver, error) {
+	fail := func(err error) (*Driver, error) {
 		client.Kill()
 		return nil, err
 	}
@@ -205,9 +217,6 @@ func start(ctx context.Context, path, backend string, fwd backends.Options, call
 	}
 	d.name = "plugin:" + name
 	d.domain = fmt.Sprintf("plugin#%d/%s", domains.Add(1), domain)
-	if d.caps&(capLiveBytes|capHostBytes) == capLiveBytes|capHostBytes {
-		return usageDriver{d}, nil
-	}
 	return d, nil
 }
 

@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
-	"syscall"
 
 	"github.com/hashicorp/go-plugin/runner"
 )
@@ -36,7 +35,7 @@ func newProcess(path string, env []string) *process {
 	// A killed host must leave no orphan: the kernel kills the child when
 	// the forking thread dies (see forker), and the child also watches its
 	// parent pid.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = childSysProcAttr()
 	return &process{cmd: cmd, exited: make(chan struct{})}
 }
 

@@ -24,12 +24,8 @@ func newServer() *server { return &server{regions: newChildRegions()} }
 
 // Optional driver methods the host forwards when the backend has them.
 const (
-	capLiveBytes = 1 << iota
-	capHostBytes
+	capUsage = 1 << iota // alloc.UsageReporter
 )
-
-type liveByter interface{ LiveBytes() int64 }
-type hostByter interface{ HostBytes() int64 }
 
 func (s *server) driver() (alloc.Driver, error) {
 	s.mu.RLock()
@@ -157,20 +153,16 @@ func (s *server) dispatch(ctx context.Context, op opcode, in *dec, out *enc) err
 		return d.GraphExecDestroy(alloc.GraphExec(in.u64()))
 	case opGraphDestroy:
 		return d.GraphDestroy(alloc.GraphHandle(in.u64()))
-	case opLiveBytes:
-		if lb, ok := d.(liveByter); ok {
-			out.i64(lb.LiveBytes())
-			return nil
+	case opUsage:
+		if ur, ok := d.(alloc.UsageReporter); ok {
+			u, err := ur.Usage()
+			out.i64(u.Device).i64(u.Host)
+			return err
 		}
 	case opDirectSpan:
 		return s.directSpan(d, in, out)
 	case opDirectDone:
 		return s.leases.end(in.u64())
-	case opHostBytes:
-		if hb, ok := d.(hostByter); ok {
-			out.i64(hb.HostBytes())
-			return nil
-		}
 	}
 	return fmt.Errorf("%w: plugin: backend %s does not implement %v", alloc.ErrDriver, d.Name(), op)
 }
@@ -209,11 +201,8 @@ func (s *server) open(ctx context.Context, in *dec, out *enc) error {
 	s.drv = d
 	info := d.Info()
 	var caps uint64
-	if _, ok := d.(liveByter); ok {
-		caps |= capLiveBytes
-	}
-	if _, ok := d.(hostByter); ok {
-		caps |= capHostBytes
+	if _, ok := d.(alloc.UsageReporter); ok {
+		caps |= capUsage
 	}
 	out.str(d.Name()).str(d.CaptureDomain()).str(info.Name).i64(info.TotalMemory).i64(info.Alignment).bool(info.UnifiedMemory).u64(caps)
 	return nil

@@ -44,8 +44,7 @@ const (
 	opGraphLaunch
 	opGraphExecDestroy
 	opGraphDestroy
-	opLiveBytes
-	opHostBytes
+	opUsage
 	opDirectSpan
 	opDirectDone
 	numOps
@@ -59,7 +58,7 @@ var opNames = [numOps]string{
 	opCopyHtoDAsync: "CopyHtoDAsync", opCopyDtoHAsync: "CopyDtoHAsync", opCopyDtoDAsync: "CopyDtoDAsync",
 	opMemsetAsync: "MemsetAsync", opCopyHtoD: "CopyHtoD", opCopyDtoH: "CopyDtoH", opBeginCapture: "BeginCapture",
 	opEndCapture: "EndCapture", opGraphInstantiate: "GraphInstantiate", opGraphLaunch: "GraphLaunch",
-	opGraphExecDestroy: "GraphExecDestroy", opGraphDestroy: "GraphDestroy", opLiveBytes: "LiveBytes", opHostBytes: "HostBytes",
+	opGraphExecDestroy: "GraphExecDestroy", opGraphDestroy: "GraphDestroy", opUsage: "Usage",
 	opDirectSpan: "DirectSpan", opDirectDone: "DirectDone",
 }
 
