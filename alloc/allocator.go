@@ -1,8 +1,6 @@
 package alloc
 
 import (
-	"errors"
-	"fmt"
 	"sync"
 )
 
@@ -120,17 +118,6 @@ func (a *Allocator) stateLocked() (CaptureState, error) {
 	return s, nil
 }
 
-// refusal is the error for a data operation in a state that forbids it.
-func refusal(st CaptureState, what string) error {
-	switch st {
-	case StateExternal:
-		return wrapf(ErrCaptureIncompatibleAllocation, "%s: a capture this allocator did not start is active on its stream", what)
-	case StateInvalidated:
-		return wrapf(ErrCaptureInvalidated, "%s", what)
-	}
-	return wrapf(ErrCaptureIncompatibleAllocation, "%s", what)
-}
-
 // validateLocked checks that b is a live buffer of this allocator and that
 // [off, off+n) lies inside it. Caller holds a.mu.
 func (a *Allocator) validateLocked(b Buffer, off, n int64) error {
@@ -145,27 +132,6 @@ func (a *Allocator) validateLocked(b Buffer, off, n int64) error {
 	}
 	if off < 0 || n < 0 || off > b.size || n > b.size-off {
 		return wrapf(ErrOutOfRange, "range [%d, %d+%d) outside buffer of %d B", off, off, n, b.size)
-	}
-	return nil
-}
-
-// unsafeAllowedLocked says whether an unsafe (implicitly synchronizing)
-// call may be made now, from state st. Caller holds a.mu.
-func (a *Allocator) unsafeAllowedLocked(st CaptureState, onStream bool) error {
-	switch st {
-	case StateActive:
-		if onStream || a.cap.mode != Relaxed {
-			return fmt.Errorf("own %s-mode capture is active", a.cap.mode)
-		}
-	case StateExternal:
-		return errors.New("a capture this allocator did not start is active on its stream")
-	case StateInvalidated:
-		return ErrCaptureInvalidated
-	}
-	// Every allocator acts as a Global-mode thread (CUDA's default): Go
-	// cannot tie a goroutine to the per-thread interaction mode.
-	if a.dom.globalElsewhere(a.stream) {
-		return errors.New("a global-mode capture is active on another stream")
 	}
 	return nil
 }

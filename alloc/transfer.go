@@ -1,46 +1,8 @@
 package alloc
 
 import (
-	"fmt"
 	"sync/atomic"
 )
-
-// enqueue runs a stream-ordered driver call behind the guard: made eagerly
-// with no capture, recorded into a capture this allocator started, refused
-// (no driver call) in any other state. check validates operands under a.mu.
-// dst and src (a zero Buffer when there is none) are the device buffers the
-// call uses: a capture that records it keeps their memory from reuse until
-// its graph is closed.
-func (a *Allocator) enqueue(op string, size int64, dst, src Buffer, check func() error, call func() error) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	st, err := a.stateLocked()
-	if err == nil {
-		err = check()
-	}
-	if err == nil {
-		switch st {
-		case StateNone:
-			err = call()
-		case StateActive:
-			if err = call(); err == nil {
-				err = a.afterCapturedLocked(op)
-			} else {
-				err = a.refusedInCaptureLocked(err)
-			}
-			if err == nil {
-				a.refLocked(a.cap, dst.blk)
-				a.refLocked(a.cap, src.blk)
-			}
-		default:
-			err = refusal(st, op)
-		}
-	}
-	if err != nil {
-		return a.fail(op, size, st, err)
-	}
-	return nil
-}
 
 // hostRange checks that h is an open pinned buffer usable by this allocator
 // and that [off, off+n) lies inside it. Caller holds a.mu.
@@ -111,37 +73,6 @@ func (a *Allocator) Copy(dst Buffer, dstOff int64, src Buffer, srcOff, n int64) 
 	})
 }
 
-// blocking runs an unsafe call on the stream behind the gate and the
-// watchdog: refused, with no driver call, whenever a capture forbids it.
-func (a *Allocator) blocking(op string, size int64, check func(st CaptureState) error, call func() error) error {
-	return a.blockingUndo(op, size, check, func() (func(), error) { return nil, call() })
-}
-
-// blockingUndo is blocking for a call that acquires something; see
-// watchdog.callUndo.
-func (a *Allocator) blockingUndo(op string, size int64, check func(st CaptureState) error, call func() (func(), error)) error {
-	var seen atomic.Int32 // written by a call the watchdog may abandon
-	err := a.watchdog.callUndo(op, func() (func(), error) {
-		a.dom.gate.RLock()
-		defer a.dom.gate.RUnlock()
-		a.mu.Lock()
-		st, err := a.stateLocked()
-		seen.Store(int32(st))
-		if err == nil {
-			err = check(st)
-		}
-		a.mu.Unlock()
-		if err != nil {
-			return nil, err
-		}
-		return call()
-	})
-	if err != nil {
-		return a.fail(op, size, CaptureState(seen.Load()), err)
-	}
-	return nil
-}
-
 // Upload copies pageable src into dst at off and returns when src may be
 // reused. A pageable copy cannot be captured: during any capture it fails
 // with ErrCaptureIncompatibleAllocation (use UploadHost with a HostBuffer).
@@ -170,19 +101,6 @@ func (a *Allocator) Download(dst []byte, src Buffer, off int64) error {
 	}, func() error {
 		return a.drv.CopyDtoH(dst, src.ptr+DevicePtr(off), a.stream)
 	})
-}
-
-// syncRefusalLocked is the error for a synchronize or query that a capture
-// forbids; the capture stays valid because no driver call is made.
-func (a *Allocator) syncRefusalLocked(st CaptureState) error {
-	why := a.unsafeAllowedLocked(st, true)
-	switch {
-	case why == nil:
-		return nil
-	case st == StateInvalidated:
-		return fmt.Errorf("%w: %w", ErrSyncDuringCapture, ErrCaptureInvalidated)
-	}
-	return wrapf(ErrSyncDuringCapture, "%v", why)
 }
 
 // Synchronize waits until all work queued on the stream is done. It is
