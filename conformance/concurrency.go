@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/probe"
 )
 
 const (
@@ -61,7 +63,7 @@ func pageableWorker(a *alloc.Allocator, w, iters int) error {
 			return err
 		}
 		if !bytes.Equal(got, want) {
-			return fmt.Errorf("worker %d iteration %d: data corrupted (first difference at byte %d)", w, i, firstDiff(got, want))
+			return fmt.Errorf("worker %d iteration %d: data corrupted (first difference at byte %d)", w, i, probe.FirstDiff(got, want))
 		}
 		if err := a.Free(b); err != nil {
 			return err
@@ -97,7 +99,7 @@ func pinnedWorker(a *alloc.Allocator, w, iters int) (err error) {
 			return err
 		}
 		if !bytes.Equal(out.Bytes()[:n], in.Bytes()[:n]) {
-			return fmt.Errorf("worker %d iteration %d: data corrupted (first difference at byte %d)", w, i, firstDiff(out.Bytes()[:n], in.Bytes()[:n]))
+			return fmt.Errorf("worker %d iteration %d: data corrupted (first difference at byte %d)", w, i, probe.FirstDiff(out.Bytes()[:n], in.Bytes()[:n]))
 		}
 		if err := a.Free(b); err != nil {
 			return err
@@ -219,8 +221,8 @@ func (s *suite) concurrency(t *testing.T) {
 		buf := mustAlloc(t, b, 4096)
 		// Slow device-wide calls: one that slipped past the guard just
 		// before a capture began would still be in the driver inside it.
-		e.spy.Delay(MethodMalloc, 100*time.Microsecond)
-		e.spy.Delay(MethodFree, 100*time.Microsecond)
+		e.spy.Delay(alloctest.MethodMalloc, 100*time.Microsecond)
+		e.spy.Delay(alloctest.MethodFree, 100*time.Microsecond)
 		var stop atomic.Bool
 		defer stop.Store(true)
 		var ran, refused atomic.Int64

@@ -1,4 +1,4 @@
-package conformance_test
+package conformance
 
 import (
 	"context"
@@ -14,9 +14,8 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/backends/plugin" // registers the "plugin" scheme
-	"github.com/capalloc/capalloc/conformance"
-	_ "github.com/capalloc/capalloc/cpu"  // registers "cpu"
-	_ "github.com/capalloc/capalloc/cuda" // registers "cuda"
+	_ "github.com/capalloc/capalloc/cpu"           // registers "cpu"
+	_ "github.com/capalloc/capalloc/cuda"          // registers "cuda"
 )
 
 // TestMain makes the test binary its own plugin binary: plugin:cpu runs the
@@ -44,14 +43,14 @@ func selected() string {
 // reason; the default run logs what it left out and why.
 func TestConformance(t *testing.T) {
 	if name := selected(); name != "" {
-		open, err := conformance.Lookup(name)
+		open, err := Lookup(name)
 		if err != nil {
 			t.Fatalf("backend %q selected but not usable: %v", name, err)
 		}
-		t.Run(name, func(t *testing.T) { conformance.Run(t, open) })
+		t.Run(name, func(t *testing.T) { Run(t, open) })
 		return
 	}
-	names, skipped := conformance.Available()
+	names, skipped := available()
 	reasons := make([]string, 0, len(skipped))
 	for n := range skipped {
 		reasons = append(reasons, n)
@@ -63,14 +62,14 @@ func TestConformance(t *testing.T) {
 	}
 	require.NotEmpty(t, names, "no backend available on this machine")
 	for _, n := range names {
-		open, err := conformance.Lookup(n)
+		open, err := Lookup(n)
 		require.NoError(t, err)
-		t.Run(n, func(t *testing.T) { conformance.Run(t, open) })
+		t.Run(n, func(t *testing.T) { Run(t, open) })
 	}
 }
 
 func TestLookupUnknownBackendFails(t *testing.T) {
-	_, err := conformance.Lookup("no-such-backend")
+	_, err := Lookup("no-such-backend")
 	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
 	for _, n := range backends.Names() {
 		require.Contains(t, err.Error(), n, "the error lists the known backends")
@@ -84,8 +83,8 @@ func TestLookupUnavailableBackendFails(t *testing.T) {
 			return nil, fmt.Errorf("%w: libmissing.so not found", alloc.ErrBackendUnavailable)
 		})
 	}
-	_, err := conformance.Lookup("conformance-test-missing")
+	_, err := Lookup("conformance-test-missing")
 	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
-	_, skipped := conformance.Available()
+	_, skipped := available()
 	require.ErrorIs(t, skipped["conformance-test-missing"], alloc.ErrBackendUnavailable)
 }

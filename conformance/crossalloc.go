@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 )
 
 // CUDA's Global-mode rule: while any Global-mode capture is active, every
@@ -148,7 +149,7 @@ func (s *suite) crossAllocator(t *testing.T) {
 			before := e.spy.Snapshot()
 			require.NoError(t, gb.Close())
 			require.ErrorIs(t, e.close(b), alloc.ErrLeaked)
-			for _, m := range []Method{MethodFree, MethodHostFree, MethodStreamSynchronize} {
+			for _, m := range []alloctest.Method{alloctest.MethodFree, alloctest.MethodHostFree, alloctest.MethodStreamSynchronize} {
 				assertCalls(t, e.spy, before, m, 0)
 			}
 			requireState(t, e.a, alloc.StateActive)
@@ -157,7 +158,7 @@ func (s *suite) crossAllocator(t *testing.T) {
 			require.NoError(t, g.Close())
 			eventually(t, "B's deferred frees ran after A's capture ended", func() bool {
 				c := e.spy.Snapshot().Sub(before)
-				return c[MethodFree] == 2 && c[MethodHostFree] == 1 && c[MethodDestroyStream] == 1
+				return c[alloctest.MethodFree] == 2 && c[alloctest.MethodHostFree] == 1 && c[alloctest.MethodDestroyStream] == 1
 			})
 			if haveLive {
 				n, _ := liveBytes(e.drv)

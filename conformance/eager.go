@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 )
 
 // roundTripSizes cover a single byte, an odd size below the smallest size
@@ -165,13 +166,13 @@ func (s *suite) eager(t *testing.T) {
 		before := e.spy.Snapshot()
 		b, err := e.a.AllocSync(3000)
 		require.NoError(t, err)
-		assertCalls(t, e.spy, before, MethodMalloc, 1)
+		assertCalls(t, e.spy, before, alloctest.MethodMalloc, 1)
 		data := pattern(3000, 5)
 		upload(t, e.a, b, 0, data)
 		require.Equal(t, data, download(t, e.a, b, 0, 3000))
 		require.NoError(t, e.a.Free(b))
-		assertCalls(t, e.spy, before, MethodFree, 1)
-		assertCalls(t, e.spy, before, MethodMallocAsync, 0)
+		assertCalls(t, e.spy, before, alloctest.MethodFree, 1)
+		assertCalls(t, e.spy, before, alloctest.MethodMallocAsync, 0)
 		assert.Zero(t, e.a.Stats().LiveBuffers)
 	})
 	t.Run("pool_reuse", func(t *testing.T) {
@@ -188,7 +189,7 @@ func (s *suite) eager(t *testing.T) {
 		assert.Positive(t, e.a.Stats().BytesCached)
 		before = e.spy.Snapshot()
 		require.NoError(t, e.a.Trim())
-		assertCalls(t, e.spy, before, MethodFreeAsync, 1)
+		assertCalls(t, e.spy, before, alloctest.MethodFreeAsync, 1)
 		st = e.a.Stats()
 		assert.Zero(t, st.BytesCached)
 		assert.Zero(t, st.BytesReserved, "Trim gives everything cached back")

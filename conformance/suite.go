@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 )
 
 // Factory opens a fresh driver for one subtest; Run closes it with
@@ -73,7 +74,7 @@ type env struct {
 	t   *testing.T
 	s   *suite
 	drv alloc.Driver // the backend's driver, unwrapped
-	spy *Spy
+	spy *alloctest.Spy
 	a   *alloc.Allocator
 
 	closed map[*alloc.Allocator]bool // closed by the test itself
@@ -111,7 +112,7 @@ func (s *suite) openDriver(t *testing.T) alloc.Driver {
 func (s *suite) newEnv(t *testing.T, opts alloc.Options) *env {
 	t.Helper()
 	d := s.openDriver(t)
-	e := &env{t: t, s: s, drv: d, spy: NewSpy(d), logs: &logBuffer{}}
+	e := &env{t: t, s: s, drv: d, spy: alloctest.NewSpy(d), logs: &logBuffer{}}
 	t.Cleanup(func() {
 		e.spy.ReleaseAll() // a held call must not hang the cleanup
 		assert.NoError(t, e.spy.StopSnapshot(), "freeing the spy's staging memory")

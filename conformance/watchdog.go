@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 )
 
 const (
@@ -113,7 +114,7 @@ func (s *suite) watchdog(t *testing.T) {
 	t.Run("hung_driver_call", func(t *testing.T) {
 		e := s.newEnv(t, alloc.Options{Watchdog: wdDeadline})
 		b := mustAlloc(t, e.a, 4096)
-		release := e.spy.Block(MethodStreamSynchronize)
+		release := e.spy.Block(alloctest.MethodStreamSynchronize)
 		defer release()
 
 		start := time.Now()
@@ -121,7 +122,7 @@ func (s *suite) watchdog(t *testing.T) {
 		elapsed := time.Since(start)
 		require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
 		assert.Less(t, elapsed, wdSlack, "the caller must get control back at the deadline")
-		require.EqualValues(t, 1, e.spy.Waiting(MethodStreamSynchronize), "the call is still stuck in the driver")
+		require.EqualValues(t, 1, e.spy.Waiting(alloctest.MethodStreamSynchronize), "the call is still stuck in the driver")
 		assert.EqualValues(t, 1, e.a.Stats().Timeouts, "Stats().Timeouts counts every watchdog expiry, driver calls included")
 
 		// While it is stuck, other blocking calls fail at once rather than
@@ -190,7 +191,7 @@ func (s *suite) watchdog(t *testing.T) {
 		wg.Wait()
 		require.NoError(t, b.Free(buf))
 	})
-	for _, m := range []Method{MethodBeginCapture, MethodEndCapture} {
+	for _, m := range []alloctest.Method{alloctest.MethodBeginCapture, alloctest.MethodEndCapture} {
 		t.Run("hung_driver_"+m.String(), func(t *testing.T) {
 			// A capture begin or end stuck in the driver costs the caller
 			// the deadline, and holds no lock: the allocator answers
@@ -201,7 +202,7 @@ func (s *suite) watchdog(t *testing.T) {
 			bbuf := mustAlloc(t, b, 1000)
 			pre := mustAlloc(t, e.a, 1000)
 			base := usageOf(e.a)
-			if m == MethodEndCapture {
+			if m == alloctest.MethodEndCapture {
 				require.NoError(t, e.a.BeginCapture(alloc.Global))
 				_, err := e.a.Alloc(100) // a graph allocation the end must release
 				require.NoError(t, err)
@@ -210,7 +211,7 @@ func (s *suite) watchdog(t *testing.T) {
 			defer release()
 			start := time.Now()
 			err := within(t, wdSlack, m.String(), func() error {
-				if m == MethodBeginCapture {
+				if m == alloctest.MethodBeginCapture {
 					return e.a.BeginCapture(alloc.Global)
 				}
 				_, err := e.a.EndCapture()
@@ -238,7 +239,7 @@ func (s *suite) watchdog(t *testing.T) {
 	}
 	t.Run("with_capture_timeout_covers_end", func(t *testing.T) {
 		e := s.env(t) // the allocator's watchdog is long: the capture's Timeout must bound the end
-		release := e.spy.Block(MethodEndCapture)
+		release := e.spy.Block(alloctest.MethodEndCapture)
 		defer release()
 		start := time.Now()
 		err := within(t, wdSlack, "WithCapture", func() error {
@@ -258,11 +259,11 @@ func (s *suite) watchdog(t *testing.T) {
 		// has no caller left to free its result: the allocator must.
 		for _, c := range []struct {
 			name   string
-			method Method
+			method alloctest.Method
 			do     func(a *alloc.Allocator) error
 		}{
-			{"alloc_sync", MethodMalloc, func(a *alloc.Allocator) error { _, err := a.AllocSync(4096); return err }},
-			{"host_alloc", MethodHostAlloc, func(a *alloc.Allocator) error { _, err := a.HostAlloc(4096); return err }},
+			{"alloc_sync", alloctest.MethodMalloc, func(a *alloc.Allocator) error { _, err := a.AllocSync(4096); return err }},
+			{"host_alloc", alloctest.MethodHostAlloc, func(a *alloc.Allocator) error { _, err := a.HostAlloc(4096); return err }},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				e := s.newEnv(t, alloc.Options{Watchdog: wdDeadline})

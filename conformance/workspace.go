@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 )
 
 // Workspaces are the fix for the lazy-cudaMalloc-on-first-use hang: reserve
@@ -38,8 +39,8 @@ func (s *suite) workspace(t *testing.T) {
 				assert.Zero(t, e.a.CaptureAllocCount())
 				assert.Zero(t, g.CaptureAllocs())
 				assert.Empty(t, g.Warnings())
-				assertCalls(t, e.spy, before, MethodMallocAsync, 0)
-				assertCalls(t, e.spy, before, MethodMalloc, 0)
+				assertCalls(t, e.spy, before, alloctest.MethodMallocAsync, 0)
+				assertCalls(t, e.spy, before, alloctest.MethodMalloc, 0)
 				launch(t, e.a, g)
 				for i, n := range names {
 					w, err := e.a.Workspace(n, 1)

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/backends/plugin"
-	"github.com/capalloc/capalloc/conformance"
+	"github.com/capalloc/capalloc/probe"
 	"github.com/stretchr/testify/require"
 )
 
@@ -23,13 +23,13 @@ func TestJSONEveryModeMatchesCUDARules(t *testing.T) {
 	require.Equal(t, 0, code, errb.String())
 	var rows []map[string]any
 	require.NoError(t, json.Unmarshal(out.Bytes(), &rows))
-	require.Len(t, rows, 3*len(conformance.ProbeOps()))
+	require.Len(t, rows, 3*len(probe.Ops()))
 	for _, r := range rows {
 		for _, k := range []string{"op", "verdict", "error", "mode", "expected"} {
 			require.Contains(t, r, k)
 		}
 		require.Equal(t, r["expected"], r["verdict"], "%v", r)
-		if r["verdict"] == string(conformance.NotCapturable) {
+		if r["verdict"] == string(probe.NotCapturable) {
 			require.NotEmpty(t, r["error"], "a refusal must carry its reason: %v", r)
 		}
 	}
@@ -38,7 +38,7 @@ func TestJSONEveryModeMatchesCUDARules(t *testing.T) {
 func TestTableHasOneRowPerOperation(t *testing.T) {
 	var out, errb bytes.Buffer
 	require.Equal(t, 0, run([]string{"-replays=2"}, &out, &errb), errb.String())
-	for _, op := range conformance.ProbeOps() {
+	for _, op := range probe.Ops() {
 		require.Contains(t, out.String(), op)
 	}
 	require.Contains(t, out.String(), "pageable", "upload_pageable's reason names the cause")
@@ -74,7 +74,7 @@ func TestProbeOutOfProcessMatchesCUDARules(t *testing.T) {
 	require.Equal(t, 0, code, errb.String())
 	var rows []map[string]any
 	require.NoError(t, json.Unmarshal(out.Bytes(), &rows))
-	require.Len(t, rows, 3*len(conformance.ProbeOps()))
+	require.Len(t, rows, 3*len(probe.Ops()))
 	for _, r := range rows {
 		require.Equal(t, r["expected"], r["verdict"], "%v", r)
 	}

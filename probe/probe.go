@@ -1,4 +1,11 @@
-package conformance
+// Package probe runs the capture probe matrix on a driver: for each
+// operation an engine might put in its hot loop, whether it can be captured
+// into a graph, proven the way a careful probe does (warm up eagerly,
+// capture, reset outputs, write different inputs, replay, compare with an
+// eager run). cmd/capprobe prints it; the conformance suite checks every
+// row against CUDA's rules (Expected). It imports neither testing nor any
+// test library, so tools can link it.
+package probe
 
 import (
 	"errors"
@@ -22,8 +29,8 @@ const (
 	WrongResult Verdict = "WRONG_RESULT"
 )
 
-// ProbeResult is one row of the capture probe matrix.
-type ProbeResult struct {
+// Result is one row of the capture probe matrix.
+type Result struct {
 	Op      string  `json:"op"`
 	Verdict Verdict `json:"verdict"`
 	Error   string  `json:"error"`
@@ -165,8 +172,8 @@ func roundTrip(e *probeEnv, b alloc.Buffer) error {
 	return e.a.DownloadHost(e.out, 0, b, 0, probeN)
 }
 
-// ProbeOps lists the probe's rows in order.
-func ProbeOps() []string {
+// Ops lists the probe's rows in order.
+func Ops() []string {
 	names := make([]string, len(probeOps))
 	for i, op := range probeOps {
 		names[i] = op.name
@@ -174,9 +181,9 @@ func ProbeOps() []string {
 	return names
 }
 
-// ExpectedVerdict is what CUDA's rules (and so every conforming backend)
+// Expected is what CUDA's rules (and so every conforming backend)
 // give for op in mode.
-func ExpectedVerdict(op string, mode alloc.CaptureMode) Verdict {
+func Expected(op string, mode alloc.CaptureMode) Verdict {
 	switch op {
 	case "upload_pageable", "synchronize", "alloc_external_capture":
 		return NotCapturable
@@ -189,16 +196,16 @@ func ExpectedVerdict(op string, mode alloc.CaptureMode) Verdict {
 	return Capturable
 }
 
-// Probe runs every row on drv in mode: each on a fresh allocator, each
+// Run runs every row on drv in mode: each on a fresh allocator, each
 // CAPTURABLE verdict proven by replays launches with fresh inputs compared
 // with eager runs. It fails only if the probe cannot set up at all.
-func Probe(drv alloc.Driver, mode alloc.CaptureMode, replays int) ([]ProbeResult, error) {
+func Run(drv alloc.Driver, mode alloc.CaptureMode, replays int) ([]Result, error) {
 	if replays < 1 {
 		replays = 1
 	}
-	var out []ProbeResult
+	var out []Result
 	for _, op := range probeOps {
-		r := ProbeResult{Op: op.name, Mode: mode.String(), Backend: drv.Name()}
+		r := Result{Op: op.name, Mode: mode.String(), Backend: drv.Name()}
 		v, note, err := probeOne(drv, mode, op, replays)
 		r.Verdict, r.Note = v, note
 		if err != nil {
@@ -252,7 +259,7 @@ func probeOne(drv alloc.Driver, mode alloc.CaptureMode, op probeOp, replays int)
 		if err != nil {
 			return "", note, err
 		}
-		if j := firstDiff(got, want); j >= 0 {
+		if j := FirstDiff(got, want); j >= 0 {
 			return WrongResult, note, fmt.Errorf("replay %d: byte %d is %#x, an eager run gives %#x (stale or dropped operation)", i, j, got[j], want[j])
 		}
 	}
@@ -362,7 +369,9 @@ func (e *probeEnv) replayAndEager(op probeOp, g *alloc.Graph, i int) (got, want 
 	return got, want, nil
 }
 
-func firstDiff(a, b []byte) int {
+// FirstDiff is the index of the first byte where a and b differ, or -1 when
+// they are equal: where a replay's output and an eager run's part.
+func FirstDiff(a, b []byte) int {
 	for i := range a {
 		if i >= len(b) || a[i] != b[i] {
 			return i

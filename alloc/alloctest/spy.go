@@ -1,4 +1,8 @@
-package conformance
+// Package alloctest holds test doubles for alloc.Driver that engines and
+// backends can use in their own tests: the Spy counts every driver call,
+// holds a method's calls to emulate a hung driver, and plays deliberately
+// broken drivers. The conformance suite is built on it.
+package alloctest
 
 import (
 	"errors"
