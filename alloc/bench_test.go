@@ -229,7 +229,7 @@ func ExampleAllocator_WithCapture() {
 		copy(in.Bytes(), []byte{step, step, step, step}) // fresh input, same graph
 		g.Launch()
 		a.Synchronize()
-		fmt.Println(out.Bytes(), "allocations in capture:", g.CaptureAllocs())
+		fmt.Println(out.Bytes(), "allocations in capture:", g.CaptureAllocCount())
 	}
 	// Output:
 	// [255 1 1 1] allocations in capture: 0

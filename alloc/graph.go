@@ -21,8 +21,9 @@ type Graph struct {
 // workspace first allocated inside it, for instance).
 func (g *Graph) Warnings() []string { return append([]string(nil), g.warnings...) }
 
-// CaptureAllocs is the number of allocations made during the capture.
-func (g *Graph) CaptureAllocs() int {
+// CaptureAllocCount is the number of allocations made during the capture
+// (Allocator.CaptureAllocCount's figure for this graph).
+func (g *Graph) CaptureAllocCount() int {
 	if g.cap == nil {
 		return 0
 	}

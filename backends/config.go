@@ -33,6 +33,10 @@ const EnvVar = "CAPALLOC_BACKEND"
 type Choice struct {
 	Name    string
 	Options Options
+	// Memory, set by a program rather than parsed from a config, supplies
+	// the backend's host or device memory (the plugin server's shared
+	// memory); the zero value means the backend's own.
+	Memory Memory
 }
 
 // String renders c as ParseConfig reads it: "name" or "name:k=v,k=v".

@@ -79,7 +79,7 @@ func TestLookupUnknownBackendFails(t *testing.T) {
 func TestLookupUnavailableBackendFails(t *testing.T) {
 	// A registered backend whose library is missing.
 	if !slices.Contains(backends.Names(), "conformance-test-missing") { // -count=N
-		backends.Register("conformance-test-missing", func(context.Context, backends.Options) (alloc.Driver, error) {
+		backends.Register("conformance-test-missing", func(context.Context, backends.Choice) (alloc.Driver, error) {
 			return nil, fmt.Errorf("%w: libmissing.so not found", alloc.ErrBackendUnavailable)
 		})
 	}

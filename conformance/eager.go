@@ -197,7 +197,7 @@ func (s *suite) eager(t *testing.T) {
 	t.Run("host_buffer", func(t *testing.T) {
 		e := s.env(t)
 		h := mustHost(t, e.a, 1000)
-		assert.EqualValues(t, 1000, h.Len())
+		assert.EqualValues(t, 1000, h.Size())
 		st := e.a.Stats()
 		assert.Equal(t, 1, st.HostBuffers)
 		assert.EqualValues(t, 1000, st.HostBytes)

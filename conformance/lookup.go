@@ -28,7 +28,7 @@ var planned = []string{"cpu", "cuda", "hip"}
 func factoryOf(c backends.Choice) Factory {
 	return func(t testing.TB) alloc.Driver {
 		t.Helper()
-		d, err := backends.OpenChoice(context.Background(), c)
+		d, err := c.Open(context.Background())
 		require.NoError(t, err, "opening backend %s", c)
 		return d
 	}
@@ -55,7 +55,7 @@ func Lookup(name string) (Factory, error) {
 
 // tryOpen opens and closes a backend once.
 func tryOpen(c backends.Choice) error {
-	d, err := backends.OpenChoice(context.Background(), c)
+	d, err := c.Open(context.Background())
 	if err != nil {
 		if !errors.Is(err, alloc.ErrBackendUnavailable) {
 			err = fmt.Errorf("%w: %w", alloc.ErrBackendUnavailable, err)

@@ -156,7 +156,7 @@ func (s *suite) replay(t *testing.T) {
 				e := s.env(t)
 				p := newProgram(t, e.a, 8<<10)
 				g := captureProgram(t, p, mode)
-				assert.Equal(t, 1, g.CaptureAllocs(), "the temporary is a graph allocation")
+				assert.Equal(t, 1, g.CaptureAllocCount(), "the temporary is a graph allocation")
 				require.NoError(t, checkFreshReplays(p, g, 50, 1000))
 				require.NoError(t, g.Close())
 				p.close(t)
@@ -215,7 +215,7 @@ func (s *suite) replay(t *testing.T) {
 					p.fixedTmp = mustAlloc(t, e.a, 4096)
 				}
 				inner := captureProgram(t, p, alloc.Global)
-				require.Equal(t, withAllocs, inner.CaptureAllocs() > 0)
+				require.Equal(t, withAllocs, inner.CaptureAllocCount() > 0)
 				for _, mode := range alloc.Modes {
 					require.NoError(t, e.a.BeginCapture(mode))
 					launches := e.spy.Calls(alloctest.MethodGraphLaunch)

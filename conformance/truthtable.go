@@ -305,7 +305,7 @@ var ttOps = []ttOp{
 			if g == nil {
 				return
 			}
-			assert.Equal(c.t, 1, g.CaptureAllocs())
+			assert.Equal(c.t, 1, g.CaptureAllocCount())
 			launch(c.t, c.a, g)
 			// The address belongs to the graph until Graph.Close.
 			requireRefused(c.t, c.a.Free(c.captured), alloc.StateNone, alloc.ErrInvalidBuffer)
@@ -382,7 +382,7 @@ var ttOps = []ttOp{
 		},
 		verify: func(c *cell, g *alloc.Graph) {
 			if g != nil {
-				assert.Equal(c.t, 1, g.CaptureAllocs())
+				assert.Equal(c.t, 1, g.CaptureAllocCount())
 				launch(c.t, c.a, g)
 				launch(c.t, c.a, g)
 			}
@@ -509,7 +509,7 @@ var ttOps = []ttOp{
 			if g == nil {
 				return
 			}
-			assert.Equal(c.t, 1, g.CaptureAllocs())
+			assert.Equal(c.t, 1, g.CaptureAllocCount())
 			w := g.Warnings()
 			require.Len(c.t, w, 1, "a lazy workspace is warned about at EndCapture")
 			assert.Contains(c.t, w[0], lazyName)

@@ -30,7 +30,7 @@ func (s *suite) withCapture(t *testing.T) {
 				require.NoError(t, err)
 				require.NotNil(t, g)
 				assert.False(t, g.Eager())
-				assert.Zero(t, g.CaptureAllocs())
+				assert.Zero(t, g.CaptureAllocCount())
 				assert.Empty(t, g.Warnings())
 				requireState(t, e.a, alloc.StateNone)
 				launch(t, e.a, g)

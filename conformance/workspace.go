@@ -37,7 +37,7 @@ func (s *suite) workspace(t *testing.T) {
 				})
 				require.NoError(t, err)
 				assert.Zero(t, e.a.CaptureAllocCount())
-				assert.Zero(t, g.CaptureAllocs())
+				assert.Zero(t, g.CaptureAllocCount())
 				assert.Empty(t, g.Warnings())
 				assertCalls(t, e.spy, before, alloctest.MethodMallocAsync, 0)
 				assertCalls(t, e.spy, before, alloctest.MethodMalloc, 0)
@@ -63,7 +63,7 @@ func (s *suite) workspace(t *testing.T) {
 			return err
 		})
 		require.NoError(t, err)
-		assert.Equal(t, 1, g.CaptureAllocs())
+		assert.Equal(t, 1, g.CaptureAllocCount())
 		require.Len(t, g.Warnings(), 1)
 		assert.Contains(t, g.Warnings()[0], "late")
 		// While the graph lives, the workspace is its memory, returned as is.

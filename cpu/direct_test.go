@@ -59,14 +59,14 @@ func TestDeviceMemorySupplierFails(t *testing.T) {
 	ok(t, d.Free(p))
 }
 
-func TestDeviceMemoryFromContext(t *testing.T) {
+func TestDeviceMemoryFromChoice(t *testing.T) {
 	dm := &countingHost{live: map[*byte]int{}}
-	drv, err := backends.OpenChoice(backends.WithDeviceMemory(context.Background(), dm), backends.Choice{Name: "cpu"})
+	drv, err := backends.Choice{Name: "cpu", Memory: backends.Memory{Device: dm}}.Open(context.Background())
 	ok(t, err)
 	defer drv.Close()
 	p := val[alloc.DevicePtr](t)(drv.Malloc(64))
 	if len(dm.live) != 1 {
-		t.Fatal("the registered factory does not take DeviceMemoryFrom(ctx)")
+		t.Fatal("the registered factory does not take the choice's device memory")
 	}
 	ok(t, drv.Free(p))
 }

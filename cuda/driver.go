@@ -65,7 +65,7 @@ type Options struct {
 	Blocking bool
 	// HostMemory, when set, supplies HostAlloc's memory, which the driver
 	// pins with cudaHostRegister instead of allocating with cudaHostAlloc.
-	// The plugin server passes its shared memory (backends.HostMemoryFrom),
+	// The plugin server passes its shared memory (backends.Choice.Memory),
 	// so pinned buffers are visible to the engine's process and plugin:cuda
 	// moves no bytes over RPC.
 	HostMemory backends.HostMemory
@@ -132,9 +132,7 @@ var (
 // capture domain: while a Global-mode capture is active anywhere in the
 // process it makes no driver call and fails with an error wrapping
 // alloc.ErrCaptureIllegalOp; retry after the capture ends.
-func New(opts Options) (alloc.Driver, error) { return open(opts) }
-
-func open(opts Options) (*Driver, error) {
+func New(opts Options) (*Driver, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}

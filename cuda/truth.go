@@ -137,7 +137,7 @@ func RunTruthCase(c TruthCase) (TruthResult, error) {
 	if !slices.Contains(TruthOps, c.Op) || !slices.Contains(TruthModes, c.Mode) || !slices.Contains(TruthCallers, c.Caller) {
 		return res, fmt.Errorf("cuda: unknown truth case %s", c)
 	}
-	d, err := open(Options{})
+	d, err := New(Options{})
 	if err != nil {
 		return res, err
 	}

@@ -252,7 +252,7 @@ func probeOne(drv alloc.Driver, mode alloc.CaptureMode, op probeOp, replays int)
 		}
 	}()
 	if w := g.Warnings(); len(w) > 0 {
-		note = fmt.Sprintf("%v (CaptureAllocCount=%d)", w, g.CaptureAllocs())
+		note = fmt.Sprintf("%v (CaptureAllocCount=%d)", w, g.CaptureAllocCount())
 	}
 	for i := 0; i < replays; i++ {
 		got, want, err := e.replayAndEager(op, g, i)

@@ -1,10 +1,10 @@
 package plugin
 
 import (
-	"errors"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"

@@ -68,7 +68,7 @@ func (s *server) directSpan(d alloc.Driver, in *dec, out *enc) error {
 	r, off := s.regions.containing(b)
 	if r == nil {
 		release()
-		return fmt.Errorf("%w (%s: device memory is not from the plugin, backends.DeviceMemoryFrom)", errNoDirect, d.Name())
+		return fmt.Errorf("%w (%s: device memory is not from the plugin, backends.Choice.Memory)", errNoDirect, d.Name())
 	}
 	out.u64(r.id).i64(int64(r.fd)).u64(r.ino).i64(int64(len(r.buf))).i64(off).u64(s.leases.start(release))
 	return nil

@@ -17,13 +17,14 @@ import (
 // status N), sync=hang (StreamSynchronize never returns), query=hang,
 // begin=hang (BeginCapture), end=hang (EndCapture).
 func init() {
-	backends.Register("faulty", func(ctx context.Context, o backends.Options) (alloc.Driver, error) {
+	backends.Register("faulty", func(ctx context.Context, c backends.Choice) (alloc.Driver, error) {
+		o := c.Options
 		f := &faulty{malloc: o["malloc"], sync: o["sync"], query: o["query"], begin: o["begin"], end: o["end"]}
 		inner := o.Clone()
 		for _, k := range []string{"malloc", "sync", "query", "begin", "end"} {
 			delete(inner, k)
 		}
-		d, err := backends.OpenChoice(ctx, backends.Choice{Name: "cpu", Options: inner})
+		d, err := backends.Choice{Name: "cpu", Options: inner}.Open(ctx)
 		if err != nil {
 			return nil, err
 		}

@@ -193,8 +193,8 @@ func (s *server) open(ctx context.Context, in *dec, out *enc) error {
 	if s.drv != nil {
 		return fmt.Errorf("%w: plugin: a backend is already open in this process", alloc.ErrInvalidValue)
 	}
-	ctx = backends.WithDeviceMemory(backends.WithHostMemory(ctx, s.regions), s.regions)
-	d, err := backends.OpenChoice(ctx, backends.Choice{Name: name, Options: opts})
+	mem := backends.Memory{Host: s.regions, Device: s.regions}
+	d, err := backends.Choice{Name: name, Options: opts, Memory: mem}.Open(ctx)
 	if err != nil {
 		return err
 	}
@@ -216,7 +216,7 @@ func (s *server) hostAlloc(d alloc.Driver, size int64, out *enc) error {
 	r := s.regions.byPtr(b)
 	if r == nil {
 		_ = d.HostFree(b)
-		return fmt.Errorf("%w: plugin: backend %s does not take pinned memory from the plugin (backends.HostMemoryFrom)", alloc.ErrDriver, d.Name())
+		return fmt.Errorf("%w: plugin: backend %s does not take pinned memory from the plugin (backends.Choice.Memory)", alloc.ErrDriver, d.Name())
 	}
 	out.u64(r.id).i64(int64(r.fd))
 	return nil
