@@ -145,7 +145,7 @@ func BenchmarkReplay1000(b *testing.B) {
 		for i := 0; i < ops; i++ {
 			var err error
 			if i%2 == 0 {
-				err = a.Memset(x, 0, 256, byte(i))
+				err = a.Memset(x, 0, byte(i), 256)
 			} else {
 				err = a.Copy(y, 0, x, 0, 256)
 			}
@@ -215,7 +215,7 @@ func ExampleAllocator_WithCapture() {
 		if err := a.UploadHost(x, 0, in, 0, 4); err != nil {
 			return err
 		}
-		if err := a.Memset(x, 0, 1, 0xff); err != nil {
+		if err := a.Memset(x, 0, 0xff, 1); err != nil {
 			return err
 		}
 		return a.DownloadHost(out, 0, x, 0, 4)

@@ -52,8 +52,9 @@ func (a *Allocator) DownloadHost(dst *HostBuffer, dstOff int64, src Buffer, srcO
 	})
 }
 
-// Memset sets n bytes of dst from off to value, stream-ordered.
-func (a *Allocator) Memset(dst Buffer, off, n int64, value byte) error {
+// Memset sets n bytes of dst from off to value, stream-ordered (the
+// arguments in MemsetAsync's order: where, value, how many).
+func (a *Allocator) Memset(dst Buffer, off int64, value byte, n int64) error {
 	return a.enqueue("Memset", n, dst, Buffer{}, func() error {
 		return a.validateLocked(dst, off, n)
 	}, func() error {

@@ -127,7 +127,7 @@ func (s *suite) aliasing(t *testing.T) {
 		for range 4 {
 			for _, sz := range aliasSizes {
 				b := mustAlloc(t, e.a, sz)
-				require.NoError(t, e.a.Memset(b, 0, sz, 0xFF))
+				require.NoError(t, e.a.Memset(b, 0, 0xFF, sz))
 				bs = append(bs, b)
 			}
 		}
@@ -144,7 +144,7 @@ func (s *suite) aliasing(t *testing.T) {
 		const n = 4096
 		pre := mustAlloc(t, e.a, n)
 		require.NoError(t, e.a.BeginCapture(alloc.Global))
-		require.NoError(t, e.a.Memset(pre, 0, n, 1)) // the graph uses pre
+		require.NoError(t, e.a.Memset(pre, 0, 1, n)) // the graph uses pre
 		require.NoError(t, e.a.Free(pre))
 		in, err := e.a.Alloc(n)
 		require.NoError(t, err)
@@ -178,7 +178,7 @@ func (s *suite) aliasing(t *testing.T) {
 					require.NoError(t, err)
 				}
 				g, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, func() error {
-					return e.a.Memset(pre, 0, n, 0xAA)
+					return e.a.Memset(pre, 0, 0xAA, n)
 				})
 				require.NoError(t, err)
 				before := e.spy.Snapshot()

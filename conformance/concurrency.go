@@ -141,7 +141,7 @@ func (s *suite) concurrency(t *testing.T) {
 					return
 				default:
 				}
-				if err := e.a.Memset(b, 0, n, byte(1+i%2)); err != nil {
+				if err := e.a.Memset(b, 0, byte(1+i%2), n); err != nil {
 					assert.NoError(t, err)
 					return
 				}

@@ -89,7 +89,7 @@ func (s *suite) crossAllocator(t *testing.T) {
 				for _, n := range []int64{100, 5000, 1 << 20} {
 					x, err := b.Alloc(n)
 					require.NoError(t, err)
-					require.NoError(t, b.Memset(x, 0, n, 0x5A))
+					require.NoError(t, b.Memset(x, 0, 0x5A, n))
 					bufs = append(bufs, x)
 				}
 				for _, x := range bufs {
@@ -105,7 +105,7 @@ func (s *suite) crossAllocator(t *testing.T) {
 			e := s.env(t)
 			b := e.newAllocator(alloc.Options{})
 			buf := mustAlloc(t, b, 1000)
-			memset := func(v byte) func() error { return func() error { return b.Memset(buf, 0, 1000, v) } }
+			memset := func(v byte) func() error { return func() error { return b.Memset(buf, 0, v, 1000) } }
 			before, err := b.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, memset(1))
 			require.NoError(t, err)
 			require.NoError(t, e.a.BeginCapture(alloc.Global))
@@ -134,7 +134,7 @@ func (s *suite) crossAllocator(t *testing.T) {
 			pre, err := b.AllocSync(4096)
 			require.NoError(t, err)
 			gb, err := b.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, func() error {
-				if err := b.Memset(pre, 0, 4096, 3); err != nil {
+				if err := b.Memset(pre, 0, 3, 4096); err != nil {
 					return err
 				}
 				return b.Free(pre) // deferred until gb closes

@@ -91,9 +91,9 @@ func (s *suite) eager(t *testing.T) {
 		e := s.env(t)
 		const n = 4096
 		b := mustAlloc(t, e.a, n)
-		require.NoError(t, e.a.Memset(b, 0, n, 0x11))
-		require.NoError(t, e.a.Memset(b, 100, 1000, 0xEE))
-		require.NoError(t, e.a.Memset(b, n-1, 1, 0x42))
+		require.NoError(t, e.a.Memset(b, 0, 0x11, n))
+		require.NoError(t, e.a.Memset(b, 100, 0xEE, 1000))
+		require.NoError(t, e.a.Memset(b, n-1, 0x42, 1))
 		want := repeat(0x11, n)
 		fill(want[100:1100], 0xEE)
 		want[n-1] = 0x42
@@ -105,7 +105,7 @@ func (s *suite) eager(t *testing.T) {
 		src, dst := mustAlloc(t, e.a, 5000), mustAlloc(t, e.a, 3000)
 		sp := pattern(5000, 7)
 		upload(t, e.a, src, 0, sp)
-		require.NoError(t, e.a.Memset(dst, 0, 3000, 0xCC))
+		require.NoError(t, e.a.Memset(dst, 0, 0xCC, 3000))
 		require.NoError(t, e.a.Copy(dst, 301, src, 17, 1999))
 		want := repeat(0xCC, 3000)
 		copy(want[301:], sp[17:17+1999])
@@ -117,7 +117,7 @@ func (s *suite) eager(t *testing.T) {
 		e := s.env(t)
 		al := e.a.Info().Alignment
 		b := mustAlloc(t, e.a, 8*al)
-		require.NoError(t, e.a.Memset(b, 0, 8*al, 0))
+		require.NoError(t, e.a.Memset(b, 0, 0, 8*al))
 		v, err := e.a.Slice(b, 2*al, 3*al)
 		require.NoError(t, err)
 		assert.True(t, v.IsView())
@@ -125,7 +125,7 @@ func (s *suite) eager(t *testing.T) {
 		assert.Equal(t, b.Ptr()+alloc.DevicePtr(2*al), v.Ptr())
 		data := pattern(int(3*al), 9)
 		upload(t, e.a, v, 0, data)
-		require.NoError(t, e.a.Memset(v, al, 1, 0xAB))
+		require.NoError(t, e.a.Memset(v, al, 0xAB, 1))
 		data[al] = 0xAB
 		want := make([]byte, 8*al)
 		copy(want[2*al:], data)
@@ -148,9 +148,9 @@ func (s *suite) eager(t *testing.T) {
 		// yields the final picture.
 		copy(h.Bytes(), pattern(n, 3))
 		require.NoError(t, e.a.UploadHost(b, 0, h, 0, n))
-		require.NoError(t, e.a.Memset(b, 0, n/2, 0x77))
+		require.NoError(t, e.a.Memset(b, 0, 0x77, n/2))
 		require.NoError(t, e.a.Copy(c, 0, b, 0, n))
-		require.NoError(t, e.a.Memset(b, 0, n, 0))
+		require.NoError(t, e.a.Memset(b, 0, 0, n))
 		require.NoError(t, e.a.DownloadHost(h, 0, c, 0, n))
 		require.NoError(t, e.a.Synchronize())
 		want := pattern(n, 3)

@@ -55,7 +55,7 @@ var externalCalls = []externalCall{
 		return e.a.Download(make([]byte, 1000), b, 0)
 	}, alloc.ErrCaptureIncompatibleAllocation},
 	{"memset", alloctest.MethodMemsetAsync, func(e *env, b alloc.Buffer, _ *alloc.HostBuffer) error {
-		return e.a.Memset(b, 0, 1000, 1)
+		return e.a.Memset(b, 0, 1, 1000)
 	}, alloc.ErrCaptureIncompatibleAllocation},
 	{"synchronize", alloctest.MethodStreamSynchronize, func(e *env, _ alloc.Buffer, _ *alloc.HostBuffer) error {
 		return e.a.Synchronize()
@@ -121,7 +121,7 @@ func (s *suite) external(t *testing.T) {
 		hg, err := e.spy.Inner().EndCapture(e.a.Stream())
 		require.NoError(t, err)
 		requireState(t, e.a, alloc.StateInvalidated)
-		requireRefused(t, e.a.Memset(b, 0, 1000, 1), alloc.StateInvalidated, alloc.ErrCaptureInvalidated)
+		requireRefused(t, e.a.Memset(b, 0, 1, 1000), alloc.StateInvalidated, alloc.ErrCaptureInvalidated)
 		_, err = e.a.EndCapture()
 		require.Error(t, err)
 		requireState(t, e.a, alloc.StateNone)

@@ -73,10 +73,10 @@ func (p *program) enqueue() error {
 	}
 	return errors.Join(
 		a.UploadHost(p.dIn, 0, p.in, 0, n),
-		a.Memset(p.dOut, 0, n, fillByte),
+		a.Memset(p.dOut, 0, fillByte, n),
 		a.Copy(p.dOut, p.shift, p.dIn, 0, n-p.shift),
 		a.Copy(tmp, 0, p.dOut, 0, n),
-		a.Memset(tmp, n-tailLen, tailLen, tailByte),
+		a.Memset(tmp, n-tailLen, tailByte, tailLen),
 		a.DownloadHost(p.out, 0, tmp, 0, n),
 		free(),
 	)

@@ -451,7 +451,7 @@ var ttOps = []ttOp{
 		},
 		func(c *cell) {}),
 	dataOp("memset",
-		func(c *cell) error { return c.a.Memset(c.pre, 10, 100, 0x7F) },
+		func(c *cell) error { return c.a.Memset(c.pre, 10, 0x7F, 100) },
 		func(c *cell) {
 			want := pattern(ttSize, ttSeed)
 			fill(want[10:110], 0x7F)

@@ -90,7 +90,7 @@ func (s *suite) watchdog(t *testing.T) {
 		// a capture nobody will end.
 		_, err = e.a.Alloc(100)
 		require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
-		require.ErrorIs(t, e.a.Memset(b, 0, 10, 1), alloc.ErrCaptureTimeout)
+		require.ErrorIs(t, e.a.Memset(b, 0, 1, 10), alloc.ErrCaptureTimeout)
 		require.ErrorIs(t, e.a.Synchronize(), alloc.ErrCaptureTimeout)
 		require.ErrorIs(t, e.a.UploadHost(b, 0, h, 0, 10), alloc.ErrCaptureTimeout)
 		_, err = e.a.CaptureStatus()
@@ -230,7 +230,7 @@ func (s *suite) watchdog(t *testing.T) {
 			})
 			eventually(t, "the sibling may synchronize again", func() bool { return b.Synchronize() == nil })
 			assert.Equal(t, base, usageOf(e.a), "the abandoned capture leaked")
-			g, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, func() error { return e.a.Memset(pre, 0, 1000, 1) })
+			g, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, func() error { return e.a.Memset(pre, 0, 1, 1000) })
 			require.NoError(t, err, "capturing again after recovery")
 			require.NoError(t, g.Close())
 			require.NoError(t, e.a.Free(pre))

@@ -25,7 +25,7 @@ func (s *suite) withCapture(t *testing.T) {
 					st, err := e.a.CaptureStatus()
 					assert.NoError(t, err)
 					assert.Equal(t, alloc.StateActive.String(), st.String())
-					return e.a.Memset(b, 0, 4096, 9)
+					return e.a.Memset(b, 0, 9, 4096)
 				})
 				require.NoError(t, err)
 				require.NotNil(t, g)
@@ -126,7 +126,7 @@ func (s *suite) withCapture(t *testing.T) {
 			if _, err = e.a.Alloc(1000); err != nil {
 				return err
 			}
-			return e.a.Memset(last, 0, 65536, 7)
+			return e.a.Memset(last, 0, 7, 65536)
 		})
 		require.NoError(t, err)
 		for range 50 {
@@ -161,7 +161,7 @@ func (s *suite) withCapture(t *testing.T) {
 		go func() {
 			var err error
 			if x, err = e.a.Alloc(4096); err == nil {
-				err = e.a.Memset(b, 0, 4096, 9)
+				err = e.a.Memset(b, 0, 9, 4096)
 			}
 			done <- err
 		}()

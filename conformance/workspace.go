@@ -30,7 +30,7 @@ func (s *suite) workspace(t *testing.T) {
 						w, err := e.a.Workspace(n, int64(1000*(i+1)))
 						errs = append(errs, err)
 						if err == nil {
-							errs = append(errs, e.a.Memset(w, 0, w.Size(), byte(i)))
+							errs = append(errs, e.a.Memset(w, 0, byte(i), w.Size()))
 						}
 					}
 					return errors.Join(errs...)

@@ -125,7 +125,7 @@ var probeOps = []probeOp{
 		if err := e.a.Copy(e.dst, 0, e.src, 0, probeN); err != nil {
 			return err
 		}
-		if err := e.a.Memset(e.dst, 0, probeN/2, 0x5a); err != nil {
+		if err := e.a.Memset(e.dst, 0, 0x5a, probeN/2); err != nil {
 			return err
 		}
 		return e.a.DownloadHost(e.out, 0, e.dst, 0, probeN)
