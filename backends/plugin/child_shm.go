@@ -151,4 +151,3 @@ func (t *childRegions) span(id uint64, off, n int64) ([]byte, error) {
 	}
 	return r.buf[off : off+n : off+n], nil
 }
-
