@@ -18,13 +18,7 @@ type watchdog struct {
 	abort func(cause error)
 }
 
-// call runs f under the deadline. f must do its own locking, so that locks it
-// holds are released by whoever finishes it, even after an expiry.
-func (w *watchdog) call(op string, f func() error) error {
-	return w.callUndo(op, func() (func(), error) { return nil, f() })
-}
-
-// callUndo is call for an f that acquires something: if the caller was
+// callUndo runs f under the deadline; f acquires something: if the caller was
 // already given ErrCaptureTimeout when f succeeds, nobody will ever own the
 // result, so undo releases it.
 func (w *watchdog) callUndo(op string, f func() (undo func(), err error)) error {
