@@ -51,8 +51,8 @@
 //
 // driver.go is the whole contract a backend implements: the [Driver]
 // methods, the sentinel each failure must wrap, and the optional interfaces
-// ([Aborter], [UsageReporter], [DirectSpanner], [IPCMemory],
-// [GraphMemTrimmer], [PoolTrimmer]). A backend proves itself with the
+// ([HostFuncLauncher], [Aborter], [UsageReporter], [DirectSpanner],
+// [IPCMemory], [GraphMemTrimmer], [PoolTrimmer]). A backend proves itself with the
 // conformance suite (package conformance: conformance.Run with a
 // conformance.Factory); package alloc/alloctest has a Spy driver for
 // engines' own tests.

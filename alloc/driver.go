@@ -180,6 +180,19 @@ type Driver interface {
 // the plugin host and the conformance suite look for them with a type
 // assertion, and work (with less) without them.
 
+// HostFuncLauncher is implemented by drivers that can put a host function
+// on a stream (cudaLaunchHostFunc, hipLaunchHostFunc): fn runs once the
+// work queued before it is done, and work queued after it waits for it; on
+// a capturing stream it becomes a host node that runs at every replay. It
+// is how engines put their own host-side work, and the cpu backend its
+// collectives, in stream order. fn must not call the driver (CUDA forbids
+// it in host functions). A non-nil error from fn fails the stream like a
+// failed kernel: the next synchronize reports it. A plugin driver cannot
+// ship a Go function to its backend process and does not implement it.
+type HostFuncLauncher interface {
+	LaunchHostFunc(s Stream, fn func() error) error
+}
+
 // GraphMemTrimmer is implemented by drivers whose graphs cache device
 // memory outside the pool (CUDA keeps memory that graph allocations
 // released for later graphs, beyond the pool's release threshold, until

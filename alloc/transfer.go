@@ -1,6 +1,8 @@
 package alloc
 
 import (
+	"errors"
+	"fmt"
 	"sync/atomic"
 )
 
@@ -124,4 +126,26 @@ func (a *Allocator) Query() (bool, error) {
 		return false, err
 	}
 	return done.Load(), nil
+}
+
+// LaunchHostFunc puts fn on the stream, stream-ordered: it runs once the
+// work queued before it is done, and later work waits for it. Captured, it
+// is a host node that runs at every replay (so it must read its inputs at
+// run time, never capture values). An error from fn fails the stream: the
+// next Synchronize reports it. fn must not call the allocator or driver.
+// A driver that cannot launch host functions (a plugin) fails with an
+// error wrapping errors.ErrUnsupported.
+func (a *Allocator) LaunchHostFunc(fn func() error) error {
+	l, ok := a.drv.(HostFuncLauncher)
+	return a.enqueue("LaunchHostFunc", -1, Buffer{}, Buffer{}, func() error {
+		switch {
+		case fn == nil:
+			return wrapf(ErrInvalidValue, "nil function")
+		case !ok:
+			return fmt.Errorf("%w: backend %s cannot launch host functions", errors.ErrUnsupported, a.backend)
+		}
+		return nil
+	}, func() error {
+		return l.LaunchHostFunc(a.stream, fn)
+	})
 }

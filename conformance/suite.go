@@ -45,6 +45,7 @@ func Run(t *testing.T, open Factory) {
 	t.Run("Workspace", s.workspace)
 	t.Run("Watchdog", s.watchdog)
 	t.Run("Concurrency", s.concurrency)
+	t.Run("HostFunc", s.hostFunc)
 	t.Run("BadInput", s.badInput)
 	t.Run("Close", s.close)
 	t.Run("Leaks", s.leaks)

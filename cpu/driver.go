@@ -93,9 +93,10 @@ type Driver struct {
 }
 
 var (
-	_ alloc.Driver        = (*Driver)(nil)
-	_ alloc.UsageReporter = (*Driver)(nil)
-	_ alloc.DirectSpanner = (*Driver)(nil)
+	_ alloc.Driver           = (*Driver)(nil)
+	_ alloc.UsageReporter    = (*Driver)(nil)
+	_ alloc.DirectSpanner    = (*Driver)(nil)
+	_ alloc.HostFuncLauncher = (*Driver)(nil)
 )
 
 // New creates an emulated device.

@@ -47,6 +47,7 @@ const (
 	MethodGraphLaunch
 	MethodGraphExecDestroy
 	MethodGraphDestroy
+	MethodLaunchHostFunc // alloc.HostFuncLauncher, forwarded when the inner driver has it
 	numMethods
 )
 
@@ -56,7 +57,7 @@ var methodNames = [numMethods]string{
 	"MallocAsync", "FreeAsync", "HostAlloc", "HostFree", "CopyHtoDAsync",
 	"CopyDtoHAsync", "CopyDtoDAsync", "MemsetAsync", "CopyHtoD", "CopyDtoH",
 	"BeginCapture", "EndCapture", "GraphInstantiate", "GraphLaunch",
-	"GraphExecDestroy", "GraphDestroy",
+	"GraphExecDestroy", "GraphDestroy", "LaunchHostFunc",
 }
 
 func (m Method) String() string {
@@ -417,4 +418,15 @@ func (s *Spy) GraphExecDestroy(e alloc.GraphExec) error {
 func (s *Spy) GraphDestroy(g alloc.GraphHandle) error {
 	s.enter(MethodGraphDestroy)
 	return s.inner.GraphDestroy(g)
+}
+
+// LaunchHostFunc forwards to the inner driver's alloc.HostFuncLauncher, or
+// fails with an error wrapping errors.ErrUnsupported when it has none.
+func (s *Spy) LaunchHostFunc(st alloc.Stream, fn func() error) error {
+	s.enter(MethodLaunchHostFunc)
+	l, ok := s.inner.(alloc.HostFuncLauncher)
+	if !ok {
+		return fmt.Errorf("%w: %s cannot launch host functions", errors.ErrUnsupported, s.inner.Name())
+	}
+	return s.after(MethodLaunchHostFunc, st, l.LaunchHostFunc(st, fn))
 }

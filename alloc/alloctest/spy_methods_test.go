@@ -8,14 +8,16 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 )
 
-// The Spy's method enum is the alloc.Driver interface, one constant per
-// method in the same order: a Driver method added without its constant (or
-// the reverse) fails here, not as a silently uncounted call.
+// The Spy's method enum is the alloc.Driver interface and the optional
+// ones it forwards, one constant per method: a Driver method added without
+// its constant (or the reverse) fails here, not as a silently uncounted
+// call.
 func TestMethodsAreTheDriverInterface(t *testing.T) {
 	var want []string
-	it := reflect.TypeFor[alloc.Driver]()
-	for i := range it.NumMethod() {
-		want = append(want, it.Method(i).Name)
+	for _, it := range []reflect.Type{reflect.TypeFor[alloc.Driver](), reflect.TypeFor[alloc.HostFuncLauncher]()} {
+		for i := range it.NumMethod() {
+			want = append(want, it.Method(i).Name)
+		}
 	}
 	var got []string
 	for m := range numMethods {
