@@ -1,0 +1,186 @@
+package symheap
+
+import (
+	"fmt"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// DType is the element type of a reduction.
+type DType int
+
+const (
+	Float32 DType = iota
+	Int32
+)
+
+func (d DType) String() string {
+	switch d {
+	case Float32:
+		return "float32"
+	case Int32:
+		return "int32"
+	}
+	return fmt.Sprintf("DType(%d)", int(d))
+}
+
+// Every collective checks its operands on the host when it is launched (a
+// bad one is an error then, and nothing is queued), then puts one host
+// function on the rank's stream. The function reads epochs and data at run
+// time, so a captured collective is correct at every replay. Errors of the
+// run itself (ErrCollectiveTimeout, ErrAllocMismatch) fail the stream: the
+// rank's next Synchronize reports them.
+
+// Barrier waits, in stream order, until every rank reached it.
+func (h *Heap) Barrier() error {
+	return h.launch("Barrier", func(hash uint32) error { return h.barrier(hash) })
+}
+
+// AllReduce replaces t on every rank with the element-wise sum of t over
+// all ranks.
+func (h *Heap) AllReduce(t Tensor, dt DType) error {
+	if err := h.checkElems(t, dt); err != nil {
+		return err
+	}
+	scratch := make([]byte, t.Len) // this collective's own: replays reuse it
+	return h.launch("AllReduce", func(hash uint32) error {
+		if err := h.barrier(hash); err != nil { // every input written
+			return err
+		}
+		copy(scratch, h.peer(0, t))
+		for p := 1; p < h.Ranks(); p++ {
+			add(dt, scratch, h.peer(p, t))
+		}
+		if err := h.barrier(hash); err != nil { // every peer done reading
+			return err
+		}
+		copy(h.Bytes(t), scratch)
+		return nil
+	})
+}
+
+// AllGather writes rank p's in at out's p-th chunk, on every rank:
+// out.Len must be Ranks()*in.Len.
+func (h *Heap) AllGather(in, out Tensor) error {
+	if err := h.checkChunks(out, in); err != nil {
+		return err
+	}
+	return h.launch("AllGather", func(hash uint32) error {
+		if err := h.barrier(hash); err != nil {
+			return err
+		}
+		dst := h.Bytes(out)
+		for p := range h.Ranks() {
+			copy(dst[int64(p)*in.Len:], h.peer(p, in))
+		}
+		return h.barrier(hash) // no rank rewrites in while a peer reads it
+	})
+}
+
+// ReduceScatter writes into out, on rank r, the sum over ranks of their
+// in's r-th chunk: in.Len must be Ranks()*out.Len.
+func (h *Heap) ReduceScatter(in, out Tensor, dt DType) error {
+	if err := h.checkChunks(in, out); err != nil {
+		return err
+	}
+	if err := h.checkElems(out, dt); err != nil {
+		return err
+	}
+	return h.launch("ReduceScatter", func(hash uint32) error {
+		if err := h.barrier(hash); err != nil {
+			return err
+		}
+		chunk := Tensor{Off: in.Off + int64(h.rank)*out.Len, Len: out.Len}
+		dst := h.Bytes(out)
+		copy(dst, h.peer(0, chunk))
+		for p := 1; p < h.Ranks(); p++ {
+			add(dt, dst, h.peer(p, chunk))
+		}
+		return h.barrier(hash)
+	})
+}
+
+// AllToAll writes into out's p-th chunk, on rank r, rank p's in's r-th
+// chunk: in.Len and out.Len must be equal and divisible by Ranks().
+func (h *Heap) AllToAll(in, out Tensor) error {
+	if in.Len != out.Len || in.Len%int64(h.Ranks()) != 0 {
+		return fmt.Errorf("%w: symheap: all-to-all of %d B into %d B over %d ranks", alloc.ErrInvalidSize, in.Len, out.Len, h.Ranks())
+	}
+	if err := h.disjoint(in, out); err != nil {
+		return err
+	}
+	n := in.Len / int64(h.Ranks())
+	return h.launch("AllToAll", func(hash uint32) error {
+		if err := h.barrier(hash); err != nil {
+			return err
+		}
+		dst := h.Bytes(out)
+		for p := range h.Ranks() {
+			copy(dst[int64(p)*n:], h.peer(p, Tensor{Off: in.Off + int64(h.rank)*n, Len: n}))
+		}
+		return h.barrier(hash)
+	})
+}
+
+// launch puts fn on the rank's stream with the allocation hash as of now.
+func (h *Heap) launch(op string, fn func(hash uint32) error) error {
+	h.mu.Lock()
+	hash := h.hash
+	h.mu.Unlock()
+	if err := h.a.LaunchHostFunc(func() error { return fn(hash) }); err != nil {
+		return fmt.Errorf("symheap: %s: %w", op, err)
+	}
+	return nil
+}
+
+func (h *Heap) checkElems(t Tensor, dt DType) error {
+	if err := h.check(t); err != nil {
+		return err
+	}
+	if dt != Float32 && dt != Int32 {
+		return fmt.Errorf("%w: symheap: element type %v", alloc.ErrInvalidValue, dt)
+	}
+	if t.Len%4 != 0 {
+		return fmt.Errorf("%w: symheap: %d B is not a whole number of %v", alloc.ErrInvalidSize, t.Len, dt)
+	}
+	return nil
+}
+
+// checkChunks checks that whole holds Ranks() chunks of part's size, and
+// that both are in the heap and do not overlap.
+func (h *Heap) checkChunks(whole, part Tensor) error {
+	if whole.Len != int64(h.Ranks())*part.Len {
+		return fmt.Errorf("%w: symheap: %d B is not %d chunks of %d B", alloc.ErrInvalidSize, whole.Len, h.Ranks(), part.Len)
+	}
+	return h.disjoint(whole, part)
+}
+
+func (h *Heap) disjoint(a, b Tensor) error {
+	if err := h.check(a); err != nil {
+		return err
+	}
+	if err := h.check(b); err != nil {
+		return err
+	}
+	if a.Off < b.Off+b.Len && b.Off < a.Off+a.Len {
+		return fmt.Errorf("%w: symheap: tensors [%d, +%d) and [%d, +%d) overlap", alloc.ErrInvalidValue, a.Off, a.Len, b.Off, b.Len)
+	}
+	return nil
+}
+
+// add adds src into dst element-wise.
+func add(dt DType, dst, src []byte) {
+	switch dt {
+	case Float32:
+		addElems(asElems[float32](dst), asElems[float32](src))
+	case Int32:
+		addElems(asElems[int32](dst), asElems[int32](src))
+	}
+}
+
+func addElems[T float32 | int32](dst, src []T) {
+	src = src[:len(dst)]
+	for i := range dst {
+		dst[i] += src[i]
+	}
+}
