@@ -2,9 +2,6 @@ package symheap_test
 
 import (
 	"errors"
-	"fmt"
-	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,324 +12,6 @@ import (
 	"github.com/capalloc/capalloc/cpu"
 	"github.com/capalloc/capalloc/symheap"
 )
-
-// world is n ranks as goroutines, each on its own cpu device (driver) and
-// allocator, sharing one group.
-type world struct {
-	g     *symheap.Group
-	heaps []*symheap.Heap
-}
-
-func newWorld(t *testing.T, n int, size int64, opts symheap.Options) *world {
-	t.Helper()
-	g, err := symheap.NewGroup(n, size)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, g.Close()) })
-	w := &world{g: g}
-	for r := range n {
-		d, err := cpu.New(cpu.Options{MemoryLimit: 1 << 30})
-		require.NoError(t, err)
-		a, err := alloc.New(d, alloc.Options{})
-		require.NoError(t, err)
-		h, err := g.Open(r, a, opts)
-		require.NoError(t, err)
-		t.Cleanup(func() {
-			require.NoError(t, h.Close())
-			require.NoError(t, a.Close())
-			require.NoError(t, d.Close())
-		})
-		w.heaps = append(w.heaps, h)
-	}
-	return w
-}
-
-// each runs fn for every rank, each in its own goroutine, and returns the
-// ranks' errors.
-func (w *world) each(fn func(r int, h *symheap.Heap) error) []error {
-	errs := make([]error, len(w.heaps))
-	var wg sync.WaitGroup
-	for r, h := range w.heaps {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = fn(r, h)
-		}()
-	}
-	wg.Wait()
-	return errs
-}
-
-func (w *world) must(t *testing.T, fn func(r int, h *symheap.Heap) error) {
-	t.Helper()
-	for r, err := range w.each(fn) {
-		require.NoError(t, err, "rank %d", r)
-	}
-}
-
-// alloc makes the same allocation on every rank (as ranks must).
-func (w *world) alloc(t *testing.T, n int64) symheap.Tensor {
-	t.Helper()
-	var ts []symheap.Tensor
-	for _, h := range w.heaps {
-		x, err := h.Alloc(n)
-		require.NoError(t, err)
-		ts = append(ts, x)
-	}
-	for _, x := range ts {
-		require.Equal(t, ts[0], x, "the same sequence gives the same offsets on every rank")
-	}
-	return ts[0]
-}
-
-// collective is one collective with the host-side reference it must match.
-type collective struct {
-	name string
-	// setup allocates its tensors; launch enqueues it on a rank; fill writes
-	// rank r's inputs for round k; check compares rank r's output with the
-	// reference for round k.
-	setup  func(t *testing.T, w *world)
-	launch func(h *symheap.Heap) error
-	fill   func(h *symheap.Heap, r, k int)
-	check  func(t *testing.T, h *symheap.Heap, r, k int)
-	poison func(h *symheap.Heap) // overwrites the inputs after the collective
-}
-
-const elems = 1000 // per chunk
-
-func val(r, k, i int) int32 { return int32(1000*r + 7*k + i%97) }
-
-func collectives(n int) []*collective {
-	var in, out symheap.Tensor
-	chunk := int64(elems * 4)
-	ints := func(h *symheap.Heap, x symheap.Tensor) []int32 { return h.Int32s(x) }
-	return []*collective{
-		{
-			name:   "all_reduce",
-			setup:  func(t *testing.T, w *world) { in = w.alloc(t, chunk) },
-			launch: func(h *symheap.Heap) error { return h.AllReduce(in, symheap.Int32) },
-			fill: func(h *symheap.Heap, r, k int) {
-				for i, x := range ints(h, in) {
-					_ = x
-					ints(h, in)[i] = val(r, k, i)
-				}
-			},
-			check: func(t *testing.T, h *symheap.Heap, r, k int) {
-				got := ints(h, in)
-				for i := range got {
-					var want int32
-					for p := range n {
-						want += val(p, k, i)
-					}
-					if got[i] != want {
-						t.Fatalf("rank %d round %d: element %d is %d, want %d", r, k, i, got[i], want)
-					}
-				}
-			},
-		},
-		{
-			name:   "all_gather",
-			setup:  func(t *testing.T, w *world) { in, out = w.alloc(t, chunk), w.alloc(t, int64(n)*chunk) },
-			launch: func(h *symheap.Heap) error { return h.AllGather(in, out) },
-			fill: func(h *symheap.Heap, r, k int) {
-				for i := range ints(h, in) {
-					ints(h, in)[i] = val(r, k, i)
-				}
-			},
-			check: func(t *testing.T, h *symheap.Heap, r, k int) {
-				got := ints(h, out)
-				for p := range n {
-					for i := range elems {
-						if g, want := got[p*elems+i], val(p, k, i); g != want {
-							t.Fatalf("rank %d round %d: chunk %d element %d is %d, want %d", r, k, p, i, g, want)
-						}
-					}
-				}
-			},
-			poison: func(h *symheap.Heap) { clear(h.Bytes(in)) },
-		},
-		{
-			name:   "reduce_scatter",
-			setup:  func(t *testing.T, w *world) { in, out = w.alloc(t, int64(n)*chunk), w.alloc(t, chunk) },
-			launch: func(h *symheap.Heap) error { return h.ReduceScatter(in, out, symheap.Int32) },
-			fill: func(h *symheap.Heap, r, k int) {
-				for i := range ints(h, in) {
-					ints(h, in)[i] = val(r, k, i)
-				}
-			},
-			check: func(t *testing.T, h *symheap.Heap, r, k int) {
-				got := ints(h, out)
-				for i := range elems {
-					var want int32
-					for p := range n {
-						want += val(p, k, r*elems+i)
-					}
-					if got[i] != want {
-						t.Fatalf("rank %d round %d: element %d is %d, want %d", r, k, i, got[i], want)
-					}
-				}
-			},
-			poison: func(h *symheap.Heap) { clear(h.Bytes(in)) },
-		},
-		{
-			name:   "all_to_all",
-			setup:  func(t *testing.T, w *world) { in, out = w.alloc(t, int64(n)*chunk), w.alloc(t, int64(n)*chunk) },
-			launch: func(h *symheap.Heap) error { return h.AllToAll(in, out) },
-			fill: func(h *symheap.Heap, r, k int) {
-				for i := range ints(h, in) {
-					ints(h, in)[i] = val(r, k, i)
-				}
-			},
-			check: func(t *testing.T, h *symheap.Heap, r, k int) {
-				got := ints(h, out)
-				for p := range n {
-					for i := range elems {
-						if g, want := got[p*elems+i], val(p, k, r*elems+i); g != want {
-							t.Fatalf("rank %d round %d: chunk %d element %d is %d, want %d", r, k, p, i, g, want)
-						}
-					}
-				}
-			},
-			poison: func(h *symheap.Heap) { clear(h.Bytes(in)) },
-		},
-	}
-}
-
-// Every collective, eagerly and captured: the captured graph replays K
-// times with fresh per-rank inputs and matches the reference each time;
-// inputs poisoned right after a collective do not change its output.
-func TestCollectivesEagerAndCaptured(t *testing.T) {
-	const n, replays = 4, 5
-	for _, c := range collectives(n) {
-		t.Run(c.name, func(t *testing.T) {
-			w := newWorld(t, n, 1<<20, symheap.Options{Timeout: 10 * time.Second, CheckAllocs: true})
-			c.setup(t, w)
-			// Eager.
-			w.must(t, func(r int, h *symheap.Heap) error {
-				c.fill(h, r, 0)
-				if err := c.launch(h); err != nil {
-					return err
-				}
-				return h.Allocator().Synchronize()
-			})
-			for r, h := range w.heaps {
-				c.check(t, h, r, 0)
-			}
-			// Captured once per rank, replayed with fresh data.
-			graphs := make([]*alloc.Graph, n)
-			w.must(t, func(r int, h *symheap.Heap) error {
-				g, err := h.Allocator().WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, func() error { return c.launch(h) })
-				graphs[r] = g
-				return err
-			})
-			for k := 1; k <= replays; k++ {
-				w.must(t, func(r int, h *symheap.Heap) error {
-					c.fill(h, r, k)
-					if err := graphs[r].Launch(); err != nil {
-						return err
-					}
-					return h.Allocator().Synchronize()
-				})
-				for r, h := range w.heaps {
-					if c.poison != nil {
-						c.poison(h)
-					}
-					c.check(t, h, r, k)
-				}
-			}
-			for _, g := range graphs {
-				require.NoError(t, g.Close())
-			}
-		})
-	}
-}
-
-func TestFloat32AllReduce(t *testing.T) {
-	const n = 3
-	w := newWorld(t, n, 1<<20, symheap.Options{})
-	x := w.alloc(t, 4*4096)
-	rng := rand.New(rand.NewPCG(1, 2))
-	inputs := make([][]float32, n)
-	for r, h := range w.heaps {
-		for i := range h.Float32s(x) {
-			h.Float32s(x)[i] = float32(rng.IntN(1000)) / 4 // exact in float32 sums
-		}
-		inputs[r] = append([]float32(nil), h.Float32s(x)...)
-	}
-	w.must(t, func(r int, h *symheap.Heap) error {
-		if err := h.AllReduce(x, symheap.Float32); err != nil {
-			return err
-		}
-		return h.Allocator().Synchronize()
-	})
-	for _, h := range w.heaps {
-		for i, got := range h.Float32s(x) {
-			var want float32
-			for p := range n {
-				want += inputs[p][i]
-			}
-			require.Equal(t, want, got, "element %d", i)
-		}
-	}
-}
-
-// Peers map each heap at their own addresses: offsets, not pointers, name
-// the same bytes.
-func TestPeersMapHeapsAtDifferentAddresses(t *testing.T) {
-	w := newWorld(t, 2, 1<<16, symheap.Options{})
-	x := w.alloc(t, 64)
-	b0, b1 := w.heaps[0].Bytes(x), w.heaps[1].Bytes(x)
-	require.NotEqual(t, fmt.Sprintf("%p", &b0[0]), fmt.Sprintf("%p", &b1[0]))
-}
-
-// A rank that replays fewer times than its peer makes the peer fail with
-// ErrCollectiveTimeout, at the timeout, reported by its Synchronize.
-func TestSkewedReplaysTimeOut(t *testing.T) {
-	const timeout = 200 * time.Millisecond
-	w := newWorld(t, 2, 1<<16, symheap.Options{Timeout: timeout})
-	graphs := make([]*alloc.Graph, 2)
-	w.must(t, func(r int, h *symheap.Heap) error {
-		g, err := h.Allocator().WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, h.Barrier)
-		graphs[r] = g
-		return err
-	})
-	replays := []int{2, 1}
-	start := time.Now()
-	errs := w.each(func(r int, h *symheap.Heap) error {
-		for range replays[r] {
-			if err := graphs[r].Launch(); err != nil {
-				return err
-			}
-			if err := h.Allocator().Synchronize(); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	require.ErrorIs(t, errs[0], symheap.ErrCollectiveTimeout, "the rank that replayed more waits in vain")
-	require.NoError(t, errs[1])
-	require.Less(t, time.Since(start), timeout+2*time.Second, "bounded by the timeout")
-	require.ErrorIs(t, w.heaps[0].Err(), symheap.ErrCollectiveTimeout, "the heap stays broken")
-	for _, g := range graphs {
-		require.NoError(t, g.Close())
-	}
-}
-
-func TestAllocMismatchIsLoud(t *testing.T) {
-	w := newWorld(t, 2, 1<<16, symheap.Options{CheckAllocs: true, Timeout: 5 * time.Second})
-	_, err := w.heaps[0].Alloc(100)
-	require.NoError(t, err)
-	_, err = w.heaps[1].Alloc(200)
-	require.NoError(t, err)
-	errs := w.each(func(r int, h *symheap.Heap) error {
-		if err := h.Barrier(); err != nil {
-			return err
-		}
-		return h.Allocator().Synchronize()
-	})
-	for r, err := range errs {
-		require.ErrorIs(t, err, symheap.ErrAllocMismatch, "rank %d", r)
-	}
-}
 
 // Opening a heap during a capture is refused before any driver call;
 // allocating in a capture is arithmetic: no driver call either.
@@ -380,10 +59,22 @@ func TestCaptureRules(t *testing.T) {
 }
 
 func TestBadOperandsAreTypedAndQueueNothing(t *testing.T) {
-	w := newWorld(t, 2, 1<<16, symheap.Options{})
-	h := w.heaps[0]
-	x := w.alloc(t, 1024)
-	y := w.alloc(t, 1024)
+	g, err := symheap.NewGroup(2, 1<<16) // rank 1 never opens: nothing may wait for it
+	require.NoError(t, err)
+	defer g.Close()
+	d, err := cpu.New(cpu.Options{})
+	require.NoError(t, err)
+	defer d.Close()
+	a, err := alloc.New(d, alloc.Options{})
+	require.NoError(t, err)
+	defer a.Close()
+	h, err := g.Open(0, a, symheap.Options{Timeout: time.Second})
+	require.NoError(t, err)
+	defer h.Close()
+	x, err := h.Alloc(1024)
+	require.NoError(t, err)
+	y, err := h.Alloc(1024)
+	require.NoError(t, err)
 	for _, c := range []struct {
 		err  error
 		call func() error
@@ -397,7 +88,7 @@ func TestBadOperandsAreTypedAndQueueNothing(t *testing.T) {
 	} {
 		require.ErrorIs(t, c.call(), c.err)
 	}
-	_, err := h.Alloc(1 << 20)
+	_, err = h.Alloc(1 << 20)
 	require.ErrorIs(t, err, symheap.ErrHeapFull)
 	_, err = h.Alloc(0)
 	require.ErrorIs(t, err, alloc.ErrInvalidSize)
