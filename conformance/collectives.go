@@ -52,8 +52,7 @@ func (s *suite) newWorld(t *testing.T, n int, size int64, opts symheap.Options) 
 		h, err := g.Open(r, a, opts)
 		if errors.Is(err, errors.ErrUnsupported) {
 			_, launches := d.(alloc.HostFuncLauncher)
-			_, hostBytes := d.(alloc.DirectSpanner)
-			require.False(t, launches && hostBytes, "a backend that can run collectives refused them: %v", err)
+			require.False(t, launches && a.Info().UnifiedMemory, "a backend that can run collectives refused them: %v", err)
 			t.Logf("refused, as it must be on this backend: %v", err)
 			return nil, false
 		}

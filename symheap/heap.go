@@ -52,8 +52,9 @@ type Heap struct {
 
 // Open maps every rank's heap for rank, whose collectives will run on a's
 // stream. a's driver must launch host functions (alloc.HostFuncLauncher)
-// and its device memory must be host memory (alloc.DirectSpanner: cpu);
-// otherwise the error wraps errors.ErrUnsupported.
+// and share memory with the host (DeviceInfo.UnifiedMemory: cpu; GB10's
+// GPU reaches host memory too); otherwise the error wraps
+// errors.ErrUnsupported.
 // Opening during a capture on a is refused with alloc.ErrCaptureIllegalOp
 // before any driver call: the peer table is built once, here, never in a
 // graph.
@@ -68,9 +69,7 @@ func (g *Group) Open(rank int, a *alloc.Allocator, opts Options) (*Heap, error) 
 	if st != alloc.StateNone {
 		return nil, fmt.Errorf("%w: symheap: opening a heap during a capture (state %s): open it before capturing", alloc.ErrCaptureIllegalOp, st)
 	}
-	_, launches := a.Driver().(alloc.HostFuncLauncher)
-	_, hostBytes := a.Driver().(alloc.DirectSpanner) // device memory is host memory
-	if !launches || !hostBytes {
+	if _, ok := a.Driver().(alloc.HostFuncLauncher); !ok || !a.Info().UnifiedMemory {
 		return nil, fmt.Errorf("%w: symheap: backend %s (collectives need host functions and host-addressable device memory: cpu)", errors.ErrUnsupported, a.Driver().Name())
 	}
 	if opts.Timeout == 0 {
