@@ -185,7 +185,7 @@ func Ops() []string {
 // give for op in mode.
 func Expected(op string, mode alloc.CaptureMode) Verdict {
 	switch op {
-	case "upload_pageable", "synchronize", "alloc_external_capture":
+	case "upload_pageable", "synchronize", "alloc_external_capture", "naive_heap":
 		return NotCapturable
 	case "alloc": // cudaMalloc is legal only in a relaxed-mode capture
 		if mode == alloc.Relaxed {
@@ -198,7 +198,9 @@ func Expected(op string, mode alloc.CaptureMode) Verdict {
 
 // Run runs every row on drv in mode: each on a fresh allocator, each
 // CAPTURABLE verdict proven by replays launches with fresh inputs compared
-// with eager runs. It fails only if the probe cannot set up at all.
+// with eager runs, then the collective rows (CollectiveOps) where the
+// backend runs collectives. It fails only if the probe cannot set up at
+// all.
 func Run(drv alloc.Driver, mode alloc.CaptureMode, replays int) ([]Result, error) {
 	if replays < 1 {
 		replays = 1
@@ -216,7 +218,8 @@ func Run(drv alloc.Driver, mode alloc.CaptureMode, replays int) ([]Result, error
 		}
 		out = append(out, r)
 	}
-	return out, nil
+	coll, err := runCollectives(drv, mode, replays)
+	return append(out, coll...), err
 }
 
 // probeOne returns an empty verdict only when the row could not be set up.

@@ -69,7 +69,7 @@ func (g *Group) Open(rank int, a *alloc.Allocator, opts Options) (*Heap, error) 
 	if st != alloc.StateNone {
 		return nil, fmt.Errorf("%w: symheap: opening a heap during a capture (state %s): open it before capturing", alloc.ErrCaptureIllegalOp, st)
 	}
-	if _, ok := a.Driver().(alloc.HostFuncLauncher); !ok || !a.Info().UnifiedMemory {
+	if !Runs(a.Driver()) {
 		return nil, fmt.Errorf("%w: symheap: backend %s (collectives need host functions and host-addressable device memory: cpu)", errors.ErrUnsupported, a.Driver().Name())
 	}
 	if opts.Timeout == 0 {
@@ -90,6 +90,13 @@ func (g *Group) Open(rank int, a *alloc.Allocator, opts Options) (*Heap, error) 
 		return nil, err
 	}
 	return h, nil
+}
+
+// Runs reports whether collectives run on d: it launches host functions
+// and shares memory with the host.
+func Runs(d alloc.Driver) bool {
+	_, ok := d.(alloc.HostFuncLauncher)
+	return ok && d.Info().UnifiedMemory
 }
 
 // Close unmaps the peers' heaps. Graphs that run this heap's collectives

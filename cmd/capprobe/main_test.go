@@ -23,7 +23,7 @@ func TestJSONEveryModeMatchesCUDARules(t *testing.T) {
 	require.Equal(t, 0, code, errb.String())
 	var rows []map[string]any
 	require.NoError(t, json.Unmarshal(out.Bytes(), &rows))
-	require.Len(t, rows, 3*len(probe.Ops()))
+	require.Len(t, rows, 3*(len(probe.Ops())+len(probe.CollectiveOps())), "cpu runs the collective rows too")
 	for _, r := range rows {
 		for _, k := range []string{"op", "verdict", "error", "mode", "expected"} {
 			require.Contains(t, r, k)
@@ -38,7 +38,7 @@ func TestJSONEveryModeMatchesCUDARules(t *testing.T) {
 func TestTableHasOneRowPerOperation(t *testing.T) {
 	var out, errb bytes.Buffer
 	require.Equal(t, 0, run([]string{"-replays=2"}, &out, &errb), errb.String())
-	for _, op := range probe.Ops() {
+	for _, op := range append(probe.Ops(), probe.CollectiveOps()...) {
 		require.Contains(t, out.String(), op)
 	}
 	require.Contains(t, out.String(), "pageable", "upload_pageable's reason names the cause")
@@ -74,7 +74,7 @@ func TestProbeOutOfProcessMatchesCUDARules(t *testing.T) {
 	require.Equal(t, 0, code, errb.String())
 	var rows []map[string]any
 	require.NoError(t, json.Unmarshal(out.Bytes(), &rows))
-	require.Len(t, rows, 3*len(probe.Ops()))
+	require.Len(t, rows, 3*len(probe.Ops()), "no collective rows: a plugin cannot run host functions")
 	for _, r := range rows {
 		require.Equal(t, r["expected"], r["verdict"], "%v", r)
 	}
