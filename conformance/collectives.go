@@ -101,113 +101,107 @@ func (w *world) alloc(t *testing.T, n int64) symheap.Tensor {
 	return ts[0]
 }
 
-// collective is one collective with the host-side reference it must match.
+// collective is one collective with the host-side reference it must match,
+// usable by goroutine ranks (one process holds every heap) and process
+// ranks (one heap each).
 type collective struct {
 	name string
-	// setup allocates its tensors; launch enqueues it on a rank; fill writes
-	// rank r's inputs for round k; check compares rank r's output with the
-	// reference for round k.
-	setup  func(t *testing.T, w *world)
+	// setup allocates its tensors with alloc (the same on every rank);
+	// launch enqueues it on a rank; fill writes rank r's inputs for round
+	// k; verify compares rank r's output with the reference for round k;
+	// poison overwrites the inputs after the collective.
+	setup  func(alloc func(n int64) (symheap.Tensor, error)) error
 	launch func(h *symheap.Heap) error
 	fill   func(h *symheap.Heap, r, k int)
-	check  func(t *testing.T, h *symheap.Heap, r, k int)
-	poison func(h *symheap.Heap) // overwrites the inputs after the collective
+	verify func(h *symheap.Heap, r, k int) error
+	poison func(h *symheap.Heap)
 }
 
 const elems = 1000 // per chunk
 
 func val(r, k, i int) int32 { return int32(1000*r + 7*k + i%97) }
 
+// setupWorld allocates the collective's tensors on every rank.
+func (c *collective) setupWorld(t *testing.T, w *world) {
+	t.Helper()
+	require.NoError(t, c.setup(func(n int64) (symheap.Tensor, error) { return w.alloc(t, n), nil }))
+}
+
+// setupRank allocates the collective's tensors on one rank's heap.
+func (c *collective) setupRank(h *symheap.Heap) error { return c.setup(h.Alloc) }
+
 func collectives(n int) []*collective {
 	var in, out symheap.Tensor
 	chunk := int64(elems * 4)
-	ints := func(h *symheap.Heap, x symheap.Tensor) []int32 { return h.Int32s(x) }
+	fillIn := func(h *symheap.Heap, r, k int) {
+		for i := range h.Int32s(in) {
+			h.Int32s(in)[i] = val(r, k, i)
+		}
+	}
+	// expect checks got[i] == want(i) for every i.
+	expect := func(what string, r, k int, got []int32, want func(i int) int32) error {
+		for i := range got {
+			if w := want(i); got[i] != w {
+				return fmt.Errorf("%s: rank %d round %d: element %d is %d, want %d", what, r, k, i, got[i], w)
+			}
+		}
+		return nil
+	}
+	sum := func(k, i int) (s int32) {
+		for p := range n {
+			s += val(p, k, i)
+		}
+		return s
+	}
+	two := func(a, b int64) func(func(int64) (symheap.Tensor, error)) error {
+		return func(alloc func(int64) (symheap.Tensor, error)) (err error) {
+			if in, err = alloc(a); err != nil {
+				return err
+			}
+			out, err = alloc(b)
+			return err
+		}
+	}
 	return []*collective{
 		{
-			name:   "all_reduce",
-			setup:  func(t *testing.T, w *world) { in = w.alloc(t, chunk) },
-			launch: func(h *symheap.Heap) error { return h.AllReduce(in, symheap.Int32) },
-			fill: func(h *symheap.Heap, r, k int) {
-				for i, x := range ints(h, in) {
-					_ = x
-					ints(h, in)[i] = val(r, k, i)
-				}
+			name: "all_reduce",
+			setup: func(alloc func(int64) (symheap.Tensor, error)) (err error) {
+				in, err = alloc(chunk)
+				return err
 			},
-			check: func(t *testing.T, h *symheap.Heap, r, k int) {
-				got := ints(h, in)
-				for i := range got {
-					var want int32
-					for p := range n {
-						want += val(p, k, i)
-					}
-					if got[i] != want {
-						t.Fatalf("rank %d round %d: element %d is %d, want %d", r, k, i, got[i], want)
-					}
-				}
+			launch: func(h *symheap.Heap) error { return h.AllReduce(in, symheap.Int32) },
+			fill:   fillIn,
+			verify: func(h *symheap.Heap, r, k int) error {
+				return expect("all_reduce", r, k, h.Int32s(in), func(i int) int32 { return sum(k, i) })
 			},
 		},
 		{
 			name:   "all_gather",
-			setup:  func(t *testing.T, w *world) { in, out = w.alloc(t, chunk), w.alloc(t, int64(n)*chunk) },
+			setup:  two(chunk, int64(n)*chunk),
 			launch: func(h *symheap.Heap) error { return h.AllGather(in, out) },
-			fill: func(h *symheap.Heap, r, k int) {
-				for i := range ints(h, in) {
-					ints(h, in)[i] = val(r, k, i)
-				}
-			},
-			check: func(t *testing.T, h *symheap.Heap, r, k int) {
-				got := ints(h, out)
-				for p := range n {
-					for i := range elems {
-						if g, want := got[p*elems+i], val(p, k, i); g != want {
-							t.Fatalf("rank %d round %d: chunk %d element %d is %d, want %d", r, k, p, i, g, want)
-						}
-					}
-				}
+			fill:   fillIn,
+			verify: func(h *symheap.Heap, r, k int) error {
+				return expect("all_gather", r, k, h.Int32s(out), func(i int) int32 { return val(i/elems, k, i%elems) })
 			},
 			poison: func(h *symheap.Heap) { clear(h.Bytes(in)) },
 		},
 		{
 			name:   "reduce_scatter",
-			setup:  func(t *testing.T, w *world) { in, out = w.alloc(t, int64(n)*chunk), w.alloc(t, chunk) },
+			setup:  two(int64(n)*chunk, chunk),
 			launch: func(h *symheap.Heap) error { return h.ReduceScatter(in, out, symheap.Int32) },
-			fill: func(h *symheap.Heap, r, k int) {
-				for i := range ints(h, in) {
-					ints(h, in)[i] = val(r, k, i)
-				}
-			},
-			check: func(t *testing.T, h *symheap.Heap, r, k int) {
-				got := ints(h, out)
-				for i := range elems {
-					var want int32
-					for p := range n {
-						want += val(p, k, r*elems+i)
-					}
-					if got[i] != want {
-						t.Fatalf("rank %d round %d: element %d is %d, want %d", r, k, i, got[i], want)
-					}
-				}
+			fill:   fillIn,
+			verify: func(h *symheap.Heap, r, k int) error {
+				return expect("reduce_scatter", r, k, h.Int32s(out), func(i int) int32 { return sum(k, r*elems+i) })
 			},
 			poison: func(h *symheap.Heap) { clear(h.Bytes(in)) },
 		},
 		{
 			name:   "all_to_all",
-			setup:  func(t *testing.T, w *world) { in, out = w.alloc(t, int64(n)*chunk), w.alloc(t, int64(n)*chunk) },
+			setup:  two(int64(n)*chunk, int64(n)*chunk),
 			launch: func(h *symheap.Heap) error { return h.AllToAll(in, out) },
-			fill: func(h *symheap.Heap, r, k int) {
-				for i := range ints(h, in) {
-					ints(h, in)[i] = val(r, k, i)
-				}
-			},
-			check: func(t *testing.T, h *symheap.Heap, r, k int) {
-				got := ints(h, out)
-				for p := range n {
-					for i := range elems {
-						if g, want := got[p*elems+i], val(p, k, r*elems+i); g != want {
-							t.Fatalf("rank %d round %d: chunk %d element %d is %d, want %d", r, k, p, i, g, want)
-						}
-					}
-				}
+			fill:   fillIn,
+			verify: func(h *symheap.Heap, r, k int) error {
+				return expect("all_to_all", r, k, h.Int32s(out), func(i int) int32 { return val(i/elems, k, r*elems+i%elems) })
 			},
 			poison: func(h *symheap.Heap) { clear(h.Bytes(in)) },
 		},
@@ -222,7 +216,7 @@ func (s *suite) collectivesEagerAndCaptured(t *testing.T) {
 			if !ok {
 				return
 			}
-			c.setup(t, w)
+			c.setupWorld(t, w)
 			// Eager.
 			w.must(t, func(r int, h *symheap.Heap) error {
 				c.fill(h, r, 0)
@@ -232,7 +226,7 @@ func (s *suite) collectivesEagerAndCaptured(t *testing.T) {
 				return h.Allocator().Synchronize()
 			})
 			for r, h := range w.heaps {
-				c.check(t, h, r, 0)
+				require.NoError(t, c.verify(h, r, 0))
 			}
 			// Captured once per rank, replayed with fresh data.
 			graphs := make([]*alloc.Graph, n)
@@ -253,7 +247,7 @@ func (s *suite) collectivesEagerAndCaptured(t *testing.T) {
 					if c.poison != nil {
 						c.poison(h)
 					}
-					c.check(t, h, r, k)
+					require.NoError(t, c.verify(h, r, k))
 				}
 			}
 			for _, g := range graphs {

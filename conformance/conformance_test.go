@@ -23,6 +23,7 @@ import (
 // covers plugin mode with no separately built capalloc-plugin.
 func TestMain(m *testing.M) {
 	plugin.ServeIfChild()
+	rankProcessIfChild()
 	code := m.Run()
 	printNotRun()
 	os.Exit(code)
