@@ -37,26 +37,42 @@ func (h *Heap) Barrier() error {
 }
 
 // AllReduce replaces t on every rank with the element-wise sum of t over
-// all ranks.
+// all ranks. It is a reduce-scatter then an all-gather, in place: rank r
+// sums the r-th slice of everyone's t into its own, then every rank copies
+// the other reduced slices from their owners, so each rank adds 1/N of the
+// elements instead of all of them.
 func (h *Heap) AllReduce(t Tensor, dt DType) error {
 	if err := h.checkElems(t, dt); err != nil {
 		return err
 	}
-	scratch := make([]byte, t.Len) // this collective's own: replays reuse it
 	return h.launch("AllReduce", func(hash uint32) error {
 		if err := h.barrier(hash); err != nil { // every input written
 			return err
 		}
-		copy(scratch, h.peer(0, t))
-		for p := 1; p < h.Ranks(); p++ {
-			add(dt, scratch, h.peer(p, t))
+		mine := h.slice(t, h.rank)
+		for p := range h.Ranks() {
+			if p != h.rank {
+				add(dt, h.peer(h.rank, mine), h.peer(p, mine))
+			}
 		}
-		if err := h.barrier(hash); err != nil { // every peer done reading
+		if err := h.barrier(hash); err != nil { // every slice reduced
 			return err
 		}
-		copy(h.Bytes(t), scratch)
-		return nil
+		for p := range h.Ranks() {
+			if p != h.rank {
+				s := h.slice(t, p)
+				copy(h.peer(h.rank, s), h.peer(p, s))
+			}
+		}
+		return h.barrier(hash) // every peer done reading this rank's slice
 	})
+}
+
+// slice is rank p's share of t's elements (4 bytes each) in AllReduce.
+func (h *Heap) slice(t Tensor, p int) Tensor {
+	elems, n := t.Len/4, int64(h.Ranks())
+	lo, hi := elems*int64(p)/n, elems*int64(p+1)/n
+	return Tensor{Off: t.Off + 4*lo, Len: 4 * (hi - lo)}
 }
 
 // AllGather writes rank p's in at out's p-th chunk, on every rank:
