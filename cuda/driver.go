@@ -114,12 +114,16 @@ type Driver struct {
 	mu      sync.Mutex                            // writers of streams and hosts
 	streams atomic.Pointer[map[alloc.Stream]bool] // live streams, read lock-free
 	hosts   atomic.Pointer[[]hostRegion]          // pinned buffers by address
+
+	hostErrMu sync.Mutex
+	hostErrs  map[alloc.Stream]error // host function failures, for the next synchronize
 }
 
 var (
-	_ alloc.Driver          = (*Driver)(nil)
-	_ alloc.GraphMemTrimmer = (*Driver)(nil)
-	_ alloc.PoolTrimmer     = (*Driver)(nil)
+	_ alloc.Driver           = (*Driver)(nil)
+	_ alloc.GraphMemTrimmer  = (*Driver)(nil)
+	_ alloc.PoolTrimmer      = (*Driver)(nil)
+	_ alloc.HostFuncLauncher = (*Driver)(nil)
 )
 
 // New loads the CUDA runtime and opens a device. Without a usable runtime,
@@ -360,6 +364,7 @@ func (d *Driver) Close() error {
 	hosts := d.hosts.Swap(&[]hostRegion{})
 	streams := d.streams.Swap(&map[alloc.Stream]bool{})
 	d.mu.Unlock()
+	defer d.dropHostFuncs()
 	now := alloc.AfterGlobalCaptures(captureDomain, func() {
 		d.closeErr = d.teardown(*hosts, *streams)
 		close(d.released)

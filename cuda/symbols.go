@@ -52,6 +52,7 @@ const minRuntimeVersion = 11040
 //	cudaGraphExecDestroy(cudaGraphExec_t graphExec)
 //	cudaGraphDestroy(cudaGraph_t graph)
 //	cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)  // CUDA 10.1+
+//	cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData)  // CUDA 10.0+; cudaHostFn_t is void (*)(void *userData)
 //	cudaDeviceGraphMemTrim(int device)                // optional
 //
 // Deliberately not bound: cudaGraphInstantiate (its parameters changed in
@@ -67,7 +68,7 @@ type symbols struct {
 	malloc, free                                                       uintptr
 	memPoolCreate, memPoolDestroy, deviceGetDefaultMemPool             uintptr
 	memPoolSetAttribute, mallocFromPoolAsync, freeAsync                uintptr
-	memPoolTrimTo                                                      uintptr
+	memPoolTrimTo, launchHostFunc                                      uintptr
 	hostAlloc, freeHost, memcpyAsync, memsetAsync                      uintptr
 	hostRegister, hostUnregister                                       uintptr
 	streamBeginCapture, streamEndCapture                               uintptr
@@ -132,6 +133,7 @@ func (s *symbols) bindings(runtimeVersion int) ([]binding, error) {
 		{"cudaGraphExecDestroy", &s.graphExecDestroy, false},
 		{"cudaGraphDestroy", &s.graphDestroy, false},
 		{"cudaThreadExchangeStreamCaptureMode", &s.threadExchangeCaptureMode, false},
+		{"cudaLaunchHostFunc", &s.launchHostFunc, false},
 		// Optional: without it graph memory is not trimmed (a warning
 		// at open says so). Declared in every cuda_runtime_api.h from
 		// 11.4 on, but a missing symbol must not refuse the library.

@@ -58,7 +58,7 @@ void fake_log_reset(void) { pthread_mutex_lock(&mu); loglen = 0; pthread_mutex_u
 
 
 /* ---- graphs and streams ---- */
-enum { OP_COPY, OP_SET, OP_FREE };
+enum { OP_COPY, OP_SET, OP_FREE, OP_HOST };
 typedef struct { int kind; char *dst; const char *src; size_t n; int val; } op_t;
 typedef struct graph { op_t *ops; int nops, cap; int launched; } graph_t;
 typedef struct { graph_t *g; unsigned long long flags; } exec_t;
@@ -446,8 +446,26 @@ cudaError_t cudaHostUnregister(void *p) {
 static cudaError_t apply(op_t o) {
   if (o.kind == OP_COPY) memmove(o.dst, o.src, o.n);
   else if (o.kind == OP_SET) memset(o.dst, o.val, o.n);
+  else if (o.kind == OP_HOST) ((void (*)(void *))(void *)o.dst)((void *)o.src); /* cudaHostFn_t(userData) */
   else { alloc_t *a = find(o.dst); if (a) release(a); }
   return 0;
+}
+/* cudaLaunchHostFunc(cudaStream_t, cudaHostFn_t fn, void *userData): fn
+ * runs in stream order (here at once: the fake's streams are synchronous),
+ * or becomes a host node of a capture that every launch runs. */
+cudaError_t cudaLaunchHostFunc(void *h, void (*fn)(void *), void *user) {
+  ENTER("cudaLaunchHostFunc");
+  stream_t *s = stream_of(h);
+  if (!s && !is_legacy(h)) RETURN(400);
+  if (!fn) RETURN(1);
+  logf_("cudaLaunchHostFunc stream=%p", h);
+  cudaError_t le = legacy(s);
+  if (le) RETURN(le);
+  op_t o = {OP_HOST, (char *)(void *)fn, (const char *)user, 0, 0};
+  if (!s) RETURN(apply(o));
+  if (s->status == 2) RETURN(901);
+  if (s->status == 1) { record(s, o); RETURN(0); }
+  RETURN(apply(o));
 }
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *h) {
   ENTER("cudaMemcpyAsync");
