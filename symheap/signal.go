@@ -2,6 +2,7 @@ package symheap
 
 import (
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -73,6 +74,9 @@ func (h *Heap) waitFor(p int, e uint32, deadline time.Time) error {
 			return nil
 		}
 		if i < spins {
+			if i >= spins/2 {
+				runtime.Gosched() // goroutine ranks share few cores: let the peer run
+			}
 			continue
 		}
 		left := time.Until(deadline)
