@@ -149,3 +149,34 @@ func (a *Allocator) LaunchHostFunc(fn func() error) error {
 		return l.LaunchHostFunc(a.stream, fn)
 	})
 }
+
+// Enqueue makes a stream-ordered call of the engine's own (a kernel launch,
+// a library's collective) through the guard: with no capture it is made at
+// once; in a capture this allocator started it is recorded, and the
+// buffers it uses stay reserved until the graph is closed; during any
+// other capture it is refused before call runs. call gets the allocator's
+// stream and must only enqueue work on it (never synchronize). uses must
+// be live buffers of this allocator.
+func (a *Allocator) Enqueue(op string, uses []Buffer, call func(s Stream) error) error {
+	if call == nil {
+		return a.fail(op, -1, StateNone, wrapf(ErrInvalidValue, "nil call"))
+	}
+	return a.enqueue(op, -1, Buffer{}, Buffer{}, func() error {
+		for _, b := range uses {
+			if err := a.validateLocked(b, 0, b.size); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, func() error {
+		if err := call(a.stream); err != nil {
+			return err
+		}
+		if a.cap != nil {
+			for _, b := range uses {
+				a.refLocked(a.cap, b.blk)
+			}
+		}
+		return nil
+	})
+}

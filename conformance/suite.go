@@ -46,6 +46,7 @@ func Run(t *testing.T, open Factory) {
 	t.Run("Watchdog", s.watchdog)
 	t.Run("Concurrency", s.concurrency)
 	t.Run("HostFunc", s.hostFunc)
+	t.Run("Enqueue", s.enqueue)
 	t.Run("Collectives", s.collectivesGroup)
 	t.Run("BadInput", s.badInput)
 	t.Run("Close", s.close)
