@@ -104,13 +104,11 @@ func (s *suite) external(t *testing.T) {
 	}
 	t.Run("begin_refused", func(t *testing.T) {
 		e := s.env(t)
-		require.NoError(t, e.spy.Inner().BeginCapture(e.a.Stream(), alloc.ThreadLocal))
-		requireRefused(t, e.a.BeginCapture(alloc.ThreadLocal), alloc.StateExternal, alloc.ErrAlreadyCapturing)
-		_, err := e.a.EndCapture()
-		requireRefused(t, err, alloc.StateExternal, alloc.ErrNotCapturing)
-		hg, err := e.spy.Inner().EndCapture(e.a.Stream())
-		require.NoError(t, err)
-		require.NoError(t, e.spy.Inner().GraphDestroy(hg))
+		e.inExternalCapture(alloc.ThreadLocal, func() {
+			requireRefused(t, e.a.BeginCapture(alloc.ThreadLocal), alloc.StateExternal, alloc.ErrAlreadyCapturing)
+			_, err := e.a.EndCapture()
+			requireRefused(t, err, alloc.StateExternal, alloc.ErrNotCapturing)
+		})
 	})
 	t.Run("ended_behind_back_is_invalidated", func(t *testing.T) {
 		// Our capture ended by someone else: the allocator must not keep

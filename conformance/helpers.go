@@ -125,3 +125,15 @@ func sizeName(n int64) string {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// inExternalCapture runs fn while a capture the allocator did not start
+// (begun on the driver behind its back, in mode) records its stream, then
+// ends that capture and destroys its graph.
+func (e *env) inExternalCapture(mode alloc.CaptureMode, fn func()) {
+	e.t.Helper()
+	require.NoError(e.t, e.spy.Inner().BeginCapture(e.a.Stream(), mode))
+	fn()
+	h, err := e.spy.Inner().EndCapture(e.a.Stream())
+	require.NoError(e.t, err)
+	require.NoError(e.t, e.spy.Inner().GraphDestroy(h))
+}

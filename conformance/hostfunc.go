@@ -75,15 +75,13 @@ func (s *suite) hostFunc(t *testing.T) {
 		if !supported(t, e) {
 			return
 		}
-		require.NoError(t, e.spy.Inner().BeginCapture(e.a.Stream(), alloc.Global))
-		before := e.spy.Snapshot()
 		ran := false
-		err := e.a.LaunchHostFunc(func() error { ran = true; return nil })
-		requireRefused(t, err, alloc.StateExternal, alloc.ErrCaptureIncompatibleAllocation)
-		assertCalls(t, e.spy, before, alloctest.MethodLaunchHostFunc, 0)
-		h, err := e.spy.Inner().EndCapture(e.a.Stream())
-		require.NoError(t, err)
-		require.NoError(t, e.spy.Inner().GraphDestroy(h))
+		e.inExternalCapture(alloc.Global, func() {
+			before := e.spy.Snapshot()
+			err := e.a.LaunchHostFunc(func() error { ran = true; return nil })
+			requireRefused(t, err, alloc.StateExternal, alloc.ErrCaptureIncompatibleAllocation)
+			assertCalls(t, e.spy, before, alloctest.MethodLaunchHostFunc, 0)
+		})
 		require.NoError(t, e.a.Synchronize())
 		assert.False(t, ran)
 	})
@@ -118,12 +116,10 @@ func (s *suite) enqueue(t *testing.T) {
 	})
 	t.Run("refused_in_external_capture", func(t *testing.T) {
 		e := s.env(t)
-		require.NoError(t, e.spy.Inner().BeginCapture(e.a.Stream(), alloc.Global))
-		err := e.a.Enqueue("kernel", nil, func(alloc.Stream) error { t.Error("called during a capture the allocator did not start"); return nil })
-		requireRefused(t, err, alloc.StateExternal, alloc.ErrCaptureIncompatibleAllocation)
-		h, err := e.spy.Inner().EndCapture(e.a.Stream())
-		require.NoError(t, err)
-		require.NoError(t, e.spy.Inner().GraphDestroy(h))
+		e.inExternalCapture(alloc.Global, func() {
+			err := e.a.Enqueue("kernel", nil, func(alloc.Stream) error { t.Error("called during a capture the allocator did not start"); return nil })
+			requireRefused(t, err, alloc.StateExternal, alloc.ErrCaptureIncompatibleAllocation)
+		})
 	})
 	t.Run("bad_buffer", func(t *testing.T) {
 		e := s.env(t)

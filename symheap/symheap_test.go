@@ -16,16 +16,9 @@ import (
 // Opening a heap during a capture is refused before any driver call;
 // allocating in a capture is arithmetic: no driver call either.
 func TestCaptureRules(t *testing.T) {
-	g, err := symheap.NewGroup(1, 1<<16)
-	require.NoError(t, err)
-	defer g.Close()
-	d, err := cpu.New(cpu.Options{})
-	require.NoError(t, err)
-	defer d.Close()
-	spy := alloctest.NewSpy(d)
-	a, err := alloc.New(spy, alloc.Options{})
-	require.NoError(t, err)
-	defer a.Close()
+	var spy *alloctest.Spy
+	g, a := groupAndAllocator(t, 1, func(d alloc.Driver) alloc.Driver { spy = alloctest.NewSpy(d); return spy })
+	var err error
 
 	require.NoError(t, a.BeginCapture(alloc.Global))
 	before := spy.Snapshot()
@@ -59,15 +52,7 @@ func TestCaptureRules(t *testing.T) {
 }
 
 func TestBadOperandsAreTypedAndQueueNothing(t *testing.T) {
-	g, err := symheap.NewGroup(2, 1<<16) // rank 1 never opens: nothing may wait for it
-	require.NoError(t, err)
-	defer g.Close()
-	d, err := cpu.New(cpu.Options{})
-	require.NoError(t, err)
-	defer d.Close()
-	a, err := alloc.New(d, alloc.Options{})
-	require.NoError(t, err)
-	defer a.Close()
+	g, a := groupAndAllocator(t, 2, nil) // rank 1 never opens: nothing may wait for it
 	h, err := g.Open(0, a, symheap.Options{Timeout: time.Second})
 	require.NoError(t, err)
 	defer h.Close()
@@ -101,15 +86,28 @@ func TestBadOperandsAreTypedAndQueueNothing(t *testing.T) {
 type hidden struct{ alloc.Driver }
 
 func TestUnsupportedBackendIsRefused(t *testing.T) {
-	g, err := symheap.NewGroup(1, 1<<16)
+	g, a := groupAndAllocator(t, 1, func(d alloc.Driver) alloc.Driver { return hidden{d} })
+	_, err := g.Open(0, a, symheap.Options{})
+	require.True(t, errors.Is(err, errors.ErrUnsupported), "%v", err)
+}
+
+// groupAndAllocator makes a group of ranks ranks and one cpu allocator
+// whose driver wrap may replace (a spy, a wrapper); the test's cleanup
+// closes them.
+func groupAndAllocator(t *testing.T, ranks int, wrap func(alloc.Driver) alloc.Driver) (*symheap.Group, *alloc.Allocator) {
+	t.Helper()
+	g, err := symheap.NewGroup(ranks, 1<<16)
 	require.NoError(t, err)
-	defer g.Close()
+	t.Cleanup(func() { require.NoError(t, g.Close()) })
 	d, err := cpu.New(cpu.Options{})
 	require.NoError(t, err)
-	defer d.Close()
-	a, err := alloc.New(hidden{d}, alloc.Options{})
+	t.Cleanup(func() { require.NoError(t, d.Close()) })
+	var drv alloc.Driver = d
+	if wrap != nil {
+		drv = wrap(d)
+	}
+	a, err := alloc.New(drv, alloc.Options{})
 	require.NoError(t, err)
-	defer a.Close()
-	_, err = g.Open(0, a, symheap.Options{})
-	require.True(t, errors.Is(err, errors.ErrUnsupported), "%v", err)
+	t.Cleanup(func() { require.NoError(t, a.Close()) })
+	return g, a
 }
