@@ -182,10 +182,10 @@ func probeCollective(drv alloc.Driver, mode alloc.CaptureMode, op collOp, replay
 		}
 	}
 	if op.name == "reduce_scatter" {
-		c.out.Len = collN
+		c.out.Size = collN
 	}
 	if op.name == "all_reduce" || op.name == "barrier" || op.name == "heap_alloc_in_capture" {
-		c.out.Len, c.work.Len = collN, collN
+		c.out.Size, c.work.Size = collN, collN
 	}
 
 	graphs := make([]*alloc.Graph, collRanks)

@@ -70,13 +70,13 @@ func (h *Heap) AllReduce(t Tensor, dt DType) error {
 
 // slice is rank p's share of t's elements (4 bytes each) in AllReduce.
 func (h *Heap) slice(t Tensor, p int) Tensor {
-	elems, n := t.Len/4, int64(h.Ranks())
+	elems, n := t.Size/4, int64(h.Ranks())
 	lo, hi := elems*int64(p)/n, elems*int64(p+1)/n
-	return Tensor{Off: t.Off + 4*lo, Len: 4 * (hi - lo)}
+	return Tensor{Off: t.Off + 4*lo, Size: 4 * (hi - lo)}
 }
 
 // AllGather writes rank p's in at out's p-th chunk, on every rank:
-// out.Len must be Ranks()*in.Len.
+// out.Size must be Ranks()*in.Size.
 func (h *Heap) AllGather(in, out Tensor) error {
 	if err := h.checkChunks(out, in); err != nil {
 		return err
@@ -87,14 +87,14 @@ func (h *Heap) AllGather(in, out Tensor) error {
 		}
 		dst := h.Bytes(out)
 		for p := range h.Ranks() {
-			copy(dst[int64(p)*in.Len:], h.peer(p, in))
+			copy(dst[int64(p)*in.Size:], h.peer(p, in))
 		}
 		return h.barrier(hash) // no rank rewrites in while a peer reads it
 	})
 }
 
 // ReduceScatter writes into out, on rank r, the sum over ranks of their
-// in's r-th chunk: in.Len must be Ranks()*out.Len.
+// in's r-th chunk: in.Size must be Ranks()*out.Size.
 func (h *Heap) ReduceScatter(in, out Tensor, dt DType) error {
 	if err := h.checkChunks(in, out); err != nil {
 		return err
@@ -106,7 +106,7 @@ func (h *Heap) ReduceScatter(in, out Tensor, dt DType) error {
 		if err := h.barrier(hash); err != nil {
 			return err
 		}
-		chunk := Tensor{Off: in.Off + int64(h.rank)*out.Len, Len: out.Len}
+		chunk := Tensor{Off: in.Off + int64(h.rank)*out.Size, Size: out.Size}
 		dst := h.Bytes(out)
 		copy(dst, h.peer(0, chunk))
 		for p := 1; p < h.Ranks(); p++ {
@@ -117,22 +117,22 @@ func (h *Heap) ReduceScatter(in, out Tensor, dt DType) error {
 }
 
 // AllToAll writes into out's p-th chunk, on rank r, rank p's in's r-th
-// chunk: in.Len and out.Len must be equal and divisible by Ranks().
+// chunk: in.Size and out.Size must be equal and divisible by Ranks().
 func (h *Heap) AllToAll(in, out Tensor) error {
-	if in.Len != out.Len || in.Len%int64(h.Ranks()) != 0 {
-		return fmt.Errorf("%w: symheap: all-to-all of %d B into %d B over %d ranks", alloc.ErrInvalidSize, in.Len, out.Len, h.Ranks())
+	if in.Size != out.Size || in.Size%int64(h.Ranks()) != 0 {
+		return fmt.Errorf("%w: symheap: all-to-all of %d B into %d B over %d ranks", alloc.ErrInvalidSize, in.Size, out.Size, h.Ranks())
 	}
 	if err := h.disjoint(in, out); err != nil {
 		return err
 	}
-	n := in.Len / int64(h.Ranks())
+	n := in.Size / int64(h.Ranks())
 	return h.launch("AllToAll", func(hash uint32) error {
 		if err := h.barrier(hash); err != nil {
 			return err
 		}
 		dst := h.Bytes(out)
 		for p := range h.Ranks() {
-			copy(dst[int64(p)*n:], h.peer(p, Tensor{Off: in.Off + int64(h.rank)*n, Len: n}))
+			copy(dst[int64(p)*n:], h.peer(p, Tensor{Off: in.Off + int64(h.rank)*n, Size: n}))
 		}
 		return h.barrier(hash)
 	})
@@ -156,8 +156,8 @@ func (h *Heap) checkElems(t Tensor, dt DType) error {
 	if dt != Float32 && dt != Int32 {
 		return fmt.Errorf("%w: symheap: element type %v", alloc.ErrInvalidValue, dt)
 	}
-	if t.Len%4 != 0 {
-		return fmt.Errorf("%w: symheap: %d B is not a whole number of %v", alloc.ErrInvalidSize, t.Len, dt)
+	if t.Size%4 != 0 {
+		return fmt.Errorf("%w: symheap: %d B is not a whole number of %v", alloc.ErrInvalidSize, t.Size, dt)
 	}
 	return nil
 }
@@ -165,8 +165,8 @@ func (h *Heap) checkElems(t Tensor, dt DType) error {
 // checkChunks checks that whole holds Ranks() chunks of part's size, and
 // that both are in the heap and do not overlap.
 func (h *Heap) checkChunks(whole, part Tensor) error {
-	if whole.Len != int64(h.Ranks())*part.Len {
-		return fmt.Errorf("%w: symheap: %d B is not %d chunks of %d B", alloc.ErrInvalidSize, whole.Len, h.Ranks(), part.Len)
+	if whole.Size != int64(h.Ranks())*part.Size {
+		return fmt.Errorf("%w: symheap: %d B is not %d chunks of %d B", alloc.ErrInvalidSize, whole.Size, h.Ranks(), part.Size)
 	}
 	return h.disjoint(whole, part)
 }
@@ -178,8 +178,8 @@ func (h *Heap) disjoint(a, b Tensor) error {
 	if err := h.check(b); err != nil {
 		return err
 	}
-	if a.Off < b.Off+b.Len && b.Off < a.Off+a.Len {
-		return fmt.Errorf("%w: symheap: tensors [%d, +%d) and [%d, +%d) overlap", alloc.ErrInvalidValue, a.Off, a.Len, b.Off, b.Len)
+	if a.Off < b.Off+b.Size && b.Off < a.Off+a.Size {
+		return fmt.Errorf("%w: symheap: tensors [%d, +%d) and [%d, +%d) overlap", alloc.ErrInvalidValue, a.Off, a.Size, b.Off, b.Size)
 	}
 	return nil
 }

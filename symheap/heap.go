@@ -31,7 +31,7 @@ type Options struct {
 // Tensor names bytes of the heap by offset: the same Tensor is the same
 // bytes' place on every rank (pointers differ; offsets do not).
 type Tensor struct {
-	Off, Len int64
+	Off, Size int64 // bytes, like alloc.Buffer's Size
 }
 
 // Heap is one rank's view of the group: every rank's heap mapped here, and
@@ -134,7 +134,7 @@ func (h *Heap) Alloc(n int64) (Tensor, error) {
 	}
 	h.next = off + n
 	h.hash = fnv32(h.hash, uint64(n))
-	return Tensor{Off: off, Len: n}, nil
+	return Tensor{Off: off, Size: n}, nil
 }
 
 // Reset frees the whole heap: the next Alloc starts at offset 0. It is
@@ -163,12 +163,12 @@ func (h *Heap) Int32s(t Tensor) []int32     { return asElems[int32](h.Bytes(t)) 
 
 // peer is rank p's bytes of t, as mapped here.
 func (h *Heap) peer(p int, t Tensor) []byte {
-	return h.views[p][padSize+t.Off : padSize+t.Off+t.Len : padSize+t.Off+t.Len]
+	return h.views[p][padSize+t.Off : padSize+t.Off+t.Size : padSize+t.Off+t.Size]
 }
 
 func (h *Heap) check(t Tensor) error {
-	if t.Off < 0 || t.Len <= 0 || t.Off > h.g.size || t.Len > h.g.size-t.Off {
-		return fmt.Errorf("%w: symheap: tensor [%d, %d+%d) outside a %d B heap", alloc.ErrOutOfRange, t.Off, t.Off, t.Len, h.g.size)
+	if t.Off < 0 || t.Size <= 0 || t.Off > h.g.size || t.Size > h.g.size-t.Off {
+		return fmt.Errorf("%w: symheap: tensor [%d, %d+%d) outside a %d B heap", alloc.ErrOutOfRange, t.Off, t.Off, t.Size, h.g.size)
 	}
 	return nil
 }

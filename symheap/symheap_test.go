@@ -39,8 +39,8 @@ func TestCaptureRules(t *testing.T) {
 	y, err := h.Alloc(1000)
 	require.NoError(t, err)
 	require.Zero(t, spy.Snapshot().Sub(before).Total(), "allocation in the heap makes no driver call")
-	require.Equal(t, symheap.Tensor{Off: 0, Len: 1000}, x)
-	require.Equal(t, symheap.Tensor{Off: 1024, Len: 1000}, y)
+	require.Equal(t, symheap.Tensor{Off: 0, Size: 1000}, x)
+	require.Equal(t, symheap.Tensor{Off: 1024, Size: 1000}, y)
 	require.ErrorIs(t, h.Reset(), alloc.ErrCaptureIllegalOp, "reset frees offsets a graph may hold")
 	gr, err = a.EndCapture()
 	require.NoError(t, err)
@@ -64,8 +64,8 @@ func TestBadOperandsAreTypedAndQueueNothing(t *testing.T) {
 		err  error
 		call func() error
 	}{
-		{alloc.ErrOutOfRange, func() error { return h.AllReduce(symheap.Tensor{Off: 1 << 16, Len: 4}, symheap.Int32) }},
-		{alloc.ErrInvalidSize, func() error { return h.AllReduce(symheap.Tensor{Off: 0, Len: 6}, symheap.Int32) }},
+		{alloc.ErrOutOfRange, func() error { return h.AllReduce(symheap.Tensor{Off: 1 << 16, Size: 4}, symheap.Int32) }},
+		{alloc.ErrInvalidSize, func() error { return h.AllReduce(symheap.Tensor{Off: 0, Size: 6}, symheap.Int32) }},
 		{alloc.ErrInvalidValue, func() error { return h.AllReduce(x, symheap.DType(9)) }},
 		{alloc.ErrInvalidSize, func() error { return h.AllGather(x, y) }},
 		{alloc.ErrInvalidValue, func() error { return h.AllToAll(x, x) }},
