@@ -35,7 +35,9 @@
  *                    ...IpcMemLazyEnablePeerAccess")
  * and may define FAKE_NO_GRAPH_MEM_TRIM to leave RT(DeviceGraphMemTrim)
  * out (an optional symbol for the binding). */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
