@@ -17,6 +17,7 @@ import (
 	"github.com/capalloc/capalloc/conformance"
 	_ "github.com/capalloc/capalloc/cpu"  // registers "cpu"
 	_ "github.com/capalloc/capalloc/cuda" // registers "cuda"
+	_ "github.com/capalloc/capalloc/hip"  // registers "hip"
 )
 
 // TestMain makes the test binary its own plugin binary: plugin:cpu runs the

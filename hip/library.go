@@ -54,10 +54,14 @@ func candidates(getenv func(string) string) []string {
 // loaded but proved unusable is remembered too: the HIP runtime probes
 // /dev/kfd at every call, so a machine without a GPU is probed once per
 // library, not at every open.
+// Two names for one file (libamdhip64.so, a link to .so.5) give the same
+// dlopen handle: the second is not bound or probed again.
 var (
 	loadMu   sync.Mutex
 	loaded   = map[string]*runtimeAPI{}
 	unusable = map[string]error{}
+	handles  = map[uintptr]string{} // dlopen handle -> the first path that gave it
+	aliases  = map[string]string{}  // a later path -> that first path
 )
 
 // loadRuntime opens the first candidate that binds and that accept takes.
@@ -83,6 +87,14 @@ func loadFirst(paths []string, accept func(*runtimeAPI) error) (*runtimeAPI, err
 		causes = append(causes, err)
 	}
 	for _, path := range paths {
+		if first, ok := aliases[path]; ok {
+			if _, bad := unusable[first]; bad {
+				opened = true
+				tried = append(tried, fmt.Sprintf("%s: the same library as %s, not probed again", path, first))
+				continue
+			}
+			path = first
+		}
 		rt, ok := loaded[path]
 		if err, bad := unusable[path]; bad {
 			opened = true
@@ -100,18 +112,30 @@ func loadFirst(paths []string, accept func(*runtimeAPI) error) (*runtimeAPI, err
 				continue
 			}
 			opened = true
-			rt, err = bind(path, h)
-			if errors.Is(err, alloc.ErrBackendUnavailable) {
-				// Left loaded: dlclose of a half-initialized runtime is
-				// not worth the risk.
-				unusable[path] = err
-				skip(err)
-				continue
+			if first, seen := handles[h]; seen && first != path {
+				aliases[path] = first
+				if _, bad := unusable[first]; bad {
+					tried = append(tried, fmt.Sprintf("%s: the same library as %s, not probed again", path, first))
+					continue
+				}
+				if rt = loaded[first]; rt == nil {
+					continue // first failed otherwise, and that error was returned
+				}
+			} else {
+				handles[h] = path
+				rt, err = bind(path, h)
+				if errors.Is(err, alloc.ErrBackendUnavailable) {
+					// Left loaded: dlclose of a half-initialized runtime
+					// is not worth the risk.
+					unusable[path] = err
+					skip(err)
+					continue
+				}
+				if err != nil {
+					return nil, err
+				}
+				loaded[path] = rt
 			}
-			if err != nil {
-				return nil, err
-			}
-			loaded[path] = rt
 		}
 		opened = true
 		if err := accept(rt); err != nil {

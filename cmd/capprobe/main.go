@@ -23,6 +23,7 @@ import (
 	"github.com/capalloc/capalloc/conformance"
 	_ "github.com/capalloc/capalloc/cpu"
 	_ "github.com/capalloc/capalloc/cuda"
+	_ "github.com/capalloc/capalloc/hip"
 )
 
 func main() {
