@@ -82,15 +82,25 @@ func loadFirst(paths []string, accept func(*runtimeAPI) error) (*runtimeAPI, err
 	var tried []string
 	var causes []error // the unusable libraries' errors, for errors.As
 	opened := false
+	reason := func(err error) string {
+		return strings.TrimPrefix(err.Error(), alloc.ErrBackendUnavailable.Error()+": hip: ")
+	}
 	skip := func(err error) {
-		tried = append(tried, strings.TrimPrefix(err.Error(), alloc.ErrBackendUnavailable.Error()+": hip: "))
+		tried = append(tried, reason(err))
+		causes = append(causes, err)
+	}
+	// sameAs reports a second name for a library already refused, with
+	// the first name's reason (which starts with that name); it is not
+	// probed again.
+	sameAs := func(path string, err error) {
+		tried = append(tried, fmt.Sprintf("%s: the same library as %s", path, reason(err)))
 		causes = append(causes, err)
 	}
 	for _, path := range paths {
 		if first, ok := aliases[path]; ok {
-			if _, bad := unusable[first]; bad {
+			if err, bad := unusable[first]; bad {
 				opened = true
-				tried = append(tried, fmt.Sprintf("%s: the same library as %s, not probed again", path, first))
+				sameAs(path, err)
 				continue
 			}
 			path = first
@@ -114,8 +124,8 @@ func loadFirst(paths []string, accept func(*runtimeAPI) error) (*runtimeAPI, err
 			opened = true
 			if first, seen := handles[h]; seen && first != path {
 				aliases[path] = first
-				if _, bad := unusable[first]; bad {
-					tried = append(tried, fmt.Sprintf("%s: the same library as %s, not probed again", path, first))
+				if err, bad := unusable[first]; bad {
+					sameAs(path, err)
 					continue
 				}
 				if rt = loaded[first]; rt == nil {
