@@ -255,9 +255,13 @@ type DirectSpanner interface {
 }
 
 // IPCMemory is implemented by drivers whose device allocations can be
-// opened by another process (cudaIpc*, hipIpc*), for the symmetric heap's
-// handle exchange. The handle is opaque and of a fixed size per driver.
-// All three are unsafe calls.
+// opened by another process (cudaIpc*, hipIpc*), for a symmetric heap's
+// handle exchange, once, before any capture. The handle is opaque and of a
+// fixed size per driver, and names an allocation from Malloc (the runtimes
+// export only synchronous allocations: Allocator.AllocSync) at its base.
+// All three are device-wide unsafe calls: Allocator's IPC methods (ipc.go)
+// make them through the guard; code holding the Driver must keep them out
+// of captures itself.
 type IPCMemory interface {
 	IPCGetMemHandle(p DevicePtr) ([]byte, error)
 	IPCOpenMemHandle(handle []byte) (DevicePtr, error)

@@ -16,6 +16,7 @@ import (
 	"github.com/capalloc/capalloc/backends/plugin" // registers the "plugin" scheme
 	_ "github.com/capalloc/capalloc/cpu"           // registers "cpu"
 	_ "github.com/capalloc/capalloc/cuda"          // registers "cuda"
+	_ "github.com/capalloc/capalloc/hip"           // registers "hip"
 )
 
 // TestMain makes the test binary its own plugin binary: plugin:cpu runs the

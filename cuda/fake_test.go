@@ -72,10 +72,16 @@ func buildFake(t testing.TB, path string, cflags ...string) {
 
 // buildShared compiles C source into a shared library at path with gcc
 // (a test fixture: the package itself has no cgo); it skips without gcc.
+// The fake's runtime-independent core, shared with the HIP fake, is found
+// in internal/fakegpu.
 func buildShared(t testing.TB, path string, src []byte, cflags ...string) {
 	t.Helper()
 	prepareFake(t)
-	args := append([]string{"-shared", "-fPIC", "-o", path}, cflags...)
+	core, err := filepath.Abs(filepath.Join("..", "internal", "fakegpu"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"-shared", "-fPIC", "-I", core, "-o", path}, cflags...)
 	cmd := exec.Command("gcc", append(args, "-x", "c", "-", "-lpthread")...)
 	cmd.Stdin = bytes.NewReader(src)
 	if msg, err := cmd.CombinedOutput(); err != nil {

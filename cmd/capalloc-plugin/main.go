@@ -12,7 +12,7 @@ import (
 	"github.com/capalloc/capalloc/backends/plugin"
 	_ "github.com/capalloc/capalloc/cpu"  // registers "cpu"
 	_ "github.com/capalloc/capalloc/cuda" // registers "cuda"; its library is loaded only when opened
-	// HIP is linked here once it exists.
+	_ "github.com/capalloc/capalloc/hip"  // registers "hip"; likewise
 )
 
 func main() {

@@ -21,6 +21,7 @@ import (
 	"github.com/capalloc/capalloc/backends/plugin"
 	_ "github.com/capalloc/capalloc/cpu"
 	_ "github.com/capalloc/capalloc/cuda"
+	_ "github.com/capalloc/capalloc/hip"
 	"github.com/capalloc/capalloc/probe"
 )
 

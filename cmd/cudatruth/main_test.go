@@ -146,7 +146,7 @@ func TestOverFakeRuntime(t *testing.T) {
 		t.Skipf("gcc not found, the fake libcudart cannot be built: %v", err)
 	}
 	lib := filepath.Join(t.TempDir(), "libcudart.so")
-	out, err := exec.Command("gcc", "-shared", "-fPIC", "-O1", "-o", lib,
+	out, err := exec.Command("gcc", "-shared", "-fPIC", "-O1", "-I", filepath.Join("..", "..", "internal", "fakegpu"), "-o", lib,
 		filepath.Join("..", "..", "cuda", "testdata", "fakecudart.c"), "-lpthread").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	t.Setenv(cuda.LibEnv, lib)

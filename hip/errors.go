@@ -1,0 +1,253 @@
+package hip
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// hipError_t values this package names (hip_runtime_api.h: enum
+// hipError_t, ROCm 5.2.3). Codes and names are the header's; deprecated
+// aliases (hipErrorMemoryAllocation, ...) share their code with the
+// current name. TestErrorTableMatchesHeader compares this table with the
+// installed header.
+const (
+	errInvalidValue             = 1
+	errOutOfMemory              = 2
+	errNotInitialized           = 3
+	errDeinitialized            = 4
+	errInvalidPitchValue        = 12
+	errInvalidSymbol            = 13
+	errInvalidDevicePointer     = 17
+	errInvalidMemcpyDirection   = 21
+	errInsufficientDriver       = 35
+	errNoDevice                 = 100
+	errInvalidDevice            = 101
+	errInvalidContext           = 201
+	errInvalidHandle            = 400
+	errIllegalState             = 401
+	errNotReady                 = 600
+	errHostMemoryAlreadyReg     = 712
+	errHostMemoryNotRegistered  = 713
+	errNotSupported             = 801
+	errStreamCaptureUnsupported = 900
+	errStreamCaptureInvalidated = 901
+	errStreamCaptureMerge       = 902
+	errStreamCaptureUnmatched   = 903
+	errStreamCaptureUnjoined    = 904
+	errStreamCaptureIsolation   = 905
+	errStreamCaptureImplicit    = 906
+	errCapturedEvent            = 907
+	errStreamCaptureWrongThread = 908
+	errGraphExecUpdateFailure   = 910
+)
+
+// errorName is every hipError_t of the header: its name, and its
+// deprecated aliases.
+type errorName struct {
+	name    string
+	aliases []string
+}
+
+var errorNames = map[int]errorName{
+	0:    {"hipSuccess", nil},
+	1:    {"hipErrorInvalidValue", nil},
+	2:    {"hipErrorOutOfMemory", []string{"hipErrorMemoryAllocation"}},
+	3:    {"hipErrorNotInitialized", []string{"hipErrorInitializationError"}},
+	4:    {"hipErrorDeinitialized", nil},
+	5:    {"hipErrorProfilerDisabled", nil},
+	6:    {"hipErrorProfilerNotInitialized", nil},
+	7:    {"hipErrorProfilerAlreadyStarted", nil},
+	8:    {"hipErrorProfilerAlreadyStopped", nil},
+	9:    {"hipErrorInvalidConfiguration", nil},
+	12:   {"hipErrorInvalidPitchValue", nil},
+	13:   {"hipErrorInvalidSymbol", nil},
+	17:   {"hipErrorInvalidDevicePointer", nil},
+	21:   {"hipErrorInvalidMemcpyDirection", nil},
+	35:   {"hipErrorInsufficientDriver", nil},
+	52:   {"hipErrorMissingConfiguration", nil},
+	53:   {"hipErrorPriorLaunchFailure", nil},
+	98:   {"hipErrorInvalidDeviceFunction", nil},
+	100:  {"hipErrorNoDevice", nil},
+	101:  {"hipErrorInvalidDevice", nil},
+	200:  {"hipErrorInvalidImage", nil},
+	201:  {"hipErrorInvalidContext", nil},
+	202:  {"hipErrorContextAlreadyCurrent", nil},
+	205:  {"hipErrorMapFailed", []string{"hipErrorMapBufferObjectFailed"}},
+	206:  {"hipErrorUnmapFailed", nil},
+	207:  {"hipErrorArrayIsMapped", nil},
+	208:  {"hipErrorAlreadyMapped", nil},
+	209:  {"hipErrorNoBinaryForGpu", nil},
+	210:  {"hipErrorAlreadyAcquired", nil},
+	211:  {"hipErrorNotMapped", nil},
+	212:  {"hipErrorNotMappedAsArray", nil},
+	213:  {"hipErrorNotMappedAsPointer", nil},
+	214:  {"hipErrorECCNotCorrectable", nil},
+	215:  {"hipErrorUnsupportedLimit", nil},
+	216:  {"hipErrorContextAlreadyInUse", nil},
+	217:  {"hipErrorPeerAccessUnsupported", nil},
+	218:  {"hipErrorInvalidKernelFile", nil},
+	219:  {"hipErrorInvalidGraphicsContext", nil},
+	300:  {"hipErrorInvalidSource", nil},
+	301:  {"hipErrorFileNotFound", nil},
+	302:  {"hipErrorSharedObjectSymbolNotFound", nil},
+	303:  {"hipErrorSharedObjectInitFailed", nil},
+	304:  {"hipErrorOperatingSystem", nil},
+	400:  {"hipErrorInvalidHandle", []string{"hipErrorInvalidResourceHandle"}},
+	401:  {"hipErrorIllegalState", nil},
+	500:  {"hipErrorNotFound", nil},
+	600:  {"hipErrorNotReady", nil},
+	700:  {"hipErrorIllegalAddress", nil},
+	701:  {"hipErrorLaunchOutOfResources", nil},
+	702:  {"hipErrorLaunchTimeOut", nil},
+	704:  {"hipErrorPeerAccessAlreadyEnabled", nil},
+	705:  {"hipErrorPeerAccessNotEnabled", nil},
+	708:  {"hipErrorSetOnActiveProcess", nil},
+	709:  {"hipErrorContextIsDestroyed", nil},
+	710:  {"hipErrorAssert", nil},
+	712:  {"hipErrorHostMemoryAlreadyRegistered", nil},
+	713:  {"hipErrorHostMemoryNotRegistered", nil},
+	719:  {"hipErrorLaunchFailure", nil},
+	720:  {"hipErrorCooperativeLaunchTooLarge", nil},
+	801:  {"hipErrorNotSupported", nil},
+	900:  {"hipErrorStreamCaptureUnsupported", nil},
+	901:  {"hipErrorStreamCaptureInvalidated", nil},
+	902:  {"hipErrorStreamCaptureMerge", nil},
+	903:  {"hipErrorStreamCaptureUnmatched", nil},
+	904:  {"hipErrorStreamCaptureUnjoined", nil},
+	905:  {"hipErrorStreamCaptureIsolation", nil},
+	906:  {"hipErrorStreamCaptureImplicit", nil},
+	907:  {"hipErrorCapturedEvent", nil},
+	908:  {"hipErrorStreamCaptureWrongThread", nil},
+	910:  {"hipErrorGraphExecUpdateFailure", nil},
+	999:  {"hipErrorUnknown", nil},
+	1052: {"hipErrorRuntimeMemory", nil},
+	1053: {"hipErrorRuntimeOther", nil},
+	1054: {"hipErrorTbd", nil},
+}
+
+// codeName is the header's name for a code, or "hipError(N)" for a code
+// the installed header does not list (a newer runtime's).
+func codeName(code int) string {
+	if n, ok := errorNames[code]; ok {
+		return n.name
+	}
+	return fmt.Sprintf("hipError(%d)", code)
+}
+
+// describe turns a name into words: "hipErrorNoDevice" -> "no device".
+func describe(code int) string {
+	n, ok := errorNames[code]
+	if !ok {
+		return "unknown error"
+	}
+	words := strings.TrimPrefix(strings.TrimPrefix(n.name, "hipError"), "hip")
+	var b strings.Builder
+	for i, r := range words {
+		if i > 0 && unicode.IsUpper(r) {
+			b.WriteByte(' ')
+		}
+		b.WriteRune(unicode.ToLower(r))
+	}
+	return b.String()
+}
+
+// sentinelFor maps a hipError_t to the alloc sentinel it means here. The
+// meanings are the header's comments on enum hipError_t, which for the
+// capture codes repeat CUDA's (docs/hip-backend.md has the table).
+//
+//   - 2: out of memory.
+//   - 900 ("not permitted when the stream is capturing"), 906 (implicit
+//     dependency on a capture from hipStreamLegacy), 907 (an event last
+//     recorded in a capturing stream): illegal because a capture is
+//     active. alloc reads the stream's status again after the refusal.
+//   - 908 ("a stream capture sequence not initiated with
+//     hipStreamCaptureModeRelaxed ... was passed to hipStreamEndCapture in
+//     a different thread"): ErrCaptureWrongThread (and
+//     ErrCaptureIllegalOp); the capture is still active.
+//   - 901 (invalidated), 902 (merge), 903 (unmatched), 904 (unjoined),
+//     905 (isolation), 910 (graph exec update failure): invalidated.
+//   - 3 (not initialized), 4 (deinitialized), 35 (insufficient driver),
+//     100 (no device): no usable runtime or device: the backend is
+//     unavailable.
+//   - 1, 12, 13, 17, 21, 101, 201, 400, 401, 712, 713: a bad argument,
+//     handle or state.
+//   - 801 (not supported) and everything else: a driver error.
+func sentinelFor(code int) error {
+	switch code {
+	case errOutOfMemory:
+		return alloc.ErrOutOfMemory
+	case errStreamCaptureUnsupported, errStreamCaptureImplicit, errCapturedEvent:
+		return alloc.ErrCaptureIllegalOp
+	case errStreamCaptureWrongThread:
+		return errWrongThread
+	case errStreamCaptureInvalidated, errStreamCaptureMerge, errStreamCaptureUnmatched,
+		errStreamCaptureUnjoined, errStreamCaptureIsolation, errGraphExecUpdateFailure:
+		return alloc.ErrCaptureInvalidated
+	case errNotInitialized, errDeinitialized, errInsufficientDriver, errNoDevice:
+		return alloc.ErrBackendUnavailable
+	case errInvalidValue, errInvalidPitchValue, errInvalidSymbol, errInvalidDevicePointer,
+		errInvalidMemcpyDirection, errInvalidDevice, errInvalidContext, errInvalidHandle,
+		errIllegalState, errHostMemoryAlreadyReg, errHostMemoryNotRegistered:
+		return alloc.ErrInvalidValue
+	}
+	return alloc.ErrDriver
+}
+
+// errWrongThread is 908's sentinel: it matches both ErrCaptureWrongThread
+// and ErrCaptureIllegalOp.
+var errWrongThread = fmt.Errorf("%w (%w)", alloc.ErrCaptureWrongThread, alloc.ErrCaptureIllegalOp)
+
+// Error is a failed HIP runtime call. It matches (errors.Is) the alloc
+// sentinel its code maps to, and errors.As gives the numeric code. Its
+// text names the code both ways: "no device (hipErrorNoDevice, 100)".
+type Error struct {
+	Op   string // what the driver was doing ("malloc async 4096 B")
+	Call string // the runtime function ("hipMallocFromPoolAsync")
+	Code int    // hipError_t
+	Text string // hipGetErrorString(Code): in 5.2.3 the name again
+
+	// kind overrides the code's sentinel where the call gives the code a
+	// more precise meaning (801 from hipStreamBeginCapture: no graphs).
+	kind error
+	// why explains the code ("no AMD GPU is visible ..."); empty otherwise.
+	why string
+}
+
+func (e *Error) Error() string {
+	msg := fmt.Sprintf("%v: hip: %s: %s: %s (%s, %d)", e.Unwrap(), e.Op, e.Call, describe(e.Code), codeName(e.Code), e.Code)
+	if e.Text != "" && e.Text != codeName(e.Code) {
+		msg += fmt.Sprintf(" %q", e.Text) // a runtime that explains its codes (newer ROCm)
+	}
+	if e.why != "" {
+		msg += ": " + e.why
+	}
+	return msg
+}
+
+// Unwrap lets errors.Is find the sentinel.
+func (e *Error) Unwrap() error {
+	if e.kind != nil {
+		return e.kind
+	}
+	return sentinelFor(e.Code)
+}
+
+// errf is a backend error that did not come from a runtime call.
+func errf(sentinel error, format string, args ...any) error {
+	return fmt.Errorf("%w: hip: "+format, append([]any{sentinel}, args...)...)
+}
+
+func errClosed(op string) error { return errf(alloc.ErrClosed, "%s: driver is closed", op) }
+
+// codeOf returns the hipError_t inside err, or 0.
+func codeOf(err error) int {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return 0
+}

@@ -1,0 +1,106 @@
+package hip
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+// The order issue 9 and docs/hip-backend.md give: the override alone;
+// else $ROCM_PATH/lib, the loader's path, /opt/rocm/lib; newest soname
+// first in each.
+func TestLibrarySearchOrder(t *testing.T) {
+	bare := []string{"libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"}
+	opt := []string{"/opt/rocm/lib/libamdhip64.so.7", "/opt/rocm/lib/libamdhip64.so.6", "/opt/rocm/lib/libamdhip64.so.5", "/opt/rocm/lib/libamdhip64.so"}
+	require.Equal(t, append(append([]string{}, bare...), opt...), candidates(env(nil)))
+	rocm := []string{"/r/lib/libamdhip64.so.7", "/r/lib/libamdhip64.so.6", "/r/lib/libamdhip64.so.5", "/r/lib/libamdhip64.so"}
+	require.Equal(t, append(append(rocm, bare...), opt...), candidates(env(map[string]string{"ROCM_PATH": "/r"})))
+	require.Equal(t, []string{"/x/libamdhip64.so.6"},
+		candidates(env(map[string]string{LibEnv: " /x/libamdhip64.so.6 ", "ROCM_PATH": "/r"})), "the override is the only candidate")
+}
+
+func TestUnavailableNamesEveryPathAndReason(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "lib"), 0o755))
+	bad := filepath.Join(dir, "lib", "libamdhip64.so.6")
+	require.NoError(t, os.WriteFile(bad, []byte(strings.Repeat("not an ELF file\n", 64)), 0o644))
+	rt, err := loadRuntime(env(map[string]string{"ROCM_PATH": dir}), func(*runtimeAPI) error { return nil })
+	if err == nil {
+		t.Skipf("a usable HIP runtime is installed here (%s): the search found it", rt.path)
+	}
+	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	for _, p := range candidates(env(map[string]string{"ROCM_PATH": dir})) {
+		require.Contains(t, err.Error(), p)
+	}
+	require.Contains(t, err.Error(), bad+": ")
+	require.Contains(t, err.Error(), "invalid ELF header", "dlopen's reason is kept")
+	require.Contains(t, err.Error(), LibEnv, "the message says how to point at a library")
+}
+
+func TestOverrideToNonLibraryIsUnavailable(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "libamdhip64.so")
+	require.NoError(t, os.WriteFile(bad, []byte("#!/bin/sh\n"), 0o644))
+	t.Setenv(LibEnv, bad)
+	_, err := New(Options{})
+	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.Equal(t, 1, strings.Count(err.Error(), bad+":"), "the override alone is tried: %v", err)
+
+	t.Setenv(LibEnv, filepath.Join(t.TempDir(), "missing.so"))
+	_, err = New(Options{})
+	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.Contains(t, err.Error(), "No such file or directory")
+}
+
+func TestLibraryWithoutHIPSymbolsIsUnavailable(t *testing.T) {
+	// libc is a real shared object, but not a HIP runtime.
+	t.Setenv(LibEnv, "libc.so.6")
+	_, err := New(Options{})
+	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.Contains(t, err.Error(), ": not a HIP runtime: no symbol hipRuntimeGetVersion")
+}
+
+// A library that reports a version but lacks a required symbol is refused
+// with the list of what is missing, and the search moves on.
+func TestLibraryLackingSymbolsIsSkipped(t *testing.T) {
+	prepareFake(t)
+	partial := filepath.Join(t.TempDir(), "libamdhip64.so.7")
+	buildShared(t, partial, []byte(`
+int hipRuntimeGetVersion(int *v) { *v = 70000000; return 0; }
+const char *hipGetErrorString(int e) { return "hipErrorUnknown"; }
+int hipGetDeviceCount(int *n) { *n = 1; return 0; }
+`))
+	good := fakeLib(t)
+	rt, err := loadFirst([]string{partial, good}, func(*runtimeAPI) error { return nil })
+	require.NoError(t, err)
+	require.Equal(t, good, rt.path)
+	_, err = loadFirst([]string{partial}, func(*runtimeAPI) error { return nil })
+	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.Contains(t, err.Error(), partial+": lacks required symbols [hipSetDevice ")
+	require.NotContains(t, err.Error(), "hipDeviceGraphMemTrim", "an optional symbol is not required")
+}
+
+// Without a device the library is refused with 100, named both ways, and
+// the search moves on to a library that has one.
+func TestNoDeviceIsUnavailableAndSkipped(t *testing.T) {
+	t.Setenv("FAKE_HIP_DEVICES", "0")
+	none := fakeLib(t)
+	_, err := New(Options{})
+	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.Contains(t, err.Error(), none+" (HIP runtime 6.1.0): count devices: hipGetDeviceCount: no device (hipErrorNoDevice, 100): no AMD GPU is visible")
+	var e *Error
+	require.ErrorAs(t, err, &e)
+	require.Equal(t, errNoDevice, e.Code)
+
+	t.Setenv("FAKE_HIP_DEVICES", "1")
+	good := fakeLib(t)
+	rt, err := loadFirst([]string{none, good}, func(*runtimeAPI) error { return nil })
+	require.NoError(t, err)
+	require.Equal(t, good, rt.path)
+}

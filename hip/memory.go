@@ -1,0 +1,155 @@
+package hip
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// createPool runs on the dev thread. A pool of our own (the default) keeps
+// this driver's threshold from changing, or being changed by, other users
+// of the device's default pool; DefaultPool shares that one instead. With
+// Options.IPC the pool is created with hipMemHandleTypePosixFileDescriptor,
+// so it can be exported (ExportPool) to another process.
+func (d *Driver) createPool() error {
+	rt, dev := d.rt, d.opts.Device
+	if d.opts.DefaultPool {
+		if err := rt.check("get default memory pool", "hipDeviceGetDefaultMemPool",
+			call(rt.deviceGetDefaultMemPool, uintptr(unsafe.Pointer(&d.pool)), uintptr(dev))); err != nil {
+			return err
+		}
+	} else {
+		handles := int32(memHandleTypeNone)
+		if d.opts.IPC {
+			handles = memHandleTypePosixFD
+		}
+		props := memPoolProps{
+			allocType:    memAllocationTypePinned,
+			handleTypes:  handles,
+			locationType: memLocationTypeDevice,
+			locationID:   int32(dev),
+		}
+		if err := rt.check("create memory pool", "hipMemPoolCreate",
+			call(rt.memPoolCreate, uintptr(unsafe.Pointer(&d.pool)), uintptr(unsafe.Pointer(&props)))); err != nil {
+			return err
+		}
+		d.ownPool = true
+	}
+	threshold := d.opts.threshold()
+	if err := rt.check(fmt.Sprintf("set pool release threshold %d B", threshold), "hipMemPoolSetAttribute",
+		call(rt.memPoolSetAttribute, d.pool, memPoolAttrReleaseThreshold, uintptr(unsafe.Pointer(&threshold)))); err != nil {
+		d.destroyPool()
+		return err
+	}
+	return nil
+}
+
+// destroyPool destroys a pool of our own; the runtime defers the release until
+// its last allocation is freed.
+func (d *Driver) destroyPool() {
+	if d.ownPool && d.pool != 0 {
+		call(d.rt.memPoolDestroy, d.pool)
+	}
+	d.pool, d.ownPool = 0, false
+}
+
+// reserve allocates and frees Options.Reserve once on a private stream so
+// the pool holds it (the threshold keeps it past the synchronize).
+func (d *Driver) reserve() error {
+	n := d.opts.Reserve
+	if n == 0 {
+		return nil
+	}
+	rt := d.rt
+	op := fmt.Sprintf("reserve %d B", n)
+	var s, p uintptr
+	if err := rt.check(op, "hipStreamCreateWithPriority", call(rt.streamCreateWithPriority, uintptr(unsafe.Pointer(&s)), d.opts.streamFlags(), 0)); err != nil {
+		return err
+	}
+	defer call(rt.streamDestroy, s)
+	if err := rt.check(op, "hipMallocFromPoolAsync",
+		call(rt.mallocFromPoolAsync, uintptr(unsafe.Pointer(&p)), uintptr(n), d.pool, s)); err != nil {
+		return err
+	}
+	if err := rt.check(op, "hipFreeAsync", call(rt.freeAsync, p, s)); err != nil {
+		return err
+	}
+	return rt.check(op, "hipStreamSynchronize", call(rt.streamSynchronize, s))
+}
+
+func checkSize(op string, size int64) error {
+	if size <= 0 {
+		return errf(alloc.ErrInvalidValue, "%s: size %d", op, size)
+	}
+	return nil
+}
+
+// Malloc is hipMalloc, on the dev thread (it allocates on the current
+// device). Unsafe: never called by alloc while a capture forbids it.
+func (d *Driver) Malloc(size int64) (alloc.DevicePtr, error) {
+	op := fmt.Sprintf("malloc %d B", size)
+	if d.closed.Load() {
+		return 0, errClosed(op)
+	}
+	if err := checkSize(op, size); err != nil {
+		return 0, err
+	}
+	var p uintptr
+	err := d.dev.do(op, func() error {
+		return d.rt.check(op, "hipMalloc", call(d.rt.malloc, uintptr(unsafe.Pointer(&p)), uintptr(size)))
+	})
+	return alloc.DevicePtr(p), err
+}
+
+// Free is hipFree, on the dev thread. Unsafe.
+func (d *Driver) Free(p alloc.DevicePtr) error {
+	op := fmt.Sprintf("free %#x", uint64(p))
+	if d.closed.Load() {
+		return errClosed(op)
+	}
+	if p == 0 {
+		return errf(alloc.ErrInvalidValue, "%s: null pointer", op)
+	}
+	return d.dev.do(op, func() error { return d.rt.check(op, "hipFree", call(d.rt.free, uintptr(p))) })
+}
+
+// MallocAsync is hipMallocFromPoolAsync on s: on a capturing stream it
+// becomes a graph allocation node. It is made in Relaxed interaction mode
+// (relaxed.go), so that growing the pool never invalidates another
+// stream's Global-mode capture.
+func (d *Driver) MallocAsync(size int64, s alloc.Stream) (alloc.DevicePtr, error) {
+	const op = "malloc async"
+	if err := d.checkStream(op, s); err != nil {
+		return 0, err
+	}
+	if size <= 0 {
+		return 0, errf(alloc.ErrInvalidValue, "%s: size %d", op, size)
+	}
+	var p uint64
+	code := d.relaxed(func() int32 {
+		var c int32
+		c, p = callHot(d.rt.mallocFromPoolAsync, outArg, uintptr(size), d.pool, uintptr(s))
+		return c
+	})
+	if code != 0 {
+		return 0, d.rt.fail(fmt.Sprintf("%s %d B", op, size), "hipMallocFromPoolAsync", code)
+	}
+	return alloc.DevicePtr(p), nil
+}
+
+// FreeAsync is hipFreeAsync on s, in Relaxed interaction mode like
+// MallocAsync.
+func (d *Driver) FreeAsync(p alloc.DevicePtr, s alloc.Stream) error {
+	const op = "free async"
+	if err := d.checkStream(op, s); err != nil {
+		return err
+	}
+	if p == 0 {
+		return errf(alloc.ErrInvalidValue, "%s: null pointer", op)
+	}
+	if code := d.relaxed(func() int32 { return first(callHot(d.rt.freeAsync, uintptr(p), uintptr(s))) }); code != 0 {
+		return d.rt.fail(fmt.Sprintf("%s %#x", op, uint64(p)), "hipFreeAsync", code)
+	}
+	return nil
+}

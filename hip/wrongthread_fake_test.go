@@ -1,0 +1,62 @@
+package hip
+
+import (
+	"runtime"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// HIP's rule for ending a capture is CUDA's: a capture not begun in
+// Relaxed mode must end on the thread that began it, else
+// hipErrorStreamCaptureWrongThread (908, hip_runtime_api.h) and the
+// capture stays active. Here hipStreamEndCapture is called from another
+// OS thread than the driver's capture thread, for real (no injected
+// code): 908, typed as wrong thread and illegal, not invalidated; the
+// driver's own EndCapture then succeeds. A Relaxed capture may end
+// anywhere.
+func TestFake908EndOnAnotherThread(t *testing.T) {
+	d, _ := openFake(t, Options{})
+	s, err := d.CreateStream()
+	require.NoError(t, err)
+	for _, mode := range alloc.Modes {
+		require.NoError(t, d.BeginCapture(s, mode))
+		code := endElsewhere(t, d, s)
+		if mode == alloc.Relaxed {
+			require.Zero(t, code, "a relaxed capture may end on any thread")
+			continue
+		}
+		require.Equal(t, int32(errStreamCaptureWrongThread), code, mode)
+		err := d.rt.check("end capture", "hipStreamEndCapture", code)
+		require.ErrorIs(t, err, alloc.ErrCaptureWrongThread)
+		require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
+		require.NotErrorIs(t, err, alloc.ErrCaptureInvalidated)
+		require.Contains(t, err.Error(), "(hipErrorStreamCaptureWrongThread, 908)")
+		st, err := d.StreamCaptureStatus(s)
+		require.NoError(t, err)
+		require.Equal(t, alloc.DriverCaptureActive, st, "908 leaves the capture active")
+		g, err := d.EndCapture(s)
+		require.NoError(t, err, "ended on the beginning thread")
+		require.NoError(t, d.GraphDestroy(g))
+	}
+}
+
+// endElsewhere calls hipStreamEndCapture on a fresh locked OS thread and
+// destroys the graph if it got one.
+func endElsewhere(t *testing.T, d *Driver, s alloc.Stream) int32 {
+	t.Helper()
+	done := make(chan int32)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+		var g uintptr
+		code := call(d.rt.streamEndCapture, uintptr(s), uintptr(unsafe.Pointer(&g)))
+		if code == 0 && g != 0 {
+			call(d.rt.graphDestroy, g)
+		}
+		done <- code
+	}()
+	return <-done
+}

@@ -1,0 +1,604 @@
+/* The runtime-independent core of the fake GPU runtimes used in tests
+ * (cuda/testdata/fakecudart.c, hip/testdata/fakehip.c). Each front file
+ * defines its runtime's names and then includes this file; gcc finds it
+ * with -I internal/fakegpu (cuda.buildShared, hip.buildShared).
+ *
+ * Semantics: device memory is host memory, streams execute at once,
+ * captures record into a graph that replays on launch, and the capture
+ * rules (unsafe calls, same-thread end, pinned copies) are enforced. Every
+ * call is logged with its arguments and the calling thread's current
+ * device, so tests check the marshalling (argument order, memcpy kinds,
+ * flags) through purego.
+ *
+ * The numeric error codes used here have the same value and meaning in
+ * CUDA's driver_types.h (enum cudaError) and HIP's hip_runtime_api.h (enum
+ * hipError_t, ROCm 5.2.3 as installed by Debian's libamdhip64-dev):
+ * 1 invalid value, 2 out of memory, 21 invalid memcpy direction,
+ * 101 invalid device, 400 invalid (resource) handle, 401 illegal state,
+ * 712/713 host memory already/not registered, 900 stream capture
+ * unsupported, 901 invalidated, 906 implicit, 908 wrong thread. So do the
+ * enums this file reads: memcpy kinds 1-3, capture modes 0-2 and statuses
+ * 0-2, the pool attribute release threshold 4, the pool allocation type
+ * pinned 1, location type device 1, handle types none 0 and POSIX file
+ * descriptor 1, the stream flag non-blocking 1, the instantiate flag
+ * auto-free-on-launch 1, and the 88-byte pool properties struct.
+ *
+ * A front file defines, before including this:
+ *   RT(x), RTS(x)    the function name and its string ("cuda" #x)
+ *   ENVN(x)          an environment variable name ("FAKE_CUDA_" x)
+ *   HOST_ALLOC, HOST_FREE    the pinned host alloc/free functions' names,
+ *   HOST_ALLOC_S, HOST_FREE_S and their strings
+ *   static int pool_capture_nodes(void)  1 when a pool allocation in a
+ *                    capture becomes a graph node (0: allocated at once)
+ *   static unsigned ipc_open_flags(void) the flags RT(IpcOpenMemHandle)
+ *                    requires (its header: "must be specified as
+ *                    ...IpcMemLazyEnablePeerAccess")
+ * and may define FAKE_NO_GRAPH_MEM_TRIM to leave RT(DeviceGraphMemTrim)
+ * out (an optional symbol for the binding). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+typedef int rtError_t;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static __thread int cur_device = 0;
+
+static int envint(const char *n, long long def) {
+  const char *v = getenv(n);
+  return v && *v ? atoll(v) : def;
+}
+static long long envll(const char *n, long long def) {
+  const char *v = getenv(n);
+  return v && *v ? atoll(v) : def;
+}
+static int ndevices(void) { return envint(ENVN("DEVICES"), 1); }
+
+/* ---- call log ---- */
+static char logbuf[1 << 20];
+static size_t loglen;
+static void logf_(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = snprintf(logbuf + loglen, sizeof logbuf - loglen, "dev=%d ", cur_device);
+  if (n > 0 && loglen + n < sizeof logbuf) loglen += n;
+  n = vsnprintf(logbuf + loglen, sizeof logbuf - loglen, fmt, ap);
+  if (n > 0 && loglen + n < sizeof logbuf - 1) { loglen += n; logbuf[loglen++] = '\n'; }
+  va_end(ap);
+}
+size_t fake_log(char *out, size_t n) {
+  pthread_mutex_lock(&mu);
+  size_t m = loglen < n ? loglen : n;
+  memcpy(out, logbuf, m);
+  pthread_mutex_unlock(&mu);
+  return m;
+}
+void fake_log_reset(void) { pthread_mutex_lock(&mu); loglen = 0; pthread_mutex_unlock(&mu); }
+
+/* ---- graphs and streams ---- */
+enum { OP_COPY, OP_SET, OP_FREE, OP_HOST };
+typedef struct { int kind; char *dst; const char *src; size_t n; int val; } op_t;
+typedef struct graph { op_t *ops; int nops, cap; int launched; } graph_t;
+typedef struct { graph_t *g; unsigned long long flags; } exec_t;
+typedef struct stream {
+  int device; unsigned flags; int priority;
+  int status; /* 0 none, 1 active, 2 invalidated */
+  int mode; pthread_t thread; graph_t *g;
+  struct stream *next;
+} stream_t;
+static stream_t *streams;
+/* FAKE_<RT>_FAIL=name:code makes that function return code; with
+ * FAKE_<RT>_FAIL_INVALIDATES set it also invalidates every active capture. */
+static int injected(const char *fn) {
+  const char *v = getenv(ENVN("FAIL"));
+  size_t l = strlen(fn);
+  if (v && strncmp(v, fn, l) == 0 && v[l] == ':') {
+    int code = atoi(v + l + 1);
+    if (getenv(ENVN("FAIL_INVALIDATES")))
+      for (struct stream *s = streams; s; s = s->next) if (s->status == 1) s->status = 2;
+    return code;
+  }
+  return 0;
+}
+
+static void record(stream_t *s, op_t o) {
+  graph_t *g = s->g;
+  if (g->nops == g->cap) { g->cap = g->cap ? 2 * g->cap : 16; g->ops = realloc(g->ops, g->cap * sizeof(op_t)); }
+  g->ops[g->nops++] = o;
+}
+
+/* ---- allocations ---- */
+/* shared: a synchronous allocation (RT(Malloc)) lives in a memfd mapping,
+ * so an IPC handle can name it and another process can map it. */
+typedef struct { char *p; size_t n; graph_t *owner; int graph_freed; int live; int fd; int pool; } alloc_t;
+static alloc_t allocs[1 << 16];
+static int nallocs;
+static long long live_bytes;
+/* graph_cached: memory graph allocations released at graph destroy, kept
+ * for later graphs (reused by graph allocations) and counted against the
+ * device until RT(DeviceGraphMemTrim), as CUDA's graph memory is. */
+static long long graph_cached;
+static alloc_t *find(const void *p) {
+  for (int i = 0; i < nallocs; i++) if (allocs[i].live && allocs[i].p == p) return &allocs[i];
+  return NULL;
+}
+static void release(alloc_t *a) {
+  if (a->fd >= 0) { munmap(a->p, a->n); close(a->fd); } else free(a->p);
+  a->live = 0; live_bytes -= a->n;
+}
+static rtError_t devalloc_(void **out, size_t n, graph_t *owner, int shared, int pool) {
+  long long reuse = owner ? (graph_cached < (long long)n ? graph_cached : (long long)n) : 0;
+  if (live_bytes + graph_cached - reuse + (long long)n > envll(ENVN("MEM"), 1LL << 30) || nallocs == (1 << 16)) return 2;
+  graph_cached -= reuse;
+  char *p;
+  int fd = -1;
+  if (shared) {
+    fd = memfd_create("fakegpu", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, n) != 0) { if (fd >= 0) close(fd); return 2; }
+    p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) { close(fd); return 2; }
+  } else {
+    p = aligned_alloc(256, (n + 255) / 256 * 256);
+    if (!p) return 2;
+  }
+  memset(p, 0xAB, n);
+  allocs[nallocs++] = (alloc_t){p, n, owner, 0, 1, fd, pool};
+  live_bytes += n;
+  *out = p;
+  return 0;
+}
+static rtError_t devalloc(void **out, size_t n, graph_t *owner) { return devalloc_(out, n, owner, 0, 1); }
+
+typedef struct { char *p; size_t n; int reg; } host_t; /* reg: host-registered, not ours */
+static host_t hosts[4096];
+static int nhosts;
+static int pinned(const void *p, size_t n) {
+  for (int i = 0; i < nhosts; i++)
+    if (hosts[i].p && (const char *)p >= hosts[i].p && (const char *)p + n <= hosts[i].p + hosts[i].n) return 1;
+  return 0;
+}
+
+/* unsafe applies CUDA's rule for potentially unsafe calls: refused (900)
+ * on a thread with a Global/ThreadLocal capture of its own, or while any
+ * Global capture runs; the capture concerned is invalidated. */
+static __thread int thread_relaxed; /* RT(ThreadExchangeStreamCaptureMode)(Relaxed) on this thread */
+static rtError_t unsafe(void) {
+  int refused = 0;
+  if (thread_relaxed) return 0;
+  for (stream_t *s = streams; s; s = s->next) {
+    if (s->status != 1) continue;
+    if (s->mode == 0 || (s->mode == 1 && pthread_equal(s->thread, pthread_self()))) { s->status = 2; refused = 1; }
+  }
+  return refused ? 900 : 0;
+}
+static stream_t *stream_of(void *h) {
+  for (stream_t *s = streams; s; s = s->next) if (s == h) return s;
+  return NULL;
+}
+/* The legacy default stream: handle 0 or the legacy handle ((stream_t)0x1). */
+static int is_legacy(void *h) { return h == NULL || h == (void *)1; }
+
+/* legacy applies the legacy-stream rule, as measured on an H100 (driver
+ * 580, runtime 13.0, cmd/cudatruth copy_pageable_sync): a stream created
+ * without the non-blocking flag synchronizes implicitly with the legacy
+ * stream. While such a stream captures, in any mode, work on the legacy
+ * stream would depend on the capture: it is refused with 906 (implicit)
+ * and the capture is invalidated. Work on another stream, blocking or not,
+ * is not affected (memset_other: 0), and a non-blocking stream's capture is
+ * outside the rule. s is NULL for the legacy stream. */
+static rtError_t legacy(stream_t *s) {
+  if (s) return 0;
+  int refused = 0;
+  for (stream_t *t = streams; t; t = t->next)
+    if (t->status == 1 && !(t->flags & 1)) { t->status = 2; refused = 1; }
+  return refused ? 906 : 0;
+}
+
+#define ENTER(name) pthread_mutex_lock(&mu); rtError_t inj_ = injected(name); if (inj_) { logf_("%s injected=%d", name, inj_); pthread_mutex_unlock(&mu); return inj_; }
+#define RETURN(e) do { rtError_t r_ = (e); pthread_mutex_unlock(&mu); return r_; } while (0)
+
+rtError_t RT(StreamCreateWithPriority)(void **out, unsigned flags, int prio) {
+  ENTER(RTS(StreamCreateWithPriority));
+  stream_t *s = calloc(1, sizeof *s);
+  s->device = cur_device; s->flags = flags; s->priority = prio;
+  s->next = streams; streams = s;
+  *out = s;
+  logf_(RTS(StreamCreateWithPriority) " flags=%u priority=%d -> %p", flags, prio, (void *)s);
+  RETURN(0);
+}
+rtError_t RT(StreamDestroy)(void *h) {
+  ENTER(RTS(StreamDestroy));
+  stream_t **pp = &streams;
+  while (*pp && *pp != h) pp = &(*pp)->next;
+  if (!*pp) RETURN(400);
+  *pp = ((stream_t *)h)->next;
+  logf_(RTS(StreamDestroy) " %p", h);
+  free(h);
+  RETURN(0);
+}
+static rtError_t sync_like(void *h) {
+  if (is_legacy(h)) { rtError_t e = legacy(NULL); return e ? e : unsafe(); }
+  stream_t *s = stream_of(h);
+  if (!s) return 400;
+  if (s->status) { s->status = 2; return 900; }
+  rtError_t e = legacy(s);
+  return e ? e : unsafe();
+}
+rtError_t RT(StreamSynchronize)(void *h) { ENTER(RTS(StreamSynchronize)); logf_(RTS(StreamSynchronize) " %p", h); RETURN(sync_like(h)); }
+rtError_t RT(StreamQuery)(void *h) { ENTER(RTS(StreamQuery)); logf_(RTS(StreamQuery) " %p", h); RETURN(sync_like(h)); }
+rtError_t RT(StreamIsCapturing)(void *h, int *st) {
+  ENTER(RTS(StreamIsCapturing));
+  stream_t *s = stream_of(h);
+  if (!s) RETURN(400);
+  *st = s->status;
+  RETURN(0);
+}
+
+rtError_t RT(Malloc)(void **p, size_t n) {
+  ENTER(RTS(Malloc));
+  logf_(RTS(Malloc) " n=%zu", n);
+  rtError_t e = unsafe();
+  if (e) RETURN(e);
+  RETURN(devalloc_(p, n, NULL, 1, 0));
+}
+
+/* ---- IPC handles (64 bytes: CUDA_IPC_HANDLE_SIZE, HIP_IPC_HANDLE_SIZE) ----
+ * The fake's handle: "FAKEIPC" magic, the exporting pid, the memfd's
+ * number in that process, the size; the rest zero. Opening maps
+ * /proc/<pid>/fd/<fd>, so another process sees the same bytes. Only
+ * synchronous allocations can be exported (both headers: "a device memory
+ * allocation created with cudaMalloc/hipMalloc"); a pool allocation, a
+ * pointer inside an allocation and an unknown pointer are refused with 1
+ * (invalid value). The fake lets the exporting process open its own
+ * handle (a second mapping of the same memory), so one process can test
+ * the marshalling; what the real runtimes do then is not modelled. */
+typedef struct { char magic[8]; int64_t pid, fd, size; char pad[32]; } ipc_t;
+typedef struct { char *p; size_t n; } mapping_t;
+static mapping_t mappings[256];
+rtError_t RT(IpcGetMemHandle)(void *handle, void *p) {
+  ENTER(RTS(IpcGetMemHandle));
+  logf_(RTS(IpcGetMemHandle) " %p", p);
+  alloc_t *a = find(p);
+  if (!a || a->fd < 0 || a->owner) RETURN(1);
+  ipc_t h = {{'F', 'A', 'K', 'E', 'I', 'P', 'C', 0}, getpid(), a->fd, (int64_t)a->n, {0}};
+  memcpy(handle, &h, sizeof h);
+  RETURN(0);
+}
+rtError_t RT(IpcOpenMemHandle)(void **out, ipc_t h, unsigned flags) {
+  ENTER(RTS(IpcOpenMemHandle));
+  logf_(RTS(IpcOpenMemHandle) " pid=%lld size=%lld flags=%u", (long long)h.pid, (long long)h.size, flags);
+  if (memcmp(h.magic, "FAKEIPC", 8) != 0 || h.size <= 0) RETURN(400);
+  if (flags != ipc_open_flags()) RETURN(1);
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%lld/fd/%lld", (long long)h.pid, (long long)h.fd);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) RETURN(205); /* map failed: same code in both headers */
+  char *p = mmap(NULL, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) RETURN(205);
+  for (int i = 0; i < 256; i++)
+    if (!mappings[i].p) { mappings[i] = (mapping_t){p, h.size}; *out = p; RETURN(0); }
+  munmap(p, h.size);
+  RETURN(2);
+}
+rtError_t RT(IpcCloseMemHandle)(void *p) {
+  ENTER(RTS(IpcCloseMemHandle));
+  logf_(RTS(IpcCloseMemHandle) " %p", p);
+  for (int i = 0; i < 256; i++)
+    if (p && mappings[i].p == p) { munmap(p, mappings[i].n); mappings[i].p = NULL; RETURN(0); }
+  RETURN(400);
+}
+
+rtError_t RT(Free)(void *p) {
+  ENTER(RTS(Free));
+  logf_(RTS(Free) " %p", p);
+  rtError_t e = unsafe();
+  if (e) RETURN(e);
+  alloc_t *a = find(p);
+  if (!a || a->owner) RETURN(1);
+  release(a);
+  RETURN(0);
+}
+
+/* handleTypes: none (0) or the POSIX file descriptor (1); an exportable
+ * pool's RT(MemPoolExportToShareableHandle) gives a file descriptor. */
+typedef struct { int device; int is_default; int handle_types; unsigned long long threshold; } pool_t;
+static pool_t default_pools[16];
+rtError_t RT(MemPoolCreate)(void **out, const unsigned char *props) {
+  ENTER(RTS(MemPoolCreate));
+  int v[4];
+  memcpy(v, props, sizeof v);
+  int tail_zero = 1;
+  for (int i = 16; i < 88; i++) if (props[i]) tail_zero = 0;
+  logf_(RTS(MemPoolCreate) " allocType=%d handleTypes=%d locationType=%d locationId=%d zeroTail=%d", v[0], v[1], v[2], v[3], tail_zero);
+  if (v[0] != 1 || (v[1] != 0 && v[1] != 1) || v[2] != 1 || v[3] < 0 || v[3] >= ndevices() || !tail_zero) RETURN(1);
+  pool_t *p = calloc(1, sizeof *p);
+  p->device = v[3];
+  p->handle_types = v[1];
+  *out = p;
+  RETURN(0);
+}
+rtError_t RT(MemPoolExportToShareableHandle)(void *out, void *pool, int type, unsigned flags) {
+  ENTER(RTS(MemPoolExportToShareableHandle));
+  pool_t *p = pool;
+  logf_(RTS(MemPoolExportToShareableHandle) " %p type=%d flags=%u", pool, type, flags);
+  if (!p || type != 1 || flags || !(p->handle_types & 1)) RETURN(1);
+  int fd = memfd_create("fakegpu-pool", MFD_CLOEXEC);
+  if (fd < 0) RETURN(2);
+  *(int *)out = fd;
+  RETURN(0);
+}
+rtError_t RT(MemPoolDestroy)(void *p) {
+  ENTER(RTS(MemPoolDestroy));
+  logf_(RTS(MemPoolDestroy) " %p", p);
+  if (((pool_t *)p)->is_default) RETURN(1);
+  free(p);
+  RETURN(0);
+}
+rtError_t RT(DeviceGetDefaultMemPool)(void **out, int dev) {
+  ENTER(RTS(DeviceGetDefaultMemPool));
+  logf_(RTS(DeviceGetDefaultMemPool) " device=%d", dev);
+  if (dev < 0 || dev >= 16) RETURN(101);
+  default_pools[dev].device = dev;
+  default_pools[dev].is_default = 1;
+  *out = &default_pools[dev];
+  RETURN(0);
+}
+rtError_t RT(MemPoolSetAttribute)(void *pool, int attr, void *value) {
+  ENTER(RTS(MemPoolSetAttribute));
+  if (attr != 4) RETURN(1);
+  ((pool_t *)pool)->threshold = *(unsigned long long *)value;
+  logf_(RTS(MemPoolSetAttribute) " attr=%d threshold=%llu", attr, *(unsigned long long *)value);
+  RETURN(0);
+}
+rtError_t RT(MemPoolTrimTo)(void *pool, size_t keep) {
+  ENTER(RTS(MemPoolTrimTo));
+  if (!pool) RETURN(1);
+  logf_(RTS(MemPoolTrimTo) " pool=%p keep=%zu", pool, keep);
+  RETURN(0);
+}
+rtError_t RT(MallocFromPoolAsync)(void **out, size_t n, void *pool, void *h) {
+  ENTER(RTS(MallocFromPoolAsync));
+  stream_t *s = stream_of(h);
+  if (!s || !pool) RETURN(400);
+  logf_(RTS(MallocFromPoolAsync) " n=%zu pool=%p stream=%p", n, pool, h);
+  if (s->status == 2) RETURN(901);
+  /* On a stream that is not capturing it is potentially unsafe (measured:
+   * cmd/cudatruth pool_alloc_other, CUDA 13.0). */
+  if (s->status == 0) { rtError_t u = unsafe(); if (u) RETURN(u); }
+  rtError_t le = legacy(s);
+  if (le) RETURN(le);
+  /* A runtime without graph allocation nodes allocates at once, even in
+   * a capture: the memory is nobody's graph's. */
+  RETURN(devalloc(out, n, s->status == 1 && pool_capture_nodes() ? s->g : NULL));
+}
+rtError_t RT(FreeAsync)(void *p, void *h) {
+  ENTER(RTS(FreeAsync));
+  stream_t *s = stream_of(h);
+  if (!s) RETURN(400);
+  logf_(RTS(FreeAsync) " %p stream=%p", p, h);
+  alloc_t *a = find(p);
+  if (!a) RETURN(1);
+  if (s->status == 2) RETURN(901);
+  rtError_t le = legacy(s);
+  if (le) RETURN(le);
+  if (s->status == 1) {
+    if (a->owner == s->g) a->graph_freed = 1;
+    else record(s, (op_t){OP_FREE, p, NULL, 0, 0});
+    RETURN(0);
+  }
+  if (a->owner && !a->owner->launched) RETURN(1);
+  release(a);
+  RETURN(0);
+}
+
+rtError_t HOST_ALLOC(void **p, size_t n, unsigned flags) {
+  ENTER(HOST_ALLOC_S);
+  logf_(HOST_ALLOC_S " n=%zu flags=%u", n, flags);
+  rtError_t e = unsafe();
+  if (e) RETURN(e);
+  if (nhosts == 4096) RETURN(2);
+  char *b = calloc(1, n);
+  if (!b) RETURN(2);
+  hosts[nhosts++] = (host_t){b, n};
+  *p = b;
+  RETURN(0);
+}
+rtError_t HOST_FREE(void *p) {
+  ENTER(HOST_FREE_S);
+  logf_(HOST_FREE_S " %p", p);
+  rtError_t e = unsafe();
+  if (e) RETURN(e);
+  for (int i = 0; i < nhosts; i++)
+    if (hosts[i].p == p && !hosts[i].reg) { free(p); hosts[i].p = NULL; RETURN(0); }
+  RETURN(1);
+}
+/* RT(HostRegister) pins memory the caller owns; 712 when it overlaps a
+ * registered range, 713 when unregistering what is not registered. */
+rtError_t RT(HostRegister)(void *p, size_t n, unsigned flags) {
+  ENTER(RTS(HostRegister));
+  logf_(RTS(HostRegister) " %p n=%zu flags=%u", p, n, flags);
+  rtError_t e = unsafe();
+  if (e) RETURN(e);
+  if (!p || !n) RETURN(1);
+  if (pinned(p, 1) || pinned((char *)p + n - 1, 1)) RETURN(712);
+  if (nhosts == 4096) RETURN(2);
+  hosts[nhosts++] = (host_t){p, n, 1};
+  RETURN(0);
+}
+rtError_t RT(HostUnregister)(void *p) {
+  ENTER(RTS(HostUnregister));
+  logf_(RTS(HostUnregister) " %p", p);
+  rtError_t e = unsafe();
+  if (e) RETURN(e);
+  for (int i = 0; i < nhosts; i++)
+    if (hosts[i].p == p && hosts[i].reg) { hosts[i].p = NULL; RETURN(0); }
+  RETURN(713);
+}
+
+static rtError_t apply(op_t o) {
+  if (o.kind == OP_COPY) memmove(o.dst, o.src, o.n);
+  else if (o.kind == OP_SET) memset(o.dst, o.val, o.n);
+  else if (o.kind == OP_HOST) ((void (*)(void *))(void *)o.dst)((void *)o.src); /* host function(userData) */
+  else { alloc_t *a = find(o.dst); if (a) release(a); }
+  return 0;
+}
+/* LaunchHostFunc(stream, fn, userData): fn runs in stream order (here at
+ * once: the fake's streams are synchronous), or becomes a host node of a
+ * capture that every launch runs. */
+rtError_t RT(LaunchHostFunc)(void *h, void (*fn)(void *), void *user) {
+  ENTER(RTS(LaunchHostFunc));
+  stream_t *s = stream_of(h);
+  if (!s && !is_legacy(h)) RETURN(400);
+  if (!fn) RETURN(1);
+  logf_(RTS(LaunchHostFunc) " stream=%p", h);
+  rtError_t le = legacy(s);
+  if (le) RETURN(le);
+  op_t o = {OP_HOST, (char *)(void *)fn, (const char *)user, 0, 0};
+  if (!s) RETURN(apply(o));
+  if (s->status == 2) RETURN(901);
+  if (s->status == 1) { record(s, o); RETURN(0); }
+  RETURN(apply(o));
+}
+rtError_t RT(MemcpyAsync)(void *dst, const void *src, size_t n, int kind, void *h) {
+  ENTER(RTS(MemcpyAsync));
+  stream_t *s = stream_of(h);
+  if (!s && !is_legacy(h)) RETURN(400);
+  logf_(RTS(MemcpyAsync) " dst=%p src=%p n=%zu kind=%d stream=%p", dst, src, n, kind, h);
+  if (kind < 1 || kind > 3) RETURN(21);
+  rtError_t le = legacy(s);
+  if (le) RETURN(le);
+  if (!s) RETURN(apply((op_t){OP_COPY, dst, src, n, 0}));
+  if (s->status == 2) RETURN(901);
+  if (s->status == 1) {
+    const void *host = kind == 1 ? src : kind == 2 ? dst : NULL;
+    if (host && !pinned(host, n)) { s->status = 2; RETURN(900); }
+    record(s, (op_t){OP_COPY, dst, src, n, 0});
+    RETURN(0);
+  }
+  RETURN(apply((op_t){OP_COPY, dst, src, n, 0}));
+}
+rtError_t RT(MemsetAsync)(void *dst, int val, size_t n, void *h) {
+  ENTER(RTS(MemsetAsync));
+  stream_t *s = stream_of(h);
+  if (!s && !is_legacy(h)) RETURN(400);
+  logf_(RTS(MemsetAsync) " dst=%p value=%d n=%zu stream=%p", dst, val, n, h);
+  rtError_t le = legacy(s);
+  if (le) RETURN(le);
+  if (!s) RETURN(apply((op_t){OP_SET, dst, NULL, n, val}));
+  if (s->status == 2) RETURN(901);
+  if (s->status == 1) { record(s, (op_t){OP_SET, dst, NULL, n, val}); RETURN(0); }
+  RETURN(apply((op_t){OP_SET, dst, NULL, n, val}));
+}
+
+rtError_t RT(StreamBeginCapture)(void *h, int mode) {
+  ENTER(RTS(StreamBeginCapture));
+  stream_t *s = stream_of(h);
+  if (!s) RETURN(400);
+  logf_(RTS(StreamBeginCapture) " %p mode=%d", h, mode);
+  if (mode < 0 || mode > 2) RETURN(1);
+  if (s->status) RETURN(401);
+  s->status = 1; s->mode = mode; s->thread = pthread_self();
+  s->g = calloc(1, sizeof(graph_t));
+  RETURN(0);
+}
+/* 908 (wrong thread): a Global or ThreadLocal capture ended on another
+ * thread than the one that began it; the capture stays active. */
+rtError_t RT(StreamEndCapture)(void *h, void **out) {
+  ENTER(RTS(StreamEndCapture));
+  stream_t *s = stream_of(h);
+  if (!s) RETURN(400);
+  logf_(RTS(StreamEndCapture) " %p", h);
+  if (!s->status) RETURN(401);
+  if (s->mode != 2 && !pthread_equal(s->thread, pthread_self())) RETURN(908);
+  int invalid = s->status == 2;
+  graph_t *g = s->g;
+  s->status = 0; s->g = NULL;
+  if (invalid) {
+    for (int i = 0; i < nallocs; i++) if (allocs[i].live && allocs[i].owner == g) release(&allocs[i]);
+    free(g->ops); free(g);
+    *out = NULL;
+    RETURN(901);
+  }
+  *out = g;
+  RETURN(0);
+}
+rtError_t RT(GraphInstantiateWithFlags)(void **out, void *g, unsigned long long flags) {
+  ENTER(RTS(GraphInstantiateWithFlags));
+  logf_(RTS(GraphInstantiateWithFlags) " graph=%p flags=%llu", g, flags);
+  if (!g) RETURN(1);
+  if (flags & ~1ULL) RETURN(1);
+  { rtError_t u = unsafe(); if (u) RETURN(u); } /* measured: cmd/cudatruth graph_instantiate */
+  exec_t *e = calloc(1, sizeof *e);
+  e->g = g; e->flags = flags;
+  *out = e;
+  RETURN(0);
+}
+rtError_t RT(GraphLaunch)(void *eh, void *h) {
+  ENTER(RTS(GraphLaunch));
+  stream_t *s = stream_of(h);
+  if (!s || !eh) RETURN(400);
+  exec_t *e = eh;
+  logf_(RTS(GraphLaunch) " exec=%p stream=%p", eh, h);
+  if (s->status == 2) RETURN(901);
+  /* Not captured as a child graph: 900, capture invalidated, in every mode
+   * (measured: cmd/cudatruth graph_launch_capturing, CUDA 13.0). */
+  if (s->status == 1) { s->status = 2; RETURN(900); }
+  rtError_t le = legacy(s);
+  if (le) RETURN(le);
+  for (int i = 0; i < e->g->nops; i++) apply(e->g->ops[i]);
+  e->g->launched = 1;
+  RETURN(0);
+}
+rtError_t RT(GraphExecDestroy)(void *e) {
+  ENTER(RTS(GraphExecDestroy));
+  logf_(RTS(GraphExecDestroy) " %p", e);
+  { rtError_t u = unsafe(); if (u) RETURN(u); } /* measured: cmd/cudatruth graph_exec_destroy */
+  free(e);
+  RETURN(0);
+}
+rtError_t RT(GraphDestroy)(void *gh) {
+  ENTER(RTS(GraphDestroy));
+  graph_t *g = gh;
+  logf_(RTS(GraphDestroy) " %p", gh);
+  for (int i = 0; i < nallocs; i++) {
+    alloc_t *a = &allocs[i];
+    if (a->live && a->owner == g) {
+      if (a->graph_freed || !g->launched) { graph_cached += a->n; release(a); }
+      else a->owner = NULL; /* the caller frees it with the async free */
+    }
+  }
+  free(g->ops); free(g);
+  RETURN(0);
+}
+
+/* RT(ThreadExchangeStreamCaptureMode): a thread in Relaxed interaction
+ * mode is never prohibited from potentially unsafe calls. */
+rtError_t RT(ThreadExchangeStreamCaptureMode)(int *mode) {
+  ENTER(RTS(ThreadExchangeStreamCaptureMode));
+  if (*mode < 0 || *mode > 2) RETURN(1);
+  int old = thread_relaxed ? 2 : 0;
+  thread_relaxed = *mode == 2;
+  *mode = old;
+  logf_(RTS(ThreadExchangeStreamCaptureMode) " -> %d", thread_relaxed ? 2 : 0);
+  RETURN(0);
+}
+
+#ifndef FAKE_NO_GRAPH_MEM_TRIM
+rtError_t RT(DeviceGraphMemTrim)(int dev) {
+  ENTER(RTS(DeviceGraphMemTrim));
+  logf_(RTS(DeviceGraphMemTrim) " device=%d cached=%lld", dev, graph_cached);
+  /* Legal during any capture (measured: cmd/cudatruth graph_mem_trim). */
+  if (dev < 0 || dev >= ndevices()) RETURN(101);
+  graph_cached = 0;
+  RETURN(0);
+}
+#endif
