@@ -109,7 +109,7 @@ func TestGPUCollectivesCaptured(t *testing.T) {
 			defer g.Close()
 			for k := range 5 {
 				for i := range in.Bytes() {
-					in.Bytes()[i] = byte(i/4*7 + k*13) & 0x3f // small float32 / int32 values
+					in.Bytes()[i] = byte(i/4*7+k*13) & 0x3f // small float32 / int32 values
 				}
 				require.NoError(t, g.Launch())
 				require.NoError(t, a.Synchronize())
