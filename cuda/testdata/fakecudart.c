@@ -14,7 +14,9 @@
  *
  * Compile with -DFAKE_NO_GRAPH_MEM_TRIM to leave cudaDeviceGraphMemTrim out
  * (an optional symbol for the binding); -DFAKE_NO_DRIVER and
- * -DFAKE_RUNTIME_VERSION=N: see the versions below. */
+ * -DFAKE_RUNTIME_VERSION=N: see the versions below; -DFAKE_HOSTFN_THREAD
+ * runs every host function on a thread of its own, as CUDA does, and
+ * joins it (fake_hostfn_tid reports that thread's id). */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -443,10 +445,32 @@ cudaError_t cudaHostUnregister(void *p) {
   RETURN(713);
 }
 
+#ifdef FAKE_HOSTFN_THREAD
+#include <sys/syscall.h>
+#include <unistd.h>
+/* A host function runs on a thread the caller's language did not make, as
+ * on CUDA's own callback thread: the Go side is entered from a foreign
+ * thread (purego's callback, through fakecgo with CGO_ENABLED=0). */
+static volatile long hostfn_tid;
+long fake_hostfn_tid(void) { return hostfn_tid; }
+static void *hostfn_thread(void *arg) {
+  op_t *o = arg;
+  hostfn_tid = (long)syscall(SYS_gettid);
+  ((void (*)(void *))(void *)o->dst)((void *)o->src);
+  return NULL;
+}
+static void run_hostfn(op_t o) {
+  pthread_t t;
+  if (pthread_create(&t, NULL, hostfn_thread, &o) == 0) pthread_join(t, NULL);
+}
+#else
+static void run_hostfn(op_t o) { ((void (*)(void *))(void *)o.dst)((void *)o.src); } /* cudaHostFn_t(userData) */
+#endif
+
 static cudaError_t apply(op_t o) {
   if (o.kind == OP_COPY) memmove(o.dst, o.src, o.n);
   else if (o.kind == OP_SET) memset(o.dst, o.val, o.n);
-  else if (o.kind == OP_HOST) ((void (*)(void *))(void *)o.dst)((void *)o.src); /* cudaHostFn_t(userData) */
+  else if (o.kind == OP_HOST) run_hostfn(o);
   else { alloc_t *a = find(o.dst); if (a) release(a); }
   return 0;
 }
