@@ -26,6 +26,7 @@ func (s *suite) collectivesGroup(t *testing.T) {
 	t.Run("peers_at_different_addresses", s.peersAtDifferentAddresses)
 	t.Run("skewed_replays_time_out", s.skewedReplaysTimeOut)
 	t.Run("alloc_mismatch_is_loud", s.allocMismatchIsLoud)
+	t.Run("heap_capture_rules", s.heapCaptureRules)
 }
 
 // world is n ranks as goroutines, each on its own cpu device (driver) and

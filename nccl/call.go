@@ -2,7 +2,6 @@ package nccl
 
 import (
 	"fmt"
-	"unsafe"
 
 	"github.com/ebitengine/purego"
 
@@ -11,15 +10,17 @@ import (
 
 // call invokes a C function returning ncclResult_t (a C int). The
 // uintptrescapes directive keeps what pointer arguments point at alive and
-// in place for the call.
+// in place for the call, but only for a conversion written in the call's
+// own argument list (call(fn, uintptr(unsafe.Pointer(&v)))): a uintptr
+// computed before, in a helper, may name a stack slot that moves when the
+// goroutine's stack grows on the way to the C call (a fresh goroutine's
+// ncclGetUniqueId wrote its id into the old stack).
 //
 //go:uintptrescapes
 func call(fn uintptr, args ...uintptr) int32 {
 	r1, _, _ := purego.SyscallN(fn, args...)
 	return int32(r1)
 }
-
-func ptr[T any](p *T) uintptr { return uintptr(unsafe.Pointer(p)) }
 
 // ncclResult_t values (nccl.h, "API: Types").
 const (

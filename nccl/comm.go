@@ -2,6 +2,7 @@ package nccl
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
 )
@@ -53,7 +54,7 @@ func (l *Library) InitAll(devices []int) ([]*Comm, error) {
 	}
 	hs := make([]uintptr, len(devices))
 	err := alloc.DeviceWide(captureDomain, "nccl: init communicators", func() error {
-		return l.check("ncclCommInitAll", call(l.commInitAll, ptr(&hs[0]), uintptr(len(devs)), ptr(&devs[0])))
+		return l.check("ncclCommInitAll", call(l.commInitAll, uintptr(unsafe.Pointer(&hs[0])), uintptr(len(devs)), uintptr(unsafe.Pointer(&devs[0]))))
 	})
 	if err != nil {
 		return nil, err

@@ -29,7 +29,18 @@
 //	ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype,
 //	    int peer, ncclComm_t comm, cudaStream_t stream)
 //
-// Not bound yet: ncclGetUniqueId and ncclCommInitRank (multi-process and
-// multi-machine bootstrap: the unique id is a 128-byte struct passed by
-// value, whose ABI differs between amd64 and arm64), ncclCommWindowRegister.
+//	ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
+//	ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
+//
+// ncclUniqueId is typedef struct { char internal[128]; }: passed by value,
+// on the stack on amd64 and as a pointer to a caller's copy on arm64;
+// purego's RegisterFunc lays it out per ABI (checked on amd64 against a
+// stand-in library, testdata/fakenccl.c). Ranks in several processes or
+// machines find each other through the torchrun environment (InitFromEnv:
+// MASTER_ADDR and MASTER_PORT become NCCL_COMM_ID) or a file rendezvous
+// (InitFromFile); ncclCommInitRank runs on the rank's device thread
+// (DeviceRunner, *cuda.Driver's OnDevice), since it acts on the calling
+// thread's current device.
+//
+// Not bound yet: ncclCommWindowRegister (symmetric kernels, NCCL 2.27).
 package nccl

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/ebitengine/purego"
 
@@ -29,6 +30,11 @@ type Library struct {
 	getErrorString, commInitAll, commDestroy                  uintptr
 	allReduce, allGather, reduceScatter, groupStart, groupEnd uintptr
 	send, recv                                                uintptr
+	getUniqueID                                               uintptr
+	// ncclCommInitRank takes the 128-byte ncclUniqueId by value, which
+	// the amd64 and arm64 C ABIs pass differently (on the stack; as a
+	// pointer to a caller's copy): RegisterFunc lays it out per ABI.
+	commInitRank func(comm *uintptr, nranks int32, id UniqueID, rank int32) int32
 }
 
 var (
@@ -60,18 +66,9 @@ func Load() (*Library, error) {
 	}
 	var tried []string
 	for _, path := range candidates(os.Getenv) {
-		h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
-		if err != nil {
-			msg := err.Error()
-			if !strings.HasPrefix(msg, path) {
-				msg = path + ": " + msg
-			}
-			tried = append(tried, msg)
-			continue
-		}
-		l, err := bind(path, h)
+		l, err := LoadPath(path)
 		if errors.Is(err, alloc.ErrBackendUnavailable) {
-			tried = append(tried, path+": "+strings.TrimPrefix(err.Error(), alloc.ErrBackendUnavailable.Error()+": nccl: "))
+			tried = append(tried, strings.TrimPrefix(err.Error(), alloc.ErrBackendUnavailable.Error()+": nccl: "))
 			continue
 		}
 		if err != nil {
@@ -84,11 +81,32 @@ func Load() (*Library, error) {
 		alloc.ErrBackendUnavailable, EnvLib, strings.Join(tried, "\n  "))
 }
 
+// LoadPath loads and binds the NCCL library at path (a file name is
+// searched by the dynamic loader), without Load's search and without
+// caching it: a library that is missing, is not NCCL or is older than 2.9
+// is an alloc.ErrBackendUnavailable whose message starts with "nccl:
+// path:".
+func LoadPath(path string) (*Library, error) {
+	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		msg := err.Error()
+		if !strings.HasPrefix(msg, path) {
+			msg = path + ": " + msg
+		}
+		return nil, fmt.Errorf("%w: nccl: %s", alloc.ErrBackendUnavailable, msg)
+	}
+	l, err := bind(path, h)
+	if errors.Is(err, alloc.ErrBackendUnavailable) {
+		return nil, fmt.Errorf("%w: nccl: %s: %s", alloc.ErrBackendUnavailable, path, strings.TrimPrefix(err.Error(), alloc.ErrBackendUnavailable.Error()+": nccl: "))
+	}
+	return l, err
+}
+
 // bind resolves every symbol with Dlsym (never RegisterLibFunc, which
 // panics on a missing one) and checks the version.
 func bind(path string, h uintptr) (*Library, error) {
 	l := &Library{Path: path}
-	var getVersion uintptr
+	var getVersion, commInitRank uintptr
 	for _, s := range []struct {
 		name string
 		p    *uintptr
@@ -104,6 +122,8 @@ func bind(path string, h uintptr) (*Library, error) {
 		{"ncclGroupEnd", &l.groupEnd},
 		{"ncclSend", &l.send},
 		{"ncclRecv", &l.recv},
+		{"ncclGetUniqueId", &l.getUniqueID},
+		{"ncclCommInitRank", &commInitRank},
 	} {
 		p, err := purego.Dlsym(h, s.name)
 		if err != nil || p == 0 {
@@ -112,8 +132,9 @@ func bind(path string, h uintptr) (*Library, error) {
 		*s.p = p
 	}
 	purego.RegisterFunc(&l.errorString, l.getErrorString)
+	purego.RegisterFunc(&l.commInitRank, commInitRank)
 	var v int32
-	if r := call(getVersion, ptr(&v)); r != 0 {
+	if r := call(getVersion, uintptr(unsafe.Pointer(&v))); r != 0 {
 		return nil, fmt.Errorf("%w: nccl: ncclGetVersion returned %d", alloc.ErrBackendUnavailable, r)
 	}
 	l.Version = int(v)

@@ -85,7 +85,7 @@ func (h *Heap) AllGather(in, out Tensor) error {
 		if err := h.barrier(hash); err != nil {
 			return err
 		}
-		dst := h.Bytes(out)
+		dst := h.peer(h.rank, out)
 		for p := range h.Ranks() {
 			copy(dst[int64(p)*in.Size:], h.peer(p, in))
 		}
@@ -107,7 +107,7 @@ func (h *Heap) ReduceScatter(in, out Tensor, dt DType) error {
 			return err
 		}
 		chunk := Tensor{Off: in.Off + int64(h.rank)*out.Size, Size: out.Size}
-		dst := h.Bytes(out)
+		dst := h.peer(h.rank, out)
 		copy(dst, h.peer(0, chunk))
 		for p := 1; p < h.Ranks(); p++ {
 			add(dt, dst, h.peer(p, chunk))
@@ -130,7 +130,7 @@ func (h *Heap) AllToAll(in, out Tensor) error {
 		if err := h.barrier(hash); err != nil {
 			return err
 		}
-		dst := h.Bytes(out)
+		dst := h.peer(h.rank, out)
 		for p := range h.Ranks() {
 			copy(dst[int64(p)*n:], h.peer(p, Tensor{Off: in.Off + int64(h.rank)*n, Size: n}))
 		}
@@ -139,11 +139,27 @@ func (h *Heap) AllToAll(in, out Tensor) error {
 }
 
 // launch puts fn on the rank's stream with the allocation hash as of now.
+// It is refused on a closed heap; a run after Close fails the stream with
+// alloc.ErrClosed.
 func (h *Heap) launch(op string, fn func(hash uint32) error) error {
+	h.life.RLock()
+	closed := h.closed
+	h.life.RUnlock()
+	if closed {
+		return fmt.Errorf("%w: symheap: %s on the closed heap of rank %d", alloc.ErrClosed, op, h.rank)
+	}
 	h.mu.Lock()
 	hash := h.hash
 	h.mu.Unlock()
-	if err := h.a.LaunchHostFunc(func() error { return fn(hash) }); err != nil {
+	err := h.a.LaunchHostFunc(func() error {
+		h.life.RLock()
+		defer h.life.RUnlock()
+		if h.closed {
+			return fmt.Errorf("%w: symheap: %s ran after the heap of rank %d was closed", alloc.ErrClosed, op, h.rank)
+		}
+		return fn(hash)
+	})
+	if err != nil {
 		return fmt.Errorf("symheap: %s: %w", op, err)
 	}
 	return nil

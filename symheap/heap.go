@@ -48,6 +48,13 @@ type Heap struct {
 	hash uint32 // FNV-1a of the allocation sizes, for CheckAllocs
 
 	err atomic.Pointer[error] // sticky: the first collective failure
+
+	// life keeps Close from unmapping under a running collective: a
+	// collective's host function holds the read side while it runs, and
+	// one that runs after Close (queued, or in a graph replayed later)
+	// fails with alloc.ErrClosed instead of touching unmapped memory.
+	life   sync.RWMutex
+	closed bool
 }
 
 // Open maps every rank's heap for rank, whose collectives will run on a's
@@ -99,9 +106,21 @@ func Runs(d alloc.Driver) bool {
 	return ok && d.Info().UnifiedMemory
 }
 
-// Close unmaps the peers' heaps. Graphs that run this heap's collectives
-// must be closed first.
-func (h *Heap) Close() error { return h.unmap() }
+// Close unmaps the peers' heaps. It waits for a collective running on
+// the stream to finish (at most Options.Timeout); collectives that run
+// later, still queued or in a graph replayed after Close, fail with
+// alloc.ErrClosed (reported by the stream's next synchronize) without
+// touching the heap. Close graphs that run this heap's collectives first.
+// A second Close fails with alloc.ErrClosed.
+func (h *Heap) Close() error {
+	h.life.Lock()
+	defer h.life.Unlock()
+	if h.closed {
+		return fmt.Errorf("%w: symheap: heap of rank %d closed twice", alloc.ErrClosed, h.rank)
+	}
+	h.closed = true
+	return h.unmap()
+}
 
 func (h *Heap) unmap() error {
 	var errs []error
@@ -114,7 +133,7 @@ func (h *Heap) unmap() error {
 
 // Rank is this heap's rank; Ranks the group's size.
 func (h *Heap) Rank() int  { return h.rank }
-func (h *Heap) Ranks() int { return len(h.views) }
+func (h *Heap) Ranks() int { return h.g.Ranks() }
 
 // Allocator is the allocator whose stream runs this rank's collectives.
 func (h *Heap) Allocator() *alloc.Allocator { return h.a }
@@ -154,8 +173,19 @@ func (h *Heap) Reset() error {
 	return nil
 }
 
-// Bytes is this rank's bytes of t, for the engine's host functions.
-func (h *Heap) Bytes(t Tensor) []byte { return h.peer(h.rank, t) }
+// Bytes is this rank's bytes of t, for the engine's host functions; nil
+// once the heap is closed, or for a tensor outside the heap.
+func (h *Heap) Bytes(t Tensor) []byte {
+	if h.check(t) != nil {
+		return nil
+	}
+	h.life.RLock()
+	defer h.life.RUnlock()
+	if h.closed {
+		return nil
+	}
+	return h.peer(h.rank, t)
+}
 
 // Float32s and Int32s view this rank's bytes of t as elements.
 func (h *Heap) Float32s(t Tensor) []float32 { return asElems[float32](h.Bytes(t)) }

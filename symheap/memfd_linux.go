@@ -11,7 +11,10 @@ import (
 
 // newSharedFile makes a memfd of size zeroed bytes.
 func newSharedFile(name string, size int64) (*os.File, error) {
-	fd, err := unix.MemfdCreate(name, 0) // no CLOEXEC: passed to rank processes
+	// Close-on-exec: exec.Cmd.ExtraFiles hands a rank process the files
+	// it is given (dup2 clears the flag on the copy); no other child, a
+	// plugin backend's process say, inherits every heap of the group.
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("%w: symheap: memfd_create: %v", alloc.ErrBackendUnavailable, err)
 	}

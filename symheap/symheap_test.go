@@ -111,3 +111,26 @@ func groupAndAllocator(t *testing.T, ranks int, wrap func(alloc.Driver) alloc.Dr
 	t.Cleanup(func() { require.NoError(t, a.Close()) })
 	return g, a
 }
+
+// A collective that runs after Close, queued or replayed, fails the
+// stream with ErrClosed instead of touching unmapped memory; Close twice
+// and launching on a closed heap are refused.
+func TestClosedHeap(t *testing.T) {
+	g, a := groupAndAllocator(t, 1, nil)
+	h, err := g.Open(0, a, symheap.Options{Timeout: time.Second})
+	require.NoError(t, err)
+	x, err := h.Alloc(64)
+	require.NoError(t, err)
+	require.Len(t, h.Bytes(x), 64)
+	gr, err := a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, func() error { return h.AllReduce(x, symheap.Int32) })
+	require.NoError(t, err)
+	defer gr.Close()
+	require.NoError(t, h.Barrier()) // queued: the cpu stream runs it at the next synchronize
+	require.NoError(t, h.Close())
+	require.ErrorIs(t, a.Synchronize(), alloc.ErrClosed, "the queued barrier ran after Close")
+	require.NoError(t, gr.Launch())
+	require.ErrorIs(t, a.Synchronize(), alloc.ErrClosed, "the replayed all-reduce ran after Close")
+	require.ErrorIs(t, h.Barrier(), alloc.ErrClosed)
+	require.ErrorIs(t, h.Close(), alloc.ErrClosed)
+	require.Nil(t, h.Bytes(x))
+}

@@ -444,10 +444,33 @@ rtError_t RT(HostUnregister)(void *p) {
   RETURN(713);
 }
 
+#ifdef FAKE_HOSTFN_THREAD
+#include <sys/syscall.h>
+#include <unistd.h>
+/* -DFAKE_HOSTFN_THREAD: a host function runs on a thread the caller's
+ * language did not make, as on the real runtime's callback thread (the Go
+ * side is entered from a foreign thread: purego's callback, through
+ * fakecgo with CGO_ENABLED=0); fake_hostfn_tid reports that thread. */
+static volatile long hostfn_tid;
+long fake_hostfn_tid(void) { return hostfn_tid; }
+static void *hostfn_thread(void *arg) {
+  op_t *o = arg;
+  hostfn_tid = (long)syscall(SYS_gettid);
+  ((void (*)(void *))(void *)o->dst)((void *)o->src);
+  return NULL;
+}
+static void run_hostfn(op_t o) {
+  pthread_t t;
+  if (pthread_create(&t, NULL, hostfn_thread, &o) == 0) pthread_join(t, NULL);
+}
+#else
+static void run_hostfn(op_t o) { ((void (*)(void *))(void *)o.dst)((void *)o.src); } /* host function(userData) */
+#endif
+
 static rtError_t apply(op_t o) {
   if (o.kind == OP_COPY) memmove(o.dst, o.src, o.n);
   else if (o.kind == OP_SET) memset(o.dst, o.val, o.n);
-  else if (o.kind == OP_HOST) ((void (*)(void *))(void *)o.dst)((void *)o.src); /* host function(userData) */
+  else if (o.kind == OP_HOST) run_hostfn(o);
   else { alloc_t *a = find(o.dst); if (a) release(a); }
   return 0;
 }
