@@ -45,11 +45,14 @@ func selected() string {
 // reason; the default run logs what it left out and why.
 func TestConformance(t *testing.T) {
 	if name := selected(); name != "" {
-		open, err := Lookup(name)
+		open, opened, err := lookupChain(name)
 		if err != nil {
 			t.Fatalf("backend %q selected but not usable: %v", name, err)
 		}
-		t.Run(name, func(t *testing.T) { Run(t, open) })
+		if len(opened.Skipped) > 0 {
+			t.Logf("%s", opened.Report())
+		}
+		t.Run(opened.Choice.String(), func(t *testing.T) { Run(t, open) })
 		return
 	}
 	names, skipped := available()
@@ -68,6 +71,17 @@ func TestConformance(t *testing.T) {
 		require.NoError(t, err)
 		t.Run(n, func(t *testing.T) { Run(t, open) })
 	}
+}
+
+// A fallback chain selects the first backend that opens, as
+// backends.OpenString does: "no-such;cpu" runs cpu.
+func TestLookupChainFallsBack(t *testing.T) {
+	_, opened, err := lookupChain("no-such-backend;cpu")
+	require.NoError(t, err)
+	require.Equal(t, "cpu", opened.Choice.Name)
+	require.Len(t, opened.Skipped, 1)
+	_, _, err = lookupChain("no-such-backend;also-missing")
+	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
 }
 
 func TestLookupUnknownBackendFails(t *testing.T) {

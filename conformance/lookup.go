@@ -34,23 +34,38 @@ func factoryOf(c backends.Choice) Factory {
 	}
 }
 
-// Lookup returns the Factory for one backend, given in the config-string
-// form of a single choice ("cpu", "cpu:memory_limit=1GiB", "plugin:cpu"),
+// Lookup returns the Factory for a backend given in config-string form:
+// one choice ("cpu", "cpu:memory_limit=1GiB", "plugin:cpu") or a fallback
+// chain ("hip;cpu": the first that opens, as backends.OpenString chooses),
 // after opening it once to prove it is available. An unknown name, or a
 // backend whose library or device is missing, is an error wrapping
 // alloc.ErrBackendUnavailable that says why and lists the registered names.
 func Lookup(name string) (Factory, error) {
+	f, _, err := lookupChain(name)
+	return f, err
+}
+
+// lookupChain is Lookup that also says which choice won and why earlier
+// ones were skipped.
+func lookupChain(name string) (Factory, *backends.Opened, error) {
 	cfg, err := backends.ParseConfig(name)
 	if err != nil {
-		return nil, fmt.Errorf("conformance: %w", err)
+		return nil, nil, fmt.Errorf("conformance: %w", err)
 	}
-	if len(cfg) != 1 {
-		return nil, fmt.Errorf("conformance: %w: %q is a chain; the suite runs one backend", backends.ErrInvalidConfig, name)
+	if len(cfg) == 1 {
+		if err := tryOpen(cfg[0]); err != nil {
+			return nil, nil, fmt.Errorf("conformance: backend %q (registered: %s): %w", name, strings.Join(backends.Names(), ", "), err)
+		}
+		return factoryOf(cfg[0]), &backends.Opened{Choice: cfg[0]}, nil
 	}
-	if err := tryOpen(cfg[0]); err != nil {
-		return nil, fmt.Errorf("conformance: backend %q (registered: %s): %w", name, strings.Join(backends.Names(), ", "), err)
+	o, err := cfg.Open(context.Background())
+	if err != nil {
+		return nil, nil, fmt.Errorf("conformance: chain %q (registered: %s): %w", name, strings.Join(backends.Names(), ", "), err)
 	}
-	return factoryOf(cfg[0]), nil
+	if err := o.Driver.Close(); err != nil {
+		return nil, nil, err
+	}
+	return factoryOf(o.Choice), o, nil
 }
 
 // tryOpen opens and closes a backend once.
