@@ -139,14 +139,14 @@ func TestCaseRoundTrip(t *testing.T) {
 }
 
 // TestOverFakeRuntime runs the tool end to end over the fake libcudart
-// (cuda/testdata/fakecudart.c, which models the measured rules): children,
-// JSON, and the comparison with the cpu backend.
+// (cuda/testdata/fakecudart.c on internal/fakegpu/core.c, which models the
+// measured rules): children, JSON, and the comparison with the cpu backend.
 func TestOverFakeRuntime(t *testing.T) {
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skipf("gcc not found, the fake libcudart cannot be built: %v", err)
 	}
 	lib := filepath.Join(t.TempDir(), "libcudart.so")
-	out, err := exec.Command("gcc", "-shared", "-fPIC", "-O1", "-o", lib,
+	out, err := exec.Command("gcc", "-shared", "-fPIC", "-O1", "-I", filepath.Join("..", "..", "internal", "fakegpu"), "-o", lib,
 		filepath.Join("..", "..", "cuda", "testdata", "fakecudart.c"), "-lpthread").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	t.Setenv(cuda.LibEnv, lib)
