@@ -1,8 +1,6 @@
 package alloc
 
 import (
-	"errors"
-	"fmt"
 	"sync"
 )
 
@@ -23,8 +21,12 @@ type Allocator struct {
 	gen        uint64
 	pool       pool
 	live       liveList
-	cap        *capture // capture begun by this allocator, nil when none
-	lastCap    *capture // most recently ended capture, for CaptureAllocCount
+	cap        *capture      // capture begun by this allocator, nil when none
+	transition chan struct{} // closed when a capture begin or end in flight returns
+	pending    []*block      // AllocSync blocks released, for flushReleases
+	eager      *eagerRun     // an eager-fallback graph's function is running
+	eagerMu    sync.Mutex    // serializes eager-fallback runs
+	lastCap    *capture      // most recently ended capture, for CaptureAllocCount
 	graphs     map[*Graph]struct{}
 	hosts      map[*HostBuffer]struct{}
 	workspaces map[string]*block
@@ -96,6 +98,12 @@ func (a *Allocator) fail(op string, size int64, st CaptureState, err error) erro
 // with the allocator's own flag. It fails on a closed allocator and on a
 // capture the watchdog abandoned. Caller holds a.mu.
 func (a *Allocator) stateLocked() (CaptureState, error) {
+	for a.transition != nil { // the driver is beginning or ending a capture
+		ch := a.transition
+		a.mu.Unlock()
+		<-ch
+		a.mu.Lock()
+	}
 	if a.closed {
 		return StateNone, ErrClosed
 	}
@@ -105,20 +113,9 @@ func (a *Allocator) stateLocked() (CaptureState, error) {
 	}
 	s := classify(a.cap != nil, st)
 	if a.cap != nil && a.cap.abandoned {
-		return StateInvalidated, wrapf(ErrCaptureTimeout, "capture abandoned by the watchdog; its function is still running")
+		return StateInvalidated, wrapf(ErrCaptureTimeout, "capture abandoned by the watchdog; its function or driver call is still running")
 	}
 	return s, nil
-}
-
-// refusal is the error for a data operation in a state that forbids it.
-func refusal(st CaptureState, what string) error {
-	switch st {
-	case StateExternal:
-		return wrapf(ErrCaptureIncompatibleAllocation, "%s: a capture this allocator did not start is active on its stream", what)
-	case StateInvalidated:
-		return wrapf(ErrCaptureInvalidated, "%s", what)
-	}
-	return wrapf(ErrCaptureIncompatibleAllocation, "%s", what)
 }
 
 // validateLocked checks that b is a live buffer of this allocator and that
@@ -135,27 +132,6 @@ func (a *Allocator) validateLocked(b Buffer, off, n int64) error {
 	}
 	if off < 0 || n < 0 || off > b.size || n > b.size-off {
 		return wrapf(ErrOutOfRange, "range [%d, %d+%d) outside buffer of %d B", off, off, n, b.size)
-	}
-	return nil
-}
-
-// unsafeAllowedLocked says whether an unsafe (implicitly synchronizing)
-// call may be made now, from state st. Caller holds a.mu.
-func (a *Allocator) unsafeAllowedLocked(st CaptureState, onStream bool) error {
-	switch st {
-	case StateActive:
-		if onStream || a.cap.mode != Relaxed {
-			return fmt.Errorf("own %s-mode capture is active", a.cap.mode)
-		}
-	case StateExternal:
-		return errors.New("a capture this allocator did not start is active on its stream")
-	case StateInvalidated:
-		return ErrCaptureInvalidated
-	}
-	// Every allocator acts as a Global-mode thread (CUDA's default): Go
-	// cannot tie a goroutine to the per-thread interaction mode.
-	if a.dom.globalElsewhere(a.stream) {
-		return errors.New("a global-mode capture is active on another stream")
 	}
 	return nil
 }

@@ -26,6 +26,15 @@ type block struct {
 	ws    string   // workspace name, "" for an ordinary buffer
 
 	freedInGraph bool // kindGraph block whose free node was captured
+	materialized bool // kindGraph block a launch made real: the caller frees it
+
+	// refs counts the captures and live graphs whose recorded work uses
+	// this block (besides the graph that allocated it). Its memory is not
+	// reused while refs > 0: released meanwhile, it is held (held) and
+	// released when the last of them lets go.
+	refs    int
+	held    bool
+	lastCap *capture // capture that last counted a reference, to count once
 
 	prev, next *block // intrusive list of live blocks, for leak reports
 }

@@ -11,9 +11,11 @@ type capture struct {
 	mode      CaptureMode
 	blocks    []*block // allocated in the capture: owned by the graph
 	deferred  []*block // freed in the capture but allocated before it
+	refs      []*block // other blocks the captured work uses (block.refs)
 	lazyWS    []string // workspaces first allocated in the capture
 	allocs    int      // allocations made while capturing
-	abandoned bool     // the watchdog gave up on WithCapture's function
+	abandoned bool     // the watchdog gave up on its function or driver call
+	err       error    // why it ended without a graph
 }
 
 // CaptureStatus reports the stream's capture state, asking the driver.
@@ -50,18 +52,18 @@ func (a *Allocator) CaptureAllocCount() int {
 }
 
 // BeginCapture starts capturing the allocator's stream in mode. It waits for
-// unsafe calls in flight in the domain to finish (at most the watchdog's
-// deadline), so none of them runs into the new capture.
+// unsafe calls in flight in the domain to finish, and the driver's capture
+// begin to return, each at most the watchdog's deadline, so none of them
+// runs into the new capture and a hung driver costs the caller the deadline.
 func (a *Allocator) BeginCapture(mode CaptureMode) error {
 	if mode < Global || mode > Relaxed {
 		return a.fail("BeginCapture", -1, StateNone, wrapf(ErrInvalidValue, "capture mode %d", mode))
 	}
-	if !a.dom.lockGate(a.watchdog.timeout) {
+	if !a.dom.gate.Lock(a.watchdog.timeout) {
 		return a.fail("BeginCapture", -1, StateNone, wrapf(ErrCaptureTimeout, "an unsafe driver call in the domain did not finish within %v", a.watchdog.timeout))
 	}
 	defer a.dom.gate.Unlock()
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	st, err := a.stateLocked()
 	if err == nil {
 		switch st {
@@ -73,22 +75,67 @@ func (a *Allocator) BeginCapture(mode CaptureMode) error {
 			err = wrapf(ErrAlreadyCapturing, "an invalidated capture must be ended first")
 		}
 	}
-	if err == nil {
-		err = a.drv.BeginCapture(a.stream, mode)
-	}
 	if err != nil {
+		a.mu.Unlock()
 		return a.fail("BeginCapture", -1, st, err)
 	}
-	a.cap = &capture{mode: mode}
+	c := &capture{mode: mode}
+	a.cap = c
+	done := a.transitionLocked()
+	a.mu.Unlock()
+
+	// The driver call holds the gate, not a.mu: operations on this
+	// allocator wait for the transition (bounded by the same deadline)
+	// instead of behind a lock a hung driver would never release.
+	expired, err := a.watchdog.run("BeginCapture", a.watchdog.timeout, func() error {
+		return a.drv.BeginCapture(a.stream, mode)
+	}, func(err error) { a.beginReturnedLate(c, err) })
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	defer done()
+	switch {
+	case expired:
+		// The driver may yet begin the capture: count it as a Global one
+		// in the domain until it returns, so no unsafe call runs into it.
+		c.abandoned = true
+		a.dom.add(a.stream, Global)
+		return a.fail("BeginCapture", -1, st, err)
+	case err != nil:
+		a.cap = nil
+		return a.fail("BeginCapture", -1, st, err)
+	}
 	a.dom.add(a.stream, mode)
 	return nil
+}
+
+// beginReturnedLate cleans up after a driver capture begin that returned
+// after the watchdog gave up on it: a capture it began is ended and its
+// graph destroyed, and the domain forgets the stream.
+func (a *Allocator) beginReturnedLate(c *capture, err error) {
+	if err == nil {
+		if h, eerr := a.drv.EndCapture(a.stream); eerr == nil {
+			_ = a.drv.GraphDestroy(h)
+		}
+	}
+	a.mu.Lock()
+	if a.cap == c {
+		a.cap = nil
+	}
+	a.dom.remove(a.stream)
+	a.mu.Unlock()
 }
 
 // EndCapture ends the capture this allocator started and returns the
 // instantiated graph. If the capture was invalidated it returns an error
 // wrapping ErrCaptureInvalidated, and everything the capture took is
-// released: graph allocations, and deferred frees go back to the pool.
+// released: graph allocations, and deferred frees go back to the pool. The
+// driver's capture end is bounded by the watchdog.
 func (a *Allocator) EndCapture() (*Graph, error) {
+	return a.endCapture(a.watchdog.timeout)
+}
+
+// endCapture is EndCapture with the driver call bounded by timeout.
+func (a *Allocator) endCapture(timeout time.Duration) (*Graph, error) {
 	a.mu.Lock()
 	st, err := a.stateLocked()
 	if err == nil && a.cap == nil {
@@ -101,9 +148,9 @@ func (a *Allocator) EndCapture() (*Graph, error) {
 		a.mu.Unlock()
 		return nil, a.fail("EndCapture", -1, st, err)
 	}
-	g, syncFrees, err := a.endCaptureLocked(a.cap)
+	g, err := a.endLocked(a.cap, timeout)
 	a.mu.Unlock()
-	a.freeSyncBlocks(syncFrees)
+	a.flushReleases()
 	if err != nil {
 		return nil, a.fail("EndCapture", -1, st, err)
 	}
@@ -113,26 +160,63 @@ func (a *Allocator) EndCapture() (*Graph, error) {
 	return g, nil
 }
 
-// endCaptureLocked ends c on the driver and builds the graph. It returns the
-// AllocSync blocks whose deferred frees must be made once a.mu is released.
-func (a *Allocator) endCaptureLocked(c *capture) (*Graph, []*block, error) {
-	h, err := a.drv.EndCapture(a.stream)
+// endLocked ends capture c on the driver, with a.mu released for the
+// driver call, and builds the graph. Past timeout the caller gets
+// ErrCaptureTimeout, the capture stays abandoned (operations on the
+// allocator say so) and is finished, its graph discarded, when the driver
+// returns. Caller holds a.mu; releases wait for flushReleases.
+func (a *Allocator) endLocked(c *capture, timeout time.Duration) (*Graph, error) {
+	done := a.transitionLocked()
+	defer done()
+	var h GraphHandle
+	a.mu.Unlock()
+	expired, err := a.watchdog.run("EndCapture", timeout, func() (err error) {
+		h, err = a.drv.EndCapture(a.stream)
+		return err
+	}, func(err error) {
+		a.mu.Lock()
+		if g := a.finishCaptureLocked(c, h, err); g != nil {
+			a.closeGraphLocked(g)
+		}
+		a.mu.Unlock()
+		a.flushReleases()
+	})
+	a.mu.Lock()
+	if expired {
+		c.abandoned = true
+		return nil, err
+	}
+	g := a.finishCaptureLocked(c, h, err)
+	if g == nil {
+		return nil, c.err
+	}
+	return g, nil
+}
+
+// finishCaptureLocked records the end of capture c, whose driver end
+// returned h and err, and instantiates its graph. On failure it returns nil,
+// leaves the error in c.err and releases what the capture took.
+func (a *Allocator) finishCaptureLocked(c *capture, h GraphHandle, err error) *Graph {
 	a.dom.remove(a.stream)
-	a.cap = nil
+	if a.cap == c {
+		a.cap = nil
+	}
 	a.lastCap = c
-	if err != nil {
-		a.stats.FailedCapture++
-		return nil, a.discardLocked(c, false), err
+	var exec GraphExec
+	if err == nil {
+		autoFree := false
+		for _, b := range c.blocks {
+			autoFree = autoFree || !b.freedInGraph
+		}
+		if exec, err = a.drv.GraphInstantiate(h, autoFree); err != nil {
+			err = errors.Join(err, a.drv.GraphDestroy(h))
+		}
 	}
-	autoFree := false
-	for _, b := range c.blocks {
-		autoFree = autoFree || !b.freedInGraph
-	}
-	exec, err := a.drv.GraphInstantiate(h, autoFree)
 	if err != nil {
+		c.err = err
 		a.stats.FailedCapture++
-		err = errors.Join(err, a.drv.GraphDestroy(h))
-		return nil, a.discardLocked(c, false), err
+		a.discardLocked(c, false)
+		return nil
 	}
 	g := &Graph{a: a, h: h, exec: exec, cap: c}
 	for _, name := range c.lazyWS {
@@ -140,27 +224,36 @@ func (a *Allocator) endCaptureLocked(c *capture) (*Graph, []*block, error) {
 	}
 	a.graphs[g] = struct{}{}
 	a.stats.Captures++
-	return g, nil, nil
+	return g
+}
+
+// transitionLocked marks a capture begin or end in flight: operations on
+// the allocator wait in stateLocked until the returned func, called with
+// a.mu held, ends it. Caller holds a.mu.
+func (a *Allocator) transitionLocked() (done func()) {
+	ch := make(chan struct{})
+	a.transition = ch
+	return func() {
+		if a.transition == ch {
+			a.transition = nil
+		}
+		close(ch)
+	}
 }
 
 // discardLocked releases what capture c took. launched says whether a graph
 // launch materialized its allocations (then those the graph did not free
 // must be freed explicitly; otherwise the driver released them with the
-// graph). Deferred pooled frees return to the pool; deferred AllocSync
-// blocks are returned for the caller to free without a.mu held.
-func (a *Allocator) discardLocked(c *capture, launched bool) (syncFrees []*block) {
+// graph). Deferred frees are released (pooled ones to the pool, AllocSync
+// ones queued for flushReleases), and the references c held on buffers from
+// before it are dropped.
+func (a *Allocator) discardLocked(c *capture, launched bool) {
 	for _, b := range c.blocks {
 		if b.live {
 			a.retireLocked(b)
 		}
-		if launched && !b.freedInGraph {
-			if err := a.drv.FreeAsync(b.ptr, a.stream); err != nil {
-				a.opts.logger().Warn("capalloc: freeing graph allocation", "backend", a.backend, "err", err)
-			}
-		}
-		a.stats.DriverFrees++
-		a.stats.BytesReserved -= b.class
-		b.cap = nil
+		b.materialized = launched && !b.freedInGraph
+		a.releaseLocked(b)
 	}
 	for _, name := range c.lazyWS {
 		if ws := a.workspaces[name]; ws != nil && ws.kind == kindGraph && !ws.live {
@@ -168,32 +261,12 @@ func (a *Allocator) discardLocked(c *capture, launched bool) (syncFrees []*block
 		}
 	}
 	for _, b := range c.deferred {
-		if b.kind == kindSync {
-			syncFrees = append(syncFrees, b)
-			continue
-		}
-		a.pool.put(b)
+		a.releaseLocked(b)
 	}
-	c.blocks, c.deferred = nil, nil
-	return syncFrees
-}
-
-// freeSyncBlocks makes the synchronous frees deferred by a capture.
-func (a *Allocator) freeSyncBlocks(bs []*block) {
-	for _, b := range bs {
-		err := a.watchdog.call("Free", func() error {
-			a.dom.gate.RLock()
-			defer a.dom.gate.RUnlock()
-			a.mu.Lock()
-			a.stats.DriverFrees++
-			a.stats.BytesReserved -= b.class
-			a.mu.Unlock()
-			return a.drv.Free(b.ptr)
-		})
-		if err != nil {
-			a.opts.logger().Warn("capalloc: deferred free", "backend", a.backend, "err", err)
-		}
+	for _, b := range c.refs {
+		a.unrefLocked(b)
 	}
+	c.blocks, c.deferred, c.refs = nil, nil, nil
 }
 
 // CaptureOptions configures WithCapture.
@@ -209,11 +282,12 @@ type CaptureOptions struct {
 
 // WithCapture captures what fn enqueues on the allocator and returns the
 // graph. An error from fn wins over the EndCapture error, and a failed
-// capture releases everything it took. If fn outlives the deadline, the
-// caller gets ErrCaptureTimeout at the deadline; the capture is abandoned
-// (operations on the allocator fail with ErrCaptureTimeout) and is ended and
-// released when fn finally returns. A panic in fn ends the capture and is
-// re-raised in the caller.
+// capture releases everything it took (and counts as a failed capture). If
+// fn and the capture end outlive the deadline, the caller gets
+// ErrCaptureTimeout at the deadline; the capture is abandoned (operations
+// on the allocator fail with ErrCaptureTimeout) and is ended and released
+// when fn finally returns. A panic in fn ends the capture and is re-raised
+// in the caller.
 func (a *Allocator) WithCapture(opts CaptureOptions, fn func() error) (*Graph, error) {
 	if fn == nil {
 		return nil, a.fail("WithCapture", -1, StateNone, wrapf(ErrInvalidValue, "nil function"))
@@ -224,13 +298,11 @@ func (a *Allocator) WithCapture(opts CaptureOptions, fn func() error) (*Graph, e
 	}
 	if err := a.BeginCapture(opts.Mode); err != nil {
 		if opts.EagerFallback && errors.Is(err, ErrCaptureUnavailable) {
-			if ferr := fn(); ferr != nil {
-				return nil, ferr
-			}
-			return a.eagerGraph(fn), nil
+			return a.eagerGraph(fn)
 		}
 		return nil, err
 	}
+	start := time.Now()
 	a.mu.Lock()
 	c := a.cap
 	a.mu.Unlock()
@@ -247,6 +319,7 @@ func (a *Allocator) WithCapture(opts CaptureOptions, fn func() error) (*Graph, e
 		r.err = fn()
 	}()
 	var r captureResult
+	endTimeout := a.watchdog.timeout // no bound on fn: the watchdog's on the end
 	if timeout > 0 {
 		t := time.NewTimer(timeout)
 		select {
@@ -256,20 +329,24 @@ func (a *Allocator) WithCapture(opts CaptureOptions, fn func() error) (*Graph, e
 			a.abandon(c, done)
 			return nil, a.fail("WithCapture", -1, StateInvalidated, wrapf(ErrCaptureTimeout, "captured function still running after %v; capture abandoned", timeout))
 		}
+		// The capture end gets what is left of the deadline (a
+		// millisecond at least, so a fast end is never refused).
+		endTimeout = max(timeout-time.Since(start), time.Millisecond)
 	} else {
 		r = <-done
 	}
 
-	g, endErr := a.EndCapture()
-	switch {
-	case r.panic != nil:
+	g, endErr := a.endCapture(endTimeout)
+	if r.panic != nil || r.err != nil {
 		if g != nil {
+			a.mu.Lock()
+			a.stats.Captures--
+			a.stats.FailedCapture++
+			a.mu.Unlock()
 			_ = g.Close()
 		}
-		panic(r.panic)
-	case r.err != nil:
-		if g != nil {
-			_ = g.Close()
+		if r.panic != nil {
+			panic(r.panic)
 		}
 		if endErr != nil {
 			return nil, fmt.Errorf("%w (and ending the capture: %v)", r.err, endErr)
@@ -295,15 +372,14 @@ func (a *Allocator) abandon(c *capture, done <-chan captureResult) {
 	go func() {
 		<-done
 		a.mu.Lock()
-		var syncFrees []*block
 		if a.cap == c && !a.closed {
-			var g *Graph
-			g, syncFrees, _ = a.endCaptureLocked(c)
-			if g != nil {
-				syncFrees = append(syncFrees, a.closeGraphLocked(g)...)
+			if g, _ := a.endLocked(c, a.watchdog.timeout); g != nil {
+				a.stats.Captures--
+				a.stats.FailedCapture++
+				a.closeGraphLocked(g)
 			}
 		}
 		a.mu.Unlock()
-		a.freeSyncBlocks(syncFrees)
+		a.flushReleases()
 	}()
 }

@@ -11,26 +11,31 @@ import (
 // driver stays open: it belongs to the caller.
 func (a *Allocator) Close() error {
 	a.mu.Lock()
+	for a.transition != nil { // a capture begin or end is in flight
+		ch := a.transition
+		a.mu.Unlock()
+		<-ch
+		a.mu.Lock()
+	}
 	if a.closed {
 		a.mu.Unlock()
 		return a.fail("Close", -1, StateNone, wrapf(ErrClosed, "allocator closed twice"))
 	}
 	var errs, leaks []error
-	var syncFrees []*block
 	if c := a.cap; c != nil {
-		_, sf, _ := a.endCaptureLocked(c) // aborted: its graph is not wanted
-		syncFrees = append(syncFrees, sf...)
-		for g := range a.graphs {
-			if g.cap == c {
-				syncFrees = append(syncFrees, a.closeGraphLocked(g)...)
+		leaks = append(leaks, errors.New("an open capture was aborted"))
+		if !c.abandoned { // an abandoned one ends when its call returns
+			if g, err := a.endLocked(c, a.watchdog.timeout); g != nil {
+				a.closeGraphLocked(g) // aborted: its graph is not wanted
+			} else if err != nil && !errors.Is(err, ErrCaptureInvalidated) {
+				errs = append(errs, err)
 			}
 		}
-		leaks = append(leaks, errors.New("an open capture was aborted"))
 	}
 	if n := len(a.graphs); n > 0 {
 		leaks = append(leaks, fmt.Errorf("%d graph(s) not closed", n))
 		for g := range a.graphs {
-			syncFrees = append(syncFrees, a.closeGraphLocked(g)...)
+			a.closeGraphLocked(g)
 		}
 	}
 	a.closed = true
@@ -42,12 +47,7 @@ func (a *Allocator) Close() error {
 			bytes += b.size
 		}
 		a.retireLocked(b)
-		switch b.kind {
-		case kindPooled:
-			a.pool.put(b)
-		case kindSync:
-			syncFrees = append(syncFrees, b)
-		}
+		a.releaseLocked(b)
 	}
 	if n > 0 {
 		leaks = append(leaks, fmt.Errorf("%d buffer(s) of %d B not freed", n, bytes))
@@ -65,28 +65,26 @@ func (a *Allocator) Close() error {
 	}
 	a.hosts = map[*HostBuffer]struct{}{}
 	a.stats.HostBuffers, a.stats.HostBytes = 0, 0
-	for _, b := range syncFrees {
-		a.stats.DriverFrees++
-		a.stats.BytesReserved -= b.class
-	}
+	syncFrees := a.pending
+	a.pending = nil
 	a.mu.Unlock()
 
-	for _, b := range syncFrees {
-		if err := a.drv.Free(b.ptr); err != nil {
-			errs = append(errs, err)
+	// The unsafe rest (synchronous frees, pinned host frees, the stream's
+	// last synchronize) runs now if no Global-mode capture forbids it, or
+	// once the last one ends: never into another allocator's capture.
+	if err := a.cleanup("Close", func() error {
+		var errs []error
+		for _, b := range syncFrees {
+			errs = append(errs, a.drv.Free(b.ptr))
 		}
-	}
-	for _, h := range hosts {
-		if h.closed.CompareAndSwap(false, true) {
-			if err := a.drv.HostFree(h.b); err != nil {
-				errs = append(errs, err)
+		for _, h := range hosts {
+			if h.closed.CompareAndSwap(false, true) {
+				errs = append(errs, a.drv.HostFree(h.b))
 			}
 		}
-	}
-	if err := a.watchdog.call("Close", func() error { return a.drv.StreamSynchronize(a.stream) }); err != nil {
-		errs = append(errs, err)
-	}
-	if err := a.drv.DestroyStream(a.stream); err != nil {
+		errs = append(errs, a.drv.StreamSynchronize(a.stream), a.drv.DestroyStream(a.stream))
+		return errors.Join(errs...)
+	}); err != nil {
 		errs = append(errs, err)
 	}
 	if len(leaks) > 0 {

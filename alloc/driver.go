@@ -75,6 +75,9 @@ type DeviceInfo struct {
 
 // Driver is the thin vendor layer: primitives only, no policy. All capture
 // routing, the guard, the pool and the counters live in Allocator, once.
+// This file is the whole contract a backend implements: the methods, the
+// sentinel each failure must wrap (Allocator's logic depends on them), and
+// the optional interfaces below.
 //
 // "Unsafe" below means CUDA's "potentially unsafe API call": a call that may
 // synchronize implicitly. Allocator never makes one while a capture forbids
@@ -85,6 +88,12 @@ type DeviceInfo struct {
 // a captured copy reads or writes those bytes at every replay, never a
 // snapshot. The blocking copies take pageable memory.
 //
+// Errors, for every method: after Close, ErrClosed; a bad pointer, stream,
+// graph or size, ErrInvalidValue; memory exhausted, ErrOutOfMemory (the
+// pool's give-back-and-retry relies on it); a call a capture forbids,
+// ErrCaptureIllegalOp (and ErrCaptureInvalidated when the capture is
+// gone); a library or device that cannot be used, ErrBackendUnavailable;
+// anything else the vendor reports, ErrDriver with its code and name.
 // Every method must be safe for concurrent use.
 type Driver interface {
 	// Name is the backend name ("cpu", "cuda", "hip").
@@ -94,15 +103,20 @@ type Driver interface {
 	// affect each other: one per process for CUDA/HIP, one per driver
 	// instance for the CPU emulation.
 	CaptureDomain() string
+	// Close releases everything the driver holds; later calls fail with
+	// ErrClosed. It must not invalidate another driver's capture
+	// (AfterGlobalCaptures).
 	Close() error
 
 	CreateStream() (Stream, error)
 	DestroyStream(s Stream) error
-	// StreamSynchronize blocks until all work on s is done. Unsafe.
+	// StreamSynchronize blocks until all work on s is done, reporting
+	// the failure of work queued on s. Unsafe.
 	StreamSynchronize(s Stream) error
 	// StreamQuery reports whether all work on s is done. Unsafe.
 	StreamQuery(s Stream) (bool, error)
-	// StreamCaptureStatus is always legal (cudaStreamIsCapturing).
+	// StreamCaptureStatus is always legal (cudaStreamIsCapturing); the
+	// Allocator trusts it over its own records.
 	StreamCaptureStatus(s Stream) (DriverCaptureStatus, error)
 
 	// Malloc and Free are synchronous, device-wide calls (cudaMalloc,
@@ -127,16 +141,21 @@ type Driver interface {
 	CopyDtoDAsync(dst, src DevicePtr, n int64, s Stream) error
 	MemsetAsync(dst DevicePtr, value byte, n int64, s Stream) error
 	// CopyHtoD returns once src may be reused; CopyDtoH returns once dst
-	// holds the bytes. Both are ordered on s and take pageable memory. Unsafe.
+	// holds the bytes. Both run at their place in s's order (after work
+	// queued before, before work queued after, whichever goroutine queues
+	// it) and take pageable memory. Unsafe.
 	CopyHtoD(dst DevicePtr, src []byte, s Stream) error
 	CopyDtoH(dst []byte, src DevicePtr, s Stream) error
 
 	// BeginCapture fails with ErrCaptureUnavailable when the driver cannot
-	// capture at all.
+	// capture at all. The Allocator bounds it (and EndCapture) with its
+	// watchdog and makes it without holding its own lock.
 	BeginCapture(s Stream, mode CaptureMode) error
 	// EndCapture ends the capture on s. For an invalidated capture it
 	// returns an error wrapping ErrCaptureInvalidated and no graph; the
-	// allocations made during it are released by the driver.
+	// allocations made during it are released by the driver. Ending on
+	// another thread than the one that began a Global or ThreadLocal
+	// capture is ErrCaptureWrongThread (drivers pin that thread).
 	EndCapture(s Stream) (GraphHandle, error)
 	// GraphInstantiate makes a launchable graph. autoFree asks that
 	// allocations the graph does not free itself be freed at the next launch
@@ -157,6 +176,23 @@ type Driver interface {
 	GraphDestroy(g GraphHandle) error
 }
 
+// Optional interfaces. A driver implements those it can; the Allocator,
+// the plugin host and the conformance suite look for them with a type
+// assertion, and work (with less) without them.
+
+// HostFuncLauncher is implemented by drivers that can put a host function
+// on a stream (cudaLaunchHostFunc, hipLaunchHostFunc): fn runs once the
+// work queued before it is done, and work queued after it waits for it; on
+// a capturing stream it becomes a host node that runs at every replay. It
+// is how engines put their own host-side work, and the cpu backend its
+// collectives, in stream order. fn must not call the driver (CUDA forbids
+// it in host functions). A non-nil error from fn fails the stream like a
+// failed kernel: the next synchronize reports it. A plugin driver cannot
+// ship a Go function to its backend process and does not implement it.
+type HostFuncLauncher interface {
+	LaunchHostFunc(s Stream, fn func() error) error
+}
+
 // GraphMemTrimmer is implemented by drivers whose graphs cache device
 // memory outside the pool (CUDA keeps memory that graph allocations
 // released for later graphs, beyond the pool's release threshold, until
@@ -166,4 +202,68 @@ type Driver interface {
 // gate, and never while a capture forbids unsafe calls.
 type GraphMemTrimmer interface {
 	TrimGraphMemory() error
+}
+
+// PoolTrimmer is implemented by drivers whose stream-ordered pool keeps
+// freed memory for reuse (CUDA's release threshold). TrimPool returns the
+// pool's unused memory to the device (cudaMemPoolTrimTo(pool, 0)), so a
+// synchronous allocation can use it. It is a device-wide unsafe call, made
+// like GraphMemTrimmer's.
+type PoolTrimmer interface {
+	TrimPool() error
+}
+
+// Aborter is implemented by drivers that can end a stuck call from outside
+// it: the plugin host kills its backend process, which makes the call
+// return. When a driver call passes the watchdog's deadline, the allocator
+// calls Abort with the ErrCaptureTimeout error it gives the caller, so the
+// backend is torn down at the deadline instead of at the driver's own
+// (usually longer) one. In-process drivers cannot be aborted and do not
+// implement it.
+//
+// A captured function that passes WithCapture's deadline does not abort
+// the driver: it may be slow in the engine's own code, not stuck in a call.
+type Aborter interface {
+	Abort(cause error)
+}
+
+// Usage is what a UsageReporter counts.
+type Usage struct {
+	Device int64 // device bytes handed out and not freed, graphs' included
+	Host   int64 // pinned host bytes handed out and not freed
+}
+
+// UsageReporter is implemented by drivers that count the memory they hand
+// out (cpu; plugin, when its backend does), so tests can prove that what
+// the Allocator took was given back. Usage fails with an error wrapping
+// errors.ErrUnsupported when the driver cannot tell after all (a plugin
+// whose backend does not count).
+type UsageReporter interface {
+	Usage() (Usage, error)
+}
+
+// DirectSpanner is implemented by drivers whose device memory is host
+// memory they can hand out (cpu), for a caller that copies the bytes
+// itself (the plugin server, which shares them with the host process).
+// DirectSpan is a synchronizing call with the blocking copies' rules and
+// errors; it returns the bytes behind [p, p+n) once s has run everything
+// queued before, and holds s at that point until release is called
+// (exactly once, after the caller's copy): a blocking copy runs at its
+// place in stream order.
+type DirectSpanner interface {
+	DirectSpan(p DevicePtr, n int64, s Stream) (span []byte, release func(), err error)
+}
+
+// IPCMemory is implemented by drivers whose device allocations can be
+// opened by another process (cudaIpc*, hipIpc*), for a symmetric heap's
+// handle exchange, once, before any capture. The handle is opaque and of a
+// fixed size per driver, and names an allocation from Malloc (the runtimes
+// export only synchronous allocations: Allocator.AllocSync) at its base.
+// All three are device-wide unsafe calls: Allocator's IPC methods (ipc.go)
+// make them through the guard; code holding the Driver must keep them out
+// of captures itself.
+type IPCMemory interface {
+	IPCGetMemHandle(p DevicePtr) ([]byte, error)
+	IPCOpenMemHandle(handle []byte) (DevicePtr, error)
+	IPCCloseMemHandle(p DevicePtr) error
 }

@@ -5,22 +5,25 @@ package alloc
 // until Close, so no address baked into it is ever handed to anyone else
 // while it can still be launched.
 type Graph struct {
-	a        *Allocator
-	h        GraphHandle
-	exec     GraphExec
-	cap      *capture
-	eager    func() error // set when the driver could not capture
-	launched bool
-	closed   bool
-	warnings []string
+	a     *Allocator
+	h     GraphHandle
+	exec  GraphExec
+	cap   *capture
+	eager func() error // set when the driver could not capture
+	// eagerAllocs: buffers the eager function's last run allocated.
+	eagerAllocs []Buffer
+	launched    bool
+	closed      bool
+	warnings    []string
 }
 
 // Warnings lists what the capture did that an engine should fix (a
 // workspace first allocated inside it, for instance).
 func (g *Graph) Warnings() []string { return append([]string(nil), g.warnings...) }
 
-// CaptureAllocs is the number of allocations made during the capture.
-func (g *Graph) CaptureAllocs() int {
+// CaptureAllocCount is the number of allocations made during the capture
+// (Allocator.CaptureAllocCount's figure for this graph).
+func (g *Graph) CaptureAllocCount() int {
 	if g.cap == nil {
 		return 0
 	}
@@ -31,12 +34,66 @@ func (g *Graph) CaptureAllocs() int {
 // captured function again instead of replaying a driver graph.
 func (g *Graph) Eager() bool { return g.eager != nil }
 
-func (a *Allocator) eagerGraph(fn func() error) *Graph {
+// eagerRun records the buffers an eager-fallback graph's function
+// allocates while it runs, so the graph owns them as a captured graph owns
+// its allocations: those the function does not free are freed at the next
+// Launch (auto-free-on-launch) or at Close.
+type eagerRun struct {
+	bufs []Buffer
+}
+
+// eagerGraph runs fn once, eagerly, and returns the graph that runs it again
+// at every Launch.
+func (a *Allocator) eagerGraph(fn func() error) (*Graph, error) {
 	g := &Graph{a: a, eager: fn, warnings: []string{"driver cannot capture; graph runs its function eagerly"}}
+	if err := g.runEager(); err != nil {
+		g.freeEagerAllocs()
+		return nil, err
+	}
 	a.mu.Lock()
 	a.graphs[g] = struct{}{}
 	a.mu.Unlock()
-	return g
+	return g, nil
+}
+
+// runEager runs the function with the allocator recording what it
+// allocates. Eager runs on one allocator are serialized, as launches on
+// one stream are.
+func (g *Graph) runEager() error {
+	a := g.a
+	a.eagerMu.Lock()
+	defer a.eagerMu.Unlock()
+	run := &eagerRun{}
+	a.mu.Lock()
+	a.eager = run
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		a.eager = nil
+		g.eagerAllocs = append(g.eagerAllocs, run.bufs...)
+		a.mu.Unlock()
+	}()
+	return g.eager()
+}
+
+// freeEagerAllocs frees the buffers the last eager runs allocated and did
+// not free themselves.
+func (g *Graph) freeEagerAllocs() {
+	a := g.a
+	a.mu.Lock()
+	bufs := g.eagerAllocs
+	g.eagerAllocs = nil
+	a.mu.Unlock()
+	for _, b := range bufs {
+		a.mu.Lock()
+		live := b.blk.live && b.blk.gen == b.gen
+		a.mu.Unlock()
+		if live {
+			if err := a.Free(b); err != nil {
+				a.opts.logger().Warn("capalloc: freeing an eager graph's allocation", "backend", a.backend, "err", err)
+			}
+		}
+	}
 }
 
 // Launch replays the graph on the allocator's stream. Inside a capture it
@@ -51,7 +108,8 @@ func (g *Graph) Launch() error {
 	}
 	if g.eager != nil {
 		a.mu.Unlock()
-		return g.eager()
+		g.freeEagerAllocs() // auto-free-on-launch
+		return g.runEager()
 	}
 	st, err := a.stateLocked()
 	if err == nil {
@@ -95,18 +153,23 @@ func (g *Graph) Close() error {
 		a.mu.Unlock()
 		return a.fail("Graph.Close", -1, st, err)
 	}
-	syncFrees := a.closeGraphLocked(g)
+	a.closeGraphLocked(g)
 	a.mu.Unlock()
-	a.freeSyncBlocks(syncFrees)
+	if g.eager != nil {
+		g.freeEagerAllocs()
+	}
+	a.flushReleases()
 	return nil
 }
 
-// closeGraphLocked destroys g on the driver and releases its capture.
-func (a *Allocator) closeGraphLocked(g *Graph) []*block {
+// closeGraphLocked destroys g on the driver and releases its capture
+// (AllocSync blocks wait for flushReleases; an eager graph's allocations
+// for freeEagerAllocs).
+func (a *Allocator) closeGraphLocked(g *Graph) {
 	g.closed = true
 	delete(a.graphs, g)
 	if g.eager != nil {
-		return nil
+		return
 	}
 	if err := a.drv.GraphExecDestroy(g.exec); err != nil {
 		a.opts.logger().Warn("capalloc: graph exec destroy", "backend", a.backend, "err", err)
@@ -114,5 +177,5 @@ func (a *Allocator) closeGraphLocked(g *Graph) []*block {
 	if err := a.drv.GraphDestroy(g.h); err != nil {
 		a.opts.logger().Warn("capalloc: graph destroy", "backend", a.backend, "err", err)
 	}
-	return a.discardLocked(g.cap, g.launched)
+	a.discardLocked(g.cap, g.launched)
 }

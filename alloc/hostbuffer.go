@@ -22,8 +22,8 @@ func (h *HostBuffer) Bytes() []byte {
 	return h.b
 }
 
-// Len is the size in bytes.
-func (h *HostBuffer) Len() int64 { return int64(len(h.b)) }
+// Size is the number of bytes, as Buffer.Size.
+func (h *HostBuffer) Size() int64 { return int64(len(h.b)) }
 
 // HostAlloc returns size bytes of pinned host memory. Pinning is an unsafe
 // call, so it is refused during captures that forbid one: allocate host
@@ -65,7 +65,7 @@ func (a *Allocator) HostAlloc(size int64) (*HostBuffer, error) {
 // be finished first (Synchronize), as with cudaFreeHost.
 func (h *HostBuffer) Close() error {
 	a := h.a
-	return a.blocking("HostBuffer.Close", h.Len(), func(st CaptureState) error {
+	return a.blocking("HostBuffer.Close", h.Size(), func(st CaptureState) error {
 		if h.closed.Load() {
 			return wrapf(ErrClosed, "HostBuffer closed twice")
 		}
@@ -89,7 +89,7 @@ func (h *HostBuffer) release() bool {
 	if _, ok := a.hosts[h]; ok {
 		delete(a.hosts, h)
 		a.stats.HostBuffers--
-		a.stats.HostBytes -= h.Len()
+		a.stats.HostBytes -= h.Size()
 	}
 	a.mu.Unlock()
 	return true

@@ -1,23 +1,5 @@
 package alloc
 
-import "sync/atomic"
-
-// IPCMemory is implemented by drivers whose device allocations can be
-// opened by another process (cudaIpc*, hipIpc*). The symmetric heap
-// exchanges these handles once, at creation, before any capture.
-//
-// All three calls are device-wide and potentially synchronizing: a driver
-// makes them as they come, so callers must keep them out of captures.
-// Allocator's IPC methods do (ipc.go's guard); code holding the Driver
-// directly must do the same. The handle names an allocation from Malloc
-// (the runtimes export only synchronous allocations, cudaMalloc/hipMalloc:
-// Allocator.AllocSync), at its base address.
-type IPCMemory interface {
-	IPCGetMemHandle(p DevicePtr) ([]byte, error) // opaque, fixed-size handle of the allocation holding p
-	IPCOpenMemHandle(handle []byte) (DevicePtr, error)
-	IPCCloseMemHandle(p DevicePtr) error
-}
-
 // IPCGetMemHandle exports b, a live buffer from AllocSync, for another
 // process. It fails with ErrCaptureIllegalOp, no driver call made, where an
 // unsafe call is refused: during this allocator's own Global or
@@ -63,37 +45,21 @@ func (a *Allocator) IPCCloseMemHandle(p DevicePtr) error {
 	return a.ipcGuarded("IPCCloseMemHandle", func(d IPCMemory) (func(), error) { return nil, d.IPCCloseMemHandle(p) })
 }
 
-// ipcGuarded runs fn under the watchdog and the domain's gate, after the
-// unsafe-call check, as AllocSync does, so no capture begins while it runs.
+// ipcGuarded runs fn through the guard's blocking path, refused where an
+// unsafe call is (as AllocSync), so no capture begins while it runs.
 func (a *Allocator) ipcGuarded(op string, fn func(IPCMemory) (func(), error)) error {
 	d, ok := a.drv.(IPCMemory)
 	if !ok {
 		return a.fail(op, 0, StateNone, wrapf(ErrInvalidValue, "backend %s has no IPC memory handles", a.backend))
 	}
-	var seen atomic.Int32 // written by a call the watchdog may abandon
-	err := a.watchdog.callUndo(op, func() (func(), error) {
-		a.dom.gate.RLock()
-		defer a.dom.gate.RUnlock()
-		a.mu.Lock()
-		st, err := a.stateLocked()
-		seen.Store(int32(st))
-		if err == nil {
-			if why := a.unsafeAllowedLocked(st, false); why != nil {
-				if st == StateInvalidated {
-					err = wrapf(ErrCaptureInvalidated, "IPC memory handle")
-				} else {
-					err = wrapf(ErrCaptureIllegalOp, "IPC memory handle: %v", why)
-				}
-			}
+	return a.blockingUndo(op, 0, func(st CaptureState) error {
+		why := a.unsafeAllowedLocked(st, false)
+		switch {
+		case why == nil:
+			return nil
+		case st == StateInvalidated:
+			return wrapf(ErrCaptureInvalidated, "IPC memory handle")
 		}
-		a.mu.Unlock()
-		if err != nil {
-			return nil, err
-		}
-		return fn(d)
-	})
-	if err != nil {
-		return a.fail(op, 0, CaptureState(seen.Load()), err)
-	}
-	return nil
+		return wrapf(ErrCaptureIllegalOp, "IPC memory handle: %v", why)
+	}, func() (func(), error) { return fn(d) })
 }

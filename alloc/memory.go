@@ -3,7 +3,6 @@ package alloc
 import (
 	"errors"
 	"fmt"
-	"sync/atomic"
 )
 
 // Alloc returns a buffer of size bytes, capture-aware: outside capture it
@@ -28,7 +27,9 @@ func (a *Allocator) Alloc(size int64) (Buffer, error) {
 	var b Buffer
 	switch st {
 	case StateNone:
-		b, err = a.poolAllocLocked(size)
+		if b, err = a.poolAllocLocked(size); err == nil && a.eager != nil {
+			a.eager.bufs = append(a.eager.bufs, b) // an eager graph's run owns it
+		}
 	case StateActive:
 		b, err = a.captureAllocLocked("Alloc", size)
 	default:
@@ -139,8 +140,7 @@ func (a *Allocator) releaseCacheLocked() error {
 		if err := a.drv.FreeAsync(b.ptr, a.stream); err != nil {
 			errs = append(errs, err)
 		}
-		a.stats.DriverFrees++
-		a.stats.BytesReserved -= b.class
+		a.releasedLocked(b)
 	}
 	return errors.Join(errs...)
 }
@@ -152,38 +152,29 @@ func (a *Allocator) releaseCacheLocked() error {
 // capture is active elsewhere in the domain it is skipped (the pool's
 // cache is still released) and a warning is logged.
 func (a *Allocator) Trim() error {
-	var seen atomic.Int32 // written by a call the watchdog may abandon
-	err := a.watchdog.call("Trim", func() error {
-		a.dom.gate.RLock()
-		defer a.dom.gate.RUnlock()
-		a.mu.Lock()
-		st, err := a.stateLocked()
-		seen.Store(int32(st))
-		if err == nil && st != StateNone {
-			err = refusal(st, "trim frees memory")
+	t, trims := a.drv.(GraphMemTrimmer)
+	var why error // why the graph trim is skipped
+	return a.blocking("Trim", -1, func(st CaptureState) error {
+		if st != StateNone {
+			return refusal(st, "trim frees memory")
 		}
-		if err == nil {
-			err = a.releaseCacheLocked()
+		if err := a.releaseCacheLocked(); err != nil {
+			return err
 		}
-		t, ok := a.drv.(GraphMemTrimmer)
-		var why error
-		if err == nil && ok {
+		if trims {
 			why = a.unsafeAllowedLocked(st, false)
 		}
-		a.mu.Unlock()
+		return nil
+	}, func() error {
 		switch {
-		case err != nil || !ok:
-			return err
+		case !trims:
+			return nil
 		case why != nil:
 			a.opts.logger().Warn("capalloc: graph memory not trimmed", "backend", a.backend, "reason", why)
 			return nil
 		}
 		return t.TrimGraphMemory()
 	})
-	if err != nil {
-		return a.fail("Trim", -1, CaptureState(seen.Load()), err)
-	}
-	return nil
 }
 
 // tryTrimGraphMemoryLocked trims graph memory if the driver can and the
@@ -248,7 +239,7 @@ func (a *Allocator) freeLocked(st CaptureState, blk *block) error {
 			return wrapf(ErrInvalidBuffer, "buffer %#x belongs to a graph; Graph.Close releases it", blk.ptr)
 		}
 		a.retireLocked(blk)
-		a.pool.put(blk)
+		a.releaseLocked(blk) // held while a live graph uses it
 		return nil
 	case StateActive:
 		c := a.cap
@@ -284,26 +275,20 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 		return Buffer{}, a.fail("AllocSync", size, StateNone, wrapf(ErrInvalidSize, "size must be positive"))
 	}
 	var (
-		buf  Buffer
-		seen atomic.Int32 // written by a call the watchdog may abandon
+		buf       Buffer
+		capturing bool // a (Relaxed) capture of ours is recording
 	)
-	err := a.watchdog.callUndo("AllocSync", func() (func(), error) {
-		a.dom.gate.RLock()
-		defer a.dom.gate.RUnlock()
-		a.mu.Lock()
-		st, err := a.stateLocked()
-		seen.Store(int32(st))
-		if err == nil && size > a.info.TotalMemory {
-			err = a.oomLocked(size, "larger than the device")
+	err := a.blockingUndo("AllocSync", size, func(st CaptureState) error {
+		capturing = st != StateNone
+		if size > a.info.TotalMemory {
+			return a.oomLocked(size, "larger than the device")
 		}
-		if err == nil {
-			err = a.unsafeRefusalLocked(st, false, "eager synchronous allocation")
-		}
-		a.mu.Unlock()
-		if err != nil {
-			return nil, err
-		}
+		return a.unsafeRefusalLocked(st, false, "eager synchronous allocation")
+	}, func() (func(), error) {
 		p, err := a.drv.Malloc(size)
+		if errors.Is(err, ErrOutOfMemory) && !capturing && a.giveBackForSync() {
+			p, err = a.drv.Malloc(size)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -325,8 +310,7 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 			mine := b.live && b.gen == nb.gen // Close may have freed it
 			if mine {
 				a.retireLocked(b)
-				a.stats.DriverFrees++
-				a.stats.BytesReserved -= b.class
+				a.releasedLocked(b)
 			}
 			a.mu.Unlock()
 			if mine {
@@ -335,58 +319,76 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 		}, nil
 	})
 	if err != nil {
-		return Buffer{}, a.fail("AllocSync", size, CaptureState(seen.Load()), err)
+		return Buffer{}, err
 	}
 	return buf, nil
 }
 
-// unsafeRefusalLocked turns unsafeAllowedLocked's verdict into the typed
-// error for a data operation.
-func (a *Allocator) unsafeRefusalLocked(st CaptureState, onStream bool, what string) error {
-	why := a.unsafeAllowedLocked(st, onStream)
-	switch {
-	case why == nil:
-		return nil
-	case st == StateInvalidated:
-		return wrapf(ErrCaptureInvalidated, "%s", what)
+// giveBackForSync makes room for a synchronous allocation that ran out of
+// memory: the pool's cache goes back to the driver, the stream is
+// synchronized so those stream-ordered frees complete, and the driver's
+// own caches are trimmed (PoolTrimmer, GraphMemTrimmer). It reports whether
+// anything was given back. The caller holds the gate's read side, and the
+// stream is not capturing.
+func (a *Allocator) giveBackForSync() bool {
+	a.mu.Lock()
+	released := a.pool.cached > 0
+	err := a.releaseCacheLocked()
+	if a.tryTrimGraphMemoryLocked() {
+		released = true
 	}
-	return wrapf(ErrCaptureIncompatibleAllocation, "%s: %v", what, why)
+	a.mu.Unlock()
+	if err != nil {
+		return false
+	}
+	if released {
+		if err := a.drv.StreamSynchronize(a.stream); err != nil {
+			return false
+		}
+	}
+	if t, ok := a.drv.(PoolTrimmer); ok {
+		if err := t.TrimPool(); err == nil {
+			released = true
+		}
+	}
+	return released
 }
 
-// freeSync releases an AllocSync buffer with the driver's synchronous Free.
+// freeSync releases an AllocSync buffer with the driver's synchronous Free,
+// through the guard's blocking path. A capture that began meanwhile defers
+// it, as Free does during a capture; a live graph that uses the buffer
+// holds it until the graph closes.
 func (a *Allocator) freeSync(b Buffer) error {
-	var seen atomic.Int32 // written by a call the watchdog may abandon
-	err := a.watchdog.call("Free", func() error {
-		a.dom.gate.RLock()
-		defer a.dom.gate.RUnlock()
+	var deferred bool // a capture began meanwhile: freeLocked took it
+	return a.blocking("Free", b.size, func(st CaptureState) error {
+		if err := a.validateLocked(b, 0, 0); err != nil {
+			return err
+		}
+		if st != StateNone {
+			deferred = true
+			return a.freeLocked(st, b.blk)
+		}
+		return a.unsafeRefusalLocked(st, false, "synchronous free")
+	}, func() error {
+		if deferred {
+			return nil
+		}
 		a.mu.Lock()
-		st, err := a.stateLocked()
-		seen.Store(int32(st))
-		if err == nil {
-			err = a.validateLocked(b, 0, 0)
-		}
-		if err == nil && st != StateNone {
-			err = a.freeLocked(st, b.blk) // a capture began meanwhile: defer
+		blk := b.blk
+		if !blk.live || blk.gen != b.gen { // freed by another goroutine meanwhile
 			a.mu.Unlock()
-			return err
+			return wrapf(ErrInvalidBuffer, "buffer %#x was freed (double free or use after free)", b.ptr)
 		}
-		if err == nil {
-			err = a.unsafeRefusalLocked(st, false, "synchronous free")
-		}
-		if err != nil {
+		a.retireLocked(blk)
+		if blk.refs > 0 {
+			blk.held = true
 			a.mu.Unlock()
-			return err
+			return nil
 		}
-		a.retireLocked(b.blk)
-		a.stats.DriverFrees++
-		a.stats.BytesReserved -= b.blk.class
+		a.releasedLocked(blk)
 		a.mu.Unlock()
 		return a.drv.Free(b.ptr)
 	})
-	if err != nil {
-		return a.fail("Free", b.size, CaptureState(seen.Load()), err)
-	}
-	return nil
 }
 
 // Slice returns a view of n bytes of b starting at off. off must keep the

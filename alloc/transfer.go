@@ -1,39 +1,10 @@
 package alloc
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 )
-
-// enqueue runs a stream-ordered driver call behind the guard: made eagerly
-// with no capture, recorded into a capture this allocator started, refused
-// (no driver call) in any other state. check validates operands under a.mu.
-func (a *Allocator) enqueue(op string, size int64, check func() error, call func() error) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	st, err := a.stateLocked()
-	if err == nil {
-		err = check()
-	}
-	if err == nil {
-		switch st {
-		case StateNone:
-			err = call()
-		case StateActive:
-			if err = call(); err == nil {
-				err = a.afterCapturedLocked(op)
-			} else {
-				err = a.refusedInCaptureLocked(err)
-			}
-		default:
-			err = refusal(st, op)
-		}
-	}
-	if err != nil {
-		return a.fail(op, size, st, err)
-	}
-	return nil
-}
 
 // hostRange checks that h is an open pinned buffer usable by this allocator
 // and that [off, off+n) lies inside it. Caller holds a.mu.
@@ -58,7 +29,7 @@ func (a *Allocator) hostRange(h *HostBuffer, off, n int64) ([]byte, error) {
 // Captured, the copy reads src's bytes at every replay.
 func (a *Allocator) UploadHost(dst Buffer, dstOff int64, src *HostBuffer, srcOff, n int64) error {
 	var hb []byte
-	return a.enqueue("UploadHost", n, func() (err error) {
+	return a.enqueue("UploadHost", n, dst, Buffer{}, func() (err error) {
 		if err = a.validateLocked(dst, dstOff, n); err == nil {
 			hb, err = a.hostRange(src, srcOff, n)
 		}
@@ -73,7 +44,7 @@ func (a *Allocator) UploadHost(dst Buffer, dstOff int64, src *HostBuffer, srcOff
 // every replay writes dst again.
 func (a *Allocator) DownloadHost(dst *HostBuffer, dstOff int64, src Buffer, srcOff, n int64) error {
 	var hb []byte
-	return a.enqueue("DownloadHost", n, func() (err error) {
+	return a.enqueue("DownloadHost", n, Buffer{}, src, func() (err error) {
 		if err = a.validateLocked(src, srcOff, n); err == nil {
 			hb, err = a.hostRange(dst, dstOff, n)
 		}
@@ -83,9 +54,10 @@ func (a *Allocator) DownloadHost(dst *HostBuffer, dstOff int64, src Buffer, srcO
 	})
 }
 
-// Memset sets n bytes of dst from off to value, stream-ordered.
-func (a *Allocator) Memset(dst Buffer, off, n int64, value byte) error {
-	return a.enqueue("Memset", n, func() error {
+// Memset sets n bytes of dst from off to value, stream-ordered (the
+// arguments in MemsetAsync's order: where, value, how many).
+func (a *Allocator) Memset(dst Buffer, off int64, value byte, n int64) error {
+	return a.enqueue("Memset", n, dst, Buffer{}, func() error {
 		return a.validateLocked(dst, off, n)
 	}, func() error {
 		return a.drv.MemsetAsync(dst.ptr+DevicePtr(off), value, n, a.stream)
@@ -94,7 +66,7 @@ func (a *Allocator) Memset(dst Buffer, off, n int64, value byte) error {
 
 // Copy copies n bytes between device buffers, stream-ordered.
 func (a *Allocator) Copy(dst Buffer, dstOff int64, src Buffer, srcOff, n int64) error {
-	return a.enqueue("Copy", n, func() error {
+	return a.enqueue("Copy", n, dst, src, func() error {
 		if err := a.validateLocked(dst, dstOff, n); err != nil {
 			return err
 		}
@@ -102,37 +74,6 @@ func (a *Allocator) Copy(dst Buffer, dstOff int64, src Buffer, srcOff, n int64) 
 	}, func() error {
 		return a.drv.CopyDtoDAsync(dst.ptr+DevicePtr(dstOff), src.ptr+DevicePtr(srcOff), n, a.stream)
 	})
-}
-
-// blocking runs an unsafe call on the stream behind the gate and the
-// watchdog: refused, with no driver call, whenever a capture forbids it.
-func (a *Allocator) blocking(op string, size int64, check func(st CaptureState) error, call func() error) error {
-	return a.blockingUndo(op, size, check, func() (func(), error) { return nil, call() })
-}
-
-// blockingUndo is blocking for a call that acquires something; see
-// watchdog.callUndo.
-func (a *Allocator) blockingUndo(op string, size int64, check func(st CaptureState) error, call func() (func(), error)) error {
-	var seen atomic.Int32 // written by a call the watchdog may abandon
-	err := a.watchdog.callUndo(op, func() (func(), error) {
-		a.dom.gate.RLock()
-		defer a.dom.gate.RUnlock()
-		a.mu.Lock()
-		st, err := a.stateLocked()
-		seen.Store(int32(st))
-		if err == nil {
-			err = check(st)
-		}
-		a.mu.Unlock()
-		if err != nil {
-			return nil, err
-		}
-		return call()
-	})
-	if err != nil {
-		return a.fail(op, size, CaptureState(seen.Load()), err)
-	}
-	return nil
 }
 
 // Upload copies pageable src into dst at off and returns when src may be
@@ -165,19 +106,6 @@ func (a *Allocator) Download(dst []byte, src Buffer, off int64) error {
 	})
 }
 
-// syncRefusalLocked is the error for a synchronize or query that a capture
-// forbids; the capture stays valid because no driver call is made.
-func (a *Allocator) syncRefusalLocked(st CaptureState) error {
-	why := a.unsafeAllowedLocked(st, true)
-	switch {
-	case why == nil:
-		return nil
-	case st == StateInvalidated:
-		return fmt.Errorf("%w: %w", ErrSyncDuringCapture, ErrCaptureInvalidated)
-	}
-	return wrapf(ErrSyncDuringCapture, "%v", why)
-}
-
 // Synchronize waits until all work queued on the stream is done. It is
 // refused during any capture that forbids it, leaving the capture valid.
 func (a *Allocator) Synchronize() error {
@@ -198,4 +126,57 @@ func (a *Allocator) Query() (bool, error) {
 		return false, err
 	}
 	return done.Load(), nil
+}
+
+// LaunchHostFunc puts fn on the stream, stream-ordered: it runs once the
+// work queued before it is done, and later work waits for it. Captured, it
+// is a host node that runs at every replay (so it must read its inputs at
+// run time, never capture values). An error from fn fails the stream: the
+// next Synchronize reports it. fn must not call the allocator or driver.
+// A driver that cannot launch host functions (a plugin) fails with an
+// error wrapping errors.ErrUnsupported.
+func (a *Allocator) LaunchHostFunc(fn func() error) error {
+	l, ok := a.drv.(HostFuncLauncher)
+	return a.enqueue("LaunchHostFunc", -1, Buffer{}, Buffer{}, func() error {
+		switch {
+		case fn == nil:
+			return wrapf(ErrInvalidValue, "nil function")
+		case !ok:
+			return fmt.Errorf("%w: backend %s cannot launch host functions", errors.ErrUnsupported, a.backend)
+		}
+		return nil
+	}, func() error {
+		return l.LaunchHostFunc(a.stream, fn)
+	})
+}
+
+// Enqueue makes a stream-ordered call of the engine's own (a kernel launch,
+// a library's collective) through the guard: with no capture it is made at
+// once; in a capture this allocator started it is recorded, and the
+// buffers it uses stay reserved until the graph is closed; during any
+// other capture it is refused before call runs. call gets the allocator's
+// stream and must only enqueue work on it (never synchronize). uses must
+// be live buffers of this allocator.
+func (a *Allocator) Enqueue(op string, uses []Buffer, call func(s Stream) error) error {
+	if call == nil {
+		return a.fail(op, -1, StateNone, wrapf(ErrInvalidValue, "nil call"))
+	}
+	return a.enqueue(op, -1, Buffer{}, Buffer{}, func() error {
+		for _, b := range uses {
+			if err := a.validateLocked(b, 0, b.size); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, func() error {
+		if err := call(a.stream); err != nil {
+			return err
+		}
+		if a.cap != nil {
+			for _, b := range uses {
+				a.refLocked(a.cap, b.blk)
+			}
+		}
+		return nil
+	})
 }

@@ -18,50 +18,57 @@ type watchdog struct {
 	abort func(cause error)
 }
 
-// call runs f under the deadline. f must do its own locking, so that locks it
-// holds are released by whoever finishes it, even after an expiry.
-func (w *watchdog) call(op string, f func() error) error {
-	return w.callUndo(op, func() (func(), error) { return nil, f() })
-}
-
-// callUndo is call for an f that acquires something: if the caller was
+// callUndo runs f under the deadline; f acquires something: if the caller was
 // already given ErrCaptureTimeout when f succeeds, nobody will ever own the
 // result, so undo releases it.
 func (w *watchdog) callUndo(op string, f func() (undo func(), err error)) error {
-	if n := w.stuck.Load(); n > 0 {
-		return wrapf(ErrCaptureTimeout, "%s not attempted: %d earlier driver call(s) still stuck", op, n)
-	}
-	if w.timeout <= 0 {
-		_, err := f()
+	var undo func()
+	_, err := w.run(op, w.timeout, func() (err error) {
+		undo, err = f()
 		return err
+	}, func(err error) {
+		if err == nil && undo != nil {
+			undo()
+		}
+	})
+	return err
+}
+
+// run runs f with its own deadline (<= 0: none). Past the deadline the
+// caller gets ErrCaptureTimeout and f is abandoned; when it finally returns,
+// late (if not nil) gets its error, in f's goroutine, so that whatever f
+// did can be undone. Exactly one of the two sees f's result: the caller's
+// return value (expired false) or late (expired true, and err wraps
+// ErrCaptureTimeout). A call refused because an earlier one is still stuck
+// is not attempted (expired false).
+func (w *watchdog) run(op string, timeout time.Duration, f func() error, late func(error)) (expired bool, err error) {
+	if n := w.stuck.Load(); n > 0 {
+		return false, wrapf(ErrCaptureTimeout, "%s not attempted: %d earlier driver call(s) still stuck", op, n)
 	}
-	type result struct {
-		undo func()
-		err  error
+	if timeout <= 0 {
+		return false, f()
 	}
-	done := make(chan result, 1)
-	go func() {
-		undo, err := f()
-		done <- result{undo, err}
-	}()
-	t := time.NewTimer(w.timeout)
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	t := time.NewTimer(timeout)
 	select {
-	case r := <-done:
+	case err := <-done:
 		t.Stop()
-		return r.err
+		return false, err
 	case <-t.C:
 		w.expired.Add(1)
 		w.stuck.Add(1)
 		go func() {
-			if r := <-done; r.err == nil && r.undo != nil {
-				r.undo()
+			err := <-done
+			if late != nil {
+				late(err)
 			}
 			w.stuck.Add(-1)
 		}()
-		err := wrapf(ErrCaptureTimeout, "%s did not return within %v; the call is abandoned", op, w.timeout)
+		err := wrapf(ErrCaptureTimeout, "%s did not return within %v; the call is abandoned", op, timeout)
 		if w.abort != nil {
 			w.abort(err)
 		}
-		return err
+		return true, err
 	}
 }

@@ -12,7 +12,16 @@ import (
 // syntax error, an unknown option, a value of the wrong kind. It also
 // matches alloc.ErrInvalidValue. Open never falls back past it: a typo is
 // the user's to fix, not a reason to run on another backend.
-var ErrInvalidConfig = fmt.Errorf("%w: invalid backend config", alloc.ErrInvalidValue)
+var ErrInvalidConfig error = configError{}
+
+// configError is ErrInvalidConfig: its own message, matching
+// alloc.ErrInvalidValue too, so a wrapped error reads "invalid backend
+// config: …" once rather than "invalid value: invalid backend config: …".
+type configError struct{}
+
+func (configError) Error() string { return "invalid backend config" }
+
+func (configError) Is(target error) bool { return target == alloc.ErrInvalidValue }
 
 // EnvVar is the environment variable FromEnv reads.
 const EnvVar = "CAPALLOC_BACKEND"
@@ -24,6 +33,10 @@ const EnvVar = "CAPALLOC_BACKEND"
 type Choice struct {
 	Name    string
 	Options Options
+	// Memory, set by a program rather than parsed from a config, supplies
+	// the backend's host or device memory (the plugin server's shared
+	// memory); the zero value means the backend's own.
+	Memory Memory
 }
 
 // String renders c as ParseConfig reads it: "name" or "name:k=v,k=v".

@@ -16,7 +16,7 @@ type Skipped struct {
 	Err    error
 }
 
-// Opened is the result of Open: the driver of the first choice that opened,
+// Opened is the result of Config.Open: the driver of the first choice that opened,
 // which choice it was, and why each earlier one was skipped.
 type Opened struct {
 	Driver  alloc.Driver
@@ -47,13 +47,13 @@ func (o *Opened) Report() string {
 // to another backend for that would be a surprise; retry after the
 // capture. When nothing opens, the
 // error wraps alloc.ErrBackendUnavailable and every choice's reason.
-func Open(ctx context.Context, cfg Config) (*Opened, error) {
+func (cfg Config) Open(ctx context.Context) (*Opened, error) {
 	if len(cfg) == 0 {
 		return nil, fmt.Errorf("%w: empty backend config", ErrInvalidConfig)
 	}
 	var skipped []Skipped
 	for _, c := range cfg {
-		d, err := OpenChoice(ctx, c)
+		d, err := c.Open(ctx)
 		if err == nil {
 			return &Opened{Driver: d, Choice: c, Skipped: skipped}, nil
 		}
@@ -69,13 +69,13 @@ func Open(ctx context.Context, cfg Config) (*Opened, error) {
 	return nil, fmt.Errorf("%w: no backend of %q opened: %w", alloc.ErrBackendUnavailable, cfg.String(), errors.Join(errs...))
 }
 
-// OpenString parses s (see ParseConfig) and opens it as Open does.
+// OpenString parses s (see ParseConfig) and opens it as Config.Open does.
 func OpenString(ctx context.Context, s string) (*Opened, error) {
 	cfg, err := ParseConfig(s)
 	if err != nil {
 		return nil, err
 	}
-	return Open(ctx, cfg)
+	return cfg.Open(ctx)
 }
 
 // FromEnv opens the chain in $CAPALLOC_BACKEND, or def when it is unset or

@@ -35,7 +35,7 @@ func (o Options) Int(key string, def int) (int, error) {
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(v))
 	if err != nil {
-		return def, o.bad(key, "an integer", err)
+		return def, o.bad(key, "an integer")
 	}
 	return n, nil
 }
@@ -52,7 +52,7 @@ func (o Options) Bool(key string, def bool) (bool, error) {
 	case "0", "f", "false", "no", "off":
 		return false, nil
 	}
-	return def, o.bad(key, "true or false", nil)
+	return def, o.bad(key, "true or false")
 }
 
 // Duration parses key with time.ParseDuration ("250ms", "5s").
@@ -63,7 +63,7 @@ func (o Options) Duration(key string, def time.Duration) (time.Duration, error) 
 	}
 	d, err := time.ParseDuration(strings.TrimSpace(v))
 	if err != nil || d < 0 {
-		return def, o.bad(key, "a non-negative duration such as 500ms or 5s", err)
+		return def, o.bad(key, "a non-negative duration such as 500ms or 5s")
 	}
 	return d, nil
 }
@@ -78,7 +78,7 @@ func (o Options) Bytes(key string, def int64) (int64, error) {
 	}
 	n, err := ParseBytes(v)
 	if err != nil {
-		return def, o.bad(key, "a byte size such as 8GiB, 512MiB or 1048576", err)
+		return def, o.bad(key, "a byte size such as 8GiB, 512MiB or 1048576")
 	}
 	return n, nil
 }
@@ -124,10 +124,9 @@ func (o Options) Clone() Options {
 	return c
 }
 
-func (o Options) bad(key, want string, cause error) error {
-	if cause != nil {
-		return fmt.Errorf("%w: option %s=%q: want %s: %w", ErrInvalidConfig, key, o[key], want, cause)
-	}
+// bad is the error for option key's value; want says what is accepted (the
+// parser's own error would only say it again).
+func (o Options) bad(key, want string) error {
 	return fmt.Errorf("%w: option %s=%q: want %s", ErrInvalidConfig, key, o[key], want)
 }
 

@@ -18,7 +18,7 @@ import (
 // does not know (Options.Check) with ErrInvalidConfig; a missing library or
 // device is an error wrapping alloc.ErrBackendUnavailable that says what was
 // searched.
-type Factory func(ctx context.Context, opts Options) (alloc.Driver, error)
+type Factory func(ctx context.Context, c Choice) (alloc.Driver, error)
 
 // SchemeFactory opens "scheme:target" choices, such as "plugin:cpu": target
 // is what follows the scheme.
@@ -80,9 +80,9 @@ func sortedKeys[V any](m map[string]V) []string {
 	return names
 }
 
-// Lookup returns the factory registered under name. An unknown name is an
+// lookup returns the factory registered under name. An unknown name is an
 // error wrapping ErrUnknownBackend that lists the known ones.
-func Lookup(name string) (Factory, error) {
+func lookup(name string) (Factory, error) {
 	mu.RLock()
 	f, ok := factories[name]
 	mu.RUnlock()
@@ -100,15 +100,14 @@ func unknown(name string) error {
 	return fmt.Errorf("%w %q (known: %s)", ErrUnknownBackend, name, strings.Join(known, ", "))
 }
 
-// OpenChoice opens exactly one backend: a registered name or a
-// scheme:target, with its options.
-func OpenChoice(ctx context.Context, c Choice) (alloc.Driver, error) {
+// Open opens exactly this backend, a registered name or a scheme:target,
+// with its options and memory suppliers.
+func (c Choice) Open(ctx context.Context) (alloc.Driver, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	opts := c.Options
-	if opts == nil {
-		opts = Options{}
+	if c.Options == nil {
+		c.Options = Options{}
 	}
 	if scheme, target, ok := c.Scheme(); ok {
 		mu.RLock()
@@ -117,13 +116,13 @@ func OpenChoice(ctx context.Context, c Choice) (alloc.Driver, error) {
 		if !found {
 			return nil, unknown(c.Name)
 		}
-		return f(ctx, target, opts)
+		return f(ctx, target, c.Options)
 	}
-	f, err := Lookup(c.Name)
+	f, err := lookup(c.Name)
 	if err != nil {
 		return nil, err
 	}
-	return f(ctx, opts)
+	return f(ctx, c)
 }
 
 // OpenDriver opens one backend given in the config-string form of a single
@@ -136,5 +135,5 @@ func OpenDriver(ctx context.Context, s string) (alloc.Driver, error) {
 	if len(cfg) != 1 {
 		return nil, fmt.Errorf("%w: %q is a fallback chain; OpenDriver takes one backend (use Open)", ErrInvalidConfig, s)
 	}
-	return OpenChoice(ctx, cfg[0])
+	return cfg[0].Open(ctx)
 }

@@ -48,10 +48,13 @@ func TestCPURejectsBadOptions(t *testing.T) {
 	}
 	_, err := backends.OpenDriver(ctx, "cpu:memroy_limit=1GiB")
 	require.Contains(t, err.Error(), "memory_limit", "the error lists the known options")
+	// Each part of the message is said once.
+	_, err = backends.OpenDriver(ctx, "cpu:memory_limit=lots")
+	require.Equal(t, `invalid backend config: option memory_limit="lots": want a byte size such as 8GiB, 512MiB or 1048576`, err.Error())
 }
 
 func TestRegisterRejectsDuplicatesAndBadNames(t *testing.T) {
-	f := func(context.Context, backends.Options) (alloc.Driver, error) { return nil, nil }
+	f := func(context.Context, backends.Choice) (alloc.Driver, error) { return nil, nil }
 	require.Panics(t, func() { backends.Register("cpu", f) })
 	require.Panics(t, func() { backends.Register("a:b", f) })
 	require.Panics(t, func() { backends.Register("", f) })
@@ -96,12 +99,12 @@ func TestParseBytes(t *testing.T) {
 func registerFake(t *testing.T, err error) (string, *atomic.Int32) {
 	var n atomic.Int32
 	name := fmt.Sprintf("fake-%s-%p", t.Name(), &n)
-	backends.Register(name, func(ctx context.Context, o backends.Options) (alloc.Driver, error) {
+	backends.Register(name, func(ctx context.Context, c backends.Choice) (alloc.Driver, error) {
 		n.Add(1)
 		if err != nil {
 			return nil, err
 		}
-		return backends.OpenChoice(ctx, backends.Choice{Name: "cpu", Options: o})
+		return backends.Choice{Name: "cpu", Options: c.Options}.Open(ctx)
 	})
 	return name, &n
 }

@@ -127,7 +127,7 @@ func (s *suite) aliasing(t *testing.T) {
 		for range 4 {
 			for _, sz := range aliasSizes {
 				b := mustAlloc(t, e.a, sz)
-				require.NoError(t, e.a.Memset(b, 0, sz, 0xFF))
+				require.NoError(t, e.a.Memset(b, 0, 0xFF, sz))
 				bs = append(bs, b)
 			}
 		}
@@ -144,7 +144,7 @@ func (s *suite) aliasing(t *testing.T) {
 		const n = 4096
 		pre := mustAlloc(t, e.a, n)
 		require.NoError(t, e.a.BeginCapture(alloc.Global))
-		require.NoError(t, e.a.Memset(pre, 0, n, 1)) // the graph uses pre
+		require.NoError(t, e.a.Memset(pre, 0, 1, n)) // the graph uses pre
 		require.NoError(t, e.a.Free(pre))
 		in, err := e.a.Alloc(n)
 		require.NoError(t, err)
@@ -160,6 +160,54 @@ func (s *suite) aliasing(t *testing.T) {
 		assert.Equal(t, pre.Ptr(), again.Ptr(), "memory held for a closed graph is reusable")
 		assertNoDriverCall(t, e.spy, before)
 		require.NoError(t, e.a.Free(again))
+	})
+	t.Run("used_in_graph_then_freed_held_until_close", func(t *testing.T) {
+		// A buffer from before the capture, used by it and freed after
+		// EndCapture: its memory must not go back to the pool while the
+		// graph lives, or the next owner is overwritten at every Launch.
+		for _, kind := range []string{"pooled", "alloc_sync"} {
+			t.Run(kind, func(t *testing.T) {
+				e := s.env(t)
+				const n = 4096
+				var pre alloc.Buffer
+				if kind == "pooled" {
+					pre = mustAlloc(t, e.a, n)
+				} else {
+					var err error
+					pre, err = e.a.AllocSync(n)
+					require.NoError(t, err)
+				}
+				g, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, func() error {
+					return e.a.Memset(pre, 0, 0xAA, n)
+				})
+				require.NoError(t, err)
+				before := e.spy.Snapshot()
+				require.NoError(t, e.a.Free(pre))
+				assertNoDriverCall(t, e.spy, before) // held, not given back
+				next := mustAlloc(t, e.a, n)
+				assert.False(t, overlaps(next.Ptr(), n, pre.Ptr(), n), "memory a live graph uses was handed out again")
+				want := pattern(n, 5)
+				upload(t, e.a, next, 0, want)
+				launch(t, e.a, g)
+				require.Equal(t, want, download(t, e.a, next, 0, n), "a Launch overwrote the new owner")
+				churn(t, e.a, []span{{pre.Ptr(), n}}, 5)
+				require.NoError(t, e.a.Free(next))
+				base := usageOf(e.a)
+				require.NoError(t, g.Close())
+				after := usageOf(e.a)
+				assert.Equal(t, base.Graphs-1, after.Graphs)
+				if kind == "pooled" {
+					// Released to the pool by the close: reused with no driver call.
+					before := e.spy.Snapshot()
+					again := mustAlloc(t, e.a, n)
+					assert.Equal(t, pre.Ptr(), again.Ptr(), "memory held for a closed graph is reusable")
+					assertNoDriverCall(t, e.spy, before)
+					require.NoError(t, e.a.Free(again))
+				} else {
+					assert.Less(t, after.Reserved, base.Reserved, "the held synchronous buffer is freed by the close")
+				}
+			})
+		}
 	})
 	t.Run("stats_back_to_baseline_after_close", func(t *testing.T) {
 		for _, launched := range []bool{false, true} {

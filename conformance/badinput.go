@@ -88,8 +88,8 @@ var badCases = []badCase{
 	{name: "download_host_out_of_range_device", do: func(f *fixture) error {
 		return f.a.DownloadHost(f.host, 0, f.buf, badSize-100, 200)
 	}, want: alloc.ErrOutOfRange},
-	{name: "memset_out_of_range", do: func(f *fixture) error { return f.a.Memset(f.buf, badSize-100, 200, 1) }, want: alloc.ErrOutOfRange},
-	{name: "memset_negative_length", do: func(f *fixture) error { return f.a.Memset(f.buf, 0, -1, 1) }, want: alloc.ErrOutOfRange},
+	{name: "memset_out_of_range", do: func(f *fixture) error { return f.a.Memset(f.buf, badSize-100, 1, 200) }, want: alloc.ErrOutOfRange},
+	{name: "memset_negative_length", do: func(f *fixture) error { return f.a.Memset(f.buf, 0, 1, -1) }, want: alloc.ErrOutOfRange},
 	{name: "copy_out_of_range_dst", setup: func(f *fixture) { f.x = allocIn(f, f.a, 1000); f.freeLater(f.a, f.x) },
 		do: func(f *fixture) error { return f.a.Copy(f.x, 500, f.buf, 0, 600) }, want: alloc.ErrOutOfRange},
 	{name: "copy_out_of_range_src", setup: func(f *fixture) { f.x = allocIn(f, f.a, 1000); f.freeLater(f.a, f.x) },
@@ -106,13 +106,13 @@ var badCases = []badCase{
 		f.x = allocIn(f, f.a, 1000)
 		require.NoError(f.t, f.a.Free(f.x))
 		y := allocIn(f, f.a, 1000) // most likely the same memory, recycled
-		require.NoError(f.t, f.a.Memset(y, 0, 1000, 0x33))
+		require.NoError(f.t, f.a.Memset(y, 0, 0x33, 1000))
 		f.after = append(f.after, func() {
 			require.Equal(f.t, repeat(0x33, 1000), download(f.t, f.a, y, 0, 1000), "a stale handle wrote to the new owner's memory")
 			require.NoError(f.t, f.a.Free(y))
 		})
 	}, do: func(f *fixture) error {
-		return f.a.Memset(f.x, 0, 1000, 0x44)
+		return f.a.Memset(f.x, 0, 0x44, 1000)
 	}, want: alloc.ErrInvalidBuffer},
 	{name: "stale_handle_double_free_after_reuse", setup: func(f *fixture) {
 		f.x = allocIn(f, f.a, 1000)
@@ -292,7 +292,7 @@ func (s *suite) badInputInCapture(t *testing.T) {
 		b := mustAlloc(t, e.a, 1000)
 		h := mustHost(t, e.a, 1000)
 		inCapture(t, e, func() {
-			requireRefused(t, e.a.Memset(b, 900, 200, 1), alloc.StateActive, alloc.ErrOutOfRange)
+			requireRefused(t, e.a.Memset(b, 900, 1, 200), alloc.StateActive, alloc.ErrOutOfRange)
 			requireRefused(t, e.a.UploadHost(b, 0, h, 900, 200), alloc.StateActive, alloc.ErrOutOfRange)
 			requireRefused(t, e.a.Copy(b, 0, b, 500, 600), alloc.StateActive, alloc.ErrOutOfRange)
 			requireRefused(t, e.a.Free(alloc.Buffer{}), alloc.StateActive, alloc.ErrInvalidBuffer)

@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/probe"
 )
 
 const (
@@ -61,7 +63,7 @@ func pageableWorker(a *alloc.Allocator, w, iters int) error {
 			return err
 		}
 		if !bytes.Equal(got, want) {
-			return fmt.Errorf("worker %d iteration %d: data corrupted (first difference at byte %d)", w, i, firstDiff(got, want))
+			return fmt.Errorf("worker %d iteration %d: data corrupted (first difference at byte %d)", w, i, probe.FirstDiff(got, want))
 		}
 		if err := a.Free(b); err != nil {
 			return err
@@ -97,7 +99,7 @@ func pinnedWorker(a *alloc.Allocator, w, iters int) (err error) {
 			return err
 		}
 		if !bytes.Equal(out.Bytes()[:n], in.Bytes()[:n]) {
-			return fmt.Errorf("worker %d iteration %d: data corrupted (first difference at byte %d)", w, i, firstDiff(out.Bytes()[:n], in.Bytes()[:n]))
+			return fmt.Errorf("worker %d iteration %d: data corrupted (first difference at byte %d)", w, i, probe.FirstDiff(out.Bytes()[:n], in.Bytes()[:n]))
 		}
 		if err := a.Free(b); err != nil {
 			return err
@@ -118,6 +120,55 @@ func (s *suite) concurrency(t *testing.T) {
 		require.NoError(t, parallel(workers, func(w int) error { return pinnedWorker(e.a, w, iterations) }))
 		assert.Zero(t, e.a.Stats().LiveBuffers)
 		assert.Zero(t, e.a.Stats().HostBuffers)
+	})
+	t.Run("blocking_copy_in_stream_order", func(t *testing.T) {
+		// A blocking copy runs at its place in the stream's order: while
+		// one goroutine enqueues memsets (and makes them run) another's
+		// pageable download never sees a half-written buffer.
+		// Large enough that a copy outlasts a round trip to a plugin.
+		e := s.env(t)
+		const n = 8 << 20
+		b := mustAlloc(t, e.a, n)
+		upload(t, e.a, b, 0, repeat(1, n))
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := e.a.Memset(b, 0, byte(1+i%2), n); err != nil {
+					assert.NoError(t, err)
+					return
+				}
+				if _, err := e.a.Query(); err != nil {
+					assert.NoError(t, err)
+					return
+				}
+			}
+		}()
+		dst := make([]byte, n)
+		up := repeat(7, n)
+		torn, reads := 0, 0
+		for i := range 90 {
+			if i%3 == 0 {
+				require.NoError(t, e.a.Upload(b, 0, up))
+				continue
+			}
+			require.NoError(t, e.a.Download(dst, b, 0))
+			reads++
+			if c := bytes.Count(dst, dst[:1]); c != n {
+				torn++
+			}
+		}
+		close(stop)
+		wg.Wait()
+		require.Zero(t, torn, "%d of %d downloads were torn: a blocking copy ran concurrently with later work", torn, reads)
+		require.NoError(t, e.a.Free(b))
 	})
 	t.Run("many_allocators_one_driver", func(t *testing.T) {
 		e := s.env(t)
@@ -170,8 +221,8 @@ func (s *suite) concurrency(t *testing.T) {
 		buf := mustAlloc(t, b, 4096)
 		// Slow device-wide calls: one that slipped past the guard just
 		// before a capture began would still be in the driver inside it.
-		e.spy.Delay(MethodMalloc, 100*time.Microsecond)
-		e.spy.Delay(MethodFree, 100*time.Microsecond)
+		e.spy.Delay(alloctest.MethodMalloc, 100*time.Microsecond)
+		e.spy.Delay(alloctest.MethodFree, 100*time.Microsecond)
 		var stop atomic.Bool
 		defer stop.Store(true)
 		var ran, refused atomic.Int64

@@ -1,4 +1,4 @@
-package conformance_test
+package conformance
 
 import (
 	"context"
@@ -14,10 +14,9 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/backends/plugin" // registers the "plugin" scheme
-	"github.com/capalloc/capalloc/conformance"
-	_ "github.com/capalloc/capalloc/cpu"  // registers "cpu"
-	_ "github.com/capalloc/capalloc/cuda" // registers "cuda"
-	_ "github.com/capalloc/capalloc/hip"  // registers "hip"
+	_ "github.com/capalloc/capalloc/cpu"           // registers "cpu"
+	_ "github.com/capalloc/capalloc/cuda"          // registers "cuda"
+	_ "github.com/capalloc/capalloc/hip"           // registers "hip"
 )
 
 // TestMain makes the test binary its own plugin binary: plugin:cpu runs the
@@ -25,7 +24,10 @@ import (
 // covers plugin mode with no separately built capalloc-plugin.
 func TestMain(m *testing.M) {
 	plugin.ServeIfChild()
-	os.Exit(m.Run())
+	rankProcessIfChild()
+	code := m.Run()
+	printNotRun()
+	os.Exit(code)
 }
 
 var backendFlag = flag.String("backend", "", "backend to run the suite on (default $CAPALLOC_BACKEND; empty: every available one)")
@@ -43,14 +45,14 @@ func selected() string {
 // reason; the default run logs what it left out and why.
 func TestConformance(t *testing.T) {
 	if name := selected(); name != "" {
-		open, err := conformance.Lookup(name)
+		open, err := Lookup(name)
 		if err != nil {
 			t.Fatalf("backend %q selected but not usable: %v", name, err)
 		}
-		t.Run(name, func(t *testing.T) { conformance.Run(t, open) })
+		t.Run(name, func(t *testing.T) { Run(t, open) })
 		return
 	}
-	names, skipped := conformance.Available()
+	names, skipped := available()
 	reasons := make([]string, 0, len(skipped))
 	for n := range skipped {
 		reasons = append(reasons, n)
@@ -58,17 +60,18 @@ func TestConformance(t *testing.T) {
 	sort.Strings(reasons)
 	for _, n := range reasons {
 		t.Logf("backend %s not run: %v", n, skipped[n])
+		reportNotRun(n, skipped[n])
 	}
 	require.NotEmpty(t, names, "no backend available on this machine")
 	for _, n := range names {
-		open, err := conformance.Lookup(n)
+		open, err := Lookup(n)
 		require.NoError(t, err)
-		t.Run(n, func(t *testing.T) { conformance.Run(t, open) })
+		t.Run(n, func(t *testing.T) { Run(t, open) })
 	}
 }
 
 func TestLookupUnknownBackendFails(t *testing.T) {
-	_, err := conformance.Lookup("no-such-backend")
+	_, err := Lookup("no-such-backend")
 	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
 	for _, n := range backends.Names() {
 		require.Contains(t, err.Error(), n, "the error lists the known backends")
@@ -78,12 +81,12 @@ func TestLookupUnknownBackendFails(t *testing.T) {
 func TestLookupUnavailableBackendFails(t *testing.T) {
 	// A registered backend whose library is missing.
 	if !slices.Contains(backends.Names(), "conformance-test-missing") { // -count=N
-		backends.Register("conformance-test-missing", func(context.Context, backends.Options) (alloc.Driver, error) {
+		backends.Register("conformance-test-missing", func(context.Context, backends.Choice) (alloc.Driver, error) {
 			return nil, fmt.Errorf("%w: libmissing.so not found", alloc.ErrBackendUnavailable)
 		})
 	}
-	_, err := conformance.Lookup("conformance-test-missing")
+	_, err := Lookup("conformance-test-missing")
 	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
-	_, skipped := conformance.Available()
+	_, skipped := available()
 	require.ErrorIs(t, skipped["conformance-test-missing"], alloc.ErrBackendUnavailable)
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 )
 
 // CUDA's Global-mode rule: while any Global-mode capture is active, every
@@ -88,7 +89,7 @@ func (s *suite) crossAllocator(t *testing.T) {
 				for _, n := range []int64{100, 5000, 1 << 20} {
 					x, err := b.Alloc(n)
 					require.NoError(t, err)
-					require.NoError(t, b.Memset(x, 0, n, 0x5A))
+					require.NoError(t, b.Memset(x, 0, 0x5A, n))
 					bufs = append(bufs, x)
 				}
 				for _, x := range bufs {
@@ -104,7 +105,7 @@ func (s *suite) crossAllocator(t *testing.T) {
 			e := s.env(t)
 			b := e.newAllocator(alloc.Options{})
 			buf := mustAlloc(t, b, 1000)
-			memset := func(v byte) func() error { return func() error { return b.Memset(buf, 0, 1000, v) } }
+			memset := func(v byte) func() error { return func() error { return b.Memset(buf, 0, v, 1000) } }
 			before, err := b.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, memset(1))
 			require.NoError(t, err)
 			require.NoError(t, e.a.BeginCapture(alloc.Global))
@@ -120,6 +121,49 @@ func (s *suite) crossAllocator(t *testing.T) {
 			require.NoError(t, g.Close())
 			require.NoError(t, b.Synchronize())
 			require.NoError(t, b.Free(buf))
+		})
+		t.Run("cleanup_never_invalidates", func(t *testing.T) {
+			// B's cleanup must free what it owes without invalidating A's
+			// capture: Close with a leaked host buffer and AllocSync
+			// buffer, and a graph whose close releases a deferred
+			// synchronous free. The frees wait for A's capture to end.
+			e := s.env(t)
+			b := e.newAllocator(alloc.Options{})
+			x, err := b.AllocSync(4096)
+			require.NoError(t, err)
+			pre, err := b.AllocSync(4096)
+			require.NoError(t, err)
+			gb, err := b.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, func() error {
+				if err := b.Memset(pre, 0, 3, 4096); err != nil {
+					return err
+				}
+				return b.Free(pre) // deferred until gb closes
+			})
+			require.NoError(t, err)
+			_, err = b.HostAlloc(4096) // leaked on purpose
+			require.NoError(t, err)
+			_ = x // leaked on purpose
+			live, haveLive := liveBytes(e.drv)
+
+			require.NoError(t, e.a.BeginCapture(alloc.Global))
+			before := e.spy.Snapshot()
+			require.NoError(t, gb.Close())
+			require.ErrorIs(t, e.close(b), alloc.ErrLeaked)
+			for _, m := range []alloctest.Method{alloctest.MethodFree, alloctest.MethodHostFree, alloctest.MethodStreamSynchronize} {
+				assertCalls(t, e.spy, before, m, 0)
+			}
+			requireState(t, e.a, alloc.StateActive)
+			g, err := e.a.EndCapture()
+			require.NoError(t, err, "B's cleanup invalidated A's capture")
+			require.NoError(t, g.Close())
+			eventually(t, "B's deferred frees ran after A's capture ended", func() bool {
+				c := e.spy.Snapshot().Sub(before)
+				return c[alloctest.MethodFree] == 2 && c[alloctest.MethodHostFree] == 1 && c[alloctest.MethodDestroyStream] == 1
+			})
+			if haveLive {
+				n, _ := liveBytes(e.drv)
+				assert.Less(t, n, live, "B's memory was given back")
+			}
 		})
 		t.Run("allowed_after_end", func(t *testing.T) {
 			e := s.env(t)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 )
 
 // roundTripSizes cover a single byte, an odd size below the smallest size
@@ -90,9 +91,9 @@ func (s *suite) eager(t *testing.T) {
 		e := s.env(t)
 		const n = 4096
 		b := mustAlloc(t, e.a, n)
-		require.NoError(t, e.a.Memset(b, 0, n, 0x11))
-		require.NoError(t, e.a.Memset(b, 100, 1000, 0xEE))
-		require.NoError(t, e.a.Memset(b, n-1, 1, 0x42))
+		require.NoError(t, e.a.Memset(b, 0, 0x11, n))
+		require.NoError(t, e.a.Memset(b, 100, 0xEE, 1000))
+		require.NoError(t, e.a.Memset(b, n-1, 0x42, 1))
 		want := repeat(0x11, n)
 		fill(want[100:1100], 0xEE)
 		want[n-1] = 0x42
@@ -104,7 +105,7 @@ func (s *suite) eager(t *testing.T) {
 		src, dst := mustAlloc(t, e.a, 5000), mustAlloc(t, e.a, 3000)
 		sp := pattern(5000, 7)
 		upload(t, e.a, src, 0, sp)
-		require.NoError(t, e.a.Memset(dst, 0, 3000, 0xCC))
+		require.NoError(t, e.a.Memset(dst, 0, 0xCC, 3000))
 		require.NoError(t, e.a.Copy(dst, 301, src, 17, 1999))
 		want := repeat(0xCC, 3000)
 		copy(want[301:], sp[17:17+1999])
@@ -116,7 +117,7 @@ func (s *suite) eager(t *testing.T) {
 		e := s.env(t)
 		al := e.a.Info().Alignment
 		b := mustAlloc(t, e.a, 8*al)
-		require.NoError(t, e.a.Memset(b, 0, 8*al, 0))
+		require.NoError(t, e.a.Memset(b, 0, 0, 8*al))
 		v, err := e.a.Slice(b, 2*al, 3*al)
 		require.NoError(t, err)
 		assert.True(t, v.IsView())
@@ -124,7 +125,7 @@ func (s *suite) eager(t *testing.T) {
 		assert.Equal(t, b.Ptr()+alloc.DevicePtr(2*al), v.Ptr())
 		data := pattern(int(3*al), 9)
 		upload(t, e.a, v, 0, data)
-		require.NoError(t, e.a.Memset(v, al, 1, 0xAB))
+		require.NoError(t, e.a.Memset(v, al, 0xAB, 1))
 		data[al] = 0xAB
 		want := make([]byte, 8*al)
 		copy(want[2*al:], data)
@@ -147,9 +148,9 @@ func (s *suite) eager(t *testing.T) {
 		// yields the final picture.
 		copy(h.Bytes(), pattern(n, 3))
 		require.NoError(t, e.a.UploadHost(b, 0, h, 0, n))
-		require.NoError(t, e.a.Memset(b, 0, n/2, 0x77))
+		require.NoError(t, e.a.Memset(b, 0, 0x77, n/2))
 		require.NoError(t, e.a.Copy(c, 0, b, 0, n))
-		require.NoError(t, e.a.Memset(b, 0, n, 0))
+		require.NoError(t, e.a.Memset(b, 0, 0, n))
 		require.NoError(t, e.a.DownloadHost(h, 0, c, 0, n))
 		require.NoError(t, e.a.Synchronize())
 		want := pattern(n, 3)
@@ -165,13 +166,13 @@ func (s *suite) eager(t *testing.T) {
 		before := e.spy.Snapshot()
 		b, err := e.a.AllocSync(3000)
 		require.NoError(t, err)
-		assertCalls(t, e.spy, before, MethodMalloc, 1)
+		assertCalls(t, e.spy, before, alloctest.MethodMalloc, 1)
 		data := pattern(3000, 5)
 		upload(t, e.a, b, 0, data)
 		require.Equal(t, data, download(t, e.a, b, 0, 3000))
 		require.NoError(t, e.a.Free(b))
-		assertCalls(t, e.spy, before, MethodFree, 1)
-		assertCalls(t, e.spy, before, MethodMallocAsync, 0)
+		assertCalls(t, e.spy, before, alloctest.MethodFree, 1)
+		assertCalls(t, e.spy, before, alloctest.MethodMallocAsync, 0)
 		assert.Zero(t, e.a.Stats().LiveBuffers)
 	})
 	t.Run("pool_reuse", func(t *testing.T) {
@@ -188,7 +189,7 @@ func (s *suite) eager(t *testing.T) {
 		assert.Positive(t, e.a.Stats().BytesCached)
 		before = e.spy.Snapshot()
 		require.NoError(t, e.a.Trim())
-		assertCalls(t, e.spy, before, MethodFreeAsync, 1)
+		assertCalls(t, e.spy, before, alloctest.MethodFreeAsync, 1)
 		st = e.a.Stats()
 		assert.Zero(t, st.BytesCached)
 		assert.Zero(t, st.BytesReserved, "Trim gives everything cached back")
@@ -196,7 +197,7 @@ func (s *suite) eager(t *testing.T) {
 	t.Run("host_buffer", func(t *testing.T) {
 		e := s.env(t)
 		h := mustHost(t, e.a, 1000)
-		assert.EqualValues(t, 1000, h.Len())
+		assert.EqualValues(t, 1000, h.Size())
 		st := e.a.Stats()
 		assert.Equal(t, 1, st.HostBuffers)
 		assert.EqualValues(t, 1000, st.HostBytes)

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 )
 
 // failFastWait is how long a refused call may take. Generous: this checks
@@ -16,50 +17,50 @@ const failFastWait = 2 * time.Second
 // externalCall is an allocator call and the driver method it would make.
 type externalCall struct {
 	name   string
-	method Method
+	method alloctest.Method
 	do     func(e *env, b alloc.Buffer, h *alloc.HostBuffer) error
 	// refusal is the sentinel the refused call wraps.
 	refusal error
 }
 
 var externalCalls = []externalCall{
-	{"alloc", MethodMallocAsync, func(e *env, _ alloc.Buffer, _ *alloc.HostBuffer) error {
+	{"alloc", alloctest.MethodMallocAsync, func(e *env, _ alloc.Buffer, _ *alloc.HostBuffer) error {
 		x, err := e.a.Alloc(123 << 10) // a size the pool has not cached
 		if err == nil {
 			err = e.a.Free(x)
 		}
 		return err
 	}, alloc.ErrCaptureIncompatibleAllocation},
-	{"alloc_sync", MethodMalloc, func(e *env, _ alloc.Buffer, _ *alloc.HostBuffer) error {
+	{"alloc_sync", alloctest.MethodMalloc, func(e *env, _ alloc.Buffer, _ *alloc.HostBuffer) error {
 		x, err := e.a.AllocSync(1000)
 		if err == nil {
 			err = e.a.Free(x)
 		}
 		return err
 	}, alloc.ErrCaptureIncompatibleAllocation},
-	{"host_alloc", MethodHostAlloc, func(e *env, _ alloc.Buffer, _ *alloc.HostBuffer) error {
+	{"host_alloc", alloctest.MethodHostAlloc, func(e *env, _ alloc.Buffer, _ *alloc.HostBuffer) error {
 		x, err := e.a.HostAlloc(1000)
 		if err == nil {
 			err = x.Close()
 		}
 		return err
 	}, alloc.ErrCaptureIncompatibleAllocation},
-	{"upload_host", MethodCopyHtoDAsync, func(e *env, b alloc.Buffer, h *alloc.HostBuffer) error {
+	{"upload_host", alloctest.MethodCopyHtoDAsync, func(e *env, b alloc.Buffer, h *alloc.HostBuffer) error {
 		return e.a.UploadHost(b, 0, h, 0, 1000)
 	}, alloc.ErrCaptureIncompatibleAllocation},
-	{"upload_pageable", MethodCopyHtoD, func(e *env, b alloc.Buffer, _ *alloc.HostBuffer) error {
+	{"upload_pageable", alloctest.MethodCopyHtoD, func(e *env, b alloc.Buffer, _ *alloc.HostBuffer) error {
 		return e.a.Upload(b, 0, make([]byte, 1000))
 	}, alloc.ErrCaptureIncompatibleAllocation},
-	{"download_pageable", MethodCopyDtoH, func(e *env, b alloc.Buffer, _ *alloc.HostBuffer) error {
+	{"download_pageable", alloctest.MethodCopyDtoH, func(e *env, b alloc.Buffer, _ *alloc.HostBuffer) error {
 		return e.a.Download(make([]byte, 1000), b, 0)
 	}, alloc.ErrCaptureIncompatibleAllocation},
-	{"memset", MethodMemsetAsync, func(e *env, b alloc.Buffer, _ *alloc.HostBuffer) error {
-		return e.a.Memset(b, 0, 1000, 1)
+	{"memset", alloctest.MethodMemsetAsync, func(e *env, b alloc.Buffer, _ *alloc.HostBuffer) error {
+		return e.a.Memset(b, 0, 1, 1000)
 	}, alloc.ErrCaptureIncompatibleAllocation},
-	{"synchronize", MethodStreamSynchronize, func(e *env, _ alloc.Buffer, _ *alloc.HostBuffer) error {
+	{"synchronize", alloctest.MethodStreamSynchronize, func(e *env, _ alloc.Buffer, _ *alloc.HostBuffer) error {
 		return e.a.Synchronize()
 	}, alloc.ErrSyncDuringCapture},
-	{"query", MethodStreamQuery, func(e *env, _ alloc.Buffer, _ *alloc.HostBuffer) error {
+	{"query", alloctest.MethodStreamQuery, func(e *env, _ alloc.Buffer, _ *alloc.HostBuffer) error {
 		_, err := e.a.Query()
 		return err
 	}, alloc.ErrSyncDuringCapture},
@@ -103,13 +104,11 @@ func (s *suite) external(t *testing.T) {
 	}
 	t.Run("begin_refused", func(t *testing.T) {
 		e := s.env(t)
-		require.NoError(t, e.spy.Inner().BeginCapture(e.a.Stream(), alloc.ThreadLocal))
-		requireRefused(t, e.a.BeginCapture(alloc.ThreadLocal), alloc.StateExternal, alloc.ErrAlreadyCapturing)
-		_, err := e.a.EndCapture()
-		requireRefused(t, err, alloc.StateExternal, alloc.ErrNotCapturing)
-		hg, err := e.spy.Inner().EndCapture(e.a.Stream())
-		require.NoError(t, err)
-		require.NoError(t, e.spy.Inner().GraphDestroy(hg))
+		e.inExternalCapture(alloc.ThreadLocal, func() {
+			requireRefused(t, e.a.BeginCapture(alloc.ThreadLocal), alloc.StateExternal, alloc.ErrAlreadyCapturing)
+			_, err := e.a.EndCapture()
+			requireRefused(t, err, alloc.StateExternal, alloc.ErrNotCapturing)
+		})
 	})
 	t.Run("ended_behind_back_is_invalidated", func(t *testing.T) {
 		// Our capture ended by someone else: the allocator must not keep
@@ -120,7 +119,7 @@ func (s *suite) external(t *testing.T) {
 		hg, err := e.spy.Inner().EndCapture(e.a.Stream())
 		require.NoError(t, err)
 		requireState(t, e.a, alloc.StateInvalidated)
-		requireRefused(t, e.a.Memset(b, 0, 1000, 1), alloc.StateInvalidated, alloc.ErrCaptureInvalidated)
+		requireRefused(t, e.a.Memset(b, 0, 1, 1000), alloc.StateInvalidated, alloc.ErrCaptureInvalidated)
 		_, err = e.a.EndCapture()
 		require.Error(t, err)
 		requireState(t, e.a, alloc.StateNone)

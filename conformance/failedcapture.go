@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 )
 
 var errBoom = errors.New("conformance: the captured function failed")
@@ -125,11 +126,11 @@ func (s *suite) failedCapture(t *testing.T) {
 		require.NoError(t, e.a.BeginCapture(alloc.Global))
 		before := e.spy.Snapshot()
 		require.NoError(t, e.a.Free(b))
-		assertCalls(t, e.spy, before, MethodFree, 0)
+		assertCalls(t, e.spy, before, alloctest.MethodFree, 0)
 		invalidate(t, e, e.a)
 		_, err = e.a.EndCapture()
 		require.ErrorIs(t, err, alloc.ErrCaptureInvalidated)
-		assertCalls(t, e.spy, before, MethodFree, 1)
+		assertCalls(t, e.spy, before, alloctest.MethodFree, 1)
 		base.Live--
 		base.InUse -= 4096
 		base.Reserved -= 4096

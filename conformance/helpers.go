@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 )
 
 // pattern is n deterministic bytes that differ for every seed, so a stale or
@@ -92,14 +93,14 @@ func requireRefused(t *testing.T, err error, st alloc.CaptureState, sentinels ..
 
 // assertNoDriverCall asserts that nothing but capture-status queries reached
 // the driver since before: the guard refused before calling it.
-func assertNoDriverCall(t *testing.T, spy *Spy, before Counts) {
+func assertNoDriverCall(t *testing.T, spy *alloctest.Spy, before alloctest.Counts) {
 	t.Helper()
 	d := spy.Snapshot().Sub(before)
-	assert.Zero(t, d.Total(MethodStreamCaptureStatus), "driver calls made by a refused operation: %s", d)
+	assert.Zero(t, d.Total(alloctest.MethodStreamCaptureStatus), "driver calls made by a refused operation: %s", d)
 }
 
 // assertCalls asserts that m was called exactly n times since before.
-func assertCalls(t *testing.T, spy *Spy, before Counts, m Method, n int64) {
+func assertCalls(t *testing.T, spy *alloctest.Spy, before alloctest.Counts, m alloctest.Method, n int64) {
 	t.Helper()
 	d := spy.Snapshot().Sub(before)
 	assert.Equal(t, n, d[m], "%s calls (all calls: %s)", m, d)
@@ -124,3 +125,15 @@ func sizeName(n int64) string {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// inExternalCapture runs fn while a capture the allocator did not start
+// (begun on the driver behind its back, in mode) records its stream, then
+// ends that capture and destroys its graph.
+func (e *env) inExternalCapture(mode alloc.CaptureMode, fn func()) {
+	e.t.Helper()
+	require.NoError(e.t, e.spy.Inner().BeginCapture(e.a.Stream(), mode))
+	fn()
+	h, err := e.spy.Inner().EndCapture(e.a.Stream())
+	require.NoError(e.t, err)
+	require.NoError(e.t, e.spy.Inner().GraphDestroy(h))
+}

@@ -10,16 +10,13 @@ import (
 )
 
 // Stats can be right while the driver still holds the memory. For backends
-// that report their own usage (LiveBytes, HostBytes: cpu does), check that
+// that report their own usage (alloc.UsageReporter: cpu does), check that
 // every way a graph or capture ends gives the device memory back.
 
-// hostBytes is the driver's pinned memory in use, where it reports it.
+// hostBytes is driverUsage's pinned host bytes.
 func hostBytes(d alloc.Driver) (int64, bool) {
-	r, ok := d.(interface{ HostBytes() int64 })
-	if !ok {
-		return 0, false
-	}
-	return r.HostBytes(), true
+	u, ok := driverUsage(d)
+	return u.Host, ok
 }
 
 func (s *suite) leaks(t *testing.T) {

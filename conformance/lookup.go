@@ -23,12 +23,12 @@ import (
 // binary; a default run says why each was not run.
 var planned = []string{"cpu", "cuda", "hip"}
 
-// FactoryOf adapts one backend choice (a registered name or
+// factoryOf adapts one backend choice (a registered name or
 // scheme:target, with options) to a Factory.
-func FactoryOf(c backends.Choice) Factory {
+func factoryOf(c backends.Choice) Factory {
 	return func(t testing.TB) alloc.Driver {
 		t.Helper()
-		d, err := backends.OpenChoice(context.Background(), c)
+		d, err := c.Open(context.Background())
 		require.NoError(t, err, "opening backend %s", c)
 		return d
 	}
@@ -47,15 +47,15 @@ func Lookup(name string) (Factory, error) {
 	if len(cfg) != 1 {
 		return nil, fmt.Errorf("conformance: %w: %q is a chain; the suite runs one backend", backends.ErrInvalidConfig, name)
 	}
-	if err := probe(cfg[0]); err != nil {
+	if err := tryOpen(cfg[0]); err != nil {
 		return nil, fmt.Errorf("conformance: backend %q (registered: %s): %w", name, strings.Join(backends.Names(), ", "), err)
 	}
-	return FactoryOf(cfg[0]), nil
+	return factoryOf(cfg[0]), nil
 }
 
-// probe opens and closes a backend once.
-func probe(c backends.Choice) error {
-	d, err := backends.OpenChoice(context.Background(), c)
+// tryOpen opens and closes a backend once.
+func tryOpen(c backends.Choice) error {
+	d, err := c.Open(context.Background())
 	if err != nil {
 		if !errors.Is(err, alloc.ErrBackendUnavailable) {
 			err = fmt.Errorf("%w: %w", alloc.ErrBackendUnavailable, err)
@@ -85,13 +85,13 @@ func defaultRun() []string {
 // every machine without doubling the GPU time.
 var schemeTargets = []string{"cpu"}
 
-// Available lists the backends a default run covers that open on this
+// available lists the backends a default run covers that open on this
 // machine, and for every other backend (registered but unavailable, or
 // planned but not linked into this binary) the reason it is left out.
-func Available() (names []string, skipped map[string]error) {
+func available() (names []string, skipped map[string]error) {
 	skipped = map[string]error{}
 	for _, n := range defaultRun() {
-		if err := probe(backends.Choice{Name: n}); err != nil {
+		if err := tryOpen(backends.Choice{Name: n}); err != nil {
 			skipped[n] = err
 			continue
 		}

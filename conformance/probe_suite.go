@@ -4,24 +4,25 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/probe"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // probeSuite runs the capture probe matrix in every mode and requires every
-// row to give the verdict CUDA's rules give (Probe itself proves each
+// row to give the verdict CUDA's rules give (probe.Run itself proves each
 // CAPTURABLE row by fresh-data replays).
 func probeSuite(t *testing.T, open Factory) {
 	for _, mode := range alloc.Modes {
 		t.Run(mode.String(), func(t *testing.T) {
 			drv := open(t)
-			rows, err := Probe(drv, mode, 10)
+			rows, err := probe.Run(drv, mode, 10)
 			require.NoError(t, err)
-			require.Len(t, rows, len(ProbeOps()))
+			require.Len(t, rows, len(probe.OpsFor(drv)))
 			for _, r := range rows {
-				want := ExpectedVerdict(r.Op, mode)
+				want := probe.Expected(r.Op, mode)
 				assert.Equal(t, want, r.Verdict, "%s/%s: %s", mode, r.Op, r.Error)
-				if r.Verdict == NotCapturable {
+				if r.Verdict == probe.NotCapturable {
 					assert.NotEmpty(t, r.Error, "%s/%s: a refusal must say why", mode, r.Op)
 				}
 			}

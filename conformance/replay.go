@@ -10,12 +10,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/probe"
 )
 
-// ErrStaleReplay is what the fresh-data check returns when a replay's output
+// errStaleReplay is what the fresh-data check returns when a replay's output
 // does not match an eager run on the same input: the graph used bytes frozen
 // at capture time, or an output was not rewritten.
-var ErrStaleReplay = errors.New("graph replay gave stale results")
+var errStaleReplay = errors.New("graph replay gave stale results")
 
 // program is a small capturable pipeline run the way a careful probe runs a
 // capturable operation: pinned input -> device -> transforms through a
@@ -71,10 +73,10 @@ func (p *program) enqueue() error {
 	}
 	return errors.Join(
 		a.UploadHost(p.dIn, 0, p.in, 0, n),
-		a.Memset(p.dOut, 0, n, fillByte),
+		a.Memset(p.dOut, 0, fillByte, n),
 		a.Copy(p.dOut, p.shift, p.dIn, 0, n-p.shift),
 		a.Copy(tmp, 0, p.dOut, 0, n),
-		a.Memset(tmp, n-tailLen, tailLen, tailByte),
+		a.Memset(tmp, n-tailLen, tailByte, tailLen),
 		a.DownloadHost(p.out, 0, tmp, 0, n),
 		free(),
 	)
@@ -103,7 +105,7 @@ func (p *program) eager() ([]byte, error) {
 // checkFreshReplays launches g replays times, each with a different input
 // written into the pinned input and the pinned output reset before launch,
 // and compares each result with an eager run on the same input. It returns
-// an error wrapping ErrStaleReplay on the first mismatch.
+// an error wrapping errStaleReplay on the first mismatch.
 func checkFreshReplays(p *program, g *alloc.Graph, replays int, seed uint64) error {
 	var prev []byte
 	for i := range replays {
@@ -118,7 +120,7 @@ func checkFreshReplays(p *program, g *alloc.Graph, replays int, seed uint64) err
 			return fmt.Errorf("replay %d: eager run: %w", i, err)
 		}
 		if !bytes.Equal(want, p.model(in)) {
-			return fmt.Errorf("replay %d: the eager run itself is wrong (first difference at byte %d)", i, firstDiff(want, p.model(in)))
+			return fmt.Errorf("replay %d: the eager run itself is wrong (first difference at byte %d)", i, probe.FirstDiff(want, p.model(in)))
 		}
 		fill(p.out.Bytes(), 0xEE) // reset outputs so a skipped write shows
 		if err := g.Launch(); err != nil {
@@ -129,7 +131,7 @@ func checkFreshReplays(p *program, g *alloc.Graph, replays int, seed uint64) err
 		}
 		if got := p.out.Bytes(); !bytes.Equal(got, want) {
 			return fmt.Errorf("%w: replay %d differs from the eager run at byte %d (got %#x, want %#x)",
-				ErrStaleReplay, i, firstDiff(got, want), got[firstDiff(got, want)], want[firstDiff(got, want)])
+				errStaleReplay, i, probe.FirstDiff(got, want), got[probe.FirstDiff(got, want)], want[probe.FirstDiff(got, want)])
 		}
 	}
 	return nil
@@ -154,7 +156,7 @@ func (s *suite) replay(t *testing.T) {
 				e := s.env(t)
 				p := newProgram(t, e.a, 8<<10)
 				g := captureProgram(t, p, mode)
-				assert.Equal(t, 1, g.CaptureAllocs(), "the temporary is a graph allocation")
+				assert.Equal(t, 1, g.CaptureAllocCount(), "the temporary is a graph allocation")
 				require.NoError(t, checkFreshReplays(p, g, 50, 1000))
 				require.NoError(t, g.Close())
 				p.close(t)
@@ -169,7 +171,7 @@ func (s *suite) replay(t *testing.T) {
 		require.NoError(t, e.spy.SnapshotCapturedUploads(64<<10))
 		g := captureProgram(t, p, alloc.Global)
 		err := checkFreshReplays(p, g, 50, 1000)
-		require.ErrorIs(t, err, ErrStaleReplay)
+		require.ErrorIs(t, err, errStaleReplay)
 		require.NoError(t, g.Close())
 		p.close(t)
 	})
@@ -213,12 +215,12 @@ func (s *suite) replay(t *testing.T) {
 					p.fixedTmp = mustAlloc(t, e.a, 4096)
 				}
 				inner := captureProgram(t, p, alloc.Global)
-				require.Equal(t, withAllocs, inner.CaptureAllocs() > 0)
+				require.Equal(t, withAllocs, inner.CaptureAllocCount() > 0)
 				for _, mode := range alloc.Modes {
 					require.NoError(t, e.a.BeginCapture(mode))
-					launches := e.spy.Calls(MethodGraphLaunch)
+					launches := e.spy.Calls(alloctest.MethodGraphLaunch)
 					requireRefused(t, inner.Launch(), alloc.StateActive, alloc.ErrCaptureIllegalOp)
-					assert.Equal(t, launches, e.spy.Calls(MethodGraphLaunch), "refused before the driver")
+					assert.Equal(t, launches, e.spy.Calls(alloctest.MethodGraphLaunch), "refused before the driver")
 					g, err := e.a.EndCapture()
 					require.NoError(t, err, "the outer %s capture stays valid", mode)
 					require.NoError(t, g.Close())
@@ -232,7 +234,7 @@ func (s *suite) replay(t *testing.T) {
 	t.Run("silent_invalidation_reported", func(t *testing.T) {
 		// A driver that invalidates the capture while reporting success for
 		// an operation is reported, not trusted.
-		for _, m := range []Method{MethodMemsetAsync, MethodCopyHtoDAsync, MethodMallocAsync} {
+		for _, m := range []alloctest.Method{alloctest.MethodMemsetAsync, alloctest.MethodCopyHtoDAsync, alloctest.MethodMallocAsync} {
 			t.Run(m.String(), func(t *testing.T) {
 				e := s.env(t)
 				p := newProgram(t, e.a, 4096)

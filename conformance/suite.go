@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 )
 
 // Factory opens a fresh driver for one subtest; Run closes it with
@@ -44,6 +45,9 @@ func Run(t *testing.T, open Factory) {
 	t.Run("Workspace", s.workspace)
 	t.Run("Watchdog", s.watchdog)
 	t.Run("Concurrency", s.concurrency)
+	t.Run("HostFunc", s.hostFunc)
+	t.Run("Enqueue", s.enqueue)
+	t.Run("Collectives", s.collectivesGroup)
 	t.Run("BadInput", s.badInput)
 	t.Run("Close", s.close)
 	t.Run("Leaks", s.leaks)
@@ -73,7 +77,7 @@ type env struct {
 	t   *testing.T
 	s   *suite
 	drv alloc.Driver // the backend's driver, unwrapped
-	spy *Spy
+	spy *alloctest.Spy
 	a   *alloc.Allocator
 
 	closed map[*alloc.Allocator]bool // closed by the test itself
@@ -111,7 +115,7 @@ func (s *suite) openDriver(t *testing.T) alloc.Driver {
 func (s *suite) newEnv(t *testing.T, opts alloc.Options) *env {
 	t.Helper()
 	d := s.openDriver(t)
-	e := &env{t: t, s: s, drv: d, spy: NewSpy(d), logs: &logBuffer{}}
+	e := &env{t: t, s: s, drv: d, spy: alloctest.NewSpy(d), logs: &logBuffer{}}
 	t.Cleanup(func() {
 		e.spy.ReleaseAll() // a held call must not hang the cleanup
 		assert.NoError(t, e.spy.StopSnapshot(), "freeing the spy's staging memory")
@@ -166,12 +170,19 @@ func usageOf(a *alloc.Allocator) usage {
 	return usage{InUse: s.BytesInUse, Reserved: s.BytesReserved, Live: s.LiveBuffers, Graphs: s.LiveGraphs, HostBuffers: s.HostBuffers}
 }
 
-// liveBytes is the driver's own count of device memory in use, for backends
-// that report it (cpu does); ok is false otherwise.
-func liveBytes(d alloc.Driver) (n int64, ok bool) {
-	r, ok := d.(interface{ LiveBytes() int64 })
+// driverUsage is the driver's own count of the memory it handed out, for
+// backends that report it (alloc.UsageReporter); ok is false otherwise.
+func driverUsage(d alloc.Driver) (u alloc.Usage, ok bool) {
+	r, ok := d.(alloc.UsageReporter)
 	if !ok {
-		return 0, false
+		return alloc.Usage{}, false
 	}
-	return r.LiveBytes(), true
+	u, err := r.Usage()
+	return u, err == nil
+}
+
+// liveBytes is driverUsage's device bytes.
+func liveBytes(d alloc.Driver) (n int64, ok bool) {
+	u, ok := driverUsage(d)
+	return u.Device, ok
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 )
 
 // The capture contract of DESIGN.md, one subtest per cell:
@@ -24,7 +25,7 @@ type cell struct {
 	t     *testing.T
 	e     *env
 	a     *alloc.Allocator
-	spy   *Spy
+	spy   *alloctest.Spy
 	mode  alloc.CaptureMode
 	state alloc.CaptureState
 
@@ -35,7 +36,7 @@ type cell struct {
 	captured alloc.Buffer      // allocated inside the capture (set by the operation)
 	old      *alloc.Graph      // an earlier graph, owner of oldBuf
 	oldBuf   alloc.Buffer
-	before   Counts // spy counters just before the operation
+	before   alloctest.Counts // spy counters just before the operation
 
 	graphClosed bool // verify closed the capture's graph itself
 }
@@ -259,8 +260,8 @@ func syncOp(name string, do func(c *cell) error) ttOp {
 			err := do(c)
 			if c.state == alloc.StateNone {
 				require.NoError(c.t, err)
-				assertCalls(c.t, c.spy, c.before, MethodStreamSynchronize, callsOf(name, MethodStreamSynchronize))
-				assertCalls(c.t, c.spy, c.before, MethodStreamQuery, callsOf(name, MethodStreamQuery))
+				assertCalls(c.t, c.spy, c.before, alloctest.MethodStreamSynchronize, callsOf(name, alloctest.MethodStreamSynchronize))
+				assertCalls(c.t, c.spy, c.before, alloctest.MethodStreamQuery, callsOf(name, alloctest.MethodStreamQuery))
 				return
 			}
 			c.refused(err, true)
@@ -273,8 +274,8 @@ func syncOp(name string, do func(c *cell) error) ttOp {
 }
 
 // callsOf is how many calls of m the named sync operation makes.
-func callsOf(op string, m Method) int64 {
-	if (op == "synchronize" && m == MethodStreamSynchronize) || (op == "query" && m == MethodStreamQuery) {
+func callsOf(op string, m alloctest.Method) int64 {
+	if (op == "synchronize" && m == alloctest.MethodStreamSynchronize) || (op == "query" && m == alloctest.MethodStreamQuery) {
 		return 1
 	}
 	return 0
@@ -292,8 +293,8 @@ var ttOps = []ttOp{
 				require.NoError(c.t, c.a.Free(b))
 			case alloc.StateActive:
 				require.NoError(c.t, err)
-				assertCalls(c.t, c.spy, c.before, MethodMallocAsync, 1)
-				assertCalls(c.t, c.spy, c.before, MethodMalloc, 0)
+				assertCalls(c.t, c.spy, c.before, alloctest.MethodMallocAsync, 1)
+				assertCalls(c.t, c.spy, c.before, alloctest.MethodMalloc, 0)
 				assert.Equal(c.t, 1, c.a.CaptureAllocCount())
 				c.captured = b
 			default:
@@ -304,7 +305,7 @@ var ttOps = []ttOp{
 			if g == nil {
 				return
 			}
-			assert.Equal(c.t, 1, g.CaptureAllocs())
+			assert.Equal(c.t, 1, g.CaptureAllocCount())
 			launch(c.t, c.a, g)
 			// The address belongs to the graph until Graph.Close.
 			requireRefused(c.t, c.a.Free(c.captured), alloc.StateNone, alloc.ErrInvalidBuffer)
@@ -371,7 +372,7 @@ var ttOps = []ttOp{
 				require.NoError(c.t, aerr)
 				c.before = c.spy.Snapshot()
 				require.NoError(c.t, c.a.Free(b))
-				assertCalls(c.t, c.spy, c.before, MethodFreeAsync, 1)
+				assertCalls(c.t, c.spy, c.before, alloctest.MethodFreeAsync, 1)
 				requireRefused(c.t, c.a.Free(b), c.state, alloc.ErrInvalidBuffer)
 			case alloc.StateExternal:
 				c.refused(c.a.Free(c.oldBuf), false)
@@ -381,7 +382,7 @@ var ttOps = []ttOp{
 		},
 		verify: func(c *cell, g *alloc.Graph) {
 			if g != nil {
-				assert.Equal(c.t, 1, g.CaptureAllocs())
+				assert.Equal(c.t, 1, g.CaptureAllocCount())
 				launch(c.t, c.a, g)
 				launch(c.t, c.a, g)
 			}
@@ -396,7 +397,7 @@ var ttOps = []ttOp{
 			require.NoError(c.t, c.a.Synchronize())
 			require.Equal(c.t, pattern(ttSize, 2), download(c.t, c.a, c.pre, 0, ttSize))
 		},
-		func(c *cell) { assertCalls(c.t, c.spy, c.before, MethodCopyHtoDAsync, 1) },
+		func(c *cell) { assertCalls(c.t, c.spy, c.before, alloctest.MethodCopyHtoDAsync, 1) },
 		func(c *cell, g *alloc.Graph) {
 			c.preIntact("a captured copy must not run before launch")
 			// Replays read the host buffer's bytes at launch time.
@@ -419,7 +420,7 @@ var ttOps = []ttOp{
 				require.Equal(c.t, pattern(ttSize, ttSeed), c.host.Bytes())
 			case alloc.StateActive:
 				require.NoError(c.t, err)
-				assertCalls(c.t, c.spy, c.before, MethodCopyDtoHAsync, 1)
+				assertCalls(c.t, c.spy, c.before, alloctest.MethodCopyDtoHAsync, 1)
 			default:
 				c.refused(err, false)
 			}
@@ -450,13 +451,13 @@ var ttOps = []ttOp{
 		},
 		func(c *cell) {}),
 	dataOp("memset",
-		func(c *cell) error { return c.a.Memset(c.pre, 10, 100, 0x7F) },
+		func(c *cell) error { return c.a.Memset(c.pre, 10, 0x7F, 100) },
 		func(c *cell) {
 			want := pattern(ttSize, ttSeed)
 			fill(want[10:110], 0x7F)
 			require.Equal(c.t, want, download(c.t, c.a, c.pre, 0, ttSize))
 		},
-		func(c *cell) { assertCalls(c.t, c.spy, c.before, MethodMemsetAsync, 1) },
+		func(c *cell) { assertCalls(c.t, c.spy, c.before, alloctest.MethodMemsetAsync, 1) },
 		func(c *cell, g *alloc.Graph) {
 			c.preIntact("a captured memset must not run before launch")
 			launch(c.t, c.a, g)
@@ -498,8 +499,8 @@ var ttOps = []ttOp{
 			case alloc.StateActive:
 				require.NoError(c.t, err)
 				assert.Equal(c.t, 1, c.a.CaptureAllocCount(), "a workspace first used in capture is counted")
-				assertCalls(c.t, c.spy, c.before, MethodMallocAsync, 1)
-				assertCalls(c.t, c.spy, c.before, MethodMalloc, 0)
+				assertCalls(c.t, c.spy, c.before, alloctest.MethodMallocAsync, 1)
+				assertCalls(c.t, c.spy, c.before, alloctest.MethodMalloc, 0)
 			default:
 				c.refused(err, false)
 			}
@@ -508,7 +509,7 @@ var ttOps = []ttOp{
 			if g == nil {
 				return
 			}
-			assert.Equal(c.t, 1, g.CaptureAllocs())
+			assert.Equal(c.t, 1, g.CaptureAllocCount())
 			w := g.Warnings()
 			require.Len(c.t, w, 1, "a lazy workspace is warned about at EndCapture")
 			assert.Contains(c.t, w[0], lazyName)
@@ -526,21 +527,21 @@ var ttOps = []ttOp{
 				return
 			}
 			require.NoError(c.t, err, "cudaMalloc is legal with no capture and in a relaxed capture")
-			assertCalls(c.t, c.spy, c.before, MethodMalloc, 1)
+			assertCalls(c.t, c.spy, c.before, alloctest.MethodMalloc, 1)
 			if c.state == alloc.StateActive {
 				assert.Equal(c.t, 1, c.a.CaptureAllocCount())
 				requireState(c.t, c.a, alloc.StateActive)
 				// Freed during the capture: deferred, no synchronous cudaFree.
 				before := c.spy.Snapshot()
 				require.NoError(c.t, c.a.Free(b))
-				assertCalls(c.t, c.spy, before, MethodFree, 0)
+				assertCalls(c.t, c.spy, before, alloctest.MethodFree, 0)
 				return
 			}
 			data := pattern(1000, 6)
 			upload(c.t, c.a, b, 0, data)
 			require.Equal(c.t, data, download(c.t, c.a, b, 0, 1000))
 			require.NoError(c.t, c.a.Free(b))
-			assertCalls(c.t, c.spy, c.before, MethodFree, 1)
+			assertCalls(c.t, c.spy, c.before, alloctest.MethodFree, 1)
 		},
 		verify: func(c *cell, g *alloc.Graph) {
 			if g == nil || c.mode != alloc.Relaxed {
@@ -549,7 +550,7 @@ var ttOps = []ttOp{
 			before := c.spy.Snapshot()
 			require.NoError(c.t, g.Close())
 			c.graphClosed = true
-			assertCalls(c.t, c.spy, before, MethodFree, 1) // the deferred free happens now
+			assertCalls(c.t, c.spy, before, alloctest.MethodFree, 1) // the deferred free happens now
 		},
 	},
 }

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 )
 
 const (
@@ -88,7 +90,7 @@ func (s *suite) watchdog(t *testing.T) {
 		// a capture nobody will end.
 		_, err = e.a.Alloc(100)
 		require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
-		require.ErrorIs(t, e.a.Memset(b, 0, 10, 1), alloc.ErrCaptureTimeout)
+		require.ErrorIs(t, e.a.Memset(b, 0, 1, 10), alloc.ErrCaptureTimeout)
 		require.ErrorIs(t, e.a.Synchronize(), alloc.ErrCaptureTimeout)
 		require.ErrorIs(t, e.a.UploadHost(b, 0, h, 0, 10), alloc.ErrCaptureTimeout)
 		_, err = e.a.CaptureStatus()
@@ -112,7 +114,7 @@ func (s *suite) watchdog(t *testing.T) {
 	t.Run("hung_driver_call", func(t *testing.T) {
 		e := s.newEnv(t, alloc.Options{Watchdog: wdDeadline})
 		b := mustAlloc(t, e.a, 4096)
-		release := e.spy.Block(MethodStreamSynchronize)
+		release := e.spy.Block(alloctest.MethodStreamSynchronize)
 		defer release()
 
 		start := time.Now()
@@ -120,7 +122,7 @@ func (s *suite) watchdog(t *testing.T) {
 		elapsed := time.Since(start)
 		require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
 		assert.Less(t, elapsed, wdSlack, "the caller must get control back at the deadline")
-		require.EqualValues(t, 1, e.spy.Waiting(MethodStreamSynchronize), "the call is still stuck in the driver")
+		require.EqualValues(t, 1, e.spy.Waiting(alloctest.MethodStreamSynchronize), "the call is still stuck in the driver")
 		assert.EqualValues(t, 1, e.a.Stats().Timeouts, "Stats().Timeouts counts every watchdog expiry, driver calls included")
 
 		// While it is stuck, other blocking calls fail at once rather than
@@ -152,16 +154,116 @@ func (s *suite) watchdog(t *testing.T) {
 		require.Equal(t, pattern(4096, 2), download(t, e.a, b, 0, 4096))
 		require.NoError(t, e.a.Free(b))
 	})
+	t.Run("begin_capture_not_starved", func(t *testing.T) {
+		// Busy goroutines looping unsafe calls on a sibling allocator must
+		// not keep a Global capture begin from the gate until its deadline.
+		// The deadline is far longer than one upload, far shorter than the
+		// time a polling begin waits for a gap between overlapping ones.
+		e := s.newEnv(t, alloc.Options{Watchdog: 250 * time.Millisecond})
+		b := e.newAllocator(alloc.Options{})
+		buf := mustAlloc(t, b, 1<<16)
+		src := pattern(1<<16, 3)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+						_ = b.Upload(buf, 0, src) // refused while A captures: fine
+					}
+				}
+			}()
+		}
+		time.Sleep(20 * time.Millisecond)
+		for range 10 {
+			err := within(t, wdSlack, "BeginCapture", func() error { return e.a.BeginCapture(alloc.Global) })
+			require.NoError(t, err, "the capture begin starved behind the uploads")
+			g, err := e.a.EndCapture()
+			require.NoError(t, err)
+			require.NoError(t, g.Close())
+		}
+		close(stop)
+		wg.Wait()
+		require.NoError(t, b.Free(buf))
+	})
+	for _, m := range []alloctest.Method{alloctest.MethodBeginCapture, alloctest.MethodEndCapture} {
+		t.Run("hung_driver_"+m.String(), func(t *testing.T) {
+			// A capture begin or end stuck in the driver costs the caller
+			// the deadline, and holds no lock: the allocator answers
+			// (ErrCaptureTimeout) and a sibling's unsafe call is refused,
+			// not hung. Once the driver returns, all is released.
+			e := s.newEnv(t, alloc.Options{Watchdog: wdDeadline})
+			b := e.newAllocator(alloc.Options{})
+			bbuf := mustAlloc(t, b, 1000)
+			pre := mustAlloc(t, e.a, 1000)
+			base := usageOf(e.a)
+			if m == alloctest.MethodEndCapture {
+				require.NoError(t, e.a.BeginCapture(alloc.Global))
+				_, err := e.a.Alloc(100) // a graph allocation the end must release
+				require.NoError(t, err)
+			}
+			release := e.spy.Block(m)
+			defer release()
+			start := time.Now()
+			err := within(t, wdSlack, m.String(), func() error {
+				if m == alloctest.MethodBeginCapture {
+					return e.a.BeginCapture(alloc.Global)
+				}
+				_, err := e.a.EndCapture()
+				return err
+			})
+			require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
+			assert.Less(t, time.Since(start), wdSlack)
+			err = within(t, wdSlack, "Alloc during the stuck call", func() error { _, err := e.a.Alloc(100); return err })
+			require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
+			err = within(t, wdSlack, "sibling's Synchronize during the stuck call", b.Synchronize)
+			require.ErrorIs(t, err, alloc.ErrSyncDuringCapture, "a capture may have begun: the sibling is refused, not hung")
+			release()
+			eventually(t, "back to StateNone after the driver returned", func() bool {
+				st, err := e.a.CaptureStatus()
+				return err == nil && st == alloc.StateNone
+			})
+			eventually(t, "the sibling may synchronize again", func() bool { return b.Synchronize() == nil })
+			assert.Equal(t, base, usageOf(e.a), "the abandoned capture leaked")
+			g, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, func() error { return e.a.Memset(pre, 0, 1, 1000) })
+			require.NoError(t, err, "capturing again after recovery")
+			require.NoError(t, g.Close())
+			require.NoError(t, e.a.Free(pre))
+			require.NoError(t, b.Free(bbuf))
+		})
+	}
+	t.Run("with_capture_timeout_covers_end", func(t *testing.T) {
+		e := s.env(t) // the allocator's watchdog is long: the capture's Timeout must bound the end
+		release := e.spy.Block(alloctest.MethodEndCapture)
+		defer release()
+		start := time.Now()
+		err := within(t, wdSlack, "WithCapture", func() error {
+			_, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global, Timeout: wdDeadline}, func() error { return nil })
+			return err
+		})
+		require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
+		assert.Less(t, time.Since(start), wdSlack)
+		release()
+		eventually(t, "back to StateNone", func() bool {
+			st, err := e.a.CaptureStatus()
+			return err == nil && st == alloc.StateNone
+		})
+	})
 	t.Run("abandoned_results_released", func(t *testing.T) {
 		// An allocating call abandoned by the watchdog that later succeeds
 		// has no caller left to free its result: the allocator must.
 		for _, c := range []struct {
 			name   string
-			method Method
+			method alloctest.Method
 			do     func(a *alloc.Allocator) error
 		}{
-			{"alloc_sync", MethodMalloc, func(a *alloc.Allocator) error { _, err := a.AllocSync(4096); return err }},
-			{"host_alloc", MethodHostAlloc, func(a *alloc.Allocator) error { _, err := a.HostAlloc(4096); return err }},
+			{"alloc_sync", alloctest.MethodMalloc, func(a *alloc.Allocator) error { _, err := a.AllocSync(4096); return err }},
+			{"host_alloc", alloctest.MethodHostAlloc, func(a *alloc.Allocator) error { _, err := a.HostAlloc(4096); return err }},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				e := s.newEnv(t, alloc.Options{Watchdog: wdDeadline})

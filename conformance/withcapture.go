@@ -25,12 +25,12 @@ func (s *suite) withCapture(t *testing.T) {
 					st, err := e.a.CaptureStatus()
 					assert.NoError(t, err)
 					assert.Equal(t, alloc.StateActive.String(), st.String())
-					return e.a.Memset(b, 0, 4096, 9)
+					return e.a.Memset(b, 0, 9, 4096)
 				})
 				require.NoError(t, err)
 				require.NotNil(t, g)
 				assert.False(t, g.Eager())
-				assert.Zero(t, g.CaptureAllocs())
+				assert.Zero(t, g.CaptureAllocCount())
 				assert.Empty(t, g.Warnings())
 				requireState(t, e.a, alloc.StateNone)
 				launch(t, e.a, g)
@@ -108,6 +108,73 @@ func (s *suite) withCapture(t *testing.T) {
 		require.ErrorIs(t, err, errBoom)
 		require.Nil(t, g)
 		assert.Zero(t, e.a.Stats().LiveGraphs)
+	})
+	t.Run("eager_fallback_owns_its_allocations", func(t *testing.T) {
+		// As a captured graph owns what its capture allocated, an eager
+		// graph owns what its function allocates: those it does not free
+		// are freed at the next Launch (auto-free-on-launch) and at Close,
+		// so launching in a loop does not grow memory.
+		e := s.env(t)
+		e.spy.FailBeginCapture(errNoCapture)
+		base := usageOf(e.a)
+		var last alloc.Buffer
+		g, err := e.a.WithCapture(alloc.CaptureOptions{EagerFallback: true}, func() error {
+			var err error
+			if last, err = e.a.Alloc(65536); err != nil {
+				return err
+			}
+			if _, err = e.a.Alloc(1000); err != nil {
+				return err
+			}
+			return e.a.Memset(last, 0, 7, 65536)
+		})
+		require.NoError(t, err)
+		for range 50 {
+			launch(t, e.a, g)
+			// Valid after the launch, as a graph allocation is.
+			require.Equal(t, repeat(7, 16), download(t, e.a, last, 0, 16))
+		}
+		assert.Equal(t, base.Live+2, usageOf(e.a).Live, "only the last launch's allocations are alive")
+		require.NoError(t, g.Close())
+		assert.Equal(t, base.Live, usageOf(e.a).Live, "Close frees the eager graph's allocations")
+		assert.Equal(t, base.InUse, usageOf(e.a).InUse)
+	})
+	t.Run("fn_error_counts_as_failed_capture", func(t *testing.T) {
+		e := s.env(t)
+		before := e.a.Stats()
+		g, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, func() error { return errBoom })
+		require.ErrorIs(t, err, errBoom)
+		require.Nil(t, g)
+		after := e.a.Stats()
+		assert.Equal(t, before.Captures, after.Captures, "a capture that returned no graph is not a capture")
+		assert.Equal(t, before.FailedCapture+1, after.FailedCapture)
+	})
+	t.Run("other_goroutines_are_recorded", func(t *testing.T) {
+		// The allocator is one stream: as with a CUDA stream, work that any
+		// goroutine enqueues on it while it captures is captured (and an
+		// allocation is the graph's). Documented in the README.
+		e := s.env(t)
+		b := mustAlloc(t, e.a, 4096)
+		require.NoError(t, e.a.BeginCapture(alloc.Global))
+		done := make(chan error, 1)
+		var x alloc.Buffer
+		go func() {
+			var err error
+			if x, err = e.a.Alloc(4096); err == nil {
+				err = e.a.Memset(b, 0, 9, 4096)
+			}
+			done <- err
+		}()
+		require.NoError(t, <-done)
+		assert.Equal(t, 1, e.a.CaptureAllocCount(), "the other goroutine's allocation is in the capture")
+		g, err := e.a.EndCapture()
+		require.NoError(t, err)
+		require.ErrorIs(t, e.a.Free(x), alloc.ErrInvalidBuffer, "the graph owns it")
+		upload(t, e.a, b, 0, repeat(0, 4096))
+		launch(t, e.a, g)
+		require.Equal(t, repeat(9, 4096), download(t, e.a, b, 0, 4096), "the other goroutine's memset replays")
+		require.NoError(t, g.Close())
+		require.NoError(t, e.a.Free(b))
 	})
 	t.Run("fallback_unused_when_capture_works", func(t *testing.T) {
 		e := s.env(t)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 )
 
 // Workspaces are the fix for the lazy-cudaMalloc-on-first-use hang: reserve
@@ -29,17 +30,17 @@ func (s *suite) workspace(t *testing.T) {
 						w, err := e.a.Workspace(n, int64(1000*(i+1)))
 						errs = append(errs, err)
 						if err == nil {
-							errs = append(errs, e.a.Memset(w, 0, w.Size(), byte(i)))
+							errs = append(errs, e.a.Memset(w, 0, byte(i), w.Size()))
 						}
 					}
 					return errors.Join(errs...)
 				})
 				require.NoError(t, err)
 				assert.Zero(t, e.a.CaptureAllocCount())
-				assert.Zero(t, g.CaptureAllocs())
+				assert.Zero(t, g.CaptureAllocCount())
 				assert.Empty(t, g.Warnings())
-				assertCalls(t, e.spy, before, MethodMallocAsync, 0)
-				assertCalls(t, e.spy, before, MethodMalloc, 0)
+				assertCalls(t, e.spy, before, alloctest.MethodMallocAsync, 0)
+				assertCalls(t, e.spy, before, alloctest.MethodMalloc, 0)
 				launch(t, e.a, g)
 				for i, n := range names {
 					w, err := e.a.Workspace(n, 1)
@@ -62,7 +63,7 @@ func (s *suite) workspace(t *testing.T) {
 			return err
 		})
 		require.NoError(t, err)
-		assert.Equal(t, 1, g.CaptureAllocs())
+		assert.Equal(t, 1, g.CaptureAllocCount())
 		require.Len(t, g.Warnings(), 1)
 		assert.Contains(t, g.Warnings()[0], "late")
 		// While the graph lives, the workspace is its memory, returned as is.
@@ -92,28 +93,24 @@ func (s *suite) workspace(t *testing.T) {
 		e := s.env(t)
 		w, err := e.a.Workspace("w", 1000)
 		require.NoError(t, err)
-		require.NoError(t, e.spy.Inner().BeginCapture(e.a.Stream(), alloc.Global))
-		before := e.spy.Snapshot()
-		_, err = e.a.Workspace("w", 100000)
-		requireRefused(t, err, alloc.StateExternal, alloc.ErrCaptureIncompatibleAllocation)
-		assertNoDriverCall(t, e.spy, before)
-		same, err := e.a.Workspace("w", 1000)
-		require.NoError(t, err, "the reserved workspace is still there")
-		assert.Equal(t, w.Ptr(), same.Ptr())
-		hg, err := e.spy.Inner().EndCapture(e.a.Stream())
-		require.NoError(t, err)
-		require.NoError(t, e.spy.Inner().GraphDestroy(hg))
+		e.inExternalCapture(alloc.Global, func() {
+			before := e.spy.Snapshot()
+			_, err := e.a.Workspace("w", 100000)
+			requireRefused(t, err, alloc.StateExternal, alloc.ErrCaptureIncompatibleAllocation)
+			assertNoDriverCall(t, e.spy, before)
+			same, err := e.a.Workspace("w", 1000)
+			require.NoError(t, err, "the reserved workspace is still there")
+			assert.Equal(t, w.Ptr(), same.Ptr())
+		})
 		require.NoError(t, e.a.ReleaseWorkspace("w"))
 	})
 	t.Run("release_refused_in_capture_keeps_it", func(t *testing.T) {
 		e := s.env(t)
 		w, err := e.a.Workspace("w", 1000)
 		require.NoError(t, err)
-		require.NoError(t, e.spy.Inner().BeginCapture(e.a.Stream(), alloc.Global))
-		requireRefused(t, e.a.ReleaseWorkspace("w"), alloc.StateExternal, alloc.ErrCaptureIncompatibleAllocation)
-		hg, err := e.spy.Inner().EndCapture(e.a.Stream())
-		require.NoError(t, err)
-		require.NoError(t, e.spy.Inner().GraphDestroy(hg))
+		e.inExternalCapture(alloc.Global, func() {
+			requireRefused(t, e.a.ReleaseWorkspace("w"), alloc.StateExternal, alloc.ErrCaptureIncompatibleAllocation)
+		})
 		same, err := e.a.Workspace("w", 1)
 		require.NoError(t, err)
 		assert.Equal(t, w.Ptr(), same.Ptr(), "a refused release keeps the workspace registered")

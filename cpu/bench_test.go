@@ -2,6 +2,7 @@ package cpu_test
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
@@ -144,4 +145,36 @@ func BenchmarkMemsetAsyncParallel(b *testing.B) {
 		}
 		_ = d.StreamSynchronize(s)
 	})
+}
+
+// BenchmarkCapture records n memsets into a capture and ends it; the
+// figure is per recorded operation, so a cost linear in n is flat across
+// the sizes (issue 12).
+func BenchmarkCapture(b *testing.B) {
+	for _, n := range []int{1_000, 10_000, 100_000} {
+		b.Run(fmt.Sprintf("ops=%d", n), func(b *testing.B) {
+			d := newDriver(b, cpu.Options{})
+			s := newStream(b, d)
+			p := val[alloc.DevicePtr](b)(d.Malloc(4096))
+			b.ResetTimer()
+			for range b.N {
+				if err := d.BeginCapture(s, alloc.ThreadLocal); err != nil {
+					b.Fatal(err)
+				}
+				for i := range n {
+					if err := d.MemsetAsync(p, byte(i), 64, s); err != nil {
+						b.Fatal(err)
+					}
+				}
+				g, err := d.EndCapture(s)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := d.GraphDestroy(g); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/captured-op")
+		})
+	}
 }

@@ -8,19 +8,25 @@ import "github.com/capalloc/capalloc/alloc"
 // like CopyHtoD and CopyDtoH, with their rules and errors: refused on a
 // capturing stream (ErrCaptureIllegalOp, invalidating the capture), it runs
 // everything queued on s before it and reports that work's failure, then
-// checks the range (ErrInvalidValue). Work queued on s after it returns
-// sees what the caller wrote into the span before queueing it.
-func (d *Driver) DirectSpan(p alloc.DevicePtr, n int64, h alloc.Stream) ([]byte, error) {
+// checks the range (ErrInvalidValue). The stream stays at this point of
+// its order until the caller calls release (exactly once, after its copy):
+// work queued on s meanwhile, by any goroutine, runs after the copy and
+// sees what the caller wrote, never during it (a blocking copy runs at its
+// place in stream order).
+func (d *Driver) DirectSpan(p alloc.DevicePtr, n int64, h alloc.Stream) (span []byte, release func(), err error) {
 	const what = "direct access"
-	if d.closed.Load() {
-		return nil, errClosed(what)
-	}
-	if err := d.wait(h, what, copyInteraction); err != nil {
-		return nil, err
+	release, err = d.hold(h, what, copyInteraction)
+	if err != nil {
+		return nil, nil, err
 	}
 	r, off, why := d.resolve(p, n)
 	if why != "" {
-		return nil, errf(alloc.ErrInvalidValue, "%s %#x+%d: %s", what, uint64(p), n, why)
+		release()
+		return nil, nil, errf(alloc.ErrInvalidValue, "%s %#x+%d: %s", what, uint64(p), n, why)
 	}
-	return r.span(off, n, what)
+	if span, err = r.span(off, n, what); err != nil {
+		release()
+		return nil, nil, err
+	}
+	return span, release, nil
 }

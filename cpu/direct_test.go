@@ -24,7 +24,7 @@ func TestDeviceMemorySupplied(t *testing.T) {
 	if len(dm.live) != 3 {
 		t.Fatalf("%d supplied regions, want 3", len(dm.live))
 	}
-	b := val[[]byte](t)(d.DirectSpan(p, 1000, s))
+	b := directSpan(t, d, p, 1000, s)
 	if !dm.owns(b) {
 		t.Fatal("DirectSpan of a whole allocation is not the supplied slice")
 	}
@@ -59,14 +59,14 @@ func TestDeviceMemorySupplierFails(t *testing.T) {
 	ok(t, d.Free(p))
 }
 
-func TestDeviceMemoryFromContext(t *testing.T) {
+func TestDeviceMemoryFromChoice(t *testing.T) {
 	dm := &countingHost{live: map[*byte]int{}}
-	drv, err := backends.OpenChoice(backends.WithDeviceMemory(context.Background(), dm), backends.Choice{Name: "cpu"})
+	drv, err := backends.Choice{Name: "cpu", Memory: backends.Memory{Device: dm}}.Open(context.Background())
 	ok(t, err)
 	defer drv.Close()
 	p := val[alloc.DevicePtr](t)(drv.Malloc(64))
 	if len(dm.live) != 1 {
-		t.Fatal("the registered factory does not take DeviceMemoryFrom(ctx)")
+		t.Fatal("the registered factory does not take the choice's device memory")
 	}
 	ok(t, drv.Free(p))
 }
@@ -78,7 +78,7 @@ func TestDirectSpanOrdersWithStream(t *testing.T) {
 	s := newStream(t, d)
 	p := val[alloc.DevicePtr](t)(d.Malloc(1 << 20))
 	ok(t, d.MemsetAsync(p, 7, 1<<20, s))
-	b := val[[]byte](t)(d.DirectSpan(p+100, 1000, s))
+	b := directSpan(t, d, p+100, 1000, s)
 	if len(b) != 1000 || cap(b) != 1000 {
 		t.Fatalf("span len %d cap %d, want 1000", len(b), cap(b))
 	}
@@ -103,23 +103,23 @@ func TestDirectSpanErrors(t *testing.T) {
 	d := newDriver(t, cpu.Options{})
 	s := newStream(t, d)
 	p := val[alloc.DevicePtr](t)(d.Malloc(100))
-	_, err := d.DirectSpan(p, 101, s)
+	_, _, err := d.DirectSpan(p, 101, s)
 	isErr(t, err, alloc.ErrInvalidValue)
-	_, err = d.DirectSpan(p+50, 51, s)
+	_, _, err = d.DirectSpan(p+50, 51, s)
 	isErr(t, err, alloc.ErrInvalidValue)
-	_, err = d.DirectSpan(p, -1, s)
+	_, _, err = d.DirectSpan(p, -1, s)
 	isErr(t, err, alloc.ErrInvalidValue)
-	_, err = d.DirectSpan(alloc.DevicePtr(12345), 1, s)
+	_, _, err = d.DirectSpan(alloc.DevicePtr(12345), 1, s)
 	isErr(t, err, alloc.ErrInvalidValue)
-	_, err = d.DirectSpan(p, 1, alloc.Stream(999))
+	_, _, err = d.DirectSpan(p, 1, alloc.Stream(999))
 	if err == nil {
 		t.Fatal("unknown stream accepted")
 	}
 	ok(t, d.Free(p))
-	_, err = d.DirectSpan(p, 1, s)
+	_, _, err = d.DirectSpan(p, 1, s)
 	isErr(t, err, alloc.ErrInvalidValue)
 	ok(t, d.Close())
-	_, err = d.DirectSpan(p, 1, s)
+	_, _, err = d.DirectSpan(p, 1, s)
 	isErr(t, err, alloc.ErrClosed)
 }
 
@@ -133,7 +133,7 @@ func TestDirectSpanRefusedDuringCapture(t *testing.T) {
 		ok(t, d.BeginCapture(s, alloc.Global))
 		var err error
 		if direct {
-			_, err = d.DirectSpan(p, 64, s)
+			_, _, err = d.DirectSpan(p, 64, s)
 		} else {
 			err = d.CopyHtoD(p, make([]byte, 64), s)
 		}
@@ -142,6 +142,16 @@ func TestDirectSpanRefusedDuringCapture(t *testing.T) {
 		_, err = d.EndCapture(s)
 		isErr(t, err, alloc.ErrCaptureInvalidated)
 		// Outside the capture it works again.
-		_ = val[[]byte](t)(d.DirectSpan(p, 64, s))
+		_ = directSpan(t, d, p, 64, s)
 	}
+}
+
+// directSpan is DirectSpan for a test that reads or writes the span at
+// once: the stream is released before it returns.
+func directSpan(t *testing.T, d *cpu.Driver, p alloc.DevicePtr, n int64, s alloc.Stream) []byte {
+	t.Helper()
+	b, release, err := d.DirectSpan(p, n, s)
+	ok(t, err)
+	release()
+	return b
 }

@@ -92,7 +92,12 @@ type Driver struct {
 	globalCaps map[*capture]struct{} // Global-mode captures not yet ended, invalidated ones included
 }
 
-var _ alloc.Driver = (*Driver)(nil)
+var (
+	_ alloc.Driver           = (*Driver)(nil)
+	_ alloc.UsageReporter    = (*Driver)(nil)
+	_ alloc.DirectSpanner    = (*Driver)(nil)
+	_ alloc.HostFuncLauncher = (*Driver)(nil)
+)
 
 // New creates an emulated device.
 func New(opts Options) (*Driver, error) {
@@ -163,6 +168,13 @@ func (d *Driver) HostBytes() int64 {
 	return d.hostLive
 }
 
+// Usage is LiveBytes and HostBytes together (alloc.UsageReporter).
+func (d *Driver) Usage() (alloc.Usage, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return alloc.Usage{Device: d.live, Host: d.hostLive}, nil
+}
+
 // Close releases every allocation, stream, graph and host buffer. Work still
 // queued is dropped. Every later call, Close included, fails with ErrClosed.
 func (d *Driver) Close() error {
@@ -193,8 +205,11 @@ func (d *Driver) Close() error {
 	var errs []error
 	if d.devMem != nil {
 		// Wait out drains already running: they may still touch the bytes.
+		// Taking and dropping the execution lock is the wait; no new drain
+		// can start, the streams being marked destroyed above.
 		for _, s := range *streams {
 			s.execMu.Lock()
+			//lint:ignore SA2001 the empty critical section is a barrier on running drains
 			s.execMu.Unlock()
 		}
 		for _, r := range live {

@@ -91,17 +91,14 @@ func TestHostMemorySupplier(t *testing.T) {
 	}
 }
 
-func TestHostMemoryFromContext(t *testing.T) {
+func TestHostMemoryFromChoice(t *testing.T) {
 	hm := &countingHost{live: map[*byte]int{}}
-	drv, err := backends.OpenChoice(backends.WithHostMemory(context.Background(), hm), backends.Choice{Name: "cpu"})
+	drv, err := backends.Choice{Name: "cpu", Memory: backends.Memory{Host: hm}}.Open(context.Background())
 	ok(t, err)
 	defer drv.Close()
 	h := val[[]byte](t)(drv.HostAlloc(64))
 	if !hm.owns(h) {
-		t.Fatal("the cpu factory ignored the context's HostMemory")
+		t.Fatal("the cpu factory ignored the choice's host memory")
 	}
 	ok(t, drv.HostFree(h))
-	if backends.HostMemoryFrom(context.Background()) != nil {
-		t.Fatal("a bare context carries no HostMemory")
-	}
 }

@@ -13,6 +13,7 @@ const (
 	opDtoD
 	opFree  // stream-ordered release; never part of a graph
 	opGraph // a graph launch: sub runs as one queue entry
+	opHost  // a host function (LaunchHostFunc)
 )
 
 // op is one unit of queued or captured work. It is a plain value rather than
@@ -30,6 +31,7 @@ type op struct {
 	host     []byte // the caller's slice itself: replays see its current bytes
 	sub      []op
 	exec     *graphExec // the launched graph, checked when recorded as a child
+	fn       func() error
 }
 
 func (d *Driver) run(o *op) error {
@@ -62,6 +64,8 @@ func (d *Driver) run(o *op) error {
 			return err
 		}
 		copy(dst, src)
+	case opHost:
+		return o.fn()
 	case opFree:
 		d.mu.Lock()
 		d.releaseLocked(o.dst)
@@ -265,4 +269,23 @@ func (d *Driver) blockingCopy(h alloc.Stream, p alloc.DevicePtr, host []byte, to
 		}
 		return nil
 	})
+}
+
+// LaunchHostFunc queues fn on the stream (cudaLaunchHostFunc): it runs when
+// the stream reaches it, in order, and at every replay when captured. An
+// error from fn fails the stream like a failed kernel.
+func (d *Driver) LaunchHostFunc(h alloc.Stream, fn func() error) error {
+	const what = "launch host function"
+	if d.closed.Load() {
+		return errClosed(what)
+	}
+	if fn == nil {
+		return errf(alloc.ErrInvalidValue, "%s: nil function", what)
+	}
+	s, err := d.stream(h, what)
+	if err != nil {
+		return err
+	}
+	o := op{kind: opHost, fn: fn}
+	return d.submit(s, &o, what)
 }

@@ -13,11 +13,12 @@ import (
 //	host_memory_limit=1GiB  pinned host memory cap (default: memory_limit)
 //	no_capture=true         emulate a device without graph support
 //
-// A HostMemory in the context (backends.WithHostMemory) backs HostAlloc; a
-// DeviceMemory (backends.WithDeviceMemory) backs device allocations.
+// The choice's Memory.Host, when set, backs HostAlloc; its Memory.Device
+// backs device allocations (the plugin server passes shared memory).
 func init() { backends.Register("cpu", openWith) }
 
-func openWith(ctx context.Context, o backends.Options) (alloc.Driver, error) {
+func openWith(ctx context.Context, c backends.Choice) (alloc.Driver, error) {
+	o := c.Options
 	if err := o.Check("memory_limit", "host_memory_limit", "no_capture"); err != nil {
 		return nil, err
 	}
@@ -32,7 +33,11 @@ func openWith(ctx context.Context, o backends.Options) (alloc.Driver, error) {
 	if opts.NoCapture, err = o.Bool("no_capture", false); err != nil {
 		return nil, err
 	}
-	opts.HostMemory = backends.HostMemoryFrom(ctx)
-	opts.DeviceMemory = backends.DeviceMemoryFrom(ctx)
-	return New(opts)
+	opts.HostMemory = c.Memory.Host
+	opts.DeviceMemory = c.Memory.Device
+	d, err := New(opts)
+	if err != nil {
+		return nil, err // not a nil *Driver in a non-nil interface
+	}
+	return d, nil
 }

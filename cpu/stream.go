@@ -133,37 +133,54 @@ func (d *Driver) wait(h alloc.Stream, what string, interaction alloc.CaptureMode
 // and run by another goroutine between the drain and the copy tore the
 // copy (issue 8, item 5). then does not run when queued work failed.
 func (d *Driver) waitThen(h alloc.Stream, what string, interaction alloc.CaptureMode, then func() error) error {
+	release, err := d.hold(h, what, interaction)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if then == nil {
+		return nil
+	}
+	return then()
+}
+
+// hold is wait that keeps s at this point of its order: it returns with the
+// stream's execution lock held (release gives it back), after everything
+// queued before has run, so work enqueued meanwhile runs after release.
+// On error (queued work failed included) nothing is held.
+func (d *Driver) hold(h alloc.Stream, what string, interaction alloc.CaptureMode) (release func(), err error) {
 	if d.closed.Load() {
-		return errClosed(what)
+		return nil, errClosed(what)
 	}
 	s, err := d.stream(h, what)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s.mu.Lock()
 	if s.destroyed {
 		s.mu.Unlock()
-		return errDestroyed(h, what)
+		return nil, errDestroyed(h, what)
 	}
 	if s.cap != nil {
 		err := d.refuseOnCapturing(s, what)
 		s.mu.Unlock()
-		return err
+		return nil, err
 	}
 	s.mu.Unlock()
 	d.mu.Lock()
 	err = d.refuseUnsafeLocked(what+" of a stream that is not capturing", interaction)
 	d.mu.Unlock()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s.execMu.Lock()
-	defer s.execMu.Unlock()
 	d.drainLocked(s)
-	if err := s.takeErr(); err != nil || then == nil {
-		return err
+	if err := s.takeErr(); err != nil {
+		s.execMu.Unlock()
+		return nil, err
 	}
-	return then()
+	var once sync.Once
+	return func() { once.Do(s.execMu.Unlock) }, nil
 }
 
 func (s *stream) takeErr() error {

@@ -129,11 +129,11 @@ const (
 // devicePropPrefix mirrors those leading fields; totalGlobalMem is read at
 // its offset.
 type devicePropPrefix struct {
-	name               [256]byte
-	uuid               [16]byte
-	luid               [8]byte
-	luidDeviceNodeMask uint32
-	totalGlobalMem     uint64 // size_t
+	_              [256]byte // name (read from the buffer's start)
+	_              [16]byte  // uuid
+	_              [8]byte   // luid
+	_              uint32    // luidDeviceNodeMask
+	totalGlobalMem uint64    // size_t
 }
 
 const devicePropTotalGlobalMemAt = unsafe.Offsetof(devicePropPrefix{}.totalGlobalMem)

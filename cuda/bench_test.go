@@ -114,7 +114,7 @@ func BenchmarkGPUReplay(b *testing.B) {
 			defer a.Free(y)
 			work := func() error {
 				for i := 0; i < ops/2; i++ {
-					if err := a.Memset(x, 0, 4096, byte(i)); err != nil {
+					if err := a.Memset(x, 0, byte(i), 4096); err != nil {
 						return err
 					}
 					if err := a.Copy(y, 0, x, 0, 4096); err != nil {

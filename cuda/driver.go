@@ -65,7 +65,7 @@ type Options struct {
 	Blocking bool
 	// HostMemory, when set, supplies HostAlloc's memory, which the driver
 	// pins with cudaHostRegister instead of allocating with cudaHostAlloc.
-	// The plugin server passes its shared memory (backends.HostMemoryFrom),
+	// The plugin server passes its shared memory (backends.Choice.Memory),
 	// so pinned buffers are visible to the engine's process and plugin:cuda
 	// moves no bytes over RPC.
 	HostMemory backends.HostMemory
@@ -119,12 +119,17 @@ type Driver struct {
 	mu      sync.Mutex                            // writers of streams and hosts
 	streams atomic.Pointer[map[alloc.Stream]bool] // live streams, read lock-free
 	hosts   atomic.Pointer[[]hostRegion]          // pinned buffers by address
+
+	hostErrMu sync.Mutex
+	hostErrs  map[alloc.Stream]error // host function failures, for the next synchronize
 }
 
 var (
-	_ alloc.Driver          = (*Driver)(nil)
-	_ alloc.GraphMemTrimmer = (*Driver)(nil)
-	_ alloc.IPCMemory       = (*Driver)(nil)
+	_ alloc.Driver           = (*Driver)(nil)
+	_ alloc.GraphMemTrimmer  = (*Driver)(nil)
+	_ alloc.PoolTrimmer      = (*Driver)(nil)
+	_ alloc.HostFuncLauncher = (*Driver)(nil)
+	_ alloc.IPCMemory        = (*Driver)(nil)
 )
 
 // New loads the CUDA runtime and opens a device. Without a usable runtime,
@@ -137,9 +142,7 @@ var (
 // capture domain: while a Global-mode capture is active anywhere in the
 // process it makes no driver call and fails with an error wrapping
 // alloc.ErrCaptureIllegalOp; retry after the capture ends.
-func New(opts Options) (alloc.Driver, error) { return open(opts) }
-
-func open(opts Options) (*Driver, error) {
+func New(opts Options) (*Driver, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
@@ -316,6 +319,22 @@ func (d *Driver) TrimGraphMemory() error {
 	})
 }
 
+// TrimPool is cudaMemPoolTrimTo(pool, 0): the pool keeps memory freed into
+// it (the release threshold defaults to everything), so a synchronous
+// cudaMalloc that ran out of memory can use it only once it is trimmed.
+// Frees whose completion the host has not observed still count as in use:
+// alloc synchronizes the stream first. Device-wide and unsafe like
+// TrimGraphMemory, and called like it, under alloc's guard.
+func (d *Driver) TrimPool() error {
+	const op = "trim pool"
+	if d.closed.Load() {
+		return errClosed(op)
+	}
+	return d.dev.do(op, func() error {
+		return d.rt.check(op, "cudaMemPoolTrimTo", call(d.rt.memPoolTrimTo, d.pool, 0))
+	})
+}
+
 func (d *Driver) Name() string           { return "cuda" }
 func (d *Driver) Info() alloc.DeviceInfo { return d.info }
 
@@ -351,6 +370,7 @@ func (d *Driver) Close() error {
 	hosts := d.hosts.Swap(&[]hostRegion{})
 	streams := d.streams.Swap(&map[alloc.Stream]bool{})
 	d.mu.Unlock()
+	defer d.dropHostFuncs()
 	now := alloc.AfterGlobalCaptures(captureDomain, func() {
 		d.closeErr = d.teardown(*hosts, *streams)
 		close(d.released)

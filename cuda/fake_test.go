@@ -140,7 +140,7 @@ func openFake(t testing.TB, opts Options) (*Driver, *fakeLog) {
 	t.Helper()
 	path := fakeLib(t)
 	log := openFakeLog(t, path)
-	d, err := open(opts)
+	d, err := New(opts)
 	if err != nil {
 		t.Fatalf("open on the fake runtime: %v", err)
 	}

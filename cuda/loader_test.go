@@ -72,7 +72,7 @@ func TestLoaderSkipsUnusableLibrary(t *testing.T) {
 			d, err := New(Options{})
 			require.NoError(t, err, "the second library works")
 			t.Cleanup(func() { d.Close() })
-			path, rv, _ := d.(*Driver).Runtime()
+			path, rv, _ := d.Runtime()
 			require.Equal(t, second, path, "Runtime reports the library in use")
 			require.Equal(t, 12040, rv)
 

@@ -98,7 +98,7 @@ func TestFakeGraphMemTrimAbsent(t *testing.T) {
 	t.Setenv("FAKE_CUDA_MEM", "4194304")
 	path := fakeLibWith(t, "-DFAKE_NO_GRAPH_MEM_TRIM")
 	log := openFakeLog(t, path)
-	d, err := open(Options{})
+	d, err := New(Options{})
 	require.NoError(t, err)
 	defer d.Close()
 	require.Contains(t, strings.Join(d.Warnings(), "\n"), "lacks cudaDeviceGraphMemTrim")

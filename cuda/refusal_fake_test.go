@@ -50,7 +50,7 @@ func TestFake900ThatInvalidatesSaysSo(t *testing.T) {
 	require.NoError(t, a.BeginCapture(alloc.Global))
 	t.Setenv("FAKE_CUDA_FAIL", "cudaMemsetAsync:900")
 	t.Setenv("FAKE_CUDA_FAIL_INVALIDATES", "1")
-	err = a.Memset(buf, 0, 256, 1)
+	err = a.Memset(buf, 0, 1, 256)
 	require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
 	require.ErrorIs(t, err, alloc.ErrCaptureInvalidated)
 	require.Contains(t, err.Error(), "invalidated by the refusal")

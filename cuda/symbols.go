@@ -36,6 +36,7 @@ const minRuntimeVersion = 11040
 //	cudaMemPoolDestroy(cudaMemPool_t memPool)
 //	cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device)
 //	cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
+//	cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
 //	cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream)
 //	cudaFreeAsync(void *devPtr, cudaStream_t hStream)
 //	cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
@@ -51,6 +52,7 @@ const minRuntimeVersion = 11040
 //	cudaGraphExecDestroy(cudaGraphExec_t graphExec)
 //	cudaGraphDestroy(cudaGraph_t graph)
 //	cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)  // CUDA 10.1+
+//	cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData)  // CUDA 10.0+; cudaHostFn_t is void (*)(void *userData)
 //	cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
 //	cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsigned int flags)  // handle by value
 //	cudaIpcCloseMemHandle(void *devPtr)
@@ -71,6 +73,7 @@ type symbols struct {
 	malloc, free                                                       uintptr
 	memPoolCreate, memPoolDestroy, deviceGetDefaultMemPool             uintptr
 	memPoolSetAttribute, mallocFromPoolAsync, freeAsync                uintptr
+	memPoolTrimTo, launchHostFunc                                      uintptr
 	hostAlloc, freeHost, memcpyAsync, memsetAsync                      uintptr
 	hostRegister, hostUnregister                                       uintptr
 	streamBeginCapture, streamEndCapture                               uintptr
@@ -121,6 +124,7 @@ func (s *symbols) bindings(runtimeVersion int) ([]binding, error) {
 		{"cudaMemPoolDestroy", &s.memPoolDestroy, false},
 		{"cudaDeviceGetDefaultMemPool", &s.deviceGetDefaultMemPool, false},
 		{"cudaMemPoolSetAttribute", &s.memPoolSetAttribute, false},
+		{"cudaMemPoolTrimTo", &s.memPoolTrimTo, false},
 		{"cudaMallocFromPoolAsync", &s.mallocFromPoolAsync, false},
 		{"cudaFreeAsync", &s.freeAsync, false},
 		{"cudaHostAlloc", &s.hostAlloc, false},
@@ -136,6 +140,7 @@ func (s *symbols) bindings(runtimeVersion int) ([]binding, error) {
 		{"cudaGraphExecDestroy", &s.graphExecDestroy, false},
 		{"cudaGraphDestroy", &s.graphDestroy, false},
 		{"cudaThreadExchangeStreamCaptureMode", &s.threadExchangeCaptureMode, false},
+		{"cudaLaunchHostFunc", &s.launchHostFunc, false},
 		{"cudaIpcGetMemHandle", &s.ipcGetMemHandle, false},
 		{"cudaIpcOpenMemHandle", &s.ipcOpenMemHandle, false},
 		{"cudaIpcCloseMemHandle", &s.ipcCloseMemHandle, false},

@@ -137,7 +137,7 @@ func RunTruthCase(c TruthCase) (TruthResult, error) {
 	if !slices.Contains(TruthOps, c.Op) || !slices.Contains(TruthModes, c.Mode) || !slices.Contains(TruthCallers, c.Caller) {
 		return res, fmt.Errorf("cuda: unknown truth case %s", c)
 	}
-	d, err := open(Options{})
+	d, err := New(Options{})
 	if err != nil {
 		return res, err
 	}
@@ -306,8 +306,8 @@ func (p *truthProbe) setup(c TruthCase) error {
 }
 
 // op makes the probed call(s) and returns the first non-zero code. Go
-// values whose address is passed are kept alive by call's
-// go:uintptrescapes.
+// values whose address is passed are kept alive by call's uintptrescapes
+// directive.
 func (p *truthProbe) op(name string) int32 {
 	rt := p.rt
 	both := func(a, b func() int32) int32 {

@@ -31,7 +31,7 @@ func TestConformanceOnFakeRuntime56(t *testing.T) {
 	t.Setenv("FAKE_HIP_VERSION", "50600000")
 	conformance.Run(t, func(t testing.TB) alloc.Driver {
 		t.Helper()
-		d, err := open(Options{})
+		d, err := New(Options{})
 		if err != nil {
 			t.Fatalf("open on the fake runtime 5.6: %v", err)
 		}

@@ -134,9 +134,7 @@ var (
 // for the "hip" capture domain: while a Global-mode capture is active
 // anywhere in the process it makes no driver call and fails with an error
 // wrapping alloc.ErrCaptureIllegalOp; retry after the capture ends.
-func New(opts Options) (alloc.Driver, error) { return open(opts) }
-
-func open(opts Options) (*Driver, error) {
+func New(opts Options) (*Driver, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}

@@ -20,7 +20,7 @@ func TestFakeOpenBindsPoolAndStreams(t *testing.T) {
 	require.Len(t, find(lines, "threshold=18446744073709551615"), 1, "default threshold is UINT64_MAX: %v", lines)
 	require.Len(t, find(lines, "hipDeviceGetName len=256 device=0"), 1, "the name comes from hipDeviceGetName, not hipGetDeviceProperties")
 	require.Len(t, find(lines, "hipGetDeviceCount"), 1, "the loader probes for a device once")
-	d2, err := open(Options{})
+	d2, err := New(Options{})
 	require.NoError(t, err)
 	require.NoError(t, d2.Close())
 	require.Empty(t, find(log.lines(), "hipGetDeviceCount"), "a second open of the loaded library does not probe again")

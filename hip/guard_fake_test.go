@@ -16,7 +16,7 @@ import (
 func capturingAllocator(t *testing.T, path string) (*alloc.Allocator, *fakeLog) {
 	t.Helper()
 	log := openFakeLog(t, path)
-	d, err := open(Options{})
+	d, err := New(Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { d.Close() })
 	a, err := alloc.New(d, alloc.Options{})
@@ -44,7 +44,7 @@ func TestFakeOpenDuringGlobalCaptureIsRefused(t *testing.T) {
 	g, err := a.EndCapture()
 	require.NoError(t, err, "the capture survived")
 	require.NoError(t, g.Close())
-	d, err := open(Options{})
+	d, err := New(Options{})
 	require.NoError(t, err, "a retry after the capture opens")
 	require.NoError(t, d.Close())
 }
@@ -53,7 +53,7 @@ func TestFakeOpenDuringGlobalCaptureIsRefused(t *testing.T) {
 // closed at once and defers the vendor teardown until the capture ends.
 func TestFakeCloseDuringGlobalCaptureIsDeferred(t *testing.T) {
 	path := fakeLib(t)
-	other, err := open(Options{}) // opened before the capture
+	other, err := New(Options{}) // opened before the capture
 	require.NoError(t, err)
 	_, err = other.CreateStream()
 	require.NoError(t, err)
@@ -87,13 +87,13 @@ func TestFakeCloseDuringGlobalCaptureIsDeferred(t *testing.T) {
 func TestFakeCloseOutsideGlobalCaptureIsImmediate(t *testing.T) {
 	path := fakeLib(t)
 	log := openFakeLog(t, path)
-	d, err := open(Options{})
+	d, err := New(Options{})
 	require.NoError(t, err)
 	a, err := alloc.New(d, alloc.Options{})
 	require.NoError(t, err)
 	defer a.Close()
 	require.NoError(t, a.BeginCapture(alloc.ThreadLocal))
-	other, err := open(Options{})
+	other, err := New(Options{})
 	require.NoError(t, err, "a ThreadLocal capture does not forbid opening on the driver's own thread")
 	log.lines()
 	require.NoError(t, other.Close())

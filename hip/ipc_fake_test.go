@@ -124,7 +124,7 @@ func TestFakeIPCAcrossProcesses(t *testing.T) {
 func ipcChild(t *testing.T, hx string) {
 	h, err := hex.DecodeString(hx)
 	require.NoError(t, err)
-	d, err := open(Options{})
+	d, err := New(Options{})
 	require.NoError(t, err)
 	defer d.Close()
 	q, err := d.IPCOpenMemHandle(h)

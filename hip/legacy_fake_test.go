@@ -81,7 +81,7 @@ func TestFakeLegacyStreamDuringCapture(t *testing.T) {
 			name := fmt.Sprintf("blocking=%v/%s", blocking, mode)
 			t.Run(name, func(t *testing.T) {
 				path := fakeLib(t)
-				d, err := open(Options{Blocking: blocking})
+				d, err := New(Options{Blocking: blocking})
 				require.NoError(t, err)
 				t.Cleanup(func() { d.Close() })
 				a, err := alloc.New(d, alloc.Options{})

@@ -21,13 +21,17 @@ import (
 //	ipc=true                 create the pool exportable (POSIX fd handles)
 func init() { backends.Register("hip", openWith) }
 
-func openWith(ctx context.Context, o backends.Options) (alloc.Driver, error) {
-	opts, err := parseOptions(o)
+func openWith(ctx context.Context, c backends.Choice) (alloc.Driver, error) {
+	opts, err := parseOptions(c.Options)
 	if err != nil {
 		return nil, err
 	}
-	opts.HostMemory = backends.HostMemoryFrom(ctx) // the plugin server's shared memory, if any
-	return New(opts)
+	opts.HostMemory = c.Memory.Host // the plugin server's shared memory, if any
+	d, err := New(opts)
+	if err != nil {
+		return nil, err // not a nil *Driver in a non-nil interface
+	}
+	return d, nil
 }
 
 // parseOptions reads config-string options; every error wraps

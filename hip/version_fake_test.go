@@ -35,7 +35,7 @@ func TestFake52RefusedWithoutNoCapture(t *testing.T) {
 func TestFake52OpensWithNoCapture(t *testing.T) {
 	path := fake52(t)
 	log := openFakeLog(t, path)
-	d, err := open(Options{NoCapture: true})
+	d, err := New(Options{NoCapture: true})
 	require.NoError(t, err)
 	defer d.Close()
 	require.Contains(t, d.Info().Name, "HIP runtime 5.2.21153")
@@ -84,7 +84,7 @@ func TestFakeCapturedPoolAllocationBy52And56(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.lib(t)
-			d, err := open(Options{NoCapture: true})
+			d, err := New(Options{NoCapture: true})
 			require.NoError(t, err)
 			defer d.Close()
 			d.opts.NoCapture = false // capture anyway, to see what the runtime does

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -95,13 +96,17 @@ func TestHostBufferIsSharedAndReplaysFresh(t *testing.T) {
 		require.NoError(t, a.Synchronize())
 		require.Equal(t, pattern(1<<20, seed), out.Bytes(), "replay %d", seed)
 	}
-	require.Equal(t, int64(2<<20), d.(interface{ HostBytes() int64 }).HostBytes(), "the backend counts the shared buffers")
+	u, err := d.Usage()
+	require.NoError(t, err)
+	require.Equal(t, int64(2<<20), u.Host, "the backend counts the shared buffers")
 	require.NoError(t, g.Close())
 	require.NoError(t, a.Free(buf))
 	require.NoError(t, in.Close())
 	require.NoError(t, out.Close())
 	require.NoError(t, a.Close())
-	require.Zero(t, d.(interface{ HostBytes() int64 }).HostBytes())
+	u, err = d.Usage()
+	require.NoError(t, err)
+	require.Zero(t, u.Host)
 }
 
 func TestHostFreeBadInput(t *testing.T) {
@@ -218,4 +223,11 @@ func TestWireErrorsKeepSentinels(t *testing.T) {
 	require.ErrorIs(t, err, alloc.ErrClosed, "no backend open yet")
 	_, err = decodeReply(srv.call(ctx, []byte{byte(opOpen), 0x80}))
 	require.ErrorIs(t, err, alloc.ErrDriver, "a malformed request is an error reply")
+}
+
+func TestUsageUnsupportedWhenTheBackendDoesNotCount(t *testing.T) {
+	_, err := open(t, "plugin:cpu").Usage()
+	require.NoError(t, err)
+	_, err = open(t, "plugin:faulty").Usage() // wraps the cpu driver as a plain alloc.Driver
+	require.ErrorIs(t, err, errors.ErrUnsupported)
 }

@@ -26,5 +26,14 @@
 // Errors: every call after the backend process died fails with an error
 // wrapping alloc.ErrBackendCrashed (with the exit status), or
 // alloc.ErrBackendHung when the host killed it on a deadline. Reopen the
-// backend with backends.Open, or move to the next choice of the chain.
+// backend with backends.OpenString, or move to the next choice of the chain.
+//
+// Plugin mode needs Linux (memfd, Pdeathsig); elsewhere Open says so with
+// alloc.ErrBackendUnavailable.
+//
+// Files: host_*.go run in the engine's process (the Driver, starting and
+// watching the child, mapping shared memory, staging, direct copies);
+// child_*.go in the backend's process (serving the backend driver, its
+// shared regions, direct spans); service.go and wire.go are the protocol
+// both sides speak.
 package plugin

@@ -14,15 +14,17 @@ import (
 // "faulty" is cpu with injected faults, registered in the test binary, which
 // is also the plugin child: faults happen in the backend's process only.
 // Options (besides cpu's): malloc=exit-N (Malloc exits the process with
-// status N), sync=hang (StreamSynchronize never returns), query=hang.
+// status N), sync=hang (StreamSynchronize never returns), query=hang,
+// begin=hang (BeginCapture), end=hang (EndCapture).
 func init() {
-	backends.Register("faulty", func(ctx context.Context, o backends.Options) (alloc.Driver, error) {
-		f := &faulty{malloc: o["malloc"], sync: o["sync"], query: o["query"]}
+	backends.Register("faulty", func(ctx context.Context, c backends.Choice) (alloc.Driver, error) {
+		o := c.Options
+		f := &faulty{malloc: o["malloc"], sync: o["sync"], query: o["query"], begin: o["begin"], end: o["end"]}
 		inner := o.Clone()
-		delete(inner, "malloc")
-		delete(inner, "sync")
-		delete(inner, "query")
-		d, err := backends.OpenChoice(ctx, backends.Choice{Name: "cpu", Options: inner})
+		for _, k := range []string{"malloc", "sync", "query", "begin", "end"} {
+			delete(inner, k)
+		}
+		d, err := backends.Choice{Name: "cpu", Options: inner}.Open(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -33,7 +35,7 @@ func init() {
 
 type faulty struct {
 	alloc.Driver
-	malloc, sync, query string
+	malloc, sync, query, begin, end string
 }
 
 func (f *faulty) inject(fault string) {
@@ -61,4 +63,14 @@ func (f *faulty) StreamSynchronize(s alloc.Stream) error {
 func (f *faulty) StreamQuery(s alloc.Stream) (bool, error) {
 	f.inject(f.query)
 	return f.Driver.StreamQuery(s)
+}
+
+func (f *faulty) BeginCapture(s alloc.Stream, m alloc.CaptureMode) error {
+	f.inject(f.begin)
+	return f.Driver.BeginCapture(s, m)
+}
+
+func (f *faulty) EndCapture(s alloc.Stream) (alloc.GraphHandle, error) {
+	f.inject(f.end)
+	return f.Driver.EndCapture(s)
 }

@@ -19,17 +19,12 @@ import (
 
 var ctx = context.Background()
 
-type pidDriver interface {
-	alloc.Driver
-	PID() int
-}
-
-func open(t *testing.T, cfg string) pidDriver {
+func open(t *testing.T, cfg string) *Driver {
 	t.Helper()
 	d, err := backends.OpenDriver(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d.Close() })
-	return d.(pidDriver)
+	return d.(*Driver) // whatever the backend: one host type
 }
 
 // gone reports whether pid no longer runs (absent, or a zombie nobody
@@ -155,6 +150,39 @@ func TestWatchdogAbortsHungBackend(t *testing.T) {
 	_, err = a.AllocSync(100)
 	require.ErrorIs(t, err, alloc.ErrBackendHung)
 	require.ErrorIs(t, err, alloc.ErrCaptureTimeout, "the cause is kept")
+}
+
+func TestWatchdogBoundsHungCaptureBeginAndEnd(t *testing.T) {
+	// A capture begin or end hung in the backend returns at the allocator's
+	// watchdog (100 ms), not at the plugin's call deadline (1 min), and
+	// the allocator answers meanwhile instead of waiting on its lock.
+	for _, fault := range []string{"begin", "end"} {
+		t.Run(fault, func(t *testing.T) {
+			d := open(t, "plugin:faulty:"+fault+"=hang,plugin.call_timeout=1m")
+			a, err := alloc.New(d, alloc.Options{Watchdog: 100 * time.Millisecond})
+			require.NoError(t, err)
+			if fault == "end" {
+				require.NoError(t, a.BeginCapture(alloc.Global))
+			}
+			start := time.Now()
+			if fault == "begin" {
+				err = a.BeginCapture(alloc.Global)
+			} else {
+				_, err = a.EndCapture()
+			}
+			require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
+			assert.Less(t, time.Since(start), time.Second)
+			requireGone(t, d.PID(), time.Second)
+			done := make(chan error, 1)
+			go func() { _, err := a.Alloc(100); done <- err }()
+			select {
+			case err := <-done:
+				require.Error(t, err)
+			case <-time.After(time.Second):
+				t.Fatal("Alloc waits behind the hung capture call")
+			}
+		})
+	}
 }
 
 func TestHostKilledLeavesNoOrphan(t *testing.T) {

@@ -44,9 +44,9 @@ const (
 	opGraphLaunch
 	opGraphExecDestroy
 	opGraphDestroy
-	opLiveBytes
-	opHostBytes
+	opUsage
 	opDirectSpan
+	opDirectDone
 	numOps
 )
 
@@ -58,8 +58,8 @@ var opNames = [numOps]string{
 	opCopyHtoDAsync: "CopyHtoDAsync", opCopyDtoHAsync: "CopyDtoHAsync", opCopyDtoDAsync: "CopyDtoDAsync",
 	opMemsetAsync: "MemsetAsync", opCopyHtoD: "CopyHtoD", opCopyDtoH: "CopyDtoH", opBeginCapture: "BeginCapture",
 	opEndCapture: "EndCapture", opGraphInstantiate: "GraphInstantiate", opGraphLaunch: "GraphLaunch",
-	opGraphExecDestroy: "GraphExecDestroy", opGraphDestroy: "GraphDestroy", opLiveBytes: "LiveBytes", opHostBytes: "HostBytes",
-	opDirectSpan: "DirectSpan",
+	opGraphExecDestroy: "GraphExecDestroy", opGraphDestroy: "GraphDestroy", opUsage: "Usage",
+	opDirectSpan: "DirectSpan", opDirectDone: "DirectDone",
 }
 
 func (o opcode) String() string {

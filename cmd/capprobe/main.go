@@ -9,7 +9,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -20,10 +19,10 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/backends/plugin"
-	"github.com/capalloc/capalloc/conformance"
 	_ "github.com/capalloc/capalloc/cpu"
 	_ "github.com/capalloc/capalloc/cuda"
 	_ "github.com/capalloc/capalloc/hip"
+	"github.com/capalloc/capalloc/probe"
 )
 
 func main() {
@@ -64,13 +63,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	var rows []row
 	for _, m := range modes {
-		res, err := conformance.Probe(drv, m, *replays)
+		res, err := probe.Run(drv, m, *replays)
 		if err != nil {
 			fmt.Fprintln(stderr, "capprobe:", err)
 			return 1
 		}
 		for _, r := range res {
-			rows = append(rows, row{ProbeResult: r, Expected: conformance.ExpectedVerdict(r.Op, m)})
+			rows = append(rows, row{Result: r, Expected: probe.Expected(r.Op, m)})
 		}
 	}
 	if *asJSON {
@@ -96,8 +95,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // row is a probe result with the verdict CUDA's rules predict.
 type row struct {
-	conformance.ProbeResult
-	Expected conformance.Verdict `json:"expected"`
+	probe.Result
+	Expected probe.Verdict `json:"expected"`
 }
 
 func parseModes(s string) ([]alloc.CaptureMode, error) {
@@ -106,7 +105,7 @@ func parseModes(s string) ([]alloc.CaptureMode, error) {
 	}
 	m, err := alloc.ParseCaptureMode(s)
 	if err != nil {
-		return nil, errors.New(err.Error() + " or all")
+		return nil, fmt.Errorf("%w: unknown capture mode %q (want global, threadlocal, relaxed or all)", alloc.ErrInvalidValue, s)
 	}
 	return []alloc.CaptureMode{m}, nil
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/backends/plugin"
-	"github.com/capalloc/capalloc/conformance"
+	"github.com/capalloc/capalloc/probe"
 	"github.com/stretchr/testify/require"
 )
 
@@ -23,13 +23,13 @@ func TestJSONEveryModeMatchesCUDARules(t *testing.T) {
 	require.Equal(t, 0, code, errb.String())
 	var rows []map[string]any
 	require.NoError(t, json.Unmarshal(out.Bytes(), &rows))
-	require.Len(t, rows, 3*len(conformance.ProbeOps()))
+	require.Len(t, rows, 3*(len(probe.Ops())+len(probe.CollectiveOps())), "cpu runs the collective rows too")
 	for _, r := range rows {
 		for _, k := range []string{"op", "verdict", "error", "mode", "expected"} {
 			require.Contains(t, r, k)
 		}
 		require.Equal(t, r["expected"], r["verdict"], "%v", r)
-		if r["verdict"] == string(conformance.NotCapturable) {
+		if r["verdict"] == string(probe.NotCapturable) {
 			require.NotEmpty(t, r["error"], "a refusal must carry its reason: %v", r)
 		}
 	}
@@ -38,17 +38,22 @@ func TestJSONEveryModeMatchesCUDARules(t *testing.T) {
 func TestTableHasOneRowPerOperation(t *testing.T) {
 	var out, errb bytes.Buffer
 	require.Equal(t, 0, run([]string{"-replays=2"}, &out, &errb), errb.String())
-	for _, op := range conformance.ProbeOps() {
+	for _, op := range append(probe.Ops(), probe.CollectiveOps()...) {
 		require.Contains(t, out.String(), op)
 	}
 	require.Contains(t, out.String(), "pageable", "upload_pageable's reason names the cause")
+	for _, line := range strings.Split(out.String(), "\n") {
+		if strings.Contains(line, "workspace_lazy") {
+			require.Contains(t, line, "first allocated inside the capture", "the lazy workspace's warning is in its row")
+		}
+	}
 	require.Empty(t, errb.String(), "warnings belong in the table, not on stderr")
 }
 
 func TestBadFlagsAndUnknownBackend(t *testing.T) {
 	var out, errb bytes.Buffer
 	require.Equal(t, 2, run([]string{"-mode=sideways"}, &out, &errb))
-	require.Contains(t, errb.String(), "sideways")
+	require.Equal(t, "capprobe: invalid value: unknown capture mode \"sideways\" (want global, threadlocal, relaxed or all)\n", errb.String())
 	errb.Reset()
 	require.Equal(t, 1, run([]string{"-backend=no-such-gpu"}, &out, &errb))
 	require.True(t, strings.Contains(errb.String(), "unknown backend") && strings.Contains(errb.String(), "cpu"), errb.String())
@@ -69,7 +74,7 @@ func TestProbeOutOfProcessMatchesCUDARules(t *testing.T) {
 	require.Equal(t, 0, code, errb.String())
 	var rows []map[string]any
 	require.NoError(t, json.Unmarshal(out.Bytes(), &rows))
-	require.Len(t, rows, 3*len(conformance.ProbeOps()))
+	require.Len(t, rows, 3*len(probe.Ops()), "no collective rows: a plugin cannot run host functions")
 	for _, r := range rows {
 		require.Equal(t, r["expected"], r["verdict"], "%v", r)
 	}

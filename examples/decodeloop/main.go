@@ -69,7 +69,7 @@ func (e *engine) step() error {
 		if err := a.Copy(e.act, batch, ws, 0, batch); err != nil {
 			return err
 		}
-		if err := a.Memset(e.act, 2*batch+int64(l), 1, byte(l)); err != nil {
+		if err := a.Memset(e.act, 2*batch+int64(l), byte(l), 1); err != nil {
 			return err
 		}
 	}

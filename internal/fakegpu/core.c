@@ -84,7 +84,7 @@ size_t fake_log(char *out, size_t n) {
 void fake_log_reset(void) { pthread_mutex_lock(&mu); loglen = 0; pthread_mutex_unlock(&mu); }
 
 /* ---- graphs and streams ---- */
-enum { OP_COPY, OP_SET, OP_FREE };
+enum { OP_COPY, OP_SET, OP_FREE, OP_HOST };
 typedef struct { int kind; char *dst; const char *src; size_t n; int val; } op_t;
 typedef struct graph { op_t *ops; int nops, cap; int launched; } graph_t;
 typedef struct { graph_t *g; unsigned long long flags; } exec_t;
@@ -359,6 +359,12 @@ rtError_t RT(MemPoolSetAttribute)(void *pool, int attr, void *value) {
   logf_(RTS(MemPoolSetAttribute) " attr=%d threshold=%llu", attr, *(unsigned long long *)value);
   RETURN(0);
 }
+rtError_t RT(MemPoolTrimTo)(void *pool, size_t keep) {
+  ENTER(RTS(MemPoolTrimTo));
+  if (!pool) RETURN(1);
+  logf_(RTS(MemPoolTrimTo) " pool=%p keep=%zu", pool, keep);
+  RETURN(0);
+}
 rtError_t RT(MallocFromPoolAsync)(void **out, size_t n, void *pool, void *h) {
   ENTER(RTS(MallocFromPoolAsync));
   stream_t *s = stream_of(h);
@@ -438,11 +444,52 @@ rtError_t RT(HostUnregister)(void *p) {
   RETURN(713);
 }
 
+#ifdef FAKE_HOSTFN_THREAD
+#include <sys/syscall.h>
+#include <unistd.h>
+/* -DFAKE_HOSTFN_THREAD: a host function runs on a thread the caller's
+ * language did not make, as on the real runtime's callback thread (the Go
+ * side is entered from a foreign thread: purego's callback, through
+ * fakecgo with CGO_ENABLED=0); fake_hostfn_tid reports that thread. */
+static volatile long hostfn_tid;
+long fake_hostfn_tid(void) { return hostfn_tid; }
+static void *hostfn_thread(void *arg) {
+  op_t *o = arg;
+  hostfn_tid = (long)syscall(SYS_gettid);
+  ((void (*)(void *))(void *)o->dst)((void *)o->src);
+  return NULL;
+}
+static void run_hostfn(op_t o) {
+  pthread_t t;
+  if (pthread_create(&t, NULL, hostfn_thread, &o) == 0) pthread_join(t, NULL);
+}
+#else
+static void run_hostfn(op_t o) { ((void (*)(void *))(void *)o.dst)((void *)o.src); } /* host function(userData) */
+#endif
+
 static rtError_t apply(op_t o) {
   if (o.kind == OP_COPY) memmove(o.dst, o.src, o.n);
   else if (o.kind == OP_SET) memset(o.dst, o.val, o.n);
+  else if (o.kind == OP_HOST) run_hostfn(o);
   else { alloc_t *a = find(o.dst); if (a) release(a); }
   return 0;
+}
+/* LaunchHostFunc(stream, fn, userData): fn runs in stream order (here at
+ * once: the fake's streams are synchronous), or becomes a host node of a
+ * capture that every launch runs. */
+rtError_t RT(LaunchHostFunc)(void *h, void (*fn)(void *), void *user) {
+  ENTER(RTS(LaunchHostFunc));
+  stream_t *s = stream_of(h);
+  if (!s && !is_legacy(h)) RETURN(400);
+  if (!fn) RETURN(1);
+  logf_(RTS(LaunchHostFunc) " stream=%p", h);
+  rtError_t le = legacy(s);
+  if (le) RETURN(le);
+  op_t o = {OP_HOST, (char *)(void *)fn, (const char *)user, 0, 0};
+  if (!s) RETURN(apply(o));
+  if (s->status == 2) RETURN(901);
+  if (s->status == 1) { record(s, o); RETURN(0); }
+  RETURN(apply(o));
 }
 rtError_t RT(MemcpyAsync)(void *dst, const void *src, size_t n, int kind, void *h) {
   ENTER(RTS(MemcpyAsync));

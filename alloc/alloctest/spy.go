@@ -1,0 +1,432 @@
+// Package alloctest holds test doubles for alloc.Driver that engines and
+// backends can use in their own tests: the Spy counts every driver call,
+// holds a method's calls to emulate a hung driver, and plays deliberately
+// broken drivers. The conformance suite is built on it.
+package alloctest
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// Method names one alloc.Driver method, for the Spy's counters and hooks.
+type Method int
+
+// One constant per alloc.Driver method.
+const (
+	MethodName Method = iota
+	MethodInfo
+	MethodCaptureDomain
+	MethodClose
+	MethodCreateStream
+	MethodDestroyStream
+	MethodStreamSynchronize
+	MethodStreamQuery
+	MethodStreamCaptureStatus
+	MethodMalloc
+	MethodFree
+	MethodMallocAsync
+	MethodFreeAsync
+	MethodHostAlloc
+	MethodHostFree
+	MethodCopyHtoDAsync
+	MethodCopyDtoHAsync
+	MethodCopyDtoDAsync
+	MethodMemsetAsync
+	MethodCopyHtoD
+	MethodCopyDtoH
+	MethodBeginCapture
+	MethodEndCapture
+	MethodGraphInstantiate
+	MethodGraphLaunch
+	MethodGraphExecDestroy
+	MethodGraphDestroy
+	MethodLaunchHostFunc // alloc.HostFuncLauncher, forwarded when the inner driver has it
+	numMethods
+)
+
+var methodNames = [numMethods]string{
+	"Name", "Info", "CaptureDomain", "Close", "CreateStream", "DestroyStream",
+	"StreamSynchronize", "StreamQuery", "StreamCaptureStatus", "Malloc", "Free",
+	"MallocAsync", "FreeAsync", "HostAlloc", "HostFree", "CopyHtoDAsync",
+	"CopyDtoHAsync", "CopyDtoDAsync", "MemsetAsync", "CopyHtoD", "CopyDtoH",
+	"BeginCapture", "EndCapture", "GraphInstantiate", "GraphLaunch",
+	"GraphExecDestroy", "GraphDestroy", "LaunchHostFunc",
+}
+
+func (m Method) String() string {
+	if m >= 0 && m < numMethods {
+		return methodNames[m]
+	}
+	return fmt.Sprintf("Method(%d)", int(m))
+}
+
+// Counts is a snapshot of the Spy's per-method call counters.
+type Counts [numMethods]int64
+
+// Sub returns c - o, method by method.
+func (c Counts) Sub(o Counts) Counts {
+	for i := range c {
+		c[i] -= o[i]
+	}
+	return c
+}
+
+// Total adds up every method's count except the ones listed.
+func (c Counts) Total(except ...Method) int64 {
+	var n int64
+outer:
+	for i, v := range c {
+		for _, m := range except {
+			if Method(i) == m {
+				continue outer
+			}
+		}
+		n += v
+	}
+	return n
+}
+
+func (c Counts) String() string {
+	var parts []string
+	for i, v := range c {
+		if v != 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", Method(i), v))
+		}
+	}
+	if len(parts) == 0 {
+		return "no calls"
+	}
+	return strings.Join(parts, " ")
+}
+
+// gate holds calls of one method until it is released.
+type gate struct {
+	ch      chan struct{}
+	once    sync.Once
+	waiting atomic.Int64
+}
+
+// Spy wraps a Driver: it counts every call, can hold a method's calls to
+// emulate a hung driver, can refuse capture, and can play a deliberately
+// broken driver (snapshotting captured uploads, invalidating a capture while
+// reporting success) so the suite can show its checks catch such drivers.
+// Internal calls it makes to the inner driver are not counted.
+type Spy struct {
+	inner  alloc.Driver
+	counts [numMethods]atomic.Int64
+	gates  [numMethods]atomic.Pointer[gate]
+
+	delays     [numMethods]atomic.Int64 // nanoseconds each call waits first
+	failBegin  atomic.Pointer[error]
+	invalidate [numMethods]atomic.Bool
+
+	snapMu  sync.Mutex
+	staging []byte // pinned, from inner.HostAlloc; nil when snapshot mode is off
+	used    int
+}
+
+var _ alloc.Driver = (*Spy)(nil)
+
+// NewSpy wraps inner.
+func NewSpy(inner alloc.Driver) *Spy { return &Spy{inner: inner} }
+
+// Inner is the wrapped driver, for calls made behind the allocator's back.
+func (s *Spy) Inner() alloc.Driver { return s.inner }
+
+// Calls is how many times m was called so far.
+func (s *Spy) Calls(m Method) int64 { return s.counts[m].Load() }
+
+// Snapshot returns every counter.
+func (s *Spy) Snapshot() Counts {
+	var c Counts
+	for i := range c {
+		c[i] = s.counts[i].Load()
+	}
+	return c
+}
+
+// Block holds every later call of m, before it reaches the inner driver,
+// until release is called (idempotent). The held call is counted.
+func (s *Spy) Block(m Method) (release func()) {
+	g := &gate{ch: make(chan struct{})}
+	if old := s.gates[m].Swap(g); old != nil {
+		old.open()
+	}
+	return func() {
+		g.open()
+		s.gates[m].CompareAndSwap(g, nil)
+	}
+}
+
+func (g *gate) open() { g.once.Do(func() { close(g.ch) }) }
+
+// Delay makes every later call of m wait d before reaching the inner
+// driver (0: no delay), widening race windows for tests that look for a
+// call landing where it must not.
+func (s *Spy) Delay(m Method, d time.Duration) { s.delays[m].Store(int64(d)) }
+
+// Waiting is how many calls of m are being held right now.
+func (s *Spy) Waiting(m Method) int64 {
+	if g := s.gates[m].Load(); g != nil {
+		return g.waiting.Load()
+	}
+	return 0
+}
+
+// ReleaseAll lets every held call go and stops holding new ones.
+func (s *Spy) ReleaseAll() {
+	for i := range s.gates {
+		if g := s.gates[i].Swap(nil); g != nil {
+			g.open()
+		}
+	}
+}
+
+// FailBeginCapture makes BeginCapture return err (nil: forward again),
+// without calling the inner driver: a driver that cannot capture.
+func (s *Spy) FailBeginCapture(err error) {
+	if err == nil {
+		s.failBegin.Store(nil)
+		return
+	}
+	s.failBegin.Store(&err)
+}
+
+// InvalidateAfterNext arms a one-shot fault: the next call of m (a stream
+// method) on a capturing stream is forwarded, then the capture is
+// invalidated behind the caller's back, and the call still reports success.
+// This is the driver that silently drops an operation during capture.
+func (s *Spy) InvalidateAfterNext(m Method) { s.invalidate[m].Store(true) }
+
+// SnapshotCapturedUploads turns the spy into a broken driver: a
+// CopyHtoDAsync made while the stream is capturing copies the source bytes
+// into private pinned staging memory (stagingSize bytes in all, allocated
+// now, before any capture) and records the copy from there, so replays see
+// the bytes as they were at capture time.
+func (s *Spy) SnapshotCapturedUploads(stagingSize int64) error {
+	b, err := s.inner.HostAlloc(stagingSize)
+	if err != nil {
+		return err
+	}
+	s.snapMu.Lock()
+	old := s.staging
+	s.staging, s.used = b, 0
+	s.snapMu.Unlock()
+	if old != nil {
+		return s.inner.HostFree(old)
+	}
+	return nil
+}
+
+// StopSnapshot turns snapshot mode off and frees the staging memory. Graphs
+// recorded from it must be closed first.
+func (s *Spy) StopSnapshot() error {
+	s.snapMu.Lock()
+	b := s.staging
+	s.staging, s.used = nil, 0
+	s.snapMu.Unlock()
+	if b == nil {
+		return nil
+	}
+	return s.inner.HostFree(b)
+}
+
+// snapshot returns the slice a captured upload should read from.
+func (s *Spy) snapshot(src []byte, st alloc.Stream) ([]byte, error) {
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
+	if s.staging == nil {
+		return src, nil
+	}
+	if cs, err := s.inner.StreamCaptureStatus(st); err != nil || cs != alloc.DriverCaptureActive {
+		return src, nil
+	}
+	if len(src) > len(s.staging)-s.used {
+		return nil, fmt.Errorf("%w: conformance spy: snapshot staging exhausted (%d B)", alloc.ErrOutOfMemory, len(s.staging))
+	}
+	dst := s.staging[s.used : s.used+len(src) : s.used+len(src)]
+	s.used += len(src)
+	copy(dst, src)
+	return dst, nil
+}
+
+// enter counts a call and holds it while m is blocked.
+func (s *Spy) enter(m Method) {
+	s.counts[m].Add(1)
+	if d := s.delays[m].Load(); d > 0 {
+		time.Sleep(time.Duration(d))
+	}
+	if g := s.gates[m].Load(); g != nil {
+		g.waiting.Add(1)
+		<-g.ch
+		g.waiting.Add(-1)
+	}
+}
+
+// after applies an armed InvalidateAfterNext fault to a successful call.
+func (s *Spy) after(m Method, st alloc.Stream, err error) error {
+	if err != nil || !s.invalidate[m].Load() {
+		return err
+	}
+	if cs, serr := s.inner.StreamCaptureStatus(st); serr != nil || cs != alloc.DriverCaptureActive {
+		return err
+	}
+	if s.invalidate[m].CompareAndSwap(true, false) {
+		// An illegal query invalidates the capture in every conforming driver.
+		_, _ = s.inner.StreamQuery(st)
+	}
+	return nil
+}
+
+func (s *Spy) Name() string { s.enter(MethodName); return s.inner.Name() }
+
+func (s *Spy) Info() alloc.DeviceInfo { s.enter(MethodInfo); return s.inner.Info() }
+
+func (s *Spy) CaptureDomain() string { s.enter(MethodCaptureDomain); return s.inner.CaptureDomain() }
+
+// Close frees snapshot staging and closes the inner driver.
+func (s *Spy) Close() error {
+	s.enter(MethodClose)
+	return errors.Join(s.StopSnapshot(), s.inner.Close())
+}
+
+func (s *Spy) CreateStream() (alloc.Stream, error) {
+	s.enter(MethodCreateStream)
+	return s.inner.CreateStream()
+}
+
+func (s *Spy) DestroyStream(st alloc.Stream) error {
+	s.enter(MethodDestroyStream)
+	return s.inner.DestroyStream(st)
+}
+
+func (s *Spy) StreamSynchronize(st alloc.Stream) error {
+	s.enter(MethodStreamSynchronize)
+	return s.inner.StreamSynchronize(st)
+}
+
+func (s *Spy) StreamQuery(st alloc.Stream) (bool, error) {
+	s.enter(MethodStreamQuery)
+	return s.inner.StreamQuery(st)
+}
+
+func (s *Spy) StreamCaptureStatus(st alloc.Stream) (alloc.DriverCaptureStatus, error) {
+	s.enter(MethodStreamCaptureStatus)
+	return s.inner.StreamCaptureStatus(st)
+}
+
+func (s *Spy) Malloc(size int64) (alloc.DevicePtr, error) {
+	s.enter(MethodMalloc)
+	return s.inner.Malloc(size)
+}
+
+func (s *Spy) Free(p alloc.DevicePtr) error {
+	s.enter(MethodFree)
+	return s.inner.Free(p)
+}
+
+func (s *Spy) MallocAsync(size int64, st alloc.Stream) (alloc.DevicePtr, error) {
+	s.enter(MethodMallocAsync)
+	p, err := s.inner.MallocAsync(size, st)
+	return p, s.after(MethodMallocAsync, st, err)
+}
+
+func (s *Spy) FreeAsync(p alloc.DevicePtr, st alloc.Stream) error {
+	s.enter(MethodFreeAsync)
+	return s.after(MethodFreeAsync, st, s.inner.FreeAsync(p, st))
+}
+
+func (s *Spy) HostAlloc(size int64) ([]byte, error) {
+	s.enter(MethodHostAlloc)
+	return s.inner.HostAlloc(size)
+}
+
+func (s *Spy) HostFree(b []byte) error {
+	s.enter(MethodHostFree)
+	return s.inner.HostFree(b)
+}
+
+func (s *Spy) CopyHtoDAsync(dst alloc.DevicePtr, src []byte, st alloc.Stream) error {
+	s.enter(MethodCopyHtoDAsync)
+	src, err := s.snapshot(src, st)
+	if err != nil {
+		return err
+	}
+	return s.after(MethodCopyHtoDAsync, st, s.inner.CopyHtoDAsync(dst, src, st))
+}
+
+func (s *Spy) CopyDtoHAsync(dst []byte, src alloc.DevicePtr, st alloc.Stream) error {
+	s.enter(MethodCopyDtoHAsync)
+	return s.after(MethodCopyDtoHAsync, st, s.inner.CopyDtoHAsync(dst, src, st))
+}
+
+func (s *Spy) CopyDtoDAsync(dst, src alloc.DevicePtr, n int64, st alloc.Stream) error {
+	s.enter(MethodCopyDtoDAsync)
+	return s.after(MethodCopyDtoDAsync, st, s.inner.CopyDtoDAsync(dst, src, n, st))
+}
+
+func (s *Spy) MemsetAsync(dst alloc.DevicePtr, v byte, n int64, st alloc.Stream) error {
+	s.enter(MethodMemsetAsync)
+	return s.after(MethodMemsetAsync, st, s.inner.MemsetAsync(dst, v, n, st))
+}
+
+func (s *Spy) CopyHtoD(dst alloc.DevicePtr, src []byte, st alloc.Stream) error {
+	s.enter(MethodCopyHtoD)
+	return s.inner.CopyHtoD(dst, src, st)
+}
+
+func (s *Spy) CopyDtoH(dst []byte, src alloc.DevicePtr, st alloc.Stream) error {
+	s.enter(MethodCopyDtoH)
+	return s.inner.CopyDtoH(dst, src, st)
+}
+
+func (s *Spy) BeginCapture(st alloc.Stream, mode alloc.CaptureMode) error {
+	s.enter(MethodBeginCapture)
+	if p := s.failBegin.Load(); p != nil {
+		return *p
+	}
+	return s.inner.BeginCapture(st, mode)
+}
+
+func (s *Spy) EndCapture(st alloc.Stream) (alloc.GraphHandle, error) {
+	s.enter(MethodEndCapture)
+	return s.inner.EndCapture(st)
+}
+
+func (s *Spy) GraphInstantiate(g alloc.GraphHandle, autoFree bool) (alloc.GraphExec, error) {
+	s.enter(MethodGraphInstantiate)
+	return s.inner.GraphInstantiate(g, autoFree)
+}
+
+func (s *Spy) GraphLaunch(e alloc.GraphExec, st alloc.Stream) error {
+	s.enter(MethodGraphLaunch)
+	return s.after(MethodGraphLaunch, st, s.inner.GraphLaunch(e, st))
+}
+
+func (s *Spy) GraphExecDestroy(e alloc.GraphExec) error {
+	s.enter(MethodGraphExecDestroy)
+	return s.inner.GraphExecDestroy(e)
+}
+
+func (s *Spy) GraphDestroy(g alloc.GraphHandle) error {
+	s.enter(MethodGraphDestroy)
+	return s.inner.GraphDestroy(g)
+}
+
+// LaunchHostFunc forwards to the inner driver's alloc.HostFuncLauncher, or
+// fails with an error wrapping errors.ErrUnsupported when it has none.
+func (s *Spy) LaunchHostFunc(st alloc.Stream, fn func() error) error {
+	s.enter(MethodLaunchHostFunc)
+	l, ok := s.inner.(alloc.HostFuncLauncher)
+	if !ok {
+		return fmt.Errorf("%w: %s cannot launch host functions", errors.ErrUnsupported, s.inner.Name())
+	}
+	return s.after(MethodLaunchHostFunc, st, l.LaunchHostFunc(st, fn))
+}

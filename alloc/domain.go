@@ -1,0 +1,157 @@
+package alloc
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// domain is the process-wide record of captures for one CaptureDomain. CUDA
+// forbids unsafe calls from every Global-mode thread while any Global-mode
+// capture is active in the process, so the allocator must know about
+// captures other allocators started. The set is keyed by stream, so ending
+// a capture twice is harmless.
+type domain struct {
+	// gate orders unsafe driver calls against capture begin (gate.go).
+	gate gate
+
+	mu       sync.Mutex
+	streams  map[Stream]CaptureMode
+	global   atomic.Int32 // Global-mode captures in streams
+	deferred []func()     // AfterGlobalCaptures work waiting for global == 0
+}
+
+var (
+	domainsMu sync.Mutex
+	domains   = map[string]*domain{}
+)
+
+func domainFor(name string) *domain {
+	domainsMu.Lock()
+	defer domainsMu.Unlock()
+	d := domains[name]
+	if d == nil {
+		d = &domain{streams: map[Stream]CaptureMode{}}
+		domains[name] = d
+	}
+	return d
+}
+
+func (d *domain) add(s Stream, m CaptureMode) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.streams[s]; ok {
+		return
+	}
+	d.streams[s] = m
+	if m == Global {
+		d.global.Add(1)
+	}
+}
+
+func (d *domain) remove(s Stream) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	m, ok := d.streams[s]
+	if !ok {
+		return
+	}
+	delete(d.streams, s)
+	if m == Global && d.global.Add(-1) == 0 && len(d.deferred) > 0 {
+		// Not here: remove runs under an allocator's lock, and the deferred
+		// work makes driver calls under the gate.
+		go d.runDeferred()
+	}
+}
+
+// runDeferred runs the deferred work under the gate's read side, unless a
+// Global-mode capture began again meanwhile: then it stays queued for the
+// next time the count drops to zero.
+func (d *domain) runDeferred() {
+	d.gate.RLock()
+	defer d.gate.RUnlock()
+	d.mu.Lock()
+	if d.global.Load() > 0 {
+		d.mu.Unlock()
+		return
+	}
+	fns := d.deferred
+	d.deferred = nil
+	d.mu.Unlock()
+	for _, fn := range fns {
+		fn()
+	}
+}
+
+// DeviceWide runs fn, a device-wide unsafe driver call that belongs to no
+// allocator, under the guard of the capture domain named domainName (a
+// Driver's CaptureDomain). It is for driver packages: opening a device
+// (setting it current, reading its memory, creating a pool), tearing one
+// down, trimming device memory.
+//
+// If a Global-mode capture is active in the domain, fn is not called and
+// the error wraps ErrCaptureIllegalOp, names op and says why: the capture
+// stays valid, and the caller can retry once it has ended. Otherwise fn
+// runs holding the read side of the domain's gate, so no capture can begin
+// until it returns (capture begin waits for it, up to its allocator's
+// watchdog), and fn's error is returned as is.
+//
+// ThreadLocal and Relaxed captures do not refuse fn: they forbid unsafe
+// calls only on the capturing thread, and a driver makes device-wide calls
+// on a thread of its own.
+func DeviceWide(domainName, op string, fn func() error) error {
+	d := domainFor(domainName)
+	d.gate.RLock()
+	defer d.gate.RUnlock()
+	if n := d.global.Load(); n > 0 {
+		return wrapf(ErrCaptureIllegalOp, "%s: %d global-mode capture(s) active in capture domain %q; no driver call was made, retry after the capture ends", op, n, domainName)
+	}
+	return fn()
+}
+
+// AfterGlobalCaptures runs fn under the guard of the domain named
+// domainName as soon as no Global-mode capture is active in it: at once, in
+// the caller's goroutine, if none is (and then it reports true), otherwise
+// in a goroutine of its own when the last Global-mode capture in the domain
+// ends (false). fn holds the gate's read side like DeviceWide's function:
+// no capture begins while it runs. It is for work that must happen and
+// must not invalidate a capture, such as a driver's teardown at Close.
+func AfterGlobalCaptures(domainName string, fn func()) (ranNow bool) {
+	_ = domainFor(domainName).nowOrAfterGlobal(func() error {
+		ranNow = true
+		fn()
+		return nil
+	}, fn)
+	return ranNow
+}
+
+// nowOrAfterGlobal runs now under the gate's read side if no Global-mode
+// capture is active in d, returning its error; otherwise it queues later to
+// run (under the gate too) when the last one ends, and returns nil.
+func (d *domain) nowOrAfterGlobal(now func() error, later func()) error {
+	d.gate.RLock()
+	defer d.gate.RUnlock()
+	d.mu.Lock()
+	if d.global.Load() > 0 {
+		d.deferred = append(d.deferred, later)
+		d.mu.Unlock()
+		return nil
+	}
+	d.mu.Unlock()
+	return now()
+}
+
+// globalElsewhere reports whether a Global-mode capture is active on a
+// stream other than own.
+func (d *domain) globalElsewhere(own Stream) bool {
+	if d.global.Load() == 0 {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for s, m := range d.streams {
+		if s != own && m == Global {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,110 @@
+package alloc
+
+import "errors"
+
+// Giving memory back: every path that ends a block's life (Free, a graph's
+// Close, a failed or abandoned capture, Close) goes through releaseLocked,
+// so the two rules below hold everywhere:
+//
+//   - memory that recorded work of a live graph (or of the capture now
+//     recording) uses is never reused or freed before that graph is
+//     closed: such a block is held, not released (block.refs);
+//   - an unsafe free (the synchronous Free of an AllocSync block, a pinned
+//     host free, the stream's last synchronize) never runs while a capture
+//     forbids it: it runs under the guard at once, or when the domain's
+//     last Global-mode capture ends (cleanup). Nothing is leaked and no
+//     other allocator's capture is invalidated.
+
+// refLocked records that capture c's recorded work uses b, so b's memory
+// outlives the graph. Blocks the capture allocated itself belong to the
+// graph already. Caller holds a.mu.
+func (a *Allocator) refLocked(c *capture, b *block) {
+	if b == nil || (b.kind == kindGraph && b.cap == c) || b.lastCap == c {
+		return
+	}
+	b.lastCap = c
+	b.refs++
+	c.refs = append(c.refs, b)
+}
+
+// unrefLocked drops one reference on b, releasing it if it was held for
+// that reference. Caller holds a.mu.
+func (a *Allocator) unrefLocked(b *block) {
+	b.refs--
+	if b.refs == 0 && b.held {
+		a.releaseLocked(b)
+	}
+}
+
+// releaseLocked gives a retired block's memory back: a pooled block to the
+// pool; an AllocSync block to the queue flushReleases frees; a graph's
+// block to the driver (FreeAsync when a launch materialized it; otherwise
+// the driver released it with the graph). A block still referenced by a
+// capture or live graph is held instead. Caller holds a.mu.
+func (a *Allocator) releaseLocked(b *block) {
+	if b.refs > 0 {
+		b.held = true
+		return
+	}
+	b.held = false
+	switch b.kind {
+	case kindPooled:
+		a.pool.put(b)
+	case kindSync:
+		a.pending = append(a.pending, b)
+		a.releasedLocked(b)
+	case kindGraph:
+		if b.materialized {
+			if err := a.drv.FreeAsync(b.ptr, a.stream); err != nil {
+				a.opts.logger().Warn("capalloc: freeing graph allocation", "backend", a.backend, "err", err)
+			}
+		}
+		a.releasedLocked(b)
+		b.cap = nil
+	}
+}
+
+// releasedLocked counts b's memory as given back to the driver.
+func (a *Allocator) releasedLocked(b *block) {
+	a.stats.DriverFrees++
+	a.stats.BytesReserved -= b.class
+}
+
+// flushReleases frees the AllocSync blocks releaseLocked queued, through
+// cleanup. Called without a.mu.
+func (a *Allocator) flushReleases() {
+	a.mu.Lock()
+	bs := a.pending
+	a.pending = nil
+	a.mu.Unlock()
+	if len(bs) == 0 {
+		return
+	}
+	if err := a.cleanup("Free", func() error {
+		var errs []error
+		for _, b := range bs {
+			errs = append(errs, a.drv.Free(b.ptr))
+		}
+		return errors.Join(errs...)
+	}); err != nil {
+		a.opts.logger().Warn("capalloc: deferred free", "backend", a.backend, "err", err)
+	}
+}
+
+// cleanup makes fn, unsafe driver calls that give back what nobody owns any
+// more, without ever running them into a capture: now, under the gate and
+// the watchdog, when no Global-mode capture is active in the domain
+// (returning fn's error); otherwise queued, to run when the last one ends
+// (an error then is logged). Only called when the allocator's own stream
+// is not capturing.
+func (a *Allocator) cleanup(op string, fn func() error) error {
+	later := func() {
+		if err := fn(); err != nil {
+			a.opts.logger().Warn("capalloc: "+op+" (deferred until captures ended)", "backend", a.backend, "err", err)
+		}
+	}
+	_, err := a.watchdog.run(op, a.watchdog.timeout, func() error {
+		return a.dom.nowOrAfterGlobal(fn, later)
+	}, nil)
+	return err
+}

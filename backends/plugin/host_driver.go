@@ -1,0 +1,306 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	goplugin "github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// Driver is the host's side: an alloc.Driver whose every call runs in the
+// backend's process. It also implements alloc.Aborter, so an allocator's
+// watchdog kills a stuck backend at its deadline.
+type Driver struct {
+	name, domain string
+	info         alloc.DeviceInfo
+	caps         uint64
+
+	client      *goplugin.Client
+	conn        *grpc.ClientConn
+	proc        *process
+	callTimeout time.Duration
+
+	// ctx is cancelled when the backend dies, failing calls in flight.
+	ctx    context.Context
+	cancel context.CancelFunc
+	dead   atomic.Pointer[error] // why every call now fails
+	closed atomic.Bool
+
+	regions hostRegions
+	staging stagingPool
+	direct  directCache
+	// noDirect: the backend answered errNoDirect; pageable blocking copies
+	// stage from then on.
+	noDirect atomic.Bool
+}
+
+var (
+	_ alloc.Driver        = (*Driver)(nil)
+	_ alloc.Aborter       = (*Driver)(nil)
+	_ alloc.UsageReporter = (*Driver)(nil)
+)
+
+// Usage is the backend's own count (alloc.UsageReporter), or an error
+// wrapping errors.ErrUnsupported when the backend does not count.
+func (d *Driver) Usage() (alloc.Usage, error) {
+	if d.caps&capUsage == 0 {
+		return alloc.Usage{}, fmt.Errorf("plugin %s: memory usage: %w by the backend", d.name, errors.ErrUnsupported)
+	}
+	r, err := d.call(opUsage, newReq(opUsage))
+	if err != nil {
+		return alloc.Usage{}, err
+	}
+	u := alloc.Usage{Device: r.i64(), Host: r.i64()}
+	return u, r.err
+}
+
+// PID is the backend process's id.
+func (d *Driver) PID() int { return d.proc.pid }
+
+// Name is "plugin:" and the backend's own name.
+func (d *Driver) Name() string           { return d.name }
+func (d *Driver) Info() alloc.DeviceInfo { return d.info }
+
+// CaptureDomain is the child's domain, qualified by the process: two
+// backend processes never share captures.
+func (d *Driver) CaptureDomain() string { return d.domain }
+
+// call makes one round trip. A transport failure (the process died, or the
+// call passed its deadline) marks the backend dead; every later call fails
+// at once with the same cause.
+func (d *Driver) call(op opcode, req *enc) (*dec, error) {
+	if err := d.deadErr(op); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(d.ctx, d.callTimeout)
+	var out msg
+	err := d.conn.Invoke(ctx, callMethod, &msg{b: req.b}, &out, grpc.CallContentSubtype(codecName))
+	expired := ctx.Err() == context.DeadlineExceeded
+	cancel()
+	if err != nil {
+		return nil, d.transportFailure(op, expired, err)
+	}
+	r, err := decodeReply(out.b)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// callErr is call for operations with no results.
+func (d *Driver) callErr(op opcode, req *enc) error {
+	_, err := d.call(op, req)
+	return err
+}
+
+func (d *Driver) deadErr(op opcode) error {
+	if p := d.dead.Load(); p != nil {
+		return fmt.Errorf("plugin %s: %v: %w", d.name, op, *p)
+	}
+	if d.closed.Load() {
+		return fmt.Errorf("%w: plugin %s: %v: driver is closed", alloc.ErrClosed, d.name, op)
+	}
+	return nil
+}
+
+// graceExit bounds how long a broken connection waits for the process to
+// be reaped before the host kills it: a child that closed its socket but
+// lingers is as good as crashed.
+const graceExit = 50 * time.Millisecond
+
+func (d *Driver) transportFailure(op opcode, expired bool, err error) error {
+	if d.dead.Load() == nil && !d.closed.Load() {
+		if expired {
+			d.die(fmt.Errorf("%w: %v did not return within plugin.call_timeout=%v", alloc.ErrBackendHung, op, d.callTimeout))
+		} else {
+			select {
+			case <-d.proc.exited:
+			case <-time.After(graceExit):
+				d.proc.kill()
+			}
+			d.die(d.crashErr(err))
+		}
+	}
+	if e := d.deadErr(op); e != nil {
+		return e
+	}
+	return fmt.Errorf("%w: plugin %s: %v: %v", alloc.ErrDriver, d.name, op, err)
+}
+
+func (d *Driver) crashErr(cause error) error {
+	<-d.proc.exited
+	if cause != nil {
+		return fmt.Errorf("%w: pid %d ended with %s (%v)", alloc.ErrBackendCrashed, d.proc.pid, d.proc.status(), cause)
+	}
+	return fmt.Errorf("%w: pid %d ended with %s", alloc.ErrBackendCrashed, d.proc.pid, d.proc.status())
+}
+
+// die records why the backend is dead (the first cause wins), kills the
+// process and fails the calls in flight.
+func (d *Driver) die(cause error) {
+	if !d.dead.CompareAndSwap(nil, &cause) {
+		return
+	}
+	d.proc.kill()
+	d.cancel()
+}
+
+// watch marks the backend crashed the moment its process exits on its own.
+func (d *Driver) watch() {
+	<-d.proc.exited
+	if !d.closed.Load() {
+		d.die(d.crashErr(nil))
+	}
+}
+
+// Abort kills the backend process at once (alloc.Aborter): the allocator's
+// watchdog gave up on a call. The stuck call, and every later one, fail
+// with ErrBackendHung.
+func (d *Driver) Abort(cause error) {
+	d.die(fmt.Errorf("%w: aborted by the caller: %w", alloc.ErrBackendHung, cause))
+}
+
+// Close closes the backend, stops its process and unmaps shared memory.
+// After a crash it only releases this side and returns nil: there is
+// nothing left to close. Host buffers still mapped read as zeros from now
+// on instead of faulting.
+func (d *Driver) Close() error {
+	if !d.closed.CompareAndSwap(false, true) {
+		return fmt.Errorf("%w: plugin %s: close: driver is closed", alloc.ErrClosed, d.name)
+	}
+	var err error
+	if d.dead.Load() == nil {
+		_, err = d.callClosing(opClose, newReq(opClose))
+	}
+	// The backend is closed: SIGKILL is the quick way out (a graceful
+	// go-plugin shutdown waits for the child's exit hooks, a second under
+	// the race detector). Kill then only tidies go-plugin's client.
+	d.proc.kill()
+	d.cancel()
+	d.client.Kill()
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, m := range d.regions.takeAll() {
+		if e := retire(m, !m.staging); e != nil {
+			errs = append(errs, fmt.Errorf("%w: plugin: unmapping shared memory: %v", alloc.ErrDriver, e))
+		}
+	}
+	d.staging.drop()
+	d.direct.drop()
+	return errors.Join(errs...)
+}
+
+// callClosing is call for Close, which runs after closed is set.
+func (d *Driver) callClosing(op opcode, req *enc) (*dec, error) {
+	ctx, cancel := context.WithTimeout(d.ctx, d.callTimeout)
+	defer cancel()
+	var out msg
+	if err := d.conn.Invoke(ctx, callMethod, &msg{b: req.b}, &out, grpc.CallContentSubtype(codecName)); err != nil {
+		return nil, fmt.Errorf("%w: plugin %s: close: %v", alloc.ErrDriver, d.name, err)
+	}
+	return decodeReply(out.b)
+}
+
+func (d *Driver) CreateStream() (alloc.Stream, error) {
+	r, err := d.call(opCreateStream, newReq(opCreateStream))
+	if err != nil {
+		return 0, err
+	}
+	return alloc.Stream(r.u64()), r.err
+}
+
+func (d *Driver) DestroyStream(s alloc.Stream) error {
+	return d.callErr(opDestroyStream, newReq(opDestroyStream).u64(uint64(s)))
+}
+
+func (d *Driver) StreamSynchronize(s alloc.Stream) error {
+	return d.callErr(opStreamSynchronize, newReq(opStreamSynchronize).u64(uint64(s)))
+}
+
+func (d *Driver) StreamQuery(s alloc.Stream) (bool, error) {
+	r, err := d.call(opStreamQuery, newReq(opStreamQuery).u64(uint64(s)))
+	if err != nil {
+		return false, err
+	}
+	return r.bool(), r.err
+}
+
+func (d *Driver) StreamCaptureStatus(s alloc.Stream) (alloc.DriverCaptureStatus, error) {
+	r, err := d.call(opStreamCaptureStatus, newReq(opStreamCaptureStatus).u64(uint64(s)))
+	if err != nil {
+		return alloc.DriverCaptureNone, err
+	}
+	return alloc.DriverCaptureStatus(r.u64()), r.err
+}
+
+func (d *Driver) Malloc(size int64) (alloc.DevicePtr, error) {
+	r, err := d.call(opMalloc, newReq(opMalloc).i64(size))
+	if err != nil {
+		return 0, err
+	}
+	return alloc.DevicePtr(r.u64()), r.err
+}
+
+func (d *Driver) Free(p alloc.DevicePtr) error {
+	return d.callErr(opFree, newReq(opFree).u64(uint64(p)))
+}
+
+func (d *Driver) MallocAsync(size int64, s alloc.Stream) (alloc.DevicePtr, error) {
+	r, err := d.call(opMallocAsync, newReq(opMallocAsync).i64(size).u64(uint64(s)))
+	if err != nil {
+		return 0, err
+	}
+	return alloc.DevicePtr(r.u64()), r.err
+}
+
+func (d *Driver) FreeAsync(p alloc.DevicePtr, s alloc.Stream) error {
+	return d.callErr(opFreeAsync, newReq(opFreeAsync).u64(uint64(p)).u64(uint64(s)))
+}
+
+func (d *Driver) CopyDtoDAsync(dst, src alloc.DevicePtr, n int64, s alloc.Stream) error {
+	return d.callErr(opCopyDtoDAsync, newReq(opCopyDtoDAsync).u64(uint64(dst)).u64(uint64(src)).i64(n).u64(uint64(s)))
+}
+
+func (d *Driver) MemsetAsync(dst alloc.DevicePtr, value byte, n int64, s alloc.Stream) error {
+	return d.callErr(opMemsetAsync, newReq(opMemsetAsync).u64(uint64(dst)).u64(uint64(value)).i64(n).u64(uint64(s)))
+}
+
+func (d *Driver) BeginCapture(s alloc.Stream, mode alloc.CaptureMode) error {
+	return d.callErr(opBeginCapture, newReq(opBeginCapture).u64(uint64(s)).u64(uint64(mode)))
+}
+
+func (d *Driver) EndCapture(s alloc.Stream) (alloc.GraphHandle, error) {
+	r, err := d.call(opEndCapture, newReq(opEndCapture).u64(uint64(s)))
+	if err != nil {
+		return 0, err
+	}
+	return alloc.GraphHandle(r.u64()), r.err
+}
+
+func (d *Driver) GraphInstantiate(g alloc.GraphHandle, autoFree bool) (alloc.GraphExec, error) {
+	r, err := d.call(opGraphInstantiate, newReq(opGraphInstantiate).u64(uint64(g)).bool(autoFree))
+	if err != nil {
+		return 0, err
+	}
+	return alloc.GraphExec(r.u64()), r.err
+}
+
+func (d *Driver) GraphLaunch(e alloc.GraphExec, s alloc.Stream) error {
+	return d.callErr(opGraphLaunch, newReq(opGraphLaunch).u64(uint64(e)).u64(uint64(s)))
+}
+
+func (d *Driver) GraphExecDestroy(e alloc.GraphExec) error {
+	return d.callErr(opGraphExecDestroy, newReq(opGraphExecDestroy).u64(uint64(e)))
+}
+
+func (d *Driver) GraphDestroy(g alloc.GraphHandle) error {
+	return d.callErr(opGraphDestroy, newReq(opGraphDestroy).u64(uint64(g)))
+}

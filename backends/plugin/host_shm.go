@@ -1,0 +1,140 @@
+package plugin
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/hostregion"
+)
+
+// mapping is the host's side of one region.
+type mapping struct {
+	id      uint64
+	start   uintptr
+	buf     []byte
+	staging bool // internal copy staging, never handed to the caller
+}
+
+// mapChild maps the child's fd n of size bytes into this process.
+func mapChild(pid, fd int, size int64) ([]byte, error) { return mapChildFile(pid, fd, size, 0) }
+
+// errStaleRegion is a region whose fd the backend closed (freed) before
+// this process opened it: the number may now name another file.
+var errStaleRegion = fmt.Errorf("%w: plugin: shared region freed before it was mapped", alloc.ErrInvalidValue)
+
+// mapChildFile is mapChild, checking when ino is not 0 that the fd still
+// names that memfd, at least size bytes long.
+func mapChildFile(pid, fd int, size int64, ino uint64) ([]byte, error) {
+	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/%d", pid, fd), os.O_RDWR, 0)
+	if err != nil {
+		if ino != 0 && os.IsNotExist(err) {
+			return nil, errStaleRegion
+		}
+		return nil, fmt.Errorf("opening the backend's shared memory: %w", err)
+	}
+	defer f.Close()
+	if ino != 0 {
+		var st unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+			return nil, fmt.Errorf("fstat of the backend's shared memory: %w", err)
+		}
+		if st.Ino != ino || st.Size < size {
+			return nil, errStaleRegion
+		}
+	}
+	b, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mapping %d B of the backend's shared memory: %w", size, err)
+	}
+	return b, nil
+}
+
+// hostRegions is the host's table, sorted by address so a copy's host slice
+// resolves to (region, offset) with a binary search and no lock.
+type hostRegions struct {
+	mu     sync.Mutex
+	sorted atomic.Pointer[[]*mapping]
+}
+
+func (t *hostRegions) add(m *mapping) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := t.load()
+	i, _ := slices.BinarySearchFunc(old, m.start, func(x *mapping, p uintptr) int {
+		if x.start < p {
+			return -1
+		}
+		return 1
+	})
+	ms := slices.Insert(slices.Clone(old), i, m)
+	t.sorted.Store(&ms)
+}
+
+func (t *hostRegions) load() []*mapping {
+	if p := t.sorted.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// remove drops m; false if it was not there (freed concurrently).
+func (t *hostRegions) remove(m *mapping) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := t.load()
+	i := slices.Index(old, m)
+	if i < 0 {
+		return false
+	}
+	ms := slices.Delete(slices.Clone(old), i, i+1)
+	t.sorted.Store(&ms)
+	return true
+}
+
+// takeAll empties the table and returns what it held.
+func (t *hostRegions) takeAll() []*mapping {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := t.load()
+	t.sorted.Store(&[]*mapping{})
+	return old
+}
+
+// find returns the caller-visible region holding all of b, and b's offset.
+func (t *hostRegions) find(b []byte) (*mapping, int64, bool) {
+	ms := t.load()
+	i, off := hostregion.Find(ms, func(m *mapping) uintptr { return m.start }, func(m *mapping) uintptr { return uintptr(len(m.buf)) }, b)
+	if i < 0 || ms[i].staging {
+		return nil, 0, false
+	}
+	return ms[i], int64(off), true
+}
+
+// exact returns the region b is exactly (as HostAlloc returned it).
+func (t *hostRegions) exact(b []byte) *mapping {
+	m, off, ok := t.find(b)
+	if !ok || off != 0 || len(m.buf) != len(b) {
+		return nil
+	}
+	return m
+}
+
+// retire unmaps m. A buffer the caller may still hold (a host buffer left
+// alive at Close) is replaced by private zero pages instead: touching it
+// after Close reads zeros rather than crashing the engine, and the shared
+// pages are released either way.
+func retire(m *mapping, callerMayHold bool) error {
+	if !callerMayHold {
+		return unix.Munmap(m.buf)
+	}
+	_, err := unix.MmapPtr(-1, 0, unsafe.Pointer(unsafe.SliceData(m.buf)), uintptr(len(m.buf)),
+		unix.PROT_READ|unix.PROT_WRITE, unix.MAP_FIXED|unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	return err
+}

@@ -1,0 +1,186 @@
+package nccl
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// Bootstrap: how the ranks of a communicator find each other. Two ways,
+// neither a network layer of this module's own (NCCL's bootstrap does the
+// networking):
+//
+//   - the torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR,
+//     MASTER_PORT; or NCCL_COMM_ID): every rank derives the same unique id
+//     from the root's address, and rank 0's ncclCommInitRank listens there
+//     (InitFromEnv);
+//   - a file rendezvous: rank 0 makes the id and writes it to a file every
+//     rank can read, a shared file system across machines
+//     (FileRendezvous, InitFromFile).
+
+// ErrRendezvousTimeout: a rank waited longer than its timeout for rank 0's
+// unique id.
+var ErrRendezvousTimeout = errors.New("nccl: rendezvous timed out")
+
+// Env is one rank's launch environment, torchrun's names.
+type Env struct {
+	Rank, WorldSize int
+	// CommID is the bootstrap root's address, "host:port" (NCCL_COMM_ID's
+	// format): NCCL_COMM_ID when set, else MASTER_ADDR and MASTER_PORT.
+	CommID string
+}
+
+// EnvFrom reads RANK, WORLD_SIZE, and NCCL_COMM_ID or MASTER_ADDR with
+// MASTER_PORT through getenv (os.Getenv). A missing or malformed variable
+// is an alloc.ErrInvalidValue naming it.
+func EnvFrom(getenv func(string) string) (Env, error) {
+	var e Env
+	num := func(name string) (int, error) {
+		v := getenv(name)
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return 0, fmt.Errorf("%w: nccl: %s=%q is not a number (torchrun sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)", alloc.ErrInvalidValue, name, v)
+		}
+		return n, nil
+	}
+	var err error
+	if e.Rank, err = num("RANK"); err != nil {
+		return Env{}, err
+	}
+	if e.WorldSize, err = num("WORLD_SIZE"); err != nil {
+		return Env{}, err
+	}
+	if e.WorldSize < 1 || e.Rank < 0 || e.Rank >= e.WorldSize {
+		return Env{}, fmt.Errorf("%w: nccl: RANK=%d outside WORLD_SIZE=%d", alloc.ErrInvalidValue, e.Rank, e.WorldSize)
+	}
+	if id := getenv("NCCL_COMM_ID"); id != "" {
+		e.CommID = id
+		return e, nil
+	}
+	host := getenv("MASTER_ADDR")
+	if host == "" {
+		return Env{}, fmt.Errorf("%w: nccl: neither NCCL_COMM_ID nor MASTER_ADDR is set", alloc.ErrInvalidValue)
+	}
+	port, err := num("MASTER_PORT")
+	if err != nil {
+		return Env{}, err
+	}
+	if port < 1 || port > 65535 {
+		return Env{}, fmt.Errorf("%w: nccl: MASTER_PORT=%d", alloc.ErrInvalidValue, port)
+	}
+	// net.JoinHostPort brackets an IPv6 address, as NCCL_COMM_ID wants.
+	e.CommID = net.JoinHostPort(strings.Trim(host, "[]"), strconv.Itoa(port))
+	return e, nil
+}
+
+// InitFromEnv makes this rank's communicator from the torchrun
+// environment (EnvFrom(os.Getenv)) on dev's device. When NCCL_COMM_ID is
+// not set it sets it, for this process, from MASTER_ADDR and MASTER_PORT:
+// NCCL then derives the same unique id on every rank, and rank 0 listens
+// on that address (the port must be free on rank 0's machine, so not the
+// one torchrun's own rendezvous store uses). Like InitRank, it blocks
+// until every rank has joined.
+func (l *Library) InitFromEnv(dev DeviceRunner) (*Comm, error) {
+	e, err := EnvFrom(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	if os.Getenv("NCCL_COMM_ID") == "" {
+		// Through purego's runtime hooks os.Setenv reaches the C
+		// environment, where NCCL reads it.
+		if err := os.Setenv("NCCL_COMM_ID", e.CommID); err != nil {
+			return nil, fmt.Errorf("%w: nccl: setting NCCL_COMM_ID: %v", alloc.ErrInvalidValue, err)
+		}
+	}
+	id, err := l.GetUniqueID()
+	if err != nil {
+		return nil, fmt.Errorf("nccl: unique id from NCCL_COMM_ID=%s: %w", e.CommID, err)
+	}
+	return l.InitRank(dev, e.WorldSize, id, e.Rank)
+}
+
+// FileRendezvous hands rank 0's unique id to the other ranks through the
+// file at path. Rank 0 makes the id (GetUniqueID) and publishes it
+// atomically (a temporary file in the same directory, renamed into
+// place); it refuses to start if path already exists, since a stale id
+// from an earlier run would send the others to a root that is gone: use
+// a fresh path per job. Other ranks poll for the file until timeout
+// (ErrRendezvousTimeout). Nobody removes the file; rank 0 may once every
+// rank has its communicator.
+func (l *Library) FileRendezvous(path string, rank int, timeout time.Duration) (UniqueID, error) {
+	if path == "" || rank < 0 {
+		return UniqueID{}, fmt.Errorf("%w: nccl: rendezvous at %q for rank %d", alloc.ErrInvalidValue, path, rank)
+	}
+	if rank == 0 {
+		if _, err := os.Stat(path); err == nil {
+			return UniqueID{}, fmt.Errorf("%w: nccl: rendezvous file %s already exists (a stale one from an earlier run?); use a fresh path per job", alloc.ErrInvalidValue, path)
+		}
+		id, err := l.GetUniqueID()
+		if err != nil {
+			return UniqueID{}, err
+		}
+		return id, publishID(path, id)
+	}
+	return awaitID(path, timeout)
+}
+
+// InitFromFile is FileRendezvous then InitRank.
+func (l *Library) InitFromFile(dev DeviceRunner, path string, ranks, rank int, timeout time.Duration) (*Comm, error) {
+	if ranks < 1 || rank < 0 || rank >= ranks {
+		return nil, fmt.Errorf("%w: nccl: rank %d of %d", alloc.ErrInvalidValue, rank, ranks)
+	}
+	id, err := l.FileRendezvous(path, rank, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return l.InitRank(dev, ranks, id, rank)
+}
+
+// publishID writes id to path atomically.
+func publishID(path string, id UniqueID) error {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("%w: nccl: rendezvous: %v", alloc.ErrInvalidValue, err)
+	}
+	_, werr := f.Write(id.Internal[:])
+	cerr := f.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		_ = os.Remove(f.Name())
+		return fmt.Errorf("%w: nccl: rendezvous: writing %s: %v", alloc.ErrInvalidValue, f.Name(), err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		_ = os.Remove(f.Name())
+		return fmt.Errorf("%w: nccl: rendezvous: %v", alloc.ErrInvalidValue, err)
+	}
+	return nil
+}
+
+// awaitID polls for path until it holds an id or timeout passes.
+func awaitID(path string, timeout time.Duration) (UniqueID, error) {
+	deadline := time.Now().Add(timeout)
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		b, err := os.ReadFile(path)
+		switch {
+		case err == nil && len(b) == UniqueIDBytes:
+			var id UniqueID
+			copy(id.Internal[:], b)
+			return id, nil
+		case err == nil:
+			return UniqueID{}, fmt.Errorf("%w: nccl: rendezvous file %s holds %d B, not a %d-byte unique id", alloc.ErrInvalidValue, path, len(b), UniqueIDBytes)
+		case !errors.Is(err, fs.ErrNotExist):
+			return UniqueID{}, fmt.Errorf("%w: nccl: rendezvous: %v", alloc.ErrInvalidValue, err)
+		}
+		if time.Now().After(deadline) {
+			return UniqueID{}, fmt.Errorf("%w: no unique id at %s after %v: did rank 0 start, with the same path?", ErrRendezvousTimeout, path, timeout)
+		}
+		time.Sleep(wait)
+	}
+}

@@ -1,0 +1,46 @@
+// Package nccl runs NCCL's collectives on capalloc allocators' streams, so
+// a capture records them with the rest of an engine's step (NCCL
+// collectives are capturable since 2.9). The library is loaded at run time
+// with purego (no cgo); a missing or too old one is an
+// alloc.ErrBackendUnavailable that names every path tried.
+//
+// Every collective goes through Allocator.Enqueue: made at once with no
+// capture, recorded (its buffers held by the graph) in the allocator's own
+// capture, refused during any other. Communicator creation and destruction
+// are device-wide calls made under alloc's guard (alloc.DeviceWide): never
+// during a Global-mode capture.
+//
+// Signatures and enum values are NCCL's (nccl.h; docs.nvidia.com/deeplearning/nccl,
+// "API: Types" and "Collective Communication Functions"):
+//
+//	ncclResult_t ncclGetVersion(int *version)
+//	const char *ncclGetErrorString(ncclResult_t result)
+//	ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist)
+//	ncclResult_t ncclCommDestroy(ncclComm_t comm)
+//	ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+//	    ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+//	ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+//	    ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
+//	ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+//	    ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+//	ncclResult_t ncclGroupStart(void), ncclGroupEnd(void)
+//	ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype,
+//	    int peer, ncclComm_t comm, cudaStream_t stream)
+//	ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype,
+//	    int peer, ncclComm_t comm, cudaStream_t stream)
+//
+//	ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
+//	ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
+//
+// ncclUniqueId is typedef struct { char internal[128]; }: passed by value,
+// on the stack on amd64 and as a pointer to a caller's copy on arm64;
+// purego's RegisterFunc lays it out per ABI (checked on amd64 against a
+// stand-in library, testdata/fakenccl.c). Ranks in several processes or
+// machines find each other through the torchrun environment (InitFromEnv:
+// MASTER_ADDR and MASTER_PORT become NCCL_COMM_ID) or a file rendezvous
+// (InitFromFile); ncclCommInitRank runs on the rank's device thread
+// (DeviceRunner, *cuda.Driver's OnDevice), since it acts on the calling
+// thread's current device.
+//
+// Not bound yet: ncclCommWindowRegister (symmetric kernels, NCCL 2.27).
+package nccl

@@ -1,0 +1,68 @@
+package nccl
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// UniqueIDBytes is NCCL_UNIQUE_ID_BYTES (nccl.h).
+const UniqueIDBytes = 128
+
+// UniqueID is ncclUniqueId (nccl.h: typedef struct { char
+// internal[NCCL_UNIQUE_ID_BYTES]; } ncclUniqueId): the address of the
+// bootstrap root and a magic number, opaque to callers. Every rank of a
+// communicator must pass the same one to InitRank.
+type UniqueID struct {
+	Internal [UniqueIDBytes]byte
+}
+
+// GetUniqueID is ncclGetUniqueId. Without NCCL_COMM_ID in the environment
+// it starts the bootstrap root in this process, so it is called by one
+// rank (rank 0) and the id is handed to the others (FileRendezvous, or the
+// engine's own channel). With NCCL_COMM_ID set (InitFromEnv) every rank
+// computes the same id itself and rank 0's InitRank starts the root.
+func (l *Library) GetUniqueID() (UniqueID, error) {
+	var id UniqueID
+	if err := l.check("ncclGetUniqueId", call(l.getUniqueID, uintptr(unsafe.Pointer(&id)))); err != nil {
+		return UniqueID{}, err
+	}
+	return id, nil
+}
+
+// DeviceRunner runs a function on an OS thread where the rank's device is
+// current: *cuda.Driver's OnDevice. ncclCommInitRank acts on the calling
+// thread's current device, and a goroutine has no fixed thread.
+type DeviceRunner interface {
+	OnDevice(op string, fn func() error) error
+}
+
+// InitRank makes this process's communicator for rank of ranks
+// (ncclCommInitRank), on dev's device. It returns once every rank has
+// joined: NCCL's bootstrap is a rendezvous, so it blocks until the peers
+// call it too (NCCL's own timeouts apply). It is a device-wide call, made
+// under alloc's guard: refused (alloc.ErrCaptureIllegalOp, no NCCL call)
+// while a Global-mode capture is active in the process, and no capture
+// begins while it runs; make communicators before capturing.
+func (l *Library) InitRank(dev DeviceRunner, ranks int, id UniqueID, rank int) (*Comm, error) {
+	if dev == nil {
+		return nil, fmt.Errorf("%w: nccl: init rank: no device", alloc.ErrInvalidValue)
+	}
+	if ranks < 1 || ranks > 1<<30 || rank < 0 || rank >= ranks {
+		return nil, fmt.Errorf("%w: nccl: init rank: rank %d of %d", alloc.ErrInvalidValue, rank, ranks)
+	}
+	if id == (UniqueID{}) {
+		return nil, fmt.Errorf("%w: nccl: init rank: zero unique id (from GetUniqueID, FileRendezvous or InitFromEnv)", alloc.ErrInvalidValue)
+	}
+	var h uintptr
+	err := alloc.DeviceWide(captureDomain, "nccl: init rank", func() error {
+		return dev.OnDevice("nccl: init rank", func() error {
+			return l.check("ncclCommInitRank", l.commInitRank(&h, int32(ranks), id, int32(rank)))
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("nccl: rank %d of %d: %w", rank, ranks, err)
+	}
+	return &Comm{l: l, h: h, rank: rank, ranks: ranks}, nil
+}

@@ -1,0 +1,74 @@
+/* A stand-in libnccl for the nccl package's tests (no GPU, no NCCL): it
+ * exports what nccl binds, with NCCL's signatures (nccl.h), and records
+ * what ncclCommInitRank received so a test can check that the 128-byte
+ * ncclUniqueId passed by value crossed purego intact, with the arguments
+ * around it. ncclGetUniqueId puts "env:" and NCCL_COMM_ID into the id when
+ * that variable is set (as NCCL derives the id from it), else a counter
+ * pattern. */
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+
+typedef struct { char internal[128]; } ncclUniqueId;
+typedef void *ncclComm_t;
+typedef int ncclResult_t;
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static ncclUniqueId last_id;
+static int last_nranks = -1, last_rank = -1, inits, counter;
+
+ncclResult_t ncclGetVersion(int *v) { *v = 22803; return 0; }
+const char *ncclGetErrorString(ncclResult_t r) { return r == 4 ? "invalid argument (fake)" : "fake error"; }
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+  if (!id) return 4;
+  memset(id, 0, sizeof *id);
+  const char *env = getenv("NCCL_COMM_ID");
+  if (env) {
+    strcpy(id->internal, "env:");
+    strncat(id->internal, env, sizeof id->internal - 5);
+    return 0;
+  }
+  pthread_mutex_lock(&mu);
+  int c = ++counter;
+  pthread_mutex_unlock(&mu);
+  for (int i = 0; i < 128; i++) id->internal[i] = (char)(i * 7 + c);
+  return 0;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+  if (!comm || nranks < 1 || rank < 0 || rank >= nranks) return 4;
+  pthread_mutex_lock(&mu);
+  last_id = id;
+  last_nranks = nranks;
+  last_rank = rank;
+  inits++;
+  pthread_mutex_unlock(&mu);
+  *comm = (ncclComm_t)(unsigned long)(0x1000 + rank);
+  return 0;
+}
+
+/* fake_last_init copies what the last ncclCommInitRank received and
+ * returns how many were made. */
+int fake_last_init(char *id, int *nranks, int *rank) {
+  pthread_mutex_lock(&mu);
+  memcpy(id, last_id.internal, 128);
+  *nranks = last_nranks;
+  *rank = last_rank;
+  int n = inits;
+  pthread_mutex_unlock(&mu);
+  return n;
+}
+
+ncclResult_t ncclCommInitAll(ncclComm_t *comms, int n, const int *devs) {
+  for (int i = 0; i < n; i++) comms[i] = (ncclComm_t)(unsigned long)(0x1000 + i);
+  return 0;
+}
+ncclResult_t ncclCommDestroy(ncclComm_t c) { return c ? 0 : 4; }
+ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, int t, int op, ncclComm_t c, void *st) { return 0; }
+ncclResult_t ncclAllGather(const void *s, void *r, size_t n, int t, ncclComm_t c, void *st) { return 0; }
+ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, int t, int op, ncclComm_t c, void *st) { return 0; }
+ncclResult_t ncclGroupStart(void) { return 0; }
+ncclResult_t ncclGroupEnd(void) { return 0; }
+ncclResult_t ncclSend(const void *s, size_t n, int t, int peer, ncclComm_t c, void *st) { return 0; }
+ncclResult_t ncclRecv(void *r, size_t n, int t, int peer, ncclComm_t c, void *st) { return 0; }

@@ -1,0 +1,39 @@
+// Package symheap is a symmetric heap for N ranks with collectives that
+// stay capturable: barrier, all-reduce (sum of float32 or int32),
+// all-gather, reduce-scatter and all-to-all, each put on a rank's
+// allocator stream as a host function (alloc.HostFuncLauncher), so a
+// capture records it with the rest of the step and every replay runs it
+// again on fresh data.
+//
+// The design follows what NVSHMEM, PyTorch's SymmetricMemory and NCCL's
+// windows converge on (docs/symmetric-heap.md):
+//
+//   - Every rank reserves one heap of the same size. The handles (here
+//     memfd file descriptors) are exchanged once, when the Group is made;
+//     each rank maps every peer's heap itself at Open, before any capture,
+//     so peers sit at different addresses in each rank and code must pass
+//     offsets (Tensor), never pointers.
+//   - Allocation in the heap is a deterministic bump (the same sequence
+//     gives the same offsets on every rank): host arithmetic, legal in a
+//     capture, no driver call, no exchange. Freeing is a whole-heap Reset
+//     outside capture. With Options.CheckAllocs, each rank's allocation
+//     sequence is hashed and compared at the next barrier.
+//   - Each heap has a signal pad. Barriers use monotonically increasing
+//     epochs kept in the pad (a release store on arrival, acquire loads on
+//     the way out, a wrap-safe compare), never set/clear flags and never a
+//     value frozen into a graph. A wait spins briefly, then sleeps on a
+//     futex, and gives up after Options.Timeout with ErrCollectiveTimeout.
+//   - Every collective ends with a barrier, so a fast rank never
+//     overwrites inputs a slow rank still reads.
+//
+// Ranks must launch the same collectives, and replay the same graphs, the
+// same number of times: a rank that replays fewer times makes its peers
+// fail with ErrCollectiveTimeout (reported by their next Synchronize), not
+// hang.
+//
+// This implementation serves backends whose device memory is host memory
+// (cpu): ranks are goroutines of one process, or processes that received
+// the group's files (Group.Files, Attach). For CUDA and HIP the same API
+// maps onto pools exported as shareable handles and NCCL/RCCL, not built
+// yet (docs/symmetric-heap.md).
+package symheap

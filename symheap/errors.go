@@ -1,0 +1,16 @@
+package symheap
+
+import "errors"
+
+var (
+	// ErrCollectiveTimeout: a rank waited longer than Options.Timeout for
+	// its peers (one replayed fewer times, or died). The heap is broken
+	// from then on: every later collective on this rank fails with it.
+	ErrCollectiveTimeout = errors.New("symheap: collective wait timed out")
+	// ErrAllocMismatch: with Options.CheckAllocs, ranks allocated in the
+	// heap in different sequences, so the same Tensor names different
+	// bytes on different ranks.
+	ErrAllocMismatch = errors.New("symheap: ranks allocated differently")
+	// ErrHeapFull: an allocation does not fit in what is left of the heap.
+	ErrHeapFull = errors.New("symheap: heap full")
+)

@@ -1,0 +1,239 @@
+package symheap
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// DefaultTimeout bounds every wait of a collective when Options.Timeout is
+// zero.
+const DefaultTimeout = 10 * time.Second
+
+// Align is the alignment of every Tensor's offset.
+const Align = 256
+
+// Options configures a rank's heap.
+type Options struct {
+	// Timeout bounds each wait for peers (0: DefaultTimeout). Past it the
+	// collective fails with ErrCollectiveTimeout.
+	Timeout time.Duration
+	// CheckAllocs hashes this rank's allocation sequence and compares it
+	// with every peer's at each barrier (ErrAllocMismatch).
+	CheckAllocs bool
+}
+
+// Tensor names bytes of the heap by offset: the same Tensor is the same
+// bytes' place on every rank (pointers differ; offsets do not).
+type Tensor struct {
+	Off, Size int64 // bytes, like alloc.Buffer's Size
+}
+
+// Heap is one rank's view of the group: every rank's heap mapped here, and
+// this rank's allocator, on whose stream its collectives run.
+type Heap struct {
+	g     *Group
+	rank  int
+	a     *alloc.Allocator
+	opts  Options
+	views [][]byte // views[p]: rank p's file (pad, then heap) as mapped here
+
+	mu   sync.Mutex
+	next int64  // bump offset
+	hash uint32 // FNV-1a of the allocation sizes, for CheckAllocs
+
+	err atomic.Pointer[error] // sticky: the first collective failure
+
+	// life keeps Close from unmapping under a running collective: a
+	// collective's host function holds the read side while it runs, and
+	// one that runs after Close (queued, or in a graph replayed later)
+	// fails with alloc.ErrClosed instead of touching unmapped memory.
+	life   sync.RWMutex
+	closed bool
+}
+
+// Open maps every rank's heap for rank, whose collectives will run on a's
+// stream. a's driver must launch host functions (alloc.HostFuncLauncher)
+// and share memory with the host (DeviceInfo.UnifiedMemory: cpu; GB10's
+// GPU reaches host memory too); otherwise the error wraps
+// errors.ErrUnsupported.
+// Opening during a capture on a is refused with alloc.ErrCaptureIllegalOp
+// before any driver call: the peer table is built once, here, never in a
+// graph.
+func (g *Group) Open(rank int, a *alloc.Allocator, opts Options) (*Heap, error) {
+	if rank < 0 || rank >= g.Ranks() || a == nil {
+		return nil, fmt.Errorf("%w: symheap: rank %d of %d", alloc.ErrInvalidValue, rank, g.Ranks())
+	}
+	st, err := a.CaptureStatus()
+	if err != nil {
+		return nil, err
+	}
+	if st != alloc.StateNone {
+		return nil, fmt.Errorf("%w: symheap: opening a heap during a capture (state %s): open it before capturing", alloc.ErrCaptureIllegalOp, st)
+	}
+	if !Runs(a.Driver()) {
+		return nil, fmt.Errorf("%w: symheap: backend %s (collectives need host functions and host-addressable device memory: cpu)", errors.ErrUnsupported, a.Driver().Name())
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	h := &Heap{g: g, rank: rank, a: a, opts: opts, hash: fnvOffset}
+	for _, f := range g.files {
+		b, err := mapShared(f, padSize+g.size)
+		if err != nil {
+			_ = h.unmap()
+			return nil, err
+		}
+		h.views = append(h.views, b)
+	}
+	// The table is in place before anything is captured: queued work ends.
+	if err := a.Synchronize(); err != nil {
+		_ = h.unmap()
+		return nil, err
+	}
+	return h, nil
+}
+
+// Runs reports whether collectives run on d: it launches host functions
+// and shares memory with the host.
+func Runs(d alloc.Driver) bool {
+	_, ok := d.(alloc.HostFuncLauncher)
+	return ok && d.Info().UnifiedMemory
+}
+
+// Close unmaps the peers' heaps. It waits for a collective running on
+// the stream to finish (at most Options.Timeout); collectives that run
+// later, still queued or in a graph replayed after Close, fail with
+// alloc.ErrClosed (reported by the stream's next synchronize) without
+// touching the heap. Close graphs that run this heap's collectives first.
+// A second Close fails with alloc.ErrClosed.
+func (h *Heap) Close() error {
+	h.life.Lock()
+	defer h.life.Unlock()
+	if h.closed {
+		return fmt.Errorf("%w: symheap: heap of rank %d closed twice", alloc.ErrClosed, h.rank)
+	}
+	h.closed = true
+	return h.unmap()
+}
+
+func (h *Heap) unmap() error {
+	var errs []error
+	for _, b := range h.views {
+		errs = append(errs, unmapShared(b))
+	}
+	h.views = nil
+	return errors.Join(errs...)
+}
+
+// Rank is this heap's rank; Ranks the group's size.
+func (h *Heap) Rank() int  { return h.rank }
+func (h *Heap) Ranks() int { return h.g.Ranks() }
+
+// Allocator is the allocator whose stream runs this rank's collectives.
+func (h *Heap) Allocator() *alloc.Allocator { return h.a }
+
+// Alloc takes n bytes (aligned to Align) from the heap: a bump of the
+// offset, host arithmetic only, legal during a capture. Every rank must
+// allocate the same sizes in the same order.
+func (h *Heap) Alloc(n int64) (Tensor, error) {
+	if n <= 0 {
+		return Tensor{}, fmt.Errorf("%w: symheap: alloc %d B", alloc.ErrInvalidSize, n)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	off := (h.next + Align - 1) &^ (Align - 1)
+	if off > h.g.size || n > h.g.size-off {
+		return Tensor{}, fmt.Errorf("%w: %d B at offset %d of a %d B heap", ErrHeapFull, n, off, h.g.size)
+	}
+	h.next = off + n
+	h.hash = fnv32(h.hash, uint64(n))
+	return Tensor{Off: off, Size: n}, nil
+}
+
+// Reset frees the whole heap: the next Alloc starts at offset 0. It is
+// refused during a capture (alloc.ErrCaptureIllegalOp): graphs have the
+// offsets baked in. Every rank must reset together.
+func (h *Heap) Reset() error {
+	st, err := h.a.CaptureStatus()
+	if err != nil {
+		return err
+	}
+	if st != alloc.StateNone {
+		return fmt.Errorf("%w: symheap: reset during a capture (state %s)", alloc.ErrCaptureIllegalOp, st)
+	}
+	h.mu.Lock()
+	h.next, h.hash = 0, fnvOffset
+	h.mu.Unlock()
+	return nil
+}
+
+// Bytes is this rank's bytes of t, for the engine's host functions; nil
+// once the heap is closed, or for a tensor outside the heap.
+func (h *Heap) Bytes(t Tensor) []byte {
+	if h.check(t) != nil {
+		return nil
+	}
+	h.life.RLock()
+	defer h.life.RUnlock()
+	if h.closed {
+		return nil
+	}
+	return h.peer(h.rank, t)
+}
+
+// Float32s and Int32s view this rank's bytes of t as elements.
+func (h *Heap) Float32s(t Tensor) []float32 { return asElems[float32](h.Bytes(t)) }
+func (h *Heap) Int32s(t Tensor) []int32     { return asElems[int32](h.Bytes(t)) }
+
+// peer is rank p's bytes of t, as mapped here.
+func (h *Heap) peer(p int, t Tensor) []byte {
+	return h.views[p][padSize+t.Off : padSize+t.Off+t.Size : padSize+t.Off+t.Size]
+}
+
+func (h *Heap) check(t Tensor) error {
+	if t.Off < 0 || t.Size <= 0 || t.Off > h.g.size || t.Size > h.g.size-t.Off {
+		return fmt.Errorf("%w: symheap: tensor [%d, %d+%d) outside a %d B heap", alloc.ErrOutOfRange, t.Off, t.Off, t.Size, h.g.size)
+	}
+	return nil
+}
+
+// Err is the heap's sticky failure (a timed-out or mismatched collective),
+// nil while it is healthy.
+func (h *Heap) Err() error {
+	if p := h.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (h *Heap) fail(err error) error {
+	h.err.CompareAndSwap(nil, &err)
+	return h.Err()
+}
+
+func asElems[T float32 | int32](b []byte) []T {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), len(b)/int(unsafe.Sizeof(T(0))))
+}
+
+const (
+	fnvOffset = 2166136261
+	fnvPrime  = 16777619
+)
+
+func fnv32(h uint32, v uint64) uint32 {
+	for range 8 {
+		h ^= uint32(v & 0xff)
+		h *= fnvPrime
+		v >>= 8
+	}
+	return h
+}

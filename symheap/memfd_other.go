@@ -1,0 +1,21 @@
+//go:build !linux
+
+package symheap
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+func newSharedFile(string, int64) (*os.File, error) {
+	return nil, fmt.Errorf("%w: symheap: shared heaps are memfds, which %s lacks", alloc.ErrBackendUnavailable, runtime.GOOS)
+}
+
+func mapShared(*os.File, int64) ([]byte, error) {
+	return nil, fmt.Errorf("%w: symheap: no memfd on %s", alloc.ErrBackendUnavailable, runtime.GOOS)
+}
+
+func unmapShared([]byte) error { return nil }

@@ -1,0 +1,136 @@
+package symheap_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/cpu"
+	"github.com/capalloc/capalloc/symheap"
+)
+
+// Opening a heap during a capture is refused before any driver call;
+// allocating in a capture is arithmetic: no driver call either.
+func TestCaptureRules(t *testing.T) {
+	var spy *alloctest.Spy
+	g, a := groupAndAllocator(t, 1, func(d alloc.Driver) alloc.Driver { spy = alloctest.NewSpy(d); return spy })
+	var err error
+
+	require.NoError(t, a.BeginCapture(alloc.Global))
+	before := spy.Snapshot()
+	_, err = g.Open(0, a, symheap.Options{})
+	require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
+	require.Zero(t, spy.Snapshot().Sub(before).Total(alloctest.MethodStreamCaptureStatus), "no driver call but the status query")
+	gr, err := a.EndCapture()
+	require.NoError(t, err)
+	require.NoError(t, gr.Close())
+
+	h, err := g.Open(0, a, symheap.Options{})
+	require.NoError(t, err)
+	defer h.Close()
+	require.NoError(t, a.BeginCapture(alloc.Global))
+	before = spy.Snapshot()
+	x, err := h.Alloc(1000)
+	require.NoError(t, err)
+	y, err := h.Alloc(1000)
+	require.NoError(t, err)
+	require.Zero(t, spy.Snapshot().Sub(before).Total(), "allocation in the heap makes no driver call")
+	require.Equal(t, symheap.Tensor{Off: 0, Size: 1000}, x)
+	require.Equal(t, symheap.Tensor{Off: 1024, Size: 1000}, y)
+	require.ErrorIs(t, h.Reset(), alloc.ErrCaptureIllegalOp, "reset frees offsets a graph may hold")
+	gr, err = a.EndCapture()
+	require.NoError(t, err)
+	require.NoError(t, gr.Close())
+	require.NoError(t, h.Reset())
+	z, err := h.Alloc(10)
+	require.NoError(t, err)
+	require.Zero(t, z.Off)
+}
+
+func TestBadOperandsAreTypedAndQueueNothing(t *testing.T) {
+	g, a := groupAndAllocator(t, 2, nil) // rank 1 never opens: nothing may wait for it
+	h, err := g.Open(0, a, symheap.Options{Timeout: time.Second})
+	require.NoError(t, err)
+	defer h.Close()
+	x, err := h.Alloc(1024)
+	require.NoError(t, err)
+	y, err := h.Alloc(1024)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		err  error
+		call func() error
+	}{
+		{alloc.ErrOutOfRange, func() error { return h.AllReduce(symheap.Tensor{Off: 1 << 16, Size: 4}, symheap.Int32) }},
+		{alloc.ErrInvalidSize, func() error { return h.AllReduce(symheap.Tensor{Off: 0, Size: 6}, symheap.Int32) }},
+		{alloc.ErrInvalidValue, func() error { return h.AllReduce(x, symheap.DType(9)) }},
+		{alloc.ErrInvalidSize, func() error { return h.AllGather(x, y) }},
+		{alloc.ErrInvalidValue, func() error { return h.AllToAll(x, x) }},
+		{alloc.ErrInvalidSize, func() error { return h.ReduceScatter(x, y, symheap.Int32) }},
+	} {
+		require.ErrorIs(t, c.call(), c.err)
+	}
+	_, err = h.Alloc(1 << 20)
+	require.ErrorIs(t, err, symheap.ErrHeapFull)
+	_, err = h.Alloc(0)
+	require.ErrorIs(t, err, alloc.ErrInvalidSize)
+	// Nothing was queued: a lone synchronize returns at once, no barrier.
+	require.NoError(t, h.Allocator().Synchronize())
+}
+
+// hidden hides the driver's optional interfaces, as a plugin driver lacks
+// host functions.
+type hidden struct{ alloc.Driver }
+
+func TestUnsupportedBackendIsRefused(t *testing.T) {
+	g, a := groupAndAllocator(t, 1, func(d alloc.Driver) alloc.Driver { return hidden{d} })
+	_, err := g.Open(0, a, symheap.Options{})
+	require.True(t, errors.Is(err, errors.ErrUnsupported), "%v", err)
+}
+
+// groupAndAllocator makes a group of ranks ranks and one cpu allocator
+// whose driver wrap may replace (a spy, a wrapper); the test's cleanup
+// closes them.
+func groupAndAllocator(t *testing.T, ranks int, wrap func(alloc.Driver) alloc.Driver) (*symheap.Group, *alloc.Allocator) {
+	t.Helper()
+	g, err := symheap.NewGroup(ranks, 1<<16)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, g.Close()) })
+	d, err := cpu.New(cpu.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, d.Close()) })
+	var drv alloc.Driver = d
+	if wrap != nil {
+		drv = wrap(d)
+	}
+	a, err := alloc.New(drv, alloc.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, a.Close()) })
+	return g, a
+}
+
+// A collective that runs after Close, queued or replayed, fails the
+// stream with ErrClosed instead of touching unmapped memory; Close twice
+// and launching on a closed heap are refused.
+func TestClosedHeap(t *testing.T) {
+	g, a := groupAndAllocator(t, 1, nil)
+	h, err := g.Open(0, a, symheap.Options{Timeout: time.Second})
+	require.NoError(t, err)
+	x, err := h.Alloc(64)
+	require.NoError(t, err)
+	require.Len(t, h.Bytes(x), 64)
+	gr, err := a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, func() error { return h.AllReduce(x, symheap.Int32) })
+	require.NoError(t, err)
+	defer gr.Close()
+	require.NoError(t, h.Barrier()) // queued: the cpu stream runs it at the next synchronize
+	require.NoError(t, h.Close())
+	require.ErrorIs(t, a.Synchronize(), alloc.ErrClosed, "the queued barrier ran after Close")
+	require.NoError(t, gr.Launch())
+	require.ErrorIs(t, a.Synchronize(), alloc.ErrClosed, "the replayed all-reduce ran after Close")
+	require.ErrorIs(t, h.Barrier(), alloc.ErrClosed)
+	require.ErrorIs(t, h.Close(), alloc.ErrClosed)
+	require.Nil(t, h.Bytes(x))
+}
