@@ -224,6 +224,9 @@ func (d *Driver) setup() error {
 	if rt.graphMemTrim == 0 {
 		d.warn("%s lacks hipDeviceGraphMemTrim: memory freed by graphs is not returned to the OS by Trim", rt.path)
 	}
+	if rt.launchHostFunc == 0 {
+		d.warn("%s lacks hipLaunchHostFunc: LaunchHostFunc fails", rt.path)
+	}
 	d.info = alloc.DeviceInfo{
 		Name:          fmt.Sprintf("hip:%d %s (HIP runtime %s)", dev, d.deviceName(), versionString(rt.runtimeVersion)),
 		TotalMemory:   int64(min(total, math.MaxInt64)),

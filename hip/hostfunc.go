@@ -66,6 +66,9 @@ func (d *Driver) LaunchHostFunc(s alloc.Stream, fn func() error) error {
 	if fn == nil {
 		return errf(alloc.ErrInvalidValue, "%s: nil function", op)
 	}
+	if d.rt.launchHostFunc == 0 {
+		return errf(alloc.ErrDriver, "%s: %s does not export hipLaunchHostFunc (Debian's 5.2.3 does not, although its header declares it)", op, d.rt.path)
+	}
 	st, err := d.StreamCaptureStatus(s)
 	if err != nil {
 		return err

@@ -31,7 +31,7 @@ import (
 //	hipDeviceGetDefaultMemPool(hipMemPool_t *mem_pool, int device)
 //	hipMemPoolSetAttribute(hipMemPool_t mem_pool, hipMemPoolAttr attr, void *value)
 //	hipMemPoolTrimTo(hipMemPool_t mem_pool, size_t min_bytes_to_hold)
-//	hipLaunchHostFunc(hipStream_t stream, hipHostFn_t fn, void *userData)  // hipHostFn_t: void (*)(void *userData)
+//	hipLaunchHostFunc(hipStream_t stream, hipHostFn_t fn, void *userData)  // optional; hipHostFn_t: void (*)(void *userData)
 //	hipMallocFromPoolAsync(void **dev_ptr, size_t size, hipMemPool_t mem_pool, hipStream_t stream)
 //	hipFreeAsync(void *dev_ptr, hipStream_t stream)
 //	hipHostMalloc(void **ptr, size_t size, unsigned int flags)
@@ -110,7 +110,6 @@ func (s *symbols) bindings() []binding {
 		{"hipDeviceGetDefaultMemPool", &s.deviceGetDefaultMemPool, false},
 		{"hipMemPoolSetAttribute", &s.memPoolSetAttribute, false},
 		{"hipMemPoolTrimTo", &s.memPoolTrimTo, false},
-		{"hipLaunchHostFunc", &s.launchHostFunc, false},
 		{"hipMallocFromPoolAsync", &s.mallocFromPoolAsync, false},
 		{"hipFreeAsync", &s.freeAsync, false},
 		{"hipHostMalloc", &s.hostMalloc, false},
@@ -133,6 +132,10 @@ func (s *symbols) bindings() []binding {
 		// Optional: without it graph memory is not trimmed (a warning at
 		// open says so). Not declared in 5.2.3's header.
 		{"hipDeviceGraphMemTrim", &s.graphMemTrim, true},
+		// Optional: without it LaunchHostFunc fails (a warning at open
+		// says so). Declared in 5.2.3's header, but Debian's
+		// libamdhip64.so.5 (5.2.3) does not export it.
+		{"hipLaunchHostFunc", &s.launchHostFunc, true},
 	}
 }
 
