@@ -52,8 +52,28 @@ const (
 const (
 	memAllocationTypePinned = 0x1
 	memHandleTypeNone       = 0x0
+	memHandleTypePosixFD    = 0x1 // cudaMemHandleTypePosixFileDescriptor
 	memLocationTypeDevice   = 1
 )
+
+// IPC (cuda_runtime_api.h, driver_types.h): cudaIpcMemHandle_t is
+// struct cudaIpcMemHandle_st { char reserved[CUDA_IPC_HANDLE_SIZE]; } with
+// CUDA_IPC_HANDLE_SIZE 64, taken by value by cudaIpcOpenMemHandle, whose
+// flags must be cudaIpcMemLazyEnablePeerAccess (0x01). Checked against the
+// bindgen output of cuda_runtime_api.h (docs.rs cuda-runtime-sys,
+// rcudnn-sys: reserved: [i8; 64]; cudaIpcOpenMemHandle(devPtr: *mut *mut
+// c_void, handle: cudaIpcMemHandle_t, flags: c_uint)) and cuda-python's
+// IpcMemFlags (IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1), not against an
+// installed CUDA header: this machine has none.
+const (
+	ipcHandleSize           = 64
+	ipcLazyEnablePeerAccess = 0x01
+)
+
+// ipcMemHandle is cudaIpcMemHandle_t.
+type ipcMemHandle struct {
+	reserved [ipcHandleSize]byte
+}
 
 // memPoolProps is struct cudaMemPoolProps (driver_types.h):
 //
@@ -81,6 +101,8 @@ var (
 	_ [unsafe.Sizeof(memPoolProps{}) - 88]struct{}
 	_ [24 - unsafe.Offsetof(memPoolProps{}.tail)]struct{}
 	_ [unsafe.Offsetof(memPoolProps{}.tail) - 24]struct{}
+	_ [64 - unsafe.Sizeof(ipcMemHandle{})]struct{}
+	_ [unsafe.Sizeof(ipcMemHandle{}) - 64]struct{}
 )
 
 // devicePropsBufSize bounds struct cudaDeviceProp (about 1 KiB in CUDA 12);

@@ -69,6 +69,9 @@ type Options struct {
 	// so pinned buffers are visible to the engine's process and plugin:cuda
 	// moves no bytes over RPC.
 	HostMemory backends.HostMemory
+	// IPC creates the driver's pool with cudaMemHandleTypePosixFileDescriptor
+	// so it can be exported (ExportPool). Not with DefaultPool.
+	IPC bool
 }
 
 func (o Options) validate() error {
@@ -82,6 +85,8 @@ func (o Options) validate() error {
 	case o.Reserve > 0 && o.ReleaseThreshold > 0 && o.Reserve > o.ReleaseThreshold:
 		return errf(alloc.ErrInvalidValue, "reserve %d B exceeds release threshold %d B: the pool would return it at the first synchronize",
 			o.Reserve, o.ReleaseThreshold)
+	case o.IPC && o.DefaultPool:
+		return errf(alloc.ErrInvalidValue, "ipc needs a pool of the driver's own, created exportable; the default pool's handle types are not this driver's to choose")
 	}
 	return nil
 }
@@ -124,6 +129,7 @@ var (
 	_ alloc.GraphMemTrimmer  = (*Driver)(nil)
 	_ alloc.PoolTrimmer      = (*Driver)(nil)
 	_ alloc.HostFuncLauncher = (*Driver)(nil)
+	_ alloc.IPCMemory        = (*Driver)(nil)
 )
 
 // New loads the CUDA runtime and opens a device. Without a usable runtime,

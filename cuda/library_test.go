@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -85,6 +86,34 @@ func realRuntime(t *testing.T) string {
 		t.Skipf("%s is not set (.ci/run sets it to Debian's libcudart.so.11.0)", realRuntimeEnv)
 	}
 	return path
+}
+
+// Every symbol the driver binds for the real library's version is in it,
+// resolved through purego as the driver does (no nm): the real runtime
+// cannot report its version without a driver, so the bindings are those
+// of the version its file name gives (11.8 for Debian's 11.8.89).
+func TestRealRuntimeHasEverySymbol(t *testing.T) {
+	path := realRuntime(t)
+	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	require.NoError(t, err)
+	v, major := fileVersion(path)
+	if major == 0 {
+		t.Skipf("%s: no version in the file name", path)
+	}
+	minor := 0
+	if _, m, ok := strings.Cut(v, "."); ok {
+		minor, _ = strconv.Atoi(m)
+	}
+	var rt runtimeAPI
+	bs, err := rt.bindings(major*1000 + minor*10)
+	require.NoError(t, err)
+	require.NoError(t, resolve(h, path, bs), "every required symbol resolves in %s (runtime %s)", path, v)
+	for _, b := range bs {
+		if *b.addr == 0 {
+			require.True(t, b.optional, b.name)
+			t.Logf("optional symbol %s absent from %s", b.name, path)
+		}
+	}
 }
 
 // Without a driver the real runtime fails cudaRuntimeGetVersion itself with

@@ -9,7 +9,9 @@ import (
 
 // createPool runs on the dev thread. A pool of our own (the default) keeps
 // this driver's threshold from changing, or being changed by, other users
-// of the device's default pool; DefaultPool shares that one instead.
+// of the device's default pool; DefaultPool shares that one instead. With
+// Options.IPC the pool is created with cudaMemHandleTypePosixFileDescriptor,
+// so it can be exported (ExportPool) to another process.
 func (d *Driver) createPool() error {
 	rt, dev := d.rt, d.opts.Device
 	if d.opts.DefaultPool {
@@ -18,9 +20,13 @@ func (d *Driver) createPool() error {
 			return err
 		}
 	} else {
+		handles := int32(memHandleTypeNone)
+		if d.opts.IPC {
+			handles = memHandleTypePosixFD
+		}
 		props := memPoolProps{
 			allocType:    memAllocationTypePinned,
-			handleTypes:  memHandleTypeNone,
+			handleTypes:  handles,
 			locationType: memLocationTypeDevice,
 			locationID:   int32(dev),
 		}

@@ -18,6 +18,7 @@ import (
 //	non_blocking=false       blocking streams, which sync with the legacy
 //	                         stream (default true: see Options.Blocking
 //	                         for what blocking streams cost under capture)
+//	ipc=true                 create the pool exportable (POSIX fd handles)
 func init() { backends.Register("cuda", openWith) }
 
 func openWith(ctx context.Context, c backends.Choice) (alloc.Driver, error) {
@@ -37,7 +38,7 @@ func openWith(ctx context.Context, c backends.Choice) (alloc.Driver, error) {
 // backends.ErrInvalidConfig.
 func parseOptions(o backends.Options) (Options, error) {
 	var opts Options
-	if err := o.Check("device", "release_threshold", "reserve", "default_pool", "stream_priority", "non_blocking"); err != nil {
+	if err := o.Check("device", "release_threshold", "reserve", "default_pool", "stream_priority", "non_blocking", "ipc"); err != nil {
 		return opts, err
 	}
 	var err error
@@ -61,6 +62,9 @@ func parseOptions(o backends.Options) (Options, error) {
 		return opts, err
 	}
 	opts.Blocking = !nonBlocking
+	if opts.IPC, err = o.Bool("ipc", false); err != nil {
+		return opts, err
+	}
 	if err := opts.validate(); err != nil {
 		return opts, fmt.Errorf("%w: %w", backends.ErrInvalidConfig, err)
 	}

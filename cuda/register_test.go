@@ -16,6 +16,9 @@ func TestParseOptions(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, Options{Device: 1, ReleaseThreshold: 8 << 30, Reserve: 512 << 20, DefaultPool: true, StreamPriority: -1, Blocking: true}, o)
+	o, err = parseOptions(backends.Options{"ipc": "true"})
+	require.NoError(t, err)
+	require.Equal(t, Options{IPC: true}, o)
 	o, err = parseOptions(backends.Options{})
 	require.NoError(t, err)
 	require.Equal(t, Options{}, o, "the default is non-blocking streams: Blocking's zero value")
@@ -34,6 +37,8 @@ func TestParseOptions(t *testing.T) {
 		"priority not int":    {"stream_priority": "high"},
 		"blocking not bool":   {"non_blocking": "2"},
 		"reserve > threshold": {"reserve": "2GiB", "release_threshold": "1GiB"},
+		"ipc not bool":        {"ipc": "yes please"},
+		"ipc with default":    {"ipc": "true", "default_pool": "true"},
 	} {
 		_, err := parseOptions(bad)
 		require.ErrorIs(t, err, backends.ErrInvalidConfig, name)

@@ -23,6 +23,9 @@ type runtimeAPI struct {
 	runtimeVersion int
 	driverVersion  int
 	errorString    func(code int32) string
+	// ipcOpen is cudaIpcOpenMemHandle, bound with RegisterFunc for its
+	// 64-byte struct argument passed by value (off the hot path).
+	ipcOpen func(devPtr *uintptr, handle ipcMemHandle, flags uint32) int32
 	symbols
 }
 
@@ -65,6 +68,7 @@ func bind(path string, h uintptr) (*runtimeAPI, error) {
 	if err := resolve(h, path, bs); err != nil {
 		return nil, err
 	}
+	purego.RegisterFunc(&rt.ipcOpen, rt.ipcOpenMemHandle)
 	// The first call that needs the driver and a device: a runtime that
 	// reported its version can still refuse here (no device: 100), and the
 	// loader should then try the next library rather than fail at open.

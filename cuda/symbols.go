@@ -53,6 +53,11 @@ const minRuntimeVersion = 11040
 //	cudaGraphDestroy(cudaGraph_t graph)
 //	cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)  // CUDA 10.1+
 //	cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData)  // CUDA 10.0+; cudaHostFn_t is void (*)(void *userData)
+//	cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
+//	cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsigned int flags)  // handle by value
+//	cudaIpcCloseMemHandle(void *devPtr)
+//	cudaMemPoolExportToShareableHandle(void *shareableHandle, cudaMemPool_t memPool,
+//	        enum cudaMemAllocationHandleType handleType, unsigned int flags)       // CUDA 11.2+
 //	cudaDeviceGraphMemTrim(int device)                // optional
 //
 // Deliberately not bound: cudaGraphInstantiate (its parameters changed in
@@ -74,6 +79,8 @@ type symbols struct {
 	streamBeginCapture, streamEndCapture                               uintptr
 	graphInstantiateWithFlags, graphLaunch, graphExecDestroy           uintptr
 	graphDestroy, threadExchangeCaptureMode                            uintptr
+	ipcGetMemHandle, ipcOpenMemHandle, ipcCloseMemHandle               uintptr
+	memPoolExportToShareableHandle                                     uintptr
 	graphMemTrim                                                       uintptr // optional: 0 when missing
 }
 
@@ -134,6 +141,10 @@ func (s *symbols) bindings(runtimeVersion int) ([]binding, error) {
 		{"cudaGraphDestroy", &s.graphDestroy, false},
 		{"cudaThreadExchangeStreamCaptureMode", &s.threadExchangeCaptureMode, false},
 		{"cudaLaunchHostFunc", &s.launchHostFunc, false},
+		{"cudaIpcGetMemHandle", &s.ipcGetMemHandle, false},
+		{"cudaIpcOpenMemHandle", &s.ipcOpenMemHandle, false},
+		{"cudaIpcCloseMemHandle", &s.ipcCloseMemHandle, false},
+		{"cudaMemPoolExportToShareableHandle", &s.memPoolExportToShareableHandle, false},
 		// Optional: without it graph memory is not trimmed (a warning
 		// at open says so). Declared in every cuda_runtime_api.h from
 		// 11.4 on, but a missing symbol must not refuse the library.

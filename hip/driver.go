@@ -113,15 +113,20 @@ type Driver struct {
 	released chan struct{} // closed once Close's vendor teardown has run
 	closeErr error         // the teardown's error, read after released
 
+	hostErrMu sync.Mutex
+	hostErrs  map[alloc.Stream]error // host function failures, for the next synchronize
+
 	mu      sync.Mutex                            // writers of streams and hosts
 	streams atomic.Pointer[map[alloc.Stream]bool] // live streams, read lock-free
 	hosts   atomic.Pointer[[]hostRegion]          // pinned buffers by address
 }
 
 var (
-	_ alloc.Driver          = (*Driver)(nil)
-	_ alloc.GraphMemTrimmer = (*Driver)(nil)
-	_ alloc.IPCMemory       = (*Driver)(nil)
+	_ alloc.Driver           = (*Driver)(nil)
+	_ alloc.GraphMemTrimmer  = (*Driver)(nil)
+	_ alloc.IPCMemory        = (*Driver)(nil)
+	_ alloc.PoolTrimmer      = (*Driver)(nil)
+	_ alloc.HostFuncLauncher = (*Driver)(nil)
 )
 
 // New loads the HIP runtime and opens a device. Without a usable runtime
@@ -219,6 +224,9 @@ func (d *Driver) setup() error {
 	if rt.graphMemTrim == 0 {
 		d.warn("%s lacks hipDeviceGraphMemTrim: memory freed by graphs is not returned to the OS by Trim", rt.path)
 	}
+	if rt.launchHostFunc == 0 {
+		d.warn("%s lacks hipLaunchHostFunc: LaunchHostFunc fails", rt.path)
+	}
 	d.info = alloc.DeviceInfo{
 		Name:          fmt.Sprintf("hip:%d %s (HIP runtime %s)", dev, d.deviceName(), versionString(rt.runtimeVersion)),
 		TotalMemory:   int64(min(total, math.MaxInt64)),
@@ -306,6 +314,21 @@ func (d *Driver) TrimGraphMemory() error {
 	})
 }
 
+// TrimPool is hipMemPoolTrimTo(pool, 0): the pool keeps memory freed into
+// it (the release threshold defaults to everything), so a synchronous
+// hipMalloc that ran out of memory can use it only once it is trimmed.
+// Device-wide and unsafe like TrimGraphMemory, and called like it, under
+// alloc's guard.
+func (d *Driver) TrimPool() error {
+	const op = "trim pool"
+	if d.closed.Load() {
+		return errClosed(op)
+	}
+	return d.dev.do(op, func() error {
+		return d.rt.check(op, "hipMemPoolTrimTo", call(d.rt.memPoolTrimTo, d.pool, 0))
+	})
+}
+
 func (d *Driver) Name() string           { return "hip" }
 func (d *Driver) Info() alloc.DeviceInfo { return d.info }
 
@@ -342,6 +365,7 @@ func (d *Driver) Close() error {
 	hosts := d.hosts.Swap(&[]hostRegion{})
 	streams := d.streams.Swap(&map[alloc.Stream]bool{})
 	d.mu.Unlock()
+	defer d.dropHostFuncs()
 	now := alloc.AfterGlobalCaptures(captureDomain, func() {
 		d.closeErr = d.teardown(*hosts, *streams)
 		close(d.released)

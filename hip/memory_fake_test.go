@@ -112,3 +112,15 @@ func TestFakeGraphMemTrimAbsent(t *testing.T) {
 	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
 	require.Empty(t, find(log.lines(), "hipDeviceGraphMemTrim"))
 }
+
+// TrimPool is hipMemPoolTrimTo(pool, 0) on the driver's pool, on the
+// device thread.
+func TestFakeTrimPool(t *testing.T) {
+	d, log := openFake(t, Options{Device: 0})
+	log.lines()
+	require.NoError(t, d.TrimPool())
+	lines := log.lines()
+	require.Len(t, find(lines, "hipMemPoolTrimTo", "keep=0"), 1, "%v", lines)
+	require.NoError(t, d.Close())
+	require.ErrorIs(t, d.TrimPool(), alloc.ErrClosed)
+}

@@ -60,7 +60,9 @@ func TestRealRuntimeWithoutGPU(t *testing.T) {
 	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
 	msg := err.Error()
 	t.Log(msg)
-	require.Regexp(t, regexp.QuoteMeta(path)+` \(HIP runtime \d+\.\d+\.\d+\): count devices: hipGetDeviceCount: no device \(hipErrorNoDevice, 100\)`, msg)
+	// The path itself, or (when an earlier search in this process loaded
+	// the same file under its soname) the path as another name for it.
+	require.Regexp(t, regexp.QuoteMeta(path)+`(: the same library as \S+)? \(HIP runtime \d+\.\d+\.\d+\): count devices: hipGetDeviceCount: no device \(hipErrorNoDevice, 100\)`, msg)
 	var e *Error
 	require.ErrorAs(t, err, &e, "the code is kept")
 	require.Equal(t, errNoDevice, e.Code)
@@ -78,9 +80,7 @@ func TestRealRuntimeWithoutGPU(t *testing.T) {
 	t.Setenv(LibEnv, "")
 	_, err = New(Options{})
 	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
-	require.Contains(t, err.Error(), "libamdhip64.so.5: the same library as "+path+" (HIP runtime ",
-		"probed once, in the first test: the soname is the same file")
-	require.Contains(t, err.Error(), "no device (hipErrorNoDevice, 100)")
+	require.Regexp(t, `libamdhip64\.so\.5(: the same library as \S+)? \(HIP runtime \d+\.\d+\.\d+\): count devices: hipGetDeviceCount: no device \(hipErrorNoDevice, 100\)`, err.Error())
 }
 
 // The calls the driver makes with the real library's calling convention,

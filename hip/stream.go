@@ -73,7 +73,10 @@ func (d *Driver) StreamSynchronize(s alloc.Stream) error {
 	if err := d.checkStream(op, s); err != nil {
 		return err
 	}
-	return d.rt.check(op, "hipStreamSynchronize", call(d.rt.streamSynchronize, uintptr(s)))
+	if err := d.rt.check(op, "hipStreamSynchronize", call(d.rt.streamSynchronize, uintptr(s))); err != nil {
+		return err
+	}
+	return d.takeHostFuncErr(s)
 }
 
 // StreamQuery maps hipErrorNotReady to (false, nil).

@@ -30,6 +30,8 @@ import (
 //	hipMemPoolDestroy(hipMemPool_t mem_pool)
 //	hipDeviceGetDefaultMemPool(hipMemPool_t *mem_pool, int device)
 //	hipMemPoolSetAttribute(hipMemPool_t mem_pool, hipMemPoolAttr attr, void *value)
+//	hipMemPoolTrimTo(hipMemPool_t mem_pool, size_t min_bytes_to_hold)
+//	hipLaunchHostFunc(hipStream_t stream, hipHostFn_t fn, void *userData)  // optional; hipHostFn_t: void (*)(void *userData)
 //	hipMallocFromPoolAsync(void **dev_ptr, size_t size, hipMemPool_t mem_pool, hipStream_t stream)
 //	hipFreeAsync(void *dev_ptr, hipStream_t stream)
 //	hipHostMalloc(void **ptr, size_t size, unsigned int flags)
@@ -75,6 +77,7 @@ type symbols struct {
 	graphDestroy, threadExchangeCaptureMode                      uintptr
 	ipcGetMemHandle, ipcOpenMemHandle, ipcCloseMemHandle         uintptr
 	memPoolExportToShareableHandle                               uintptr
+	memPoolTrimTo, launchHostFunc                                uintptr
 	graphMemTrim                                                 uintptr // optional: 0 when missing
 }
 
@@ -106,6 +109,7 @@ func (s *symbols) bindings() []binding {
 		{"hipMemPoolDestroy", &s.memPoolDestroy, false},
 		{"hipDeviceGetDefaultMemPool", &s.deviceGetDefaultMemPool, false},
 		{"hipMemPoolSetAttribute", &s.memPoolSetAttribute, false},
+		{"hipMemPoolTrimTo", &s.memPoolTrimTo, false},
 		{"hipMallocFromPoolAsync", &s.mallocFromPoolAsync, false},
 		{"hipFreeAsync", &s.freeAsync, false},
 		{"hipHostMalloc", &s.hostMalloc, false},
@@ -128,6 +132,10 @@ func (s *symbols) bindings() []binding {
 		// Optional: without it graph memory is not trimmed (a warning at
 		// open says so). Not declared in 5.2.3's header.
 		{"hipDeviceGraphMemTrim", &s.graphMemTrim, true},
+		// Optional: without it LaunchHostFunc fails (a warning at open
+		// says so). Declared in 5.2.3's header, but Debian's
+		// libamdhip64.so.5 (5.2.3) does not export it.
+		{"hipLaunchHostFunc", &s.launchHostFunc, true},
 	}
 }
 

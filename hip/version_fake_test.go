@@ -11,11 +11,12 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 )
 
-// The fake built as Debian's 5.2.3: that version, and no
-// hipDeviceGraphMemTrim (its header does not declare it).
+// The fake built as Debian's 5.2.3: that version, no hipDeviceGraphMemTrim
+// (its header does not declare it) and no hipLaunchHostFunc (its header
+// declares it, the library does not export it).
 func fake52(t *testing.T) string {
 	t.Helper()
-	return fakeLibWith(t, "-DFAKE_HIP_RUNTIME_VERSION=50221153", "-DFAKE_NO_GRAPH_MEM_TRIM")
+	return fakeLibWith(t, "-DFAKE_HIP_RUNTIME_VERSION=50221153", "-DFAKE_NO_GRAPH_MEM_TRIM", "-DFAKE_NO_LAUNCH_HOST_FUNC")
 }
 
 // A runtime older than 5.6 is refused unless capture is given up, and the
@@ -40,6 +41,7 @@ func TestFake52OpensWithNoCapture(t *testing.T) {
 	defer d.Close()
 	require.Contains(t, d.Info().Name, "HIP runtime 5.2.21153")
 	require.Contains(t, strings.Join(d.Warnings(), "\n"), "lacks hipDeviceGraphMemTrim")
+	require.Contains(t, strings.Join(d.Warnings(), "\n"), "lacks hipLaunchHostFunc")
 	s, err := d.CreateStream()
 	require.NoError(t, err)
 	log.lines()
@@ -47,6 +49,9 @@ func TestFake52OpensWithNoCapture(t *testing.T) {
 	require.ErrorIs(t, err, alloc.ErrCaptureUnavailable)
 	require.Contains(t, err.Error(), "no_capture")
 	require.Empty(t, find(log.lines(), "hipStreamBeginCapture"))
+	err = d.LaunchHostFunc(s, func() error { return nil })
+	require.ErrorIs(t, err, alloc.ErrDriver)
+	require.Contains(t, err.Error(), "does not export hipLaunchHostFunc")
 
 	a, err := alloc.New(d, alloc.Options{})
 	require.NoError(t, err)

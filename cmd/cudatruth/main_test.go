@@ -139,8 +139,8 @@ func TestCaseRoundTrip(t *testing.T) {
 }
 
 // TestOverFakeRuntime runs the tool end to end over the fake libcudart
-// (cuda/testdata/fakecudart.c, which models the measured rules): children,
-// JSON, and the comparison with the cpu backend.
+// (cuda/testdata/fakecudart.c on internal/fakegpu/core.c, which models the
+// measured rules): children, JSON, and the comparison with the cpu backend.
 func TestOverFakeRuntime(t *testing.T) {
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skipf("gcc not found, the fake libcudart cannot be built: %v", err)

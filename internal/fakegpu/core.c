@@ -34,7 +34,8 @@
  *                    requires (its header: "must be specified as
  *                    ...IpcMemLazyEnablePeerAccess")
  * and may define FAKE_NO_GRAPH_MEM_TRIM to leave RT(DeviceGraphMemTrim)
- * out (an optional symbol for the binding). */
+ * out (an optional symbol for the binding), FAKE_NO_LAUNCH_HOST_FUNC to
+ * leave RT(LaunchHostFunc) out. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -476,7 +477,10 @@ static rtError_t apply(op_t o) {
 }
 /* LaunchHostFunc(stream, fn, userData): fn runs in stream order (here at
  * once: the fake's streams are synchronous), or becomes a host node of a
- * capture that every launch runs. */
+ * capture that every launch runs. Left out with -DFAKE_NO_LAUNCH_HOST_FUNC
+ * (Debian's libamdhip64 5.2.3 does not export hipLaunchHostFunc, although
+ * its header declares it). */
+#ifndef FAKE_NO_LAUNCH_HOST_FUNC
 rtError_t RT(LaunchHostFunc)(void *h, void (*fn)(void *), void *user) {
   ENTER(RTS(LaunchHostFunc));
   stream_t *s = stream_of(h);
@@ -491,6 +495,7 @@ rtError_t RT(LaunchHostFunc)(void *h, void (*fn)(void *), void *user) {
   if (s->status == 1) { record(s, o); RETURN(0); }
   RETURN(apply(o));
 }
+#endif
 rtError_t RT(MemcpyAsync)(void *dst, const void *src, size_t n, int kind, void *h) {
   ENTER(RTS(MemcpyAsync));
   stream_t *s = stream_of(h);
