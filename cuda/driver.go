@@ -110,6 +110,7 @@ type Driver struct {
 	capture *osThread // begin/end capture only
 
 	pool    uintptr // cudaMemPool_t
+	capPool uintptr // with Options.IPC: the pool captures allocate from (not exportable)
 	ownPool bool    // created here (destroyed at Close), not the default pool
 
 	closed   atomic.Bool
@@ -331,7 +332,15 @@ func (d *Driver) TrimPool() error {
 		return errClosed(op)
 	}
 	return d.dev.do(op, func() error {
-		return d.rt.check(op, "cudaMemPoolTrimTo", call(d.rt.memPoolTrimTo, d.pool, 0))
+		for _, pool := range []uintptr{d.pool, d.capPool} {
+			if pool == 0 {
+				continue
+			}
+			if err := d.rt.check(op, "cudaMemPoolTrimTo", call(d.rt.memPoolTrimTo, pool, 0)); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 

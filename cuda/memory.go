@@ -35,12 +35,28 @@ func (d *Driver) createPool() error {
 			return err
 		}
 		d.ownPool = true
+		if d.opts.IPC {
+			// An exportable pool cannot serve graph allocations (801 in a
+			// capture, measured on an H100): captures allocate from a
+			// second pool that is not exportable.
+			props.handleTypes = memHandleTypeNone
+			if err := rt.check("create capture memory pool", "cudaMemPoolCreate",
+				call(rt.memPoolCreate, uintptr(unsafe.Pointer(&d.capPool)), uintptr(unsafe.Pointer(&props)))); err != nil {
+				d.destroyPool()
+				return err
+			}
+		}
 	}
 	threshold := d.opts.threshold()
-	if err := rt.check(fmt.Sprintf("set pool release threshold %d B", threshold), "cudaMemPoolSetAttribute",
-		call(rt.memPoolSetAttribute, d.pool, memPoolAttrReleaseThreshold, uintptr(unsafe.Pointer(&threshold)))); err != nil {
-		d.destroyPool()
-		return err
+	for _, pool := range []uintptr{d.pool, d.capPool} {
+		if pool == 0 {
+			continue
+		}
+		if err := rt.check(fmt.Sprintf("set pool release threshold %d B", threshold), "cudaMemPoolSetAttribute",
+			call(rt.memPoolSetAttribute, pool, memPoolAttrReleaseThreshold, uintptr(unsafe.Pointer(&threshold)))); err != nil {
+			d.destroyPool()
+			return err
+		}
 	}
 	return nil
 }
@@ -51,7 +67,10 @@ func (d *Driver) destroyPool() {
 	if d.ownPool && d.pool != 0 {
 		call(d.rt.memPoolDestroy, d.pool)
 	}
-	d.pool, d.ownPool = 0, false
+	if d.capPool != 0 {
+		call(d.rt.memPoolDestroy, d.capPool)
+	}
+	d.pool, d.capPool, d.ownPool = 0, 0, false
 }
 
 // reserve allocates and frees Options.Reserve once on a private stream so
@@ -126,10 +145,16 @@ func (d *Driver) MallocAsync(size int64, s alloc.Stream) (alloc.DevicePtr, error
 	if size <= 0 {
 		return 0, errf(alloc.ErrInvalidValue, "%s: size %d", op, size)
 	}
+	pool := d.pool
+	if d.capPool != 0 { // ipc: a capture allocates from the pool that is not exportable
+		if st, err := d.StreamCaptureStatus(s); err == nil && st != alloc.DriverCaptureNone {
+			pool = d.capPool
+		}
+	}
 	var p uint64
 	code := d.relaxed(func() int32 {
 		var c int32
-		c, p = callHot(d.rt.mallocFromPoolAsync, outArg, uintptr(size), d.pool, uintptr(s))
+		c, p = callHot(d.rt.mallocFromPoolAsync, outArg, uintptr(size), pool, uintptr(s))
 		return c
 	})
 	if code != 0 {

@@ -22,6 +22,10 @@
 #define HOST_FREE_S "cudaFreeHost"
 /* CUDA 11.4+ captures pool allocations as graph nodes. */
 static int pool_capture_nodes(void) { return 1; }
+/* Measured on an H100 (driver 580, CUDA 13.0): cudaMallocFromPoolAsync in
+ * a capture from a pool created with cudaMemHandleTypePosixFileDescriptor
+ * returns 801. */
+static int exportable_pool_capture_refused(void) { return 1; }
 /* cudaIpcMemLazyEnablePeerAccess, which cudaIpcOpenMemHandle's flags must
  * be: 0x01 (CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1 in cuda-python's
  * IpcMemFlags; not checked against an installed header here). */

@@ -39,6 +39,8 @@ static int hip_version(void) {
 /* Graph allocation nodes arrived in ROCm 5.5: before, hipMallocAsync in a
  * capture allocates at once and the graph does not own the memory. */
 static int pool_capture_nodes(void) { return hip_version() >= 50500000; }
+/* Not known for ROCm (no AMD GPU here); CUDA refuses it (801). */
+static int exportable_pool_capture_refused(void) { return 0; }
 /* hipIpcMemLazyEnablePeerAccess, which hipIpcOpenMemHandle's flags "must
  * be specified as": 0 in 5.x (hip_runtime_api.h 5.2.3), 1 from 6.0. */
 static unsigned ipc_open_flags(void) { return hip_version() >= 60000000 ? 1 : 0; }

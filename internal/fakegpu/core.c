@@ -30,6 +30,9 @@
  *   HOST_ALLOC_S, HOST_FREE_S and their strings
  *   static int pool_capture_nodes(void)  1 when a pool allocation in a
  *                    capture becomes a graph node (0: allocated at once)
+ *   static int exportable_pool_capture_refused(void)  1 when a pool created
+ *                    with a shareable handle type refuses allocations in a
+ *                    capture (801, not supported)
  *   static unsigned ipc_open_flags(void) the flags RT(IpcOpenMemHandle)
  *                    requires (its header: "must be specified as
  *                    ...IpcMemLazyEnablePeerAccess")
@@ -377,6 +380,9 @@ rtError_t RT(MallocFromPoolAsync)(void **out, size_t n, void *pool, void *h) {
   if (s->status == 0) { rtError_t u = unsafe(); if (u) RETURN(u); }
   rtError_t le = legacy(s);
   if (le) RETURN(le);
+  /* An exportable pool's allocation cannot be a graph node (measured on an
+   * H100, CUDA 13.0: 801, cudaErrorNotSupported). */
+  if (s->status == 1 && ((pool_t *)pool)->handle_types && exportable_pool_capture_refused()) RETURN(801);
   /* A runtime without graph allocation nodes allocates at once, even in
    * a capture: the memory is nobody's graph's. */
   RETURN(devalloc(out, n, s->status == 1 && pool_capture_nodes() ? s->g : NULL));
