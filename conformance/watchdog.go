@@ -13,7 +13,10 @@ import (
 )
 
 const (
-	wdDeadline = 100 * time.Millisecond
+	// wdDeadline is the watchdog in these tests: long enough that the
+	// work before a deliberate hang (a capture begin, a few allocations
+	// over a plugin under -race on a loaded 2-core machine) fits in it.
+	wdDeadline = 300 * time.Millisecond
 	// wdSlack bounds how late the timeout may come. Generous on purpose:
 	// this is about the caller getting control back, not about speed.
 	wdSlack = 2 * time.Second
