@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"os"
 	"os/exec"
-	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -165,25 +164,6 @@ func TestIPCOnBackendWithoutIt(t *testing.T) {
 	_, err = a.IPCGetMemHandle(b)
 	require.ErrorIs(t, err, alloc.ErrInvalidValue)
 	require.Contains(t, err.Error(), "no IPC memory handles")
-}
-
-// ipc=true creates the pool with cudaMemHandleTypePosixFileDescriptor, and
-// ExportPool then gives a file descriptor; without it ExportPool refuses.
-func TestFakeExportPool(t *testing.T) {
-	d, log := openFake(t, Options{IPC: true})
-	require.Len(t, find(log.lines(), "cudaMemPoolCreate allocType=1 handleTypes=1 locationType=1"), 1)
-	fd, err := d.ExportPool()
-	require.NoError(t, err)
-	require.GreaterOrEqual(t, fd, 0)
-	var st syscall.Stat_t
-	require.NoError(t, syscall.Fstat(fd, &st), "a real descriptor")
-	require.NoError(t, syscall.Close(fd))
-	require.Len(t, find(log.lines(), "cudaMemPoolExportToShareableHandle", "type=1 flags=0"), 1)
-
-	d, _ = openFake(t, Options{})
-	_, err = d.ExportPool()
-	require.ErrorIs(t, err, alloc.ErrInvalidValue)
-	require.Contains(t, err.Error(), "ipc=true")
 }
 
 // An exportable pool cannot serve graph allocations: on an H100 (CUDA

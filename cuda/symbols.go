@@ -58,6 +58,10 @@ const minRuntimeVersion = 11040
 //	cudaIpcCloseMemHandle(void *devPtr)
 //	cudaMemPoolExportToShareableHandle(void *shareableHandle, cudaMemPool_t memPool,
 //	        enum cudaMemAllocationHandleType handleType, unsigned int flags)       // CUDA 11.2+
+//	cudaMemPoolImportFromShareableHandle(cudaMemPool_t *memPool, void *shareableHandle,
+//	        enum cudaMemAllocationHandleType handleType, unsigned int flags)       // CUDA 11.2+
+//	cudaMemPoolExportPointer(struct cudaMemPoolPtrExportData *exportData, void *ptr)  // CUDA 11.2+
+//	cudaMemPoolImportPointer(void **ptr, cudaMemPool_t memPool, struct cudaMemPoolPtrExportData *exportData)
 //	cudaDeviceGraphMemTrim(int device)                // optional
 //
 // Deliberately not bound: cudaGraphInstantiate (its parameters changed in
@@ -81,6 +85,8 @@ type symbols struct {
 	graphDestroy, threadExchangeCaptureMode                            uintptr
 	ipcGetMemHandle, ipcOpenMemHandle, ipcCloseMemHandle               uintptr
 	memPoolExportToShareableHandle                                     uintptr
+	memPoolImportFromShareableHandle                                   uintptr
+	memPoolExportPointer, memPoolImportPointer                         uintptr
 	graphMemTrim                                                       uintptr // optional: 0 when missing
 }
 
@@ -145,6 +151,9 @@ func (s *symbols) bindings(runtimeVersion int) ([]binding, error) {
 		{"cudaIpcOpenMemHandle", &s.ipcOpenMemHandle, false},
 		{"cudaIpcCloseMemHandle", &s.ipcCloseMemHandle, false},
 		{"cudaMemPoolExportToShareableHandle", &s.memPoolExportToShareableHandle, false},
+		{"cudaMemPoolImportFromShareableHandle", &s.memPoolImportFromShareableHandle, false},
+		{"cudaMemPoolExportPointer", &s.memPoolExportPointer, false},
+		{"cudaMemPoolImportPointer", &s.memPoolImportPointer, false},
 		// Optional: without it graph memory is not trimmed (a warning
 		// at open says so). Declared in every cuda_runtime_api.h from
 		// 11.4 on, but a missing symbol must not refuse the library.

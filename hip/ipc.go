@@ -7,16 +7,15 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 )
 
-// IPC: device memory another process can open (alloc.IPCMemory), and an
-// exportable pool.
+// IPC memory handles: device memory another process can open
+// (alloc.IPCMemory). Sharing a pool and its allocations is poolipc.go.
 //
 // hipIpcGetMemHandle exports "an existing device memory allocation created
 // with hipMalloc" (hip_runtime_api.h), so the handle is for allocations
 // from Malloc (alloc's AllocSync), at their base; pool allocations are not
-// exportable this way (that is hipMemPoolExportPointer's job, with a pool
-// exported by ExportPool; not bound yet). All calls are device-wide and
-// potentially synchronizing: they run on the dev thread, and alloc's
-// Allocator methods keep them out of captures.
+// exportable this way (that is hipMemPoolExportPointer's job: poolipc.go).
+// All calls are device-wide and potentially synchronizing: they run on the
+// dev thread, and alloc's Allocator methods keep them out of captures.
 
 // ipcOpenFlags is hipIpcMemLazyEnablePeerAccess, which hipIpcOpenMemHandle's
 // flags "must be specified as": 0 in ROCm 5.x's header (5.2.3:
@@ -83,29 +82,4 @@ func (d *Driver) IPCCloseMemHandle(p alloc.DevicePtr) error {
 	return d.dev.do(op, func() error {
 		return d.rt.check(op, "hipIpcCloseMemHandle", call(d.rt.ipcCloseMemHandle, uintptr(p)))
 	})
-}
-
-// ExportPool is hipMemPoolExportToShareableHandle with
-// hipMemHandleTypePosixFileDescriptor: a file descriptor for the driver's
-// pool, to pass to another process (over a Unix socket), which imports it
-// with hipMemPoolImportFromShareableHandle. It needs Options.IPC (the pool
-// created exportable). The caller owns the descriptor. Device-wide: keep
-// it out of captures.
-func (d *Driver) ExportPool() (fd int, err error) {
-	const op = "export pool"
-	if d.closed.Load() {
-		return -1, errClosed(op)
-	}
-	if !d.opts.IPC {
-		return -1, errf(alloc.ErrInvalidValue, "%s: the pool was not created exportable (open with ipc=true)", op)
-	}
-	slot := new(int32) // the shareable handle of a POSIX fd handle type is an int
-	err = d.dev.do(op, func() error {
-		return d.rt.check(op, "hipMemPoolExportToShareableHandle",
-			call(d.rt.memPoolExportToShareableHandle, uintptr(unsafe.Pointer(slot)), d.pool, memHandleTypePosixFD, 0))
-	})
-	if err != nil {
-		return -1, err
-	}
-	return int(*slot), nil
 }

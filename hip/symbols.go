@@ -52,6 +52,10 @@ import (
 //	hipIpcCloseMemHandle(void *devPtr)
 //	hipMemPoolExportToShareableHandle(void *shared_handle, hipMemPool_t mem_pool,
 //	        hipMemAllocationHandleType handle_type, unsigned int flags)
+//	hipMemPoolImportFromShareableHandle(hipMemPool_t *mem_pool, void *shared_handle,
+//	        hipMemAllocationHandleType handle_type, unsigned int flags)
+//	hipMemPoolExportPointer(hipMemPoolPtrExportData *export_data, void *dev_ptr)
+//	hipMemPoolImportPointer(void **dev_ptr, hipMemPool_t mem_pool, hipMemPoolPtrExportData *export_data)
 //	hipDeviceGraphMemTrim(int device)                  // optional: not in 5.2.3's header
 //
 // Deliberately not bound: hipGetDeviceProperties (from ROCm 6.0 a macro
@@ -77,6 +81,8 @@ type symbols struct {
 	graphDestroy, threadExchangeCaptureMode                      uintptr
 	ipcGetMemHandle, ipcOpenMemHandle, ipcCloseMemHandle         uintptr
 	memPoolExportToShareableHandle                               uintptr
+	memPoolImportFromShareableHandle                             uintptr
+	memPoolExportPointer, memPoolImportPointer                   uintptr
 	memPoolTrimTo, launchHostFunc                                uintptr
 	graphMemTrim                                                 uintptr // optional: 0 when missing
 }
@@ -129,6 +135,9 @@ func (s *symbols) bindings() []binding {
 		{"hipIpcOpenMemHandle", &s.ipcOpenMemHandle, false},
 		{"hipIpcCloseMemHandle", &s.ipcCloseMemHandle, false},
 		{"hipMemPoolExportToShareableHandle", &s.memPoolExportToShareableHandle, false},
+		{"hipMemPoolImportFromShareableHandle", &s.memPoolImportFromShareableHandle, false},
+		{"hipMemPoolExportPointer", &s.memPoolExportPointer, false},
+		{"hipMemPoolImportPointer", &s.memPoolImportPointer, false},
 		// Optional: without it graph memory is not trimmed (a warning at
 		// open says so). Not declared in 5.2.3's header.
 		{"hipDeviceGraphMemTrim", &s.graphMemTrim, true},

@@ -159,7 +159,6 @@ static rtError_t devalloc_(void **out, size_t n, graph_t *owner, int shared, int
   *out = p;
   return 0;
 }
-static rtError_t devalloc(void **out, size_t n, graph_t *owner) { return devalloc_(out, n, owner, 0, 1); }
 
 typedef struct { char *p; size_t n; int reg; } host_t; /* reg: host-registered, not ours */
 static host_t hosts[4096];
@@ -314,7 +313,7 @@ rtError_t RT(Free)(void *p) {
 
 /* handleTypes: none (0) or the POSIX file descriptor (1); an exportable
  * pool's RT(MemPoolExportToShareableHandle) gives a file descriptor. */
-typedef struct { int device; int is_default; int handle_types; unsigned long long threshold; } pool_t;
+typedef struct { int device; int is_default; int handle_types; int imported; unsigned long long threshold; } pool_t;
 static pool_t default_pools[16];
 rtError_t RT(MemPoolCreate)(void **out, const unsigned char *props) {
   ENTER(RTS(MemPoolCreate));
@@ -338,6 +337,54 @@ rtError_t RT(MemPoolExportToShareableHandle)(void *out, void *pool, int type, un
   int fd = memfd_create("fakegpu-pool", MFD_CLOEXEC);
   if (fd < 0) RETURN(2);
   *(int *)out = fd;
+  RETURN(0);
+}
+/* Pool sharing across processes. The exporter's pool gives a file
+ * descriptor (RT(MemPoolExportToShareableHandle), above); the importer
+ * opens a pool from it (RT(MemPoolImportFromShareableHandle): the handle
+ * passed by value, an int cast to a pointer, as CUDA's programming guide
+ * shows) and imports each allocation from 64 bytes of export data
+ * (cudaMemPoolPtrExportData, hipMemPoolPtrExportData). The fake's export
+ * data names the allocation's memfd like an IPC handle ("FAKEPTR"), and
+ * the import maps it; the imported pointer is freed with RT(Free) or
+ * RT(FreeAsync). */
+rtError_t RT(MemPoolExportPointer)(void *data, void *p) {
+  ENTER(RTS(MemPoolExportPointer));
+  logf_(RTS(MemPoolExportPointer) " %p", p);
+  alloc_t *a = find(p);
+  if (!data || !a || !a->pool || a->fd < 0) RETURN(1);
+  ipc_t h = {{'F', 'A', 'K', 'E', 'P', 'T', 'R', 0}, getpid(), a->fd, (int64_t)a->n, {0}};
+  memcpy(data, &h, sizeof h);
+  RETURN(0);
+}
+rtError_t RT(MemPoolImportFromShareableHandle)(void **out, void *handle, int type, unsigned flags) {
+  ENTER(RTS(MemPoolImportFromShareableHandle));
+  int fd = (int)(intptr_t)handle;
+  logf_(RTS(MemPoolImportFromShareableHandle) " fd=%d type=%d flags=%u", fd, type, flags);
+  if (!out || type != 1 || flags || fcntl(fd, F_GETFD) < 0) RETURN(1);
+  pool_t *p = calloc(1, sizeof *p);
+  p->handle_types = 1;
+  p->imported = 1;
+  *out = p;
+  RETURN(0);
+}
+rtError_t RT(MemPoolImportPointer)(void **out, void *pool, void *data) {
+  ENTER(RTS(MemPoolImportPointer));
+  ipc_t h;
+  if (!out || !pool || !data) RETURN(1);
+  memcpy(&h, data, sizeof h);
+  logf_(RTS(MemPoolImportPointer) " pool=%p pid=%lld size=%lld", pool, (long long)h.pid, (long long)h.size);
+  if (!((pool_t *)pool)->imported || memcmp(h.magic, "FAKEPTR", 8) != 0 || h.size <= 0) RETURN(1);
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%lld/fd/%lld", (long long)h.pid, (long long)h.fd);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) RETURN(1);
+  char *p = mmap(NULL, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) { close(fd); RETURN(2); }
+  if (nallocs == (1 << 16)) { munmap(p, h.size); close(fd); RETURN(2); }
+  allocs[nallocs++] = (alloc_t){p, h.size, NULL, 0, 1, fd, 0};
+  live_bytes += h.size;
+  *out = p;
   RETURN(0);
 }
 rtError_t RT(MemPoolDestroy)(void *p) {
@@ -374,6 +421,8 @@ rtError_t RT(MallocFromPoolAsync)(void **out, size_t n, void *pool, void *h) {
   stream_t *s = stream_of(h);
   if (!s || !pool) RETURN(400);
   logf_(RTS(MallocFromPoolAsync) " n=%zu pool=%p stream=%p", n, pool, h);
+  /* "Imported memory pools do not support creating new allocations." */
+  if (((pool_t *)pool)->imported) RETURN(1);
   if (s->status == 2) RETURN(901);
   /* On a stream that is not capturing it is potentially unsafe (measured:
    * cmd/cudatruth pool_alloc_other, CUDA 13.0). */
@@ -385,7 +434,9 @@ rtError_t RT(MallocFromPoolAsync)(void **out, size_t n, void *pool, void *h) {
   if (s->status == 1 && ((pool_t *)pool)->handle_types && exportable_pool_capture_refused()) RETURN(801);
   /* A runtime without graph allocation nodes allocates at once, even in
    * a capture: the memory is nobody's graph's. */
-  RETURN(devalloc(out, n, s->status == 1 && pool_capture_nodes() ? s->g : NULL));
+  /* An exportable pool's allocations live in memfd mappings, so another
+   * process can import them (RT(MemPoolImportPointer)). */
+  RETURN(devalloc_(out, n, s->status == 1 && pool_capture_nodes() ? s->g : NULL, ((pool_t *)pool)->handle_types & 1, 1));
 }
 rtError_t RT(FreeAsync)(void *p, void *h) {
   ENTER(RTS(FreeAsync));
