@@ -1,8 +1,9 @@
 package hip
 
 import (
-	"runtime"
-	"sync"
+	"errors"
+
+	"github.com/capalloc/capalloc/internal/osthread"
 )
 
 // Why some calls run on a locked OS thread
@@ -36,53 +37,29 @@ import (
 // this package launches none (not verified on an AMD GPU). That keeps the
 // hot path free of thread hand-offs.
 
-// osThread runs functions one at a time on one locked OS thread.
-type osThread struct {
-	jobs chan func()
-	quit chan struct{}
-	once sync.Once
-}
+// osThread runs functions one at a time on one locked OS thread
+// (internal/osthread); a call after stop fails with errClosed.
+type osThread struct{ t *osthread.Thread }
 
 // startThread locks a new goroutine to its thread and runs init there
 // first; init's error stops the thread.
 func startThread(init func() error) (*osThread, error) {
-	t := &osThread{jobs: make(chan func()), quit: make(chan struct{})}
-	errc := make(chan error, 1)
-	go func() {
-		// Never unlocked: when the goroutine returns the thread exits with
-		// it, taking its HIP thread state along.
-		runtime.LockOSThread()
-		if err := init(); err != nil {
-			errc <- err
-			return
-		}
-		errc <- nil
-		for {
-			select {
-			case f := <-t.jobs:
-				f()
-			case <-t.quit:
-				return
-			}
-		}
-	}()
-	if err := <-errc; err != nil {
+	t, err := osthread.Start(init)
+	if err != nil {
 		return nil, err
 	}
-	return t, nil
+	return &osThread{t}, nil
 }
 
 // do runs f on the thread and returns its error, or errClosed(op) once the
 // thread is stopped.
 func (t *osThread) do(op string, f func() error) error {
-	done := make(chan error, 1)
-	select {
-	case t.jobs <- func() { done <- f() }:
-		return <-done
-	case <-t.quit:
+	err := t.t.Do(f)
+	if errors.Is(err, osthread.ErrStopped) {
 		return errClosed(op)
 	}
+	return err
 }
 
 // stop ends the thread after the job in progress, if any.
-func (t *osThread) stop() { t.once.Do(func() { close(t.quit) }) }
+func (t *osThread) stop() { t.t.Stop() }
