@@ -85,6 +85,7 @@ func (s *suite) hostFunc(t *testing.T) {
 		require.NoError(t, e.a.Synchronize())
 		assert.False(t, ran)
 	})
+	t.Run("ordered_with_copies", s.hostFuncOrderedWithCopies)
 	t.Run("nil_function", func(t *testing.T) {
 		e := s.env(t)
 		require.ErrorIs(t, e.a.LaunchHostFunc(nil), alloc.ErrInvalidValue)
