@@ -26,3 +26,8 @@ func futexSleep(w *atomic.Uint32, old uint32, d time.Duration) {
 func futexWakeAll(w *atomic.Uint32) {
 	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWake, uintptr(^uint32(0)>>1), 0, 0, 0)
 }
+
+// osYield gives the core to another runnable thread, of this process or
+// another (sched_yield): runtime.Gosched only reaches goroutines of this
+// process.
+func osYield() { _, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }

@@ -3,6 +3,7 @@
 package symheap
 
 import (
+	"runtime"
 	"sync/atomic"
 	"time"
 )
@@ -14,3 +15,5 @@ func futexSleep(w *atomic.Uint32, old uint32, d time.Duration) {
 }
 
 func futexWakeAll(*atomic.Uint32) {}
+
+func osYield() { runtime.Gosched() }

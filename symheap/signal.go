@@ -75,7 +75,11 @@ func (h *Heap) waitFor(p int, e uint32, deadline time.Time) error {
 		}
 		if i < spins {
 			if i >= spins/2 {
-				runtime.Gosched() // goroutine ranks share few cores: let the peer run
+				if i%8 == 7 {
+					osYield() // process ranks: let a peer process have the core
+				} else {
+					runtime.Gosched() // goroutine ranks share few cores: let the peer run
+				}
 			}
 			continue
 		}
