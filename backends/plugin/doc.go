@@ -31,6 +31,11 @@
 // Plugin mode needs Linux (memfd, Pdeathsig); elsewhere Open says so with
 // alloc.ErrBackendUnavailable.
 //
+// Host functions cannot cross into the backend's process: the host Driver
+// does not implement alloc.HostFuncLauncher, so Allocator.LaunchHostFunc
+// (and symheap's collectives, which are host functions) fail with an error
+// wrapping errors.ErrUnsupported before any call to the child.
+//
 // Files: host_*.go run in the engine's process (the Driver, starting and
 // watching the child, mapping shared memory, staging, direct copies);
 // child_*.go in the backend's process (serving the backend driver, its
