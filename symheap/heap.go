@@ -69,6 +69,9 @@ func (g *Group) Open(rank int, a *alloc.Allocator, opts Options) (*Heap, error) 
 	if rank < 0 || rank >= g.Ranks() || a == nil {
 		return nil, fmt.Errorf("%w: symheap: rank %d of %d", alloc.ErrInvalidValue, rank, g.Ranks())
 	}
+	if opts.Timeout < 0 {
+		return nil, fmt.Errorf("%w: symheap: negative timeout %v (0 means DefaultTimeout)", alloc.ErrInvalidValue, opts.Timeout)
+	}
 	st, err := a.CaptureStatus()
 	if err != nil {
 		return nil, err

@@ -53,6 +53,10 @@ func TestCaptureRules(t *testing.T) {
 
 func TestBadOperandsAreTypedAndQueueNothing(t *testing.T) {
 	g, a := groupAndAllocator(t, 2, nil) // rank 1 never opens: nothing may wait for it
+	_, err := g.Open(0, a, symheap.Options{Timeout: -time.Second})
+	require.ErrorIs(t, err, alloc.ErrInvalidValue)
+	_, err = g.Open(2, a, symheap.Options{})
+	require.ErrorIs(t, err, alloc.ErrInvalidValue)
 	h, err := g.Open(0, a, symheap.Options{Timeout: time.Second})
 	require.NoError(t, err)
 	defer h.Close()
