@@ -49,7 +49,7 @@ func fakeLibWith(t testing.TB, cflags ...string) string {
 func prepareFake(t testing.TB) {
 	t.Helper()
 	fakeOnce.Do(func() {
-		if _, err := exec.LookPath("gcc"); err != nil {
+		if _, err := exec.LookPath(fakeCC()); err != nil {
 			fakeErr = err
 			return
 		}
@@ -82,11 +82,20 @@ func buildShared(t testing.TB, path string, src []byte, cflags ...string) {
 		t.Fatal(err)
 	}
 	args := append([]string{"-shared", "-fPIC", "-I", core, "-o", path}, cflags...)
-	cmd := exec.Command("gcc", append(args, "-x", "c", "-", "-lpthread")...)
+	cmd := exec.Command(fakeCC(), append(args, "-x", "c", "-", "-lpthread")...)
 	cmd.Stdin = bytes.NewReader(src)
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, msg)
 	}
+}
+
+// fakeCC is the C compiler for the fakes: $CC, else gcc
+// (CC=aarch64-linux-gnu-gcc to run an arm64 test binary under qemu).
+func fakeCC() string {
+	if cc := os.Getenv("CC"); cc != "" {
+		return cc
+	}
+	return "gcc"
 }
 
 // fakeLog reads (and clears) the fake's call log.

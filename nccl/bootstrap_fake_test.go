@@ -30,13 +30,17 @@ type fake struct {
 
 func loadFake(t *testing.T) *fake {
 	t.Helper()
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skipf("no gcc to build the stand-in libnccl: %v", err)
+	cc := os.Getenv("CC") // CC=aarch64-linux-gnu-gcc for an arm64 run under qemu
+	if cc == "" {
+		cc = "gcc"
+	}
+	if _, err := exec.LookPath(cc); err != nil {
+		t.Skipf("no %s to build the stand-in libnccl: %v", cc, err)
 	}
 	src, err := os.ReadFile(filepath.Join("testdata", "fakenccl.c"))
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "libnccl-fake.so")
-	cmd := exec.Command("gcc", "-shared", "-fPIC", "-O1", "-o", path, "-x", "c", "-", "-lpthread")
+	cmd := exec.Command(cc, "-shared", "-fPIC", "-O1", "-o", path, "-x", "c", "-", "-lpthread")
 	cmd.Stdin = bytes.NewReader(src)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "gcc: %s", out)
