@@ -465,6 +465,7 @@ var ttOps = []ttOp{
 			fill(want[10:110], 0x7F)
 			require.Equal(c.t, want, download(c.t, c.a, c.pre, 0, ttSize))
 		}),
+	hostFuncRow,
 	syncOp("synchronize", func(c *cell) error { return c.a.Synchronize() }),
 	syncOp("query", func(c *cell) error {
 		done, err := c.a.Query()
