@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"unsafe"
@@ -132,7 +133,11 @@ func bind(path string, h uintptr) (*Library, error) {
 		*s.p = p
 	}
 	purego.RegisterFunc(&l.errorString, l.getErrorString)
-	purego.RegisterFunc(&l.commInitRank, commInitRank)
+	if structArgsChecked() {
+		// Elsewhere RegisterFunc may panic on the struct argument, and
+		// the layout was never checked: InitRank refuses instead.
+		purego.RegisterFunc(&l.commInitRank, commInitRank)
+	}
 	var v int32
 	if r := call(getVersion, uintptr(unsafe.Pointer(&v))); r != 0 {
 		return nil, fmt.Errorf("%w: nccl: ncclGetVersion returned %d", alloc.ErrBackendUnavailable, r)
@@ -148,4 +153,11 @@ func bind(path string, h uintptr) (*Library, error) {
 // major*10000 + minor*100 + patch).
 func VersionString(code int) string {
 	return fmt.Sprintf("%d.%d.%d", code/10000, code/100%100, code%100)
+}
+
+// structArgsChecked reports whether passing ncclUniqueId by value through
+// purego was checked on this architecture (amd64 natively, arm64 under
+// qemu; docs/symmetric-heap.md).
+func structArgsChecked() bool {
+	return runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64"
 }

@@ -2,6 +2,7 @@ package nccl
 
 import (
 	"fmt"
+	"runtime"
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
@@ -51,6 +52,9 @@ func (l *Library) InitRank(dev DeviceRunner, ranks int, id UniqueID, rank int) (
 	}
 	if ranks < 1 || ranks > 1<<30 || rank < 0 || rank >= ranks {
 		return nil, fmt.Errorf("%w: nccl: init rank: rank %d of %d", alloc.ErrInvalidValue, rank, ranks)
+	}
+	if l.commInitRank == nil {
+		return nil, fmt.Errorf("%w: nccl: init rank: passing the 128-byte ncclUniqueId by value is only bound on amd64 and arm64, not %s", alloc.ErrBackendUnavailable, runtime.GOARCH)
 	}
 	if id == (UniqueID{}) {
 		return nil, fmt.Errorf("%w: nccl: init rank: zero unique id (from GetUniqueID, FileRendezvous or InitFromEnv)", alloc.ErrInvalidValue)
