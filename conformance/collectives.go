@@ -218,10 +218,20 @@ func (s *suite) collectivesEagerAndCaptured(t *testing.T) {
 				return
 			}
 			c.setupWorld(t, w)
+			// launch enqueues the collective, then poisons this rank's
+			// inputs in stream order right after it: a rank that left
+			// the collective while a peer still read its inputs (no
+			// trailing barrier) would hand that peer the poison.
+			launch := func(h *symheap.Heap) error {
+				if err := c.launch(h); err != nil || c.poison == nil {
+					return err
+				}
+				return h.Allocator().LaunchHostFunc(func() error { c.poison(h); return nil })
+			}
 			// Eager.
 			w.must(t, func(r int, h *symheap.Heap) error {
 				c.fill(h, r, 0)
-				if err := c.launch(h); err != nil {
+				if err := launch(h); err != nil {
 					return err
 				}
 				return h.Allocator().Synchronize()
@@ -232,7 +242,7 @@ func (s *suite) collectivesEagerAndCaptured(t *testing.T) {
 			// Captured once per rank, replayed with fresh data.
 			graphs := make([]*alloc.Graph, n)
 			w.must(t, func(r int, h *symheap.Heap) error {
-				g, err := h.Allocator().WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, func() error { return c.launch(h) })
+				g, err := h.Allocator().WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, func() error { return launch(h) })
 				graphs[r] = g
 				return err
 			})
