@@ -165,16 +165,21 @@ func collectives(n int) []*collective {
 	}
 	return []*collective{
 		{
-			name: "all_reduce",
-			setup: func(alloc func(int64) (symheap.Tensor, error)) (err error) {
-				in, err = alloc(chunk)
-				return err
+			// In place: the result is copied out (in stream order) so the
+			// inputs can be poisoned after it like the others'.
+			name:  "all_reduce",
+			setup: two(chunk, chunk),
+			launch: func(h *symheap.Heap) error {
+				if err := h.AllReduce(in, symheap.Int32); err != nil {
+					return err
+				}
+				return h.Allocator().LaunchHostFunc(func() error { copy(h.Bytes(out), h.Bytes(in)); return nil })
 			},
-			launch: func(h *symheap.Heap) error { return h.AllReduce(in, symheap.Int32) },
-			fill:   fillIn,
+			fill: fillIn,
 			verify: func(h *symheap.Heap, r, k int) error {
-				return expect("all_reduce", r, k, h.Int32s(in), func(i int) int32 { return sum(k, i) })
+				return expect("all_reduce", r, k, h.Int32s(out), func(i int) int32 { return sum(k, i) })
 			},
+			poison: func(h *symheap.Heap) { clear(h.Bytes(in)) },
 		},
 		{
 			name:   "all_gather",
