@@ -25,10 +25,13 @@ import (
 
 type fake struct {
 	l        *nccl.Library
+	h        uintptr // the library's handle, for its fake_* functions
 	lastInit uintptr
 }
 
-func loadFake(t *testing.T) *fake {
+// loadFake builds the stand-in with the preprocessor flags given
+// (-DFAKE_NO_WINDOWS) and loads it.
+func loadFake(t *testing.T, cflags ...string) *fake {
 	t.Helper()
 	cc := os.Getenv("CC") // CC=aarch64-linux-gnu-gcc for an arm64 run under qemu
 	if cc == "" {
@@ -40,7 +43,8 @@ func loadFake(t *testing.T) *fake {
 	src, err := os.ReadFile(filepath.Join("testdata", "fakenccl.c"))
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "libnccl-fake.so")
-	cmd := exec.Command(cc, "-shared", "-fPIC", "-O1", "-o", path, "-x", "c", "-", "-lpthread")
+	args := append([]string{"-shared", "-fPIC", "-O1", "-o", path}, cflags...)
+	cmd := exec.Command(cc, append(args, "-x", "c", "-", "-lpthread")...)
 	cmd.Stdin = bytes.NewReader(src)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "gcc: %s", out)
@@ -49,7 +53,7 @@ func loadFake(t *testing.T) *fake {
 	require.Equal(t, "2.28.3", nccl.VersionString(l.Version))
 	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	require.NoError(t, err)
-	f := &fake{l: l}
+	f := &fake{l: l, h: h}
 	f.lastInit, err = purego.Dlsym(h, "fake_last_init")
 	require.NoError(t, err)
 	return f

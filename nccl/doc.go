@@ -42,5 +42,9 @@
 // (DeviceRunner, *cuda.Driver's OnDevice), since it acts on the calling
 // thread's current device.
 //
-// Not bound yet: ncclCommWindowRegister (symmetric kernels, NCCL 2.27).
+// Symmetric windows (NCCL 2.27; window.go): ncclMemAlloc memory registered
+// with ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC), optional symbols
+// resolved when present (Library.HasWindows); Comm.NewWindow is refused
+// during a Global-mode capture like InitRank, and AllReduceWindow runs on
+// an allocator's stream through Enqueue.
 package nccl

@@ -36,6 +36,8 @@ type Library struct {
 	// the amd64 and arm64 C ABIs pass differently (on the stack; as a
 	// pointer to a caller's copy): RegisterFunc lays it out per ABI.
 	commInitRank func(comm *uintptr, nranks int32, id UniqueID, rank int32) int32
+	// Optional (window.go): 0 when this NCCL lacks them.
+	memAlloc, memFree, winRegister, winDeregister uintptr
 }
 
 var (
@@ -132,6 +134,7 @@ func bind(path string, h uintptr) (*Library, error) {
 		}
 		*s.p = p
 	}
+	bindOptional(l, h)
 	purego.RegisterFunc(&l.errorString, l.getErrorString)
 	if structArgsChecked() {
 		// Elsewhere RegisterFunc may panic on the struct argument, and

@@ -117,3 +117,59 @@ func allReduceReplays(t *testing.T, a *alloc.Allocator, c *nccl.Comm) {
 		require.True(t, bytes.Equal(in.Bytes(), out.Bytes()), "replay %d", k)
 	}
 }
+
+// On a GPU with NCCL 2.27 or later: a one-rank symmetric window, an
+// all-reduce on it captured between a copy in and a copy out, replayed
+// with fresh data. Skipped, with the reason, without a GPU or windows.
+func TestGPUWindow(t *testing.T) {
+	l, err := nccl.Load()
+	if err != nil {
+		t.Skipf("no NCCL: %v", err)
+	}
+	if !l.HasWindows() {
+		t.Skipf("NCCL %s has no symmetric windows (2.27)", nccl.VersionString(l.Version))
+	}
+	d, err := cuda.New(cuda.Options{})
+	if err != nil {
+		t.Skipf("no CUDA device: %v", err)
+	}
+	defer d.Close()
+	a, err := alloc.New(d, alloc.Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, a.Close()) }()
+	id, err := l.GetUniqueID()
+	require.NoError(t, err)
+	c, err := l.InitRank(d, 1, id, 0)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Destroy()) }()
+	const count = 1 << 12
+	const n = 4 * count
+	w, err := c.NewWindow(d, 2*n)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, w.Close(d)) }()
+	in, err := a.HostAlloc(n)
+	require.NoError(t, err)
+	defer in.Close()
+	out, err := a.HostAlloc(n)
+	require.NoError(t, err)
+	defer out.Close()
+	g, err := a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, func() error {
+		if err := a.Enqueue("copy in", nil, func(s alloc.Stream) error { return d.CopyHtoDAsync(w.Ptr(), in.Bytes(), s) }); err != nil {
+			return err
+		}
+		if err := c.AllReduceWindow(a, w, 0, n, count, nccl.Int32, nccl.Sum); err != nil {
+			return err
+		}
+		return a.Enqueue("copy out", nil, func(s alloc.Stream) error { return d.CopyDtoHAsync(out.Bytes(), w.Ptr()+n, s) })
+	})
+	require.NoError(t, err)
+	defer g.Close()
+	for k := range 3 {
+		for i := range in.Bytes() {
+			in.Bytes()[i] = byte(i*5 + k*17)
+		}
+		require.NoError(t, g.Launch())
+		require.NoError(t, a.Synchronize())
+		require.True(t, bytes.Equal(in.Bytes(), out.Bytes()), "replay %d", k)
+	}
+}

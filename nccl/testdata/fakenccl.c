@@ -4,7 +4,8 @@
  * ncclUniqueId passed by value crossed purego intact, with the arguments
  * around it. ncclGetUniqueId puts "env:" and NCCL_COMM_ID into the id when
  * that variable is set (as NCCL derives the id from it), else a counter
- * pattern. */
+ * pattern. Windows (ncclMemAlloc, ncclCommWindowRegister) are left out
+ * with -DFAKE_NO_WINDOWS, as in NCCL before 2.27. */
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
@@ -65,7 +66,59 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comms, int n, const int *devs) {
   return 0;
 }
 ncclResult_t ncclCommDestroy(ncclComm_t c) { return c ? 0 : 4; }
-ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, int t, int op, ncclComm_t c, void *st) { return 0; }
+static const void *ar_send;
+static void *ar_recv;
+static size_t ar_count;
+ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, int t, int op, ncclComm_t c, void *st) {
+  pthread_mutex_lock(&mu);
+  ar_send = s; ar_recv = r; ar_count = n;
+  pthread_mutex_unlock(&mu);
+  return 0;
+}
+/* fake_last_allreduce reports the last ncclAllReduce's buffers and count. */
+void fake_last_allreduce(const void **s, void **r, size_t *n) {
+  pthread_mutex_lock(&mu);
+  *s = ar_send; *r = ar_recv; *n = ar_count;
+  pthread_mutex_unlock(&mu);
+}
+
+#ifndef FAKE_NO_WINDOWS
+typedef void *ncclWindow_t;
+static int windows, last_win_flags = -1;
+static size_t last_win_size;
+ncclResult_t ncclMemAlloc(void **p, size_t n) {
+  if (!p || !n) return 4;
+  *p = calloc(1, n);
+  return *p ? 0 : 2;
+}
+ncclResult_t ncclMemFree(void *p) { free(p); return 0; }
+ncclResult_t ncclCommWindowRegister(ncclComm_t c, void *buf, size_t n, ncclWindow_t *w, int flags) {
+  if (!c || !buf || !w) return 4;
+  pthread_mutex_lock(&mu);
+  windows++;
+  last_win_flags = flags;
+  last_win_size = n;
+  pthread_mutex_unlock(&mu);
+  *w = (ncclWindow_t)((char *)buf + 1); /* any non-null handle */
+  return 0;
+}
+ncclResult_t ncclCommWindowDeregister(ncclComm_t c, ncclWindow_t w) {
+  if (!c || !w) return 4;
+  pthread_mutex_lock(&mu);
+  windows--;
+  pthread_mutex_unlock(&mu);
+  return 0;
+}
+/* fake_windows returns how many windows are registered, and the last
+ * registration's flags and size. */
+int fake_windows(int *flags, size_t *n) {
+  pthread_mutex_lock(&mu);
+  *flags = last_win_flags; *n = last_win_size;
+  int w = windows;
+  pthread_mutex_unlock(&mu);
+  return w;
+}
+#endif
 ncclResult_t ncclAllGather(const void *s, void *r, size_t n, int t, ncclComm_t c, void *st) { return 0; }
 ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, int t, int op, ncclComm_t c, void *st) { return 0; }
 ncclResult_t ncclGroupStart(void) { return 0; }
