@@ -108,9 +108,10 @@ func CollectiveOps() []string {
 }
 
 // runCollectives probes every collective row, or returns no rows when the
-// backend does not run collectives (symheap.Runs).
+// backend does not run collectives (symheap.Runs) or not two ranks in one
+// process (symheap.OneRankPerProcess): the probe's ranks share a process.
 func runCollectives(drv alloc.Driver, mode alloc.CaptureMode, replays int) ([]Result, error) {
-	if !symheap.Runs(drv) {
+	if !symheap.Runs(drv) || symheap.OneRankPerProcess(drv) {
 		return nil, nil
 	}
 	var out []Result

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 
 	"github.com/capalloc/capalloc/alloc"
 )
@@ -19,6 +20,9 @@ const padSize = 4096
 type Group struct {
 	files []*os.File
 	size  int64 // heap bytes per rank
+
+	mu         sync.Mutex
+	serialized map[int]bool // ranks open here on a driver that may serialize host functions
 }
 
 // NewGroup makes the shared memory for ranks ranks with size heap bytes

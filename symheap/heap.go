@@ -55,6 +55,8 @@ type Heap struct {
 	// fails with alloc.ErrClosed instead of touching unmapped memory.
 	life   sync.RWMutex
 	closed bool
+
+	admitted bool // counted in g.serialized (guarded by g.mu)
 }
 
 // Open maps every rank's heap for rank, whose collectives will run on a's
@@ -86,10 +88,14 @@ func (g *Group) Open(rank int, a *alloc.Allocator, opts Options) (*Heap, error) 
 		opts.Timeout = DefaultTimeout
 	}
 	h := &Heap{g: g, rank: rank, a: a, opts: opts, hash: fnvOffset}
+	if err := g.admit(h); err != nil {
+		return nil, err
+	}
 	for _, f := range g.files {
 		b, err := mapShared(f, padSize+g.size)
 		if err != nil {
 			_ = h.unmap()
+			g.leave(h)
 			return nil, err
 		}
 		h.views = append(h.views, b)
@@ -97,9 +103,55 @@ func (g *Group) Open(rank int, a *alloc.Allocator, opts Options) (*Heap, error) 
 	// The table is in place before anything is captured: queued work ends.
 	if err := a.Synchronize(); err != nil {
 		_ = h.unmap()
+		g.leave(h)
 		return nil, err
 	}
 	return h, nil
+}
+
+// OneRankPerProcess says whether d's runtime may run the host
+// functions of different streams one at a time on one thread of its own:
+// CUDA documents that host functions "without a mandated order (such as in
+// independent streams) execute in undefined order and may be serialized".
+// A barrier's host function waits for a peer's; if the peer's is queued
+// behind it on that thread, the wait can only time out. (HIP documents
+// that host functions of different non-blocking streams can run
+// concurrently; the cpu backend runs each stream's in the goroutine that
+// synchronizes it.)
+// Open then refuses a second rank of a group in the same process.
+func OneRankPerProcess(d alloc.Driver) bool { return d.Name() == "cuda" }
+
+// admit records h's rank as open in this process, refusing a second rank
+// of the group on drivers that may serialize host functions: such ranks
+// must be processes (Attach), each with its own runtime.
+func (g *Group) admit(h *Heap) error {
+	if !OneRankPerProcess(h.a.Driver()) {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for r := range g.serialized {
+		if r != h.rank {
+			return fmt.Errorf("%w: symheap: rank %d on %s in the process that already runs rank %d: its runtime may run the host functions of both ranks on one thread, so a barrier would wait for a peer queued behind it; run each rank in its own process (Group.Files, Attach)",
+				errors.ErrUnsupported, h.rank, h.a.Driver().Name(), r)
+		}
+	}
+	if g.serialized == nil {
+		g.serialized = map[int]bool{}
+	}
+	g.serialized[h.rank] = true
+	h.admitted = true
+	return nil
+}
+
+// leave forgets h's rank (Close, or an Open that failed).
+func (g *Group) leave(h *Heap) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if h.admitted {
+		delete(g.serialized, h.rank)
+		h.admitted = false
+	}
 }
 
 // Runs reports whether collectives run on d: it launches host functions
@@ -122,6 +174,7 @@ func (h *Heap) Close() error {
 		return fmt.Errorf("%w: symheap: heap of rank %d closed twice", alloc.ErrClosed, h.rank)
 	}
 	h.closed = true
+	h.g.leave(h)
 	return h.unmap()
 }
 
