@@ -131,6 +131,17 @@ func (c *collective) setupWorld(t *testing.T, w *world) {
 	require.NoError(t, c.setup(func(n int64) (symheap.Tensor, error) { return w.alloc(t, n), nil }))
 }
 
+// launchThenPoison enqueues the collective, then poisons this rank's
+// inputs in stream order right after it: a rank that left the collective
+// while a peer still read its inputs (no trailing barrier) would hand that
+// peer the poison.
+func (c *collective) launchThenPoison(h *symheap.Heap) error {
+	if err := c.launch(h); err != nil || c.poison == nil {
+		return err
+	}
+	return h.Allocator().LaunchHostFunc(func() error { c.poison(h); return nil })
+}
+
 // setupRank allocates the collective's tensors on one rank's heap.
 func (c *collective) setupRank(h *symheap.Heap) error { return c.setup(h.Alloc) }
 
@@ -226,16 +237,7 @@ func (s *suite) collectivesEagerAndCaptured(t *testing.T) {
 				return
 			}
 			c.setupWorld(t, w)
-			// launch enqueues the collective, then poisons this rank's
-			// inputs in stream order right after it: a rank that left
-			// the collective while a peer still read its inputs (no
-			// trailing barrier) would hand that peer the poison.
-			launch := func(h *symheap.Heap) error {
-				if err := c.launch(h); err != nil || c.poison == nil {
-					return err
-				}
-				return h.Allocator().LaunchHostFunc(func() error { c.poison(h); return nil })
-			}
+			launch := c.launchThenPoison
 			// Eager.
 			w.must(t, func(r int, h *symheap.Heap) error {
 				c.fill(h, r, 0)

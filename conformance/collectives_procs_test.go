@@ -137,7 +137,7 @@ func rankProcess() error {
 		if err := c.setupRank(h); err != nil {
 			return fmt.Errorf("%s: %w", c.name, err)
 		}
-		g, err := a.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, func() error { return c.launch(h) })
+		g, err := a.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, func() error { return c.launchThenPoison(h) })
 		if err != nil {
 			return fmt.Errorf("%s: capture: %w", c.name, err)
 		}
