@@ -109,16 +109,15 @@ func (g *Group) Open(rank int, a *alloc.Allocator, opts Options) (*Heap, error) 
 	return h, nil
 }
 
-// OneRankPerProcess says whether d's runtime may run the host
-// functions of different streams one at a time on one thread of its own:
-// CUDA documents that host functions "without a mandated order (such as in
-// independent streams) execute in undefined order and may be serialized".
-// A barrier's host function waits for a peer's; if the peer's is queued
-// behind it on that thread, the wait can only time out. (HIP documents
-// that host functions of different non-blocking streams can run
-// concurrently; the cpu backend runs each stream's in the goroutine that
-// synchronizes it.)
-// Open then refuses a second rank of a group in the same process.
+// OneRankPerProcess says whether ranks on d must each run in a process of
+// their own, which Open enforces by refusing a second rank of a group in
+// the same process. True for cuda: CUDA documents that host functions
+// "without a mandated order (such as in independent streams) execute in
+// undefined order and may be serialized", so one rank's barrier could wait
+// for a peer's host function queued behind it on the runtime's thread,
+// until the timeout. (HIP documents that host functions of different
+// non-blocking streams can run concurrently; the cpu backend runs each
+// stream's in the goroutine that synchronizes it.)
 func OneRankPerProcess(d alloc.Driver) bool { return d.Name() == "cuda" }
 
 // admit records h's rank as open in this process, refusing a second rank
