@@ -54,7 +54,10 @@ func TestFakePoolAcrossProcesses(t *testing.T) {
 	fill(t, d, p, bytes.Repeat([]byte{0xA5}, 2048))
 	fd, err := d.ExportPool()
 	require.NoError(t, err)
-	defer syscall.Close(fd)
+	// One owner for the descriptor: an *os.File left to the collector
+	// would close the number again later, when another test may hold it.
+	pool := os.NewFile(uintptr(fd), "pool")
+	defer pool.Close()
 	data, err := d.ExportPointer(p)
 	require.NoError(t, err)
 	require.Len(t, data, 64)
@@ -62,7 +65,7 @@ func TestFakePoolAcrossProcesses(t *testing.T) {
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestFakePoolAcrossProcesses$", "-test.count=1")
 	cmd.Env = append(os.Environ(), poolChildEnv+"="+hex.EncodeToString(data))
-	cmd.ExtraFiles = []*os.File{os.NewFile(uintptr(fd), "pool")}
+	cmd.ExtraFiles = []*os.File{pool}
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "child: %s", out)
 	require.Equal(t, bytes.Repeat([]byte{0x5A}, 2048), read(t, d, p, 2048), "the child's write is here")
