@@ -56,8 +56,8 @@ func (c *watch) runOn() {
 	}
 	// Expired: wait until the monitor is done with c (it expires under
 	// m.mu), so c is not recycled under it.
-	//lint:ignore SA2001 an empty critical section is the barrier
 	watches.mu.Lock()
+	//lint:ignore SA2001 an empty critical section is the barrier
 	watches.mu.Unlock()
 	if c.late != nil {
 		c.late(err)
