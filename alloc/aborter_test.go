@@ -51,6 +51,11 @@ func TestWatchdogAbortsAnAborterDriver(t *testing.T) {
 	default:
 	}
 
+	// Work is queued (as a kernel that never finishes would be), so the
+	// stream is not idle and Synchronize makes the watched blocking call.
+	buf, err := a.Alloc(256)
+	require.NoError(t, err)
+	require.NoError(t, a.Memset(buf, 0, 1, 256))
 	d.hang.Store(true)
 	err = a.Synchronize()
 	require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
@@ -61,6 +66,7 @@ func TestWatchdogAbortsAnAborterDriver(t *testing.T) {
 	require.Eventually(t, func() bool { return a.Synchronize() == nil }, 5*time.Second, 5*time.Millisecond,
 		"the aborted call returned, so the allocator is usable again")
 	require.EqualValues(t, 1, a.Stats().Timeouts)
+	require.NoError(t, a.Free(buf))
 	require.NoError(t, a.Close())
 }
 

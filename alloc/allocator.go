@@ -15,6 +15,7 @@ type Allocator struct {
 	dom      *domain
 	opts     Options
 	watchdog *watchdog
+	idler    StreamIdler // nil unless the driver is one
 
 	mu         sync.Mutex
 	closed     bool
@@ -58,6 +59,7 @@ func New(drv Driver, opts Options) (*Allocator, error) {
 	if ab, ok := drv.(Aborter); ok {
 		a.watchdog.abort = ab.Abort
 	}
+	a.idler, _ = drv.(StreamIdler)
 	return a, nil
 }
 

@@ -204,6 +204,20 @@ type GraphMemTrimmer interface {
 	TrimGraphMemory() error
 }
 
+// StreamIdler is a driver that can tell, without waiting and without
+// running queued work, whether a stream has nothing left to do
+// (cudaStreamQuery, hipStreamQuery; the cpu backend looks at its queue).
+// Synchronize and Query ask it first, inline, and make the watched blocking
+// call only when work is still queued, so an idle stream costs one
+// non-blocking call instead of a hand-off to a watched goroutine. When idle,
+// the error is the failure of work already done, as StreamSynchronize
+// reports it. Same capture rules as StreamQuery. A driver whose every call
+// may hang (a plugin host: the call crosses to another process) must not
+// implement it.
+type StreamIdler interface {
+	StreamIdle(s Stream) (bool, error)
+}
+
 // PoolTrimmer is implemented by drivers whose stream-ordered pool keeps
 // freed memory for reuse (CUDA's release threshold). TrimPool returns the
 // pool's unused memory to the device (cudaMemPoolTrimTo(pool, 0)), so a

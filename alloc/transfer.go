@@ -109,6 +109,9 @@ func (a *Allocator) Download(dst []byte, src Buffer, off int64) error {
 // Synchronize waits until all work queued on the stream is done. It is
 // refused during any capture that forbids it, leaving the capture valid.
 func (a *Allocator) Synchronize() error {
+	if idle, err := a.idleNow("Synchronize"); idle || err != nil {
+		return err
+	}
 	return a.blocking("Synchronize", -1, a.syncRefusalLocked, func() error {
 		return a.drv.StreamSynchronize(a.stream)
 	})
@@ -116,6 +119,9 @@ func (a *Allocator) Synchronize() error {
 
 // Query reports whether all queued work is done, under Synchronize's rules.
 func (a *Allocator) Query() (bool, error) {
+	if idle, err := a.idleNow("Query"); idle || err != nil {
+		return idle && err == nil, err
+	}
 	var done atomic.Bool
 	err := a.blocking("Query", -1, a.syncRefusalLocked, func() error {
 		d, err := a.drv.StreamQuery(a.stream)

@@ -9,6 +9,11 @@ import (
 // deadline is abandoned, not cancelled (a goroutine stuck in a driver cannot
 // be freed); while one is still stuck, further blocking calls fail at once
 // instead of queueing behind it.
+//
+// A watched call runs on a reused worker goroutine while its caller waits;
+// one monitor goroutine per process keeps every deadline (monitor.go), so a
+// call costs a hand-off to a parked worker and back, not a new goroutine,
+// timer and channel (issue 12, item 3; BENCHMARKS.md).
 type watchdog struct {
 	timeout time.Duration // 0: no watchdog
 	stuck   atomic.Int32
@@ -48,27 +53,20 @@ func (w *watchdog) run(op string, timeout time.Duration, f func() error, late fu
 	if timeout <= 0 {
 		return false, f()
 	}
-	done := make(chan error, 1)
-	go func() { done <- f() }()
-	t := time.NewTimer(timeout)
-	select {
-	case err := <-done:
-		t.Stop()
+	c := newWatch(w, f, late, timeout)
+	watches.add(c) // before the worker can see it, so its removal finds it
+	dispatch(c)
+	if <-c.wake == watchReturned {
+		err := c.err
+		c.recycle()
 		return false, err
-	case <-t.C:
-		w.expired.Add(1)
-		w.stuck.Add(1)
-		go func() {
-			err := <-done
-			if late != nil {
-				late(err)
-			}
-			w.stuck.Add(-1)
-		}()
-		err := wrapf(ErrCaptureTimeout, "%s did not return within %v; the call is abandoned", op, timeout)
-		if w.abort != nil {
-			w.abort(err)
-		}
-		return true, err
 	}
+	// The monitor expired c and counted it stuck; c now belongs to its
+	// worker, which hands f's result to late and recycles it.
+	w.expired.Add(1)
+	err = wrapf(ErrCaptureTimeout, "%s did not return within %v; the call is abandoned", op, timeout)
+	if w.abort != nil {
+		w.abort(err)
+	}
+	return true, err
 }

@@ -111,6 +111,49 @@ func (d *Driver) query(h alloc.Stream, interaction alloc.CaptureMode) (bool, err
 	return true, nil
 }
 
+// StreamIdle reports, without running queued work and without waiting,
+// whether s has nothing queued and no drain under way (alloc.StreamIdler);
+// when idle it reports, and clears, the failure of work already run, as a
+// synchronize would. Same rules as StreamQuery.
+func (d *Driver) StreamIdle(h alloc.Stream) (bool, error) {
+	const what = "stream query"
+	if d.closed.Load() {
+		return false, errClosed(what)
+	}
+	s, err := d.stream(h, what)
+	if err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	if s.destroyed {
+		s.mu.Unlock()
+		return false, errDestroyed(h, what)
+	}
+	if s.cap != nil {
+		err := d.refuseOnCapturing(s, what)
+		s.mu.Unlock()
+		return false, err
+	}
+	s.mu.Unlock()
+	d.mu.Lock()
+	err = d.refuseUnsafeLocked(what+" of a stream that is not capturing", alloc.Global)
+	d.mu.Unlock()
+	if err != nil {
+		return false, err
+	}
+	if !s.execMu.TryLock() {
+		return false, nil // a drain is under way
+	}
+	defer s.execMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) > 0 {
+		return false, nil
+	}
+	err, s.err = s.err, nil
+	return true, err
+}
+
 // copyInteraction is what a blocking copy passes to wait: a synchronous
 // pageable cudaMemcpy does not touch another stream's capture when the
 // streams are non-blocking (cmd/cudatruth, CUDA 13.0), so only a capture on
