@@ -49,11 +49,15 @@ var errNoDirect = fmt.Errorf("%w: plugin: backend has no direct access to shared
 // directSpan answers a DirectSpan request (device address, length, stream)
 // with where the bytes live: region id, fd, inode, region size, offset,
 // and the lease that holds the stream until DirectDone.
-func (s *server) directSpan(d alloc.Driver, in *dec, out *enc) error {
+// It synchronizes the stream, so it reports the failures of pipelined
+// operations on it.
+func (s *server) directSpan(d alloc.Driver, in *dec, rep *reply) error {
 	p, n, st := alloc.DevicePtr(in.u64()), in.i64(), alloc.Stream(in.u64())
 	if in.err != nil {
 		return in.err
 	}
+	out := &rep.out
+	defer rep.report(s, st)
 	ds, ok := d.(alloc.DirectSpanner)
 	if !ok {
 		return fmt.Errorf("%w (%s)", errNoDirect, d.Name())

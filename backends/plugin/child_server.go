@@ -14,7 +14,10 @@ import (
 // first request, and the shared regions.
 type server struct {
 	regions *childRegions
-	leases  spanLeases // streams held for the host's direct copies
+	leases  spanLeases  // streams held for the host's direct copies
+	order   pipeOrder   // batches run so far (child_pipeline.go)
+	failed  failedOps   // failures of pipelined operations, per stream
+	view    captureView // the streams whose capture status replies carry
 
 	mu  sync.RWMutex
 	drv alloc.Driver
@@ -36,32 +39,74 @@ func (s *server) driver() (alloc.Driver, error) {
 	return s.drv, nil
 }
 
-// call decodes one request, runs it and encodes the reply. A malformed
-// request is an error reply, never a crash.
-func (s *server) call(ctx context.Context, req []byte) []byte {
-	out := &enc{b: make([]byte, 1, 32)} // b[0]: replyOK
-	if len(req) == 0 {
-		return errReply(errMalformed)
-	}
-	in := &dec{b: req[1:]}
-	op := opcode(req[0])
-	err := s.dispatch(ctx, op, in, out)
-	if err == nil && in.err != nil {
-		err = in.err
-	}
-	if err != nil {
-		return errReply(err)
-	}
-	return out.b
+// reply is what a call puts in its reply besides its error: results, and
+// the failures of pipelined operations it reports.
+type reply struct {
+	out    enc
+	failed []failedOp
+	stream alloc.Stream // theirs
 }
 
-func errReply(err error) []byte {
-	e := &enc{}
-	encodeErr(e, err)
+// report attaches the failures of pipelined operations on st: the call
+// synchronizes st.
+func (r *reply) report(s *server, st alloc.Stream) {
+	r.failed, r.stream = s.failed.take(st), st
+}
+
+// call decodes one request, runs it once the batches formed before it
+// have run, and encodes the reply. A malformed request is an error reply,
+// never a crash.
+func (s *server) call(ctx context.Context, req []byte) []byte {
+	in := &dec{b: req}
+	after := in.u64()
+	op := opcode(in.byte())
+	rep := &reply{out: enc{b: make([]byte, 0, 32)}}
+	err := in.err
+	if err == nil {
+		err = s.order.wait(ctx, after)
+	}
+	if err == nil {
+		if op == opBatch {
+			err = s.runBatch(ctx, after, in, rep)
+		} else {
+			err = s.dispatch(ctx, op, in, rep)
+		}
+		if err == nil && in.err != nil {
+			err = in.err
+		}
+	}
+	return s.encodeReply(rep, err)
+}
+
+// encodeReply writes the status, the capture view, the reported failures,
+// then the results or err.
+func (s *server) encodeReply(r *reply, err error) []byte {
+	e := &enc{b: make([]byte, 1, 16+len(r.out.b))}
+	if err != nil {
+		e.b[0] = replyErr
+	}
+	s.view.encode(s.driverOrNil(), e)
+	e.u64(uint64(len(r.failed)))
+	for _, f := range r.failed {
+		e.u64(uint64(f.op)).u64(uint64(r.stream))
+		encodeErr(e, f.err)
+	}
+	if err != nil {
+		encodeErr(e, err)
+	} else {
+		e.b = append(e.b, r.out.b...)
+	}
 	return e.b
 }
 
-func (s *server) dispatch(ctx context.Context, op opcode, in *dec, out *enc) error {
+func (s *server) driverOrNil() alloc.Driver {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.drv
+}
+
+func (s *server) dispatch(ctx context.Context, op opcode, in *dec, rep *reply) error {
+	out := &rep.out
 	if op == opOpen {
 		return s.open(ctx, in, out)
 	}
@@ -77,14 +122,28 @@ func (s *server) dispatch(ctx context.Context, op opcode, in *dec, out *enc) err
 		return d.Close()
 	case opCreateStream:
 		h, err := d.CreateStream()
+		if err == nil {
+			s.view.add(h)
+		}
 		out.u64(uint64(h))
 		return err
 	case opDestroyStream:
-		return d.DestroyStream(alloc.Stream(in.u64()))
+		st := alloc.Stream(in.u64())
+		err := d.DestroyStream(st)
+		if err == nil {
+			s.view.remove(st)
+		}
+		rep.report(s, st)
+		return err
 	case opStreamSynchronize:
-		return d.StreamSynchronize(alloc.Stream(in.u64()))
+		st := alloc.Stream(in.u64())
+		err := d.StreamSynchronize(st)
+		rep.report(s, st)
+		return err
 	case opStreamQuery:
-		done, err := d.StreamQuery(alloc.Stream(in.u64()))
+		st := alloc.Stream(in.u64())
+		done, err := d.StreamQuery(st)
+		rep.report(s, st)
 		out.bool(done)
 		return err
 	case opStreamCaptureStatus:
@@ -102,9 +161,6 @@ func (s *server) dispatch(ctx context.Context, op opcode, in *dec, out *enc) err
 		p, err := d.MallocAsync(size, alloc.Stream(in.u64()))
 		out.u64(uint64(p))
 		return err
-	case opFreeAsync:
-		p := alloc.DevicePtr(in.u64())
-		return d.FreeAsync(p, alloc.Stream(in.u64()))
 	case opHostAlloc:
 		return s.hostAlloc(d, in.i64(), out)
 	case opHostFree:
@@ -126,14 +182,13 @@ func (s *server) dispatch(ctx context.Context, op opcode, in *dec, out *enc) err
 			return fmt.Errorf("%w: plugin: unknown staging region", alloc.ErrInvalidValue)
 		}
 		return s.regions.remove(r)
-	case opCopyHtoDAsync, opCopyDtoHAsync, opCopyHtoD, opCopyDtoH:
-		return s.copy(d, op, in)
-	case opCopyDtoDAsync:
-		dst, src, n := alloc.DevicePtr(in.u64()), alloc.DevicePtr(in.u64()), in.i64()
-		return d.CopyDtoDAsync(dst, src, n, alloc.Stream(in.u64()))
-	case opMemsetAsync:
-		dst, v, n := alloc.DevicePtr(in.u64()), byte(in.u64()), in.i64()
-		return d.MemsetAsync(dst, v, n, alloc.Stream(in.u64()))
+	case opCopyHtoD, opCopyDtoH:
+		st, err := s.copy(d, op, in)
+		rep.report(s, st)
+		return err
+	case opCopyHtoDAsync, opCopyDtoHAsync, opCopyDtoDAsync, opMemsetAsync, opFreeAsync, opGraphLaunch:
+		_, err := s.runQueued(d, op, in)
+		return err
 	case opBeginCapture:
 		st := alloc.Stream(in.u64())
 		return d.BeginCapture(st, alloc.CaptureMode(in.u64()))
@@ -146,9 +201,6 @@ func (s *server) dispatch(ctx context.Context, op opcode, in *dec, out *enc) err
 		e, err := d.GraphInstantiate(g, in.bool())
 		out.u64(uint64(e))
 		return err
-	case opGraphLaunch:
-		e := alloc.GraphExec(in.u64())
-		return d.GraphLaunch(e, alloc.Stream(in.u64()))
 	case opGraphExecDestroy:
 		return d.GraphExecDestroy(alloc.GraphExec(in.u64()))
 	case opGraphDestroy:
@@ -160,7 +212,7 @@ func (s *server) dispatch(ctx context.Context, op opcode, in *dec, out *enc) err
 			return err
 		}
 	case opDirectSpan:
-		return s.directSpan(d, in, out)
+		return s.directSpan(d, in, rep)
 	case opDirectDone:
 		return s.leases.end(in.u64())
 	}
@@ -224,17 +276,21 @@ func (s *server) hostAlloc(d alloc.Driver, size int64, out *enc) error {
 
 // copy runs a copy whose host side is [off, off+n) of a shared region: a
 // host buffer (pinned, for the driver) or staging (pageable, for it).
-func (s *server) copy(d alloc.Driver, op opcode, in *dec) error {
+func (s *server) copy(d alloc.Driver, op opcode, in *dec) (alloc.Stream, error) {
 	dev := alloc.DevicePtr(in.u64())
 	id, off, n := in.u64(), in.i64(), in.i64()
 	st := alloc.Stream(in.u64())
 	if in.err != nil {
-		return in.err
+		return st, in.err
 	}
 	host, err := s.regions.span(id, off, n)
 	if err != nil {
-		return err
+		return st, err
 	}
+	return st, s.copySpan(d, op, dev, host, st)
+}
+
+func (s *server) copySpan(d alloc.Driver, op opcode, dev alloc.DevicePtr, host []byte, st alloc.Stream) error {
 	switch op {
 	case opCopyHtoDAsync:
 		return d.CopyHtoDAsync(dev, host, st)

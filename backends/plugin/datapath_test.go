@@ -206,9 +206,8 @@ func TestFindBinary(t *testing.T) {
 }
 
 func TestWireErrorsKeepSentinels(t *testing.T) {
-	e := &enc{}
-	encodeErr(e, fmt.Errorf("%w: cpu: boom", backends.ErrInvalidConfig))
-	_, err := decodeReply(e.b)
+	srv := newServer()
+	_, err := decodeReply(srv.encodeReply(&reply{}, fmt.Errorf("%w: cpu: boom", backends.ErrInvalidConfig)))
 	require.ErrorIs(t, err, backends.ErrInvalidConfig)
 	require.ErrorIs(t, err, alloc.ErrInvalidValue)
 	require.NotErrorIs(t, err, alloc.ErrOutOfMemory)
@@ -216,13 +215,14 @@ func TestWireErrorsKeepSentinels(t *testing.T) {
 
 	_, err = decodeReply(nil)
 	require.ErrorIs(t, err, alloc.ErrDriver)
-	_, err = decodeReply([]byte{replyErr, 0xff})
+	_, err = decodeReply([]byte{replyErr, 1, 0, 0, 0xff})
 	require.ErrorIs(t, err, alloc.ErrDriver, "a truncated reply is malformed, not a panic")
-	srv := newServer()
-	_, err = decodeReply(srv.call(ctx, []byte{byte(opMalloc)}))
+	_, err = decodeReply(srv.call(ctx, []byte{0, byte(opMalloc)}))
 	require.ErrorIs(t, err, alloc.ErrClosed, "no backend open yet")
-	_, err = decodeReply(srv.call(ctx, []byte{byte(opOpen), 0x80}))
+	_, err = decodeReply(srv.call(ctx, []byte{0, byte(opOpen), 0x80}))
 	require.ErrorIs(t, err, alloc.ErrDriver, "a malformed request is an error reply")
+	_, err = decodeReply(srv.call(ctx, []byte{0x80}))
+	require.ErrorIs(t, err, alloc.ErrDriver, "so is a malformed header")
 }
 
 func TestUsageUnsupportedWhenTheBackendDoesNotCount(t *testing.T) {

@@ -138,9 +138,9 @@ func TestDirectSpanNeedsSharedDeviceMemory(t *testing.T) {
 	require.NoError(t, err)
 	s, err := drv.CreateStream()
 	require.NoError(t, err)
-	_, err = decodeReply(srv.call(context.Background(), newReq(opDirectSpan).u64(uint64(p)).i64(64).u64(uint64(s)).b))
+	_, err = decodeReply(srv.call(context.Background(), append([]byte{0}, newReq(opDirectSpan).u64(uint64(p)).i64(64).u64(uint64(s)).b...)))
 	require.ErrorIs(t, err, errNoDirect)
-	_, err = decodeReply(srv.call(context.Background(), newReq(opDirectSpan).u64(uint64(p)).i64(0).u64(uint64(s)).b))
+	_, err = decodeReply(srv.call(context.Background(), append([]byte{0}, newReq(opDirectSpan).u64(uint64(p)).i64(0).u64(uint64(s)).b...)))
 	require.ErrorIs(t, err, alloc.ErrInvalidValue)
 }
 

@@ -127,40 +127,44 @@ func (c *directCache) drop() {
 // that point of its order; the caller copies, then calls done (which
 // releases the stream and puts the mapping back). ok is false when the
 // backend has no direct access: the caller stages instead, as every later
-// copy will.
-func (d *Driver) directSpan(p alloc.DevicePtr, n int64, s alloc.Stream) (span []byte, done func() error, ok bool, err error) {
+// copy will. async is what the request reported of pipelined operations
+// on s (it synchronizes s), for the copy's result whichever path it takes.
+func (d *Driver) directSpan(p alloc.DevicePtr, n int64, s alloc.Stream) (span []byte, done func() error, ok bool, async, err error) {
 	r, err := d.call(opDirectSpan, newReq(opDirectSpan).u64(uint64(p)).i64(n).u64(uint64(s)))
+	async = withAsync(r, nil)
 	if errors.Is(err, errNoDirect) {
 		d.noDirect.Store(true)
-		return nil, nil, false, nil
+		return nil, nil, false, async, nil
 	}
 	if err != nil {
-		return nil, nil, true, err
+		return nil, nil, true, async, err
 	}
 	id, fd, ino, size, off, lease := r.u64(), r.i64(), r.u64(), r.i64(), r.i64(), r.u64()
 	if r.err != nil {
-		return nil, nil, true, r.err
+		return nil, nil, true, async, r.err
 	}
+	// Unordered: an operation pipelined meanwhile may be waiting in the
+	// backend for the stream this releases.
 	release := func() error {
-		_, err := d.call(opDirectDone, newReq(opDirectDone).u64(lease))
+		_, err := d.callUnordered(opDirectDone, newReq(opDirectDone).u64(lease))
 		return err
 	}
 	if size <= 0 || off < 0 || n > size-off {
-		return nil, nil, true, errors.Join(errMalformed, release())
+		return nil, nil, true, async, errors.Join(errMalformed, release())
 	}
 	m := d.direct.get(id)
 	if m == nil {
 		b, err := mapChildFile(d.proc.pid, int(fd), size, ino)
 		if err != nil {
 			err = d.mapErr(p, n, err)
-			return nil, nil, true, errors.Join(err, release())
+			return nil, nil, true, async, errors.Join(err, release())
 		}
 		m = d.direct.add(id, b)
 	}
 	return m.buf[off : off+n : off+n], func() error {
 		d.direct.put(m)
 		return release()
-	}, true, nil
+	}, true, async, nil
 }
 
 // mapErr explains why the region holding [p, p+n) could not be mapped.
@@ -175,22 +179,23 @@ func (d *Driver) mapErr(p alloc.DevicePtr, n int64, err error) error {
 }
 
 // directIn is CopyHtoD's single-copy path; ok is false when the driver
-// must stage instead.
-func (d *Driver) directIn(dst alloc.DevicePtr, src []byte, s alloc.Stream) (ok bool, err error) {
-	span, done, ok, err := d.directSpan(dst, int64(len(src)), s)
+// must stage instead (async, reported failures of pipelined operations,
+// then goes with the staged copy's result).
+func (d *Driver) directIn(dst alloc.DevicePtr, src []byte, s alloc.Stream) (ok bool, async, err error) {
+	span, done, ok, async, err := d.directSpan(dst, int64(len(src)), s)
 	if !ok || err != nil {
-		return ok, err
+		return ok, async, err
 	}
 	copy(span, src)
-	return true, done()
+	return true, async, done()
 }
 
 // directOut is CopyDtoH's single-copy path.
-func (d *Driver) directOut(dst []byte, src alloc.DevicePtr, s alloc.Stream) (ok bool, err error) {
-	span, done, ok, err := d.directSpan(src, int64(len(dst)), s)
+func (d *Driver) directOut(dst []byte, src alloc.DevicePtr, s alloc.Stream) (ok bool, async, err error) {
+	span, done, ok, async, err := d.directSpan(src, int64(len(dst)), s)
 	if !ok || err != nil {
-		return ok, err
+		return ok, async, err
 	}
 	copy(dst, span)
-	return true, done()
+	return true, async, done()
 }

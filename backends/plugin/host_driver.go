@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +39,11 @@ type Driver struct {
 	// noDirect: the backend answered errNoDirect; pageable blocking copies
 	// stage from then on.
 	noDirect atomic.Bool
+
+	mu    sync.Mutex
+	pipe  pipeline     // operations not yet sent (host_pipeline.go)
+	track captureTrack // streams and their capture status (host_capture.go)
+	trips atomic.Int64 // round trips made, for tests
 }
 
 var (
@@ -71,32 +77,62 @@ func (d *Driver) Info() alloc.DeviceInfo { return d.info }
 // backend processes never share captures.
 func (d *Driver) CaptureDomain() string { return d.domain }
 
-// call makes one round trip. A transport failure (the process died, or the
-// call passed its deadline) marks the backend dead; every later call fails
-// at once with the same cause.
+// call makes one round trip, after the operations queued before it
+// (host_pipeline.go), which it carries when they have not been sent. A
+// transport failure (the process died, or the call passed its deadline)
+// marks the backend dead; every later call fails at once with the same
+// cause. The failures of pipelined operations the reply reports are in
+// r.async (withAsync); err is the call's own.
 func (d *Driver) call(op opcode, req *enc) (*dec, error) {
 	if err := d.deadErr(op); err != nil {
 		return nil, err
 	}
+	b, n := d.frame(req)
+	what := op.String()
+	if n > 0 {
+		what = fmt.Sprintf("%v (sent behind %d pipelined operations)", op, n)
+	}
+	return d.invoke(what, b)
+}
+
+// callUnordered is call for a request that must not wait for pipelined
+// operations: DirectDone, which releases a stream that one of them may be
+// waiting for.
+func (d *Driver) callUnordered(op opcode, req *enc) (*dec, error) {
+	if err := d.deadErr(op); err != nil {
+		return nil, err
+	}
+	return d.invoke(op.String(), append([]byte{0}, req.b...))
+}
+
+// invoke sends a framed request; what names it in errors.
+func (d *Driver) invoke(what string, b []byte) (*dec, error) {
 	ctx, cancel := context.WithTimeout(d.ctx, d.callTimeout)
 	var out msg
-	err := d.conn.Invoke(ctx, callMethod, &msg{b: req.b}, &out, grpc.CallContentSubtype(codecName))
+	d.trips.Add(1)
+	err := d.conn.Invoke(ctx, callMethod, &msg{b: b}, &out, grpc.CallContentSubtype(codecName))
 	expired := ctx.Err() == context.DeadlineExceeded
 	cancel()
 	if err != nil {
-		return nil, d.transportFailure(op, expired, err)
+		return nil, d.transportFailure(what, expired, err)
 	}
 	r, err := decodeReply(out.b)
-	if err != nil {
-		return nil, err
+	if r != nil {
+		d.applyView(r)
 	}
-	return r, nil
+	return r, err
 }
 
 // callErr is call for operations with no results.
 func (d *Driver) callErr(op opcode, req *enc) error {
 	_, err := d.call(op, req)
 	return err
+}
+
+// callSync is callErr for a synchronizing call on a stream: it also
+// reports the failures of pipelined operations on that stream.
+func (d *Driver) callSync(op opcode, req *enc) error {
+	return withAsync(d.call(op, req))
 }
 
 func (d *Driver) deadErr(op opcode) error {
@@ -114,10 +150,10 @@ func (d *Driver) deadErr(op opcode) error {
 // lingers is as good as crashed.
 const graceExit = 50 * time.Millisecond
 
-func (d *Driver) transportFailure(op opcode, expired bool, err error) error {
+func (d *Driver) transportFailure(what string, expired bool, err error) error {
 	if d.dead.Load() == nil && !d.closed.Load() {
 		if expired {
-			d.die(fmt.Errorf("%w: %v did not return within plugin.call_timeout=%v", alloc.ErrBackendHung, op, d.callTimeout))
+			d.die(fmt.Errorf("%w: %s did not return within plugin.call_timeout=%v", alloc.ErrBackendHung, what, d.callTimeout))
 		} else {
 			select {
 			case <-d.proc.exited:
@@ -127,10 +163,13 @@ func (d *Driver) transportFailure(op opcode, expired bool, err error) error {
 			d.die(d.crashErr(err))
 		}
 	}
-	if e := d.deadErr(op); e != nil {
-		return e
+	if p := d.dead.Load(); p != nil {
+		return fmt.Errorf("plugin %s: %s: %w", d.name, what, *p)
 	}
-	return fmt.Errorf("%w: plugin %s: %v: %v", alloc.ErrDriver, d.name, op, err)
+	if d.closed.Load() {
+		return fmt.Errorf("%w: plugin %s: %s: driver is closed", alloc.ErrClosed, d.name, what)
+	}
+	return fmt.Errorf("%w: plugin %s: %s: %v", alloc.ErrDriver, d.name, what, err)
 }
 
 func (d *Driver) crashErr(cause error) error {
@@ -149,6 +188,15 @@ func (d *Driver) die(cause error) {
 	}
 	d.proc.kill()
 	d.cancel()
+	d.wakeQueued()
+}
+
+// wakeQueued wakes callers waiting for room in the pipeline: the backend
+// is gone, and they fail.
+func (d *Driver) wakeQueued() {
+	d.mu.Lock()
+	d.pipe.space.Broadcast()
+	d.mu.Unlock()
 }
 
 // watch marks the backend crashed the moment its process exits on its own.
@@ -174,6 +222,7 @@ func (d *Driver) Close() error {
 	if !d.closed.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: plugin %s: close: driver is closed", alloc.ErrClosed, d.name)
 	}
+	d.wakeQueued()
 	var err error
 	if d.dead.Load() == nil {
 		_, err = d.callClosing(opClose, newReq(opClose))
@@ -198,12 +247,15 @@ func (d *Driver) Close() error {
 	return errors.Join(errs...)
 }
 
-// callClosing is call for Close, which runs after closed is set.
+// callClosing is call for Close, which runs after closed is set (and
+// after the operations queued before it).
 func (d *Driver) callClosing(op opcode, req *enc) (*dec, error) {
+	b, _ := d.frame(req)
 	ctx, cancel := context.WithTimeout(d.ctx, d.callTimeout)
 	defer cancel()
 	var out msg
-	if err := d.conn.Invoke(ctx, callMethod, &msg{b: req.b}, &out, grpc.CallContentSubtype(codecName)); err != nil {
+	d.trips.Add(1)
+	if err := d.conn.Invoke(ctx, callMethod, &msg{b: b}, &out, grpc.CallContentSubtype(codecName)); err != nil {
 		return nil, fmt.Errorf("%w: plugin %s: close: %v", alloc.ErrDriver, d.name, err)
 	}
 	return decodeReply(out.b)
@@ -214,31 +266,39 @@ func (d *Driver) CreateStream() (alloc.Stream, error) {
 	if err != nil {
 		return 0, err
 	}
-	return alloc.Stream(r.u64()), r.err
+	h := alloc.Stream(r.u64())
+	if r.err != nil {
+		return 0, r.err
+	}
+	d.streamCreated(h)
+	return h, nil
 }
 
+// DestroyStream also reports the failures of pipelined operations on s.
 func (d *Driver) DestroyStream(s alloc.Stream) error {
-	return d.callErr(opDestroyStream, newReq(opDestroyStream).u64(uint64(s)))
+	r, err := d.call(opDestroyStream, newReq(opDestroyStream).u64(uint64(s)))
+	if err == nil {
+		d.streamDestroyed(s)
+	}
+	return withAsync(r, err)
 }
 
+// StreamSynchronize also reports the failures of pipelined operations on s.
 func (d *Driver) StreamSynchronize(s alloc.Stream) error {
-	return d.callErr(opStreamSynchronize, newReq(opStreamSynchronize).u64(uint64(s)))
+	return d.callSync(opStreamSynchronize, newReq(opStreamSynchronize).u64(uint64(s)))
 }
 
+// StreamQuery also reports the failures of pipelined operations on s.
 func (d *Driver) StreamQuery(s alloc.Stream) (bool, error) {
 	r, err := d.call(opStreamQuery, newReq(opStreamQuery).u64(uint64(s)))
 	if err != nil {
-		return false, err
+		return false, withAsync(r, err)
 	}
-	return r.bool(), r.err
-}
-
-func (d *Driver) StreamCaptureStatus(s alloc.Stream) (alloc.DriverCaptureStatus, error) {
-	r, err := d.call(opStreamCaptureStatus, newReq(opStreamCaptureStatus).u64(uint64(s)))
-	if err != nil {
-		return alloc.DriverCaptureNone, err
+	done := r.bool()
+	if r.err != nil {
+		return false, r.err
 	}
-	return alloc.DriverCaptureStatus(r.u64()), r.err
+	return done, withAsync(r, nil)
 }
 
 func (d *Driver) Malloc(size int64) (alloc.DevicePtr, error) {
@@ -253,6 +313,9 @@ func (d *Driver) Free(p alloc.DevicePtr) error {
 	return d.callErr(opFree, newReq(opFree).u64(uint64(p)))
 }
 
+// MallocAsync is a round trip: the engine needs the address now, and an
+// out-of-memory error at once (the allocator gives its cache back and
+// retries).
 func (d *Driver) MallocAsync(size int64, s alloc.Stream) (alloc.DevicePtr, error) {
 	r, err := d.call(opMallocAsync, newReq(opMallocAsync).i64(size).u64(uint64(s)))
 	if err != nil {
@@ -262,18 +325,22 @@ func (d *Driver) MallocAsync(size int64, s alloc.Stream) (alloc.DevicePtr, error
 }
 
 func (d *Driver) FreeAsync(p alloc.DevicePtr, s alloc.Stream) error {
-	return d.callErr(opFreeAsync, newReq(opFreeAsync).u64(uint64(p)).u64(uint64(s)))
+	return d.pipelined(opFreeAsync, func(e *enc) { e.u64(uint64(p)).u64(uint64(s)) })
 }
 
 func (d *Driver) CopyDtoDAsync(dst, src alloc.DevicePtr, n int64, s alloc.Stream) error {
-	return d.callErr(opCopyDtoDAsync, newReq(opCopyDtoDAsync).u64(uint64(dst)).u64(uint64(src)).i64(n).u64(uint64(s)))
+	return d.pipelined(opCopyDtoDAsync, func(e *enc) { e.u64(uint64(dst)).u64(uint64(src)).i64(n).u64(uint64(s)) })
 }
 
 func (d *Driver) MemsetAsync(dst alloc.DevicePtr, value byte, n int64, s alloc.Stream) error {
-	return d.callErr(opMemsetAsync, newReq(opMemsetAsync).u64(uint64(dst)).u64(uint64(value)).i64(n).u64(uint64(s)))
+	return d.pipelined(opMemsetAsync, func(e *enc) { e.u64(uint64(dst)).u64(uint64(value)).i64(n).u64(uint64(s)) })
 }
 
+// BeginCapture turns pipelining off from the moment it is called: the
+// operations queued before it are sent in front of it, and none after.
 func (d *Driver) BeginCapture(s alloc.Stream, mode alloc.CaptureMode) error {
+	d.beginning(1)
+	defer d.beginning(-1)
 	return d.callErr(opBeginCapture, newReq(opBeginCapture).u64(uint64(s)).u64(uint64(mode)))
 }
 
@@ -294,7 +361,7 @@ func (d *Driver) GraphInstantiate(g alloc.GraphHandle, autoFree bool) (alloc.Gra
 }
 
 func (d *Driver) GraphLaunch(e alloc.GraphExec, s alloc.Stream) error {
-	return d.callErr(opGraphLaunch, newReq(opGraphLaunch).u64(uint64(e)).u64(uint64(s)))
+	return d.pipelined(opGraphLaunch, func(en *enc) { en.u64(uint64(e)).u64(uint64(s)) })
 }
 
 func (d *Driver) GraphExecDestroy(e alloc.GraphExec) error {

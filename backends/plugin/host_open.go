@@ -193,6 +193,8 @@ func start(ctx context.Context, path, backend string, fwd backends.Options, call
 		ctx:         dctx,
 		cancel:      cancel,
 	}
+	d.pipe.space.L = &d.mu
+	d.track.init()
 	go d.watch()
 	stop := context.AfterFunc(ctx, func() { d.die(fmt.Errorf("%w: open cancelled: %w", alloc.ErrBackendUnavailable, ctx.Err())) })
 	r, err := d.call(opOpen, openReq(backend, fwd))

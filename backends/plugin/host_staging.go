@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -66,7 +67,41 @@ func (p *stagingPool) drop() {
 
 // copyReq is one chunk's request: dev, region, offset, length, stream.
 func copyReq(op opcode, dev alloc.DevicePtr, id uint64, off, n int64, s alloc.Stream) *enc {
-	return newReq(op).u64(uint64(dev)).u64(id).i64(off).i64(n).u64(uint64(s))
+	e := newReq(op)
+	copyArgs(e, dev, id, off, n, s)
+	return e
+}
+
+func copyArgs(e *enc, dev alloc.DevicePtr, id uint64, off, n int64, s alloc.Stream) {
+	e.u64(uint64(dev)).u64(id).i64(off).i64(n).u64(uint64(s))
+}
+
+// asyncErrs gathers the failures of pipelined operations that the calls of
+// one staged copy report (they may run on two goroutines).
+type asyncErrs struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+// call is callErr, keeping what the reply reports.
+func (a *asyncErrs) call(d *Driver, op opcode, req *enc) error {
+	r, err := d.call(op, req)
+	if r != nil && len(r.async) > 0 {
+		a.mu.Lock()
+		a.errs = append(a.errs, r.async...)
+		a.mu.Unlock()
+	}
+	return err
+}
+
+// join puts them before the copy's own error.
+func (a *asyncErrs) join(err error) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.errs) == 0 {
+		return err
+	}
+	return errors.Join(append(a.errs, err)...)
 }
 
 type chunkResult struct {
@@ -79,10 +114,12 @@ type chunkResult struct {
 // goes first: with the first one right after, both ends of the device
 // range are checked before the middle is written, so a range that runs
 // off its allocation fails before any byte lands.
-func (d *Driver) stagedIn(op opcode, dst alloc.DevicePtr, src []byte, s alloc.Stream) error {
+func (d *Driver) stagedIn(op opcode, dst alloc.DevicePtr, src []byte, s alloc.Stream) (err error) {
+	var async asyncErrs // reported by the chunk calls (blocking copies synchronize)
+	defer func() { err = async.join(err) }()
 	n := int64(len(src))
 	if n == 0 {
-		return d.callErr(op, copyReq(op, dst, 0, 0, 0, s))
+		return async.call(d, op, copyReq(op, dst, 0, 0, 0, s))
 	}
 	m, err := d.getStaging()
 	if err != nil {
@@ -92,7 +129,7 @@ func (d *Driver) stagedIn(op opcode, dst alloc.DevicePtr, src []byte, s alloc.St
 	span := func(i int) (int64, int64) { return int64(i) * chunk, min(chunk, n-int64(i)*chunk) }
 	send := func(i, slot int) error {
 		off, l := span(i)
-		return d.callErr(op, copyReq(op, dst+alloc.DevicePtr(off), m.id, int64(slot)*chunk, l, s))
+		return async.call(d, op, copyReq(op, dst+alloc.DevicePtr(off), m.id, int64(slot)*chunk, l, s))
 	}
 	if k == 1 {
 		copy(m.buf, src)
@@ -141,10 +178,12 @@ func (d *Driver) stagedIn(op opcode, dst alloc.DevicePtr, src []byte, s alloc.St
 // stagedOut copies device bytes to host memory through staging, op being
 // CopyDtoH or CopyDtoHAsync: the backend fills one slot while the host
 // empties the other.
-func (d *Driver) stagedOut(op opcode, dst []byte, src alloc.DevicePtr, s alloc.Stream) error {
+func (d *Driver) stagedOut(op opcode, dst []byte, src alloc.DevicePtr, s alloc.Stream) (err error) {
+	var async asyncErrs
+	defer func() { err = async.join(err) }()
 	n := int64(len(dst))
 	if n == 0 {
-		return d.callErr(op, copyReq(op, src, 0, 0, 0, s))
+		return async.call(d, op, copyReq(op, src, 0, 0, 0, s))
 	}
 	m, err := d.getStaging()
 	if err != nil {
@@ -154,7 +193,7 @@ func (d *Driver) stagedOut(op opcode, dst []byte, src alloc.DevicePtr, s alloc.S
 	span := func(i int) (int64, int64) { return int64(i) * chunk, min(chunk, n-int64(i)*chunk) }
 	fetch := func(i, slot int) error {
 		off, l := span(i)
-		return d.callErr(op, copyReq(op, src+alloc.DevicePtr(off), m.id, int64(slot)*chunk, l, s))
+		return async.call(d, op, copyReq(op, src+alloc.DevicePtr(off), m.id, int64(slot)*chunk, l, s))
 	}
 	drain := func(i, slot int) {
 		off, l := span(i)
@@ -211,16 +250,22 @@ func (d *Driver) finishStaging(m *mapping, err error) {
 	d.putStaging(m)
 }
 
+// CopyHtoDAsync and CopyDtoHAsync with a host buffer are pipelined
+// (host_pipeline.go): the buffer is shared memory, named by region, and
+// HostFree, a call, runs after them. Pageable memory stages, each chunk a
+// round trip, since the staging slot is reused at once.
 func (d *Driver) CopyHtoDAsync(dst alloc.DevicePtr, src []byte, s alloc.Stream) error {
 	if m, off, ok := d.regions.find(src); ok {
-		return d.callErr(opCopyHtoDAsync, copyReq(opCopyHtoDAsync, dst, m.id, off, int64(len(src)), s))
+		n := int64(len(src))
+		return d.pipelined(opCopyHtoDAsync, func(e *enc) { copyArgs(e, dst, m.id, off, n, s) })
 	}
 	return d.stagedIn(opCopyHtoDAsync, dst, src, s)
 }
 
 func (d *Driver) CopyDtoHAsync(dst []byte, src alloc.DevicePtr, s alloc.Stream) error {
 	if m, off, ok := d.regions.find(dst); ok {
-		return d.callErr(opCopyDtoHAsync, copyReq(opCopyDtoHAsync, src, m.id, off, int64(len(dst)), s))
+		n := int64(len(dst))
+		return d.pipelined(opCopyDtoHAsync, func(e *enc) { copyArgs(e, src, m.id, off, n, s) })
 	}
 	return d.stagedOut(opCopyDtoHAsync, dst, src, s)
 }
@@ -229,24 +274,28 @@ func (d *Driver) CopyDtoHAsync(dst []byte, src alloc.DevicePtr, s alloc.Stream) 
 // (direct.go) when the backend offers it, and stage otherwise.
 func (d *Driver) CopyHtoD(dst alloc.DevicePtr, src []byte, s alloc.Stream) error {
 	if m, off, ok := d.regions.find(src); ok {
-		return d.callErr(opCopyHtoD, copyReq(opCopyHtoD, dst, m.id, off, int64(len(src)), s))
+		return d.callSync(opCopyHtoD, copyReq(opCopyHtoD, dst, m.id, off, int64(len(src)), s))
 	}
 	if len(src) > 0 && !d.noDirect.Load() {
-		if ok, err := d.directIn(dst, src, s); ok {
-			return err
+		ok, async, err := d.directIn(dst, src, s)
+		if !ok {
+			err = d.stagedIn(opCopyHtoD, dst, src, s)
 		}
+		return joinAsync(async, err)
 	}
 	return d.stagedIn(opCopyHtoD, dst, src, s)
 }
 
 func (d *Driver) CopyDtoH(dst []byte, src alloc.DevicePtr, s alloc.Stream) error {
 	if m, off, ok := d.regions.find(dst); ok {
-		return d.callErr(opCopyDtoH, copyReq(opCopyDtoH, src, m.id, off, int64(len(dst)), s))
+		return d.callSync(opCopyDtoH, copyReq(opCopyDtoH, src, m.id, off, int64(len(dst)), s))
 	}
 	if len(dst) > 0 && !d.noDirect.Load() {
-		if ok, err := d.directOut(dst, src, s); ok {
-			return err
+		ok, async, err := d.directOut(dst, src, s)
+		if !ok {
+			err = d.stagedOut(opCopyDtoH, dst, src, s)
 		}
+		return joinAsync(async, err)
 	}
 	return d.stagedOut(opCopyDtoH, dst, src, s)
 }

@@ -47,6 +47,7 @@ const (
 	opUsage
 	opDirectSpan
 	opDirectDone
+	opBatch // pipelined operations, then optionally one call (host_pipeline.go)
 	numOps
 )
 
@@ -59,7 +60,7 @@ var opNames = [numOps]string{
 	opMemsetAsync: "MemsetAsync", opCopyHtoD: "CopyHtoD", opCopyDtoH: "CopyDtoH", opBeginCapture: "BeginCapture",
 	opEndCapture: "EndCapture", opGraphInstantiate: "GraphInstantiate", opGraphLaunch: "GraphLaunch",
 	opGraphExecDestroy: "GraphExecDestroy", opGraphDestroy: "GraphDestroy", opUsage: "Usage",
-	opDirectSpan: "DirectSpan", opDirectDone: "DirectDone",
+	opDirectSpan: "DirectSpan", opDirectDone: "DirectDone", opBatch: "Batch",
 }
 
 func (o opcode) String() string {

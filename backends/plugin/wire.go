@@ -41,6 +41,11 @@ var errMalformed = fmt.Errorf("%w: plugin: malformed message", alloc.ErrDriver)
 type dec struct {
 	b   []byte
 	err error
+
+	// Read from a reply's header by decodeReply.
+	viewSeq uint64
+	view    []streamStatus
+	async   []error // *AsyncError, in the order the backend ran them
 }
 
 func (d *dec) fail() {
@@ -71,6 +76,16 @@ func (d *dec) i64() int64 {
 }
 
 func (d *dec) bool() bool { return d.u64() != 0 }
+
+func (d *dec) byte() byte {
+	if len(d.b) == 0 {
+		d.fail()
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
 
 func (d *dec) str() string {
 	n := d.u64()
@@ -109,6 +124,8 @@ const (
 	replyErr = 1
 )
 
+// encodeErr appends an error reply's body: the sentinels err wraps, as a
+// mask over sentinels, and its text.
 func encodeErr(e *enc, err error) {
 	var mask uint64
 	for i, s := range sentinels {
@@ -116,7 +133,6 @@ func encodeErr(e *enc, err error) {
 			mask |= 1 << i
 		}
 	}
-	e.b = append(e.b, replyErr)
 	e.u64(mask)
 	msg := err.Error()
 	if len(msg) > maxErrText {
@@ -125,36 +141,78 @@ func encodeErr(e *enc, err error) {
 	e.str(msg)
 }
 
+// decodeErr reads what encodeErr wrote.
+func (d *dec) decodeErr() error {
+	mask := d.u64()
+	text := d.str()
+	if d.err != nil {
+		return d.err
+	}
+	re := &remoteError{msg: text}
+	for i, s := range sentinels {
+		if mask&(1<<i) != 0 {
+			re.is = append(re.is, s)
+		}
+	}
+	if len(re.is) == 0 {
+		re.is = []error{alloc.ErrDriver}
+	}
+	return re
+}
+
 // maxErrText bounds an error's text so a reply never nears gRPC's limits.
 const maxErrText = 64 << 10
 
-// decodeReply returns the result decoder, or the backend's error.
-func decodeReply(b []byte) (*dec, error) {
-	d := &dec{b: b}
+// A request is the position in the pipeline it must follow (the number of
+// pipelined batches the host had formed when it made the request; the
+// backend runs it once those have run), an opcode and its arguments. A
+// reply is a status byte, the backend's capture view after the call (a
+// sequence number, then each stream that is capturing and its status), the
+// failures of pipelined operations the call reports (host_pipeline.go),
+// then the results, or the call's error.
+
+// streamStatus is one entry of a reply's capture view.
+type streamStatus struct {
+	s  alloc.Stream
+	st alloc.DriverCaptureStatus
+}
+
+// maxViewed bounds a reply's capture view: more capturing streams than
+// this in one backend is a malformed reply.
+const maxViewed = 1 << 16
+
+// decodeReply returns the result decoder, with the capture view and the
+// reported failures of pipelined operations, and the call's own error. r
+// is nil only when the reply does not decode.
+func decodeReply(b []byte) (r *dec, err error) {
 	if len(b) == 0 {
 		return nil, errMalformed
 	}
+	r = &dec{b: b[1:]}
 	status := b[0]
-	d.b = b[1:]
+	r.viewSeq = r.u64()
+	n := r.u64()
+	if n > maxViewed {
+		return nil, errMalformed
+	}
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		r.view = append(r.view, streamStatus{alloc.Stream(r.u64()), alloc.DriverCaptureStatus(r.u64())})
+	}
+	m := r.u64()
+	for i := uint64(0); i < m && r.err == nil; i++ {
+		op, s := opcode(r.u64()), alloc.Stream(r.u64())
+		r.async = append(r.async, &AsyncError{Op: op.String(), Stream: s, Err: r.decodeErr()})
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
 	switch status {
 	case replyOK:
-		return d, nil
+		return r, nil
 	case replyErr:
-		mask := d.u64()
-		text := d.str()
-		if d.err != nil {
-			return nil, d.err
+		if err := r.decodeErr(); r.err == nil {
+			return r, err
 		}
-		re := &remoteError{msg: text}
-		for i, s := range sentinels {
-			if mask&(1<<i) != 0 {
-				re.is = append(re.is, s)
-			}
-		}
-		if len(re.is) == 0 {
-			re.is = []error{alloc.ErrDriver}
-		}
-		return nil, re
 	}
 	return nil, errMalformed
 }
