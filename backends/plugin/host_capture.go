@@ -19,10 +19,10 @@ import "github.com/capalloc/capalloc/alloc"
 // captureTrack is the host's record of its backend's streams. Driver.mu
 // guards it.
 type captureTrack struct {
-	streams   map[alloc.Stream]struct{}                 // created through this host and not destroyed
+	streams   map[alloc.Stream]struct{}                  // created through this host and not destroyed
 	status    map[alloc.Stream]alloc.DriverCaptureStatus // the capturing ones, from the newest view
-	seq       uint64                                    // that view's number
-	beginning int                                       // BeginCapture calls in flight
+	seq       uint64                                     // that view's number
+	beginning int                                        // BeginCapture calls in flight
 }
 
 func (t *captureTrack) init() {

@@ -42,10 +42,10 @@ const (
 // pipeline is the host's queue of operations not yet sent. Driver.mu
 // guards it.
 type pipeline struct {
-	enc               // the queued operations, encoded as a batch's body
-	n        int      // how many
-	formed   uint64   // batches formed so far: the order the backend runs them in
-	flushing bool     // the flusher goroutine runs
+	enc                // the queued operations, encoded as a batch's body
+	n        int       // how many
+	formed   uint64    // batches formed so far: the order the backend runs them in
+	flushing bool      // the flusher goroutine runs
 	space    sync.Cond // signalled when the queue is taken or the backend dies (L: Driver.mu)
 }
 
