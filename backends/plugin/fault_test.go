@@ -15,13 +15,14 @@ import (
 // is also the plugin child: faults happen in the backend's process only.
 // Options (besides cpu's): malloc=exit-N (Malloc exits the process with
 // status N), sync=hang (StreamSynchronize never returns), query=hang,
-// begin=hang (BeginCapture), end=hang (EndCapture).
+// begin=hang (BeginCapture), end=hang (EndCapture), memset=hang or exit-N
+// (MemsetAsync, which the host pipelines).
 func init() {
 	backends.Register("faulty", func(ctx context.Context, c backends.Choice) (alloc.Driver, error) {
 		o := c.Options
-		f := &faulty{malloc: o["malloc"], sync: o["sync"], query: o["query"], begin: o["begin"], end: o["end"]}
+		f := &faulty{malloc: o["malloc"], sync: o["sync"], query: o["query"], begin: o["begin"], end: o["end"], memset: o["memset"]}
 		inner := o.Clone()
-		for _, k := range []string{"malloc", "sync", "query", "begin", "end"} {
+		for _, k := range []string{"malloc", "sync", "query", "begin", "end", "memset"} {
 			delete(inner, k)
 		}
 		d, err := backends.Choice{Name: "cpu", Options: inner}.Open(ctx)
@@ -35,7 +36,7 @@ func init() {
 
 type faulty struct {
 	alloc.Driver
-	malloc, sync, query, begin, end string
+	malloc, sync, query, begin, end, memset string
 }
 
 func (f *faulty) inject(fault string) {
@@ -73,4 +74,9 @@ func (f *faulty) BeginCapture(s alloc.Stream, m alloc.CaptureMode) error {
 func (f *faulty) EndCapture(s alloc.Stream) (alloc.GraphHandle, error) {
 	f.inject(f.end)
 	return f.Driver.EndCapture(s)
+}
+
+func (f *faulty) MemsetAsync(dst alloc.DevicePtr, v byte, n int64, s alloc.Stream) error {
+	f.inject(f.memset)
+	return f.Driver.MemsetAsync(dst, v, n, s)
 }

@@ -87,12 +87,7 @@ func (d *Driver) call(op opcode, req *enc) (*dec, error) {
 	if err := d.deadErr(op); err != nil {
 		return nil, err
 	}
-	b, n := d.frame(req)
-	what := op.String()
-	if n > 0 {
-		what = fmt.Sprintf("%v (sent behind %d pipelined operations)", op, n)
-	}
-	return d.invoke(what, b)
+	return d.invoke(op.String(), d.frame(req))
 }
 
 // callUnordered is call for a request that must not wait for pipelined
@@ -102,20 +97,24 @@ func (d *Driver) callUnordered(op opcode, req *enc) (*dec, error) {
 	if err := d.deadErr(op); err != nil {
 		return nil, err
 	}
-	return d.invoke(op.String(), append([]byte{0}, req.b...))
+	return d.invoke(op.String(), framed{b: append([]byte{0}, req.b...)})
 }
 
 // invoke sends a framed request; what names it in errors.
-func (d *Driver) invoke(what string, b []byte) (*dec, error) {
+func (d *Driver) invoke(what string, f framed) (*dec, error) {
 	ctx, cancel := context.WithTimeout(d.ctx, d.callTimeout)
 	var out msg
 	d.trips.Add(1)
-	err := d.conn.Invoke(ctx, callMethod, &msg{b: b}, &out, grpc.CallContentSubtype(codecName))
+	err := d.conn.Invoke(ctx, callMethod, &msg{b: f.b}, &out, grpc.CallContentSubtype(codecName))
 	expired := ctx.Err() == context.DeadlineExceeded
 	cancel()
 	if err != nil {
+		if expired && d.behind(f) {
+			what += ", sent behind pipelined operations that had not run (one of them may be the call that hung),"
+		}
 		return nil, d.transportFailure(what, expired, err)
 	}
+	d.ran(f)
 	r, err := decodeReply(out.b)
 	if r != nil {
 		d.applyView(r)
@@ -250,12 +249,12 @@ func (d *Driver) Close() error {
 // callClosing is call for Close, which runs after closed is set (and
 // after the operations queued before it).
 func (d *Driver) callClosing(op opcode, req *enc) (*dec, error) {
-	b, _ := d.frame(req)
+	f := d.frame(req)
 	ctx, cancel := context.WithTimeout(d.ctx, d.callTimeout)
 	defer cancel()
 	var out msg
 	d.trips.Add(1)
-	if err := d.conn.Invoke(ctx, callMethod, &msg{b: b}, &out, grpc.CallContentSubtype(codecName)); err != nil {
+	if err := d.conn.Invoke(ctx, callMethod, &msg{b: f.b}, &out, grpc.CallContentSubtype(codecName)); err != nil {
 		return nil, fmt.Errorf("%w: plugin %s: close: %v", alloc.ErrDriver, d.name, err)
 	}
 	return decodeReply(out.b)

@@ -45,6 +45,7 @@ type pipeline struct {
 	enc                // the queued operations, encoded as a batch's body
 	n        int       // how many
 	formed   uint64    // batches formed so far: the order the backend runs them in
+	ran      uint64    // the last batch known to have run (its reply came back)
 	flushing bool      // the flusher goroutine runs
 	space    sync.Cond // signalled when the queue is taken or the backend dies (L: Driver.mu)
 }
@@ -95,35 +96,63 @@ func (d *Driver) enqueue(op opcode, args func(e *enc)) (queued bool, err error) 
 	return true, nil
 }
 
+// framed is a request ready to send: b runs after `after` batches and
+// carries n queued operations, as batch after+1, in front of its call.
+type framed struct {
+	b     []byte
+	after uint64
+	n     int
+}
+
 // frameLocked makes a request of the call req (nil: a batch alone): the
 // number of batches formed before it, then, when operations are queued,
-// those as a batch in front of the call. n is how many it carries.
-// Driver.mu held.
-func (d *Driver) frameLocked(req []byte) (b []byte, n int) {
+// those as a batch in front of the call. Driver.mu held.
+func (d *Driver) frameLocked(req []byte) framed {
 	p := &d.pipe
+	f := framed{after: p.formed, n: p.n}
 	if p.n == 0 {
-		b = make([]byte, 0, binary.MaxVarintLen64+len(req))
-		b = binary.AppendUvarint(b, p.formed)
-		return append(b, req...), 0
+		f.b = make([]byte, 0, binary.MaxVarintLen64+len(req))
+		f.b = binary.AppendUvarint(f.b, p.formed)
+		f.b = append(f.b, req...)
+		return f
 	}
-	b = make([]byte, 0, 2*binary.MaxVarintLen64+1+len(p.b)+len(req))
-	b = binary.AppendUvarint(b, p.formed)
-	b = append(b, byte(opBatch))
-	b = binary.AppendUvarint(b, uint64(p.n))
-	b = append(b, p.b...)
-	b = append(b, req...)
-	n = p.n
+	f.b = make([]byte, 0, 2*binary.MaxVarintLen64+1+len(p.b)+len(req))
+	f.b = binary.AppendUvarint(f.b, p.formed)
+	f.b = append(f.b, byte(opBatch))
+	f.b = binary.AppendUvarint(f.b, uint64(p.n))
+	f.b = append(f.b, p.b...)
+	f.b = append(f.b, req...)
 	p.formed++
 	p.b, p.n = p.b[:0], 0
 	p.space.Broadcast()
-	return b, n
+	return f
 }
 
 // frame is frameLocked for a call.
-func (d *Driver) frame(req *enc) ([]byte, int) {
+func (d *Driver) frame(req *enc) framed {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.frameLocked(req.b)
+}
+
+// ran records that f's reply came back: the batches up to it have run.
+func (d *Driver) ran(f framed) {
+	k := f.after
+	if f.n > 0 {
+		k++
+	}
+	d.mu.Lock()
+	d.pipe.ran = max(d.pipe.ran, k)
+	d.mu.Unlock()
+}
+
+// behind says whether f had to wait, in the backend, for pipelined
+// operations not known to have run: when f passes its deadline, one of
+// them may be the call that hung.
+func (d *Driver) behind(f framed) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return f.n > 0 || f.after > d.pipe.ran
 }
 
 // flush sends batches until nothing is queued. A batch that fails as a
@@ -137,10 +166,10 @@ func (d *Driver) flush() {
 			d.mu.Unlock()
 			return
 		}
-		b, n := d.frameLocked(nil)
+		f := d.frameLocked(nil)
 		d.mu.Unlock()
-		what := fmt.Sprintf("a batch of %d pipelined operations", n)
-		if _, err := d.invoke(what, b); err != nil && d.dead.Load() == nil && !d.closed.Load() {
+		what := fmt.Sprintf("a batch of %d pipelined operations", f.n)
+		if _, err := d.invoke(what, f); err != nil && d.dead.Load() == nil && !d.closed.Load() {
 			d.die(fmt.Errorf("%w: plugin %s: %s failed: %w", alloc.ErrDriver, d.name, what, err))
 		}
 	}
