@@ -80,6 +80,23 @@ func BenchmarkRoundTrip(b *testing.B) {
 			}
 		}
 	})
+	// A round trip of ours: StreamQuery of an idle stream. (Until issue
+	// 12's item 1 this was StreamCaptureStatus, which the host now answers
+	// itself: that row measures the local answer.)
+	b.Run("impl=plugin-StreamQuery", func(b *testing.B) {
+		d := benchDriver(b, "plugin:cpu")
+		s, err := d.CreateStream()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := d.StreamQuery(s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("impl=plugin-StreamCaptureStatus", func(b *testing.B) {
 		d := benchDriver(b, "plugin:cpu")
 		s, err := d.CreateStream()
