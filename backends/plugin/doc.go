@@ -28,6 +28,14 @@
 // alloc.ErrBackendHung when the host killed it on a deadline. Reopen the
 // backend with backends.OpenString, or move to the next choice of the chain.
 //
+// The host answers StreamCaptureStatus itself, from the backend's own
+// status carried by every reply, and, outside captures, sends
+// stream-ordered calls with no result (MemsetAsync, CopyDtoDAsync,
+// FreeAsync, GraphLaunch, async copies with a host buffer) without waiting,
+// in order, in batches. Such a call's failure is an *AsyncError returned
+// by the next StreamSynchronize, StreamQuery, blocking copy or
+// DestroyStream on its stream.
+//
 // Plugin mode needs Linux (memfd, Pdeathsig); elsewhere Open says so with
 // alloc.ErrBackendUnavailable.
 //
@@ -37,8 +45,9 @@
 // wrapping errors.ErrUnsupported before any call to the child.
 //
 // Files: host_*.go run in the engine's process (the Driver, starting and
-// watching the child, mapping shared memory, staging, direct copies);
-// child_*.go in the backend's process (serving the backend driver, its
-// shared regions, direct spans); service.go and wire.go are the protocol
-// both sides speak.
+// watching the child, mapping shared memory, staging, direct copies,
+// capture tracking, the pipeline); child_*.go in the backend's process
+// (serving the backend driver, its shared regions, direct spans, the
+// capture view, batch order and kept failures); service.go and wire.go are
+// the protocol both sides speak.
 package plugin
