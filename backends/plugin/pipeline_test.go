@@ -160,6 +160,30 @@ func TestCaptureStatusTrackedByTheHost(t *testing.T) {
 	require.ErrorIs(t, err, alloc.ErrClosed)
 }
 
+// A capture begun behind the allocator's back (through the host driver:
+// the only way to reach a plugin stream) is External at once, with no
+// round trip, and the refused call reaches nothing.
+func TestExternalCaptureSeenWithoutRoundTrip(t *testing.T) {
+	d := open(t, "plugin:cpu")
+	a, err := alloc.New(d, alloc.Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, a.Close()) }()
+	require.NoError(t, d.BeginCapture(a.Stream(), alloc.Global))
+	trips := d.trips.Load()
+	_, err = a.Alloc(123 << 10)
+	require.ErrorIs(t, err, alloc.ErrCaptureIncompatibleAllocation)
+	st, err := a.CaptureStatus()
+	require.NoError(t, err)
+	require.Equal(t, alloc.StateExternal, st)
+	require.Equal(t, trips, d.trips.Load(), "refused and classified without a round trip")
+	g, err := d.EndCapture(a.Stream())
+	require.NoError(t, err)
+	require.NoError(t, d.GraphDestroy(g))
+	st, err = a.CaptureStatus()
+	require.NoError(t, err)
+	require.Equal(t, alloc.StateNone, st)
+}
+
 // A pipelined operation's failure comes back from the next synchronizing
 // call on its stream, after the call's own, in the order they ran, typed,
 // once; another stream's stay with that stream.
