@@ -26,7 +26,7 @@ import (
 // A queued operation's failure is kept by the backend, per stream, and
 // reported as an *AsyncError by the next synchronizing call on that stream
 // (StreamSynchronize, StreamQuery, a blocking copy, DestroyStream), in the
-// order the operations ran, after the call's own error: where CUDA reports
+// order the operations ran, before the call's own error: where CUDA reports
 // the failure of work it ran asynchronously. During a capture nothing is
 // queued: the capture's rules need a refused call to fail where it is made
 // (and invalidate the capture then), so every call is a round trip again.

@@ -137,6 +137,16 @@ func TestCaptureStatusTrackedByTheHost(t *testing.T) {
 	require.ErrorIs(t, err, alloc.ErrCaptureInvalidated)
 	status(alloc.DriverCaptureNone)
 
+	// A device-wide call on no stream at all breaks a Global capture (the
+	// backend's rule, as CUDA's): the host learns it from that call's reply.
+	require.NoError(t, d.BeginCapture(s, alloc.Global))
+	_, err = d.Malloc(64)
+	require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
+	status(alloc.DriverCaptureInvalidated)
+	_, err = d.EndCapture(s)
+	require.ErrorIs(t, err, alloc.ErrCaptureInvalidated)
+	status(alloc.DriverCaptureNone)
+
 	// A begin that fails leaves it as it was.
 	require.NoError(t, d.BeginCapture(s, alloc.ThreadLocal))
 	require.ErrorIs(t, d.BeginCapture(s, alloc.ThreadLocal), alloc.ErrAlreadyCapturing)
@@ -185,8 +195,8 @@ func TestExternalCaptureSeenWithoutRoundTrip(t *testing.T) {
 }
 
 // A pipelined operation's failure comes back from the next synchronizing
-// call on its stream, after the call's own, in the order they ran, typed,
-// once; another stream's stay with that stream.
+// call on its stream, before the call's own error, in the order they ran,
+// typed, once; another stream's stay with that stream.
 func TestPipelinedFailuresAtNextSync(t *testing.T) {
 	d := open(t, "plugin:cpu")
 	s, err := d.CreateStream()
