@@ -55,6 +55,7 @@ func New(drv Driver, opts Options) (*Allocator, error) {
 		hosts:      map[*HostBuffer]struct{}{},
 		workspaces: map[string]*block{},
 	}
+	a.pool.init(a.info.Alignment)
 	a.watchdog = &watchdog{timeout: opts.watchdog()}
 	if ab, ok := drv.(Aborter); ok {
 		a.watchdog.abort = ab.Abort

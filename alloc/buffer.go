@@ -21,7 +21,6 @@ type block struct {
 	gen   uint64
 	kind  blockKind
 	live  bool
-	cls   int      // small class index, -1 for large
 	cap   *capture // capture that allocated a kindGraph block
 	ws    string   // workspace name, "" for an ordinary buffer
 
@@ -37,6 +36,15 @@ type block struct {
 	lastCap *capture // capture that last counted a reference, to count once
 
 	prev, next *block // intrusive list of live blocks, for leak reports
+
+	// Pooled blocks only (pool.go): the segment the block is carved from,
+	// its address-ordered neighbours there, and while free its place in
+	// the arena's fitIndex.
+	seg                *segment
+	segPrev, segNext   *block
+	freePrev, freeNext *block
+	bucket             int32
+	free               bool
 }
 
 // Buffer is a handle to device memory from an Allocator. It is a small value;

@@ -46,37 +46,72 @@ func (a *Allocator) oomLocked(size int64, why string) error {
 }
 
 func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
-	class, cls := sizeClass(size)
-	if b := a.pool.get(cls, class); b != nil {
+	n := a.pool.round(size)
+	if b := a.pool.get(n); b != nil {
 		a.stats.PoolHits++
 		return a.handOutLocked(b, size), nil
 	}
 	a.stats.PoolMisses++
-	p, err := a.drv.MallocAsync(class, a.stream)
-	if errors.Is(err, ErrOutOfMemory) {
-		// Give the cache back to the driver, and the memory closed graphs
-		// left cached for graphs, then try once more.
-		released := a.pool.cached > 0
-		if rerr := a.releaseCacheLocked(); rerr != nil {
-			return Buffer{}, errors.Join(err, rerr)
-		}
-		if a.tryTrimGraphMemoryLocked() {
-			released = true
-		}
-		if released {
-			p, err = a.drv.MallocAsync(class, a.stream)
-		}
-	}
+	b, err := a.growPoolLocked(n)
 	if errors.Is(err, ErrOutOfMemory) {
 		return Buffer{}, fmt.Errorf("%w; %s", err, a.oomLocked(size, "driver out of memory"))
 	}
 	if err != nil {
 		return Buffer{}, err
 	}
-	b := &block{a: a, ptr: p, class: class, cls: cls, kind: kindPooled}
-	a.stats.DriverAllocs++
-	a.stats.addReserved(class)
 	return a.handOutLocked(b, size), nil
+}
+
+// growPoolLocked makes a new segment for a request of n bytes (rounded)
+// the pool could not serve and returns the request's block. When the
+// driver is out of memory it gives back wholly free segments, as few as
+// make room, and retries; then tries a segment of just n bytes (a device
+// too small for the usual segment size); then, last, gives back every free
+// segment and the memory closed graphs left cached (GraphMemTrimmer).
+func (a *Allocator) growPoolLocked(n int64) (*block, error) {
+	sizes := [2]int64{segmentSize(n), n}
+	var err error
+	for i, size := range sizes {
+		if i == 1 && size == sizes[0] {
+			break
+		}
+		var p DevicePtr
+		p, err = a.drv.MallocAsync(size, a.stream)
+		if errors.Is(err, ErrOutOfMemory) {
+			freed, ferr := a.freeSegmentsLocked(a.pool.takeFor(size))
+			if ferr != nil {
+				return nil, errors.Join(err, ferr)
+			}
+			if freed {
+				p, err = a.drv.MallocAsync(size, a.stream)
+			}
+		}
+		if err == nil {
+			return a.newSegmentLocked(p, size, n), nil
+		}
+		if !errors.Is(err, ErrOutOfMemory) {
+			return nil, err
+		}
+	}
+	freed, ferr := a.freeSegmentsLocked(a.pool.takeAll())
+	if ferr != nil {
+		return nil, errors.Join(err, ferr)
+	}
+	if a.tryTrimGraphMemoryLocked() || freed {
+		var p DevicePtr
+		if p, err = a.drv.MallocAsync(n, a.stream); err == nil {
+			return a.newSegmentLocked(p, n, n), nil
+		}
+	}
+	return nil, err
+}
+
+// newSegmentLocked counts a fresh driver allocation of size bytes and makes
+// it a pool segment, returning its first n bytes.
+func (a *Allocator) newSegmentLocked(p DevicePtr, size, n int64) *block {
+	a.stats.DriverAllocs++
+	a.stats.addReserved(size)
+	return a.pool.addSegment(a, p, size, n)
 }
 
 // captureAllocLocked makes an allocation node in the active capture.
@@ -89,7 +124,7 @@ func (a *Allocator) captureAllocLocked(op string, size int64) (Buffer, error) {
 		return Buffer{}, err // the driver releases memory of an invalidated capture
 	}
 	c := a.cap
-	b := &block{a: a, ptr: p, class: size, cls: -1, kind: kindGraph, cap: c}
+	b := &block{a: a, ptr: p, class: size, kind: kindGraph, cap: c}
 	c.blocks = append(c.blocks, b)
 	c.allocs++
 	a.stats.CaptureAllocs++
@@ -132,17 +167,25 @@ func (a *Allocator) refusedInCaptureLocked(err error) error {
 	return fmt.Errorf("%w (%w by the refusal)", err, ErrCaptureInvalidated)
 }
 
-// releaseCacheLocked gives every cached block back to the driver. Only
-// called with no capture on the stream, so the frees are not recorded.
+// releaseCacheLocked gives every wholly free segment back to the driver.
+// Only called with no capture on the stream, so the frees are not recorded.
 func (a *Allocator) releaseCacheLocked() error {
+	_, err := a.freeSegmentsLocked(a.pool.takeAll())
+	return err
+}
+
+// freeSegmentsLocked gives segments the pool took out back to the driver
+// (stream-ordered) and reports whether there were any. A segment whose
+// free fails is still counted as gone: the driver has it, not the pool.
+func (a *Allocator) freeSegmentsLocked(segs []*segment) (bool, error) {
 	var errs []error
-	for _, b := range a.pool.drain() {
-		if err := a.drv.FreeAsync(b.ptr, a.stream); err != nil {
+	for _, s := range segs {
+		if err := a.drv.FreeAsync(s.ptr, a.stream); err != nil {
 			errs = append(errs, err)
 		}
-		a.releasedLocked(b)
+		a.givenBackLocked(s.size)
 	}
-	return errors.Join(errs...)
+	return len(segs) > 0, errors.Join(errs...)
 }
 
 // Trim gives the pool's cached memory back to the driver and, when the
@@ -286,15 +329,19 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 		return a.unsafeRefusalLocked(st, false, "eager synchronous allocation")
 	}, func() (func(), error) {
 		p, err := a.drv.Malloc(size)
-		if errors.Is(err, ErrOutOfMemory) && !capturing && a.giveBackForSync() {
-			p, err = a.drv.Malloc(size)
+		if errors.Is(err, ErrOutOfMemory) && !capturing {
+			if released, gerr := a.giveBackForSync(); gerr != nil {
+				return nil, errors.Join(err, gerr)
+			} else if released {
+				p, err = a.drv.Malloc(size)
+			}
 		}
 		if err != nil {
 			return nil, err
 		}
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		b := &block{a: a, ptr: p, class: size, cls: -1, kind: kindSync}
+		b := &block{a: a, ptr: p, class: size, kind: kindSync}
 		a.stats.DriverAllocs++
 		a.stats.addReserved(size)
 		if a.cap != nil {
@@ -325,25 +372,26 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 }
 
 // giveBackForSync makes room for a synchronous allocation that ran out of
-// memory: the pool's cache goes back to the driver, the stream is
+// memory: the pool's free segments go back to the driver, the stream is
 // synchronized so those stream-ordered frees complete, and the driver's
 // own caches are trimmed (PoolTrimmer, GraphMemTrimmer). It reports whether
-// anything was given back. The caller holds the gate's read side, and the
-// stream is not capturing.
-func (a *Allocator) giveBackForSync() bool {
+// anything was given back, and an error the give-back met (an asynchronous
+// error of earlier work surfacing at the synchronize, say), which the
+// caller reports with the out-of-memory rather than hide it. The caller
+// holds the gate's read side, and the stream is not capturing.
+func (a *Allocator) giveBackForSync() (bool, error) {
 	a.mu.Lock()
-	released := a.pool.cached > 0
-	err := a.releaseCacheLocked()
+	released, err := a.freeSegmentsLocked(a.pool.takeAll())
 	if a.tryTrimGraphMemoryLocked() {
 		released = true
 	}
 	a.mu.Unlock()
 	if err != nil {
-		return false
+		return false, err
 	}
 	if released {
 		if err := a.drv.StreamSynchronize(a.stream); err != nil {
-			return false
+			return false, err
 		}
 	}
 	if t, ok := a.drv.(PoolTrimmer); ok {
@@ -351,7 +399,7 @@ func (a *Allocator) giveBackForSync() bool {
 			released = true
 		}
 	}
-	return released
+	return released, nil
 }
 
 // freeSync releases an AllocSync buffer with the driver's synchronous Free,

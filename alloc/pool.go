@@ -1,68 +1,299 @@
 package alloc
 
-// pool caches freed pooled blocks by size class. Reuse is safe without any
-// event because every block is only ever used on the allocator's one stream:
-// a later user's work is stream-ordered after the earlier user's.
-type pool struct {
-	small  [numClasses][]*block
-	large  map[int64][]*block
-	cached int64 // bytes held in the free lists
+// The pool caches device memory the way PyTorch's caching allocator does,
+// measured to waste a fraction of what whole-size-class caching wastes
+// (BENCHMARKS.md, "Pool fragmentation"): requests are rounded to 512 B and
+// carved out of driver allocations (segments); small requests share 2 MiB
+// segments, medium ones 20 MiB segments, large ones get a segment of their
+// own rounded to 2 MiB. A request takes the best-fitting free block of its
+// arena (fitIndex), split when the rest is worth keeping; a freed block is
+// merged with free neighbours; a segment goes back to the driver only when
+// wholly free, and only under memory pressure (as much as needed), Trim or
+// Close. Reuse needs no event: every block is used on the allocator's one
+// stream, so a later user's work is stream-ordered after the earlier one's.
+
+const (
+	poolGranule   = 1 << granBits // request rounding
+	smallRequest  = 1 << 20       // at most this: the small arena
+	smallSegment  = 2 << 20
+	mediumRequest = 10 << 20 // below this (and above smallRequest): 20 MiB segments
+	mediumSegment = 20 << 20
+	largeRound    = 2 << 20
+)
+
+// segment is one driver allocation the pool carves blocks from.
+type segment struct {
+	ptr        DevicePtr
+	size       int64
+	first      *block // lowest-addressed block; the others follow by segNext
+	ar         *arena
+	prev, next *segment
 }
 
-func (p *pool) get(cls int, class int64) *block {
-	var list *[]*block
-	if cls >= 0 {
-		list = &p.small[cls]
-	} else {
-		l, ok := p.large[class]
-		if !ok {
-			return nil
-		}
-		list = &l
-		defer func() { p.setLarge(class, *list) }()
+// arena is one family of segments (small or large) and its free blocks.
+// Keeping small requests out of large segments stops a few long-lived small
+// buffers from pinning large segments.
+type arena struct {
+	free     fitIndex
+	segs     *segment // every segment of the arena, most recent first
+	splitMin int64    // a split leaves at least this much as a free block
+}
+
+type pool struct {
+	small, large arena
+	cached       int64 // bytes in free blocks, recent ones included
+	granule      int64 // request rounding: poolGranule or the device's alignment
+	spare        *block
+
+	// recent holds the last few freed blocks whole, not yet merged, so an
+	// engine that frees and allocates the same sizes (the common loop)
+	// skips the split and the merge: an exact fit is a best fit. Any
+	// other request merges them all first, so best fit sees every free
+	// byte as if they had been merged when freed.
+	recent  [recentBlocks]*block // oldest first
+	nRecent int
+}
+
+const recentBlocks = 8
+
+func (p *pool) init(alignment int64) {
+	p.granule = poolGranule
+	for p.granule < alignment {
+		p.granule <<= 1
 	}
-	n := len(*list)
-	if n == 0 {
+	p.small.splitMin = p.granule
+	p.large.splitMin = smallRequest + 1 // PyTorch's rule: large remainders only
+}
+
+// round is the bytes a request of n takes from a segment.
+func (p *pool) round(n int64) int64 { return (n + p.granule - 1) &^ (p.granule - 1) }
+
+func (p *pool) arenaFor(n int64) *arena {
+	if n <= smallRequest {
+		return &p.small
+	}
+	return &p.large
+}
+
+// segmentSize is the driver allocation made for a miss of rounded size n.
+func segmentSize(n int64) int64 {
+	switch {
+	case n <= smallRequest:
+		return smallSegment
+	case n < mediumRequest:
+		return mediumSegment
+	}
+	return (n + largeRound - 1) &^ (largeRound - 1)
+}
+
+// get takes a free block of at least n (rounded) bytes, split to n when the
+// rest is worth keeping, or returns nil.
+func (p *pool) get(n int64) *block {
+	for i := p.nRecent - 1; i >= 0; i-- { // the latest first: still hot in caches
+		if b := p.recent[i]; b.class == n {
+			copy(p.recent[i:], p.recent[i+1:p.nRecent])
+			p.nRecent--
+			p.recent[p.nRecent] = nil
+			p.cached -= n
+			return b
+		}
+	}
+	ar := p.arenaFor(n)
+	p.mergeRecent() // a best fit must see every free byte merged
+	b := ar.free.find(n)
+	if b == nil {
 		return nil
 	}
-	b := (*list)[n-1]
-	(*list)[n-1] = nil
-	*list = (*list)[:n-1]
+	ar.free.remove(b)
+	b.free = false
 	p.cached -= b.class
+	p.split(ar, b, n)
 	return b
 }
 
-func (p *pool) put(b *block) {
-	if b.cls >= 0 {
-		p.small[b.cls] = append(p.small[b.cls], b)
-	} else {
-		if p.large == nil {
-			p.large = map[int64][]*block{}
-		}
-		p.large[b.class] = append(p.large[b.class], b)
-	}
-	p.cached += b.class
-}
-
-func (p *pool) setLarge(class int64, l []*block) {
-	if len(l) == 0 {
-		delete(p.large, class)
+// split cuts b, not free, to n bytes when the rest is worth keeping as a
+// free block of its own.
+func (p *pool) split(ar *arena, b *block, n int64) {
+	rest := b.class - n
+	if rest < ar.splitMin {
 		return
 	}
-	p.large[class] = l
+	r := p.record() // zeroed: set what differs, field by field (cheaper than a literal)
+	r.a, r.ptr, r.class, r.kind, r.seg = b.a, b.ptr+DevicePtr(n), rest, kindPooled, b.seg
+	r.segPrev, r.segNext = b, b.segNext
+	if b.segNext != nil {
+		b.segNext.segPrev = r
+	}
+	b.segNext = r
+	b.class = n
+	p.cached += rest
+	p.putFree(ar, r)
 }
 
-// drain empties the pool and returns every cached block.
-func (p *pool) drain() []*block {
-	var out []*block
-	for i := range p.small {
-		out = append(out, p.small[i]...)
-		p.small[i] = nil
+// addSegment records a fresh driver allocation of size bytes as a segment
+// of n's arena and returns its first block cut to n bytes, not free.
+func (p *pool) addSegment(a *Allocator, ptr DevicePtr, size, n int64) *block {
+	ar := p.arenaFor(n)
+	s := &segment{ptr: ptr, size: size, ar: ar}
+	b := p.record()
+	b.a, b.ptr, b.class, b.kind, b.seg = a, ptr, size, kindPooled, s
+	s.first = b
+	s.next = ar.segs
+	if s.next != nil {
+		s.next.prev = s
 	}
-	for _, l := range p.large {
-		out = append(out, l...)
+	ar.segs = s
+	p.split(ar, b, n)
+	return b
+}
+
+// put returns a freed block to the pool: to recent, moving the oldest
+// recent one to its arena when recent is full.
+func (p *pool) put(b *block) {
+	p.cached += b.class
+	if p.nRecent < recentBlocks {
+		p.recent[p.nRecent] = b
+		p.nRecent++
+		return
 	}
-	p.large = nil
-	p.cached = 0
+	old := p.recent[0] // the oldest goes; the order stays oldest first
+	copy(p.recent[:], p.recent[1:])
+	p.recent[recentBlocks-1] = b
+	p.merge(old)
+}
+
+// mergeRecent moves every recent block to its arena.
+func (p *pool) mergeRecent() {
+	for i := 0; i < p.nRecent; i++ {
+		p.merge(p.recent[i])
+		p.recent[i] = nil
+	}
+	p.nRecent = 0
+}
+
+// merge puts a block, counted in cached already, in its arena's index,
+// merged with its free neighbours.
+func (p *pool) merge(b *block) {
+	ar := b.seg.ar
+	if n := b.segNext; n != nil && n.free {
+		ar.free.remove(n)
+		b.class += n.class
+		b.segNext = n.segNext
+		if b.segNext != nil {
+			b.segNext.segPrev = b
+		}
+		p.recycle(n)
+	}
+	if q := b.segPrev; q != nil && q.free {
+		ar.free.remove(q)
+		q.class += b.class
+		q.segNext = b.segNext
+		if q.segNext != nil {
+			q.segNext.segPrev = q
+		}
+		p.recycle(b)
+		b = q
+	}
+	p.putFree(ar, b)
+}
+
+func (p *pool) putFree(ar *arena, b *block) {
+	b.free = true
+	ar.free.insert(b)
+}
+
+// record returns a zeroed block record (but for gen), recycled when one is
+// spare, so the steady state of split and merge allocates nothing.
+func (p *pool) record() *block {
+	if b := p.spare; b != nil {
+		p.spare = b.segNext
+		b.segNext = nil
+		return b
+	}
+	return new(block)
+}
+
+func (p *pool) recycle(b *block) {
+	*b = block{gen: b.gen, segNext: p.spare} // gen kept: stale handles stay stale
+	p.spare = b
+}
+
+// takeFree removes the wholly free segments chosen by pick from the pool
+// and returns them; pick sees each free segment once, in arena order.
+func (p *pool) takeFree(pick func(s *segment) bool) []*segment {
+	p.mergeRecent()
+	var out []*segment
+	for _, ar := range []*arena{&p.small, &p.large} {
+		for s := ar.segs; s != nil; {
+			next := s.next
+			if b := s.first; b.free && b.segNext == nil && pick(s) {
+				ar.free.remove(b)
+				p.cached -= b.class
+				p.recycle(b)
+				if s.prev != nil {
+					s.prev.next = s.next
+				} else {
+					ar.segs = s.next
+				}
+				if s.next != nil {
+					s.next.prev = s.prev
+				}
+				out = append(out, s)
+			}
+			s = next
+		}
+	}
 	return out
+}
+
+// takeAll removes every wholly free segment.
+func (p *pool) takeAll() []*segment { return p.takeFree(func(*segment) bool { return true }) }
+
+// takeFor removes as few wholly free segments as make room for n bytes:
+// the smallest one of at least n, or else the largest ones until their
+// sizes add up to n (all of them when they do not).
+func (p *pool) takeFor(n int64) []*segment {
+	var (
+		fit   *segment
+		sizes []int64
+	)
+	p.takeFree(func(s *segment) bool {
+		if s.size >= n && (fit == nil || s.size < fit.size) {
+			fit = s
+		}
+		sizes = append(sizes, s.size)
+		return false
+	})
+	if fit != nil {
+		return p.takeFree(func(s *segment) bool { return s == fit })
+	}
+	// Largest first until n is covered: find the size threshold.
+	sortDesc(sizes)
+	var sum, min int64
+	for _, sz := range sizes {
+		if sum >= n {
+			break
+		}
+		sum += sz
+		min = sz
+	}
+	if sum == 0 {
+		return nil
+	}
+	left := sum
+	return p.takeFree(func(s *segment) bool {
+		if s.size >= min && left > 0 {
+			left -= s.size
+			return true
+		}
+		return false
+	})
+}
+
+func sortDesc(v []int64) {
+	for i := 1; i < len(v); i++ { // insertion sort: few segments, off the hot path
+		for j := i; j > 0 && v[j] > v[j-1]; j-- {
+			v[j], v[j-1] = v[j-1], v[j]
+		}
+	}
 }

@@ -65,9 +65,12 @@ func (a *Allocator) releaseLocked(b *block) {
 }
 
 // releasedLocked counts b's memory as given back to the driver.
-func (a *Allocator) releasedLocked(b *block) {
+func (a *Allocator) releasedLocked(b *block) { a.givenBackLocked(b.class) }
+
+// givenBackLocked counts n bytes of one driver allocation as given back.
+func (a *Allocator) givenBackLocked(n int64) {
 	a.stats.DriverFrees++
-	a.stats.BytesReserved -= b.class
+	a.stats.BytesReserved -= n
 }
 
 // flushReleases frees the AllocSync blocks releaseLocked queued, through

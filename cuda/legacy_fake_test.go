@@ -39,9 +39,9 @@ func TestFakeDefaultStreamsAreNonBlocking(t *testing.T) {
 	require.Len(t, find(lines, "flags=1"), 2, "the zero Options create cudaStreamNonBlocking streams: %v", lines)
 
 	require.NoError(t, a.BeginCapture(alloc.Global))
-	buf, err := b.Alloc(4096) // a pool miss: cudaMallocFromPoolAsync on B's idle stream
+	buf, err := b.Alloc(4096) // a pool miss: a 2 MiB segment from cudaMallocFromPoolAsync on B's idle stream
 	require.NoError(t, err, "B's pool allocation on its own non-blocking stream is legal during A's Global capture")
-	require.Len(t, find(log.lines(), "cudaMallocFromPoolAsync n=4096"), 1)
+	require.Len(t, find(log.lines(), "cudaMallocFromPoolAsync n=2097152 "), 1, "the miss makes one 2 MiB segment")
 	st, err := a.CaptureStatus()
 	require.NoError(t, err)
 	require.Equal(t, alloc.StateActive, st)
