@@ -1,6 +1,7 @@
 package alloc_test
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -49,4 +50,35 @@ func TestOutOfMemoryGivesCacheBack(t *testing.T) {
 			require.NoError(t, a.Free(b))
 		})
 	}
+}
+
+// An error of earlier stream work that surfaces while an out-of-memory
+// AllocSync gives the cache back (at its synchronize) is reported with the
+// out-of-memory, both matchable, not swallowed: it is the engine's bug.
+func TestAllocSyncGiveBackReportsAsyncError(t *testing.T) {
+	const limit = 1 << 20
+	d, err := cpu.New(cpu.Options{MemoryLimit: limit})
+	require.NoError(t, err)
+	defer d.Close()
+	a, err := alloc.New(d, alloc.Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, a.Close()) }()
+	var bs []alloc.Buffer
+	for i := 0; i < 6; i++ {
+		b, err := a.Alloc(limit / 8)
+		require.NoError(t, err)
+		bs = append(bs, b)
+	}
+	for _, b := range bs {
+		require.NoError(t, a.Free(b))
+	}
+	boom := errors.New("kernel failed")
+	require.NoError(t, a.LaunchHostFunc(func() error { return boom }))
+	_, err = a.AllocSync(limit / 2)
+	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+	require.ErrorIs(t, err, boom, "the stream's error is not hidden behind the out-of-memory")
+	require.NoError(t, a.Synchronize(), "reported once")
+	b, err := a.AllocSync(limit / 2) // the cache was given back meanwhile
+	require.NoError(t, err)
+	require.NoError(t, a.Free(b))
 }
