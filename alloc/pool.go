@@ -177,24 +177,24 @@ func (p *pool) merge(b *block) {
 	ar := b.seg.ar
 	if n := b.segNext; n != nil && n.free {
 		ar.free.remove(n)
-		b.class += n.class
-		b.segNext = n.segNext
-		if b.segNext != nil {
-			b.segNext.segPrev = b
-		}
-		p.recycle(n)
+		p.absorb(b, n)
 	}
 	if q := b.segPrev; q != nil && q.free {
 		ar.free.remove(q)
-		q.class += b.class
-		q.segNext = b.segNext
-		if q.segNext != nil {
-			q.segNext.segPrev = q
-		}
-		p.recycle(b)
+		p.absorb(q, b)
 		b = q
 	}
 	p.putFree(ar, b)
+}
+
+// absorb grows lo over hi, its next neighbour, and recycles hi's record.
+func (p *pool) absorb(lo, hi *block) {
+	lo.class += hi.class
+	lo.segNext = hi.segNext
+	if lo.segNext != nil {
+		lo.segNext.segPrev = lo
+	}
+	p.recycle(hi)
 }
 
 func (p *pool) putFree(ar *arena, b *block) {
