@@ -107,30 +107,18 @@ func (d *Driver) record(c *capture, o *op, what string) error {
 // opChunks records a capture's operations in fixed-size chunks: appending
 // never copies what was recorded, and no allocation grows with the
 // capture, so recording costs the same per operation at 1e3 or 1e5
-// operations (issue 12). flat makes the graph's one slice at the end.
-type opChunks struct {
-	chunks [][]op
-	n      int
-}
+// operations (issue 12). The graph keeps the chunks as they are: no copy
+// into one slice at the end either.
+type opChunks [][]op
 
 const opChunk = 1024
 
 func (c *opChunks) add(o *op) {
-	if len(c.chunks) == 0 || len(c.chunks[len(c.chunks)-1]) == opChunk {
-		c.chunks = append(c.chunks, make([]op, 0, opChunk))
+	if len(*c) == 0 || len((*c)[len(*c)-1]) == opChunk {
+		*c = append(*c, make([]op, 0, opChunk))
 	}
-	last := &c.chunks[len(c.chunks)-1]
+	last := &(*c)[len(*c)-1]
 	*last = append(*last, *o)
-	c.n++
-}
-
-func (c *opChunks) flat() []op {
-	out := make([]op, 0, c.n)
-	for _, ch := range c.chunks {
-		out = append(out, ch...)
-	}
-	c.chunks = nil
-	return out
 }
 
 // BeginCapture starts recording the work submitted to s.
@@ -198,7 +186,8 @@ func (d *Driver) EndCapture(h alloc.Stream) (alloc.GraphHandle, error) {
 		}
 		return 0, c.invalidatedErr(what)
 	}
-	g := &graph{ops: c.ops.flat(), allocs: c.allocs}
+	g := &graph{ops: c.ops, allocs: c.allocs}
+	c.ops = nil
 	for _, r := range c.allocs {
 		r.graph, r.graphFreed = g, r.freedIn == c
 		r.cap, r.freedIn = nil, nil

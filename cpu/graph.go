@@ -8,7 +8,7 @@ import (
 // graphs and launches share it without copying.
 type graph struct {
 	h         alloc.GraphHandle
-	ops       []op
+	ops       opChunks
 	allocs    []*allocation // its allocation nodes, freed inside the graph or not
 	execs     int           // live instantiations
 	pending   int           // queued launches not yet run (counted only with allocs)
@@ -18,7 +18,7 @@ type graph struct {
 type graphExec struct {
 	h        alloc.GraphExec
 	g        *graph
-	ops      []op
+	ops      opChunks
 	autoFree bool
 }
 

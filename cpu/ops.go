@@ -29,7 +29,7 @@ type op struct {
 	dstOff   int64
 	srcOff   int64
 	host     []byte // the caller's slice itself: replays see its current bytes
-	sub      []op
+	sub      opChunks
 	exec     *graphExec // the launched graph, checked when recorded as a child
 	fn       func() error
 }
@@ -72,9 +72,11 @@ func (d *Driver) run(o *op) error {
 		d.mu.Unlock()
 	case opGraph:
 		var first error
-		for i := range o.sub {
-			if err := d.run(&o.sub[i]); err != nil && first == nil {
-				first = err
+		for _, ch := range o.sub {
+			for i := range ch {
+				if err := d.run(&ch[i]); err != nil && first == nil {
+					first = err
+				}
 			}
 		}
 		if o.counted {
