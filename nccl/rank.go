@@ -60,7 +60,7 @@ func (l *Library) InitRank(dev DeviceRunner, ranks int, id UniqueID, rank int) (
 		return nil, fmt.Errorf("%w: nccl: init rank: zero unique id (from GetUniqueID, FileRendezvous or InitFromEnv)", alloc.ErrInvalidValue)
 	}
 	var h uintptr
-	err := alloc.DeviceWide(captureDomain, "nccl: init rank", func() error {
+	err := alloc.DeviceWide(l.domain, "nccl: init rank", func() error {
 		return dev.OnDevice("nccl: init rank", func() error {
 			return l.check("ncclCommInitRank", l.commInitRank(&h, int32(ranks), id, int32(rank)))
 		})
