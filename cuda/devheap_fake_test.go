@@ -218,7 +218,9 @@ func TestFakeDeviceHeapGoroutineRanks(t *testing.T) {
 // badExport hands out a handle no runtime can open.
 type badExport struct{ *Driver }
 
-func (badExport) IPCGetMemHandle(alloc.DevicePtr) ([]byte, error) { return make([]byte, ipcHandleSize), nil }
+func (badExport) IPCGetMemHandle(alloc.DevicePtr) ([]byte, error) {
+	return make([]byte, ipcHandleSize), nil
+}
 
 // failAlloc fails the heap's allocation.
 type failAlloc struct{ *Driver }
