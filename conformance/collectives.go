@@ -27,6 +27,7 @@ func (s *suite) collectivesGroup(t *testing.T) {
 	t.Run("skewed_replays_time_out", s.skewedReplaysTimeOut)
 	t.Run("alloc_mismatch_is_loud", s.allocMismatchIsLoud)
 	t.Run("heap_capture_rules", s.heapCaptureRules)
+	t.Run("device_heap", s.deviceHeap)
 }
 
 // world is n ranks as goroutines, each on its own cpu device (driver) and
