@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -47,17 +46,7 @@ func (s *suite) deviceHeap(t *testing.T) {
 	}
 	heaps := make([]*symheap.DeviceHeap, n)
 	each := func(fn func(r int) error) {
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		for r := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[r] = fn(r)
-			}()
-		}
-		wg.Wait()
-		for r, err := range errs {
+		for r, err := range parallelEach(n, fn) {
 			require.NoError(t, err, "rank %d", r)
 		}
 	}

@@ -50,6 +50,22 @@ func newDevRank(t *testing.T, wrap func(*Driver) alloc.Driver) *devRank {
 	return r
 }
 
+// eachRank runs fn for ranks 0..n-1, each in its own goroutine, and
+// returns their errors.
+func eachRank(n int, fn func(r int) error) []error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = fn(r)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
 // table reads a heap's peer table back from the device.
 func table(t *testing.T, h *symheap.DeviceHeap) []alloc.DevicePtr {
 	t.Helper()
@@ -77,11 +93,10 @@ func download(t *testing.T, h *symheap.DeviceHeap, x symheap.Tensor) []byte {
 }
 
 // Three goroutine ranks: the open makes, per rank, two synchronous
-// allocations, one handle export, no IPC open (same process), one copy
-// and one synchronize; the device table holds every rank's base; peers'
-// bytes are read through a captured copy replayed with fresh data; in a
-// capture allocation makes no driver call and opening is refused; Close
-// frees everything.
+// allocations, one handle export, no IPC open (same process), one memset
+// of the pad, one copy and one synchronize; the device table holds every
+// rank's base; allocation makes no driver call; bad operands are typed;
+// opening and closing in a capture are refused; Close frees everything.
 func TestFakeDeviceHeapGoroutineRanks(t *testing.T) {
 	fakeLib(t)
 	const n = 3
@@ -92,16 +107,10 @@ func TestFakeDeviceHeapGoroutineRanks(t *testing.T) {
 	}
 	x := symheap.NewLocalExchange(n)
 	heaps := make([]*symheap.DeviceHeap, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range ranks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			heaps[r], errs[r] = symheap.OpenDevice(r, ranks[r].a, x, devHeapSize, symheap.DeviceOptions{Timeout: 10 * time.Second})
-		}()
-	}
-	wg.Wait()
+	errs := eachRank(n, func(r int) (err error) {
+		heaps[r], err = symheap.OpenDevice(r, ranks[r].a, x, devHeapSize, symheap.DeviceOptions{Timeout: 10 * time.Second})
+		return err
+	})
 	for r := range ranks {
 		require.NoError(t, errs[r], "rank %d", r)
 		c := ranks[r].spy.Snapshot()
@@ -122,7 +131,9 @@ func TestFakeDeviceHeapGoroutineRanks(t *testing.T) {
 		require.Equal(t, make([]byte, symheap.SignalPadBytes), pad, "the pad is zeroed")
 	}
 
-	// The same allocation sequence, the same offsets; no driver call.
+	// The same allocation sequence, the same offsets, no driver call
+	// (copies between the heaps, captured and replayed, are the
+	// conformance cell Collectives/device_heap, run on this fake too).
 	var in, out symheap.Tensor
 	for r, h := range heaps {
 		before := ranks[r].spy.Snapshot()
@@ -136,40 +147,6 @@ func TestFakeDeviceHeapGoroutineRanks(t *testing.T) {
 		}
 		require.Equal(t, in, a)
 		require.Equal(t, out, b)
-	}
-	chunk := func(p int) symheap.Tensor { return symheap.Tensor{Off: out.Off + int64(p)*in.Size, Size: in.Size} }
-
-	// Each rank gathers every rank's in, by copies captured once.
-	graphs := make([]*alloc.Graph, n)
-	for r, h := range heaps {
-		g, err := h.Allocator().WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, func() error {
-			for p := range n {
-				if err := h.Copy(r, chunk(p), p, in); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		require.NoError(t, err)
-		graphs[r] = g
-	}
-	for k := range 3 {
-		for r, h := range heaps {
-			upload(t, h, in, bytes.Repeat([]byte{byte(16*k + r + 1)}, int(in.Size)))
-		}
-		for r, h := range heaps {
-			require.NoError(t, graphs[r].Launch())
-			require.NoError(t, h.Allocator().Synchronize())
-		}
-		for r, h := range heaps {
-			got := download(t, h, out)
-			for p := range n {
-				require.Equal(t, bytes.Repeat([]byte{byte(16*k + p + 1)}, int(in.Size)), got[int64(p)*in.Size:int64(p+1)*in.Size], "replay %d, rank %d, chunk from rank %d", k, r, p)
-			}
-		}
-	}
-	for _, g := range graphs {
-		require.NoError(t, g.Close())
 	}
 
 	// Bad operands are typed errors, queued nothing.
@@ -195,15 +172,7 @@ func TestFakeDeviceHeapGoroutineRanks(t *testing.T) {
 	require.NoError(t, g.Close())
 
 	// Close is collective; afterwards every allocation is back.
-	var cwg sync.WaitGroup
-	for r, h := range heaps {
-		cwg.Add(1)
-		go func() {
-			defer cwg.Done()
-			errs[r] = h.Close()
-		}()
-	}
-	cwg.Wait()
+	errs = eachRank(n, func(r int) error { return heaps[r].Close() })
 	for r := range ranks {
 		require.NoError(t, errs[r])
 		c := ranks[r].spy.Snapshot()
@@ -238,16 +207,10 @@ func TestFakeDeviceHeapAllOrNothingInProcess(t *testing.T) {
 	const n = 3
 	ranks := []*devRank{newDevRank(t, nil), newDevRank(t, func(d *Driver) alloc.Driver { return failAlloc{d} }), newDevRank(t, nil)}
 	x := symheap.NewLocalExchange(n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range ranks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, errs[r] = symheap.OpenDevice(r, ranks[r].a, x, devHeapSize, symheap.DeviceOptions{Timeout: 10 * time.Second})
-		}()
-	}
-	wg.Wait()
+	errs := eachRank(n, func(r int) error {
+		_, err := symheap.OpenDevice(r, ranks[r].a, x, devHeapSize, symheap.DeviceOptions{Timeout: 10 * time.Second})
+		return err
+	})
 	for r := range ranks {
 		require.ErrorIs(t, errs[r], symheap.ErrPeerOpen, "rank %d", r)
 		require.Contains(t, errs[r].Error(), "rank 1: symheap: device heap of rank 1")
