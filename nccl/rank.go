@@ -33,8 +33,9 @@ func (l *Library) GetUniqueID() (UniqueID, error) {
 }
 
 // DeviceRunner runs a function on an OS thread where the rank's device is
-// current: *cuda.Driver's OnDevice. ncclCommInitRank acts on the calling
-// thread's current device, and a goroutine has no fixed thread.
+// current: *cuda.Driver's OnDevice for NCCL, *hip.Driver's for RCCL.
+// ncclCommInitRank acts on the calling thread's current device, and a
+// goroutine has no fixed thread.
 type DeviceRunner interface {
 	OnDevice(op string, fn func() error) error
 }

@@ -28,7 +28,8 @@ func Fresh(path string) error {
 // Publish writes data to path atomically: a temporary file in the same
 // directory, complete and closed, then linked into place, so a reader sees
 // the whole message or nothing. A path that exists is refused (Fresh),
-// also when another writer wins the race. Errors wrap
+// also when another writer wins the race (where the file system has hard
+// links; elsewhere the file is renamed into place). Errors wrap
 // alloc.ErrInvalidValue.
 func Publish(path string, data []byte) error {
 	if err := Fresh(path); err != nil {
@@ -44,11 +45,17 @@ func Publish(path string, data []byte) error {
 		return fmt.Errorf("%w: rendezvous: writing %s: %v", alloc.ErrInvalidValue, f.Name(), err)
 	}
 	// A hard link, unlike a rename, fails when path exists.
-	if err := os.Link(f.Name(), path); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return Fresh(path)
-		}
-		return fmt.Errorf("%w: rendezvous: %v", alloc.ErrInvalidValue, err)
+	err = os.Link(f.Name(), path)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, fs.ErrExist):
+		return Fresh(path)
+	}
+	// A file system without hard links: rename, atomic too, which
+	// replaces a file that appeared since the check above.
+	if rerr := os.Rename(f.Name(), path); rerr != nil {
+		return fmt.Errorf("%w: rendezvous: %v; %v", alloc.ErrInvalidValue, err, rerr)
 	}
 	return nil
 }
