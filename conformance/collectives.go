@@ -27,6 +27,7 @@ func (s *suite) collectivesGroup(t *testing.T) {
 	t.Run("skewed_replays_time_out", s.skewedReplaysTimeOut)
 	t.Run("alloc_mismatch_is_loud", s.allocMismatchIsLoud)
 	t.Run("heap_capture_rules", s.heapCaptureRules)
+	t.Run("device_heap", s.deviceHeap)
 }
 
 // world is n ranks as goroutines, each on its own cpu device (driver) and
@@ -70,13 +71,19 @@ func (s *suite) newWorld(t *testing.T, n int, size int64, opts symheap.Options) 
 // each runs fn for every rank, each in its own goroutine, and returns the
 // ranks' errors.
 func (w *world) each(fn func(r int, h *symheap.Heap) error) []error {
-	errs := make([]error, len(w.heaps))
+	return parallelEach(len(w.heaps), func(r int) error { return fn(r, w.heaps[r]) })
+}
+
+// parallelEach runs fn for 0..n-1, each in its own goroutine, and returns
+// their errors, in order.
+func parallelEach(n int, fn func(r int) error) []error {
+	errs := make([]error, n)
 	var wg sync.WaitGroup
-	for r, h := range w.heaps {
+	for r := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[r] = fn(r, h)
+			errs[r] = fn(r)
 		}()
 	}
 	wg.Wait()

@@ -30,20 +30,8 @@ func stamp(b []byte, worker, iter int) {
 	}
 }
 
-// parallel runs fn(w) on n goroutines and returns the first error.
-func parallel(n int, fn func(w int) error) error {
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for w := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[w] = fn(w)
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
+// parallel runs fn(w) on n goroutines and returns their errors joined.
+func parallel(n int, fn func(w int) error) error { return errors.Join(parallelEach(n, fn)...) }
 
 // pageableWorker round-trips buffers through pageable copies.
 func pageableWorker(a *alloc.Allocator, w, iters int) error {

@@ -3,15 +3,14 @@ package nccl
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/rendezvous"
 )
 
 // Bootstrap: how the ranks of a communicator find each other. Two ways,
@@ -109,8 +108,8 @@ func (l *Library) InitFromEnv(dev DeviceRunner) (*Comm, error) {
 
 // FileRendezvous hands rank 0's unique id to the other ranks through the
 // file at path. Rank 0 makes the id (GetUniqueID) and publishes it
-// atomically (a temporary file in the same directory, renamed into
-// place); it refuses to start if path already exists, since a stale id
+// atomically (a temporary file in the same directory, linked into
+// place: internal/rendezvous); it refuses to start if path already exists, since a stale id
 // from an earlier run would send the others to a root that is gone: use
 // a fresh path per job. Other ranks poll for the file until timeout
 // (ErrRendezvousTimeout). Nobody removes the file; rank 0 may once every
@@ -120,14 +119,18 @@ func (l *Library) FileRendezvous(path string, rank int, timeout time.Duration) (
 		return UniqueID{}, fmt.Errorf("%w: nccl: rendezvous at %q for rank %d", alloc.ErrInvalidValue, path, rank)
 	}
 	if rank == 0 {
-		if _, err := os.Stat(path); err == nil {
-			return UniqueID{}, fmt.Errorf("%w: nccl: rendezvous file %s already exists (a stale one from an earlier run?); use a fresh path per job", alloc.ErrInvalidValue, path)
+		// Checked before the id is made: making it starts the root.
+		if err := rendezvous.Fresh(path); err != nil {
+			return UniqueID{}, fmt.Errorf("nccl: %w", err)
 		}
 		id, err := l.GetUniqueID()
 		if err != nil {
 			return UniqueID{}, err
 		}
-		return id, publishID(path, id)
+		if err := rendezvous.Publish(path, id.Internal[:]); err != nil {
+			return UniqueID{}, fmt.Errorf("nccl: %w", err)
+		}
+		return id, nil
 	}
 	return awaitID(path, timeout)
 }
@@ -144,43 +147,19 @@ func (l *Library) InitFromFile(dev DeviceRunner, path string, ranks, rank int, t
 	return l.InitRank(dev, ranks, id, rank)
 }
 
-// publishID writes id to path atomically.
-func publishID(path string, id UniqueID) error {
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("%w: nccl: rendezvous: %v", alloc.ErrInvalidValue, err)
-	}
-	_, werr := f.Write(id.Internal[:])
-	cerr := f.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		_ = os.Remove(f.Name())
-		return fmt.Errorf("%w: nccl: rendezvous: writing %s: %v", alloc.ErrInvalidValue, f.Name(), err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		_ = os.Remove(f.Name())
-		return fmt.Errorf("%w: nccl: rendezvous: %v", alloc.ErrInvalidValue, err)
-	}
-	return nil
-}
-
 // awaitID polls for path until it holds an id or timeout passes.
 func awaitID(path string, timeout time.Duration) (UniqueID, error) {
-	deadline := time.Now().Add(timeout)
-	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-		b, err := os.ReadFile(path)
-		switch {
-		case err == nil && len(b) == UniqueIDBytes:
-			var id UniqueID
-			copy(id.Internal[:], b)
-			return id, nil
-		case err == nil:
-			return UniqueID{}, fmt.Errorf("%w: nccl: rendezvous file %s holds %d B, not a %d-byte unique id", alloc.ErrInvalidValue, path, len(b), UniqueIDBytes)
-		case !errors.Is(err, fs.ErrNotExist):
-			return UniqueID{}, fmt.Errorf("%w: nccl: rendezvous: %v", alloc.ErrInvalidValue, err)
+	b, err := rendezvous.Await(path, timeout, ErrRendezvousTimeout)
+	if err != nil {
+		if errors.Is(err, ErrRendezvousTimeout) {
+			return UniqueID{}, fmt.Errorf("%w: did rank 0 start, with the same path?", err)
 		}
-		if time.Now().After(deadline) {
-			return UniqueID{}, fmt.Errorf("%w: no unique id at %s after %v: did rank 0 start, with the same path?", ErrRendezvousTimeout, path, timeout)
-		}
-		time.Sleep(wait)
+		return UniqueID{}, fmt.Errorf("nccl: %w", err)
 	}
+	if len(b) != UniqueIDBytes {
+		return UniqueID{}, fmt.Errorf("%w: nccl: rendezvous file %s holds %d B, not a %d-byte unique id", alloc.ErrInvalidValue, path, len(b), UniqueIDBytes)
+	}
+	var id UniqueID
+	copy(id.Internal[:], b)
+	return id, nil
 }

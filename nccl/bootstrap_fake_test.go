@@ -29,9 +29,9 @@ type fake struct {
 	lastInit uintptr
 }
 
-// loadFake builds the stand-in with the preprocessor flags given
-// (-DFAKE_NO_WINDOWS) and loads it.
-func loadFake(t *testing.T, cflags ...string) *fake {
+// buildFake builds the stand-in with the preprocessor flags given
+// (-DFAKE_NO_WINDOWS, -DFAKE_RCCL, -DFAKE_VERSION=N) and returns its path.
+func buildFake(t *testing.T, cflags ...string) string {
 	t.Helper()
 	cc := os.Getenv("CC") // CC=aarch64-linux-gnu-gcc for an arm64 run under qemu
 	if cc == "" {
@@ -48,10 +48,23 @@ func loadFake(t *testing.T, cflags ...string) *fake {
 	cmd.Stdin = bytes.NewReader(src)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "gcc: %s", out)
+	return path
+}
+
+// loadFake builds the stand-in NCCL with the flags given and loads it.
+func loadFake(t *testing.T, cflags ...string) *fake {
+	t.Helper()
+	path := buildFake(t, cflags...)
 	l, err := nccl.LoadPath(path)
 	require.NoError(t, err)
 	require.Equal(t, "2.28.3", nccl.VersionString(l.Version))
-	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	return openFake(t, l)
+}
+
+// openFake opens the stand-in l was loaded from, for its fake_* functions.
+func openFake(t *testing.T, l *nccl.Library) *fake {
+	t.Helper()
+	h, err := purego.Dlopen(l.Path, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	require.NoError(t, err)
 	f := &fake{l: l, h: h}
 	f.lastInit, err = purego.Dlsym(h, "fake_last_init")

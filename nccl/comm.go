@@ -28,10 +28,6 @@ func (d DataType) size() (int64, error) {
 	return 0, fmt.Errorf("%w: nccl: data type %d", alloc.ErrInvalidValue, d)
 }
 
-// captureDomain is the cuda driver's: NCCL shares the CUDA runtime's
-// process-wide rules.
-const captureDomain = "cuda"
-
 // Comm is one rank's communicator.
 type Comm struct {
 	l     *Library
@@ -53,7 +49,7 @@ func (l *Library) InitAll(devices []int) ([]*Comm, error) {
 		devs[i] = int32(d)
 	}
 	hs := make([]uintptr, len(devices))
-	err := alloc.DeviceWide(captureDomain, "nccl: init communicators", func() error {
+	err := alloc.DeviceWide(l.domain, "nccl: init communicators", func() error {
 		return l.check("ncclCommInitAll", call(l.commInitAll, uintptr(unsafe.Pointer(&hs[0])), uintptr(len(devs)), uintptr(unsafe.Pointer(&devs[0]))))
 	})
 	if err != nil {
@@ -76,7 +72,7 @@ func (c *Comm) Destroy() error {
 	if c.h == 0 {
 		return fmt.Errorf("%w: nccl: communicator destroyed twice", alloc.ErrClosed)
 	}
-	err := alloc.DeviceWide(captureDomain, "nccl: destroy communicator", func() error {
+	err := alloc.DeviceWide(c.l.domain, "nccl: destroy communicator", func() error {
 		return c.l.check("ncclCommDestroy", call(c.l.commDestroy, c.h))
 	})
 	if err == nil {

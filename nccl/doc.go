@@ -4,6 +4,16 @@
 // with purego (no cgo); a missing or too old one is an
 // alloc.ErrBackendUnavailable that names every path tried.
 //
+// RCCL, AMD's build of the same API for HIP, loads with LoadRCCL (2.13.4
+// or later, the first that captures collectives into hipGraphs without an
+// opt-in variable); LoadFor picks by driver name ("cuda": NCCL, "hip":
+// RCCL). The two are told apart by ncclAllToAllv, which only RCCL exports:
+// asking for one and finding the other is ErrWrongLibrary. An RCCL
+// communicator's device-wide calls are guarded in the hip driver's capture
+// domain, NCCL's in the cuda driver's; RCCL runs on *hip.Driver's streams
+// and device thread (hip.Driver.OnDevice). Nothing here has run against a
+// real RCCL: only against the stand-in built as RCCL (testdata).
+//
 // Every collective goes through Allocator.Enqueue: made at once with no
 // capture, recorded (its buffers held by the graph) in the allocator's own
 // capture, refused during any other. Communicator creation and destruction

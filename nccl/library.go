@@ -15,17 +15,44 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 )
 
-// EnvLib names the one library to load instead of searching.
+// EnvLib names the one NCCL library to load instead of searching.
 const EnvLib = "CAPALLOC_NCCL_LIB"
+
+// EnvRCCLLib names the one RCCL library to load instead of searching.
+const EnvRCCLLib = "CAPALLOC_RCCL_LIB"
 
 // MinVersion is NCCL 2.9 (version code 20900): collectives on a capturing
 // stream become graph nodes from then on.
 const MinVersion = 20900
 
-// Library is a loaded NCCL.
+// MinRCCLVersion is RCCL 2.13.4 (version code 21304, NCCL_VERSION(2,13,4)
+// in rccl.h). RCCL's CHANGELOG: 2.12.10 for ROCm 5.3.0 added "initial
+// hipGraph support via opt-in environment variable RCCL_ENABLE_HIPGRAPH";
+// 2.13.4 for ROCm 5.4.0: "RCCL_ENABLE_HIPGRAPH environment variable is no
+// longer necessary to enable hipGraph support". So 2.13.4 is the first
+// whose collectives are captured into a hipGraph as they come.
+const MinRCCLVersion = 21304
+
+// rcclMarker is exported by RCCL and not by NCCL: rccl.h declares
+// ncclAllToAllv under "#define RCCL_ALLTOALLV 1", RCCL's extension (in
+// RCCL since ROCm 3.10, before MinRCCLVersion); NVIDIA's nccl.h has no
+// such function.
+const rcclMarker = "ncclAllToAllv"
+
+// ErrWrongLibrary: a library of the other vendor (RCCL where NCCL was
+// asked, or NCCL where RCCL was). It wraps alloc.ErrBackendUnavailable.
+var ErrWrongLibrary = fmt.Errorf("%w: wrong library", alloc.ErrBackendUnavailable)
+
+// Library is a loaded NCCL or RCCL (the same API, nccl.h's, built for HIP).
 type Library struct {
 	Path    string
-	Version int // NCCL_VERSION_CODE: major*10000 + minor*100 + patch
+	Version int  // NCCL_VERSION_CODE: major*10000 + minor*100 + patch
+	RCCL    bool // RCCL (HIP streams, the hip driver's capture domain), not NCCL
+
+	// domain is the capture domain of the driver whose streams this
+	// library's collectives run on: NCCL shares the CUDA runtime's
+	// process-wide rules, RCCL the HIP runtime's.
+	domain string
 
 	errorString                                               func(int32) string // ncclGetErrorString, off the hot path: RegisterFunc
 	getErrorString, commInitAll, commDestroy                  uintptr
@@ -40,13 +67,30 @@ type Library struct {
 	memAlloc, memFree, winRegister, winDeregister uintptr
 }
 
+// vendor is what tells NCCL and RCCL apart: where to look, the oldest
+// usable version, the capture domain.
+type vendor struct {
+	name   string // "NCCL", "RCCL"
+	rccl   bool
+	env    string
+	min    int
+	domain string // the driver whose capture domain a communicator joins
+	why    string // why min: the first version whose collectives capture
+	hint   string // how to point the search at a library
+	mu     sync.Mutex
+	cached *Library
+}
+
 var (
-	loadMu sync.Mutex
-	loaded *Library
+	ncclVendor = &vendor{name: "NCCL", env: EnvLib, min: MinVersion, domain: "cuda",
+		why: "the first whose collectives can be captured", hint: "CUDA_HOME"}
+	rcclVendor = &vendor{name: "RCCL", rccl: true, env: EnvRCCLLib, min: MinRCCLVersion, domain: "hip",
+		why: "the first whose collectives are captured into hipGraphs without RCCL_ENABLE_HIPGRAPH", hint: "ROCM_PATH"}
 )
 
-// candidates lists where to look: only $CAPALLOC_NCCL_LIB when set;
-// otherwise the loader's path, then CUDA_HOME and the usual install places.
+// candidates lists where to look for NCCL: only $CAPALLOC_NCCL_LIB when
+// set; otherwise the loader's path, then CUDA_HOME and the usual install
+// places.
 func candidates(getenv func(string) string) []string {
 	if p := getenv(EnvLib); p != "" {
 		return []string{p}
@@ -60,36 +104,93 @@ func candidates(getenv func(string) string) []string {
 	return paths
 }
 
-// Load finds and binds NCCL, once per process.
-func Load() (*Library, error) {
-	loadMu.Lock()
-	defer loadMu.Unlock()
-	if loaded != nil {
-		return loaded, nil
+// rcclCandidates lists where to look for RCCL: only $CAPALLOC_RCCL_LIB
+// when set (a typo must not fall back silently); otherwise the loader's
+// path, then $ROCM_PATH/lib and /opt/rocm/lib.
+func rcclCandidates(getenv func(string) string) []string {
+	if p := getenv(EnvRCCLLib); p != "" {
+		return []string{p}
 	}
-	var tried []string
-	for _, path := range candidates(os.Getenv) {
-		l, err := LoadPath(path)
+	paths := []string{"librccl.so.1", "librccl.so"}
+	if root := getenv("ROCM_PATH"); root != "" {
+		paths = append(paths, filepath.Join(root, "lib", "librccl.so.1"))
+	}
+	return append(paths, "/opt/rocm/lib/librccl.so.1")
+}
+
+// Load finds and binds NCCL, once per process. A library that is RCCL is
+// refused with ErrWrongLibrary (use LoadRCCL).
+func Load() (*Library, error) { return ncclVendor.load(candidates(os.Getenv)) }
+
+// LoadRCCL finds and binds RCCL, once per process: RCCL 2.13.4 or later
+// (MinRCCLVersion). A library that is NCCL is refused with ErrWrongLibrary
+// (use Load). Its communicators belong to the hip driver's capture domain.
+func LoadRCCL() (*Library, error) { return rcclVendor.load(rcclCandidates(os.Getenv)) }
+
+// LoadFor loads the collective library for a driver: "cuda" is NCCL
+// (Load), "hip" is RCCL (LoadRCCL). Any other name is an
+// alloc.ErrInvalidValue.
+func LoadFor(driverName string) (*Library, error) {
+	switch driverName {
+	case "cuda":
+		return Load()
+	case "hip":
+		return LoadRCCL()
+	}
+	return nil, fmt.Errorf("%w: nccl: no collective library for driver %q (cuda: NCCL, hip: RCCL)", alloc.ErrInvalidValue, driverName)
+}
+
+// searchError is a failed search: its message lists every path tried and
+// why; it matches alloc.ErrBackendUnavailable and each path's own error
+// (ErrWrongLibrary among them).
+type searchError struct {
+	msg  string
+	errs []error
+}
+
+func (e *searchError) Error() string   { return e.msg }
+func (e *searchError) Unwrap() []error { return e.errs }
+
+func (v *vendor) load(paths []string) (*Library, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.cached != nil {
+		return v.cached, nil
+	}
+	tried := make([]string, 0, len(paths))
+	errs := []error{alloc.ErrBackendUnavailable}
+	for _, path := range paths {
+		l, err := v.loadPath(path)
 		if errors.Is(err, alloc.ErrBackendUnavailable) {
 			tried = append(tried, strings.TrimPrefix(err.Error(), alloc.ErrBackendUnavailable.Error()+": nccl: "))
+			errs = append(errs, err)
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
-		loaded = l
+		v.cached = l
 		return l, nil
 	}
-	return nil, fmt.Errorf("%w: nccl: no usable NCCL library (set %s to its path, or CUDA_HOME); tried:\n  %s",
-		alloc.ErrBackendUnavailable, EnvLib, strings.Join(tried, "\n  "))
+	return nil, &searchError{
+		msg: fmt.Sprintf("%v: nccl: no usable %s library (set %s to its path, or %s); tried:\n  %s",
+			alloc.ErrBackendUnavailable, v.name, v.env, v.hint, strings.Join(tried, "\n  ")),
+		errs: errs,
+	}
 }
 
 // LoadPath loads and binds the NCCL library at path (a file name is
 // searched by the dynamic loader), without Load's search and without
-// caching it: a library that is missing, is not NCCL or is older than 2.9
-// is an alloc.ErrBackendUnavailable whose message starts with "nccl:
-// path:".
-func LoadPath(path string) (*Library, error) {
+// caching it: a library that is missing or older than 2.9 is an
+// alloc.ErrBackendUnavailable whose message says "nccl: path:" and why;
+// RCCL is ErrWrongLibrary.
+func LoadPath(path string) (*Library, error) { return ncclVendor.loadPath(path) }
+
+// LoadRCCLPath is LoadPath for RCCL: older than 2.13.4 is refused with
+// the version, NCCL with ErrWrongLibrary.
+func LoadRCCLPath(path string) (*Library, error) { return rcclVendor.loadPath(path) }
+
+func (v *vendor) loadPath(path string) (*Library, error) {
 	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	if err != nil {
 		msg := err.Error()
@@ -98,17 +199,16 @@ func LoadPath(path string) (*Library, error) {
 		}
 		return nil, fmt.Errorf("%w: nccl: %s", alloc.ErrBackendUnavailable, msg)
 	}
-	l, err := bind(path, h)
-	if errors.Is(err, alloc.ErrBackendUnavailable) {
-		return nil, fmt.Errorf("%w: nccl: %s: %s", alloc.ErrBackendUnavailable, path, strings.TrimPrefix(err.Error(), alloc.ErrBackendUnavailable.Error()+": nccl: "))
-	}
-	return l, err
+	return v.bind(path, h)
 }
 
 // bind resolves every symbol with Dlsym (never RegisterLibFunc, which
-// panics on a missing one) and checks the version.
-func bind(path string, h uintptr) (*Library, error) {
-	l := &Library{Path: path}
+// panics on a missing one), tells NCCL from RCCL and checks the version.
+func (v *vendor) bind(path string, h uintptr) (*Library, error) {
+	unusable := func(format string, args ...any) error {
+		return fmt.Errorf("%w: nccl: %s: %s", alloc.ErrBackendUnavailable, path, fmt.Sprintf(format, args...))
+	}
+	l := &Library{Path: path, RCCL: v.rccl, domain: v.domain}
 	var getVersion, commInitRank uintptr
 	for _, s := range []struct {
 		name string
@@ -130,9 +230,17 @@ func bind(path string, h uintptr) (*Library, error) {
 	} {
 		p, err := purego.Dlsym(h, s.name)
 		if err != nil || p == 0 {
-			return nil, fmt.Errorf("%w: nccl: not an NCCL library (no %s)", alloc.ErrBackendUnavailable, s.name)
+			return nil, unusable("not an %s library (no %s)", v.name, s.name)
 		}
 		*s.p = p
+	}
+	marker, err := purego.Dlsym(h, rcclMarker)
+	isRCCL := err == nil && marker != 0
+	switch {
+	case isRCCL && !v.rccl:
+		return nil, fmt.Errorf("%w: nccl: %s: it is RCCL (it exports %s, RCCL's own), not NCCL: load it with LoadRCCL or %s", ErrWrongLibrary, path, rcclMarker, EnvRCCLLib)
+	case !isRCCL && v.rccl:
+		return nil, fmt.Errorf("%w: nccl: %s: it is NCCL, not RCCL (it lacks %s, which every RCCL exports): load it with Load or %s", ErrWrongLibrary, path, rcclMarker, EnvLib)
 	}
 	bindOptional(l, h)
 	purego.RegisterFunc(&l.errorString, l.getErrorString)
@@ -141,13 +249,13 @@ func bind(path string, h uintptr) (*Library, error) {
 		// the layout was never checked: InitRank refuses instead.
 		purego.RegisterFunc(&l.commInitRank, commInitRank)
 	}
-	var v int32
-	if r := call(getVersion, uintptr(unsafe.Pointer(&v))); r != 0 {
-		return nil, fmt.Errorf("%w: nccl: ncclGetVersion returned %d", alloc.ErrBackendUnavailable, r)
+	var ver int32
+	if r := call(getVersion, uintptr(unsafe.Pointer(&ver))); r != 0 {
+		return nil, unusable("ncclGetVersion returned %d", r)
 	}
-	l.Version = int(v)
-	if l.Version < MinVersion {
-		return nil, fmt.Errorf("%w: nccl: version %s is older than 2.9, the first whose collectives can be captured", alloc.ErrBackendUnavailable, VersionString(l.Version))
+	l.Version = int(ver)
+	if l.Version < v.min {
+		return nil, unusable("%s version %s is older than %s, %s", v.name, VersionString(l.Version), VersionString(v.min), v.why)
 	}
 	return l, nil
 }

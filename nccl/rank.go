@@ -33,8 +33,9 @@ func (l *Library) GetUniqueID() (UniqueID, error) {
 }
 
 // DeviceRunner runs a function on an OS thread where the rank's device is
-// current: *cuda.Driver's OnDevice. ncclCommInitRank acts on the calling
-// thread's current device, and a goroutine has no fixed thread.
+// current: *cuda.Driver's OnDevice for NCCL, *hip.Driver's for RCCL.
+// ncclCommInitRank acts on the calling thread's current device, and a
+// goroutine has no fixed thread.
 type DeviceRunner interface {
 	OnDevice(op string, fn func() error) error
 }
@@ -60,7 +61,7 @@ func (l *Library) InitRank(dev DeviceRunner, ranks int, id UniqueID, rank int) (
 		return nil, fmt.Errorf("%w: nccl: init rank: zero unique id (from GetUniqueID, FileRendezvous or InitFromEnv)", alloc.ErrInvalidValue)
 	}
 	var h uintptr
-	err := alloc.DeviceWide(captureDomain, "nccl: init rank", func() error {
+	err := alloc.DeviceWide(l.domain, "nccl: init rank", func() error {
 		return dev.OnDevice("nccl: init rank", func() error {
 			return l.check("ncclCommInitRank", l.commInitRank(&h, int32(ranks), id, int32(rank)))
 		})

@@ -77,7 +77,7 @@ func (c *Comm) NewWindow(dev DeviceRunner, size int64) (*Window, error) {
 		return nil, fmt.Errorf("%w: nccl: window on a destroyed communicator", alloc.ErrClosed)
 	}
 	w := &Window{c: c, size: size}
-	err := alloc.DeviceWide(captureDomain, "nccl: register window", func() error {
+	err := alloc.DeviceWide(l.domain, "nccl: register window", func() error {
 		return dev.OnDevice("nccl: register window", func() error {
 			var p uintptr
 			if err := l.check("ncclMemAlloc", call(l.memAlloc, uintptr(unsafe.Pointer(&p)), uintptr(size))); err != nil {
@@ -113,7 +113,7 @@ func (w *Window) Close(dev DeviceRunner) error {
 		return fmt.Errorf("%w: nccl: window: no device", alloc.ErrInvalidValue)
 	}
 	l := w.c.l
-	err := alloc.DeviceWide(captureDomain, "nccl: deregister window", func() error {
+	err := alloc.DeviceWide(l.domain, "nccl: deregister window", func() error {
 		return dev.OnDevice("nccl: deregister window", func() error {
 			if err := l.check("ncclCommWindowDeregister", call(l.winDeregister, w.c.h, w.h)); err != nil {
 				return err

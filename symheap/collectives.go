@@ -148,9 +148,7 @@ func (h *Heap) launch(op string, fn func(hash uint32) error) error {
 	if closed {
 		return fmt.Errorf("%w: symheap: %s on the closed heap of rank %d", alloc.ErrClosed, op, h.rank)
 	}
-	h.mu.Lock()
-	hash := h.hash
-	h.mu.Unlock()
+	hash := h.bump.sum()
 	err := h.a.LaunchHostFunc(func() error {
 		h.life.RLock()
 		defer h.life.RUnlock()

@@ -31,9 +31,15 @@
 // fail with ErrCollectiveTimeout (reported by their next Synchronize), not
 // hang.
 //
-// This implementation serves backends whose device memory is host memory
+// Group and Heap serve backends whose device memory is host memory
 // (cpu): ranks are goroutines of one process, or processes that received
-// the group's files (Group.Files, Attach). For CUDA and HIP the same API
-// maps onto pools exported as shareable handles and NCCL/RCCL, not built
-// yet (docs/symmetric-heap.md).
+// the group's files (Group.Files, Attach).
+//
+// For CUDA and HIP, OpenDevice makes a DeviceHeap in device memory: each
+// rank's heap exported as an IPC handle (alloc.IPCMemory), the handles
+// exchanged through an Exchange (NewLocalExchange for goroutine ranks,
+// FileExchange for processes), every peer opened, the peer table written
+// to the device once, all or nothing (ErrPeerOpen, ErrExchangeTimeout).
+// Its allocation is the same bump; its collectives are NCCL/RCCL's
+// (package nccl) or the engine's kernels (docs/symmetric-heap.md).
 package symheap

@@ -14,3 +14,14 @@ var (
 	// ErrHeapFull: an allocation does not fit in what is left of the heap.
 	ErrHeapFull = errors.New("symheap: heap full")
 )
+
+var (
+	// ErrPeerOpen: a device heap could not be opened on every rank (a
+	// rank failed to allocate or export its heap, or to open a peer's).
+	// Opening is all or nothing: every rank closes what it opened and
+	// fails with it, naming the rank and the cause.
+	ErrPeerOpen = errors.New("symheap: peer heap not opened")
+	// ErrExchangeTimeout: a rank did not reach an exchange round within
+	// the timeout (it never started, died, or used another exchange).
+	ErrExchangeTimeout = errors.New("symheap: handle exchange timed out")
+)

@@ -43,9 +43,7 @@ type Heap struct {
 	opts  Options
 	views [][]byte // views[p]: rank p's file (pad, then heap) as mapped here
 
-	mu   sync.Mutex
-	next int64  // bump offset
-	hash uint32 // FNV-1a of the allocation sizes, for CheckAllocs
+	bump bump // allocation; its hash is for CheckAllocs
 
 	err atomic.Pointer[error] // sticky: the first collective failure
 
@@ -87,7 +85,7 @@ func (g *Group) Open(rank int, a *alloc.Allocator, opts Options) (*Heap, error) 
 	if opts.Timeout == 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	h := &Heap{g: g, rank: rank, a: a, opts: opts, hash: fnvOffset}
+	h := &Heap{g: g, rank: rank, a: a, opts: opts, bump: newBump(g.size)}
 	if err := g.admit(h); err != nil {
 		return nil, err
 	}
@@ -196,37 +194,12 @@ func (h *Heap) Allocator() *alloc.Allocator { return h.a }
 // Alloc takes n bytes (aligned to Align) from the heap: a bump of the
 // offset, host arithmetic only, legal during a capture. Every rank must
 // allocate the same sizes in the same order.
-func (h *Heap) Alloc(n int64) (Tensor, error) {
-	if n <= 0 {
-		return Tensor{}, fmt.Errorf("%w: symheap: alloc %d B", alloc.ErrInvalidSize, n)
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	off := (h.next + Align - 1) &^ (Align - 1)
-	if off > h.g.size || n > h.g.size-off {
-		return Tensor{}, fmt.Errorf("%w: %d B at offset %d of a %d B heap", ErrHeapFull, n, off, h.g.size)
-	}
-	h.next = off + n
-	h.hash = fnv32(h.hash, uint64(n))
-	return Tensor{Off: off, Size: n}, nil
-}
+func (h *Heap) Alloc(n int64) (Tensor, error) { return h.bump.alloc(n) }
 
 // Reset frees the whole heap: the next Alloc starts at offset 0. It is
 // refused during a capture (alloc.ErrCaptureIllegalOp): graphs have the
 // offsets baked in. Every rank must reset together.
-func (h *Heap) Reset() error {
-	st, err := h.a.CaptureStatus()
-	if err != nil {
-		return err
-	}
-	if st != alloc.StateNone {
-		return fmt.Errorf("%w: symheap: reset during a capture (state %s)", alloc.ErrCaptureIllegalOp, st)
-	}
-	h.mu.Lock()
-	h.next, h.hash = 0, fnvOffset
-	h.mu.Unlock()
-	return nil
-}
+func (h *Heap) Reset() error { return h.bump.reset(h.a) }
 
 // Bytes is this rank's bytes of t, for the engine's host functions; nil
 // once the heap is closed, or for a tensor outside the heap.
@@ -251,12 +224,7 @@ func (h *Heap) peer(p int, t Tensor) []byte {
 	return h.views[p][padSize+t.Off : padSize+t.Off+t.Size : padSize+t.Off+t.Size]
 }
 
-func (h *Heap) check(t Tensor) error {
-	if t.Off < 0 || t.Size <= 0 || t.Off > h.g.size || t.Size > h.g.size-t.Off {
-		return fmt.Errorf("%w: symheap: tensor [%d, %d+%d) outside a %d B heap", alloc.ErrOutOfRange, t.Off, t.Off, t.Size, h.g.size)
-	}
-	return nil
-}
+func (h *Heap) check(t Tensor) error { return h.bump.check(t) }
 
 // Err is the heap's sticky failure (a timed-out or mismatched collective),
 // nil while it is healthy.
@@ -277,18 +245,4 @@ func asElems[T float32 | int32](b []byte) []T {
 		return nil
 	}
 	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), len(b)/int(unsafe.Sizeof(T(0))))
-}
-
-const (
-	fnvOffset = 2166136261
-	fnvPrime  = 16777619
-)
-
-func fnv32(h uint32, v uint64) uint32 {
-	for range 8 {
-		h ^= uint32(v & 0xff)
-		h *= fnvPrime
-		v >>= 8
-	}
-	return h
 }

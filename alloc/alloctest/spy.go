@@ -48,6 +48,10 @@ const (
 	MethodGraphExecDestroy
 	MethodGraphDestroy
 	MethodLaunchHostFunc // alloc.HostFuncLauncher, forwarded when the inner driver has it
+	// alloc.IPCMemory, forwarded when the inner driver has it.
+	MethodIPCGetMemHandle
+	MethodIPCOpenMemHandle
+	MethodIPCCloseMemHandle
 	numMethods
 )
 
@@ -58,6 +62,7 @@ var methodNames = [numMethods]string{
 	"CopyDtoHAsync", "CopyDtoDAsync", "MemsetAsync", "CopyHtoD", "CopyDtoH",
 	"BeginCapture", "EndCapture", "GraphInstantiate", "GraphLaunch",
 	"GraphExecDestroy", "GraphDestroy", "LaunchHostFunc",
+	"IPCGetMemHandle", "IPCOpenMemHandle", "IPCCloseMemHandle",
 }
 
 func (m Method) String() string {
@@ -132,7 +137,11 @@ type Spy struct {
 	used    int
 }
 
-var _ alloc.Driver = (*Spy)(nil)
+var (
+	_ alloc.Driver           = (*Spy)(nil)
+	_ alloc.HostFuncLauncher = (*Spy)(nil)
+	_ alloc.IPCMemory        = (*Spy)(nil)
+)
 
 // NewSpy wraps inner.
 func NewSpy(inner alloc.Driver) *Spy { return &Spy{inner: inner} }
@@ -429,4 +438,44 @@ func (s *Spy) LaunchHostFunc(st alloc.Stream, fn func() error) error {
 		return fmt.Errorf("%w: %s cannot launch host functions", errors.ErrUnsupported, s.inner.Name())
 	}
 	return s.after(MethodLaunchHostFunc, st, l.LaunchHostFunc(st, fn))
+}
+
+// ipc is the inner driver's alloc.IPCMemory, or an error wrapping
+// alloc.ErrInvalidValue (what the Allocator reports for a driver without
+// IPC) when it has none.
+func (s *Spy) ipc() (alloc.IPCMemory, error) {
+	if d, ok := s.inner.(alloc.IPCMemory); ok {
+		return d, nil
+	}
+	return nil, fmt.Errorf("%w: %s has no IPC memory handles", alloc.ErrInvalidValue, s.inner.Name())
+}
+
+// IPCGetMemHandle, IPCOpenMemHandle and IPCCloseMemHandle forward to the
+// inner driver's alloc.IPCMemory. Code that must know whether the backend
+// has IPC looks through the Spy with Inner.
+func (s *Spy) IPCGetMemHandle(p alloc.DevicePtr) ([]byte, error) {
+	s.enter(MethodIPCGetMemHandle)
+	d, err := s.ipc()
+	if err != nil {
+		return nil, err
+	}
+	return d.IPCGetMemHandle(p)
+}
+
+func (s *Spy) IPCOpenMemHandle(handle []byte) (alloc.DevicePtr, error) {
+	s.enter(MethodIPCOpenMemHandle)
+	d, err := s.ipc()
+	if err != nil {
+		return 0, err
+	}
+	return d.IPCOpenMemHandle(handle)
+}
+
+func (s *Spy) IPCCloseMemHandle(p alloc.DevicePtr) error {
+	s.enter(MethodIPCCloseMemHandle)
+	d, err := s.ipc()
+	if err != nil {
+		return err
+	}
+	return d.IPCCloseMemHandle(p)
 }

@@ -1,6 +1,7 @@
 package alloctest
 
 import (
+	"errors"
 	"reflect"
 	"slices"
 	"testing"
@@ -14,7 +15,7 @@ import (
 // call.
 func TestMethodsAreTheDriverInterface(t *testing.T) {
 	var want []string
-	for _, it := range []reflect.Type{reflect.TypeFor[alloc.Driver](), reflect.TypeFor[alloc.HostFuncLauncher]()} {
+	for _, it := range []reflect.Type{reflect.TypeFor[alloc.Driver](), reflect.TypeFor[alloc.HostFuncLauncher](), reflect.TypeFor[alloc.IPCMemory]()} {
 		for i := range it.NumMethod() {
 			want = append(want, it.Method(i).Name)
 		}
@@ -29,3 +30,30 @@ func TestMethodsAreTheDriverInterface(t *testing.T) {
 		t.Fatalf("Method constants %v\ndo not match alloc.Driver's methods %v", got, want)
 	}
 }
+
+// The Spy forwards alloc.IPCMemory only where the inner driver has it: over
+// one without (cpu), each call is counted and fails with
+// alloc.ErrInvalidValue, as the Allocator reports a driver without IPC.
+func TestIPCWithoutInnerIPC(t *testing.T) {
+	s := NewSpy(noIPC{})
+	_, err := s.IPCGetMemHandle(1)
+	if !errors.Is(err, alloc.ErrInvalidValue) {
+		t.Fatalf("IPCGetMemHandle: %v", err)
+	}
+	if _, err := s.IPCOpenMemHandle(make([]byte, 64)); !errors.Is(err, alloc.ErrInvalidValue) {
+		t.Fatalf("IPCOpenMemHandle: %v", err)
+	}
+	if err := s.IPCCloseMemHandle(1); !errors.Is(err, alloc.ErrInvalidValue) {
+		t.Fatalf("IPCCloseMemHandle: %v", err)
+	}
+	for _, m := range []Method{MethodIPCGetMemHandle, MethodIPCOpenMemHandle, MethodIPCCloseMemHandle} {
+		if s.Calls(m) != 1 {
+			t.Fatalf("%v counted %d times", m, s.Calls(m))
+		}
+	}
+}
+
+// noIPC is a driver with no IPC; only Name is called.
+type noIPC struct{ alloc.Driver }
+
+func (noIPC) Name() string { return "noipc" }

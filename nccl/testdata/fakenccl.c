@@ -5,7 +5,10 @@
  * around it. ncclGetUniqueId puts "env:" and NCCL_COMM_ID into the id when
  * that variable is set (as NCCL derives the id from it), else a counter
  * pattern. Windows (ncclMemAlloc, ncclCommWindowRegister) are left out
- * with -DFAKE_NO_WINDOWS, as in NCCL before 2.27. */
+ * with -DFAKE_NO_WINDOWS, as in NCCL before 2.27. -DFAKE_RCCL makes it an
+ * RCCL: it also exports ncclAllToAllv, RCCL's own (rccl.h, under
+ * RCCL_ALLTOALLV). -DFAKE_VERSION=N sets the version code ncclGetVersion
+ * reports (default 22803, 2.28.3). */
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
@@ -18,7 +21,10 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static ncclUniqueId last_id;
 static int last_nranks = -1, last_rank = -1, inits, counter;
 
-ncclResult_t ncclGetVersion(int *v) { *v = 22803; return 0; }
+#ifndef FAKE_VERSION
+#define FAKE_VERSION 22803
+#endif
+ncclResult_t ncclGetVersion(int *v) { *v = FAKE_VERSION; return 0; }
 const char *ncclGetErrorString(ncclResult_t r) { return r == 4 ? "invalid argument (fake)" : "fake error"; }
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
@@ -125,3 +131,11 @@ ncclResult_t ncclGroupStart(void) { return 0; }
 ncclResult_t ncclGroupEnd(void) { return 0; }
 ncclResult_t ncclSend(const void *s, size_t n, int t, int peer, ncclComm_t c, void *st) { return 0; }
 ncclResult_t ncclRecv(void *r, size_t n, int t, int peer, ncclComm_t c, void *st) { return 0; }
+
+#ifdef FAKE_RCCL
+/* rccl.h: ncclAllToAllv(const void *sendbuff, const size_t sendcounts[],
+ * const size_t sdispls[], void *recvbuff, const size_t recvcounts[],
+ * const size_t rdispls[], ncclDataType_t datatype, ncclComm_t comm,
+ * hipStream_t stream). Only its presence matters here. */
+ncclResult_t ncclAllToAllv(const void *s, const size_t *sc, const size_t *sd, void *r, const size_t *rc, const size_t *rd, int t, ncclComm_t c, void *st) { return 0; }
+#endif

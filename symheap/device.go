@@ -1,0 +1,406 @@
+package symheap
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// SignalPadBytes is the zeroed signal pad at the start of every rank's
+// device allocation; the heap's bytes follow it.
+const SignalPadBytes = padSize
+
+// DeviceOptions configures OpenDevice.
+type DeviceOptions struct {
+	// Timeout bounds each exchange round (0: DefaultTimeout): past it a
+	// missing rank is ErrExchangeTimeout.
+	Timeout time.Duration
+}
+
+// DeviceHeap is one rank's symmetric heap in device memory: its own
+// allocation (a signal pad, then the heap) and every peer's, mapped in
+// this process, with the table of their base addresses on the device.
+// Allocation is the same bump as Heap's: arithmetic, legal in a capture,
+// the same offsets on every rank for the same sequence.
+//
+// Collectives on it are the engine's kernels, or NCCL/RCCL (package
+// nccl): the host cannot read device memory, so the host-function
+// collectives of Heap do not run here. Copy moves bytes between any two
+// ranks' heaps on the rank's stream, captured with the step.
+type DeviceHeap struct {
+	rank    int
+	a       *alloc.Allocator
+	x       Exchange
+	timeout time.Duration
+	bump    bump
+
+	buf    alloc.Buffer      // this rank's allocation: pad, then heap
+	table  alloc.Buffer      // Ranks() little-endian uint64: bases as mapped here
+	bases  []alloc.DevicePtr // rank p's allocation as mapped here
+	opened []bool            // bases[p] came from IPCOpenMemHandle
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// DeviceRuns reports whether OpenDevice can run on d: the driver exports
+// and opens IPC memory handles (alloc.IPCMemory: cuda, hip). A wrapper
+// that has an Inner() driver (alloctest.Spy) is looked through, since it
+// forwards the methods whether or not the driver it wraps has them.
+func DeviceRuns(d alloc.Driver) bool {
+	for {
+		if _, ok := d.(alloc.IPCMemory); !ok {
+			return false
+		}
+		w, ok := d.(interface{ Inner() alloc.Driver })
+		if !ok {
+			return true
+		}
+		d = w.Inner()
+	}
+}
+
+// processToken tells this process from others in the exchange: a peer in
+// the same process is not opened through IPC (the runtimes open handles
+// "exported from another process"; HIP's tests check that opening one in
+// the exporting process fails), its address is used as it is.
+var processToken = sync.OnceValue(func() (t [16]byte) {
+	_, _ = rand.Read(t[:]) // never fails (crypto/rand)
+	return t
+})
+
+// Messages: a status byte, then the payload (ok) or the failure's text.
+const (
+	msgFailed byte = 0
+	msgOK     byte = 1
+)
+
+func okMsg(payload []byte) []byte { return append([]byte{msgOK}, payload...) }
+
+func failedMsg(err error) []byte { return append([]byte{msgFailed}, err.Error()...) }
+
+// firstFailure returns the payloads, or an ErrPeerOpen naming the first
+// rank whose message says it failed.
+func firstFailure(msgs [][]byte) ([][]byte, error) {
+	out := make([][]byte, len(msgs))
+	for p, m := range msgs {
+		switch {
+		case len(m) == 0:
+			return nil, fmt.Errorf("%w: rank %d sent an empty message", ErrPeerOpen, p)
+		case m[0] != msgOK:
+			return nil, fmt.Errorf("%w: rank %d: %s", ErrPeerOpen, p, strings.TrimPrefix(string(m[1:]), ErrPeerOpen.Error()+": "))
+		}
+		out[p] = m[1:]
+	}
+	return out, nil
+}
+
+// export payload: heap size, process token, base address, IPC handle.
+const exportHeader = 8 + 16 + 8
+
+// OpenDevice makes rank's heap of size bytes on a's device and maps every
+// peer's, exchanging IPC handles through x (NewLocalExchange for
+// goroutine ranks, FileExchange for processes). Every rank of x calls it
+// with the same size. It allocates the heap (AllocSync: the runtimes
+// export synchronous allocations), exports its handle, exchanges the
+// handles, opens every peer's (a peer in the same process is used as it
+// is), writes the table of base addresses to the device with one copy and
+// one synchronize, and then exchanges once more, so no rank returns before
+// every rank has opened every heap.
+//
+// It is all or nothing: if any rank fails, every rank closes what it
+// opened, frees what it allocated and returns an error wrapping
+// ErrPeerOpen that names the rank and the cause (this rank's own failure
+// also wraps its own cause, such as alloc.ErrOutOfMemory); a rank
+// missing past the timeout is ErrExchangeTimeout.
+//
+// Opening during a capture is refused with alloc.ErrCaptureIllegalOp
+// before any driver call but the capture status query, and a driver
+// without IPC with an error wrapping errors.ErrUnsupported: both at once,
+// without exchanging, so the peers fail with ErrExchangeTimeout. An
+// exchange that saw a failure is spent: open again with a fresh one.
+func OpenDevice(rank int, a *alloc.Allocator, x Exchange, size int64, opts DeviceOptions) (*DeviceHeap, error) {
+	switch {
+	case a == nil || x == nil:
+		return nil, fmt.Errorf("%w: symheap: device heap needs an allocator and an exchange", alloc.ErrInvalidValue)
+	case x.Ranks() < 1 || rank < 0 || rank >= x.Ranks():
+		return nil, fmt.Errorf("%w: symheap: rank %d of %d", alloc.ErrInvalidValue, rank, x.Ranks())
+	case size <= 0:
+		return nil, fmt.Errorf("%w: symheap: device heap of %d B", alloc.ErrInvalidSize, size)
+	case opts.Timeout < 0:
+		return nil, fmt.Errorf("%w: symheap: negative timeout %v (0 means DefaultTimeout)", alloc.ErrInvalidValue, opts.Timeout)
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	h := &DeviceHeap{rank: rank, a: a, x: x, timeout: opts.Timeout, bump: newBump(size),
+		bases: make([]alloc.DevicePtr, x.Ranks()), opened: make([]bool, x.Ranks())}
+	if err := h.refusal(); err != nil {
+		return nil, err // at once: the peers time out (ErrExchangeTimeout)
+	}
+	export, err := h.allocate()
+	if err != nil {
+		// The peers learn of it in this round instead of timing out.
+		_, _ = x.AllGather(rank, failedMsg(err), h.timeout)
+		return nil, errors.Join(h.peerOpen(err), h.free())
+	}
+	msgs, err := x.AllGather(rank, okMsg(export), h.timeout)
+	if err == nil {
+		msgs, err = firstFailure(msgs)
+	}
+	if err != nil { // nobody opened anything
+		return nil, errors.Join(err, h.free())
+	}
+	err = h.openPeers(msgs)
+	if err == nil {
+		err = h.writeTable()
+	}
+	// Confirm: nobody proceeds until every rank has opened every heap.
+	reply := okMsg(nil)
+	if err != nil {
+		reply = failedMsg(err)
+	}
+	msgs, xerr := x.AllGather(rank, reply, h.timeout)
+	if xerr != nil {
+		// A rank is missing: it will not reach a release round either.
+		return nil, errors.Join(h.peerOpen(err), xerr, h.closePeers(), h.free())
+	}
+	if err == nil {
+		_, err = firstFailure(msgs)
+	}
+	if err == nil {
+		return h, nil
+	}
+	return nil, errors.Join(h.peerOpen(err), h.release())
+}
+
+// peerOpen wraps this rank's failure in ErrPeerOpen with its rank (nil
+// stays nil).
+func (h *DeviceHeap) peerOpen(err error) error {
+	if err == nil || errors.Is(err, ErrPeerOpen) {
+		return err
+	}
+	return fmt.Errorf("%w: rank %d: %w", ErrPeerOpen, h.rank, err)
+}
+
+// refusal refuses, before any driver call but the capture status query,
+// an open during a capture and a driver without IPC.
+func (h *DeviceHeap) refusal() error {
+	st, err := h.a.CaptureStatus()
+	if err != nil {
+		return err
+	}
+	if st != alloc.StateNone {
+		return fmt.Errorf("%w: symheap: opening a device heap during a capture (state %s): open it before capturing", alloc.ErrCaptureIllegalOp, st)
+	}
+	if d := h.a.Driver(); !DeviceRuns(d) {
+		return fmt.Errorf("%w: symheap: backend %s has no IPC memory handles (a device heap needs alloc.IPCMemory: cuda, hip)", errors.ErrUnsupported, d.Name())
+	}
+	return nil
+}
+
+// allocate allocates the heap and the table, zeroes the pad (queued) and
+// exports the heap.
+func (h *DeviceHeap) allocate() ([]byte, error) {
+	a := h.a
+	var err error
+	if h.buf, err = a.AllocSync(SignalPadBytes + h.bump.size); err != nil {
+		return nil, fmt.Errorf("symheap: device heap of rank %d: %w", h.rank, err)
+	}
+	if h.table, err = a.AllocSync(8 * int64(len(h.bases))); err != nil {
+		return nil, fmt.Errorf("symheap: peer table of rank %d: %w", h.rank, err)
+	}
+	if err := a.Memset(h.buf, 0, 0, SignalPadBytes); err != nil {
+		return nil, fmt.Errorf("symheap: signal pad of rank %d: %w", h.rank, err)
+	}
+	handle, err := a.IPCGetMemHandle(h.buf)
+	if err != nil {
+		return nil, fmt.Errorf("symheap: exporting the heap of rank %d: %w", h.rank, err)
+	}
+	h.bases[h.rank] = h.buf.Ptr()
+	tok := processToken()
+	msg := binary.LittleEndian.AppendUint64(nil, uint64(h.bump.size))
+	msg = append(msg, tok[:]...)
+	msg = binary.LittleEndian.AppendUint64(msg, uint64(h.buf.Ptr()))
+	return append(msg, handle...), nil
+}
+
+// openPeers maps every peer's heap from its export message.
+func (h *DeviceHeap) openPeers(exports [][]byte) error {
+	tok := processToken()
+	for p, m := range exports {
+		if p == h.rank {
+			continue
+		}
+		if len(m) < exportHeader {
+			return fmt.Errorf("%w: rank %d: rank %d's export is %d B, shorter than its header", ErrPeerOpen, h.rank, p, len(m))
+		}
+		if size := int64(binary.LittleEndian.Uint64(m)); size != h.bump.size {
+			return fmt.Errorf("%w: rank %d: rank %d's heap is %d B, this rank's %d B: every rank opens the same size", ErrPeerOpen, h.rank, p, size, h.bump.size)
+		}
+		if [16]byte(m[8:24]) == tok {
+			h.bases[p] = alloc.DevicePtr(binary.LittleEndian.Uint64(m[24:]))
+			continue
+		}
+		ptr, err := h.a.IPCOpenMemHandle(m[exportHeader:])
+		if err != nil {
+			return fmt.Errorf("%w: rank %d opening rank %d's heap: %w", ErrPeerOpen, h.rank, p, err)
+		}
+		h.bases[p], h.opened[p] = ptr, true
+	}
+	return nil
+}
+
+// writeTable copies the bases to the device table (one copy) and waits
+// for it and the pad's memset (one synchronize).
+func (h *DeviceHeap) writeTable() error {
+	b := make([]byte, 0, 8*len(h.bases))
+	for _, p := range h.bases {
+		b = binary.LittleEndian.AppendUint64(b, uint64(p))
+	}
+	if err := h.a.Upload(h.table, 0, b); err != nil {
+		return fmt.Errorf("symheap: peer table of rank %d: %w", h.rank, err)
+	}
+	if err := h.a.Synchronize(); err != nil {
+		return fmt.Errorf("symheap: peer table of rank %d: %w", h.rank, err)
+	}
+	return nil
+}
+
+// closePeers unmaps the peers' heaps this rank opened.
+func (h *DeviceHeap) closePeers() error {
+	var errs []error
+	for p, ok := range h.opened {
+		if ok {
+			errs = append(errs, h.a.IPCCloseMemHandle(h.bases[p]))
+			h.opened[p] = false
+		}
+		if p != h.rank {
+			h.bases[p] = 0
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// free frees this rank's heap and table.
+func (h *DeviceHeap) free() error {
+	var errs []error
+	for _, b := range []*alloc.Buffer{&h.table, &h.buf} {
+		if b.Size() > 0 {
+			errs = append(errs, h.a.Free(*b))
+			*b = alloc.Buffer{}
+		}
+	}
+	h.bases[h.rank] = 0
+	return errors.Join(errs...)
+}
+
+// release unmaps the peers, waits until every rank has (a round of the
+// exchange: the runtimes call freeing an exported allocation before the
+// importers closed it undefined), then frees this rank's memory.
+func (h *DeviceHeap) release() error {
+	cerr := h.closePeers()
+	_, xerr := h.x.AllGather(h.rank, okMsg(nil), h.timeout)
+	return errors.Join(cerr, xerr, h.free())
+}
+
+// Close releases the heap, collectively: every rank calls it (after
+// closing graphs that use the heap). It unmaps the peers' heaps, waits
+// for every rank to have done so (a missing rank: ErrExchangeTimeout,
+// after which the memory is freed anyway), and frees this rank's. Refused
+// during a capture (alloc.ErrCaptureIllegalOp), the heap left open; a
+// second Close fails with alloc.ErrClosed.
+func (h *DeviceHeap) Close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return fmt.Errorf("%w: symheap: device heap of rank %d closed twice", alloc.ErrClosed, h.rank)
+	}
+	st, err := h.a.CaptureStatus()
+	if err != nil {
+		return err
+	}
+	if st != alloc.StateNone {
+		return fmt.Errorf("%w: symheap: closing a device heap during a capture (state %s)", alloc.ErrCaptureIllegalOp, st)
+	}
+	h.closed = true
+	return h.release()
+}
+
+// Rank is this heap's rank; Ranks the number of ranks.
+func (h *DeviceHeap) Rank() int  { return h.rank }
+func (h *DeviceHeap) Ranks() int { return len(h.bases) }
+
+// Size is the heap's size in bytes (without the signal pad).
+func (h *DeviceHeap) Size() int64 { return h.bump.size }
+
+// Allocator is the allocator whose device and stream the heap is on.
+func (h *DeviceHeap) Allocator() *alloc.Allocator { return h.a }
+
+// Alloc takes n bytes (aligned to Align) from the heap: a bump of the
+// offset, host arithmetic only, legal during a capture. Every rank must
+// allocate the same sizes in the same order.
+func (h *DeviceHeap) Alloc(n int64) (Tensor, error) { return h.bump.alloc(n) }
+
+// Reset frees the whole heap (refused during a capture, as Heap's).
+func (h *DeviceHeap) Reset() error { return h.bump.reset(h.a) }
+
+// Buffer is this rank's allocation, for the allocator's copies: the
+// signal pad, then the heap, so t's bytes are at SignalPadBytes + t.Off.
+func (h *DeviceHeap) Buffer() alloc.Buffer { return h.buf }
+
+// PeerTable is the device array of Ranks() little-endian uint64: entry p
+// is rank p's allocation (its signal pad, the heap SignalPadBytes after)
+// as mapped in this process. It was written once, at OpenDevice.
+func (h *DeviceHeap) PeerTable() alloc.Buffer { return h.table }
+
+// Ptr is rank p's bytes of t as mapped in this process, for kernels.
+func (h *DeviceHeap) Ptr(p int, t Tensor) (alloc.DevicePtr, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ptrLocked(p, t)
+}
+
+func (h *DeviceHeap) ptrLocked(p int, t Tensor) (alloc.DevicePtr, error) {
+	if h.closed {
+		return 0, fmt.Errorf("%w: symheap: device heap of rank %d is closed", alloc.ErrClosed, h.rank)
+	}
+	if p < 0 || p >= len(h.bases) {
+		return 0, fmt.Errorf("%w: symheap: rank %d of %d", alloc.ErrInvalidValue, p, len(h.bases))
+	}
+	if err := h.bump.check(t); err != nil {
+		return 0, err
+	}
+	return h.bases[p] + SignalPadBytes + alloc.DevicePtr(t.Off), nil
+}
+
+// Copy copies src of rank srcRank's heap into dst of rank dstRank's (any
+// two ranks, this one or peers), in order on the allocator's stream
+// (Allocator.Enqueue): made at once outside a capture, recorded in the
+// allocator's own capture, so every replay copies the bytes as they are
+// then. Ordering against the peers' own work is the engine's (a barrier
+// kernel on the signal pads, or NCCL/RCCL).
+func (h *DeviceHeap) Copy(dstRank int, dst Tensor, srcRank int, src Tensor) error {
+	if dst.Size != src.Size {
+		return fmt.Errorf("%w: symheap: copy of %d B into %d B", alloc.ErrInvalidSize, src.Size, dst.Size)
+	}
+	h.mu.Lock()
+	to, err := h.ptrLocked(dstRank, dst)
+	if err == nil {
+		var from alloc.DevicePtr
+		if from, err = h.ptrLocked(srcRank, src); err == nil {
+			d := h.a.Driver()
+			err = h.a.Enqueue("symheap copy", []alloc.Buffer{h.buf}, func(s alloc.Stream) error {
+				return d.CopyDtoDAsync(to, from, src.Size, s)
+			})
+		}
+	}
+	h.mu.Unlock()
+	return err
+}

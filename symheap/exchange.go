@@ -1,0 +1,168 @@
+package symheap
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/rendezvous"
+)
+
+// Exchange hands every rank's message to every rank, in rounds: the k-th
+// AllGather of each rank is round k. OpenDevice exchanges the ranks' IPC
+// handles and their results through it, once, before any capture.
+type Exchange interface {
+	// Ranks is the number of ranks taking part.
+	Ranks() int
+	// AllGather publishes msg as rank's message of its next round and
+	// returns every rank's message of that round, in rank order. A rank
+	// missing past timeout is an error wrapping ErrExchangeTimeout.
+	AllGather(rank int, msg []byte, timeout time.Duration) ([][]byte, error)
+}
+
+func checkRank(x Exchange, rank int) error {
+	if rank < 0 || rank >= x.Ranks() {
+		return fmt.Errorf("%w: symheap: exchange: rank %d of %d", alloc.ErrInvalidValue, rank, x.Ranks())
+	}
+	return nil
+}
+
+// missingError says which ranks had not arrived in a round.
+func missingError(rank, round int, timeout time.Duration, missing []int, where string) error {
+	return fmt.Errorf("%w: rank %d waited %v in round %d for rank(s) %v%s: did they start, with the same exchange?",
+		ErrExchangeTimeout, rank, timeout, round, missing, where)
+}
+
+// localExchange is an Exchange for ranks that are goroutines of one
+// process.
+type localExchange struct {
+	ranks int
+
+	mu     sync.Mutex
+	next   []int // each rank's next round
+	rounds map[int]*localRound
+}
+
+type localRound struct {
+	msgs    [][]byte
+	arrived []bool
+	n, left int
+	full    chan struct{}
+}
+
+// NewLocalExchange is an Exchange for ranks ranks that are goroutines of
+// this process.
+func NewLocalExchange(ranks int) Exchange {
+	return &localExchange{ranks: ranks, next: make([]int, max(ranks, 0)), rounds: map[int]*localRound{}}
+}
+
+func (x *localExchange) Ranks() int { return x.ranks }
+
+func (x *localExchange) AllGather(rank int, msg []byte, timeout time.Duration) ([][]byte, error) {
+	if err := checkRank(x, rank); err != nil {
+		return nil, err
+	}
+	x.mu.Lock()
+	k := x.next[rank]
+	x.next[rank]++
+	r := x.rounds[k]
+	if r == nil {
+		r = &localRound{msgs: make([][]byte, x.ranks), arrived: make([]bool, x.ranks), full: make(chan struct{})}
+		x.rounds[k] = r
+	}
+	r.msgs[rank], r.arrived[rank] = slices.Clone(msg), true
+	if r.n++; r.n == x.ranks {
+		close(r.full)
+	}
+	x.mu.Unlock()
+
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-r.full:
+	case <-t.C:
+		x.mu.Lock()
+		var missing []int
+		for p, ok := range r.arrived {
+			if !ok {
+				missing = append(missing, p)
+			}
+		}
+		x.mu.Unlock()
+		if len(missing) > 0 {
+			return nil, missingError(rank, k, timeout, missing, "")
+		}
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	out := make([][]byte, x.ranks)
+	for p, m := range r.msgs {
+		out[p] = slices.Clone(m)
+	}
+	if r.left++; r.left == x.ranks {
+		delete(x.rounds, k)
+	}
+	return out, nil
+}
+
+// fileExchange is an Exchange through files in a directory every rank
+// can reach (a shared file system across machines).
+type fileExchange struct {
+	dir   string
+	ranks int
+
+	mu   sync.Mutex
+	next map[int]int
+}
+
+// FileExchange is an Exchange for ranks ranks in processes that share
+// dir: each round, each rank publishes its message as a file
+// (round-K-rank-R, written atomically, internal/rendezvous) and polls for
+// the others'. A file that already exists is refused (a stale one from an
+// earlier run): use a fresh directory per job. Nobody removes the files.
+func FileExchange(dir string, ranks int) Exchange {
+	return &fileExchange{dir: dir, ranks: ranks, next: map[int]int{}}
+}
+
+func (x *fileExchange) Ranks() int { return x.ranks }
+
+func (x *fileExchange) path(round, rank int) string {
+	return filepath.Join(x.dir, fmt.Sprintf("round-%d-rank-%d", round, rank))
+}
+
+func (x *fileExchange) AllGather(rank int, msg []byte, timeout time.Duration) ([][]byte, error) {
+	if err := checkRank(x, rank); err != nil {
+		return nil, err
+	}
+	x.mu.Lock()
+	k := x.next[rank]
+	x.next[rank]++
+	x.mu.Unlock()
+	if err := rendezvous.Publish(x.path(k, rank), msg); err != nil {
+		return nil, fmt.Errorf("symheap: exchange: %w", err)
+	}
+	deadline := time.Now().Add(timeout)
+	out := make([][]byte, x.ranks)
+	for p := range out {
+		b, err := rendezvous.Await(x.path(k, p), time.Until(deadline), ErrExchangeTimeout)
+		if errors.Is(err, ErrExchangeTimeout) {
+			missing := []int{p}
+			for q := p + 1; q < x.ranks; q++ {
+				if _, err := os.Lstat(x.path(k, q)); err != nil {
+					missing = append(missing, q)
+				}
+			}
+			return nil, missingError(rank, k, timeout, missing, " (no file in "+x.dir+")")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("symheap: exchange: %w", err)
+		}
+		out[p] = b
+	}
+	return out, nil
+}

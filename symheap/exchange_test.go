@@ -1,0 +1,72 @@
+package symheap_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/symheap"
+)
+
+// allGather runs one round on every rank, each in its own goroutine.
+func allGather(x symheap.Exchange, msg func(r int) []byte, timeout time.Duration) ([][][]byte, []error) {
+	out := make([][][]byte, x.Ranks())
+	errs := make([]error, x.Ranks())
+	var wg sync.WaitGroup
+	for r := range x.Ranks() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[r], errs[r] = x.AllGather(r, msg(r), timeout)
+		}()
+	}
+	wg.Wait()
+	return out, errs
+}
+
+// Both exchanges: every rank gets every rank's message of the same round,
+// in rank order, round after round; a missing rank is ErrExchangeTimeout
+// naming it; a rank outside the exchange is refused.
+func TestExchanges(t *testing.T) {
+	for name, mk := range map[string]func(t *testing.T, ranks int) symheap.Exchange{
+		"local": func(t *testing.T, ranks int) symheap.Exchange { return symheap.NewLocalExchange(ranks) },
+		"file":  func(t *testing.T, ranks int) symheap.Exchange { return symheap.FileExchange(t.TempDir(), ranks) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			x := mk(t, 3)
+			for round := range 3 {
+				got, errs := allGather(x, func(r int) []byte { return fmt.Appendf(nil, "round %d rank %d", round, r) }, 5*time.Second)
+				for r := range 3 {
+					require.NoError(t, errs[r])
+					for p := range 3 {
+						require.Equal(t, fmt.Sprintf("round %d rank %d", round, p), string(got[r][p]))
+					}
+				}
+			}
+			_, err := x.AllGather(3, nil, time.Second)
+			require.ErrorIs(t, err, alloc.ErrInvalidValue)
+
+			x = mk(t, 3)
+			start := time.Now()
+			_, err = x.AllGather(1, []byte("alone"), 50*time.Millisecond)
+			require.ErrorIs(t, err, symheap.ErrExchangeTimeout)
+			require.Contains(t, err.Error(), "rank(s) [0 2]")
+			require.Less(t, time.Since(start), 2*time.Second)
+		})
+	}
+}
+
+// A file exchange refuses a directory left by an earlier run.
+func TestFileExchangeRefusesStaleFiles(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "round-0-rank-0"), []byte("old"), 0o600))
+	_, err := symheap.FileExchange(dir, 1).AllGather(0, []byte("new"), time.Second)
+	require.ErrorIs(t, err, alloc.ErrInvalidValue)
+	require.Contains(t, err.Error(), "already exists")
+}
