@@ -41,7 +41,7 @@ func TestUnavailableNamesEveryPathAndReason(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(home, "lib64", "libcudart.so.12"), []byte(strings.Repeat("not an ELF file\n", 64)), 0o644))
 	rt, err := loadRuntime(env(map[string]string{"CUDA_HOME": home}))
 	if err == nil {
-		t.Skipf("a real CUDA runtime is installed here (%s): the search found it", rt.path)
+		t.Skipf("a real CUDA runtime is installed here (%s): the search found it", rt.Path)
 	}
 	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
 	for _, p := range candidates(env(map[string]string{"CUDA_HOME": home})) {
@@ -109,9 +109,9 @@ func TestRealRuntimeHasEverySymbol(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, resolve(h, path, bs), "every required symbol resolves in %s (runtime %s)", path, v)
 	for _, b := range bs {
-		if *b.addr == 0 {
-			require.True(t, b.optional, b.name)
-			t.Logf("optional symbol %s absent from %s", b.name, path)
+		if b.Sym.Addr == 0 {
+			require.True(t, b.Optional, b.Name)
+			t.Logf("optional symbol %s absent from %s", b.Name, path)
 		}
 	}
 }
@@ -144,7 +144,7 @@ func TestRealRuntimeWithoutGPU(t *testing.T) {
 	good := fakeLib(t)
 	rt, err := loadFirst([]string{path, good})
 	require.NoError(t, err)
-	require.Equal(t, good, rt.path)
+	require.Equal(t, good, rt.Path)
 
 	// The default search finds it too (it is libcudart.so.11.0 on the
 	// loader's path) and gives the same reason.

@@ -25,7 +25,7 @@ func TestParseOptions(t *testing.T) {
 	o, err = parseOptions(backends.Options{"non_blocking": "true"})
 	require.NoError(t, err)
 	require.False(t, o.Blocking)
-	require.Equal(t, DefaultReleaseThreshold, o.threshold())
+	require.Equal(t, DefaultReleaseThreshold, o.core().Threshold())
 
 	for name, bad := range map[string]backends.Options{
 		"unknown key":         {"devcie": "0"},

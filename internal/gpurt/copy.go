@@ -1,4 +1,4 @@
-package cuda
+package gpurt
 
 import (
 	"fmt"
@@ -8,20 +8,20 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 )
 
-// memcpy enqueues cudaMemcpyAsync(dst, src, n, kind, s).
+// memcpy enqueues the async memcpy(dst, src, n, kind, s).
 func (d *Driver) memcpy(op string, dst, src uintptr, n int64, kind uintptr, s alloc.Stream) error {
-	if code, _ := callHot(d.rt.memcpyAsync, dst, src, uintptr(n), kind, uintptr(s)); code != 0 {
-		return d.rt.fail(fmt.Sprintf("%s %d B", op, n), "cudaMemcpyAsync", code)
+	if code, _ := CallHot(d.rt.MemcpyAsync.Addr, dst, src, uintptr(n), kind, uintptr(s)); code != 0 {
+		return d.rt.Fail(fmt.Sprintf("%s %d B", op, n), d.rt.MemcpyAsync.Name, code)
 	}
 	return nil
 }
 
 func (d *Driver) requirePinned(op string, b []byte) error {
 	if len(b) == 0 {
-		return errf(alloc.ErrInvalidValue, "%s: empty host buffer", op)
+		return d.v.Errf(alloc.ErrInvalidValue, "%s: empty host buffer", op)
 	}
 	if !d.pinned(b) {
-		return errf(alloc.ErrInvalidValue, "%s: host memory %#x (%d B) is pageable, not from HostAlloc", op, addr(b), len(b))
+		return d.v.Errf(alloc.ErrInvalidValue, "%s: host memory %#x (%d B) is pageable, not from HostAlloc", op, addr(b), len(b))
 	}
 	return nil
 }
@@ -36,7 +36,7 @@ func (d *Driver) CopyHtoDAsync(dst alloc.DevicePtr, src []byte, s alloc.Stream) 
 	if err := d.requirePinned(op, src); err != nil {
 		return err
 	}
-	return d.memcpy(op, uintptr(dst), addr(src), int64(len(src)), memcpyHostToDevice, s)
+	return d.memcpy(op, uintptr(dst), addr(src), int64(len(src)), d.v.MemcpyHostToDevice, s)
 }
 
 func (d *Driver) CopyDtoHAsync(dst []byte, src alloc.DevicePtr, s alloc.Stream) error {
@@ -47,7 +47,7 @@ func (d *Driver) CopyDtoHAsync(dst []byte, src alloc.DevicePtr, s alloc.Stream) 
 	if err := d.requirePinned(op, dst); err != nil {
 		return err
 	}
-	return d.memcpy(op, addr(dst), uintptr(src), int64(len(dst)), memcpyDeviceToHost, s)
+	return d.memcpy(op, addr(dst), uintptr(src), int64(len(dst)), d.v.MemcpyDeviceToHost, s)
 }
 
 func (d *Driver) CopyDtoDAsync(dst, src alloc.DevicePtr, n int64, s alloc.Stream) error {
@@ -55,40 +55,40 @@ func (d *Driver) CopyDtoDAsync(dst, src alloc.DevicePtr, n int64, s alloc.Stream
 	if err := d.checkStream(op, s); err != nil {
 		return err
 	}
-	if err := checkSize(op, n); err != nil {
+	if err := d.checkSize(op, n); err != nil {
 		return err
 	}
-	return d.memcpy(op, uintptr(dst), uintptr(src), n, memcpyDeviceToDevice, s)
+	return d.memcpy(op, uintptr(dst), uintptr(src), n, d.v.MemcpyDeviceToDevice, s)
 }
 
-// MemsetAsync is cudaMemsetAsync (the int value is converted to unsigned
-// char by CUDA).
+// MemsetAsync is the async memset (the int value is converted to unsigned
+// char by the runtime).
 func (d *Driver) MemsetAsync(dst alloc.DevicePtr, value byte, n int64, s alloc.Stream) error {
 	const op = "memset async"
 	if err := d.checkStream(op, s); err != nil {
 		return err
 	}
-	if err := checkSize(op, n); err != nil {
+	if err := d.checkSize(op, n); err != nil {
 		return err
 	}
-	if code, _ := callHot(d.rt.memsetAsync, uintptr(dst), uintptr(value), uintptr(n), uintptr(s)); code != 0 {
-		return d.rt.fail(fmt.Sprintf("%s %d B", op, n), "cudaMemsetAsync", code)
+	if code, _ := CallHot(d.rt.MemsetAsync.Addr, uintptr(dst), uintptr(value), uintptr(n), uintptr(s)); code != 0 {
+		return d.rt.Fail(fmt.Sprintf("%s %d B", op, n), d.rt.MemsetAsync.Name, code)
 	}
 	return nil
 }
 
-// CopyHtoD takes pageable memory: cudaMemcpyAsync on s, then
-// cudaStreamSynchronize, so src may be reused on return. Unsafe.
+// CopyHtoD takes pageable memory: the async memcpy on s, then stream
+// synchronize, so src may be reused on return. Unsafe.
 func (d *Driver) CopyHtoD(dst alloc.DevicePtr, src []byte, s alloc.Stream) error {
 	const op = "copy host to device"
 	if err := d.checkStream(op, s); err != nil {
 		return err
 	}
 	if len(src) == 0 {
-		return errf(alloc.ErrInvalidValue, "%s: empty host buffer", op)
+		return d.v.Errf(alloc.ErrInvalidValue, "%s: empty host buffer", op)
 	}
 	err := d.blocking(op, s, func() int32 {
-		return call(d.rt.memcpyAsync, uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), memcpyHostToDevice, uintptr(s))
+		return Call(d.rt.MemcpyAsync.Addr, uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), d.v.MemcpyHostToDevice, uintptr(s))
 	})
 	runtime.KeepAlive(src)
 	return err
@@ -101,10 +101,10 @@ func (d *Driver) CopyDtoH(dst []byte, src alloc.DevicePtr, s alloc.Stream) error
 		return err
 	}
 	if len(dst) == 0 {
-		return errf(alloc.ErrInvalidValue, "%s: empty host buffer", op)
+		return d.v.Errf(alloc.ErrInvalidValue, "%s: empty host buffer", op)
 	}
 	err := d.blocking(op, s, func() int32 {
-		return call(d.rt.memcpyAsync, uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), memcpyDeviceToHost, uintptr(s))
+		return Call(d.rt.MemcpyAsync.Addr, uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), d.v.MemcpyDeviceToHost, uintptr(s))
 	})
 	runtime.KeepAlive(dst)
 	return err
@@ -112,8 +112,8 @@ func (d *Driver) CopyDtoH(dst []byte, src alloc.DevicePtr, s alloc.Stream) error
 
 // blocking enqueues a copy and waits for s.
 func (d *Driver) blocking(op string, s alloc.Stream, enqueue func() int32) error {
-	if err := d.rt.check(op, "cudaMemcpyAsync", enqueue()); err != nil {
+	if err := d.rt.Check(op, d.rt.MemcpyAsync.Name, enqueue()); err != nil {
 		return err
 	}
-	return d.rt.check(op, "cudaStreamSynchronize", call(d.rt.streamSynchronize, uintptr(s)))
+	return d.rt.Check(op, d.rt.StreamSynchronize.Name, Call(d.rt.StreamSynchronize.Addr, uintptr(s)))
 }

@@ -1,4 +1,4 @@
-package cuda
+package gpurt
 
 import (
 	"fmt"
@@ -10,18 +10,20 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 )
 
-// Host functions (cudaLaunchHostFunc). The runtime calls one C function
-// pointer with a void *userData; purego makes Go callbacks into C function
-// pointers, but each costs memory that is never freed and their number is
-// bounded, so there is ONE trampoline, made on first use, and userData is a
-// key into hostFuncs. A function launched on a capturing stream becomes a
-// host node that runs at every launch of the graph: its entry is kept for
-// the life of the driver; any other is dropped once it has run.
+// Host functions (cudaLaunchHostFunc, hipLaunchHostFunc: (stream, fn,
+// void *userData) with fn a void (*)(void *userData)). The runtime calls
+// one C function pointer with a void *userData; purego makes Go callbacks
+// into C function pointers, but each costs memory that is never freed and
+// their number is bounded, so there is ONE trampoline for the process
+// (both runtimes), made on first use, and userData is a key into
+// hostFuncs. A function launched on a capturing stream becomes a host node
+// that runs at every launch of the graph: its entry is kept for the life
+// of the driver; any other is dropped once it has run.
 //
 // The runtime runs host functions on a thread of its own; a Go function
-// must not call the driver (CUDA forbids CUDA calls there) and its error is
-// kept for the stream's next StreamSynchronize, which reports it, as a
-// failed kernel would be.
+// must not call the driver (both runtimes forbid runtime calls there) and
+// its error is kept for the stream's next StreamSynchronize, which reports
+// it, as a failed kernel would be.
 
 var (
 	trampolineOnce sync.Once
@@ -52,16 +54,20 @@ func runHostFunc(key uintptr) {
 	}
 }
 
-// LaunchHostFunc is cudaLaunchHostFunc: fn runs once the work queued on s
-// before it is done (on a runtime thread), and at every launch of a graph
-// that captured it.
+// LaunchHostFunc is the runtime's host function launch: fn runs once the
+// work queued on s before it is done (on a runtime thread), and at every
+// launch of a graph that captured it. On a library without the (optional)
+// symbol it fails with alloc.ErrDriver, saying so.
 func (d *Driver) LaunchHostFunc(s alloc.Stream, fn func() error) error {
 	const op = "launch host function"
 	if err := d.checkStream(op, s); err != nil {
 		return err
 	}
 	if fn == nil {
-		return errf(alloc.ErrInvalidValue, "%s: nil function", op)
+		return d.v.Errf(alloc.ErrInvalidValue, "%s: nil function", op)
+	}
+	if d.rt.LaunchHostFunc.Addr == 0 {
+		return d.v.Errf(alloc.ErrDriver, "%s: %s does not export %s%s", op, d.rt.Path, d.rt.LaunchHostFunc.Name, d.v.MissingHostFuncNote)
 	}
 	st, err := d.StreamCaptureStatus(s)
 	if err != nil {
@@ -70,7 +76,7 @@ func (d *Driver) LaunchHostFunc(s alloc.Stream, fn func() error) error {
 	trampolineOnce.Do(func() { trampoline = purego.NewCallback(runHostFunc) })
 	key := hostFuncKeys.Add(1)
 	hostFuncs.Store(key, &hostFunc{d: d, s: s, fn: fn, keep: st != alloc.DriverCaptureNone})
-	if err := d.rt.check(op, "cudaLaunchHostFunc", call(d.rt.launchHostFunc, uintptr(s), trampoline, key)); err != nil {
+	if err := d.rt.Check(op, d.rt.LaunchHostFunc.Name, Call(d.rt.LaunchHostFunc.Addr, uintptr(s), trampoline, key)); err != nil {
 		hostFuncs.Delete(key)
 		return err
 	}

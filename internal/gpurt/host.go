@@ -1,4 +1,4 @@
-package cuda
+package gpurt
 
 import (
 	"fmt"
@@ -9,9 +9,10 @@ import (
 	"github.com/capalloc/capalloc/internal/hostregion"
 )
 
-// hostRegion is one pinned buffer: C memory from cudaHostAlloc, or, with
-// Options.HostMemory, memory that source supplied and cudaHostRegister
-// pinned (supplied keeps it, to give back). Either lies outside the Go heap.
+// hostRegion is one pinned buffer: C memory from the pinned host
+// allocation, or, with Options.HostMemory, memory that source supplied and
+// the host-register call pinned (supplied keeps it, to give back). Either
+// lies outside the Go heap.
 type hostRegion struct {
 	start    uintptr
 	size     int
@@ -21,8 +22,8 @@ type hostRegion struct {
 func addr(b []byte) uintptr { return hostregion.Addr(b) }
 
 // pinned reports whether b lies inside one HostAlloc buffer. The async
-// copies require it: with pageable memory CUDA would copy synchronously
-// (and a capture would record a snapshot, or fail).
+// copies require it: with pageable memory the runtime would copy
+// synchronously (and a capture would record a snapshot, or fail).
 func (d *Driver) pinned(b []byte) bool {
 	i, _ := hostregion.Find(*d.hosts.Load(), hostRegion.begin, hostRegion.length, b)
 	return i >= 0
@@ -31,22 +32,22 @@ func (d *Driver) pinned(b []byte) bool {
 func (r hostRegion) begin() uintptr  { return r.start }
 func (r hostRegion) length() uintptr { return uintptr(r.size) }
 
-// HostAlloc is cudaHostAlloc with cudaHostAllocPortable (pinned for every
-// context, so the buffer does not depend on the current device), on the dev
-// thread. The slice views C memory; it stays valid until HostFree. With
-// Options.HostMemory the memory comes from there instead (the plugin
-// server's shared memory) and is pinned with cudaHostRegister
-// (cudaHostRegisterPortable); a failed registration gives it back.
+// HostAlloc is the pinned host allocation with the portable flag (pinned
+// for every context, so the buffer does not depend on the current device),
+// on the dev thread. The slice views C memory; it stays valid until
+// HostFree. With Options.HostMemory the memory comes from there instead
+// (the plugin server's shared memory) and is pinned with the host-register
+// call (portable); a failed registration gives it back.
 func (d *Driver) HostAlloc(size int64) ([]byte, error) {
 	op := fmt.Sprintf("host alloc %d B", size)
 	if d.closed.Load() {
-		return nil, errClosed(op)
+		return nil, d.v.ErrClosed(op)
 	}
-	if err := checkSize(op, size); err != nil {
+	if err := d.checkSize(op, size); err != nil {
 		return nil, err
 	}
 	if uint64(size) > uint64(^uint(0)>>1) {
-		return nil, errf(alloc.ErrInvalidValue, "%s: larger than the address space", op)
+		return nil, d.v.Errf(alloc.ErrInvalidValue, "%s: larger than the address space", op)
 	}
 	var b, supplied []byte
 	if hm := d.opts.HostMemory; hm != nil {
@@ -56,10 +57,10 @@ func (d *Driver) HostAlloc(size int64) ([]byte, error) {
 		}
 		if int64(len(b)) != size {
 			_ = hm.Free(b)
-			return nil, errf(alloc.ErrDriver, "%s: supplied host memory returned %d B", op, len(b))
+			return nil, d.v.Errf(alloc.ErrDriver, "%s: supplied host memory returned %d B", op, len(b))
 		}
-		err = d.dev.do(op, func() error {
-			return d.rt.check(op, "cudaHostRegister", call(d.rt.hostRegister, addr(b), uintptr(size), hostRegisterPortable))
+		err = d.dev.Do(op, func() error {
+			return d.rt.Check(op, d.rt.HostRegister.Name, Call(d.rt.HostRegister.Addr, addr(b), uintptr(size), d.v.HostRegisterPortable))
 		})
 		if err != nil {
 			_ = hm.Free(b)
@@ -68,8 +69,8 @@ func (d *Driver) HostAlloc(size int64) ([]byte, error) {
 		supplied = b
 	} else {
 		var p unsafe.Pointer // C writes a pointer to C memory: the GC ignores it
-		err := d.dev.do(op, func() error {
-			return d.rt.check(op, "cudaHostAlloc", call(d.rt.hostAlloc, uintptr(unsafe.Pointer(&p)), uintptr(size), hostAllocPortable))
+		err := d.dev.Do(op, func() error {
+			return d.rt.Check(op, d.rt.HostAlloc.Name, Call(d.rt.HostAlloc.Addr, uintptr(unsafe.Pointer(&p)), uintptr(size), d.v.HostAllocPortable))
 		})
 		if err != nil {
 			return nil, err
@@ -91,12 +92,12 @@ func (d *Driver) HostAlloc(size int64) ([]byte, error) {
 	return b, nil
 }
 
-// HostFree releases a HostAlloc buffer passed exactly as returned;
-// cudaFreeHost waits for work that may still use it.
+// HostFree releases a HostAlloc buffer passed exactly as returned; the
+// runtime's pinned free waits for work that may still use it.
 func (d *Driver) HostFree(b []byte) error {
 	op := fmt.Sprintf("host free %#x (%d B)", addr(b), len(b))
 	if d.closed.Load() {
-		return errClosed(op)
+		return d.v.ErrClosed(op)
 	}
 	d.mu.Lock()
 	rs := *d.hosts.Load()
@@ -106,23 +107,24 @@ func (d *Driver) HostFree(b []byte) error {
 	}
 	if i < 0 {
 		d.mu.Unlock()
-		return errf(alloc.ErrInvalidValue, "%s: not a buffer from HostAlloc, or already freed", op)
+		return d.v.Errf(alloc.ErrInvalidValue, "%s: not a buffer from HostAlloc, or already freed", op)
 	}
 	r := rs[i]
 	rs = slices.Delete(slices.Clone(rs), i, i+1)
 	d.hosts.Store(&rs)
 	d.mu.Unlock()
-	return d.dev.do(op, func() error { return d.freeHostRegion(op, r) })
+	return d.dev.Do(op, func() error { return d.freeHostRegion(op, r) })
 }
 
-// freeHostRegion releases r on the dev thread: cudaFreeHost, or, for
-// supplied memory, cudaHostUnregister and then the source's Free (which
-// runs even when the unregistration failed, so nothing is kept twice).
+// freeHostRegion releases r on the dev thread: the pinned free, or, for
+// supplied memory, the host-unregister call and then the source's Free
+// (which runs even when the unregistration failed, so nothing is kept
+// twice).
 func (d *Driver) freeHostRegion(op string, r hostRegion) error {
 	if r.supplied == nil {
-		return d.rt.check(op, "cudaFreeHost", call(d.rt.freeHost, r.start))
+		return d.rt.Check(op, d.rt.HostFree.Name, Call(d.rt.HostFree.Addr, r.start))
 	}
-	err := d.rt.check(op, "cudaHostUnregister", call(d.rt.hostUnregister, r.start))
+	err := d.rt.Check(op, d.rt.HostUnregister.Name, Call(d.rt.HostUnregister.Addr, r.start))
 	if ferr := d.opts.HostMemory.Free(r.supplied); ferr != nil && err == nil {
 		err = fmt.Errorf("%s: supplied host memory: %w", op, ferr)
 	}
