@@ -35,8 +35,8 @@ func TestConformanceOnFakeRuntime56(t *testing.T) {
 		if err != nil {
 			t.Fatalf("open on the fake runtime 5.6: %v", err)
 		}
-		if d.rt.runtimeVersion != 50600000 {
-			t.Fatalf("runtime version %d, want 50600000", d.rt.runtimeVersion)
+		if d.rt.Version != 50600000 {
+			t.Fatalf("runtime version %d, want 50600000", d.rt.Version)
 		}
 		return d
 	})

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
 // mmapHost is a backends.HostMemory of anonymous mappings (outside the Go
@@ -58,7 +59,7 @@ func TestFakeSuppliedHostMemoryIsRegistered(t *testing.T) {
 	lines := log.lines()
 	require.Len(t, find(lines, "hipHostRegister", "n=8192 flags=1"), 1, "pinned with hipHostRegisterPortable: %v", lines)
 	require.Empty(t, find(lines, "hipHostMalloc"))
-	require.True(t, d.pinned(b), "async copies accept it")
+	require.True(t, gpurt.Pinned(d.core, b), "async copies accept it")
 
 	s, err := d.CreateStream()
 	require.NoError(t, err)
@@ -95,5 +96,5 @@ func TestFakeSuppliedHostMemoryGivenBackOnRegisterFailure(t *testing.T) {
 	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
 	require.Contains(t, err.Error(), "hipHostRegister: out of memory (hipErrorOutOfMemory, 2)")
 	require.Zero(t, hm.held(), "nothing kept after a failed registration")
-	require.Empty(t, *d.hosts.Load())
+	require.Zero(t, gpurt.HostBuffers(d.core))
 }

@@ -33,7 +33,7 @@ func TestUnavailableNamesEveryPathAndReason(t *testing.T) {
 	require.NoError(t, os.WriteFile(bad, []byte(strings.Repeat("not an ELF file\n", 64)), 0o644))
 	rt, err := loadRuntime(env(map[string]string{"ROCM_PATH": dir}), func(*runtimeAPI) error { return nil })
 	if err == nil {
-		t.Skipf("a usable HIP runtime is installed here (%s): the search found it", rt.path)
+		t.Skipf("a usable HIP runtime is installed here (%s): the search found it", rt.Path)
 	}
 	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
 	for _, p := range candidates(env(map[string]string{"ROCM_PATH": dir})) {
@@ -79,7 +79,7 @@ int hipGetDeviceCount(int *n) { *n = 1; return 0; }
 	good := fakeLib(t)
 	rt, err := loadFirst([]string{partial, good}, func(*runtimeAPI) error { return nil })
 	require.NoError(t, err)
-	require.Equal(t, good, rt.path)
+	require.Equal(t, good, rt.Path)
 	_, err = loadFirst([]string{partial}, func(*runtimeAPI) error { return nil })
 	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), partial+": lacks required symbols [hipSetDevice ")
@@ -102,5 +102,5 @@ func TestNoDeviceIsUnavailableAndSkipped(t *testing.T) {
 	good := fakeLib(t)
 	rt, err := loadFirst([]string{none, good}, func(*runtimeAPI) error { return nil })
 	require.NoError(t, err)
-	require.Equal(t, good, rt.path)
+	require.Equal(t, good, rt.Path)
 }

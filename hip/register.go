@@ -68,7 +68,7 @@ func parseOptions(o backends.Options) (Options, error) {
 	if opts.IPC, err = o.Bool("ipc", false); err != nil {
 		return opts, err
 	}
-	if err := opts.validate(); err != nil {
+	if err := vendor.Validate(opts.core()); err != nil {
 		return opts, fmt.Errorf("%w: %w", backends.ErrInvalidConfig, err)
 	}
 	return opts, nil

@@ -24,7 +24,7 @@ func TestParseOptions(t *testing.T) {
 	o, err = parseOptions(backends.Options{})
 	require.NoError(t, err)
 	require.Equal(t, Options{}, o, "the default: non-blocking streams, capture on, no IPC")
-	require.Equal(t, DefaultReleaseThreshold, o.threshold())
+	require.Equal(t, DefaultReleaseThreshold, o.core().Threshold())
 
 	for name, bad := range map[string]backends.Options{
 		"unknown key":         {"devcie": "0"},

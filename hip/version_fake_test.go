@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
 // The fake built as Debian's 5.2.3: that version, no hipDeviceGraphMemTrim
@@ -119,8 +120,8 @@ func TestFakeCapturedPoolAllocationBy52And56(t *testing.T) {
 func freeMemory(t *testing.T, d *Driver) uint64 {
 	t.Helper()
 	var free, total uint64
-	require.NoError(t, d.rt.check("memory info", "hipMemGetInfo",
-		call(d.rt.memGetInfo, uintptr(unsafe.Pointer(&free)), uintptr(unsafe.Pointer(&total)))))
+	require.NoError(t, d.rt.Check("memory info", "hipMemGetInfo",
+		gpurt.Call(d.rt.MemGetInfo.Addr, uintptr(unsafe.Pointer(&free)), uintptr(unsafe.Pointer(&total)))))
 	return free
 }
 
@@ -132,10 +133,10 @@ func TestLoaderSkipsOldRuntimeUnlessNoCapture(t *testing.T) {
 	cur := fakeLib(t)
 	rt, err := loadFirst([]string{old, cur}, func(rt *runtimeAPI) error { return checkCaptureVersion(rt, false) })
 	require.NoError(t, err)
-	require.Equal(t, cur, rt.path)
+	require.Equal(t, cur, rt.Path)
 	rt, err = loadFirst([]string{old, cur}, func(rt *runtimeAPI) error { return checkCaptureVersion(rt, true) })
 	require.NoError(t, err)
-	require.Equal(t, old, rt.path)
+	require.Equal(t, old, rt.Path)
 	_, err = loadFirst([]string{old}, func(rt *runtimeAPI) error { return checkCaptureVersion(rt, false) })
 	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), old+": HIP runtime 5.2.21153 is older than 5.6.0")
@@ -145,7 +146,14 @@ func TestVersionString(t *testing.T) {
 	require.Equal(t, "5.2.21153", versionString(50221153))
 	require.Equal(t, "5.6.0", versionString(minCaptureVersion))
 	require.Equal(t, "6.1.40091", versionString(60140091))
-	require.NoError(t, checkCaptureVersion(&runtimeAPI{runtimeVersion: 50600000}, false))
-	require.Error(t, checkCaptureVersion(&runtimeAPI{runtimeVersion: 50599999}, false))
-	require.True(t, errors.Is(checkCaptureVersion(&runtimeAPI{runtimeVersion: 50500000}, false), alloc.ErrBackendUnavailable))
+	require.NoError(t, checkCaptureVersion(runtimeOf(50600000), false))
+	require.Error(t, checkCaptureVersion(runtimeOf(50599999), false))
+	require.True(t, errors.Is(checkCaptureVersion(runtimeOf(50500000), false), alloc.ErrBackendUnavailable))
+}
+
+// runtimeOf is a runtime that reports version v.
+func runtimeOf(v int) *runtimeAPI {
+	rt := &runtimeAPI{}
+	rt.Version = v
+	return rt
 }
