@@ -355,10 +355,17 @@ func (d *Driver) teardown(hosts []hostRegion, streams map[alloc.Stream]bool) err
 // driver embeds *Driver, and every exported method is its public API).
 
 // Pool is the driver's memory pool (cuda's truth probe uses it).
-func Pool(d *Driver) uintptr { return d.pool }
+func Pool(e Embedder) uintptr { return e.gpurtDriver().pool }
 
 // Pinned reports whether b lies inside one HostAlloc buffer.
-func Pinned(d *Driver, b []byte) bool { return d.pinned(b) }
+func Pinned(e Embedder, b []byte) bool { return e.gpurtDriver().pinned(b) }
 
 // HostBuffers is the number of live HostAlloc buffers.
-func HostBuffers(d *Driver) int { return len(*d.hosts.Load()) }
+func HostBuffers(e Embedder) int { return len(*e.gpurtDriver().hosts.Load()) }
+
+// Embedder is *Driver and every vendor driver that embeds it: the
+// functions below take it, so they work on a cuda.Driver or hip.Driver
+// from any package without adding to their methods.
+type Embedder interface{ gpurtDriver() *Driver }
+
+func (d *Driver) gpurtDriver() *Driver { return d }
