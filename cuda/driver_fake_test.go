@@ -15,7 +15,7 @@ import (
 
 func TestFakeOpenBindsPoolAndStreams(t *testing.T) {
 	d, log := openFake(t, Options{StreamPriority: -2})
-	lines := log.lines()
+	lines := log.Lines()
 	require.Len(t, find(lines, "cudaMemPoolCreate allocType=1 handleTypes=0 locationType=1 locationId=0 zeroTail=1"), 1, "%v", lines)
 	require.Len(t, find(lines, "threshold=18446744073709551615"), 1, "default threshold is UINT64_MAX: %v", lines)
 	require.Len(t, find(lines, "cudaGetDeviceProperties_v2 device=0"), 1, "runtime 12.4 binds the _v2 spelling")
@@ -26,14 +26,14 @@ func TestFakeOpenBindsPoolAndStreams(t *testing.T) {
 
 	s, err := d.CreateStream()
 	require.NoError(t, err)
-	require.Len(t, find(log.lines(), "cudaStreamCreateWithPriority flags=1 priority=-2"), 1)
+	require.Len(t, find(log.Lines(), "cudaStreamCreateWithPriority flags=1 priority=-2"), 1)
 	require.NoError(t, d.DestroyStream(s))
 	require.ErrorIs(t, d.DestroyStream(s), alloc.ErrInvalidValue, "a destroyed stream is refused before CUDA")
 }
 
 func TestFakeOptionsReachTheRuntime(t *testing.T) {
 	_, log := openFake(t, Options{ReleaseThreshold: 8 << 30, Reserve: 1 << 20, DefaultPool: true})
-	lines := log.lines()
+	lines := log.Lines()
 	require.Len(t, find(lines, "cudaDeviceGetDefaultMemPool device=0"), 1)
 	require.Empty(t, find(lines, "cudaMemPoolCreate"), "default_pool uses the device's pool")
 	require.Len(t, find(lines, fmt.Sprintf("threshold=%d", 8<<30)), 1)
@@ -52,7 +52,7 @@ func TestFakeMarshalling(t *testing.T) {
 	q, err := d.MallocAsync(64, s)
 	require.NoError(t, err)
 	copy(host, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")
-	log.lines()
+	log.Lines()
 
 	require.NoError(t, d.CopyHtoDAsync(p, host[:32], s))
 	require.NoError(t, d.CopyDtoDAsync(q, p, 32, s))
@@ -61,7 +61,7 @@ func TestFakeMarshalling(t *testing.T) {
 	require.NoError(t, d.StreamSynchronize(s))
 	require.Equal(t, "0123456789abcdef0123456789abcdef"+strings.Repeat("Z", 32), string(host))
 
-	lines := log.lines()
+	lines := log.Lines()
 	hp, sp := fmt.Sprintf("%p", &host[0]), fmt.Sprintf("%#x", uint64(s))
 	require.Len(t, find(lines, "cudaHostAlloc"), 0)
 	require.Len(t, find(lines, "cudaMemcpyAsync", fmt.Sprintf("dst=%#x", uint64(p)), "src="+hp, "n=32 kind=1", "stream="+sp), 1, "%v", lines)
@@ -75,18 +75,18 @@ func TestFakeMarshalling(t *testing.T) {
 	require.ErrorIs(t, d.CopyHtoDAsync(p, page, s), alloc.ErrInvalidValue)
 	require.ErrorIs(t, d.CopyDtoHAsync(page, p, s), alloc.ErrInvalidValue)
 	require.ErrorIs(t, d.CopyHtoDAsync(p, unsafe.Slice(&host[60], 8), s), alloc.ErrInvalidValue, "a span running past the pinned buffer")
-	require.Empty(t, find(log.lines(), "cudaMemcpyAsync"))
+	require.Empty(t, find(log.Lines(), "cudaMemcpyAsync"))
 	require.NoError(t, d.CopyHtoD(p, []byte("pageable bytes!!"), s))
 	require.NoError(t, d.CopyDtoH(page, p, s))
 	require.Equal(t, "pageable bytes!!", string(page))
-	lines = log.lines()
+	lines = log.Lines()
 	require.Len(t, find(lines, "cudaStreamSynchronize"), 2, "%v", lines)
 
 	require.NoError(t, d.FreeAsync(p, s))
 	require.NoError(t, d.FreeAsync(q, s))
 	require.NoError(t, d.HostFree(host))
 	require.ErrorIs(t, d.HostFree(host), alloc.ErrInvalidValue)
-	lines = log.lines()
+	lines = log.Lines()
 	require.Len(t, find(lines, "cudaFreeHost "+hp), 1, "%v", lines)
 }
 
@@ -95,7 +95,7 @@ func TestFakeHostAllocIsPortable(t *testing.T) {
 	b, err := d.HostAlloc(4096)
 	require.NoError(t, err)
 	require.Len(t, b, 4096)
-	require.Len(t, find(log.lines(), "cudaHostAlloc n=4096 flags=1"), 1)
+	require.Len(t, find(log.Lines(), "cudaHostAlloc n=4096 flags=1"), 1)
 	require.NoError(t, d.HostFree(b))
 }
 
@@ -116,7 +116,7 @@ func TestFakeGraphInstantiateFlags(t *testing.T) {
 		if autoFree {
 			want = "flags=1"
 		}
-		lines := log.lines()
+		lines := log.Lines()
 		require.Len(t, find(lines, "cudaGraphInstantiateWithFlags", want), 1, "%v", lines)
 		require.Len(t, find(lines, "cudaStreamBeginCapture", "mode=2"), 1, "%v", lines)
 		require.NoError(t, d.GraphLaunch(e, s))
@@ -230,7 +230,7 @@ func TestFakeDeviceIsCurrentForDeviceCalls(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	lines := log.lines()
+	lines := log.Lines()
 	for _, fn := range []string{"cudaMemPoolCreate", "cudaMemGetInfo", "cudaStreamCreateWithPriority", "cudaMalloc ", "cudaFree ", "cudaHostAlloc", "cudaFreeHost"} {
 		calls := find(lines, fn)
 		require.NotEmpty(t, calls, fn)

@@ -56,9 +56,9 @@ func TestFakeTrimTrimsGraphMemory(t *testing.T) {
 	require.NoError(t, err)
 	defer a.Close()
 	graphMemory(t, a, 1<<20)
-	log.lines()
+	log.Lines()
 	require.NoError(t, a.Trim())
-	require.Len(t, find(log.lines(), "cudaDeviceGraphMemTrim device=0 cached=1048576"), 1)
+	require.Len(t, find(log.Lines(), "cudaDeviceGraphMemTrim device=0 cached=1048576"), 1)
 
 	// Device-wide: not during another allocator's Global capture. The pool
 	// cache is released, the graph trim skipped, the capture left valid.
@@ -67,7 +67,7 @@ func TestFakeTrimTrimsGraphMemory(t *testing.T) {
 	defer b.Close()
 	require.NoError(t, b.BeginCapture(alloc.Global))
 	require.NoError(t, a.Trim())
-	require.Empty(t, find(log.lines(), "cudaDeviceGraphMemTrim"))
+	require.Empty(t, find(log.Lines(), "cudaDeviceGraphMemTrim"))
 	g, err := b.EndCapture()
 	require.NoError(t, err)
 	require.NoError(t, g.Close())
@@ -82,10 +82,10 @@ func TestFakeOutOfMemoryTrimsGraphMemory(t *testing.T) {
 	require.NoError(t, err)
 	defer a.Close()
 	graphMemory(t, a, 3<<20)
-	log.lines()
+	log.Lines()
 	b, err := a.Alloc(2 << 20)
 	require.NoError(t, err, "the retry after the trim succeeds")
-	lines := log.lines()
+	lines := log.Lines()
 	require.Len(t, find(lines, "cudaMallocFromPoolAsync n=2097152"), 2, "failed once, then retried: %v", lines)
 	require.Len(t, find(lines, "cudaDeviceGraphMemTrim"), 1, "%v", lines)
 	require.NoError(t, a.Free(b))
@@ -110,5 +110,5 @@ func TestFakeGraphMemTrimAbsent(t *testing.T) {
 	require.NoError(t, a.Trim())
 	_, err = a.Alloc(2 << 20)
 	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
-	require.Empty(t, find(log.lines(), "cudaDeviceGraphMemTrim"))
+	require.Empty(t, find(log.Lines(), "cudaDeviceGraphMemTrim"))
 }

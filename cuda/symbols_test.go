@@ -95,7 +95,7 @@ func TestFakeVersionChoosesBindings(t *testing.T) {
 			t.Setenv("FAKE_CUDART_VERSION", c.version)
 			t.Setenv("FAKE_CUDA_DRIVER_VERSION", "13000")
 			_, log := openFake(t, Options{})
-			require.Len(t, find(log.lines(), c.props), 1)
+			require.Len(t, find(log.Lines(), c.props), 1)
 		})
 	}
 	path := fakeLib(t)

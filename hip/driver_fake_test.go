@@ -15,7 +15,7 @@ import (
 
 func TestFakeOpenBindsPoolAndStreams(t *testing.T) {
 	d, log := openFake(t, Options{StreamPriority: -2})
-	lines := log.lines()
+	lines := log.Lines()
 	require.Len(t, find(lines, "hipMemPoolCreate allocType=1 handleTypes=0 locationType=1 locationId=0 zeroTail=1"), 1, "%v", lines)
 	require.Len(t, find(lines, "threshold=18446744073709551615"), 1, "default threshold is UINT64_MAX: %v", lines)
 	require.Len(t, find(lines, "hipDeviceGetName len=256 device=0"), 1, "the name comes from hipDeviceGetName, not hipGetDeviceProperties")
@@ -23,7 +23,7 @@ func TestFakeOpenBindsPoolAndStreams(t *testing.T) {
 	d2, err := New(Options{})
 	require.NoError(t, err)
 	require.NoError(t, d2.Close())
-	require.Empty(t, find(log.lines(), "hipGetDeviceCount"), "a second open of the loaded library does not probe again")
+	require.Empty(t, find(log.Lines(), "hipGetDeviceCount"), "a second open of the loaded library does not probe again")
 	require.Contains(t, d.Info().Name, "Fake AMD GPU 0")
 	require.Contains(t, d.Info().Name, "HIP runtime 6.1.0")
 	require.Equal(t, int64(1<<30), d.Info().TotalMemory)
@@ -32,14 +32,14 @@ func TestFakeOpenBindsPoolAndStreams(t *testing.T) {
 
 	s, err := d.CreateStream()
 	require.NoError(t, err)
-	require.Len(t, find(log.lines(), "hipStreamCreateWithPriority flags=1 priority=-2"), 1)
+	require.Len(t, find(log.Lines(), "hipStreamCreateWithPriority flags=1 priority=-2"), 1)
 	require.NoError(t, d.DestroyStream(s))
 	require.ErrorIs(t, d.DestroyStream(s), alloc.ErrInvalidValue, "a destroyed stream is refused before HIP")
 }
 
 func TestFakeOptionsReachTheRuntime(t *testing.T) {
 	_, log := openFake(t, Options{ReleaseThreshold: 8 << 30, Reserve: 1 << 20, DefaultPool: true})
-	lines := log.lines()
+	lines := log.Lines()
 	require.Len(t, find(lines, "hipDeviceGetDefaultMemPool device=0"), 1)
 	require.Empty(t, find(lines, "hipMemPoolCreate"), "default_pool uses the device's pool")
 	require.Len(t, find(lines, fmt.Sprintf("threshold=%d", 8<<30)), 1)
@@ -58,7 +58,7 @@ func TestFakeMarshalling(t *testing.T) {
 	q, err := d.MallocAsync(64, s)
 	require.NoError(t, err)
 	copy(host, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")
-	log.lines()
+	log.Lines()
 
 	require.NoError(t, d.CopyHtoDAsync(p, host[:32], s))
 	require.NoError(t, d.CopyDtoDAsync(q, p, 32, s))
@@ -67,7 +67,7 @@ func TestFakeMarshalling(t *testing.T) {
 	require.NoError(t, d.StreamSynchronize(s))
 	require.Equal(t, "0123456789abcdef0123456789abcdef"+strings.Repeat("Z", 32), string(host))
 
-	lines := log.lines()
+	lines := log.Lines()
 	hp, sp := fmt.Sprintf("%p", &host[0]), fmt.Sprintf("%#x", uint64(s))
 	require.Len(t, find(lines, "hipHostMalloc"), 0)
 	require.Len(t, find(lines, "hipMemcpyAsync", fmt.Sprintf("dst=%#x", uint64(p)), "src="+hp, "n=32 kind=1", "stream="+sp), 1, "%v", lines)
@@ -81,18 +81,18 @@ func TestFakeMarshalling(t *testing.T) {
 	require.ErrorIs(t, d.CopyHtoDAsync(p, page, s), alloc.ErrInvalidValue)
 	require.ErrorIs(t, d.CopyDtoHAsync(page, p, s), alloc.ErrInvalidValue)
 	require.ErrorIs(t, d.CopyHtoDAsync(p, unsafe.Slice(&host[60], 8), s), alloc.ErrInvalidValue, "a span running past the pinned buffer")
-	require.Empty(t, find(log.lines(), "hipMemcpyAsync"))
+	require.Empty(t, find(log.Lines(), "hipMemcpyAsync"))
 	require.NoError(t, d.CopyHtoD(p, []byte("pageable bytes!!"), s))
 	require.NoError(t, d.CopyDtoH(page, p, s))
 	require.Equal(t, "pageable bytes!!", string(page))
-	lines = log.lines()
+	lines = log.Lines()
 	require.Len(t, find(lines, "hipStreamSynchronize"), 2, "%v", lines)
 
 	require.NoError(t, d.FreeAsync(p, s))
 	require.NoError(t, d.FreeAsync(q, s))
 	require.NoError(t, d.HostFree(host))
 	require.ErrorIs(t, d.HostFree(host), alloc.ErrInvalidValue)
-	lines = log.lines()
+	lines = log.Lines()
 	require.Len(t, find(lines, "hipHostFree "+hp), 1, "%v", lines)
 }
 
@@ -101,7 +101,7 @@ func TestFakeHostAllocIsPortable(t *testing.T) {
 	b, err := d.HostAlloc(4096)
 	require.NoError(t, err)
 	require.Len(t, b, 4096)
-	require.Len(t, find(log.lines(), "hipHostMalloc n=4096 flags=1"), 1)
+	require.Len(t, find(log.Lines(), "hipHostMalloc n=4096 flags=1"), 1)
 	require.NoError(t, d.HostFree(b))
 }
 
@@ -122,7 +122,7 @@ func TestFakeGraphInstantiateFlags(t *testing.T) {
 		if autoFree {
 			want = "flags=1"
 		}
-		lines := log.lines()
+		lines := log.Lines()
 		require.Len(t, find(lines, "hipGraphInstantiateWithFlags", want), 1, "%v", lines)
 		require.Len(t, find(lines, "hipStreamBeginCapture", "mode=2"), 1, "%v", lines)
 		require.NoError(t, d.GraphLaunch(e, s))
@@ -236,7 +236,7 @@ func TestFakeDeviceIsCurrentForDeviceCalls(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	lines := log.lines()
+	lines := log.Lines()
 	for _, fn := range []string{"hipMemPoolCreate", "hipMemGetInfo", "hipStreamCreateWithPriority", "hipMalloc ", "hipFree ", "hipHostMalloc", "hipHostFree"} {
 		calls := find(lines, fn)
 		require.NotEmpty(t, calls, fn)
@@ -257,7 +257,7 @@ func TestFakeDeviceMissingIsUnavailable(t *testing.T) {
 // the driver warns and opens. Where it reads 1, no warning.
 func TestFakePoolsAttributeDoesNotRefuse(t *testing.T) {
 	d, log := openFake(t, Options{})
-	require.Len(t, find(log.lines(), "hipDeviceGetAttribute attr=88 device=0"), 1)
+	require.Len(t, find(log.Lines(), "hipDeviceGetAttribute attr=88 device=0"), 1)
 	require.Contains(t, strings.Join(d.Warnings(), "\n"), "hipDeviceAttributeMemoryPoolsSupported = 0")
 
 	t.Setenv("FAKE_HIP_POOLS_ATTR", "1")

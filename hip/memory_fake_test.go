@@ -56,9 +56,9 @@ func TestFakeTrimTrimsGraphMemory(t *testing.T) {
 	require.NoError(t, err)
 	defer a.Close()
 	graphMemory(t, a, 1<<20)
-	log.lines()
+	log.Lines()
 	require.NoError(t, a.Trim())
-	require.Len(t, find(log.lines(), "hipDeviceGraphMemTrim device=0 cached=1048576"), 1)
+	require.Len(t, find(log.Lines(), "hipDeviceGraphMemTrim device=0 cached=1048576"), 1)
 
 	// Device-wide: not during another allocator's Global capture. The pool
 	// cache is released, the graph trim skipped, the capture left valid.
@@ -67,7 +67,7 @@ func TestFakeTrimTrimsGraphMemory(t *testing.T) {
 	defer b.Close()
 	require.NoError(t, b.BeginCapture(alloc.Global))
 	require.NoError(t, a.Trim())
-	require.Empty(t, find(log.lines(), "hipDeviceGraphMemTrim"))
+	require.Empty(t, find(log.Lines(), "hipDeviceGraphMemTrim"))
 	g, err := b.EndCapture()
 	require.NoError(t, err)
 	require.NoError(t, g.Close())
@@ -82,10 +82,10 @@ func TestFakeOutOfMemoryTrimsGraphMemory(t *testing.T) {
 	require.NoError(t, err)
 	defer a.Close()
 	graphMemory(t, a, 3<<20)
-	log.lines()
+	log.Lines()
 	b, err := a.Alloc(2 << 20)
 	require.NoError(t, err, "the retry after the trim succeeds")
-	lines := log.lines()
+	lines := log.Lines()
 	require.Len(t, find(lines, "hipMallocFromPoolAsync n=2097152"), 2, "failed once, then retried: %v", lines)
 	require.Len(t, find(lines, "hipDeviceGraphMemTrim"), 1, "%v", lines)
 	require.NoError(t, a.Free(b))
@@ -110,16 +110,16 @@ func TestFakeGraphMemTrimAbsent(t *testing.T) {
 	require.NoError(t, a.Trim())
 	_, err = a.Alloc(2 << 20)
 	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
-	require.Empty(t, find(log.lines(), "hipDeviceGraphMemTrim"))
+	require.Empty(t, find(log.Lines(), "hipDeviceGraphMemTrim"))
 }
 
 // TrimPool is hipMemPoolTrimTo(pool, 0) on the driver's pool, on the
 // device thread.
 func TestFakeTrimPool(t *testing.T) {
 	d, log := openFake(t, Options{Device: 0})
-	log.lines()
+	log.Lines()
 	require.NoError(t, d.TrimPool())
-	lines := log.lines()
+	lines := log.Lines()
 	require.Len(t, find(lines, "hipMemPoolTrimTo", "keep=0"), 1, "%v", lines)
 	require.NoError(t, d.Close())
 	require.ErrorIs(t, d.TrimPool(), alloc.ErrClosed)

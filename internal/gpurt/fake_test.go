@@ -9,18 +9,11 @@ package gpurt_test
 // package's tests.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
-	"unsafe"
 
-	"github.com/ebitengine/purego"
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
@@ -29,6 +22,7 @@ import (
 	"github.com/capalloc/capalloc/cuda"
 	"github.com/capalloc/capalloc/hip"
 	"github.com/capalloc/capalloc/internal/gpurt"
+	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
 // TestMain lets this test binary serve as its own plugin process, so
@@ -71,7 +65,7 @@ type opts struct {
 type vendorCase struct {
 	name      string // backend name
 	libEnv    string // the library override
-	src       string // the fake's source
+	fake      *gpurttest.Fake
 	envPrefix string // of the fake's knobs: FAKE_CUDA_FAIL, ...
 	// names of the calls whose names are not prefix+the gpurt.Syms name
 	prefix, hostAlloc, hostFree string
@@ -82,7 +76,7 @@ type vendorCase struct {
 
 var vendors = []vendorCase{
 	{
-		name: "cuda", libEnv: cuda.LibEnv, src: "../../cuda/testdata/fakecudart.c", envPrefix: "FAKE_CUDA_",
+		name: "cuda", libEnv: cuda.LibEnv, fake: &gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart"}, envPrefix: "FAKE_CUDA_",
 		prefix: "cuda", hostAlloc: "cudaHostAlloc", hostFree: "cudaFreeHost",
 		open: func(o opts) (gpuDriver, error) {
 			return cuda.New(cuda.Options{Blocking: o.Blocking, IPC: o.IPC, HostMemory: o.HostMemory})
@@ -90,7 +84,7 @@ var vendors = []vendorCase{
 		failed: func(call string, code int) string { return fmt.Sprintf("%s returned %d", call, code) },
 	},
 	{
-		name: "hip", libEnv: hip.LibEnv, src: "../../hip/testdata/fakehip.c", envPrefix: "FAKE_HIP_",
+		name: "hip", libEnv: hip.LibEnv, fake: &gpurttest.Fake{Src: "hip/testdata/fakehip.c", Name: "libamdhip64"}, envPrefix: "FAKE_HIP_",
 		prefix: "hip", hostAlloc: "hipHostMalloc", hostFree: "hipHostFree",
 		open: func(o opts) (gpuDriver, error) {
 			return hip.New(hip.Options{Blocking: o.Blocking, IPC: o.IPC, HostMemory: o.HostMemory})
@@ -128,101 +122,22 @@ func (v *vendorCase) fn(name string) string {
 // fail makes the fake fail its next calls of fn with code ("" to stop).
 func (v *vendorCase) fail(t *testing.T, spec string) { t.Setenv(v.envPrefix+"FAIL", spec) }
 
-var (
-	fakeMu  sync.Mutex
-	fakeDir string
-)
-
 // fakeLib compiles the vendor's fake, with preprocessor flags, into a
 // fresh path (a fresh load, so a fresh version and state) and points the
 // vendor's library variable at it. Without gcc the test is skipped.
 func fakeLib(t testing.TB, v *vendorCase, cflags ...string) string {
 	t.Helper()
-	cc := os.Getenv("CC") // CC=aarch64-linux-gnu-gcc for an arm64 test binary under qemu
-	if cc == "" {
-		cc = "gcc"
-	}
-	if _, err := exec.LookPath(cc); err != nil {
-		t.Skipf("fake runtimes not built (no %s): %v", cc, err)
-	}
-	src, err := os.ReadFile(v.src)
-	if err != nil {
-		t.Skipf("fake runtime source missing: %v", err)
-	}
-	fakeMu.Lock()
-	if fakeDir == "" {
-		fakeDir, err = os.MkdirTemp("", "fakegpurt")
-	}
-	dir := fakeDir
-	fakeMu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := os.CreateTemp(dir, "lib"+v.name+"-*.so")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out.Close()
-	core, err := filepath.Abs(filepath.Join("..", "fakegpu"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := append([]string{"-shared", "-fPIC", "-I", core, "-o", out.Name(), "-O1"}, cflags...)
-	cmd := exec.Command(cc, append(args, "-x", "c", "-", "-lpthread")...)
-	cmd.Stdin = bytes.NewReader(src)
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", cc, err, msg)
-	}
-	t.Setenv(v.libEnv, out.Name())
-	return out.Name()
+	path := v.fake.New(t, cflags...)
+	t.Setenv(v.libEnv, path)
+	return path
 }
 
-// fakeLog reads (and clears) the fake's call log.
-type fakeLog struct {
-	read, reset uintptr
-}
+type fakeLog = gpurttest.Log
 
-func openFakeLog(t testing.TB, path string) *fakeLog {
-	t.Helper()
-	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &fakeLog{}
-	if l.read, err = purego.Dlsym(h, "fake_log"); err != nil {
-		t.Fatal(err)
-	}
-	if l.reset, err = purego.Dlsym(h, "fake_log_reset"); err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
-func (l *fakeLog) lines() []string {
-	buf := make([]byte, 1<<20)
-	r1, _, _ := purego.SyscallN(l.read, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
-	s := strings.TrimSpace(string(buf[:r1]))
-	purego.SyscallN(l.reset)
-	if s == "" {
-		return nil
-	}
-	return strings.Split(s, "\n")
-}
+func openFakeLog(t testing.TB, path string) *fakeLog { t.Helper(); return gpurttest.OpenLog(t, path) }
 
 // find returns the log lines that contain every part.
-func find(lines []string, parts ...string) []string {
-	var out []string
-next:
-	for _, l := range lines {
-		for _, p := range parts {
-			if !strings.Contains(l, p) {
-				continue next
-			}
-		}
-		out = append(out, l)
-	}
-	return out
-}
+func find(lines []string, parts ...string) []string { return gpurttest.Find(lines, parts...) }
 
 // openFake builds the vendor's fake and opens a driver on it, closed at
 // the end of the test.

@@ -20,11 +20,11 @@ func TestFakeStreamIdle(t *testing.T) {
 		d, log := openFake(t, v, opts{})
 		s, err := d.CreateStream()
 		require.NoError(t, err)
-		log.lines()
+		log.Lines()
 		idle, err := d.StreamIdle(s)
 		require.NoError(t, err)
 		require.True(t, idle)
-		require.Len(t, find(log.lines(), v.fn("StreamQuery")), 1, "one stream query, nothing else")
+		require.Len(t, find(log.Lines(), v.fn("StreamQuery")), 1, "one stream query, nothing else")
 
 		v.fail(t, v.fn("StreamQuery")+":600")
 		idle, err = d.StreamIdle(s)
@@ -64,9 +64,9 @@ func TestFakeSynchronizeOfIdleStreamIsOneQuery(t *testing.T) {
 		a, err := alloc.New(d, alloc.Options{})
 		require.NoError(t, err)
 		defer a.Close()
-		log.lines()
+		log.Lines()
 		require.NoError(t, a.Synchronize())
-		lines := log.lines()
+		lines := log.Lines()
 		require.Len(t, find(lines, v.fn("StreamQuery")), 1, "%v", lines)
 		require.Empty(t, find(lines, v.fn("StreamSynchronize")), "%v", lines)
 	})
@@ -78,7 +78,7 @@ func TestFakeSynchronizeOfIdleStreamIsOneQuery(t *testing.T) {
 func TestFakeOnDevice(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		d, log := openFake(t, v, opts{})
-		require.Len(t, find(log.lines(), v.fn("SetDevice")), 2, "the device made current at open, on the device and capture threads")
+		require.Len(t, find(log.Lines(), v.fn("SetDevice")), 2, "the device made current at open, on the device and capture threads")
 		var tids []int
 		for range 3 {
 			require.NoError(t, d.OnDevice("probe", func() error {
@@ -92,7 +92,7 @@ func TestFakeOnDevice(t *testing.T) {
 		require.NotEqual(t, unix.Gettid(), tids[0], "not the caller's thread")
 		boom := errors.New("boom")
 		require.ErrorIs(t, d.OnDevice("probe", func() error { return boom }), boom)
-		require.Empty(t, find(log.lines(), v.fn("SetDevice")), "OnDevice does not set the device again")
+		require.Empty(t, find(log.Lines(), v.fn("SetDevice")), "OnDevice does not set the device again")
 		require.NoError(t, d.Close())
 		err := d.OnDevice("probe", func() error { return nil })
 		require.ErrorIs(t, err, alloc.ErrClosed)

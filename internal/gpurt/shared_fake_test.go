@@ -37,7 +37,7 @@ func capturingAllocator(t *testing.T, v *vendorCase, path string) (*alloc.Alloca
 	require.NoError(t, err)
 	t.Cleanup(func() { a.Close() })
 	require.NoError(t, a.BeginCapture(alloc.Global))
-	log.lines()
+	log.Lines()
 	return a, log
 }
 
@@ -54,7 +54,7 @@ func TestFakeOpenDuringGlobalCaptureIsRefused(t *testing.T) {
 		require.Contains(t, err.Error(), "global-mode capture")
 		_, err = backends.OpenString(t.Context(), v.name+";cpu")
 		require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp, "the chain stops: falling back to cpu because of a capture would surprise")
-		require.Empty(t, log.lines(), "no driver call while the capture is active")
+		require.Empty(t, log.Lines(), "no driver call while the capture is active")
 
 		g, err := a.EndCapture()
 		require.NoError(t, err, "the capture survived")
@@ -85,14 +85,14 @@ func TestFakeCloseDuringGlobalCaptureIsDeferred(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 		defer cancel()
 		require.ErrorIs(t, other.WaitClosed(ctx), context.DeadlineExceeded, "teardown waits for the capture")
-		require.Empty(t, log.lines(), "no driver call while the capture is active")
+		require.Empty(t, log.Lines(), "no driver call while the capture is active")
 
 		g, err := a.EndCapture()
 		require.NoError(t, err, "the capture survived")
 		ctx, cancel = context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
 		require.NoError(t, other.WaitClosed(ctx))
-		lines := log.lines()
+		lines := log.Lines()
 		for _, fn := range []string{v.fn("HostFree"), v.fn("StreamDestroy"), v.fn("MemPoolDestroy")} {
 			require.Len(t, find(lines, fn), 1, "%s after the capture: %v", fn, lines)
 		}
@@ -114,9 +114,9 @@ func TestFakeCloseOutsideGlobalCaptureIsImmediate(t *testing.T) {
 		require.NoError(t, a.BeginCapture(alloc.ThreadLocal))
 		other, err := v.open(opts{})
 		require.NoError(t, err, "a ThreadLocal capture does not forbid opening on the driver's own thread")
-		log.lines()
+		log.Lines()
 		require.NoError(t, other.Close())
-		require.Len(t, find(log.lines(), v.fn("MemPoolDestroy")), 1, "torn down before Close returned")
+		require.Len(t, find(log.Lines(), v.fn("MemPoolDestroy")), 1, "torn down before Close returned")
 		require.NoError(t, other.WaitClosed(t.Context()))
 		g, err := a.EndCapture()
 		require.NoError(t, err)
@@ -249,11 +249,11 @@ func TestFakeSuppliedHostMemoryIsRegistered(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		hm := &mmapHost{}
 		d, log := openFake(t, v, opts{HostMemory: hm})
-		log.lines()
+		log.Lines()
 		b, err := d.HostAlloc(8192)
 		require.NoError(t, err)
 		require.Equal(t, 1, hm.held(), "the memory is the source's")
-		lines := log.lines()
+		lines := log.Lines()
 		require.Len(t, find(lines, v.fn("HostRegister"), "n=8192 flags=1"), 1, "pinned with the portable flag: %v", lines)
 		require.Empty(t, find(lines, v.fn("HostAlloc")))
 		require.True(t, gpurt.Pinned(d, b), "async copies accept it")
@@ -273,7 +273,7 @@ func TestFakeSuppliedHostMemoryIsRegistered(t *testing.T) {
 		require.Equal(t, b, out)
 
 		require.NoError(t, d.HostFree(b))
-		require.Len(t, find(log.lines(), v.fn("HostUnregister")), 1)
+		require.Len(t, find(log.Lines(), v.fn("HostUnregister")), 1)
 		require.Equal(t, 1, hm.held(), "given back to the source")
 		require.ErrorIs(t, d.HostFree(b), alloc.ErrInvalidValue, "a second free is refused")
 		require.NoError(t, d.FreeAsync(p, s))
@@ -324,14 +324,14 @@ func twoAllocators(t *testing.T, v *vendorCase, o opts) (a, b *alloc.Allocator, 
 func TestFakeDefaultStreamsAreNonBlocking(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		a, b, log := twoAllocators(t, v, opts{})
-		lines := find(log.lines(), v.fn("StreamCreateWithPriority"))
+		lines := find(log.Lines(), v.fn("StreamCreateWithPriority"))
 		require.Len(t, lines, 2, "%v", lines)
 		require.Len(t, find(lines, "flags=1"), 2, "the zero Options create non-blocking streams: %v", lines)
 
 		require.NoError(t, a.BeginCapture(alloc.Global))
 		buf, err := b.Alloc(4096) // a pool miss: the pool alloc on B's idle stream
 		require.NoError(t, err, "B's pool allocation on its own non-blocking stream is legal during A's Global capture")
-		require.Len(t, find(log.lines(), v.fn("MallocFromPoolAsync")+" n=4096"), 1)
+		require.Len(t, find(log.Lines(), v.fn("MallocFromPoolAsync")+" n=4096"), 1)
 		st, err := a.CaptureStatus()
 		require.NoError(t, err)
 		require.Equal(t, alloc.StateActive, st)
@@ -345,7 +345,7 @@ func TestFakeDefaultStreamsAreNonBlocking(t *testing.T) {
 func TestFakeBlockingStreamsOption(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		a, b, log := twoAllocators(t, v, opts{Blocking: true})
-		require.Len(t, find(log.lines(), v.fn("StreamCreateWithPriority")+" flags=0"), 2, "non_blocking=false asks for blocking streams")
+		require.Len(t, find(log.Lines(), v.fn("StreamCreateWithPriority")+" flags=0"), 2, "non_blocking=false asks for blocking streams")
 		require.NoError(t, a.BeginCapture(alloc.Global))
 		buf, err := b.Alloc(4096)
 		require.NoError(t, err, "another stream's pool growth does not touch the legacy stream")
@@ -411,14 +411,14 @@ func TestFakeLegacyStreamDuringCapture(t *testing.T) {
 func TestFakeExportPool(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		d, log := openFake(t, v, opts{IPC: true})
-		require.Len(t, find(log.lines(), v.fn("MemPoolCreate")+" allocType=1 handleTypes=1 locationType=1"), 1)
+		require.Len(t, find(log.Lines(), v.fn("MemPoolCreate")+" allocType=1 handleTypes=1 locationType=1"), 1)
 		fd, err := d.ExportPool()
 		require.NoError(t, err)
 		require.GreaterOrEqual(t, fd, 0)
 		var st syscall.Stat_t
 		require.NoError(t, syscall.Fstat(fd, &st), "a real descriptor")
 		require.NoError(t, syscall.Close(fd))
-		require.Len(t, find(log.lines(), v.fn("MemPoolExportToShareableHandle"), "type=1 flags=0"), 1)
+		require.Len(t, find(log.Lines(), v.fn("MemPoolExportToShareableHandle"), "type=1 flags=0"), 1)
 
 		d, _ = openFake(t, v, opts{})
 		_, err = d.ExportPool()
@@ -459,7 +459,7 @@ func TestFakePoolAcrossProcesses(t *testing.T) {
 		data, err := d.ExportPointer(p)
 		require.NoError(t, err)
 		require.Len(t, data, 64)
-		require.Len(t, find(log.lines(), v.fn("MemPoolExportPointer")), 1)
+		require.Len(t, find(log.Lines(), v.fn("MemPoolExportPointer")), 1)
 
 		cmd := exec.Command(os.Args[0], "-test.run=^TestFakePoolAcrossProcesses$/^"+v.name+"$", "-test.count=1")
 		cmd.Env = append(os.Environ(), poolChildEnv+"="+v.name+":"+hex.EncodeToString(data))
@@ -510,10 +510,10 @@ func TestFakePoolSharingRefusals(t *testing.T) {
 		_, err = d.ExportPointer(0)
 		require.ErrorIs(t, err, alloc.ErrInvalidValue)
 
-		log.lines()
+		log.Lines()
 		_, err = d.ImportPool(-1)
 		require.ErrorIs(t, err, alloc.ErrInvalidValue)
-		require.Empty(t, find(log.lines(), v.fn("MemPoolImportFromShareableHandle")), "refused before the runtime")
+		require.Empty(t, find(log.Lines(), v.fn("MemPoolImportFromShareableHandle")), "refused before the runtime")
 		_, err = d.ImportPool(1 << 20)
 		require.ErrorIs(t, err, alloc.ErrInvalidValue, "not an open descriptor")
 
@@ -523,11 +523,11 @@ func TestFakePoolSharingRefusals(t *testing.T) {
 		defer w.Close()
 		ip, err := d.ImportPool(int(r.Fd()))
 		require.NoError(t, err)
-		require.Len(t, find(log.lines(), v.fn("MemPoolImportFromShareableHandle"), "fd="+strconv.Itoa(int(r.Fd()))+" type=1 flags=0"), 1,
+		require.Len(t, find(log.Lines(), v.fn("MemPoolImportFromShareableHandle"), "fd="+strconv.Itoa(int(r.Fd()))+" type=1 flags=0"), 1,
 			"the descriptor by value, cast to a pointer")
 		_, err = ip.ImportPointer(make([]byte, 10))
 		require.ErrorIs(t, err, alloc.ErrInvalidValue)
-		require.Empty(t, find(log.lines(), v.fn("MemPoolImportPointer")), "refused before the runtime")
+		require.Empty(t, find(log.Lines(), v.fn("MemPoolImportPointer")), "refused before the runtime")
 		_, err = ip.ImportPointer(make([]byte, 64))
 		require.ErrorIs(t, err, alloc.ErrInvalidValue, "not export data")
 		require.NoError(t, ip.Close())
