@@ -10,6 +10,7 @@ package gpurt_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -56,9 +57,14 @@ var (
 
 // opts are the options the shared tests set, for either vendor.
 type opts struct {
-	Blocking   bool
-	IPC        bool
-	HostMemory backends.HostMemory
+	Device           int
+	ReleaseThreshold int64
+	Reserve          int64
+	DefaultPool      bool
+	StreamPriority   int
+	Blocking         bool
+	IPC              bool
+	HostMemory       backends.HostMemory
 }
 
 // vendorCase is one vendor: its fake, its names and its messages.
@@ -72,6 +78,11 @@ type vendorCase struct {
 	open                        func(o opts) (gpuDriver, error)
 	// failed is how an error message names call's code.
 	failed func(call string, code int) string
+	// says is how an error message names call's code with the runtime's
+	// text for it.
+	says func(call, code, text string) string
+	// code is the code of the vendor's typed error inside err.
+	code func(err error) (int, bool)
 }
 
 var vendors = []vendorCase{
@@ -79,15 +90,23 @@ var vendors = []vendorCase{
 		name: "cuda", libEnv: cuda.LibEnv, fake: &gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart"}, envPrefix: "FAKE_CUDA_",
 		prefix: "cuda", hostAlloc: "cudaHostAlloc", hostFree: "cudaFreeHost",
 		open: func(o opts) (gpuDriver, error) {
-			return cuda.New(cuda.Options{Blocking: o.Blocking, IPC: o.IPC, HostMemory: o.HostMemory})
+			return cuda.New(cuda.Options{Device: o.Device, ReleaseThreshold: o.ReleaseThreshold, Reserve: o.Reserve,
+				DefaultPool: o.DefaultPool, StreamPriority: o.StreamPriority, Blocking: o.Blocking, IPC: o.IPC, HostMemory: o.HostMemory})
 		},
 		failed: func(call string, code int) string { return fmt.Sprintf("%s returned %d", call, code) },
+		says:   func(call, code, text string) string { return call + " returned " + code + " (" + text + ")" },
+		code: func(err error) (int, bool) {
+			var e *cuda.Error
+			ok := errors.As(err, &e)
+			return e.Code, ok
+		},
 	},
 	{
 		name: "hip", libEnv: hip.LibEnv, fake: &gpurttest.Fake{Src: "hip/testdata/fakehip.c", Name: "libamdhip64"}, envPrefix: "FAKE_HIP_",
 		prefix: "hip", hostAlloc: "hipHostMalloc", hostFree: "hipHostFree",
 		open: func(o opts) (gpuDriver, error) {
-			return hip.New(hip.Options{Blocking: o.Blocking, IPC: o.IPC, HostMemory: o.HostMemory})
+			return hip.New(hip.Options{Device: o.Device, ReleaseThreshold: o.ReleaseThreshold, Reserve: o.Reserve,
+				DefaultPool: o.DefaultPool, StreamPriority: o.StreamPriority, Blocking: o.Blocking, IPC: o.IPC, HostMemory: o.HostMemory})
 		},
 		failed: func(call string, code int) string {
 			return fmt.Sprintf("%s: %s, %d)", call, map[int]string{
@@ -95,6 +114,12 @@ var vendors = []vendorCase{
 				900: "stream capture unsupported (hipErrorStreamCaptureUnsupported",
 				908: "stream capture wrong thread (hipErrorStreamCaptureWrongThread",
 			}[code], code)
+		},
+		says: func(call, _, text string) string { return call + ": " + text },
+		code: func(err error) (int, bool) {
+			var e *hip.Error
+			ok := errors.As(err, &e)
+			return e.Code, ok
 		},
 	},
 }
