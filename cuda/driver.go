@@ -71,13 +71,9 @@ type Options struct {
 	IPC bool
 }
 
-// core is the shared runtime layer's options for o.
-func (o Options) core() gpurt.Options {
-	return gpurt.Options{
-		Device: o.Device, ReleaseThreshold: o.ReleaseThreshold, Reserve: o.Reserve, DefaultPool: o.DefaultPool,
-		StreamPriority: o.StreamPriority, Blocking: o.Blocking, HostMemory: o.HostMemory, IPC: o.IPC,
-	}
-}
+// core is the shared runtime layer's options for o: the same fields, in
+// the same order (a conversion, checked by the compiler).
+func (o Options) core() gpurt.Options { return gpurt.Options(o) }
 
 // core is the shared driver (internal/gpurt), embedded under an unexported
 // name: its exported methods are Driver's.
@@ -95,14 +91,7 @@ type Driver struct {
 	opts Options
 }
 
-var (
-	_ alloc.Driver           = (*Driver)(nil)
-	_ alloc.GraphMemTrimmer  = (*Driver)(nil)
-	_ alloc.PoolTrimmer      = (*Driver)(nil)
-	_ alloc.HostFuncLauncher = (*Driver)(nil)
-	_ alloc.IPCMemory        = (*Driver)(nil)
-	_ alloc.StreamIdler      = (*Driver)(nil)
-)
+var _ gpurt.Interfaces = (*Driver)(nil)
 
 // New loads the CUDA runtime and opens a device. Without a usable runtime,
 // driver or device the error wraps alloc.ErrBackendUnavailable and says

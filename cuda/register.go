@@ -2,10 +2,10 @@ package cuda
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/backends"
+	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
 // Registered as "cuda", with options (config-string names):
@@ -34,39 +34,13 @@ func openWith(ctx context.Context, c backends.Choice) (alloc.Driver, error) {
 	return d, nil
 }
 
-// parseOptions reads config-string options; every error wraps
-// backends.ErrInvalidConfig.
+// parseOptions reads config-string options (gpurt.ParseOptions); every
+// error wraps backends.ErrInvalidConfig.
 func parseOptions(o backends.Options) (Options, error) {
-	var opts Options
-	if err := o.Check("device", "release_threshold", "reserve", "default_pool", "stream_priority", "non_blocking", "ipc"); err != nil {
-		return opts, err
-	}
-	var err error
-	if opts.Device, err = o.Int("device", 0); err != nil {
-		return opts, err
-	}
-	if opts.ReleaseThreshold, err = o.Bytes("release_threshold", 0); err != nil {
-		return opts, err
-	}
-	if opts.Reserve, err = o.Bytes("reserve", 0); err != nil {
-		return opts, err
-	}
-	if opts.DefaultPool, err = o.Bool("default_pool", false); err != nil {
-		return opts, err
-	}
-	if opts.StreamPriority, err = o.Int("stream_priority", 0); err != nil {
-		return opts, err
-	}
-	nonBlocking, err := o.Bool("non_blocking", true)
+	c, _, err := gpurt.ParseOptions(o)
 	if err != nil {
-		return opts, err
+		return Options{}, err
 	}
-	opts.Blocking = !nonBlocking
-	if opts.IPC, err = o.Bool("ipc", false); err != nil {
-		return opts, err
-	}
-	if err := vendor.Validate(opts.core()); err != nil {
-		return opts, fmt.Errorf("%w: %w", backends.ErrInvalidConfig, err)
-	}
-	return opts, nil
+	opts := Options(c)
+	return opts, vendor.ValidateConfig(c)
 }

@@ -93,14 +93,7 @@ type Driver struct {
 	opts Options
 }
 
-var (
-	_ alloc.Driver           = (*Driver)(nil)
-	_ alloc.GraphMemTrimmer  = (*Driver)(nil)
-	_ alloc.PoolTrimmer      = (*Driver)(nil)
-	_ alloc.HostFuncLauncher = (*Driver)(nil)
-	_ alloc.IPCMemory        = (*Driver)(nil)
-	_ alloc.StreamIdler      = (*Driver)(nil)
-)
+var _ gpurt.Interfaces = (*Driver)(nil)
 
 // New loads the HIP runtime and opens a device. Without a usable runtime
 // or device, or with a runtime older than 5.6 unless opts.NoCapture, the

@@ -45,14 +45,18 @@ type Driver struct {
 	hostErrs  map[alloc.Stream]error // host function failures, for the next synchronize
 }
 
-var (
-	_ alloc.Driver           = (*Driver)(nil)
-	_ alloc.GraphMemTrimmer  = (*Driver)(nil)
-	_ alloc.PoolTrimmer      = (*Driver)(nil)
-	_ alloc.HostFuncLauncher = (*Driver)(nil)
-	_ alloc.IPCMemory        = (*Driver)(nil)
-	_ alloc.StreamIdler      = (*Driver)(nil)
-)
+// Interfaces is every alloc interface Driver implements, and so every
+// vendor driver that embeds it.
+type Interfaces interface {
+	alloc.Driver
+	alloc.GraphMemTrimmer
+	alloc.PoolTrimmer
+	alloc.HostFuncLauncher
+	alloc.IPCMemory
+	alloc.StreamIdler
+}
+
+var _ Interfaces = (*Driver)(nil)
 
 // Config is what a vendor package passes to Open.
 type Config struct {
