@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
 // What both drivers do with every bound call is tested once, for both, in
@@ -16,13 +17,13 @@ import (
 func TestFakeOpenNamesTheDevice(t *testing.T) {
 	d, log := openFake(t, Options{})
 	lines := log.Lines()
-	require.Len(t, find(lines, "cudaGetDeviceProperties_v2 device=0"), 1, "runtime 12.4 binds the _v2 spelling")
+	require.Len(t, gpurttest.Find(lines, "cudaGetDeviceProperties_v2 device=0"), 1, "runtime 12.4 binds the _v2 spelling")
 	require.Contains(t, d.Info().Name, "Fake GPU 0")
 	require.Equal(t, Alignment, d.Info().Alignment)
 }
 
 func TestFakeNoPoolsIsUnavailable(t *testing.T) {
-	fakeLib(t)
+	fake.Lib(t)
 	t.Setenv("FAKE_CUDA_NO_POOLS", "1")
 	_, err := New(Options{})
 	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
 // The IPC and pool-sharing paths both drivers share are tested once, for
@@ -20,8 +21,8 @@ import (
 func TestFakeIPCPoolCaptures(t *testing.T) {
 	d, log := openFake(t, Options{IPC: true})
 	lines := log.Lines()
-	require.Len(t, find(lines, "cudaMemPoolCreate allocType=1 handleTypes=1 locationType=1"), 1, "the exportable pool")
-	require.Len(t, find(lines, "cudaMemPoolCreate allocType=1 handleTypes=0 locationType=1"), 1, "the capture pool")
+	require.Len(t, gpurttest.Find(lines, "cudaMemPoolCreate allocType=1 handleTypes=1 locationType=1"), 1, "the exportable pool")
+	require.Len(t, gpurttest.Find(lines, "cudaMemPoolCreate allocType=1 handleTypes=0 locationType=1"), 1, "the capture pool")
 	a, err := alloc.New(d, alloc.Options{})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, a.Close()) }()

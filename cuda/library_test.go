@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -141,7 +142,7 @@ func TestRealRuntimeWithoutGPU(t *testing.T) {
 	require.Equal(t, 35, e.Code)
 
 	// The real library first, a working one after it: the second is used.
-	good := fakeLib(t)
+	good := fake.Lib(t)
 	rt, err := loadFirst([]string{path, good})
 	require.NoError(t, err)
 	require.Equal(t, good, rt.Path)
@@ -177,7 +178,7 @@ func TestRealRuntimeWithOldDriver(t *testing.T) {
 		return
 	}
 	dir := t.TempDir()
-	buildShared(t, filepath.Join(dir, "libcuda.so.1"), []byte("int cuDriverGetVersion(int *v) { *v = 10020; return 0; }\n"))
+	gpurttest.BuildShared(t, filepath.Join(dir, "libcuda.so.1"), []byte("int cuDriverGetVersion(int *v) { *v = 10020; return 0; }\n"))
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRealRuntimeWithOldDriver$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), oldDriverEnv+"=1", "LD_LIBRARY_PATH="+dir)

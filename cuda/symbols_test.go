@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
 func names(t *testing.T, version int) (required, optional []string) {
@@ -95,15 +96,15 @@ func TestFakeVersionChoosesBindings(t *testing.T) {
 			t.Setenv("FAKE_CUDART_VERSION", c.version)
 			t.Setenv("FAKE_CUDA_DRIVER_VERSION", "13000")
 			_, log := openFake(t, Options{})
-			require.Len(t, find(log.Lines(), c.props), 1)
+			require.Len(t, gpurttest.Find(log.Lines(), c.props), 1)
 		})
 	}
-	path := fakeLib(t)
+	path := fake.Lib(t)
 	t.Setenv("FAKE_CUDART_VERSION", "11020")
 	_, err := New(Options{})
 	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), path+": runtime 11.2 is older than the minimum, 11.4")
-	fakeLib(t)
+	fake.Lib(t)
 	t.Setenv("FAKE_CUDART_VERSION", "12040")
 	t.Setenv("FAKE_CUDA_DRIVER_VERSION", "0")
 	_, err = New(Options{})

@@ -13,7 +13,7 @@ import (
 // hipIpcMemLazyEnablePeerAccess as 0 and reports no pool support by
 // default (the driver warns and goes on).
 func TestConformanceOnFakeRuntime56(t *testing.T) {
-	fakeLib(t)
+	fake.Lib(t)
 	t.Setenv("FAKE_HIP_VERSION", "50600000")
 	conformance.Run(t, func(t testing.TB) alloc.Driver {
 		t.Helper()

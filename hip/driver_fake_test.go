@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
 // What both drivers do with every bound call is tested once, for both, in
@@ -15,12 +17,12 @@ import (
 func TestFakeOpenNamesTheDevice(t *testing.T) {
 	d, log := openFake(t, Options{})
 	lines := log.Lines()
-	require.Len(t, find(lines, "hipDeviceGetName len=256 device=0"), 1, "the name comes from hipDeviceGetName, not hipGetDeviceProperties")
-	require.Len(t, find(lines, "hipGetDeviceCount"), 1, "the loader probes for a device once")
+	require.Len(t, gpurttest.Find(lines, "hipDeviceGetName len=256 device=0"), 1, "the name comes from hipDeviceGetName, not hipGetDeviceProperties")
+	require.Len(t, gpurttest.Find(lines, "hipGetDeviceCount"), 1, "the loader probes for a device once")
 	d2, err := New(Options{})
 	require.NoError(t, err)
 	require.NoError(t, d2.Close())
-	require.Empty(t, find(log.Lines(), "hipGetDeviceCount"), "a second open of the loaded library does not probe again")
+	require.Empty(t, gpurttest.Find(log.Lines(), "hipGetDeviceCount"), "a second open of the loaded library does not probe again")
 	require.Contains(t, d.Info().Name, "Fake AMD GPU 0")
 	require.Contains(t, d.Info().Name, "HIP runtime 6.1.0")
 	require.Equal(t, Alignment, d.Info().Alignment)
@@ -31,7 +33,7 @@ func TestFakeOpenNamesTheDevice(t *testing.T) {
 // the driver warns and opens. Where it reads 1, no warning.
 func TestFakePoolsAttributeDoesNotRefuse(t *testing.T) {
 	d, log := openFake(t, Options{})
-	require.Len(t, find(log.Lines(), "hipDeviceGetAttribute attr=88 device=0"), 1)
+	require.Len(t, gpurttest.Find(log.Lines(), "hipDeviceGetAttribute attr=88 device=0"), 1)
 	require.Contains(t, strings.Join(d.Warnings(), "\n"), "hipDeviceAttributeMemoryPoolsSupported = 0")
 
 	t.Setenv("FAKE_HIP_POOLS_ATTR", "1")

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
 // The IPC and pool-sharing paths both drivers share are tested once, for
@@ -20,6 +22,6 @@ func TestFakeIPCFlagsOn56(t *testing.T) {
 	require.NoError(t, err)
 	q, err := d.IPCOpenMemHandle(h)
 	require.NoError(t, err)
-	require.Len(t, find(log.Lines(), "hipIpcOpenMemHandle", "flags=0"), 1)
+	require.Len(t, gpurttest.Find(log.Lines(), "hipIpcOpenMemHandle", "flags=0"), 1)
 	require.NoError(t, d.IPCCloseMemHandle(q))
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -69,14 +70,14 @@ func TestLibraryWithoutHIPSymbolsIsUnavailable(t *testing.T) {
 // A library that reports a version but lacks a required symbol is refused
 // with the list of what is missing, and the search moves on.
 func TestLibraryLackingSymbolsIsSkipped(t *testing.T) {
-	prepareFake(t)
+	fake.Prepare(t)
 	partial := filepath.Join(t.TempDir(), "libamdhip64.so.7")
-	buildShared(t, partial, []byte(`
+	gpurttest.BuildShared(t, partial, []byte(`
 int hipRuntimeGetVersion(int *v) { *v = 70000000; return 0; }
 const char *hipGetErrorString(int e) { return "hipErrorUnknown"; }
 int hipGetDeviceCount(int *n) { *n = 1; return 0; }
 `))
-	good := fakeLib(t)
+	good := fake.Lib(t)
 	rt, err := loadFirst([]string{partial, good}, func(*runtimeAPI) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, good, rt.Path)
@@ -90,7 +91,7 @@ int hipGetDeviceCount(int *n) { *n = 1; return 0; }
 // the search moves on to a library that has one.
 func TestNoDeviceIsUnavailableAndSkipped(t *testing.T) {
 	t.Setenv("FAKE_HIP_DEVICES", "0")
-	none := fakeLib(t)
+	none := fake.Lib(t)
 	_, err := New(Options{})
 	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), none+" (HIP runtime 6.1.0): count devices: hipGetDeviceCount: no device (hipErrorNoDevice, 100): no AMD GPU is visible")
@@ -99,7 +100,7 @@ func TestNoDeviceIsUnavailableAndSkipped(t *testing.T) {
 	require.Equal(t, errNoDevice, e.Code)
 
 	t.Setenv("FAKE_HIP_DEVICES", "1")
-	good := fakeLib(t)
+	good := fake.Lib(t)
 	rt, err := loadFirst([]string{none, good}, func(*runtimeAPI) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, good, rt.Path)

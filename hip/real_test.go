@@ -70,7 +70,7 @@ func TestRealRuntimeWithoutGPU(t *testing.T) {
 	require.Equal(t, "hipErrorNoDevice", e.Text, "5.2.3's hipGetErrorString returns the name")
 
 	// The real library first, a working one after it: the second is used.
-	good := fakeLib(t)
+	good := fake.Lib(t)
 	rt, err := loadFirst([]string{path, good}, func(*runtimeAPI) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, good, rt.Path)

@@ -56,7 +56,7 @@ func TestRegisteredBackendRejectsBadOptions(t *testing.T) {
 // why hip was skipped.
 func TestChainFallsBackWithoutDevice(t *testing.T) {
 	t.Setenv("FAKE_HIP_DEVICES", "0")
-	fakeLib(t)
+	fake.Lib(t)
 	o, err := backends.OpenString(t.Context(), "hip;cpu")
 	require.NoError(t, err)
 	defer o.Driver.Close()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/internal/gpurt"
+	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
 // The fake built as Debian's 5.2.3: that version, no hipDeviceGraphMemTrim
@@ -17,7 +18,7 @@ import (
 // declares it, the library does not export it).
 func fake52(t *testing.T) string {
 	t.Helper()
-	return fakeLibWith(t, "-DFAKE_HIP_RUNTIME_VERSION=50221153", "-DFAKE_NO_GRAPH_MEM_TRIM", "-DFAKE_NO_LAUNCH_HOST_FUNC")
+	return fake.Lib(t, "-DFAKE_HIP_RUNTIME_VERSION=50221153", "-DFAKE_NO_GRAPH_MEM_TRIM", "-DFAKE_NO_LAUNCH_HOST_FUNC")
 }
 
 // A runtime older than 5.6 is refused unless capture is given up, and the
@@ -36,7 +37,7 @@ func TestFake52RefusedWithoutNoCapture(t *testing.T) {
 // fallback then runs the function without capture.
 func TestFake52OpensWithNoCapture(t *testing.T) {
 	path := fake52(t)
-	log := openFakeLog(t, path)
+	log := gpurttest.OpenLog(t, path)
 	d, err := New(Options{NoCapture: true})
 	require.NoError(t, err)
 	defer d.Close()
@@ -49,7 +50,7 @@ func TestFake52OpensWithNoCapture(t *testing.T) {
 	err = d.BeginCapture(s, alloc.Global)
 	require.ErrorIs(t, err, alloc.ErrCaptureUnavailable)
 	require.Contains(t, err.Error(), "no_capture")
-	require.Empty(t, find(log.Lines(), "hipStreamBeginCapture"))
+	require.Empty(t, gpurttest.Find(log.Lines(), "hipStreamBeginCapture"))
 	err = d.LaunchHostFunc(s, func() error { return nil })
 	require.ErrorIs(t, err, alloc.ErrDriver)
 	require.Contains(t, err.Error(), "does not export hipLaunchHostFunc")
@@ -86,7 +87,7 @@ func TestFakeCapturedPoolAllocationBy52And56(t *testing.T) {
 		ownedBy string
 	}{
 		{"5.2.21153", fake52, "caller"},
-		{"5.6.0", func(t *testing.T) string { t.Setenv("FAKE_HIP_VERSION", "50600000"); return fakeLib(t) }, "graph"},
+		{"5.6.0", func(t *testing.T) string { t.Setenv("FAKE_HIP_VERSION", "50600000"); return fake.Lib(t) }, "graph"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.lib(t)
@@ -130,7 +131,7 @@ func freeMemory(t *testing.T, d *Driver) uint64 {
 func TestLoaderSkipsOldRuntimeUnlessNoCapture(t *testing.T) {
 	old := fake52(t)
 	t.Setenv("FAKE_HIP_VERSION", "50600000")
-	cur := fakeLib(t)
+	cur := fake.Lib(t)
 	rt, err := loadFirst([]string{old, cur}, func(rt *runtimeAPI) error { return checkCaptureVersion(rt, false) })
 	require.NoError(t, err)
 	require.Equal(t, cur, rt.Path)

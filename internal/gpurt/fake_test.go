@@ -70,7 +70,6 @@ type opts struct {
 // vendorCase is one vendor: its fake, its names and its messages.
 type vendorCase struct {
 	name      string // backend name
-	libEnv    string // the library override
 	fake      *gpurttest.Fake
 	envPrefix string // of the fake's knobs: FAKE_CUDA_FAIL, ...
 	// names of the calls whose names are not prefix+the gpurt.Syms name
@@ -87,7 +86,7 @@ type vendorCase struct {
 
 var vendors = []vendorCase{
 	{
-		name: "cuda", libEnv: cuda.LibEnv, fake: &gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart"}, envPrefix: "FAKE_CUDA_",
+		name: "cuda", fake: &gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}, envPrefix: "FAKE_CUDA_",
 		prefix: "cuda", hostAlloc: "cudaHostAlloc", hostFree: "cudaFreeHost",
 		open: func(o opts) (gpuDriver, error) {
 			return cuda.New(cuda.Options{Device: o.Device, ReleaseThreshold: o.ReleaseThreshold, Reserve: o.Reserve,
@@ -102,7 +101,7 @@ var vendors = []vendorCase{
 		},
 	},
 	{
-		name: "hip", libEnv: hip.LibEnv, fake: &gpurttest.Fake{Src: "hip/testdata/fakehip.c", Name: "libamdhip64"}, envPrefix: "FAKE_HIP_",
+		name: "hip", fake: &gpurttest.Fake{Src: "hip/testdata/fakehip.c", Name: "libamdhip64", LibEnv: hip.LibEnv}, envPrefix: "FAKE_HIP_",
 		prefix: "hip", hostAlloc: "hipHostMalloc", hostFree: "hipHostFree",
 		open: func(o opts) (gpuDriver, error) {
 			return hip.New(hip.Options{Device: o.Device, ReleaseThreshold: o.ReleaseThreshold, Reserve: o.Reserve,
@@ -152,9 +151,7 @@ func (v *vendorCase) fail(t *testing.T, spec string) { t.Setenv(v.envPrefix+"FAI
 // vendor's library variable at it. Without gcc the test is skipped.
 func fakeLib(t testing.TB, v *vendorCase, cflags ...string) string {
 	t.Helper()
-	path := v.fake.New(t, cflags...)
-	t.Setenv(v.libEnv, path)
-	return path
+	return v.fake.Lib(t, cflags...)
 }
 
 type fakeLog = gpurttest.Log

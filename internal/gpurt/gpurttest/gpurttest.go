@@ -23,8 +23,9 @@ import (
 
 // Fake is one vendor's fake runtime.
 type Fake struct {
-	Src  string // its source, relative to the module root
-	Name string // the file name prefix of its builds ("libcudart")
+	Src    string // its source, relative to the module root
+	Name   string // the file name prefix of its builds ("libcudart")
+	LibEnv string // the variable the driver loads its library from
 
 	once sync.Once
 	src  []byte
@@ -74,6 +75,15 @@ func (f *Fake) New(t testing.TB, cflags ...string) string {
 	out.Close()
 	f.Build(t, out.Name(), cflags...)
 	return out.Name()
+}
+
+// Lib is New, with the driver's library variable pointed at the build for
+// the rest of the test.
+func (f *Fake) Lib(t testing.TB, cflags ...string) string {
+	t.Helper()
+	path := f.New(t, cflags...)
+	t.Setenv(f.LibEnv, path)
+	return path
 }
 
 // Build compiles the fake to path with preprocessor flags.
