@@ -1,9 +1,6 @@
 package cuda
 
 import (
-	"context"
-
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
@@ -19,19 +16,8 @@ import (
 //	                         stream (default true: see Options.Blocking
 //	                         for what blocking streams cost under capture)
 //	ipc=true                 create the pool exportable (POSIX fd handles)
-func init() { backends.Register("cuda", openWith) }
-
-func openWith(ctx context.Context, c backends.Choice) (alloc.Driver, error) {
-	opts, err := parseOptions(c.Options)
-	if err != nil {
-		return nil, err
-	}
-	opts.HostMemory = c.Memory.Host // the plugin server's shared memory, if any
-	d, err := New(opts)
-	if err != nil {
-		return nil, err // not a nil *Driver in a non-nil interface
-	}
-	return d, nil
+func init() {
+	backends.Register("cuda", gpurt.Factory(parseOptions, func(o *Options) *backends.HostMemory { return &o.HostMemory }, New))
 }
 
 // parseOptions reads config-string options (gpurt.ParseOptions); every

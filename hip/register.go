@@ -1,9 +1,6 @@
 package hip
 
 import (
-	"context"
-
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
@@ -19,19 +16,8 @@ import (
 //	no_capture=true          no graph capture; the only way to open a
 //	                         runtime older than 5.6
 //	ipc=true                 create the pool exportable (POSIX fd handles)
-func init() { backends.Register("hip", openWith) }
-
-func openWith(ctx context.Context, c backends.Choice) (alloc.Driver, error) {
-	opts, err := parseOptions(c.Options)
-	if err != nil {
-		return nil, err
-	}
-	opts.HostMemory = c.Memory.Host // the plugin server's shared memory, if any
-	d, err := New(opts)
-	if err != nil {
-		return nil, err // not a nil *Driver in a non-nil interface
-	}
-	return d, nil
+func init() {
+	backends.Register("hip", gpurt.Factory(parseOptions, func(o *Options) *backends.HostMemory { return &o.HostMemory }, New))
 }
 
 // parseOptions reads config-string options (gpurt.ParseOptions, and

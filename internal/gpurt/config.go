@@ -1,8 +1,10 @@
 package gpurt
 
 import (
+	"context"
 	"fmt"
 
+	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/backends"
 )
 
@@ -67,4 +69,22 @@ func (v *Vendor) ValidateConfig(o Options) error {
 		return fmt.Errorf("%w: %w", backends.ErrInvalidConfig, err)
 	}
 	return nil
+}
+
+// Factory is a vendor driver's backends.Factory: its options parsed from
+// the config string (parse), the choice's host memory (the plugin server's
+// shared memory, if any) set where host says, then open.
+func Factory[O any, D alloc.Driver](parse func(backends.Options) (O, error), host func(*O) *backends.HostMemory, open func(O) (D, error)) backends.Factory {
+	return func(ctx context.Context, c backends.Choice) (alloc.Driver, error) {
+		opts, err := parse(c.Options)
+		if err != nil {
+			return nil, err
+		}
+		*host(&opts) = c.Memory.Host
+		d, err := open(opts)
+		if err != nil {
+			return nil, err // not a nil *Driver in a non-nil interface
+		}
+		return d, nil
+	}
 }
