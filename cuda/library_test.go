@@ -53,28 +53,6 @@ func TestUnavailableNamesEveryPathAndReason(t *testing.T) {
 	require.Contains(t, err.Error(), LibEnv, "the message says how to point at a library")
 }
 
-func TestOverrideToNonLibraryIsUnavailable(t *testing.T) {
-	bad := filepath.Join(t.TempDir(), "libcudart.so")
-	require.NoError(t, os.WriteFile(bad, []byte("#!/bin/sh\n"), 0o644))
-	t.Setenv(LibEnv, bad)
-	_, err := New(Options{})
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
-	require.Equal(t, 1, strings.Count(err.Error(), bad+":"), "the override alone is tried: %v", err)
-
-	t.Setenv(LibEnv, filepath.Join(t.TempDir(), "missing.so"))
-	_, err = New(Options{})
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
-	require.Contains(t, err.Error(), "No such file or directory")
-}
-
-func TestLibraryWithoutCUDASymbolsIsUnavailable(t *testing.T) {
-	// libc is a real shared object, but not a CUDA runtime.
-	t.Setenv(LibEnv, "libc.so.6")
-	_, err := New(Options{})
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
-	require.Contains(t, err.Error(), ": not a CUDA runtime: no symbol cudaRuntimeGetVersion")
-}
-
 // realRuntimeEnv names a real libcudart for the TestRealRuntime tests
 // (.ci/run installs Debian's libcudart11.0, 11.8.89, and sets it): they
 // check what the real library answers on a machine without a GPU.

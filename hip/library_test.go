@@ -45,28 +45,6 @@ func TestUnavailableNamesEveryPathAndReason(t *testing.T) {
 	require.Contains(t, err.Error(), LibEnv, "the message says how to point at a library")
 }
 
-func TestOverrideToNonLibraryIsUnavailable(t *testing.T) {
-	bad := filepath.Join(t.TempDir(), "libamdhip64.so")
-	require.NoError(t, os.WriteFile(bad, []byte("#!/bin/sh\n"), 0o644))
-	t.Setenv(LibEnv, bad)
-	_, err := New(Options{})
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
-	require.Equal(t, 1, strings.Count(err.Error(), bad+":"), "the override alone is tried: %v", err)
-
-	t.Setenv(LibEnv, filepath.Join(t.TempDir(), "missing.so"))
-	_, err = New(Options{})
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
-	require.Contains(t, err.Error(), "No such file or directory")
-}
-
-func TestLibraryWithoutHIPSymbolsIsUnavailable(t *testing.T) {
-	// libc is a real shared object, but not a HIP runtime.
-	t.Setenv(LibEnv, "libc.so.6")
-	_, err := New(Options{})
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
-	require.Contains(t, err.Error(), ": not a HIP runtime: no symbol hipRuntimeGetVersion")
-}
-
 // A library that reports a version but lacks a required symbol is refused
 // with the list of what is missing, and the search moves on.
 func TestLibraryLackingSymbolsIsSkipped(t *testing.T) {

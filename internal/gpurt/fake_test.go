@@ -82,6 +82,13 @@ type vendorCase struct {
 	says func(call, code, text string) string
 	// code is the code of the vendor's typed error inside err.
 	code func(err error) (int, bool)
+	// totalMemFrom is where the total memory comes from when the
+	// memory-info call fails or under-reports, and totalMemEnv the fake's
+	// knob (after envPrefix) that sets it.
+	totalMemFrom, totalMemEnv string
+	// notRuntime is how the loader refuses a library that is not the
+	// runtime.
+	notRuntime string
 }
 
 var vendors = []vendorCase{
@@ -94,6 +101,9 @@ var vendors = []vendorCase{
 		},
 		failed: func(call string, code int) string { return fmt.Sprintf("%s returned %d", call, code) },
 		says:   func(call, code, text string) string { return call + " returned " + code + " (" + text + ")" },
+		// read at offset 288 of struct cudaDeviceProp
+		totalMemFrom: "cudaDeviceProp.totalGlobalMem", totalMemEnv: "PROP_MEM",
+		notRuntime: ": not a CUDA runtime: no symbol cudaRuntimeGetVersion",
 		code: func(err error) (int, bool) {
 			var e *cuda.Error
 			ok := errors.As(err, &e)
@@ -112,9 +122,12 @@ var vendors = []vendorCase{
 				2:   "out of memory (hipErrorOutOfMemory",
 				900: "stream capture unsupported (hipErrorStreamCaptureUnsupported",
 				908: "stream capture wrong thread (hipErrorStreamCaptureWrongThread",
+				999: "unknown (hipErrorUnknown",
 			}[code], code)
 		},
-		says: func(call, _, text string) string { return call + ": " + text },
+		says:         func(call, _, text string) string { return call + ": " + text },
+		totalMemFrom: "hipDeviceTotalMem", totalMemEnv: "MEM",
+		notRuntime: ": not a HIP runtime: no symbol hipRuntimeGetVersion",
 		code: func(err error) (int, bool) {
 			var e *hip.Error
 			ok := errors.As(err, &e)

@@ -254,3 +254,42 @@ func TestFakeTrimPool(t *testing.T) {
 		require.ErrorIs(t, d.TrimPool(), alloc.ErrClosed)
 	})
 }
+
+// The memory-info call failing at open is not fatal: the total comes from
+// the vendor's other source and a warning says so.
+func TestFakeMemGetInfoFailureFallsBack(t *testing.T) {
+	forEach(t, func(t *testing.T, v *vendorCase) {
+		v.fail(t, v.fn("MemGetInfo")+":999")
+		t.Setenv(v.envPrefix+v.totalMemEnv, "3221225472")
+		d, _ := openFake(t, v, opts{})
+		require.Equal(t, int64(3<<30), d.Info().TotalMemory)
+		w := strings.Join(d.Warnings(), "\n")
+		require.Contains(t, w, "total memory from "+v.totalMemFrom)
+		require.Contains(t, w, v.failed(v.fn("MemGetInfo"), 999))
+	})
+}
+
+// On a unified-memory device an under-reporting memory-info call is
+// overridden by the other source; on a discrete one it stands, with no
+// warning (but hip's about the pools attribute, which its fake reports 0).
+func TestFakeMemGetInfoUnderReport(t *testing.T) {
+	forEach(t, func(t *testing.T, v *vendorCase) {
+		t.Setenv(v.envPrefix+"MEMINFO_TOTAL", "268435456")
+		t.Setenv(v.envPrefix+"INTEGRATED", "1")
+		d, _ := openFake(t, v, opts{})
+		require.True(t, d.Info().UnifiedMemory)
+		require.Equal(t, int64(1<<30), d.Info().TotalMemory)
+		require.Contains(t, strings.Join(d.Warnings(), "\n"), "under-reports unified memory (268435456 B)")
+
+		t.Setenv(v.envPrefix+"INTEGRATED", "0")
+		d, _ = openFake(t, v, opts{})
+		require.Equal(t, int64(256<<20), d.Info().TotalMemory)
+		var w []string
+		for _, s := range d.Warnings() {
+			if !strings.Contains(s, "MemoryPoolsSupported") {
+				w = append(w, s)
+			}
+		}
+		require.Empty(t, w)
+	})
+}
