@@ -13,16 +13,8 @@ import (
 
 var fake = gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: LibEnv}
 
-// openFake builds the fake, points the library variable at it, and opens
-// a driver on it, closed at the end of the test.
+// openFake opens a driver on a fresh build of the fake (gpurttest.Open).
 func openFake(t testing.TB, opts Options) (*Driver, *gpurttest.Log) {
 	t.Helper()
-	path := fake.Lib(t)
-	log := gpurttest.OpenLog(t, path)
-	d, err := New(opts)
-	if err != nil {
-		t.Fatalf("open on the fake runtime: %v", err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d, log
+	return gpurttest.Open(t, &fake, New, opts)
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
-	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/backends/plugin"
 	"github.com/capalloc/capalloc/cuda"
 	"github.com/capalloc/capalloc/hip"
@@ -55,17 +54,9 @@ var (
 	_ gpuDriver = (*hip.Driver)(nil)
 )
 
-// opts are the options the shared tests set, for either vendor.
-type opts struct {
-	Device           int
-	ReleaseThreshold int64
-	Reserve          int64
-	DefaultPool      bool
-	StreamPriority   int
-	Blocking         bool
-	IPC              bool
-	HostMemory       backends.HostMemory
-}
+// opts are the options both drivers take (cuda.Options converts to and
+// from it; hip.Options has them and no_capture).
+type opts = gpurt.Options
 
 // vendorCase is one vendor: its fake, its names and its messages.
 type vendorCase struct {
@@ -96,8 +87,7 @@ var vendors = []vendorCase{
 		name: "cuda", fake: &gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}, envPrefix: "FAKE_CUDA_",
 		prefix: "cuda", hostAlloc: "cudaHostAlloc", hostFree: "cudaFreeHost",
 		open: func(o opts) (gpuDriver, error) {
-			return cuda.New(cuda.Options{Device: o.Device, ReleaseThreshold: o.ReleaseThreshold, Reserve: o.Reserve,
-				DefaultPool: o.DefaultPool, StreamPriority: o.StreamPriority, Blocking: o.Blocking, IPC: o.IPC, HostMemory: o.HostMemory})
+			return cuda.New(cuda.Options(o))
 		},
 		failed: func(call string, code int) string { return fmt.Sprintf("%s returned %d", call, code) },
 		says:   func(call, code, text string) string { return call + " returned " + code + " (" + text + ")" },
@@ -174,18 +164,10 @@ func openFakeLog(t testing.TB, path string) *fakeLog { t.Helper(); return gpurtt
 // find returns the log lines that contain every part.
 func find(lines []string, parts ...string) []string { return gpurttest.Find(lines, parts...) }
 
-// openFake builds the vendor's fake and opens a driver on it, closed at
-// the end of the test.
+// openFake opens a driver on a fresh build of the vendor's fake.
 func openFake(t testing.TB, v *vendorCase, o opts) (gpuDriver, *fakeLog) {
 	t.Helper()
-	path := fakeLib(t, v)
-	log := openFakeLog(t, path)
-	d, err := v.open(o)
-	if err != nil {
-		t.Fatalf("open on the fake runtime: %v", err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d, log
+	return gpurttest.Open(t, v.fake, v.open, o)
 }
 
 // fill writes b at p through a blocking copy on a fresh stream.

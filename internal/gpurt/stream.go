@@ -75,20 +75,7 @@ func (d *Driver) StreamSynchronize(s alloc.Stream) error {
 }
 
 // StreamQuery maps the not-ready code to (false, nil).
-func (d *Driver) StreamQuery(s alloc.Stream) (bool, error) {
-	const op = "stream query"
-	if err := d.checkStream(op, s); err != nil {
-		return false, err
-	}
-	switch code, _ := CallHot(d.rt.StreamQuery.Addr, uintptr(s)); code {
-	case 0:
-		return true, nil
-	case d.v.NotReady:
-		return false, nil
-	default:
-		return false, d.rt.Fail(op, d.rt.StreamQuery.Name, code)
-	}
-}
+func (d *Driver) StreamQuery(s alloc.Stream) (bool, error) { return d.query(s, false) }
 
 // StreamIdle is alloc.StreamIdler: the stream query, which neither waits
 // nor runs anything. Success is idle, and then the error is the failure of
@@ -96,14 +83,21 @@ func (d *Driver) StreamQuery(s alloc.Stream) (bool, error) {
 // (and clear it); the not-ready code is (false, nil); any other code is
 // its typed error. Same capture rules as StreamQuery: alloc asks it only
 // where a query is allowed.
-func (d *Driver) StreamIdle(s alloc.Stream) (bool, error) {
+func (d *Driver) StreamIdle(s alloc.Stream) (bool, error) { return d.query(s, true) }
+
+// query is the stream query; hostErr takes s's host function failure when
+// it is done.
+func (d *Driver) query(s alloc.Stream, hostErr bool) (bool, error) {
 	const op = "stream query"
 	if err := d.checkStream(op, s); err != nil {
 		return false, err
 	}
 	switch code, _ := CallHot(d.rt.StreamQuery.Addr, uintptr(s)); code {
 	case 0:
-		return true, d.takeHostFuncErr(s)
+		if hostErr {
+			return true, d.takeHostFuncErr(s)
+		}
+		return true, nil
 	case d.v.NotReady:
 		return false, nil
 	default:

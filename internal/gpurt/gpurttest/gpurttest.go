@@ -179,3 +179,18 @@ next:
 	}
 	return out
 }
+
+// Open builds the fake, points the driver's library variable at it, opens
+// a driver on it with open(o), closed at the end of the test, and returns
+// it with the fake's call log.
+func Open[O any, D interface{ Close() error }](t testing.TB, f *Fake, open func(O) (D, error), o O) (D, *Log) {
+	t.Helper()
+	path := f.Lib(t)
+	log := OpenLog(t, path)
+	d, err := open(o)
+	if err != nil {
+		t.Fatalf("open on the fake runtime: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d, log
+}
