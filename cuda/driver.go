@@ -85,6 +85,17 @@ type core = gpurt.Driver
 // method is safe for concurrent use. The methods are internal/gpurt's,
 // shared with the hip package; this package binds them to libcudart
 // (symbols.go, abi.go, errors.go) and adds what only CUDA has.
+//
+// Its methods come from the embedded *gpurt.Driver (go doc does not list
+// them here): the alloc.Driver methods (Name, Info, CaptureDomain, Close,
+// CreateStream, DestroyStream, StreamSynchronize, StreamQuery,
+// StreamCaptureStatus, Malloc, Free, MallocAsync, FreeAsync, HostAlloc,
+// HostFree, the copies and MemsetAsync, BeginCapture, EndCapture,
+// GraphInstantiate, GraphLaunch, GraphExecDestroy, GraphDestroy),
+// StreamIdle, TrimGraphMemory, TrimPool, LaunchHostFunc, IPCGetMemHandle,
+// IPCOpenMemHandle, IPCCloseMemHandle, ExportPool, ExportPointer,
+// ImportPool, OnDevice, WaitClosed and Warnings, each documented in
+// internal/gpurt; this package adds New and Runtime (path, runtime and driver versions).
 type Driver struct {
 	*core
 	rt   *runtimeAPI

@@ -87,6 +87,17 @@ type core = gpurt.Driver
 // shared with the cuda package; this package binds them to libamdhip64
 // (symbols.go, abi.go, errors.go) and adds what only HIP has: the 5.6
 // capture gate (no_capture), the pools attribute that is only a warning.
+//
+// Its methods come from the embedded *gpurt.Driver (go doc does not list
+// them here): the alloc.Driver methods (Name, Info, CaptureDomain, Close,
+// CreateStream, DestroyStream, StreamSynchronize, StreamQuery,
+// StreamCaptureStatus, Malloc, Free, MallocAsync, FreeAsync, HostAlloc,
+// HostFree, the copies and MemsetAsync, BeginCapture, EndCapture,
+// GraphInstantiate, GraphLaunch, GraphExecDestroy, GraphDestroy),
+// StreamIdle, TrimGraphMemory, TrimPool, LaunchHostFunc, IPCGetMemHandle,
+// IPCOpenMemHandle, IPCCloseMemHandle, ExportPool, ExportPointer,
+// ImportPool, OnDevice, WaitClosed and Warnings, each documented in
+// internal/gpurt; this package adds New and Runtime (path and HIP version).
 type Driver struct {
 	*core
 	rt   *runtimeAPI
