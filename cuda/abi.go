@@ -1,6 +1,10 @@
 package cuda
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/capalloc/capalloc/internal/gpurt"
+)
 
 // ABI facts of the CUDA runtime, each taken from NVIDIA's headers
 // (driver_types.h, cuda_runtime_api.h of CUDA 11.x/12.x), never from memory.
@@ -70,12 +74,8 @@ const (
 	ipcLazyEnablePeerAccess = 0x01
 )
 
-// ipcMemHandle is cudaIpcMemHandle_t.
-type ipcMemHandle struct {
-	reserved [ipcHandleSize]byte
-}
-
-// memPoolProps is struct cudaMemPoolProps (driver_types.h):
+// memPoolProps is struct cudaMemPoolProps (driver_types.h), the layout
+// gpurt.MemPoolProps declares and checks at compile time:
 //
 //	enum cudaMemAllocationType       allocType;    // 4
 //	enum cudaMemAllocationHandleType handleTypes;  // 4
@@ -86,24 +86,42 @@ type ipcMemHandle struct {
 // CUDA 12 carved `size_t maxSize; unsigned short usage; unsigned char
 // reserved[54];` out of the same 64 tail bytes, so the struct is 88 bytes in
 // every version and an all-zero tail means "defaults" in every version.
-type memPoolProps struct {
-	allocType               int32
-	handleTypes             int32
-	locationType            int32
-	locationID              int32
-	win32SecurityAttributes uintptr
-	tail                    [64]byte
-}
+// cudaIpcMemHandle_t is gpurt.IPCMemHandle (64 bytes, checked there too).
+var _ [ipcHandleSize - gpurt.IPCHandleSize]struct{}
+var _ [gpurt.IPCHandleSize - ipcHandleSize]struct{}
 
-// The layout is part of the ABI: checked at compile time.
-var (
-	_ [88 - unsafe.Sizeof(memPoolProps{})]struct{}
-	_ [unsafe.Sizeof(memPoolProps{}) - 88]struct{}
-	_ [24 - unsafe.Offsetof(memPoolProps{}.tail)]struct{}
-	_ [unsafe.Offsetof(memPoolProps{}.tail) - 24]struct{}
-	_ [64 - unsafe.Sizeof(ipcMemHandle{})]struct{}
-	_ [unsafe.Sizeof(ipcMemHandle{}) - 64]struct{}
-)
+// vendor is this package's table for the shared runtime layer: every
+// value above, and the error codes it acts on (errors.go).
+var vendor = gpurt.Vendor{
+	Name:                             "cuda",
+	Alignment:                        Alignment,
+	NotReady:                         errNotReady,
+	NotSupported:                     errNotSupported,
+	CaptureStatusNone:                captureStatusNone,
+	CaptureStatusActive:              captureStatusActive,
+	CaptureStatusInvalidated:         captureStatusInvalidated,
+	CaptureModeGlobal:                captureModeGlobal,
+	CaptureModeThreadLocal:           captureModeThreadLocal,
+	CaptureModeRelaxed:               captureModeRelaxed,
+	MemcpyHostToDevice:               memcpyHostToDevice,
+	MemcpyDeviceToHost:               memcpyDeviceToHost,
+	MemcpyDeviceToDevice:             memcpyDeviceToDevice,
+	HostAllocPortable:                hostAllocPortable,
+	HostRegisterPortable:             hostRegisterPortable,
+	StreamNonBlocking:                streamNonBlocking,
+	GraphInstantiateAutoFreeOnLaunch: graphInstantiateAutoFreeOnLaunch,
+	MemPoolAttrReleaseThreshold:      memPoolAttrReleaseThreshold,
+	MemAllocationTypePinned:          memAllocationTypePinned,
+	MemHandleTypeNone:                memHandleTypeNone,
+	MemHandleTypePosixFD:             memHandleTypePosixFD,
+	MemLocationTypeDevice:            memLocationTypeDevice,
+	DevAttrIntegrated:                devAttrIntegrated,
+	// An exportable pool cannot serve graph allocations (801 in a
+	// capture, measured on an H100).
+	SeparateCapturePool: true,
+	IPCHandleType:       "cudaIpcMemHandle_t",
+	PtrExportDataType:   "cudaMemPoolPtrExportData",
+}
 
 // devicePropsBufSize bounds struct cudaDeviceProp (about 1 KiB in CUDA 12);
 // only its leading fields are read, so the buffer is generous rather than

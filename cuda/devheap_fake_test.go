@@ -16,6 +16,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -98,7 +99,7 @@ func download(t *testing.T, h *symheap.DeviceHeap, x symheap.Tensor) []byte {
 // rank's base; allocation makes no driver call; bad operands are typed;
 // opening and closing in a capture are refused; Close frees everything.
 func TestFakeDeviceHeapGoroutineRanks(t *testing.T) {
-	fakeLib(t)
+	fake.Lib(t)
 	const n = 3
 	ranks := make([]*devRank, n)
 	for r := range ranks {
@@ -203,7 +204,7 @@ func (failAlloc) Malloc(int64) (alloc.DevicePtr, error) {
 // too, and nobody keeps memory. A rank that never comes is
 // ErrExchangeTimeout.
 func TestFakeDeviceHeapAllOrNothingInProcess(t *testing.T) {
-	fakeLib(t)
+	fake.Lib(t)
 	const n = 3
 	ranks := []*devRank{newDevRank(t, nil), newDevRank(t, func(d *Driver) alloc.Driver { return failAlloc{d} }), newDevRank(t, nil)}
 	x := symheap.NewLocalExchange(n)
@@ -251,7 +252,7 @@ func TestFakeDeviceHeapAcrossProcesses(t *testing.T) {
 		devHeapChild(t, spec)
 		return
 	}
-	fakeLib(t)
+	fake.Lib(t)
 	for _, mode := range []string{"ok", "bad"} {
 		t.Run(mode, func(t *testing.T) { runDevHeapRanks(t, "TestFakeDeviceHeapAcrossProcesses", 3, mode) })
 	}
@@ -283,9 +284,9 @@ func devHeapChild(t *testing.T, spec string) {
 	rank, _ := strconv.Atoi(f[0])
 	n, _ := strconv.Atoi(f[1])
 	dir, mode := f[2], f[3]
-	var log *fakeLog // the fake's call log; none on a GPU
+	var log *gpurttest.Log // the fake's call log; none on a GPU
 	if mode != "gpu" {
-		log = openFakeLog(t, os.Getenv(LibEnv))
+		log = gpurttest.OpenLog(t, os.Getenv(LibEnv))
 	}
 	var wrap func(*Driver) alloc.Driver
 	if mode == "bad" && rank == 2 {
@@ -296,11 +297,11 @@ func devHeapChild(t *testing.T, spec string) {
 	const timeout = 20 * time.Second
 	h, err := symheap.OpenDevice(rank, me.a, x, devHeapSize, symheap.DeviceOptions{Timeout: timeout})
 	if mode == "bad" {
-		lines := log.lines()
-		opened := len(find(lines, "cudaIpcOpenMemHandle")) - len(find(lines, "cudaIpcOpenMemHandle", "size=0 "))
+		lines := log.Lines()
+		opened := len(gpurttest.Find(lines, "cudaIpcOpenMemHandle")) - len(gpurttest.Find(lines, "cudaIpcOpenMemHandle", "size=0 "))
 		require.ErrorIs(t, err, symheap.ErrPeerOpen)
 		require.Contains(t, err.Error(), "opening rank 2's heap")
-		require.Equal(t, opened, len(find(lines, "cudaIpcCloseMemHandle")), "every handle opened was closed")
+		require.Equal(t, opened, len(gpurttest.Find(lines, "cudaIpcCloseMemHandle")), "every handle opened was closed")
 		if rank == 2 {
 			require.Equal(t, n-1, opened, "rank 2 had opened both peers")
 		}
@@ -356,7 +357,7 @@ func devHeapChild(t *testing.T, spec string) {
 	c = me.spy.Snapshot()
 	require.EqualValues(t, n-1, c[alloctest.MethodIPCCloseMemHandle], "every peer closed")
 	if log != nil {
-		require.Len(t, find(log.lines(), "cudaIpcCloseMemHandle"), n-1, "and the runtime saw the closes")
+		require.Len(t, gpurttest.Find(log.Lines(), "cudaIpcCloseMemHandle"), n-1, "and the runtime saw the closes")
 	}
 	require.Equal(t, c[alloctest.MethodMalloc], c[alloctest.MethodFree])
 }

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
 // cudaError_t values this backend maps to a sentinel (driver_types.h: enum
@@ -46,7 +46,8 @@ const (
 	errGraphExecUpdateFailure     = 910
 )
 
-// sentinelFor maps a cudaError_t to the alloc sentinel it means here. The
+// sentinelFor maps a cudaError_t to the alloc sentinel it means here,
+// through the table below (gpurt.Sentinels). The
 // meanings are driver_types.h's enum cudaError comments (quoted in
 // docs/cuda-backend.md, with the table).
 //
@@ -73,32 +74,21 @@ const (
 //   - 1, 17, 21, 101, 400, 401: a bad argument or handle.
 //   - 801 (not supported), 909 (timeout) and everything else: a driver
 //     error.
-func sentinelFor(code int) error {
-	switch code {
-	case errMemoryAllocation:
-		return alloc.ErrOutOfMemory
-	case errStreamCaptureUnsupported, errStreamCaptureImplicit, errCapturedEvent:
-		return alloc.ErrCaptureIllegalOp
-	case errStreamCaptureWrongThread:
-		return errWrongThread
-	case errStreamCaptureInvalidated, errStreamCaptureMerge, errStreamCaptureUnmatched,
-		errStreamCaptureUnjoined, errStreamCaptureIsolation, errGraphExecUpdateFailure:
-		return alloc.ErrCaptureInvalidated
-	case errInitializationError, errCudartUnloading, errStubLibrary, errInsufficientDriver,
+func sentinelFor(code int) error { return sentinels.For(code) }
+
+var sentinels = gpurt.NewSentinels(gpurt.Codes{
+	OutOfMemory: []int{errMemoryAllocation},
+	IllegalOp:   []int{errStreamCaptureUnsupported, errStreamCaptureImplicit, errCapturedEvent},
+	WrongThread: []int{errStreamCaptureWrongThread},
+	Invalidated: []int{errStreamCaptureInvalidated, errStreamCaptureMerge, errStreamCaptureUnmatched,
+		errStreamCaptureUnjoined, errStreamCaptureIsolation, errGraphExecUpdateFailure},
+	Unavailable: []int{errInitializationError, errCudartUnloading, errStubLibrary, errInsufficientDriver,
 		errCallRequiresNewerDriver, errDevicesUnavailable, errNoDevice, errDeviceNotLicensed,
 		errSoftwareValidityNotEstabl, errStartupFailure, errSystemNotReady,
-		errSystemDriverMismatch, errCompatNotSupportedOnDevice:
-		return alloc.ErrBackendUnavailable
-	case errInvalidValue, errInvalidDevicePointer, errInvalidMemcpyDirection, errInvalidDevice,
-		errInvalidResourceHandle, errIllegalState:
-		return alloc.ErrInvalidValue
-	}
-	return alloc.ErrDriver
-}
-
-// errWrongThread is 908's sentinel: it matches both ErrCaptureWrongThread
-// and ErrCaptureIllegalOp, and its text says what to do.
-var errWrongThread = fmt.Errorf("%w (%w)", alloc.ErrCaptureWrongThread, alloc.ErrCaptureIllegalOp)
+		errSystemDriverMismatch, errCompatNotSupportedOnDevice},
+	InvalidValue: []int{errInvalidValue, errInvalidDevicePointer, errInvalidMemcpyDirection, errInvalidDevice,
+		errInvalidResourceHandle, errIllegalState},
+})
 
 // Error is a failed CUDA runtime call. It matches (errors.Is) the alloc
 // sentinel its code maps to, and errors.As gives the numeric code.
@@ -134,10 +124,8 @@ func (e *Error) Unwrap() error {
 
 // errf is a backend error that did not come from a runtime call.
 func errf(sentinel error, format string, args ...any) error {
-	return fmt.Errorf("%w: cuda: "+format, append([]any{sentinel}, args...)...)
+	return vendor.Errf(sentinel, format, args...)
 }
-
-func errClosed(op string) error { return errf(alloc.ErrClosed, "%s: driver is closed", op) }
 
 // codeOf returns the cudaError_t inside err, or 0.
 func codeOf(err error) int {

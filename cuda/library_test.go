@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -41,7 +42,7 @@ func TestUnavailableNamesEveryPathAndReason(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(home, "lib64", "libcudart.so.12"), []byte(strings.Repeat("not an ELF file\n", 64)), 0o644))
 	rt, err := loadRuntime(env(map[string]string{"CUDA_HOME": home}))
 	if err == nil {
-		t.Skipf("a real CUDA runtime is installed here (%s): the search found it", rt.path)
+		t.Skipf("a real CUDA runtime is installed here (%s): the search found it", rt.Path)
 	}
 	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
 	for _, p := range candidates(env(map[string]string{"CUDA_HOME": home})) {
@@ -50,28 +51,6 @@ func TestUnavailableNamesEveryPathAndReason(t *testing.T) {
 	require.Contains(t, err.Error(), filepath.Join(home, "lib64", "libcudart.so.12")+": ")
 	require.Contains(t, err.Error(), "invalid ELF header", "dlopen's reason is kept")
 	require.Contains(t, err.Error(), LibEnv, "the message says how to point at a library")
-}
-
-func TestOverrideToNonLibraryIsUnavailable(t *testing.T) {
-	bad := filepath.Join(t.TempDir(), "libcudart.so")
-	require.NoError(t, os.WriteFile(bad, []byte("#!/bin/sh\n"), 0o644))
-	t.Setenv(LibEnv, bad)
-	_, err := New(Options{})
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
-	require.Equal(t, 1, strings.Count(err.Error(), bad+":"), "the override alone is tried: %v", err)
-
-	t.Setenv(LibEnv, filepath.Join(t.TempDir(), "missing.so"))
-	_, err = New(Options{})
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
-	require.Contains(t, err.Error(), "No such file or directory")
-}
-
-func TestLibraryWithoutCUDASymbolsIsUnavailable(t *testing.T) {
-	// libc is a real shared object, but not a CUDA runtime.
-	t.Setenv(LibEnv, "libc.so.6")
-	_, err := New(Options{})
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
-	require.Contains(t, err.Error(), ": not a CUDA runtime: no symbol cudaRuntimeGetVersion")
 }
 
 // realRuntimeEnv names a real libcudart for the TestRealRuntime tests
@@ -109,9 +88,9 @@ func TestRealRuntimeHasEverySymbol(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, resolve(h, path, bs), "every required symbol resolves in %s (runtime %s)", path, v)
 	for _, b := range bs {
-		if *b.addr == 0 {
-			require.True(t, b.optional, b.name)
-			t.Logf("optional symbol %s absent from %s", b.name, path)
+		if b.Sym.Addr == 0 {
+			require.True(t, b.Optional, b.Name)
+			t.Logf("optional symbol %s absent from %s", b.Name, path)
 		}
 	}
 }
@@ -141,10 +120,10 @@ func TestRealRuntimeWithoutGPU(t *testing.T) {
 	require.Equal(t, 35, e.Code)
 
 	// The real library first, a working one after it: the second is used.
-	good := fakeLib(t)
+	good := fake.Lib(t)
 	rt, err := loadFirst([]string{path, good})
 	require.NoError(t, err)
-	require.Equal(t, good, rt.path)
+	require.Equal(t, good, rt.Path)
 
 	// The default search finds it too (it is libcudart.so.11.0 on the
 	// loader's path) and gives the same reason.
@@ -177,7 +156,7 @@ func TestRealRuntimeWithOldDriver(t *testing.T) {
 		return
 	}
 	dir := t.TempDir()
-	buildShared(t, filepath.Join(dir, "libcuda.so.1"), []byte("int cuDriverGetVersion(int *v) { *v = 10020; return 0; }\n"))
+	gpurttest.BuildShared(t, filepath.Join(dir, "libcuda.so.1"), []byte("int cuDriverGetVersion(int *v) { *v = 10020; return 0; }\n"))
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRealRuntimeWithOldDriver$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), oldDriverEnv+"=1", "LD_LIBRARY_PATH="+dir)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
 // cudaHome makes $CUDA_HOME/lib64 with the libraries built by each entry
@@ -29,7 +30,7 @@ func cudaHome(t *testing.T, libs map[string]func(t *testing.T, path string)) str
 }
 
 func fakeWith(cflags ...string) func(*testing.T, string) {
-	return func(t *testing.T, path string) { buildFake(t, path, cflags...) }
+	return func(t *testing.T, path string) { fake.Build(t, path, cflags...) }
 }
 
 func fileWith(content string) func(*testing.T, string) {
@@ -38,7 +39,7 @@ func fileWith(content string) func(*testing.T, string) {
 
 // A library with no CUDA symbol at all: an ELF shared object, not a runtime.
 func notRuntime(t *testing.T, path string) {
-	buildShared(t, path, []byte("int capalloc_not_cuda;\n"))
+	gpurttest.BuildShared(t, path, []byte("int capalloc_not_cuda;\n"))
 }
 
 // Each way a library can open and still be unusable, as the first
@@ -89,7 +90,7 @@ func TestLoaderSkipsUnusableLibrary(t *testing.T) {
 			} else {
 				require.False(t, errors.As(err, &e), "no runtime call failed: %v", err)
 			}
-			require.NotContains(t, loaded, first, "a library that failed is not remembered")
+			require.False(t, loader.Loaded(first), "a library that failed is not remembered")
 		})
 	}
 }
@@ -140,7 +141,7 @@ func TestLoaderNamesEveryLibraryTried(t *testing.T) {
 func TestLoaderOverrideIsOnlyCandidate(t *testing.T) {
 	lib := cudaHome(t, map[string]func(*testing.T, string){"libcudart.so.12": fakeWith()})
 	broken := filepath.Join(t.TempDir(), "libcudart.so.13")
-	buildFake(t, broken, "-DFAKE_NO_DRIVER")
+	fake.Build(t, broken, "-DFAKE_NO_DRIVER")
 	t.Setenv(LibEnv, broken)
 	_, err := New(Options{})
 	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
@@ -172,7 +173,7 @@ func TestUnavailableCodeAtEveryStep(t *testing.T) {
 			"make device 0 current: cudaSetDevice returned 34", 34},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			path := fakeLib(t)
+			path := fake.Lib(t)
 			for k, v := range c.env {
 				t.Setenv(k, v)
 			}

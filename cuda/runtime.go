@@ -5,38 +5,40 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
 // runtimeAPI is one loaded libcudart: its versions and resolved symbols.
 // Calls go through purego.SyscallN on the cached address (about 65 ns, no
-// allocation) rather than reflective RegisterFunc wrappers (170-250 ns plus
-// allocations); only cudaGetErrorString, off the hot path, uses RegisterFunc
-// for its string result.
+// allocation: gpurt.Call, gpurt.CallHot) rather than reflective
+// RegisterFunc wrappers (170-250 ns plus allocations); only
+// cudaGetErrorString (its string result) and cudaIpcOpenMemHandle (its
+// 64-byte struct argument by value), off the hot path, use RegisterFunc.
 type runtimeAPI struct {
-	path           string
-	runtimeVersion int
-	driverVersion  int
-	errorString    func(code int32) string
-	// ipcOpen is cudaIpcOpenMemHandle, bound with RegisterFunc for its
-	// 64-byte struct argument passed by value (off the hot path).
-	ipcOpen func(devPtr *uintptr, handle ipcMemHandle, flags uint32) int32
-	symbols
+	gpurt.Runtime // Version is cudaRuntimeGetVersion's answer
+	driverVersion int
+	// getDeviceProperties is cudaGetDeviceProperties[_v2] (optional).
+	getDeviceProperties gpurt.Sym
 }
 
 // bind checks the versions of the library at path and resolves its symbols.
 func bind(path string, h uintptr) (*runtimeAPI, error) {
-	rt := &runtimeAPI{path: path, driverVersion: -1} // -1: not read yet
+	rt := &runtimeAPI{driverVersion: -1} // -1: not read yet
+	rt.Path = path
+	rt.NewError = rt.newError
 	var getRT, getDrv, getStr uintptr
-	for _, b := range []binding{
-		{"cudaRuntimeGetVersion", &getRT, false},
-		{"cudaDriverGetVersion", &getDrv, false},
-		{"cudaGetErrorString", &getStr, false},
+	for _, b := range []struct {
+		name string
+		addr *uintptr
+	}{
+		{"cudaRuntimeGetVersion", &getRT},
+		{"cudaDriverGetVersion", &getDrv},
+		{"cudaGetErrorString", &getStr},
 	} {
 		addr, err := purego.Dlsym(h, b.name)
 		if err != nil || addr == 0 {
@@ -44,36 +46,37 @@ func bind(path string, h uintptr) (*runtimeAPI, error) {
 		}
 		*b.addr = addr
 	}
-	purego.RegisterFunc(&rt.errorString, getStr)
+	purego.RegisterFunc(&rt.ErrorString, getStr)
 
 	// The driver's version first: the real runtime answers it (0 when no
 	// driver is installed) even when it cannot report its own.
 	var v int32
-	if code := call(getDrv, uintptr(unsafe.Pointer(&v))); code != 0 {
+	if code := gpurt.Call(getDrv, uintptr(unsafe.Pointer(&v))); code != 0 {
 		return nil, rt.unusable("driver version", "cudaDriverGetVersion", code)
 	}
 	rt.driverVersion = int(v)
 	v = 0
-	if code := call(getRT, uintptr(unsafe.Pointer(&v))); code != 0 {
+	if code := gpurt.Call(getRT, uintptr(unsafe.Pointer(&v))); code != 0 {
 		return nil, rt.unusable("runtime version", "cudaRuntimeGetVersion", code)
 	}
-	rt.runtimeVersion = int(v)
-	if err := checkVersions(path, rt.runtimeVersion, rt.driverVersion); err != nil {
+	rt.Version = int(v)
+	if err := checkVersions(path, rt.Version, rt.driverVersion); err != nil {
 		return nil, err
 	}
-	bs, err := rt.bindings(rt.runtimeVersion)
+	bs, err := rt.bindings(rt.Version)
 	if err != nil {
 		return nil, err
 	}
 	if err := resolve(h, path, bs); err != nil {
 		return nil, err
 	}
-	purego.RegisterFunc(&rt.ipcOpen, rt.ipcOpenMemHandle)
+	purego.RegisterFunc(&rt.IPCOpen, rt.IPCOpenMemHandle.Addr)
+	rt.IPCOpenFlags = ipcLazyEnablePeerAccess
 	// The first call that needs the driver and a device: a runtime that
 	// reported its version can still refuse here (no device: 100), and the
 	// loader should then try the next library rather than fail at open.
 	v = 0
-	if code := call(rt.getDeviceCount, uintptr(unsafe.Pointer(&v))); code != 0 {
+	if code := gpurt.Call(rt.GetDeviceCount.Addr, uintptr(unsafe.Pointer(&v))); code != 0 {
 		return nil, rt.unusable("count devices", "cudaGetDeviceCount", code)
 	}
 	return rt, nil
@@ -97,13 +100,13 @@ func (rt *runtimeAPI) unusable(op, fn string, code int32) error {
 // (cudaErrorInsufficientDriver), and cudaDriverGetVersion reports 0 or the
 // old version.
 func (rt *runtimeAPI) explain(e *Error) {
-	e.Op = rt.path + ": " + e.Op
+	e.Op = rt.Path + ": " + e.Op
 	switch {
 	case rt.driverVersion < 0: // cudaDriverGetVersion itself failed: nothing to add
 	case rt.driverVersion == 0:
 		e.why = "no CUDA driver is installed (cudaDriverGetVersion reports 0: libcuda.so.1 is missing or cannot be loaded)"
 	case e.Code == errInsufficientDriver:
-		e.why = driverTooOld(rt.path, rt.runtimeVersion, rt.driverVersion)
+		e.why = driverTooOld(rt.Path, rt.Version, rt.driverVersion)
 	}
 }
 
@@ -170,79 +173,22 @@ func checkVersions(path string, runtimeVersion, driverVersion int) error {
 	return nil
 }
 
-// call invokes a C function returning cudaError_t. go:uintptrescapes keeps
-// the objects behind uintptr(unsafe.Pointer(p)) arguments alive and in
-// place (moved to the heap) for the duration of the call, as for SyscallN.
-//
-//go:uintptrescapes
-func call(fn uintptr, args ...uintptr) int32 {
-	r1, _, _ := purego.SyscallN(fn, args...)
-	return int32(r1) // cudaError_t is a C int: the upper half is garbage
-}
-
-// outArg, in callHot's arguments, stands for a pointer to the frame's
-// 8-byte result slot (a C out-parameter).
-const outArg = ^uintptr(0)
-
-// frame is a pooled argument block for callHot.
-type frame struct {
-	args [6]uintptr
-	out  uint64
-}
-
-var frames = sync.Pool{New: func() any { return new(frame) }}
-
-// callHot is call without allocating, for the calls made per operation
-// (cudaStreamIsCapturing runs before every pool hit; the async allocs,
-// frees, copies, memsets and launches). call's go:uintptrescapes moves each
-// pointed-to Go local, and the variadic slice, to the heap at every call;
-// here the slice handed to SyscallN is the pooled frame's array and an
-// out-parameter is the frame's slot (outArg), so the call allocates
-// nothing. The price: callHot must not be given a pointer to a Go stack
-// variable, only outArg, device addresses, C memory (cudaHostAlloc) or heap
-// memory the caller keeps alive (a []byte that came through the Driver
-// interface has escaped to the heap). Heap objects never move.
-func callHot(fn uintptr, args ...uintptr) (code int32, out uint64) {
-	f := frames.Get().(*frame)
-	f.out = 0
-	n := copy(f.args[:], args)
-	for i := range n {
-		if f.args[i] == outArg {
-			f.args[i] = uintptr(unsafe.Pointer(&f.out))
-		}
-	}
-	r1, _, _ := purego.SyscallN(fn, f.args[:n]...)
-	out = f.out
-	frames.Put(f)
-	return int32(r1), out
-}
-
-// fail builds the typed error of a failed call. A code that means no
+// newError is the typed error of a failed call (gpurt.Runtime.NewError):
+// kind, when set, overrides the code's sentinel. A code that means no
 // usable driver or device (35 and the others mapped to
 // alloc.ErrBackendUnavailable), at any step of open or later, is explained
 // as the loader explains it: the library's path and the driver's version.
-func (rt *runtimeAPI) fail(op, fn string, code int32) *Error {
-	e := &Error{Op: op, Call: fn, Code: int(code), Text: rt.text(code)}
+func (rt *runtimeAPI) newError(op, fn string, code int32, kind error) error {
+	e := &Error{Op: op, Call: fn, Code: int(code), Text: rt.text(code), kind: kind}
 	if sentinelFor(e.Code) == alloc.ErrBackendUnavailable {
 		rt.explain(e)
 	}
 	return e
 }
 
-// check is nil for cudaSuccess, else the typed error.
-func (rt *runtimeAPI) check(op, fn string, code int32) error {
-	if code == 0 {
-		return nil
-	}
-	return rt.fail(op, fn, code)
-}
-
 func (rt *runtimeAPI) text(code int32) string {
-	if rt.errorString == nil {
+	if rt.ErrorString == nil {
 		return "unknown error"
 	}
-	return rt.errorString(code)
+	return rt.ErrorString(code)
 }
-
-// first is callHot's code, for calls without an out-parameter.
-func first(code int32, _ uint64) int32 { return code }

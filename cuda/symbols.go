@@ -3,9 +3,8 @@ package cuda
 import (
 	"fmt"
 
-	"github.com/ebitengine/purego"
-
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
 // minRuntimeVersion is CUDA 11.4: the first runtime with
@@ -68,43 +67,14 @@ const minRuntimeVersion = 11040
 // CUDA 12), cudaStreamGetCaptureInfo (changed in 11.3 (_v2), 12.3 and 13):
 // capture status comes from cudaStreamIsCapturing, stable since CUDA 10.
 
-// symbols are the resolved addresses, called with purego.SyscallN.
-type symbols struct {
-	getDeviceCount, setDevice, deviceGetAttribute, getDeviceProperties uintptr
-	memGetInfo                                                         uintptr
-	streamCreateWithPriority, streamDestroy, streamSynchronize         uintptr
-	streamQuery, streamIsCapturing                                     uintptr
-	malloc, free                                                       uintptr
-	memPoolCreate, memPoolDestroy, deviceGetDefaultMemPool             uintptr
-	memPoolSetAttribute, mallocFromPoolAsync, freeAsync                uintptr
-	memPoolTrimTo, launchHostFunc                                      uintptr
-	hostAlloc, freeHost, memcpyAsync, memsetAsync                      uintptr
-	hostRegister, hostUnregister                                       uintptr
-	streamBeginCapture, streamEndCapture                               uintptr
-	graphInstantiateWithFlags, graphLaunch, graphExecDestroy           uintptr
-	graphDestroy, threadExchangeCaptureMode                            uintptr
-	ipcGetMemHandle, ipcOpenMemHandle, ipcCloseMemHandle               uintptr
-	memPoolExportToShareableHandle                                     uintptr
-	memPoolImportFromShareableHandle                                   uintptr
-	memPoolExportPointer, memPoolImportPointer                         uintptr
-	graphMemTrim                                                       uintptr // optional: 0 when missing
-}
-
-// binding is one symbol to resolve: optional ones may be missing (the
-// feature they serve degrades), required ones refuse the library.
-type binding struct {
-	name     string
-	addr     *uintptr
-	optional bool
-}
-
 // bindings lists what is bound for a runtime version, or why the version
 // is refused. The one version-dependent choice today is the device
 // properties struct: CUDA 12.x's header renames cudaGetDeviceProperties to
 // cudaGetDeviceProperties_v2 (the struct grew), and CUDA 13 goes back to
 // the plain name for its own layout. Only the leading `char name[256]` is
 // read, which every layout shares.
-func (s *symbols) bindings(runtimeVersion int) ([]binding, error) {
+func (rt *runtimeAPI) bindings(runtimeVersion int) ([]gpurt.Binding, error) {
+	s := &rt.Syms
 	if runtimeVersion < minRuntimeVersion {
 		return nil, fmt.Errorf("%w: cuda: runtime version %s is older than the minimum %s (stream-ordered pools and cudaGraphInstantiateWithFlags)",
 			alloc.ErrBackendUnavailable, versionString(runtimeVersion), versionString(minRuntimeVersion))
@@ -113,72 +83,58 @@ func (s *symbols) bindings(runtimeVersion int) ([]binding, error) {
 	if runtimeVersion >= 12000 && runtimeVersion < 13000 {
 		props = "cudaGetDeviceProperties_v2"
 	}
-	return []binding{
-		{"cudaGetDeviceCount", &s.getDeviceCount, false},
-		{"cudaSetDevice", &s.setDevice, false},
-		{"cudaDeviceGetAttribute", &s.deviceGetAttribute, false},
-		{props, &s.getDeviceProperties, true},
-		{"cudaMemGetInfo", &s.memGetInfo, false},
-		{"cudaStreamCreateWithPriority", &s.streamCreateWithPriority, false},
-		{"cudaStreamDestroy", &s.streamDestroy, false},
-		{"cudaStreamSynchronize", &s.streamSynchronize, false},
-		{"cudaStreamQuery", &s.streamQuery, false},
-		{"cudaStreamIsCapturing", &s.streamIsCapturing, false},
-		{"cudaMalloc", &s.malloc, false},
-		{"cudaFree", &s.free, false},
-		{"cudaMemPoolCreate", &s.memPoolCreate, false},
-		{"cudaMemPoolDestroy", &s.memPoolDestroy, false},
-		{"cudaDeviceGetDefaultMemPool", &s.deviceGetDefaultMemPool, false},
-		{"cudaMemPoolSetAttribute", &s.memPoolSetAttribute, false},
-		{"cudaMemPoolTrimTo", &s.memPoolTrimTo, false},
-		{"cudaMallocFromPoolAsync", &s.mallocFromPoolAsync, false},
-		{"cudaFreeAsync", &s.freeAsync, false},
-		{"cudaHostAlloc", &s.hostAlloc, false},
-		{"cudaFreeHost", &s.freeHost, false},
-		{"cudaHostRegister", &s.hostRegister, false},
-		{"cudaHostUnregister", &s.hostUnregister, false},
-		{"cudaMemcpyAsync", &s.memcpyAsync, false},
-		{"cudaMemsetAsync", &s.memsetAsync, false},
-		{"cudaStreamBeginCapture", &s.streamBeginCapture, false},
-		{"cudaStreamEndCapture", &s.streamEndCapture, false},
-		{"cudaGraphInstantiateWithFlags", &s.graphInstantiateWithFlags, false},
-		{"cudaGraphLaunch", &s.graphLaunch, false},
-		{"cudaGraphExecDestroy", &s.graphExecDestroy, false},
-		{"cudaGraphDestroy", &s.graphDestroy, false},
-		{"cudaThreadExchangeStreamCaptureMode", &s.threadExchangeCaptureMode, false},
-		{"cudaLaunchHostFunc", &s.launchHostFunc, false},
-		{"cudaIpcGetMemHandle", &s.ipcGetMemHandle, false},
-		{"cudaIpcOpenMemHandle", &s.ipcOpenMemHandle, false},
-		{"cudaIpcCloseMemHandle", &s.ipcCloseMemHandle, false},
-		{"cudaMemPoolExportToShareableHandle", &s.memPoolExportToShareableHandle, false},
-		{"cudaMemPoolImportFromShareableHandle", &s.memPoolImportFromShareableHandle, false},
-		{"cudaMemPoolExportPointer", &s.memPoolExportPointer, false},
-		{"cudaMemPoolImportPointer", &s.memPoolImportPointer, false},
+	return []gpurt.Binding{
+		gpurt.Required("cudaGetDeviceCount", &s.GetDeviceCount),
+		gpurt.Required("cudaSetDevice", &s.SetDevice),
+		gpurt.Required("cudaDeviceGetAttribute", &s.DeviceGetAttribute),
+		gpurt.Optional(props, &rt.getDeviceProperties),
+		gpurt.Required("cudaMemGetInfo", &s.MemGetInfo),
+		gpurt.Required("cudaStreamCreateWithPriority", &s.StreamCreateWithPriority),
+		gpurt.Required("cudaStreamDestroy", &s.StreamDestroy),
+		gpurt.Required("cudaStreamSynchronize", &s.StreamSynchronize),
+		gpurt.Required("cudaStreamQuery", &s.StreamQuery),
+		gpurt.Required("cudaStreamIsCapturing", &s.StreamIsCapturing),
+		gpurt.Required("cudaMalloc", &s.Malloc),
+		gpurt.Required("cudaFree", &s.Free),
+		gpurt.Required("cudaMemPoolCreate", &s.MemPoolCreate),
+		gpurt.Required("cudaMemPoolDestroy", &s.MemPoolDestroy),
+		gpurt.Required("cudaDeviceGetDefaultMemPool", &s.DeviceGetDefaultMemPool),
+		gpurt.Required("cudaMemPoolSetAttribute", &s.MemPoolSetAttribute),
+		gpurt.Required("cudaMemPoolTrimTo", &s.MemPoolTrimTo),
+		gpurt.Required("cudaMallocFromPoolAsync", &s.MallocFromPoolAsync),
+		gpurt.Required("cudaFreeAsync", &s.FreeAsync),
+		gpurt.Required("cudaHostAlloc", &s.HostAlloc),
+		gpurt.Required("cudaFreeHost", &s.HostFree),
+		gpurt.Required("cudaHostRegister", &s.HostRegister),
+		gpurt.Required("cudaHostUnregister", &s.HostUnregister),
+		gpurt.Required("cudaMemcpyAsync", &s.MemcpyAsync),
+		gpurt.Required("cudaMemsetAsync", &s.MemsetAsync),
+		gpurt.Required("cudaStreamBeginCapture", &s.StreamBeginCapture),
+		gpurt.Required("cudaStreamEndCapture", &s.StreamEndCapture),
+		gpurt.Required("cudaGraphInstantiateWithFlags", &s.GraphInstantiateWithFlags),
+		gpurt.Required("cudaGraphLaunch", &s.GraphLaunch),
+		gpurt.Required("cudaGraphExecDestroy", &s.GraphExecDestroy),
+		gpurt.Required("cudaGraphDestroy", &s.GraphDestroy),
+		gpurt.Required("cudaThreadExchangeStreamCaptureMode", &s.ThreadExchangeCaptureMode),
+		gpurt.Required("cudaLaunchHostFunc", &s.LaunchHostFunc),
+		gpurt.Required("cudaIpcGetMemHandle", &s.IPCGetMemHandle),
+		gpurt.Required("cudaIpcOpenMemHandle", &s.IPCOpenMemHandle),
+		gpurt.Required("cudaIpcCloseMemHandle", &s.IPCCloseMemHandle),
+		gpurt.Required("cudaMemPoolExportToShareableHandle", &s.MemPoolExportToShareableHandle),
+		gpurt.Required("cudaMemPoolImportFromShareableHandle", &s.MemPoolImportFromShareableHandle),
+		gpurt.Required("cudaMemPoolExportPointer", &s.MemPoolExportPointer),
+		gpurt.Required("cudaMemPoolImportPointer", &s.MemPoolImportPointer),
 		// Optional: without it graph memory is not trimmed (a warning
 		// at open says so). Declared in every cuda_runtime_api.h from
 		// 11.4 on, but a missing symbol must not refuse the library.
-		{"cudaDeviceGraphMemTrim", &s.graphMemTrim, true},
+		gpurt.Optional("cudaDeviceGraphMemTrim", &s.GraphMemTrim),
 	}, nil
 }
 
-// resolve looks every binding up with Dlsym (never RegisterLibFunc, which
-// panics on a missing symbol).
-func resolve(handle uintptr, path string, bs []binding) error {
-	var missing []string
-	for _, b := range bs {
-		addr, err := purego.Dlsym(handle, b.name)
-		if err != nil || addr == 0 {
-			if !b.optional {
-				missing = append(missing, b.name)
-			}
-			continue
-		}
-		*b.addr = addr
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("%w: cuda: %s: lacks required symbols %v", alloc.ErrBackendUnavailable, path, missing)
-	}
-	return nil
+// resolve looks every binding up with Dlsym (gpurt: never
+// RegisterLibFunc, which panics on a missing symbol).
+func resolve(handle uintptr, path string, bs []gpurt.Binding) error {
+	return vendor.Resolve(handle, path, bs)
 }
 
 // versionString renders CUDA's 1000*major + 10*minor encoding.

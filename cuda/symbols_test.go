@@ -7,18 +7,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
 func names(t *testing.T, version int) (required, optional []string) {
 	t.Helper()
-	var s symbols
-	bs, err := s.bindings(version)
+	var rt runtimeAPI
+	bs, err := rt.bindings(version)
 	require.NoError(t, err)
 	for _, b := range bs {
-		if b.optional {
-			optional = append(optional, b.name)
+		if b.Optional {
+			optional = append(optional, b.Name)
 		} else {
-			required = append(required, b.name)
+			required = append(required, b.Name)
 		}
 	}
 	return required, optional
@@ -44,8 +45,8 @@ func TestBindingsByRuntimeVersion(t *testing.T) {
 			require.False(t, slices.Contains(req, never) || slices.Contains(opt, never), "%s has a version-dependent signature", never)
 		}
 	}
-	var s symbols
-	_, err := s.bindings(11030)
+	var rt runtimeAPI
+	_, err := rt.bindings(11030)
 	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), "11.3 is older than the minimum 11.4")
 }
@@ -69,18 +70,18 @@ func TestCheckVersions(t *testing.T) {
 
 func TestCaptureModeAndStatusMapping(t *testing.T) {
 	for m, want := range map[alloc.CaptureMode]uintptr{alloc.Global: 0, alloc.ThreadLocal: 1, alloc.Relaxed: 2} {
-		got, err := cudaMode(m)
+		got, err := vendor.CaptureMode(m)
 		require.NoError(t, err)
 		require.Equal(t, want, got)
 	}
-	_, err := cudaMode(alloc.CaptureMode(42))
+	_, err := vendor.CaptureMode(alloc.CaptureMode(42))
 	require.ErrorIs(t, err, alloc.ErrInvalidValue)
 	for st, want := range map[int32]alloc.DriverCaptureStatus{0: alloc.DriverCaptureNone, 1: alloc.DriverCaptureActive, 2: alloc.DriverCaptureInvalidated} {
-		got, err := captureStatus(st)
+		got, err := vendor.CaptureStatus(st, "cudaStreamIsCapturing")
 		require.NoError(t, err)
 		require.Equal(t, want, got)
 	}
-	_, err = captureStatus(3)
+	_, err = vendor.CaptureStatus(3, "cudaStreamIsCapturing")
 	require.ErrorIs(t, err, alloc.ErrDriver)
 }
 
@@ -95,15 +96,15 @@ func TestFakeVersionChoosesBindings(t *testing.T) {
 			t.Setenv("FAKE_CUDART_VERSION", c.version)
 			t.Setenv("FAKE_CUDA_DRIVER_VERSION", "13000")
 			_, log := openFake(t, Options{})
-			require.Len(t, find(log.lines(), c.props), 1)
+			require.Len(t, gpurttest.Find(log.Lines(), c.props), 1)
 		})
 	}
-	path := fakeLib(t)
+	path := fake.Lib(t)
 	t.Setenv("FAKE_CUDART_VERSION", "11020")
 	_, err := New(Options{})
 	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), path+": runtime 11.2 is older than the minimum, 11.4")
-	fakeLib(t)
+	fake.Lib(t)
 	t.Setenv("FAKE_CUDART_VERSION", "12040")
 	t.Setenv("FAKE_CUDA_DRIVER_VERSION", "0")
 	_, err = New(Options{})

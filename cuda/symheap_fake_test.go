@@ -15,7 +15,7 @@ import (
 // the second rank of a group in the same process is refused with the
 // reason; once the first closes, it opens.
 func TestSymheapOneRankPerProcessOnCUDA(t *testing.T) {
-	fakeLib(t)
+	fake.Lib(t)
 	t.Setenv("FAKE_CUDA_INTEGRATED", "1")
 	g, err := symheap.NewGroup(2, 1<<16)
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+
+	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
 // The raw-behaviour probe: what the CUDA runtime itself does with one call
@@ -107,9 +109,9 @@ type truthSyms struct {
 }
 
 func (rt *runtimeAPI) truthSymbols() (truthSyms, error) {
-	h, err := purego.Dlopen(rt.path, purego.RTLD_NOW|purego.RTLD_LOCAL) // the loaded library again: same handle
+	h, err := purego.Dlopen(rt.Path, purego.RTLD_NOW|purego.RTLD_LOCAL) // the loaded library again: same handle
 	if err != nil {
-		return truthSyms{}, fmt.Errorf("cuda: reopen %s: %w", rt.path, err)
+		return truthSyms{}, fmt.Errorf("cuda: reopen %s: %w", rt.Path, err)
 	}
 	var s truthSyms
 	for name, p := range map[string]*uintptr{
@@ -142,23 +144,23 @@ func RunTruthCase(c TruthCase) (TruthResult, error) {
 		return res, err
 	}
 	// The Driver's own threads stay idle; the probe runs on two of its own.
-	p := &truthProbe{rt: d.rt, pool: d.pool, dev: d.opts.Device}
+	p := &truthProbe{rt: d.rt, pool: gpurt.Pool(d.core), dev: d.opts.Device}
 	if p.syms, err = d.rt.truthSymbols(); err != nil {
 		return res, err
 	}
 	setDevice := func() error {
-		return d.rt.check("make device current", "cudaSetDevice", call(d.rt.setDevice, uintptr(d.opts.Device)))
+		return d.rt.Check("make device current", "cudaSetDevice", gpurt.Call(d.rt.SetDevice.Addr, uintptr(d.opts.Device)))
 	}
-	capT, err := startThread(setDevice)
+	capT, err := vendor.StartThread(setDevice)
 	if err != nil {
 		return res, err
 	}
-	otherT, err := startThread(setDevice)
+	otherT, err := vendor.StartThread(setDevice)
 	if err != nil {
 		return res, err
 	}
 	// Setup, the capture's begin and end: on the capturing thread.
-	if err := capT.do("setup", func() error { return p.setup(c) }); err != nil {
+	if err := capT.Do("setup", func() error { return p.setup(c) }); err != nil {
 		return res, err
 	}
 	if msg := p.unavailable(c); msg != "" {
@@ -166,20 +168,20 @@ func RunTruthCase(c TruthCase) (TruthResult, error) {
 		return res, nil
 	}
 	if c.Caller == "other_relaxed" {
-		if err := otherT.do("exchange mode", func() error {
+		if err := otherT.Do("exchange mode", func() error {
 			m := int32(captureModeRelaxed)
-			return d.rt.check("thread capture mode", "cudaThreadExchangeStreamCaptureMode", call(p.syms.exchangeMode, uintptr(unsafe.Pointer(&m))))
+			return d.rt.Check("thread capture mode", "cudaThreadExchangeStreamCaptureMode", gpurt.Call(p.syms.exchangeMode, uintptr(unsafe.Pointer(&m))))
 		}); err != nil {
 			return res, err
 		}
 	}
 	mode := map[string]uintptr{"global": captureModeGlobal, "threadlocal": captureModeThreadLocal, "relaxed": captureModeRelaxed}[c.Mode]
-	if err := capT.do("begin", func() error {
-		if err := d.rt.check("begin capture", "cudaStreamBeginCapture", call(d.rt.streamBeginCapture, p.capS, mode)); err != nil {
+	if err := capT.Do("begin", func() error {
+		if err := d.rt.Check("begin capture", "cudaStreamBeginCapture", gpurt.Call(d.rt.StreamBeginCapture.Addr, p.capS, mode)); err != nil {
 			return err
 		}
 		// One captured node, so that an empty graph never hides a result.
-		return d.rt.check("memset", "cudaMemsetAsync", call(d.rt.memsetAsync, p.dev1, 1, 4096, p.capS))
+		return d.rt.Check("memset", "cudaMemsetAsync", gpurt.Call(d.rt.MemsetAsync.Addr, p.dev1, 1, 4096, p.capS))
 	}); err != nil {
 		return res, err
 	}
@@ -187,17 +189,17 @@ func RunTruthCase(c TruthCase) (TruthResult, error) {
 	if c.Caller != "same" {
 		opThread = otherT
 	}
-	_ = opThread.do("op", func() error {
+	_ = opThread.Do("op", func() error {
 		res.Code = int(p.op(c.Op))
 		return nil
 	})
 	res.CodeText = d.rt.text(int32(res.Code))
-	_ = capT.do("end", func() error {
+	_ = capT.Do("end", func() error {
 		var st int32
-		call(d.rt.streamIsCapturing, p.capS, uintptr(unsafe.Pointer(&st)))
+		gpurt.Call(d.rt.StreamIsCapturing.Addr, p.capS, uintptr(unsafe.Pointer(&st)))
 		res.StatusAfter = int(st)
 		var g uintptr
-		res.EndCode = int(call(d.rt.streamEndCapture, p.capS, uintptr(unsafe.Pointer(&g))))
+		res.EndCode = int(gpurt.Call(d.rt.StreamEndCapture.Addr, p.capS, uintptr(unsafe.Pointer(&g))))
 		res.Graph = g != 0
 		return nil
 	})
@@ -250,23 +252,23 @@ func (p *truthProbe) setup(c TruthCase) error {
 	}
 	var scratch uintptr
 	for _, s := range []*uintptr{&p.capS, &p.otherS, &scratch} {
-		if err := rt.check("create stream", "cudaStreamCreateWithPriority", call(rt.streamCreateWithPriority, uintptr(unsafe.Pointer(s)), flags, 0)); err != nil {
+		if err := rt.Check("create stream", "cudaStreamCreateWithPriority", gpurt.Call(rt.StreamCreateWithPriority.Addr, uintptr(unsafe.Pointer(s)), flags, 0)); err != nil {
 			return err
 		}
 	}
 	for _, b := range []*uintptr{&p.dev0, &p.dev1} {
-		if err := rt.check("malloc", "cudaMalloc", call(rt.malloc, uintptr(unsafe.Pointer(b)), 4096)); err != nil {
+		if err := rt.Check("malloc", "cudaMalloc", gpurt.Call(rt.Malloc.Addr, uintptr(unsafe.Pointer(b)), 4096)); err != nil {
 			return err
 		}
 	}
-	if err := rt.check("host alloc", "cudaHostAlloc", call(rt.hostAlloc, uintptr(unsafe.Pointer(&p.pinned)), 4096, hostAllocPortable)); err != nil {
+	if err := rt.Check("host alloc", "cudaHostAlloc", gpurt.Call(rt.HostAlloc.Addr, uintptr(unsafe.Pointer(&p.pinned)), 4096, hostAllocPortable)); err != nil {
 		return err
 	}
 	p.pageable = make([]byte, 4096)
 	if p.syms.eventCreate != 0 && p.syms.eventRecord != 0 {
-		if call(p.syms.eventCreate, uintptr(unsafe.Pointer(&p.event))) != 0 {
+		if gpurt.Call(p.syms.eventCreate, uintptr(unsafe.Pointer(&p.event))) != 0 {
 			p.event = 0
-		} else if call(p.syms.eventRecord, p.event, p.otherS) != 0 {
+		} else if gpurt.Call(p.syms.eventRecord, p.event, p.otherS) != 0 {
 			p.event = 0
 		}
 	}
@@ -275,13 +277,13 @@ func (p *truthProbe) setup(c TruthCase) error {
 	// the launches and the exec destroy case) and kept raw for the
 	// instantiate case, the second for the destroy case.
 	precapture := func(value uintptr, out *uintptr) error {
-		if err := rt.check("pre-capture begin", "cudaStreamBeginCapture", call(rt.streamBeginCapture, scratch, captureModeThreadLocal)); err != nil {
+		if err := rt.Check("pre-capture begin", "cudaStreamBeginCapture", gpurt.Call(rt.StreamBeginCapture.Addr, scratch, captureModeThreadLocal)); err != nil {
 			return err
 		}
-		if err := rt.check("pre-capture memset", "cudaMemsetAsync", call(rt.memsetAsync, p.dev1, value, 4096, scratch)); err != nil {
+		if err := rt.Check("pre-capture memset", "cudaMemsetAsync", gpurt.Call(rt.MemsetAsync.Addr, p.dev1, value, 4096, scratch)); err != nil {
 			return err
 		}
-		return rt.check("pre-capture end", "cudaStreamEndCapture", call(rt.streamEndCapture, scratch, uintptr(unsafe.Pointer(out))))
+		return rt.Check("pre-capture end", "cudaStreamEndCapture", gpurt.Call(rt.StreamEndCapture.Addr, scratch, uintptr(unsafe.Pointer(out))))
 	}
 	if err := precapture(2, &p.graph); err != nil {
 		return err
@@ -290,22 +292,22 @@ func (p *truthProbe) setup(c TruthCase) error {
 		return err
 	}
 	for _, e := range []*uintptr{&p.exec, &p.exec2} {
-		if err := rt.check("instantiate", "cudaGraphInstantiateWithFlags", call(rt.graphInstantiateWithFlags, uintptr(unsafe.Pointer(e)), p.graph, 0)); err != nil {
+		if err := rt.Check("instantiate", "cudaGraphInstantiateWithFlags", gpurt.Call(rt.GraphInstantiateWithFlags.Addr, uintptr(unsafe.Pointer(e)), p.graph, 0)); err != nil {
 			return err
 		}
 	}
-	if err := rt.check("pool alloc", "cudaMallocFromPoolAsync", call(rt.mallocFromPoolAsync, uintptr(unsafe.Pointer(&p.poolPtr)), 4096, p.pool, p.otherS)); err != nil {
+	if err := rt.Check("pool alloc", "cudaMallocFromPoolAsync", gpurt.Call(rt.MallocFromPoolAsync.Addr, uintptr(unsafe.Pointer(&p.poolPtr)), 4096, p.pool, p.otherS)); err != nil {
 		return err
 	}
 	for _, s := range []uintptr{p.capS, p.otherS, scratch} {
-		if err := rt.check("synchronize", "cudaStreamSynchronize", call(rt.streamSynchronize, s)); err != nil {
+		if err := rt.Check("synchronize", "cudaStreamSynchronize", gpurt.Call(rt.StreamSynchronize.Addr, s)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// op makes the probed call(s) and returns the first non-zero code. Go
+// op makes the probed gpurt.Call(s) and returns the first non-zero code. Go
 // values whose address is passed are kept alive by call's uintptrescapes
 // directive.
 func (p *truthProbe) op(name string) int32 {
@@ -319,15 +321,15 @@ func (p *truthProbe) op(name string) int32 {
 	switch name {
 	case "malloc":
 		var q uintptr
-		return call(rt.malloc, uintptr(unsafe.Pointer(&q)), 4096)
+		return gpurt.Call(rt.Malloc.Addr, uintptr(unsafe.Pointer(&q)), 4096)
 	case "free_precapture":
-		return call(rt.free, p.dev0)
+		return gpurt.Call(rt.Free.Addr, p.dev0)
 	case "host_alloc":
 		var q uintptr
-		return call(rt.hostAlloc, uintptr(unsafe.Pointer(&q)), 4096, hostAllocPortable)
+		return gpurt.Call(rt.HostAlloc.Addr, uintptr(unsafe.Pointer(&q)), 4096, hostAllocPortable)
 	case "mem_get_info":
 		var free, total uint64
-		return call(rt.memGetInfo, uintptr(unsafe.Pointer(&free)), uintptr(unsafe.Pointer(&total)))
+		return gpurt.Call(rt.MemGetInfo.Addr, uintptr(unsafe.Pointer(&free)), uintptr(unsafe.Pointer(&total)))
 	case "pool_alloc_capturing", "pool_alloc_other":
 		s := p.capS
 		if name == "pool_alloc_other" {
@@ -335,50 +337,52 @@ func (p *truthProbe) op(name string) int32 {
 		}
 		var q uintptr
 		return both(
-			func() int32 { return call(rt.mallocFromPoolAsync, uintptr(unsafe.Pointer(&q)), 4096, p.pool, s) },
-			func() int32 { return call(rt.freeAsync, q, s) })
+			func() int32 {
+				return gpurt.Call(rt.MallocFromPoolAsync.Addr, uintptr(unsafe.Pointer(&q)), 4096, p.pool, s)
+			},
+			func() int32 { return gpurt.Call(rt.FreeAsync.Addr, q, s) })
 	case "memset_other":
-		return call(rt.memsetAsync, p.dev1, 3, 4096, p.otherS)
+		return gpurt.Call(rt.MemsetAsync.Addr, p.dev1, 3, 4096, p.otherS)
 	case "copy_pinned_capturing":
-		return call(rt.memcpyAsync, p.dev1, p.pinned, 4096, memcpyHostToDevice, p.capS)
+		return gpurt.Call(rt.MemcpyAsync.Addr, p.dev1, p.pinned, 4096, memcpyHostToDevice, p.capS)
 	case "copy_pageable_capturing":
-		return call(rt.memcpyAsync, p.dev1, uintptr(unsafe.Pointer(&p.pageable[0])), 4096, memcpyHostToDevice, p.capS)
+		return gpurt.Call(rt.MemcpyAsync.Addr, p.dev1, uintptr(unsafe.Pointer(&p.pageable[0])), 4096, memcpyHostToDevice, p.capS)
 	case "copy_pageable_sync":
-		return call(p.syms.memcpy, p.dev1, uintptr(unsafe.Pointer(&p.pageable[0])), 4096, memcpyHostToDevice)
+		return gpurt.Call(p.syms.memcpy, p.dev1, uintptr(unsafe.Pointer(&p.pageable[0])), 4096, memcpyHostToDevice)
 	case "sync_capturing":
-		return call(rt.streamSynchronize, p.capS)
+		return gpurt.Call(rt.StreamSynchronize.Addr, p.capS)
 	case "query_capturing":
-		return call(rt.streamQuery, p.capS)
+		return gpurt.Call(rt.StreamQuery.Addr, p.capS)
 	case "sync_other":
-		return call(rt.streamSynchronize, p.otherS)
+		return gpurt.Call(rt.StreamSynchronize.Addr, p.otherS)
 	case "query_other":
-		return call(rt.streamQuery, p.otherS)
+		return gpurt.Call(rt.StreamQuery.Addr, p.otherS)
 	case "event_query":
-		return call(p.syms.eventQuery, p.event)
+		return gpurt.Call(p.syms.eventQuery, p.event)
 	case "device_sync":
-		return call(p.syms.deviceSynchronize)
+		return gpurt.Call(p.syms.deviceSynchronize)
 	case "stream_create_destroy":
 		var s uintptr
 		return both(
 			func() int32 {
-				return call(rt.streamCreateWithPriority, uintptr(unsafe.Pointer(&s)), streamNonBlocking, 0)
+				return gpurt.Call(rt.StreamCreateWithPriority.Addr, uintptr(unsafe.Pointer(&s)), streamNonBlocking, 0)
 			},
-			func() int32 { return call(rt.streamDestroy, s) })
+			func() int32 { return gpurt.Call(rt.StreamDestroy.Addr, s) })
 	case "graph_instantiate":
 		var e uintptr
-		return call(rt.graphInstantiateWithFlags, uintptr(unsafe.Pointer(&e)), p.graph, 0)
+		return gpurt.Call(rt.GraphInstantiateWithFlags.Addr, uintptr(unsafe.Pointer(&e)), p.graph, 0)
 	case "graph_launch_capturing":
-		return call(rt.graphLaunch, p.exec, p.capS)
+		return gpurt.Call(rt.GraphLaunch.Addr, p.exec, p.capS)
 	case "graph_launch_other":
-		return call(rt.graphLaunch, p.exec, p.otherS)
+		return gpurt.Call(rt.GraphLaunch.Addr, p.exec, p.otherS)
 	case "graph_mem_trim":
-		return call(p.syms.graphMemTrim, uintptr(p.dev))
+		return gpurt.Call(p.syms.graphMemTrim, uintptr(p.dev))
 	case "graph_exec_destroy":
-		return call(rt.graphExecDestroy, p.exec2)
+		return gpurt.Call(rt.GraphExecDestroy.Addr, p.exec2)
 	case "graph_destroy":
-		return call(rt.graphDestroy, p.graph2)
+		return gpurt.Call(rt.GraphDestroy.Addr, p.graph2)
 	case "free_async_other":
-		return call(rt.freeAsync, p.poolPtr, p.otherS)
+		return gpurt.Call(rt.FreeAsync.Addr, p.poolPtr, p.otherS)
 	}
 	panic("unreachable: checked in RunTruthCase")
 }

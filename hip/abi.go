@@ -1,6 +1,6 @@
 package hip
 
-import "unsafe"
+import "github.com/capalloc/capalloc/internal/gpurt"
 
 // ABI facts of the HIP runtime, each taken from the headers Debian's
 // libamdhip64-dev 5.2.3 installs (/usr/include/hip/hip_runtime_api.h and
@@ -65,7 +65,8 @@ const (
 	ipcLazyEnablePeerAccessFrom6   = 1   // ... and from ROCm 6.0 on (issue 9; not in the installed 5.2.3 header)
 )
 
-// memPoolProps is struct hipMemPoolProps (hip_runtime_api.h, 5.2.3):
+// memPoolProps is struct hipMemPoolProps (hip_runtime_api.h, 5.2.3), the
+// layout gpurt.MemPoolProps declares and checks at compile time:
 //
 //	hipMemAllocationType       allocType;               // 4
 //	hipMemAllocationHandleType handleTypes;             // 4
@@ -76,29 +77,49 @@ const (
 // 88 bytes, the tail from offset 24. ROCm 6.2 carved `size_t maxSize` out
 // of the same tail (at 24), so an all-zero tail means "defaults" in every
 // version.
-type memPoolProps struct {
-	allocType               int32
-	handleTypes             int32
-	locationType            int32
-	locationID              int32
-	win32SecurityAttributes uintptr
-	tail                    [64]byte
-}
-
+//
 // ipcMemHandle is hipIpcMemHandle_t (hip_runtime_api.h: struct
-// hipIpcMemHandle_st { char reserved[HIP_IPC_HANDLE_SIZE]; }, 64 bytes).
-// hipIpcOpenMemHandle takes it by value: purego's struct support passes it
-// as the C ABI says (on the stack on amd64, by reference on arm64).
-type ipcMemHandle struct {
-	reserved [ipcHandleSize]byte
-}
+// hipIpcMemHandle_st { char reserved[HIP_IPC_HANDLE_SIZE]; }, 64 bytes),
+// gpurt.IPCMemHandle. hipIpcOpenMemHandle takes it by value: purego's
+// struct support passes it as the C ABI says (on the stack on amd64, by
+// reference on arm64).
+type ipcMemHandle = gpurt.IPCMemHandle
 
-// The layouts are part of the ABI: checked at compile time.
 var (
-	_ [88 - unsafe.Sizeof(memPoolProps{})]struct{}
-	_ [unsafe.Sizeof(memPoolProps{}) - 88]struct{}
-	_ [24 - unsafe.Offsetof(memPoolProps{}.tail)]struct{}
-	_ [unsafe.Offsetof(memPoolProps{}.tail) - 24]struct{}
-	_ [64 - unsafe.Sizeof(ipcMemHandle{})]struct{}
-	_ [unsafe.Sizeof(ipcMemHandle{}) - 64]struct{}
+	_ [ipcHandleSize - gpurt.IPCHandleSize]struct{}
+	_ [gpurt.IPCHandleSize - ipcHandleSize]struct{}
 )
+
+// vendor is this package's table for the shared runtime layer: every
+// value above, and the error codes it acts on (errors.go).
+var vendor = gpurt.Vendor{
+	Name:                             "hip",
+	Alignment:                        Alignment,
+	NotReady:                         errNotReady,
+	NotSupported:                     errNotSupported,
+	CaptureStatusNone:                captureStatusNone,
+	CaptureStatusActive:              captureStatusActive,
+	CaptureStatusInvalidated:         captureStatusInvalidated,
+	CaptureModeGlobal:                captureModeGlobal,
+	CaptureModeThreadLocal:           captureModeThreadLocal,
+	CaptureModeRelaxed:               captureModeRelaxed,
+	MemcpyHostToDevice:               memcpyHostToDevice,
+	MemcpyDeviceToHost:               memcpyDeviceToHost,
+	MemcpyDeviceToDevice:             memcpyDeviceToDevice,
+	HostAllocPortable:                hostMallocPortable,
+	HostRegisterPortable:             hostRegisterPortable,
+	StreamNonBlocking:                streamNonBlocking,
+	GraphInstantiateAutoFreeOnLaunch: graphInstantiateAutoFreeOnLaunch,
+	MemPoolAttrReleaseThreshold:      memPoolAttrReleaseThreshold,
+	MemAllocationTypePinned:          memAllocationTypePinned,
+	MemHandleTypeNone:                memHandleTypeNone,
+	MemHandleTypePosixFD:             memHandleTypePosixFD,
+	MemLocationTypeDevice:            memLocationTypeDevice,
+	DevAttrIntegrated:                devAttrIntegrated,
+	// One pool serves captures and exports (CUDA's 801 for graph
+	// allocations from an exportable pool is not known of ROCm).
+	SeparateCapturePool: false,
+	IPCHandleType:       "hipIpcMemHandle_t",
+	PtrExportDataType:   "hipMemPoolPtrExportData",
+	MissingHostFuncNote: " (Debian's 5.2.3 does not, although its header declares it)",
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
 // OnDevice runs fn on a thread where the driver's device is current (the
@@ -22,14 +23,14 @@ func TestFakeOnDeviceRunsWithTheDeviceCurrent(t *testing.T) {
 	require.NoError(t, err)
 	count, err := purego.Dlsym(h, "hipGetDeviceCount")
 	require.NoError(t, err)
-	log.lines()
+	log.Lines()
 	var n int32
 	require.NoError(t, d.OnDevice("test", func() error {
 		purego.SyscallN(count, uintptr(unsafe.Pointer(&n)))
 		return nil
 	}))
 	require.EqualValues(t, 2, n)
-	require.Len(t, find(log.lines(), "dev=1 hipGetDeviceCount"), 1, "device 1 was current where fn ran")
+	require.Len(t, gpurttest.Find(log.Lines(), "dev=1 hipGetDeviceCount"), 1, "device 1 was current where fn ran")
 	boom := errors.New("boom")
 	require.ErrorIs(t, d.OnDevice("test", func() error { return boom }), boom)
 	require.NoError(t, d.Close())

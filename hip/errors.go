@@ -6,7 +6,7 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
 // hipError_t values this package names (hip_runtime_api.h: enum
@@ -155,7 +155,8 @@ func describe(code int) string {
 	return b.String()
 }
 
-// sentinelFor maps a hipError_t to the alloc sentinel it means here. The
+// sentinelFor maps a hipError_t to the alloc sentinel it means here,
+// through the table below (gpurt.Sentinels). The
 // meanings are the header's comments on enum hipError_t, which for the
 // capture codes repeat CUDA's (docs/hip-backend.md has the table).
 //
@@ -176,30 +177,19 @@ func describe(code int) string {
 //   - 1, 12, 13, 17, 21, 101, 201, 400, 401, 712, 713: a bad argument,
 //     handle or state.
 //   - 801 (not supported) and everything else: a driver error.
-func sentinelFor(code int) error {
-	switch code {
-	case errOutOfMemory:
-		return alloc.ErrOutOfMemory
-	case errStreamCaptureUnsupported, errStreamCaptureImplicit, errCapturedEvent:
-		return alloc.ErrCaptureIllegalOp
-	case errStreamCaptureWrongThread:
-		return errWrongThread
-	case errStreamCaptureInvalidated, errStreamCaptureMerge, errStreamCaptureUnmatched,
-		errStreamCaptureUnjoined, errStreamCaptureIsolation, errGraphExecUpdateFailure:
-		return alloc.ErrCaptureInvalidated
-	case errNotInitialized, errDeinitialized, errInsufficientDriver, errNoDevice:
-		return alloc.ErrBackendUnavailable
-	case errInvalidValue, errInvalidPitchValue, errInvalidSymbol, errInvalidDevicePointer,
-		errInvalidMemcpyDirection, errInvalidDevice, errInvalidContext, errInvalidHandle,
-		errIllegalState, errHostMemoryAlreadyReg, errHostMemoryNotRegistered:
-		return alloc.ErrInvalidValue
-	}
-	return alloc.ErrDriver
-}
+func sentinelFor(code int) error { return sentinels.For(code) }
 
-// errWrongThread is 908's sentinel: it matches both ErrCaptureWrongThread
-// and ErrCaptureIllegalOp.
-var errWrongThread = fmt.Errorf("%w (%w)", alloc.ErrCaptureWrongThread, alloc.ErrCaptureIllegalOp)
+var sentinels = gpurt.NewSentinels(gpurt.Codes{
+	OutOfMemory: []int{errOutOfMemory},
+	IllegalOp:   []int{errStreamCaptureUnsupported, errStreamCaptureImplicit, errCapturedEvent},
+	WrongThread: []int{errStreamCaptureWrongThread},
+	Invalidated: []int{errStreamCaptureInvalidated, errStreamCaptureMerge, errStreamCaptureUnmatched,
+		errStreamCaptureUnjoined, errStreamCaptureIsolation, errGraphExecUpdateFailure},
+	Unavailable: []int{errNotInitialized, errDeinitialized, errInsufficientDriver, errNoDevice},
+	InvalidValue: []int{errInvalidValue, errInvalidPitchValue, errInvalidSymbol, errInvalidDevicePointer,
+		errInvalidMemcpyDirection, errInvalidDevice, errInvalidContext, errInvalidHandle,
+		errIllegalState, errHostMemoryAlreadyReg, errHostMemoryNotRegistered},
+})
 
 // Error is a failed HIP runtime call. It matches (errors.Is) the alloc
 // sentinel its code maps to, and errors.As gives the numeric code. Its
@@ -238,10 +228,8 @@ func (e *Error) Unwrap() error {
 
 // errf is a backend error that did not come from a runtime call.
 func errf(sentinel error, format string, args ...any) error {
-	return fmt.Errorf("%w: hip: "+format, append([]any{sentinel}, args...)...)
+	return vendor.Errf(sentinel, format, args...)
 }
-
-func errClosed(op string) error { return errf(alloc.ErrClosed, "%s: driver is closed", op) }
 
 // codeOf returns the hipError_t inside err, or 0.
 func codeOf(err error) int {

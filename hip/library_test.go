@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -33,7 +34,7 @@ func TestUnavailableNamesEveryPathAndReason(t *testing.T) {
 	require.NoError(t, os.WriteFile(bad, []byte(strings.Repeat("not an ELF file\n", 64)), 0o644))
 	rt, err := loadRuntime(env(map[string]string{"ROCM_PATH": dir}), func(*runtimeAPI) error { return nil })
 	if err == nil {
-		t.Skipf("a usable HIP runtime is installed here (%s): the search found it", rt.path)
+		t.Skipf("a usable HIP runtime is installed here (%s): the search found it", rt.Path)
 	}
 	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
 	for _, p := range candidates(env(map[string]string{"ROCM_PATH": dir})) {
@@ -44,42 +45,20 @@ func TestUnavailableNamesEveryPathAndReason(t *testing.T) {
 	require.Contains(t, err.Error(), LibEnv, "the message says how to point at a library")
 }
 
-func TestOverrideToNonLibraryIsUnavailable(t *testing.T) {
-	bad := filepath.Join(t.TempDir(), "libamdhip64.so")
-	require.NoError(t, os.WriteFile(bad, []byte("#!/bin/sh\n"), 0o644))
-	t.Setenv(LibEnv, bad)
-	_, err := New(Options{})
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
-	require.Equal(t, 1, strings.Count(err.Error(), bad+":"), "the override alone is tried: %v", err)
-
-	t.Setenv(LibEnv, filepath.Join(t.TempDir(), "missing.so"))
-	_, err = New(Options{})
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
-	require.Contains(t, err.Error(), "No such file or directory")
-}
-
-func TestLibraryWithoutHIPSymbolsIsUnavailable(t *testing.T) {
-	// libc is a real shared object, but not a HIP runtime.
-	t.Setenv(LibEnv, "libc.so.6")
-	_, err := New(Options{})
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
-	require.Contains(t, err.Error(), ": not a HIP runtime: no symbol hipRuntimeGetVersion")
-}
-
 // A library that reports a version but lacks a required symbol is refused
 // with the list of what is missing, and the search moves on.
 func TestLibraryLackingSymbolsIsSkipped(t *testing.T) {
-	prepareFake(t)
+	fake.Prepare(t)
 	partial := filepath.Join(t.TempDir(), "libamdhip64.so.7")
-	buildShared(t, partial, []byte(`
+	gpurttest.BuildShared(t, partial, []byte(`
 int hipRuntimeGetVersion(int *v) { *v = 70000000; return 0; }
 const char *hipGetErrorString(int e) { return "hipErrorUnknown"; }
 int hipGetDeviceCount(int *n) { *n = 1; return 0; }
 `))
-	good := fakeLib(t)
+	good := fake.Lib(t)
 	rt, err := loadFirst([]string{partial, good}, func(*runtimeAPI) error { return nil })
 	require.NoError(t, err)
-	require.Equal(t, good, rt.path)
+	require.Equal(t, good, rt.Path)
 	_, err = loadFirst([]string{partial}, func(*runtimeAPI) error { return nil })
 	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), partial+": lacks required symbols [hipSetDevice ")
@@ -90,7 +69,7 @@ int hipGetDeviceCount(int *n) { *n = 1; return 0; }
 // the search moves on to a library that has one.
 func TestNoDeviceIsUnavailableAndSkipped(t *testing.T) {
 	t.Setenv("FAKE_HIP_DEVICES", "0")
-	none := fakeLib(t)
+	none := fake.Lib(t)
 	_, err := New(Options{})
 	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), none+" (HIP runtime 6.1.0): count devices: hipGetDeviceCount: no device (hipErrorNoDevice, 100): no AMD GPU is visible")
@@ -99,8 +78,8 @@ func TestNoDeviceIsUnavailableAndSkipped(t *testing.T) {
 	require.Equal(t, errNoDevice, e.Code)
 
 	t.Setenv("FAKE_HIP_DEVICES", "1")
-	good := fakeLib(t)
+	good := fake.Lib(t)
 	rt, err := loadFirst([]string{none, good}, func(*runtimeAPI) error { return nil })
 	require.NoError(t, err)
-	require.Equal(t, good, rt.path)
+	require.Equal(t, good, rt.Path)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
 // realRuntimeEnv names a real libamdhip64 for the TestRealRuntime tests
@@ -39,9 +40,9 @@ func TestRealRuntimeHasEverySymbol(t *testing.T) {
 	bs := rt.bindings()
 	require.NoError(t, resolve(h, path, bs), "every required symbol resolves")
 	for _, b := range bs {
-		if *b.addr == 0 {
-			require.True(t, b.optional, b.name)
-			t.Logf("optional symbol %s absent from %s", b.name, path)
+		if b.Sym.Addr == 0 {
+			require.True(t, b.Optional, b.Name)
+			t.Logf("optional symbol %s absent from %s", b.Name, path)
 		}
 	}
 	for _, name := range []string{"hipRuntimeGetVersion", "hipGetErrorString"} {
@@ -69,10 +70,10 @@ func TestRealRuntimeWithoutGPU(t *testing.T) {
 	require.Equal(t, "hipErrorNoDevice", e.Text, "5.2.3's hipGetErrorString returns the name")
 
 	// The real library first, a working one after it: the second is used.
-	good := fakeLib(t)
+	good := fake.Lib(t)
 	rt, err := loadFirst([]string{path, good}, func(*runtimeAPI) error { return nil })
 	require.NoError(t, err)
-	require.Equal(t, good, rt.path)
+	require.Equal(t, good, rt.Path)
 
 	// The default search finds it (libamdhip64.so.5 on the loader's path)
 	// and gives the same reason, and the reason beats the version gate:
@@ -90,24 +91,25 @@ func TestRealRuntimeCallsReturnCodes(t *testing.T) {
 	path := realRuntime(t)
 	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	require.NoError(t, err)
-	rt := &runtimeAPI{path: path}
+	rt := &runtimeAPI{}
+	rt.Path = path
 	require.NoError(t, resolve(h, path, rt.bindings()))
 	getStr, err := purego.Dlsym(h, "hipGetErrorString")
 	require.NoError(t, err)
-	purego.RegisterFunc(&rt.errorString, getStr)
-	purego.RegisterFunc(&rt.ipcOpen, rt.ipcOpenMemHandle)
+	purego.RegisterFunc(&rt.ErrorString, getStr)
+	purego.RegisterFunc(&rt.IPCOpen, rt.IPCOpenMemHandle.Addr)
 
 	var p uintptr
 	var handle ipcMemHandle
-	code := rt.ipcOpen(&p, handle, ipcLazyEnablePeerAccessBefore6)
+	code := rt.IPCOpen(&p, handle, ipcLazyEnablePeerAccessBefore6)
 	require.NotZero(t, code)
 	t.Logf("hipIpcOpenMemHandle(zero handle) = %d %s", code, rt.text(code))
-	code = call(rt.ipcGetMemHandle, uintptr(unsafe.Pointer(&handle)), 0)
+	code = gpurt.Call(rt.IPCGetMemHandle.Addr, uintptr(unsafe.Pointer(&handle)), 0)
 	require.NotZero(t, code)
 	t.Logf("hipIpcGetMemHandle(NULL) = %d %s", code, rt.text(code))
-	code = call(rt.setDevice, 0)
+	code = gpurt.Call(rt.SetDevice.Addr, 0)
 	require.Equal(t, int32(errInvalidDevice), code, "hipSetDevice without a GPU")
 	var mode int32 = captureModeRelaxed
-	code = call(rt.threadExchangeCaptureMode, uintptr(unsafe.Pointer(&mode)))
+	code = gpurt.Call(rt.ThreadExchangeCaptureMode.Addr, uintptr(unsafe.Pointer(&mode)))
 	t.Logf("hipThreadExchangeStreamCaptureMode = %d %s", code, rt.text(code))
 }

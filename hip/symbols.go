@@ -1,12 +1,6 @@
 package hip
 
-import (
-	"fmt"
-
-	"github.com/ebitengine/purego"
-
-	"github.com/capalloc/capalloc/alloc"
-)
+import "github.com/capalloc/capalloc/internal/gpurt"
 
 // Signatures bound here, each as /usr/include/hip/hip_runtime_api.h
 // (ROCm 5.2.3) declares it; every function returns hipError_t, a C enum:
@@ -65,105 +59,62 @@ import (
 // (changed across versions): capture status comes from
 // hipStreamIsCapturing only.
 
-// symbols are the resolved addresses, called with purego.SyscallN.
-type symbols struct {
-	getDeviceCount, setDevice, deviceGetAttribute, deviceGetName uintptr
-	deviceTotalMem, memGetInfo                                   uintptr
-	streamCreateWithPriority, streamDestroy, streamSynchronize   uintptr
-	streamQuery, streamIsCapturing                               uintptr
-	malloc, free                                                 uintptr
-	memPoolCreate, memPoolDestroy, deviceGetDefaultMemPool       uintptr
-	memPoolSetAttribute, mallocFromPoolAsync, freeAsync          uintptr
-	hostMalloc, hostFree, memcpyAsync, memsetAsync               uintptr
-	hostRegister, hostUnregister                                 uintptr
-	streamBeginCapture, streamEndCapture                         uintptr
-	graphInstantiateWithFlags, graphLaunch, graphExecDestroy     uintptr
-	graphDestroy, threadExchangeCaptureMode                      uintptr
-	ipcGetMemHandle, ipcOpenMemHandle, ipcCloseMemHandle         uintptr
-	memPoolExportToShareableHandle                               uintptr
-	memPoolImportFromShareableHandle                             uintptr
-	memPoolExportPointer, memPoolImportPointer                   uintptr
-	memPoolTrimTo, launchHostFunc                                uintptr
-	graphMemTrim                                                 uintptr // optional: 0 when missing
-}
-
-// binding is one symbol to resolve: optional ones may be missing (the
-// feature they serve degrades), required ones refuse the library.
-type binding struct {
-	name     string
-	addr     *uintptr
-	optional bool
-}
-
 // bindings lists every symbol the driver needs.
-func (s *symbols) bindings() []binding {
-	return []binding{
-		{"hipGetDeviceCount", &s.getDeviceCount, false},
-		{"hipSetDevice", &s.setDevice, false},
-		{"hipDeviceGetAttribute", &s.deviceGetAttribute, false},
-		{"hipDeviceGetName", &s.deviceGetName, false},
-		{"hipDeviceTotalMem", &s.deviceTotalMem, false},
-		{"hipMemGetInfo", &s.memGetInfo, false},
-		{"hipStreamCreateWithPriority", &s.streamCreateWithPriority, false},
-		{"hipStreamDestroy", &s.streamDestroy, false},
-		{"hipStreamSynchronize", &s.streamSynchronize, false},
-		{"hipStreamQuery", &s.streamQuery, false},
-		{"hipStreamIsCapturing", &s.streamIsCapturing, false},
-		{"hipMalloc", &s.malloc, false},
-		{"hipFree", &s.free, false},
-		{"hipMemPoolCreate", &s.memPoolCreate, false},
-		{"hipMemPoolDestroy", &s.memPoolDestroy, false},
-		{"hipDeviceGetDefaultMemPool", &s.deviceGetDefaultMemPool, false},
-		{"hipMemPoolSetAttribute", &s.memPoolSetAttribute, false},
-		{"hipMemPoolTrimTo", &s.memPoolTrimTo, false},
-		{"hipMallocFromPoolAsync", &s.mallocFromPoolAsync, false},
-		{"hipFreeAsync", &s.freeAsync, false},
-		{"hipHostMalloc", &s.hostMalloc, false},
-		{"hipHostFree", &s.hostFree, false},
-		{"hipHostRegister", &s.hostRegister, false},
-		{"hipHostUnregister", &s.hostUnregister, false},
-		{"hipMemcpyAsync", &s.memcpyAsync, false},
-		{"hipMemsetAsync", &s.memsetAsync, false},
-		{"hipStreamBeginCapture", &s.streamBeginCapture, false},
-		{"hipStreamEndCapture", &s.streamEndCapture, false},
-		{"hipGraphInstantiateWithFlags", &s.graphInstantiateWithFlags, false},
-		{"hipGraphLaunch", &s.graphLaunch, false},
-		{"hipGraphExecDestroy", &s.graphExecDestroy, false},
-		{"hipGraphDestroy", &s.graphDestroy, false},
-		{"hipThreadExchangeStreamCaptureMode", &s.threadExchangeCaptureMode, false},
-		{"hipIpcGetMemHandle", &s.ipcGetMemHandle, false},
-		{"hipIpcOpenMemHandle", &s.ipcOpenMemHandle, false},
-		{"hipIpcCloseMemHandle", &s.ipcCloseMemHandle, false},
-		{"hipMemPoolExportToShareableHandle", &s.memPoolExportToShareableHandle, false},
-		{"hipMemPoolImportFromShareableHandle", &s.memPoolImportFromShareableHandle, false},
-		{"hipMemPoolExportPointer", &s.memPoolExportPointer, false},
-		{"hipMemPoolImportPointer", &s.memPoolImportPointer, false},
+func (rt *runtimeAPI) bindings() []gpurt.Binding {
+	s := &rt.Syms
+	return []gpurt.Binding{
+		gpurt.Required("hipGetDeviceCount", &s.GetDeviceCount),
+		gpurt.Required("hipSetDevice", &s.SetDevice),
+		gpurt.Required("hipDeviceGetAttribute", &s.DeviceGetAttribute),
+		gpurt.Required("hipDeviceGetName", &rt.deviceGetName),
+		gpurt.Required("hipDeviceTotalMem", &rt.deviceTotalMem),
+		gpurt.Required("hipMemGetInfo", &s.MemGetInfo),
+		gpurt.Required("hipStreamCreateWithPriority", &s.StreamCreateWithPriority),
+		gpurt.Required("hipStreamDestroy", &s.StreamDestroy),
+		gpurt.Required("hipStreamSynchronize", &s.StreamSynchronize),
+		gpurt.Required("hipStreamQuery", &s.StreamQuery),
+		gpurt.Required("hipStreamIsCapturing", &s.StreamIsCapturing),
+		gpurt.Required("hipMalloc", &s.Malloc),
+		gpurt.Required("hipFree", &s.Free),
+		gpurt.Required("hipMemPoolCreate", &s.MemPoolCreate),
+		gpurt.Required("hipMemPoolDestroy", &s.MemPoolDestroy),
+		gpurt.Required("hipDeviceGetDefaultMemPool", &s.DeviceGetDefaultMemPool),
+		gpurt.Required("hipMemPoolSetAttribute", &s.MemPoolSetAttribute),
+		gpurt.Required("hipMemPoolTrimTo", &s.MemPoolTrimTo),
+		gpurt.Required("hipMallocFromPoolAsync", &s.MallocFromPoolAsync),
+		gpurt.Required("hipFreeAsync", &s.FreeAsync),
+		gpurt.Required("hipHostMalloc", &s.HostAlloc),
+		gpurt.Required("hipHostFree", &s.HostFree),
+		gpurt.Required("hipHostRegister", &s.HostRegister),
+		gpurt.Required("hipHostUnregister", &s.HostUnregister),
+		gpurt.Required("hipMemcpyAsync", &s.MemcpyAsync),
+		gpurt.Required("hipMemsetAsync", &s.MemsetAsync),
+		gpurt.Required("hipStreamBeginCapture", &s.StreamBeginCapture),
+		gpurt.Required("hipStreamEndCapture", &s.StreamEndCapture),
+		gpurt.Required("hipGraphInstantiateWithFlags", &s.GraphInstantiateWithFlags),
+		gpurt.Required("hipGraphLaunch", &s.GraphLaunch),
+		gpurt.Required("hipGraphExecDestroy", &s.GraphExecDestroy),
+		gpurt.Required("hipGraphDestroy", &s.GraphDestroy),
+		gpurt.Required("hipThreadExchangeStreamCaptureMode", &s.ThreadExchangeCaptureMode),
+		gpurt.Required("hipIpcGetMemHandle", &s.IPCGetMemHandle),
+		gpurt.Required("hipIpcOpenMemHandle", &s.IPCOpenMemHandle),
+		gpurt.Required("hipIpcCloseMemHandle", &s.IPCCloseMemHandle),
+		gpurt.Required("hipMemPoolExportToShareableHandle", &s.MemPoolExportToShareableHandle),
+		gpurt.Required("hipMemPoolImportFromShareableHandle", &s.MemPoolImportFromShareableHandle),
+		gpurt.Required("hipMemPoolExportPointer", &s.MemPoolExportPointer),
+		gpurt.Required("hipMemPoolImportPointer", &s.MemPoolImportPointer),
 		// Optional: without it graph memory is not trimmed (a warning at
 		// open says so). Not declared in 5.2.3's header.
-		{"hipDeviceGraphMemTrim", &s.graphMemTrim, true},
+		gpurt.Optional("hipDeviceGraphMemTrim", &s.GraphMemTrim),
 		// Optional: without it LaunchHostFunc fails (a warning at open
 		// says so). Declared in 5.2.3's header, but Debian's
 		// libamdhip64.so.5 (5.2.3) does not export it.
-		{"hipLaunchHostFunc", &s.launchHostFunc, true},
+		gpurt.Optional("hipLaunchHostFunc", &s.LaunchHostFunc),
 	}
 }
 
-// resolve looks every binding up with Dlsym (never RegisterLibFunc, which
-// panics on a missing symbol).
-func resolve(handle uintptr, path string, bs []binding) error {
-	var missing []string
-	for _, b := range bs {
-		addr, err := purego.Dlsym(handle, b.name)
-		if err != nil || addr == 0 {
-			if !b.optional {
-				missing = append(missing, b.name)
-			}
-			continue
-		}
-		*b.addr = addr
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("%w: hip: %s: lacks required symbols %v", alloc.ErrBackendUnavailable, path, missing)
-	}
-	return nil
+// resolve looks every binding up with Dlsym (gpurt: never
+// RegisterLibFunc, which panics on a missing symbol).
+func resolve(handle uintptr, path string, bs []gpurt.Binding) error {
+	return vendor.Resolve(handle, path, bs)
 }

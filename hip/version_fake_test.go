@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/gpurt"
+	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
 // The fake built as Debian's 5.2.3: that version, no hipDeviceGraphMemTrim
@@ -16,7 +18,7 @@ import (
 // declares it, the library does not export it).
 func fake52(t *testing.T) string {
 	t.Helper()
-	return fakeLibWith(t, "-DFAKE_HIP_RUNTIME_VERSION=50221153", "-DFAKE_NO_GRAPH_MEM_TRIM", "-DFAKE_NO_LAUNCH_HOST_FUNC")
+	return fake.Lib(t, "-DFAKE_HIP_RUNTIME_VERSION=50221153", "-DFAKE_NO_GRAPH_MEM_TRIM", "-DFAKE_NO_LAUNCH_HOST_FUNC")
 }
 
 // A runtime older than 5.6 is refused unless capture is given up, and the
@@ -35,7 +37,7 @@ func TestFake52RefusedWithoutNoCapture(t *testing.T) {
 // fallback then runs the function without capture.
 func TestFake52OpensWithNoCapture(t *testing.T) {
 	path := fake52(t)
-	log := openFakeLog(t, path)
+	log := gpurttest.OpenLog(t, path)
 	d, err := New(Options{NoCapture: true})
 	require.NoError(t, err)
 	defer d.Close()
@@ -44,11 +46,11 @@ func TestFake52OpensWithNoCapture(t *testing.T) {
 	require.Contains(t, strings.Join(d.Warnings(), "\n"), "lacks hipLaunchHostFunc")
 	s, err := d.CreateStream()
 	require.NoError(t, err)
-	log.lines()
+	log.Lines()
 	err = d.BeginCapture(s, alloc.Global)
 	require.ErrorIs(t, err, alloc.ErrCaptureUnavailable)
 	require.Contains(t, err.Error(), "no_capture")
-	require.Empty(t, find(log.lines(), "hipStreamBeginCapture"))
+	require.Empty(t, gpurttest.Find(log.Lines(), "hipStreamBeginCapture"))
 	err = d.LaunchHostFunc(s, func() error { return nil })
 	require.ErrorIs(t, err, alloc.ErrDriver)
 	require.Contains(t, err.Error(), "does not export hipLaunchHostFunc")
@@ -85,7 +87,7 @@ func TestFakeCapturedPoolAllocationBy52And56(t *testing.T) {
 		ownedBy string
 	}{
 		{"5.2.21153", fake52, "caller"},
-		{"5.6.0", func(t *testing.T) string { t.Setenv("FAKE_HIP_VERSION", "50600000"); return fakeLib(t) }, "graph"},
+		{"5.6.0", func(t *testing.T) string { t.Setenv("FAKE_HIP_VERSION", "50600000"); return fake.Lib(t) }, "graph"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.lib(t)
@@ -119,8 +121,8 @@ func TestFakeCapturedPoolAllocationBy52And56(t *testing.T) {
 func freeMemory(t *testing.T, d *Driver) uint64 {
 	t.Helper()
 	var free, total uint64
-	require.NoError(t, d.rt.check("memory info", "hipMemGetInfo",
-		call(d.rt.memGetInfo, uintptr(unsafe.Pointer(&free)), uintptr(unsafe.Pointer(&total)))))
+	require.NoError(t, d.rt.Check("memory info", "hipMemGetInfo",
+		gpurt.Call(d.rt.MemGetInfo.Addr, uintptr(unsafe.Pointer(&free)), uintptr(unsafe.Pointer(&total)))))
 	return free
 }
 
@@ -129,13 +131,13 @@ func freeMemory(t *testing.T, d *Driver) uint64 {
 func TestLoaderSkipsOldRuntimeUnlessNoCapture(t *testing.T) {
 	old := fake52(t)
 	t.Setenv("FAKE_HIP_VERSION", "50600000")
-	cur := fakeLib(t)
+	cur := fake.Lib(t)
 	rt, err := loadFirst([]string{old, cur}, func(rt *runtimeAPI) error { return checkCaptureVersion(rt, false) })
 	require.NoError(t, err)
-	require.Equal(t, cur, rt.path)
+	require.Equal(t, cur, rt.Path)
 	rt, err = loadFirst([]string{old, cur}, func(rt *runtimeAPI) error { return checkCaptureVersion(rt, true) })
 	require.NoError(t, err)
-	require.Equal(t, old, rt.path)
+	require.Equal(t, old, rt.Path)
 	_, err = loadFirst([]string{old}, func(rt *runtimeAPI) error { return checkCaptureVersion(rt, false) })
 	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), old+": HIP runtime 5.2.21153 is older than 5.6.0")
@@ -145,7 +147,14 @@ func TestVersionString(t *testing.T) {
 	require.Equal(t, "5.2.21153", versionString(50221153))
 	require.Equal(t, "5.6.0", versionString(minCaptureVersion))
 	require.Equal(t, "6.1.40091", versionString(60140091))
-	require.NoError(t, checkCaptureVersion(&runtimeAPI{runtimeVersion: 50600000}, false))
-	require.Error(t, checkCaptureVersion(&runtimeAPI{runtimeVersion: 50599999}, false))
-	require.True(t, errors.Is(checkCaptureVersion(&runtimeAPI{runtimeVersion: 50500000}, false), alloc.ErrBackendUnavailable))
+	require.NoError(t, checkCaptureVersion(runtimeOf(50600000), false))
+	require.Error(t, checkCaptureVersion(runtimeOf(50599999), false))
+	require.True(t, errors.Is(checkCaptureVersion(runtimeOf(50500000), false), alloc.ErrBackendUnavailable))
+}
+
+// runtimeOf is a runtime that reports version v.
+func runtimeOf(v int) *runtimeAPI {
+	rt := &runtimeAPI{}
+	rt.Version = v
+	return rt
 }

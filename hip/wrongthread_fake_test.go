@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
 // HIP's rule for ending a capture is CUDA's: a capture not begun in
@@ -30,7 +31,7 @@ func TestFake908EndOnAnotherThread(t *testing.T) {
 			continue
 		}
 		require.Equal(t, int32(errStreamCaptureWrongThread), code, mode)
-		err := d.rt.check("end capture", "hipStreamEndCapture", code)
+		err := d.rt.Check("end capture", "hipStreamEndCapture", code)
 		require.ErrorIs(t, err, alloc.ErrCaptureWrongThread)
 		require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
 		require.NotErrorIs(t, err, alloc.ErrCaptureInvalidated)
@@ -52,9 +53,9 @@ func endElsewhere(t *testing.T, d *Driver, s alloc.Stream) int32 {
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
 		var g uintptr
-		code := call(d.rt.streamEndCapture, uintptr(s), uintptr(unsafe.Pointer(&g)))
+		code := gpurt.Call(d.rt.StreamEndCapture.Addr, uintptr(s), uintptr(unsafe.Pointer(&g)))
 		if code == 0 && g != 0 {
-			call(d.rt.graphDestroy, g)
+			gpurt.Call(d.rt.GraphDestroy.Addr, g)
 		}
 		done <- code
 	}()

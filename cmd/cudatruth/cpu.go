@@ -177,7 +177,7 @@ func cpuOp(v alloc.Driver, op string, p preCapture) error {
 }
 
 // relaxedByContract are the calls the Driver contract makes in Relaxed
-// interaction mode (cuda/relaxed.go): the emulation never counts them as
+// interaction mode (internal/gpurt/relaxed.go): the emulation never counts them as
 // unsafe.
 var relaxedByContract = map[string]bool{
 	"pool_alloc_other": true, "free_async_other": true, "graph_instantiate": true, "graph_exec_destroy": true,
@@ -201,7 +201,7 @@ func knownDifference(c cuda.TruthCase, cudaV, cpuV string) string {
 			"and the cuda driver makes none on its capture thread"
 	case relaxedByContract[c.Op] &&
 		c.Caller != "other_relaxed" && cudaV == verdictInvalidates && cpuV == verdictOK:
-		return "the Driver contract makes this call in Relaxed interaction mode (cuda/relaxed.go); " +
+		return "the Driver contract makes this call in Relaxed interaction mode (internal/gpurt/relaxed.go); " +
 			"the runtime's own other_relaxed row for it is ok"
 	case c.Op == "copy_pageable_capturing" && cudaV == verdictOK && cpuV == verdictInvalidates:
 		return "CUDA 13 records a pageable async copy; the Driver contract takes only pinned memory for " +

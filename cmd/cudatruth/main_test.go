@@ -105,7 +105,7 @@ func TestRecordedTableRules(t *testing.T) {
 			}
 		}
 	}
-	assert.Equal(t, verdictInvalidates, v("global/other/nonblocking/pool_alloc_other"), "why cuda/relaxed.go exists")
+	assert.Equal(t, verdictInvalidates, v("global/other/nonblocking/pool_alloc_other"), "why internal/gpurt/relaxed.go exists")
 	assert.Equal(t, verdictOK, v("global/other/nonblocking/copy_pageable_sync"), "non-blocking streams")
 	assert.Equal(t, verdictInvalidates, v("global/other/blocking/copy_pageable_sync"), "blocking streams: 906")
 }

@@ -1,0 +1,133 @@
+package gpurt
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// CaptureMode maps alloc's capture modes to the runtime's stream capture
+// mode.
+func (v *Vendor) CaptureMode(m alloc.CaptureMode) (uintptr, error) {
+	switch m {
+	case alloc.Global:
+		return v.CaptureModeGlobal, nil
+	case alloc.ThreadLocal:
+		return v.CaptureModeThreadLocal, nil
+	case alloc.Relaxed:
+		return v.CaptureModeRelaxed, nil
+	}
+	return 0, v.Errf(alloc.ErrInvalidValue, "begin capture: capture mode %d", int(m))
+}
+
+// BeginCapture runs begin capture on the capture thread, where EndCapture
+// will run too (see thread.go). The not-supported code (801) means this
+// device or driver cannot capture: alloc.ErrCaptureUnavailable. A capture
+// gate (hip's no_capture) refuses first, with no call made.
+func (d *Driver) BeginCapture(s alloc.Stream, mode alloc.CaptureMode) error {
+	const op = "begin capture"
+	if err := d.checkStream(op, s); err != nil {
+		return err
+	}
+	if d.captureGate != nil {
+		if err := d.captureGate(op); err != nil {
+			return err
+		}
+	}
+	m, err := d.v.CaptureMode(mode)
+	if err != nil {
+		return err
+	}
+	return d.capture.Do(op, func() error {
+		code := Call(d.rt.StreamBeginCapture.Addr, uintptr(s), m)
+		if code == d.v.NotSupported {
+			return d.rt.FailAs(alloc.ErrCaptureUnavailable, fmt.Sprintf("%s (%s)", op, mode), d.rt.StreamBeginCapture.Name, code)
+		}
+		return d.rt.Check(fmt.Sprintf("%s (%s)", op, mode), d.rt.StreamBeginCapture.Name, code)
+	})
+}
+
+// EndCapture runs end capture on the thread that began it. An invalidated
+// capture returns 901 and no graph: alloc.ErrCaptureInvalidated.
+func (d *Driver) EndCapture(s alloc.Stream) (alloc.GraphHandle, error) {
+	const op = "end capture"
+	if err := d.checkStream(op, s); err != nil {
+		return 0, err
+	}
+	var g uintptr
+	err := d.capture.Do(op, func() error {
+		return d.rt.Check(op, d.rt.StreamEndCapture.Name, Call(d.rt.StreamEndCapture.Addr, uintptr(s), uintptr(unsafe.Pointer(&g))))
+	})
+	if err != nil {
+		return 0, err
+	}
+	if g == 0 {
+		return 0, d.v.Errf(alloc.ErrCaptureInvalidated, "%s: %s returned no graph", op, d.rt.StreamEndCapture.Name)
+	}
+	return alloc.GraphHandle(g), nil
+}
+
+// GraphInstantiate uses instantiate-with-flags, whose signature is the
+// same in every version either runtime accepts (plain instantiate's is
+// not). It runs on the dev thread: the exec is built for the current
+// device's context.
+func (d *Driver) GraphInstantiate(g alloc.GraphHandle, autoFree bool) (alloc.GraphExec, error) {
+	const op = "graph instantiate"
+	if d.closed.Load() {
+		return 0, d.v.ErrClosed(op)
+	}
+	if g == 0 {
+		return 0, d.v.Errf(alloc.ErrInvalidValue, "%s: null graph", op)
+	}
+	flags := uintptr(0)
+	if autoFree {
+		flags = d.v.GraphInstantiateAutoFreeOnLaunch
+	}
+	var e uintptr
+	err := d.dev.Do(op, func() error {
+		// Relaxed (relaxed.go): instantiating must not invalidate another
+		// stream's Global-mode capture.
+		return d.rt.Check(op, d.rt.GraphInstantiateWithFlags.Name, d.relaxed(func() int32 {
+			return Call(d.rt.GraphInstantiateWithFlags.Addr, uintptr(unsafe.Pointer(&e)), uintptr(g), flags)
+		}))
+	})
+	return alloc.GraphExec(e), err
+}
+
+// GraphLaunch enqueues the graph on s (stream-bound: any thread).
+func (d *Driver) GraphLaunch(e alloc.GraphExec, s alloc.Stream) error {
+	const op = "graph launch"
+	if err := d.checkStream(op, s); err != nil {
+		return err
+	}
+	if e == 0 {
+		return d.v.Errf(alloc.ErrInvalidValue, "%s: null graph exec", op)
+	}
+	return d.rt.Check(op, d.rt.GraphLaunch.Name, First(CallHot(d.rt.GraphLaunch.Addr, uintptr(e), uintptr(s))))
+}
+
+func (d *Driver) GraphExecDestroy(e alloc.GraphExec) error {
+	const op = "graph exec destroy"
+	if d.closed.Load() {
+		return d.v.ErrClosed(op)
+	}
+	if e == 0 {
+		return d.v.Errf(alloc.ErrInvalidValue, "%s: null graph exec", op)
+	}
+	// Relaxed (relaxed.go): CUDA counts it as unsafe (HIP follows CUDA's
+	// capture rules), and closing one allocator's graph must not
+	// invalidate another's Global capture.
+	return d.rt.Check(op, d.rt.GraphExecDestroy.Name, d.relaxed(func() int32 { return Call(d.rt.GraphExecDestroy.Addr, uintptr(e)) }))
+}
+
+func (d *Driver) GraphDestroy(g alloc.GraphHandle) error {
+	const op = "graph destroy"
+	if d.closed.Load() {
+		return d.v.ErrClosed(op)
+	}
+	if g == 0 {
+		return d.v.Errf(alloc.ErrInvalidValue, "%s: null graph", op)
+	}
+	return d.rt.Check(op, d.rt.GraphDestroy.Name, Call(d.rt.GraphDestroy.Addr, uintptr(g)))
+}

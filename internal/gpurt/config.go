@@ -1,0 +1,90 @@
+package gpurt
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/backends"
+)
+
+// ParseOptions reads the config-string options both drivers take:
+//
+//	device=0                 device ordinal
+//	release_threshold=8GiB   pool release threshold (default: never release)
+//	reserve=2GiB             allocate and free this much once at open
+//	default_pool=true        use the device's default pool
+//	stream_priority=-1       stream priority
+//	non_blocking=false       blocking streams (default true)
+//	ipc=true                 create the pool exportable (POSIX fd handles)
+//
+// and the vendor's own boolean keys, extraBools (default false), read
+// after non_blocking and returned by name. Unknown keys are refused.
+// Every error wraps backends.ErrInvalidConfig; the options are not
+// validated here (ValidateConfig, once the vendor has read its own).
+func ParseOptions(o backends.Options, extraBools ...string) (Options, map[string]bool, error) {
+	var opts Options
+	extra := map[string]bool{}
+	keys := []string{"device", "release_threshold", "reserve", "default_pool", "stream_priority", "non_blocking"}
+	keys = append(append(keys, extraBools...), "ipc")
+	if err := o.Check(keys...); err != nil {
+		return opts, extra, err
+	}
+	var err error
+	if opts.Device, err = o.Int("device", 0); err != nil {
+		return opts, extra, err
+	}
+	if opts.ReleaseThreshold, err = o.Bytes("release_threshold", 0); err != nil {
+		return opts, extra, err
+	}
+	if opts.Reserve, err = o.Bytes("reserve", 0); err != nil {
+		return opts, extra, err
+	}
+	if opts.DefaultPool, err = o.Bool("default_pool", false); err != nil {
+		return opts, extra, err
+	}
+	if opts.StreamPriority, err = o.Int("stream_priority", 0); err != nil {
+		return opts, extra, err
+	}
+	nonBlocking, err := o.Bool("non_blocking", true)
+	if err != nil {
+		return opts, extra, err
+	}
+	opts.Blocking = !nonBlocking
+	for _, k := range extraBools {
+		if extra[k], err = o.Bool(k, false); err != nil {
+			return opts, extra, err
+		}
+	}
+	if opts.IPC, err = o.Bool("ipc", false); err != nil {
+		return opts, extra, err
+	}
+	return opts, extra, nil
+}
+
+// ValidateConfig is Validate for options read from a config string: the
+// error wraps backends.ErrInvalidConfig too.
+func (v *Vendor) ValidateConfig(o Options) error {
+	if err := v.Validate(o); err != nil {
+		return fmt.Errorf("%w: %w", backends.ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+// Factory is a vendor driver's backends.Factory: its options parsed from
+// the config string (parse), the choice's host memory (the plugin server's
+// shared memory, if any) set where host says, then open.
+func Factory[O any, D alloc.Driver](parse func(backends.Options) (O, error), host func(*O) *backends.HostMemory, open func(O) (D, error)) backends.Factory {
+	return func(ctx context.Context, c backends.Choice) (alloc.Driver, error) {
+		opts, err := parse(c.Options)
+		if err != nil {
+			return nil, err
+		}
+		*host(&opts) = c.Memory.Host
+		d, err := open(opts)
+		if err != nil {
+			return nil, err // not a nil *Driver in a non-nil interface
+		}
+		return d, nil
+	}
+}

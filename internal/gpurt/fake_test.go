@@ -1,0 +1,191 @@
+package gpurt_test
+
+// The fake-runtime tests that are the same for both vendors, run once per
+// vendor from one table: the fake libcudart (cuda/testdata/fakecudart.c)
+// and the fake libamdhip64 (hip/testdata/fakehip.c), each on the shared
+// core internal/fakegpu/core.c, are compiled with gcc and loaded through
+// the vendor's library variable, so the purego marshalling of every bound
+// call runs here without a GPU. What only one vendor has stays in its
+// package's tests.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/backends/plugin"
+	"github.com/capalloc/capalloc/cuda"
+	"github.com/capalloc/capalloc/hip"
+	"github.com/capalloc/capalloc/internal/gpurt"
+	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
+)
+
+// TestMain lets this test binary serve as its own plugin process, so
+// plugin:cuda and plugin:hip run the drivers in a child over the fakes.
+func TestMain(m *testing.M) {
+	plugin.ServeIfChild()
+	os.Exit(m.Run())
+}
+
+// gpuDriver is what both vendor drivers offer (gpurt.Driver's methods).
+type gpuDriver interface {
+	alloc.Driver
+	alloc.HostFuncLauncher
+	alloc.IPCMemory
+	alloc.StreamIdler
+	alloc.PoolTrimmer
+	alloc.GraphMemTrimmer
+	gpurt.Embedder
+	WaitClosed(ctx context.Context) error
+	Warnings() []string
+	OnDevice(op string, fn func() error) error
+	ExportPool() (int, error)
+	ExportPointer(p alloc.DevicePtr) ([]byte, error)
+	ImportPool(fd int) (*gpurt.ImportedPool, error)
+}
+
+var (
+	_ gpuDriver = (*cuda.Driver)(nil)
+	_ gpuDriver = (*hip.Driver)(nil)
+)
+
+// opts are the options both drivers take (cuda.Options converts to and
+// from it; hip.Options has them and no_capture).
+type opts = gpurt.Options
+
+// vendorCase is one vendor: its fake, its names and its messages.
+type vendorCase struct {
+	name      string // backend name
+	fake      *gpurttest.Fake
+	envPrefix string // of the fake's knobs: FAKE_CUDA_FAIL, ...
+	// names of the calls whose names are not prefix+the gpurt.Syms name
+	prefix, hostAlloc, hostFree string
+	open                        func(o opts) (gpuDriver, error)
+	// failed is how an error message names call's code.
+	failed func(call string, code int) string
+	// says is how an error message names call's code with the runtime's
+	// text for it.
+	says func(call, code, text string) string
+	// code is the code of the vendor's typed error inside err.
+	code func(err error) (int, bool)
+	// totalMemFrom is where the total memory comes from when the
+	// memory-info call fails or under-reports, and totalMemEnv the fake's
+	// knob (after envPrefix) that sets it.
+	totalMemFrom, totalMemEnv string
+	// notRuntime is how the loader refuses a library that is not the
+	// runtime.
+	notRuntime string
+}
+
+var vendors = []vendorCase{
+	{
+		name: "cuda", fake: &gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}, envPrefix: "FAKE_CUDA_",
+		prefix: "cuda", hostAlloc: "cudaHostAlloc", hostFree: "cudaFreeHost",
+		open: func(o opts) (gpuDriver, error) {
+			return cuda.New(cuda.Options(o))
+		},
+		failed: func(call string, code int) string { return fmt.Sprintf("%s returned %d", call, code) },
+		says:   func(call, code, text string) string { return call + " returned " + code + " (" + text + ")" },
+		// read at offset 288 of struct cudaDeviceProp
+		totalMemFrom: "cudaDeviceProp.totalGlobalMem", totalMemEnv: "PROP_MEM",
+		notRuntime: ": not a CUDA runtime: no symbol cudaRuntimeGetVersion",
+		code: func(err error) (int, bool) {
+			var e *cuda.Error
+			ok := errors.As(err, &e)
+			return e.Code, ok
+		},
+	},
+	{
+		name: "hip", fake: &gpurttest.Fake{Src: "hip/testdata/fakehip.c", Name: "libamdhip64", LibEnv: hip.LibEnv}, envPrefix: "FAKE_HIP_",
+		prefix: "hip", hostAlloc: "hipHostMalloc", hostFree: "hipHostFree",
+		open: func(o opts) (gpuDriver, error) {
+			return hip.New(hip.Options{Device: o.Device, ReleaseThreshold: o.ReleaseThreshold, Reserve: o.Reserve,
+				DefaultPool: o.DefaultPool, StreamPriority: o.StreamPriority, Blocking: o.Blocking, IPC: o.IPC, HostMemory: o.HostMemory})
+		},
+		failed: func(call string, code int) string {
+			return fmt.Sprintf("%s: %s, %d)", call, map[int]string{
+				2:   "out of memory (hipErrorOutOfMemory",
+				900: "stream capture unsupported (hipErrorStreamCaptureUnsupported",
+				908: "stream capture wrong thread (hipErrorStreamCaptureWrongThread",
+				999: "unknown (hipErrorUnknown",
+			}[code], code)
+		},
+		says:         func(call, _, text string) string { return call + ": " + text },
+		totalMemFrom: "hipDeviceTotalMem", totalMemEnv: "MEM",
+		notRuntime: ": not a HIP runtime: no symbol hipRuntimeGetVersion",
+		code: func(err error) (int, bool) {
+			var e *hip.Error
+			ok := errors.As(err, &e)
+			return e.Code, ok
+		},
+	},
+}
+
+// forEach runs test once per vendor, as a subtest named after it.
+func forEach(t *testing.T, test func(t *testing.T, v *vendorCase)) {
+	for i := range vendors {
+		v := &vendors[i]
+		t.Run(v.name, func(t *testing.T) { test(t, v) })
+	}
+}
+
+// fn is the vendor's name of a gpurt.Syms function ("MemPoolDestroy" ->
+// "cudaMemPoolDestroy").
+func (v *vendorCase) fn(name string) string {
+	switch name {
+	case "HostAlloc":
+		return v.hostAlloc
+	case "HostFree":
+		return v.hostFree
+	}
+	return v.prefix + name
+}
+
+// fail makes the fake fail its next calls of fn with code ("" to stop).
+func (v *vendorCase) fail(t *testing.T, spec string) { t.Setenv(v.envPrefix+"FAIL", spec) }
+
+// fakeLib compiles the vendor's fake, with preprocessor flags, into a
+// fresh path (a fresh load, so a fresh version and state) and points the
+// vendor's library variable at it. Without gcc the test is skipped.
+func fakeLib(t testing.TB, v *vendorCase, cflags ...string) string {
+	t.Helper()
+	return v.fake.Lib(t, cflags...)
+}
+
+type fakeLog = gpurttest.Log
+
+func openFakeLog(t testing.TB, path string) *fakeLog { t.Helper(); return gpurttest.OpenLog(t, path) }
+
+// find returns the log lines that contain every part.
+func find(lines []string, parts ...string) []string { return gpurttest.Find(lines, parts...) }
+
+// openFake opens a driver on a fresh build of the vendor's fake.
+func openFake(t testing.TB, v *vendorCase, o opts) (gpuDriver, *fakeLog) {
+	t.Helper()
+	return gpurttest.Open(t, v.fake, v.open, o)
+}
+
+// fill writes b at p through a blocking copy on a fresh stream.
+func fill(t *testing.T, d gpuDriver, p alloc.DevicePtr, b []byte) {
+	t.Helper()
+	s, err := d.CreateStream()
+	require.NoError(t, err)
+	defer d.DestroyStream(s)
+	require.NoError(t, d.CopyHtoD(p, b, s))
+}
+
+// read reads n bytes at p.
+func read(t *testing.T, d gpuDriver, p alloc.DevicePtr, n int) []byte {
+	t.Helper()
+	s, err := d.CreateStream()
+	require.NoError(t, err)
+	defer d.DestroyStream(s)
+	out := make([]byte, n)
+	require.NoError(t, d.CopyDtoH(out, p, s))
+	return out
+}

@@ -1,0 +1,132 @@
+package gpurt
+
+import (
+	"fmt"
+	"slices"
+	"unsafe"
+
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/hostregion"
+)
+
+// hostRegion is one pinned buffer: C memory from the pinned host
+// allocation, or, with Options.HostMemory, memory that source supplied and
+// the host-register call pinned (supplied keeps it, to give back). Either
+// lies outside the Go heap.
+type hostRegion struct {
+	start    uintptr
+	size     int
+	supplied []byte
+}
+
+func addr(b []byte) uintptr { return hostregion.Addr(b) }
+
+// pinned reports whether b lies inside one HostAlloc buffer. The async
+// copies require it: with pageable memory the runtime would copy
+// synchronously (and a capture would record a snapshot, or fail).
+func (d *Driver) pinned(b []byte) bool {
+	i, _ := hostregion.Find(*d.hosts.Load(), hostRegion.begin, hostRegion.length, b)
+	return i >= 0
+}
+
+func (r hostRegion) begin() uintptr  { return r.start }
+func (r hostRegion) length() uintptr { return uintptr(r.size) }
+
+// HostAlloc is the pinned host allocation with the portable flag (pinned
+// for every context, so the buffer does not depend on the current device),
+// on the dev thread. The slice views C memory; it stays valid until
+// HostFree. With Options.HostMemory the memory comes from there instead
+// (the plugin server's shared memory) and is pinned with the host-register
+// call (portable); a failed registration gives it back.
+func (d *Driver) HostAlloc(size int64) ([]byte, error) {
+	op := fmt.Sprintf("host alloc %d B", size)
+	if d.closed.Load() {
+		return nil, d.v.ErrClosed(op)
+	}
+	if err := d.checkSize(op, size); err != nil {
+		return nil, err
+	}
+	if uint64(size) > uint64(^uint(0)>>1) {
+		return nil, d.v.Errf(alloc.ErrInvalidValue, "%s: larger than the address space", op)
+	}
+	var b, supplied []byte
+	if hm := d.opts.HostMemory; hm != nil {
+		var err error
+		if b, err = hm.Alloc(size); err != nil {
+			return nil, fmt.Errorf("%s: supplied host memory: %w", op, err)
+		}
+		if int64(len(b)) != size {
+			_ = hm.Free(b)
+			return nil, d.v.Errf(alloc.ErrDriver, "%s: supplied host memory returned %d B", op, len(b))
+		}
+		err = d.dev.Do(op, func() error {
+			return d.rt.Check(op, d.rt.HostRegister.Name, Call(d.rt.HostRegister.Addr, addr(b), uintptr(size), d.v.HostRegisterPortable))
+		})
+		if err != nil {
+			_ = hm.Free(b)
+			return nil, err
+		}
+		supplied = b
+	} else {
+		var p unsafe.Pointer // C writes a pointer to C memory: the GC ignores it
+		err := d.dev.Do(op, func() error {
+			return d.rt.Check(op, d.rt.HostAlloc.Name, Call(d.rt.HostAlloc.Addr, uintptr(unsafe.Pointer(&p)), uintptr(size), d.v.HostAllocPortable))
+		})
+		if err != nil {
+			return nil, err
+		}
+		b = unsafe.Slice((*byte)(p), int(size))
+	}
+	d.mu.Lock()
+	rs := *d.hosts.Load()
+	r := hostRegion{start: addr(b), size: int(size), supplied: supplied}
+	i, _ := slices.BinarySearchFunc(rs, r.start, func(r hostRegion, p uintptr) int {
+		if r.start < p {
+			return -1
+		}
+		return 1
+	})
+	rs = slices.Insert(slices.Clip(rs), i, r)
+	d.hosts.Store(&rs)
+	d.mu.Unlock()
+	return b, nil
+}
+
+// HostFree releases a HostAlloc buffer passed exactly as returned; the
+// runtime's pinned free waits for work that may still use it.
+func (d *Driver) HostFree(b []byte) error {
+	op := fmt.Sprintf("host free %#x (%d B)", addr(b), len(b))
+	if d.closed.Load() {
+		return d.v.ErrClosed(op)
+	}
+	d.mu.Lock()
+	rs := *d.hosts.Load()
+	i := -1
+	if len(b) > 0 {
+		i = slices.IndexFunc(rs, func(r hostRegion) bool { return r.start == addr(b) && r.size == len(b) })
+	}
+	if i < 0 {
+		d.mu.Unlock()
+		return d.v.Errf(alloc.ErrInvalidValue, "%s: not a buffer from HostAlloc, or already freed", op)
+	}
+	r := rs[i]
+	rs = slices.Delete(slices.Clone(rs), i, i+1)
+	d.hosts.Store(&rs)
+	d.mu.Unlock()
+	return d.dev.Do(op, func() error { return d.freeHostRegion(op, r) })
+}
+
+// freeHostRegion releases r on the dev thread: the pinned free, or, for
+// supplied memory, the host-unregister call and then the source's Free
+// (which runs even when the unregistration failed, so nothing is kept
+// twice).
+func (d *Driver) freeHostRegion(op string, r hostRegion) error {
+	if r.supplied == nil {
+		return d.rt.Check(op, d.rt.HostFree.Name, Call(d.rt.HostFree.Addr, r.start))
+	}
+	err := d.rt.Check(op, d.rt.HostUnregister.Name, Call(d.rt.HostUnregister.Addr, r.start))
+	if ferr := d.opts.HostMemory.Free(r.supplied); ferr != nil && err == nil {
+		err = fmt.Errorf("%s: supplied host memory: %w", op, ferr)
+	}
+	return err
+}

@@ -1,0 +1,101 @@
+package gpurt_test
+
+import (
+	"errors"
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// StreamIdle is the stream query: success is idle (and reports, once, the
+// failure of a host function already run, as a synchronize would), the
+// not-ready code is "not idle" with no error, any other code is its typed
+// error. It checks the handle first, like every stream call.
+func TestFakeStreamIdle(t *testing.T) {
+	forEach(t, func(t *testing.T, v *vendorCase) {
+		d, log := openFake(t, v, opts{})
+		s, err := d.CreateStream()
+		require.NoError(t, err)
+		log.Lines()
+		idle, err := d.StreamIdle(s)
+		require.NoError(t, err)
+		require.True(t, idle)
+		require.Len(t, find(log.Lines(), v.fn("StreamQuery")), 1, "one stream query, nothing else")
+
+		v.fail(t, v.fn("StreamQuery")+":600")
+		idle, err = d.StreamIdle(s)
+		require.NoError(t, err, "not ready is no error")
+		require.False(t, idle)
+		v.fail(t, v.fn("StreamQuery")+":2")
+		_, err = d.StreamIdle(s)
+		require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+		require.Contains(t, err.Error(), v.failed(v.fn("StreamQuery"), 2))
+		v.fail(t, "")
+
+		boom := errors.New("boom")
+		require.NoError(t, d.LaunchHostFunc(s, func() error { return boom }))
+		idle, err = d.StreamIdle(s)
+		require.True(t, idle)
+		require.ErrorIs(t, err, boom, "the host function's failure, as synchronize reports it")
+		idle, err = d.StreamIdle(s)
+		require.True(t, idle)
+		require.NoError(t, err, "reported once")
+
+		_, err = d.StreamIdle(s + 1)
+		require.ErrorIs(t, err, alloc.ErrInvalidValue)
+		require.NoError(t, d.DestroyStream(s))
+		_, err = d.StreamIdle(s)
+		require.ErrorIs(t, err, alloc.ErrInvalidValue, "a destroyed stream")
+		require.NoError(t, d.Close())
+		_, err = d.StreamIdle(s)
+		require.ErrorIs(t, err, alloc.ErrClosed)
+	})
+}
+
+// The allocator's Synchronize over either driver asks StreamIdle first:
+// an idle stream costs one stream query and no synchronize.
+func TestFakeSynchronizeOfIdleStreamIsOneQuery(t *testing.T) {
+	forEach(t, func(t *testing.T, v *vendorCase) {
+		d, log := openFake(t, v, opts{})
+		a, err := alloc.New(d, alloc.Options{})
+		require.NoError(t, err)
+		defer a.Close()
+		log.Lines()
+		require.NoError(t, a.Synchronize())
+		lines := log.Lines()
+		require.Len(t, find(lines, v.fn("StreamQuery")), 1, "%v", lines)
+		require.Empty(t, find(lines, v.fn("StreamSynchronize")), "%v", lines)
+	})
+}
+
+// OnDevice runs its function on the driver's device thread: one locked OS
+// thread, the same at every call, with the device made current there; it
+// fails with ErrClosed after Close.
+func TestFakeOnDevice(t *testing.T) {
+	forEach(t, func(t *testing.T, v *vendorCase) {
+		d, log := openFake(t, v, opts{})
+		require.Len(t, find(log.Lines(), v.fn("SetDevice")), 2, "the device made current at open, on the device and capture threads")
+		var tids []int
+		for range 3 {
+			require.NoError(t, d.OnDevice("probe", func() error {
+				runtime.Gosched()
+				tids = append(tids, unix.Gettid())
+				return nil
+			}))
+		}
+		require.Equal(t, tids[0], tids[1], "the same OS thread every time")
+		require.Equal(t, tids[0], tids[2])
+		require.NotEqual(t, unix.Gettid(), tids[0], "not the caller's thread")
+		boom := errors.New("boom")
+		require.ErrorIs(t, d.OnDevice("probe", func() error { return boom }), boom)
+		require.Empty(t, find(log.Lines(), v.fn("SetDevice")), "OnDevice does not set the device again")
+		require.NoError(t, d.Close())
+		err := d.OnDevice("probe", func() error { return nil })
+		require.ErrorIs(t, err, alloc.ErrClosed)
+		require.Contains(t, err.Error(), v.name+": probe: driver is closed")
+	})
+}
