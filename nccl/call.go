@@ -3,24 +3,16 @@ package nccl
 import (
 	"fmt"
 
-	"github.com/ebitengine/purego"
-
 	"github.com/capalloc/capalloc/alloc"
 )
 
-// call invokes a C function returning ncclResult_t (a C int). The
-// uintptrescapes directive keeps what pointer arguments point at alive and
-// in place for the call, but only for a conversion written in the call's
-// own argument list (call(fn, uintptr(unsafe.Pointer(&v)))): a uintptr
-// computed before, in a helper, may name a stack slot that moves when the
-// goroutine's stack grows on the way to the C call (a fresh goroutine's
-// ncclGetUniqueId wrote its id into the old stack).
-//
-//go:uintptrescapes
-func call(fn uintptr, args ...uintptr) int32 {
-	r1, _, _ := purego.SyscallN(fn, args...)
-	return int32(r1)
-}
+// Calls go through gpurt.Call, the runtimes' one hot-call helper: its
+// go:uintptrescapes keeps what pointer arguments point at alive and in
+// place, but only for a conversion written in the call's own argument list
+// (gpurt.Call(fn, uintptr(unsafe.Pointer(&v)))). A uintptr computed before,
+// in a helper, may name a stack slot that moves when the goroutine's stack
+// grows on the way to the C call (a fresh goroutine's ncclGetUniqueId
+// wrote its id into the old stack).
 
 // ncclResult_t values (nccl.h, "API: Types").
 const (

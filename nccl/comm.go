@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
 // DataType is ncclDataType_t (nccl.h): the element types supported here.
@@ -50,7 +51,7 @@ func (l *Library) InitAll(devices []int) ([]*Comm, error) {
 	}
 	hs := make([]uintptr, len(devices))
 	err := alloc.DeviceWide(l.domain, "nccl: init communicators", func() error {
-		return l.check("ncclCommInitAll", call(l.commInitAll, uintptr(unsafe.Pointer(&hs[0])), uintptr(len(devs)), uintptr(unsafe.Pointer(&devs[0]))))
+		return l.check("ncclCommInitAll", gpurt.Call(l.commInitAll, uintptr(unsafe.Pointer(&hs[0])), uintptr(len(devs)), uintptr(unsafe.Pointer(&devs[0]))))
 	})
 	if err != nil {
 		return nil, err
@@ -73,7 +74,7 @@ func (c *Comm) Destroy() error {
 		return fmt.Errorf("%w: nccl: communicator destroyed twice", alloc.ErrClosed)
 	}
 	err := alloc.DeviceWide(c.l.domain, "nccl: destroy communicator", func() error {
-		return c.l.check("ncclCommDestroy", call(c.l.commDestroy, c.h))
+		return c.l.check("ncclCommDestroy", gpurt.Call(c.l.commDestroy, c.h))
 	})
 	if err == nil {
 		c.h = 0
@@ -103,7 +104,7 @@ func (c *Comm) AllReduce(a *alloc.Allocator, send, recv alloc.Buffer, count int6
 		return err
 	}
 	return a.Enqueue("nccl all-reduce", []alloc.Buffer{send, recv}, func(s alloc.Stream) error {
-		return c.l.check("ncclAllReduce", call(c.l.allReduce, uintptr(send.Ptr()), uintptr(recv.Ptr()), uintptr(count), uintptr(dt), uintptr(op), c.h, uintptr(s)))
+		return c.l.check("ncclAllReduce", gpurt.Call(c.l.allReduce, uintptr(send.Ptr()), uintptr(recv.Ptr()), uintptr(count), uintptr(dt), uintptr(op), c.h, uintptr(s)))
 	})
 }
 
@@ -117,7 +118,7 @@ func (c *Comm) AllGather(a *alloc.Allocator, send, recv alloc.Buffer, count int6
 		return err
 	}
 	return a.Enqueue("nccl all-gather", []alloc.Buffer{send, recv}, func(s alloc.Stream) error {
-		return c.l.check("ncclAllGather", call(c.l.allGather, uintptr(send.Ptr()), uintptr(recv.Ptr()), uintptr(count), uintptr(dt), c.h, uintptr(s)))
+		return c.l.check("ncclAllGather", gpurt.Call(c.l.allGather, uintptr(send.Ptr()), uintptr(recv.Ptr()), uintptr(count), uintptr(dt), c.h, uintptr(s)))
 	})
 }
 
@@ -131,7 +132,7 @@ func (c *Comm) ReduceScatter(a *alloc.Allocator, send, recv alloc.Buffer, count 
 		return err
 	}
 	return a.Enqueue("nccl reduce-scatter", []alloc.Buffer{send, recv}, func(s alloc.Stream) error {
-		return c.l.check("ncclReduceScatter", call(c.l.reduceScatter, uintptr(send.Ptr()), uintptr(recv.Ptr()), uintptr(count), uintptr(dt), uintptr(op), c.h, uintptr(s)))
+		return c.l.check("ncclReduceScatter", gpurt.Call(c.l.reduceScatter, uintptr(send.Ptr()), uintptr(recv.Ptr()), uintptr(count), uintptr(dt), uintptr(op), c.h, uintptr(s)))
 	})
 }
 
@@ -149,20 +150,20 @@ func (c *Comm) AllToAll(a *alloc.Allocator, send, recv alloc.Buffer, count int64
 		return err
 	}
 	return a.Enqueue("nccl all-to-all", []alloc.Buffer{send, recv}, func(s alloc.Stream) error {
-		if err := c.l.check("ncclGroupStart", call(c.l.groupStart)); err != nil {
+		if err := c.l.check("ncclGroupStart", gpurt.Call(c.l.groupStart)); err != nil {
 			return err
 		}
 		var first error
 		for p := range c.ranks {
 			off := uintptr(int64(p) * count * sz)
 			if first == nil {
-				first = c.l.check("ncclSend", call(c.l.send, uintptr(send.Ptr())+off, uintptr(count), uintptr(dt), uintptr(p), c.h, uintptr(s)))
+				first = c.l.check("ncclSend", gpurt.Call(c.l.send, uintptr(send.Ptr())+off, uintptr(count), uintptr(dt), uintptr(p), c.h, uintptr(s)))
 			}
 			if first == nil {
-				first = c.l.check("ncclRecv", call(c.l.recv, uintptr(recv.Ptr())+off, uintptr(count), uintptr(dt), uintptr(p), c.h, uintptr(s)))
+				first = c.l.check("ncclRecv", gpurt.Call(c.l.recv, uintptr(recv.Ptr())+off, uintptr(count), uintptr(dt), uintptr(p), c.h, uintptr(s)))
 			}
 		}
-		if err := c.l.check("ncclGroupEnd", call(c.l.groupEnd)); first == nil {
+		if err := c.l.check("ncclGroupEnd", gpurt.Call(c.l.groupEnd)); first == nil {
 			first = err
 		}
 		return first

@@ -13,6 +13,7 @@ import (
 	"github.com/ebitengine/purego"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
 // EnvLib names the one NCCL library to load instead of searching.
@@ -250,7 +251,7 @@ func (v *vendor) bind(path string, h uintptr) (*Library, error) {
 		purego.RegisterFunc(&l.commInitRank, commInitRank)
 	}
 	var ver int32
-	if r := call(getVersion, uintptr(unsafe.Pointer(&ver))); r != 0 {
+	if r := gpurt.Call(getVersion, uintptr(unsafe.Pointer(&ver))); r != 0 {
 		return nil, unusable("ncclGetVersion returned %d", r)
 	}
 	l.Version = int(ver)

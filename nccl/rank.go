@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
 // UniqueIDBytes is NCCL_UNIQUE_ID_BYTES (nccl.h).
@@ -26,7 +27,7 @@ type UniqueID struct {
 // computes the same id itself and rank 0's InitRank starts the root.
 func (l *Library) GetUniqueID() (UniqueID, error) {
 	var id UniqueID
-	if err := l.check("ncclGetUniqueId", call(l.getUniqueID, uintptr(unsafe.Pointer(&id)))); err != nil {
+	if err := l.check("ncclGetUniqueId", gpurt.Call(l.getUniqueID, uintptr(unsafe.Pointer(&id)))); err != nil {
 		return UniqueID{}, err
 	}
 	return id, nil

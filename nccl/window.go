@@ -7,6 +7,7 @@ import (
 	"github.com/ebitengine/purego"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
 // Symmetric windows (NCCL 2.27): a buffer every rank registers at the same
@@ -80,12 +81,12 @@ func (c *Comm) NewWindow(dev DeviceRunner, size int64) (*Window, error) {
 	err := alloc.DeviceWide(l.domain, "nccl: register window", func() error {
 		return dev.OnDevice("nccl: register window", func() error {
 			var p uintptr
-			if err := l.check("ncclMemAlloc", call(l.memAlloc, uintptr(unsafe.Pointer(&p)), uintptr(size))); err != nil {
+			if err := l.check("ncclMemAlloc", gpurt.Call(l.memAlloc, uintptr(unsafe.Pointer(&p)), uintptr(size))); err != nil {
 				return err
 			}
 			var h uintptr
-			if err := l.check("ncclCommWindowRegister", call(l.winRegister, c.h, p, uintptr(size), uintptr(unsafe.Pointer(&h)), winCollSymmetric)); err != nil {
-				_ = call(l.memFree, p)
+			if err := l.check("ncclCommWindowRegister", gpurt.Call(l.winRegister, c.h, p, uintptr(size), uintptr(unsafe.Pointer(&h)), winCollSymmetric)); err != nil {
+				_ = gpurt.Call(l.memFree, p)
 				return err
 			}
 			w.ptr, w.h = p, h
@@ -115,11 +116,11 @@ func (w *Window) Close(dev DeviceRunner) error {
 	l := w.c.l
 	err := alloc.DeviceWide(l.domain, "nccl: deregister window", func() error {
 		return dev.OnDevice("nccl: deregister window", func() error {
-			if err := l.check("ncclCommWindowDeregister", call(l.winDeregister, w.c.h, w.h)); err != nil {
+			if err := l.check("ncclCommWindowDeregister", gpurt.Call(l.winDeregister, w.c.h, w.h)); err != nil {
 				return err
 			}
 			w.h = 0
-			return l.check("ncclMemFree", call(l.memFree, w.ptr))
+			return l.check("ncclMemFree", gpurt.Call(l.memFree, w.ptr))
 		})
 	})
 	return err
@@ -144,6 +145,6 @@ func (c *Comm) AllReduceWindow(a *alloc.Allocator, w *Window, sendOff, recvOff, 
 		}
 	}
 	return a.Enqueue("nccl all-reduce (window)", nil, func(s alloc.Stream) error {
-		return c.l.check("ncclAllReduce", call(c.l.allReduce, w.ptr+uintptr(sendOff), w.ptr+uintptr(recvOff), uintptr(count), uintptr(dt), uintptr(op), c.h, uintptr(s)))
+		return c.l.check("ncclAllReduce", gpurt.Call(c.l.allReduce, w.ptr+uintptr(sendOff), w.ptr+uintptr(recvOff), uintptr(count), uintptr(dt), uintptr(op), c.h, uintptr(s)))
 	})
 }
