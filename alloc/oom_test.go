@@ -17,28 +17,8 @@ func TestOutOfMemoryGivesCacheBack(t *testing.T) {
 	const limit = 1 << 20
 	for _, path := range []string{"Alloc", "AllocSync"} {
 		t.Run(path, func(t *testing.T) {
-			d, err := cpu.New(cpu.Options{MemoryLimit: limit})
-			require.NoError(t, err)
-			defer d.Close()
-			a, err := alloc.New(d, alloc.Options{})
-			require.NoError(t, err)
-			defer func() { require.NoError(t, a.Close()) }()
-
-			// Fill the device with cached blocks of another size class.
-			var bs []alloc.Buffer
-			for {
-				b, err := a.Alloc(limit / 8)
-				if err != nil {
-					require.ErrorIs(t, err, alloc.ErrOutOfMemory)
-					break
-				}
-				bs = append(bs, b)
-			}
-			require.NotEmpty(t, bs)
-			for _, b := range bs {
-				require.NoError(t, a.Free(b))
-			}
-			require.Positive(t, a.Stats().BytesCached)
+			a := fullOfCache(t, limit)
+			var err error
 
 			var b alloc.Buffer
 			if path == "Alloc" {
@@ -57,28 +37,42 @@ func TestOutOfMemoryGivesCacheBack(t *testing.T) {
 // out-of-memory, both matchable, not swallowed: it is the engine's bug.
 func TestAllocSyncGiveBackReportsAsyncError(t *testing.T) {
 	const limit = 1 << 20
-	d, err := cpu.New(cpu.Options{MemoryLimit: limit})
-	require.NoError(t, err)
-	defer d.Close()
-	a, err := alloc.New(d, alloc.Options{})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, a.Close()) }()
-	var bs []alloc.Buffer
-	for i := 0; i < 6; i++ {
-		b, err := a.Alloc(limit / 8)
-		require.NoError(t, err)
-		bs = append(bs, b)
-	}
-	for _, b := range bs {
-		require.NoError(t, a.Free(b))
-	}
+	a := fullOfCache(t, limit)
 	boom := errors.New("kernel failed")
 	require.NoError(t, a.LaunchHostFunc(func() error { return boom }))
-	_, err = a.AllocSync(limit / 2)
+	_, err := a.AllocSync(limit / 2)
 	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
 	require.ErrorIs(t, err, boom, "the stream's error is not hidden behind the out-of-memory")
 	require.NoError(t, a.Synchronize(), "reported once")
 	b, err := a.AllocSync(limit / 2) // the cache was given back meanwhile
 	require.NoError(t, err)
 	require.NoError(t, a.Free(b))
+}
+
+// fullOfCache returns an allocator on a cpu device of limit bytes whose
+// memory is all held by the pool's cache: blocks of limit/8 allocated until
+// the device ran out, then freed. Both are closed when the test ends.
+func fullOfCache(t *testing.T, limit int64) *alloc.Allocator {
+	t.Helper()
+	d, err := cpu.New(cpu.Options{MemoryLimit: limit})
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Close() })
+	a, err := alloc.New(d, alloc.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, a.Close()) })
+	var bs []alloc.Buffer
+	for {
+		b, err := a.Alloc(limit / 8)
+		if err != nil {
+			require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+			break
+		}
+		bs = append(bs, b)
+	}
+	require.NotEmpty(t, bs)
+	for _, b := range bs {
+		require.NoError(t, a.Free(b))
+	}
+	require.Positive(t, a.Stats().BytesCached)
+	return a
 }
