@@ -6,9 +6,9 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 )
 
-// Calls go through gpurt.Call, the runtimes' one hot-call helper: its
-// go:uintptrescapes keeps what pointer arguments point at alive and in
-// place, but only for a conversion written in the call's own argument list
+// Calls go through gpurt.Call, the runtimes' one hot-call helper. Its
+// uintptrescapes directive keeps what pointer arguments point at alive and
+// in place, but only for a conversion written in the call's own argument list
 // (gpurt.Call(fn, uintptr(unsafe.Pointer(&v)))). A uintptr computed before,
 // in a helper, may name a stack slot that moves when the goroutine's stack
 // grows on the way to the C call (a fresh goroutine's ncclGetUniqueId
