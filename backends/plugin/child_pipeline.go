@@ -38,7 +38,10 @@ func (p *pipeOrder) wait(ctx context.Context, after uint64) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("%w: plugin: waiting for pipelined operations: %v", alloc.ErrDriver, ctx.Err())
+			// The call's deadline passed behind a pipelined operation that
+			// has not returned: the host must treat it as hung, even when
+			// this reply reaches it a moment before its own timer fires.
+			return fmt.Errorf("%w: plugin: waiting for pipelined operations: %v", alloc.ErrBackendHung, ctx.Err())
 		}
 	}
 }

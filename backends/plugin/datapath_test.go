@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -230,4 +232,19 @@ func TestUsageUnsupportedWhenTheBackendDoesNotCount(t *testing.T) {
 	require.NoError(t, err)
 	_, err = open(t, "plugin:faulty").Usage() // wraps the cpu driver as a plain alloc.Driver
 	require.ErrorIs(t, err, errors.ErrUnsupported)
+}
+
+// A request whose deadline passes while it waits behind pipelined
+// operations that have not run replies ErrBackendHung, never a plain
+// driver error: the host kills the backend for it even when the reply
+// beats the host's own timer (which a loaded machine showed it can).
+func TestWaitBehindPipelinedOpsPastDeadlineIsHung(t *testing.T) {
+	srv := newServer()
+	c, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	req := (&enc{}).u64(1) // after batch 1, which never runs
+	req.b = append(req.b, byte(opMalloc))
+	_, err := decodeReply(srv.call(c, req.b))
+	require.ErrorIs(t, err, alloc.ErrBackendHung)
+	require.Contains(t, err.Error(), "waiting for pipelined operations")
 }

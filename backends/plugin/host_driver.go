@@ -116,6 +116,9 @@ func (d *Driver) invoke(what string, f framed) (*dec, error) {
 	}
 	d.ran(f)
 	r, err := decodeReply(out.b)
+	if errors.Is(err, alloc.ErrBackendHung) { // the child's wait behind pipelined operations timed out (child_pipeline.go)
+		return nil, d.transportFailure(what+", sent behind pipelined operations that had not run (one of them may be the call that hung),", true, err)
+	}
 	if r != nil {
 		d.applyView(r)
 	}
