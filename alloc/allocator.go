@@ -97,16 +97,22 @@ func (a *Allocator) fail(op string, size int64, st CaptureState, err error) erro
 	return &Error{Op: op, Backend: a.backend, Size: size, State: st, Err: err}
 }
 
-// stateLocked asks the driver for the stream's capture status and folds it
-// with the allocator's own flag. It fails on a closed allocator and on a
-// capture the watchdog abandoned. Caller holds a.mu.
-func (a *Allocator) stateLocked() (CaptureState, error) {
-	for a.transition != nil { // the driver is beginning or ending a capture
+// awaitTransitionLocked waits, a.mu released meanwhile, while the driver
+// is beginning or ending a capture of this allocator. Caller holds a.mu.
+func (a *Allocator) awaitTransitionLocked() {
+	for a.transition != nil {
 		ch := a.transition
 		a.mu.Unlock()
 		<-ch
 		a.mu.Lock()
 	}
+}
+
+// stateLocked asks the driver for the stream's capture status and folds it
+// with the allocator's own flag. It fails on a closed allocator and on a
+// capture the watchdog abandoned. Caller holds a.mu.
+func (a *Allocator) stateLocked() (CaptureState, error) {
+	a.awaitTransitionLocked()
 	if a.closed {
 		return StateNone, ErrClosed
 	}

@@ -11,12 +11,7 @@ import (
 // driver stays open: it belongs to the caller.
 func (a *Allocator) Close() error {
 	a.mu.Lock()
-	for a.transition != nil { // a capture begin or end is in flight
-		ch := a.transition
-		a.mu.Unlock()
-		<-ch
-		a.mu.Lock()
-	}
+	a.awaitTransitionLocked()
 	if a.closed {
 		a.mu.Unlock()
 		return a.fail("Close", -1, StateNone, wrapf(ErrClosed, "allocator closed twice"))
