@@ -2,11 +2,9 @@ package gpurt_test
 
 import (
 	"errors"
-	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 
 	"github.com/capalloc/capalloc/alloc"
 )
@@ -69,33 +67,5 @@ func TestFakeSynchronizeOfIdleStreamIsOneQuery(t *testing.T) {
 		lines := log.Lines()
 		require.Len(t, find(lines, v.fn("StreamQuery")), 1, "%v", lines)
 		require.Empty(t, find(lines, v.fn("StreamSynchronize")), "%v", lines)
-	})
-}
-
-// OnDevice runs its function on the driver's device thread: one locked OS
-// thread, the same at every call, with the device made current there; it
-// fails with ErrClosed after Close.
-func TestFakeOnDevice(t *testing.T) {
-	forEach(t, func(t *testing.T, v *vendorCase) {
-		d, log := openFake(t, v, opts{})
-		require.Len(t, find(log.Lines(), v.fn("SetDevice")), 2, "the device made current at open, on the device and capture threads")
-		var tids []int
-		for range 3 {
-			require.NoError(t, d.OnDevice("probe", func() error {
-				runtime.Gosched()
-				tids = append(tids, unix.Gettid())
-				return nil
-			}))
-		}
-		require.Equal(t, tids[0], tids[1], "the same OS thread every time")
-		require.Equal(t, tids[0], tids[2])
-		require.NotEqual(t, unix.Gettid(), tids[0], "not the caller's thread")
-		boom := errors.New("boom")
-		require.ErrorIs(t, d.OnDevice("probe", func() error { return boom }), boom)
-		require.Empty(t, find(log.Lines(), v.fn("SetDevice")), "OnDevice does not set the device again")
-		require.NoError(t, d.Close())
-		err := d.OnDevice("probe", func() error { return nil })
-		require.ErrorIs(t, err, alloc.ErrClosed)
-		require.Contains(t, err.Error(), v.name+": probe: driver is closed")
 	})
 }
