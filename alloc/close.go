@@ -48,7 +48,7 @@ func (a *Allocator) Close() error {
 		leaks = append(leaks, fmt.Errorf("%d buffer(s) of %d B not freed", n, bytes))
 	}
 	a.workspaces = map[string]*block{}
-	if err := a.releaseCacheLocked(); err != nil {
+	if _, err := a.releaseCacheLocked(); err != nil {
 		errs = append(errs, err)
 	}
 	hosts := make([]*HostBuffer, 0, len(a.hosts))

@@ -93,7 +93,7 @@ func (a *Allocator) growPoolLocked(n int64) (*block, error) {
 			return nil, err
 		}
 	}
-	freed, ferr := a.freeSegmentsLocked(a.pool.takeAll())
+	freed, ferr := a.releaseCacheLocked()
 	if ferr != nil {
 		return nil, errors.Join(err, ferr)
 	}
@@ -167,11 +167,11 @@ func (a *Allocator) refusedInCaptureLocked(err error) error {
 	return fmt.Errorf("%w (%w by the refusal)", err, ErrCaptureInvalidated)
 }
 
-// releaseCacheLocked gives every wholly free segment back to the driver.
-// Only called with no capture on the stream, so the frees are not recorded.
-func (a *Allocator) releaseCacheLocked() error {
-	_, err := a.freeSegmentsLocked(a.pool.takeAll())
-	return err
+// releaseCacheLocked gives every wholly free segment back to the driver
+// and reports whether there was any. Only called with no capture on the
+// stream, so the frees are not recorded.
+func (a *Allocator) releaseCacheLocked() (bool, error) {
+	return a.freeSegmentsLocked(a.pool.takeAll())
 }
 
 // freeSegmentsLocked gives segments the pool took out back to the driver
@@ -201,7 +201,7 @@ func (a *Allocator) Trim() error {
 		if st != StateNone {
 			return refusal(st, "trim frees memory")
 		}
-		if err := a.releaseCacheLocked(); err != nil {
+		if _, err := a.releaseCacheLocked(); err != nil {
 			return err
 		}
 		if trims {
@@ -381,7 +381,7 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 // holds the gate's read side, and the stream is not capturing.
 func (a *Allocator) giveBackForSync() (bool, error) {
 	a.mu.Lock()
-	released, err := a.freeSegmentsLocked(a.pool.takeAll())
+	released, err := a.releaseCacheLocked()
 	if a.tryTrimGraphMemoryLocked() {
 		released = true
 	}

@@ -1,5 +1,10 @@
 package alloc
 
+import (
+	"cmp"
+	"slices"
+)
+
 // The pool caches device memory the way PyTorch's caching allocator does,
 // measured to waste a fraction of what whole-size-class caching wastes
 // (BENCHMARKS.md, "Pool fragmentation"): requests are rounded to 512 B and
@@ -118,7 +123,7 @@ func (p *pool) split(ar *arena, b *block, n int64) {
 	if rest < ar.splitMin {
 		return
 	}
-	r := p.record() // zeroed: set what differs, field by field (cheaper than a literal)
+	r := p.record() // zeroed: set what differs
 	r.a, r.ptr, r.class, r.kind, r.seg = b.a, b.ptr+DevicePtr(n), rest, kindPooled, b.seg
 	r.segPrev, r.segNext = b, b.segNext
 	if b.segNext != nil {
@@ -218,82 +223,66 @@ func (p *pool) recycle(b *block) {
 	p.spare = b
 }
 
-// takeFree removes the wholly free segments chosen by pick from the pool
-// and returns them; pick sees each free segment once, in arena order.
-func (p *pool) takeFree(pick func(s *segment) bool) []*segment {
+// wholeFree lists the segments that are one free block, small arena first,
+// each arena most recent first, with the recent blocks merged so none is
+// missed.
+func (p *pool) wholeFree() []*segment {
 	p.mergeRecent()
 	var out []*segment
 	for _, ar := range []*arena{&p.small, &p.large} {
-		for s := ar.segs; s != nil; {
-			next := s.next
-			if b := s.first; b.free && b.segNext == nil && pick(s) {
-				ar.free.remove(b)
-				p.cached -= b.class
-				p.recycle(b)
-				if s.prev != nil {
-					s.prev.next = s.next
-				} else {
-					ar.segs = s.next
-				}
-				if s.next != nil {
-					s.next.prev = s.prev
-				}
+		for s := ar.segs; s != nil; s = s.next {
+			if b := s.first; b.free && b.segNext == nil {
 				out = append(out, s)
 			}
-			s = next
 		}
 	}
 	return out
 }
 
+// take removes wholly free segments (from wholeFree) from the pool and
+// returns them, for the caller to give back to the driver.
+func (p *pool) take(segs []*segment) []*segment {
+	for _, s := range segs {
+		ar := s.ar
+		ar.free.remove(s.first)
+		p.cached -= s.first.class
+		p.recycle(s.first)
+		if s.prev != nil {
+			s.prev.next = s.next
+		} else {
+			ar.segs = s.next
+		}
+		if s.next != nil {
+			s.next.prev = s.prev
+		}
+	}
+	return segs
+}
+
 // takeAll removes every wholly free segment.
-func (p *pool) takeAll() []*segment { return p.takeFree(func(*segment) bool { return true }) }
+func (p *pool) takeAll() []*segment { return p.take(p.wholeFree()) }
 
 // takeFor removes as few wholly free segments as make room for n bytes:
 // the smallest one of at least n, or else the largest ones until their
 // sizes add up to n (all of them when they do not).
 func (p *pool) takeFor(n int64) []*segment {
-	var (
-		fit   *segment
-		sizes []int64
-	)
-	p.takeFree(func(s *segment) bool {
+	segs := p.wholeFree()
+	var fit *segment
+	for _, s := range segs {
 		if s.size >= n && (fit == nil || s.size < fit.size) {
 			fit = s
 		}
-		sizes = append(sizes, s.size)
-		return false
-	})
+	}
 	if fit != nil {
-		return p.takeFree(func(s *segment) bool { return s == fit })
+		return p.take([]*segment{fit})
 	}
-	// Largest first until n is covered: find the size threshold.
-	sortDesc(sizes)
-	var sum, min int64
-	for _, sz := range sizes {
+	slices.SortFunc(segs, func(x, y *segment) int { return cmp.Compare(y.size, x.size) })
+	var sum int64
+	for i, s := range segs {
 		if sum >= n {
-			break
+			return p.take(segs[:i])
 		}
-		sum += sz
-		min = sz
+		sum += s.size
 	}
-	if sum == 0 {
-		return nil
-	}
-	left := sum
-	return p.takeFree(func(s *segment) bool {
-		if s.size >= min && left > 0 {
-			left -= s.size
-			return true
-		}
-		return false
-	})
-}
-
-func sortDesc(v []int64) {
-	for i := 1; i < len(v); i++ { // insertion sort: few segments, off the hot path
-		for j := i; j > 0 && v[j] > v[j-1]; j-- {
-			v[j], v[j-1] = v[j-1], v[j]
-		}
-	}
+	return p.take(segs)
 }
