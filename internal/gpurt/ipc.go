@@ -24,11 +24,8 @@ import (
 // allocation at p, which must be the base of a Malloc allocation.
 func (d *Driver) IPCGetMemHandle(p alloc.DevicePtr) ([]byte, error) {
 	op := fmt.Sprintf("IPC get handle of %#x", uint64(p))
-	if d.closed.Load() {
-		return nil, d.v.ErrClosed(op)
-	}
-	if p == 0 {
-		return nil, d.v.Errf(alloc.ErrInvalidValue, "%s: null pointer", op)
+	if err := d.checkPtr(op, p); err != nil {
+		return nil, err
 	}
 	h := new(IPCMemHandle)
 	err := d.dev.Do(op, func() error {
@@ -67,11 +64,8 @@ func (d *Driver) IPCOpenMemHandle(handle []byte) (alloc.DevicePtr, error) {
 // IPCOpenMemHandle returned.
 func (d *Driver) IPCCloseMemHandle(p alloc.DevicePtr) error {
 	op := fmt.Sprintf("IPC close handle %#x", uint64(p))
-	if d.closed.Load() {
-		return d.v.ErrClosed(op)
-	}
-	if p == 0 {
-		return d.v.Errf(alloc.ErrInvalidValue, "%s: null pointer", op)
+	if err := d.checkPtr(op, p); err != nil {
+		return err
 	}
 	return d.dev.Do(op, func() error {
 		return d.rt.Check(op, d.rt.IPCCloseMemHandle.Name, Call(d.rt.IPCCloseMemHandle.Addr, uintptr(p)))

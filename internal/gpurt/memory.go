@@ -122,14 +122,23 @@ func (d *Driver) Malloc(size int64) (alloc.DevicePtr, error) {
 	return alloc.DevicePtr(p), err
 }
 
-// Free is the synchronous free, on the dev thread. Unsafe.
-func (d *Driver) Free(p alloc.DevicePtr) error {
-	op := fmt.Sprintf("free %#x", uint64(p))
+// checkPtr refuses a call on p after Close, or on a null p, before the
+// runtime sees it.
+func (d *Driver) checkPtr(op string, p alloc.DevicePtr) error {
 	if d.closed.Load() {
 		return d.v.ErrClosed(op)
 	}
 	if p == 0 {
 		return d.v.Errf(alloc.ErrInvalidValue, "%s: null pointer", op)
+	}
+	return nil
+}
+
+// Free is the synchronous free, on the dev thread. Unsafe.
+func (d *Driver) Free(p alloc.DevicePtr) error {
+	op := fmt.Sprintf("free %#x", uint64(p))
+	if err := d.checkPtr(op, p); err != nil {
+		return err
 	}
 	return d.dev.Do(op, func() error { return d.rt.Check(op, d.rt.Free.Name, Call(d.rt.Free.Addr, uintptr(p))) })
 }

@@ -51,11 +51,8 @@ func (d *Driver) ExportPool() (fd int, err error) {
 // for ImportedPool.ImportPointer in the process that imported the pool.
 func (d *Driver) ExportPointer(p alloc.DevicePtr) ([]byte, error) {
 	op := fmt.Sprintf("export pool pointer %#x", uint64(p))
-	if d.closed.Load() {
-		return nil, d.v.ErrClosed(op)
-	}
-	if p == 0 {
-		return nil, d.v.Errf(alloc.ErrInvalidValue, "%s: null pointer", op)
+	if err := d.checkPtr(op, p); err != nil {
+		return nil, err
 	}
 	data := new([PtrExportDataSize]byte)
 	err := d.dev.Do(op, func() error {
