@@ -45,8 +45,12 @@ type DeviceHeap struct {
 	bases  []alloc.DevicePtr // rank p's allocation as mapped here
 	opened []bool            // bases[p] came from IPCOpenMemHandle
 
+	kern    *devKernels // the collectives, loaded at open (nil: kernErr says why)
+	kernErr error
+
 	mu     sync.Mutex
 	closed bool
+	err    error // sticky: the first collective failure Synchronize read
 }
 
 // DeviceRuns reports whether OpenDevice can run on d: the driver exports
@@ -139,7 +143,7 @@ func OpenDevice(rank int, a *alloc.Allocator, x Exchange, size int64, opts Devic
 	if opts.Timeout == 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	h := &DeviceHeap{rank: rank, a: a, x: x, timeout: opts.Timeout, bump: newBump(size),
+	h := &DeviceHeap{rank: rank, a: a, x: x, timeout: opts.Timeout, bump: newBump(size, groupID(x)),
 		bases: make([]alloc.DevicePtr, x.Ranks()), opened: make([]bool, x.Ranks())}
 	if err := h.refusal(); err != nil {
 		return nil, err // at once: the peers time out (ErrExchangeTimeout)
@@ -160,6 +164,9 @@ func OpenDevice(rank int, a *alloc.Allocator, x Exchange, size int64, opts Devic
 	err = h.openPeers(msgs)
 	if err == nil {
 		err = h.writeTable()
+	}
+	if err == nil {
+		err = h.loadKernels()
 	}
 	// Confirm: nobody proceeds until every rank has opened every heap.
 	reply := okMsg(nil)
