@@ -17,7 +17,7 @@ func TestMain(m *testing.M) {
 
 func TestGoroutines(t *testing.T) {
 	var out bytes.Buffer
-	if err := runGoroutines(&out, 3, 20); err != nil {
+	if err := runGoroutines(&out, "cpu", 3, 20); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "every result checked") {
@@ -27,7 +27,7 @@ func TestGoroutines(t *testing.T) {
 
 func TestProcesses(t *testing.T) {
 	var out bytes.Buffer
-	if err := runProcesses(&out, 3, 20); err != nil {
+	if err := runProcesses(&out, "cpu", 3, 20); err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.Count(out.String(), "rank "); got != 3 {
