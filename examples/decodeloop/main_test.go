@@ -11,7 +11,15 @@ import (
 // every replay, nothing leaked at Close.
 func TestDecodeLoopRuns(t *testing.T) {
 	var out bytes.Buffer
-	require.NoError(t, run(&out, "cpu", 50))
+	require.NoError(t, run(&out, "cpu", 50, 0))
 	require.Contains(t, out.String(), "0 allocations inside the capture")
 	require.Contains(t, out.String(), "graph replay")
+}
+
+// -kernels needs a driver that runs device code: on cpu it is refused with
+// the reason, before anything is captured.
+func TestDecodeLoopKernelsNeedADevice(t *testing.T) {
+	var out bytes.Buffer
+	err := run(&out, "cpu", 5, 10)
+	require.ErrorContains(t, err, "runs no device code")
 }
