@@ -19,7 +19,9 @@ const SignalPadBytes = padSize
 // DeviceOptions configures OpenDevice.
 type DeviceOptions struct {
 	// Timeout bounds each exchange round (0: DefaultTimeout): past it a
-	// missing rank is ErrExchangeTimeout.
+	// missing rank is ErrExchangeTimeout. It also bounds every wait of the
+	// heap's collectives on the device: past it the kernel gives up and
+	// Synchronize reports ErrCollectiveTimeout.
 	Timeout time.Duration
 }
 
@@ -29,10 +31,12 @@ type DeviceOptions struct {
 // Allocation is the same bump as Heap's: arithmetic, legal in a capture,
 // the same offsets on every rank for the same sequence.
 //
-// Collectives on it are the engine's kernels, or NCCL/RCCL (package
-// nccl): the host cannot read device memory, so the host-function
-// collectives of Heap do not run here. Copy moves bytes between any two
-// ranks' heaps on the rank's stream, captured with the step.
+// Its collectives (Barrier, AllReduce, AllGather, ReduceScatter,
+// AllToAll; devcollectives.go) are this library's kernels, loaded once per
+// driver at OpenDevice, launched on the rank's stream; on a driver that
+// runs no device code of ours they refuse with errors.ErrUnsupported
+// (CollectivesRun). Copy moves bytes between any two ranks' heaps on the
+// rank's stream, captured with the step.
 type DeviceHeap struct {
 	rank    int
 	a       *alloc.Allocator
