@@ -61,9 +61,9 @@ func bind(h uintptr, syms []sym) error {
 	return nil
 }
 
-// open dlopens the first name in search whose library has every entry
-// point of c (fresh returns a new, empty compiler for each try). None is
-// alloc.ErrBackendUnavailable naming each name with its reason.
+// open returns the compiler of the first name in search that dlopen
+// accepts and fresh binds (fresh fails when an entry point is missing).
+// None is alloc.ErrBackendUnavailable naming each name with its reason.
 func open[C any](what string, search []string, fresh func(path string, h uintptr) (*C, error)) (*C, error) {
 	var tried []string
 	for _, name := range search {
