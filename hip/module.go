@@ -42,8 +42,8 @@ func (d *Driver) kernels(*gpurt.Setup) (*gpurt.KernelAPI, error) {
 		return nil, err
 	}
 	var khz int32
-	if err := rt.Check(op+": the kernels' timer rate (hipDeviceAttributeWallClockRate)", rt.DeviceGetAttribute.Name,
-		gpurt.Call(rt.DeviceGetAttribute.Addr, uintptr(unsafe.Pointer(&khz)), devAttrWallClockRate, uintptr(d.opts.Device))); err != nil {
+	if code := gpurt.Call(rt.DeviceGetAttribute.Addr, uintptr(unsafe.Pointer(&khz)), devAttrWallClockRate, uintptr(d.opts.Device)); code != 0 {
+		err := rt.FailAs(alloc.ErrBackendUnavailable, op+": the kernels' timer rate (hipDeviceAttributeWallClockRate)", rt.DeviceGetAttribute.Name, code)
 		return nil, fmt.Errorf("%w (HIP runtime %s cannot say how fast wall_clock64 counts, so the kernels' timeouts cannot be set)", err, versionString(rt.Version))
 	}
 	if khz <= 0 {

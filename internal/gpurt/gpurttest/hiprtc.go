@@ -35,7 +35,7 @@ func FakeHIPRTC(lib string) func(src, name, arch string) ([]byte, error) {
 				return nil, err
 			}
 		}
-				csrc, cname, opt := cstr(src), cstr(name), cstr("--offload-arch="+arch)
+		csrc, cname, opt := cstr(src), cstr(name), cstr("--offload-arch="+arch)
 		var prog uintptr
 		opts := [1]uintptr{uintptr(unsafe.Pointer(&opt[0]))} // opt is heap memory (cstr), which never moves
 		if r := gpurt.Call(create, uintptr(unsafe.Pointer(&prog)), uintptr(unsafe.Pointer(&csrc[0])), uintptr(unsafe.Pointer(&cname[0])), 0, 0, 0); r != 0 {
