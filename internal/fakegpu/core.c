@@ -1,7 +1,7 @@
 /* The runtime-independent core of the fake GPU runtimes used in tests
  * (cuda/testdata/fakecudart.c, hip/testdata/fakehip.c). Each front file
  * defines its runtime's names and then includes this file; gcc finds it
- * with -I internal/fakegpu (cuda.buildShared, hip.buildShared).
+ * with -I internal/fakegpu (gpurttest.Commands).
  *
  * Semantics: device memory is host memory, streams execute at once,
  * captures record into a graph that replays on launch, and the capture
@@ -11,7 +11,7 @@
  * flags) through purego.
  *
  * Kernels: the fakes link the host build of internal/kernels/collectives.cu
- * (g++; gpurttest.BuildFake gives the command lines) and run its kernels,
+ * (g++; gpurttest.Commands gives the command lines) and run its kernels,
  * every GPU thread a host thread. A launch runs SYNCHRONOUSLY in the
  * launching thread, as everything on the fake's streams does, but WITHOUT
  * holding the fake's lock: a collective's barrier waits for the kernels of
