@@ -295,7 +295,10 @@ type IPCMemory interface {
 // on a capturing stream it becomes a kernel node that runs at every
 // replay. params is the kernel's one by-value parameter (a struct whose
 // layout the caller matches with the source); the driver copies it at the
-// call, so the caller may reuse it. Make launches through
+// call, so the caller may reuse it. A kernel handle not from this
+// driver's LoadModule, a grid or block of 0, a block over
+// Module.MaxThreadsPerBlock or an empty params is refused with
+// ErrInvalidValue before any driver call. Make launches through
 // Allocator.Enqueue, so a capture records the buffers the kernel uses and
 // holds them until the graph is closed.
 type KernelLauncher interface {
