@@ -16,10 +16,22 @@ import (
 // HIP does: the architecture the source is compiled for, the timer's
 // rate, and the compiler.
 
+// fakeRTC compiles with the hiprtc of the fake libamdhip64 at lib, as the
+// driver's default compiler does (hiprtcFor), for arch given here.
+func fakeRTC(lib string) Compiler {
+	return func(src, name, arch string) ([]byte, error) {
+		r, err := hiprtcFor(lib)
+		if err != nil {
+			return nil, err
+		}
+		return r.CompileHIP(src, name, arch)
+	}
+}
+
 // recording compiles with the fake's hiprtc and records the architecture
 // it was asked for.
 func recording(lib string, arch *string) Compiler {
-	compile := gpurttest.FakeHIPRTC(lib)
+	compile := fakeRTC(lib)
 	return func(src, name, a string) ([]byte, error) {
 		*arch = a
 		return compile(src, name, a)
@@ -62,18 +74,18 @@ func TestFakeCompilesForTheDeviceArch(t *testing.T) {
 // that refuses the attribute cannot time the kernels' waits, and the load
 // says so.
 func TestFakeWallClockRate(t *testing.T) {
-	lib := fake.Lib(t)
+	fake.Lib(t)
 	t.Setenv("FAKE_HIP_WALL_CLOCK_KHZ", "100000")
-	d, err := New(Options{Compile: gpurttest.FakeHIPRTC(lib)})
+	d, err := New(Options{}) // the default compiler: the runtime's hiprtc
 	require.NoError(t, err)
 	defer d.Close()
 	m, err := d.LoadModule(kernels.Image())
 	require.NoError(t, err)
 	require.Equal(t, uint64(100_000_000), m.TimerHz)
 
-	lib = fake.Lib(t)
+	fake.Lib(t)
 	t.Setenv("FAKE_HIP_WALL_CLOCK_KHZ", "0")
-	d2, err := New(Options{Compile: gpurttest.FakeHIPRTC(lib)})
+	d2, err := New(Options{})
 	require.NoError(t, err)
 	defer d2.Close()
 	_, err = d2.LoadModule(kernels.Image())
@@ -82,18 +94,19 @@ func TestFakeWallClockRate(t *testing.T) {
 	require.Contains(t, err.Error(), "the kernels' timeouts cannot be set")
 }
 
-// Without Options.Compile the driver uses hiprtc, which this build does
-// not bind yet: the load is unavailable, saying so; a compiler's error is
-// the load's, wrapped; a code object for another processor is the
-// runtime's 209.
+// Without Options.Compile the driver compiles with the hiprtc of the
+// runtime it loaded (ROCm 5's libamdhip64 exports it; so does the fake);
+// a compiler's error is the load's, wrapped; a code object for another
+// processor is the runtime's 209.
 func TestFakeCompileFailures(t *testing.T) {
 	lib := fake.Lib(t)
+	log := gpurttest.OpenLog(t, lib)
 	d, err := New(Options{})
 	require.NoError(t, err)
 	defer d.Close()
 	_, err = d.LoadModule(kernels.Image())
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
-	require.Contains(t, err.Error(), "hiprtc")
+	require.NoError(t, err)
+	require.Len(t, gpurttest.Find(log.Lines(), "hiprtcCompileProgram option --offload-arch=gfx90a:sramecc+:xnack-"), 1, "the runtime's own hiprtc compiled it")
 
 	boom := errors.New("boom")
 	d2, err := New(Options{Compile: func(string, string, string) ([]byte, error) { return nil, boom }})
@@ -103,7 +116,7 @@ func TestFakeCompileFailures(t *testing.T) {
 	require.ErrorIs(t, err, boom)
 	require.Contains(t, err.Error(), "load module capalloc collectives: compile for gfx90a:sramecc+:xnack-")
 
-	other := gpurttest.FakeHIPRTC(lib)
+	other := fakeRTC(lib)
 	d3, err := New(Options{Compile: func(src, name, _ string) ([]byte, error) { return other(src, name, "gfx908") }})
 	require.NoError(t, err)
 	defer d3.Close()

@@ -2,10 +2,14 @@ package hip
 
 import (
 	"fmt"
+	"sync"
 	"unsafe"
+
+	"github.com/ebitengine/purego"
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/internal/gpurt"
+	"github.com/capalloc/capalloc/internal/rtc"
 )
 
 // The kernels on HIP: the module's source is compiled with hiprtc for the
@@ -98,11 +102,42 @@ func (d *Driver) arch(op string) (string, error) {
 }
 
 // hiprtc is the default Compiler: hiprtc, which ROCm 5.x exports from
-// libamdhip64 itself and ROCm 6+ ships as libhiprtc.so.N.
-//
-// NOT WIRED YET: the hiprtc binding is internal/rtc's (another branch);
-// until it is merged, a driver without Options.Compile cannot load
-// modules.
-func (d *Driver) hiprtc(_, name, arch string) ([]byte, error) {
-	return nil, errf(alloc.ErrBackendUnavailable, "compile %s for %s: no hiprtc binding in this build (internal/rtc is not wired to the hip driver yet); set Options.Compile", name, arch)
+// libamdhip64 itself (looked up in the runtime this driver loaded) and
+// ROCm 6+ ships as libhiprtc.so.N (rtc.OpenHIPRTC's search). Bound once
+// per process, on first use: loading a module is rare and outside
+// captures.
+func (d *Driver) hiprtc(src, name, arch string) ([]byte, error) {
+	r, err := hiprtcFor(d.rt.Path)
+	if err != nil {
+		return nil, err
+	}
+	return r.CompileHIP(src, name, arch)
+}
+
+var hiprtcs sync.Map // runtime path -> *hiprtcOnce
+
+type hiprtcOnce struct {
+	once sync.Once
+	r    *rtc.HIPRTC
+	err  error
+}
+
+// hiprtcFor binds hiprtc in the runtime at path, or else from
+// rtc.OpenHIPRTC's search.
+func hiprtcFor(path string) (*rtc.HIPRTC, error) {
+	v, _ := hiprtcs.LoadOrStore(path, &hiprtcOnce{})
+	o := v.(*hiprtcOnce)
+	o.once.Do(func() {
+		h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL) // the loaded runtime: the same handle
+		if err == nil {
+			if o.r, err = rtc.HIPRTCIn(path, h); err == nil {
+				return
+			}
+		}
+		in := err
+		if o.r, err = rtc.OpenHIPRTC(); err != nil {
+			o.err = fmt.Errorf("%w (and %s: %v)", err, path, in)
+		}
+	})
+	return o.r, o.err
 }

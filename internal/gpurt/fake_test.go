@@ -117,10 +117,8 @@ var vendors = []vendorCase{
 		open: func(o opts) (gpuDriver, error) {
 			return hip.New(hipOptions(o))
 		},
-		openKernels: func(lib string, o opts) (gpuDriver, error) {
-			ho := hipOptions(o)
-			ho.Compile = gpurttest.FakeHIPRTC(lib)
-			return hip.New(ho)
+		openKernels: func(_ string, o opts) (gpuDriver, error) {
+			return hip.New(hipOptions(o)) // the default compiler: the fake runtime's own hiprtc
 		},
 		launch: "hipModuleLaunchKernel", unload: "hipModuleUnload", setCurrent: "hipSetDevice",
 		failed: func(call string, code int) string {
