@@ -25,6 +25,9 @@ func (e *engine) reserveKernels() (err error) {
 		return err
 	}
 	e.axpy, e.block = mod.Kernels[kernels.Axpy], uint32(min(256, mod.MaxThreadsPerBlock))
+	// The kernel strides over the grid: no more blocks than the device
+	// runs at once.
+	e.grid = uint32(max(1, min((hidden+int(e.block)-1)/int(e.block), mod.Multiprocessors)))
 	if e.xs, err = a.Alloc(4 * hidden); err != nil {
 		return err
 	}
@@ -52,7 +55,7 @@ func (e *engine) kernelStep() error {
 	if err := a.Memset(e.ys, 0, 0, 4*hidden); err != nil {
 		return err
 	}
-	grid := uint32((hidden + int(e.block) - 1) / int(e.block))
+	grid := e.grid
 	uses := []alloc.Buffer{e.xs, e.ys}
 	for range e.kernels {
 		if err := a.Enqueue("axpy", uses, func(s alloc.Stream) error {

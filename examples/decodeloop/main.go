@@ -25,7 +25,9 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/backends/plugin"
-	_ "github.com/capalloc/capalloc/cpu"
+	_ "github.com/capalloc/capalloc/cpu" // the backends -backend may name
+	_ "github.com/capalloc/capalloc/cuda"
+	_ "github.com/capalloc/capalloc/hip"
 )
 
 func main() {
@@ -59,6 +61,7 @@ type engine struct {
 	kl         alloc.KernelLauncher
 	axpy       alloc.Kernel
 	block      uint32
+	grid       uint32
 	xs, ys     alloc.Buffer      // float32[hidden]
 	xin, yout  *alloc.HostBuffer // pinned: x in (every element the token), y[0] out
 	axpyParams []byte
