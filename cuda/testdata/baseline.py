@@ -73,16 +73,9 @@ def transfer(direction, rounds):
     line(f"TorchTransfer64MiB/dir={direction}", k, ns, f"\t{mbs:.2f} MB/s")
 
 
-def replay(rounds):
-    ops = 1000
-    x = torch.empty(4096, dtype=torch.uint8, device="cuda")
-    y = torch.empty(4096, dtype=torch.uint8, device="cuda")
-
-    def work():
-        for i in range(ops // 2):
-            x.fill_(i & 0xFF)
-            y.copy_(x)
-
+def graph_vs_eager(name, work, rounds):
+    """Times work() eager (then a synchronize) and replayed as one CUDA
+    graph captured on a side stream, as PyTorch's docs do."""
     def eager(k):
         for _ in range(k):
             work()
@@ -101,8 +94,20 @@ def replay(rounds):
         for _ in range(k):
             g.replay()
             torch.cuda.synchronize()
-    line(f"TorchReplay/ops={ops}/impl=eager", 20, median_ns(eager, 20, rounds))
-    line(f"TorchReplay/ops={ops}/impl=graph", 200, median_ns(graph, 200, rounds))
+    line(f"{name}/impl=eager", 20, median_ns(eager, 20, rounds))
+    line(f"{name}/impl=graph", 200, median_ns(graph, 200, rounds))
+
+
+def replay(rounds):
+    ops = 1000
+    x = torch.empty(4096, dtype=torch.uint8, device="cuda")
+    y = torch.empty(4096, dtype=torch.uint8, device="cuda")
+
+    def work():
+        for i in range(ops // 2):
+            x.fill_(i & 0xFF)
+            y.copy_(x)
+    graph_vs_eager(f"TorchReplay/ops={ops}", work, rounds)
 
 
 def replay_axpy(rounds):
@@ -115,27 +120,7 @@ def replay_axpy(rounds):
     def work():
         for _ in range(ops):
             y.add_(x, alpha=1.0)
-
-    def eager(k):
-        for _ in range(k):
-            work()
-            torch.cuda.synchronize()
-
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        work()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        work()
-
-    def graph(k):
-        for _ in range(k):
-            g.replay()
-            torch.cuda.synchronize()
-    line(f"TorchReplayAxpy/kernels={ops}/impl=eager", 20, median_ns(eager, 20, rounds))
-    line(f"TorchReplayAxpy/kernels={ops}/impl=graph", 200, median_ns(graph, 200, rounds))
+    graph_vs_eager(f"TorchReplayAxpy/kernels={ops}", work, rounds)
 
 
 def main():

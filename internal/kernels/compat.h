@@ -16,8 +16,8 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef unsigned short u16;
 
-#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
-/* ---- CUDA (NVRTC) ---- */
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__) || defined(__HIPCC_RTC__) || defined(__HIPCC__)
+/* ---- both GPU compilers: the CUDA names, which HIP shares ---- */
 #define CA_KERNEL extern "C" __global__ void __launch_bounds__(1024)
 #define CA_DEV static __device__ __forceinline__
 #define CA_TID threadIdx.x
@@ -26,6 +26,14 @@ typedef unsigned short u16;
 #define CA_GDIM gridDim.x
 #define CA_SHARED(T, name, n) __shared__ T name[n]
 #define ca_sync() __syncthreads()
+CA_DEV void ca_fence() { __threadfence_system(); }
+CA_DEV u32 ca_cas(u32 *p, u32 cmp, u32 v) { return atomicCAS(p, cmp, v); }
+CA_DEV float ca_as_float(u32 x) { return __uint_as_float(x); }
+CA_DEV u32 ca_as_u32(float f) { return __float_as_uint(f); }
+#endif
+
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+/* ---- CUDA (NVRTC) ---- */
 /* PTX ISA 6.0 (sm_70): st.release / ld.acquire at system scope. */
 CA_DEV void ca_st_release(u32 *p, u32 v) {
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
@@ -35,8 +43,6 @@ CA_DEV u32 ca_ld_acquire(const u32 *p) {
   asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
-CA_DEV u32 ca_cas(u32 *p, u32 cmp, u32 v) { return atomicCAS(p, cmp, v); }
-CA_DEV void ca_fence() { __threadfence_system(); }
 /* %globaltimer: nanoseconds. */
 CA_DEV u64 ca_timer() {
   u64 t;
@@ -44,30 +50,16 @@ CA_DEV u64 ca_timer() {
   return t;
 }
 CA_DEV void ca_pause() { __nanosleep(100); }
-CA_DEV float ca_as_float(u32 x) { return __uint_as_float(x); }
-CA_DEV u32 ca_as_u32(float f) { return __float_as_uint(f); }
 
 #elif defined(__HIPCC_RTC__) || defined(__HIPCC__)
 /* ---- HIP (hiprtc) ---- */
-#define CA_KERNEL extern "C" __global__ void __launch_bounds__(1024)
-#define CA_DEV static __device__ __forceinline__
-#define CA_TID threadIdx.x
-#define CA_BID blockIdx.x
-#define CA_BDIM blockDim.x
-#define CA_GDIM gridDim.x
-#define CA_SHARED(T, name, n) __shared__ T name[n]
-#define ca_sync() __syncthreads()
 /* clang's __atomic builtins are system scope on AMDGPU. */
 CA_DEV void ca_st_release(u32 *p, u32 v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 CA_DEV u32 ca_ld_acquire(const u32 *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-CA_DEV u32 ca_cas(u32 *p, u32 cmp, u32 v) { return atomicCAS(p, cmp, v); }
-CA_DEV void ca_fence() { __threadfence_system(); }
 /* wall_clock64: a constant-rate counter (hipDeviceAttributeWallClockRate
  * kHz); the host converts the timeout into its ticks. */
 CA_DEV u64 ca_timer() { return wall_clock64(); }
 CA_DEV void ca_pause() { __builtin_amdgcn_s_sleep(2); }
-CA_DEV float ca_as_float(u32 x) { return __uint_as_float(x); }
-CA_DEV u32 ca_as_u32(float f) { return __float_as_uint(f); }
 
 #else
 /* ---- host (the fake runtimes) ---- */
