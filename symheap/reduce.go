@@ -21,47 +21,50 @@ func reduce(dt DType, dst []byte, srcs [][]byte) {
 	n := len(dst) / es
 	for lo := 0; lo < n; lo += reduceChunk {
 		hi := min(lo+reduceChunk, n)
-		if dt == Int32 {
+		switch dt {
+		case Int32:
 			var acc [reduceChunk]int32
 			a := acc[:hi-lo]
 			for _, s := range srcs {
-				for i, v := range elems[int32](s[lo*es : hi*es]) {
-					a[i] += v
-				}
+				addInto(a, elems[int32](s[lo*es:hi*es]))
 			}
 			copy(elems[int32](dst[lo*es:hi*es]), a)
-			continue
-		}
-		var acc [reduceChunk]float32
-		a := acc[:hi-lo]
-		for _, s := range srcs {
-			switch dt {
-			case Float32:
-				for i, v := range elems[float32](s[lo*es : hi*es]) {
-					a[i] += v
-				}
-			case Float16:
-				for i, v := range elems[uint16](s[lo*es : hi*es]) {
-					a[i] += F16ToFloat32(v)
-				}
-			case BFloat16:
-				for i, v := range elems[uint16](s[lo*es : hi*es]) {
-					a[i] += BF16ToFloat32(v)
-				}
-			}
-		}
-		switch dt {
 		case Float32:
-			copy(elems[float32](dst[lo*es:hi*es]), a)
-		case Float16:
-			for i, v := range a {
-				elems[uint16](dst[lo*es : hi*es])[i] = Float32ToF16(v)
+			var acc [reduceChunk]float32
+			a := acc[:hi-lo]
+			for _, s := range srcs {
+				addInto(a, elems[float32](s[lo*es:hi*es]))
 			}
-		case BFloat16:
-			for i, v := range a {
-				elems[uint16](dst[lo*es : hi*es])[i] = Float32ToBF16(v)
+			copy(elems[float32](dst[lo*es:hi*es]), a)
+		default:
+			var acc [reduceChunk]float32
+			a := acc[:hi-lo]
+			widen := F16ToFloat32
+			narrow := Float32ToF16
+			if dt == BFloat16 {
+				widen, narrow = BF16ToFloat32, Float32ToBF16
+			}
+			for _, s := range srcs {
+				v := elems[uint16](s[lo*es : hi*es])
+				v = v[:len(a)]
+				for i := range a {
+					a[i] += widen(v[i])
+				}
+			}
+			out := elems[uint16](dst[lo*es : hi*es])
+			out = out[:len(a)]
+			for i := range a {
+				out[i] = narrow(a[i])
 			}
 		}
+	}
+}
+
+// addInto adds v into a, element-wise (len(v) >= len(a)).
+func addInto[T float32 | int32](a, v []T) {
+	v = v[:len(a)]
+	for i := range a {
+		a[i] += v[i]
 	}
 }
 
