@@ -47,6 +47,7 @@ func (a *Allocator) releaseLocked(b *block) {
 		return
 	}
 	b.held = false
+	a.dropSampleLocked(b)
 	switch b.kind {
 	case kindPooled:
 		a.pool.put(b)
@@ -65,7 +66,10 @@ func (a *Allocator) releaseLocked(b *block) {
 }
 
 // releasedLocked counts b's memory as given back to the driver.
-func (a *Allocator) releasedLocked(b *block) { a.givenBackLocked(b.class) }
+func (a *Allocator) releasedLocked(b *block) {
+	a.dropSampleLocked(b)
+	a.givenBackLocked(b.class)
+}
 
 // givenBackLocked counts n bytes of one driver allocation as given back.
 func (a *Allocator) givenBackLocked(n int64) {
