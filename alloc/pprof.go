@@ -78,8 +78,10 @@ func (a *Allocator) profileDataLocked() profileData {
 		d.inUse = append(d.inUse, inUseSample{stk: s.stk, own: o, size: s.size, rate: s.rate})
 	}
 	for _, stk := range p.stacks {
-		d.stacks = append(d.stacks, stk)
-		d.allocs = append(d.allocs, stk.allocs)
+		for ; stk != nil; stk = stk.collision {
+			d.stacks = append(d.stacks, stk)
+			d.allocs = append(d.allocs, stk.allocs)
+		}
 	}
 	return d
 }

@@ -3,6 +3,7 @@ package alloc
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 
 	"github.com/capalloc/capalloc/internal/callstack"
@@ -48,7 +49,7 @@ const maxStack = 32 + 3
 type memProfile struct {
 	next   int64 // bytes to allocate before the next sample
 	rate   int64 // the rate next was drawn for
-	stacks map[[maxStack]uintptr]*stackRecord
+	stacks map[uint64]*stackRecord // by hashStack, colliding ones chained
 	inUse  *sample // samples whose memory is still taken, linked by next
 	nInUse int
 	spare  *sample // recycled records, linked by next
@@ -57,8 +58,19 @@ type memProfile struct {
 // stackRecord is one distinct call stack and what was allocated from it,
 // by owner at allocation (weighted estimates).
 type stackRecord struct {
-	pcs    []uintptr
-	allocs [numOwners]struct{ objects, bytes float64 }
+	pcs       []uintptr
+	allocs    [numOwners]struct{ objects, bytes float64 }
+	collision *stackRecord // another stack with the same hash
+}
+
+// hashStack hashes a stack's addresses (FNV-1a over words): cheaper than
+// hashing a fixed-size array key, most of it zeros.
+func hashStack(pcs []uintptr) uint64 {
+	h := uint64(14695981039346656037)
+	for _, pc := range pcs {
+		h = (h ^ uint64(pc)) * 1099511628211
+	}
+	return h
 }
 
 // sample is one sampled allocation still holding memory: a buffer (blk)
@@ -127,19 +139,19 @@ func (a *Allocator) sampleLocked(b *block, h *HostBuffer, size int64) {
 		}
 		p.next = drawSampleGap(rate)
 	}
-	var pcs [maxStack]uintptr
-	callstack.Callers(0, pcs[:])
-	stk := p.stacks[pcs]
+	var buf [maxStack]uintptr
+	pcs := buf[:callstack.Callers(0, buf[:])]
+	key := hashStack(pcs)
+	stk := p.stacks[key]
+	for stk != nil && !slices.Equal(stk.pcs, pcs) {
+		stk = stk.collision
+	}
 	if stk == nil {
 		if p.stacks == nil {
-			p.stacks = map[[maxStack]uintptr]*stackRecord{}
+			p.stacks = map[uint64]*stackRecord{}
 		}
-		n := 0
-		for n < len(pcs) && pcs[n] != 0 {
-			n++
-		}
-		stk = &stackRecord{pcs: append([]uintptr(nil), pcs[:n]...)}
-		p.stacks[pcs] = stk
+		stk = &stackRecord{pcs: slices.Clone(pcs), collision: p.stacks[key]}
+		p.stacks[key] = stk
 	}
 	o := ownerPinnedHost
 	if b != nil {
