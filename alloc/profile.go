@@ -47,10 +47,10 @@ const maxStack = 32 + 3
 
 // memProfile is an allocator's sampled allocations. Guarded by a.mu.
 type memProfile struct {
-	next   int64 // bytes to allocate before the next sample
-	rate   int64 // the rate next was drawn for
+	next   int64                   // bytes to allocate before the next sample
+	rate   int64                   // the rate next was drawn for
 	stacks map[uint64]*stackRecord // by hashStack, colliding ones chained
-	inUse  *sample // samples whose memory is still taken, linked by next
+	inUse  *sample                 // samples whose memory is still taken, linked by next
 	nInUse int
 	spare  *sample // recycled records, linked by next
 }

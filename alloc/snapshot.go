@@ -322,4 +322,3 @@ func (w *memWalk) block(b *block, off int64, st int) {
 	w.blocks = append(w.blocks, blk)
 	w.spans[len(w.spans)-1][1] = len(w.blocks)
 }
-
