@@ -107,27 +107,32 @@ func CollectiveOps() []string {
 	return names
 }
 
-// runCollectives probes every collective row, or returns no rows when the
-// backend does not run collectives (symheap.Runs) or not two ranks in one
-// process (symheap.OneRankPerProcess): the probe's ranks share a process.
-func runCollectives(drv alloc.Driver, mode alloc.CaptureMode, replays int) ([]Result, error) {
-	if !symheap.Runs(drv) || symheap.OneRankPerProcess(drv) {
-		return nil, nil
+// runCollectives probes every collective row, handing each to row, or
+// probes none when the backend cannot run them here (collectivesRun).
+func runCollectives(drv alloc.Driver, mode alloc.CaptureMode, replays int, row func(Result)) error {
+	if !collectivesRun(drv) {
+		return nil
 	}
-	var out []Result
 	for _, op := range collOps {
 		r := Result{Op: op.name, Mode: mode.String(), Backend: drv.Name()}
 		v, err := probeCollective(drv, mode, op, replays)
 		if v == "" {
-			return out, fmt.Errorf("probe %s: %w", op.name, err)
+			return fmt.Errorf("probe %s: %w", op.name, err)
 		}
 		r.Verdict = v
 		if err != nil {
 			r.Error = err.Error()
 		}
-		out = append(out, r)
+		row(r)
 	}
-	return out, nil
+	return nil
+}
+
+// collectivesRun reports whether the collective rows are probed on drv:
+// the backend runs collectives (symheap.Runs) and two ranks in one process
+// (not symheap.OneRankPerProcess), since the probe's ranks share a process.
+func collectivesRun(drv alloc.Driver) bool {
+	return symheap.Runs(drv) && !symheap.OneRankPerProcess(drv)
 }
 
 // probeCollective returns an empty verdict only when the row could not be
@@ -259,9 +264,9 @@ func fill(b []byte, v byte) {
 }
 
 // OpsFor lists the rows Run gives for drv: Ops, then CollectiveOps where
-// the backend runs collectives.
+// they are probed (collectivesRun).
 func OpsFor(drv alloc.Driver) []string {
-	if symheap.Runs(drv) {
+	if collectivesRun(drv) {
 		return append(Ops(), CollectiveOps()...)
 	}
 	return Ops()
