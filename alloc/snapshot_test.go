@@ -2,6 +2,8 @@ package alloc_test
 
 import (
 	"encoding/json"
+	"io"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -162,4 +164,63 @@ func TestSnapshotDuringCapture(t *testing.T) {
 	require.ErrorIs(t, err, alloc.ErrClosed)
 	_, err = c.BytesByState()
 	require.ErrorIs(t, err, alloc.ErrClosed)
+}
+
+// Snapshots and profiles taken while other goroutines allocate, free and
+// capture on the same allocators see consistent states (run with -race):
+// every snapshot's states add up to its reserved bytes.
+func TestViewsWhileAllocating(t *testing.T) {
+	prev, err := alloc.SetProfileRate(4 << 10)
+	require.NoError(t, err)
+	defer alloc.SetProfileRate(prev)
+	as := []*alloc.Allocator{newNamed(t, "busy-0"), newNamed(t, "busy-1")}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, a := range as {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				b, err := a.Alloc(int64(1+n%7) << (10 + i))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if n%5 == 0 {
+					g, err := a.WithCapture(alloc.CaptureOptions{}, func() error {
+						_, err := a.Alloc(8 << 10)
+						return err
+					})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					_ = g.Close()
+				}
+				if err := a.Free(b); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	for range 50 {
+		for _, a := range as {
+			s, err := a.Snapshot()
+			require.NoError(t, err)
+			var sum int64
+			for _, n := range s.Bytes {
+				sum += n
+			}
+			require.Equal(t, s.Stats.BytesReserved, sum)
+		}
+		require.NoError(t, alloc.WriteProfile(io.Discard))
+	}
+	close(stop)
+	wg.Wait()
 }

@@ -155,4 +155,3 @@ func TestOnlyImportersLinkPrometheus(t *testing.T) {
 	require.NotContains(t, string(out), "prometheus")
 	require.Contains(t, string(out), "github.com/google/pprof/profile", "the list is the real one")
 }
-
