@@ -53,7 +53,7 @@ func appendMap(b []byte, s alloc.Snapshot, y int) ([]byte, int) {
 	esc := html.EscapeString
 	y += 22
 	b = fmt.Appendf(b, `<text x="10" y="%d" font-size="15" font-weight="bold">%s</text>`+"\n", y, esc(s.Allocator))
-	b = fmt.Appendf(b, `<text x="%d" y="%d" font-size="12" fill="#444">%s, %s: reserved %s, in use %s, %d segments, %d live graphs</text>`+"\n",
+	b = fmt.Appendf(b, `<text x="%d" y="%d" font-size="12" fill="#444">%s, %s: reserved %s, in use %s; segments %d, live graphs %d</text>`+"\n",
 		barX, y, esc(s.Backend), esc(s.Device), bytesText(s.Stats.BytesReserved), bytesText(s.Stats.BytesInUse), len(s.Segments), len(s.Graphs)-capturing(s))
 	y += 8
 	x := 10
