@@ -47,9 +47,9 @@ func (a *Allocator) releaseLocked(b *block) {
 		return
 	}
 	b.held = false
-	a.dropSampleLocked(b)
 	switch b.kind {
 	case kindPooled:
+		a.dropSampleLocked(b) // the others' go in releasedLocked
 		a.pool.put(b)
 	case kindSync:
 		a.pending = append(a.pending, b)
