@@ -4,7 +4,9 @@
 
 PyTorch's caching allocator and CuPy's pools for an allocate+free pair,
 torch copy_ between pinned host memory and the device for 64 MiB, and 1,000
-small device ops eager vs replayed as a torch CUDA graph. Each figure is the
+small device ops eager vs replayed as a torch CUDA graph, and 1,000 axpy
+kernels (y += x over 4096 float32, as examples/decodeloop -kernels=1000)
+eager vs replayed. Each figure is the
 median of --rounds timed rounds after a warm-up round; one line per figure,
 in Go's benchmark format, so benchstat reads both outputs.
 """
@@ -71,16 +73,9 @@ def transfer(direction, rounds):
     line(f"TorchTransfer64MiB/dir={direction}", k, ns, f"\t{mbs:.2f} MB/s")
 
 
-def replay(rounds):
-    ops = 1000
-    x = torch.empty(4096, dtype=torch.uint8, device="cuda")
-    y = torch.empty(4096, dtype=torch.uint8, device="cuda")
-
-    def work():
-        for i in range(ops // 2):
-            x.fill_(i & 0xFF)
-            y.copy_(x)
-
+def graph_vs_eager(name, work, rounds):
+    """Times work() eager (then a synchronize) and replayed as one CUDA
+    graph captured on a side stream, as PyTorch's docs do."""
     def eager(k):
         for _ in range(k):
             work()
@@ -99,8 +94,33 @@ def replay(rounds):
         for _ in range(k):
             g.replay()
             torch.cuda.synchronize()
-    line(f"TorchReplay/ops={ops}/impl=eager", 20, median_ns(eager, 20, rounds))
-    line(f"TorchReplay/ops={ops}/impl=graph", 200, median_ns(graph, 200, rounds))
+    line(f"{name}/impl=eager", 20, median_ns(eager, 20, rounds))
+    line(f"{name}/impl=graph", 200, median_ns(graph, 200, rounds))
+
+
+def replay(rounds):
+    ops = 1000
+    x = torch.empty(4096, dtype=torch.uint8, device="cuda")
+    y = torch.empty(4096, dtype=torch.uint8, device="cuda")
+
+    def work():
+        for i in range(ops // 2):
+            x.fill_(i & 0xFF)
+            y.copy_(x)
+    graph_vs_eager(f"TorchReplay/ops={ops}", work, rounds)
+
+
+def replay_axpy(rounds):
+    """The same step as examples/decodeloop -kernels=1000: y = 1*x + y over
+    4096 float32, 1,000 kernels, eager vs one CUDA graph."""
+    ops = 1000
+    x = torch.ones(4096, dtype=torch.float32, device="cuda")
+    y = torch.zeros(4096, dtype=torch.float32, device="cuda")
+
+    def work():
+        for _ in range(ops):
+            y.add_(x, alpha=1.0)
+    graph_vs_eager(f"TorchReplayAxpy/kernels={ops}", work, rounds)
 
 
 def main():
@@ -122,6 +142,7 @@ def main():
     for d in ("upload", "download"):
         transfer(d, a.rounds)
     replay(a.rounds)
+    replay_axpy(a.rounds)
 
 
 if __name__ == "__main__":

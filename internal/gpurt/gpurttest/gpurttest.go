@@ -2,14 +2,15 @@
 // instead of libcudart and libamdhip64: cuda/testdata/fakecudart.c and
 // hip/testdata/fakehip.c, each a vendor's front on the shared core
 // internal/fakegpu/core.c (memory, streams, captures and their rules,
-// graphs, pools, IPC, the call log). The fakes are C test fixtures
-// compiled with $CC (default gcc) at test time; the library itself has no
-// cgo. Only tests import this package.
+// graphs, pools, IPC, modules and kernel launches, the call log), linked
+// with the host build of the library's kernels (build.go). The fakes are
+// C and C++ test fixtures compiled with $CC and $CXX (default gcc, g++) at
+// test time; the library itself has no cgo. Only tests import this
+// package.
 package gpurttest
 
 import (
 	"bytes"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,7 +29,7 @@ type Fake struct {
 	LibEnv string // the variable the driver loads its library from
 
 	once sync.Once
-	src  []byte
+	src  string // its absolute path
 	dir  string
 	err  error
 }
@@ -42,24 +43,28 @@ func CC() string {
 	return "gcc"
 }
 
-// Prepare reads the fake's source once, or skips the test without a C
-// compiler or without the source.
+// Prepare finds the fake's source once, or skips the test without a C or
+// C++ compiler or without the source.
 func (f *Fake) Prepare(t testing.TB) {
 	t.Helper()
 	f.once.Do(func() {
 		if _, f.err = exec.LookPath(CC()); f.err != nil {
 			return
 		}
+		if _, f.err = exec.LookPath(CXX()); f.err != nil {
+			return
+		}
 		var root string
 		if root, f.err = moduleRoot(); f.err != nil {
 			return
 		}
-		if f.src, f.err = os.ReadFile(filepath.Join(root, f.Src)); f.err == nil {
+		f.src = filepath.Join(root, f.Src)
+		if _, f.err = os.Stat(f.src); f.err == nil {
 			f.dir, f.err = os.MkdirTemp("", "fake"+strings.TrimPrefix(f.Name, "lib"))
 		}
 	})
 	if f.err != nil {
-		t.Skipf("fake %s not built (%s or testdata missing): %v", f.Name, CC(), f.err)
+		t.Skipf("fake %s not built (%s, %s or testdata missing): %v", f.Name, CC(), CXX(), f.err)
 	}
 }
 
@@ -86,11 +91,13 @@ func (f *Fake) Lib(t testing.TB, cflags ...string) string {
 	return path
 }
 
-// Build compiles the fake to path with preprocessor flags.
+// Build compiles the fake to path with preprocessor flags (BuildFake).
 func (f *Fake) Build(t testing.TB, path string, cflags ...string) {
 	t.Helper()
 	f.Prepare(t)
-	BuildShared(t, path, f.src, append([]string{"-O1"}, cflags...)...)
+	if err := BuildFake(f.src, path, append([]string{"-O1"}, cflags...)...); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // BuildShared compiles C source into a shared library at path, with the
@@ -119,16 +126,7 @@ func moduleRoot() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			return "", errors.New("gpurttest: no go.mod above the working directory")
-		}
-		dir = up
-	}
+	return rootAbove(dir)
 }
 
 // Log reads (and clears) a fake's call log.
