@@ -10,6 +10,7 @@ import (
 type Allocator struct {
 	drv      Driver
 	backend  string
+	name     string // registry.go
 	info     DeviceInfo
 	stream   Stream
 	dom      *domain
@@ -32,6 +33,8 @@ type Allocator struct {
 	hosts      map[*HostBuffer]struct{}
 	workspaces map[string]*block
 	stats      Stats
+	prof       memProfile // sampled allocations (profile.go)
+	graphIDs   int        // last Graph.id given (snapshot.go)
 }
 
 // New makes an allocator with its own stream on drv. The caller keeps
@@ -40,21 +43,25 @@ func New(drv Driver, opts Options) (*Allocator, error) {
 	if drv == nil {
 		return nil, wrapf(ErrInvalidValue, "nil driver")
 	}
-	s, err := drv.CreateStream()
-	if err != nil {
-		return nil, &Error{Op: "New", Backend: drv.Name(), Size: -1, Err: err}
-	}
 	a := &Allocator{
 		drv:        drv,
 		backend:    drv.Name(),
 		info:       drv.Info(),
-		stream:     s,
 		dom:        domainFor(drv.CaptureDomain()),
 		opts:       opts,
 		graphs:     map[*Graph]struct{}{},
 		hosts:      map[*HostBuffer]struct{}{},
 		workspaces: map[string]*block{},
 	}
+	if err := register(a, opts.Name); err != nil {
+		return nil, &Error{Op: "New", Backend: a.backend, Size: -1, Err: err}
+	}
+	s, err := drv.CreateStream()
+	if err != nil {
+		unregister(a)
+		return nil, &Error{Op: "New", Backend: a.backend, Size: -1, Err: err}
+	}
+	a.stream = s
 	a.pool.init(a.info.Alignment)
 	a.watchdog = &watchdog{timeout: opts.watchdog()}
 	if ab, ok := drv.(Aborter); ok {

@@ -23,6 +23,7 @@ type block struct {
 	live  bool
 	cap   *capture // capture that allocated a kindGraph block
 	ws    string   // workspace name, "" for an ordinary buffer
+	prof  *sample  // the profile's record of this allocation, nil if not sampled
 
 	freedInGraph bool // kindGraph block whose free node was captured
 	materialized bool // kindGraph block a launch made real: the caller frees it

@@ -34,6 +34,7 @@ func (a *Allocator) Close() error {
 		}
 	}
 	a.closed = true
+	unregister(a)
 	var bytes int64
 	n := 0
 	for b := a.live.head; b != nil; b = a.live.head {

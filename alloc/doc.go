@@ -47,6 +47,17 @@
 // [*Error] that names the operation, backend, size and capture state. Bad
 // input leaves the allocator's state as it was.
 //
+// # Seeing memory
+//
+// [SetProfileRate] turns on sampling of allocations with their Go stacks
+// (off by default, one atomic load when off); [WriteProfile] and
+// [Allocator.WriteProfile] write them as a pprof profile labelled by
+// owner (pool-live, graph-owned, held-for-graph, ...). [Allocator.Snapshot]
+// lists every segment, block and graph. [Options.Name] tells allocators
+// apart; [Allocators] lists the open ones. Package alloc/allocview serves
+// all of it over HTTP and expvar, alloc/allocprom to Prometheus
+// (docs/device-memory.md).
+//
 // # Drivers
 //
 // driver.go is the whole contract a backend implements: the [Driver]

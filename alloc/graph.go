@@ -15,6 +15,7 @@ type Graph struct {
 	launched    bool
 	closed      bool
 	warnings    []string
+	id          int // the snapshot's number for it, given at the first (snapshot.go)
 }
 
 // Warnings lists what the capture did that an engine should fix (a

@@ -11,6 +11,7 @@ type HostBuffer struct {
 	drv    Driver
 	b      []byte
 	closed atomic.Bool
+	prof   *sample // the profile's record of this allocation (a.mu)
 }
 
 // Bytes is the buffer's memory. Between a stream-ordered copy and the
@@ -58,6 +59,13 @@ func (a *Allocator) HostAlloc(size int64) (*HostBuffer, error) {
 	if err != nil {
 		return nil, err
 	}
+	if profileRate.Load() != 0 {
+		a.mu.Lock()
+		if !h.closed.Load() {
+			a.sampleLocked(nil, h, size)
+		}
+		a.mu.Unlock()
+	}
 	return h, nil
 }
 
@@ -90,6 +98,10 @@ func (h *HostBuffer) release() bool {
 		delete(a.hosts, h)
 		a.stats.HostBuffers--
 		a.stats.HostBytes -= h.Size()
+	}
+	if h.prof != nil {
+		a.prof.drop(h.prof)
+		h.prof = nil
 	}
 	a.mu.Unlock()
 	return true

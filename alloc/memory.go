@@ -38,6 +38,9 @@ func (a *Allocator) Alloc(size int64) (Buffer, error) {
 	if err != nil {
 		return Buffer{}, a.fail("Alloc", size, st, err)
 	}
+	if profileRate.Load() != 0 {
+		a.sampleLocked(b.blk, nil, size)
+	}
 	return b, nil
 }
 
@@ -367,6 +370,13 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 	})
 	if err != nil {
 		return Buffer{}, err
+	}
+	if profileRate.Load() != 0 {
+		a.mu.Lock()
+		if buf.blk.live && buf.blk.gen == buf.gen { // not freed meanwhile
+			a.sampleLocked(buf.blk, nil, size)
+		}
+		a.mu.Unlock()
 	}
 	return buf, nil
 }

@@ -18,6 +18,11 @@ type Options struct {
 	// Logger receives warnings (lazy workspace allocations at EndCapture,
 	// leaks at Close). Nil means slog.Default().
 	Logger *slog.Logger
+	// Name tells the allocator apart in profiles, snapshots, the HTTP view
+	// (alloc/allocview) and metrics (alloc/allocprom). Open allocators
+	// have distinct names: New refuses one in use. Empty means the
+	// backend's name and a number ("cpu-1").
+	Name string
 }
 
 func (o Options) watchdog() time.Duration {

@@ -49,6 +49,7 @@ func (a *Allocator) releaseLocked(b *block) {
 	b.held = false
 	switch b.kind {
 	case kindPooled:
+		a.dropSampleLocked(b) // the others' go in releasedLocked
 		a.pool.put(b)
 	case kindSync:
 		a.pending = append(a.pending, b)
@@ -65,7 +66,10 @@ func (a *Allocator) releaseLocked(b *block) {
 }
 
 // releasedLocked counts b's memory as given back to the driver.
-func (a *Allocator) releasedLocked(b *block) { a.givenBackLocked(b.class) }
+func (a *Allocator) releasedLocked(b *block) {
+	a.dropSampleLocked(b)
+	a.givenBackLocked(b.class)
+}
 
 // givenBackLocked counts n bytes of one driver allocation as given back.
 func (a *Allocator) givenBackLocked(n int64) {

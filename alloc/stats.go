@@ -4,25 +4,25 @@ import "fmt"
 
 // Stats is a snapshot of an allocator's counters.
 type Stats struct {
-	BytesInUse    int64 // bytes of live buffers, as requested
-	BytesReserved int64 // bytes held from the driver: live, cached and graph-owned
-	BytesCached   int64 // bytes in the pool's free lists
-	PeakInUse     int64
-	PeakReserved  int64
-	LiveBuffers   int
-	Allocs        uint64 // successful Alloc, AllocSync and workspace allocations
-	Frees         uint64
-	PoolHits      uint64
-	PoolMisses    uint64
-	DriverAllocs  uint64
-	DriverFrees   uint64
-	CaptureAllocs uint64 // allocations made inside captures, all captures
-	Captures      uint64 // captures ended with a graph
-	FailedCapture uint64 // captures that ended without a graph
-	LiveGraphs    int
-	HostBuffers   int
-	HostBytes     int64
-	Timeouts      uint64 // watchdog expiries
+	BytesInUse    int64  `json:"bytes_in_use"`   // bytes of live buffers, as requested
+	BytesReserved int64  `json:"bytes_reserved"` // bytes held from the driver: live, cached and graph-owned
+	BytesCached   int64  `json:"bytes_cached"`   // bytes in the pool's free lists
+	PeakInUse     int64  `json:"peak_in_use"`
+	PeakReserved  int64  `json:"peak_reserved"`
+	LiveBuffers   int    `json:"live_buffers"`
+	Allocs        uint64 `json:"allocs"` // successful Alloc, AllocSync and workspace allocations
+	Frees         uint64 `json:"frees"`
+	PoolHits      uint64 `json:"pool_hits"`
+	PoolMisses    uint64 `json:"pool_misses"`
+	DriverAllocs  uint64 `json:"driver_allocs"`
+	DriverFrees   uint64 `json:"driver_frees"`
+	CaptureAllocs uint64 `json:"capture_allocs"` // allocations made inside captures, all captures
+	Captures      uint64 `json:"captures"`       // captures ended with a graph
+	FailedCapture uint64 `json:"failed_capture"` // captures that ended without a graph
+	LiveGraphs    int    `json:"live_graphs"`
+	HostBuffers   int    `json:"host_buffers"`
+	HostBytes     int64  `json:"host_bytes"`
+	Timeouts      uint64 `json:"timeouts"` // watchdog expiries
 }
 
 func (s Stats) String() string {

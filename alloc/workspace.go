@@ -50,6 +50,9 @@ func (a *Allocator) Workspace(name string, size int64) (Buffer, error) {
 	}
 	b.blk.ws = name
 	a.workspaces[name] = b.blk
+	if profileRate.Load() != 0 {
+		a.sampleLocked(b.blk, nil, size)
+	}
 	return b, nil
 }
 

@@ -166,26 +166,26 @@ func heapKind(drv alloc.Driver) string {
 	return ""
 }
 
-// runCollectives probes every collective row, or returns no rows when the
-// backend runs no collectives with two ranks in one process.
-func runCollectives(drv alloc.Driver, mode alloc.CaptureMode, replays int) ([]Result, error) {
+// runCollectives probes every collective row, handing each to row, or
+// probes none when the backend runs no collectives with two ranks in one
+// process.
+func runCollectives(drv alloc.Driver, mode alloc.CaptureMode, replays int, row func(Result)) error {
 	if heapKind(drv) == "" {
-		return nil, nil
+		return nil
 	}
-	var out []Result
 	for _, op := range collOps {
 		r := Result{Op: op.name, Mode: mode.String(), Backend: drv.Name()}
 		v, err := probeCollective(drv, mode, op, replays)
 		if v == "" {
-			return out, fmt.Errorf("probe %s: %w", op.name, err)
+			return fmt.Errorf("probe %s: %w", op.name, err)
 		}
 		r.Verdict = v
 		if err != nil {
 			r.Error = err.Error()
 		}
-		out = append(out, r)
+		row(r)
 	}
-	return out, nil
+	return nil
 }
 
 // openHeaps opens the two ranks' heaps on c.as.

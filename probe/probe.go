@@ -202,10 +202,18 @@ func Expected(op string, mode alloc.CaptureMode) Verdict {
 // backend runs collectives. It fails only if the probe cannot set up at
 // all.
 func Run(drv alloc.Driver, mode alloc.CaptureMode, replays int) ([]Result, error) {
+	var out []Result
+	err := Stream(drv, mode, replays, func(r Result) { out = append(out, r) })
+	return out, err
+}
+
+// Stream runs the rows as Run does and hands each to row as soon as it
+// is known, in OpsFor's order, so a caller can show progress: on a GPU a
+// whole matrix takes long enough to look hung.
+func Stream(drv alloc.Driver, mode alloc.CaptureMode, replays int, row func(Result)) error {
 	if replays < 1 {
 		replays = 1
 	}
-	var out []Result
 	for _, op := range probeOps {
 		r := Result{Op: op.name, Mode: mode.String(), Backend: drv.Name()}
 		v, note, err := probeOne(drv, mode, op, replays)
@@ -214,12 +222,11 @@ func Run(drv alloc.Driver, mode alloc.CaptureMode, replays int) ([]Result, error
 			r.Error = err.Error()
 		}
 		if v == "" {
-			return out, fmt.Errorf("probe %s: %w", op.name, err)
+			return fmt.Errorf("probe %s: %w", op.name, err)
 		}
-		out = append(out, r)
+		row(r)
 	}
-	coll, err := runCollectives(drv, mode, replays)
-	return append(out, coll...), err
+	return runCollectives(drv, mode, replays, row)
 }
 
 // probeOne returns an empty verdict only when the row could not be set up.

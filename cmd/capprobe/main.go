@@ -14,7 +14,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/backends"
@@ -62,14 +61,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 
 	var rows []row
+	var t *table
+	if !*asJSON { // the table prints each row as it finishes
+		t = newTable(stdout, drv, modes)
+	}
 	for _, m := range modes {
-		res, err := probe.Run(drv, m, *replays)
+		err := probe.Stream(drv, m, *replays, func(r probe.Result) {
+			rows = append(rows, row{Result: r, Expected: probe.Expected(r.Op, m)})
+			if t != nil {
+				t.print(rows[len(rows)-1])
+			}
+		})
 		if err != nil {
 			fmt.Fprintln(stderr, "capprobe:", err)
 			return 1
-		}
-		for _, r := range res {
-			rows = append(rows, row{Result: r, Expected: probe.Expected(r.Op, m)})
 		}
 	}
 	if *asJSON {
@@ -79,8 +84,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "capprobe:", err)
 			return 1
 		}
-	} else {
-		printTable(stdout, drv, rows)
 	}
 	if *check {
 		for _, r := range rows {
@@ -110,20 +113,50 @@ func parseModes(s string) ([]alloc.CaptureMode, error) {
 	return []alloc.CaptureMode{m}, nil
 }
 
-func printTable(w io.Writer, drv alloc.Driver, rows []row) {
-	info := drv.Info()
-	fmt.Fprintf(w, "capture probe: backend %s (%s, %d MiB)\n\n", drv.Name(), info.Name, info.TotalMemory>>20)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MODE\tOP\tVERDICT\tREASON")
-	for _, r := range rows {
-		reason := r.Error
-		if reason == "" {
-			reason = r.Note
-		}
-		if r.Verdict != r.Expected {
-			reason = fmt.Sprintf("UNEXPECTED (CUDA gives %s) %s", r.Expected, reason)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Mode, r.Op, r.Verdict, reason)
+// table prints the probe's rows one by one, as each finishes, in columns
+// sized beforehand from every mode and operation name (a row cannot wait
+// for the widest one).
+type table struct {
+	w              io.Writer
+	modeW, opW, vW int
+}
+
+// newTable prints the header, which says how many rows are coming.
+func newTable(w io.Writer, drv alloc.Driver, modes []alloc.CaptureMode) *table {
+	ops := probe.OpsFor(drv)
+	t := &table{w: w, modeW: len("MODE"), opW: len("OP"), vW: len("VERDICT")}
+	for _, m := range modes {
+		t.modeW = max(t.modeW, len(m.String()))
 	}
-	tw.Flush()
+	for _, op := range ops {
+		t.opW = max(t.opW, len(op))
+	}
+	for _, v := range []probe.Verdict{probe.Capturable, probe.NotCapturable, probe.WrongResult} {
+		t.vW = max(t.vW, len(v))
+	}
+	info := drv.Info()
+	count := fmt.Sprintf("%d rows, one per operation", len(ops))
+	if len(modes) > 1 {
+		count = fmt.Sprintf("%d rows (%d operations x %d modes)", len(modes)*len(ops), len(ops), len(modes))
+	}
+	fmt.Fprintf(w, "capture probe: backend %s (%s, %d MiB): %s, each printed as it finishes\n\n",
+		drv.Name(), info.Name, info.TotalMemory>>20, count)
+	t.line("MODE", "OP", "VERDICT", "REASON")
+	return t
+}
+
+func (t *table) print(r row) {
+	reason := r.Error
+	if reason == "" {
+		reason = r.Note
+	}
+	if r.Verdict != r.Expected {
+		reason = fmt.Sprintf("UNEXPECTED (CUDA gives %s) %s", r.Expected, reason)
+	}
+	t.line(r.Mode, r.Op, string(r.Verdict), reason)
+}
+
+func (t *table) line(mode, op, verdict, reason string) {
+	l := fmt.Sprintf("%-*s  %-*s  %-*s  %s", t.modeW, mode, t.opW, op, t.vW, verdict, reason)
+	fmt.Fprintln(t.w, strings.TrimRight(l, " "))
 }

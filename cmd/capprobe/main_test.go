@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -77,5 +79,36 @@ func TestProbeOutOfProcessMatchesCUDARules(t *testing.T) {
 	require.Len(t, rows, 3*len(probe.Ops()), "no collective rows: a plugin cannot run host functions")
 	for _, r := range rows {
 		require.Equal(t, r["expected"], r["verdict"], "%v", r)
+	}
+}
+
+// writes records each Write separately.
+type writes struct{ got []string }
+
+func (w *writes) Write(p []byte) (int, error) {
+	w.got = append(w.got, string(p))
+	return len(p), nil
+}
+
+// The table's header says how many rows are coming, and each row is
+// written on its own as it finishes (probe.Stream hands them over one by
+// one: TestStreamHandsRowsOverAsTheyFinish in package probe).
+func TestTableSaysHowManyRowsAndPrintsEach(t *testing.T) {
+	var out writes
+	var errb bytes.Buffer
+	require.Equal(t, 0, run([]string{"-mode=all", "-replays=1"}, &out, &errb), errb.String())
+	header := out.got[0]
+	m := regexp.MustCompile(`: (\d+) rows \((\d+) operations x 3 modes\), each printed as it finishes`).FindStringSubmatch(header)
+	require.NotNil(t, m, header)
+	n, _ := strconv.Atoi(m[1])
+	ops := append(probe.Ops(), probe.CollectiveOps()...)
+	require.Equal(t, 3*len(ops), n)
+	require.True(t, strings.HasPrefix(out.got[1], "MODE "), out.got[1])
+	rows := out.got[2:]
+	require.Len(t, rows, n, "as many rows as the header said, one write each")
+	for i, r := range rows {
+		require.Equal(t, 1, strings.Count(r, "\n"), r)
+		require.Contains(t, r, " "+ops[i%len(ops)]+" ", "row %d in OpsFor's order", i)
+		require.Equal(t, strings.TrimRight(r, " \n"), strings.TrimSuffix(r, "\n"), "no trailing blanks")
 	}
 }

@@ -1,0 +1,105 @@
+// Package allocprom exports capalloc's allocator counters to Prometheus.
+// It is a package of its own so that only engines that import it link
+// client_golang.
+//
+//	prometheus.MustRegister(allocprom.NewCollector())
+//
+// At each scrape the collector reads every open allocator of the process
+// (alloc.Allocators), labelled backend, device and allocator (its
+// alloc.Options.Name):
+//
+//	capalloc_in_use_bytes, capalloc_reserved_bytes, capalloc_cached_bytes,
+//	capalloc_peak_in_use_bytes, capalloc_peak_reserved_bytes,
+//	capalloc_live_buffers, capalloc_live_graphs,
+//	capalloc_pinned_host_bytes, capalloc_pinned_host_buffers   (gauges)
+//	capalloc_memory_bytes{state=...}   device memory by block state: live,
+//	    workspace, graph-owned, held-for-graph, free, cached (a gauge;
+//	    alloc.Allocator.BytesByState)
+//	capalloc_allocs_total, capalloc_frees_total,
+//	capalloc_pool_hits_total, capalloc_pool_misses_total,
+//	capalloc_driver_allocs_total, capalloc_driver_frees_total,
+//	capalloc_capture_allocs_total, capalloc_captures_total,
+//	capalloc_failed_captures_total, capalloc_watchdog_timeouts_total   (counters)
+package allocprom
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// labels every metric carries.
+var labels = []string{"backend", "device", "allocator"}
+
+// metric is one exported figure of alloc.Stats.
+type metric struct {
+	desc  *prometheus.Desc
+	kind  prometheus.ValueType
+	value func(alloc.Stats) float64
+}
+
+func gauge(name, help string, v func(alloc.Stats) float64) metric {
+	return metric{prometheus.NewDesc(name, help, labels, nil), prometheus.GaugeValue, v}
+}
+
+func counter(name, help string, v func(alloc.Stats) float64) metric {
+	return metric{prometheus.NewDesc(name, help, labels, nil), prometheus.CounterValue, v}
+}
+
+var metrics = []metric{
+	gauge("capalloc_in_use_bytes", "Bytes of live buffers, as requested.", func(s alloc.Stats) float64 { return float64(s.BytesInUse) }),
+	gauge("capalloc_reserved_bytes", "Bytes held from the driver: live, cached and graph-owned.", func(s alloc.Stats) float64 { return float64(s.BytesReserved) }),
+	gauge("capalloc_cached_bytes", "Bytes in the pool's free lists.", func(s alloc.Stats) float64 { return float64(s.BytesCached) }),
+	gauge("capalloc_peak_in_use_bytes", "Highest capalloc_in_use_bytes so far.", func(s alloc.Stats) float64 { return float64(s.PeakInUse) }),
+	gauge("capalloc_peak_reserved_bytes", "Highest capalloc_reserved_bytes so far.", func(s alloc.Stats) float64 { return float64(s.PeakReserved) }),
+	gauge("capalloc_live_buffers", "Buffers allocated and not freed.", func(s alloc.Stats) float64 { return float64(s.LiveBuffers) }),
+	gauge("capalloc_live_graphs", "Graphs captured and not closed.", func(s alloc.Stats) float64 { return float64(s.LiveGraphs) }),
+	gauge("capalloc_pinned_host_bytes", "Bytes of pinned host buffers.", func(s alloc.Stats) float64 { return float64(s.HostBytes) }),
+	gauge("capalloc_pinned_host_buffers", "Pinned host buffers not closed.", func(s alloc.Stats) float64 { return float64(s.HostBuffers) }),
+	counter("capalloc_allocs_total", "Successful Alloc, AllocSync and workspace allocations.", func(s alloc.Stats) float64 { return float64(s.Allocs) }),
+	counter("capalloc_frees_total", "Buffers freed.", func(s alloc.Stats) float64 { return float64(s.Frees) }),
+	counter("capalloc_pool_hits_total", "Allocations the pool served without the driver.", func(s alloc.Stats) float64 { return float64(s.PoolHits) }),
+	counter("capalloc_pool_misses_total", "Allocations that needed a new segment from the driver.", func(s alloc.Stats) float64 { return float64(s.PoolMisses) }),
+	counter("capalloc_driver_allocs_total", "Driver allocations.", func(s alloc.Stats) float64 { return float64(s.DriverAllocs) }),
+	counter("capalloc_driver_frees_total", "Driver allocations given back.", func(s alloc.Stats) float64 { return float64(s.DriverFrees) }),
+	counter("capalloc_capture_allocs_total", "Allocations made inside captures.", func(s alloc.Stats) float64 { return float64(s.CaptureAllocs) }),
+	counter("capalloc_captures_total", "Captures ended with a graph.", func(s alloc.Stats) float64 { return float64(s.Captures) }),
+	counter("capalloc_failed_captures_total", "Captures ended without a graph.", func(s alloc.Stats) float64 { return float64(s.FailedCapture) }),
+	counter("capalloc_watchdog_timeouts_total", "Driver calls and captures the watchdog gave up on.", func(s alloc.Stats) float64 { return float64(s.Timeouts) }),
+}
+
+var memoryBytes = prometheus.NewDesc("capalloc_memory_bytes",
+	"Device memory held from the driver, by what its blocks are doing (alloc.BlockState).",
+	append([]string{"state"}, labels...), nil)
+
+// Collector is a prometheus.Collector of every open allocator's counters.
+type Collector struct{}
+
+// NewCollector returns the collector; register it once per registry.
+func NewCollector() *Collector { return &Collector{} }
+
+// Describe sends every metric's description.
+func (*Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, m := range metrics {
+		ch <- m.desc
+	}
+	ch <- memoryBytes
+}
+
+// Collect reads every open allocator now. One closed meanwhile is left out.
+func (*Collector) Collect(ch chan<- prometheus.Metric) {
+	for _, a := range alloc.Allocators() {
+		byState, err := a.BytesByState()
+		if err != nil {
+			continue // closed meanwhile
+		}
+		lv := []string{a.Driver().Name(), a.Info().Name, a.Name()}
+		s := a.Stats()
+		for _, m := range metrics {
+			ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(s), lv...)
+		}
+		for _, st := range alloc.BlockStates {
+			ch <- prometheus.MustNewConstMetric(memoryBytes, prometheus.GaugeValue, float64(byState[st]), append([]string{string(st)}, lv...)...)
+		}
+	}
+}

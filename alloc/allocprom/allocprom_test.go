@@ -1,0 +1,157 @@
+package allocprom_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/allocprom"
+	"github.com/capalloc/capalloc/cpu"
+)
+
+func newAllocator(t *testing.T, name string) *alloc.Allocator {
+	t.Helper()
+	d, err := cpu.New(cpu.Options{})
+	require.NoError(t, err)
+	a, err := alloc.New(d, alloc.Options{Name: name})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		require.NoError(t, a.Close())
+		require.NoError(t, d.Close())
+	})
+	return a
+}
+
+// value finds the sample of family name whose labels include want.
+func value(t *testing.T, fams []*dto.MetricFamily, name string, want map[string]string) float64 {
+	t.Helper()
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range f.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if got[k] != v {
+					continue next
+				}
+			}
+			if g := m.GetGauge(); g != nil {
+				return g.GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no %s%v", name, want)
+	return 0
+}
+
+// A registry's scrape has every open allocator's counters under its
+// labels, with the bytes held for graphs told apart, and the names pass
+// Prometheus' lint.
+func TestScrape(t *testing.T) {
+	a := newAllocator(t, "prom-decoder")
+	b := newAllocator(t, "prom-prefill")
+	x, err := a.Alloc(1 << 20)
+	require.NoError(t, err)
+	y, err := a.Alloc(64 << 10)
+	require.NoError(t, err)
+	h, err := a.HostAlloc(4 << 10)
+	require.NoError(t, err)
+	defer h.Close()
+	g, err := a.WithCapture(alloc.CaptureOptions{}, func() error {
+		if err := a.UploadHost(y, 0, h, 0, 4<<10); err != nil {
+			return err
+		}
+		if err := a.Free(y); err != nil { // held for the graph
+			return err
+		}
+		_, err := a.Alloc(256 << 10)
+		return err
+	})
+	require.NoError(t, err)
+	defer g.Close()
+	defer a.Free(x)
+	z, err := b.Alloc(2 << 20)
+	require.NoError(t, err)
+	defer b.Free(z)
+
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(allocprom.NewCollector()))
+	fams, err := reg.Gather()
+	require.NoError(t, err)
+	dec := map[string]string{"allocator": "prom-decoder", "backend": "cpu", "device": a.Info().Name}
+	s := a.Stats()
+	require.EqualValues(t, s.BytesInUse, value(t, fams, "capalloc_in_use_bytes", dec))
+	require.EqualValues(t, s.BytesReserved, value(t, fams, "capalloc_reserved_bytes", dec))
+	require.EqualValues(t, s.Allocs, value(t, fams, "capalloc_allocs_total", dec))
+	require.EqualValues(t, 1, value(t, fams, "capalloc_captures_total", dec))
+	require.EqualValues(t, 1, value(t, fams, "capalloc_live_graphs", dec))
+	require.EqualValues(t, 4<<10, value(t, fams, "capalloc_pinned_host_bytes", dec))
+	with := func(state string) map[string]string {
+		m := map[string]string{"state": state}
+		for k, v := range dec {
+			m[k] = v
+		}
+		return m
+	}
+	require.EqualValues(t, 256<<10, value(t, fams, "capalloc_memory_bytes", with("graph-owned")))
+	require.EqualValues(t, 64<<10, value(t, fams, "capalloc_memory_bytes", with("held-for-graph")))
+	require.EqualValues(t, 2<<20, value(t, fams, "capalloc_in_use_bytes", map[string]string{"allocator": "prom-prefill"}))
+
+	problems, err := testutil.CollectAndLint(allocprom.NewCollector())
+	require.NoError(t, err)
+	require.Empty(t, problems, "metric names and help follow Prometheus' conventions")
+
+	// Through the exposition format, as a Prometheus server scrapes it.
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Contains(t, string(body), `capalloc_memory_bytes{allocator="prom-decoder",backend="cpu",device="cpu (emulated)",state="held-for-graph"} 65536`)
+
+	// A closed allocator is gone from the next scrape.
+	d, err := cpu.New(cpu.Options{})
+	require.NoError(t, err)
+	defer d.Close()
+	c, err := alloc.New(d, alloc.Options{Name: "prom-closed"})
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	fams, err = reg.Gather()
+	require.NoError(t, err)
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				require.NotEqual(t, "prom-closed", l.GetValue())
+			}
+		}
+	}
+}
+
+// Only engines that import allocprom link client_golang: alloc and the
+// HTTP views do not depend on it.
+func TestOnlyImportersLinkPrometheus(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH:", err)
+	}
+	out, err := exec.Command(goTool, "list", "-deps", "github.com/capalloc/capalloc/alloc", "github.com/capalloc/capalloc/alloc/allocview").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.NotContains(t, string(out), "prometheus")
+	require.Contains(t, string(out), "github.com/google/pprof/profile", "the list is the real one")
+}

@@ -1,0 +1,28 @@
+package allocview
+
+import "github.com/capalloc/capalloc/alloc"
+
+// AllocatorVars is one allocator's entry in the "capalloc" expvar.
+type AllocatorVars struct {
+	Backend string                     `json:"backend"`
+	Device  string                     `json:"device"`
+	Stats   alloc.Stats                `json:"stats"`
+	Bytes   map[alloc.BlockState]int64 `json:"bytes"` // alloc.Allocator.BytesByState
+}
+
+// Vars is the "capalloc" expvar's value: every open allocator's counters,
+// by name, and the profile's sampling rate.
+func Vars() any {
+	v := struct {
+		ProfileRate int                      `json:"profile_rate"`
+		Allocators  map[string]AllocatorVars `json:"allocators"`
+	}{alloc.ProfileRate(), map[string]AllocatorVars{}}
+	for _, a := range alloc.Allocators() {
+		bytes, err := a.BytesByState()
+		if err != nil {
+			continue // closed meanwhile
+		}
+		v.Allocators[a.Name()] = AllocatorVars{Backend: a.Driver().Name(), Device: a.Info().Name, Stats: a.Stats(), Bytes: bytes}
+	}
+	return v
+}

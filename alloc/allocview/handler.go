@@ -1,0 +1,125 @@
+package allocview
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// views are the paths Handler serves, relative to where it is mounted.
+var views = []string{"", "segments.svg", "profile", "snapshot.json"}
+
+// Handler serves the views (package doc) relative to where it is mounted:
+// the index at the mount point itself (ending in "/"), the others by
+// their last path element.
+func Handler() http.Handler { return http.HandlerFunc(serve) }
+
+func serve(w http.ResponseWriter, r *http.Request) {
+	view := ""
+	if !strings.HasSuffix(r.URL.Path, "/") {
+		view = path.Base(r.URL.Path)
+	}
+	var one *alloc.Allocator
+	if name, ok := r.URL.Query()["allocator"]; ok {
+		if one = alloc.Lookup(name[0]); one == nil {
+			notFound(w, fmt.Sprintf("no open allocator named %q", name[0]))
+			return
+		}
+	}
+	switch view {
+	case "":
+		serveIndex(w, r, one)
+	case "segments.svg":
+		serveSegments(w, one)
+	case "profile":
+		serveProfile(w, one)
+	case "snapshot.json":
+		serveSnapshot(w, one)
+	default:
+		http.Error(w, fmt.Sprintf("allocview: no view %q; views: index (the mount point), %s", view, strings.Join(views[1:], ", ")), http.StatusNotFound)
+	}
+}
+
+// notFound answers an unknown allocator with the names of the open ones.
+func notFound(w http.ResponseWriter, why string) {
+	var names []string
+	for _, a := range alloc.Allocators() {
+		names = append(names, strconv.Quote(a.Name()))
+	}
+	known := "none is open"
+	if len(names) > 0 {
+		known = "open allocators: " + strings.Join(names, ", ")
+	}
+	http.Error(w, "allocview: "+why+"; "+known, http.StatusNotFound)
+}
+
+// chosen is the allocator asked for, or every open one.
+func chosen(one *alloc.Allocator) []*alloc.Allocator {
+	if one != nil {
+		return []*alloc.Allocator{one}
+	}
+	return alloc.Allocators()
+}
+
+// snapshots takes the snapshots of as, leaving out any closed meanwhile.
+func snapshots(as []*alloc.Allocator) []alloc.Snapshot {
+	out := make([]alloc.Snapshot, 0, len(as))
+	for _, a := range as {
+		if s, err := a.Snapshot(); err == nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func serveProfile(w http.ResponseWriter, one *alloc.Allocator) {
+	var buf bytes.Buffer
+	var err error
+	if one != nil {
+		err = one.WriteProfile(&buf)
+	} else {
+		err = alloc.WriteProfile(&buf)
+	}
+	if err != nil {
+		http.Error(w, "allocview: "+err.Error(), http.StatusInternalServerError) // closed meanwhile
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", `attachment; filename="capalloc-device.pb.gz"`)
+	w.Header().Set("X-Capalloc-Profile-Rate", strconv.Itoa(alloc.ProfileRate()))
+	w.Write(buf.Bytes())
+}
+
+func serveSnapshot(w http.ResponseWriter, one *alloc.Allocator) {
+	var v any
+	if one != nil {
+		s, err := one.Snapshot()
+		if err != nil {
+			http.Error(w, "allocview: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		v = s
+	} else {
+		v = snapshots(alloc.Allocators())
+	}
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(v); err != nil {
+		http.Error(w, "allocview: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(buf.Bytes())
+}
+
+func serveSegments(w http.ResponseWriter, one *alloc.Allocator) {
+	var buf bytes.Buffer
+	writeSVG(&buf, snapshots(chosen(one)))
+	w.Header().Set("Content-Type", "image/svg+xml")
+	w.Write(buf.Bytes())
+}

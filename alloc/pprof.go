@@ -1,0 +1,262 @@
+package alloc
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/google/pprof/profile"
+)
+
+// WriteProfile writes the device memory profile of every open allocator of
+// the process, as pprof.Lookup("heap") writes the Go heap's: a gzipped
+// pprof protobuf that `go tool pprof` opens as it is. Sample types
+// inuse_space, inuse_objects (memory still taken, by who holds it now),
+// alloc_space, alloc_objects (everything sampled, by who held it when
+// allocated); samples labelled allocator, backend, device and owner
+// (pool-live, sync-live, graph-owned, held-for-graph, workspace,
+// pinned-host). Stacks start at the engine's call to Alloc, AllocSync,
+// Workspace or HostAlloc. Nothing is sampled until SetProfileRate turns
+// recording on; the profile then carries a comment saying so.
+func WriteProfile(w io.Writer) error {
+	var ds []profileData
+	for _, a := range Allocators() {
+		a.mu.Lock()
+		if !a.closed {
+			ds = append(ds, a.profileDataLocked())
+		}
+		a.mu.Unlock()
+	}
+	return buildProfile(ds).Write(w)
+}
+
+// WriteProfile writes this allocator's device memory profile, as the
+// package's WriteProfile writes every allocator's. It fails with ErrClosed
+// once the allocator is closed.
+func (a *Allocator) WriteProfile(w io.Writer) error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return a.fail("WriteProfile", -1, StateNone, ErrClosed)
+	}
+	d := a.profileDataLocked()
+	a.mu.Unlock()
+	return buildProfile([]profileData{d}).Write(w)
+}
+
+// profileData is an allocator's samples, copied under its lock so the
+// profile is built without it.
+type profileData struct {
+	name, backend, device string
+	inUse                 []inUseSample
+	stacks                []*stackRecord
+	allocs                [][numOwners]struct{ objects, bytes float64 } // by stacks' index
+}
+
+type inUseSample struct {
+	stk        *stackRecord
+	own        owner
+	size, rate int64
+}
+
+// profileDataLocked copies the samples out. Caller holds a.mu.
+func (a *Allocator) profileDataLocked() profileData {
+	p := &a.prof
+	d := profileData{name: a.name, backend: a.backend, device: a.info.Name,
+		inUse:  make([]inUseSample, 0, p.nInUse),
+		stacks: make([]*stackRecord, 0, len(p.stacks)),
+		allocs: make([][numOwners]struct{ objects, bytes float64 }, 0, len(p.stacks)),
+	}
+	for s := p.inUse; s != nil; s = s.next {
+		o := ownerPinnedHost
+		if s.blk != nil {
+			o = ownerOf(s.blk)
+		}
+		d.inUse = append(d.inUse, inUseSample{stk: s.stk, own: o, size: s.size, rate: s.rate})
+	}
+	for _, stk := range p.stacks {
+		for ; stk != nil; stk = stk.collision {
+			d.stacks = append(d.stacks, stk)
+			d.allocs = append(d.allocs, stk.allocs)
+		}
+	}
+	return d
+}
+
+const (
+	// allocAPI prefixes the frames the profile trims from the top of a
+	// stack: the allocator's own methods, so the leaf is the engine's
+	// call site, as in a Go heap profile.
+	allocAPI = "github.com/capalloc/capalloc/alloc.(*Allocator)."
+
+	profileOffComment = "device memory profile recording is off: call alloc.SetProfileRate(alloc.DefaultProfileRate), or 1 to record every allocation; any samples here were recorded before it was turned off"
+)
+
+// buildProfile makes the pprof profile of the allocators' samples.
+func buildProfile(ds []profileData) *profile.Profile {
+	rate := profileRate.Load()
+	p := &profile.Profile{
+		SampleType: []*profile.ValueType{
+			{Type: "inuse_space", Unit: "bytes"},
+			{Type: "inuse_objects", Unit: "count"},
+			{Type: "alloc_space", Unit: "bytes"},
+			{Type: "alloc_objects", Unit: "count"},
+		},
+		DefaultSampleType: "inuse_space",
+		PeriodType:        &profile.ValueType{Type: "space", Unit: "bytes"},
+		Period:            rate,
+		TimeNanos:         time.Now().UnixNano(),
+		Comments:          []string{"capalloc device memory"},
+	}
+	if rate == 0 {
+		p.Comments = append(p.Comments, profileOffComment)
+	}
+	sym := newSymbolizer(p)
+	type key struct {
+		d   int
+		stk *stackRecord
+		own owner
+	}
+	values := map[key]*[4]float64{}
+	var order []key // first-seen order, so equal input gives an equal profile
+	add := func(k key) *[4]float64 {
+		v := values[k]
+		if v == nil {
+			v = new([4]float64)
+			values[k] = v
+			order = append(order, k)
+		}
+		return v
+	}
+	for i, d := range ds {
+		for _, s := range d.inUse {
+			objects, bytes := sampleWeight(s.size, s.rate)
+			v := add(key{i, s.stk, s.own})
+			v[0] += bytes
+			v[1] += objects
+		}
+		for j, stk := range d.stacks {
+			for o, c := range d.allocs[j] {
+				if c.objects > 0 {
+					v := add(key{i, stk, owner(o)})
+					v[2] += c.bytes
+					v[3] += c.objects
+				}
+			}
+		}
+	}
+	for _, k := range order {
+		v := values[k]
+		d := ds[k.d]
+		p.Sample = append(p.Sample, &profile.Sample{
+			Location: sym.stack(k.stk.pcs),
+			Value:    []int64{int64(v[0] + 0.5), int64(v[1] + 0.5), int64(v[2] + 0.5), int64(v[3] + 0.5)},
+			Label: map[string][]string{
+				"allocator": {d.name},
+				"backend":   {d.backend},
+				"device":    {d.device},
+				"owner":     {k.own.String()},
+			},
+		})
+	}
+	return p
+}
+
+// symbolizer turns return addresses into the profile's locations and
+// functions, each made once.
+type symbolizer struct {
+	p       *profile.Profile
+	mapping *profile.Mapping
+	frames  map[uintptr][]runtime.Frame
+	locs    map[locKey]*profile.Location
+	funcs   map[[2]string]*profile.Function
+}
+
+// locKey is a return address and how many of its innermost frames (the
+// allocator's own, inlined) its location leaves out.
+type locKey struct {
+	pc   uintptr
+	skip int
+}
+
+func newSymbolizer(p *profile.Profile) *symbolizer {
+	exe, _ := os.Executable()
+	m := &profile.Mapping{ID: 1, File: filepath.Base(exe), Limit: ^uint64(0),
+		HasFunctions: true, HasFilenames: true, HasLineNumbers: true, HasInlineFrames: true}
+	p.Mapping = []*profile.Mapping{m}
+	return &symbolizer{p: p, mapping: m, frames: map[uintptr][]runtime.Frame{},
+		locs: map[locKey]*profile.Location{}, funcs: map[[2]string]*profile.Function{}}
+}
+
+// stack returns the locations of pcs, leaf first, without the allocator's
+// own frames on top.
+func (s *symbolizer) stack(pcs []uintptr) []*profile.Location {
+	out := make([]*profile.Location, 0, len(pcs))
+	trimming := true
+	for _, pc := range pcs {
+		fs := s.expand(pc)
+		skip := 0
+		if trimming {
+			for skip < len(fs) && strings.HasPrefix(fs[skip].Function, allocAPI) {
+				skip++
+			}
+			if skip == len(fs) {
+				continue // wholly the allocator's
+			}
+			trimming = false
+		}
+		out = append(out, s.location(pc, skip, fs[skip:]))
+	}
+	return out
+}
+
+// expand returns the frames at a return address, inlined calls included,
+// innermost first.
+func (s *symbolizer) expand(pc uintptr) []runtime.Frame {
+	if fs, ok := s.frames[pc]; ok {
+		return fs
+	}
+	var fs []runtime.Frame
+	it := runtime.CallersFrames([]uintptr{pc})
+	for {
+		f, more := it.Next()
+		fs = append(fs, f)
+		if !more {
+			break
+		}
+	}
+	s.frames[pc] = fs
+	return fs
+}
+
+func (s *symbolizer) location(pc uintptr, skip int, fs []runtime.Frame) *profile.Location {
+	k := locKey{pc, skip}
+	if l := s.locs[k]; l != nil {
+		return l
+	}
+	l := &profile.Location{ID: uint64(len(s.p.Location) + 1), Mapping: s.mapping, Address: uint64(pc) - 1}
+	for _, f := range fs {
+		l.Line = append(l.Line, profile.Line{Function: s.function(f), Line: int64(f.Line)})
+	}
+	s.locs[k] = l
+	s.p.Location = append(s.p.Location, l)
+	return l
+}
+
+func (s *symbolizer) function(f runtime.Frame) *profile.Function {
+	k := [2]string{f.Function, f.File}
+	if fn := s.funcs[k]; fn != nil {
+		return fn
+	}
+	name := f.Function
+	if name == "" {
+		name = "unknown"
+	}
+	fn := &profile.Function{ID: uint64(len(s.p.Function) + 1), Name: name, SystemName: name, Filename: f.File}
+	s.funcs[k] = fn
+	s.p.Function = append(s.p.Function, fn)
+	return fn
+}

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/cpu"
+)
+
+// The workload loads and the segment map shows both allocators, the graph's
+// memory and the held page.
+func TestWorkloadServes(t *testing.T) {
+	prev, _ := alloc.SetProfileRate(1)
+	defer alloc.SetProfileRate(prev)
+	d, err := cpu.New(cpu.Options{})
+	require.NoError(t, err)
+	defer d.Close()
+	w, err := load(d)
+	require.NoError(t, err)
+	srv := httptest.NewServer(http.DefaultServeMux)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/debug/capalloc/segments.svg")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	for _, want := range []string{">decoder</text>", ">prefill</text>", ">graph-owned 6 MiB</text>", ">held-for-graph 256 KiB</text>", ">workspace 1.5 MiB</text>"} {
+		require.Contains(t, string(body), want)
+	}
+	w.close()
+	require.Nil(t, alloc.Lookup("decoder"), "close closes the allocators")
+}
