@@ -181,16 +181,20 @@ func (c *watch) finish(err error) error {
 // The backoff between polls (docs/allocator-core.md, "Waits without a
 // hand-off", has the measurements behind the figures). The first
 // spinPolls polls only yield the processor, so work that ends within a
-// few microseconds (a memset, a small copy on a GPU) costs no sleep; then
-// the wait sleeps for a fraction of the time waited so far, from minSleep
-// to maxSleep, so a long wait wakes a bounded number of times per
-// doubling of its length, and the wake-up comes at most about
-// 1/sleepFraction of the wait late.
+// few microseconds (a memset, a small copy) costs no sleep; then the wait
+// sleeps for half the time waited so far, from minSleep to maxSleep, so a
+// long wait wakes a bounded number of times per doubling of its length
+// and at most every maxSleep. time.Sleep is the sleep: it parks the
+// goroutine and holds no thread; in an otherwise idle process the runtime
+// rounds a sleep under a millisecond up to about one, which bounds the
+// wake-ups, and so the CPU a wait costs, to about one per millisecond.
+// A precise sleep (a timerfd in the netpoller) was measured and not
+// taken: each wake-up costs the scheduler tens of microseconds of CPU.
 const (
 	spinPolls     = 16
 	minSleep      = 20 * time.Microsecond
 	maxSleep      = 2 * time.Millisecond
-	sleepFraction = 4
+	sleepFraction = 2
 )
 
 // backoff is one wait's progress through the schedule.
