@@ -40,66 +40,80 @@ func pollerOf(drv Driver) func(Stream) (bool, error) {
 // hand-off"). Past the deadline the caller gets ErrCaptureTimeout, counted
 // in Stats().Timeouts, and an Aborter is aborted, as with a watched call.
 //
-// Every wait on the way is a poll: the gate's shared side is tried, a
-// capture transition is waited out by polling, and the stream is polled.
-// The gate is held from the first successful try to the end, as the
-// blocking call holds it, so no capture begins in the domain while the
-// wait's queries may still run.
-//
-// The driver calls made here are promised not to block (the capture
-// status, the stream poll); a call that breaks the promise still cannot
-// be interrupted, but it is seen: the call is registered with the
-// monitor, which at the deadline counts it stuck (further blocking calls
-// fail at once instead of piling into the same driver) and aborts an
-// Aborter; the caller gets ErrCaptureTimeout when the call returns.
+// The first step is the idle check the allocator always made inline: it
+// reads no clock and registers nothing, so an idle stream, or work the
+// poll finishes at once (a cpu memset), costs what it did unwatched. Only a
+// wait that goes on is registered with the monitor, which then sees a
+// poll that hangs in the driver (pause, expirePoll).
 func (a *Allocator) waitPolled(op string, once bool) (done bool, err error) {
 	w := a.watchdog
 	if n := w.stuck.Load(); n > 0 {
 		return false, a.fail(op, -1, StateNone, wrapf(ErrCaptureTimeout, "%s not attempted: %d earlier driver call(s) still stuck", op, n))
 	}
-	c := newPollWatch(w, op)
-	st, done, err := a.pollLoop(c, once)
-	if err = c.finish(err); err != nil {
-		return false, a.fail(op, -1, st, err)
+	var p pollStep
+	defer p.release(a)
+	over, done, err := p.try(a, once)
+	if !over {
+		c := newPollWatch(w, op)
+		var b backoff
+		for !over && err == nil {
+			if err = c.pause(&b); err == nil {
+				over, done, err = p.try(a, once)
+			}
+		}
+		err = c.finish(err)
+	}
+	if err != nil {
+		return false, a.fail(op, -1, p.st, err)
 	}
 	return done, nil
 }
 
-// pollLoop is waitPolled's wait, with c registered.
-func (a *Allocator) pollLoop(c *watch, once bool) (st CaptureState, done bool, err error) {
-	var b backoff
-	for !a.dom.gate.TryRLock() {
-		if err := c.pause(&b); err != nil {
-			return st, false, err
+// pollStep is a polling wait's progress. Every wait on the way is a try:
+// the gate's shared side is tried, and once had is held to the end, as the
+// blocking call holds it, so no capture begins in the domain while the
+// wait's queries may still run; a capture begin or end of this allocator
+// in flight is waited out; then the state is read, the refusals apply, and
+// the stream is polled.
+type pollStep struct {
+	gate    bool // holding the gate's shared side
+	checked bool // state read and allowed
+	st      CaptureState
+}
+
+// try makes one step without waiting. over says the wait is over: the
+// stream is done (done), or err is final, or once is set and the stream
+// was polled.
+func (p *pollStep) try(a *Allocator, once bool) (over, done bool, err error) {
+	if !p.gate {
+		if !a.dom.gate.TryRLock() {
+			return false, false, nil
 		}
+		p.gate = true
 	}
-	defer a.dom.gate.RUnlock()
-	for {
+	if !p.checked {
 		a.mu.Lock()
-		if a.transition == nil {
-			st, err = a.stateLocked()
-			if err == nil {
-				err = a.syncRefusalLocked(st)
-			}
+		if a.transition != nil {
 			a.mu.Unlock()
-			break
+			return false, false, nil
+		}
+		p.st, err = a.stateLocked()
+		if err == nil {
+			err = a.syncRefusalLocked(p.st)
 		}
 		a.mu.Unlock()
-		if err := c.pause(&b); err != nil {
-			return st, false, err
+		if err != nil {
+			return true, false, err
 		}
+		p.checked = true
 	}
-	if err != nil {
-		return st, false, err
-	}
-	for {
-		done, err := a.poll(a.stream)
-		if done || err != nil || once {
-			return st, done && err == nil, err
-		}
-		if err := c.pause(&b); err != nil {
-			return st, false, err
-		}
+	done, err = a.poll(a.stream)
+	return done || err != nil || once, done && err == nil, err
+}
+
+func (p *pollStep) release(a *Allocator) {
+	if p.gate {
+		a.dom.gate.RUnlock()
 	}
 }
 

@@ -20,15 +20,18 @@ const (
 	pollSlack    = 3 * time.Second
 )
 
-// countingPoller is a cpu driver (a StreamPoller) that counts the blocking
-// calls Synchronize could make instead of polling, and can make its poll
-// hang, as a driver query that breaks its promise would.
+// countingPoller is a cpu driver (a StreamPoller) that counts its polls
+// and the blocking calls Synchronize could make instead of polling, and
+// can make its polls hang, as a driver query that breaks its promise
+// would: the first poll then answers "busy" and the next ones hang.
 type countingPoller struct {
 	*cpu.Driver
-	syncs   atomic.Int32
-	hang    atomic.Pointer[chan struct{}] // non-nil: StreamPoll blocks until it is closed
-	inPoll  atomic.Int32                  // polls under way in a hang
-	polling chan struct{}                 // receives once a poll hangs
+	syncs    atomic.Int32
+	polls    atomic.Int32
+	hang     atomic.Pointer[chan struct{}] // non-nil: StreamPoll blocks until it is closed
+	answered atomic.Bool                   // the first poll of a hang said "busy"
+	inPoll   atomic.Int32                  // polls under way in a hang
+	polling  chan struct{}                 // receives once a poll hangs
 }
 
 func newCountingPoller(t *testing.T) *countingPoller {
@@ -44,7 +47,11 @@ func (d *countingPoller) StreamSynchronize(s alloc.Stream) error {
 }
 
 func (d *countingPoller) StreamPoll(s alloc.Stream) (bool, error) {
+	d.polls.Add(1)
 	if h := d.hang.Load(); h != nil {
+		if d.answered.CompareAndSwap(false, true) {
+			return false, nil
+		}
 		d.inPoll.Add(1)
 		d.polling <- struct{}{}
 		<-*h
@@ -53,9 +60,11 @@ func (d *countingPoller) StreamPoll(s alloc.Stream) (bool, error) {
 	return d.Driver.StreamPoll(s)
 }
 
-// hangPolls makes the next polls hang; the returned func releases them.
+// hangPolls makes the next poll answer "busy" and those after it hang;
+// the returned func releases them.
 func (d *countingPoller) hangPolls() (release func()) {
 	ch := make(chan struct{})
+	d.answered.Store(false)
 	d.hang.Store(&ch)
 	var once atomic.Bool
 	return func() {
@@ -125,11 +134,11 @@ func TestPolledSynchronizeBoundsBusyStream(t *testing.T) {
 	require.NoError(t, a.Free(buf))
 }
 
-// A poll that hangs in the driver (a query breaking its promise) cannot be
-// interrupted, but it is contained: at the deadline the monitor counts it
-// stuck and other blocking calls fail at once instead of piling into the
-// driver; when it returns, its caller gets ErrCaptureTimeout and the
-// allocator works again.
+// A poll that hangs in the driver (a query breaking its promise) while the
+// wait goes on cannot be interrupted, but it is contained: at the deadline
+// the monitor counts it stuck and other blocking calls fail at once instead
+// of piling into the driver; when it returns, its caller gets
+// ErrCaptureTimeout and the allocator works again.
 func TestPolledSynchronizeHungPollIsContained(t *testing.T) {
 	d := newCountingPoller(t)
 	a, err := alloc.New(d, alloc.Options{Watchdog: pollDeadline})
@@ -213,12 +222,12 @@ func TestPolledSynchronizeRefusedInCapture(t *testing.T) {
 	defer b.Close()
 
 	require.NoError(t, a.BeginCapture(alloc.Global))
-	release := d.hangPolls() // a poll now would hang the test
+	before := d.polls.Load()
 	require.ErrorIs(t, a.Synchronize(), alloc.ErrSyncDuringCapture)
 	require.ErrorIs(t, b.Synchronize(), alloc.ErrSyncDuringCapture)
 	_, err = b.Query()
 	require.ErrorIs(t, err, alloc.ErrSyncDuringCapture)
-	release()
+	require.Equal(t, before, d.polls.Load(), "refused before any poll")
 	g, err := a.EndCapture()
 	require.NoError(t, err, "the capture stayed valid")
 	require.NoError(t, g.Close())

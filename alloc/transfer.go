@@ -108,6 +108,8 @@ func (a *Allocator) Download(dst []byte, src Buffer, off int64) error {
 
 // Synchronize waits until all work queued on the stream is done. It is
 // refused during any capture that forbids it, leaving the capture valid.
+// With the watchdog on, a driver that can be polled is waited for on the
+// caller's goroutine (waitPolled); others through a watched call.
 func (a *Allocator) Synchronize() error {
 	if a.poll != nil && a.watchdog.timeout > 0 {
 		_, err := a.waitPolled("Synchronize", false)

@@ -24,11 +24,15 @@ func (d *Driver) StreamPoll(h alloc.Stream) (bool, error) {
 	}
 	s.mu.Lock()
 	q := s.queue
-	if len(q) > 0 {
-		s.queue, s.spare = s.spare, nil
+	if len(q) == 0 {
+		err, s.err = s.err, nil
+		s.mu.Unlock()
+		s.execMu.Unlock()
+		return true, err
 	}
+	s.queue, s.spare = s.spare, nil
 	s.mu.Unlock()
-	if len(q) > 0 && mayBlock(q) {
+	if mayBlock(q) {
 		go func() {
 			defer s.execMu.Unlock()
 			d.runBatch(s, q)
@@ -36,9 +40,7 @@ func (d *Driver) StreamPoll(h alloc.Stream) (bool, error) {
 		return false, nil
 	}
 	defer s.execMu.Unlock()
-	if len(q) > 0 {
-		d.runBatch(s, q)
-	}
+	d.runBatch(s, q)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.queue) > 0 {

@@ -208,7 +208,9 @@ func (d *Driver) waitable(h alloc.Stream, what string, interaction alloc.Capture
 	}
 	s.mu.Unlock()
 	d.mu.Lock()
-	err = d.refuseUnsafeLocked(what+" of a stream that is not capturing", interaction)
+	if len(d.globalCaps) > 0 { // builds the message only for a refusal
+		err = d.refuseUnsafeLocked(what+" of a stream that is not capturing", interaction)
+	}
 	d.mu.Unlock()
 	if err != nil {
 		return nil, err
