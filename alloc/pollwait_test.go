@@ -75,6 +75,16 @@ func (d *countingPoller) hangPolls() (release func()) {
 	}
 }
 
+// newPolled makes an allocator with the tests' watchdog on d, closed by
+// the test's cleanup.
+func newPolled(t *testing.T, d alloc.Driver) *alloc.Allocator {
+	t.Helper()
+	a, err := alloc.New(d, alloc.Options{Watchdog: pollDeadline})
+	require.NoError(t, err)
+	t.Cleanup(func() { a.Close() })
+	return a
+}
+
 // returnsWithin runs fn and fails the test if it has not returned after
 // limit (a broken bound must fail, not hang, the test).
 func returnsWithin(t *testing.T, limit time.Duration, what string, fn func() error) error {
@@ -97,9 +107,7 @@ func returnsWithin(t *testing.T, limit time.Duration, what string, fn func() err
 // Synchronize, once the work ends, succeeds.
 func TestPolledSynchronizeBoundsBusyStream(t *testing.T) {
 	d := newCountingPoller(t)
-	a, err := alloc.New(d, alloc.Options{Watchdog: pollDeadline})
-	require.NoError(t, err)
-	defer a.Close()
+	a := newPolled(t, d)
 	buf, err := a.Alloc(4096)
 	require.NoError(t, err)
 
@@ -141,9 +149,7 @@ func TestPolledSynchronizeBoundsBusyStream(t *testing.T) {
 // ErrCaptureTimeout and the allocator works again.
 func TestPolledSynchronizeHungPollIsContained(t *testing.T) {
 	d := newCountingPoller(t)
-	a, err := alloc.New(d, alloc.Options{Watchdog: pollDeadline})
-	require.NoError(t, err)
-	defer a.Close()
+	a := newPolled(t, d)
 	buf, err := a.Alloc(4096)
 	require.NoError(t, err)
 
@@ -194,13 +200,11 @@ func (d *abortingPoller) Abort(cause error) {
 // at the deadline, so its caller gets control back then.
 func TestPolledSynchronizeAbortsHungPoll(t *testing.T) {
 	d := &abortingPoller{countingPoller: newCountingPoller(t), aborted: make(chan error, 1)}
-	a, err := alloc.New(d, alloc.Options{Watchdog: pollDeadline})
-	require.NoError(t, err)
-	defer a.Close()
+	a := newPolled(t, d)
 	d.release = d.hangPolls()
 	defer d.release()
 
-	err = returnsWithin(t, pollSlack, "Synchronize in a hung poll", a.Synchronize)
+	err := returnsWithin(t, pollSlack, "Synchronize in a hung poll", a.Synchronize)
 	require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
 	cause := <-d.aborted
 	require.ErrorIs(t, cause, alloc.ErrCaptureTimeout, "Abort gets the watchdog's error")
@@ -214,18 +218,13 @@ func TestPolledSynchronizeAbortsHungPoll(t *testing.T) {
 // sibling's; the captures stay valid.
 func TestPolledSynchronizeRefusedInCapture(t *testing.T) {
 	d := newCountingPoller(t)
-	a, err := alloc.New(d, alloc.Options{Watchdog: pollDeadline})
-	require.NoError(t, err)
-	defer a.Close()
-	b, err := alloc.New(d, alloc.Options{Watchdog: pollDeadline})
-	require.NoError(t, err)
-	defer b.Close()
+	a, b := newPolled(t, d), newPolled(t, d)
 
 	require.NoError(t, a.BeginCapture(alloc.Global))
 	before := d.polls.Load()
 	require.ErrorIs(t, a.Synchronize(), alloc.ErrSyncDuringCapture)
 	require.ErrorIs(t, b.Synchronize(), alloc.ErrSyncDuringCapture)
-	_, err = b.Query()
+	_, err := b.Query()
 	require.ErrorIs(t, err, alloc.ErrSyncDuringCapture)
 	require.Equal(t, before, d.polls.Load(), "refused before any poll")
 	g, err := a.EndCapture()
