@@ -143,7 +143,7 @@ func (c *watch) pause(b *backoff) error {
 			return c.timeoutErr() // the monitor saw the call overstay and counted it
 		}
 		c.w.expired.Add(1)
-		err := wrapf(ErrCaptureTimeout, "%s: the stream was still busy after %v", c.op, c.w.timeout)
+		err := wrapf(ErrCaptureTimeout, "%s: still waiting after %v (for the stream, or for a capture begin or end)", c.op, c.w.timeout)
 		if c.w.abort != nil {
 			c.w.abort(err)
 		}
@@ -202,8 +202,9 @@ func (c *watch) finish(err error) error {
 // goroutine and holds no thread; in an otherwise idle process the runtime
 // rounds a sleep under a millisecond up to about one, which bounds the
 // wake-ups, and so the CPU a wait costs, to about one per millisecond.
-// A precise sleep (a timerfd in the netpoller) was measured and not
-// taken: each wake-up costs the scheduler tens of microseconds of CPU.
+// Precise sleeps (nanosleep, a timerfd in the netpoller) were measured and
+// not taken: they cost more CPU per wait, and nanosleep holds a thread and
+// its P while it sleeps.
 const (
 	spinPolls     = 16
 	minSleep      = 20 * time.Microsecond

@@ -120,7 +120,7 @@ func TestPolledSynchronizeBoundsBusyStream(t *testing.T) {
 	err = returnsWithin(t, pollSlack, "Synchronize", a.Synchronize)
 	took := time.Since(start)
 	require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
-	require.ErrorContains(t, err, "still busy")
+	require.ErrorContains(t, err, "still waiting")
 	assert.GreaterOrEqual(t, took, pollDeadline, "returned before the deadline")
 	<-ran // the poll handed the host function to a goroutine of the driver's
 	require.EqualValues(t, 1, a.Stats().Timeouts)
