@@ -13,9 +13,11 @@ import (
 )
 
 // abortable is a cpu driver whose StreamSynchronize hangs until Abort, as a
-// plugin host's call hangs until it kills the backend process.
+// plugin host's call hangs until it kills the backend process. It embeds
+// the interface, not *cpu.Driver, so it is no StreamIdler or StreamPoller
+// (a plugin host is neither): Synchronize makes the watched blocking call.
 type abortable struct {
-	*cpu.Driver
+	alloc.Driver
 	hang    atomic.Bool
 	killed  chan struct{} // closed by Abort: the stuck call returns
 	aborted chan error    // Abort's cause, for the test

@@ -16,7 +16,8 @@ type Allocator struct {
 	dom      *domain
 	opts     Options
 	watchdog *watchdog
-	idler    StreamIdler // nil unless the driver is one
+	idler    StreamIdler                // nil unless the driver is one
+	poll     func(Stream) (bool, error) // pollerOf(drv): nil when the driver cannot be polled
 
 	mu         sync.Mutex
 	closed     bool
@@ -68,6 +69,7 @@ func New(drv Driver, opts Options) (*Allocator, error) {
 		a.watchdog.abort = ab.Abort
 	}
 	a.idler, _ = drv.(StreamIdler)
+	a.poll = pollerOf(drv)
 	return a, nil
 }
 

@@ -15,9 +15,11 @@ type watch struct {
 	w        *watchdog
 	f        func() error
 	late     func(error)
-	err      error // f's result, when returned
-	deadline int64 // monoNow units
-	index    int   // in the monitor's heap; -1 when not there
+	err      error  // f's result, when returned
+	poll     bool   // a polling wait on its caller's goroutine (pollwait.go), not f
+	op       string // a polling wait's operation, for its error
+	deadline int64  // monoNow units
+	index    int    // in the monitor's heap; -1 when not there
 	state    atomic.Int32
 	wake     chan int32 // capacity 1: the caller's one wake-up, with the outcome
 }
@@ -39,7 +41,7 @@ func newWatch(w *watchdog, f func() error, late func(error), timeout time.Durati
 }
 
 func (c *watch) recycle() {
-	c.w, c.f, c.late, c.err = nil, nil, nil, nil
+	c.w, c.f, c.late, c.err, c.poll, c.op = nil, nil, nil, nil, false, ""
 	watchPool.Put(c)
 }
 
@@ -164,6 +166,10 @@ func (m *monitor) loop() {
 // Caller holds m.mu, which c's worker waits for before it uncounts and
 // recycles c; the call counts as stuck before its caller wakes.
 func (m *monitor) expire(c *watch) {
+	if c.poll {
+		c.expirePoll()
+		return
+	}
 	if !c.state.CompareAndSwap(watchRunning, watchExpired) {
 		return
 	}

@@ -108,7 +108,13 @@ func (a *Allocator) Download(dst []byte, src Buffer, off int64) error {
 
 // Synchronize waits until all work queued on the stream is done. It is
 // refused during any capture that forbids it, leaving the capture valid.
+// With the watchdog on, a driver that can be polled is waited for on the
+// caller's goroutine (waitPolled); others through a watched call.
 func (a *Allocator) Synchronize() error {
+	if a.poll != nil && a.watchdog.timeout > 0 {
+		_, err := a.waitPolled("Synchronize", false)
+		return err
+	}
 	if idle, err := a.idleNow("Synchronize"); idle || err != nil {
 		return err
 	}
@@ -119,6 +125,9 @@ func (a *Allocator) Synchronize() error {
 
 // Query reports whether all queued work is done, under Synchronize's rules.
 func (a *Allocator) Query() (bool, error) {
+	if a.poll != nil && a.watchdog.timeout > 0 {
+		return a.waitPolled("Query", true)
+	}
 	if idle, err := a.idleNow("Query"); idle || err != nil {
 		return idle && err == nil, err
 	}

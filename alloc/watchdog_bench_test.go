@@ -1,6 +1,7 @@
 package alloc_test
 
 import (
+	"syscall"
 	"testing"
 	"time"
 
@@ -72,4 +73,68 @@ func BenchmarkWatchdog(b *testing.B) {
 			}
 		}
 	})
+}
+
+// handoffOnly hides a driver's StreamIdler and StreamPoller (it forwards
+// the host-function launch only), so a watched Synchronize hands the wait
+// to a worker goroutine, as it does for a plugin: the blocking wait the
+// polled one replaced (issue 23, item 1).
+type handoffOnly struct {
+	alloc.Driver
+	alloc.HostFuncLauncher
+}
+
+// BenchmarkWatchdogBusyWait measures what a watched Synchronize costs while
+// the stream is busy for 1 ms (a host function that sleeps): its latency
+// (sec/op) and the process CPU time it burns (cpu-ns/op, from getrusage;
+// cpu-% is that over the wall time), for the polled wait on the caller's
+// goroutine, the hand-off to a worker that blocks in the driver, and the
+// watchdog off (the caller itself runs the host function: the floor).
+func BenchmarkWatchdogBusyWait(b *testing.B) {
+	const busy = time.Millisecond
+	for _, c := range []struct {
+		name     string
+		watchdog time.Duration
+		wrap     func(*cpu.Driver) alloc.Driver
+	}{
+		{"wait=polled", time.Minute, func(d *cpu.Driver) alloc.Driver { return d }},
+		{"wait=handoff", time.Minute, func(d *cpu.Driver) alloc.Driver { return handoffOnly{d, d} }},
+		{"wait=unwatched", -1, func(d *cpu.Driver) alloc.Driver { return d }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			d, err := cpu.New(cpu.Options{MemoryLimit: 1 << 20})
+			if err != nil {
+				b.Fatal(err)
+			}
+			a, err := alloc.New(c.wrap(d), alloc.Options{Watchdog: c.watchdog})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { a.Close(); d.Close() })
+			sleep := func() error { time.Sleep(busy); return nil }
+			start, cpu0 := time.Now(), processCPU()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := a.LaunchHostFunc(sleep); err != nil {
+					b.Fatal(err)
+				}
+				if err := a.Synchronize(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			wall, used := time.Since(start), processCPU()-cpu0
+			b.ReportMetric(float64(used.Nanoseconds())/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(100*float64(used)/float64(wall), "cpu-%")
+		})
+	}
+}
+
+// processCPU is the user and system CPU time the process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -56,6 +56,7 @@ func within(t *testing.T, limit time.Duration, what string, fn func() error) err
 // watchdog: a stuck captured function or driver call costs the caller at
 // most the deadline, and the allocator recovers once it returns.
 func (s *suite) watchdog(t *testing.T) {
+	t.Run("busy_stream", s.watchdogBusyStream)
 	t.Run("capture_fn_timeout", func(t *testing.T) {
 		e := s.env(t)
 		h := mustHost(t, e.a, 4096)

@@ -116,28 +116,7 @@ func (d *Driver) query(h alloc.Stream, interaction alloc.CaptureMode) (bool, err
 // when idle it reports, and clears, the failure of work already run, as a
 // synchronize would. Same rules as StreamQuery.
 func (d *Driver) StreamIdle(h alloc.Stream) (bool, error) {
-	const what = "stream query"
-	if d.closed.Load() {
-		return false, errClosed(what)
-	}
-	s, err := d.stream(h, what)
-	if err != nil {
-		return false, err
-	}
-	s.mu.Lock()
-	if s.destroyed {
-		s.mu.Unlock()
-		return false, errDestroyed(h, what)
-	}
-	if s.cap != nil {
-		err := d.refuseOnCapturing(s, what)
-		s.mu.Unlock()
-		return false, err
-	}
-	s.mu.Unlock()
-	d.mu.Lock()
-	err = d.refuseUnsafeLocked(what+" of a stream that is not capturing", alloc.Global)
-	d.mu.Unlock()
+	s, err := d.waitable(h, "stream query", alloc.Global)
 	if err != nil {
 		return false, err
 	}
@@ -192,6 +171,24 @@ func (d *Driver) waitThen(h alloc.Stream, what string, interaction alloc.Capture
 // queued before has run, so work enqueued meanwhile runs after release.
 // On error (queued work failed included) nothing is held.
 func (d *Driver) hold(h alloc.Stream, what string, interaction alloc.CaptureMode) (release func(), err error) {
+	s, err := d.waitable(h, what, interaction)
+	if err != nil {
+		return nil, err
+	}
+	s.execMu.Lock()
+	d.drainLocked(s)
+	if err := s.takeErr(); err != nil {
+		s.execMu.Unlock()
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(s.execMu.Unlock) }, nil
+}
+
+// waitable finds h and checks that the host may wait for it now: refused
+// while it captures, and, for a caller in Global interaction mode, while any
+// Global-mode capture is under way on the device (see wait).
+func (d *Driver) waitable(h alloc.Stream, what string, interaction alloc.CaptureMode) (*stream, error) {
 	if d.closed.Load() {
 		return nil, errClosed(what)
 	}
@@ -211,19 +208,14 @@ func (d *Driver) hold(h alloc.Stream, what string, interaction alloc.CaptureMode
 	}
 	s.mu.Unlock()
 	d.mu.Lock()
-	err = d.refuseUnsafeLocked(what+" of a stream that is not capturing", interaction)
+	if len(d.globalCaps) > 0 { // builds the message only for a refusal
+		err = d.refuseUnsafeLocked(what+" of a stream that is not capturing", interaction)
+	}
 	d.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	s.execMu.Lock()
-	d.drainLocked(s)
-	if err := s.takeErr(); err != nil {
-		s.execMu.Unlock()
-		return nil, err
-	}
-	var once sync.Once
-	return func() { once.Do(s.execMu.Unlock) }, nil
+	return s, nil
 }
 
 func (s *stream) takeErr() error {
@@ -293,6 +285,13 @@ func (d *Driver) drainLocked(s *stream) {
 	}
 	s.queue, s.spare = s.spare, nil
 	s.mu.Unlock()
+	d.runBatch(s, q)
+}
+
+// runBatch runs q, a batch detached from s's queue, in order, in the
+// calling goroutine, with s.execMu held; then it gives q back as the
+// spare buffer and keeps the first failure in s.err.
+func (d *Driver) runBatch(s *stream, q []op) {
 	var first error
 	for i := range q {
 		if err := d.run(&q[i]); err != nil && first == nil {

@@ -1,0 +1,69 @@
+package cpu
+
+import "github.com/capalloc/capalloc/alloc"
+
+// StreamPoll reports, without waiting, whether s has nothing left to do
+// (alloc.StreamPoller), making the progress a device makes by itself:
+// a queued batch of memory operations (memsets, copies, frees, graphs of
+// them) runs at once in the calling goroutine, since none of them can
+// block; a batch holding a host function, which may block for as long as
+// the engine's function likes, is handed to a goroutine of its own, as a
+// GPU runs host functions on a driver thread, and the poll answers "not
+// done" while it runs. When idle it reports, and clears, the failure of work
+// already run, as StreamSynchronize would. Same rules as StreamQuery.
+//
+// It is what lets the allocator bound a Synchronize by polling on its
+// caller's goroutine instead of handing the wait to a watched one.
+func (d *Driver) StreamPoll(h alloc.Stream) (bool, error) {
+	s, err := d.waitable(h, "stream query", alloc.Global)
+	if err != nil {
+		return false, err
+	}
+	if !s.execMu.TryLock() {
+		return false, nil // a drain is under way
+	}
+	s.mu.Lock()
+	q := s.queue
+	if len(q) == 0 {
+		err, s.err = s.err, nil
+		s.mu.Unlock()
+		s.execMu.Unlock()
+		return true, err
+	}
+	s.queue, s.spare = s.spare, nil
+	s.mu.Unlock()
+	if mayBlock(q) {
+		go func() {
+			defer s.execMu.Unlock()
+			d.runBatch(s, q)
+		}()
+		return false, nil
+	}
+	defer s.execMu.Unlock()
+	d.runBatch(s, q)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) > 0 {
+		return false, nil // enqueued meanwhile: the next poll runs it
+	}
+	err, s.err = s.err, nil
+	return true, err
+}
+
+// mayBlock reports whether running q could wait on something outside the
+// driver: a host function, or a graph with one among its nodes.
+func mayBlock(q []op) bool {
+	for i := range q {
+		switch q[i].kind {
+		case opHost:
+			return true
+		case opGraph:
+			for _, ch := range q[i].sub {
+				if mayBlock(ch) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
