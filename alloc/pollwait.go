@@ -45,10 +45,18 @@ func pollerOf(drv Driver) func(Stream) (bool, error) {
 // poll finishes at once (a cpu memset), costs what it did unwatched. Only a
 // wait that goes on is registered with the monitor, which then sees a
 // poll that hangs in the driver (pause, expirePoll).
-func (a *Allocator) waitPolled(op string, once bool) (done bool, err error) {
+//
+// With handOff, a wait still going after the quick polls (spinPolls) ends
+// here with long set, nothing waited for: the caller makes the watched
+// blocking call, which returns as soon as the stream is done. Polling on
+// with sleeps would return up to a millisecond late (a sleep under one is
+// rounded up to about one in an idle process), which a step of a few
+// milliseconds on a GPU cannot afford; short waits, the case the hand-off
+// costed most, end within the quick polls.
+func (a *Allocator) waitPolled(op string, once, handOff bool) (done, long bool, err error) {
 	w := a.watchdog
 	if n := w.stuck.Load(); n > 0 {
-		return false, a.fail(op, -1, StateNone, wrapf(ErrCaptureTimeout, "%s not attempted: %d earlier driver call(s) still stuck", op, n))
+		return false, false, a.fail(op, -1, StateNone, wrapf(ErrCaptureTimeout, "%s not attempted: %d earlier driver call(s) still stuck", op, n))
 	}
 	var p pollStep
 	defer p.release(a)
@@ -57,6 +65,10 @@ func (a *Allocator) waitPolled(op string, once bool) (done bool, err error) {
 		c := newPollWatch(w, op)
 		var b backoff
 		for !over && err == nil {
+			if handOff && b.polls >= spinPolls {
+				long = true
+				break
+			}
 			if err = c.pause(&b); err == nil {
 				over, done, err = p.try(a, once)
 			}
@@ -64,9 +76,9 @@ func (a *Allocator) waitPolled(op string, once bool) (done bool, err error) {
 		err = c.finish(err)
 	}
 	if err != nil {
-		return false, a.fail(op, -1, p.st, err)
+		return false, false, a.fail(op, -1, p.st, err)
 	}
-	return done, nil
+	return done, long, nil
 }
 
 // pollStep is a polling wait's progress. Every wait on the way is a try:

@@ -108,12 +108,15 @@ func (a *Allocator) Download(dst []byte, src Buffer, off int64) error {
 
 // Synchronize waits until all work queued on the stream is done. It is
 // refused during any capture that forbids it, leaving the capture valid.
-// With the watchdog on, a driver that can be polled is waited for on the
-// caller's goroutine (waitPolled); others through a watched call.
+// With the watchdog on, a driver that can be polled is first polled on
+// the caller's goroutine (waitPolled): work that ends within the quick
+// polls costs no hand-off; a longer wait, and every wait on other drivers,
+// is a watched blocking call.
 func (a *Allocator) Synchronize() error {
 	if a.poll != nil && a.watchdog.timeout > 0 {
-		_, err := a.waitPolled("Synchronize", false)
-		return err
+		if _, long, err := a.waitPolled("Synchronize", false, true); !long || err != nil {
+			return err
+		}
 	}
 	if idle, err := a.idleNow("Synchronize"); idle || err != nil {
 		return err
@@ -126,7 +129,8 @@ func (a *Allocator) Synchronize() error {
 // Query reports whether all queued work is done, under Synchronize's rules.
 func (a *Allocator) Query() (bool, error) {
 	if a.poll != nil && a.watchdog.timeout > 0 {
-		return a.waitPolled("Query", true)
+		done, _, err := a.waitPolled("Query", true, false)
+		return done, err
 	}
 	if idle, err := a.idleNow("Query"); idle || err != nil {
 		return idle && err == nil, err
