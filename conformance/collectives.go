@@ -28,6 +28,7 @@ func (s *suite) collectivesGroup(t *testing.T) {
 	t.Run("alloc_mismatch_is_loud", s.allocMismatchIsLoud)
 	t.Run("heap_capture_rules", s.heapCaptureRules)
 	t.Run("device_heap", s.deviceHeap)
+	t.Run("ranks_share_a_driver", s.ranksShareADriver)
 }
 
 // world is n ranks as goroutines, each on its own cpu device (driver) and
@@ -44,12 +45,18 @@ type world struct {
 // symheap.OneRankPerProcess; TestCollectivesAcrossProcesses runs them).
 func (s *suite) newWorld(t *testing.T, n int, size int64, opts symheap.Options) (w *world, ok bool) {
 	t.Helper()
+	return s.newWorldOn(t, n, size, opts, func(int) alloc.Driver { return s.openDriver(t) })
+}
+
+// newWorldOn is newWorld with rank r's allocator on driver(r).
+func (s *suite) newWorldOn(t *testing.T, n int, size int64, opts symheap.Options, driver func(r int) alloc.Driver) (w *world, ok bool) {
+	t.Helper()
 	g, err := symheap.NewGroup(n, size)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, g.Close()) })
 	w = &world{g: g}
 	for r := range n {
-		d := s.openDriver(t)
+		d := driver(r)
 		a, err := alloc.New(d, alloc.Options{Watchdog: testWatchdog})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, a.Close()) })
@@ -382,5 +389,49 @@ func (s *suite) allocMismatchIsLoud(t *testing.T) {
 	})
 	for r, err := range errs {
 		require.ErrorIs(t, err, symheap.ErrAllocMismatch, "rank %d", r)
+	}
+}
+
+// Two goroutine ranks on one driver (engines share one driver per device),
+// round after round: each queues an all-reduce, frees a scratch AllocSync
+// buffer (a device-synchronizing call, which waits for every stream's
+// work) and synchronizes. Nobody replays fewer times and nobody dies, so
+// every round completes. On cpu the synchronous free used to run the other
+// rank's queued barrier in the freeing goroutine, ahead of its own, and
+// both ranks timed out (issue 21).
+func (s *suite) ranksShareADriver(t *testing.T) {
+	const n, rounds = 2, 20
+	d := s.openDriver(t)
+	w, ok := s.newWorldOn(t, n, 1<<16, symheap.Options{Timeout: 5 * time.Second}, func(int) alloc.Driver { return d })
+	if !ok {
+		return
+	}
+	x := w.alloc(t, 4*elems)
+	for k := range rounds {
+		w.must(t, func(r int, h *symheap.Heap) error {
+			a := h.Allocator()
+			scratch, err := a.AllocSync(4096)
+			if err != nil {
+				return err
+			}
+			for i := range h.Int32s(x) {
+				h.Int32s(x)[i] = val(r, k, i)
+			}
+			if err := h.AllReduce(x, symheap.Int32); err != nil {
+				return errors.Join(err, a.Free(scratch))
+			}
+			if err := a.Free(scratch); err != nil {
+				return fmt.Errorf("round %d: freeing the scratch buffer: %w", k, err)
+			}
+			if err := a.Synchronize(); err != nil {
+				return fmt.Errorf("round %d: %w", k, err)
+			}
+			for i, got := range h.Int32s(x) {
+				if want := val(0, k, i) + val(1, k, i); got != want {
+					return fmt.Errorf("round %d: rank %d: element %d is %d, want %d", k, r, i, got, want)
+				}
+			}
+			return nil
+		})
 	}
 }
