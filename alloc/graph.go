@@ -162,15 +162,33 @@ func (g *Graph) Close() error {
 	return nil
 }
 
-// closeGraphLocked destroys g on the driver and releases its capture
-// (AllocSync blocks wait for flushReleases; an eager graph's allocations
-// for freeEagerAllocs).
+// closeGraphLocked closes g: its buffers' handles are invalid from now on,
+// and it is destroyed on the driver and its capture released
+// (destroyGraphLocked) at once, or, while a blocking call still uses one
+// of its buffers (pinLocked), by the last such call when it returns:
+// destroying the graph frees its memory. AllocSync blocks wait for
+// flushReleases; an eager graph's allocations for freeEagerAllocs.
 func (a *Allocator) closeGraphLocked(g *Graph) {
 	g.closed = true
 	delete(a.graphs, g)
 	if g.eager != nil {
 		return
 	}
+	c := g.cap
+	for _, b := range c.blocks {
+		if b.live {
+			a.retireLocked(b)
+		}
+	}
+	if c.pins > 0 {
+		c.closedGraph = g
+		return
+	}
+	a.destroyGraphLocked(g)
+}
+
+// destroyGraphLocked destroys g on the driver and releases its capture.
+func (a *Allocator) destroyGraphLocked(g *Graph) {
 	if err := a.drv.GraphExecDestroy(g.exec); err != nil {
 		a.opts.logger().Warn("capalloc: graph exec destroy", "backend", a.backend, "err", err)
 	}

@@ -33,7 +33,7 @@ func (a *Allocator) HostAlloc(size int64) (*HostBuffer, error) {
 		return nil, a.fail("HostAlloc", size, StateNone, wrapf(ErrInvalidSize, "size must be positive"))
 	}
 	var h *HostBuffer
-	err := a.blockingUndo("HostAlloc", size, func(st CaptureState) error {
+	err := a.blockingUndo("HostAlloc", size, nil, func(st CaptureState) error {
 		return a.unsafeRefusalLocked(st, false, "pinned host allocation")
 	}, func() (func(), error) {
 		b, err := a.drv.HostAlloc(size)

@@ -321,7 +321,7 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 		buf       Buffer
 		capturing bool // a (Relaxed) capture of ours is recording
 	)
-	err := a.blockingUndo("AllocSync", size, func(st CaptureState) error {
+	err := a.blockingUndo("AllocSync", size, nil, func(st CaptureState) error {
 		capturing = st != StateNone
 		if size > a.info.TotalMemory {
 			return a.oomLocked(size, "larger than the device")

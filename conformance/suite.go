@@ -45,6 +45,7 @@ func Run(t *testing.T, open Factory) {
 	t.Run("Workspace", s.workspace)
 	t.Run("Watchdog", s.watchdog)
 	t.Run("Concurrency", s.concurrency)
+	t.Run("InFlight", s.inFlight)
 	t.Run("HostFunc", s.hostFunc)
 	t.Run("Enqueue", s.enqueue)
 	t.Run("Collectives", s.collectivesGroup)
