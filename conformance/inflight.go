@@ -1,6 +1,8 @@
 package conformance
 
 import (
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,6 +69,7 @@ func (s *suite) inFlight(t *testing.T) {
 			return b, func() error { return e.close(e.a) }
 		}},
 	}
+	t.Run("abandoned", s.inFlightAbandoned)
 	for _, use := range uses {
 		for _, rel := range releases {
 			if use.ipc && !rel.ipc {
@@ -132,6 +135,86 @@ func (s *suite) inFlight(t *testing.T) {
 			})
 		}
 	}
+}
+
+// inFlightAbandoned: the same race when the call outlives the watchdog.
+// The caller gets ErrCaptureTimeout while the call is still in the driver;
+// the buffer's graph, or the allocator, closed meanwhile keeps the memory
+// (and the stream) until the call finally returns, and then gives it back.
+// Nobody sees the abandoned call's result, so the driver's answer to it is
+// counted: before issue 21 it was an error on freed memory or a destroyed
+// stream.
+func (s *suite) inFlightAbandoned(t *testing.T) {
+	for _, rel := range []struct {
+		name   string
+		closes bool
+	}{{"graph_close", false}, {"allocator_close", true}} {
+		t.Run("upload/"+rel.name, func(t *testing.T) {
+			e := s.env(t)
+			drv := &copyFailures{Spy: e.spy}
+			a, err := alloc.New(drv, alloc.Options{Watchdog: wdDeadline})
+			require.NoError(t, err)
+			closed := false
+			t.Cleanup(func() {
+				if !closed {
+					assert.NoError(t, a.Close())
+				}
+			})
+			dev0, reports := liveBytes(e.drv)
+			g, b := graphWithBuffer(t, a)
+			launch(t, a, g)
+
+			unblock := e.spy.Block(alloctest.MethodCopyHtoD)
+			defer unblock()
+			err = within(t, wdSlack, "Upload", func() error { return a.Upload(b, 0, pattern(int(b.Size()), 22)) })
+			require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
+			require.EqualValues(t, 1, e.spy.Waiting(alloctest.MethodCopyHtoD), "the copy is still in the driver")
+			if rel.closes {
+				closed = true
+				require.ErrorIs(t, within(t, wdSlack, "Close", a.Close), alloc.ErrLeaked)
+			} else {
+				require.NoError(t, within(t, wdSlack, "Graph.Close", g.Close))
+			}
+			unblock()
+			eventually(t, "the abandoned copy returned", func() bool { return drv.returned.Load() == 1 })
+			require.NoError(t, drv.firstErr(), "the abandoned copy reached the driver after its memory or stream was gone")
+			if !rel.closes {
+				eventually(t, "the allocator usable again", func() bool { return a.Synchronize() == nil })
+				require.NoError(t, a.Trim())
+				require.NoError(t, a.Synchronize())
+			}
+			eventually(t, "the memory given back once the abandoned call returned", func() bool {
+				n, _ := liveBytes(e.drv)
+				return !reports || n == dev0
+			})
+		})
+	}
+}
+
+// copyFailures records what the driver answered to blocking host-to-device
+// copies, which an abandoned call's caller never sees.
+type copyFailures struct {
+	*alloctest.Spy
+	returned atomic.Int64
+	mu       sync.Mutex
+	err      error
+}
+
+func (d *copyFailures) CopyHtoD(dst alloc.DevicePtr, src []byte, s alloc.Stream) error {
+	err := d.Spy.CopyHtoD(dst, src, s)
+	d.mu.Lock()
+	if d.err == nil {
+		d.err = err
+	}
+	d.mu.Unlock()
+	d.returned.Add(1)
+	return err
+}
+
+func (d *copyFailures) firstErr() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.err
 }
 
 // checkRelease checks a release's error: none, or for the allocator's
