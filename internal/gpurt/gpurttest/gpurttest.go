@@ -9,7 +9,9 @@ package gpurttest
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -95,6 +97,9 @@ func (f *Fake) Build(t testing.TB, path string, cflags ...string) {
 
 // BuildShared compiles C source into a shared library at path, with the
 // shared core's folder on the include path; it skips without a compiler.
+// Each variant (compiler, flags, source) is compiled once per test process
+// and copied to every path that asks for it: a new file, so loading it is
+// a fresh load with fresh state, without another compile.
 func BuildShared(t testing.TB, path string, src []byte, cflags ...string) {
 	t.Helper()
 	if _, err := exec.LookPath(CC()); err != nil {
@@ -104,12 +109,58 @@ func BuildShared(t testing.TB, path string, src []byte, cflags ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"-shared", "-fPIC", "-I", filepath.Join(root, "internal", "fakegpu"), "-o", path}, cflags...)
-	cmd := exec.Command(CC(), append(args, "-x", "c", "-", "-lpthread")...)
+	args := append([]string{"-shared", "-fPIC", "-I", filepath.Join(root, "internal", "fakegpu")}, cflags...)
+	lib, err := compile(args, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, lib, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// compiled holds, for the life of the test process, every library
+// BuildShared compiled, by compiler, arguments and source. The fake-runtime
+// tests load a fresh build for almost every test, mostly of the same few
+// variants; compiling each one took most of their time (issue 21: 92
+// compiles in internal/gpurt's tests alone).
+var compiled sync.Map // sha256 of CC, args and source -> *compilation
+
+type compilation struct {
+	once sync.Once
+	lib  []byte
+	err  error
+}
+
+// compile returns the library CC makes of src with args, compiling it the
+// first time it is asked for.
+func compile(args []string, src []byte) ([]byte, error) {
+	h := sha256.New()
+	for _, a := range append([]string{CC()}, args...) {
+		h.Write([]byte(a))
+		h.Write([]byte{0})
+	}
+	h.Write(src)
+	v, _ := compiled.LoadOrStore(string(h.Sum(nil)), new(compilation))
+	c := v.(*compilation)
+	c.once.Do(func() { c.lib, c.err = compileNow(args, src) })
+	return c.lib, c.err
+}
+
+// compileNow runs CC on src and returns the library it wrote.
+func compileNow(args []string, src []byte) ([]byte, error) {
+	dir, err := os.MkdirTemp("", "capalloc-fake")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	out := filepath.Join(dir, "lib.so")
+	cmd := exec.Command(CC(), append(append([]string{"-o", out}, args...), "-x", "c", "-", "-lpthread")...)
 	cmd.Stdin = bytes.NewReader(src)
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", CC(), err, msg)
+		return nil, fmt.Errorf("%s: %v\n%s", CC(), err, msg)
 	}
+	return os.ReadFile(out)
 }
 
 // moduleRoot is the folder of go.mod above the working directory (a test
