@@ -350,8 +350,8 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 		}
 		nb := a.handOutLocked(b, size)
 		buf = nb
-		// Abandoned by the watchdog: nobody holds nb, so free it (directly:
-		// the watchdog still counts this call as stuck).
+		// Abandoned by the watchdog: nobody holds nb, so free it, in the
+		// watchdog's late path (cleanupLate: never into a capture).
 		return func() {
 			a.mu.Lock()
 			mine := b.live && b.gen == nb.gen // Close may have freed it
@@ -361,7 +361,7 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 			}
 			a.mu.Unlock()
 			if mine {
-				_ = a.drv.Free(p)
+				a.logLate("AllocSync", a.cleanupLate("AllocSync", func() error { return a.drv.Free(p) }))
 			}
 		}, nil
 	})

@@ -154,11 +154,19 @@ func (a *Allocator) cleanup(op string, fn func() error) error {
 }
 
 // cleanupLate is cleanup for a watchdog's late path, where an abandoned
-// call has finally returned: nobody waits for it, and the watchdog still
-// counts that call stuck, so a watched call would not even be attempted
-// (and what it should free would leak). fn runs, or is queued, directly.
+// call has finally returned: nobody waits for it, and a watched call would
+// not even be attempted while another call is stuck (and what fn should
+// free would leak). fn runs, or is queued, directly.
 func (a *Allocator) cleanupLate(op string, fn func() error) error {
 	return a.dom.nowOrAfterGlobal(fn, a.logged(op, fn))
+}
+
+// logLate logs the error of cleanup made in a watchdog's late path, where
+// nobody is left to return it to.
+func (a *Allocator) logLate(op string, err error) {
+	if err != nil {
+		a.opts.logger().Warn("capalloc: "+op+" (releasing what an abandoned call acquired)", "backend", a.backend, "err", err)
+	}
 }
 
 // logged is fn for the domain's queue, which logs its error.
