@@ -137,7 +137,10 @@ func (g *Graph) Launch() error {
 }
 
 // Close destroys the graph and releases what it owned. It is refused while
-// the stream is capturing, since the frees it makes would be recorded.
+// the stream is capturing, since the frees it makes would be recorded. Its
+// buffers are invalid from the moment it returns; if a blocking call
+// (Upload, Download) is still copying one of them, the graph is destroyed,
+// and its memory freed, when that call returns.
 func (g *Graph) Close() error {
 	a := g.a
 	a.mu.Lock()
