@@ -207,7 +207,7 @@ func TestDeviceSyncRunsStreamsConcurrently(t *testing.T) {
 								select {
 								case <-arrived[1-r]:
 									return nil
-								case <-time.After(2 * time.Second):
+								case <-time.After(5 * time.Second):
 									return fmt.Errorf("round %d: rank %d's peer never arrived", round, r)
 								}
 							}); err != nil {
