@@ -281,3 +281,48 @@ type IPCMemory interface {
 	IPCOpenMemHandle(handle []byte) (DevicePtr, error)
 	IPCCloseMemHandle(p DevicePtr) error
 }
+
+// KernelLauncher is implemented by drivers that run device code of this
+// library's own (the symmetric heap's collectives, the examples'
+// elementwise kernel; internal/kernels): cuda loads the committed PTX
+// through the driver API on the runtime's primary context, hip compiles
+// the source with hiprtc for the device's architecture, and the test
+// fakes run the same source compiled for the host.
+//
+// LoadModule is a device-wide unsafe call (module load, compilation): make
+// it outside captures, through the guard (DeviceWide). The driver keeps
+// the module until Close. LaunchKernel is stream-ordered and capturable:
+// on a capturing stream it becomes a kernel node that runs at every
+// replay. params is the kernel's one by-value parameter (a struct whose
+// layout the caller matches with the source); the driver copies it at the
+// call, so the caller may reuse it. A kernel handle not from this
+// driver's LoadModule, a grid or block of 0, a block over
+// Module.MaxThreadsPerBlock or an empty params is refused with
+// ErrInvalidValue before any driver call. Make launches through
+// Allocator.Enqueue, so a capture records the buffers the kernel uses and
+// holds them until the graph is closed.
+type KernelLauncher interface {
+	LoadModule(img ModuleImage) (*Module, error)
+	LaunchKernel(k Kernel, grid, block uint32, params []byte, s Stream) error
+}
+
+// ModuleImage is device code in the forms the drivers load.
+type ModuleImage struct {
+	Name    string   // for errors: "capalloc collectives"
+	PTX     []byte   // cuda: PTX text (NVRTC's output)
+	Source  string   // hip: self-contained HIP C++ source, for hiprtc
+	Kernels []string // the kernels to look up (extern "C" names)
+}
+
+// Kernel is a loaded kernel's handle (CUfunction, hipFunction_t, or the
+// fake's index).
+type Kernel uintptr
+
+// Module is a loaded ModuleImage: its kernels by name, and what a launch
+// configuration needs to know of the device.
+type Module struct {
+	Kernels            map[string]Kernel
+	MaxThreadsPerBlock int    // per block
+	Multiprocessors    int    // SMs / CUs: how many blocks run at once, at least
+	TimerHz            uint64 // ticks per second of the kernels' global timer
+}

@@ -1,9 +1,11 @@
 package conformance
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -15,52 +17,87 @@ import (
 )
 
 // collectivesGroup: the symmetric heap's collectives on the backend, ranks
-// as goroutines on one driver each. Each is captured once per rank and
-// replayed with fresh per-rank inputs, compared with a reference every
-// time; a rank that replays fewer times makes its peer time out instead of
-// hanging. A backend that cannot run them must refuse with
-// errors.ErrUnsupported.
+// as goroutines on one driver each, through the one interface engines use
+// (symheap.Collectives): the host heap (symheap.Group: host functions, on
+// backends whose memory the host reaches) and the device heap
+// (symheap.OpenDevice: this library's kernels, on backends with IPC
+// memory and kernels: cuda, hip). Each collective is captured once per
+// rank and replayed with fresh per-rank inputs, compared with a reference
+// every time; a rank that replays fewer times makes its peer time out
+// instead of hanging. A backend that cannot run a kind must refuse it
+// with errors.ErrUnsupported.
 func (s *suite) collectivesGroup(t *testing.T) {
-	t.Run("eager_and_captured", s.collectivesEagerAndCaptured)
-	t.Run("float32_all_reduce", s.float32AllReduce)
+	for _, k := range heapKinds {
+		t.Run(k.name, func(t *testing.T) {
+			t.Run("eager_and_captured", func(t *testing.T) { s.collectivesEagerAndCaptured(t, k) })
+			t.Run("reductions", func(t *testing.T) { s.reductions(t, k) })
+			t.Run("skewed_replays_time_out", func(t *testing.T) { s.skewedReplaysTimeOut(t, k) })
+			t.Run("bad_operands", func(t *testing.T) { s.badCollectiveOperands(t, k) })
+			t.Run("stress_replays", func(t *testing.T) { s.stressReplays(t, k) })
+		})
+	}
 	t.Run("peers_at_different_addresses", s.peersAtDifferentAddresses)
-	t.Run("skewed_replays_time_out", s.skewedReplaysTimeOut)
 	t.Run("alloc_mismatch_is_loud", s.allocMismatchIsLoud)
 	t.Run("heap_capture_rules", s.heapCaptureRules)
-	t.Run("device_heap", s.deviceHeap)
+	t.Run("device_heap_copy", s.deviceHeap)
 	t.Run("ranks_share_a_driver", s.ranksShareADriver)
 }
 
-// world is n ranks as goroutines, each on its own cpu device (driver) and
-// allocator, sharing one group.
+// heapKind is one implementation of symheap.Collectives.
+type heapKind struct {
+	name string
+	open func(s *suite, t *testing.T, n int, size int64, timeout time.Duration, checkAllocs bool) (*world, bool)
+}
+
+var heapKinds = []heapKind{
+	{"heap", (*suite).newHostWorld},
+	{"device_heap", (*suite).newDeviceWorld},
+}
+
+// world is n ranks as goroutines, each on its own driver (ranks are
+// devices) and allocator.
 type world struct {
-	g     *symheap.Group
-	heaps []*symheap.Heap
+	heaps  []symheap.Collectives
+	host   []*symheap.Heap // the host heaps, for the cells that read them directly
+	closed []bool          // closed by the test itself: the cleanup skips them
 }
 
-// newWorld opens one driver per rank (ranks are devices) and a heap on
-// an allocator of each. ok is false, with the refusal checked, when the
-// backend cannot run collectives (a plugin cannot ship host functions), or
-// cannot run two ranks in one process (cuda on an integrated GPU: see
+// closeAll closes every rank's heap the test did not close, in parallel
+// (a device heap's Close is collective).
+func (w *world) closeAll(t *testing.T) {
+	for r, err := range w.each(func(r int, h symheap.Collectives) error {
+		if w.closed[r] {
+			return nil
+		}
+		return h.Close()
+	}) {
+		require.NoError(t, err, "closing rank %d", r)
+	}
+}
+
+// newHostWorld opens the host heap of one group for n ranks. ok is false,
+// with the refusal checked, when the backend cannot run it (a plugin
+// cannot ship host functions; a GPU's memory is not the host's), or cannot
+// run two ranks in one process (cuda on an integrated GPU: see
 // symheap.OneRankPerProcess; TestCollectivesAcrossProcesses runs them).
-func (s *suite) newWorld(t *testing.T, n int, size int64, opts symheap.Options) (w *world, ok bool) {
+func (s *suite) newHostWorld(t *testing.T, n int, size int64, timeout time.Duration, checkAllocs bool) (w *world, ok bool) {
 	t.Helper()
-	return s.newWorldOn(t, n, size, opts, func(int) alloc.Driver { return s.openDriver(t) })
+	return s.newHostWorldOn(t, n, size, timeout, checkAllocs, func(int) alloc.Driver { return s.openDriver(t) })
 }
 
-// newWorldOn is newWorld with rank r's allocator on driver(r).
-func (s *suite) newWorldOn(t *testing.T, n int, size int64, opts symheap.Options, driver func(r int) alloc.Driver) (w *world, ok bool) {
+// newHostWorldOn is newHostWorld with rank r's allocator on driver(r).
+func (s *suite) newHostWorldOn(t *testing.T, n int, size int64, timeout time.Duration, checkAllocs bool, driver func(r int) alloc.Driver) (w *world, ok bool) {
 	t.Helper()
 	g, err := symheap.NewGroup(n, size)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, g.Close()) })
-	w = &world{g: g}
+	w = &world{}
 	for r := range n {
 		d := driver(r)
 		a, err := alloc.New(d, alloc.Options{Watchdog: testWatchdog})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, a.Close()) })
-		h, err := g.Open(r, a, opts)
+		h, err := g.Open(r, a, symheap.Options{Timeout: timeout, CheckAllocs: checkAllocs})
 		if errors.Is(err, errors.ErrUnsupported) {
 			_, launches := d.(alloc.HostFuncLauncher)
 			runs := launches && a.Info().UnifiedMemory
@@ -69,15 +106,58 @@ func (s *suite) newWorldOn(t *testing.T, n int, size int64, opts symheap.Options
 			return nil, false
 		}
 		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, h.Close()) })
 		w.heaps = append(w.heaps, h)
+		w.host = append(w.host, h)
+		w.closed = append(w.closed, false)
+	}
+	t.Cleanup(func() { w.closeAll(t) })
+	return w, true
+}
+
+// newDeviceWorld opens a device heap for n goroutine ranks through a
+// local exchange. ok is false, with the refusal checked, where the
+// backend has no IPC memory (cpu, plugins) or runs no kernels of ours.
+func (s *suite) newDeviceWorld(t *testing.T, n int, size int64, timeout time.Duration, _ bool) (w *world, ok bool) {
+	t.Helper()
+	as := make([]*alloc.Allocator, n)
+	for r := range n {
+		a, err := alloc.New(s.openDriver(t), alloc.Options{Watchdog: testWatchdog})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, a.Close()) })
+		as[r] = a
+	}
+	if !symheap.DeviceRuns(as[0].Driver()) {
+		_, err := symheap.OpenDevice(0, as[0], symheap.NewLocalExchange(n), size, symheap.DeviceOptions{Timeout: timeout})
+		require.ErrorIs(t, err, errors.ErrUnsupported)
+		t.Logf("no device heap on this backend, refused as it must be: %v", err)
+		return nil, false
+	}
+	x := symheap.NewLocalExchange(n)
+	heaps := make([]*symheap.DeviceHeap, n)
+	for r, err := range parallelEach(n, func(r int) (err error) {
+		heaps[r], err = symheap.OpenDevice(r, as[r], x, size, symheap.DeviceOptions{Timeout: timeout})
+		return err
+	}) {
+		require.NoError(t, err, "rank %d", r)
+	}
+	w = &world{closed: make([]bool, n)}
+	for _, h := range heaps {
+		w.heaps = append(w.heaps, h)
+	}
+	t.Cleanup(func() { w.closeAll(t) })
+	if err := heaps[0].CollectivesRun(); err != nil {
+		require.ErrorIs(t, err, errors.ErrUnsupported)
+		_, kl := as[0].Driver().(alloc.KernelLauncher)
+		require.False(t, kl, "the driver loads kernels, yet the device heap has no collectives: %v", err)
+		t.Logf("no kernels of ours on this backend, refused as it must be: %v", err)
+		return nil, false
 	}
 	return w, true
 }
 
 // each runs fn for every rank, each in its own goroutine, and returns the
 // ranks' errors.
-func (w *world) each(fn func(r int, h *symheap.Heap) error) []error {
+func (w *world) each(fn func(r int, h symheap.Collectives) error) []error {
 	return parallelEach(len(w.heaps), func(r int) error { return fn(r, w.heaps[r]) })
 }
 
@@ -97,7 +177,7 @@ func parallelEach(n int, fn func(r int) error) []error {
 	return errs
 }
 
-func (w *world) must(t *testing.T, fn func(r int, h *symheap.Heap) error) {
+func (w *world) must(t *testing.T, fn func(r int, h symheap.Collectives) error) {
 	t.Helper()
 	for r, err := range w.each(fn) {
 		require.NoError(t, err, "rank %d", r)
@@ -119,170 +199,199 @@ func (w *world) alloc(t *testing.T, n int64) symheap.Tensor {
 	return ts[0]
 }
 
+// rankIO is one rank's pinned staging for a step: the captured step writes
+// in into the heap at its start and reads the result into out at its end,
+// so a replay moves the bytes as they are then; zero poisons the input.
+type rankIO struct {
+	in, out, zero *alloc.HostBuffer
+}
+
+func newRankIO(a *alloc.Allocator, in, out int64) (*rankIO, error) {
+	var io rankIO
+	var err error
+	if io.in, err = a.HostAlloc(in); err != nil {
+		return nil, err
+	}
+	if io.zero, err = a.HostAlloc(in); err != nil {
+		return nil, errors.Join(err, io.close())
+	}
+	if io.out, err = a.HostAlloc(out); err != nil {
+		return nil, errors.Join(err, io.close())
+	}
+	clear(io.zero.Bytes())
+	return &io, nil
+}
+
+func (io *rankIO) close() error {
+	var errs []error
+	for _, b := range []*alloc.HostBuffer{io.in, io.out, io.zero} {
+		if b != nil {
+			errs = append(errs, b.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // collective is one collective with the host-side reference it must match,
 // usable by goroutine ranks (one process holds every heap) and process
 // ranks (one heap each).
 type collective struct {
 	name string
-	// setup allocates its tensors with alloc (the same on every rank);
-	// launch enqueues it on a rank; fill writes rank r's inputs for round
-	// k; verify compares rank r's output with the reference for round k;
-	// poison overwrites the inputs after the collective.
-	setup  func(alloc func(n int64) (symheap.Tensor, error)) error
-	launch func(h *symheap.Heap) error
-	fill   func(h *symheap.Heap, r, k int)
-	verify func(h *symheap.Heap, r, k int) error
-	poison func(h *symheap.Heap)
+	// sizes are the bytes of in and out over n ranks.
+	sizes func(n int) (in, out int64)
+	// launch enqueues the collective; inPlace: its result is in in.
+	launch  func(h symheap.Collectives, in, out symheap.Tensor) error
+	inPlace bool
+	// want is element i of rank r's out in round k.
+	want func(n, r, k, i int) int32
 }
 
 const elems = 1000 // per chunk
 
 func val(r, k, i int) int32 { return int32(1000*r + 7*k + i%97) }
 
-// setupWorld allocates the collective's tensors on every rank.
-func (c *collective) setupWorld(t *testing.T, w *world) {
-	t.Helper()
-	require.NoError(t, c.setup(func(n int64) (symheap.Tensor, error) { return w.alloc(t, n), nil }))
-}
-
-// launchThenPoison enqueues the collective, then poisons this rank's
-// inputs in stream order right after it: a rank that left the collective
-// while a peer still read its inputs (no trailing barrier) would hand that
-// peer the poison.
-func (c *collective) launchThenPoison(h *symheap.Heap) error {
-	if err := c.launch(h); err != nil || c.poison == nil {
-		return err
+func sumOver(n, k, i int) (s int32) {
+	for p := range n {
+		s += val(p, k, i)
 	}
-	return h.Allocator().LaunchHostFunc(func() error { c.poison(h); return nil })
+	return s
 }
 
-// setupRank allocates the collective's tensors on one rank's heap.
-func (c *collective) setupRank(h *symheap.Heap) error { return c.setup(h.Alloc) }
-
-func collectives(n int) []*collective {
-	var in, out symheap.Tensor
+func collectives() []*collective {
 	chunk := int64(elems * 4)
-	fillIn := func(h *symheap.Heap, r, k int) {
-		for i := range h.Int32s(in) {
-			h.Int32s(in)[i] = val(r, k, i)
-		}
-	}
-	// expect checks got[i] == want(i) for every i.
-	expect := func(what string, r, k int, got []int32, want func(i int) int32) error {
-		for i := range got {
-			if w := want(i); got[i] != w {
-				return fmt.Errorf("%s: rank %d round %d: element %d is %d, want %d", what, r, k, i, got[i], w)
-			}
-		}
-		return nil
-	}
-	sum := func(k, i int) (s int32) {
-		for p := range n {
-			s += val(p, k, i)
-		}
-		return s
-	}
-	two := func(a, b int64) func(func(int64) (symheap.Tensor, error)) error {
-		return func(alloc func(int64) (symheap.Tensor, error)) (err error) {
-			if in, err = alloc(a); err != nil {
-				return err
-			}
-			out, err = alloc(b)
-			return err
-		}
-	}
 	return []*collective{
 		{
-			// In place: the result is copied out (in stream order) so the
-			// inputs can be poisoned after it like the others'.
-			name:  "all_reduce",
-			setup: two(chunk, chunk),
-			launch: func(h *symheap.Heap) error {
-				if err := h.AllReduce(in, symheap.Int32); err != nil {
-					return err
-				}
-				return h.Allocator().LaunchHostFunc(func() error { copy(h.Bytes(out), h.Bytes(in)); return nil })
-			},
-			fill: fillIn,
-			verify: func(h *symheap.Heap, r, k int) error {
-				return expect("all_reduce", r, k, h.Int32s(out), func(i int) int32 { return sum(k, i) })
-			},
-			poison: func(h *symheap.Heap) { clear(h.Bytes(in)) },
+			name:    "all_reduce",
+			sizes:   func(n int) (int64, int64) { return chunk, chunk },
+			launch:  func(h symheap.Collectives, in, _ symheap.Tensor) error { return h.AllReduce(in, symheap.Int32) },
+			inPlace: true,
+			want:    func(n, _, k, i int) int32 { return sumOver(n, k, i) },
 		},
 		{
 			name:   "all_gather",
-			setup:  two(chunk, int64(n)*chunk),
-			launch: func(h *symheap.Heap) error { return h.AllGather(in, out) },
-			fill:   fillIn,
-			verify: func(h *symheap.Heap, r, k int) error {
-				return expect("all_gather", r, k, h.Int32s(out), func(i int) int32 { return val(i/elems, k, i%elems) })
-			},
-			poison: func(h *symheap.Heap) { clear(h.Bytes(in)) },
+			sizes:  func(n int) (int64, int64) { return chunk, int64(n) * chunk },
+			launch: func(h symheap.Collectives, in, out symheap.Tensor) error { return h.AllGather(in, out) },
+			want:   func(_, _, k, i int) int32 { return val(i/elems, k, i%elems) },
 		},
 		{
-			name:   "reduce_scatter",
-			setup:  two(int64(n)*chunk, chunk),
-			launch: func(h *symheap.Heap) error { return h.ReduceScatter(in, out, symheap.Int32) },
-			fill:   fillIn,
-			verify: func(h *symheap.Heap, r, k int) error {
-				return expect("reduce_scatter", r, k, h.Int32s(out), func(i int) int32 { return sum(k, r*elems+i) })
+			name:  "reduce_scatter",
+			sizes: func(n int) (int64, int64) { return int64(n) * chunk, chunk },
+			launch: func(h symheap.Collectives, in, out symheap.Tensor) error {
+				return h.ReduceScatter(in, out, symheap.Int32)
 			},
-			poison: func(h *symheap.Heap) { clear(h.Bytes(in)) },
+			want: func(n, r, k, i int) int32 { return sumOver(n, k, r*elems+i) },
 		},
 		{
 			name:   "all_to_all",
-			setup:  two(int64(n)*chunk, int64(n)*chunk),
-			launch: func(h *symheap.Heap) error { return h.AllToAll(in, out) },
-			fill:   fillIn,
-			verify: func(h *symheap.Heap, r, k int) error {
-				return expect("all_to_all", r, k, h.Int32s(out), func(i int) int32 { return val(i/elems, k, r*elems+i%elems) })
-			},
-			poison: func(h *symheap.Heap) { clear(h.Bytes(in)) },
+			sizes:  func(n int) (int64, int64) { return int64(n) * chunk, int64(n) * chunk },
+			launch: func(h symheap.Collectives, in, out symheap.Tensor) error { return h.AllToAll(in, out) },
+			want:   func(_, r, k, i int) int32 { return val(i/elems, k, r*elems+i%elems) },
 		},
 	}
 }
 
-func (s *suite) collectivesEagerAndCaptured(t *testing.T) {
+// setup allocates the collective's tensors with alloc (the same on every
+// rank) and the rank's staging buffers on a.
+func (c *collective) setup(n int, a *alloc.Allocator, alloc func(int64) (symheap.Tensor, error)) (in, out symheap.Tensor, io *rankIO, err error) {
+	ni, no := c.sizes(n)
+	if in, err = alloc(ni); err != nil {
+		return
+	}
+	if out, err = alloc(no); err != nil {
+		return
+	}
+	io, err = newRankIO(a, ni, no)
+	return
+}
+
+// step enqueues one step: write the inputs, the collective, (in place:
+// copy the result out), poison the inputs right after the collective, and
+// read the result. A rank that left the collective while a peer still
+// read its inputs (no trailing barrier) would hand that peer the poison.
+func (c *collective) step(h symheap.Collectives, io *rankIO, in, out symheap.Tensor) error {
+	if err := h.Write(in, io.in, 0); err != nil {
+		return err
+	}
+	if err := c.launch(h, in, out); err != nil {
+		return err
+	}
+	if c.inPlace {
+		if err := h.CopyLocal(out, in); err != nil {
+			return err
+		}
+	}
+	if err := h.Write(in, io.zero, 0); err != nil {
+		return err
+	}
+	return h.Read(io.out, 0, out)
+}
+
+// fill writes rank r's inputs of round k into its staging.
+func (c *collective) fill(io *rankIO, r, k int) {
+	b := io.in.Bytes()
+	for i := range len(b) / 4 {
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(val(r, k, i)))
+	}
+	clear(io.out.Bytes())
+}
+
+// verify compares rank r's result of round k with the reference.
+func (c *collective) verify(io *rankIO, n, r, k int) error {
+	b := io.out.Bytes()
+	for i := range len(b) / 4 {
+		if got, want := int32(binary.LittleEndian.Uint32(b[4*i:])), c.want(n, r, k, i); got != want {
+			return fmt.Errorf("%s: rank %d round %d: element %d is %d, want %d", c.name, r, k, i, got, want)
+		}
+	}
+	return nil
+}
+
+func (s *suite) collectivesEagerAndCaptured(t *testing.T, kind heapKind) {
 	const n, replays = 4, 5
-	for _, c := range collectives(n) {
+	for _, c := range collectives() {
 		t.Run(c.name, func(t *testing.T) {
-			w, ok := s.newWorld(t, n, 1<<20, symheap.Options{Timeout: 10 * time.Second, CheckAllocs: true})
+			w, ok := kind.open(s, t, n, 1<<20, 10*time.Second, true)
 			if !ok {
 				return
 			}
-			c.setupWorld(t, w)
-			launch := c.launchThenPoison
+			ins, outs, ios := make([]symheap.Tensor, n), make([]symheap.Tensor, n), make([]*rankIO, n)
+			for r, h := range w.heaps {
+				var err error
+				ins[r], outs[r], ios[r], err = c.setup(n, h.Allocator(), h.Alloc)
+				require.NoError(t, err)
+				t.Cleanup(func() { require.NoError(t, ios[r].close()) })
+				require.Equal(t, ins[0], ins[r], "the same sequence gives the same offsets on every rank")
+			}
 			// Eager.
-			w.must(t, func(r int, h *symheap.Heap) error {
-				c.fill(h, r, 0)
-				if err := launch(h); err != nil {
+			w.must(t, func(r int, h symheap.Collectives) error {
+				c.fill(ios[r], r, 0)
+				if err := c.step(h, ios[r], ins[r], outs[r]); err != nil {
 					return err
 				}
-				return h.Allocator().Synchronize()
+				return h.Synchronize()
 			})
-			for r, h := range w.heaps {
-				require.NoError(t, c.verify(h, r, 0))
+			for r := range n {
+				require.NoError(t, c.verify(ios[r], n, r, 0))
 			}
 			// Captured once per rank, replayed with fresh data.
 			graphs := make([]*alloc.Graph, n)
-			w.must(t, func(r int, h *symheap.Heap) error {
-				g, err := h.Allocator().WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, func() error { return launch(h) })
+			w.must(t, func(r int, h symheap.Collectives) error {
+				g, err := h.Allocator().WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, func() error {
+					return c.step(h, ios[r], ins[r], outs[r])
+				})
 				graphs[r] = g
 				return err
 			})
 			for k := 1; k <= replays; k++ {
-				w.must(t, func(r int, h *symheap.Heap) error {
-					c.fill(h, r, k)
+				w.must(t, func(r int, h symheap.Collectives) error {
+					c.fill(ios[r], r, k)
 					if err := graphs[r].Launch(); err != nil {
 						return err
 					}
-					return h.Allocator().Synchronize()
+					return h.Synchronize()
 				})
-				for r, h := range w.heaps {
-					if c.poison != nil {
-						c.poison(h)
-					}
-					require.NoError(t, c.verify(h, r, k))
+				for r := range n {
+					require.NoError(t, c.verify(ios[r], n, r, k))
 				}
 			}
 			for _, g := range graphs {
@@ -292,72 +401,29 @@ func (s *suite) collectivesEagerAndCaptured(t *testing.T) {
 	}
 }
 
-func (s *suite) float32AllReduce(t *testing.T) {
-	const n = 3
-	w, ok := s.newWorld(t, n, 1<<20, symheap.Options{})
-	if !ok {
-		return
-	}
-	x := w.alloc(t, 4*4096)
-	rng := rand.New(rand.NewPCG(1, 2))
-	inputs := make([][]float32, n)
-	for r, h := range w.heaps {
-		for i := range h.Float32s(x) {
-			h.Float32s(x)[i] = float32(rng.IntN(1000)) / 4 // exact in float32 sums
-		}
-		inputs[r] = append([]float32(nil), h.Float32s(x)...)
-	}
-	w.must(t, func(r int, h *symheap.Heap) error {
-		if err := h.AllReduce(x, symheap.Float32); err != nil {
-			return err
-		}
-		return h.Allocator().Synchronize()
-	})
-	for _, h := range w.heaps {
-		for i, got := range h.Float32s(x) {
-			var want float32
-			for p := range n {
-				want += inputs[p][i]
-			}
-			require.Equal(t, want, got, "element %d", i)
-		}
-	}
-}
-
-// Peers map each heap at their own addresses: offsets, not pointers, name
-// the same bytes.
-func (s *suite) peersAtDifferentAddresses(t *testing.T) {
-	w, ok := s.newWorld(t, 2, 1<<16, symheap.Options{})
-	if !ok {
-		return
-	}
-	x := w.alloc(t, 64)
-	b0, b1 := w.heaps[0].Bytes(x), w.heaps[1].Bytes(x)
-	require.NotEqual(t, fmt.Sprintf("%p", &b0[0]), fmt.Sprintf("%p", &b1[0]))
-}
-
 // A rank that replays fewer times than its peer makes the peer fail with
-// ErrCollectiveTimeout, at the timeout, reported by its Synchronize.
-func (s *suite) skewedReplaysTimeOut(t *testing.T) {
+// ErrCollectiveTimeout, at the timeout, reported by its Synchronize; the
+// heap stays broken and refuses the next collective.
+func (s *suite) skewedReplaysTimeOut(t *testing.T, kind heapKind) {
 	const timeout = 200 * time.Millisecond
-	w, ok := s.newWorld(t, 2, 1<<16, symheap.Options{Timeout: timeout})
+	w, ok := kind.open(s, t, 2, 1<<16, timeout, false)
 	if !ok {
 		return
 	}
 	graphs := make([]*alloc.Graph, 2)
-	w.must(t, func(r int, h *symheap.Heap) error {
+	w.must(t, func(r int, h symheap.Collectives) error {
 		g, err := h.Allocator().WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, h.Barrier)
 		graphs[r] = g
 		return err
 	})
 	replays := []int{2, 1}
 	start := time.Now()
-	errs := w.each(func(r int, h *symheap.Heap) error {
+	errs := w.each(func(r int, h symheap.Collectives) error {
 		for range replays[r] {
 			if err := graphs[r].Launch(); err != nil {
 				return err
 			}
-			if err := h.Allocator().Synchronize(); err != nil {
+			if err := h.Synchronize(); err != nil {
 				return err
 			}
 		}
@@ -367,13 +433,14 @@ func (s *suite) skewedReplaysTimeOut(t *testing.T) {
 	require.NoError(t, errs[1])
 	require.Less(t, time.Since(start), timeout+2*time.Second, "bounded by the timeout")
 	require.ErrorIs(t, w.heaps[0].Err(), symheap.ErrCollectiveTimeout, "the heap stays broken")
+	require.ErrorIs(t, w.heaps[0].Barrier(), symheap.ErrCollectiveTimeout, "a broken heap refuses collectives")
 	for _, g := range graphs {
 		require.NoError(t, g.Close())
 	}
 }
 
 func (s *suite) allocMismatchIsLoud(t *testing.T) {
-	w, ok := s.newWorld(t, 2, 1<<16, symheap.Options{CheckAllocs: true, Timeout: 5 * time.Second})
+	w, ok := s.newHostWorld(t, 2, 1<<16, 5*time.Second, true)
 	if !ok {
 		return
 	}
@@ -381,57 +448,179 @@ func (s *suite) allocMismatchIsLoud(t *testing.T) {
 	require.NoError(t, err)
 	_, err = w.heaps[1].Alloc(200)
 	require.NoError(t, err)
-	errs := w.each(func(r int, h *symheap.Heap) error {
+	errs := w.each(func(r int, h symheap.Collectives) error {
 		if err := h.Barrier(); err != nil {
 			return err
 		}
-		return h.Allocator().Synchronize()
+		return h.Synchronize()
 	})
 	for r, err := range errs {
 		require.ErrorIs(t, err, symheap.ErrAllocMismatch, "rank %d", r)
 	}
 }
 
-// Two goroutine ranks on one driver (engines share one driver per device),
-// round after round: each queues an all-reduce, frees a scratch AllocSync
-// buffer (a device-synchronizing call, which waits for every stream's
-// work) and synchronizes. Nobody replays fewer times and nobody dies, so
-// every round completes. On cpu the synchronous free used to run the other
-// rank's queued barrier in the freeing goroutine, ahead of its own, and
-// both ranks timed out (issue 21).
-func (s *suite) ranksShareADriver(t *testing.T) {
-	const n, rounds = 2, 20
-	d := s.openDriver(t)
-	w, ok := s.newWorldOn(t, n, 1<<16, symheap.Options{Timeout: 5 * time.Second}, func(int) alloc.Driver { return d })
+// Peers map each heap at their own addresses: offsets, not pointers, name
+// the same bytes.
+func (s *suite) peersAtDifferentAddresses(t *testing.T) {
+	w, ok := s.newHostWorld(t, 2, 1<<16, 0, false)
 	if !ok {
 		return
 	}
-	x := w.alloc(t, 4*elems)
-	for k := range rounds {
-		w.must(t, func(r int, h *symheap.Heap) error {
-			a := h.Allocator()
-			scratch, err := a.AllocSync(4096)
-			if err != nil {
-				return err
-			}
-			for i := range h.Int32s(x) {
-				h.Int32s(x)[i] = val(r, k, i)
-			}
-			if err := h.AllReduce(x, symheap.Int32); err != nil {
-				return errors.Join(err, a.Free(scratch))
-			}
-			if err := a.Free(scratch); err != nil {
-				return fmt.Errorf("round %d: freeing the scratch buffer: %w", k, err)
-			}
-			if err := a.Synchronize(); err != nil {
-				return fmt.Errorf("round %d: %w", k, err)
-			}
-			for i, got := range h.Int32s(x) {
-				if want := val(0, k, i) + val(1, k, i); got != want {
-					return fmt.Errorf("round %d: rank %d: element %d is %d, want %d", k, r, i, got, want)
-				}
-			}
-			return nil
-		})
+	x := w.alloc(t, 64)
+	b0, b1 := w.host[0].Bytes(x), w.host[1].Bytes(x)
+	require.NotEqual(t, fmt.Sprintf("%p", &b0[0]), fmt.Sprintf("%p", &b1[0]))
+}
+
+// reductions: all-reduce of every element type by every algorithm, and
+// reduce-scatter of the halves, against sums computed here in rank order
+// (every rank must get the same bits). Values are small multiples of 1/4,
+// so float sums are exact; the halves' rounding is checked where a sum is
+// not representable (1 + 2^-11 + ... in float16, tested by the
+// conversion tests of symheap).
+func (s *suite) reductions(t *testing.T, kind heapKind) {
+	const n = 3
+	w, ok := kind.open(s, t, n, 1<<22, 10*time.Second, false)
+	if !ok {
+		return
 	}
+	// 1 pack, a partial pack, several rounds of packs, past the one-shot limit.
+	for _, count := range []int{4, 1001, 70000} {
+		for _, dt := range []symheap.DType{symheap.Float32, symheap.Int32, symheap.Float16, symheap.BFloat16} {
+			for _, alg := range []symheap.Algorithm{symheap.Auto, symheap.OneShot, symheap.TwoShot} {
+				t.Run(fmt.Sprintf("%s/%d/%s", dt, count, alg), func(t *testing.T) {
+					reduceCase(t, w, n, count, dt, alg)
+				})
+			}
+		}
+	}
+}
+
+// encodeElem writes v (a small multiple of 1/4) as dt.
+func encodeElem(dt symheap.DType, b []byte, v float32) {
+	switch dt {
+	case symheap.Float32:
+		binary.LittleEndian.PutUint32(b, math.Float32bits(v))
+	case symheap.Int32:
+		binary.LittleEndian.PutUint32(b, uint32(int32(v)))
+	case symheap.Float16:
+		binary.LittleEndian.PutUint16(b, symheap.Float32ToF16(v))
+	case symheap.BFloat16:
+		binary.LittleEndian.PutUint16(b, symheap.Float32ToBF16(v))
+	}
+}
+
+func reduceCase(t *testing.T, w *world, n, count int, dt symheap.DType, alg symheap.Algorithm) {
+	es := int(dt.Size())
+	size := int64(count * es)
+	x := w.alloc(t, size)
+	t.Cleanup(func() {
+		for _, h := range w.heaps {
+			require.NoError(t, h.Reset())
+		}
+	})
+	// input of rank r, element i: exact in every type (bfloat16 holds 8
+	// significant bits: |v| < 64 in steps of 1/4 fits).
+	in := func(r, i int) float32 {
+		v := float32((r*37+i*11)%61-30) / 4
+		if dt == symheap.Int32 {
+			v = float32((r*37+i*11)%61 - 30)
+		}
+		return v
+	}
+	ios := make([]*rankIO, n)
+	for r, h := range w.heaps {
+		io, err := newRankIO(h.Allocator(), size, size)
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, io.close()) })
+		for i := range count {
+			encodeElem(dt, io.in.Bytes()[i*es:], in(r, i))
+		}
+		ios[r] = io
+	}
+	w.must(t, func(r int, h symheap.Collectives) error {
+		if err := h.Write(x, ios[r].in, 0); err != nil {
+			return err
+		}
+		if err := h.AllReduceWith(x, dt, alg); err != nil {
+			return err
+		}
+		if err := h.Read(ios[r].out, 0, x); err != nil {
+			return err
+		}
+		return h.Synchronize()
+	})
+	want := make([]byte, size)
+	for i := range count {
+		var sum float32
+		for p := range n {
+			sum += in(p, i)
+		}
+		encodeElem(dt, want[i*es:], sum)
+	}
+	for r := range n {
+		if got := ios[r].out.Bytes(); !bytes.Equal(got, want) {
+			for i := 0; i < count; i++ {
+				g, w := got[i*es:(i+1)*es], want[i*es:(i+1)*es]
+				require.Equal(t, w, g, "rank %d: element %d of %d", r, i, count)
+			}
+		}
+	}
+}
+
+// badCollectiveOperands: every refusal is typed and enqueues nothing. The
+// bad calls are made on rank 0 only; a barrier of both ranks afterwards
+// must then pass, which it would not if any of them had queued a
+// collective (rank 0 would be an epoch ahead and wait in vain).
+func (s *suite) badCollectiveOperands(t *testing.T, kind heapKind) {
+	w, ok := kind.open(s, t, 2, 1<<16, 5*time.Second, false)
+	if !ok {
+		return
+	}
+	other, ok := kind.open(s, t, 1, 1<<16, 5*time.Second, false)
+	require.True(t, ok)
+	h := w.heaps[0]
+	x := w.alloc(t, 4096)
+	y := w.alloc(t, 8192)
+	z := w.alloc(t, 6)
+	foreign, err := other.heaps[0].Alloc(4096)
+	require.NoError(t, err)
+	outside := symheap.Tensor{Off: 1 << 16, Size: 16}
+	half := symheap.Tensor{Off: x.Off, Size: x.Size / 2}
+	hb, err := h.Allocator().HostAlloc(64)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, hb.Close()) })
+
+	for _, c := range []struct {
+		name string
+		call func() error
+		want error
+	}{
+		{"outside the heap", func() error { return h.AllReduce(outside, symheap.Float32) }, alloc.ErrOutOfRange},
+		{"another group's tensor", func() error { return h.AllReduce(foreign, symheap.Float32) }, alloc.ErrInvalidValue},
+		{"unknown element type", func() error { return h.AllReduce(x, symheap.DType(9)) }, alloc.ErrInvalidValue},
+		{"partial element", func() error { return h.AllReduce(z, symheap.Float32) }, alloc.ErrInvalidSize},
+		{"unknown algorithm", func() error { return h.AllReduceWith(x, symheap.Float32, symheap.Algorithm(7)) }, alloc.ErrInvalidValue},
+		{"all-gather sizes", func() error { return h.AllGather(x, x) }, alloc.ErrInvalidSize},
+		{"all-gather overlap", func() error { return h.AllGather(half, x) }, alloc.ErrInvalidValue},
+		{"reduce-scatter sizes", func() error { return h.ReduceScatter(x, x, symheap.Int32) }, alloc.ErrInvalidSize},
+		{"all-to-all sizes", func() error { return h.AllToAll(x, y) }, alloc.ErrInvalidSize},
+		{"all-to-all overlap", func() error { return h.AllToAll(x, x) }, alloc.ErrInvalidValue},
+		{"axpy sizes", func() error { return h.Axpy(x, y, 2) }, alloc.ErrInvalidSize},
+		{"write past the host buffer", func() error { return h.Write(x, hb, 0) }, alloc.ErrOutOfRange},
+		{"read from another group", func() error { return h.Read(hb, 0, foreign) }, alloc.ErrInvalidValue},
+	} {
+		require.ErrorIs(t, c.call(), c.want, c.name)
+	}
+	w.must(t, func(r int, h symheap.Collectives) error {
+		if err := h.Barrier(); err != nil {
+			return err
+		}
+		return h.Synchronize()
+	})
+
+	// A closed heap refuses everything with alloc.ErrClosed.
+	require.NoError(t, other.heaps[0].Close())
+	other.closed[0] = true
+	require.ErrorIs(t, other.heaps[0].Barrier(), alloc.ErrClosed)
+	require.ErrorIs(t, other.heaps[0].AllReduce(foreign, symheap.Float32), alloc.ErrClosed)
 }

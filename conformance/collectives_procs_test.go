@@ -133,23 +133,25 @@ func rankProcess() error {
 	defer h.Close()
 	// The same collectives and checks as the goroutine ranks, one rank's
 	// side of each, in the same order on every rank.
-	for _, c := range collectives(n) {
-		if err := c.setupRank(h); err != nil {
+	for _, c := range collectives() {
+		in, out, io, err := c.setup(n, a, h.Alloc)
+		if err != nil {
 			return fmt.Errorf("%s: %w", c.name, err)
 		}
-		g, err := a.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, func() error { return c.launchThenPoison(h) })
+		defer io.close()
+		g, err := a.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, func() error { return c.step(h, io, in, out) })
 		if err != nil {
 			return fmt.Errorf("%s: capture: %w", c.name, err)
 		}
 		for k := 1; k <= procReplays; k++ {
-			c.fill(h, r, k)
+			c.fill(io, r, k)
 			if err := g.Launch(); err != nil {
 				return err
 			}
-			if err := a.Synchronize(); err != nil {
+			if err := h.Synchronize(); err != nil {
 				return fmt.Errorf("%s: replay %d: %w", c.name, k, err)
 			}
-			if err := c.verify(h, r, k); err != nil {
+			if err := c.verify(io, n, r, k); err != nil {
 				return fmt.Errorf("%s: replay %d: %w", c.name, k, err)
 			}
 		}

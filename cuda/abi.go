@@ -45,11 +45,19 @@ const (
 // cudaMemPoolAttr (driver_types.h): the value is a cuuint64_t.
 const memPoolAttrReleaseThreshold = 0x4
 
-// cudaDeviceAttr (driver_types.h).
+// cudaDeviceAttr (driver_types.h; the values also checked against the
+// bindgen output of docs.rs cuda-runtime-sys: cudaDevAttrMaxThreadsPerBlock
+// = 1, cudaDevAttrMultiProcessorCount = 16, cudaDevAttrIntegrated = 18).
 const (
+	devAttrMaxThreadsPerBlock   = 1
+	devAttrMultiProcessorCount  = 16
 	devAttrIntegrated           = 18
 	devAttrMemoryPoolsSupported = 115
 )
+
+// globalTimerHz is the rate of PTX's %globaltimer, which the kernels'
+// bounded waits read: it counts nanoseconds (PTX ISA, special registers).
+const globalTimerHz = 1_000_000_000
 
 // cudaMemAllocationType, cudaMemAllocationHandleType, cudaMemLocationType
 // (driver_types.h).
@@ -116,6 +124,8 @@ var vendor = gpurt.Vendor{
 	MemHandleTypePosixFD:             memHandleTypePosixFD,
 	MemLocationTypeDevice:            memLocationTypeDevice,
 	DevAttrIntegrated:                devAttrIntegrated,
+	DevAttrMaxThreadsPerBlock:        devAttrMaxThreadsPerBlock,
+	DevAttrMultiprocessorCount:       devAttrMultiProcessorCount,
 	// An exportable pool cannot serve graph allocations (801 in a
 	// capture, measured on an H100).
 	SeparateCapturePool: true,

@@ -81,7 +81,9 @@ type core = gpurt.Driver
 
 // Driver is one CUDA device: the alloc.Driver, with the optional
 // interfaces alloc.GraphMemTrimmer, alloc.PoolTrimmer,
-// alloc.HostFuncLauncher, alloc.IPCMemory and alloc.StreamIdler. Every
+// alloc.HostFuncLauncher, alloc.IPCMemory, alloc.StreamIdler and
+// alloc.KernelLauncher (modules and launches through the CUDA driver API:
+// driverapi.go). Every
 // method is safe for concurrent use. The methods are internal/gpurt's,
 // shared with the hip package; this package binds them to libcudart
 // (symbols.go, abi.go, errors.go) and adds what only CUDA has.
@@ -92,10 +94,11 @@ type core = gpurt.Driver
 // StreamCaptureStatus, Malloc, Free, MallocAsync, FreeAsync, HostAlloc,
 // HostFree, the copies and MemsetAsync, BeginCapture, EndCapture,
 // GraphInstantiate, GraphLaunch, GraphExecDestroy, GraphDestroy),
-// StreamIdle, TrimGraphMemory, TrimPool, LaunchHostFunc, IPCGetMemHandle,
-// IPCOpenMemHandle, IPCCloseMemHandle, ExportPool, ExportPointer,
-// ImportPool, OnDevice, WaitClosed and Warnings, each documented in
-// internal/gpurt; this package adds New and Runtime (path, runtime and driver versions).
+// StreamIdle, TrimGraphMemory, TrimPool, LaunchHostFunc, LoadModule,
+// LaunchKernel, IPCGetMemHandle, IPCOpenMemHandle, IPCCloseMemHandle,
+// ExportPool, ExportPointer, ImportPool, OnDevice, WaitClosed and
+// Warnings, each documented in internal/gpurt; this package adds New and
+// Runtime (path, runtime and driver versions).
 type Driver struct {
 	*core
 	rt   *runtimeAPI
@@ -129,6 +132,7 @@ func New(opts Options) (*Driver, error) {
 		},
 		CheckDevice: d.checkDevice,
 		Describe:    d.describe,
+		Kernels:     d.kernels,
 	})
 	if err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -24,11 +25,17 @@ type runtimeAPI struct {
 	driverVersion int
 	// getDeviceProperties is cudaGetDeviceProperties[_v2] (optional).
 	getDeviceProperties gpurt.Sym
+	// handle is the library's dlopen handle: the driver API for modules
+	// and launches is looked up there first (driverapi.go).
+	handle uintptr
+
+	drvMu sync.Mutex
+	drv   *driverAPI // bound at the first LoadModule
 }
 
 // bind checks the versions of the library at path and resolves its symbols.
 func bind(path string, h uintptr) (*runtimeAPI, error) {
-	rt := &runtimeAPI{driverVersion: -1} // -1: not read yet
+	rt := &runtimeAPI{driverVersion: -1, handle: h} // -1: not read yet
 	rt.Path = path
 	rt.NewError = rt.newError
 	var getRT, getDrv, getStr uintptr

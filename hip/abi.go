@@ -46,10 +46,41 @@ const memPoolAttrReleaseThreshold = 0x4
 // hipDeviceAttribute_t (hip_runtime_api.h) numbers its attributes in its
 // own order, not CUDA's: the values below were printed by a C program
 // compiled against the installed header (hipDeviceAttributeIntegrated 16,
-// hipDeviceAttributeMemoryPoolsSupported 88; CUDA's are 18 and 115).
+// hipDeviceAttributeMemoryPoolsSupported 88, MaxThreadsPerBlock 56,
+// MultiprocessorCount 63; CUDA's are 18, 115, 1 and 16).
 const (
 	devAttrIntegrated           = 16
 	devAttrMemoryPoolsSupported = 88
+	devAttrMaxThreadsPerBlock   = 56 // hipDeviceAttributeMaxThreadsPerBlock
+	devAttrMultiprocessorCount  = 63 // hipDeviceAttributeMultiprocessorCount
+)
+
+// devAttrWallClockRate is hipDeviceAttributeWallClockRate ("constant
+// frequency of wall clock in kilohertz", the rate of wall_clock64(), which
+// the kernels' bounded waits read): 10017, after the 17 AMD-specific
+// attributes from 10000 that 5.2.3's header lists, as ROCm 6's header has
+// it (docs.rs cubecl-hip-sys, bindgen of hip_runtime_api.h). 5.2.3's
+// header lacks it ("the interface to query the frequency will be
+// implemented", amd_device_functions.h): a runtime that refuses it cannot
+// time the kernels' waits, and LoadModule says so.
+const devAttrWallClockRate = 10017
+
+// hipDeviceProp_t's gcnArchName (char[256]), the architecture hiprtc
+// compiles the kernels for. Two layouts: ROCm 5's hipDeviceProp_t, from
+// hipGetDeviceProperties (gcnArchName at 396 of 792 bytes: printed by a C
+// program compiled against 5.2.3's header), and ROCm 6's
+// hipDeviceProp_tR0600, from hipGetDevicePropertiesR0600 (at 1160 of 1472
+// bytes: LLVM's offload-arch reads it there, clang/tools/offload-arch/
+// AMDGPUArchByHIP.cpp, llvm-project PR 167695). ROCm 6's header maps
+// hipGetDeviceProperties to the R0600 call, but its library still exports
+// the plain name with the old layout, so the driver asks R0600 when the
+// library has it and the plain name otherwise. The buffer is larger than
+// either struct.
+const (
+	propsBufSize     = 8 << 10
+	propsR0000ArchAt = 396
+	propsR0600ArchAt = 1160
+	gcnArchNameLen   = 256
 )
 
 // hipMemAllocationType, hipMemAllocationHandleType, hipMemLocationType
@@ -116,6 +147,8 @@ var vendor = gpurt.Vendor{
 	MemHandleTypePosixFD:             memHandleTypePosixFD,
 	MemLocationTypeDevice:            memLocationTypeDevice,
 	DevAttrIntegrated:                devAttrIntegrated,
+	DevAttrMaxThreadsPerBlock:        devAttrMaxThreadsPerBlock,
+	DevAttrMultiprocessorCount:       devAttrMultiprocessorCount,
 	// One pool serves captures and exports (CUDA's 801 for graph
 	// allocations from an exportable pool is not known of ROCm).
 	SeparateCapturePool: false,

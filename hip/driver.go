@@ -66,6 +66,11 @@ type Options struct {
 	// pins with hipHostRegister instead of allocating with hipHostMalloc
 	// (the plugin server's shared memory).
 	HostMemory backends.HostMemory
+	// Compile, when set, replaces hiprtc in LoadModule: it turns the
+	// module's source into a code object for the device's gcnArchName (a
+	// compiler of the engine's own, or code objects built ahead of time for
+	// an architecture the installed hiprtc cannot compile).
+	Compile Compiler
 }
 
 // core is the shared runtime layer's options for o.
@@ -82,7 +87,8 @@ type core = gpurt.Driver
 
 // Driver is one HIP device: the alloc.Driver, with the optional
 // interfaces alloc.GraphMemTrimmer, alloc.PoolTrimmer,
-// alloc.HostFuncLauncher, alloc.IPCMemory and alloc.StreamIdler. Every
+// alloc.HostFuncLauncher, alloc.IPCMemory, alloc.StreamIdler and
+// alloc.KernelLauncher (hiprtc and the module calls: module.go). Every
 // method is safe for concurrent use. The methods are internal/gpurt's,
 // shared with the cuda package; this package binds them to libamdhip64
 // (symbols.go, abi.go, errors.go) and adds what only HIP has: the 5.6
@@ -94,10 +100,11 @@ type core = gpurt.Driver
 // StreamCaptureStatus, Malloc, Free, MallocAsync, FreeAsync, HostAlloc,
 // HostFree, the copies and MemsetAsync, BeginCapture, EndCapture,
 // GraphInstantiate, GraphLaunch, GraphExecDestroy, GraphDestroy),
-// StreamIdle, TrimGraphMemory, TrimPool, LaunchHostFunc, IPCGetMemHandle,
-// IPCOpenMemHandle, IPCCloseMemHandle, ExportPool, ExportPointer,
-// ImportPool, OnDevice, WaitClosed and Warnings, each documented in
-// internal/gpurt; this package adds New and Runtime (path and HIP version).
+// StreamIdle, TrimGraphMemory, TrimPool, LaunchHostFunc, LoadModule,
+// LaunchKernel, IPCGetMemHandle, IPCOpenMemHandle, IPCCloseMemHandle,
+// ExportPool, ExportPointer, ImportPool, OnDevice, WaitClosed and
+// Warnings, each documented in internal/gpurt; this package adds New and
+// Runtime (path and HIP version).
 type Driver struct {
 	*core
 	rt   *runtimeAPI
@@ -132,6 +139,7 @@ func New(opts Options) (*Driver, error) {
 		CheckDevice: d.checkDevice,
 		Describe:    d.describe,
 		CaptureGate: d.captureGate,
+		Kernels:     d.kernels,
 	})
 	if err != nil {
 		return nil, err

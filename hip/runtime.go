@@ -19,8 +19,14 @@ type runtimeAPI struct {
 	gpurt.Runtime     // Version: major*10^7 + minor*10^5 + patch (HIP_VERSION's encoding)
 	devices       int // hipGetDeviceCount at load
 	// deviceGetName and deviceTotalMem name the device and give its total
-	// memory (hipGetDeviceProperties is not bound: symbols.go).
+	// memory (not the properties struct: symbols.go).
 	deviceGetName, deviceTotalMem gpurt.Sym
+	// The kernels' calls (module.go), all optional.
+	getDevice, props, propsR0600                                        gpurt.Sym
+	moduleLoadData, moduleGetFunction, moduleUnload, moduleLaunchKernel gpurt.Sym
+	// handle is the library's dlopen handle (ROCm 5.x exports hiprtc from
+	// it).
+	handle uintptr
 }
 
 // bind reads the version of the library at path, resolves its symbols and
@@ -33,7 +39,7 @@ type runtimeAPI struct {
 // hipGetDeviceCount with 100 (hipErrorNoDevice) and most other calls with
 // 101 (hipErrorInvalidDevice); it neither hangs nor prints.
 func bind(path string, h uintptr) (*runtimeAPI, error) {
-	rt := &runtimeAPI{}
+	rt := &runtimeAPI{handle: h}
 	rt.Path = path
 	rt.NewError = rt.newError
 	var getRT, getStr uintptr

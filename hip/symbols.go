@@ -52,12 +52,25 @@ import "github.com/capalloc/capalloc/internal/gpurt"
 //	hipMemPoolImportPointer(void **dev_ptr, hipMemPool_t mem_pool, hipMemPoolPtrExportData *export_data)
 //	hipDeviceGraphMemTrim(int device)                  // optional: not in 5.2.3's header
 //
-// Deliberately not bound: hipGetDeviceProperties (from ROCm 6.0 a macro
-// for hipGetDevicePropertiesR0600 with a larger struct; the name and total
-// memory come from hipDeviceGetName and hipDeviceTotalMem instead),
-// hipGraphInstantiate (its log-buffer parameters), hipStreamGetCaptureInfo
-// (changed across versions): capture status comes from
-// hipStreamIsCapturing only.
+// and, optional (LoadModule fails without them, saying which; the rest of
+// the driver works), for the kernels (module.go):
+//
+//	hipGetDevice(int *deviceId)
+//	hipGetDeviceProperties(hipDeviceProp_t *prop, int deviceId)  // ROCm 5's layout, in every version's library
+//	hipGetDevicePropertiesR0600(hipDeviceProp_tR0600 *prop, int deviceId)  // ROCm 6+ (abi.go)
+//	hipModuleLoadData(hipModule_t *module, const void *image)
+//	hipModuleGetFunction(hipFunction_t *function, hipModule_t module, const char *kname)
+//	hipModuleUnload(hipModule_t module)
+//	hipModuleLaunchKernel(hipFunction_t f, unsigned int gridDimX, unsigned int gridDimY,
+//	        unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+//	        unsigned int blockDimZ, unsigned int sharedMemBytes, hipStream_t stream,
+//	        void **kernelParams, void **extra)
+//
+// Deliberately not bound: hipGraphInstantiate (its log-buffer
+// parameters), hipStreamGetCaptureInfo (changed across versions): capture
+// status comes from hipStreamIsCapturing only. The device's name and
+// total memory come from hipDeviceGetName and hipDeviceTotalMem, not from
+// the properties struct, whose layout changed in 6.0.
 
 // bindings lists every symbol the driver needs.
 func (rt *runtimeAPI) bindings() []gpurt.Binding {
@@ -110,6 +123,14 @@ func (rt *runtimeAPI) bindings() []gpurt.Binding {
 		// says so). Declared in 5.2.3's header, but Debian's
 		// libamdhip64.so.5 (5.2.3) does not export it.
 		gpurt.Optional("hipLaunchHostFunc", &s.LaunchHostFunc),
+		// Optional: the kernels (LoadModule says what is missing).
+		gpurt.Optional("hipGetDevice", &rt.getDevice),
+		gpurt.Optional("hipGetDeviceProperties", &rt.props),
+		gpurt.Optional("hipGetDevicePropertiesR0600", &rt.propsR0600),
+		gpurt.Optional("hipModuleLoadData", &rt.moduleLoadData),
+		gpurt.Optional("hipModuleGetFunction", &rt.moduleGetFunction),
+		gpurt.Optional("hipModuleUnload", &rt.moduleUnload),
+		gpurt.Optional("hipModuleLaunchKernel", &rt.moduleLaunchKernel),
 	}
 }
 

@@ -12,11 +12,15 @@ import (
 )
 
 // Collective rows: two ranks, each an allocator on the probed driver with
-// a heap of one symmetric group. Each rank captures the row's body once;
-// then, for every replay, both ranks get fresh inputs, replay at once, and
-// their outputs must equal an eager run of the same body on the same
-// inputs. They are probed only on backends that run collectives
-// (symheap.Group.Open does not refuse them with errors.ErrUnsupported).
+// a symmetric heap through symheap.Collectives: the host heap where the
+// backend runs host-function collectives (cpu), the device heap where it
+// has IPC memory and this library's kernels (cuda, hip). The rows are
+// named after the probe that motivated the heap (a multi-GPU library whose
+// collectives were all NOT CAPTURABLE because it re-published its peer
+// table at every allocation). Each rank captures the row's body once;
+// then, for every replay, both ranks get fresh inputs in pinned memory,
+// replay at once, and their outputs must equal an eager run of the same
+// body on the same inputs.
 
 const (
 	collRanks = 2
@@ -26,11 +30,15 @@ const (
 // collEnv is one collective row's world.
 type collEnv struct {
 	as    []*alloc.Allocator
-	heaps []*symheap.Heap
-	in    symheap.Tensor // per-rank input, filled fresh for every round
+	heaps []symheap.Collectives
+	in    symheap.Tensor // per-rank input, written fresh for every round
+	work  symheap.Tensor // a second input, for the rows whose input is Ranks() chunks
 	out   symheap.Tensor // what is compared
-	work  symheap.Tensor // collective scratch sized for the row
+	inHB  []*alloc.HostBuffer
+	wkHB  []*alloc.HostBuffer
+	outHB []*alloc.HostBuffer
 	table []alloc.Buffer // naive_heap: the device copy of the peer table
+	meet  *hostBarrier   // host_barrier
 	fresh func(r, k int) byte
 }
 
@@ -39,62 +47,99 @@ type collOp struct {
 	body func(c *collEnv, r int) error
 }
 
-func copyFn(h *symheap.Heap, dst, src symheap.Tensor) func() error {
-	return func() error { copy(h.Bytes(dst), h.Bytes(src)); return nil }
+// steps runs the row's body between writing the inputs and reading the
+// output, so a replay moves the bytes as they are then.
+func (c *collEnv) steps(r int, ops ...func(h symheap.Collectives) error) error {
+	h := c.heaps[r]
+	all := append([]func(symheap.Collectives) error{
+		func(h symheap.Collectives) error { return h.Write(c.in, c.inHB[r], 0) },
+		func(h symheap.Collectives) error { return h.Write(c.work, c.wkHB[r], 0) },
+	}, ops...)
+	all = append(all, func(h symheap.Collectives) error { return h.Read(c.outHB[r], 0, c.out) })
+	for _, op := range all {
+		if err := op(h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func allReduce(c *collEnv, r int, alg symheap.Algorithm) error {
+	return c.steps(r,
+		func(h symheap.Collectives) error { return h.CopyLocal(c.out, c.in) },
+		func(h symheap.Collectives) error { return h.AllReduceWith(c.out, symheap.Int32, alg) })
 }
 
 var collOps = []collOp{
+	{name: "device_barrier", body: func(c *collEnv, r int) error {
+		return c.steps(r,
+			func(h symheap.Collectives) error { return h.Barrier() },
+			func(h symheap.Collectives) error { return h.CopyLocal(c.out, c.in) })
+	}},
+	// The contrast: a barrier made of a host synchronize and a host-side
+	// rendezvous. The synchronize is illegal in a capture.
+	{name: "host_barrier", body: func(c *collEnv, r int) error {
+		return c.steps(r,
+			func(h symheap.Collectives) error {
+				if err := h.Allocator().Synchronize(); err != nil {
+					return err
+				}
+				c.meet.wait()
+				return nil
+			},
+			func(h symheap.Collectives) error { return h.CopyLocal(c.out, c.in) })
+	}},
+	{name: "all_reduce_one_shot", body: func(c *collEnv, r int) error { return allReduce(c, r, symheap.OneShot) }},
+	{name: "all_reduce_two_shot", body: func(c *collEnv, r int) error { return allReduce(c, r, symheap.TwoShot) }},
+	{name: "all_gather", body: func(c *collEnv, r int) error {
+		return c.steps(r, func(h symheap.Collectives) error { return h.AllGather(c.in, c.out) })
+	}},
+	{name: "reduce_scatter", body: func(c *collEnv, r int) error {
+		return c.steps(r, func(h symheap.Collectives) error { return h.ReduceScatter(c.work, c.out, symheap.Int32) })
+	}},
+	{name: "all_to_all", body: func(c *collEnv, r int) error {
+		return c.steps(r, func(h symheap.Collectives) error { return h.AllToAll(c.work, c.out) })
+	}},
 	{name: "heap_alloc_in_capture", body: func(c *collEnv, r int) error {
 		h := c.heaps[r]
 		t, err := h.Alloc(collN) // arithmetic only, in the capture
 		if err != nil {
 			return err
 		}
-		if err := h.Allocator().LaunchHostFunc(copyFn(h, t, c.in)); err != nil {
-			return err
-		}
-		if err := h.AllReduce(t, symheap.Int32); err != nil {
-			return err
-		}
-		return h.Allocator().LaunchHostFunc(copyFn(h, c.out, t))
+		return c.steps(r,
+			func(h symheap.Collectives) error { return h.CopyLocal(t, c.in) },
+			func(h symheap.Collectives) error { return h.AllReduce(t, symheap.Int32) },
+			func(h symheap.Collectives) error { return h.CopyLocal(c.out, t) })
 	}},
-	{name: "barrier", body: func(c *collEnv, r int) error {
-		h := c.heaps[r]
-		if err := h.Barrier(); err != nil {
-			return err
-		}
-		return h.Allocator().LaunchHostFunc(copyFn(h, c.out, c.in))
-	}},
-	{name: "all_reduce", body: func(c *collEnv, r int) error {
-		h := c.heaps[r]
-		if err := h.Allocator().LaunchHostFunc(copyFn(h, c.work, c.in)); err != nil {
-			return err
-		}
-		if err := h.AllReduce(c.work, symheap.Int32); err != nil {
-			return err
-		}
-		return h.Allocator().LaunchHostFunc(copyFn(h, c.out, c.work))
-	}},
-	{name: "all_gather", body: func(c *collEnv, r int) error {
-		return c.heaps[r].AllGather(c.in, c.out)
-	}},
-	{name: "reduce_scatter", body: func(c *collEnv, r int) error {
-		return c.heaps[r].ReduceScatter(c.work, c.out, symheap.Int32)
-	}},
-	{name: "all_to_all", body: func(c *collEnv, r int) error {
-		return c.heaps[r].AllToAll(c.work, c.out)
-	}},
-	// The contrast: a heap that re-publishes the peer base table to the
-	// device at every allocation (a host-to-device copy from pageable
-	// memory) cannot be captured, which is why symheap builds its table
-	// once, at Open.
+	// The motivating failure: a heap that re-publishes the peer base
+	// table to the device at every allocation (a host-to-device copy from
+	// pageable memory) cannot be captured, which is why symheap builds
+	// its table once, at open.
 	{name: "naive_heap", body: func(c *collEnv, r int) error {
 		table := make([]byte, 64) // peer bases, rebuilt on the host
 		if err := c.as[r].Upload(c.table[r], 0, table); err != nil {
 			return err
 		}
-		return c.heaps[r].AllReduce(c.in, symheap.Int32)
+		return allReduce(c, r, symheap.Auto)
 	}},
+}
+
+// hostBarrier is a reusable rendezvous of collRanks goroutines.
+type hostBarrier struct {
+	mu    sync.Mutex
+	n     int
+	round chan struct{}
+}
+
+func (b *hostBarrier) wait() {
+	b.mu.Lock()
+	ch := b.round
+	if b.n++; b.n == collRanks {
+		b.n, b.round = 0, make(chan struct{})
+		close(ch)
+	}
+	b.mu.Unlock()
+	<-ch
 }
 
 // CollectiveOps lists the collective rows, probed where the backend runs
@@ -107,11 +152,24 @@ func CollectiveOps() []string {
 	return names
 }
 
+// heapKind says which heap runs collectives on drv with two ranks in this
+// process: "host", "device", or "" (none).
+func heapKind(drv alloc.Driver) string {
+	switch {
+	case symheap.Runs(drv) && !symheap.OneRankPerProcess(drv):
+		return "host"
+	case symheap.DeviceRuns(drv):
+		if _, ok := drv.(alloc.KernelLauncher); ok {
+			return "device"
+		}
+	}
+	return ""
+}
+
 // runCollectives probes every collective row, or returns no rows when the
-// backend does not run collectives (symheap.Runs) or not two ranks in one
-// process (symheap.OneRankPerProcess): the probe's ranks share a process.
+// backend runs no collectives with two ranks in one process.
 func runCollectives(drv alloc.Driver, mode alloc.CaptureMode, replays int) ([]Result, error) {
-	if !symheap.Runs(drv) || symheap.OneRankPerProcess(drv) {
+	if heapKind(drv) == "" {
 		return nil, nil
 	}
 	var out []Result
@@ -130,63 +188,135 @@ func runCollectives(drv alloc.Driver, mode alloc.CaptureMode, replays int) ([]Re
 	return out, nil
 }
 
+// openHeaps opens the two ranks' heaps on c.as.
+func (c *collEnv) openHeaps(drv alloc.Driver) (closeAll func() error, err error) {
+	if heapKind(drv) == "host" {
+		g, err := symheap.NewGroup(collRanks, 1<<20)
+		if err != nil {
+			return nil, err
+		}
+		var hs []*symheap.Heap
+		closeAll = func() error {
+			var errs []error
+			for _, h := range hs {
+				errs = append(errs, h.Close())
+			}
+			return errors.Join(append(errs, g.Close())...)
+		}
+		for r, a := range c.as {
+			h, err := g.Open(r, a, symheap.Options{Timeout: 5 * time.Second})
+			if err != nil {
+				return nil, errors.Join(err, closeAll())
+			}
+			hs = append(hs, h)
+			c.heaps = append(c.heaps, h)
+		}
+		return closeAll, nil
+	}
+	x := symheap.NewLocalExchange(collRanks)
+	hs := make([]*symheap.DeviceHeap, collRanks)
+	errs := make([]error, collRanks)
+	var wg sync.WaitGroup
+	for r := range collRanks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			hs[r], errs[r] = symheap.OpenDevice(r, c.as[r], x, 1<<20, symheap.DeviceOptions{Timeout: 5 * time.Second})
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	closeAll = func() error {
+		errs := make([]error, collRanks)
+		var wg sync.WaitGroup
+		for r := range collRanks {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[r] = hs[r].Close() }()
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+	for _, h := range hs {
+		if err := h.CollectivesRun(); err != nil {
+			return nil, errors.Join(err, closeAll())
+		}
+		c.heaps = append(c.heaps, h)
+	}
+	return closeAll, nil
+}
+
 // probeCollective returns an empty verdict only when the row could not be
 // set up.
 func probeCollective(drv alloc.Driver, mode alloc.CaptureMode, op collOp, replays int) (v Verdict, err error) {
-	g, err := symheap.NewGroup(collRanks, 1<<20)
-	if err != nil {
-		return "", err
-	}
-	defer g.Close()
-	c := &collEnv{fresh: func(r, k int) byte { return byte(17*r + 3*k + 1) }}
+	c := &collEnv{fresh: func(r, k int) byte { return byte(17*r + 3*k + 1) }, meet: &hostBarrier{round: make(chan struct{})}}
+	var closeHeaps func() error
 	defer func() {
-		for _, h := range c.heaps {
-			_ = h.Close()
+		if closeHeaps != nil {
+			if cerr := closeHeaps(); cerr != nil && err == nil && v != "" {
+				v, err = "", cerr
+			}
 		}
-		for r, b := range c.table {
-			_ = c.as[r].Free(b)
-		}
-		for _, a := range c.as {
+		for r, a := range c.as {
+			for _, hb := range []*alloc.HostBuffer{c.inHB[r], c.wkHB[r], c.outHB[r]} {
+				if hb != nil {
+					_ = hb.Close()
+				}
+			}
+			if r < len(c.table) {
+				_ = a.Free(c.table[r])
+			}
 			if cerr := a.Close(); cerr != nil && err == nil && v != "" {
 				v, err = "", cerr
 			}
 		}
 	}()
-	for r := range collRanks {
+	for range collRanks {
 		a, err := alloc.New(drv, alloc.Options{Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			return "", err
 		}
 		c.as = append(c.as, a)
-		h, err := g.Open(r, a, symheap.Options{Timeout: 5 * time.Second})
-		if err != nil {
+		c.inHB, c.wkHB, c.outHB = append(c.inHB, nil), append(c.wkHB, nil), append(c.outHB, nil)
+	}
+	if closeHeaps, err = c.openHeaps(drv); err != nil {
+		return "", err
+	}
+	// The same allocations on every rank: in, work and out of the sizes
+	// the rows need.
+	outSize, workSize := int64(collRanks*collN), int64(collRanks*collN)
+	switch op.name {
+	case "reduce_scatter":
+		outSize = collN
+	case "device_barrier", "host_barrier", "all_reduce_one_shot", "all_reduce_two_shot", "heap_alloc_in_capture", "naive_heap":
+		outSize = collN
+	}
+	for r, h := range c.heaps {
+		if c.in, err = h.Alloc(collN); err != nil {
 			return "", err
 		}
-		c.heaps = append(c.heaps, h)
+		if c.work, err = h.Alloc(workSize); err != nil {
+			return "", err
+		}
+		if c.out, err = h.Alloc(outSize); err != nil {
+			return "", err
+		}
+		a := c.as[r]
+		if c.inHB[r], err = a.HostAlloc(collN); err != nil {
+			return "", err
+		}
+		if c.wkHB[r], err = a.HostAlloc(workSize); err != nil {
+			return "", err
+		}
+		if c.outHB[r], err = a.HostAlloc(outSize); err != nil {
+			return "", err
+		}
 		b, err := a.Alloc(64)
 		if err != nil {
 			return "", err
 		}
 		c.table = append(c.table, b)
-	}
-	// The same allocations on every rank: in, out and work of the sizes
-	// the rows need.
-	for _, h := range c.heaps {
-		if c.in, err = h.Alloc(collN); err != nil {
-			return "", err
-		}
-		if c.out, err = h.Alloc(collRanks * collN); err != nil {
-			return "", err
-		}
-		if c.work, err = h.Alloc(collRanks * collN); err != nil {
-			return "", err
-		}
-	}
-	if op.name == "reduce_scatter" {
-		c.out.Size = collN
-	}
-	if op.name == "all_reduce" || op.name == "barrier" || op.name == "heap_alloc_in_capture" {
-		c.out.Size, c.work.Size = collN, collN
 	}
 
 	graphs := make([]*alloc.Graph, collRanks)
@@ -225,10 +355,10 @@ func probeCollective(drv alloc.Driver, mode alloc.CaptureMode, op collOp, replay
 // round fills every rank's inputs for round k, clears the outputs, runs
 // launch on every rank at once, synchronizes, and returns the outputs.
 func (c *collEnv) round(k int, launch func(r int) error) ([][]byte, error) {
-	for r, h := range c.heaps {
-		fill(h.Bytes(c.in), c.fresh(r, k))
-		fill(h.Bytes(c.work), c.fresh(r, k)+0x40)
-		clear(h.Bytes(c.out))
+	for r := range c.heaps {
+		fill(c.inHB[r].Bytes(), c.fresh(r, k))
+		fill(c.wkHB[r].Bytes(), c.fresh(r, k)+0x40)
+		clear(c.outHB[r].Bytes())
 	}
 	errs := make([]error, collRanks)
 	var wg sync.WaitGroup
@@ -237,7 +367,7 @@ func (c *collEnv) round(k int, launch func(r int) error) ([][]byte, error) {
 		go func() {
 			defer wg.Done()
 			if errs[r] = launch(r); errs[r] == nil {
-				errs[r] = c.as[r].Synchronize()
+				errs[r] = c.heaps[r].Synchronize()
 			}
 		}()
 	}
@@ -246,8 +376,8 @@ func (c *collEnv) round(k int, launch func(r int) error) ([][]byte, error) {
 		return nil, err
 	}
 	outs := make([][]byte, collRanks)
-	for r, h := range c.heaps {
-		outs[r] = append([]byte(nil), h.Bytes(c.out)...)
+	for r := range c.heaps {
+		outs[r] = append([]byte(nil), c.outHB[r].Bytes()...)
 	}
 	return outs, nil
 }
@@ -259,9 +389,9 @@ func fill(b []byte, v byte) {
 }
 
 // OpsFor lists the rows Run gives for drv: Ops, then CollectiveOps where
-// the backend runs collectives.
+// the backend runs collectives with two ranks in this process.
 func OpsFor(drv alloc.Driver) []string {
-	if symheap.Runs(drv) {
+	if heapKind(drv) != "" {
 		return append(Ops(), CollectiveOps()...)
 	}
 	return Ops()

@@ -185,7 +185,7 @@ func Ops() []string {
 // give for op in mode.
 func Expected(op string, mode alloc.CaptureMode) Verdict {
 	switch op {
-	case "upload_pageable", "synchronize", "alloc_external_capture", "naive_heap":
+	case "upload_pageable", "synchronize", "alloc_external_capture", "naive_heap", "host_barrier":
 		return NotCapturable
 	case "alloc": // cudaMalloc is legal only in a relaxed-mode capture
 		if mode == alloc.Relaxed {

@@ -13,14 +13,15 @@ import (
 // every rank for the same sequence; and an FNV-1a hash of the sizes
 // (Options.CheckAllocs).
 type bump struct {
-	size int64 // heap bytes
+	size  int64  // heap bytes
+	group uint64 // stamped on every Tensor (groupID)
 
 	mu   sync.Mutex
 	next int64  // bump offset
 	hash uint32 // FNV-1a of the allocation sizes
 }
 
-func newBump(size int64) bump { return bump{size: size, hash: fnvOffset} }
+func newBump(size int64, group uint64) bump { return bump{size: size, group: group, hash: fnvOffset} }
 
 // alloc takes n bytes.
 func (b *bump) alloc(n int64) (Tensor, error) {
@@ -35,7 +36,7 @@ func (b *bump) alloc(n int64) (Tensor, error) {
 	}
 	b.next = off + n
 	b.hash = fnv32(b.hash, uint64(n))
-	return Tensor{Off: off, Size: n}, nil
+	return Tensor{Off: off, Size: n, group: b.group}, nil
 }
 
 // reset frees everything: refused during a capture on a (graphs have the
@@ -65,6 +66,9 @@ func (b *bump) sum() uint32 {
 func (b *bump) check(t Tensor) error {
 	if t.Off < 0 || t.Size <= 0 || t.Off > b.size || t.Size > b.size-t.Off {
 		return fmt.Errorf("%w: symheap: tensor [%d, %d+%d) outside a %d B heap", alloc.ErrOutOfRange, t.Off, t.Off, t.Size, b.size)
+	}
+	if t.group != 0 && t.group != b.group {
+		return fmt.Errorf("%w: symheap: tensor [%d, %d+%d) was allocated by another group's heap", alloc.ErrInvalidValue, t.Off, t.Off, t.Size)
 	}
 	return nil
 }

@@ -19,7 +19,9 @@ const SignalPadBytes = padSize
 // DeviceOptions configures OpenDevice.
 type DeviceOptions struct {
 	// Timeout bounds each exchange round (0: DefaultTimeout): past it a
-	// missing rank is ErrExchangeTimeout.
+	// missing rank is ErrExchangeTimeout. It also bounds every wait of the
+	// heap's collectives on the device: past it the kernel gives up and
+	// Synchronize reports ErrCollectiveTimeout.
 	Timeout time.Duration
 }
 
@@ -29,10 +31,12 @@ type DeviceOptions struct {
 // Allocation is the same bump as Heap's: arithmetic, legal in a capture,
 // the same offsets on every rank for the same sequence.
 //
-// Collectives on it are the engine's kernels, or NCCL/RCCL (package
-// nccl): the host cannot read device memory, so the host-function
-// collectives of Heap do not run here. Copy moves bytes between any two
-// ranks' heaps on the rank's stream, captured with the step.
+// Its collectives (Barrier, AllReduce, AllGather, ReduceScatter,
+// AllToAll; devcollectives.go) are this library's kernels, loaded once per
+// driver at OpenDevice, launched on the rank's stream; on a driver that
+// runs no device code of ours they refuse with errors.ErrUnsupported
+// (CollectivesRun). Copy moves bytes between any two ranks' heaps on the
+// rank's stream, captured with the step.
 type DeviceHeap struct {
 	rank    int
 	a       *alloc.Allocator
@@ -45,8 +49,12 @@ type DeviceHeap struct {
 	bases  []alloc.DevicePtr // rank p's allocation as mapped here
 	opened []bool            // bases[p] came from IPCOpenMemHandle
 
+	kern    *devKernels // the collectives, loaded at open (nil: kernErr says why)
+	kernErr error
+
 	mu     sync.Mutex
 	closed bool
+	err    error // sticky: the first collective failure Synchronize read
 }
 
 // DeviceRuns reports whether OpenDevice can run on d: the driver exports
@@ -139,7 +147,7 @@ func OpenDevice(rank int, a *alloc.Allocator, x Exchange, size int64, opts Devic
 	if opts.Timeout == 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	h := &DeviceHeap{rank: rank, a: a, x: x, timeout: opts.Timeout, bump: newBump(size),
+	h := &DeviceHeap{rank: rank, a: a, x: x, timeout: opts.Timeout, bump: newBump(size, groupID(x)),
 		bases: make([]alloc.DevicePtr, x.Ranks()), opened: make([]bool, x.Ranks())}
 	if err := h.refusal(); err != nil {
 		return nil, err // at once: the peers time out (ErrExchangeTimeout)
@@ -160,6 +168,9 @@ func OpenDevice(rank int, a *alloc.Allocator, x Exchange, size int64, opts Devic
 	err = h.openPeers(msgs)
 	if err == nil {
 		err = h.writeTable()
+	}
+	if err == nil {
+		err = h.loadKernels()
 	}
 	// Confirm: nobody proceeds until every rank has opened every heap.
 	reply := okMsg(nil)

@@ -40,6 +40,12 @@
 // exchanged through an Exchange (NewLocalExchange for goroutine ranks,
 // FileExchange for processes), every peer opened, the peer table written
 // to the device once, all or nothing (ErrPeerOpen, ErrExchangeTimeout).
-// Its allocation is the same bump; its collectives are NCCL/RCCL's
-// (package nccl) or the engine's kernels (docs/symmetric-heap.md).
+// Its allocation is the same bump; its collectives are kernels of this
+// library (internal/kernels: one CUDA/HIP source) that read the table and
+// keep their epochs in the pads, with bounded waits that report through an
+// error word in the pad (docs/device-collectives.md). NCCL/RCCL (package
+// nccl) serve ranks across machines.
+//
+// Heap and DeviceHeap implement Collectives, one interface for engine
+// code on every backend.
 package symheap

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
 )
@@ -32,6 +31,8 @@ type Options struct {
 // bytes' place on every rank (pointers differ; offsets do not).
 type Tensor struct {
 	Off, Size int64 // bytes, like alloc.Buffer's Size
+
+	group uint64 // the group whose heap allocated it (0: written as a literal)
 }
 
 // Heap is one rank's view of the group: every rank's heap mapped here, and
@@ -85,7 +86,7 @@ func (g *Group) Open(rank int, a *alloc.Allocator, opts Options) (*Heap, error) 
 	if opts.Timeout == 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	h := &Heap{g: g, rank: rank, a: a, opts: opts, bump: newBump(g.size)}
+	h := &Heap{g: g, rank: rank, a: a, opts: opts, bump: newBump(g.size, groupID(g))}
 	if err := g.admit(h); err != nil {
 		return nil, err
 	}
@@ -216,8 +217,8 @@ func (h *Heap) Bytes(t Tensor) []byte {
 }
 
 // Float32s and Int32s view this rank's bytes of t as elements.
-func (h *Heap) Float32s(t Tensor) []float32 { return asElems[float32](h.Bytes(t)) }
-func (h *Heap) Int32s(t Tensor) []int32     { return asElems[int32](h.Bytes(t)) }
+func (h *Heap) Float32s(t Tensor) []float32 { return elems[float32](h.Bytes(t)) }
+func (h *Heap) Int32s(t Tensor) []int32     { return elems[int32](h.Bytes(t)) }
 
 // peer is rank p's bytes of t, as mapped here.
 func (h *Heap) peer(p int, t Tensor) []byte {
@@ -238,11 +239,4 @@ func (h *Heap) Err() error {
 func (h *Heap) fail(err error) error {
 	h.err.CompareAndSwap(nil, &err)
 	return h.Err()
-}
-
-func asElems[T float32 | int32](b []byte) []T {
-	if len(b) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), len(b)/int(unsafe.Sizeof(T(0))))
 }

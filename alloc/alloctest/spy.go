@@ -52,6 +52,9 @@ const (
 	MethodIPCGetMemHandle
 	MethodIPCOpenMemHandle
 	MethodIPCCloseMemHandle
+	// alloc.KernelLauncher, forwarded when the inner driver has it.
+	MethodLoadModule
+	MethodLaunchKernel
 	numMethods
 )
 
@@ -63,6 +66,7 @@ var methodNames = [numMethods]string{
 	"BeginCapture", "EndCapture", "GraphInstantiate", "GraphLaunch",
 	"GraphExecDestroy", "GraphDestroy", "LaunchHostFunc",
 	"IPCGetMemHandle", "IPCOpenMemHandle", "IPCCloseMemHandle",
+	"LoadModule", "LaunchKernel",
 }
 
 func (m Method) String() string {
@@ -478,4 +482,24 @@ func (s *Spy) IPCCloseMemHandle(p alloc.DevicePtr) error {
 		return err
 	}
 	return d.IPCCloseMemHandle(p)
+}
+
+// LoadModule and LaunchKernel forward to the inner driver's
+// alloc.KernelLauncher; without one they fail with errors.ErrUnsupported.
+func (s *Spy) LoadModule(img alloc.ModuleImage) (*alloc.Module, error) {
+	s.enter(MethodLoadModule)
+	k, ok := s.inner.(alloc.KernelLauncher)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s cannot load device code", errors.ErrUnsupported, s.inner.Name())
+	}
+	return k.LoadModule(img)
+}
+
+func (s *Spy) LaunchKernel(k alloc.Kernel, grid, block uint32, params []byte, st alloc.Stream) error {
+	s.enter(MethodLaunchKernel)
+	kl, ok := s.inner.(alloc.KernelLauncher)
+	if !ok {
+		return fmt.Errorf("%w: %s cannot launch kernels", errors.ErrUnsupported, s.inner.Name())
+	}
+	return s.after(MethodLaunchKernel, st, kl.LaunchKernel(k, grid, block, params, st))
 }

@@ -15,7 +15,7 @@ import (
 // call.
 func TestMethodsAreTheDriverInterface(t *testing.T) {
 	var want []string
-	for _, it := range []reflect.Type{reflect.TypeFor[alloc.Driver](), reflect.TypeFor[alloc.HostFuncLauncher](), reflect.TypeFor[alloc.IPCMemory]()} {
+	for _, it := range []reflect.Type{reflect.TypeFor[alloc.Driver](), reflect.TypeFor[alloc.HostFuncLauncher](), reflect.TypeFor[alloc.IPCMemory](), reflect.TypeFor[alloc.KernelLauncher]()} {
 		for i := range it.NumMethod() {
 			want = append(want, it.Method(i).Name)
 		}

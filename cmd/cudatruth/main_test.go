@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/cuda"
+	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
 // hangEnv makes a child case hang, to test that a hang is recorded.
@@ -142,14 +142,8 @@ func TestCaseRoundTrip(t *testing.T) {
 // (cuda/testdata/fakecudart.c on internal/fakegpu/core.c, which models the
 // measured rules): children, JSON, and the comparison with the cpu backend.
 func TestOverFakeRuntime(t *testing.T) {
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skipf("gcc not found, the fake libcudart cannot be built: %v", err)
-	}
-	lib := filepath.Join(t.TempDir(), "libcudart.so")
-	out, err := exec.Command("gcc", "-shared", "-fPIC", "-O1", "-I", filepath.Join("..", "..", "internal", "fakegpu"), "-o", lib,
-		filepath.Join("..", "..", "cuda", "testdata", "fakecudart.c"), "-lpthread").CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	t.Setenv(cuda.LibEnv, lib)
+	fake := gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}
+	fake.Lib(t) // skips without gcc and g++
 	var stdout, stderr bytes.Buffer
 	rc := run([]string{"-json", "-compare", "-streams=nonblocking", "-only=global/", "-timeout=20s"}, &stdout, &stderr)
 	require.Equal(t, 0, rc, "stderr: %s", stderr.String())

@@ -4,7 +4,9 @@
 
 PyTorch's caching allocator and CuPy's pools for an allocate+free pair,
 torch copy_ between pinned host memory and the device for 64 MiB, and 1,000
-small device ops eager vs replayed as a torch CUDA graph. Each figure is the
+small device ops eager vs replayed as a torch CUDA graph, and 1,000 axpy
+kernels (y += x over 4096 float32, as examples/decodeloop -kernels=1000)
+eager vs replayed. Each figure is the
 median of --rounds timed rounds after a warm-up round; one line per figure,
 in Go's benchmark format, so benchstat reads both outputs.
 """
@@ -103,6 +105,39 @@ def replay(rounds):
     line(f"TorchReplay/ops={ops}/impl=graph", 200, median_ns(graph, 200, rounds))
 
 
+def replay_axpy(rounds):
+    """The same step as examples/decodeloop -kernels=1000: y = 1*x + y over
+    4096 float32, 1,000 kernels, eager vs one CUDA graph."""
+    ops = 1000
+    x = torch.ones(4096, dtype=torch.float32, device="cuda")
+    y = torch.zeros(4096, dtype=torch.float32, device="cuda")
+
+    def work():
+        for _ in range(ops):
+            y.add_(x, alpha=1.0)
+
+    def eager(k):
+        for _ in range(k):
+            work()
+            torch.cuda.synchronize()
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        work()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        work()
+
+    def graph(k):
+        for _ in range(k):
+            g.replay()
+            torch.cuda.synchronize()
+    line(f"TorchReplayAxpy/kernels={ops}/impl=eager", 20, median_ns(eager, 20, rounds))
+    line(f"TorchReplayAxpy/kernels={ops}/impl=graph", 200, median_ns(graph, 200, rounds))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=7)
@@ -122,6 +157,7 @@ def main():
     for d in ("upload", "download"):
         transfer(d, a.rounds)
     replay(a.rounds)
+    replay_axpy(a.rounds)
 
 
 if __name__ == "__main__":

@@ -8,11 +8,14 @@
  * 12040; 0: no driver), FAKE_CUDA_DEVICES (default 1; 0: no device),
  * FAKE_CUDA_NO_POOLS, FAKE_CUDA_INTEGRATED, FAKE_CUDA_MEM (bytes, default 1 GiB),
  * FAKE_CUDA_FAIL=name:code (that function returns code; with
- * FAKE_CUDA_FAIL_INVALIDATES set it also invalidates every active capture).
+ * FAKE_CUDA_FAIL_INVALIDATES set it also invalidates every active capture),
+ * FAKE_CUDA_MAX_THREADS (cudaDevAttrMaxThreadsPerBlock, default 64) and
+ * FAKE_CUDA_SMS (cudaDevAttrMultiProcessorCount, default 4).
  *
  * Compile with -DFAKE_NO_GRAPH_MEM_TRIM to leave cudaDeviceGraphMemTrim out
  * (an optional symbol for the binding); -DFAKE_NO_DRIVER and
- * -DFAKE_RUNTIME_VERSION=N: see the versions below. */
+ * -DFAKE_RUNTIME_VERSION=N: see the versions below; -DFAKE_NO_DRIVER_API
+ * to leave the driver API (cu*, below) out, as the real libcudart does. */
 #define RT(x) cuda##x
 #define RTS(x) "cuda" #x
 #define ENVN(x) "FAKE_CUDA_" x
@@ -81,8 +84,14 @@ const char *cudaGetErrorString(cudaError_t e) {
   case 1: return "invalid argument";
   case 2: return "out of memory";
   case 35: return "CUDA driver version is insufficient for CUDA runtime version";
+  case 3: return "initialization error";
   case 100: return "no CUDA-capable device is detected";
   case 101: return "invalid device ordinal";
+  case 200: return "device kernel image is invalid";
+  case 201: return "invalid device context";
+  case 218: return "a PTX JIT compilation failed";
+  case 500: return "named symbol not found";
+  case 701: return "too many resources requested for launch";
   case 400: return "invalid resource handle";
   case 401: return "the operation cannot be performed in the present state";
   case 900: return "operation not permitted when stream is capturing";
@@ -111,7 +120,15 @@ cudaError_t cudaSetDevice(int d) {
 cudaError_t cudaDeviceGetAttribute(int *v, int attr, int dev) {
   ENTER("cudaDeviceGetAttribute");
   logf_("cudaDeviceGetAttribute attr=%d device=%d", attr, dev);
-  *v = attr == 115 ? !getenv("FAKE_CUDA_NO_POOLS") : attr == 18 ? envint("FAKE_CUDA_INTEGRATED", 0) : 0;
+  /* cudaDeviceAttr: 1 MaxThreadsPerBlock, 16 MultiProcessorCount, 18
+   * Integrated, 115 MemoryPoolsSupported. */
+  switch (attr) {
+  case 1: *v = max_threads(); break;
+  case 16: *v = multiprocessors(); break;
+  case 18: *v = envint("FAKE_CUDA_INTEGRATED", 0); break;
+  case 115: *v = !getenv("FAKE_CUDA_NO_POOLS"); break;
+  default: *v = 0;
+  }
   RETURN(0);
 }
 /* cudaDeviceProp: name[256] at 0, size_t totalGlobalMem at 288 (after
@@ -136,3 +153,118 @@ cudaError_t cudaMemGetInfo(size_t *fr, size_t *total) {
   RETURN(0);
 }
 
+
+#ifndef FAKE_NO_DRIVER_API
+/* ---- the driver API (cuda.h) for modules and launches ----
+ * The real libcudart does not export it (the cuda package then takes it
+ * from libcuda.so.1); the fake does, so the tests need no second library.
+ * CUresult codes are the cudaError_t codes used here. Contexts: one
+ * primary context per device; the current one is per thread (cuCtx*),
+ * and setting it makes its device current, as in the runtime. A module
+ * belongs to the context current when it was loaded; a launch needs that
+ * context current and a stream of its device. */
+typedef int CUresult;
+typedef struct { int device, refs; } fakectx_t;
+static fakectx_t primary_ctx[16];
+static __thread fakectx_t *cur_ctx;
+static int cu_inited;
+
+static int is_primary(void *c) { return c >= (void *)primary_ctx && c < (void *)(primary_ctx + 16); }
+
+CUresult cuInit(unsigned flags) {
+  ENTER("cuInit");
+  logf_("cuInit flags=%u", flags);
+  if (flags) RETURN(1);
+  cudaError_t e = driver_usable();
+  if (e) RETURN(e);
+  cu_inited = 1;
+  RETURN(0);
+}
+CUresult cuDeviceGet(int *dev, int ordinal) {
+  ENTER("cuDeviceGet");
+  if (!cu_inited) RETURN(3);
+  if (!dev) RETURN(1);
+  if (ordinal < 0 || ordinal >= ndevices() || ordinal >= 16) RETURN(101);
+  *dev = ordinal;
+  RETURN(0);
+}
+CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) {
+  ENTER("cuDevicePrimaryCtxRetain");
+  logf_("cuDevicePrimaryCtxRetain device=%d", dev);
+  if (!cu_inited) RETURN(3);
+  if (!ctx) RETURN(1);
+  if (dev < 0 || dev >= ndevices() || dev >= 16) RETURN(101);
+  primary_ctx[dev].device = dev;
+  primary_ctx[dev].refs++;
+  *ctx = &primary_ctx[dev];
+  RETURN(0);
+}
+/* cuda.h (11.0+): #define cuDevicePrimaryCtxRelease cuDevicePrimaryCtxRelease_v2 */
+CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
+  ENTER("cuDevicePrimaryCtxRelease_v2");
+  logf_("cuDevicePrimaryCtxRelease_v2 device=%d", dev);
+  if (!cu_inited) RETURN(3);
+  if (dev < 0 || dev >= ndevices() || dev >= 16) RETURN(101);
+  if (primary_ctx[dev].refs == 0) RETURN(201);
+  primary_ctx[dev].refs--;
+  RETURN(0);
+}
+CUresult cuCtxGetCurrent(void **ctx) {
+  ENTER("cuCtxGetCurrent");
+  if (!cu_inited) RETURN(3);
+  if (!ctx) RETURN(1);
+  *ctx = cur_ctx;
+  RETURN(0);
+}
+CUresult cuCtxSetCurrent(void *ctx) {
+  ENTER("cuCtxSetCurrent");
+  logf_("cuCtxSetCurrent %p", ctx);
+  if (!cu_inited) RETURN(3);
+  if (ctx && !is_primary(ctx)) RETURN(201);
+  cur_ctx = ctx;
+  if (cur_ctx) cur_device = cur_ctx->device;
+  RETURN(0);
+}
+/* PTX is NUL-terminated text with a .version and a .target directive. */
+CUresult cuModuleLoadData(void **m, const void *image) {
+  ENTER("cuModuleLoadData");
+  if (!cu_inited) RETURN(3);
+  if (!m || !image) RETURN(1);
+  logf_("cuModuleLoadData bytes=%zu ctx=%p", strlen(image), (void *)cur_ctx);
+  if (!cur_ctx) RETURN(201);
+  if (!strstr(image, ".version ") || !strstr(image, ".target ")) RETURN(218);
+  RETURN(module_load_(m, image, cur_ctx, cur_ctx->device));
+}
+/* A PTX kernel is a ".entry name(" directive. */
+static int ptx_has(const char *image, const char *name) { return has_text(image, ".entry ", name, "("); }
+CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
+  ENTER("cuModuleGetFunction");
+  logf_("cuModuleGetFunction %p %s", m, name ? name : "(null)");
+  if (!cu_inited) RETURN(3);
+  RETURN(function_get_(f, m, name, ptx_has));
+}
+CUresult cuModuleUnload(void *m) {
+  ENTER("cuModuleUnload");
+  logf_("cuModuleUnload %p", m);
+  if (!cu_inited) RETURN(3);
+  RETURN(module_unload_(m));
+}
+CUresult cuLaunchKernel(void *fh, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shared, void *h, void **params, void **extra) {
+  ENTER("cuLaunchKernel");
+  if (!cu_inited) RETURN(3);
+  function_t *f = function_of(fh);
+  if (!f) RETURN(400);
+  /* The function's context must be current; a stream of another device
+   * belongs to another context. */
+  if (cur_ctx != f->m->ctx) { logf_("cuLaunchKernel %s: context %p is not the module's %p", f->name, (void *)cur_ctx, f->m->ctx); RETURN(201); }
+  stream_t *s = stream_of(h);
+  if (s && s->device != f->m->device) RETURN(400);
+  RETURN(launch_("cuLaunchKernel", f, gx, gy, gz, bx, by, bz, shared, h, params, extra));
+}
+CUresult cuGetErrorString(CUresult e, const char **s) {
+  if (!s) return 1;
+  *s = cudaGetErrorString(e);
+  return 0;
+}
+#endif

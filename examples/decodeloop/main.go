@@ -2,12 +2,15 @@
 // decode step captured once into a graph and replayed with fresh inputs.
 //
 // Each step reads the current token ids from a pinned host buffer, runs the
-// "model" (here: stream-ordered copies and memsets standing in for kernels),
-// and writes its logits to a pinned output. Everything the step touches is
-// reserved before the capture, so the capture allocates nothing, and every
-// replay reads the tokens the host wrote just before it.
+// "model" (here: stream-ordered copies and memsets standing in for kernels,
+// or with -kernels=N, N real kernels: y = x + y over 4096 float32, this
+// library's axpy, on drivers that run device code: cuda, hip), and writes
+// its logits to a pinned output. Everything the step touches is reserved
+// before the capture, so the capture allocates nothing, and every replay
+// reads the tokens the host wrote just before it.
 //
 //	go run ./examples/decodeloop -steps 1000
+//	go run ./examples/decodeloop -backend=cuda -kernels=1000
 package main
 
 import (
@@ -22,15 +25,18 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/backends/plugin"
-	_ "github.com/capalloc/capalloc/cpu"
+	_ "github.com/capalloc/capalloc/cpu" // the backends -backend may name
+	_ "github.com/capalloc/capalloc/cuda"
+	_ "github.com/capalloc/capalloc/hip"
 )
 
 func main() {
 	plugin.ServeIfChild() // so -backend=plugin:NAME can run this binary as its backend process
 	backend := flag.String("backend", "cpu", "backend ("+fmt.Sprint(backends.Names())+")")
 	steps := flag.Int("steps", 1000, "decode steps to run in each mode")
+	kern := flag.Int("kernels", 0, "kernels per step (axpy; cuda, hip): 0 runs copies and memsets instead")
 	flag.Parse()
-	if err := run(os.Stdout, *backend, *steps); err != nil {
+	if err := run(os.Stdout, *backend, *steps, *kern); err != nil {
 		fmt.Fprintln(os.Stderr, "decodeloop:", err)
 		os.Exit(1)
 	}
@@ -49,11 +55,24 @@ type engine struct {
 	logits *alloc.HostBuffer // pinned output
 	embed  alloc.Buffer      // stands in for the weights
 	act    alloc.Buffer      // activations
+
+	// With kernels > 0: the step is that many axpy kernels, y = x + y.
+	kernels    int
+	kl         alloc.KernelLauncher
+	axpy       alloc.Kernel
+	block      uint32
+	grid       uint32
+	xs, ys     alloc.Buffer      // float32[hidden]
+	xin, yout  *alloc.HostBuffer // pinned: x in (every element the token), y[0] out
+	axpyParams []byte
 }
 
 // step enqueues one decode step. It makes no allocation: the scratch space
 // comes from a workspace reserved before the capture.
 func (e *engine) step() error {
+	if e.kernels > 0 {
+		return e.kernelStep()
+	}
 	a := e.a
 	ws, err := a.Workspace("attn", hidden)
 	if err != nil {
@@ -76,7 +95,7 @@ func (e *engine) step() error {
 	return a.DownloadHost(e.logits, 0, e.act, 0, 3*batch)
 }
 
-func run(w io.Writer, backend string, steps int) error {
+func run(w io.Writer, backend string, steps, kernelsPerStep int) error {
 	opened, err := backends.OpenString(context.Background(), backend)
 	if err != nil {
 		return err
@@ -88,8 +107,11 @@ func run(w io.Writer, backend string, steps int) error {
 	if err != nil {
 		return err
 	}
-	e := &engine{a: a}
+	e := &engine{a: a, kernels: kernelsPerStep}
 	if err := e.reserve(); err != nil {
+		return err
+	}
+	if err := e.reserveKernels(); err != nil {
 		return err
 	}
 
@@ -111,8 +133,12 @@ func run(w io.Writer, backend string, steps int) error {
 	if !bytes.Equal(wantLast, e.logits.Bytes()) {
 		return fmt.Errorf("the graph's last step differs from the eager run's: stale inputs")
 	}
-	fmt.Fprintf(w, "%d steps on %s: eager %v/step, graph replay %v/step (%.1fx)\n",
-		steps, backend, eager/time.Duration(steps), replay/time.Duration(steps), float64(eager)/float64(replay))
+	what := "copies and memsets"
+	if e.kernels > 0 {
+		what = fmt.Sprintf("%d axpy kernels", e.kernels)
+	}
+	fmt.Fprintf(w, "%d steps of %s on %s: eager %v/step, graph replay %v/step (%.2fx)\n",
+		steps, what, backend, eager/time.Duration(steps), replay/time.Duration(steps), float64(eager)/float64(replay))
 
 	if err := g.Close(); err != nil {
 		return err
@@ -157,11 +183,20 @@ func (e *engine) timed(steps int, do func() error) (time.Duration, error) {
 		for i := range tok {
 			tok[i] = byte(s + i)
 		}
+		if e.kernels > 0 {
+			e.writeKernelInput(s)
+		}
 		if err := do(); err != nil {
 			return 0, err
 		}
 		if err := e.a.Synchronize(); err != nil {
 			return 0, err
+		}
+		if e.kernels > 0 {
+			if err := e.checkKernelStep(s); err != nil {
+				return 0, err
+			}
+			continue
 		}
 		if got := e.logits.Bytes()[0]; got != byte(s) {
 			return 0, fmt.Errorf("step %d: logits computed from token %d, want %d (stale input)", s, got, byte(s))
@@ -171,6 +206,13 @@ func (e *engine) timed(steps int, do func() error) (time.Duration, error) {
 }
 
 func (e *engine) release() error {
+	if e.kernels > 0 {
+		for _, err := range []error{e.a.Free(e.xs), e.a.Free(e.ys), e.xin.Close(), e.yout.Close()} {
+			if err != nil {
+				return err
+			}
+		}
+	}
 	for _, err := range []error{
 		e.a.ReleaseWorkspace("attn"), e.a.Free(e.act), e.a.Free(e.embed), e.tokens.Close(), e.logits.Close(),
 	} {

@@ -1,18 +1,23 @@
 // Command tpdecode is a tensor-parallel decode step over N ranks, captured
 // once with its all-reduce and replayed with fresh tokens.
 //
-// Each rank holds a shard of the "weights"; a step computes the rank's
-// partial activations from the current token (a host function standing in
-// for the rank's kernels), all-reduces them across ranks in the symmetric
-// heap, and derives the logits. The step is run eagerly, then captured once
-// per rank and replayed; every result, eager or replayed, is checked
-// against the reference computed on the host.
+// A step writes the current token's features into the rank's heap,
+// computes the rank's partial activations (an axpy, standing in for the
+// rank's kernels), all-reduces them across ranks in the symmetric heap,
+// derives the logits and reads them out. The step is written against
+// symheap.Collectives only: on cpu it runs on the host heap (host
+// functions), on cuda and hip on the device heap (this library's kernels).
+// It is run eagerly, then captured once per rank and replayed; every
+// result, eager or replayed, is checked against the host's reference.
 //
-//	go run ./examples/tpdecode                 # 4 ranks as goroutines
-//	go run ./examples/tpdecode -procs          # 4 ranks as processes sharing memfd heaps
+//	go run ./examples/tpdecode                      # 4 ranks as goroutines, cpu
+//	go run ./examples/tpdecode -procs               # 4 ranks as processes sharing memfd heaps
+//	go run ./examples/tpdecode -backend=cuda        # goroutine ranks, one stream each, one GPU
+//	go run ./examples/tpdecode -backend=cuda -procs # process ranks over CUDA IPC
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -24,7 +29,10 @@ import (
 	"time"
 
 	"github.com/capalloc/capalloc/alloc"
-	"github.com/capalloc/capalloc/cpu"
+	"github.com/capalloc/capalloc/backends"
+	_ "github.com/capalloc/capalloc/cpu" // the backends a -backend name may ask for
+	_ "github.com/capalloc/capalloc/cuda"
+	_ "github.com/capalloc/capalloc/hip"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -34,12 +42,15 @@ const (
 	envRank  = "TPDECODE_RANK" // set in a rank process: its rank
 	envRanks = "TPDECODE_RANKS"
 	envSteps = "TPDECODE_STEPS"
+	envBack  = "TPDECODE_BACKEND"
+	envDir   = "TPDECODE_EXCHANGE" // the device heap's file exchange
 )
 
 func main() {
 	ranks := flag.Int("ranks", 4, "tensor-parallel ranks")
 	steps := flag.Int("steps", 200, "decode steps in each mode")
-	procs := flag.Bool("procs", false, "run the ranks as processes sharing memfd heaps (fds passed to them)")
+	procs := flag.Bool("procs", false, "run the ranks as processes (cpu: memfd heaps passed to them; cuda, hip: IPC handles through a file exchange)")
+	backend := flag.String("backend", "cpu", "backend of every rank (a backends name: cpu, cuda, hip)")
 	flag.Parse()
 	if os.Getenv(envRank) != "" {
 		exitIf(rankProcess(os.Stdout))
@@ -47,9 +58,9 @@ func main() {
 	var err error
 	switch {
 	case *procs:
-		err = runProcesses(os.Stdout, *ranks, *steps)
+		err = runProcesses(os.Stdout, *backend, *ranks, *steps)
 	default:
-		err = runGoroutines(os.Stdout, *ranks, *steps)
+		err = runGoroutines(os.Stdout, *backend, *ranks, *steps)
 	}
 	exitIf(err)
 }
@@ -69,12 +80,13 @@ type result struct {
 	eager, replay time.Duration // per step
 }
 
-func runGoroutines(w io.Writer, ranks, steps int) error {
+func runGoroutines(w io.Writer, backend string, ranks, steps int) error {
 	g, err := symheap.NewGroup(ranks, heapSize)
 	if err != nil {
 		return err
 	}
 	defer g.Close()
+	x := symheap.NewLocalExchange(ranks)
 	res := make([]result, ranks)
 	errs := make([]error, ranks)
 	var wg sync.WaitGroup
@@ -82,25 +94,30 @@ func runGoroutines(w io.Writer, ranks, steps int) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res[r], errs[r] = rank(g, r, steps)
+			res[r], errs[r] = rank(backend, heaps{g, x}, r, steps)
 		}()
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	report(w, fmt.Sprintf("%d ranks as goroutines", ranks), steps, res)
+	report(w, fmt.Sprintf("%d ranks as goroutines on %s", ranks, backend), steps, res)
 	return nil
 }
 
 // runProcesses makes the group, starts one process per rank with every
 // rank's heap file passed to it, and waits for them.
-func runProcesses(w io.Writer, ranks, steps int) error {
+func runProcesses(w io.Writer, backend string, ranks, steps int) error {
 	g, err := symheap.NewGroup(ranks, heapSize)
 	if err != nil {
 		return err
 	}
 	defer g.Close()
+	dir, err := os.MkdirTemp("", "tpdecode-exchange")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -109,7 +126,7 @@ func runProcesses(w io.Writer, ranks, steps int) error {
 	var cmds []*exec.Cmd
 	for r := range ranks {
 		cmd := exec.Command(exe)
-		cmd.Env = append(os.Environ(), envRank+"="+strconv.Itoa(r), envRanks+"="+strconv.Itoa(ranks), envSteps+"="+strconv.Itoa(steps))
+		cmd.Env = append(os.Environ(), envRank+"="+strconv.Itoa(r), envRanks+"="+strconv.Itoa(ranks), envSteps+"="+strconv.Itoa(steps), envBack+"="+backend, envDir+"="+dir)
 		cmd.ExtraFiles = g.Files() // fds 3, 4, …: the ranks' heaps, in rank order
 		cmd.Stdout, cmd.Stderr = out, os.Stderr
 		if err := cmd.Start(); err != nil {
@@ -126,7 +143,7 @@ func runProcesses(w io.Writer, ranks, steps int) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "%d ranks as processes: every result checked\n", ranks)
+	fmt.Fprintf(w, "%d ranks as processes on %s: every result checked\n", ranks, backend)
 	return nil
 }
 
@@ -149,7 +166,7 @@ func rankProcess(w io.Writer) error {
 		return err
 	}
 	defer g.Close()
-	res, err := rank(g, r, steps)
+	res, err := rank(os.Getenv(envBack), heaps{g, symheap.FileExchange(os.Getenv(envDir), n)}, r, steps)
 	if err != nil {
 		return fmt.Errorf("rank %d: %w", r, err)
 	}
@@ -167,10 +184,33 @@ func report(w io.Writer, what string, steps int, res []result) {
 	fmt.Fprintf(w, "replay: %v per step (slowest rank), %.2fx\n", replay, float64(eager)/float64(replay))
 }
 
-// rank runs one rank: its own device (cpu driver) and allocator, its heap
-// of the group, the step eagerly, then captured and replayed.
-func rank(g *symheap.Group, r, steps int) (result, error) {
-	d, err := cpu.New(cpu.Options{MemoryLimit: 64 << 20})
+// heaps is what a rank opens its heap from: the host heap's group (cpu),
+// or the device heap's exchange (cuda, hip), whichever its driver runs.
+type heaps struct {
+	g *symheap.Group
+	x symheap.Exchange
+}
+
+// open opens rank r's heap on a: the device heap where the driver has IPC
+// memory and kernels of ours, the host heap otherwise.
+func (hs heaps) open(r int, a *alloc.Allocator) (symheap.Collectives, error) {
+	if !symheap.DeviceRuns(a.Driver()) {
+		return hs.g.Open(r, a, symheap.Options{CheckAllocs: true})
+	}
+	h, err := symheap.OpenDevice(r, a, hs.x, heapSize, symheap.DeviceOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if err := h.CollectivesRun(); err != nil {
+		return nil, errors.Join(err, h.Close())
+	}
+	return h, nil
+}
+
+// rank runs one rank: its own device (a driver of the backend) and
+// allocator, its heap, the step eagerly, then captured and replayed.
+func rank(backend string, hs heaps, r, steps int) (result, error) {
+	d, err := backends.OpenDriver(context.Background(), backend)
 	if err != nil {
 		return result{}, err
 	}
@@ -180,7 +220,7 @@ func rank(g *symheap.Group, r, steps int) (result, error) {
 		return result{}, err
 	}
 	defer a.Close()
-	h, err := g.Open(r, a, symheap.Options{CheckAllocs: true})
+	h, err := hs.open(r, a)
 	if err != nil {
 		return result{}, err
 	}
@@ -189,15 +229,16 @@ func rank(g *symheap.Group, r, steps int) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
+	defer m.close(nil)
 
 	var res result
 	start := time.Now()
 	for s := range steps {
-		m.token.Store(tokenAt(s))
+		m.setToken(tokenAt(s))
 		if err := m.step(); err != nil {
 			return res, err
 		}
-		if err := m.check(s); err != nil {
+		if err := m.check(tokenAt(s)); err != nil {
 			return res, fmt.Errorf("eager step %d: %w", s, err)
 		}
 	}
@@ -210,14 +251,15 @@ func rank(g *symheap.Group, r, steps int) (result, error) {
 	defer graph.Close()
 	start = time.Now()
 	for s := range steps {
-		m.token.Store(tokenAt(steps + s)) // fresh tokens, the same graph
+		tok := tokenAt(steps + s) // fresh tokens, the same graph
+		m.setToken(tok)
 		if err := graph.Launch(); err != nil {
 			return res, err
 		}
-		if err := a.Synchronize(); err != nil {
+		if err := h.Synchronize(); err != nil {
 			return res, err
 		}
-		if err := m.check(steps + s); err != nil {
+		if err := m.check(tok); err != nil {
 			return res, fmt.Errorf("replay %d: %w", s, err)
 		}
 	}

@@ -5,6 +5,9 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/capalloc/capalloc/cuda"
+	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
 // The test binary is also the rank process of TestProcesses.
@@ -17,7 +20,7 @@ func TestMain(m *testing.M) {
 
 func TestGoroutines(t *testing.T) {
 	var out bytes.Buffer
-	if err := runGoroutines(&out, 3, 20); err != nil {
+	if err := runGoroutines(&out, "cpu", 3, 20); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "every result checked") {
@@ -27,10 +30,39 @@ func TestGoroutines(t *testing.T) {
 
 func TestProcesses(t *testing.T) {
 	var out bytes.Buffer
-	if err := runProcesses(&out, 3, 20); err != nil {
+	if err := runProcesses(&out, "cpu", 3, 20); err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.Count(out.String(), "rank "); got != 3 {
 		t.Fatalf("%d ranks reported, want 3: %s", got, out.String())
+	}
+}
+
+// cudaFake is the fake CUDA runtime the tests build (internal/gpurt's
+// gpurttest): the device heap's kernels run in it, compiled for the host.
+var cudaFake = gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}
+
+// The same step, unchanged, on the device heap over the fake CUDA runtime:
+// goroutine ranks, then process ranks that open each other's heaps through
+// IPC handles exchanged in files.
+func TestGoroutinesOnCUDAFake(t *testing.T) {
+	cudaFake.Lib(t)
+	var out bytes.Buffer
+	if err := runGoroutines(&out, "cuda", 2, 3); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "on cuda, 3 steps each way, every result checked") {
+		t.Fatalf("output: %s", out.String())
+	}
+}
+
+func TestProcessesOnCUDAFake(t *testing.T) {
+	cudaFake.Lib(t)
+	var out bytes.Buffer
+	if err := runProcesses(&out, "cuda", 2, 3); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "2 ranks as processes on cuda: every result checked") {
+		t.Fatalf("output: %s", out.String())
 	}
 }

@@ -1,60 +1,97 @@
 package main
 
 import (
+	"encoding/binary"
 	"fmt"
-	"sync/atomic"
+	"math"
 
+	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/symheap"
 )
 
-// model is one rank's shard and buffers, all allocated in the heap before
-// any capture (the same sequence on every rank: the same offsets).
+// model is one rank's step, written against symheap.Collectives only, so
+// it runs unchanged on the host heap (cpu: host functions) and the device
+// heap (cuda, hip: this library's kernels). Every tensor is allocated in
+// the heap before any capture (the same sequence on every rank: the same
+// offsets); the host talks to the step through pinned buffers, so a replay
+// reads the current token's features and writes the current logits.
 type model struct {
-	h      *symheap.Heap
-	token  atomic.Int32   // the host writes the current token here
-	act    symheap.Tensor // partial activations, then their all-reduced sum
-	logits symheap.Tensor
+	h              symheap.Collectives
+	x, act, logits symheap.Tensor // input features, activations, logits
+	ones           symheap.Tensor
+	in, out        *alloc.HostBuffer // pinned: features in, logits out
 }
 
-func newModel(h *symheap.Heap) (*model, error) {
+func newModel(h symheap.Collectives) (*model, error) {
 	m := &model{h: h}
+	for _, t := range []*symheap.Tensor{&m.x, &m.act, &m.logits, &m.ones} {
+		var err error
+		if *t, err = h.Alloc(4 * hidden); err != nil {
+			return nil, err
+		}
+	}
+	a := h.Allocator()
 	var err error
-	if m.act, err = h.Alloc(4 * hidden); err != nil {
+	if m.in, err = a.HostAlloc(4 * hidden); err != nil {
 		return nil, err
 	}
-	if m.logits, err = h.Alloc(4 * hidden); err != nil {
-		return nil, err
+	if m.out, err = a.HostAlloc(4 * hidden); err != nil {
+		return nil, m.close(err)
+	}
+	for i := range hidden {
+		binary.LittleEndian.PutUint32(m.in.Bytes()[4*i:], math.Float32bits(1))
+	}
+	if err := h.Write(m.ones, m.in, 0); err != nil {
+		return nil, m.close(err)
+	}
+	if err := h.Synchronize(); err != nil {
+		return nil, m.close(err)
 	}
 	return m, nil
 }
 
-// weight is rank r's shard: small integers, so float32 sums are exact.
-func weight(r, i int) float32 { return float32((r+1)*(i%13) - 6) }
+func (m *model) close(err error) error {
+	for _, b := range []*alloc.HostBuffer{m.in, m.out} {
+		if b != nil {
+			if cerr := b.Close(); err == nil {
+				err = cerr
+			}
+		}
+	}
+	return err
+}
 
-// enqueue puts one step on the rank's stream: local work, all-reduce,
-// local work. The host functions read the token at run time.
+// feature is input feature i of a token: small integers, so every float32
+// sum below is exact.
+func feature(tok int32, i int) float32 { return float32(tok%1000) * float32(i%13-6) }
+
+// setToken writes the token's features into the pinned input.
+func (m *model) setToken(tok int32) {
+	b := m.in.Bytes()
+	for i := range hidden {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(feature(tok, i)))
+	}
+}
+
+// enqueue puts one step on the rank's stream: the features in, the local
+// work (rank r's partial activations: (r+1)·x, by axpy), the all-reduce,
+// the logits (2·act + 1) and the logits out.
 func (m *model) enqueue() error {
-	a := m.h.Allocator()
-	if err := a.LaunchHostFunc(func() error {
-		tok := float32(m.token.Load() % 1000)
-		for i, x := range m.h.Float32s(m.act) {
-			_ = x
-			m.h.Float32s(m.act)[i] = weight(m.h.Rank(), i) * tok
+	h := m.h
+	for _, op := range []func() error{
+		func() error { return h.Write(m.x, m.in, 0) },
+		func() error { return h.CopyLocal(m.act, m.x) },
+		func() error { return h.Axpy(m.act, m.x, float32(h.Rank())) },
+		func() error { return h.AllReduce(m.act, symheap.Float32) },
+		func() error { return h.CopyLocal(m.logits, m.ones) },
+		func() error { return h.Axpy(m.logits, m.act, 2) },
+		func() error { return h.Read(m.out, 0, m.logits) },
+	} {
+		if err := op(); err != nil {
+			return err
 		}
-		return nil
-	}); err != nil {
-		return err
 	}
-	if err := m.h.AllReduce(m.act, symheap.Float32); err != nil {
-		return err
-	}
-	return a.LaunchHostFunc(func() error {
-		out := m.h.Float32s(m.logits)
-		for i, x := range m.h.Float32s(m.act) {
-			out[i] = 2*x + 1
-		}
-		return nil
-	})
+	return nil
 }
 
 // step runs one step eagerly.
@@ -62,18 +99,18 @@ func (m *model) step() error {
 	if err := m.enqueue(); err != nil {
 		return err
 	}
-	return m.h.Allocator().Synchronize()
+	return m.h.Synchronize()
 }
 
-// check compares the logits with the host's reference for step s.
-func (m *model) check(s int) error {
-	tok := float32(tokenAt(s) % 1000)
-	for i, got := range m.h.Float32s(m.logits) {
-		var sum float32
-		for r := range m.h.Ranks() {
-			sum += weight(r, i) * tok
-		}
-		if want := 2*sum + 1; got != want {
+// check compares the logits with the host's reference for token tok:
+// 2·Σ_r (r+1)·x + 1.
+func (m *model) check(tok int32) error {
+	n := m.h.Ranks()
+	scale := float32(n * (n + 1) / 2)
+	b := m.out.Bytes()
+	for i := range hidden {
+		got := math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		if want := 2*scale*feature(tok, i) + 1; got != want {
 			return fmt.Errorf("rank %d: logit %d is %v, want %v", m.h.Rank(), i, got, want)
 		}
 	}

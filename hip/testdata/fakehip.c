@@ -14,11 +14,19 @@
  * FAKE_HIP_MEMINFO_TOTAL, FAKE_HIP_POOLS_ATTR (what
  * hipDeviceAttributeMemoryPoolsSupported reports; default: 0 on 5.6-6.1, as
  * those versions report by default, else 1), FAKE_HIP_FAIL=name:code and
- * FAKE_HIP_FAIL_INVALIDATES (core.c).
+ * FAKE_HIP_FAIL_INVALIDATES (core.c), FAKE_HIP_MAX_THREADS
+ * (hipDeviceAttributeMaxThreadsPerBlock, default 64), FAKE_HIP_SMS
+ * (hipDeviceAttributeMultiprocessorCount, default 4), FAKE_HIP_ARCH (the
+ * gcnArchName, default gfx90a:sramecc+:xnack-), FAKE_HIP_WALL_CLOCK_KHZ
+ * (hipDeviceAttributeWallClockRate, default 1000000: the kernels' host
+ * timer counts nanoseconds; 0: the attribute is refused, as by a runtime
+ * that lacks it).
  *
  * Compile with -DFAKE_HIP_RUNTIME_VERSION=N to fix the version whatever
- * the environment says, and -DFAKE_NO_GRAPH_MEM_TRIM to leave
- * hipDeviceGraphMemTrim out (5.2.3's header does not declare it). */
+ * the environment says, -DFAKE_NO_GRAPH_MEM_TRIM to leave
+ * hipDeviceGraphMemTrim out (5.2.3's header does not declare it), and
+ * -DFAKE_NO_PROPS_R0600 to leave hipGetDevicePropertiesR0600 out (ROCm 5
+ * has only hipGetDeviceProperties). */
 #define _GNU_SOURCE
 #define RT(x) hip##x
 #define RTS(x) "hip" #x
@@ -61,10 +69,16 @@ const char *hipGetErrorName(hipError_t e) {
   case 21: return "hipErrorInvalidMemcpyDirection";
   case 100: return "hipErrorNoDevice";
   case 101: return "hipErrorInvalidDevice";
+  case 200: return "hipErrorInvalidImage";
+  case 201: return "hipErrorInvalidContext";
   case 205: return "hipErrorMapFailed";
+  case 209: return "hipErrorNoBinaryForGpu";
+  case 218: return "hipErrorInvalidKernelFile";
   case 400: return "hipErrorInvalidHandle";
   case 401: return "hipErrorIllegalState";
+  case 500: return "hipErrorNotFound";
   case 600: return "hipErrorNotReady";
+  case 701: return "hipErrorLaunchOutOfResources";
   case 712: return "hipErrorHostMemoryAlreadyRegistered";
   case 713: return "hipErrorHostMemoryNotRegistered";
   case 801: return "hipErrorNotSupported";
@@ -87,6 +101,11 @@ hipError_t hipGetDeviceCount(int *n) {
   *n = ndevices();
   RETURN(0);
 }
+hipError_t hipGetDevice(int *d) {
+  if (!d) return 1;
+  *d = cur_device;
+  return 0;
+}
 hipError_t hipSetDevice(int d) {
   ENTER("hipSetDevice");
   if (d < 0 || d >= ndevices()) RETURN(101);
@@ -95,14 +114,26 @@ hipError_t hipSetDevice(int d) {
   RETURN(0);
 }
 /* hipDeviceAttribute_t (hip_runtime_api.h): 16 is
- * hipDeviceAttributeIntegrated, 88 hipDeviceAttributeMemoryPoolsSupported. */
+ * hipDeviceAttributeIntegrated, 56 MaxThreadsPerBlock, 63
+ * MultiprocessorCount, 88 MemoryPoolsSupported; 10017 WallClockRate (kHz;
+ * ROCm 6's header, not 5.2.3's). */
 hipError_t hipDeviceGetAttribute(int *v, int attr, int dev) {
   ENTER("hipDeviceGetAttribute");
   logf_("hipDeviceGetAttribute attr=%d device=%d", attr, dev);
   if (dev < 0 || dev >= ndevices()) RETURN(101);
   int ver = hip_version();
   int pools = envint("FAKE_HIP_POOLS_ATTR", ver >= 50600000 && ver < 60200000 ? 0 : 1);
-  *v = attr == 88 ? pools : attr == 16 ? envint("FAKE_HIP_INTEGRATED", 0) : 0;
+  switch (attr) {
+  case 16: *v = envint("FAKE_HIP_INTEGRATED", 0); break;
+  case 56: *v = max_threads(); break;
+  case 63: *v = multiprocessors(); break;
+  case 88: *v = pools; break;
+  case 10017:
+    *v = envint("FAKE_HIP_WALL_CLOCK_KHZ", 1000000);
+    if (!*v) RETURN(1);
+    break;
+  default: *v = 0;
+  }
   RETURN(0);
 }
 hipError_t hipDeviceGetName(char *name, int len, int dev) {
@@ -126,4 +157,160 @@ hipError_t hipMemGetInfo(size_t *fr, size_t *total) {
   *fr = *total > live_bytes + graph_cached ? *total - live_bytes - graph_cached : 0;
   logf_("hipMemGetInfo");
   RETURN(0);
+}
+
+/* ---- device properties: only name and gcnArchName are filled ----
+ * hipGetDeviceProperties is the ROCm 5 layout (hipDeviceProp_t of 5.2.3's
+ * header: 792 bytes, gcnArchName[256] at 396), which ROCm 6's library
+ * still exports under that name; hipGetDevicePropertiesR0600 is ROCm 6's
+ * (gcnArchName at 1160 of 1472 bytes, as LLVM's offload-arch reads it). */
+static const char *arch(void) {
+  const char *a = getenv("FAKE_HIP_ARCH");
+  return a && *a ? a : "gfx90a:sramecc+:xnack-";
+}
+static hipError_t props(const char *fn, char *p, int dev, size_t size, size_t arch_at) {
+  ENTER(fn);
+  logf_("%s device=%d", fn, dev);
+  if (!p) RETURN(1);
+  if (dev < 0 || dev >= ndevices()) RETURN(101);
+  memset(p, 0, size);
+  snprintf(p, 256, "Fake AMD GPU %d", dev);
+  snprintf(p + arch_at, 256, "%s", arch());
+  RETURN(0);
+}
+hipError_t hipGetDeviceProperties(char *p, int dev) { return props("hipGetDeviceProperties", p, dev, 792, 396); }
+#ifndef FAKE_NO_PROPS_R0600
+hipError_t hipGetDevicePropertiesR0600(char *p, int dev) { return props("hipGetDevicePropertiesR0600", p, dev, 1472, 1160); }
+#endif
+
+/* ---- hiprtc (hiprtc.h; in ROCm 5.x libamdhip64 exports it) ----
+ * The fake "compiles" by checking the options and that the source is
+ * self-contained (no #include "...": hiprtc is given no include path), and
+ * gives a code object of its own: "FAKEHIPCO <arch>\n" and the source,
+ * NUL-terminated, which hipModuleLoadData accepts for a device of that
+ * processor. hiprtcResult: 0 success, 3 invalid input, 4 invalid program,
+ * 5 invalid option, 6 compilation. */
+typedef struct { char *src, *code, *log; } fakeprog_t;
+static int hiprtc_put(char **dst, const char *a, const char *b) {
+  size_t n = strlen(a) + strlen(b) + 1;
+  if (!(*dst = malloc(n))) return 1;
+  snprintf(*dst, n, "%s%s", a, b);
+  return 0;
+}
+int hiprtcVersion(int *major, int *minor) {
+  if (!major || !minor) return 3;
+  *major = hip_version() / 10000000;
+  *minor = hip_version() / 100000 % 100;
+  return 0;
+}
+const char *hiprtcGetErrorString(int r) {
+  switch (r) {
+  case 0: return "HIPRTC_SUCCESS";
+  case 3: return "HIPRTC_ERROR_INVALID_INPUT";
+  case 4: return "HIPRTC_ERROR_INVALID_PROGRAM";
+  case 5: return "HIPRTC_ERROR_INVALID_OPTION";
+  case 6: return "HIPRTC_ERROR_COMPILATION";
+  }
+  return "HIPRTC_ERROR_INTERNAL_ERROR";
+}
+int hiprtcCreateProgram(fakeprog_t **prog, const char *src, const char *name, int nheaders, const char **headers,
+                        const char **includes) {
+  ENTER("hiprtcCreateProgram");
+  logf_("hiprtcCreateProgram name=%s bytes=%zu headers=%d", name ? name : "(null)", src ? strlen(src) : 0, nheaders);
+  (void)headers, (void)includes;
+  if (!prog || !src || nheaders < 0) RETURN(3);
+  fakeprog_t *p = calloc(1, sizeof *p);
+  if (!p || !(p->src = strdup(src))) { free(p); RETURN(1); }
+  *prog = p;
+  RETURN(0);
+}
+int hiprtcCompileProgram(fakeprog_t *p, int nopts, const char **opts) {
+  ENTER("hiprtcCompileProgram");
+  if (!p) RETURN(4);
+  const char *target = NULL;
+  for (int i = 0; i < nopts; i++) {
+    logf_("hiprtcCompileProgram option %s", opts[i]);
+    if (strncmp(opts[i], "--offload-arch=", 15) == 0) target = opts[i] + 15;
+  }
+  free(p->log); p->log = NULL;
+  free(p->code); p->code = NULL;
+  if (!target || !*target) { hiprtc_put(&p->log, "fake hiprtc: no --offload-arch=", ""); RETURN(5); }
+  if (strstr(p->src, "#include \"")) { hiprtc_put(&p->log, "fake hiprtc: the source includes a file: ", "no include path is given"); RETURN(6); }
+  char head[300];
+  snprintf(head, sizeof head, "FAKEHIPCO %s\n", target);
+  if (hiprtc_put(&p->code, head, p->src)) RETURN(1);
+  RETURN(0);
+}
+int hiprtcGetCodeSize(fakeprog_t *p, size_t *n) {
+  if (!p || !n) return 3;
+  if (!p->code) return 4;
+  *n = strlen(p->code) + 1;
+  return 0;
+}
+int hiprtcGetCode(fakeprog_t *p, char *out) {
+  if (!p || !out) return 3;
+  if (!p->code) return 4;
+  memcpy(out, p->code, strlen(p->code) + 1);
+  return 0;
+}
+int hiprtcGetProgramLogSize(fakeprog_t *p, size_t *n) {
+  if (!p || !n) return 3;
+  *n = p->log ? strlen(p->log) + 1 : 1;
+  return 0;
+}
+int hiprtcGetProgramLog(fakeprog_t *p, char *out) {
+  if (!p || !out) return 3;
+  strcpy(out, p->log ? p->log : "");
+  return 0;
+}
+int hiprtcDestroyProgram(fakeprog_t **p) {
+  if (!p || !*p) return 3;
+  free((*p)->src); free((*p)->code); free((*p)->log); free(*p);
+  *p = NULL;
+  return 0;
+}
+
+/* ---- modules and launches (hip_runtime_api.h) ----
+ * hipModuleLoadData takes the fake hiprtc's code object: 200 (invalid
+ * image) for anything else, 209 (no binary for the GPU) when it was built
+ * for another processor than the current device's. A kernel is a
+ * "CA_KERNEL name(" in its source. A launch needs the module's device
+ * current on the calling thread and a stream of that device (400
+ * otherwise): stricter than HIP is known to be (it may go by the stream's
+ * device), and what the driver does anyway. */
+static int same_processor(const char *a, const char *b) {
+  size_t na = strcspn(a, ":\n"), nb = strcspn(b, ":\n");
+  return na == nb && strncmp(a, b, na) == 0;
+}
+hipError_t hipModuleLoadData(void **m, const void *image) {
+  ENTER("hipModuleLoadData");
+  if (!m || !image) RETURN(1);
+  const char *co = image;
+  logf_("hipModuleLoadData bytes=%zu", strlen(co));
+  if (strncmp(co, "FAKEHIPCO ", 10) != 0) RETURN(200);
+  if (!same_processor(co + 10, arch())) RETURN(209);
+  RETURN(module_load_(m, co, NULL, cur_device));
+}
+static int source_has(const char *image, const char *name) { return has_text(image, "CA_KERNEL ", name, "("); }
+hipError_t hipModuleGetFunction(void **f, void *m, const char *name) {
+  ENTER("hipModuleGetFunction");
+  logf_("hipModuleGetFunction %p %s", m, name ? name : "(null)");
+  RETURN(function_get_(f, m, name, source_has));
+}
+hipError_t hipModuleUnload(void *m) {
+  ENTER("hipModuleUnload");
+  logf_("hipModuleUnload %p", m);
+  RETURN(module_unload_(m));
+}
+hipError_t hipModuleLaunchKernel(void *fh, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                                 unsigned shared, void *h, void **params, void **extra) {
+  ENTER("hipModuleLaunchKernel");
+  function_t *f = function_of(fh);
+  if (!f) RETURN(400);
+  stream_t *s = stream_of(h);
+  if (cur_device != f->m->device || (s && s->device != f->m->device)) {
+    logf_("hipModuleLaunchKernel %s: device %d is not the module's %d", f->name, cur_device, f->m->device);
+    RETURN(400);
+  }
+  RETURN(launch_("hipModuleLaunchKernel", f, gx, gy, gz, bx, by, bz, shared, h, params, extra));
 }

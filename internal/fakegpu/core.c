@@ -1,7 +1,7 @@
 /* The runtime-independent core of the fake GPU runtimes used in tests
  * (cuda/testdata/fakecudart.c, hip/testdata/fakehip.c). Each front file
  * defines its runtime's names and then includes this file; gcc finds it
- * with -I internal/fakegpu (cuda.buildShared, hip.buildShared).
+ * with -I internal/fakegpu (gpurttest.Commands).
  *
  * Semantics: device memory is host memory, streams execute at once,
  * captures record into a graph that replays on launch, and the capture
@@ -9,6 +9,18 @@
  * call is logged with its arguments and the calling thread's current
  * device, so tests check the marshalling (argument order, memcpy kinds,
  * flags) through purego.
+ *
+ * Kernels: the fakes link the host build of internal/kernels/collectives.cu
+ * (g++; gpurttest.Commands gives the command lines) and run its kernels,
+ * every GPU thread a host thread. A launch runs SYNCHRONOUSLY in the
+ * launching thread, as everything on the fake's streams does, but WITHOUT
+ * holding the fake's lock: a collective's barrier waits for the kernels of
+ * the other ranks, which must be able to copy and launch from their own
+ * threads meanwhile. So ranks need threads (goroutines) of their own: two
+ * ranks launching a barrier from one thread would wait for each other
+ * until the kernels' timeout. A launch on a capturing stream records a
+ * kernel node, with a copy of the parameter (the runtimes copy it at
+ * launch), that every launch of the graph runs, again without the lock.
  *
  * The numeric error codes used here have the same value and meaning in
  * CUDA's driver_types.h (enum cudaError) and HIP's hip_runtime_api.h (enum
@@ -38,7 +50,15 @@
  *                    ...IpcMemLazyEnablePeerAccess")
  * and may define FAKE_NO_GRAPH_MEM_TRIM to leave RT(DeviceGraphMemTrim)
  * out (an optional symbol for the binding), FAKE_NO_LAUNCH_HOST_FUNC to
- * leave RT(LaunchHostFunc) out. */
+ * leave RT(LaunchHostFunc) out.
+ *
+ * The module and launch entry points differ in name and in what they check
+ * (cuda.h's cuModule* and cuLaunchKernel check the current context; HIP's
+ * hipModule* take a code object from hiprtc), so each front defines them
+ * on the helpers below (module_load_, function_get_, module_unload_,
+ * launch_). Their codes also agree in both headers: 200 invalid image,
+ * 201 invalid context, 209 no binary for the GPU, 218 invalid PTX /
+ * kernel file, 500 not found, 701 launch out of resources. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -88,8 +108,10 @@ size_t fake_log(char *out, size_t n) {
 void fake_log_reset(void) { pthread_mutex_lock(&mu); loglen = 0; pthread_mutex_unlock(&mu); }
 
 /* ---- graphs and streams ---- */
-enum { OP_COPY, OP_SET, OP_FREE, OP_HOST };
-typedef struct { int kind; char *dst; const char *src; size_t n; int val; } op_t;
+enum { OP_COPY, OP_SET, OP_FREE, OP_HOST, OP_KERNEL };
+/* OP_KERNEL: kernel k on grid blocks of block threads, its parameter a
+ * copy at dst that the op owns. */
+typedef struct { int kind; char *dst; const char *src; size_t n; int val; int k; unsigned grid, block; } op_t;
 typedef struct graph { op_t *ops; int nops, cap; int launched; } graph_t;
 typedef struct { graph_t *g; unsigned long long flags; } exec_t;
 typedef struct stream {
@@ -111,6 +133,12 @@ static int injected(const char *fn) {
     return code;
   }
   return 0;
+}
+
+/* free_graph frees a graph and what its ops own (kernel parameters). */
+static void free_graph(graph_t *g) {
+  for (int i = 0; i < g->nops; i++) if (g->ops[i].kind == OP_KERNEL) free(g->ops[i].dst);
+  free(g->ops); free(g);
 }
 
 static void record(stream_t *s, op_t o) {
@@ -525,7 +553,10 @@ static void run_hostfn(op_t o) {
 static void run_hostfn(op_t o) { ((void (*)(void *))(void *)o.dst)((void *)o.src); } /* host function(userData) */
 #endif
 
+static rtError_t run_kernel(op_t o);
+/* apply runs one op, holding mu (a kernel releases it while it runs). */
 static rtError_t apply(op_t o) {
+  if (o.kind == OP_KERNEL) return run_kernel(o);
   if (o.kind == OP_COPY) memmove(o.dst, o.src, o.n);
   else if (o.kind == OP_SET) memset(o.dst, o.val, o.n);
   else if (o.kind == OP_HOST) run_hostfn(o);
@@ -609,7 +640,7 @@ rtError_t RT(StreamEndCapture)(void *h, void **out) {
   s->status = 0; s->g = NULL;
   if (invalid) {
     for (int i = 0; i < nallocs; i++) if (allocs[i].live && allocs[i].owner == g) release(&allocs[i]);
-    free(g->ops); free(g);
+    free_graph(g);
     *out = NULL;
     RETURN(901);
   }
@@ -639,7 +670,10 @@ rtError_t RT(GraphLaunch)(void *eh, void *h) {
   if (s->status == 1) { s->status = 2; RETURN(900); }
   rtError_t le = legacy(s);
   if (le) RETURN(le);
-  for (int i = 0; i < e->g->nops; i++) apply(e->g->ops[i]);
+  for (int i = 0; i < e->g->nops; i++) {
+    rtError_t r = apply(e->g->ops[i]);
+    if (r) RETURN(r);
+  }
   e->g->launched = 1;
   RETURN(0);
 }
@@ -661,7 +695,7 @@ rtError_t RT(GraphDestroy)(void *gh) {
       else a->owner = NULL; /* the caller frees it with the async free */
     }
   }
-  free(g->ops); free(g);
+  free_graph(g);
   RETURN(0);
 }
 
@@ -687,3 +721,117 @@ rtError_t RT(DeviceGraphMemTrim)(int dev) {
   RETURN(0);
 }
 #endif
+
+/* ---- device code: modules, kernels, launches ----
+ * The host build of internal/kernels/collectives.cu (CAPALLOC_HOST):
+ * capalloc_host_kernel finds a kernel by name (-1: none),
+ * capalloc_host_param_size gives its parameter's size, and
+ * capalloc_host_launch runs it on grid blocks of block threads and returns
+ * 0 when every thread is done, -1 when no thread could be made (nothing
+ * ran), -2 for a configuration it cannot run. */
+extern int capalloc_host_kernel(const char *name);
+extern unsigned long capalloc_host_param_size(int k);
+extern int capalloc_host_launch(int k, unsigned grid, unsigned block, const void *params);
+
+/* What the fronts report as the device's limits: small by default, so a
+ * launch stays cheap on a 2-core machine (every GPU thread is a thread). */
+static int max_threads(void) { return envint(ENVN("MAX_THREADS"), 64); }
+static int multiprocessors(void) { return envint(ENVN("SMS"), 4); }
+
+/* A module: a copy of its image (NUL-terminated text: PTX, or the fake
+ * hiprtc's code object), the context (cuda) and device it was loaded on. */
+typedef struct module { char *image; void *ctx; int device; struct module *next; } module_t;
+/* A function: kernel k of the host build, found in module m. */
+typedef struct function { module_t *m; int k; char name[128]; struct function *next; } function_t;
+static module_t *modules;
+static function_t *functions;
+
+static module_t *module_of(void *h) {
+  for (module_t *m = modules; m; m = m->next) if (m == h) return m;
+  return NULL;
+}
+static function_t *function_of(void *h) {
+  for (function_t *f = functions; f; f = f->next) if (f == h) return f;
+  return NULL;
+}
+static rtError_t module_load_(void **out, const char *image, void *ctx, int device) {
+  module_t *m = calloc(1, sizeof *m);
+  if (!m || !(m->image = strdup(image))) { free(m); return 2; }
+  m->ctx = ctx; m->device = device;
+  m->next = modules; modules = m;
+  *out = m;
+  return 0;
+}
+/* function_get_ looks name up in module mh: has(image, name) says whether
+ * the image defines it (500, not found, otherwise). */
+static rtError_t function_get_(void **out, void *mh, const char *name, int (*has)(const char *image, const char *name)) {
+  module_t *m = module_of(mh);
+  if (!out || !name) return 1;
+  if (!m) return 400;
+  int k = capalloc_host_kernel(name);
+  if (!has(m->image, name) || k < 0 || strlen(name) >= sizeof ((function_t *)0)->name) return 500;
+  function_t *f = calloc(1, sizeof *f);
+  if (!f) return 2;
+  f->m = m; f->k = k;
+  strcpy(f->name, name);
+  f->next = functions; functions = f;
+  *out = f;
+  return 0;
+}
+/* module_unload_ frees a module and forgets its functions (a later launch
+ * of one is 400, invalid handle). */
+static rtError_t module_unload_(void *mh) {
+  module_t **pm = &modules;
+  while (*pm && *pm != mh) pm = &(*pm)->next;
+  if (!*pm) return 400;
+  module_t *m = *pm;
+  *pm = m->next;
+  for (function_t **pf = &functions; *pf;) {
+    if ((*pf)->m == m) { function_t *f = *pf; *pf = f->next; free(f); }
+    else pf = &(*pf)->next;
+  }
+  free(m->image); free(m);
+  return 0;
+}
+/* has_text reports whether image contains before name after. */
+static int has_text(const char *image, const char *before, const char *name, const char *after) {
+  char pat[256];
+  if (snprintf(pat, sizeof pat, "%s%s%s", before, name, after) >= (int)sizeof pat) return 0;
+  return strstr(image, pat) != NULL;
+}
+
+/* run_kernel runs a kernel op in the calling thread without mu, which the
+ * caller holds (and holds again when it returns). */
+static rtError_t run_kernel(op_t o) {
+  pthread_mutex_unlock(&mu);
+  int r = capalloc_host_launch(o.k, o.grid, o.block, o.dst);
+  pthread_mutex_lock(&mu);
+  return r == 0 ? 0 : r == -1 ? 701 : 1;
+}
+
+/* launch_ is the module launch both headers declare with one shape (f,
+ * grid x/y/z, block x/y/z, dynamic shared bytes, stream, void
+ * **kernelParams, void **extra), once the front has checked its own rules;
+ * called with mu held, as ENTER leaves it. The kernels are 1-D, declare
+ * their block-shared memory statically and take one parameter through
+ * kernelParams: anything else is 1 (invalid value). */
+static rtError_t launch_(const char *fn, function_t *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                         unsigned bz, unsigned shared, void *h, void **params, void **extra) {
+  stream_t *s = stream_of(h);
+  if (!s && !is_legacy(h)) return 400;
+  logf_("%s kernel=%s grid=%u,%u,%u block=%u,%u,%u shared=%u stream=%p", fn, f->name, gx, gy, gz, bx, by, bz, shared, h);
+  if (!gx || gy != 1 || gz != 1 || !bx || by != 1 || bz != 1 || bx > (unsigned)max_threads() || shared || extra) return 1;
+  if (!params || !params[0]) return 1;
+  rtError_t le = legacy(s);
+  if (le) return le;
+  if (s && s->status == 2) return 901;
+  size_t n = capalloc_host_param_size(f->k);
+  char *copy = malloc(n ? n : 1);
+  if (!copy) return 2;
+  memcpy(copy, params[0], n);
+  op_t o = {OP_KERNEL, copy, NULL, n, 0, f->k, gx, bx};
+  if (s && s->status == 1) { record(s, o); return 0; }
+  rtError_t e = run_kernel(o);
+  free(copy);
+  return e;
+}

@@ -23,9 +23,10 @@ func Call(fn uintptr, args ...uintptr) int32 {
 // 8-byte result slot (a C out-parameter).
 const OutArg = ^uintptr(0)
 
-// frame is a pooled argument block for CallHot.
+// frame is a pooled argument block for CallHot: up to 11 arguments, the
+// kernel launch's count.
 type frame struct {
-	args [6]uintptr
+	args [11]uintptr
 	out  uint64
 }
 
@@ -33,14 +34,15 @@ var frames = sync.Pool{New: func() any { return new(frame) }}
 
 // CallHot is Call without allocating, for the calls made per operation
 // (the stream capture status before every pool hit; the async allocs,
-// frees, copies, memsets and launches). Call's go:uintptrescapes moves
-// each pointed-to Go local, and the variadic slice, to the heap at every
-// call; here the slice handed to SyscallN is the pooled frame's array and
-// an out-parameter is the frame's slot (OutArg), so the call allocates
-// nothing. The price: CallHot must not be given a pointer to a Go stack
-// variable, only OutArg, device addresses, C memory (pinned host memory)
-// or heap memory the caller keeps alive (a []byte that came through the
-// Driver interface has escaped to the heap). Heap objects never move.
+// frees, copies, memsets, graph and kernel launches). Call's directive
+// (go:uintptrescapes) moves each pointed-to Go local, and the variadic
+// slice, to the heap at every call; here the slice handed to SyscallN is
+// the pooled frame's array and an out-parameter is the frame's slot
+// (OutArg), so the call allocates nothing. The price: CallHot must not be
+// given a pointer to a Go stack variable, only OutArg, device addresses,
+// C memory (pinned host memory) or heap memory the caller keeps alive (a
+// []byte that came through the Driver interface has escaped to the heap).
+// Heap objects never move.
 func CallHot(fn uintptr, args ...uintptr) (code int32, out uint64) {
 	f := frames.Get().(*frame)
 	f.out = 0

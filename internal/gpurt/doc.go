@@ -9,7 +9,8 @@
 // stream, copy, capture, graph and pool paths, Relaxed interaction mode
 // around the calls CUDA counts as unsafe, pinned host memory (allocated,
 // or supplied and registered), host functions, IPC handles and pool
-// sharing, and the error-code -> sentinel tables. What stays in cuda and
+// sharing, module load and kernel launch, and the error-code -> sentinel
+// tables. What stays in cuda and
 // hip: symbol names and versions, ABI constants, error types and their
 // messages, the version rules and the open-time device checks where the
 // runtimes really differ (docs/cuda-backend.md, docs/hip-backend.md).

@@ -43,6 +43,11 @@ type Driver struct {
 
 	hostErrMu sync.Mutex
 	hostErrs  map[alloc.Stream]error // host function failures, for the next synchronize
+
+	kernelsHook func(*Setup) (*KernelAPI, error)            // Config.Kernels
+	modules     modulesState                                // dev thread only
+	kapi        atomic.Pointer[KernelAPI]                   // set at the first LoadModule
+	kernels     atomic.Pointer[map[alloc.Kernel]kernelInfo] // loaded kernels, read lock-free (writers hold mu)
 }
 
 // Interfaces is every alloc interface Driver implements, and so every
@@ -54,6 +59,7 @@ type Interfaces interface {
 	alloc.HostFuncLauncher
 	alloc.IPCMemory
 	alloc.StreamIdler
+	alloc.KernelLauncher
 }
 
 var _ Interfaces = (*Driver)(nil)
@@ -73,6 +79,10 @@ type Config struct {
 	Describe func(s *Setup, integrated bool) (name string, total uint64, err error)
 	// CaptureGate, when set, is asked before every begin capture.
 	CaptureGate func(op string) error
+	// Kernels binds the module and launch calls (kernel.go). It runs on
+	// the dev thread at the first LoadModule, and again at the next one if
+	// it failed; without it LoadModule fails as unavailable.
+	Kernels func(s *Setup) (*KernelAPI, error)
 }
 
 // Setup is what the open-time hooks see of the driver being opened.
@@ -117,9 +127,10 @@ func openGuarded(c Config) (*Driver, error) {
 		return nil, err
 	}
 	v, opts := c.Vendor, c.Opts
-	d := &Driver{v: v, rt: rt, opts: opts, captureGate: c.CaptureGate, released: make(chan struct{})}
+	d := &Driver{v: v, rt: rt, opts: opts, captureGate: c.CaptureGate, kernelsHook: c.Kernels, released: make(chan struct{})}
 	d.streams.Store(&map[alloc.Stream]bool{})
 	d.hosts.Store(&[]hostRegion{})
+	d.kernels.Store(&map[alloc.Kernel]kernelInfo{})
 	s := &Setup{RT: rt, Opts: opts, d: d}
 	if err := c.CheckDevice(s); err != nil {
 		return nil, err
@@ -285,13 +296,14 @@ func (d *Driver) OnDevice(op string, fn func() error) error {
 	return d.dev.Do(op, fn)
 }
 
-// Close frees the pinned buffers and streams still registered, destroys the
-// driver's own pool and stops its threads. Device allocations still live
+// Close frees the pinned buffers and streams still registered, unloads
+// the modules LoadModule loaded, destroys the driver's own pool and stops
+// its threads. Device allocations still live
 // are the allocator's to report; the pool releases them when the last is
 // freed. Every later call fails with alloc.ErrClosed, at once.
 //
 // The vendor teardown is device-wide (pinned host free, stream destroy,
-// pool destroy), so it runs under alloc's guard: now, and Close returns
+// module unload, pool destroy), so it runs under alloc's guard: now, and Close returns
 // its error, if no Global-mode capture is active in the process; otherwise
 // it is deferred until the last Global-mode capture ends, and Close
 // returns nil at once. Deferring rather than failing is deliberate: an
@@ -307,6 +319,7 @@ func (d *Driver) Close() error {
 	d.mu.Lock()
 	hosts := d.hosts.Swap(&[]hostRegion{})
 	streams := d.streams.Swap(&map[alloc.Stream]bool{})
+	d.kernels.Store(&map[alloc.Kernel]kernelInfo{})
 	d.mu.Unlock()
 	defer d.dropHostFuncs()
 	now := alloc.AfterGlobalCaptures(d.v.Name, func() {
@@ -346,6 +359,7 @@ func (d *Driver) teardown(hosts []hostRegion, streams map[alloc.Stream]bool) err
 		for s := range streams {
 			keep(d.rt.Check("close: destroy stream", d.rt.StreamDestroy.Name, Call(d.rt.StreamDestroy.Addr, uintptr(s))))
 		}
+		keep(d.unloadModules())
 		d.destroyPool()
 		return nil
 	})

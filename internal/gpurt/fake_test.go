@@ -40,6 +40,7 @@ type gpuDriver interface {
 	alloc.StreamIdler
 	alloc.PoolTrimmer
 	alloc.GraphMemTrimmer
+	alloc.KernelLauncher
 	gpurt.Embedder
 	WaitClosed(ctx context.Context) error
 	Warnings() []string
@@ -66,6 +67,12 @@ type vendorCase struct {
 	// names of the calls whose names are not prefix+the gpurt.Syms name
 	prefix, hostAlloc, hostFree string
 	open                        func(o opts) (gpuDriver, error)
+	// openKernels opens a driver over the fake at lib that can load the
+	// kernels (hip: compiled by the fake's hiprtc).
+	openKernels func(lib string, o opts) (gpuDriver, error)
+	// Names of the vendor's module calls: kernel launch, module unload,
+	// and the call that sets the thread's context (cuda) or device (hip).
+	launch, unload, setCurrent string
 	// failed is how an error message names call's code.
 	failed func(call string, code int) string
 	// says is how an error message names call's code with the runtime's
@@ -89,6 +96,10 @@ var vendors = []vendorCase{
 		open: func(o opts) (gpuDriver, error) {
 			return cuda.New(cuda.Options(o))
 		},
+		openKernels: func(_ string, o opts) (gpuDriver, error) {
+			return cuda.New(cuda.Options(o))
+		},
+		launch: "cuLaunchKernel", unload: "cuModuleUnload", setCurrent: "cuCtxSetCurrent",
 		failed: func(call string, code int) string { return fmt.Sprintf("%s returned %d", call, code) },
 		says:   func(call, code, text string) string { return call + " returned " + code + " (" + text + ")" },
 		// read at offset 288 of struct cudaDeviceProp
@@ -104,9 +115,12 @@ var vendors = []vendorCase{
 		name: "hip", fake: &gpurttest.Fake{Src: "hip/testdata/fakehip.c", Name: "libamdhip64", LibEnv: hip.LibEnv}, envPrefix: "FAKE_HIP_",
 		prefix: "hip", hostAlloc: "hipHostMalloc", hostFree: "hipHostFree",
 		open: func(o opts) (gpuDriver, error) {
-			return hip.New(hip.Options{Device: o.Device, ReleaseThreshold: o.ReleaseThreshold, Reserve: o.Reserve,
-				DefaultPool: o.DefaultPool, StreamPriority: o.StreamPriority, Blocking: o.Blocking, IPC: o.IPC, HostMemory: o.HostMemory})
+			return hip.New(hipOptions(o))
 		},
+		openKernels: func(_ string, o opts) (gpuDriver, error) {
+			return hip.New(hipOptions(o)) // the default compiler: the fake runtime's own hiprtc
+		},
+		launch: "hipModuleLaunchKernel", unload: "hipModuleUnload", setCurrent: "hipSetDevice",
 		failed: func(call string, code int) string {
 			return fmt.Sprintf("%s: %s, %d)", call, map[int]string{
 				2:   "out of memory (hipErrorOutOfMemory",
@@ -124,6 +138,12 @@ var vendors = []vendorCase{
 			return e.Code, ok
 		},
 	},
+}
+
+// hipOptions are the hip driver's options for o.
+func hipOptions(o opts) hip.Options {
+	return hip.Options{Device: o.Device, ReleaseThreshold: o.ReleaseThreshold, Reserve: o.Reserve,
+		DefaultPool: o.DefaultPool, StreamPriority: o.StreamPriority, Blocking: o.Blocking, IPC: o.IPC, HostMemory: o.HostMemory}
 }
 
 // forEach runs test once per vendor, as a subtest named after it.

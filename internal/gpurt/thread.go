@@ -35,9 +35,12 @@ import (
 // runs on the caller's goroutine, whatever its thread: the runtime
 // executes them in the stream's own context (CUDA's multi-device rules,
 // which HIP follows: a memory copy or synchronization succeeds on a stream
-// of a device that is not current; only kernel launches need the stream's
-// device current, and these drivers launch none; not verified on an AMD
-// GPU). That keeps the hot path free of thread hand-offs.
+// of a device that is not current; not verified on an AMD GPU). Only a
+// kernel launch needs the stream's device (CUDA: the module's context)
+// current: LaunchKernel, on the caller's goroutine too, locks its thread
+// for the launch and makes it current there, putting the thread's own
+// back after (kernel.go). That keeps the hot path free of thread
+// hand-offs.
 
 // Thread runs functions one at a time on one locked OS thread
 // (internal/osthread); a call after Stop fails with the vendor's closed

@@ -46,7 +46,9 @@ type Vendor struct {
 	MemLocationTypeDevice       int32
 
 	// Device attributes (the runtimes number them differently).
-	DevAttrIntegrated uintptr
+	DevAttrIntegrated          uintptr
+	DevAttrMaxThreadsPerBlock  uintptr
+	DevAttrMultiprocessorCount uintptr
 
 	// SeparateCapturePool: an exportable pool cannot serve graph
 	// allocations (CUDA: 801 in a capture, measured on an H100), so with

@@ -2,15 +2,16 @@
 // instead of libcudart and libamdhip64: cuda/testdata/fakecudart.c and
 // hip/testdata/fakehip.c, each a vendor's front on the shared core
 // internal/fakegpu/core.c (memory, streams, captures and their rules,
-// graphs, pools, IPC, the call log). The fakes are C test fixtures
-// compiled with $CC (default gcc) at test time; the library itself has no
-// cgo. Only tests import this package.
+// graphs, pools, IPC, modules and kernel launches, the call log), linked
+// with the host build of the library's kernels (build.go). The fakes are
+// C and C++ test fixtures compiled with $CC and $CXX (default gcc, g++) at
+// test time; the library itself has no cgo. Only tests import this
+// package.
 package gpurttest
 
 import (
 	"bytes"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -30,7 +31,7 @@ type Fake struct {
 	LibEnv string // the variable the driver loads its library from
 
 	once sync.Once
-	src  []byte
+	src  string // its absolute path
 	dir  string
 	err  error
 }
@@ -44,24 +45,28 @@ func CC() string {
 	return "gcc"
 }
 
-// Prepare reads the fake's source once, or skips the test without a C
-// compiler or without the source.
+// Prepare finds the fake's source once, or skips the test without a C or
+// C++ compiler or without the source.
 func (f *Fake) Prepare(t testing.TB) {
 	t.Helper()
 	f.once.Do(func() {
 		if _, f.err = exec.LookPath(CC()); f.err != nil {
 			return
 		}
+		if _, f.err = exec.LookPath(CXX()); f.err != nil {
+			return
+		}
 		var root string
 		if root, f.err = moduleRoot(); f.err != nil {
 			return
 		}
-		if f.src, f.err = os.ReadFile(filepath.Join(root, f.Src)); f.err == nil {
+		f.src = filepath.Join(root, f.Src)
+		if _, f.err = os.Stat(f.src); f.err == nil {
 			f.dir, f.err = os.MkdirTemp("", "fake"+strings.TrimPrefix(f.Name, "lib"))
 		}
 	})
 	if f.err != nil {
-		t.Skipf("fake %s not built (%s or testdata missing): %v", f.Name, CC(), f.err)
+		t.Skipf("fake %s not built (%s, %s or testdata missing): %v", f.Name, CC(), CXX(), f.err)
 	}
 }
 
@@ -88,18 +93,21 @@ func (f *Fake) Lib(t testing.TB, cflags ...string) string {
 	return path
 }
 
-// Build compiles the fake to path with preprocessor flags.
+// Build compiles the fake to path with preprocessor flags (BuildFake),
+// once per variant and test process (buildCached).
 func (f *Fake) Build(t testing.TB, path string, cflags ...string) {
 	t.Helper()
 	f.Prepare(t)
-	BuildShared(t, path, f.src, append([]string{"-O1"}, cflags...)...)
+	flags := append([]string{"-O1"}, cflags...)
+	key := strings.Join(append([]string{"fake", f.src, CC(), CXX()}, flags...), "\x00")
+	if err := buildCached(path, key, func(out string) error { return BuildFake(f.src, out, flags...) }); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // BuildShared compiles C source into a shared library at path, with the
-// shared core's folder on the include path; it skips without a compiler.
-// Each variant (compiler, flags, source) is compiled once per test process
-// and copied to every path that asks for it: a new file, so loading it is
-// a fresh load with fresh state, without another compile.
+// shared core's folder on the include path, once per variant and test
+// process (buildCached); it skips without a compiler.
 func BuildShared(t testing.TB, path string, src []byte, cflags ...string) {
 	t.Helper()
 	if _, err := exec.LookPath(CC()); err != nil {
@@ -110,55 +118,57 @@ func BuildShared(t testing.TB, path string, src []byte, cflags ...string) {
 		t.Fatal(err)
 	}
 	args := append([]string{"-shared", "-fPIC", "-I", filepath.Join(root, "internal", "fakegpu")}, cflags...)
-	lib, err := compile(args, src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, lib, 0o755); err != nil {
+	sum := sha256.Sum256(src)
+	key := strings.Join(append([]string{"shared", string(sum[:]), CC()}, args...), "\x00")
+	if err := buildCached(path, key, func(out string) error {
+		cmd := exec.Command(CC(), append(append(args, "-o", out), "-x", "c", "-", "-lpthread")...)
+		cmd.Stdin = bytes.NewReader(src)
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: %v\n%s", CC(), err, msg)
+		}
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// compiled holds, for the life of the test process, every library
-// BuildShared compiled, by compiler, arguments and source. The fake-runtime
-// tests load a fresh build for almost every test, mostly of the same few
-// variants; compiling each one took most of their time (issue 21: 92
-// compiles in internal/gpurt's tests alone).
-var compiled sync.Map // sha256 of CC, args and source -> *compilation
+// built holds, for the life of the test process, every library built
+// here, by what went into it. The fake-runtime tests load a fresh build
+// for almost every test, mostly of the same few variants, and compiling
+// each one took most of their time (issue 21: 92 compiles in
+// internal/gpurt's tests alone, 0.45 s each).
+var built sync.Map // key -> *buildOnce
 
-type compilation struct {
+type buildOnce struct {
 	once sync.Once
 	lib  []byte
 	err  error
 }
 
-// compile returns the library CC makes of src with args, compiling it the
-// first time it is asked for.
-func compile(args []string, src []byte) ([]byte, error) {
-	h := sha256.New()
-	for _, a := range append([]string{CC()}, args...) {
-		h.Write([]byte(a))
-		h.Write([]byte{0})
+// buildCached writes to path the library build makes, running build only
+// the first time this process asks for key. path is a new file, so loading
+// it is still a fresh load with fresh state (the loader would hand back an
+// already loaded library for the same file).
+func buildCached(path, key string, build func(out string) error) error {
+	v, _ := built.LoadOrStore(key, new(buildOnce))
+	b := v.(*buildOnce)
+	b.once.Do(func() { b.lib, b.err = buildBytes(build) })
+	if b.err != nil {
+		return b.err
 	}
-	h.Write(src)
-	v, _ := compiled.LoadOrStore(string(h.Sum(nil)), new(compilation))
-	c := v.(*compilation)
-	c.once.Do(func() { c.lib, c.err = compileNow(args, src) })
-	return c.lib, c.err
+	return os.WriteFile(path, b.lib, 0o755)
 }
 
-// compileNow runs CC on src and returns the library it wrote.
-func compileNow(args []string, src []byte) ([]byte, error) {
+// buildBytes runs build into a temporary file and returns what it wrote.
+func buildBytes(build func(out string) error) ([]byte, error) {
 	dir, err := os.MkdirTemp("", "capalloc-fake")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
 	out := filepath.Join(dir, "lib.so")
-	cmd := exec.Command(CC(), append(append([]string{"-o", out}, args...), "-x", "c", "-", "-lpthread")...)
-	cmd.Stdin = bytes.NewReader(src)
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("%s: %v\n%s", CC(), err, msg)
+	if err := build(out); err != nil {
+		return nil, err
 	}
 	return os.ReadFile(out)
 }
@@ -170,16 +180,7 @@ func moduleRoot() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			return "", errors.New("gpurttest: no go.mod above the working directory")
-		}
-		dir = up
-	}
+	return rootAbove(dir)
 }
 
 // Log reads (and clears) a fake's call log.

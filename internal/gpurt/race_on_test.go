@@ -1,0 +1,5 @@
+//go:build race
+
+package gpurt_test
+
+const raceEnabled = true

@@ -1,0 +1,473 @@
+/* collectives.cu: the device code of capalloc's symmetric heap, one source
+ * for CUDA (NVRTC -> collectives.ptx, committed) and HIP (hiprtc at run
+ * time), and for the fake runtimes (g++ -DCAPALLOC_HOST, host threads).
+ *
+ * Every kernel takes one parameter by value (a struct whose layout
+ * internal/kernels/args.go mirrors). Nothing in it changes between replays
+ * of a graph: the peer table's address and the tensors' offsets are fixed
+ * when the collective is recorded, and the epochs live in the signal pads,
+ * read and advanced at run time.
+ *
+ * Rank r's allocation, as mapped in every rank's process, starts with its
+ * signal pad (SignalPadBytes), then the heap:
+ *   pad[0..15]   error word: status, rank, peer, epoch, block (first
+ *                failure wins, never cleared: the heap is broken for good)
+ *   pad[16..79]  epoch[b]: the last epoch block b of this rank finished
+ *   pad[80..591] arrive[b][p]: the last epoch block b of rank p reached,
+ *                written by rank p into this rank's pad (release store),
+ *                read here with acquire loads and a wrap-safe compare.
+ * Barriers are per block: block b of every rank meets block b of every
+ * other. The kernels map work to blocks by an index that does not depend
+ * on the rank, so the bytes block b writes are the bytes block b of the
+ * peers reads, and a per-block barrier orders them. */
+#include "compat.h"
+
+#define CA_MAX_RANKS 8
+#define CA_MAX_BLOCKS 64
+#define CA_PAD_BYTES 4096
+
+/* error status values (internal/kernels/args.go) */
+#define CA_ERR_TIMEOUT 1u
+#define CA_ERR_PEER_BROKEN 2u
+#define CA_ERR_LAUNCH 3u
+
+struct ca_pad {
+  u32 status, rank, peer, epoch, block, pad_[11];
+  u32 epoch_of[CA_MAX_BLOCKS];
+  u32 arrive[CA_MAX_BLOCKS][CA_MAX_RANKS];
+};
+
+/* The kernels' parameter. Offsets are bytes from the start of the heap
+ * (after the pad). count: elements of a reduction, bytes of a copy. */
+struct ca_coll {
+  u64 table;         /* device address of u64[nranks]: each rank's allocation */
+  u64 in_off, out_off;
+  u64 count;         /* elements (reductions) or bytes (copies) */
+  u64 timeout_ticks; /* a wait longer than this fails the heap */
+  u32 rank, nranks;
+  u32 dtype, pad_;
+};
+
+struct ca_axpy {
+  u64 x, y, n;
+  float a;
+  u32 pad_;
+};
+
+enum { CA_F32 = 0, CA_I32 = 1, CA_F16 = 2, CA_BF16 = 3 };
+
+CA_DEV unsigned char *ca_base(const ca_coll &a, u32 p) { return (unsigned char *)((const u64 *)a.table)[p]; }
+CA_DEV ca_pad *ca_pad_of(const ca_coll &a, u32 p) { return (ca_pad *)ca_base(a, p); }
+CA_DEV unsigned char *ca_heap(const ca_coll &a, u32 p) { return ca_base(a, p) + CA_PAD_BYTES; }
+
+/* ---- failure: the first one is recorded in this rank's pad ---- */
+CA_DEV void ca_fail(ca_pad *me, u32 status, u32 rank, u32 peer, u32 epoch, u32 block) {
+  if (ca_cas(&me->status, 0u, status) == 0u) {
+    me->rank = rank;
+    me->peer = peer;
+    me->epoch = epoch;
+    me->block = block;
+    ca_fence();
+  }
+}
+
+/* Per-kernel state of a block: the epoch it is at (every thread keeps the
+ * same copy) and the block-shared failure flag. */
+struct ca_state {
+  u32 ep;
+  volatile u32 *failed;
+};
+
+/* ca_begin reads the block's epoch and refuses a broken heap or a launch
+ * this source cannot serve; every thread calls it. */
+CA_DEV bool ca_begin(const ca_coll &a, ca_state &s, volatile u32 *shared) {
+  ca_pad *me = ca_pad_of(a, a.rank);
+  s.failed = shared;
+  if (CA_TID == 0) {
+    u32 bad = a.nranks > CA_MAX_RANKS || a.rank >= a.nranks || CA_GDIM > CA_MAX_BLOCKS || CA_BDIM < a.nranks;
+    if (bad) ca_fail(me, CA_ERR_LAUNCH, a.rank, a.nranks, 0, CA_BID);
+    *s.failed = bad || ca_ld_acquire(&me->status) != 0u;
+  }
+  s.ep = ((volatile u32 *)me->epoch_of)[CA_BID];
+  ca_sync();
+  return *s.failed == 0u;
+}
+
+/* ca_end stores the block's epoch for the next kernel on this stream. */
+CA_DEV void ca_end(const ca_coll &a, ca_state &s) {
+  if (CA_TID == 0) ((volatile u32 *)ca_pad_of(a, a.rank)->epoch_of)[CA_BID] = s.ep;
+}
+
+/* ca_barrier: block b of this rank arrives at its next epoch in every
+ * peer's pad (release: everything the block wrote before is visible to a
+ * peer that sees the epoch), then waits until block b of every peer has
+ * arrived there too (acquire). Thread p < nranks serves peer p. A wait
+ * longer than the timeout, or a peer that broke, fails the heap; every
+ * thread returns false then. */
+CA_DEV bool ca_barrier(const ca_coll &a, ca_state &s) {
+  ca_sync(); /* the block's writes before the barrier are done */
+  u32 e = ++s.ep;
+  if (CA_TID < a.nranks) {
+    u32 p = CA_TID;
+    ca_pad *me = ca_pad_of(a, a.rank);
+    ca_pad *peer = ca_pad_of(a, p);
+    ca_fence();
+    ca_st_release(&peer->arrive[CA_BID][a.rank], e);
+    u64 start = ca_timer();
+    for (;;) {
+      u32 got = ca_ld_acquire(&me->arrive[CA_BID][p]);
+      if ((int)(got - e) >= 0) break; /* wrap-safe: p is at e or later */
+      if (ca_ld_acquire(&peer->status) != 0u) {
+        ca_fail(me, CA_ERR_PEER_BROKEN, a.rank, p, e, CA_BID);
+        *s.failed = 1u;
+        break;
+      }
+      if (ca_ld_acquire(&me->status) != 0u) {
+        *s.failed = 1u;
+        break;
+      }
+      if (ca_timer() - start > a.timeout_ticks) {
+        ca_fail(me, CA_ERR_TIMEOUT, a.rank, p, e, CA_BID);
+        *s.failed = 1u;
+        break;
+      }
+      ca_pause();
+    }
+  }
+  ca_sync();
+  return *s.failed == 0u;
+}
+
+/* ---- element types: sums in float (halves) or wrapping int32 ---- */
+CA_DEV float ca_h2f(u16 h) {
+  u32 s = (u32)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
+  if (e == 0) {
+    if (m == 0) {
+      bits = s;
+    } else { /* subnormal: normalize */
+      u32 sh = 0;
+      while (!(m & 0x400u)) {
+        m <<= 1;
+        sh++;
+      }
+      bits = s | ((113u - sh) << 23) | ((m & 0x3ffu) << 13);
+    }
+  } else if (e == 31) {
+    bits = s | 0x7f800000u | (m << 13);
+  } else {
+    bits = s | ((e + 112u) << 23) | (m << 13);
+  }
+  return ca_as_float(bits);
+}
+/* round to nearest, ties to even */
+CA_DEV u16 ca_f2h(float f) {
+  u32 x = ca_as_u32(f), s = (x >> 16) & 0x8000u, m = x & 0x7fffffu;
+  int e = (int)((x >> 23) & 0xffu) - 127 + 15;
+  if (((x >> 23) & 0xffu) == 0xffu) return (u16)(s | 0x7c00u | (m ? 0x200u : 0u));
+  if (e >= 31) return (u16)(s | 0x7c00u);
+  if (e <= 0) {
+    if (e < -10) return (u16)s;
+    m |= 0x800000u;
+    u32 shift = (u32)(14 - e), hm = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (hm & 1u))) hm++;
+    return (u16)(s | hm);
+  }
+  u32 hm = m >> 13, rem = m & 0x1fffu, h = s | ((u32)e << 10) | hm;
+  if (rem > 0x1000u || (rem == 0x1000u && (hm & 1u))) h++;
+  return (u16)h;
+}
+CA_DEV float ca_bf2f(u16 b) { return ca_as_float((u32)b << 16); }
+CA_DEV u16 ca_f2bf(float f) {
+  u32 x = ca_as_u32(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (u16)((x >> 16) | 0x40u); /* NaN stays NaN */
+  return (u16)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+/* A pack is 16 bytes of elements; the last pack of a tensor may be partial
+ * (elems < per pack). Sums run over ranks 0..n-1 in order on every rank,
+ * so every rank gets the same bits. */
+struct ca_pack {
+  u32 w[4];
+};
+
+CA_DEV u32 ca_elem_bytes(u32 dt) { return dt == CA_F16 || dt == CA_BF16 ? 2u : 4u; }
+
+CA_DEV void ca_load(ca_pack &v, const unsigned char *p, u32 nbytes) {
+  if (nbytes == 16u) {
+    v = *(const ca_pack *)p;
+  } else {
+    v.w[0] = v.w[1] = v.w[2] = v.w[3] = 0u;
+    for (u32 i = 0; i < nbytes; i++) ((unsigned char *)v.w)[i] = p[i];
+  }
+}
+CA_DEV void ca_store(unsigned char *p, const ca_pack &v, u32 nbytes) {
+  if (nbytes == 16u) {
+    *(ca_pack *)p = v;
+  } else {
+    for (u32 i = 0; i < nbytes; i++) p[i] = ((const unsigned char *)v.w)[i];
+  }
+}
+/* acc += v, element-wise; acc of halves is kept as 8 floats */
+struct ca_acc {
+  float f[8];
+  u32 i[4];
+};
+CA_DEV void ca_acc_zero(ca_acc &c) {
+  for (int k = 0; k < 8; k++) c.f[k] = 0.0f;
+  for (int k = 0; k < 4; k++) c.i[k] = 0u;
+}
+CA_DEV void ca_acc_add(ca_acc &c, const ca_pack &v, u32 dt) {
+  const u16 *h = (const u16 *)v.w;
+  switch (dt) {
+  case CA_F32:
+    for (int k = 0; k < 4; k++) c.f[k] += ca_as_float(v.w[k]);
+    break;
+  case CA_I32:
+    for (int k = 0; k < 4; k++) c.i[k] += v.w[k];
+    break;
+  case CA_F16:
+    for (int k = 0; k < 8; k++) c.f[k] += ca_h2f(h[k]);
+    break;
+  default:
+    for (int k = 0; k < 8; k++) c.f[k] += ca_bf2f(h[k]);
+    break;
+  }
+}
+CA_DEV void ca_acc_out(ca_pack &v, const ca_acc &c, u32 dt) {
+  u16 *h = (u16 *)v.w;
+  switch (dt) {
+  case CA_F32:
+    for (int k = 0; k < 4; k++) v.w[k] = ca_as_u32(c.f[k]);
+    break;
+  case CA_I32:
+    for (int k = 0; k < 4; k++) v.w[k] = c.i[k];
+    break;
+  case CA_F16:
+    for (int k = 0; k < 8; k++) h[k] = ca_f2h(c.f[k]);
+    break;
+  default:
+    for (int k = 0; k < 8; k++) h[k] = ca_f2bf(c.f[k]);
+    break;
+  }
+}
+
+/* ca_sum_pack sums pack j (byte offset j*16 of the tensor at off) over
+ * every rank into v. */
+CA_DEV void ca_sum_pack(const ca_coll &a, u64 off, u64 j, u64 nbytes, ca_pack &v) {
+  u64 at = j * 16u;
+  u32 len = nbytes - at < 16u ? (u32)(nbytes - at) : 16u;
+  ca_acc c;
+  ca_acc_zero(c);
+  for (u32 p = 0; p < a.nranks; p++) {
+    ca_pack x;
+    ca_load(x, ca_heap(a, p) + off + at, len);
+    ca_acc_add(c, x, a.dtype);
+  }
+  ca_acc_out(v, c, a.dtype);
+}
+
+/* ---- kernels ---- */
+
+/* capalloc_barrier: every rank's block b meets every other's. */
+CA_KERNEL capalloc_barrier(ca_coll a) {
+  CA_SHARED(u32, sh, 1);
+  ca_state s;
+  if (ca_begin(a, s, sh) && ca_barrier(a, s)) {
+  }
+  ca_end(a, s);
+}
+
+/* capalloc_allreduce_oneshot: in place, t (in_off, count elements) becomes
+ * the sum over ranks on every rank. Each round, a block's threads load
+ * their packs from every rank and sum them in registers, meet the peers'
+ * same block (everyone has read those packs), then store: one barrier to
+ * start (every input written) and one per round. */
+CA_KERNEL capalloc_allreduce_oneshot(ca_coll a) {
+  CA_SHARED(u32, sh, 1);
+  ca_state s;
+  if (ca_begin(a, s, sh) && ca_barrier(a, s)) {
+    u64 nbytes = a.count * ca_elem_bytes(a.dtype), packs = (nbytes + 15u) / 16u;
+    u64 stride = (u64)CA_GDIM * CA_BDIM, rounds = (packs + stride - 1u) / stride;
+    for (u64 r = 0; r < rounds; r++) {
+      u64 j = r * stride + (u64)CA_BID * CA_BDIM + CA_TID;
+      ca_pack v;
+      if (j < packs) ca_sum_pack(a, a.in_off, j, nbytes, v);
+      if (!ca_barrier(a, s)) break;
+      if (j < packs) {
+        u64 at = j * 16u;
+        ca_store(ca_heap(a, a.rank) + a.in_off + at, v, nbytes - at < 16u ? (u32)(nbytes - at) : 16u);
+      }
+    }
+  }
+  ca_end(a, s);
+}
+
+/* capalloc_allreduce_twoshot: in place, a reduce-scatter then an
+ * all-gather. Rank q owns packs [q*part, (q+1)*part). Phase 1: rank r sums
+ * its part over every rank into its own copy. Barrier. Phase 2: rank r
+ * copies every other part from its owner. Barrier, so no rank rewrites its
+ * part while a peer still copies it. Pack q*part+i is handled by the block
+ * that owns index i on every rank, in both phases. */
+CA_KERNEL capalloc_allreduce_twoshot(ca_coll a) {
+  CA_SHARED(u32, sh, 1);
+  ca_state s;
+  if (ca_begin(a, s, sh) && ca_barrier(a, s)) {
+    u64 nbytes = a.count * ca_elem_bytes(a.dtype), packs = (nbytes + 15u) / 16u;
+    u64 part = (packs + a.nranks - 1u) / a.nranks, stride = (u64)CA_GDIM * CA_BDIM;
+    u64 first = (u64)CA_BID * CA_BDIM + CA_TID;
+    unsigned char *mine = ca_heap(a, a.rank) + a.in_off;
+    for (u64 i = first; i < part; i += stride) {
+      u64 j = (u64)a.rank * part + i;
+      if (j >= packs) break;
+      ca_pack v;
+      ca_sum_pack(a, a.in_off, j, nbytes, v);
+      u64 at = j * 16u;
+      ca_store(mine + at, v, nbytes - at < 16u ? (u32)(nbytes - at) : 16u);
+    }
+    if (ca_barrier(a, s)) {
+      for (u32 q = 0; q < a.nranks; q++) {
+        if (q == a.rank) continue;
+        const unsigned char *theirs = ca_heap(a, q) + a.in_off;
+        for (u64 i = first; i < part; i += stride) {
+          u64 j = (u64)q * part + i;
+          if (j >= packs) break;
+          u64 at = j * 16u;
+          u32 len = nbytes - at < 16u ? (u32)(nbytes - at) : 16u;
+          ca_pack v;
+          ca_load(v, theirs + at, len);
+          ca_store(mine + at, v, len);
+        }
+      }
+      ca_barrier(a, s);
+    }
+  }
+  ca_end(a, s);
+}
+
+/* ca_copy copies n bytes, 16 at a time where both ends allow it, spread
+ * over every thread of the grid. */
+CA_DEV void ca_copy(unsigned char *dst, const unsigned char *src, u64 n) {
+  u64 stride = (u64)CA_GDIM * CA_BDIM, first = (u64)CA_BID * CA_BDIM + CA_TID;
+  u64 packs = (((u64)dst | (u64)src) & 15u) == 0u ? n / 16u : 0u;
+  for (u64 j = first; j < packs; j += stride) ((ca_pack *)dst)[j] = ((const ca_pack *)src)[j];
+  for (u64 k = packs * 16u + first; k < n; k += stride) dst[k] = src[k];
+}
+
+/* capalloc_allgather: out's p-th chunk (count bytes) is rank p's in. */
+CA_KERNEL capalloc_allgather(ca_coll a) {
+  CA_SHARED(u32, sh, 1);
+  ca_state s;
+  if (ca_begin(a, s, sh) && ca_barrier(a, s)) {
+    unsigned char *out = ca_heap(a, a.rank) + a.out_off;
+    for (u32 p = 0; p < a.nranks; p++) ca_copy(out + (u64)p * a.count, ca_heap(a, p) + a.in_off, a.count);
+    ca_barrier(a, s); /* no rank rewrites its in while a peer reads it */
+  }
+  ca_end(a, s);
+}
+
+/* capalloc_alltoall: out's p-th chunk (count bytes) is rank p's in's r-th. */
+CA_KERNEL capalloc_alltoall(ca_coll a) {
+  CA_SHARED(u32, sh, 1);
+  ca_state s;
+  if (ca_begin(a, s, sh) && ca_barrier(a, s)) {
+    unsigned char *out = ca_heap(a, a.rank) + a.out_off;
+    for (u32 p = 0; p < a.nranks; p++)
+      ca_copy(out + (u64)p * a.count, ca_heap(a, p) + a.in_off + (u64)a.rank * a.count, a.count);
+    ca_barrier(a, s);
+  }
+  ca_end(a, s);
+}
+
+/* capalloc_reducescatter: out (count elements) is the sum over ranks of
+ * their in's r-th chunk of count elements. */
+CA_KERNEL capalloc_reducescatter(ca_coll a) {
+  CA_SHARED(u32, sh, 1);
+  ca_state s;
+  if (ca_begin(a, s, sh) && ca_barrier(a, s)) {
+    u64 nbytes = a.count * ca_elem_bytes(a.dtype), packs = (nbytes + 15u) / 16u;
+    u64 stride = (u64)CA_GDIM * CA_BDIM, chunk = a.in_off + (u64)a.rank * nbytes;
+    unsigned char *out = ca_heap(a, a.rank) + a.out_off;
+    for (u64 j = (u64)CA_BID * CA_BDIM + CA_TID; j < packs; j += stride) {
+      ca_pack v;
+      ca_sum_pack(a, chunk, j, nbytes, v);
+      u64 at = j * 16u;
+      ca_store(out + at, v, nbytes - at < 16u ? (u32)(nbytes - at) : 16u);
+    }
+    ca_barrier(a, s);
+  }
+  ca_end(a, s);
+}
+
+/* capalloc_axpy: y = a*x + y over n float32, the examples' local work. */
+CA_KERNEL capalloc_axpy(ca_axpy k) {
+  float *x = (float *)k.x, *y = (float *)k.y;
+  u64 stride = (u64)CA_GDIM * CA_BDIM;
+  for (u64 i = (u64)CA_BID * CA_BDIM + CA_TID; i < k.n; i += stride) y[i] = k.a * x[i] + y[i];
+}
+
+#if !defined(__CUDACC_RTC__) && !defined(__CUDACC__) && !defined(__HIPCC_RTC__) && !defined(__HIPCC__)
+/* ---- the host executor the fake runtimes link (CAPALLOC_HOST) ----
+ * capalloc_host_kernel finds a kernel by name (-1: none);
+ * capalloc_host_launch runs it: grid blocks of block threads, every one a
+ * thread of its own, blocks concurrently, so spin waits across ranks and
+ * block barriers work as on a GPU. Returns 0, or -1 when threads could
+ * not be made (nothing ran then), -2 for a bad configuration. */
+#include <vector>
+struct ca_entry {
+  const char *name;
+  void (*run)(const void *);
+  unsigned long size;
+};
+#define CA_ENTRY(k, T) {#k, [](const void *p) { k(*(const T *)p); }, sizeof(T)}
+static const ca_entry ca_entries[] = {
+    CA_ENTRY(capalloc_barrier, ca_coll),           CA_ENTRY(capalloc_allreduce_oneshot, ca_coll),
+    CA_ENTRY(capalloc_allreduce_twoshot, ca_coll), CA_ENTRY(capalloc_allgather, ca_coll),
+    CA_ENTRY(capalloc_alltoall, ca_coll),          CA_ENTRY(capalloc_reducescatter, ca_coll),
+    CA_ENTRY(capalloc_axpy, ca_axpy),
+};
+
+extern "C" int capalloc_host_kernel(const char *name) {
+  for (unsigned i = 0; i < sizeof ca_entries / sizeof ca_entries[0]; i++)
+    if (strcmp(ca_entries[i].name, name) == 0) return (int)i;
+  return -1;
+}
+
+extern "C" unsigned long capalloc_host_param_size(int k) {
+  return k < 0 || k >= (int)(sizeof ca_entries / sizeof ca_entries[0]) ? 0 : ca_entries[k].size;
+}
+
+static void *ca_run(void *arg) {
+  ca_self = (ca_thread *)arg;
+  ca_self->fn(ca_self->params);
+  return nullptr;
+}
+
+extern "C" int capalloc_host_launch(int k, u32 grid, u32 block, const void *params) {
+  if (k < 0 || k >= (int)(sizeof ca_entries / sizeof ca_entries[0]) || grid == 0 || block == 0 || grid > 4096 || block > 1024)
+    return -2;
+  u64 n = (u64)grid * block;
+  std::vector<ca_block> blocks(grid);
+  std::vector<ca_thread> threads(n);
+  std::vector<pthread_t> ids(n);
+  for (u32 b = 0; b < grid; b++) pthread_barrier_init(&blocks[b].bar, nullptr, block);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 256 * 1024);
+  u64 made = 0;
+  for (; made < n; made++) {
+    ca_thread &t = threads[made];
+    t = ca_thread{(u32)(made % block), (u32)(made / block), block, grid, &blocks[made / block], ca_entries[k].run, params};
+    if (pthread_create(&ids[made], &attr, ca_run, &t) != 0) break;
+  }
+  pthread_attr_destroy(&attr);
+  if (made < n) {
+    /* Threads already made wait at a block barrier that will never fill:
+     * the launch cannot be undone. Fail loudly rather than hang. */
+    if (made > 0) abort();
+    return -1;
+  }
+  for (u64 i = 0; i < n; i++) pthread_join(ids[i], nullptr);
+  for (u32 b = 0; b < grid; b++) pthread_barrier_destroy(&blocks[b].bar);
+  return 0;
+}
+#endif

@@ -1,0 +1,50 @@
+// Package kernels is capalloc's device code: collectives.cu (with
+// compat.h), one CUDA/HIP C++ source for the symmetric heap's collectives
+// and the examples' elementwise kernel, and the Go mirror of its
+// parameter structs and signal pad.
+//
+// CUDA loads collectives.ptx, generated from the source by NVRTC for
+// compute_70 (go generate; .ci/run regenerates it and fails on a diff) and
+// embedded here, so users need no CUDA toolkit. HIP compiles Source with
+// hiprtc for the device at first use. The test fakes compile the same
+// source for the host (Host), where every GPU thread is a thread.
+package kernels
+
+import (
+	_ "embed"
+	"strings"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+//go:embed collectives.cu
+var source string
+
+//go:embed compat.h
+var compat string
+
+// Kernel names (extern "C" in the source).
+const (
+	Barrier          = "capalloc_barrier"
+	AllReduceOneShot = "capalloc_allreduce_oneshot"
+	AllReduceTwoShot = "capalloc_allreduce_twoshot"
+	AllGather        = "capalloc_allgather"
+	AllToAll         = "capalloc_alltoall"
+	ReduceScatter    = "capalloc_reducescatter"
+	Axpy             = "capalloc_axpy"
+)
+
+// Names is every kernel of the module.
+var Names = []string{Barrier, AllReduceOneShot, AllReduceTwoShot, AllGather, AllToAll, ReduceScatter, Axpy}
+
+// Source is collectives.cu with compat.h in place of its #include, so a
+// runtime compiler needs no include path.
+func Source() string {
+	return strings.Replace(source, `#include "compat.h"`, compat, 1)
+}
+
+// Image is the module for a driver's LoadModule: the PTX for cuda, the
+// source for hip.
+func Image() alloc.ModuleImage {
+	return alloc.ModuleImage{Name: "capalloc collectives", PTX: ptx(), Source: Source(), Kernels: Names}
+}

@@ -1,0 +1,239 @@
+package symheap
+
+import (
+	"fmt"
+
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/kernels"
+)
+
+// The device heap's collectives: this library's kernels
+// (internal/kernels/collectives.cu), launched on the rank's stream through
+// Allocator.Enqueue, so a capture records them as kernel nodes and every
+// replay runs them again. Their only parameters are the peer table's
+// address, offsets and sizes, which a graph may freeze; the epochs are in
+// the signal pads, read and advanced by the kernels at run time. Every
+// wait is bounded by the heap's timeout: a kernel that gives up records
+// the rank, peer, epoch and block in the rank's pad and returns, and
+// Synchronize reports it as ErrCollectiveTimeout.
+//
+// Every rank must launch the same collectives on the same sizes (and the
+// same kind of device), so their grids match: block b of every rank meets
+// block b of the others.
+
+// Barrier waits, in stream order, until every rank reached it.
+func (h *DeviceHeap) Barrier() error {
+	return h.collective("Barrier", kernels.Barrier, kernels.Coll{}, 1)
+}
+
+// AllReduce is AllReduceWith(t, dt, Auto).
+func (h *DeviceHeap) AllReduce(t Tensor, dt DType) error { return h.AllReduceWith(t, dt, Auto) }
+
+// AllReduceWith replaces t on every rank with the element-wise sum over
+// ranks, in rank order. OneShot: every rank sums every peer's tensor
+// (one barrier to start, one per round of grid×block 16-byte packs);
+// TwoShot: each rank sums its 1/N share, then gathers the others' (three
+// barriers); Auto: OneShot up to OneShotMaxBytes.
+func (h *DeviceHeap) AllReduceWith(t Tensor, dt DType, alg Algorithm) error {
+	if err := checkAlgorithm(alg); err != nil {
+		return err
+	}
+	if err := h.bump.checkElems(t, dt); err != nil {
+		return err
+	}
+	if alg == Auto {
+		alg = OneShot
+		if t.Size > OneShotMaxBytes {
+			alg = TwoShot
+		}
+	}
+	packs := (t.Size + 15) / 16
+	c := kernels.Coll{InOff: uint64(t.Off), Count: uint64(t.Size / dt.Size()), DType: uint32(dt)}
+	if alg == OneShot {
+		return h.collective("AllReduce (one-shot)", kernels.AllReduceOneShot, c, packs)
+	}
+	return h.collective("AllReduce (two-shot)", kernels.AllReduceTwoShot, c, (packs+int64(h.Ranks())-1)/int64(h.Ranks()))
+}
+
+// AllGather writes rank p's in at out's p-th chunk, on every rank:
+// out.Size must be Ranks()*in.Size.
+func (h *DeviceHeap) AllGather(in, out Tensor) error {
+	if err := h.bump.checkChunks(out, in, h.Ranks()); err != nil {
+		return err
+	}
+	c := kernels.Coll{InOff: uint64(in.Off), OutOff: uint64(out.Off), Count: uint64(in.Size)}
+	return h.collective("AllGather", kernels.AllGather, c, in.Size/16)
+}
+
+// ReduceScatter writes into out, on rank r, the sum over ranks of their
+// in's r-th chunk: in.Size must be Ranks()*out.Size.
+func (h *DeviceHeap) ReduceScatter(in, out Tensor, dt DType) error {
+	if err := h.bump.checkChunks(in, out, h.Ranks()); err != nil {
+		return err
+	}
+	if err := h.bump.checkElems(out, dt); err != nil {
+		return err
+	}
+	c := kernels.Coll{InOff: uint64(in.Off), OutOff: uint64(out.Off), Count: uint64(out.Size / dt.Size()), DType: uint32(dt)}
+	return h.collective("ReduceScatter", kernels.ReduceScatter, c, (out.Size+15)/16)
+}
+
+// AllToAll writes into out's p-th chunk, on rank r, rank p's in's r-th
+// chunk: in.Size and out.Size must be equal and divisible by Ranks().
+func (h *DeviceHeap) AllToAll(in, out Tensor) error {
+	if err := h.bump.checkAllToAll(in, out, h.Ranks()); err != nil {
+		return err
+	}
+	n := in.Size / int64(h.Ranks())
+	c := kernels.Coll{InOff: uint64(in.Off), OutOff: uint64(out.Off), Count: uint64(n)}
+	return h.collective("AllToAll", kernels.AllToAll, c, n/16)
+}
+
+// CollectivesRun is nil when the heap's collectives run on its driver,
+// and otherwise says why not (wrapping errors.ErrUnsupported: a driver
+// that runs no device code of this library). The heap's Copy works
+// either way.
+func (h *DeviceHeap) CollectivesRun() error {
+	if h.kern == nil {
+		return h.kernErr
+	}
+	return nil
+}
+
+// collective launches kernel name with c (completed with the table, rank,
+// ranks and timeout) on items work items of a thread each.
+func (h *DeviceHeap) collective(op, name string, c kernels.Coll, items int64) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.usableLocked(op); err != nil {
+		return err
+	}
+	if h.Ranks() > kernels.MaxRanks {
+		return fmt.Errorf("%w: symheap: %s: the device collectives serve at most %d ranks, this heap has %d", alloc.ErrInvalidValue, op, kernels.MaxRanks, h.Ranks())
+	}
+	c.Table = uint64(h.table.Ptr())
+	c.TimeoutTicks = h.kern.ticks(h.timeout)
+	c.Rank, c.NRanks = uint32(h.rank), uint32(h.Ranks())
+	return h.launchLocked(op, name, c.Encode(make([]byte, kernels.CollSize)), h.kern.grid(items))
+}
+
+// launchLocked enqueues kernel name on the rank's stream.
+func (h *DeviceHeap) launchLocked(op, name string, params []byte, grid uint32) error {
+	k, kl, block := h.kern.mod.Kernels[name], h.kern.kl, h.kern.block
+	err := h.a.Enqueue("symheap "+op, []alloc.Buffer{h.buf, h.table}, func(s alloc.Stream) error {
+		return kl.LaunchKernel(k, grid, block, params, s)
+	})
+	if err != nil {
+		return fmt.Errorf("symheap: %s on rank %d: %w", op, h.rank, err)
+	}
+	return nil
+}
+
+// usableLocked refuses work on a closed heap, a broken one, and where the
+// driver runs no kernels of ours.
+func (h *DeviceHeap) usableLocked(op string) error {
+	switch {
+	case h.closed:
+		return fmt.Errorf("%w: symheap: %s on the closed device heap of rank %d", alloc.ErrClosed, op, h.rank)
+	case h.err != nil:
+		return fmt.Errorf("symheap: %s on the broken device heap of rank %d: %w", op, h.rank, h.err)
+	case h.kern == nil:
+		return fmt.Errorf("symheap: %s: %w", op, h.kernErr)
+	}
+	return nil
+}
+
+// Synchronize waits for the rank's stream, then reads the error word of
+// its signal pad: a collective that gave up (a peer that launched or
+// replayed fewer times, or died) is ErrCollectiveTimeout naming the ranks,
+// the epoch and the block, and the heap is broken from then on.
+func (h *DeviceHeap) Synchronize() error {
+	if err := h.a.Synchronize(); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return fmt.Errorf("%w: symheap: device heap of rank %d is closed", alloc.ErrClosed, h.rank)
+	}
+	if h.err != nil {
+		return h.err
+	}
+	b := make([]byte, kernels.PadErrorBytes)
+	if err := h.a.Download(b, h.buf, 0); err != nil {
+		return fmt.Errorf("symheap: reading the signal pad of rank %d: %w", h.rank, err)
+	}
+	h.err = padFailure(kernels.DecodePadError(b), h.timeout)
+	return h.err
+}
+
+// Err is the heap's failure as of the last Synchronize (nil while healthy).
+func (h *DeviceHeap) Err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
+}
+
+// Write copies dst.Size bytes of src, from srcOff, into this rank's dst in
+// stream order (a captured copy reads the host buffer at every replay).
+func (h *DeviceHeap) Write(dst Tensor, src *alloc.HostBuffer, srcOff int64) error {
+	if err := h.bump.check(dst); err != nil {
+		return err
+	}
+	if err := checkHostRange(dst, src, srcOff); err != nil {
+		return err
+	}
+	return h.local(func() error { return h.a.UploadHost(h.buf, SignalPadBytes+dst.Off, src, srcOff, dst.Size) })
+}
+
+// Read copies this rank's src into dst at dstOff, in stream order.
+func (h *DeviceHeap) Read(dst *alloc.HostBuffer, dstOff int64, src Tensor) error {
+	if err := h.bump.check(src); err != nil {
+		return err
+	}
+	if err := checkHostRange(src, dst, dstOff); err != nil {
+		return err
+	}
+	return h.local(func() error { return h.a.DownloadHost(dst, dstOff, h.buf, SignalPadBytes+src.Off, src.Size) })
+}
+
+// CopyLocal copies src into dst within this rank's heap, in stream order.
+func (h *DeviceHeap) CopyLocal(dst, src Tensor) error {
+	if err := h.bump.checkPair(dst, src); err != nil {
+		return err
+	}
+	return h.local(func() error { return h.a.Copy(h.buf, SignalPadBytes+dst.Off, h.buf, SignalPadBytes+src.Off, src.Size) })
+}
+
+// Axpy computes y = a*x + y over this rank's float32 elements: a kernel
+// on the rank's stream.
+func (h *DeviceHeap) Axpy(y, x Tensor, a float32) error {
+	if err := h.bump.checkPair(y, x); err != nil {
+		return err
+	}
+	if err := h.bump.checkElems(y, Float32); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return fmt.Errorf("%w: symheap: Axpy on the closed device heap of rank %d", alloc.ErrClosed, h.rank)
+	}
+	if h.kern == nil {
+		return fmt.Errorf("symheap: Axpy: %w", h.kernErr)
+	}
+	base := uint64(h.buf.Ptr()) + SignalPadBytes
+	k := kernels.AxpyArgs{X: base + uint64(x.Off), Y: base + uint64(y.Off), N: uint64(y.Size / 4), A: a}
+	return h.launchLocked("Axpy", kernels.Axpy, k.Encode(make([]byte, kernels.AxpySize)), h.kern.grid(y.Size/4))
+}
+
+// local runs a copy of this rank's under the heap's lock, refused once
+// the heap is closed.
+func (h *DeviceHeap) local(fn func() error) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return fmt.Errorf("%w: symheap: device heap of rank %d is closed", alloc.ErrClosed, h.rank)
+	}
+	return fn()
+}
