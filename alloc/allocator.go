@@ -27,6 +27,8 @@ type Allocator struct {
 	cap        *capture      // capture begun by this allocator, nil when none
 	transition chan struct{} // closed when a capture begin or end in flight returns
 	pending    []*block      // AllocSync blocks released, for flushReleases
+	pins       int           // blocking calls in flight on buffers' memory (pinLocked)
+	closing    bool          // Close left its teardown for later (finishClose)
 	eager      *eagerRun     // an eager-fallback graph's function is running
 	eagerMu    sync.Mutex    // serializes eager-fallback runs
 	lastCap    *capture      // most recently ended capture, for CaptureAllocCount

@@ -16,6 +16,11 @@ type capture struct {
 	allocs    int      // allocations made while capturing
 	abandoned bool     // the watchdog gave up on its function or driver call
 	err       error    // why it ended without a graph
+	// pins counts the blocking calls in flight on its blocks (pinLocked);
+	// closedGraph is its graph, closed meanwhile, that the last of them
+	// destroys.
+	pins        int
+	closedGraph *Graph
 }
 
 // CaptureStatus reports the stream's capture state, asking the driver.
@@ -123,6 +128,7 @@ func (a *Allocator) beginReturnedLate(c *capture, err error) {
 	}
 	a.dom.remove(a.stream)
 	a.mu.Unlock()
+	a.finishClose(a.cleanupLate)
 }
 
 // EndCapture ends the capture this allocator started and returns the
@@ -179,7 +185,8 @@ func (a *Allocator) endLocked(c *capture, timeout time.Duration) (*Graph, error)
 			a.closeGraphLocked(g)
 		}
 		a.mu.Unlock()
-		a.flushReleases()
+		a.flushReleasesWith(a.cleanupLate)
+		a.finishClose(a.cleanupLate)
 	})
 	a.mu.Lock()
 	if expired {
@@ -363,7 +370,11 @@ type captureResult struct {
 }
 
 // abandon marks c abandoned and arranges for it to be ended and released
-// when its function returns.
+// when its function returns, whether or not the allocator was closed
+// meanwhile (Close leaves an abandoned capture, and its own teardown, to
+// this): the driver's capture end (on the thread that began it, the
+// driver's business), its graph discarded, the domain told, then Close's
+// teardown if it waits.
 func (a *Allocator) abandon(c *capture, done <-chan captureResult) {
 	a.watchdog.expired.Add(1)
 	a.mu.Lock()
@@ -372,7 +383,7 @@ func (a *Allocator) abandon(c *capture, done <-chan captureResult) {
 	go func() {
 		<-done
 		a.mu.Lock()
-		if a.cap == c && !a.closed {
+		if a.cap == c {
 			if g, _ := a.endLocked(c, a.watchdog.timeout); g != nil {
 				a.stats.Captures--
 				a.stats.FailedCapture++
@@ -381,5 +392,6 @@ func (a *Allocator) abandon(c *capture, done <-chan captureResult) {
 		}
 		a.mu.Unlock()
 		a.flushReleases()
+		a.finishClose(a.cleanup)
 	}()
 }

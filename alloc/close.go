@@ -9,6 +9,13 @@ import (
 // capture still open is aborted. Buffers, host buffers and graphs still
 // alive are released too, and reported in an error wrapping ErrLeaked. The
 // driver stays open: it belongs to the caller.
+//
+// Close returns at once even when the teardown must wait: for a capture
+// the watchdog abandoned (until its function or driver call returns, it
+// may still record, so nothing is freed into it and its stream is not
+// destroyed under it), or for a blocking call still using a buffer's
+// memory. The last of them to return ends the capture and runs the
+// teardown (an error then is logged).
 func (a *Allocator) Close() error {
 	a.mu.Lock()
 	a.awaitTransitionLocked()
@@ -16,37 +23,74 @@ func (a *Allocator) Close() error {
 		a.mu.Unlock()
 		return a.fail("Close", -1, StateNone, wrapf(ErrClosed, "allocator closed twice"))
 	}
-	var errs, leaks []error
-	if c := a.cap; c != nil {
+	a.closed = true
+	unregister(a)
+	leaks := a.leaksLocked()
+	errs := a.teardownLocked(a.cleanup)
+	if len(leaks) > 0 {
+		errs = append([]error{fmt.Errorf("%w: %w", ErrLeaked, errors.Join(leaks...))}, errs...)
+	}
+	if len(errs) > 0 {
+		return a.fail("Close", -1, StateNone, errors.Join(errs...))
+	}
+	return nil
+}
+
+// leaksLocked lists what Close finds alive: an open capture, and the
+// graphs, buffers and host buffers the caller did not release (a graph's
+// buffers, and a capture's, go with it). Caller holds a.mu.
+func (a *Allocator) leaksLocked() []error {
+	var leaks []error
+	if a.cap != nil {
 		leaks = append(leaks, errors.New("an open capture was aborted"))
-		if !c.abandoned { // an abandoned one ends when its call returns
-			if g, err := a.endLocked(c, a.watchdog.timeout); g != nil {
-				a.closeGraphLocked(g) // aborted: its graph is not wanted
-			} else if err != nil && !errors.Is(err, ErrCaptureInvalidated) {
-				errs = append(errs, err)
-			}
-		}
 	}
 	if n := len(a.graphs); n > 0 {
 		leaks = append(leaks, fmt.Errorf("%d graph(s) not closed", n))
-		for g := range a.graphs {
-			a.closeGraphLocked(g)
-		}
 	}
-	a.closed = true
-	unregister(a)
 	var bytes int64
 	n := 0
-	for b := a.live.head; b != nil; b = a.live.head {
-		if b.ws == "" {
+	for b := a.live.head; b != nil; b = b.next {
+		if b.ws == "" && b.kind != kindGraph {
 			n++
 			bytes += b.size
 		}
-		a.retireLocked(b)
-		a.releaseLocked(b)
 	}
 	if n > 0 {
 		leaks = append(leaks, fmt.Errorf("%d buffer(s) of %d B not freed", n, bytes))
+	}
+	if len(a.hosts) > 0 {
+		leaks = append(leaks, fmt.Errorf("%d host buffer(s) of %d B not closed", len(a.hosts), a.stats.HostBytes))
+	}
+	return leaks
+}
+
+// teardownLocked is Close's work: it ends a capture still open and
+// releases everything. While something still holds it back - a capture
+// the watchdog abandoned, a blocking call on a buffer's memory
+// (pinLocked) - it leaves a.closing set instead, and the last of them to
+// return runs it (finishClose). The unsafe driver calls go through clean.
+// Caller holds a.mu, which it releases.
+func (a *Allocator) teardownLocked(clean cleaner) []error {
+	var errs []error
+	if c := a.cap; c != nil && !c.abandoned {
+		if g, err := a.endLocked(c, a.watchdog.timeout); g != nil {
+			a.closeGraphLocked(g) // aborted: its graph is not wanted
+		} else if err != nil && !errors.Is(err, ErrCaptureInvalidated) {
+			errs = append(errs, err)
+		}
+	}
+	if a.cap != nil || a.pins > 0 {
+		a.closing = true
+		a.mu.Unlock()
+		return errs
+	}
+	a.closing = false
+	for g := range a.graphs {
+		a.closeGraphLocked(g)
+	}
+	for b := a.live.head; b != nil; b = a.live.head {
+		a.retireLocked(b)
+		a.releaseLocked(b)
 	}
 	a.workspaces = map[string]*block{}
 	if _, err := a.releaseCacheLocked(); err != nil {
@@ -55,9 +99,6 @@ func (a *Allocator) Close() error {
 	hosts := make([]*HostBuffer, 0, len(a.hosts))
 	for h := range a.hosts {
 		hosts = append(hosts, h)
-	}
-	if len(hosts) > 0 {
-		leaks = append(leaks, fmt.Errorf("%d host buffer(s) of %d B not closed", len(hosts), a.stats.HostBytes))
 	}
 	a.hosts = map[*HostBuffer]struct{}{}
 	a.stats.HostBuffers, a.stats.HostBytes = 0, 0
@@ -68,7 +109,7 @@ func (a *Allocator) Close() error {
 	// The unsafe rest (synchronous frees, pinned host frees, the stream's
 	// last synchronize) runs now if no Global-mode capture forbids it, or
 	// once the last one ends: never into another allocator's capture.
-	if err := a.cleanup("Close", func() error {
+	if err := clean("Close", func() error {
 		var errs []error
 		for _, b := range syncFrees {
 			errs = append(errs, a.drv.Free(b.ptr))
@@ -83,11 +124,19 @@ func (a *Allocator) Close() error {
 	}); err != nil {
 		errs = append(errs, err)
 	}
-	if len(leaks) > 0 {
-		errs = append([]error{fmt.Errorf("%w: %w", ErrLeaked, errors.Join(leaks...))}, errs...)
+	return errs
+}
+
+// finishClose runs the teardown Close left for later, if it did and
+// nothing holds it back any more. Called without a.mu by whatever held it
+// back, once that let go; clean as for teardownLocked.
+func (a *Allocator) finishClose(clean cleaner) {
+	a.mu.Lock()
+	if !a.closing || a.cap != nil || a.pins > 0 {
+		a.mu.Unlock()
+		return
 	}
-	if len(errs) > 0 {
-		return a.fail("Close", -1, StateNone, errors.Join(errs...))
+	if err := errors.Join(a.teardownLocked(clean)...); err != nil {
+		a.opts.logger().Warn("capalloc: Close (finished once the abandoned capture or the call in flight returned)", "backend", a.backend, "err", err)
 	}
-	return nil
 }

@@ -138,7 +138,10 @@ func (g *Graph) Launch() error {
 }
 
 // Close destroys the graph and releases what it owned. It is refused while
-// the stream is capturing, since the frees it makes would be recorded.
+// the stream is capturing, since the frees it makes would be recorded. Its
+// buffers are invalid from the moment it returns; if a blocking call
+// (Upload, Download) is still copying one of them, the graph is destroyed,
+// and its memory freed, when that call returns.
 func (g *Graph) Close() error {
 	a := g.a
 	a.mu.Lock()
@@ -163,15 +166,33 @@ func (g *Graph) Close() error {
 	return nil
 }
 
-// closeGraphLocked destroys g on the driver and releases its capture
-// (AllocSync blocks wait for flushReleases; an eager graph's allocations
-// for freeEagerAllocs).
+// closeGraphLocked closes g: its buffers' handles are invalid from now on,
+// and it is destroyed on the driver and its capture released
+// (destroyGraphLocked) at once, or, while a blocking call still uses one
+// of its buffers (pinLocked), by the last such call when it returns:
+// destroying the graph frees its memory. AllocSync blocks wait for
+// flushReleases; an eager graph's allocations for freeEagerAllocs.
 func (a *Allocator) closeGraphLocked(g *Graph) {
 	g.closed = true
 	delete(a.graphs, g)
 	if g.eager != nil {
 		return
 	}
+	c := g.cap
+	for _, b := range c.blocks {
+		if b.live {
+			a.retireLocked(b)
+		}
+	}
+	if c.pins > 0 {
+		c.closedGraph = g
+		return
+	}
+	a.destroyGraphLocked(g)
+}
+
+// destroyGraphLocked destroys g on the driver and releases its capture.
+func (a *Allocator) destroyGraphLocked(g *Graph) {
 	if err := a.drv.GraphExecDestroy(g.exec); err != nil {
 		a.opts.logger().Warn("capalloc: graph exec destroy", "backend", a.backend, "err", err)
 	}

@@ -124,30 +124,78 @@ func (a *Allocator) enqueue(op string, size int64, dst, src Buffer, check func()
 // blocking runs an unsafe call on the stream behind the gate and the
 // watchdog: refused, with no driver call, whenever a capture forbids it.
 func (a *Allocator) blocking(op string, size int64, check func(st CaptureState) error, call func() error) error {
-	return a.blockingUndo(op, size, check, func() (func(), error) { return nil, call() })
+	return a.blockingUndo(op, size, nil, check, func() (func(), error) { return nil, call() })
 }
 
-// blockingUndo is blocking for a call that acquires something; see
-// watchdog.callUndo.
-func (a *Allocator) blockingUndo(op string, size int64, check func(st CaptureState) error, call func() (func(), error)) error {
-	var seen atomic.Int32 // written by a call the watchdog may abandon
-	err := a.watchdog.callUndo(op, func() (func(), error) {
-		a.dom.gate.RLock()
-		defer a.dom.gate.RUnlock()
-		a.mu.Lock()
-		st, err := a.stateLocked()
-		seen.Store(int32(st))
-		if err == nil {
-			err = check(st)
+// blockingOn is blocking for a call that uses buf's memory (a pageable
+// copy): check validates buf, which stays pinned (pinLocked) from the check
+// until the driver call returns, so a Free, Graph.Close or Close racing the
+// call holds the memory back instead of freeing it under the driver.
+func (a *Allocator) blockingOn(op string, size int64, buf Buffer, check func(st CaptureState) error, call func() error) error {
+	return a.blockingUndo(op, size, &buf, check, func() (func(), error) { return nil, call() })
+}
+
+// blockingUndo is blocking for a call that acquires something: if the
+// caller was already given ErrCaptureTimeout when call succeeds, nobody
+// will ever own the result, so the undo call returns releases it. use,
+// when not nil, is pinned as in blockingOn (check must validate it).
+func (a *Allocator) blockingUndo(op string, size int64, use *Buffer, check func(st CaptureState) error, call func() (func(), error)) error {
+	var (
+		seen     atomic.Int32 // written by a call the watchdog may abandon
+		undo     func()
+		followUp bool // the unpin let a release through: make it
+	)
+	expired, err := a.watchdog.run(op, a.watchdog.timeout, func() (err error) {
+		undo, followUp, err = a.guardedCall(use, &seen, check, call)
+		return err
+	}, func(err error) {
+		if err == nil && undo != nil {
+			undo()
 		}
-		a.mu.Unlock()
-		if err != nil {
-			return nil, err
+		if followUp {
+			a.afterUnpin(a.cleanupLate)
 		}
-		return call()
 	})
+	if !expired && followUp { // expired: followUp is the late path's
+		a.afterUnpin(a.cleanup)
+	}
 	if err != nil {
 		return a.fail(op, size, CaptureState(seen.Load()), err)
 	}
 	return nil
+}
+
+// guardedCall is one blocking call, on the watchdog's worker: check under
+// a.mu, then call without it, all under the gate's read side so that no
+// capture begins meanwhile; use's block is pinned from the check to the
+// end of the call. followUp says whether the unpin let a release through
+// (an AllocSync free queued, Close's teardown due): the caller makes it,
+// out of the gate.
+func (a *Allocator) guardedCall(use *Buffer, seen *atomic.Int32, check func(st CaptureState) error, call func() (func(), error)) (undo func(), followUp bool, err error) {
+	a.dom.gate.RLock()
+	defer a.dom.gate.RUnlock()
+	a.mu.Lock()
+	st, err := a.stateLocked()
+	seen.Store(int32(st))
+	if err == nil {
+		err = check(st)
+	}
+	if err != nil {
+		a.mu.Unlock()
+		return nil, false, err
+	}
+	if use == nil {
+		a.mu.Unlock()
+		undo, err = call()
+		return undo, false, err
+	}
+	blk := use.blk
+	a.pinLocked(blk)
+	a.mu.Unlock()
+	undo, err = call()
+	a.mu.Lock()
+	a.unpinLocked(blk)
+	followUp = len(a.pending) > 0 || a.closing
+	a.mu.Unlock()
+	return undo, followUp, err
 }

@@ -34,7 +34,7 @@ func (a *Allocator) HostAlloc(size int64) (*HostBuffer, error) {
 		return nil, a.fail("HostAlloc", size, StateNone, wrapf(ErrInvalidSize, "size must be positive"))
 	}
 	var h *HostBuffer
-	err := a.blockingUndo("HostAlloc", size, func(st CaptureState) error {
+	err := a.blockingUndo("HostAlloc", size, nil, func(st CaptureState) error {
 		return a.unsafeRefusalLocked(st, false, "pinned host allocation")
 	}, func() (func(), error) {
 		b, err := a.drv.HostAlloc(size)
@@ -48,11 +48,11 @@ func (a *Allocator) HostAlloc(size int64) (*HostBuffer, error) {
 		a.stats.HostBuffers++
 		a.stats.HostBytes += size
 		h = nh
-		// Abandoned by the watchdog: nobody holds nh, so release it
-		// (directly: the watchdog still counts this call as stuck).
+		// Abandoned by the watchdog: nobody holds nh, so release it, in
+		// the watchdog's late path (cleanupLate: never into a capture).
 		return func() {
 			if nh.release() {
-				_ = a.drv.HostFree(nh.b)
+				a.logLate("HostAlloc", a.cleanupLate("HostAlloc", func() error { return a.drv.HostFree(nh.b) }))
 			}
 		}, nil
 	})

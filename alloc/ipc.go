@@ -9,13 +9,8 @@ package alloc
 // ErrInvalidValue when the driver has no IPC.
 func (a *Allocator) IPCGetMemHandle(b Buffer) ([]byte, error) {
 	var h []byte
-	err := a.ipcGuarded("IPCGetMemHandle", func(d IPCMemory) (func(), error) {
-		a.mu.Lock()
-		err := a.validateLocked(b, 0, 0)
-		a.mu.Unlock()
-		if err != nil {
-			return nil, err
-		}
+	err := a.ipcGuarded("IPCGetMemHandle", &b, func(d IPCMemory) (func(), error) {
+		var err error
 		h, err = d.IPCGetMemHandle(b.Ptr())
 		return nil, err
 	})
@@ -27,7 +22,7 @@ func (a *Allocator) IPCGetMemHandle(b Buffer) ([]byte, error) {
 // not counted, pooled or freed by it. Guarded like IPCGetMemHandle.
 func (a *Allocator) IPCOpenMemHandle(handle []byte) (DevicePtr, error) {
 	var p DevicePtr
-	err := a.ipcGuarded("IPCOpenMemHandle", func(d IPCMemory) (func(), error) {
+	err := a.ipcGuarded("IPCOpenMemHandle", nil, func(d IPCMemory) (func(), error) {
 		q, err := d.IPCOpenMemHandle(handle)
 		if err != nil {
 			return nil, err
@@ -42,17 +37,25 @@ func (a *Allocator) IPCOpenMemHandle(handle []byte) (DevicePtr, error) {
 // IPCCloseMemHandle unmaps an address IPCOpenMemHandle returned. Guarded
 // like IPCGetMemHandle.
 func (a *Allocator) IPCCloseMemHandle(p DevicePtr) error {
-	return a.ipcGuarded("IPCCloseMemHandle", func(d IPCMemory) (func(), error) { return nil, d.IPCCloseMemHandle(p) })
+	return a.ipcGuarded("IPCCloseMemHandle", nil, func(d IPCMemory) (func(), error) { return nil, d.IPCCloseMemHandle(p) })
 }
 
 // ipcGuarded runs fn through the guard's blocking path, refused where an
-// unsafe call is (as AllocSync), so no capture begins while it runs.
-func (a *Allocator) ipcGuarded(op string, fn func(IPCMemory) (func(), error)) error {
+// unsafe call is (as AllocSync), so no capture begins while it runs. use,
+// when not nil, is the buffer fn exports: validated, and pinned until fn
+// returns, so a Free or Close racing the export does not free it under the
+// driver call.
+func (a *Allocator) ipcGuarded(op string, use *Buffer, fn func(IPCMemory) (func(), error)) error {
 	d, ok := a.drv.(IPCMemory)
 	if !ok {
 		return a.fail(op, 0, StateNone, wrapf(ErrInvalidValue, "backend %s has no IPC memory handles", a.backend))
 	}
-	return a.blockingUndo(op, 0, func(st CaptureState) error {
+	return a.blockingUndo(op, 0, use, func(st CaptureState) error {
+		if use != nil {
+			if err := a.validateLocked(*use, 0, 0); err != nil {
+				return err
+			}
+		}
 		why := a.unsafeAllowedLocked(st, false)
 		switch {
 		case why == nil:

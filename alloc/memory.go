@@ -324,7 +324,7 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 		buf       Buffer
 		capturing bool // a (Relaxed) capture of ours is recording
 	)
-	err := a.blockingUndo("AllocSync", size, func(st CaptureState) error {
+	err := a.blockingUndo("AllocSync", size, nil, func(st CaptureState) error {
 		capturing = st != StateNone
 		if size > a.info.TotalMemory {
 			return a.oomLocked(size, "larger than the device")
@@ -353,8 +353,8 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 		}
 		nb := a.handOutLocked(b, size)
 		buf = nb
-		// Abandoned by the watchdog: nobody holds nb, so free it (directly:
-		// the watchdog still counts this call as stuck).
+		// Abandoned by the watchdog: nobody holds nb, so free it, in the
+		// watchdog's late path (cleanupLate: never into a capture).
 		return func() {
 			a.mu.Lock()
 			mine := b.live && b.gen == nb.gen // Close may have freed it
@@ -364,7 +364,7 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 			}
 			a.mu.Unlock()
 			if mine {
-				_ = a.drv.Free(p)
+				a.logLate("AllocSync", a.cleanupLate("AllocSync", func() error { return a.drv.Free(p) }))
 			}
 		}, nil
 	})

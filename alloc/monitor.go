@@ -61,10 +61,13 @@ func (c *watch) runOn() {
 	watches.mu.Lock()
 	//lint:ignore SA2001 an empty critical section is the barrier
 	watches.mu.Unlock()
+	// The call returned: it is stuck no more. Uncounted before late runs,
+	// so a caller who sees late's cleanup done (a capture ended) is not
+	// then refused for a call that is no longer stuck.
+	c.w.stuck.Add(-1)
 	if c.late != nil {
 		c.late(err)
 	}
-	c.w.stuck.Add(-1)
 	c.recycle()
 }
 

@@ -77,9 +77,52 @@ func (a *Allocator) givenBackLocked(n int64) {
 	a.stats.BytesReserved -= n
 }
 
+// pinLocked marks b's memory in use by a blocking driver call made without
+// a.mu (a pageable copy, an IPC export) until unpinLocked. It is a
+// reference like a graph's (block.refs): a release meanwhile (Free, Close)
+// holds the memory instead of giving it back, a Graph.Close of the graph
+// that owns b leaves the graph's destruction to the last unpin, and Close
+// leaves its teardown to it (a.pins). So the driver never gets a call on
+// memory that was freed, or handed to someone else, under it. Caller holds
+// a.mu.
+func (a *Allocator) pinLocked(b *block) {
+	b.refs++
+	a.pins++
+	if b.kind == kindGraph && b.cap != nil {
+		b.cap.pins++
+	}
+}
+
+// unpinLocked ends a pinLocked hold, making the release it held back: the
+// block's (AllocSync memory is queued for flushReleases), the owning
+// graph's destruction. Close's teardown is the caller's to make
+// (afterUnpin). Caller holds a.mu.
+func (a *Allocator) unpinLocked(b *block) {
+	a.pins--
+	if c := b.cap; b.kind == kindGraph && c != nil {
+		c.pins--
+		if g := c.closedGraph; c.pins == 0 && g != nil {
+			c.closedGraph = nil
+			a.destroyGraphLocked(g)
+		}
+	}
+	a.unrefLocked(b)
+}
+
+// afterUnpin makes what an unpin let through: the AllocSync frees it
+// queued and Close's teardown if it was waiting for the call. Called
+// without a.mu; clean is cleanup, or cleanupLate in a watchdog's late path.
+func (a *Allocator) afterUnpin(clean cleaner) {
+	a.flushReleasesWith(clean)
+	a.finishClose(clean)
+}
+
 // flushReleases frees the AllocSync blocks releaseLocked queued, through
 // cleanup. Called without a.mu.
-func (a *Allocator) flushReleases() {
+func (a *Allocator) flushReleases() { a.flushReleasesWith(a.cleanup) }
+
+// flushReleasesWith is flushReleases through clean.
+func (a *Allocator) flushReleasesWith(clean cleaner) {
 	a.mu.Lock()
 	bs := a.pending
 	a.pending = nil
@@ -87,7 +130,7 @@ func (a *Allocator) flushReleases() {
 	if len(bs) == 0 {
 		return
 	}
-	if err := a.cleanup("Free", func() error {
+	if err := clean("Free", func() error {
 		var errs []error
 		for _, b := range bs {
 			errs = append(errs, a.drv.Free(b.ptr))
@@ -98,6 +141,9 @@ func (a *Allocator) flushReleases() {
 	}
 }
 
+// cleaner is cleanup or cleanupLate.
+type cleaner func(op string, fn func() error) error
+
 // cleanup makes fn, unsafe driver calls that give back what nobody owns any
 // more, without ever running them into a capture: now, under the gate and
 // the watchdog, when no Global-mode capture is active in the domain
@@ -105,13 +151,33 @@ func (a *Allocator) flushReleases() {
 // (an error then is logged). Only called when the allocator's own stream
 // is not capturing.
 func (a *Allocator) cleanup(op string, fn func() error) error {
-	later := func() {
+	_, err := a.watchdog.run(op, a.watchdog.timeout, func() error {
+		return a.dom.nowOrAfterGlobal(fn, a.logged(op, fn))
+	}, nil)
+	return err
+}
+
+// cleanupLate is cleanup for a watchdog's late path, where an abandoned
+// call has finally returned: nobody waits for it, and a watched call would
+// not even be attempted while another call is stuck (and what fn should
+// free would leak). fn runs, or is queued, directly.
+func (a *Allocator) cleanupLate(op string, fn func() error) error {
+	return a.dom.nowOrAfterGlobal(fn, a.logged(op, fn))
+}
+
+// logLate logs the error of cleanup made in a watchdog's late path, where
+// nobody is left to return it to.
+func (a *Allocator) logLate(op string, err error) {
+	if err != nil {
+		a.opts.logger().Warn("capalloc: "+op+" (releasing what an abandoned call acquired)", "backend", a.backend, "err", err)
+	}
+}
+
+// logged is fn for the domain's queue, which logs its error.
+func (a *Allocator) logged(op string, fn func() error) func() {
+	return func() {
 		if err := fn(); err != nil {
 			a.opts.logger().Warn("capalloc: "+op+" (deferred until captures ended)", "backend", a.backend, "err", err)
 		}
 	}
-	_, err := a.watchdog.run(op, a.watchdog.timeout, func() error {
-		return a.dom.nowOrAfterGlobal(fn, later)
-	}, nil)
-	return err
 }

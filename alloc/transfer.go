@@ -81,7 +81,7 @@ func (a *Allocator) Copy(dst Buffer, dstOff int64, src Buffer, srcOff, n int64) 
 // with ErrCaptureIncompatibleAllocation (use UploadHost with a HostBuffer).
 func (a *Allocator) Upload(dst Buffer, off int64, src []byte) error {
 	n := int64(len(src))
-	return a.blocking("Upload", n, func(st CaptureState) error {
+	return a.blockingOn("Upload", n, dst, func(st CaptureState) error {
 		if err := a.validateLocked(dst, off, n); err != nil {
 			return err
 		}
@@ -96,7 +96,7 @@ func (a *Allocator) Upload(dst Buffer, off int64, src []byte) error {
 // during any capture like Upload.
 func (a *Allocator) Download(dst []byte, src Buffer, off int64) error {
 	n := int64(len(dst))
-	return a.blocking("Download", n, func(st CaptureState) error {
+	return a.blockingOn("Download", n, src, func(st CaptureState) error {
 		if err := a.validateLocked(src, off, n); err != nil {
 			return err
 		}

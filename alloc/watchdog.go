@@ -23,22 +23,6 @@ type watchdog struct {
 	abort func(cause error)
 }
 
-// callUndo runs f under the deadline; f acquires something: if the caller was
-// already given ErrCaptureTimeout when f succeeds, nobody will ever own the
-// result, so undo releases it.
-func (w *watchdog) callUndo(op string, f func() (undo func(), err error)) error {
-	var undo func()
-	_, err := w.run(op, w.timeout, func() (err error) {
-		undo, err = f()
-		return err
-	}, func(err error) {
-		if err == nil && undo != nil {
-			undo()
-		}
-	})
-	return err
-}
-
 // run runs f with its own deadline (<= 0: none). Past the deadline the
 // caller gets ErrCaptureTimeout and f is abandoned; when it finally returns,
 // late (if not nil) gets its error, in f's goroutine, so that whatever f

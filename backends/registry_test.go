@@ -170,3 +170,19 @@ func TestUnknownScheme(t *testing.T) {
 	_, err := backends.OpenDriver(ctx, "teleport:cpu")
 	require.ErrorIs(t, err, backends.ErrUnknownBackend)
 }
+
+func TestSurveySaysWhatOpensAndWhyNot(t *testing.T) {
+	missing, _ := registerFake(t, fmt.Errorf("%w: libfake.so not found in /nowhere", alloc.ErrBackendUnavailable))
+	broken, _ := registerFake(t, fmt.Errorf("%w: device fell off the bus", alloc.ErrDriver))
+	got := map[string]error{}
+	for _, av := range backends.Survey(ctx, "cpu") {
+		got[av.Name] = av.Err
+	}
+	require.Contains(t, got, "cpu")
+	require.NoError(t, got["cpu"])
+	require.ErrorIs(t, got[missing], alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, got[broken], alloc.ErrBackendUnavailable, "any failure to open means unavailable here")
+	require.ErrorIs(t, got[broken], alloc.ErrDriver, "and keeps its cause")
+	require.NotContains(t, got, "plugin:cpu", "no scheme is registered in this binary")
+	require.NoError(t, backends.Choice{Name: "cpu"}.Available(ctx))
+}

@@ -40,6 +40,7 @@ func (s *suite) collectivesGroup(t *testing.T) {
 	t.Run("alloc_mismatch_is_loud", s.allocMismatchIsLoud)
 	t.Run("heap_capture_rules", s.heapCaptureRules)
 	t.Run("device_heap_copy", s.deviceHeap)
+	t.Run("ranks_share_a_driver", s.ranksShareADriver)
 }
 
 // heapKind is one implementation of symheap.Collectives.
@@ -81,12 +82,18 @@ func (w *world) closeAll(t *testing.T) {
 // symheap.OneRankPerProcess; TestCollectivesAcrossProcesses runs them).
 func (s *suite) newHostWorld(t *testing.T, n int, size int64, timeout time.Duration, checkAllocs bool) (w *world, ok bool) {
 	t.Helper()
+	return s.newHostWorldOn(t, n, size, timeout, checkAllocs, func(int) alloc.Driver { return s.openDriver(t) })
+}
+
+// newHostWorldOn is newHostWorld with rank r's allocator on driver(r).
+func (s *suite) newHostWorldOn(t *testing.T, n int, size int64, timeout time.Duration, checkAllocs bool, driver func(r int) alloc.Driver) (w *world, ok bool) {
+	t.Helper()
 	g, err := symheap.NewGroup(n, size)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, g.Close()) })
 	w = &world{}
 	for r := range n {
-		d := s.openDriver(t)
+		d := driver(r)
 		a, err := alloc.New(d, alloc.Options{Watchdog: testWatchdog})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, a.Close()) })

@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -53,7 +52,7 @@ func lookupChain(name string) (Factory, *backends.Opened, error) {
 		return nil, nil, fmt.Errorf("conformance: %w", err)
 	}
 	if len(cfg) == 1 {
-		if err := tryOpen(cfg[0]); err != nil {
+		if err := cfg[0].Available(context.Background()); err != nil {
 			return nil, nil, fmt.Errorf("conformance: backend %q (registered: %s): %w", name, strings.Join(backends.Names(), ", "), err)
 		}
 		return factoryOf(cfg[0]), &backends.Opened{Choice: cfg[0]}, nil
@@ -68,49 +67,24 @@ func lookupChain(name string) (Factory, *backends.Opened, error) {
 	return factoryOf(o.Choice), o, nil
 }
 
-// tryOpen opens and closes a backend once.
-func tryOpen(c backends.Choice) error {
-	d, err := c.Open(context.Background())
-	if err != nil {
-		if !errors.Is(err, alloc.ErrBackendUnavailable) {
-			err = fmt.Errorf("%w: %w", alloc.ErrBackendUnavailable, err)
-		}
-		return err
-	}
-	return d.Close()
-}
-
-// defaultRun lists what a run without -backend covers: every registered
-// backend, and each through every registered scheme ("plugin:cpu") for the
-// backends named in schemeTargets.
-func defaultRun() []string {
-	names := backends.Names()
-	for _, s := range backends.Schemes() {
-		for _, n := range backends.Names() {
-			if slices.Contains(schemeTargets, n) {
-				names = append(names, s+":"+n)
-			}
-		}
-	}
-	return names
-}
-
 // schemeTargets are the backends a default run also runs out of process:
 // the CPU backend always works, so plugin:cpu proves the plugin layer on
 // every machine without doubling the GPU time.
 var schemeTargets = []string{"cpu"}
 
-// available lists the backends a default run covers that open on this
-// machine, and for every other backend (registered but unavailable, or
-// planned but not linked into this binary) the reason it is left out.
+// available lists the backends a default run covers (backends.Survey:
+// every registered backend, and schemeTargets through every scheme) that
+// open on this machine, and for every other backend (registered but
+// unavailable, or planned but not linked into this binary) the reason it
+// is left out.
 func available() (names []string, skipped map[string]error) {
 	skipped = map[string]error{}
-	for _, n := range defaultRun() {
-		if err := tryOpen(backends.Choice{Name: n}); err != nil {
-			skipped[n] = err
+	for _, av := range backends.Survey(context.Background(), schemeTargets...) {
+		if av.Err != nil {
+			skipped[av.Name] = av.Err
 			continue
 		}
-		names = append(names, n)
+		names = append(names, av.Name)
 	}
 	for _, n := range planned {
 		if !slices.Contains(backends.Names(), n) {

@@ -10,6 +10,7 @@ package conformance
 import (
 	"bytes"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -31,27 +32,60 @@ const testWatchdog = 10 * time.Second
 
 // Run runs the whole suite against the driver open makes. Subtest names are
 // stable: Group/case[/mode/state/op].
-func Run(t *testing.T, open Factory) {
+func Run(t *testing.T, open Factory) { RunGroups(t, open, Groups()...) }
+
+// Groups names the suite's groups, in the order Run runs them.
+func Groups() []string {
+	names := make([]string, len(groups))
+	for i, g := range groups {
+		names[i] = g.name
+	}
+	return names
+}
+
+// RunGroups runs the named groups of the suite (Groups), in Run's order,
+// for a caller that runs the rest elsewhere. An unknown name fails t.
+func RunGroups(t *testing.T, open Factory, names ...string) {
+	for _, n := range names {
+		if !slices.ContainsFunc(groups, func(g group) bool { return g.name == n }) {
+			t.Fatalf("conformance: no group %q (groups: %v)", n, Groups())
+		}
+	}
 	s := &suite{open: closing(open)}
-	t.Run("Info", s.info)
-	t.Run("Eager", s.eager)
-	t.Run("TruthTable", s.truthTable)
-	t.Run("CrossAllocator", s.crossAllocator)
-	t.Run("Replay", s.replay)
-	t.Run("Aliasing", s.aliasing)
-	t.Run("FailedCapture", s.failedCapture)
-	t.Run("WithCapture", s.withCapture)
-	t.Run("External", s.external)
-	t.Run("Workspace", s.workspace)
-	t.Run("Watchdog", s.watchdog)
-	t.Run("Concurrency", s.concurrency)
-	t.Run("HostFunc", s.hostFunc)
-	t.Run("Enqueue", s.enqueue)
-	t.Run("Collectives", s.collectivesGroup)
-	t.Run("BadInput", s.badInput)
-	t.Run("Close", s.close)
-	t.Run("Leaks", s.leaks)
-	t.Run("Probe", func(t *testing.T) { probeSuite(t, s.open) })
+	for _, g := range groups {
+		if slices.Contains(names, g.name) {
+			t.Run(g.name, func(t *testing.T) { g.run(s, t) })
+		}
+	}
+}
+
+// group is one top-level group of the suite.
+type group struct {
+	name string
+	run  func(s *suite, t *testing.T)
+}
+
+var groups = []group{
+	{"Info", (*suite).info},
+	{"Eager", (*suite).eager},
+	{"TruthTable", (*suite).truthTable},
+	{"CrossAllocator", (*suite).crossAllocator},
+	{"Replay", (*suite).replay},
+	{"Aliasing", (*suite).aliasing},
+	{"FailedCapture", (*suite).failedCapture},
+	{"WithCapture", (*suite).withCapture},
+	{"External", (*suite).external},
+	{"Workspace", (*suite).workspace},
+	{"Watchdog", (*suite).watchdog},
+	{"Concurrency", (*suite).concurrency},
+	{"InFlight", (*suite).inFlight},
+	{"HostFunc", (*suite).hostFunc},
+	{"Enqueue", (*suite).enqueue},
+	{"Collectives", (*suite).collectivesGroup},
+	{"BadInput", (*suite).badInput},
+	{"Close", (*suite).close},
+	{"Leaks", (*suite).leaks},
+	{"Probe", func(s *suite, t *testing.T) { probeSuite(t, s.open) }},
 }
 
 // closing wraps open so that every driver it opens is closed by the

@@ -115,6 +115,7 @@ func (s *suite) watchdog(t *testing.T) {
 		require.NoError(t, e.a.Free(b))
 		require.NoError(t, h.Close())
 	})
+	t.Run("abandoned_capture_outlives_close", s.abandonedCaptureOutlivesClose)
 	t.Run("hung_driver_call", func(t *testing.T) {
 		e := s.newEnv(t, alloc.Options{Watchdog: wdDeadline})
 		b := mustAlloc(t, e.a, 4096)

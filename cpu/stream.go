@@ -309,10 +309,31 @@ func (d *Driver) runBatch(s *stream, q []op) {
 	s.mu.Unlock()
 }
 
-// drainAll runs every stream's queue: what a device-synchronizing call
-// (cudaFree, cudaFreeHost) waits for.
+// drainAll waits until the work queued on every stream so far has run:
+// what a device-synchronizing call (cudaFree, cudaFreeHost) waits for. Each
+// stream with work runs it in a goroutine of its own, all concurrently, as
+// a device runs its streams; never in the caller's goroutine. Draining them
+// one after another there ran one stream's host functions in the caller
+// while the work they waited for (a peer rank's barrier) stayed queued
+// behind them on another stream: two collective ranks on one driver timed
+// out (issue 21).
 func (d *Driver) drainAll() {
+	var wg sync.WaitGroup
 	for _, s := range *d.streams.Load() {
-		d.drain(s)
+		if s.busy() {
+			wg.Go(func() { d.drain(s) })
+		}
 	}
+	wg.Wait()
+}
+
+// busy reports whether s has work queued or a drain under way.
+func (s *stream) busy() bool {
+	if !s.execMu.TryLock() {
+		return true
+	}
+	defer s.execMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.queue) > 0
 }

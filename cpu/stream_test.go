@@ -2,7 +2,9 @@ package cpu_test
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/cpu"
@@ -162,4 +164,66 @@ func TestSynchronizeDoesNotBlockOtherStreams(t *testing.T) {
 	ok(t, d.CopyDtoH(out, p, other))
 	wantBytes(t, out, 2)
 	ok(t, <-done)
+}
+
+// A device-synchronizing call (Free, HostFree) waits for every stream's
+// queued work, and the streams run it concurrently, as a device does: two
+// streams whose host functions wait for each other (a two-rank barrier)
+// complete, whichever goroutine synchronizes. Draining the streams one
+// after another in the caller's goroutine ran one rank's barrier there
+// while the other's stayed queued behind it, and both timed out (issue 21).
+func TestDeviceSyncRunsStreamsConcurrently(t *testing.T) {
+	for _, call := range []struct {
+		name string
+		make func(d *cpu.Driver) (release func() error)
+	}{
+		{"free", func(d *cpu.Driver) func() error {
+			p := val[alloc.DevicePtr](t)(d.Malloc(4096))
+			return func() error { return d.Free(p) }
+		}},
+		{"host_free", func(d *cpu.Driver) func() error {
+			b := host(t, d, 4096)
+			return func() error { return d.HostFree(b) }
+		}},
+	} {
+		t.Run(call.name, func(t *testing.T) {
+			d := newDriver(t, cpu.Options{})
+			streams := [2]alloc.Stream{newStream(t, d), newStream(t, d)}
+			for round := range 20 {
+				var arrived [2]chan struct{}
+				for r := range arrived {
+					arrived[r] = make(chan struct{})
+				}
+				var release [2]func() error
+				for r := range release {
+					release[r] = call.make(d)
+				}
+				errs := make(chan error, 2)
+				for r := range 2 {
+					go func() {
+						errs <- func() error {
+							if err := d.LaunchHostFunc(streams[r], func() error {
+								close(arrived[r])
+								select {
+								case <-arrived[1-r]:
+									return nil
+								case <-time.After(5 * time.Second):
+									return fmt.Errorf("round %d: rank %d's peer never arrived", round, r)
+								}
+							}); err != nil {
+								return err
+							}
+							if err := release[r](); err != nil {
+								return err
+							}
+							return d.StreamSynchronize(streams[r])
+						}()
+					}()
+				}
+				for range 2 {
+					ok(t, <-errs)
+				}
+			}
+		})
+	}
 }

@@ -4,6 +4,7 @@
 //
 //	go run ./cmd/capprobe                      # cpu backend, global mode
 //	go run ./cmd/capprobe -mode=all --json     # every mode, JSON
+//	go run ./cmd/capprobe -backends            # which backends open here, and why not
 package main
 
 import (
@@ -41,8 +42,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print a JSON array instead of a table")
 	replays := fs.Int("replays", 20, "fresh-data replays that prove each CAPTURABLE row")
 	check := fs.Bool("check", false, "exit 1 if any verdict differs from CUDA's rules")
+	list := fs.Bool("backends", false, "list the backends the conformance suite's default run covers, whether each opens here, and why not; probe nothing")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *list {
+		printBackends(stdout, backends.Survey(context.Background(), surveyTargets...))
+		return 0
 	}
 	modes, err := parseModes(*modeFlag)
 	if err != nil {
@@ -159,4 +165,29 @@ func (t *table) print(r row) {
 func (t *table) line(mode, op, verdict, reason string) {
 	l := fmt.Sprintf("%-*s  %-*s  %-*s  %s", t.modeW, mode, t.opW, op, t.vW, verdict, reason)
 	fmt.Fprintln(t.w, strings.TrimRight(l, " "))
+}
+
+// surveyTargets are the backends -backends also opens out of process, as
+// the conformance suite's default run does: plugin:cpu.
+var surveyTargets = []string{"cpu"}
+
+// printBackends prints one entry per backend: "yes", or "no" with the
+// reason, its continuation lines indented under it.
+func printBackends(w io.Writer, avs []backends.Availability) {
+	width := len("BACKEND")
+	for _, av := range avs {
+		width = max(width, len(av.Name))
+	}
+	fmt.Fprintf(w, "%-*s  OPENS HERE\n", width, "BACKEND")
+	for _, av := range avs {
+		if av.Err == nil {
+			fmt.Fprintf(w, "%-*s  yes\n", width, av.Name)
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(av.Err.Error(), "\n"), "\n")
+		fmt.Fprintf(w, "%-*s  no: %s\n", width, av.Name, lines[0])
+		for _, l := range lines[1:] {
+			fmt.Fprintf(w, "%-*s      %s\n", width, "", strings.TrimSpace(l))
+		}
+	}
 }

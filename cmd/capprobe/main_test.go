@@ -112,3 +112,16 @@ func TestTableSaysHowManyRowsAndPrintsEach(t *testing.T) {
 		require.Equal(t, strings.TrimRight(r, " \n"), strings.TrimSuffix(r, "\n"), "no trailing blanks")
 	}
 }
+
+func TestBackendsListsWhatOpensHere(t *testing.T) {
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, run([]string{"-backends"}, &out, &errb), errb.String())
+	lines := strings.Split(out.String(), "\n")
+	require.Regexp(t, `^BACKEND +OPENS HERE$`, lines[0])
+	require.Contains(t, lines, "cpu         yes")
+	require.Contains(t, lines, "plugin:cpu  yes", "the plugin layer over cpu, as the conformance suite's default run")
+	for _, n := range []string{"cuda", "hip"} {
+		require.Regexp(t, "(?m)^"+n+" +(yes|no: backend unavailable: "+n+": .+)$", out.String(), "every linked backend is listed, with why it does not open")
+	}
+	require.Empty(t, errb.String())
+}

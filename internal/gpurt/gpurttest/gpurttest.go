@@ -11,6 +11,8 @@ package gpurttest
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,17 +93,21 @@ func (f *Fake) Lib(t testing.TB, cflags ...string) string {
 	return path
 }
 
-// Build compiles the fake to path with preprocessor flags (BuildFake).
+// Build compiles the fake to path with preprocessor flags (BuildFake),
+// once per variant and test process (buildCached).
 func (f *Fake) Build(t testing.TB, path string, cflags ...string) {
 	t.Helper()
 	f.Prepare(t)
-	if err := BuildFake(f.src, path, append([]string{"-O1"}, cflags...)...); err != nil {
+	flags := append([]string{"-O1"}, cflags...)
+	key := strings.Join(append([]string{"fake", f.src, CC(), CXX()}, flags...), "\x00")
+	if err := buildCached(path, key, func(out string) error { return BuildFake(f.src, out, flags...) }); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // BuildShared compiles C source into a shared library at path, with the
-// shared core's folder on the include path; it skips without a compiler.
+// shared core's folder on the include path, once per variant and test
+// process (buildCached); it skips without a compiler.
 func BuildShared(t testing.TB, path string, src []byte, cflags ...string) {
 	t.Helper()
 	if _, err := exec.LookPath(CC()); err != nil {
@@ -111,12 +117,60 @@ func BuildShared(t testing.TB, path string, src []byte, cflags ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"-shared", "-fPIC", "-I", filepath.Join(root, "internal", "fakegpu"), "-o", path}, cflags...)
-	cmd := exec.Command(CC(), append(args, "-x", "c", "-", "-lpthread")...)
-	cmd.Stdin = bytes.NewReader(src)
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", CC(), err, msg)
+	args := append([]string{"-shared", "-fPIC", "-I", filepath.Join(root, "internal", "fakegpu")}, cflags...)
+	sum := sha256.Sum256(src)
+	key := strings.Join(append([]string{"shared", string(sum[:]), CC()}, args...), "\x00")
+	if err := buildCached(path, key, func(out string) error {
+		cmd := exec.Command(CC(), append(append(args, "-o", out), "-x", "c", "-", "-lpthread")...)
+		cmd.Stdin = bytes.NewReader(src)
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: %v\n%s", CC(), err, msg)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
+}
+
+// built holds, for the life of the test process, every library built
+// here, by what went into it. The fake-runtime tests load a fresh build
+// for almost every test, mostly of the same few variants, and compiling
+// each one took most of their time (issue 21: 92 compiles in
+// internal/gpurt's tests alone, 0.45 s each).
+var built sync.Map // key -> *buildOnce
+
+type buildOnce struct {
+	once sync.Once
+	lib  []byte
+	err  error
+}
+
+// buildCached writes to path the library build makes, running build only
+// the first time this process asks for key. path is a new file, so loading
+// it is still a fresh load with fresh state (the loader would hand back an
+// already loaded library for the same file).
+func buildCached(path, key string, build func(out string) error) error {
+	v, _ := built.LoadOrStore(key, new(buildOnce))
+	b := v.(*buildOnce)
+	b.once.Do(func() { b.lib, b.err = buildBytes(build) })
+	if b.err != nil {
+		return b.err
+	}
+	return os.WriteFile(path, b.lib, 0o755)
+}
+
+// buildBytes runs build into a temporary file and returns what it wrote.
+func buildBytes(build func(out string) error) ([]byte, error) {
+	dir, err := os.MkdirTemp("", "capalloc-fake")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	out := filepath.Join(dir, "lib.so")
+	if err := build(out); err != nil {
+		return nil, err
+	}
+	return os.ReadFile(out)
 }
 
 // moduleRoot is the folder of go.mod above the working directory (a test

@@ -1,0 +1,52 @@
+package backends
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// Availability is whether one backend opens on this machine.
+type Availability struct {
+	Name string
+	// Err is nil when the backend opened (and was closed again), else why
+	// not, wrapping alloc.ErrBackendUnavailable.
+	Err error
+}
+
+// Survey opens, and closes again, every backend this binary offers: each
+// registered name, and each of targets through every registered scheme
+// ("plugin:cpu" for target cpu), and reports which open here and why the
+// others do not, in that order. The conformance suite's default run covers
+// what it reports open, and capprobe -backends prints it.
+func Survey(ctx context.Context, targets ...string) []Availability {
+	names := Names()
+	for _, s := range Schemes() {
+		for _, n := range Names() {
+			if slices.Contains(targets, n) {
+				names = append(names, s+":"+n)
+			}
+		}
+	}
+	out := make([]Availability, 0, len(names))
+	for _, n := range names {
+		out = append(out, Availability{Name: n, Err: Choice{Name: n}.Available(ctx)})
+	}
+	return out
+}
+
+// Available opens c and closes it again: nil when it opens here, else why
+// not, wrapping alloc.ErrBackendUnavailable.
+func (c Choice) Available(ctx context.Context) error {
+	d, err := c.Open(ctx)
+	if err != nil {
+		if !errors.Is(err, alloc.ErrBackendUnavailable) {
+			err = fmt.Errorf("%w: %w", alloc.ErrBackendUnavailable, err)
+		}
+		return err
+	}
+	return d.Close()
+}
