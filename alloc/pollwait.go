@@ -15,9 +15,19 @@ import (
 // already run, as StreamSynchronize reports it. Same capture rules as
 // StreamQuery. Like StreamIdler, a driver whose calls may hang (a plugin
 // host) must not implement it.
+//
+// Work the poll cannot run without blocking (a host function on cpu) is
+// left queued and answered with ErrWouldBlock: the allocator then makes
+// the watched blocking call at once, which runs it, so such a wait costs
+// one hand-off (a cpu collective is a host function: polling around a
+// goroutine that ran it cost +30-140% on symheap's benchmarks).
 type StreamPoller interface {
 	StreamPoll(s Stream) (bool, error)
 }
+
+// ErrWouldBlock is StreamPoll's answer when what is queued can run only
+// in a blocking call (StreamSynchronize or StreamQuery).
+var ErrWouldBlock = errors.New("stream work can run only in a blocking call")
 
 // pollerOf is the non-blocking "is the stream done?" of drv: StreamPoll
 // where the driver needs polling to progress, StreamIdle where its device
@@ -75,6 +85,9 @@ func (a *Allocator) waitPolled(op string, once, handOff bool) (done, long bool, 
 		}
 		err = c.finish(err)
 	}
+	if errors.Is(err, ErrWouldBlock) {
+		return false, true, nil // the blocking call runs it
+	}
 	if err != nil {
 		return false, false, a.fail(op, -1, p.st, err)
 	}
@@ -120,6 +133,9 @@ func (p *pollStep) try(a *Allocator, once bool) (over, done bool, err error) {
 		p.checked = true
 	}
 	done, err = a.poll(a.stream)
+	if errors.Is(err, ErrWouldBlock) {
+		return true, false, err
+	}
 	return done || err != nil || once, done && err == nil, err
 }
 

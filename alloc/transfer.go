@@ -129,8 +129,9 @@ func (a *Allocator) Synchronize() error {
 // Query reports whether all queued work is done, under Synchronize's rules.
 func (a *Allocator) Query() (bool, error) {
 	if a.poll != nil && a.watchdog.timeout > 0 {
-		done, _, err := a.waitPolled("Query", true, false)
-		return done, err
+		if done, long, err := a.waitPolled("Query", true, false); !long || err != nil {
+			return done, err
+		}
 	}
 	if idle, err := a.idleNow("Query"); idle || err != nil {
 		return idle && err == nil, err

@@ -7,9 +7,8 @@ import "github.com/capalloc/capalloc/alloc"
 // a queued batch of memory operations (memsets, copies, frees, graphs of
 // them) runs at once in the calling goroutine, since none of them can
 // block; a batch holding a host function, which may block for as long as
-// the engine's function likes, is handed to a goroutine of its own, as a
-// GPU runs host functions on a driver thread, and the poll answers "not
-// done" while it runs. When idle it reports, and clears, the failure of work
+// the engine's function likes, is left queued and answered with
+// alloc.ErrWouldBlock: the allocator's blocking call runs it. When idle it reports, and clears, the failure of work
 // already run, as StreamSynchronize would. Same rules as StreamQuery.
 //
 // It is what lets the allocator bound a Synchronize by polling on its
@@ -30,15 +29,13 @@ func (d *Driver) StreamPoll(h alloc.Stream) (bool, error) {
 		s.execMu.Unlock()
 		return true, err
 	}
+	if mayBlock(q) {
+		s.mu.Unlock()
+		s.execMu.Unlock()
+		return false, alloc.ErrWouldBlock // a blocking call runs it, in order
+	}
 	s.queue, s.spare = s.spare, nil
 	s.mu.Unlock()
-	if mayBlock(q) {
-		go func() {
-			defer s.execMu.Unlock()
-			d.runBatch(s, q)
-		}()
-		return false, nil
-	}
 	defer s.execMu.Unlock()
 	d.runBatch(s, q)
 	s.mu.Lock()
