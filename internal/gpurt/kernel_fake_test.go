@@ -69,6 +69,23 @@ func axpyInputs(n, r int) (x, y []float32) {
 	return x, y
 }
 
+// axpyOnDevice puts round 1's x and y of n elements on d and returns
+// them, y's device address, a fresh stream and the kernel's parameter
+// (a = 2.5).
+func axpyOnDevice(t *testing.T, d gpuDriver, n int) (xs, ys []float32, y alloc.DevicePtr, s alloc.Stream, args []byte) {
+	t.Helper()
+	xs, ys = axpyInputs(n, 1)
+	x, err := d.Malloc(4 * int64(n))
+	require.NoError(t, err)
+	y, err = d.Malloc(4 * int64(n))
+	require.NoError(t, err)
+	fill(t, d, x, floatBytes(xs))
+	fill(t, d, y, floatBytes(ys))
+	s = newStream(t, d)
+	args = (&kernels.AxpyArgs{X: uint64(x), Y: uint64(y), N: uint64(n), A: 2.5}).Encode(make([]byte, kernels.AxpySize))
+	return xs, ys, y, s, args
+}
+
 func axpyWant(x, y []float32) []float32 {
 	out := make([]float32, len(x))
 	for i := range x {
@@ -112,16 +129,8 @@ func TestFakeKernelAxpy(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		d, m, log := kernelDriver(t, v, opts{})
 		const n = 100
-		xs, ys := axpyInputs(n, 1)
-		x, err := d.Malloc(4 * n)
-		require.NoError(t, err)
-		y, err := d.Malloc(4 * n)
-		require.NoError(t, err)
-		fill(t, d, x, floatBytes(xs))
-		fill(t, d, y, floatBytes(ys))
-		s := newStream(t, d)
+		xs, ys, y, s, args := axpyOnDevice(t, d, n)
 		log.Lines()
-		args := (&kernels.AxpyArgs{X: uint64(x), Y: uint64(y), N: n, A: 2.5}).Encode(make([]byte, kernels.AxpySize))
 		require.NoError(t, d.LaunchKernel(m.Kernels[kernels.Axpy], 2, 16, args, s))
 		require.NoError(t, d.StreamSynchronize(s))
 		launches := find(log.Lines(), v.launch, "kernel=capalloc_axpy", "grid=2,1,1", "block=16,1,1", "shared=0")
@@ -395,16 +404,9 @@ func TestFakeLaunchOnSecondDevice(t *testing.T) {
 		t.Setenv(v.envPrefix+"DEVICES", "2")
 		d, m, log := kernelDriver(t, v, opts{Device: 1})
 		const n = 16
-		xs, ys := axpyInputs(n, 1)
-		x, err := d.Malloc(4 * n)
-		require.NoError(t, err)
-		y, err := d.Malloc(4 * n)
-		require.NoError(t, err)
-		fill(t, d, x, floatBytes(xs))
-		fill(t, d, y, floatBytes(ys))
-		s := newStream(t, d)
+		xs, ys, y, s, args := axpyOnDevice(t, d, n)
 		log.Lines()
-		args := (&kernels.AxpyArgs{X: uint64(x), Y: uint64(y), N: n, A: 2.5}).Encode(make([]byte, kernels.AxpySize))
+		var err error
 		within(t, time.Minute, func() {
 			err = d.LaunchKernel(m.Kernels[kernels.Axpy], 1, 4, args, s)
 		})
