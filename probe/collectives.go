@@ -215,29 +215,13 @@ func (c *collEnv) openHeaps(drv alloc.Driver) (closeAll func() error, err error)
 	}
 	x := symheap.NewLocalExchange(collRanks)
 	hs := make([]*symheap.DeviceHeap, collRanks)
-	errs := make([]error, collRanks)
-	var wg sync.WaitGroup
-	for r := range collRanks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			hs[r], errs[r] = symheap.OpenDevice(r, c.as[r], x, 1<<20, symheap.DeviceOptions{Timeout: 5 * time.Second})
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := eachRank(func(r int) (err error) {
+		hs[r], err = symheap.OpenDevice(r, c.as[r], x, 1<<20, symheap.DeviceOptions{Timeout: 5 * time.Second})
+		return err
+	}); err != nil {
 		return nil, err
 	}
-	closeAll = func() error {
-		errs := make([]error, collRanks)
-		var wg sync.WaitGroup
-		for r := range collRanks {
-			wg.Add(1)
-			go func() { defer wg.Done(); errs[r] = hs[r].Close() }()
-		}
-		wg.Wait()
-		return errors.Join(errs...)
-	}
+	closeAll = func() error { return eachRank(func(r int) error { return hs[r].Close() }) }
 	for _, h := range hs {
 		if err := h.CollectivesRun(); err != nil {
 			return nil, errors.Join(err, closeAll())
@@ -360,19 +344,12 @@ func (c *collEnv) round(k int, launch func(r int) error) ([][]byte, error) {
 		fill(c.wkHB[r].Bytes(), c.fresh(r, k)+0x40)
 		clear(c.outHB[r].Bytes())
 	}
-	errs := make([]error, collRanks)
-	var wg sync.WaitGroup
-	for r := range collRanks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if errs[r] = launch(r); errs[r] == nil {
-				errs[r] = c.heaps[r].Synchronize()
-			}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := eachRank(func(r int) error {
+		if err := launch(r); err != nil {
+			return err
+		}
+		return c.heaps[r].Synchronize()
+	}); err != nil {
 		return nil, err
 	}
 	outs := make([][]byte, collRanks)
@@ -380,6 +357,22 @@ func (c *collEnv) round(k int, launch func(r int) error) ([][]byte, error) {
 		outs[r] = append([]byte(nil), c.outHB[r].Bytes()...)
 	}
 	return outs, nil
+}
+
+// eachRank runs fn for every rank at once, each in its own goroutine (a
+// collective waits for its peers), and joins their errors.
+func eachRank(fn func(r int) error) error {
+	errs := make([]error, collRanks)
+	var wg sync.WaitGroup
+	for r := range collRanks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = fn(r)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func fill(b []byte, v byte) {
