@@ -326,3 +326,43 @@ type Module struct {
 	Multiprocessors    int    // SMs / CUs: how many blocks run at once, at least
 	TimerHz            uint64 // ticks per second of the kernels' global timer
 }
+
+// VirtualMemory is implemented by drivers that can reserve a range of
+// device addresses and back parts of it with physical memory on demand:
+// CUDA's virtual memory management (cuMemAddressReserve, cuMemCreate,
+// cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemRelease), HIP's hipMem*
+// equivalents, and on cpu a PROT_NONE reservation with memfd chunks mapped
+// into it. The pool's expandable segments (Options.ExpandableSegments)
+// grow on it: one reservation per arena, chunks mapped at its end as the
+// pool needs them, so freed memory merges across what would have been
+// segment boundaries.
+//
+// Every method is synchronous and device-wide unsafe (mapping may
+// synchronize the device): the Allocator makes them only outside captures,
+// through the guard. A range is mapped and unmapped whole: UnmapMemory
+// takes exactly the ptr and size of one earlier MapMemory call (CUDA
+// cannot unmap part of a mapping), and ReleaseAddress a whole reservation
+// with nothing mapped in it. Sizes and offsets are multiples of
+// MapGranularity; anything else is refused with ErrInvalidValue before any
+// driver call. Mapped memory reads and writes like Malloc's (Memset,
+// copies, kernels, across chunk boundaries too) and starts zeroed on cpu
+// only. Memory of a reservation cannot be exported (IPCMemory): the
+// Allocator refuses it.
+type VirtualMemory interface {
+	// MapGranularity is the unit of reservations and mappings, in bytes
+	// (cuMemGetAllocationGranularity's recommended granularity for the
+	// device; the page size on cpu). A power of two.
+	MapGranularity() int64
+	// ReserveAddress reserves size bytes of address space with no memory
+	// behind it. Reserving more than the device has is expected.
+	ReserveAddress(size int64) (DevicePtr, error)
+	// ReleaseAddress gives back a whole reservation.
+	ReleaseAddress(base DevicePtr, size int64) error
+	// MapMemory backs [p, p+size), inside a reservation and not mapped,
+	// with new physical memory, readable and writable by the device (and,
+	// on cpu, the host). Out of memory wraps ErrOutOfMemory and maps
+	// nothing.
+	MapMemory(p DevicePtr, size int64) error
+	// UnmapMemory unmaps one MapMemory range and releases its memory.
+	UnmapMemory(p DevicePtr, size int64) error
+}
