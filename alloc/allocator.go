@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"sync"
+	"sync/atomic"
 )
 
 // Allocator is the capture-safe allocator an engine uses. It owns one driver
@@ -19,11 +20,19 @@ type Allocator struct {
 	idler    StreamIdler                // nil unless the driver is one
 	poll     func(Stream) (bool, error) // pollerOf(drv): nil when the driver cannot be polled
 
+	// The lock-free lane (shard.go): per-P caches of free blocks that
+	// serve the common Alloc and Free without a.mu. laneOff counts what
+	// holds the lane closed (a capture, an eager run, a walk, Close); it
+	// is changed under a.mu only, read without it.
+	shards  []shard
+	laneOff atomic.Int32
+	inUse   meter // bytes in use, and their peak (stats.go)
+
 	mu         sync.Mutex
 	closed     bool
-	gen        uint64
 	pool       pool
-	live       liveList
+	live       liveList      // AllocSync and graph blocks
+	pooledLive int           // pooled blocks handed out through a.mu, less those retired through it
 	cap        *capture      // capture begun by this allocator, nil when none
 	transition chan struct{} // closed when a capture begin or end in flight returns
 	pending    []*block      // AllocSync blocks released, for flushReleases
@@ -66,6 +75,7 @@ func New(drv Driver, opts Options) (*Allocator, error) {
 	}
 	a.stream = s
 	a.pool.init(a.info.Alignment)
+	a.shards = newShards()
 	a.watchdog = &watchdog{timeout: opts.watchdog()}
 	if ab, ok := drv.(Aborter); ok {
 		a.watchdog.abort = ab.Abort
@@ -96,8 +106,10 @@ func (a *Allocator) Stats() Stats {
 // Caller holds a.mu.
 func (a *Allocator) statsLocked() Stats {
 	s := a.stats
+	s.BytesInUse, s.PeakInUse = a.inUse.cur.Load(), a.inUse.peak.Load()
 	s.BytesCached = a.pool.cached
-	s.LiveBuffers = a.live.n
+	s.LiveBuffers = a.live.n + a.pooledLive
+	a.addShardStatsLocked(&s)
 	s.LiveGraphs = len(a.graphs)
 	s.Timeouts = a.watchdog.expired.Load()
 	return s
@@ -147,7 +159,7 @@ func (a *Allocator) validateLocked(b Buffer, off, n int64) error {
 	if b.blk.a != a {
 		return wrapf(ErrInvalidBuffer, "buffer %#x belongs to another allocator", b.ptr)
 	}
-	if b.blk.gen != b.gen || !b.blk.live {
+	if !b.blk.validFor(b.gen) {
 		return wrapf(ErrInvalidBuffer, "buffer %#x was freed (double free or use after free)", b.ptr)
 	}
 	if off < 0 || n < 0 || off > b.size || n > b.size-off {
@@ -159,21 +171,44 @@ func (a *Allocator) validateLocked(b Buffer, off, n int64) error {
 // live/dead bookkeeping, caller holds a.mu.
 
 func (a *Allocator) handOutLocked(b *block, size int64) Buffer {
-	a.gen++
-	b.gen = a.gen
 	b.size = size
-	b.live = true
-	a.live.push(b)
+	gen := b.state.Add(1) // odd: live
+	if b.kind == kindPooled {
+		a.pooledLive++
+	} else {
+		a.live.push(b)
+	}
 	a.stats.Allocs++
-	a.stats.addInUse(size)
-	return Buffer{blk: b, gen: b.gen, ptr: b.ptr, size: size}
+	a.inUse.add(size)
+	return Buffer{blk: b, gen: gen, ptr: b.ptr, size: size}
 }
 
+// retireLocked ends the life of live block b, invalidating every handle.
+// Only for blocks no lock-free Free can race for: the lane is closed, or
+// b is not pooled. A Free takes the block with claimLocked instead.
 func (a *Allocator) retireLocked(b *block) {
-	b.live = false
-	a.gen++
-	b.gen = a.gen // invalidates every outstanding handle
-	a.live.remove(b)
+	b.state.Add(1) // even: retired
+	a.retiredLocked(b)
+}
+
+// claimLocked retires b for a Free of the Buffer handed out with gen: it
+// fails when b is no longer that Buffer's, even when a lock-free Free of
+// the same Buffer won the race since the caller validated it.
+func (a *Allocator) claimLocked(b *block, gen uint64) error {
+	if !b.state.CompareAndSwap(gen, gen+1) {
+		return wrapf(ErrInvalidBuffer, "buffer %#x was freed (double free or use after free)", b.ptr)
+	}
+	a.retiredLocked(b)
+	return nil
+}
+
+// retiredLocked counts b's retirement.
+func (a *Allocator) retiredLocked(b *block) {
+	if b.kind == kindPooled {
+		a.pooledLive--
+	} else {
+		a.live.remove(b)
+	}
 	a.stats.Frees++
-	a.stats.BytesInUse -= b.size
+	a.inUse.add(-b.size)
 }

@@ -1,5 +1,7 @@
 package alloc
 
+import "sync/atomic"
+
 // blockKind says where a block's memory came from, which decides how it is
 // given back.
 type blockKind uint8
@@ -11,16 +13,20 @@ const (
 )
 
 // block is the allocator's record of one driver allocation. Records are
-// recycled with their memory, so a pool hit allocates nothing; gen changes
-// at every hand-out so stale Buffers are detected.
+// recycled with their memory, so a pool hit allocates nothing; state
+// changes at every hand-out and retirement so stale Buffers are detected.
 type block struct {
-	a     *Allocator
+	a     *Allocator // set when the record is made, never changed
 	ptr   DevicePtr
 	size  int64 // bytes requested by the current owner
 	class int64 // bytes held from the driver
-	gen   uint64
+	// state counts the record's hand-outs and retirements: odd while
+	// live. A Buffer holds the odd value it was handed out with, so it is
+	// valid while state equals it; a retirement is a compare-and-swap from
+	// that value, which makes a double free fail even when two goroutines
+	// race to it on the lock-free lane (shard.go).
+	state atomic.Uint64
 	kind  blockKind
-	live  bool
 	cap   *capture // capture that allocated a kindGraph block
 	ws    string   // workspace name, "" for an ordinary buffer
 	prof  *sample  // the profile's record of this allocation, nil if not sampled
@@ -32,11 +38,12 @@ type block struct {
 	// this block (besides the graph that allocated it). Its memory is not
 	// reused while refs > 0: released meanwhile, it is held (held) and
 	// released when the last of them lets go.
-	refs    int
-	held    bool
+	// Both are atomic for the lock-free lane's free (shard.go, "held").
+	refs    atomic.Int32
+	held    atomic.Bool
 	lastCap *capture // capture that last counted a reference, to count once
 
-	prev, next *block // intrusive list of live blocks, for leak reports
+	prev, next *block // intrusive list of live AllocSync and graph blocks (pooled ones are found in their segments)
 
 	// Pooled blocks only (pool.go): the segment the block is carved from,
 	// its address-ordered neighbours there, and while free its place in
@@ -47,6 +54,12 @@ type block struct {
 	bucket             int32
 	free               bool
 }
+
+// live reports whether the block is handed out.
+func (b *block) live() bool { return b.state.Load()&1 == 1 }
+
+// validFor reports whether a Buffer handed out with gen still owns b.
+func (b *block) validFor(gen uint64) bool { return b.state.Load() == gen }
 
 // Buffer is a handle to device memory from an Allocator. It is a small value;
 // copying it does not copy memory. The zero Buffer is invalid. After Free (or

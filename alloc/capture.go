@@ -85,7 +85,7 @@ func (a *Allocator) BeginCapture(mode CaptureMode) error {
 		return a.fail("BeginCapture", -1, st, err)
 	}
 	c := &capture{mode: mode}
-	a.cap = c
+	a.setCapLocked(c)
 	done := a.transitionLocked()
 	a.mu.Unlock()
 
@@ -106,7 +106,7 @@ func (a *Allocator) BeginCapture(mode CaptureMode) error {
 		a.dom.add(a.stream, Global)
 		return a.fail("BeginCapture", -1, st, err)
 	case err != nil:
-		a.cap = nil
+		a.setCapLocked(nil)
 		return a.fail("BeginCapture", -1, st, err)
 	}
 	a.dom.add(a.stream, mode)
@@ -124,7 +124,7 @@ func (a *Allocator) beginReturnedLate(c *capture, err error) {
 	}
 	a.mu.Lock()
 	if a.cap == c {
-		a.cap = nil
+		a.setCapLocked(nil)
 	}
 	a.dom.remove(a.stream)
 	a.mu.Unlock()
@@ -206,7 +206,7 @@ func (a *Allocator) endLocked(c *capture, timeout time.Duration) (*Graph, error)
 func (a *Allocator) finishCaptureLocked(c *capture, h GraphHandle, err error) *Graph {
 	a.dom.remove(a.stream)
 	if a.cap == c {
-		a.cap = nil
+		a.setCapLocked(nil)
 	}
 	a.lastCap = c
 	var exec GraphExec
@@ -234,6 +234,19 @@ func (a *Allocator) finishCaptureLocked(c *capture, h GraphHandle, err error) *G
 	return g
 }
 
+// setCapLocked records the capture this allocator began (nil: none). The
+// lock-free lane is closed while there is one (shard.go): in a capture
+// every allocation and free is the locked path's. Caller holds a.mu.
+func (a *Allocator) setCapLocked(c *capture) {
+	switch {
+	case a.cap == nil && c != nil:
+		a.closeLaneLocked()
+	case a.cap != nil && c == nil:
+		a.openLaneLocked()
+	}
+	a.cap = c
+}
+
 // transitionLocked marks a capture begin or end in flight: operations on
 // the allocator wait in stateLocked until the returned func, called with
 // a.mu held, ends it. Caller holds a.mu.
@@ -256,14 +269,14 @@ func (a *Allocator) transitionLocked() (done func()) {
 // before it are dropped.
 func (a *Allocator) discardLocked(c *capture, launched bool) {
 	for _, b := range c.blocks {
-		if b.live {
+		if b.live() {
 			a.retireLocked(b)
 		}
 		b.materialized = launched && !b.freedInGraph
 		a.releaseLocked(b)
 	}
 	for _, name := range c.lazyWS {
-		if ws := a.workspaces[name]; ws != nil && ws.kind == kindGraph && !ws.live {
+		if ws := a.workspaces[name]; ws != nil && ws.kind == kindGraph && !ws.live() {
 			delete(a.workspaces, name)
 		}
 	}

@@ -24,6 +24,7 @@ func (a *Allocator) Close() error {
 		return a.fail("Close", -1, StateNone, wrapf(ErrClosed, "allocator closed twice"))
 	}
 	a.closed = true
+	a.closeLaneLocked() // for good: every call from now on is the locked path's
 	unregister(a)
 	leaks := a.leaksLocked()
 	errs := a.teardownLocked(a.cleanup)
@@ -49,7 +50,7 @@ func (a *Allocator) leaksLocked() []error {
 	}
 	var bytes int64
 	n := 0
-	for b := a.live.head; b != nil; b = b.next {
+	for _, b := range a.liveBlocksLocked() {
 		if b.ws == "" && b.kind != kindGraph {
 			n++
 			bytes += b.size
@@ -88,7 +89,7 @@ func (a *Allocator) teardownLocked(clean cleaner) []error {
 	for g := range a.graphs {
 		a.closeGraphLocked(g)
 	}
-	for b := a.live.head; b != nil; b = a.live.head {
+	for _, b := range a.liveBlocksLocked() {
 		a.retireLocked(b)
 		a.releaseLocked(b)
 	}
@@ -125,6 +126,26 @@ func (a *Allocator) teardownLocked(clean cleaner) []error {
 		errs = append(errs, err)
 	}
 	return errs
+}
+
+// liveBlocksLocked lists the live blocks: the AllocSync and graph ones on
+// a.live, the pooled ones found in their segments (the lane hands them out
+// without a list). Only with the lane closed. Caller holds a.mu.
+func (a *Allocator) liveBlocksLocked() []*block {
+	var bs []*block
+	for b := a.live.head; b != nil; b = b.next {
+		bs = append(bs, b)
+	}
+	for _, ar := range [...]*arena{&a.pool.small, &a.pool.large} {
+		for s := ar.segs; s != nil; s = s.next {
+			for b := s.first; b != nil; b = b.segNext {
+				if b.live() {
+					bs = append(bs, b)
+				}
+			}
+		}
+	}
+	return bs
 }
 
 // finishClose runs the teardown Close left for later, if it did and

@@ -67,9 +67,11 @@ func (g *Graph) runEager() error {
 	run := &eagerRun{}
 	a.mu.Lock()
 	a.eager = run
+	a.closeLaneLocked() // what the run allocates is recorded: the locked path's
 	a.mu.Unlock()
 	defer func() {
 		a.mu.Lock()
+		a.openLaneLocked()
 		a.eager = nil
 		g.eagerAllocs = append(g.eagerAllocs, run.bufs...)
 		a.mu.Unlock()
@@ -87,7 +89,7 @@ func (g *Graph) freeEagerAllocs() {
 	a.mu.Unlock()
 	for _, b := range bufs {
 		a.mu.Lock()
-		live := b.blk.live && b.blk.gen == b.gen
+		live := b.blk.validFor(b.gen)
 		a.mu.Unlock()
 		if live {
 			if err := a.Free(b); err != nil {
@@ -180,7 +182,7 @@ func (a *Allocator) closeGraphLocked(g *Graph) {
 	}
 	c := g.cap
 	for _, b := range c.blocks {
-		if b.live {
+		if b.live() {
 			a.retireLocked(b)
 		}
 	}

@@ -91,10 +91,29 @@ func (a *Allocator) syncRefusalLocked(st CaptureState) error {
 // call uses: a capture that records it keeps their memory from reuse until
 // its graph is closed.
 func (a *Allocator) enqueue(op string, size int64, dst, src Buffer, check func() error, call func() error) error {
+	return a.enqueueUsing(op, size, dst, src, nil, check, call)
+}
+
+// enqueueUsing is enqueue for a call that uses more buffers (Enqueue's).
+// Every buffer is referenced from before check until the call is queued,
+// so a lane Free racing it cannot hand the memory out meanwhile (shard.go).
+func (a *Allocator) enqueueUsing(op string, size int64, dst, src Buffer, uses []Buffer, check func() error, call func() error) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	st, err := a.stateLocked()
 	if err == nil {
+		a.useLocked(dst)
+		a.useLocked(src)
+		for _, b := range uses {
+			a.useLocked(b)
+		}
+		defer func() {
+			a.unuseLocked(dst)
+			a.unuseLocked(src)
+			for _, b := range uses {
+				a.unuseLocked(b)
+			}
+		}()
 		err = check()
 	}
 	if err == nil {
@@ -191,6 +210,12 @@ func (a *Allocator) guardedCall(use *Buffer, seen *atomic.Int32, check func(st C
 	}
 	blk := use.blk
 	a.pinLocked(blk)
+	if !blk.validFor(use.gen) { // a lane Free won the race since check (shard.go)
+		a.unpinLocked(blk)
+		followUp = len(a.pending) > 0 || a.closing
+		a.mu.Unlock()
+		return nil, followUp, wrapf(ErrInvalidBuffer, "buffer %#x was freed (double free or use after free)", use.ptr)
+	}
 	a.mu.Unlock()
 	undo, err = call()
 	a.mu.Lock()

@@ -15,6 +15,9 @@ func (a *Allocator) Alloc(size int64) (Buffer, error) {
 	if size <= 0 {
 		return Buffer{}, a.fail("Alloc", size, StateNone, wrapf(ErrInvalidSize, "size must be positive"))
 	}
+	if b, ok := a.laneAlloc(size); ok {
+		return b, nil
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	st, err := a.stateLocked()
@@ -50,6 +53,9 @@ func (a *Allocator) oomLocked(size int64, why string) error {
 
 func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 	n := a.pool.round(size)
+	// The lane found no block of this size in the caller's shard: best fit
+	// sees every cached block, as the pool's recent ones (shard.go).
+	a.flushShardsLocked()
 	if b := a.pool.get(n); b != nil {
 		a.stats.PoolHits++
 		return a.handOutLocked(b, size), nil
@@ -174,6 +180,7 @@ func (a *Allocator) refusedInCaptureLocked(err error) error {
 // and reports whether there was any. Only called with no capture on the
 // stream, so the frees are not recorded.
 func (a *Allocator) releaseCacheLocked() (bool, error) {
+	a.flushShardsLocked()
 	return a.freeSegmentsLocked(a.pool.takeAll())
 }
 
@@ -250,6 +257,9 @@ func (a *Allocator) tryTrimGraphMemoryLocked() bool {
 // buffer from before the capture is retired now and its memory is held
 // until the graph is closed, since the graph may still touch it.
 func (a *Allocator) Free(b Buffer) error {
+	if a.laneFree(b) {
+		return nil
+	}
 	a.mu.Lock()
 	st, err := a.stateLocked()
 	if err == nil {
@@ -270,7 +280,7 @@ func (a *Allocator) Free(b Buffer) error {
 		a.mu.Unlock()
 		return a.freeSync(b)
 	}
-	err = a.freeLocked(st, blk)
+	err = a.freeLocked(st, blk, b.gen)
 	a.mu.Unlock()
 	if err != nil {
 		return a.fail("Free", b.size, st, err)
@@ -278,13 +288,16 @@ func (a *Allocator) Free(b Buffer) error {
 	return nil
 }
 
-func (a *Allocator) freeLocked(st CaptureState, blk *block) error {
+// freeLocked frees blk, handed out with gen. Caller holds a.mu.
+func (a *Allocator) freeLocked(st CaptureState, blk *block, gen uint64) error {
 	switch st {
 	case StateNone:
 		if blk.kind == kindGraph {
 			return wrapf(ErrInvalidBuffer, "buffer %#x belongs to a graph; Graph.Close releases it", blk.ptr)
 		}
-		a.retireLocked(blk)
+		if err := a.claimLocked(blk, gen); err != nil { // a lane Free may have won
+			return err
+		}
 		a.releaseLocked(blk) // held while a live graph uses it
 		return nil
 	case StateActive:
@@ -357,7 +370,7 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 		// watchdog's late path (cleanupLate: never into a capture).
 		return func() {
 			a.mu.Lock()
-			mine := b.live && b.gen == nb.gen // Close may have freed it
+			mine := b.validFor(nb.gen) // Close may have freed it
 			if mine {
 				a.retireLocked(b)
 				a.releasedLocked(b)
@@ -373,7 +386,7 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 	}
 	if profileRate.Load() != 0 {
 		a.mu.Lock()
-		if buf.blk.live && buf.blk.gen == buf.gen { // not freed meanwhile
+		if buf.blk.validFor(buf.gen) { // not freed meanwhile
 			a.sampleLocked(buf.blk, nil, size)
 		}
 		a.mu.Unlock()
@@ -424,7 +437,7 @@ func (a *Allocator) freeSync(b Buffer) error {
 		}
 		if st != StateNone {
 			deferred = true
-			return a.freeLocked(st, b.blk)
+			return a.freeLocked(st, b.blk, b.gen)
 		}
 		return a.unsafeRefusalLocked(st, false, "synchronous free")
 	}, func() error {
@@ -433,13 +446,13 @@ func (a *Allocator) freeSync(b Buffer) error {
 		}
 		a.mu.Lock()
 		blk := b.blk
-		if !blk.live || blk.gen != b.gen { // freed by another goroutine meanwhile
+		if !blk.validFor(b.gen) { // freed by another goroutine meanwhile
 			a.mu.Unlock()
 			return wrapf(ErrInvalidBuffer, "buffer %#x was freed (double free or use after free)", b.ptr)
 		}
 		a.retireLocked(blk)
-		if blk.refs > 0 {
-			blk.held = true
+		if blk.refs.Load() > 0 {
+			blk.held.Store(true)
 			a.mu.Unlock()
 			return nil
 		}

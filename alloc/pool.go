@@ -123,8 +123,8 @@ func (p *pool) split(ar *arena, b *block, n int64) {
 	if rest < ar.splitMin {
 		return
 	}
-	r := p.record() // zeroed: set what differs
-	r.a, r.ptr, r.class, r.kind, r.seg = b.a, b.ptr+DevicePtr(n), rest, kindPooled, b.seg
+	r := p.record(b.a)
+	r.ptr, r.class, r.seg = b.ptr+DevicePtr(n), rest, b.seg
 	r.segPrev, r.segNext = b, b.segNext
 	if b.segNext != nil {
 		b.segNext.segPrev = r
@@ -140,8 +140,8 @@ func (p *pool) split(ar *arena, b *block, n int64) {
 func (p *pool) addSegment(a *Allocator, ptr DevicePtr, size, n int64) *block {
 	ar := p.arenaFor(n)
 	s := &segment{ptr: ptr, size: size, ar: ar}
-	b := p.record()
-	b.a, b.ptr, b.class, b.kind, b.seg = a, ptr, size, kindPooled, s
+	b := p.record(a)
+	b.ptr, b.class, b.seg = ptr, size, s
 	s.first = b
 	s.next = ar.segs
 	if s.next != nil {
@@ -207,19 +207,26 @@ func (p *pool) putFree(ar *arena, b *block) {
 	ar.free.insert(b)
 }
 
-// record returns a zeroed block record (but for gen), recycled when one is
-// spare, so the steady state of split and merge allocates nothing.
-func (p *pool) record() *block {
+// record returns a pooled block record of a's, its pool fields clear,
+// recycled when one is spare, so the steady state of split and merge
+// allocates nothing.
+func (p *pool) record(a *Allocator) *block {
 	if b := p.spare; b != nil {
 		p.spare = b.segNext
 		b.segNext = nil
 		return b
 	}
-	return new(block)
+	return &block{a: a, kind: kindPooled}
 }
 
+// recycle keeps a record for record(). It resets only the fields the pool
+// sets: a, kind and state stay (state so stale handles stay stale; a and
+// kind because a lane Free reads them from a stale handle's record without
+// a.mu, shard.go), and a pool block's ws, prof and references are clear.
 func (p *pool) recycle(b *block) {
-	*b = block{gen: b.gen, segNext: p.spare} // gen kept: stale handles stay stale
+	b.ptr, b.size, b.class, b.seg = 0, 0, 0, nil
+	b.segPrev, b.segNext, b.freePrev, b.freeNext = nil, p.spare, nil, nil
+	b.bucket, b.free, b.lastCap = 0, false, nil
 	p.spare = b
 }
 

@@ -108,7 +108,7 @@ func ownerOf(b *block) owner {
 	switch {
 	case b.kind == kindGraph:
 		return ownerGraphOwned
-	case !b.live:
+	case !b.live():
 		return ownerHeldForGraph
 	case b.ws != "":
 		return ownerWorkspace

@@ -23,16 +23,35 @@ func (a *Allocator) refLocked(c *capture, b *block) {
 		return
 	}
 	b.lastCap = c
-	b.refs++
+	b.refs.Add(1)
 	c.refs = append(c.refs, b)
 }
 
 // unrefLocked drops one reference on b, releasing it if it was held for
-// that reference. Caller holds a.mu.
+// references. A lane Free (shard.go) may mark it held without a.mu, so
+// the release is claimed by a compare-and-swap: of the last reference and
+// that Free, exactly one releases it. Caller holds a.mu.
 func (a *Allocator) unrefLocked(b *block) {
-	b.refs--
-	if b.refs == 0 && b.held {
-		a.releaseLocked(b)
+	if b.refs.Add(-1) == 0 && b.held.CompareAndSwap(true, false) {
+		a.releaseNowLocked(b)
+	}
+}
+
+// useLocked references b, a buffer's block, for a stream-ordered call
+// (enqueue) from before its validation until unuseLocked, under a.mu
+// throughout: a lane Free racing the call then leaves the memory held
+// until the call is queued, so nothing queued after reuses it first
+// (shard.go). Blocks of other allocators are left alone: their buffers
+// fail validation.
+func (a *Allocator) useLocked(b Buffer) {
+	if b.blk != nil && b.blk.a == a {
+		b.blk.refs.Add(1)
+	}
+}
+
+func (a *Allocator) unuseLocked(b Buffer) {
+	if b.blk != nil && b.blk.a == a {
+		a.unrefLocked(b.blk)
 	}
 }
 
@@ -42,15 +61,20 @@ func (a *Allocator) unrefLocked(b *block) {
 // the driver released it with the graph). A block still referenced by a
 // capture or live graph is held instead. Caller holds a.mu.
 func (a *Allocator) releaseLocked(b *block) {
-	if b.refs > 0 {
-		b.held = true
+	if b.refs.Load() > 0 {
+		b.held.Store(true) // every reference is dropped under a.mu: no race
 		return
 	}
-	b.held = false
+	b.held.Store(false)
+	a.releaseNowLocked(b)
+}
+
+// releaseNowLocked is releaseLocked for a block nothing references.
+func (a *Allocator) releaseNowLocked(b *block) {
 	switch b.kind {
 	case kindPooled:
 		a.dropSampleLocked(b) // the others' go in releasedLocked
-		a.pool.put(b)
+		a.cacheLocked(b)
 	case kindSync:
 		a.pending = append(a.pending, b)
 		a.releasedLocked(b)
@@ -86,7 +110,7 @@ func (a *Allocator) givenBackLocked(n int64) {
 // memory that was freed, or handed to someone else, under it. Caller holds
 // a.mu.
 func (a *Allocator) pinLocked(b *block) {
-	b.refs++
+	b.refs.Add(1)
 	a.pins++
 	if b.kind == kindGraph && b.cap != nil {
 		b.cap.pins++

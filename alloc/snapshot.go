@@ -150,7 +150,8 @@ type memWalk struct {
 func (a *Allocator) memWalkLocked(list bool) *memWalk {
 	w := &memWalk{list: list, users: map[*block][]int{}}
 	if list { // live blocks and a tenth more for the free ones: few regrowths
-		w.blocks = make([]Block, 0, a.live.n+a.live.n/8+64)
+		n := max(a.live.n+a.pooledLive, 0) // the lane's hand-outs are counted in the shards
+		w.blocks = make([]Block, 0, n+n/8+64)
 	}
 	gs := make([]*Graph, 0, len(a.graphs))
 	for g := range a.graphs {
@@ -171,14 +172,27 @@ func (a *Allocator) memWalkLocked(list bool) *memWalk {
 		w.graph(GraphInfo{ID: g.id, Eager: g.eager != nil, Launched: g.launched}, g.cap)
 	}
 
-	recent := a.pool.recent[:a.pool.nRecent]
+	// Free blocks outside the arenas' indexes: the pool's recent ones and
+	// the shards' (shard.go). The lane is closed for the walk, so neither
+	// those nor live blocks' sizes change under it.
+	a.closeLaneLocked()
+	defer a.openLaneLocked()
+	cached := map[*block]bool{}
+	for _, b := range a.pool.recent[:a.pool.nRecent] {
+		cached[b] = true
+	}
+	for i := range a.shards {
+		for _, b := range a.shards[i].blocks[:a.shards[i].n] {
+			cached[b] = true
+		}
+	}
 	for _, ar := range [...]*arena{&a.pool.small, &a.pool.large} {
 		kind := "small"
 		if ar == &a.pool.large {
 			kind = "large"
 		}
 		for s := ar.segs; s != nil; s = s.next {
-			w.segment(s, kind, recent)
+			w.segment(s, kind, cached)
 		}
 	}
 	// AllocSync buffers: live ones, and freed ones held for a graph.
@@ -188,7 +202,7 @@ func (a *Allocator) memWalkLocked(list bool) *memWalk {
 		}
 	}
 	for b := range w.users {
-		if b.kind == kindSync && !b.live {
+		if b.kind == kindSync && !b.live() {
 			w.single(b, "sync", 0)
 		}
 	}
@@ -229,10 +243,10 @@ func (w *memWalk) graph(gi GraphInfo, c *capture) {
 			w.users[b] = append(w.users[b], gi.ID)
 		}
 		for _, b := range c.refs {
-			if b.live {
+			if b.live() {
 				gi.UsedBytes += b.size
 				gi.UsedBlocks++
-			} else if b.held {
+			} else if b.held.Load() {
 				gi.HeldBytes += b.class
 				gi.HeldBlocks++
 			}
@@ -245,10 +259,10 @@ func (w *memWalk) graph(gi GraphInfo, c *capture) {
 }
 
 // segment walks a pool segment's blocks in address order.
-func (w *memWalk) segment(s *segment, kind string, recent []*block) {
+func (w *memWalk) segment(s *segment, kind string, cached map[*block]bool) {
 	whollyFree := true
 	for b := s.first; b != nil && whollyFree; b = b.segNext {
-		whollyFree = b.free || slices.Contains(recent, b)
+		whollyFree = b.free || cached[b]
 	}
 	if w.list {
 		w.addSegment(Segment{Ptr: s.ptr, Size: s.size, Kind: kind})
@@ -256,11 +270,11 @@ func (w *memWalk) segment(s *segment, kind string, recent []*block) {
 	for b := s.first; b != nil; b = b.segNext {
 		var st int
 		switch {
-		case b.live:
+		case b.live():
 			st = liveState(b)
 		case whollyFree:
 			st = stCached
-		case b.free || slices.Contains(recent, b):
+		case b.free || cached[b]:
 			st = stFree
 		default: // retired, not in the pool: held or deferred for a graph
 			st = stHeldForGraph
@@ -278,7 +292,7 @@ func (w *memWalk) single(b *block, kind string, graph int) {
 	switch {
 	case b.kind == kindGraph:
 		st = stGraphOwned
-	case b.live:
+	case b.live():
 		st = liveState(b)
 	}
 	w.block(b, 0, st)
@@ -313,7 +327,7 @@ func (w *memWalk) block(b *block, off int64, st int) {
 		return
 	}
 	blk := Block{Offset: off, Size: b.class, State: blockStates[st], Workspace: b.ws}
-	if b.live {
+	if b.live() {
 		blk.Requested = b.size
 	}
 	if len(w.users) > 0 {

@@ -1,6 +1,9 @@
 package alloc
 
-import "fmt"
+import (
+	"fmt"
+	"sync/atomic"
+)
 
 // Stats is a snapshot of an allocator's counters.
 type Stats struct {
@@ -30,10 +33,15 @@ func (s Stats) String() string {
 		s.BytesInUse, s.LiveBuffers, s.PeakInUse, s.BytesReserved, s.PeakReserved, s.BytesCached, s.LiveGraphs, s.HostBytes, s.HostBuffers)
 }
 
-func (s *Stats) addInUse(n int64) {
-	s.BytesInUse += n
-	if s.BytesInUse > s.PeakInUse {
-		s.PeakInUse = s.BytesInUse
+// meter is a byte count and its peak, kept with atomics: the lock-free
+// lane publishes what it allocated into it without a.mu (shard.go).
+type meter struct {
+	cur, peak atomic.Int64
+}
+
+func (m *meter) add(n int64) {
+	v := m.cur.Add(n)
+	for p := m.peak.Load(); v > p && !m.peak.CompareAndSwap(p, v); p = m.peak.Load() {
 	}
 }
 

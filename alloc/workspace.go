@@ -21,8 +21,8 @@ func (a *Allocator) Workspace(name string, size int64) (Buffer, error) {
 		return Buffer{}, a.fail(op, size, StateNone, ErrClosed)
 	}
 	old := a.workspaces[name]
-	if old != nil && old.live && old.size >= size {
-		return Buffer{blk: old, gen: old.gen, ptr: old.ptr, size: old.size}, nil
+	if old != nil && old.live() && old.size >= size {
+		return Buffer{blk: old, gen: old.state.Load(), ptr: old.ptr, size: old.size}, nil
 	}
 	st, err := a.stateLocked()
 	if err == nil && size > a.info.TotalMemory {
@@ -44,9 +44,9 @@ func (a *Allocator) Workspace(name string, size int64) (Buffer, error) {
 	if err != nil {
 		return Buffer{}, a.fail(op, size, st, err)
 	}
-	if old != nil && old.live {
+	if old != nil && old.live() {
 		old.ws = ""
-		_ = a.freeLocked(st, old) // too small: replaced; pooled or deferred
+		_ = a.freeLocked(st, old, old.state.Load()) // too small: replaced; pooled or deferred
 	}
 	b.blk.ws = name
 	a.workspaces[name] = b.blk
@@ -60,17 +60,17 @@ func (a *Allocator) Workspace(name string, size int64) (Buffer, error) {
 func (a *Allocator) ReleaseWorkspace(name string) error {
 	a.mu.Lock()
 	ws := a.workspaces[name]
-	if ws == nil || !ws.live {
+	if ws == nil || !ws.live() {
 		a.mu.Unlock()
 		return a.fail("ReleaseWorkspace("+name+")", -1, StateNone, wrapf(ErrInvalidBuffer, "no workspace %q", name))
 	}
-	b := Buffer{blk: ws, gen: ws.gen, ptr: ws.ptr, size: ws.size}
+	b := Buffer{blk: ws, gen: ws.state.Load(), ptr: ws.ptr, size: ws.size}
 	ws.ws = ""
 	delete(a.workspaces, name)
 	a.mu.Unlock()
 	if err := a.Free(b); err != nil {
 		a.mu.Lock()
-		if ws.live { // refused: keep it registered
+		if ws.live() { // refused: keep it registered
 			ws.ws = name
 			a.workspaces[name] = ws
 		}

@@ -155,11 +155,7 @@ func (s *suite) aliasing(t *testing.T) {
 		require.NoError(t, g.Close())
 		// Released by the close: the next allocation of its class reuses it
 		// from the pool, with no driver call.
-		before := e.spy.Snapshot()
-		again := mustAlloc(t, e.a, n)
-		assert.Equal(t, pre.Ptr(), again.Ptr(), "memory held for a closed graph is reusable")
-		assertNoDriverCall(t, e.spy, before)
-		require.NoError(t, e.a.Free(again))
+		assertReused(t, e, pre.Ptr(), n, "memory held for a closed graph is reusable")
 	})
 	t.Run("used_in_graph_then_freed_held_until_close", func(t *testing.T) {
 		// A buffer from before the capture, used by it and freed after
@@ -198,11 +194,7 @@ func (s *suite) aliasing(t *testing.T) {
 				assert.Equal(t, base.Graphs-1, after.Graphs)
 				if kind == "pooled" {
 					// Released to the pool by the close: reused with no driver call.
-					before := e.spy.Snapshot()
-					again := mustAlloc(t, e.a, n)
-					assert.Equal(t, pre.Ptr(), again.Ptr(), "memory held for a closed graph is reusable")
-					assertNoDriverCall(t, e.spy, before)
-					require.NoError(t, e.a.Free(again))
+					assertReused(t, e, pre.Ptr(), n, "memory held for a closed graph is reusable")
 				} else {
 					assert.Less(t, after.Reserved, base.Reserved, "the held synchronous buffer is freed by the close")
 				}

@@ -107,11 +107,7 @@ func (s *suite) failedCapture(t *testing.T) {
 				base.Live--
 				base.InUse -= pre.Size()
 				expectClean(t, e, base, failed)
-				before := e.spy.Snapshot()
-				again := mustAlloc(t, e.a, 4096)
-				assert.Equal(t, pre.Ptr(), again.Ptr(), "the deferred free went back to the pool")
-				assertNoDriverCall(t, e.spy, before)
-				require.NoError(t, e.a.Free(again))
+				assertReused(t, e, pre.Ptr(), 4096, "the deferred free went back to the pool")
 				require.NoError(t, h.Close())
 			})
 		})

@@ -61,6 +61,32 @@ func mustAlloc(t *testing.T, a *alloc.Allocator, n int64) alloc.Buffer {
 	return b
 }
 
+// assertReused asserts that the pool hands p's memory out again, to an
+// allocation of n bytes, with no driver call: memory released for reuse
+// is in the pool. Which allocation gets it first is the pool's choice (a
+// goroutine that moved to another P meets that P's cache first), so up
+// to reuseTries allocations are made, and all are freed.
+func assertReused(t *testing.T, e *env, p alloc.DevicePtr, n int64, msg string) {
+	t.Helper()
+	before := e.spy.Snapshot()
+	var bs []alloc.Buffer
+	found := false
+	for len(bs) < reuseTries && !found {
+		b := mustAlloc(t, e.a, n)
+		bs = append(bs, b)
+		found = b.Ptr() == p
+	}
+	assertNoDriverCall(t, e.spy, before)
+	for _, b := range bs {
+		require.NoError(t, e.a.Free(b))
+	}
+	assert.True(t, found, "%s: none of %d allocations of %d B got %#x", msg, len(bs), n, p)
+}
+
+// reuseTries is more blocks than the pool caches unmerged (recent and one
+// shard per P) for the few sizes a test uses.
+const reuseTries = 64
+
 // mustHost allocates n bytes of pinned memory.
 func mustHost(t *testing.T, a *alloc.Allocator, n int64) *alloc.HostBuffer {
 	t.Helper()

@@ -1,0 +1,256 @@
+package alloc
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// The lock-free lane: the common Alloc and Free (a pool hit of a size the
+// goroutine freed before, a free outside any capture) are served from a
+// cache of free blocks per P, under that cache's own lock, without a.mu,
+// so goroutines sharing an allocator do not queue behind each other. What
+// the lane may not decide alone goes to the locked path (a.mu), which
+// can take a shard's lock too (a.mu, then one shard, in index order when
+// several: the lane never takes a.mu while it holds a shard's lock).
+//
+// Why it stays sound (docs/allocator-core.md, "The lock-free lane"):
+//   - the lane serves only while laneOff is 0, read under the shard's
+//     lock; everything that must not meet a lane call (a capture, an eager
+//     run, a memory walk, Close) raises laneOff under a.mu and then takes
+//     and drops every shard's lock (closeLaneLocked), so no lane call is
+//     in flight when it goes on and none starts until it is done. Close
+//     never reopens it, so the stream a lane call asks about is alive;
+//   - a capture the allocator did not start is seen as the locked path
+//     sees it: the lane asks the driver and steps aside unless it is none;
+//   - a block's hand-out and retirement are atomic steps of block.state, a
+//     retirement a compare-and-swap from the Buffer's value: of two
+//     racing frees, one wins and the other is refused as a double free;
+//   - memory that a call in flight uses (enqueue, a pinned blocking call)
+//     or a live graph's work uses has block.refs above 0, raised under
+//     a.mu before the buffer is validated. A lane Free retires the block
+//     and then reads refs; by sequential consistency either the call sees
+//     the retirement (and fails, ErrInvalidBuffer) or the Free sees the
+//     reference and leaves the block held, for the last reference to
+//     release (release.go). Either way no memory is reused under a call.
+
+const (
+	// shardBlocks is how many free blocks a shard caches, the pool's
+	// recent list for one P: enough for an engine's loop of a few sizes.
+	shardBlocks = 8
+	// shardSlack bounds the bytes a shard may free without publishing them
+	// to a.inUse, so a loop of pairs makes no shared write (see owed).
+	shardSlack = 1 << 20
+	// maxShards bounds the shards of an allocator; Ps past it share.
+	maxShards = 64
+)
+
+// shard is one P's cache of free pooled blocks and its share of the
+// counters, padded so two shards never share a cache line.
+type shard struct {
+	mu     sync.Mutex
+	blocks [shardBlocks]*block // free, not in the pool; oldest first
+	n      int
+	held   atomic.Bool // n > 0, for flushShardsLocked to skip empty shards without their lock
+	cached int64       // bytes in blocks
+
+	// owed is the change of bytes in use made here and not yet added to
+	// a.inUse: never above 0 (an allocation that would raise it publishes
+	// it all), never below -shardSlack. So a.inUse is never below the
+	// truth, its peak never misses one, and with one shard in use it is
+	// exact; Stats adds every owed back.
+	owed   int64
+	allocs uint64
+	frees  uint64
+	live   int // buffers handed out here less those retired here
+	_      [64]byte
+}
+
+func newShards() []shard {
+	n := 1
+	for n < runtime.GOMAXPROCS(0) && n < maxShards {
+		n <<= 1
+	}
+	return make([]shard, n)
+}
+
+// shard is the calling goroutine's P's shard.
+func (a *Allocator) shard() *shard {
+	p := procPin()
+	procUnpin()
+	return &a.shards[p&(len(a.shards)-1)]
+}
+
+// laneOpen reports, with a shard's lock held, whether the lane may serve
+// a call now: nothing holds it closed and no capture is on the stream.
+func (a *Allocator) laneOpen() bool {
+	if a.laneOff.Load() != 0 {
+		return false
+	}
+	st, err := a.drv.StreamCaptureStatus(a.stream)
+	return err == nil && st == DriverCaptureNone
+}
+
+// laneAlloc serves Alloc from the caller's shard: ok is false, and nothing
+// changed, unless the lane is open and the shard has a free block of the
+// request's rounded size.
+func (a *Allocator) laneAlloc(size int64) (buf Buffer, ok bool) {
+	if profileRate.Load() != 0 || size > a.info.TotalMemory {
+		return Buffer{}, false // sampled or refused: the locked path's
+	}
+	n := a.pool.round(size)
+	s := a.shard()
+	s.mu.Lock()
+	i := s.n - 1 // the latest first: still hot in caches
+	for ; i >= 0 && s.blocks[i].class != n; i-- {
+	}
+	if i < 0 || !a.laneOpen() {
+		s.mu.Unlock()
+		return Buffer{}, false
+	}
+	b := s.blocks[i]
+	copy(s.blocks[i:], s.blocks[i+1:s.n])
+	s.n--
+	s.blocks[s.n] = nil
+	s.cached -= n
+	if s.n == 0 {
+		s.held.Store(false)
+	}
+	b.size = size
+	gen := b.state.Add(1) // odd: live
+	s.allocs++
+	s.live++
+	if s.owed += size; s.owed > 0 {
+		a.inUse.add(s.owed)
+		s.owed = 0
+	}
+	s.mu.Unlock()
+	return Buffer{blk: b, gen: gen, ptr: b.ptr, size: size}, true
+}
+
+// laneFree serves Free of a pooled buffer into the caller's shard: it
+// reports false, and nothing changed, when the locked path must decide
+// (a view, a workspace, a sampled or referenced block, a stale handle, a
+// full shard, the lane closed). A reference that raced in after the
+// retirement leaves the block held for it.
+func (a *Allocator) laneFree(b Buffer) bool {
+	blk := b.blk
+	if blk == nil || blk.a != a || b.view || !blk.validFor(b.gen) ||
+		blk.kind != kindPooled || blk.ws != "" || blk.prof != nil || blk.refs.Load() != 0 {
+		return false
+	}
+	s := a.shard()
+	s.mu.Lock()
+	if s.n == shardBlocks || !a.laneOpen() || !blk.state.CompareAndSwap(b.gen, b.gen+1) {
+		s.mu.Unlock()
+		return false
+	}
+	s.frees++
+	s.live--
+	if s.owed -= blk.size; s.owed < -shardSlack {
+		a.inUse.add(s.owed)
+		s.owed = 0
+	}
+	if blk.refs.Load() != 0 { // a reference raced in: see release.go
+		blk.held.Store(true)
+		if blk.refs.Load() != 0 || !blk.held.CompareAndSwap(true, false) {
+			s.mu.Unlock()
+			return true
+		}
+	}
+	s.push(blk)
+	s.mu.Unlock()
+	return true
+}
+
+// push caches b, with room for it. Caller holds s.mu.
+func (s *shard) push(b *block) {
+	if s.n == 0 {
+		s.held.Store(true)
+	}
+	s.blocks[s.n] = b
+	s.n++
+	s.cached += b.class
+}
+
+// cacheLocked takes a freed pooled block for reuse: into the caller's
+// shard while the lane is open (its oldest block moving to the pool when
+// it is full), else into the pool. Caller holds a.mu.
+func (a *Allocator) cacheLocked(b *block) {
+	if a.laneOff.Load() != 0 {
+		a.pool.put(b)
+		return
+	}
+	s := a.shard()
+	s.mu.Lock()
+	if s.n == shardBlocks {
+		old := s.blocks[0]
+		copy(s.blocks[:], s.blocks[1:])
+		s.n--
+		s.cached -= old.class
+		a.pool.put(old)
+	}
+	s.push(b)
+	s.mu.Unlock()
+}
+
+// flushLocked moves s's blocks to the pool, where best fit and merging
+// see them, and reports whether there were any. Caller holds a.mu.
+func (a *Allocator) flushLocked(s *shard) bool {
+	if !s.held.Load() {
+		return false
+	}
+	s.mu.Lock()
+	n := s.n
+	for i, b := range s.blocks[:n] {
+		a.pool.put(b)
+		s.blocks[i] = nil
+	}
+	s.n, s.cached = 0, 0
+	s.held.Store(false)
+	s.mu.Unlock()
+	return n > 0
+}
+
+// flushShardsLocked flushes every shard. Caller holds a.mu.
+func (a *Allocator) flushShardsLocked() bool {
+	any := false
+	for i := range a.shards {
+		any = a.flushLocked(&a.shards[i]) || any
+	}
+	return any
+}
+
+// closeLaneLocked closes the lane and waits until no lane call is in
+// flight; openLaneLocked undoes one closeLaneLocked. Caller holds a.mu.
+func (a *Allocator) closeLaneLocked() {
+	if a.laneOff.Add(1) != 1 {
+		return // closed already, and drained when it was
+	}
+	for i := range a.shards {
+		a.shards[i].mu.Lock()
+		a.shards[i].mu.Unlock() //nolint:staticcheck // an empty critical section: waiting is the point
+	}
+}
+
+func (a *Allocator) openLaneLocked() { a.laneOff.Add(-1) }
+
+// addShardStatsLocked adds the shards' counters to s, with every shard
+// locked at once so the sums are of one moment. Caller holds a.mu.
+func (a *Allocator) addShardStatsLocked(s *Stats) {
+	for i := range a.shards {
+		a.shards[i].mu.Lock()
+	}
+	for i := range a.shards {
+		sh := &a.shards[i]
+		s.BytesInUse += sh.owed
+		s.BytesCached += sh.cached
+		s.LiveBuffers += sh.live
+		s.Allocs += sh.allocs
+		s.PoolHits += sh.allocs
+		s.Frees += sh.frees
+	}
+	for i := range a.shards {
+		a.shards[i].mu.Unlock()
+	}
+}
