@@ -91,29 +91,10 @@ func (a *Allocator) syncRefusalLocked(st CaptureState) error {
 // call uses: a capture that records it keeps their memory from reuse until
 // its graph is closed.
 func (a *Allocator) enqueue(op string, size int64, dst, src Buffer, check func() error, call func() error) error {
-	return a.enqueueUsing(op, size, dst, src, nil, check, call)
-}
-
-// enqueueUsing is enqueue for a call that uses more buffers (Enqueue's).
-// Every buffer is referenced from before check until the call is queued,
-// so a lane Free racing it cannot hand the memory out meanwhile (shard.go).
-func (a *Allocator) enqueueUsing(op string, size int64, dst, src Buffer, uses []Buffer, check func() error, call func() error) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	st, err := a.stateLocked()
 	if err == nil {
-		a.useLocked(dst)
-		a.useLocked(src)
-		for _, b := range uses {
-			a.useLocked(b)
-		}
-		defer func() {
-			a.unuseLocked(dst)
-			a.unuseLocked(src)
-			for _, b := range uses {
-				a.unuseLocked(b)
-			}
-		}()
 		err = check()
 	}
 	if err == nil {

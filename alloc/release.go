@@ -37,24 +37,6 @@ func (a *Allocator) unrefLocked(b *block) {
 	}
 }
 
-// useLocked references b, a buffer's block, for a stream-ordered call
-// (enqueue) from before its validation until unuseLocked, under a.mu
-// throughout: a lane Free racing the call then leaves the memory held
-// until the call is queued, so nothing queued after reuses it first
-// (shard.go). Blocks of other allocators are left alone: their buffers
-// fail validation.
-func (a *Allocator) useLocked(b Buffer) {
-	if b.blk != nil && b.blk.a == a {
-		b.blk.refs.Add(1)
-	}
-}
-
-func (a *Allocator) unuseLocked(b Buffer) {
-	if b.blk != nil && b.blk.a == a {
-		a.unrefLocked(b.blk)
-	}
-}
-
 // releaseLocked gives a retired block's memory back: a pooled block to the
 // pool; an AllocSync block to the queue flushReleases frees; a graph's
 // block to the driver (FreeAsync when a launch materialized it; otherwise

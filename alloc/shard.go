@@ -26,13 +26,19 @@ import (
 //   - a block's hand-out and retirement are atomic steps of block.state, a
 //     retirement a compare-and-swap from the Buffer's value: of two
 //     racing frees, one wins and the other is refused as a double free;
-//   - memory that a call in flight uses (enqueue, a pinned blocking call)
-//     or a live graph's work uses has block.refs above 0, raised under
-//     a.mu before the buffer is validated. A lane Free retires the block
-//     and then reads refs; by sequential consistency either the call sees
-//     the retirement (and fails, ErrInvalidBuffer) or the Free sees the
-//     reference and leaves the block held, for the last reference to
-//     release (release.go). Either way no memory is reused under a call.
+//   - a call queued on the stream that races a lane Free of its buffer
+//     (Memset, a copy, Enqueue) was validated and queued under a.mu; the
+//     block's next owner queues its own work under a.mu too, so after it
+//     on the one stream, as for any reuse (pool.go): a racing call lands
+//     before the next owner's first use, never after;
+//   - memory that a blocking call uses without a.mu (a pinned pageable
+//     copy) or a live graph's work uses has block.refs above 0, raised
+//     under a.mu before the buffer is validated again. A lane Free
+//     retires the block, then reads refs; by sequential consistency
+//     either the call sees the retirement (and fails, ErrInvalidBuffer)
+//     or the Free sees the reference and leaves the block held, for the
+//     last reference to release (release.go). No memory is reused, or
+//     given back to the driver, under such a call.
 
 const (
 	// shardBlocks is how many free blocks a shard caches, the pool's
@@ -51,8 +57,12 @@ type shard struct {
 	mu     sync.Mutex
 	blocks [shardBlocks]*block // free, not in the pool; oldest first
 	n      int
-	held   atomic.Bool // n > 0, for flushShardsLocked to skip empty shards without their lock
-	cached int64       // bytes in blocks
+	// held is set when a block is cached and cleared by a flush only (not
+	// when the lane takes the last one: a loop of pairs stores nothing), so
+	// flushShardsLocked skips a shard without its lock only when it is
+	// empty.
+	held   atomic.Bool
+	cached int64 // bytes in blocks
 
 	// owed is the change of bytes in use made here and not yet added to
 	// a.inUse: never above 0 (an allocation that would raise it publishes
@@ -113,9 +123,6 @@ func (a *Allocator) laneAlloc(size int64) (buf Buffer, ok bool) {
 	s.n--
 	s.blocks[s.n] = nil
 	s.cached -= n
-	if s.n == 0 {
-		s.held.Store(false)
-	}
 	b.size = size
 	gen := b.state.Add(1) // odd: live
 	s.allocs++
@@ -124,8 +131,9 @@ func (a *Allocator) laneAlloc(size int64) (buf Buffer, ok bool) {
 		a.inUse.add(s.owed)
 		s.owed = 0
 	}
+	buf = Buffer{blk: b, gen: gen, ptr: b.ptr, size: size} // before the unlock: a Close may recycle b right after
 	s.mu.Unlock()
-	return Buffer{blk: b, gen: gen, ptr: b.ptr, size: size}, true
+	return buf, true
 }
 
 // laneFree serves Free of a pooled buffer into the caller's shard: it
@@ -165,7 +173,7 @@ func (a *Allocator) laneFree(b Buffer) bool {
 
 // push caches b, with room for it. Caller holds s.mu.
 func (s *shard) push(b *block) {
-	if s.n == 0 {
+	if !s.held.Load() {
 		s.held.Store(true)
 	}
 	s.blocks[s.n] = b

@@ -181,7 +181,7 @@ func (a *Allocator) Enqueue(op string, uses []Buffer, call func(s Stream) error)
 	if call == nil {
 		return a.fail(op, -1, StateNone, wrapf(ErrInvalidValue, "nil call"))
 	}
-	return a.enqueueUsing(op, -1, Buffer{}, Buffer{}, uses, func() error {
+	return a.enqueue(op, -1, Buffer{}, Buffer{}, func() error {
 		for _, b := range uses {
 			if err := a.validateLocked(b, 0, b.size); err != nil {
 				return err
