@@ -57,11 +57,11 @@ type shard struct {
 	mu     sync.Mutex
 	blocks [shardBlocks]*block // free, not in the pool; oldest first
 	n      int
-	// held is set when a block is cached and cleared by a flush only (not
-	// when the lane takes the last one: a loop of pairs stores nothing), so
-	// flushShardsLocked skips a shard without its lock only when it is
-	// empty.
-	held   atomic.Bool
+	// dirty is set when a block is cached or a free is owed, and cleared
+	// by a flush only (not when the lane takes the last block: a loop of
+	// pairs stores nothing), so flushShardsLocked skips a shard without
+	// its lock only when it has nothing to flush.
+	dirty  atomic.Bool
 	cached int64 // bytes in blocks
 
 	// owed is the change of bytes in use made here and not yet added to
@@ -162,6 +162,7 @@ func (a *Allocator) laneFree(b Buffer) bool {
 	if blk.refs.Load() != 0 { // a reference raced in: see release.go
 		blk.held.Store(true)
 		if blk.refs.Load() != 0 || !blk.held.CompareAndSwap(true, false) {
+			s.markDirty() // the owed free
 			s.mu.Unlock()
 			return true
 		}
@@ -173,9 +174,7 @@ func (a *Allocator) laneFree(b Buffer) bool {
 
 // push caches b, with room for it. Caller holds s.mu.
 func (s *shard) push(b *block) {
-	if !s.held.Load() {
-		s.held.Store(true)
-	}
+	s.markDirty()
 	s.blocks[s.n] = b
 	s.n++
 	s.cached += b.class
@@ -202,10 +201,18 @@ func (a *Allocator) cacheLocked(b *block) {
 	s.mu.Unlock()
 }
 
+func (s *shard) markDirty() {
+	if !s.dirty.Load() {
+		s.dirty.Store(true)
+	}
+}
+
 // flushLocked moves s's blocks to the pool, where best fit and merging
-// see them, and reports whether there were any. Caller holds a.mu.
+// see them, and publishes what s owes to a.inUse (so an allocation made
+// next under a.mu raises the peak from the exact figure). It reports
+// whether there were blocks. Caller holds a.mu.
 func (a *Allocator) flushLocked(s *shard) bool {
-	if !s.held.Load() {
+	if !s.dirty.Load() {
 		return false
 	}
 	s.mu.Lock()
@@ -215,7 +222,9 @@ func (a *Allocator) flushLocked(s *shard) bool {
 		s.blocks[i] = nil
 	}
 	s.n, s.cached = 0, 0
-	s.held.Store(false)
+	a.inUse.add(s.owed)
+	s.owed = 0
+	s.dirty.Store(false)
 	s.mu.Unlock()
 	return n > 0
 }
