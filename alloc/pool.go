@@ -33,6 +33,7 @@ type segment struct {
 	first      *block // lowest-addressed block; the others follow by segNext
 	ar         *arena
 	prev, next *segment
+	exp        *expandable // an expandable range (expandable.go): size counts what is mapped
 }
 
 // arena is one family of segments (small or large) and its free blocks.
@@ -42,6 +43,8 @@ type arena struct {
 	free     fitIndex
 	segs     *segment // every segment of the arena, most recent first
 	splitMin int64    // a split leaves at least this much as a free block
+
+	exp *expandable // the arena's expandable range, once reserved (expandable.go)
 }
 
 type pool struct {
@@ -231,7 +234,7 @@ func (p *pool) wholeFree() []*segment {
 	var out []*segment
 	for _, ar := range []*arena{&p.small, &p.large} {
 		for s := ar.segs; s != nil; s = s.next {
-			if b := s.first; b.free && b.segNext == nil {
+			if b := s.first; s.exp == nil && b.free && b.segNext == nil {
 				out = append(out, s)
 			}
 		}
