@@ -197,7 +197,7 @@ func (a *Allocator) mapLocked(e *expandable, lo, hi int64) error {
 				a.pool.punch(e, e.blockAt(m), e.base+DevicePtr(m), e.base+DevicePtr(m+e.chunk))
 				errs = append(errs, a.unmapRangeLocked(e, m, m+e.chunk))
 			}
-			a.pool.shrink(e)
+			a.pool.shrink(e, 0)
 			return errors.Join(errs...)
 		}
 		a.pool.fill(e, e.blockAt(c), e.base+DevicePtr(c), e.base+DevicePtr(c+e.chunk))
@@ -343,7 +343,7 @@ func (a *Allocator) unmapFreeLocked(limit int64, keep *expandable, keepLo, keepH
 				return done, err
 			}
 		}
-		a.pool.shrink(e)
+		a.pool.shrink(e, hi)
 	}
 	return done, nil
 }
@@ -477,13 +477,19 @@ func (p *pool) extend(a *Allocator, e *expandable, end int64) {
 	}
 }
 
-// shrink drops a hole at the end of e's range.
-func (p *pool) shrink(e *expandable) {
+// shrink gives back the addresses of a hole at the end of e's range, down
+// to floor (an offset, chunk-aligned): a range being mapped is kept.
+func (p *pool) shrink(e *expandable, floor int64) {
 	var last *block
 	for b := e.seg.first; b != nil; b = b.segNext {
 		last = b
 	}
-	if last == nil || last.kind != kindHole {
+	if last == nil || last.kind != kindHole || e.end <= floor {
+		return
+	}
+	if hl := e.off(last.ptr); hl < floor {
+		last.class = floor - hl
+		e.end = floor
 		return
 	}
 	e.end -= last.class
@@ -571,4 +577,3 @@ func (a *Allocator) unmapAllFreeLocked(op string) (bool, error) {
 	n, err := a.unmapFreeLocked(-1, keep, 0, 0)
 	return n > 0, err
 }
-
