@@ -53,6 +53,9 @@ type expandable struct {
 	reserved int64
 	end      int64 // bytes of the range its blocks cover
 	chunk    int64
+
+	frees  []*block // scratch for unmapFreeLocked, kept to allocate once
+	mapped []int64  // scratch for mapLocked
 }
 
 func roundDown(x, unit int64) int64 { return x &^ (unit - 1) }
@@ -186,7 +189,8 @@ func (a *Allocator) mapLocked(e *expandable, lo, hi int64) error {
 	if hi > e.end {
 		a.pool.extend(a, e, hi)
 	}
-	var mapped []int64 // chunks this call mapped, to undo on failure
+	mapped := e.mapped[:0] // chunks this call mapped, to undo on failure
+	defer func() { e.mapped = mapped[:0] }()
 	for c := lo; c < hi; c += e.chunk {
 		if b := e.blockAt(c); b.kind != kindHole {
 			continue
@@ -313,12 +317,13 @@ func (a *Allocator) unmapFreeLocked(limit int64, keep *expandable, keepLo, keepH
 		if e != keep {
 			lo, hi = 0, 0
 		}
-		var frees []*block
+		frees := e.frees[:0]
 		for b := e.seg.first; b != nil; b = b.segNext {
 			if b.free {
 				frees = append(frees, b)
 			}
 		}
+		e.frees = frees[:0]
 		for i := len(frees) - 1; i >= 0 && (limit < 0 || done < limit); i-- {
 			f := frees[i]
 			fl, fh := roundUp(e.off(f.ptr), e.chunk), roundDown(e.off(f.ptr)+f.class, e.chunk)

@@ -2,8 +2,10 @@ package alloc_test
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
@@ -556,4 +558,121 @@ func TestExpandableConcurrent(t *testing.T) {
 		t.Fatalf("%d live buffers", st.LiveBuffers)
 	}
 	closeClean(t, a, d)
+}
+
+// vmDriverFor is the driver the expandable benchmarks run on: the cpu
+// driver's own VirtualMemory when it has one, counted, else the fake.
+func vmDriverFor(b *testing.B) (alloc.Driver, func() (maps, unmaps int)) {
+	d, err := cpu.New(cpu.Options{MemoryLimit: 64 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Close() })
+	if vm, ok := any(d).(alloc.VirtualMemory); ok {
+		c := &countedVM{Driver: d, vm: vm}
+		return c, func() (int, int) { return int(c.maps.Load()), int(c.unmaps.Load()) }
+	}
+	f := newVMDriver(b, 0)
+	return f, func() (int, int) { return f.count("MapMemory"), f.count("UnmapMemory") }
+}
+
+// countedVM counts a driver's map and unmap calls, keeping its other
+// optional interfaces (the embedded *cpu.Driver's).
+type countedVM struct {
+	*cpu.Driver
+	vm           alloc.VirtualMemory
+	maps, unmaps atomic.Int64
+}
+
+func (c *countedVM) MapGranularity() int64 { return c.vm.MapGranularity() }
+func (c *countedVM) ReserveAddress(n int64) (alloc.DevicePtr, error) {
+	return c.vm.ReserveAddress(n)
+}
+func (c *countedVM) ReleaseAddress(p alloc.DevicePtr, n int64) error {
+	return c.vm.ReleaseAddress(p, n)
+}
+func (c *countedVM) MapMemory(p alloc.DevicePtr, n int64) error {
+	c.maps.Add(1)
+	return c.vm.MapMemory(p, n)
+}
+func (c *countedVM) UnmapMemory(p alloc.DevicePtr, n int64) error {
+	c.unmaps.Add(1)
+	return c.vm.UnmapMemory(p, n)
+}
+
+// BenchmarkExpandableTrace plays both fragmentation traces (the
+// project's, and the inference mix: newInferenceTrace) with the ordinary
+// pool and with expandable segments, on one driver. It reports time per
+// trace op, the first run's peak reserved over peak in use, and the map
+// and unmap calls per run once the pool is warm.
+func BenchmarkExpandableTrace(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		tr   poolTrace
+	}{{"trace=project", newPoolTrace(100000, 64, 256, 64<<20, 1)}, {"trace=inference", newInferenceTrace(100000)}} {
+		for _, exp := range []bool{false, true} {
+			name := tc.name + "/segments=plain"
+			if exp {
+				name = tc.name + "/segments=expandable"
+			}
+			b.Run(name, func(b *testing.B) {
+				d, calls := vmDriverFor(b)
+				a, err := alloc.New(d, alloc.Options{ExpandableSegments: exp})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer a.Close()
+				live := make([]alloc.Buffer, tc.tr.slots)
+				if err := tc.tr.run(a, live); err != nil { // untimed: the first run fills the pool
+					b.Fatal(err)
+				}
+				first := a.Stats()
+				maps, unmaps := calls()
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if err := tc.tr.run(a, live); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StopTimer()
+				st := a.Stats()
+				m, u := calls()
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(tc.tr.ops)), "ns/trace-op")
+				b.ReportMetric(float64(first.PeakReserved)/float64(first.PeakInUse), "reserved/in-use")
+				b.ReportMetric(float64(m-maps)/float64(b.N), "maps/run")
+				b.ReportMetric(float64(u-unmaps)/float64(b.N), "unmaps/run")
+				b.ReportMetric(float64(st.DriverAllocs-first.DriverAllocs)/float64(b.N), "driver-allocs/run")
+			})
+		}
+	}
+}
+
+// BenchmarkExpandableAllocFree is BenchmarkAllocFree's 64 KiB pair with
+// expandable segments on: a pool hit, which expandable segments leave as
+// it was.
+func BenchmarkExpandableAllocFree(b *testing.B) {
+	for _, exp := range []bool{false, true} {
+		b.Run(fmt.Sprintf("expandable=%v", exp), func(b *testing.B) {
+			d, _ := vmDriverFor(b)
+			a, err := alloc.New(d, alloc.Options{ExpandableSegments: exp})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer a.Close()
+			warm, _ := a.Alloc(64 << 10)
+			a.Free(warm)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				buf, err := a.Alloc(64 << 10)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := a.Free(buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

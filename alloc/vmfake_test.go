@@ -2,6 +2,7 @@ package alloc_test
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -24,6 +25,7 @@ type vmDriver struct {
 	limit    int64 // bytes that may be mapped at once; 0: no limit
 	mapped   int64
 	maps     map[alloc.DevicePtr]int64 // live mappings
+	starts   []alloc.DevicePtr         // their addresses, sorted
 	reserved map[alloc.DevicePtr]int64 // live reservations
 	next     alloc.DevicePtr
 	calls    map[string]int // by method
@@ -66,10 +68,8 @@ func (d *vmDriver) ReleaseAddress(base alloc.DevicePtr, size int64) error {
 	if d.reserved[base] != size {
 		return fmt.Errorf("%w: release %#x+%d: not a reservation", alloc.ErrInvalidValue, base, size)
 	}
-	for p := range d.maps {
-		if p >= base && p < base+alloc.DevicePtr(size) {
-			return fmt.Errorf("%w: release %#x: %#x still mapped", alloc.ErrInvalidValue, base, p)
-		}
+	if i, _ := slices.BinarySearch(d.starts, base); i < len(d.starts) && d.starts[i] < base+alloc.DevicePtr(size) {
+		return fmt.Errorf("%w: release %#x: %#x still mapped", alloc.ErrInvalidValue, base, d.starts[i])
 	}
 	delete(d.reserved, base)
 	return nil
@@ -82,15 +82,20 @@ func (d *vmDriver) MapMemory(p alloc.DevicePtr, size int64) error {
 	if size <= 0 || size%d.gran != 0 || int64(p)%d.gran != 0 || !d.insideLocked(p, size) {
 		return fmt.Errorf("%w: map %#x+%d", alloc.ErrInvalidValue, p, size)
 	}
-	for q, n := range d.maps {
-		if q < p+alloc.DevicePtr(size) && p < q+alloc.DevicePtr(n) {
-			return fmt.Errorf("%w: map %#x+%d overlaps %#x+%d", alloc.ErrInvalidValue, p, size, q, n)
+	i, _ := slices.BinarySearch(d.starts, p) // the first mapping at or above p
+	if i > 0 {
+		if q := d.starts[i-1]; q+alloc.DevicePtr(d.maps[q]) > p {
+			return fmt.Errorf("%w: map %#x+%d overlaps %#x", alloc.ErrInvalidValue, p, size, q)
 		}
+	}
+	if i < len(d.starts) && d.starts[i] < p+alloc.DevicePtr(size) {
+		return fmt.Errorf("%w: map %#x+%d overlaps %#x", alloc.ErrInvalidValue, p, size, d.starts[i])
 	}
 	if d.limit > 0 && d.mapped+size > d.limit {
 		return fmt.Errorf("%w: map %d B with %d of %d mapped", alloc.ErrOutOfMemory, size, d.mapped, d.limit)
 	}
 	d.maps[p] = size
+	d.starts = slices.Insert(d.starts, i, p)
 	d.mapped += size
 	return nil
 }
@@ -103,6 +108,8 @@ func (d *vmDriver) UnmapMemory(p alloc.DevicePtr, size int64) error {
 		return fmt.Errorf("%w: unmap %#x+%d: not a mapping", alloc.ErrInvalidValue, p, size)
 	}
 	delete(d.maps, p)
+	i, _ := slices.BinarySearch(d.starts, p)
+	d.starts = slices.Delete(d.starts, i, i+1)
 	d.mapped -= size
 	return nil
 }
