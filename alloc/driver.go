@@ -351,7 +351,10 @@ type Module struct {
 type VirtualMemory interface {
 	// MapGranularity is the unit of reservations and mappings, in bytes
 	// (cuMemGetAllocationGranularity's recommended granularity for the
-	// device; the page size on cpu). A power of two.
+	// device; the page size on cpu). A power of two. 0 means none after
+	// all (a wrapper over a driver without virtual memory, such as
+	// alloctest.Spy): New then refuses Options.ExpandableSegments as for a
+	// driver without the interface.
 	MapGranularity() int64
 	// ReserveAddress reserves size bytes of address space with no memory
 	// behind it. Reserving more than the device has is expected.
