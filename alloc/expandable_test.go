@@ -3,10 +3,13 @@ package alloc_test
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/cpu"
@@ -167,6 +170,46 @@ func TestExpandableTrimAndCloseUnmap(t *testing.T) {
 	}
 }
 
+// Close during another allocator's Global-mode capture leaves the
+// unmapping, with the rest of its unsafe cleanup, until the capture ends.
+func TestExpandableCloseDefersUnmapping(t *testing.T) {
+	d := newVMDriver(t, 0)
+	a := newExpandable(t, d)
+	other, err := alloc.New(d, alloc.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	b, _ := a.Alloc(3 * mib)
+	a.Free(b)
+	if err := other.BeginCapture(alloc.Global); err != nil {
+		t.Fatal(err)
+	}
+	calls := d.vmCalls()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := d.vmCalls() - calls; n != 0 {
+		t.Fatalf("Close made %d virtual memory calls during a foreign Global capture", n)
+	}
+	if mapped, _ := d.state(); mapped != 4*mib {
+		t.Fatalf("%d B mapped during the capture, want the 4 MiB Close left for later", mapped)
+	}
+	g, err := other.EndCapture()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Close()
+	// The domain runs the deferred work on a goroutine of its own.
+	deadline := time.Now().Add(10 * time.Second)
+	for mapped, res := d.state(); mapped != 0 || res != 0; mapped, res = d.state() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the capture ended: %d B mapped, %d reservations", mapped, res)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // Inside a capture an allocation stays a graph allocation: no virtual
 // memory call is made while the capture records.
 func TestExpandableNoMappingInCapture(t *testing.T) {
@@ -217,7 +260,11 @@ func TestExpandableNoMappingInCapture(t *testing.T) {
 // gives it back once the capture is over.
 func TestExpandableFallsBackUnderForeignGlobalCapture(t *testing.T) {
 	d := newVMDriver(t, 0)
-	a := newExpandable(t, d)
+	var logs syncBuffer
+	a, err := alloc.New(d, alloc.Options{ExpandableSegments: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
 	other, err := alloc.New(d, alloc.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -245,6 +292,14 @@ func TestExpandableFallsBackUnderForeignGlobalCapture(t *testing.T) {
 	if ordinary != 12*mib || snap.Stats.BytesReserved != 4*mib+12*mib {
 		t.Fatalf("fallback: %d B in ordinary segments, %d B reserved; want 12 MiB and 16 MiB", ordinary, snap.Stats.BytesReserved)
 	}
+	a.Free(warm)
+	if err := a.Trim(); err != nil { // skips the unmapping, and says so
+		t.Fatal(err)
+	}
+	if n := d.vmCalls() - calls; n != 0 || !strings.Contains(logs.String(), "free chunks not unmapped") {
+		t.Fatalf("Trim made %d virtual memory calls under a foreign Global capture; logged %q", n, logs.String())
+	}
+	warm, _ = a.Alloc(3 * mib)
 	g, err := other.EndCapture()
 	if err != nil {
 		t.Fatal(err)
@@ -675,4 +730,22 @@ func BenchmarkExpandableAllocFree(b *testing.B) {
 			}
 		})
 	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger that goroutines share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
