@@ -406,15 +406,7 @@ func (a *Allocator) detachExpandableLocked() func() error {
 			}
 		}
 		ranges = append(ranges, mapping{e.base, e.reserved})
-		s := e.seg
-		if s.prev != nil {
-			s.prev.next = s.next
-		} else {
-			ar.segs = s.next
-		}
-		if s.next != nil {
-			s.next.prev = s.prev
-		}
+		ar.unlink(e.seg)
 		ar.exp = nil
 	}
 	if len(ranges) == 0 {

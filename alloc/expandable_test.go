@@ -715,19 +715,7 @@ func BenchmarkExpandableAllocFree(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer a.Close()
-			warm, _ := a.Alloc(64 << 10)
-			a.Free(warm)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				buf, err := a.Alloc(64 << 10)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := a.Free(buf); err != nil {
-					b.Fatal(err)
-				}
-			}
+			benchPairs(b, a, 64<<10)
 		})
 	}
 }

@@ -250,16 +250,21 @@ func (p *pool) take(segs []*segment) []*segment {
 		ar.free.remove(s.first)
 		p.cached -= s.first.class
 		p.recycle(s.first)
-		if s.prev != nil {
-			s.prev.next = s.next
-		} else {
-			ar.segs = s.next
-		}
-		if s.next != nil {
-			s.next.prev = s.prev
-		}
+		ar.unlink(s)
 	}
 	return segs
+}
+
+// unlink takes s out of the arena's list of segments.
+func (ar *arena) unlink(s *segment) {
+	if s.prev != nil {
+		s.prev.next = s.next
+	} else {
+		ar.segs = s.next
+	}
+	if s.next != nil {
+		s.next.prev = s.prev
+	}
 }
 
 // takeAll removes every wholly free segment.
