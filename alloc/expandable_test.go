@@ -1,6 +1,7 @@
 package alloc_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -736,4 +737,81 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// On the cpu driver's own VirtualMemory (Linux): buffers of a range hold
+// their bytes across chunk boundaries while the range is reshaped around
+// them (frees, unmapping, remapping), and after Close the driver holds no
+// device memory.
+func TestExpandableOnCPUDriver(t *testing.T) {
+	d, err := cpu.New(cpu.Options{MemoryLimit: 256 * mib})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if vm, ok := any(d).(alloc.VirtualMemory); !ok || vm.MapGranularity() == 0 {
+		t.Skip("the cpu driver has no virtual memory here (Linux only)")
+	}
+	a := newExpandable(t, d)
+	rng := rand.New(rand.NewPCG(4, 0))
+	pat := make([]byte, 17*mib) // buffer contents: slices of it at an offset of their own
+	for i := range pat {
+		pat[i] = byte(i * 7)
+	}
+	type held struct {
+		b    alloc.Buffer
+		data []byte
+	}
+	var live []held
+	check := func(h held) {
+		t.Helper()
+		got := make([]byte, h.b.Size())
+		if err := a.Download(got, h.b, 0); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, h.data) {
+			t.Fatalf("buffer %#x+%d lost its bytes", h.b.Ptr(), h.b.Size())
+		}
+	}
+	for i := 0; i < 300; i++ {
+		if len(live) > 0 && (len(live) > 12 || rng.IntN(2) == 0) {
+			k := rng.IntN(len(live))
+			check(live[k])
+			if err := a.Free(live[k].b); err != nil {
+				t.Fatal(err)
+			}
+			live = append(live[:k], live[k+1:]...)
+			continue
+		}
+		n := int64(4<<10) << rng.IntN(12) // 4 KiB .. 8 MiB
+		b, err := a.Alloc(n + rng.Int64N(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		off := rng.Int64N(mib)
+		h := held{b, pat[off : off+b.Size()]}
+		if err := a.Upload(b, 0, h.data); err != nil {
+			t.Fatal(err)
+		}
+		live = append(live, h)
+	}
+	if err := a.CheckPool(); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range live {
+		check(h)
+	}
+	st := a.Stats()
+	if st.DriverFrees == 0 {
+		t.Fatalf("no chunk was unmapped while buffers lived: the range was never reshaped (%v)", st)
+	}
+	if u, err := d.Usage(); err != nil || u.Device != st.BytesReserved {
+		t.Fatalf("driver holds %+v (%v), Stats.BytesReserved %d", u, err, st.BytesReserved)
+	}
+	if err := a.Close(); !errors.Is(err, alloc.ErrLeaked) && len(live) > 0 {
+		t.Fatalf("Close with live buffers = %v", err)
+	}
+	if u, err := d.Usage(); err != nil || u.Device != 0 {
+		t.Fatalf("after Close the driver holds %+v (%v)", u, err)
+	}
 }
