@@ -29,12 +29,13 @@ import (
 // and Close give back as before.
 //
 // Unmapping (the policy that keeps reserved memory near the memory in
-// use): when a miss must map k bytes, first as many bytes of whole free
-// chunks elsewhere are unmapped, so what is mapped grows only when the
-// free chunks are used up. Memory freed on the stream may still be used by
-// work queued before the free, and unmapping is not stream-ordered, so
-// this is done only when the stream is idle (asked without waiting);
-// Trim, Close and the out-of-memory path wait for the stream instead.
+// use): when a miss would take what is mapped past expandSlack times the
+// peak in use, whole free chunks elsewhere are unmapped first, so what is
+// mapped grows past that only when the free chunks are used up. Memory
+// freed on the stream may still be used by work queued before the free,
+// and unmapping is not stream-ordered, so this is done only when the
+// stream is idle (asked without waiting); Trim, Close and the
+// out-of-memory path wait for the stream instead.
 
 // expandChunk is the smallest chunk mapped at a time: a device's map
 // granularity, if larger, wins. 2 MiB is CUDA's usual granularity, so
@@ -271,11 +272,11 @@ func (a *Allocator) giveBackLocked(op string, keep *expandable, keepLo, keepHi i
 // use, unmap as many bytes of whole free chunks outside [keepLo, keepHi)
 // of keep's range (the other arena's too) as the excess, at most need, so
 // the memory mapped grows past the slack only when the free chunks are
-// used up. Done only when the stream is
-// idle, asked without waiting: unmapping is not stream-ordered, and work
-// queued before a free may still use the memory. An error of earlier work
-// that the idle check reports (and clears) is returned: the caller's
-// operation reports it, as the next synchronize would have.
+// used up. Done only when the stream is idle, asked without waiting:
+// unmapping is not stream-ordered, and work queued before a free may still
+// use the memory. An error of earlier work that the idle check reports
+// (and clears) is returned: the caller's operation reports it, as the next
+// synchronize would have.
 func (a *Allocator) reclaimLocked(need int64, keep *expandable, keepLo, keepHi int64) error {
 	over := a.stats.BytesReserved + need - int64(expandSlack*float64(a.stats.PeakInUse))
 	if over <= 0 || a.idler == nil || a.pool.cached < keep.chunk {
