@@ -1,6 +1,8 @@
 package alloc
 
 import (
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 )
@@ -19,6 +21,7 @@ type Allocator struct {
 	watchdog *watchdog
 	idler    StreamIdler                // nil unless the driver is one
 	poll     func(Stream) (bool, error) // pollerOf(drv): nil when the driver cannot be polled
+	vm       VirtualMemory              // Options.ExpandableSegments: the driver's; else nil
 
 	// The lock-free lane (shard.go): per-P caches of free blocks that
 	// serve the common Alloc and Free without a.mu. laneOff counts what
@@ -55,12 +58,20 @@ func New(drv Driver, opts Options) (*Allocator, error) {
 	if drv == nil {
 		return nil, wrapf(ErrInvalidValue, "nil driver")
 	}
+	vm, _ := drv.(VirtualMemory)
+	if opts.ExpandableSegments && (vm == nil || vm.MapGranularity() <= 0) { // 0: a wrapper over a driver without
+		return nil, &Error{Op: "New", Backend: drv.Name(), Size: -1, Err: fmt.Errorf("%w: expandable segments need a driver with virtual memory management (alloc.VirtualMemory); backend %s has none", errors.ErrUnsupported, drv.Name())}
+	}
+	if !opts.ExpandableSegments {
+		vm = nil
+	}
 	a := &Allocator{
 		drv:        drv,
 		backend:    drv.Name(),
 		info:       drv.Info(),
 		dom:        domainFor(drv.CaptureDomain()),
 		opts:       opts,
+		vm:         vm,
 		graphs:     map[*Graph]struct{}{},
 		hosts:      map[*HostBuffer]struct{}{},
 		workspaces: map[string]*block{},

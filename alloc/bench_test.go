@@ -329,3 +329,20 @@ func BenchmarkAllocFreeParallel(b *testing.B) {
 		})
 	})
 }
+
+// benchPairs times b.N Alloc+Free pairs of n bytes on a warm pool.
+func benchPairs(b *testing.B, a *alloc.Allocator, n int64) {
+	warm, _ := a.Alloc(n) // the pool is warm, as in an engine's steady state
+	a.Free(warm)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		buf, err := a.Alloc(n)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := a.Free(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -10,6 +10,7 @@ const (
 	kindPooled blockKind = iota // MallocAsync outside capture, recycled by the pool
 	kindSync                    // AllocSync: Malloc/Free, never pooled
 	kindGraph                   // MallocAsync inside a capture: owned by that graph
+	kindHole                    // a hole in an expandable range: nothing mapped (expandable.go)
 )
 
 // block is the allocator's record of one driver allocation. Records are

@@ -97,6 +97,7 @@ func (a *Allocator) teardownLocked(clean cleaner) []error {
 	if _, err := a.releaseCacheLocked(); err != nil {
 		errs = append(errs, err)
 	}
+	unmap := a.detachExpandableLocked() // after the last synchronize, below
 	hosts := make([]*HostBuffer, 0, len(a.hosts))
 	for h := range a.hosts {
 		hosts = append(hosts, h)
@@ -120,7 +121,11 @@ func (a *Allocator) teardownLocked(clean cleaner) []error {
 				errs = append(errs, a.drv.HostFree(h.b))
 			}
 		}
-		errs = append(errs, a.drv.StreamSynchronize(a.stream), a.drv.DestroyStream(a.stream))
+		errs = append(errs, a.drv.StreamSynchronize(a.stream))
+		if unmap != nil {
+			errs = append(errs, unmap())
+		}
+		errs = append(errs, a.drv.DestroyStream(a.stream))
 		return errors.Join(errs...)
 	}); err != nil {
 		errs = append(errs, err)

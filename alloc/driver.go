@@ -331,11 +331,19 @@ type Module struct {
 // device addresses and back parts of it with physical memory on demand:
 // CUDA's virtual memory management (cuMemAddressReserve, cuMemCreate,
 // cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemRelease), HIP's hipMem*
-// equivalents, and on cpu a PROT_NONE reservation with memfd chunks mapped
-// into it. The pool's expandable segments (Options.ExpandableSegments)
+// equivalents, and on cpu (Linux) a PROT_NONE reservation with memfd chunks
+// mapped into it. The pool's expandable segments (Options.ExpandableSegments)
 // grow on it: one reservation per arena, chunks mapped at its end as the
 // pool needs them, so freed memory merges across what would have been
 // segment boundaries.
+//
+// A driver type may have these methods and still not offer them at run
+// time (hip without the hipMem* symbols, cpu off Linux or with supplied
+// device memory): then MapGranularity returns 0 and every other method
+// fails with ErrBackendUnavailable, so a caller probes with MapGranularity
+// and falls back to ordinary segments. The plugin host driver does not
+// implement VirtualMemory at all: a reservation lives in one process's
+// address space, and the plugin shares device memory across processes.
 //
 // Every method is synchronous and device-wide unsafe (mapping may
 // synchronize the device): the Allocator makes them only outside captures,
@@ -344,14 +352,22 @@ type Module struct {
 // cannot unmap part of a mapping), and ReleaseAddress a whole reservation
 // with nothing mapped in it. Sizes and offsets are multiples of
 // MapGranularity; anything else is refused with ErrInvalidValue before any
-// driver call. Mapped memory reads and writes like Malloc's (Memset,
-// copies, kernels, across chunk boundaries too) and starts zeroed on cpu
-// only. Memory of a reservation cannot be exported (IPCMemory): the
-// Allocator refuses it.
+// driver call, as is mapping over a mapped range. Mapped memory reads and
+// writes like Malloc's (Memset, copies, kernels, across chunk boundaries
+// too) and counts in the device's memory use; it starts zeroed on cpu
+// only. An operation on reserved memory that is not mapped fails with
+// ErrInvalidValue on cpu; on a GPU it is a device fault, so the caller
+// unmaps only memory that no queued work still uses (cpu's UnmapMemory
+// lets queued work finish first, as its Free does). Memory of a
+// reservation cannot be exported (IPCMemory): the Allocator refuses it.
 type VirtualMemory interface {
 	// MapGranularity is the unit of reservations and mappings, in bytes
 	// (cuMemGetAllocationGranularity's recommended granularity for the
-	// device; the page size on cpu). A power of two.
+	// device; 2 MiB on cpu, CUDA's usual value, so a pool fragments there
+	// as on a device). A power of two; 0 when the driver does not offer
+	// virtual memory after all (cpu off Linux, a wrapper over a driver
+	// without it such as alloctest.Spy): New then refuses
+	// Options.ExpandableSegments as for a driver without the interface.
 	MapGranularity() int64
 	// ReserveAddress reserves size bytes of address space with no memory
 	// behind it. Reserving more than the device has is expected.

@@ -6,7 +6,8 @@ package alloc
 // ThreadLocal capture (a Relaxed one allows it, as for AllocSync), any
 // capture it did not start, or a Global-mode capture elsewhere in the
 // domain (ErrCaptureInvalidated when its own capture is invalidated); with
-// ErrInvalidValue when the driver has no IPC.
+// ErrInvalidValue when the driver has no IPC; with ErrNotExportable, no
+// driver call made, for a buffer in an expandable segment.
 func (a *Allocator) IPCGetMemHandle(b Buffer) ([]byte, error) {
 	var h []byte
 	err := a.ipcGuarded("IPCGetMemHandle", &b, func(d IPCMemory) (func(), error) {
@@ -54,6 +55,9 @@ func (a *Allocator) ipcGuarded(op string, use *Buffer, fn func(IPCMemory) (func(
 		if use != nil {
 			if err := a.validateLocked(*use, 0, 0); err != nil {
 				return err
+			}
+			if s := use.blk.seg; s != nil && s.exp != nil {
+				return wrapf(ErrNotExportable, "buffer %#x is in an expandable segment (Options.ExpandableSegments): allocate what you export with AllocSync", use.ptr)
 			}
 		}
 		why := a.unsafeAllowedLocked(st, false)

@@ -78,6 +78,11 @@ func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 // too small for the usual segment size); then, last, gives back every free
 // segment and the memory closed graphs left cached (GraphMemTrimmer).
 func (a *Allocator) growPoolLocked(n int64) (*block, error) {
+	if a.vm != nil {
+		if b, ok, err := a.growExpandableLocked(n); ok || err != nil {
+			return b, err
+		}
+	}
 	sizes := [2]int64{segmentSize(n), n}
 	var err error
 	for i, size := range sizes {
@@ -206,7 +211,7 @@ func (a *Allocator) freeSegmentsLocked(segs []*segment) (bool, error) {
 // cache is still released) and a warning is logged.
 func (a *Allocator) Trim() error {
 	t, trims := a.drv.(GraphMemTrimmer)
-	var why error // why the graph trim is skipped
+	var why error // why the graph trim and the unmapping are skipped
 	return a.blocking("Trim", -1, func(st CaptureState) error {
 		if st != StateNone {
 			return refusal(st, "trim frees memory")
@@ -214,16 +219,22 @@ func (a *Allocator) Trim() error {
 		if _, err := a.releaseCacheLocked(); err != nil {
 			return err
 		}
-		if trims {
+		if trims || a.vm != nil {
 			why = a.unsafeAllowedLocked(st, false)
+		}
+		if a.vm != nil && why == nil {
+			_, err := a.unmapAllFreeLocked("Trim")
+			return err
 		}
 		return nil
 	}, func() error {
 		switch {
-		case !trims:
+		case !trims && a.vm == nil:
 			return nil
 		case why != nil:
-			a.opts.logger().Warn("capalloc: graph memory not trimmed", "backend", a.backend, "reason", why)
+			a.opts.logger().Warn("capalloc: graph memory not trimmed, free chunks not unmapped", "backend", a.backend, "reason", why)
+			return nil
+		case !trims:
 			return nil
 		}
 		return t.TrimGraphMemory()
@@ -407,6 +418,11 @@ func (a *Allocator) giveBackForSync() (bool, error) {
 	released, err := a.releaseCacheLocked()
 	if a.tryTrimGraphMemoryLocked() {
 		released = true
+	}
+	if err == nil && a.vm != nil {
+		var unmapped bool
+		unmapped, err = a.unmapAllFreeLocked("AllocSync")
+		released = released || unmapped
 	}
 	a.mu.Unlock()
 	if err != nil {

@@ -23,6 +23,16 @@ type Options struct {
 	// have distinct names: New refuses one in use. Empty means the
 	// backend's name and a number ("cpu-1").
 	Name string
+	// ExpandableSegments makes the pool grow one reserved address range
+	// per arena, with physical memory mapped into it on demand, instead
+	// of separate driver allocations (PyTorch's expandable_segments): free
+	// memory merges across what would have been segment boundaries, and
+	// free chunks can be unmapped while their neighbours are in use. It
+	// needs a driver that implements VirtualMemory: New fails with an
+	// error wrapping errors.ErrUnsupported otherwise. Buffers from such a
+	// range cannot be exported (IPCGetMemHandle: ErrNotExportable).
+	// docs/allocator-core.md, "Expandable segments".
+	ExpandableSegments bool
 }
 
 func (o Options) watchdog() time.Duration {

@@ -33,6 +33,7 @@ type segment struct {
 	first      *block // lowest-addressed block; the others follow by segNext
 	ar         *arena
 	prev, next *segment
+	exp        *expandable // an expandable range (expandable.go): size counts what is mapped
 }
 
 // arena is one family of segments (small or large) and its free blocks.
@@ -42,6 +43,8 @@ type arena struct {
 	free     fitIndex
 	segs     *segment // every segment of the arena, most recent first
 	splitMin int64    // a split leaves at least this much as a free block
+
+	exp *expandable // the arena's expandable range, once reserved (expandable.go)
 }
 
 type pool struct {
@@ -124,7 +127,7 @@ func (p *pool) split(ar *arena, b *block, n int64) {
 		return
 	}
 	r := p.record(b.a)
-	r.ptr, r.class, r.seg = b.ptr+DevicePtr(n), rest, b.seg
+	r.ptr, r.class, r.kind, r.seg = b.ptr+DevicePtr(n), rest, kindPooled, b.seg
 	r.segPrev, r.segNext = b, b.segNext
 	if b.segNext != nil {
 		b.segNext.segPrev = r
@@ -141,7 +144,7 @@ func (p *pool) addSegment(a *Allocator, ptr DevicePtr, size, n int64) *block {
 	ar := p.arenaFor(n)
 	s := &segment{ptr: ptr, size: size, ar: ar}
 	b := p.record(a)
-	b.ptr, b.class, b.seg = ptr, size, s
+	b.ptr, b.class, b.kind, b.seg = ptr, size, kindPooled, s
 	s.first = b
 	s.next = ar.segs
 	if s.next != nil {
@@ -207,9 +210,9 @@ func (p *pool) putFree(ar *arena, b *block) {
 	ar.free.insert(b)
 }
 
-// record returns a pooled block record of a's, its pool fields clear,
-// recycled when one is spare, so the steady state of split and merge
-// allocates nothing.
+// record returns a block record of a's, its pool fields clear, recycled
+// when one is spare, so the steady state of split and merge allocates
+// nothing. The caller sets its kind.
 func (p *pool) record(a *Allocator) *block {
 	if b := p.spare; b != nil {
 		p.spare = b.segNext
@@ -220,9 +223,10 @@ func (p *pool) record(a *Allocator) *block {
 }
 
 // recycle keeps a record for record(). It resets only the fields the pool
-// sets: a, kind and state stay (state so stale handles stay stale; a and
-// kind because a lane Free reads them from a stale handle's record without
-// a.mu, shard.go), and a pool block's ws, prof and references are clear.
+// sets: a and state stay (state so stale handles stay stale; a because a
+// lane Free reads it from a stale handle's record without a.mu, shard.go),
+// and a pool block's ws, prof and references are clear. The taker sets
+// kind (a pooled block or a hole of an expandable range).
 func (p *pool) recycle(b *block) {
 	b.ptr, b.size, b.class, b.seg = 0, 0, 0, nil
 	b.segPrev, b.segNext, b.freePrev, b.freeNext = nil, p.spare, nil, nil
@@ -238,7 +242,7 @@ func (p *pool) wholeFree() []*segment {
 	var out []*segment
 	for _, ar := range []*arena{&p.small, &p.large} {
 		for s := ar.segs; s != nil; s = s.next {
-			if b := s.first; b.free && b.segNext == nil {
+			if b := s.first; s.exp == nil && b.free && b.segNext == nil {
 				out = append(out, s)
 			}
 		}
@@ -254,16 +258,21 @@ func (p *pool) take(segs []*segment) []*segment {
 		ar.free.remove(s.first)
 		p.cached -= s.first.class
 		p.recycle(s.first)
-		if s.prev != nil {
-			s.prev.next = s.next
-		} else {
-			ar.segs = s.next
-		}
-		if s.next != nil {
-			s.next.prev = s.prev
-		}
+		ar.unlink(s)
 	}
 	return segs
+}
+
+// unlink takes s out of the arena's list of segments.
+func (ar *arena) unlink(s *segment) {
+	if s.prev != nil {
+		s.prev.next = s.next
+	} else {
+		ar.segs = s.next
+	}
+	if s.next != nil {
+		s.next.prev = s.prev
+	}
 }
 
 // takeAll removes every wholly free segment.

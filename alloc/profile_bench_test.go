@@ -20,20 +20,7 @@ func BenchmarkAllocFreeProfile(b *testing.B) {
 		b.Run("size=64KiB/rate="+r.name, func(b *testing.B) {
 			prev, _ := alloc.SetProfileRate(r.rate)
 			defer alloc.SetProfileRate(prev)
-			a := newBenchAllocator(b)
-			warm, _ := a.Alloc(64 << 10)
-			a.Free(warm)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				buf, err := a.Alloc(64 << 10)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := a.Free(buf); err != nil {
-					b.Fatal(err)
-				}
-			}
+			benchPairs(b, newBenchAllocator(b), 64<<10)
 		})
 	}
 }

@@ -72,6 +72,12 @@ type Segment struct {
 	// capture recording now).
 	Graph  int     `json:"graph"`
 	Blocks []Block `json:"blocks"`
+	// Expandable: an arena's expandable range (Options.ExpandableSegments).
+	// Size is then the bytes mapped; the blocks lie at their offsets from
+	// the range's start (Ptr) across Span bytes, and the gaps between them
+	// are unmapped.
+	Expandable bool  `json:"expandable,omitempty"`
+	Span       int64 `json:"span,omitempty"`
 }
 
 // Block is a run of a segment's bytes in one state.
@@ -262,14 +268,20 @@ func (w *memWalk) graph(gi GraphInfo, c *capture) {
 func (w *memWalk) segment(s *segment, kind string, cached map[*block]bool) {
 	whollyFree := true
 	for b := s.first; b != nil && whollyFree; b = b.segNext {
-		whollyFree = b.free || cached[b]
+		whollyFree = b.free || b.kind == kindHole || cached[b]
 	}
 	if w.list {
-		w.addSegment(Segment{Ptr: s.ptr, Size: s.size, Kind: kind})
+		seg := Segment{Ptr: s.ptr, Size: s.size, Kind: kind}
+		if s.exp != nil {
+			seg.Expandable, seg.Span = true, s.exp.end
+		}
+		w.addSegment(seg)
 	}
 	for b := s.first; b != nil; b = b.segNext {
 		var st int
 		switch {
+		case b.kind == kindHole:
+			continue // nothing mapped: no memory to show
 		case b.live():
 			st = liveState(b)
 		case whollyFree:

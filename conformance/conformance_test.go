@@ -52,7 +52,10 @@ func TestConformance(t *testing.T) {
 		if len(opened.Skipped) > 0 {
 			t.Logf("%s", opened.Report())
 		}
-		t.Run(opened.Choice.String(), func(t *testing.T) { Run(t, open) })
+		t.Run(opened.Choice.String(), func(t *testing.T) {
+			Run(t, open)
+			t.Run("ExpandableSegments", func(t *testing.T) { RunExpandable(t, open) })
+		})
 		return
 	}
 	names, skipped := available()
@@ -60,7 +63,10 @@ func TestConformance(t *testing.T) {
 	for _, n := range names {
 		open, err := Lookup(n)
 		require.NoError(t, err)
-		t.Run(n, func(t *testing.T) { Run(t, open) })
+		t.Run(n, func(t *testing.T) {
+			Run(t, open)
+			t.Run("ExpandableSegments", func(t *testing.T) { RunExpandable(t, open) })
+		})
 	}
 	for _, n := range slices.Sorted(maps.Keys(skipped)) {
 		t.Run(n, func(t *testing.T) { t.Skipf("backend %s not run: %v", n, skipped[n]) })

@@ -101,7 +101,8 @@ func closing(open Factory) Factory {
 }
 
 type suite struct {
-	open Factory
+	open       Factory
+	expandable bool // every allocator grows expandable segments (RunExpandable)
 }
 
 // env is one subtest's world: a fresh driver behind a Spy and an allocator
@@ -171,6 +172,7 @@ func (e *env) newAllocator(opts alloc.Options) *alloc.Allocator {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(e.logs, nil))
 	}
+	opts.ExpandableSegments = opts.ExpandableSegments || e.s.expandable
 	a, err := alloc.New(e.spy, opts)
 	require.NoError(e.t, err)
 	e.t.Cleanup(func() {

@@ -1,6 +1,10 @@
 package cpu
 
-import "github.com/capalloc/capalloc/alloc"
+import (
+	"sync"
+
+	"github.com/capalloc/capalloc/alloc"
+)
 
 // DirectSpan returns the bytes behind device range [p, p+n), for a caller
 // that copies them itself (the plugin server, whose engine maps device
@@ -12,21 +16,26 @@ import "github.com/capalloc/capalloc/alloc"
 // its order until the caller calls release (exactly once, after its copy):
 // work queued on s meanwhile, by any goroutine, runs after the copy and
 // sees what the caller wrote, never during it (a blocking copy runs at its
-// place in stream order).
+// place in stream order). A span in a reservation also stays mapped until
+// release: UnmapMemory and ReleaseAddress wait for it, so the caller must
+// not call them, nor touch other reserved memory, before it releases.
 func (d *Driver) DirectSpan(p alloc.DevicePtr, n int64, h alloc.Stream) (span []byte, release func(), err error) {
 	const what = "direct access"
-	release, err = d.hold(h, what, copyInteraction)
+	unhold, err := d.hold(h, what, copyInteraction)
 	if err != nil {
 		return nil, nil, err
 	}
 	r, off, why := d.resolve(p, n)
 	if why != "" {
-		release()
+		unhold()
 		return nil, nil, errf(alloc.ErrInvalidValue, "%s %#x+%d: %s", what, uint64(p), n, why)
 	}
+	unlock := d.lockVM(r, nil)
 	if span, err = r.span(off, n, what); err != nil {
-		release()
+		unlock()
+		unhold()
 		return nil, nil, err
 	}
-	return span, release, nil
+	var once sync.Once
+	return span, func() { once.Do(func() { unlock(); unhold() }) }, nil
 }

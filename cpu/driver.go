@@ -80,6 +80,13 @@ type Driver struct {
 	streams atomic.Pointer[map[alloc.Stream]*stream]
 	hosts   atomic.Pointer[[]hostRegion]
 
+	// vmCtl serializes the VirtualMemory calls (and Close against them);
+	// vmMu guards the reservations' mapped state: control calls write it,
+	// operations touching reserved memory read-hold it while they do, so a
+	// chunk is never unmapped under them. Order: vmCtl, vmMu, mu.
+	vmCtl sync.Mutex
+	vmMu  sync.RWMutex
+
 	mu         sync.Mutex
 	freeIDs    []uint32 // FIFO, so a stale address is unlikely to alias a new allocation soon
 	freeHead   int
@@ -175,13 +182,16 @@ func (d *Driver) Usage() (alloc.Usage, error) {
 	return alloc.Usage{Device: d.live, Host: d.hostLive}, nil
 }
 
-// Close releases every allocation, stream, graph and host buffer. Work still
+// Close releases every allocation, stream, graph, host buffer and address
+// reservation (with whatever is still mapped in it). Work still
 // queued is dropped. Every later call, Close included, fails with ErrClosed.
 func (d *Driver) Close() error {
 	if !d.closed.CompareAndSwap(false, true) {
 		return errClosed("close")
 	}
 	streams := d.streams.Swap(&map[alloc.Stream]*stream{})
+	d.vmCtl.Lock()
+	defer d.vmCtl.Unlock()
 	d.mu.Lock()
 	var live []*allocation
 	for _, sl := range d.table.Load().slots {
@@ -202,7 +212,7 @@ func (d *Driver) Close() error {
 		s.queue, s.spare, s.cap, s.destroyed = nil, nil, nil, true
 		s.mu.Unlock()
 	}
-	var errs []error
+	errs := d.releaseReservations(live)
 	if d.devMem != nil {
 		// Wait out drains already running: they may still touch the bytes.
 		// Taking and dropping the execution lock is the wait; no new drain

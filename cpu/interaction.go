@@ -5,9 +5,9 @@ import "github.com/capalloc/capalloc/alloc"
 // WithInteractionMode returns d as seen by a caller whose capture
 // interaction mode is m, the emulation of a thread that called
 // cudaThreadExchangeStreamCaptureMode. The plain Driver calls as a thread in
-// Global mode (CUDA's default): its Malloc, Free, HostAlloc and HostFree are
-// refused, and invalidate the capture, while any Global-mode capture is
-// under way on this device. Through a ThreadLocal or Relaxed view those
+// Global mode (CUDA's default): its Malloc, Free, HostAlloc, HostFree and
+// VirtualMemory calls are refused, and invalidate the capture, while any
+// Global-mode capture is under way on this device. Through a ThreadLocal or Relaxed view those
 // calls ignore other streams' captures, as CUDA lets such a thread make
 // them, and synchronize or query streams that are not capturing. Every
 // other method, and all state, is d's own.
@@ -28,6 +28,18 @@ func (v *interactionView) Malloc(size int64) (alloc.DevicePtr, error) { return v
 func (v *interactionView) Free(p alloc.DevicePtr) error               { return v.free(p, v.mode) }
 func (v *interactionView) HostAlloc(size int64) ([]byte, error)       { return v.hostAlloc(size, v.mode) }
 func (v *interactionView) HostFree(b []byte) error                    { return v.hostFree(b, v.mode) }
+func (v *interactionView) ReserveAddress(size int64) (alloc.DevicePtr, error) {
+	return v.reserveAddress(size, v.mode)
+}
+func (v *interactionView) ReleaseAddress(p alloc.DevicePtr, size int64) error {
+	return v.releaseAddress(p, size, v.mode)
+}
+func (v *interactionView) MapMemory(p alloc.DevicePtr, size int64) error {
+	return v.mapMemory(p, size, v.mode)
+}
+func (v *interactionView) UnmapMemory(p alloc.DevicePtr, size int64) error {
+	return v.unmapMemory(p, size, v.mode)
+}
 func (v *interactionView) StreamSynchronize(h alloc.Stream) error {
 	return v.wait(h, "stream synchronize", v.mode)
 }

@@ -16,6 +16,10 @@ type allocation struct {
 	size int64
 	acct int64 // size rounded up to Alignment, what the limit counts
 	dead atomic.Bool
+	// vm is set on a reservation (ReserveAddress): buf is the whole
+	// reserved range, of which only mapped chunks may be touched, with
+	// Driver.vmMu read-held (see Driver.lockVM).
+	vm *reservation
 
 	// Guarded by Driver.mu.
 	freeQueued bool     // Free or a stream-ordered FreeAsync was issued
@@ -34,11 +38,17 @@ type allocation struct {
 func (a *allocation) base() alloc.DevicePtr { return alloc.DevicePtr(uint64(a.id) << offsetBits) }
 
 // span is the backing bytes of [off, off+n); bounds were checked when the
-// operation was enqueued, so only a free since then can make it fail.
+// operation was enqueued, so only a free (or an unmap) since then can make
+// it fail. In a reservation, the caller holds Driver.vmMu read-locked for
+// as long as it uses the bytes.
 func (a *allocation) span(off, n int64, what string) ([]byte, error) {
 	if a.dead.Load() {
 		return nil, errf(alloc.ErrInvalidValue, "%s: allocation %#x was freed before the stream reached this operation",
 			what, uint64(a.base()))
+	}
+	if a.vm != nil && !a.vm.covers(off, n) {
+		return nil, errf(alloc.ErrInvalidValue, "%s %#x+%d: not mapped (unmapped before the stream reached this operation)",
+			what, uint64(a.base())+uint64(off), n)
 	}
 	return a.buf[off : off+n : off+n], nil
 }
@@ -73,8 +83,30 @@ func (d *Driver) resolve(p alloc.DevicePtr, n int64) (*allocation, int64, string
 	if off > r.size || n > r.size-off {
 		return nil, 0, "range crosses the end of the allocation"
 	}
+	if r.vm != nil && !d.vmCovers(r, off, n) {
+		return nil, 0, "range is not mapped in its reservation"
+	}
 	return r, off, ""
 }
+
+func (d *Driver) vmCovers(r *allocation, off, n int64) bool {
+	d.vmMu.RLock()
+	defer d.vmMu.RUnlock()
+	return r.vm.covers(off, n)
+}
+
+// lockVM read-locks the mapped state when a or b is a reservation, so
+// their chunks stay mapped while an operation touches them; the returned
+// function unlocks.
+func (d *Driver) lockVM(a, b *allocation) (unlock func()) {
+	if (a == nil || a.vm == nil) && (b == nil || b.vm == nil) {
+		return noUnlock
+	}
+	d.vmMu.RLock()
+	return d.vmMu.RUnlock
+}
+
+func noUnlock() {}
 
 // baseLocked finds the allocation p is the base address of. d.mu held.
 func (d *Driver) baseLocked(p alloc.DevicePtr) *allocation {
@@ -220,6 +252,8 @@ func (d *Driver) checkUserFreeLocked(p alloc.DevicePtr, what string) (*allocatio
 	switch {
 	case r == nil:
 		return nil, errf(alloc.ErrInvalidValue, "%s %#x: not the base address of a live allocation", what, uint64(p))
+	case r.vm != nil:
+		return nil, errf(alloc.ErrInvalidValue, "%s %#x: an address reservation (ReleaseAddress gives it back)", what, uint64(p))
 	case r.freeQueued:
 		return nil, errf(alloc.ErrInvalidValue, "%s %#x: already freed", what, uint64(p))
 	case r.cap != nil:

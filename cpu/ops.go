@@ -35,6 +35,9 @@ type op struct {
 }
 
 func (d *Driver) run(o *op) error {
+	if o.kind != opGraph {
+		defer d.lockVM(o.dst, o.src)()
+	}
 	switch o.kind {
 	case opMemset:
 		b, err := o.dst.span(o.dstOff, o.n, "memset")
@@ -260,6 +263,7 @@ func (d *Driver) blockingCopy(h alloc.Stream, p alloc.DevicePtr, host []byte, to
 		if why != "" {
 			return errf(alloc.ErrInvalidValue, "%s %#x+%d: %s", what, uint64(p), n, why)
 		}
+		defer d.lockVM(r, nil)()
 		b, err := r.span(off, n, what)
 		if err != nil {
 			return err

@@ -133,6 +133,8 @@ func New(opts Options) (*Driver, error) {
 		CheckDevice: d.checkDevice,
 		Describe:    d.describe,
 		Kernels:     d.kernels,
+		// Virtual memory: vm.go.
+		VirtualMemory: d.virtualMemory,
 	})
 	if err != nil {
 		return nil, err

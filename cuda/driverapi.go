@@ -66,6 +66,10 @@ type driverAPI struct {
 	init, deviceGet, ctxRetain, ctxRelease, ctxGetCurrent, ctxSetCurrent gpurt.Sym
 	moduleLoadData, moduleGetFunction, moduleUnload, launchKernel        gpurt.Sym
 	errorString                                                          gpurt.Sym // optional
+
+	// Optional: virtual memory (vm.go) is not offered without them.
+	memGranularity, memAddressReserve, memAddressFree, memCreate gpurt.Sym
+	memRelease, memMap, memUnmap, memSetAccess                   gpurt.Sym
 }
 
 func (a *driverAPI) bindings() []gpurt.Binding {
@@ -81,6 +85,14 @@ func (a *driverAPI) bindings() []gpurt.Binding {
 		gpurt.Required("cuModuleUnload", &a.moduleUnload),
 		gpurt.Required("cuLaunchKernel", &a.launchKernel),
 		gpurt.Optional("cuGetErrorString", &a.errorString),
+		gpurt.Optional("cuMemGetAllocationGranularity", &a.memGranularity),
+		gpurt.Optional("cuMemAddressReserve", &a.memAddressReserve),
+		gpurt.Optional("cuMemAddressFree", &a.memAddressFree),
+		gpurt.Optional("cuMemCreate", &a.memCreate),
+		gpurt.Optional("cuMemRelease", &a.memRelease),
+		gpurt.Optional("cuMemMap", &a.memMap),
+		gpurt.Optional("cuMemUnmap", &a.memUnmap),
+		gpurt.Optional("cuMemSetAccess", &a.memSetAccess),
 	}
 }
 
@@ -155,24 +167,37 @@ func (a *driverAPI) text(code int32) string {
 	return a.rt.text(code)
 }
 
-// kernels is the driver's gpurt.Config.Kernels: the driver API on the
-// runtime's primary context of this device. It runs on the dev thread.
-func (d *Driver) kernels(*gpurt.Setup) (*gpurt.KernelAPI, error) {
-	a, err := d.rt.driver(os.Getenv)
-	if err != nil {
-		return nil, err
+// primary binds the driver API, initializes it and retains the runtime's
+// primary context of this device, for the module calls and for virtual
+// memory (each retains it once and releases it at Close, through
+// release). It runs on the dev thread.
+func (d *Driver) primary() (a *driverAPI, ctx uintptr, release func() error, err error) {
+	if a, err = d.rt.driver(os.Getenv); err != nil {
+		return nil, 0, nil, err
 	}
 	if err := a.check("initialize the driver API", a.init.Name, gpurt.Call(a.init.Addr, 0)); err != nil {
-		return nil, err
+		return nil, 0, nil, err
 	}
 	var dev int32
 	if err := a.check(fmt.Sprintf("get device %d", d.opts.Device), a.deviceGet.Name,
 		gpurt.Call(a.deviceGet.Addr, uintptr(unsafe.Pointer(&dev)), uintptr(d.opts.Device))); err != nil {
-		return nil, err
+		return nil, 0, nil, err
 	}
-	var ctx uintptr
 	if err := a.check(fmt.Sprintf("retain the primary context of device %d", d.opts.Device), a.ctxRetain.Name,
 		gpurt.Call(a.ctxRetain.Addr, uintptr(unsafe.Pointer(&ctx)), uintptr(dev))); err != nil {
+		return nil, 0, nil, err
+	}
+	release = func() error {
+		return a.check("close: release the primary context", a.ctxRelease.Name, gpurt.Call(a.ctxRelease.Addr, uintptr(dev)))
+	}
+	return a, ctx, release, nil
+}
+
+// kernels is the driver's gpurt.Config.Kernels: the driver API on the
+// runtime's primary context of this device. It runs on the dev thread.
+func (d *Driver) kernels(*gpurt.Setup) (*gpurt.KernelAPI, error) {
+	a, ctx, release, err := d.primary()
+	if err != nil {
 		return nil, err
 	}
 	return &gpurt.KernelAPI{
@@ -182,9 +207,7 @@ func (d *Driver) kernels(*gpurt.Setup) (*gpurt.KernelAPI, error) {
 		Check:   a.check,
 		Image:   ptxImage,
 		TimerHz: globalTimerHz,
-		Release: func() error {
-			return a.check("close: release the primary context", a.ctxRelease.Name, gpurt.Call(a.ctxRelease.Addr, uintptr(dev)))
-		},
+		Release: release,
 	}, nil
 }
 

@@ -140,6 +140,8 @@ func New(opts Options) (*Driver, error) {
 		Describe:    d.describe,
 		CaptureGate: d.captureGate,
 		Kernels:     d.kernels,
+		// Virtual memory: vm.go.
+		VirtualMemory: d.virtualMemory,
 	})
 	if err != nil {
 		return nil, err

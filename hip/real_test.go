@@ -51,8 +51,10 @@ func TestRealRuntimeHasEverySymbol(t *testing.T) {
 	}
 	// The kernels' calls are optional for the binding (LoadModule says
 	// what is missing); 5.2.3 has them all but hipGetDevicePropertiesR0600
-	// (ROCm 6's properties layout).
-	for _, s := range []*gpurt.Sym{&rt.getDevice, &rt.props, &rt.moduleLoadData, &rt.moduleGetFunction, &rt.moduleUnload, &rt.moduleLaunchKernel} {
+	// (ROCm 6's properties layout). So are virtual memory's, which 5.2.3
+	// has too.
+	for _, s := range []*gpurt.Sym{&rt.getDevice, &rt.props, &rt.moduleLoadData, &rt.moduleGetFunction, &rt.moduleUnload, &rt.moduleLaunchKernel,
+		&rt.memGranularity, &rt.memAddressReserve, &rt.memAddressFree, &rt.memCreate, &rt.memRelease, &rt.memMap, &rt.memUnmap, &rt.memSetAccess} {
 		require.NotZero(t, s.Addr, s.Name)
 	}
 }

@@ -24,6 +24,9 @@ type runtimeAPI struct {
 	// The kernels' calls (module.go), all optional.
 	getDevice, props, propsR0600                                        gpurt.Sym
 	moduleLoadData, moduleGetFunction, moduleUnload, moduleLaunchKernel gpurt.Sym
+	// Virtual memory's calls (vm.go), all optional.
+	memGranularity, memAddressReserve, memAddressFree, memCreate gpurt.Sym
+	memRelease, memMap, memUnmap, memSetAccess                   gpurt.Sym
 	// handle is the library's dlopen handle (ROCm 5.x exports hiprtc from
 	// it).
 	handle uintptr

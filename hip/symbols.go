@@ -66,6 +66,21 @@ import "github.com/capalloc/capalloc/internal/gpurt"
 //	        unsigned int blockDimZ, unsigned int sharedMemBytes, hipStream_t stream,
 //	        void **kernelParams, void **extra)
 //
+// and, optional, for virtual memory (vm.go; hipMemGenericAllocationHandle_t
+// is a pointer, struct ihipMemGenericAllocationHandle *):
+//
+//	hipMemGetAllocationGranularity(size_t *granularity, const hipMemAllocationProp *prop,
+//	        hipMemAllocationGranularity_flags option)
+//	hipMemAddressReserve(void **ptr, size_t size, size_t alignment, void *addr, unsigned long long flags)
+//	hipMemAddressFree(void *devPtr, size_t size)
+//	hipMemCreate(hipMemGenericAllocationHandle_t *handle, size_t size,
+//	        const hipMemAllocationProp *prop, unsigned long long flags)
+//	hipMemRelease(hipMemGenericAllocationHandle_t handle)
+//	hipMemMap(void *ptr, size_t size, size_t offset, hipMemGenericAllocationHandle_t handle,
+//	        unsigned long long flags)
+//	hipMemUnmap(void *ptr, size_t size)
+//	hipMemSetAccess(void *ptr, size_t size, const hipMemAccessDesc *desc, size_t count)
+//
 // Deliberately not bound: hipGraphInstantiate (its log-buffer
 // parameters), hipStreamGetCaptureInfo (changed across versions): capture
 // status comes from hipStreamIsCapturing only. The device's name and
@@ -131,6 +146,16 @@ func (rt *runtimeAPI) bindings() []gpurt.Binding {
 		gpurt.Optional("hipModuleGetFunction", &rt.moduleGetFunction),
 		gpurt.Optional("hipModuleUnload", &rt.moduleUnload),
 		gpurt.Optional("hipModuleLaunchKernel", &rt.moduleLaunchKernel),
+		// Optional: virtual memory (vm.go; the driver offers none without
+		// them). In 5.2.3's header and library (hip_5.1).
+		gpurt.Optional("hipMemGetAllocationGranularity", &rt.memGranularity),
+		gpurt.Optional("hipMemAddressReserve", &rt.memAddressReserve),
+		gpurt.Optional("hipMemAddressFree", &rt.memAddressFree),
+		gpurt.Optional("hipMemCreate", &rt.memCreate),
+		gpurt.Optional("hipMemRelease", &rt.memRelease),
+		gpurt.Optional("hipMemMap", &rt.memMap),
+		gpurt.Optional("hipMemUnmap", &rt.memUnmap),
+		gpurt.Optional("hipMemSetAccess", &rt.memSetAccess),
 	}
 }
 

@@ -55,6 +55,12 @@ const (
 	// alloc.KernelLauncher, forwarded when the inner driver has it.
 	MethodLoadModule
 	MethodLaunchKernel
+	// alloc.VirtualMemory, forwarded when the inner driver has it.
+	MethodMapGranularity
+	MethodReserveAddress
+	MethodReleaseAddress
+	MethodMapMemory
+	MethodUnmapMemory
 	numMethods
 )
 
@@ -67,6 +73,7 @@ var methodNames = [numMethods]string{
 	"GraphExecDestroy", "GraphDestroy", "LaunchHostFunc",
 	"IPCGetMemHandle", "IPCOpenMemHandle", "IPCCloseMemHandle",
 	"LoadModule", "LaunchKernel",
+	"MapGranularity", "ReserveAddress", "ReleaseAddress", "MapMemory", "UnmapMemory",
 }
 
 func (m Method) String() string {
@@ -145,6 +152,7 @@ var (
 	_ alloc.Driver           = (*Spy)(nil)
 	_ alloc.HostFuncLauncher = (*Spy)(nil)
 	_ alloc.IPCMemory        = (*Spy)(nil)
+	_ alloc.VirtualMemory    = (*Spy)(nil)
 )
 
 // NewSpy wraps inner.
@@ -502,4 +510,62 @@ func (s *Spy) LaunchKernel(k alloc.Kernel, grid, block uint32, params []byte, st
 		return fmt.Errorf("%w: %s cannot launch kernels", errors.ErrUnsupported, s.inner.Name())
 	}
 	return s.after(MethodLaunchKernel, st, kl.LaunchKernel(k, grid, block, params, st))
+}
+
+// vm is the inner driver's alloc.VirtualMemory, or an error wrapping
+// errors.ErrUnsupported when it has none.
+func (s *Spy) vm() (alloc.VirtualMemory, error) {
+	if d, ok := s.inner.(alloc.VirtualMemory); ok {
+		return d, nil
+	}
+	return nil, fmt.Errorf("%w: %s has no virtual memory management", errors.ErrUnsupported, s.inner.Name())
+}
+
+// MapGranularity forwards to the inner driver's alloc.VirtualMemory, and
+// is 0 over a driver without one: what alloc.New reads as "no virtual
+// memory" (Options.ExpandableSegments then fails there, as on the inner
+// driver). The other four fail with errors.ErrUnsupported there.
+func (s *Spy) MapGranularity() int64 {
+	s.enter(MethodMapGranularity)
+	d, err := s.vm()
+	if err != nil {
+		return 0
+	}
+	return d.MapGranularity()
+}
+
+func (s *Spy) ReserveAddress(size int64) (alloc.DevicePtr, error) {
+	s.enter(MethodReserveAddress)
+	d, err := s.vm()
+	if err != nil {
+		return 0, err
+	}
+	return d.ReserveAddress(size)
+}
+
+func (s *Spy) ReleaseAddress(base alloc.DevicePtr, size int64) error {
+	s.enter(MethodReleaseAddress)
+	d, err := s.vm()
+	if err != nil {
+		return err
+	}
+	return d.ReleaseAddress(base, size)
+}
+
+func (s *Spy) MapMemory(p alloc.DevicePtr, size int64) error {
+	s.enter(MethodMapMemory)
+	d, err := s.vm()
+	if err != nil {
+		return err
+	}
+	return d.MapMemory(p, size)
+}
+
+func (s *Spy) UnmapMemory(p alloc.DevicePtr, size int64) error {
+	s.enter(MethodUnmapMemory)
+	d, err := s.vm()
+	if err != nil {
+		return err
+	}
+	return d.UnmapMemory(p, size)
 }

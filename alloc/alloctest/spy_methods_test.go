@@ -15,7 +15,7 @@ import (
 // call.
 func TestMethodsAreTheDriverInterface(t *testing.T) {
 	var want []string
-	for _, it := range []reflect.Type{reflect.TypeFor[alloc.Driver](), reflect.TypeFor[alloc.HostFuncLauncher](), reflect.TypeFor[alloc.IPCMemory](), reflect.TypeFor[alloc.KernelLauncher]()} {
+	for _, it := range []reflect.Type{reflect.TypeFor[alloc.Driver](), reflect.TypeFor[alloc.HostFuncLauncher](), reflect.TypeFor[alloc.IPCMemory](), reflect.TypeFor[alloc.KernelLauncher](), reflect.TypeFor[alloc.VirtualMemory]()} {
 		for i := range it.NumMethod() {
 			want = append(want, it.Method(i).Name)
 		}
@@ -57,3 +57,22 @@ func TestIPCWithoutInnerIPC(t *testing.T) {
 type noIPC struct{ alloc.Driver }
 
 func (noIPC) Name() string { return "noipc" }
+
+// Over a driver without virtual memory the Spy's MapGranularity is 0,
+// which alloc.New reads as none: expandable segments are refused there as
+// on the inner driver.
+func TestVirtualMemoryWithoutInner(t *testing.T) {
+	s := NewSpy(noIPC{})
+	if g := s.MapGranularity(); g != 0 {
+		t.Fatalf("MapGranularity = %d, want 0", g)
+	}
+	if _, err := s.ReserveAddress(1 << 21); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("ReserveAddress: %v", err)
+	}
+	if err := s.MapMemory(1<<21, 1<<21); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("MapMemory: %v", err)
+	}
+	if _, err := alloc.New(s, alloc.Options{ExpandableSegments: true}); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("New with expandable segments over a spy without virtual memory: %v", err)
+	}
+}

@@ -71,6 +71,9 @@ func appendMap(b []byte, s alloc.Snapshot, y int) ([]byte, int) {
 			break
 		}
 		label := fmt.Sprintf("%s %s @%#x", seg.Kind, bytesText(seg.Size), uint64(seg.Ptr))
+		if seg.Expandable {
+			label = fmt.Sprintf("%s expandable: %s mapped of %s @%#x", seg.Kind, bytesText(seg.Size), bytesText(seg.Span), uint64(seg.Ptr))
+		}
 		if seg.Kind == "graph" {
 			label = fmt.Sprintf("%s (graph %d)", label, seg.Graph)
 		}
@@ -113,7 +116,8 @@ func capturing(s alloc.Snapshot) int {
 // segment costs at most barWidth rectangles however many blocks it has.
 func appendBar(b []byte, seg alloc.Segment, y int) []byte {
 	b = fmt.Appendf(b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#999" stroke-width="0.5"/>`+"\n", barX, y, barWidth, barHeight)
-	if seg.Size <= 0 {
+	extent := max(seg.Size, seg.Span) // an expandable range's blocks lie across its span
+	if extent <= 0 {
 		return b
 	}
 	index := map[alloc.BlockState]int{}
@@ -121,7 +125,7 @@ func appendBar(b []byte, seg alloc.Segment, y int) []byte {
 		index[st] = i
 	}
 	cols := make([][]float64, barWidth)
-	scale := float64(barWidth) / float64(seg.Size)
+	scale := float64(barWidth) / float64(extent)
 	for _, blk := range seg.Blocks {
 		st, ok := index[blk.State]
 		if !ok {

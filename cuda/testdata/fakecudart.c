@@ -10,12 +10,15 @@
  * FAKE_CUDA_FAIL=name:code (that function returns code; with
  * FAKE_CUDA_FAIL_INVALIDATES set it also invalidates every active capture),
  * FAKE_CUDA_MAX_THREADS (cudaDevAttrMaxThreadsPerBlock, default 64) and
- * FAKE_CUDA_SMS (cudaDevAttrMultiProcessorCount, default 4).
+ * FAKE_CUDA_SMS (cudaDevAttrMultiProcessorCount, default 4),
+ * FAKE_CUDA_VM_GRANULARITY and FAKE_CUDA_NO_VM (virtual memory: core.c).
  *
  * Compile with -DFAKE_NO_GRAPH_MEM_TRIM to leave cudaDeviceGraphMemTrim out
  * (an optional symbol for the binding); -DFAKE_NO_DRIVER and
  * -DFAKE_RUNTIME_VERSION=N: see the versions below; -DFAKE_NO_DRIVER_API
- * to leave the driver API (cu*, below) out, as the real libcudart does. */
+ * to leave the driver API (cu*, below) out, as the real libcudart does;
+ * -DFAKE_NO_VM_API to leave its virtual memory calls (cuMem*) out, as a
+ * driver older than CUDA 10.2 has none. */
 #define RT(x) cuda##x
 #define RTS(x) "cuda" #x
 #define ENVN(x) "FAKE_CUDA_" x
@@ -91,7 +94,9 @@ const char *cudaGetErrorString(cudaError_t e) {
   case 201: return "invalid device context";
   case 218: return "a PTX JIT compilation failed";
   case 500: return "named symbol not found";
+  case 700: return "an illegal memory access was encountered";
   case 701: return "too many resources requested for launch";
+  case 801: return "operation not supported";
   case 400: return "invalid resource handle";
   case 401: return "the operation cannot be performed in the present state";
   case 900: return "operation not permitted when stream is capturing";
@@ -267,4 +272,79 @@ CUresult cuGetErrorString(CUresult e, const char **s) {
   *s = cudaGetErrorString(e);
   return 0;
 }
+#ifndef FAKE_NO_VM_API
+/* Virtual memory (core.c's rules), on the current context: every call
+ * needs one (201 without), as the driver API acts on it. The structs
+ * (cuda/vm.go): CUmemAllocationProp has type at 0, location type at 8 and
+ * id at 12; CUmemAccessDesc location type at 0, id at 4, flags at 8. */
+static CUresult cu_vm_ready(void) { return !cu_inited ? 3 : !cur_ctx ? 201 : 0; }
+static CUresult cu_prop(const char *prop) {
+  if (!prop) return 1;
+  int v[4];
+  memcpy(v, prop, sizeof v);
+  return vm_prop_ok(v[0], v[2], v[3]);
+}
+CUresult cuMemGetAllocationGranularity(size_t *g, const char *prop, int option) {
+  ENTER("cuMemGetAllocationGranularity");
+  logf_("cuMemGetAllocationGranularity option=%d ctx=%p", option, (void *)cur_ctx);
+  CUresult e = cu_vm_ready();
+  if (!e) e = cu_prop(prop);
+  RETURN(e ? e : vm_granularity_(g, option));
+}
+CUresult cuMemAddressReserve(unsigned long long *p, size_t n, size_t align, unsigned long long addr, unsigned long long flags) {
+  ENTER("cuMemAddressReserve");
+  logf_("cuMemAddressReserve size=%zu alignment=%zu addr=%#llx flags=%llu", n, align, addr, flags);
+  CUresult e = cu_vm_ready();
+  if (e) RETURN(e);
+  void *out;
+  e = vm_reserve_(&out, n, align, (void *)(uintptr_t)addr, flags);
+  if (!e) *p = (uintptr_t)out;
+  RETURN(e);
+}
+CUresult cuMemAddressFree(unsigned long long p, size_t n) {
+  ENTER("cuMemAddressFree");
+  logf_("cuMemAddressFree %#llx size=%zu", p, n);
+  CUresult e = cu_vm_ready();
+  RETURN(e ? e : vm_free_((void *)(uintptr_t)p, n));
+}
+CUresult cuMemCreate(unsigned long long *h, size_t n, const char *prop, unsigned long long flags) {
+  ENTER("cuMemCreate");
+  logf_("cuMemCreate size=%zu flags=%llu", n, flags);
+  CUresult e = cu_vm_ready();
+  if (!e) e = cu_prop(prop);
+  if (e) RETURN(e);
+  void *out;
+  int v[4];
+  memcpy(v, prop, sizeof v);
+  e = vm_create_(&out, n, v[3], flags);
+  if (!e) *h = (uintptr_t)out;
+  RETURN(e);
+}
+CUresult cuMemRelease(unsigned long long h) {
+  ENTER("cuMemRelease");
+  logf_("cuMemRelease %#llx", h);
+  CUresult e = cu_vm_ready();
+  RETURN(e ? e : vm_release_((void *)(uintptr_t)h));
+}
+CUresult cuMemMap(unsigned long long p, size_t n, size_t offset, unsigned long long h, unsigned long long flags) {
+  ENTER("cuMemMap");
+  logf_("cuMemMap %#llx size=%zu offset=%zu handle=%#llx flags=%llu", p, n, offset, h, flags);
+  CUresult e = cu_vm_ready();
+  RETURN(e ? e : vm_map_((void *)(uintptr_t)p, n, offset, (void *)(uintptr_t)h, flags));
+}
+CUresult cuMemUnmap(unsigned long long p, size_t n) {
+  ENTER("cuMemUnmap");
+  logf_("cuMemUnmap %#llx size=%zu", p, n);
+  CUresult e = cu_vm_ready();
+  RETURN(e ? e : vm_unmap_((void *)(uintptr_t)p, n));
+}
+CUresult cuMemSetAccess(unsigned long long p, size_t n, const int *desc, size_t count) {
+  ENTER("cuMemSetAccess");
+  CUresult e = cu_vm_ready();
+  if (e) RETURN(e);
+  if (!desc) RETURN(1);
+  logf_("cuMemSetAccess %#llx size=%zu location=%d:%d flags=%d count=%zu", p, n, desc[0], desc[1], desc[2], count);
+  RETURN(vm_set_access_((void *)(uintptr_t)p, n, desc[0], desc[1], desc[2], count));
+}
+#endif /* FAKE_NO_VM_API */
 #endif

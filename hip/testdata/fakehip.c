@@ -20,13 +20,15 @@
  * gcnArchName, default gfx90a:sramecc+:xnack-), FAKE_HIP_WALL_CLOCK_KHZ
  * (hipDeviceAttributeWallClockRate, default 1000000: the kernels' host
  * timer counts nanoseconds; 0: the attribute is refused, as by a runtime
- * that lacks it).
+ * that lacks it), FAKE_HIP_VM_GRANULARITY and FAKE_HIP_NO_VM (virtual
+ * memory: core.c).
  *
  * Compile with -DFAKE_HIP_RUNTIME_VERSION=N to fix the version whatever
  * the environment says, -DFAKE_NO_GRAPH_MEM_TRIM to leave
  * hipDeviceGraphMemTrim out (5.2.3's header does not declare it), and
  * -DFAKE_NO_PROPS_R0600 to leave hipGetDevicePropertiesR0600 out (ROCm 5
- * has only hipGetDeviceProperties). */
+ * has only hipGetDeviceProperties), -DFAKE_NO_VM_API to leave the virtual
+ * memory calls (hipMem*) out. */
 #define _GNU_SOURCE
 #define RT(x) hip##x
 #define RTS(x) "hip" #x
@@ -78,6 +80,7 @@ const char *hipGetErrorName(hipError_t e) {
   case 401: return "hipErrorIllegalState";
   case 500: return "hipErrorNotFound";
   case 600: return "hipErrorNotReady";
+  case 700: return "hipErrorIllegalAddress";
   case 701: return "hipErrorLaunchOutOfResources";
   case 712: return "hipErrorHostMemoryAlreadyRegistered";
   case 713: return "hipErrorHostMemoryNotRegistered";
@@ -314,3 +317,68 @@ hipError_t hipModuleLaunchKernel(void *fh, unsigned gx, unsigned gy, unsigned gz
   }
   RETURN(launch_("hipModuleLaunchKernel", f, gx, gy, gz, bx, by, bz, shared, h, params, extra));
 }
+
+#ifndef FAKE_NO_VM_API
+/* Virtual memory (core.c's rules). hipMemAllocationProp's layout changed
+ * in 5.3 (hip/vm.go): before, compressionType at 0, location type at 4
+ * and id at 8, requestedHandleType at 12, type at 16; from 5.3, CUDA's:
+ * type at 0, requestedHandleType(s) at 4, location type at 8 and id at 12.
+ * The fake reads the layout of the version it reports, so a driver that
+ * builds the wrong one gets 1 (invalid value). hipMemAccessDesc: location
+ * type at 0, id at 4, flags at 8. */
+static hipError_t hip_prop(const unsigned char *prop, int *device) {
+  if (!prop) return 1;
+  int type, loctype, locid;
+  if (hip_version() < 50300000) {
+    memcpy(&loctype, prop + 4, 4); memcpy(&locid, prop + 8, 4); memcpy(&type, prop + 16, 4);
+  } else {
+    memcpy(&type, prop, 4); memcpy(&loctype, prop + 8, 4); memcpy(&locid, prop + 12, 4);
+  }
+  if (device) *device = locid;
+  return vm_prop_ok(type, loctype, locid);
+}
+hipError_t hipMemGetAllocationGranularity(size_t *g, const unsigned char *prop, int option) {
+  ENTER("hipMemGetAllocationGranularity");
+  logf_("hipMemGetAllocationGranularity option=%d", option);
+  hipError_t e = hip_prop(prop, NULL);
+  RETURN(e ? e : vm_granularity_(g, option));
+}
+hipError_t hipMemAddressReserve(void **p, size_t n, size_t align, void *addr, unsigned long long flags) {
+  ENTER("hipMemAddressReserve");
+  logf_("hipMemAddressReserve size=%zu alignment=%zu addr=%p flags=%llu", n, align, addr, flags);
+  RETURN(vm_reserve_(p, n, align, addr, flags));
+}
+hipError_t hipMemAddressFree(void *p, size_t n) {
+  ENTER("hipMemAddressFree");
+  logf_("hipMemAddressFree %p size=%zu", p, n);
+  RETURN(vm_free_(p, n));
+}
+hipError_t hipMemCreate(void **h, size_t n, const unsigned char *prop, unsigned long long flags) {
+  ENTER("hipMemCreate");
+  logf_("hipMemCreate size=%zu flags=%llu", n, flags);
+  int dev;
+  hipError_t e = hip_prop(prop, &dev);
+  RETURN(e ? e : vm_create_(h, n, dev, flags));
+}
+hipError_t hipMemRelease(void *h) {
+  ENTER("hipMemRelease");
+  logf_("hipMemRelease %p", h);
+  RETURN(vm_release_(h));
+}
+hipError_t hipMemMap(void *p, size_t n, size_t offset, void *h, unsigned long long flags) {
+  ENTER("hipMemMap");
+  logf_("hipMemMap %p size=%zu offset=%zu handle=%p flags=%llu", p, n, offset, h, flags);
+  RETURN(vm_map_(p, n, offset, h, flags));
+}
+hipError_t hipMemUnmap(void *p, size_t n) {
+  ENTER("hipMemUnmap");
+  logf_("hipMemUnmap %p size=%zu", p, n);
+  RETURN(vm_unmap_(p, n));
+}
+hipError_t hipMemSetAccess(void *p, size_t n, const int *desc, size_t count) {
+  ENTER("hipMemSetAccess");
+  if (!desc) RETURN(1);
+  logf_("hipMemSetAccess %p size=%zu location=%d:%d flags=%d count=%zu", p, n, desc[0], desc[1], desc[2], count);
+  RETURN(vm_set_access_(p, n, desc[0], desc[1], desc[2], count));
+}
+#endif /* FAKE_NO_VM_API */

@@ -281,6 +281,170 @@ rtError_t RT(Malloc)(void **p, size_t n) {
   RETURN(devalloc_(p, n, NULL, 1, 0));
 }
 
+/* ---- virtual memory: reservations, physical handles, mappings ----
+ * The runtime-independent half of cuMem* / hipMem*; each front defines the
+ * entry points (names, the properties struct's layout, what they check of
+ * the thread) on the helpers below, as CUDA documents the rules:
+ * reservations, handle sizes, mapped ranges and offsets are multiples of
+ * the granularity (FAKE_<RT>_VM_GRANULARITY, default 2 MiB; with
+ * FAKE_<RT>_NO_VM set the granularity query fails with 801, not
+ * supported, as on a device without virtual memory); create takes pinned
+ * memory on an existing device and counts against FAKE_<RT>_MEM with
+ * every allocation; a handle maps at offset 0, over a range of one
+ * reservation where nothing is mapped; a mapping starts inaccessible until
+ * set access covers it; unmap takes exactly one mapping's range; memory is
+ * freed once its handle is released and it is unmapped; a reservation is
+ * freed whole, with nothing mapped. The memory is a memfd per handle,
+ * mapped MAP_FIXED into a PROT_NONE reservation; copies and memsets that
+ * touch a reservation anywhere not mapped and accessible fail with 700
+ * (illegal address) instead of faulting. */
+typedef struct vmhandle { int fd; size_t n; int device, mapped, released; struct vmhandle *next; } vmhandle_t;
+typedef struct vmmap { size_t off, n; vmhandle_t *h; int access; struct vmmap *next; } vmmap_t;
+typedef struct vmres { char *base; size_t n; vmmap_t *maps; struct vmres *next; } vmres_t;
+static vmres_t *vmres;
+static vmhandle_t *vmhandles;
+
+static size_t vm_granularity(void) { return (size_t)envll(ENVN("VM_GRANULARITY"), 2LL << 20); }
+static vmres_t *vm_res_of(const void *p) {
+  for (vmres_t *r = vmres; r; r = r->next)
+    if ((const char *)p >= r->base && (const char *)p < r->base + r->n) return r;
+  return NULL;
+}
+static vmhandle_t *vm_handle_of(void *h) {
+  for (vmhandle_t *x = vmhandles; x; x = x->next) if (x == h) return x;
+  return NULL;
+}
+/* vm_access_ok: [p, p+n) touches no reservation, or lies in mappings with
+ * access (want 1: read-write; 0: read). */
+static int vm_access_ok(const void *p, size_t n, int write) {
+  for (vmres_t *r = vmres; r; r = r->next) {
+    const char *a = p, *b = (const char *)p + n;
+    if (b <= r->base || a >= r->base + r->n) continue;
+    if (a < r->base || b > r->base + r->n) return 0;
+    size_t at = a - r->base, end = b - r->base;
+    while (at < end) {
+      vmmap_t *m = r->maps;
+      while (m && !(m->off <= at && at < m->off + m->n)) m = m->next;
+      if (!m || m->access == 0 || (write && m->access != 3)) return 0;
+      at = m->off + m->n;
+    }
+  }
+  return 1;
+}
+static void vm_drop_handle(vmhandle_t *h) {
+  if (!h->released || h->mapped) return;
+  close(h->fd); live_bytes -= h->n;
+  for (vmhandle_t **pp = &vmhandles; *pp; pp = &(*pp)->next) if (*pp == h) { *pp = h->next; break; }
+  free(h);
+}
+/* The property checks every front makes: pinned (1) on a device (1) that
+ * exists. */
+static rtError_t vm_prop_ok(int type, int loctype, int locid) {
+  return type == 1 && loctype == 1 && locid >= 0 && locid < ndevices() ? 0 : 1;
+}
+static rtError_t vm_granularity_(size_t *out, int option) {
+  if (!out || (option != 0 && option != 1)) return 1;
+  if (getenv(ENVN("NO_VM"))) return 801;
+  *out = vm_granularity();
+  return 0;
+}
+static rtError_t vm_reserve_(void **out, size_t n, size_t align, void *addr, unsigned long long flags) {
+  size_t g = vm_granularity();
+  if (!out || n == 0 || n % g || flags || (align && align % g)) return 1;
+  (void)addr; /* a hint */
+  if (!align) align = g;
+  char *p = mmap(NULL, n + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return 2;
+  char *base = (char *)(((uintptr_t)p + align - 1) / align * align);
+  if (base > p) munmap(p, base - p);
+  if (base + n < p + n + align) munmap(base + n, p + n + align - (base + n));
+  vmres_t *r = calloc(1, sizeof *r);
+  r->base = base; r->n = n; r->next = vmres; vmres = r;
+  *out = base;
+  return 0;
+}
+static rtError_t vm_free_(void *p, size_t n) {
+  for (vmres_t **pp = &vmres; *pp; pp = &(*pp)->next) {
+    vmres_t *r = *pp;
+    if (r->base != p) continue;
+    if (r->n != n || r->maps) return 1;
+    munmap(r->base, r->n);
+    *pp = r->next; free(r);
+    return 0;
+  }
+  return 1;
+}
+static rtError_t vm_create_(void **out, size_t n, int device, unsigned long long flags) {
+  if (!out || n == 0 || n % vm_granularity() || flags) return 1;
+  if (live_bytes + graph_cached + (long long)n > envll(ENVN("MEM"), 1LL << 30)) return 2;
+  int fd = memfd_create("fakegpu-vm", MFD_CLOEXEC);
+  if (fd < 0) return 2;
+  if (ftruncate(fd, n) != 0) { close(fd); return 2; }
+  vmhandle_t *h = calloc(1, sizeof *h);
+  h->fd = fd; h->n = n; h->device = device; h->next = vmhandles; vmhandles = h;
+  live_bytes += n;
+  *out = h;
+  return 0;
+}
+static rtError_t vm_release_(void *hp) {
+  vmhandle_t *h = vm_handle_of(hp);
+  if (!h || h->released) return 1;
+  h->released = 1;
+  vm_drop_handle(h);
+  return 0;
+}
+static rtError_t vm_map_(void *p, size_t n, size_t offset, void *hp, unsigned long long flags) {
+  vmhandle_t *h = vm_handle_of(hp);
+  vmres_t *r = vm_res_of(p);
+  size_t g = vm_granularity();
+  if (!h || h->released || !r || offset || flags || n == 0 || n > h->n) return 1;
+  size_t off = (char *)p - r->base;
+  if (off % g || n % g || n > r->n - off) return 1;
+  for (vmmap_t *m = r->maps; m; m = m->next) if (m->off < off + n && off < m->off + m->n) return 1;
+  if (mmap(p, n, PROT_NONE, MAP_SHARED | MAP_FIXED, h->fd, 0) == MAP_FAILED) return 2;
+  vmmap_t *m = calloc(1, sizeof *m);
+  m->off = off; m->n = n; m->h = h; m->next = r->maps; r->maps = m;
+  h->mapped++;
+  return 0;
+}
+static rtError_t vm_unmap_(void *p, size_t n) {
+  vmres_t *r = vm_res_of(p);
+  if (!r) return 1;
+  size_t off = (char *)p - r->base;
+  for (vmmap_t **pp = &r->maps; *pp; pp = &(*pp)->next) {
+    vmmap_t *m = *pp;
+    if (m->off != off || m->n != n) continue;
+    mmap(p, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    *pp = m->next;
+    m->h->mapped--;
+    vm_drop_handle(m->h);
+    free(m);
+    return 0;
+  }
+  return 1;
+}
+/* vm_set_access_: one descriptor (location type, id, flags) for the
+ * device; the range must be whole adjacent mappings. */
+static rtError_t vm_set_access_(void *p, size_t n, int loctype, int locid, int flags, size_t count) {
+  vmres_t *r = vm_res_of(p);
+  if (!r || count != 1 || loctype != 1 || locid < 0 || locid >= ndevices() || (flags != 0 && flags != 1 && flags != 3)) return 1;
+  size_t off = (char *)p - r->base;
+  if (n == 0 || n > r->n - off) return 1;
+  size_t at = off;
+  while (at < off + n) {
+    vmmap_t *m = r->maps;
+    while (m && m->off != at) m = m->next;
+    if (!m) return 1;
+    at = m->off + m->n;
+  }
+  if (at != off + n) return 1;
+  int prot = flags == 3 ? PROT_READ | PROT_WRITE : flags == 1 ? PROT_READ : PROT_NONE;
+  if (mprotect(p, n, prot) != 0) return 1;
+  for (vmmap_t *m = r->maps; m; m = m->next)
+    if (m->off >= off && m->off + m->n <= off + n) m->access = flags;
+  return 0;
+}
+
 /* ---- IPC handles (64 bytes: CUDA_IPC_HANDLE_SIZE, HIP_IPC_HANDLE_SIZE) ----
  * The fake's handle: "FAKEIPC" magic, the exporting pid, the memfd's
  * number in that process, the size; the rest zero. Opening maps
@@ -557,6 +721,10 @@ static rtError_t run_kernel(op_t o);
 /* apply runs one op, holding mu (a kernel releases it while it runs). */
 static rtError_t apply(op_t o) {
   if (o.kind == OP_KERNEL) return run_kernel(o);
+  if ((o.kind == OP_COPY || o.kind == OP_SET) && (!vm_access_ok(o.dst, o.n, 1) || (o.kind == OP_COPY && !vm_access_ok(o.src, o.n, 0)))) {
+    logf_("illegal address: %s dst=%p src=%p n=%zu touches reserved memory not mapped with access", o.kind == OP_COPY ? "copy" : "set", (void *)o.dst, (const void *)o.src, o.n);
+    return 700;
+  }
   if (o.kind == OP_COPY) memmove(o.dst, o.src, o.n);
   else if (o.kind == OP_SET) memset(o.dst, o.val, o.n);
   else if (o.kind == OP_HOST) run_hostfn(o);

@@ -17,14 +17,29 @@ import (
 func TestConformanceOnFakeRuntime(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		fakeLib(t, v)
-		conformance.Run(t, func(t testing.TB) alloc.Driver {
-			t.Helper()
-			d, err := v.open(opts{})
-			if err != nil {
-				t.Fatalf("open on the fake runtime: %v", err)
-			}
-			return d
-		})
+		conformance.Run(t, fakeFactory(v))
+	})
+}
+
+// fakeFactory opens v's driver over its fake runtime.
+func fakeFactory(v *vendorCase) conformance.Factory {
+	return func(t testing.TB) alloc.Driver {
+		t.Helper()
+		d, err := v.open(opts{})
+		if err != nil {
+			t.Fatalf("open on the fake runtime: %v", err)
+		}
+		return d
+	}
+}
+
+// The allocator groups again with expandable segments on
+// (conformance.RunExpandable), on each driver over its fake runtime: they
+// skip, saying so, for a driver without alloc.VirtualMemory.
+func TestExpandableConformanceOnFakeRuntime(t *testing.T) {
+	forEach(t, func(t *testing.T, v *vendorCase) {
+		fakeLib(t, v)
+		conformance.RunExpandable(t, fakeFactory(v))
 	})
 }
 

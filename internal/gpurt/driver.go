@@ -48,6 +48,9 @@ type Driver struct {
 	modules     modulesState                                // dev thread only
 	kapi        atomic.Pointer[KernelAPI]                   // set at the first LoadModule
 	kernels     atomic.Pointer[map[alloc.Kernel]kernelInfo] // loaded kernels, read lock-free (writers hold mu)
+
+	vmHook func(*Setup) (*VMAPI, error) // Config.VirtualMemory
+	vm     vmState                      // vm.go
 }
 
 // Interfaces is every alloc interface Driver implements, and so every
@@ -60,6 +63,7 @@ type Interfaces interface {
 	alloc.IPCMemory
 	alloc.StreamIdler
 	alloc.KernelLauncher
+	alloc.VirtualMemory
 }
 
 var _ Interfaces = (*Driver)(nil)
@@ -83,6 +87,10 @@ type Config struct {
 	// the dev thread at the first LoadModule, and again at the next one if
 	// it failed; without it LoadModule fails as unavailable.
 	Kernels func(s *Setup) (*KernelAPI, error)
+	// VirtualMemory binds the virtual memory calls (vm.go). It runs on the
+	// dev thread at the first call that needs them, once: its error (or
+	// its absence) means the driver offers no virtual memory.
+	VirtualMemory func(s *Setup) (*VMAPI, error)
 }
 
 // Setup is what the open-time hooks see of the driver being opened.
@@ -127,7 +135,8 @@ func openGuarded(c Config) (*Driver, error) {
 		return nil, err
 	}
 	v, opts := c.Vendor, c.Opts
-	d := &Driver{v: v, rt: rt, opts: opts, captureGate: c.CaptureGate, kernelsHook: c.Kernels, released: make(chan struct{})}
+	d := &Driver{v: v, rt: rt, opts: opts, captureGate: c.CaptureGate, kernelsHook: c.Kernels, vmHook: c.VirtualMemory, released: make(chan struct{})}
+	d.vm.gran.Store(-1)
 	d.streams.Store(&map[alloc.Stream]bool{})
 	d.hosts.Store(&[]hostRegion{})
 	d.kernels.Store(&map[alloc.Kernel]kernelInfo{})
@@ -296,8 +305,9 @@ func (d *Driver) OnDevice(op string, fn func() error) error {
 	return d.dev.Do(op, fn)
 }
 
-// Close frees the pinned buffers and streams still registered, unloads
-// the modules LoadModule loaded, destroys the driver's own pool and stops
+// Close frees the pinned buffers and streams still registered, releases
+// the address reservations still held (unmapping what is mapped in them),
+// unloads the modules LoadModule loaded, destroys the driver's own pool and stops
 // its threads. Device allocations still live
 // are the allocator's to report; the pool releases them when the last is
 // freed. Every later call fails with alloc.ErrClosed, at once.
@@ -359,6 +369,7 @@ func (d *Driver) teardown(hosts []hostRegion, streams map[alloc.Stream]bool) err
 		for s := range streams {
 			keep(d.rt.Check("close: destroy stream", d.rt.StreamDestroy.Name, Call(d.rt.StreamDestroy.Addr, uintptr(s))))
 		}
+		keep(d.releaseVM())
 		keep(d.unloadModules())
 		d.destroyPool()
 		return nil

@@ -1,0 +1,40 @@
+package allocview
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// An expandable range is drawn over its span: blocks past the mapped size
+// (a hole before them) stay inside the bar, the hole is left empty, and
+// the label says how much of the span is mapped.
+func TestExpandableSegmentBar(t *testing.T) {
+	seg := alloc.Segment{
+		Ptr: 1 << 40, Size: 6 << 20, Span: 10 << 20, Kind: "large", Expandable: true,
+		Blocks: []alloc.Block{
+			{Offset: 0, Size: 2 << 20, State: alloc.BlockLive, Requested: 2 << 20},
+			{Offset: 6 << 20, Size: 4 << 20, State: alloc.BlockFree}, // [2, 6) MiB unmapped
+		},
+	}
+	b, _ := appendMap(nil, alloc.Snapshot{Segments: []alloc.Segment{seg}}, 0)
+	svg := string(b)
+	if !strings.Contains(svg, "large expandable: 6 MiB mapped of 10 MiB") {
+		t.Fatalf("label missing:\n%s", svg)
+	}
+	var covered int
+	for _, m := range regexp.MustCompile(`<rect x="(\d+)" y="\d+" width="(\d+)" height="\d+" fill="[^"]+"><title>`).FindAllStringSubmatch(svg, -1) {
+		x, _ := strconv.Atoi(m[1])
+		w, _ := strconv.Atoi(m[2])
+		if x < barX || x+w > barX+barWidth {
+			t.Fatalf("rect [%d, %d) outside the bar [%d, %d)", x, x+w, barX, barX+barWidth)
+		}
+		covered += w
+	}
+	if want := barWidth * 6 / 10; covered < want-2 || covered > want+2 {
+		t.Fatalf("blocks cover %d px of %d; want about %d (the hole empty)", covered, barWidth, want)
+	}
+}
