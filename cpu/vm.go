@@ -86,16 +86,16 @@ func (d *Driver) ReserveAddress(size int64) (alloc.DevicePtr, error) {
 	return d.reserveAddress(size, alloc.Global)
 }
 
-func (d *Driver) reserveAddress(size int64, interaction alloc.CaptureMode) (alloc.DevicePtr, error) {
+func (d *Driver) reserveAddress(size int64, interaction alloc.CaptureMode) (p alloc.DevicePtr, err error) {
 	const what = "reserve address"
-	if err := d.vmAvailable(what); err != nil {
-		return 0, err
-	}
-	d.vmCtl.Lock()
-	defer d.vmCtl.Unlock()
-	if err := d.vmUnsafeCall(what, interaction); err != nil {
-		return 0, err
-	}
+	err = d.vmCall(what, interaction, func() error {
+		p, err = d.reserveRange(size, what)
+		return err
+	})
+	return p, err
+}
+
+func (d *Driver) reserveRange(size int64, what string) (alloc.DevicePtr, error) {
 	switch {
 	case size <= 0 || size%VMGranularity != 0:
 		return 0, errf(alloc.ErrInvalidValue, "%s: size %d is not a positive multiple of the granularity %d", what, size, VMGranularity)
@@ -126,14 +126,10 @@ func (d *Driver) ReleaseAddress(base alloc.DevicePtr, size int64) error {
 
 func (d *Driver) releaseAddress(base alloc.DevicePtr, size int64, interaction alloc.CaptureMode) error {
 	const what = "release address"
-	if err := d.vmAvailable(what); err != nil {
-		return err
-	}
-	d.vmCtl.Lock()
-	defer d.vmCtl.Unlock()
-	if err := d.vmUnsafeCall(what, interaction); err != nil {
-		return err
-	}
+	return d.vmCall(what, interaction, func() error { return d.releaseRange(base, size, what) })
+}
+
+func (d *Driver) releaseRange(base alloc.DevicePtr, size int64, what string) error {
 	d.mu.Lock()
 	r := d.baseLocked(base)
 	d.mu.Unlock()
@@ -164,14 +160,10 @@ func (d *Driver) MapMemory(p alloc.DevicePtr, size int64) error {
 
 func (d *Driver) mapMemory(p alloc.DevicePtr, size int64, interaction alloc.CaptureMode) error {
 	const what = "map memory"
-	if err := d.vmAvailable(what); err != nil {
-		return err
-	}
-	d.vmCtl.Lock()
-	defer d.vmCtl.Unlock()
-	if err := d.vmUnsafeCall(what, interaction); err != nil {
-		return err
-	}
+	return d.vmCall(what, interaction, func() error { return d.mapRange(p, size, what) })
+}
+
+func (d *Driver) mapRange(p alloc.DevicePtr, size int64, what string) error {
 	r, off, err := d.vmRangeOf(p, size, what)
 	if err != nil {
 		return err
@@ -218,14 +210,10 @@ func (d *Driver) UnmapMemory(p alloc.DevicePtr, size int64) error {
 
 func (d *Driver) unmapMemory(p alloc.DevicePtr, size int64, interaction alloc.CaptureMode) error {
 	const what = "unmap memory"
-	if err := d.vmAvailable(what); err != nil {
-		return err
-	}
-	d.vmCtl.Lock()
-	defer d.vmCtl.Unlock()
-	if err := d.vmUnsafeCall(what, interaction); err != nil {
-		return err
-	}
+	return d.vmCall(what, interaction, func() error { return d.unmapRange(p, size, what) })
+}
+
+func (d *Driver) unmapRange(p alloc.DevicePtr, size int64, what string) error {
 	r, off, err := d.vmRangeOf(p, size, what)
 	if err != nil {
 		return err
@@ -249,16 +237,26 @@ func (d *Driver) unmapMemory(p alloc.DevicePtr, size int64, interaction alloc.Ca
 	return nil
 }
 
-// vmUnsafeCall refuses a virtual memory call, synchronous and device wide
-// like Malloc, while a Global-mode capture is under way (for a caller in
-// Global interaction mode), and on a closed driver. vmCtl held.
-func (d *Driver) vmUnsafeCall(what string, interaction alloc.CaptureMode) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed.Load() {
-		return errClosed(what)
+// vmCall runs fn, one virtual memory call, holding vmCtl. The call is
+// synchronous and device wide like Malloc: refused while a Global-mode
+// capture is under way (for a caller in Global interaction mode), and on a
+// closed driver or where there is no virtual memory.
+func (d *Driver) vmCall(what string, interaction alloc.CaptureMode, fn func() error) error {
+	if err := d.vmAvailable(what); err != nil {
+		return err
 	}
-	return d.refuseUnsafeLocked(what, interaction)
+	d.vmCtl.Lock()
+	defer d.vmCtl.Unlock()
+	d.mu.Lock()
+	err := errClosed(what)
+	if !d.closed.Load() {
+		err = d.refuseUnsafeLocked(what, interaction)
+	}
+	d.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return fn()
 }
 
 // vmRangeOf checks that [p, p+size) is a granularity-aligned range inside

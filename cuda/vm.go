@@ -1,9 +1,6 @@
 package cuda
 
-import (
-	"github.com/capalloc/capalloc/alloc"
-	"github.com/capalloc/capalloc/internal/gpurt"
-)
+import "github.com/capalloc/capalloc/internal/gpurt"
 
 // Virtual memory (alloc.VirtualMemory) through CUDA's virtual memory
 // management, in the driver API (libcuda, like the module calls:
@@ -60,27 +57,17 @@ const (
 )
 
 // virtualMemory is the driver's gpurt.Config.VirtualMemory. It runs on the
-// dev thread, once: without the calls (a driver older than 10.2) or the
-// driver API the driver offers no virtual memory, and says why.
+// dev thread, once: without the driver API, or without its calls (a driver
+// older than 10.2), the driver offers no virtual memory, and says why.
 func (d *Driver) virtualMemory(*gpurt.Setup) (*gpurt.VMAPI, error) {
 	a, ctx, release, err := d.primary()
 	if err != nil {
 		return nil, err
 	}
-	var missing []string
-	for _, s := range []gpurt.Sym{a.memGranularity, a.memAddressReserve, a.memAddressFree, a.memCreate,
-		a.memRelease, a.memMap, a.memUnmap, a.memSetAccess} {
-		if s.Addr == 0 {
-			missing = append(missing, s.Name)
-		}
-	}
-	if len(missing) > 0 {
-		_ = release()
-		return nil, errf(alloc.ErrBackendUnavailable, "virtual memory: %s lacks %v", a.path, missing)
-	}
 	return &gpurt.VMAPI{
 		Granularity: a.memGranularity, Reserve: a.memAddressReserve, Free: a.memAddressFree,
 		Create: a.memCreate, Release: a.memRelease, Map: a.memMap, Unmap: a.memUnmap, SetAccess: a.memSetAccess,
+		Lib:               a.path,
 		GranularityOption: cuMemAllocGranularityRecommended,
 		Prop:              gpurt.AllocationProp(cuMemAllocationTypePinned, cuMemLocationTypeDevice, d.opts.Device),
 		Access:            gpurt.AccessDesc(cuMemLocationTypeDevice, d.opts.Device, cuMemAccessFlagsProtReadWrite),

@@ -2,8 +2,8 @@ package hip
 
 import (
 	"encoding/binary"
+	"fmt"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
@@ -69,22 +69,14 @@ func allocationProp(version, dev int) []byte {
 }
 
 // virtualMemory is the driver's gpurt.Config.VirtualMemory. It runs on the
-// dev thread, once.
+// dev thread, once; gpurt refuses it, naming what the library lacks, when a
+// call is missing.
 func (d *Driver) virtualMemory(*gpurt.Setup) (*gpurt.VMAPI, error) {
 	rt := d.rt
-	var missing []string
-	for _, s := range []gpurt.Sym{rt.memGranularity, rt.memAddressReserve, rt.memAddressFree, rt.memCreate,
-		rt.memRelease, rt.memMap, rt.memUnmap, rt.memSetAccess} {
-		if s.Addr == 0 {
-			missing = append(missing, s.Name)
-		}
-	}
-	if len(missing) > 0 {
-		return nil, errf(alloc.ErrBackendUnavailable, "virtual memory: %s (HIP runtime %s) lacks %v", rt.Path, versionString(rt.Version), missing)
-	}
 	return &gpurt.VMAPI{
 		Granularity: rt.memGranularity, Reserve: rt.memAddressReserve, Free: rt.memAddressFree,
 		Create: rt.memCreate, Release: rt.memRelease, Map: rt.memMap, Unmap: rt.memUnmap, SetAccess: rt.memSetAccess,
+		Lib:               fmt.Sprintf("%s (HIP runtime %s)", rt.Path, versionString(rt.Version)),
 		GranularityOption: hipMemAllocGranularityRecommended,
 		Prop:              allocationProp(rt.Version, d.opts.Device),
 		Access:            gpurt.AccessDesc(memLocationTypeDevice, d.opts.Device, hipMemAccessFlagsProtReadWrite),

@@ -96,7 +96,6 @@ const char *cudaGetErrorString(cudaError_t e) {
   case 500: return "named symbol not found";
   case 700: return "an illegal memory access was encountered";
   case 701: return "too many resources requested for launch";
-  case 801: return "operation not supported";
   case 400: return "invalid resource handle";
   case 401: return "the operation cannot be performed in the present state";
   case 900: return "operation not permitted when stream is capturing";

@@ -41,8 +41,11 @@ import (
 // VMAPI is what a vendor gives for virtual memory, built on the dev thread
 // at the first call that needs it (Config.VirtualMemory).
 type VMAPI struct {
-	// The calls above, each returning the vendor's error code.
+	// The calls above, each returning the vendor's error code; one not
+	// resolved (Addr 0) means no virtual memory, with Lib, the library
+	// they come from, named as lacking it.
 	Granularity, Reserve, Free, Create, Release, Map, Unmap, SetAccess Sym
+	Lib                                                                string
 	// GranularityOption is the granularity call's option: the recommended
 	// granularity.
 	GranularityOption uintptr
@@ -129,7 +132,12 @@ func (d *Driver) vmBind() {
 		vm.bindErr = err
 		return
 	}
-	g, err := d.vmGranularity(api)
+	var g int64
+	if missing := api.missing(); len(missing) > 0 {
+		err = d.v.Errf(alloc.ErrBackendUnavailable, "virtual memory: %s lacks %v", api.Lib, missing)
+	} else {
+		g, err = d.vmGranularity(api)
+	}
 	if err != nil {
 		vm.bindErr = err
 		if api.Close != nil {
@@ -139,6 +147,16 @@ func (d *Driver) vmBind() {
 	}
 	vm.api, vm.res = api, map[uintptr]*vmReservation{}
 	vm.gran.Store(g)
+}
+
+func (a *VMAPI) missing() []string {
+	var names []string
+	for _, s := range []Sym{a.Granularity, a.Reserve, a.Free, a.Create, a.Release, a.Map, a.Unmap, a.SetAccess} {
+		if s.Addr == 0 {
+			names = append(names, s.Name)
+		}
+	}
+	return names
 }
 
 // vmGranularity asks for the recommended granularity: the device's answer
