@@ -110,6 +110,9 @@ func (a *Allocator) laneAlloc(size int64) (buf Buffer, ok bool) {
 	}
 	n := a.pool.round(size)
 	s := a.shard()
+	if !s.dirty.Load() {
+		return Buffer{}, false // nothing cached since the last flush
+	}
 	s.mu.Lock()
 	i := s.n - 1 // the latest first: still hot in caches
 	for ; i >= 0 && s.blocks[i].class != n; i-- {
