@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
-	"github.com/capalloc/capalloc/cpu"
 )
 
 // Both allocation paths give the pool's cache back to the driver and retry
@@ -54,11 +53,7 @@ func TestAllocSyncGiveBackReportsAsyncError(t *testing.T) {
 // the device ran out, then freed. Both are closed when the test ends.
 func fullOfCache(t *testing.T, limit int64) *alloc.Allocator {
 	t.Helper()
-	d, err := cpu.New(cpu.Options{MemoryLimit: limit})
-	require.NoError(t, err)
-	t.Cleanup(func() { d.Close() })
-	a, err := alloc.New(d, alloc.Options{})
-	require.NoError(t, err)
+	_, a := newCPUAllocator(t, limit)
 	t.Cleanup(func() { require.NoError(t, a.Close()) })
 	var bs []alloc.Buffer
 	for {

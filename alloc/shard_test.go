@@ -18,7 +18,7 @@ import (
 // allocator, each with buffers of a few sizes, see only their own bytes,
 // and when they are done the counters add up and every byte goes back.
 func TestSharedAllocatorGoroutinesKeepTheirBytes(t *testing.T) {
-	d, a := newLaneAllocator(t, 1<<30)
+	d, a := newCPUAllocator(t, 1<<30)
 	const workers, iters = 4, 300
 	sizes := []int64{256, 4 << 10, 64 << 10, 1 << 20}
 	errs := make(chan error, workers)
@@ -71,7 +71,7 @@ func TestSharedAllocatorGoroutinesKeepTheirBytes(t *testing.T) {
 // ErrInvalidBuffer, whichever path (lane or lock) each takes; the counters
 // count one free.
 func TestConcurrentDoubleFreeFailsOnce(t *testing.T) {
-	_, a := newLaneAllocator(t, 1<<30)
+	_, a := newCPUAllocator(t, 1<<30)
 	for range 500 {
 		b, err := a.Alloc(64 << 10)
 		require.NoError(t, err)
@@ -102,7 +102,7 @@ func TestConcurrentDoubleFreeFailsOnce(t *testing.T) {
 // handed out again, or refused: it never lands in the next owner's bytes
 // after the next owner wrote them.
 func TestFreeRacingMemsetNeverReachesTheNextOwner(t *testing.T) {
-	_, a := newLaneAllocator(t, 1<<30)
+	_, a := newCPUAllocator(t, 1<<30)
 	const n = 4096
 	want := bytes.Repeat([]byte{0x55}, n)
 	got := make([]byte, n)
@@ -132,7 +132,7 @@ func TestFreeRacingMemsetNeverReachesTheNextOwner(t *testing.T) {
 // Close while goroutines allocate and free: each call succeeds or fails
 // with ErrClosed, and Close gives every byte back, the lane's included.
 func TestCloseRacingLaneCalls(t *testing.T) {
-	d, a := newLaneAllocator(t, 1<<30)
+	d, a := newCPUAllocator(t, 1<<30)
 	const workers = 4
 	errs := make(chan error, workers)
 	var started sync.WaitGroup
@@ -174,7 +174,7 @@ func TestCloseRacingLaneCalls(t *testing.T) {
 // (it belongs to the graph, or was released with it), while every pooled
 // buffer frees; in the end nothing is leaked.
 func TestCaptureClosesTheLane(t *testing.T) {
-	_, a := newLaneAllocator(t, 1<<30)
+	_, a := newCPUAllocator(t, 1<<30)
 	stop := make(chan struct{})
 	type result struct {
 		refused int
@@ -232,7 +232,7 @@ func TestCaptureClosesTheLane(t *testing.T) {
 // the bytes one shard may owe per P (shardSlack, 1 MiB) however the
 // goroutine moves between Ps.
 func TestPeakInUseBounds(t *testing.T) {
-	_, a := newLaneAllocator(t, 1<<30)
+	_, a := newCPUAllocator(t, 1<<30)
 	const n = 64 << 10
 	var bs []alloc.Buffer
 	for range 16 {
@@ -256,7 +256,9 @@ func TestPeakInUseBounds(t *testing.T) {
 	require.NoError(t, a.Close())
 }
 
-func newLaneAllocator(t *testing.T, limit int64) (*cpu.Driver, *alloc.Allocator) {
+// newCPUAllocator is an allocator on a cpu device of limit bytes; the
+// device is closed when the test ends, the allocator by the test.
+func newCPUAllocator(t *testing.T, limit int64) (*cpu.Driver, *alloc.Allocator) {
 	t.Helper()
 	d, err := cpu.New(cpu.Options{MemoryLimit: limit})
 	require.NoError(t, err)
