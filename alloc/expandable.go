@@ -278,7 +278,7 @@ func (a *Allocator) giveBackLocked(op string, keep *expandable, keepLo, keepHi i
 // (and clears) is returned: the caller's operation reports it, as the next
 // synchronize would have.
 func (a *Allocator) reclaimLocked(need int64, keep *expandable, keepLo, keepHi int64) error {
-	over := a.stats.BytesReserved + need - int64(expandSlack*float64(a.stats.PeakInUse))
+	over := a.stats.BytesReserved + need - int64(expandSlack*float64(a.inUse.peak.Load()))
 	if over <= 0 || a.idler == nil || a.pool.cached < keep.chunk {
 		return nil
 	}

@@ -358,6 +358,37 @@ func TestExpandableUnmapsOnlyIdleStream(t *testing.T) {
 	closeClean(t, a, d)
 }
 
+// Free chunks within the slack (expandSlack: reserved up to 1.10x the
+// peak in use) stay mapped: a miss that maps one more chunk, still
+// inside it, unmaps nothing, even with the stream idle. (Reading the
+// peak from the wrong counter once made every idle miss unmap.)
+func TestExpandableKeepsFreeChunksWithinSlack(t *testing.T) {
+	d := newVMDriver(t, 0)
+	a := newExpandable(t, d)
+	x, _ := a.Alloc(10 * mib)
+	y, _ := a.Alloc(10 * mib) // reserved 20 MiB, peak in use 20 MiB
+	if err := a.Free(x); err != nil {
+		t.Fatal(err)
+	}
+	maps, unmaps := d.count("MapMemory"), d.count("UnmapMemory")
+	s, err := a.Alloc(4 << 10) // the small range's first chunk: 22 MiB reserved, at 1.10x
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := d.count("MapMemory") - maps; n != 1 {
+		t.Fatalf("%d chunks mapped for the small request, want 1", n)
+	}
+	if n := d.count("UnmapMemory") - unmaps; n != 0 {
+		t.Fatalf("%d free chunks unmapped with reserved within 1.10x the peak in use", n)
+	}
+	if st := agrees(t, a, d); st.BytesReserved != 22*mib || st.PeakInUse != 20*mib {
+		t.Fatalf("reserved %d B, peak in use %d B", st.BytesReserved, st.PeakInUse)
+	}
+	a.Free(s)
+	a.Free(y)
+	closeClean(t, a, d)
+}
+
 // Out of memory, a miss waits for the stream, unmaps free chunks and
 // retries; when even that does not make room it fails with
 // ErrOutOfMemory and leaves everything as it was.
