@@ -59,6 +59,38 @@ func TestGPUVirtualMemoryAcrossChunks(t *testing.T) {
 	must(t, d.ReleaseAddress(base, 4*g))
 }
 
+// BenchmarkGPUVirtualMemoryMapUnmap is what expandable segments pay per
+// chunk on a real GPU: one map (cuMemCreate, cuMemMap, cuMemSetAccess)
+// and one unmap (cuMemUnmap, cuMemRelease) of one granularity-sized
+// chunk in a reservation. With the traces' maps per run (BENCHMARKS.md,
+// "Expandable segments") it prices the policy's slack. Skipped where no
+// CUDA device opens.
+func BenchmarkGPUVirtualMemoryMapUnmap(b *testing.B) {
+	d, err := New(Options{})
+	if err != nil {
+		b.Skipf("no CUDA device: %v", err)
+	}
+	defer d.Close()
+	g := d.MapGranularity()
+	if g == 0 {
+		b.Fatal("the device offers no virtual memory")
+	}
+	base, err := d.ReserveAddress(g)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.ReleaseAddress(base, g)
+	b.ReportMetric(float64(g), "chunk-B")
+	for b.Loop() {
+		if err := d.MapMemory(base, g); err != nil {
+			b.Fatal(err)
+		}
+		if err := d.UnmapMemory(base, g); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
