@@ -212,15 +212,14 @@ func (s *shard) markDirty() {
 
 // flushLocked moves s's blocks to the pool, where best fit and merging
 // see them, and publishes what s owes to a.inUse (so an allocation made
-// next under a.mu raises the peak from the exact figure). It reports
-// whether there were blocks. Caller holds a.mu.
-func (a *Allocator) flushLocked(s *shard) bool {
+// next under a.mu raises the peak from the exact figure). Caller holds
+// a.mu.
+func (a *Allocator) flushLocked(s *shard) {
 	if !s.dirty.Load() {
-		return false
+		return
 	}
 	s.mu.Lock()
-	n := s.n
-	for i, b := range s.blocks[:n] {
+	for i, b := range s.blocks[:s.n] {
 		a.pool.put(b)
 		s.blocks[i] = nil
 	}
@@ -229,16 +228,13 @@ func (a *Allocator) flushLocked(s *shard) bool {
 	s.owed = 0
 	s.dirty.Store(false)
 	s.mu.Unlock()
-	return n > 0
 }
 
 // flushShardsLocked flushes every shard. Caller holds a.mu.
-func (a *Allocator) flushShardsLocked() bool {
-	any := false
+func (a *Allocator) flushShardsLocked() {
 	for i := range a.shards {
-		any = a.flushLocked(&a.shards[i]) || any
+		a.flushLocked(&a.shards[i])
 	}
-	return any
 }
 
 // closeLaneLocked closes the lane and waits until no lane call is in
