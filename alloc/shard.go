@@ -147,7 +147,7 @@ func (a *Allocator) laneAlloc(size int64) (buf Buffer, ok bool) {
 func (a *Allocator) laneFree(b Buffer) bool {
 	blk := b.blk
 	if blk == nil || blk.a != a || b.view || !blk.validFor(b.gen) ||
-		blk.kind != kindPooled || blk.ws != "" || blk.prof != nil || blk.refs.Load() != 0 {
+		blk.kind != kindPooled || blk.ws != "" || blk.prof.Load() != nil || blk.refs.Load() != 0 {
 		return false
 	}
 	s := a.shard()
@@ -252,12 +252,15 @@ func (a *Allocator) closeLaneLocked() {
 
 func (a *Allocator) openLaneLocked() { a.laneOff.Add(-1) }
 
-// addShardStatsLocked adds the shards' counters to s, with every shard
-// locked at once so the sums are of one moment. Caller holds a.mu.
+// addShardStatsLocked adds the shards' counters to s, and sets the bytes
+// in use and their peak, with every shard locked at once so the sums are
+// of one moment: the lane changes a.inUse only under a shard's lock, the
+// locked path only under a.mu. Caller holds a.mu.
 func (a *Allocator) addShardStatsLocked(s *Stats) {
 	for i := range a.shards {
 		a.shards[i].mu.Lock()
 	}
+	s.BytesInUse, s.PeakInUse = a.inUse.cur.Load(), a.inUse.peak.Load()
 	for i := range a.shards {
 		sh := &a.shards[i]
 		s.BytesInUse += sh.owed
