@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"unicode/utf8"
 )
@@ -40,9 +41,10 @@ func register(a *Allocator, name string) error {
 	registry.Lock()
 	defer registry.Unlock()
 	if name == "" {
+		backend := strings.ToValidUTF8(a.backend, "\uFFFD") // a driver's name is its own
 		for name == "" || nameInUse(name) {
 			registry.seq[a.backend]++
-			name = fmt.Sprintf("%s-%d", a.backend, registry.seq[a.backend])
+			name = fmt.Sprintf("%s-%d", backend, registry.seq[a.backend])
 		}
 	} else if nameInUse(name) {
 		return wrapf(ErrInvalidValue, "allocator name %q is in use by an open allocator", name)

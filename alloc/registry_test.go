@@ -124,4 +124,15 @@ func TestAllocatorNameMustBeUTF8(t *testing.T) {
 	for _, a := range alloc.Allocators() {
 		require.NotEqual(t, "gpu\xff0", a.Name())
 	}
+
+	// A default name is made of the backend's, which is the driver's own.
+	a, err := alloc.New(oddBackend{d}, alloc.Options{})
+	require.NoError(t, err)
+	require.Regexp(t, "^cpu\uFFFD-\\d+$", a.Name())
+	require.NoError(t, a.Close())
 }
+
+// oddBackend is a driver whose backend name is not UTF-8.
+type oddBackend struct{ alloc.Driver }
+
+func (oddBackend) Name() string { return "cpu\xfe" }
