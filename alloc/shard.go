@@ -38,7 +38,12 @@ import (
 //     either the call sees the retirement (and fails, ErrInvalidBuffer)
 //     or the Free sees the reference and leaves the block held, for the
 //     last reference to release (release.go). No memory is reused, or
-//     given back to the driver, under such a call.
+//     given back to the driver, under such a call;
+//   - the lane reads a block's profile sample (block.prof) without a.mu,
+//     atomically: it is set under a.mu before the Buffer is handed out and
+//     cleared only after the block is retired, so a Free holding the
+//     Buffer sees it, and one that sees it cleared fails its
+//     compare-and-swap as a stale handle.
 
 const (
 	// shardBlocks is how many free blocks a shard caches, the pool's
