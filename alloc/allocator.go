@@ -93,6 +93,7 @@ func New(drv Driver, opts Options) (*Allocator, error) {
 	}
 	a.idler, _ = drv.(StreamIdler)
 	a.poll = pollerOf(drv)
+	publish(a) // last: readers of the registry see it whole
 	return a, nil
 }
 
@@ -114,10 +115,11 @@ func (a *Allocator) Stats() Stats {
 }
 
 // statsLocked completes the counters with the figures derived from state.
-// Caller holds a.mu.
+// Caller holds a.mu, which stops the locked path; the shards' locks, all
+// held at once in addShardStatsLocked, stop the lane: so every figure,
+// a.inUse included (the lane publishes into it), is of one moment.
 func (a *Allocator) statsLocked() Stats {
 	s := a.stats
-	s.BytesInUse, s.PeakInUse = a.inUse.cur.Load(), a.inUse.peak.Load()
 	s.BytesCached = a.pool.cached
 	s.LiveBuffers = a.live.n + a.pooledLive
 	a.addShardStatsLocked(&s)

@@ -30,7 +30,10 @@ type block struct {
 	kind  blockKind
 	cap   *capture // capture that allocated a kindGraph block
 	ws    string   // workspace name, "" for an ordinary buffer
-	prof  *sample  // the profile's record of this allocation, nil if not sampled
+	// prof is the profile's record of this allocation, nil if not
+	// sampled: set and cleared under a.mu, read by the lane's Free
+	// without it (shard.go), hence atomic.
+	prof atomic.Pointer[sample]
 
 	freedInGraph bool // kindGraph block whose free node was captured
 	materialized bool // kindGraph block a launch made real: the caller frees it

@@ -174,7 +174,7 @@ func (a *Allocator) sampleLocked(b *block, h *HostBuffer, size int64) {
 	p.inUse = s
 	p.nInUse++
 	if b != nil {
-		b.prof = s
+		b.prof.Store(s)
 	} else {
 		h.prof = s
 	}
@@ -183,9 +183,9 @@ func (a *Allocator) sampleLocked(b *block, h *HostBuffer, size int64) {
 // dropSampleLocked forgets b's sample, if it has one, when its memory is
 // given back. Caller holds a.mu.
 func (a *Allocator) dropSampleLocked(b *block) {
-	if b.prof != nil {
-		a.prof.drop(b.prof)
-		b.prof = nil
+	if s := b.prof.Load(); s != nil {
+		a.prof.drop(s)
+		b.prof.Store(nil)
 	}
 }
 

@@ -4,34 +4,62 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // The registry of open allocators, by name, so that the process-wide views
 // (WriteProfile, Allocators, alloc/allocview, alloc/allocprom) find every
-// one without the engine handing them over. New registers, Close removes.
+// one without the engine handing them over. New reserves the name first
+// (so a name in use is refused before any driver call) and publishes the
+// allocator only once it is fully built: a reader walking Allocators()
+// never meets one half made. Close removes it; a reader that listed it
+// before may still call it, and its readers (Stats, Snapshot ...) stay
+// safe on a closed allocator.
 var registry = struct {
 	sync.Mutex
-	byName map[string]*Allocator
-	seq    map[string]int // last number given to a default name, by backend
-}{byName: map[string]*Allocator{}, seq: map[string]int{}}
+	byName   map[string]*Allocator // published
+	building map[string]*Allocator // reserved by New, not yet published
+	seq      map[string]int        // last number given to a default name, by backend
+}{byName: map[string]*Allocator{}, building: map[string]*Allocator{}, seq: map[string]int{}}
 
-// register names a (the default name when opts.Name is empty) and records
-// it. A name in use is refused with ErrInvalidValue.
+// nameInUse reports whether name is reserved or published. Caller holds the
+// registry's lock.
+func nameInUse(name string) bool {
+	return registry.byName[name] != nil || registry.building[name] != nil
+}
+
+// register names a (the default name when opts.Name is empty) and
+// reserves the name; publish lists a. A name in use, or one that is not
+// UTF-8 (views and metrics label by name, and need text), is refused with
+// ErrInvalidValue.
 func register(a *Allocator, name string) error {
+	if !utf8.ValidString(name) {
+		return wrapf(ErrInvalidValue, "allocator name %q is not valid UTF-8", name)
+	}
 	registry.Lock()
 	defer registry.Unlock()
 	if name == "" {
-		for name == "" || registry.byName[name] != nil {
+		backend := strings.ToValidUTF8(a.backend, "\uFFFD") // a driver's name is its own
+		for name == "" || nameInUse(name) {
 			registry.seq[a.backend]++
-			name = fmt.Sprintf("%s-%d", a.backend, registry.seq[a.backend])
+			name = fmt.Sprintf("%s-%d", backend, registry.seq[a.backend])
 		}
-	} else if registry.byName[name] != nil {
+	} else if nameInUse(name) {
 		return wrapf(ErrInvalidValue, "allocator name %q is in use by an open allocator", name)
 	}
 	a.name = name
-	registry.byName[name] = a
+	registry.building[name] = a
 	return nil
+}
+
+// publish lists a, registered and fully built, in Allocators and Lookup.
+func publish(a *Allocator) {
+	registry.Lock()
+	delete(registry.building, a.name)
+	registry.byName[a.name] = a
+	registry.Unlock()
 }
 
 func unregister(a *Allocator) {
@@ -39,6 +67,9 @@ func unregister(a *Allocator) {
 	defer registry.Unlock()
 	if registry.byName[a.name] == a {
 		delete(registry.byName, a.name)
+	}
+	if registry.building[a.name] == a {
+		delete(registry.building, a.name)
 	}
 }
 

@@ -1,6 +1,7 @@
 package alloc_test
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -59,3 +60,79 @@ func TestAllocatorNames(t *testing.T) {
 		require.NoError(t, a.Close())
 	}
 }
+
+// Readers walking Allocators() while other goroutines make and close
+// allocators never see one half built or misbehaving once closed: New
+// publishes an allocator only when it is complete, and every reader
+// method is safe on one closed meanwhile (issue 27, item 1).
+func TestAllocatorsNeverListsAHalfBuiltOne(t *testing.T) {
+	d, err := cpu.New(cpu.Options{})
+	require.NoError(t, err)
+	defer d.Close()
+	const rounds = 2000
+	done := make(chan error, 1)
+	go func() {
+		done <- func() error {
+			for i := range rounds {
+				a, err := alloc.New(d, alloc.Options{Name: fmt.Sprint("half-built-", i%4)})
+				if err != nil {
+					return err
+				}
+				if err := a.Close(); err != nil {
+					return err
+				}
+			}
+			return nil
+		}()
+	}()
+	for {
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+			return
+		default:
+		}
+		for _, a := range alloc.Allocators() {
+			st := a.Stats()
+			require.GreaterOrEqual(t, st.BytesReserved, int64(0))
+			if _, err := a.BytesByState(); err != nil {
+				require.ErrorIs(t, err, alloc.ErrClosed)
+			}
+			if _, err := a.Snapshot(); err != nil {
+				require.ErrorIs(t, err, alloc.ErrClosed)
+			}
+			require.NotNil(t, a.Stream(), "listed before its stream was made")
+		}
+	}
+}
+
+// A name that is not UTF-8 is refused with ErrInvalidValue before any
+// driver call; the views and metrics label by name and need text
+// (issue 27, item 5).
+func TestAllocatorNameMustBeUTF8(t *testing.T) {
+	d, err := cpu.New(cpu.Options{})
+	require.NoError(t, err)
+	defer d.Close()
+	spy := alloctest.NewSpy(d)
+	before := spy.Snapshot()
+	_, err = alloc.New(spy, alloc.Options{Name: "gpu\xff0"})
+	require.ErrorIs(t, err, alloc.ErrInvalidValue)
+	require.ErrorContains(t, err, "not valid UTF-8")
+	calls := spy.Snapshot().Sub(before)
+	require.Zero(t, calls.Total(alloctest.MethodName, alloctest.MethodInfo, alloctest.MethodCaptureDomain), "refused before any call but the queries: %v", calls)
+	require.Nil(t, alloc.Lookup("gpu\xff0"))
+	for _, a := range alloc.Allocators() {
+		require.NotEqual(t, "gpu\xff0", a.Name())
+	}
+
+	// A default name is made of the backend's, which is the driver's own.
+	a, err := alloc.New(oddBackend{d}, alloc.Options{})
+	require.NoError(t, err)
+	require.Regexp(t, "^cpu\uFFFD-\\d+$", a.Name())
+	require.NoError(t, a.Close())
+}
+
+// oddBackend is a driver whose backend name is not UTF-8.
+type oddBackend struct{ alloc.Driver }
+
+func (oddBackend) Name() string { return "cpu\xfe" }

@@ -38,7 +38,12 @@ import (
 //     either the call sees the retirement (and fails, ErrInvalidBuffer)
 //     or the Free sees the reference and leaves the block held, for the
 //     last reference to release (release.go). No memory is reused, or
-//     given back to the driver, under such a call.
+//     given back to the driver, under such a call;
+//   - the lane reads a block's profile sample (block.prof) without a.mu,
+//     atomically: it is set under a.mu before the Buffer is handed out and
+//     cleared only after the block is retired, so a Free holding the
+//     Buffer sees it, and one that sees it cleared fails its
+//     compare-and-swap as a stale handle.
 
 const (
 	// shardBlocks is how many free blocks a shard caches, the pool's
@@ -147,7 +152,7 @@ func (a *Allocator) laneAlloc(size int64) (buf Buffer, ok bool) {
 func (a *Allocator) laneFree(b Buffer) bool {
 	blk := b.blk
 	if blk == nil || blk.a != a || b.view || !blk.validFor(b.gen) ||
-		blk.kind != kindPooled || blk.ws != "" || blk.prof != nil || blk.refs.Load() != 0 {
+		blk.kind != kindPooled || blk.ws != "" || blk.prof.Load() != nil || blk.refs.Load() != 0 {
 		return false
 	}
 	s := a.shard()
@@ -252,12 +257,15 @@ func (a *Allocator) closeLaneLocked() {
 
 func (a *Allocator) openLaneLocked() { a.laneOff.Add(-1) }
 
-// addShardStatsLocked adds the shards' counters to s, with every shard
-// locked at once so the sums are of one moment. Caller holds a.mu.
+// addShardStatsLocked adds the shards' counters to s, and sets the bytes
+// in use and their peak, with every shard locked at once so the sums are
+// of one moment: the lane changes a.inUse only under a shard's lock, the
+// locked path only under a.mu. Caller holds a.mu.
 func (a *Allocator) addShardStatsLocked(s *Stats) {
 	for i := range a.shards {
 		a.shards[i].mu.Lock()
 	}
+	s.BytesInUse, s.PeakInUse = a.inUse.cur.Load(), a.inUse.peak.Load()
 	for i := range a.shards {
 		sh := &a.shards[i]
 		s.BytesInUse += sh.owed

@@ -267,3 +267,90 @@ func newCPUAllocator(t *testing.T, limit int64) (*cpu.Driver, *alloc.Allocator) 
 	require.NoError(t, err)
 	return d, a
 }
+
+// With every allocation sampled, two frees of one buffer racing each
+// other, or a Free racing Close, read and clear the block's sample
+// without a data race (-race; issue 27, item 2).
+func TestProfiledFreeRaces(t *testing.T) {
+	recordEvery(t, 1)
+	_, a := newCPUAllocator(t, 1<<30)
+	for range 300 {
+		b, err := a.Alloc(4096)
+		require.NoError(t, err)
+		errs := make(chan error, 2)
+		for range 2 {
+			go func() { errs <- a.Free(b) }()
+		}
+		e1, e2 := <-errs, <-errs
+		if e1 != nil {
+			e1, e2 = e2, e1
+		}
+		require.NoError(t, e1)
+		require.ErrorIs(t, e2, alloc.ErrInvalidBuffer)
+	}
+	require.NoError(t, a.Close())
+
+	for range 100 {
+		_, a := newCPUAllocator(t, 1<<30)
+		b, err := a.Alloc(4096)
+		require.NoError(t, err)
+		freed := make(chan error, 1)
+		go func() { freed <- a.Free(b) }()
+		closeErr := a.Close()
+		if err := <-freed; err != nil {
+			require.ErrorIs(t, err, alloc.ErrClosed)
+			require.ErrorIs(t, closeErr, alloc.ErrLeaked)
+		} else {
+			require.NoError(t, closeErr)
+		}
+	}
+}
+
+// Every Stats read is of one moment, while goroutines allocate and free
+// on the lane and the locked path: the bytes in use are the live
+// buffers' and fit in what is reserved (issue 27, item 3).
+func TestStatsOfOneMoment(t *testing.T) {
+	_, a := newCPUAllocator(t, 1<<30)
+	const n, workers, reads = 768 << 10, 3, 50000
+	stop := make(chan struct{})
+	errs := make(chan error, workers)
+	for range workers {
+		go func() {
+			errs <- func() error {
+				for {
+					select {
+					case <-stop:
+						return nil
+					default:
+					}
+					var bs [2]alloc.Buffer
+					for i := range bs {
+						var err error
+						if bs[i], err = a.Alloc(n); err != nil {
+							return err
+						}
+					}
+					for _, b := range bs {
+						if err := a.Free(b); err != nil {
+							return err
+						}
+					}
+				}
+			}()
+		}()
+	}
+	var bad []string
+	for range reads {
+		st := a.Stats()
+		if st.BytesInUse != int64(st.LiveBuffers)*n || st.BytesInUse+st.BytesCached > st.BytesReserved ||
+			st.Allocs-st.Frees != uint64(st.LiveBuffers) || st.PeakInUse < st.BytesInUse {
+			bad = append(bad, st.String())
+		}
+	}
+	close(stop)
+	for range workers {
+		require.NoError(t, <-errs)
+	}
+	require.Empty(t, bad, "%d of %d reads not of one moment", len(bad), reads)
+	require.NoError(t, a.Close())
+}

@@ -120,6 +120,10 @@ func (a *Allocator) Snapshot() (Snapshot, error) {
 	if a.closed {
 		return Snapshot{}, a.fail("Snapshot", -1, StateNone, ErrClosed)
 	}
+	// The lane stays closed from the walk to the counters, so they are of
+	// the moment of the blocks listed.
+	a.closeLaneLocked()
+	defer a.openLaneLocked()
 	w := a.memWalkLocked(true)
 	return Snapshot{
 		Allocator: a.name, Backend: a.backend, Device: a.info.Name, DeviceMemory: a.info.TotalMemory,

@@ -23,6 +23,8 @@
 package allocprom
 
 import (
+	"strings"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/capalloc/capalloc/alloc"
@@ -93,7 +95,9 @@ func (*Collector) Collect(ch chan<- prometheus.Metric) {
 		if err != nil {
 			continue // closed meanwhile
 		}
-		lv := []string{a.Driver().Name(), a.Info().Name, a.Name()}
+		// Label values must be UTF-8 (MustNewConstMetric panics otherwise):
+		// New refuses such a name, but a driver's names are its own.
+		lv := []string{utf8Label(a.Driver().Name()), utf8Label(a.Info().Name), utf8Label(a.Name())}
 		s := a.Stats()
 		for _, m := range metrics {
 			ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(s), lv...)
@@ -103,3 +107,6 @@ func (*Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+// utf8Label is s with every byte that is not UTF-8 replaced by U+FFFD.
+func utf8Label(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }

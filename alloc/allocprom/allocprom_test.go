@@ -155,3 +155,32 @@ func TestOnlyImportersLinkPrometheus(t *testing.T) {
 	require.NotContains(t, string(out), "prometheus")
 	require.Contains(t, string(out), "github.com/google/pprof/profile", "the list is the real one")
 }
+
+// oddNames is a driver whose backend and device names are not UTF-8:
+// a driver's names are its own, and New accepts them.
+type oddNames struct{ alloc.Driver }
+
+func (oddNames) Name() string { return "cpu\xfe" }
+
+func (d oddNames) Info() alloc.DeviceInfo {
+	i := d.Driver.Info()
+	i.Name = "dev\xff\x01"
+	return i
+}
+
+// A scrape never panics on a name: labels that are not UTF-8 are written
+// with U+FFFD (issue 27, item 5).
+func TestScrapeOfNamesThatAreNotUTF8(t *testing.T) {
+	d, err := cpu.New(cpu.Options{})
+	require.NoError(t, err)
+	defer d.Close()
+	a, err := alloc.New(oddNames{d}, alloc.Options{Name: "prom-odd\x01"})
+	require.NoError(t, err)
+	defer a.Close()
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(allocprom.NewCollector()))
+	fams, err := reg.Gather()
+	require.NoError(t, err)
+	require.EqualValues(t, 0, value(t, fams, "capalloc_in_use_bytes",
+		map[string]string{"allocator": "prom-odd\x01", "backend": "cpu\uFFFD", "device": "dev\uFFFD\x01"}))
+}

@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/pprof/profile"
 	"github.com/stretchr/testify/require"
@@ -229,4 +231,28 @@ func TestExpvar(t *testing.T) {
 	require.Equal(t, a.Stats(), v.Stats)
 	require.Equal(t, "cpu", v.Backend)
 	require.EqualValues(t, 512<<10, v.Bytes[alloc.BlockGraphOwned])
+}
+
+// An accepted name with markup and control characters is escaped on the
+// index page (shown with U+FFFD for what is not text, carried whole in
+// the links' query) and in the segment map (issue 27, item 5).
+func TestViewsEscapeNames(t *testing.T) {
+	const name = "view-\x01<b>&\"'"
+	engine(t, name)
+	srv := httptest.NewServer(allocview.Handler())
+	defer srv.Close()
+	_, body := get(t, srv.URL+"/")
+	require.True(t, utf8.Valid(body))
+	for _, r := range string(body) {
+		require.False(t, unicode.IsControl(r) && r != '\n' && r != '\t', "control character %U on the index page", r)
+	}
+	page := string(body)
+	require.Contains(t, page, "<h2>view-\uFFFD&lt;b&gt;&amp;&#34;&#39;</h2>")
+	require.Contains(t, page, `<img src="segments.svg?allocator=view-%01%3cb%3e%26%22%27"`)
+	require.NotContains(t, page, "<b>")
+
+	resp, body := get(t, srv.URL+"/segments.svg?allocator="+url.QueryEscape(name))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	requireWellFormedXML(t, body)
+	require.Contains(t, string(body), ">view-\uFFFD&lt;b&gt;&amp;&#34;&#39;</text>")
 }

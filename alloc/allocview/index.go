@@ -54,11 +54,12 @@ func formatCount(v uint64) string {
 	return string(out)
 }
 
-// indexAllocator is one allocator's section of the index.
+// indexAllocator is one allocator's section of the index: its name as
+// shown (printable) and as the links' query carries it (Key).
 type indexAllocator struct {
-	Name, Backend, Device string
-	Counters              []counter
-	States                []indexState
+	Name, Key, Backend, Device string
+	Counters                   []counter
+	States                     []indexState
 }
 
 type indexState struct {
@@ -83,9 +84,9 @@ h2 { margin: 18px 0 2px; font-size: 18px; }
 {{else}}<p class="sub">Profile recording on: {{.RateText}}.</p>{{end}}
 {{range .Allocators}}
 <h2>{{.Name}}</h2>
-<div class="sub">{{.Backend}} · {{.Device}} · <a href="segments.svg?allocator={{.Name}}">segments.svg</a> · <a href="snapshot.json?allocator={{.Name}}">snapshot.json</a> · <a href="profile?allocator={{.Name}}">profile</a></div>
+<div class="sub">{{.Backend}} · {{.Device}} · <a href="segments.svg?allocator={{.Key}}">segments.svg</a> · <a href="snapshot.json?allocator={{.Key}}">snapshot.json</a> · <a href="profile?allocator={{.Key}}">profile</a></div>
 <table>{{range .Counters}}<tr><td>{{.Name}}</td><td class="v">{{.Value}}</td></tr>{{end}}</table>
-<img src="segments.svg?allocator={{.Name}}" alt="segment map of {{.Name}}">
+<img src="segments.svg?allocator={{.Key}}" alt="segment map of {{.Name}}">
 {{else}}<p>No open allocator.</p>{{end}}
 </body></html>
 `))
@@ -110,7 +111,7 @@ func serveIndex(w http.ResponseWriter, r *http.Request, one *alloc.Allocator) {
 	}
 	page.ProfileURL = u.String()
 	for _, s := range snapshots(chosen(one)) {
-		ia := indexAllocator{Name: s.Allocator, Backend: s.Backend, Device: s.Device,
+		ia := indexAllocator{Name: printable(s.Allocator), Key: s.Allocator, Backend: printable(s.Backend), Device: printable(s.Device),
 			Counters: counters(s.Stats)}
 		page.Allocators = append(page.Allocators, ia)
 	}

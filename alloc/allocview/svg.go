@@ -50,7 +50,7 @@ func writeSVG(w io.Writer, snaps []alloc.Snapshot) {
 
 // appendMap draws one allocator's map from y down and returns the y after it.
 func appendMap(b []byte, s alloc.Snapshot, y int) ([]byte, int) {
-	esc := html.EscapeString
+	esc := func(s string) string { return html.EscapeString(printable(s)) }
 	y += 22
 	b = fmt.Appendf(b, `<text x="10" y="%d" font-size="15" font-weight="bold">%s</text>`+"\n", y, esc(s.Allocator))
 	b = fmt.Appendf(b, `<text x="%d" y="%d" font-size="12" fill="#444">%s, %s: reserved %s, in use %s; segments %d, live graphs %d</text>`+"\n",

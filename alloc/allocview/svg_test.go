@@ -1,6 +1,10 @@
 package allocview
 
 import (
+	"bytes"
+	"encoding/xml"
+	"errors"
+	"io"
 	"regexp"
 	"strconv"
 	"strings"
@@ -36,5 +40,33 @@ func TestExpandableSegmentBar(t *testing.T) {
 	}
 	if want := barWidth * 6 / 10; covered < want-2 || covered > want+2 {
 		t.Fatalf("blocks cover %d px of %d; want about %d (the hole empty)", covered, barWidth, want)
+	}
+}
+
+// Any name, the driver's included, makes a well-formed segment map: bytes
+// that are not UTF-8 and runes XML forbids are drawn as U+FFFD, markup
+// is escaped (issue 27, item 5).
+func TestSegmentMapOfAnyName(t *testing.T) {
+	s := alloc.Snapshot{Allocator: "a\x01<b>&\"'\xff", Backend: "cpu\xfe", Device: "dev\x00\uFFFF\t"}
+	var buf bytes.Buffer
+	writeSVG(&buf, []alloc.Snapshot{s})
+	d := xml.NewDecoder(&buf)
+	var text strings.Builder
+	for {
+		tok, err := d.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("not well-formed XML: %v\n%s", err, buf.String())
+		}
+		if c, ok := tok.(xml.CharData); ok {
+			text.Write(c)
+		}
+	}
+	for _, want := range []string{"a\uFFFD<b>&\"'\uFFFD", "cpu\uFFFD", "dev\uFFFD\uFFFD\uFFFD"} {
+		if !strings.Contains(text.String(), want) {
+			t.Fatalf("%q not drawn; text: %q", want, text.String())
+		}
 	}
 }
