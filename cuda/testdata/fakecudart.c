@@ -11,6 +11,9 @@
  * FAKE_CUDA_FAIL_INVALIDATES set it also invalidates every active capture),
  * FAKE_CUDA_MAX_THREADS (cudaDevAttrMaxThreadsPerBlock, default 64) and
  * FAKE_CUDA_SMS (cudaDevAttrMultiProcessorCount, default 4),
+ * FAKE_CUDA_BLOCKS_PER_SM / FAKE_CUDA_THREADS_PER_SM (what
+ * cuOccupancyMaxActiveBlocksPerMultiprocessor answers: core.c),
+ * FAKE_CUDA_NO_P2P (device pairs without peer access: core.c),
  * FAKE_CUDA_VM_GRANULARITY and FAKE_CUDA_NO_VM (virtual memory: core.c).
  *
  * Compile with -DFAKE_NO_GRAPH_MEM_TRIM to leave cudaDeviceGraphMemTrim out
@@ -265,6 +268,11 @@ CUresult cuLaunchKernel(void *fh, unsigned gx, unsigned gy, unsigned gz, unsigne
   stream_t *s = stream_of(h);
   if (s && s->device != f->m->device) RETURN(400);
   RETURN(launch_("cuLaunchKernel", f, gx, gy, gz, bx, by, bz, shared, h, params, extra));
+}
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, void *f, int block, size_t shared) {
+  ENTER("cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  if (!cu_inited) RETURN(3);
+  RETURN(occupancy_("cuOccupancyMaxActiveBlocksPerMultiprocessor", n, f, block, shared));
 }
 CUresult cuGetErrorString(CUresult e, const char **s) {
   if (!s) return 1;

@@ -16,7 +16,10 @@
  * those versions report by default, else 1), FAKE_HIP_FAIL=name:code and
  * FAKE_HIP_FAIL_INVALIDATES (core.c), FAKE_HIP_MAX_THREADS
  * (hipDeviceAttributeMaxThreadsPerBlock, default 64), FAKE_HIP_SMS
- * (hipDeviceAttributeMultiprocessorCount, default 4), FAKE_HIP_ARCH (the
+ * (hipDeviceAttributeMultiprocessorCount, default 4),
+ * FAKE_HIP_BLOCKS_PER_SM / FAKE_HIP_THREADS_PER_SM (what
+ * hipModuleOccupancyMaxActiveBlocksPerMultiprocessor answers: core.c),
+ * FAKE_HIP_NO_P2P (device pairs without peer access: core.c), FAKE_HIP_ARCH (the
  * gcnArchName, default gfx90a:sramecc+:xnack-), FAKE_HIP_WALL_CLOCK_KHZ
  * (hipDeviceAttributeWallClockRate, default 1000000: the kernels' host
  * timer counts nanoseconds; 0: the attribute is refused, as by a runtime
@@ -316,6 +319,10 @@ hipError_t hipModuleLaunchKernel(void *fh, unsigned gx, unsigned gy, unsigned gz
     RETURN(400);
   }
   RETURN(launch_("hipModuleLaunchKernel", f, gx, gy, gz, bx, by, bz, shared, h, params, extra));
+}
+hipError_t hipModuleOccupancyMaxActiveBlocksPerMultiprocessor(int *n, void *f, int block, size_t shared) {
+  ENTER("hipModuleOccupancyMaxActiveBlocksPerMultiprocessor");
+  RETURN(occupancy_("hipModuleOccupancyMaxActiveBlocksPerMultiprocessor", n, f, block, shared));
 }
 
 #ifndef FAKE_NO_VM_API
