@@ -152,7 +152,9 @@ func topoColls() []topoColl {
 		{"allreduce_twoshot", e, e, allReduce(symheap.TwoShot), func(n, _, k, i int) int32 { return sum(n, k, i) }},
 		{"allgather", e, ne, func(h *symheap.DeviceHeap, in, out symheap.Tensor) error { return h.AllGather(in, out) },
 			func(_, _, k, i int) int32 { return val(i/topoElems, k, i%topoElems) }},
-		{"reducescatter", ne, e, func(h *symheap.DeviceHeap, in, out symheap.Tensor) error { return h.ReduceScatter(in, out, symheap.Int32) },
+		{"reducescatter", ne, e, func(h *symheap.DeviceHeap, in, out symheap.Tensor) error {
+			return h.ReduceScatter(in, out, symheap.Int32)
+		},
 			func(n, r, k, i int) int32 { return sum(n, k, r*topoElems+i) }},
 		{"alltoall", ne, ne, func(h *symheap.DeviceHeap, in, out symheap.Tensor) error { return h.AllToAll(in, out) },
 			func(_, r, k, i int) int32 { return val(i/topoElems, k, r*topoElems+i%topoElems) }},

@@ -21,7 +21,8 @@
  * -DFAKE_RUNTIME_VERSION=N: see the versions below; -DFAKE_NO_DRIVER_API
  * to leave the driver API (cu*, below) out, as the real libcudart does;
  * -DFAKE_NO_VM_API to leave its virtual memory calls (cuMem*) out, as a
- * driver older than CUDA 10.2 has none. */
+ * driver older than CUDA 10.2 has none; -DFAKE_NO_OCCUPANCY to leave
+ * cuOccupancyMaxActiveBlocksPerMultiprocessor out (an optional symbol). */
 #define RT(x) cuda##x
 #define RTS(x) "cuda" #x
 #define ENVN(x) "FAKE_CUDA_" x
@@ -269,11 +270,13 @@ CUresult cuLaunchKernel(void *fh, unsigned gx, unsigned gy, unsigned gz, unsigne
   if (s && s->device != f->m->device) RETURN(400);
   RETURN(launch_("cuLaunchKernel", f, gx, gy, gz, bx, by, bz, shared, h, params, extra));
 }
+#ifndef FAKE_NO_OCCUPANCY
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, void *f, int block, size_t shared) {
   ENTER("cuOccupancyMaxActiveBlocksPerMultiprocessor");
   if (!cu_inited) RETURN(3);
   RETURN(occupancy_("cuOccupancyMaxActiveBlocksPerMultiprocessor", n, f, block, shared));
 }
+#endif
 CUresult cuGetErrorString(CUresult e, const char **s) {
   if (!s) return 1;
   *s = cudaGetErrorString(e);

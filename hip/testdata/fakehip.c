@@ -31,7 +31,8 @@
  * hipDeviceGraphMemTrim out (5.2.3's header does not declare it), and
  * -DFAKE_NO_PROPS_R0600 to leave hipGetDevicePropertiesR0600 out (ROCm 5
  * has only hipGetDeviceProperties), -DFAKE_NO_VM_API to leave the virtual
- * memory calls (hipMem*) out. */
+ * memory calls (hipMem*) out, -DFAKE_NO_OCCUPANCY to leave
+ * hipModuleOccupancyMaxActiveBlocksPerMultiprocessor out (optional). */
 #define _GNU_SOURCE
 #define RT(x) hip##x
 #define RTS(x) "hip" #x
@@ -320,10 +321,12 @@ hipError_t hipModuleLaunchKernel(void *fh, unsigned gx, unsigned gy, unsigned gz
   }
   RETURN(launch_("hipModuleLaunchKernel", f, gx, gy, gz, bx, by, bz, shared, h, params, extra));
 }
+#ifndef FAKE_NO_OCCUPANCY
 hipError_t hipModuleOccupancyMaxActiveBlocksPerMultiprocessor(int *n, void *f, int block, size_t shared) {
   ENTER("hipModuleOccupancyMaxActiveBlocksPerMultiprocessor");
   RETURN(occupancy_("hipModuleOccupancyMaxActiveBlocksPerMultiprocessor", n, f, block, shared));
 }
+#endif
 
 #ifndef FAKE_NO_VM_API
 /* Virtual memory (core.c's rules). hipMemAllocationProp's layout changed
