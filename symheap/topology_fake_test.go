@@ -42,10 +42,10 @@ var fakeVendors = []*fakeVendor{
 
 // forEachFake runs test per vendor on a fresh build of its fake (fresh
 // state: peer access starts disabled), with its call log.
-func forEachFake(t *testing.T, test func(t *testing.T, v *fakeVendor, log *gpurttest.Log)) {
+func forEachFake(t *testing.T, test func(t *testing.T, v *fakeVendor, log *gpurttest.Log), cflags ...string) {
 	for _, v := range fakeVendors {
 		t.Run(v.name, func(t *testing.T) {
-			lib := v.fake.Lib(t)
+			lib := v.fake.Lib(t, cflags...)
 			test(t, v, gpurttest.OpenLog(t, lib))
 		})
 	}
@@ -290,6 +290,25 @@ func TestFakeNotCoResidentRefusedAtOpen(t *testing.T) {
 		}
 		require.Empty(t, gpurttest.Find(log.Lines(), v.launch), "nothing launched")
 	})
+}
+
+// A runtime without the occupancy query: one block per multiprocessor is
+// assumed, so 2 ranks on 4 multiprocessors get 2 blocks each and 8 ranks
+// are refused, saying the count was assumed.
+func TestFakeNoOccupancyQueryAssumesOneBlock(t *testing.T) {
+	forEachFake(t, func(t *testing.T, v *fakeVendor, _ *gpurttest.Log) {
+		t.Setenv(v.env+"SMS", "4")
+		w, errs := openTopo(t, v, make([]int, 2), 20*time.Second, nil)
+		for r, err := range errs {
+			require.NoError(t, err, "rank %d", r)
+			require.EqualValues(t, 2, symheap.MaxGrid(w.heaps[r]))
+		}
+		_, errs = openTopo(t, v, make([]int, 8), 20*time.Second, nil)
+		for r, err := range errs {
+			require.ErrorIs(t, err, symheap.ErrNotCoResident, "rank %d", r)
+			require.Contains(t, err.Error(), "1 block(s) per multiprocessor (assumed: the driver has no occupancy query) x 4 multiprocessors")
+		}
+	}, "-DFAKE_NO_OCCUPANCY")
 }
 
 // residencyModelled says whether the fakes' kernel executor holds a
