@@ -1,6 +1,7 @@
 package gpurt_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"testing"
@@ -59,5 +60,91 @@ func TestFakeMaxActiveBlocksMissing(t *testing.T) {
 		_, err = d.MaxActiveBlocks(m.Kernels[kernels.Barrier], 64)
 		require.ErrorIs(t, err, errors.ErrUnsupported)
 		require.Contains(t, err.Error(), fmt.Sprintf("the runtime has no %sOccupancyMaxActiveBlocksPerMultiprocessor", map[string]string{"cuda": "cu", "hip": "hipModule"}[v.name]))
+	})
+}
+
+// Peer access through each runtime's calls: the fake says every pair of
+// distinct devices can but those FAKE_<RT>_NO_P2P lists; enabling twice
+// is success (the runtime's 704, already enabled); a pair that cannot is
+// the runtime's error (217), a device that does not exist its 101; a
+// negative ordinal is refused before any call, and enabling (device-wide)
+// during a Global-mode capture too.
+func TestFakePeerAccess(t *testing.T) {
+	forEach(t, func(t *testing.T, v *vendorCase) {
+		t.Setenv(v.envPrefix+"DEVICES", "3")
+		t.Setenv(v.envPrefix+"NO_P2P", "0-2")
+		d, log := openFake(t, v, opts{})
+		pa := d.(alloc.PeerAccess)
+		require.Equal(t, 0, pa.Device())
+		for peer, want := range map[int]bool{0: true, 1: true, 2: false} {
+			can, err := pa.CanAccessPeer(peer)
+			require.NoError(t, err)
+			require.Equal(t, want, can, "device 0 to %d", peer)
+		}
+		log.Lines()
+		require.NoError(t, pa.EnablePeerAccess(1))
+		require.NoError(t, pa.EnablePeerAccess(1), "already enabled is success")
+		require.Len(t, find(log.Lines(), v.prefix+"DeviceEnablePeerAccess peer=1 flags=0"), 2)
+		require.NoError(t, pa.EnablePeerAccess(0), "the device itself: nothing to enable")
+
+		err := pa.EnablePeerAccess(2)
+		code, ok := v.code(err)
+		require.True(t, ok, "%v", err)
+		require.Equal(t, 217, code, "peer access unsupported")
+		err = pa.EnablePeerAccess(3)
+		code, ok = v.code(err)
+		require.True(t, ok, "%v", err)
+		require.Equal(t, 101, code, "invalid device")
+		log.Lines()
+		_, err = pa.CanAccessPeer(-1)
+		require.ErrorIs(t, err, alloc.ErrInvalidValue)
+		require.ErrorIs(t, pa.EnablePeerAccess(-1), alloc.ErrInvalidValue)
+		require.Empty(t, log.Lines())
+
+		a, err := alloc.New(d, alloc.Options{})
+		require.NoError(t, err)
+		t.Cleanup(func() { a.Close() })
+		require.NoError(t, a.BeginCapture(alloc.Global))
+		require.ErrorIs(t, pa.EnablePeerAccess(1), alloc.ErrCaptureIllegalOp)
+		g, err := a.EndCapture()
+		require.NoError(t, err)
+		require.NoError(t, g.Close())
+	})
+}
+
+// A copy on one device's stream that touches another device's memory
+// fails with 700 (illegal address) until peer access is enabled from the
+// stream's device to the memory's, as on a GPU (the fakes' rule; their
+// kernels' accesses follow it too once the executor checks them).
+func TestFakeCopyNeedsPeerAccess(t *testing.T) {
+	forEach(t, func(t *testing.T, v *vendorCase) {
+		t.Setenv(v.envPrefix+"DEVICES", "2")
+		fakeLib(t, v)
+		d0, err := v.open(opts{Device: 0})
+		require.NoError(t, err)
+		t.Cleanup(func() { d0.Close() })
+		d1, err := v.open(opts{Device: 1})
+		require.NoError(t, err)
+		t.Cleanup(func() { d1.Close() })
+		p0, err := d0.Malloc(256)
+		require.NoError(t, err)
+		p1, err := d1.Malloc(256)
+		require.NoError(t, err)
+		fill(t, d1, p1, bytes.Repeat([]byte{9}, 256))
+		s := newStream(t, d0)
+		err = d0.CopyDtoDAsync(p0, p1, 256, s)
+		code, ok := v.code(err)
+		require.True(t, ok, "%v", err)
+		require.Equal(t, 700, code)
+		require.NoError(t, d0.(alloc.PeerAccess).EnablePeerAccess(1))
+		require.NoError(t, d0.CopyDtoDAsync(p0, p1, 256, s))
+		require.NoError(t, d0.StreamSynchronize(s))
+		require.Equal(t, bytes.Repeat([]byte{9}, 256), read(t, d0, p0, 256))
+		err = d1.MemsetAsync(p0, 0, 256, newStream(t, d1))
+		code, ok = v.code(err)
+		require.True(t, ok, "%v", err)
+		require.Equal(t, 700, code, "peer access is one way: 1 to 0 is not enabled")
+		require.NoError(t, d0.Free(p0))
+		require.NoError(t, d1.Free(p1))
 	})
 }
