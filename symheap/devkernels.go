@@ -116,10 +116,6 @@ func (k *devKernels) measure() error {
 	return nil
 }
 
-// resident is how many blocks of every collective kernel the device runs
-// at once.
-func (k *devKernels) resident() int { return k.perSM * k.mod.Multiprocessors }
-
 // ticks is d in the kernels' timer's ticks.
 func (k *devKernels) ticks(d time.Duration) uint64 {
 	return uint64(d.Seconds() * float64(k.mod.TimerHz))
