@@ -129,7 +129,7 @@ func coResidentGrid(devs []rankDevice) (uint32, error) {
 	if name == "" {
 		name = "(no bus id)"
 	}
-	return 0, fmt.Errorf("%w: device %d %s of rank %d: kernel %s fits %d block(s) per multiprocessor (%s) x %d multiprocessors = %d resident blocks, shared by %d rank(s): 0 blocks per rank",
+	return 0, fmt.Errorf("%w: device %d (%s) of rank %d: kernel %s fits %d block(s) per multiprocessor (%s) x %d multiprocessors = %d resident blocks, shared by %d rank(s): 0 blocks per rank",
 		ErrNotCoResident, d.device, name, worst, d.limiting, d.perSM, how, d.sms, d.resident(), sharing[worst])
 }
 

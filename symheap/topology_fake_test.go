@@ -283,7 +283,7 @@ func TestFakeNotCoResidentRefusedAtOpen(t *testing.T) {
 		w, errs := openTopo(t, v, make([]int, 8), 20*time.Second, nil)
 		for r, err := range errs {
 			require.ErrorIs(t, err, symheap.ErrNotCoResident, "rank %d", r)
-			require.Contains(t, err.Error(), "device 0 0000:10:00.0 of rank 0: kernel "+kernels.ReduceScatter+
+			require.Contains(t, err.Error(), "device 0 (0000:10:00.0) of rank 0: kernel "+kernels.ReduceScatter+
 				" fits 1 block(s) per multiprocessor (cuOccupancyMaxActiveBlocksPerMultiprocessor / hipModuleOccupancyMaxActiveBlocksPerMultiprocessor) x 4 multiprocessors = 4 resident blocks, shared by 8 rank(s)")
 			require.Nil(t, w.heaps[r])
 			require.Zero(t, w.as[r].Stats().LiveBuffers, "rank %d freed its heap", r)
