@@ -196,8 +196,10 @@ static rtError_t devalloc_(void **out, size_t n, graph_t *owner, int shared, int
  * (RT(DeviceEnablePeerAccess) on a thread where d is current), which it
  * can only where RT(DeviceCanAccessPeer) says so: every pair of distinct
  * devices but those FAKE_<RT>_NO_P2P lists ("0-1,2-3": each pair, both
- * ways). Without it the work fails with 700 (illegal address), as a GPU
- * faults. */
+ * ways). Without it the work fails with 700 (illegal address): a kernel
+ * faults so on a GPU; a copy there would still work (the runtime stages
+ * it), so the fake is stricter than a GPU for copies, which lets the
+ * tests see a missing enable in a copy as well as in a kernel. */
 static unsigned char peer_on[16][16]; /* [d][e]: d reaches e's memory */
 static int no_p2p(int d, int e) {
   const char *v = getenv(ENVN("NO_P2P"));

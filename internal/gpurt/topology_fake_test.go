@@ -114,8 +114,10 @@ func TestFakePeerAccess(t *testing.T) {
 
 // A copy on one device's stream that touches another device's memory
 // fails with 700 (illegal address) until peer access is enabled from the
-// stream's device to the memory's, as on a GPU (the fakes' rule; their
-// kernels' accesses follow it too once the executor checks them).
+// stream's device to the memory's: the fakes' rule, a GPU's for kernels
+// (a real runtime stages such a copy instead; the fakes are stricter, so
+// a missing enable shows in copies too). Their kernels' accesses follow
+// it once the executor checks them.
 func TestFakeCopyNeedsPeerAccess(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		t.Setenv(v.envPrefix+"DEVICES", "2")
