@@ -301,9 +301,20 @@ type IPCMemory interface {
 // ErrInvalidValue before any driver call. Make launches through
 // Allocator.Enqueue, so a capture records the buffers the kernel uses and
 // holds them until the graph is closed.
+//
+// MaxActiveBlocks is how many blocks of k, at block threads each and no
+// dynamic shared memory, one multiprocessor holds at once
+// (cuOccupancyMaxActiveBlocksPerMultiprocessor,
+// hipModuleOccupancyMaxActiveBlocksPerMultiprocessor): kernels whose
+// blocks wait for each other must not launch more than that times
+// Module.Multiprocessors blocks in all on the device. 0 means a block
+// does not fit. A runtime without the query fails with an error wrapping
+// errors.ErrUnsupported. It is a query, not an unsafe call; make it
+// outside captures all the same (symheap does, at open).
 type KernelLauncher interface {
 	LoadModule(img ModuleImage) (*Module, error)
 	LaunchKernel(k Kernel, grid, block uint32, params []byte, s Stream) error
+	MaxActiveBlocks(k Kernel, block uint32) (int, error)
 }
 
 // ModuleImage is device code in the forms the drivers load.
@@ -325,6 +336,28 @@ type Module struct {
 	MaxThreadsPerBlock int    // per block
 	Multiprocessors    int    // SMs / CUs: how many blocks run at once, at least
 	TimerHz            uint64 // ticks per second of the kernels' global timer
+	// Device is the driver's device ordinal in this process; DeviceID
+	// names the device the same way in every process of the machine (its
+	// PCI bus id, "domain:bus:device.function"), "" where the runtime
+	// cannot say. Ranks that share a device share its multiprocessors.
+	Device   int
+	DeviceID string
+}
+
+// PeerAccess is implemented by drivers whose kernels can reach another
+// device's memory in the same process once peer access is enabled
+// (cudaDeviceCanAccessPeer / cudaDeviceEnablePeerAccess; hip's
+// equivalents). Device is the driver's ordinal. CanAccessPeer reports
+// whether this device can reach peer's memory at all (a query).
+// EnablePeerAccess makes peer's memory, present and future, reachable
+// from this device's kernels and copies; already enabled is success. It
+// is device-wide and unsafe: make it outside captures, through the guard
+// (DeviceWide). A runtime without the calls fails both with an error
+// wrapping errors.ErrUnsupported.
+type PeerAccess interface {
+	Device() int
+	CanAccessPeer(peer int) (bool, error)
+	EnablePeerAccess(peer int) error
 }
 
 // VirtualMemory is implemented by drivers that can reserve a range of

@@ -105,6 +105,7 @@ var vendor = gpurt.Vendor{
 	Alignment:                        Alignment,
 	NotReady:                         errNotReady,
 	NotSupported:                     errNotSupported,
+	PeerAccessAlreadyEnabled:         errPeerAccessAlreadyEnabled,
 	CaptureStatusNone:                captureStatusNone,
 	CaptureStatusActive:              captureStatusActive,
 	CaptureStatusInvalidated:         captureStatusInvalidated,

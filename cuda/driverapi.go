@@ -39,6 +39,8 @@ import (
 //	        unsigned blockDimX, unsigned blockDimY, unsigned blockDimZ,
 //	        unsigned sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 //	cuGetErrorString(CUresult error, const char **pStr)         // optional: the message
+//	cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func,
+//	        int blockSize, size_t dynamicSMemSize)              // optional: MaxActiveBlocks (driver API reference, Occupancy)
 //
 // Checked against NVIDIA's driver API reference (cuLaunchKernel: "If f
 // has N parameters, then kernelParams needs to be an array of N pointers.
@@ -65,7 +67,7 @@ type driverAPI struct {
 
 	init, deviceGet, ctxRetain, ctxRelease, ctxGetCurrent, ctxSetCurrent gpurt.Sym
 	moduleLoadData, moduleGetFunction, moduleUnload, launchKernel        gpurt.Sym
-	errorString                                                          gpurt.Sym // optional
+	errorString, occupancy                                               gpurt.Sym // optional
 
 	// Optional: virtual memory (vm.go) is not offered without them.
 	memGranularity, memAddressReserve, memAddressFree, memCreate gpurt.Sym
@@ -85,6 +87,7 @@ func (a *driverAPI) bindings() []gpurt.Binding {
 		gpurt.Required("cuModuleUnload", &a.moduleUnload),
 		gpurt.Required("cuLaunchKernel", &a.launchKernel),
 		gpurt.Optional("cuGetErrorString", &a.errorString),
+		gpurt.Optional("cuOccupancyMaxActiveBlocksPerMultiprocessor", &a.occupancy),
 		gpurt.Optional("cuMemGetAllocationGranularity", &a.memGranularity),
 		gpurt.Optional("cuMemAddressReserve", &a.memAddressReserve),
 		gpurt.Optional("cuMemAddressFree", &a.memAddressFree),
@@ -202,7 +205,7 @@ func (d *Driver) kernels(*gpurt.Setup) (*gpurt.KernelAPI, error) {
 	}
 	return &gpurt.KernelAPI{
 		ModuleLoadData: a.moduleLoadData, ModuleGetFunction: a.moduleGetFunction,
-		ModuleUnload: a.moduleUnload, LaunchKernel: a.launchKernel,
+		ModuleUnload: a.moduleUnload, LaunchKernel: a.launchKernel, Occupancy: a.occupancy,
 		GetCurrent: a.ctxGetCurrent, SetCurrent: a.ctxSetCurrent, Current: ctx,
 		Check:   a.check,
 		Image:   ptxImage,

@@ -30,6 +30,7 @@ const (
 	errIllegalState               = 401
 	errNotReady                   = 600
 	errNotSupported               = 801
+	errPeerAccessAlreadyEnabled   = 704 // cudaErrorPeerAccessAlreadyEnabled (NVIDIA runtime API reference, enum cudaError)
 	errSystemNotReady             = 802
 	errSystemDriverMismatch       = 803
 	errCompatNotSupportedOnDevice = 804

@@ -62,6 +62,13 @@ const minRuntimeVersion = 11040
 //	cudaMemPoolExportPointer(struct cudaMemPoolPtrExportData *exportData, void *ptr)  // CUDA 11.2+
 //	cudaMemPoolImportPointer(void **ptr, cudaMemPool_t memPool, struct cudaMemPoolPtrExportData *exportData)
 //	cudaDeviceGraphMemTrim(int device)                // optional
+//	cudaDeviceGetPCIBusId(char *pciBusId, int len, int device)           // optional (topology)
+//	cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevice)  // optional (peer access)
+//	cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags)       // optional; flags must be 0
+//
+// The last three: NVIDIA's runtime API reference (Device Management;
+// Peer Device Memory Access); all three are exported by Debian's
+// libcudart.so.11.0 (11.8).
 //
 // Deliberately not bound: cudaGraphInstantiate (its parameters changed in
 // CUDA 12), cudaStreamGetCaptureInfo (changed in 11.3 (_v2), 12.3 and 13):
@@ -128,6 +135,11 @@ func (rt *runtimeAPI) bindings(runtimeVersion int) ([]gpurt.Binding, error) {
 		// at open says so). Declared in every cuda_runtime_api.h from
 		// 11.4 on, but a missing symbol must not refuse the library.
 		gpurt.Optional("cudaDeviceGraphMemTrim", &s.GraphMemTrim),
+		// Optional: ranks' device identity and peer access (gpurt's
+		// topology.go says what is lost without them).
+		gpurt.Optional("cudaDeviceGetPCIBusId", &s.DeviceGetPCIBusId),
+		gpurt.Optional("cudaDeviceCanAccessPeer", &s.DeviceCanAccessPeer),
+		gpurt.Optional("cudaDeviceEnablePeerAccess", &s.DeviceEnablePeerAccess),
 	}, nil
 }
 

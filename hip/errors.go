@@ -33,6 +33,7 @@ const (
 	errHostMemoryAlreadyReg     = 712
 	errHostMemoryNotRegistered  = 713
 	errNotSupported             = 801
+	errPeerAccessAlreadyEnabled = 704 // hipErrorPeerAccessAlreadyEnabled (hip_runtime_api.h)
 	errStreamCaptureUnsupported = 900
 	errStreamCaptureInvalidated = 901
 	errStreamCaptureMerge       = 902

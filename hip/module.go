@@ -59,7 +59,7 @@ func (d *Driver) kernels(*gpurt.Setup) (*gpurt.KernelAPI, error) {
 	}
 	return &gpurt.KernelAPI{
 		ModuleLoadData: rt.moduleLoadData, ModuleGetFunction: rt.moduleGetFunction,
-		ModuleUnload: rt.moduleUnload, LaunchKernel: rt.moduleLaunchKernel,
+		ModuleUnload: rt.moduleUnload, LaunchKernel: rt.moduleLaunchKernel, Occupancy: rt.moduleOccupancy,
 		GetCurrent: rt.getDevice, SetCurrent: rt.SetDevice, Current: uintptr(d.opts.Device),
 		Check: rt.Check,
 		Image: func(img alloc.ModuleImage) ([]byte, error) {

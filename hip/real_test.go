@@ -54,6 +54,7 @@ func TestRealRuntimeHasEverySymbol(t *testing.T) {
 	// (ROCm 6's properties layout). So are virtual memory's, which 5.2.3
 	// has too.
 	for _, s := range []*gpurt.Sym{&rt.getDevice, &rt.props, &rt.moduleLoadData, &rt.moduleGetFunction, &rt.moduleUnload, &rt.moduleLaunchKernel,
+		&rt.moduleOccupancy, &rt.DeviceGetPCIBusId, &rt.DeviceCanAccessPeer, &rt.DeviceEnablePeerAccess,
 		&rt.memGranularity, &rt.memAddressReserve, &rt.memAddressFree, &rt.memCreate, &rt.memRelease, &rt.memMap, &rt.memUnmap, &rt.memSetAccess} {
 		require.NotZero(t, s.Addr, s.Name)
 	}

@@ -24,6 +24,7 @@ type runtimeAPI struct {
 	// The kernels' calls (module.go), all optional.
 	getDevice, props, propsR0600                                        gpurt.Sym
 	moduleLoadData, moduleGetFunction, moduleUnload, moduleLaunchKernel gpurt.Sym
+	moduleOccupancy                                                     gpurt.Sym // optional even for the kernels
 	// Virtual memory's calls (vm.go), all optional.
 	memGranularity, memAddressReserve, memAddressFree, memCreate gpurt.Sym
 	memRelease, memMap, memUnmap, memSetAccess                   gpurt.Sym

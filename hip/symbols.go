@@ -65,6 +65,15 @@ import "github.com/capalloc/capalloc/internal/gpurt"
 //	        unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
 //	        unsigned int blockDimZ, unsigned int sharedMemBytes, hipStream_t stream,
 //	        void **kernelParams, void **extra)
+//	hipModuleOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, hipFunction_t f,
+//	        int blockSize, size_t dynSharedMemPerBlk)  // alloc.KernelLauncher's MaxActiveBlocks
+//
+// and, optional, for the ranks' device identity and peer access (gpurt's
+// topology.go):
+//
+//	hipDeviceGetPCIBusId(char *pciBusId, int len, int device)
+//	hipDeviceCanAccessPeer(int *canAccessPeer, int deviceId, int peerDeviceId)
+//	hipDeviceEnablePeerAccess(int peerDeviceId, unsigned int flags)  // 704 hipErrorPeerAccessAlreadyEnabled
 //
 // and, optional, for virtual memory (vm.go; hipMemGenericAllocationHandle_t
 // is a pointer, struct ihipMemGenericAllocationHandle *):
@@ -146,6 +155,12 @@ func (rt *runtimeAPI) bindings() []gpurt.Binding {
 		gpurt.Optional("hipModuleGetFunction", &rt.moduleGetFunction),
 		gpurt.Optional("hipModuleUnload", &rt.moduleUnload),
 		gpurt.Optional("hipModuleLaunchKernel", &rt.moduleLaunchKernel),
+		gpurt.Optional("hipModuleOccupancyMaxActiveBlocksPerMultiprocessor", &rt.moduleOccupancy),
+		// Optional: ranks' device identity and peer access (gpurt's
+		// topology.go says what is lost without them).
+		gpurt.Optional("hipDeviceGetPCIBusId", &s.DeviceGetPCIBusId),
+		gpurt.Optional("hipDeviceCanAccessPeer", &s.DeviceCanAccessPeer),
+		gpurt.Optional("hipDeviceEnablePeerAccess", &s.DeviceEnablePeerAccess),
 		// Optional: virtual memory (vm.go; the driver offers none without
 		// them). In 5.2.3's header and library (hip_5.1).
 		gpurt.Optional("hipMemGetAllocationGranularity", &rt.memGranularity),

@@ -114,7 +114,7 @@ func (h *DeviceHeap) collective(op, name string, c kernels.Coll, items int64) er
 	c.Table = uint64(h.table.Ptr())
 	c.TimeoutTicks = h.kern.ticks(h.timeout)
 	c.Rank, c.NRanks = uint32(h.rank), uint32(h.Ranks())
-	return h.launchLocked(op, name, c.Encode(make([]byte, kernels.CollSize)), h.kern.grid(items))
+	return h.launchLocked(op, name, c.Encode(make([]byte, kernels.CollSize)), h.grid(items))
 }
 
 // launchLocked enqueues kernel name on the rank's stream.
@@ -224,7 +224,7 @@ func (h *DeviceHeap) Axpy(y, x Tensor, a float32) error {
 	}
 	base := uint64(h.buf.Ptr()) + SignalPadBytes
 	k := kernels.AxpyArgs{X: base + uint64(x.Off), Y: base + uint64(y.Off), N: uint64(y.Size / 4), A: a}
-	return h.launchLocked("Axpy", kernels.Axpy, k.Encode(make([]byte, kernels.AxpySize)), h.kern.grid(y.Size/4))
+	return h.launchLocked("Axpy", kernels.Axpy, k.Encode(make([]byte, kernels.AxpySize)), h.grid(y.Size/4))
 }
 
 // local runs a copy of this rank's under the heap's lock, refused once

@@ -51,6 +51,7 @@ type DeviceHeap struct {
 
 	kern    *devKernels // the collectives, loaded at open (nil: kernErr says why)
 	kernErr error
+	maxGrid uint32 // blocks per launch, at most: every rank's co-resident limit (topology.go)
 
 	mu     sync.Mutex
 	closed bool
@@ -91,26 +92,31 @@ const (
 
 func okMsg(payload []byte) []byte { return append([]byte{msgOK}, payload...) }
 
-func failedMsg(err error) []byte { return append([]byte{msgFailed}, err.Error()...) }
+// failedMsg: msgFailed, the kind of failure (carriedKind: topology.go),
+// the text.
+func failedMsg(err error) []byte { return append([]byte{msgFailed, carriedKind(err)}, err.Error()...) }
 
 // firstFailure returns the payloads, or an ErrPeerOpen naming the first
-// rank whose message says it failed.
+// rank whose message says it failed (wrapping the sentinel it carried).
 func firstFailure(msgs [][]byte) ([][]byte, error) {
 	out := make([][]byte, len(msgs))
 	for p, m := range msgs {
 		switch {
 		case len(m) == 0:
 			return nil, fmt.Errorf("%w: rank %d sent an empty message", ErrPeerOpen, p)
+		case m[0] != msgOK && len(m) < 2:
+			return nil, fmt.Errorf("%w: rank %d failed without saying why", ErrPeerOpen, p)
 		case m[0] != msgOK:
-			return nil, fmt.Errorf("%w: rank %d: %s", ErrPeerOpen, p, strings.TrimPrefix(string(m[1:]), ErrPeerOpen.Error()+": "))
+			return nil, fmt.Errorf("%w: rank %d: %w", ErrPeerOpen, p, peerFailure(m[1], strings.TrimPrefix(string(m[2:]), ErrPeerOpen.Error()+": ")))
 		}
 		out[p] = m[1:]
 	}
 	return out, nil
 }
 
-// export payload: heap size, process token, base address, IPC handle.
-const exportHeader = 8 + 16 + 8
+// export payload: heap size, process token, base address, device ordinal
+// (-1: unknown), IPC handle.
+const exportHeader = 8 + 16 + 8 + 8
 
 // OpenDevice makes rank's heap of size bytes on a's device and maps every
 // peer's, exchanging IPC handles through x (NewLocalExchange for
@@ -173,7 +179,9 @@ func OpenDevice(rank int, a *alloc.Allocator, x Exchange, size int64, opts Devic
 		err = h.loadKernels()
 	}
 	// Confirm: nobody proceeds until every rank has opened every heap.
-	reply := okMsg(nil)
+	// The round carries each rank's device, from which every rank takes
+	// the same grid limit (topology.go).
+	reply := okMsg(h.rankDevice().encode())
 	if err != nil {
 		reply = failedMsg(err)
 	}
@@ -183,7 +191,9 @@ func OpenDevice(rank int, a *alloc.Allocator, x Exchange, size int64, opts Devic
 		return nil, errors.Join(h.peerOpen(err), xerr, h.closePeers(), h.free())
 	}
 	if err == nil {
-		_, err = firstFailure(msgs)
+		if msgs, err = firstFailure(msgs); err == nil {
+			err = h.settleGrid(msgs)
+		}
 	}
 	if err == nil {
 		return h, nil
@@ -239,12 +249,16 @@ func (h *DeviceHeap) allocate() ([]byte, error) {
 	msg := binary.LittleEndian.AppendUint64(nil, uint64(h.bump.size))
 	msg = append(msg, tok[:]...)
 	msg = binary.LittleEndian.AppendUint64(msg, uint64(h.buf.Ptr()))
+	msg = binary.LittleEndian.AppendUint64(msg, uint64(int64(h.deviceOrdinal())))
 	return append(msg, handle...), nil
 }
 
-// openPeers maps every peer's heap from its export message.
+// openPeers maps every peer's heap from its export message; for a peer
+// of this process on another device it enables peer access to that
+// device first (topology.go).
 func (h *DeviceHeap) openPeers(exports [][]byte) error {
 	tok := processToken()
+	me, enabled := h.deviceOrdinal(), map[int]bool{}
 	for p, m := range exports {
 		if p == h.rank {
 			continue
@@ -256,6 +270,12 @@ func (h *DeviceHeap) openPeers(exports [][]byte) error {
 			return fmt.Errorf("%w: rank %d: rank %d's heap is %d B, this rank's %d B: every rank opens the same size", ErrPeerOpen, h.rank, p, size, h.bump.size)
 		}
 		if [16]byte(m[8:24]) == tok {
+			if dev := int(int64(binary.LittleEndian.Uint64(m[32:]))); me >= 0 && dev >= 0 && dev != me && !enabled[dev] {
+				if err := h.enablePeer(p, dev); err != nil {
+					return err
+				}
+				enabled[dev] = true
+			}
 			h.bases[p] = alloc.DevicePtr(binary.LittleEndian.Uint64(m[24:]))
 			continue
 		}

@@ -13,10 +13,17 @@ import (
 // devKernels is the device code as loaded on one driver, with the launch
 // configuration its device allows.
 type devKernels struct {
-	kl      alloc.KernelLauncher
-	mod     *alloc.Module
-	block   uint32 // threads per block
-	maxGrid uint32 // blocks per launch, at most
+	kl    alloc.KernelLauncher
+	mod   *alloc.Module
+	block uint32 // threads per block
+	// The device's residency for the collectives (topology.go): perSM
+	// blocks of the scarcest collective kernel, limiting, fit on one
+	// multiprocessor at block threads; perSM × mod.Multiprocessors blocks
+	// run at once. occupancy is false where the driver could not say
+	// (then perSM is 1: every device holds one block of a kernel it runs).
+	perSM     int
+	limiting  string
+	occupancy bool
 }
 
 // loaded caches the module per driver: loading (a PTX JIT or a hiprtc
@@ -76,13 +83,37 @@ func newDevKernels(kl alloc.KernelLauncher) (*devKernels, error) {
 		return nil, fmt.Errorf("%w: symheap: device allows %d threads a block, timer %d Hz: the collectives need %d threads and a timer",
 			errors.ErrUnsupported, mod.MaxThreadsPerBlock, mod.TimerHz, kernels.MaxRanks)
 	}
-	return &devKernels{kl: kl, mod: mod, block: uint32(block), maxGrid: uint32(max(1, min(kernels.MaxBlocks, mod.Multiprocessors)))}, nil
+	k := &devKernels{kl: kl, mod: mod, block: uint32(block)}
+	if err := k.measure(); err != nil {
+		return nil, err
+	}
+	return k, nil
 }
 
-// grid is the blocks for work items of block threads each (at least 1).
-func (k *devKernels) grid(items int64) uint32 {
-	g := (items + int64(k.block) - 1) / int64(k.block)
-	return uint32(max(1, min(g, int64(k.maxGrid))))
+// measure asks the driver how many blocks of each collective kernel fit
+// on one multiprocessor at the launch's block size, and keeps the least.
+// A driver without the query (errors.ErrUnsupported) is taken to hold one.
+func (k *devKernels) measure() error {
+	k.perSM, k.limiting, k.occupancy = 1, "", false
+	first := true
+	for _, n := range kernels.Names {
+		if n == kernels.Axpy { // no barrier: its blocks need not be co-resident
+			continue
+		}
+		b, err := k.kl.MaxActiveBlocks(k.mod.Kernels[n], k.block)
+		if errors.Is(err, errors.ErrUnsupported) {
+			k.perSM, k.limiting, k.occupancy = 1, n, false
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("symheap: occupancy of %s at %d threads a block: %w", n, k.block, err)
+		}
+		if first || b < k.perSM {
+			k.perSM, k.limiting, first = b, n, false
+		}
+	}
+	k.occupancy = true
+	return nil
 }
 
 // ticks is d in the kernels' timer's ticks.

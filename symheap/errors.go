@@ -24,4 +24,16 @@ var (
 	// ErrExchangeTimeout: a rank did not reach an exchange round within
 	// the timeout (it never started, died, or used another exchange).
 	ErrExchangeTimeout = errors.New("symheap: handle exchange timed out")
+	// ErrNotCoResident: a device heap's collectives cannot run because the
+	// blocks of every rank on some device do not fit on it at once (their
+	// barriers would wait for blocks that never start): the device's
+	// resident blocks of the scarcest collective kernel, divided among
+	// the ranks that share it, leave a rank no block. Every rank fails the
+	// open with it, naming the device, the kernel and the numbers.
+	ErrNotCoResident = errors.New("symheap: collectives' blocks cannot be co-resident")
+	// ErrNoPeerAccess: two ranks of one process are on devices that
+	// cannot reach each other's memory (no peer access between them), so
+	// a device heap cannot span them. Every rank fails the open with it,
+	// naming both devices.
+	ErrNoPeerAccess = errors.New("symheap: devices without peer access")
 )

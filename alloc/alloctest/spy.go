@@ -55,6 +55,7 @@ const (
 	// alloc.KernelLauncher, forwarded when the inner driver has it.
 	MethodLoadModule
 	MethodLaunchKernel
+	MethodMaxActiveBlocks
 	// alloc.VirtualMemory, forwarded when the inner driver has it.
 	MethodMapGranularity
 	MethodReserveAddress
@@ -72,7 +73,7 @@ var methodNames = [numMethods]string{
 	"BeginCapture", "EndCapture", "GraphInstantiate", "GraphLaunch",
 	"GraphExecDestroy", "GraphDestroy", "LaunchHostFunc",
 	"IPCGetMemHandle", "IPCOpenMemHandle", "IPCCloseMemHandle",
-	"LoadModule", "LaunchKernel",
+	"LoadModule", "LaunchKernel", "MaxActiveBlocks",
 	"MapGranularity", "ReserveAddress", "ReleaseAddress", "MapMemory", "UnmapMemory",
 }
 
@@ -510,6 +511,15 @@ func (s *Spy) LaunchKernel(k alloc.Kernel, grid, block uint32, params []byte, st
 		return fmt.Errorf("%w: %s cannot launch kernels", errors.ErrUnsupported, s.inner.Name())
 	}
 	return s.after(MethodLaunchKernel, st, kl.LaunchKernel(k, grid, block, params, st))
+}
+
+func (s *Spy) MaxActiveBlocks(k alloc.Kernel, block uint32) (int, error) {
+	s.enter(MethodMaxActiveBlocks)
+	kl, ok := s.inner.(alloc.KernelLauncher)
+	if !ok {
+		return 0, fmt.Errorf("%w: %s cannot launch kernels", errors.ErrUnsupported, s.inner.Name())
+	}
+	return kl.MaxActiveBlocks(k, block)
 }
 
 // vm is the inner driver's alloc.VirtualMemory, or an error wrapping

@@ -11,6 +11,9 @@
  * FAKE_CUDA_FAIL_INVALIDATES set it also invalidates every active capture),
  * FAKE_CUDA_MAX_THREADS (cudaDevAttrMaxThreadsPerBlock, default 64) and
  * FAKE_CUDA_SMS (cudaDevAttrMultiProcessorCount, default 4),
+ * FAKE_CUDA_BLOCKS_PER_SM / FAKE_CUDA_THREADS_PER_SM (what
+ * cuOccupancyMaxActiveBlocksPerMultiprocessor answers: core.c),
+ * FAKE_CUDA_NO_P2P (device pairs without peer access: core.c),
  * FAKE_CUDA_VM_GRANULARITY and FAKE_CUDA_NO_VM (virtual memory: core.c).
  *
  * Compile with -DFAKE_NO_GRAPH_MEM_TRIM to leave cudaDeviceGraphMemTrim out
@@ -18,7 +21,8 @@
  * -DFAKE_RUNTIME_VERSION=N: see the versions below; -DFAKE_NO_DRIVER_API
  * to leave the driver API (cu*, below) out, as the real libcudart does;
  * -DFAKE_NO_VM_API to leave its virtual memory calls (cuMem*) out, as a
- * driver older than CUDA 10.2 has none. */
+ * driver older than CUDA 10.2 has none; -DFAKE_NO_OCCUPANCY to leave
+ * cuOccupancyMaxActiveBlocksPerMultiprocessor out (an optional symbol). */
 #define RT(x) cuda##x
 #define RTS(x) "cuda" #x
 #define ENVN(x) "FAKE_CUDA_" x
@@ -266,6 +270,13 @@ CUresult cuLaunchKernel(void *fh, unsigned gx, unsigned gy, unsigned gz, unsigne
   if (s && s->device != f->m->device) RETURN(400);
   RETURN(launch_("cuLaunchKernel", f, gx, gy, gz, bx, by, bz, shared, h, params, extra));
 }
+#ifndef FAKE_NO_OCCUPANCY
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, void *f, int block, size_t shared) {
+  ENTER("cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  if (!cu_inited) RETURN(3);
+  RETURN(occupancy_("cuOccupancyMaxActiveBlocksPerMultiprocessor", n, f, block, shared));
+}
+#endif
 CUresult cuGetErrorString(CUresult e, const char **s) {
   if (!s) return 1;
   *s = cudaGetErrorString(e);

@@ -14,6 +14,7 @@
 //	go run ./examples/tpdecode -procs               # 4 ranks as processes sharing memfd heaps
 //	go run ./examples/tpdecode -backend=cuda        # goroutine ranks, one stream each, one GPU
 //	go run ./examples/tpdecode -backend=cuda -procs # process ranks over CUDA IPC
+//	go run ./examples/tpdecode -backend=cuda -devices=2 # goroutine ranks spread over 2 GPUs (peer access)
 package main
 
 import (
@@ -51,16 +52,19 @@ func main() {
 	steps := flag.Int("steps", 200, "decode steps in each mode")
 	procs := flag.Bool("procs", false, "run the ranks as processes (cpu: memfd heaps passed to them; cuda, hip: IPC handles through a file exchange)")
 	backend := flag.String("backend", "cpu", "backend of every rank (a backends name: cpu, cuda, hip)")
+	devices := flag.Int("devices", 1, "spread the goroutine ranks over this many devices of the backend (rank r on device r mod N; cuda, hip)")
 	flag.Parse()
 	if os.Getenv(envRank) != "" {
 		exitIf(rankProcess(os.Stdout))
 	}
 	var err error
 	switch {
+	case *procs && *devices != 1:
+		err = errors.New("-devices spreads goroutine ranks over the devices of one process; with -procs give each process its device in -backend")
 	case *procs:
 		err = runProcesses(os.Stdout, *backend, *ranks, *steps)
 	default:
-		err = runGoroutines(os.Stdout, *backend, *ranks, *steps)
+		err = runGoroutines(os.Stdout, *backend, *ranks, *steps, *devices)
 	}
 	exitIf(err)
 }
@@ -80,7 +84,12 @@ type result struct {
 	eager, replay time.Duration // per step
 }
 
-func runGoroutines(w io.Writer, backend string, ranks, steps int) error {
+// runGoroutines runs ranks as goroutines of this process, rank r on
+// device r mod devices of the backend (devices 1: the backend as given).
+func runGoroutines(w io.Writer, backend string, ranks, steps, devices int) error {
+	if devices < 1 || (devices > 1 && backend != "cuda" && backend != "hip") {
+		return fmt.Errorf("-devices=%d: ranks spread over devices of cuda or hip (a bare backend name), not %q", devices, backend)
+	}
 	g, err := symheap.NewGroup(ranks, heapSize)
 	if err != nil {
 		return err
@@ -94,14 +103,22 @@ func runGoroutines(w io.Writer, backend string, ranks, steps int) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res[r], errs[r] = rank(backend, heaps{g, x}, r, steps)
+			b := backend
+			if devices > 1 {
+				b = fmt.Sprintf("%s:device=%d", backend, r%devices)
+			}
+			res[r], errs[r] = rank(b, heaps{g, x}, r, steps)
 		}()
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	report(w, fmt.Sprintf("%d ranks as goroutines on %s", ranks, backend), steps, res)
+	what := fmt.Sprintf("%d ranks as goroutines on %s", ranks, backend)
+	if devices > 1 {
+		what += fmt.Sprintf(" over %d devices", devices)
+	}
+	report(w, what, steps, res)
 	return nil
 }
 

@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/capalloc/capalloc/cuda"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
+	"github.com/capalloc/capalloc/symheap"
 )
 
 // The test binary is also the rank process of TestProcesses.
@@ -20,7 +22,7 @@ func TestMain(m *testing.M) {
 
 func TestGoroutines(t *testing.T) {
 	var out bytes.Buffer
-	if err := runGoroutines(&out, "cpu", 3, 20); err != nil {
+	if err := runGoroutines(&out, "cpu", 3, 20, 1); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "every result checked") {
@@ -48,7 +50,7 @@ var cudaFake = gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudar
 func TestGoroutinesOnCUDAFake(t *testing.T) {
 	cudaFake.Lib(t)
 	var out bytes.Buffer
-	if err := runGoroutines(&out, "cuda", 2, 3); err != nil {
+	if err := runGoroutines(&out, "cuda", 2, 3, 1); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "on cuda, 3 steps each way, every result checked") {
@@ -64,5 +66,29 @@ func TestProcessesOnCUDAFake(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "2 ranks as processes on cuda: every result checked") {
 		t.Fatalf("output: %s", out.String())
+	}
+}
+
+// Ranks of one process spread over two fake CUDA devices: the device
+// heap enables peer access between them at open, and the step checks
+// every result; without peer access (FAKE_CUDA_NO_P2P) the run fails at
+// open, naming the devices.
+func TestGoroutinesOverDevicesOnCUDAFake(t *testing.T) {
+	cudaFake.Lib(t)
+	t.Setenv("FAKE_CUDA_DEVICES", "2")
+	var out bytes.Buffer
+	if err := runGoroutines(&out, "cuda", 4, 3, 2); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "4 ranks as goroutines on cuda over 2 devices, 3 steps each way, every result checked") {
+		t.Fatalf("output: %s", out.String())
+	}
+	t.Setenv("FAKE_CUDA_NO_P2P", "0-1")
+	err := runGoroutines(&out, "cuda", 2, 3, 2)
+	if !errors.Is(err, symheap.ErrNoPeerAccess) {
+		t.Fatalf("without peer access: %v, want symheap.ErrNoPeerAccess", err)
+	}
+	if err := runGoroutines(&out, "cpu", 2, 3, 2); err == nil {
+		t.Fatal("-devices=2 on cpu: no error")
 	}
 }

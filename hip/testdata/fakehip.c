@@ -16,7 +16,10 @@
  * those versions report by default, else 1), FAKE_HIP_FAIL=name:code and
  * FAKE_HIP_FAIL_INVALIDATES (core.c), FAKE_HIP_MAX_THREADS
  * (hipDeviceAttributeMaxThreadsPerBlock, default 64), FAKE_HIP_SMS
- * (hipDeviceAttributeMultiprocessorCount, default 4), FAKE_HIP_ARCH (the
+ * (hipDeviceAttributeMultiprocessorCount, default 4),
+ * FAKE_HIP_BLOCKS_PER_SM / FAKE_HIP_THREADS_PER_SM (what
+ * hipModuleOccupancyMaxActiveBlocksPerMultiprocessor answers: core.c),
+ * FAKE_HIP_NO_P2P (device pairs without peer access: core.c), FAKE_HIP_ARCH (the
  * gcnArchName, default gfx90a:sramecc+:xnack-), FAKE_HIP_WALL_CLOCK_KHZ
  * (hipDeviceAttributeWallClockRate, default 1000000: the kernels' host
  * timer counts nanoseconds; 0: the attribute is refused, as by a runtime
@@ -28,7 +31,8 @@
  * hipDeviceGraphMemTrim out (5.2.3's header does not declare it), and
  * -DFAKE_NO_PROPS_R0600 to leave hipGetDevicePropertiesR0600 out (ROCm 5
  * has only hipGetDeviceProperties), -DFAKE_NO_VM_API to leave the virtual
- * memory calls (hipMem*) out. */
+ * memory calls (hipMem*) out, -DFAKE_NO_OCCUPANCY to leave
+ * hipModuleOccupancyMaxActiveBlocksPerMultiprocessor out (optional). */
 #define _GNU_SOURCE
 #define RT(x) hip##x
 #define RTS(x) "hip" #x
@@ -317,6 +321,12 @@ hipError_t hipModuleLaunchKernel(void *fh, unsigned gx, unsigned gy, unsigned gz
   }
   RETURN(launch_("hipModuleLaunchKernel", f, gx, gy, gz, bx, by, bz, shared, h, params, extra));
 }
+#ifndef FAKE_NO_OCCUPANCY
+hipError_t hipModuleOccupancyMaxActiveBlocksPerMultiprocessor(int *n, void *f, int block, size_t shared) {
+  ENTER("hipModuleOccupancyMaxActiveBlocksPerMultiprocessor");
+  RETURN(occupancy_("hipModuleOccupancyMaxActiveBlocksPerMultiprocessor", n, f, block, shared));
+}
+#endif
 
 #ifndef FAKE_NO_VM_API
 /* Virtual memory (core.c's rules). hipMemAllocationProp's layout changed

@@ -150,7 +150,9 @@ static void record(stream_t *s, op_t o) {
 /* ---- allocations ---- */
 /* shared: a synchronous allocation (RT(Malloc)) lives in a memfd mapping,
  * so an IPC handle can name it and another process can map it. */
-typedef struct { char *p; size_t n; graph_t *owner; int graph_freed; int live; int fd; int pool; } alloc_t;
+/* device: the device whose memory it is (-1: another process's, imported,
+ * reachable from every device as an IPC mapping is). */
+typedef struct { char *p; size_t n; graph_t *owner; int graph_freed; int live; int fd; int pool; int device; } alloc_t;
 static alloc_t allocs[1 << 16];
 static int nallocs;
 static long long live_bytes;
@@ -166,7 +168,7 @@ static void release(alloc_t *a) {
   if (a->fd >= 0) { munmap(a->p, a->n); close(a->fd); } else free(a->p);
   a->live = 0; live_bytes -= a->n;
 }
-static rtError_t devalloc_(void **out, size_t n, graph_t *owner, int shared, int pool) {
+static rtError_t devalloc_(void **out, size_t n, graph_t *owner, int shared, int pool, int device) {
   long long reuse = owner ? (graph_cached < (long long)n ? graph_cached : (long long)n) : 0;
   if (live_bytes + graph_cached - reuse + (long long)n > envll(ENVN("MEM"), 1LL << 30) || nallocs == (1 << 16)) return 2;
   graph_cached -= reuse;
@@ -182,10 +184,55 @@ static rtError_t devalloc_(void **out, size_t n, graph_t *owner, int shared, int
     if (!p) return 2;
   }
   memset(p, 0xAB, n);
-  allocs[nallocs++] = (alloc_t){p, n, owner, 0, 1, fd, pool};
+  allocs[nallocs++] = (alloc_t){p, n, owner, 0, 1, fd, pool, device};
   live_bytes += n;
   *out = p;
   return 0;
+}
+
+/* ---- peer access between devices ----
+ * Memory of device e is reachable from work on device d != e (a kernel,
+ * a copy, a memset) only once d enabled peer access to e
+ * (RT(DeviceEnablePeerAccess) on a thread where d is current), which it
+ * can only where RT(DeviceCanAccessPeer) says so: every pair of distinct
+ * devices but those FAKE_<RT>_NO_P2P lists ("0-1,2-3": each pair, both
+ * ways). Without it the work fails with 700 (illegal address): a kernel
+ * faults so on a GPU; a copy there would still work (the runtime stages
+ * it), so the fake is stricter than a GPU for copies, which lets the
+ * tests see a missing enable in a copy as well as in a kernel. */
+static unsigned char peer_on[16][16]; /* [d][e]: d reaches e's memory */
+static int no_p2p(int d, int e) {
+  const char *v = getenv(ENVN("NO_P2P"));
+  for (const char *p = v; p && *p;) {
+    int a, b, n;
+    if (sscanf(p, "%d-%d%n", &a, &b, &n) != 2) break;
+    if ((a == d && b == e) || (a == e && b == d)) return 1;
+    p += n;
+    if (*p == ',') p++;
+  }
+  return 0;
+}
+/* fake_peer_ok: work on device reaches allocation a (called with mu held;
+ * the kernel executor's access check calls it too). */
+static int fake_peer_ok(int device, const alloc_t *a) {
+  return a->device < 0 || a->device == device || (device >= 0 && device < 16 && a->device < 16 && peer_on[device][a->device]);
+}
+/* alloc_at is the live allocation holding p, or NULL. */
+static const alloc_t *alloc_at(const void *p) {
+  for (int i = 0; i < nallocs; i++)
+    if (allocs[i].live && (const char *)p >= allocs[i].p && (const char *)p < allocs[i].p + allocs[i].n) return &allocs[i];
+  return NULL;
+}
+/* peer_copy_ok: a copy or memset on device touching [p, p+n) reaches it
+ * (host memory and memory no allocation holds are other checks' business). */
+static int peer_copy_ok(int device, const void *p, size_t n) {
+  if (!p || !n) return 1;
+  const alloc_t *a = alloc_at(p);
+  if (a && !fake_peer_ok(device, a)) {
+    logf_("illegal address: device %d touches %p of device %d without peer access", device, p, a->device);
+    return 0;
+  }
+  return 1;
 }
 
 typedef struct { char *p; size_t n; int reg; } host_t; /* reg: host-registered, not ours */
@@ -278,7 +325,7 @@ rtError_t RT(Malloc)(void **p, size_t n) {
   logf_(RTS(Malloc) " n=%zu", n);
   rtError_t e = unsafe();
   if (e) RETURN(e);
-  RETURN(devalloc_(p, n, NULL, 1, 0));
+  RETURN(devalloc_(p, n, NULL, 1, 0, cur_device));
 }
 
 /* ---- virtual memory: reservations, physical handles, mappings ----
@@ -574,7 +621,7 @@ rtError_t RT(MemPoolImportPointer)(void **out, void *pool, void *data) {
   char *p = mmap(NULL, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) { close(fd); RETURN(2); }
   if (nallocs == (1 << 16)) { munmap(p, h.size); close(fd); RETURN(2); }
-  allocs[nallocs++] = (alloc_t){p, h.size, NULL, 0, 1, fd, 0};
+  allocs[nallocs++] = (alloc_t){p, h.size, NULL, 0, 1, fd, 0, -1};
   live_bytes += h.size;
   *out = p;
   RETURN(0);
@@ -628,7 +675,7 @@ rtError_t RT(MallocFromPoolAsync)(void **out, size_t n, void *pool, void *h) {
    * a capture: the memory is nobody's graph's. */
   /* An exportable pool's allocations live in memfd mappings, so another
    * process can import them (RT(MemPoolImportPointer)). */
-  RETURN(devalloc_(out, n, s->status == 1 && pool_capture_nodes() ? s->g : NULL, ((pool_t *)pool)->handle_types & 1, 1));
+  RETURN(devalloc_(out, n, s->status == 1 && pool_capture_nodes() ? s->g : NULL, ((pool_t *)pool)->handle_types & 1, 1, s->device));
 }
 rtError_t RT(FreeAsync)(void *p, void *h) {
   ENTER(RTS(FreeAsync));
@@ -758,6 +805,8 @@ rtError_t RT(MemcpyAsync)(void *dst, const void *src, size_t n, int kind, void *
   if (!s && !is_legacy(h)) RETURN(400);
   logf_(RTS(MemcpyAsync) " dst=%p src=%p n=%zu kind=%d stream=%p", dst, src, n, kind, h);
   if (kind < 1 || kind > 3) RETURN(21);
+  int cdev = s ? s->device : cur_device;
+  if (!peer_copy_ok(cdev, dst, n) || !peer_copy_ok(cdev, src, n)) RETURN(700);
   rtError_t le = legacy(s);
   if (le) RETURN(le);
   if (!s) RETURN(apply((op_t){OP_COPY, dst, src, n, 0}));
@@ -775,6 +824,7 @@ rtError_t RT(MemsetAsync)(void *dst, int val, size_t n, void *h) {
   stream_t *s = stream_of(h);
   if (!s && !is_legacy(h)) RETURN(400);
   logf_(RTS(MemsetAsync) " dst=%p value=%d n=%zu stream=%p", dst, val, n, h);
+  if (!peer_copy_ok(s ? s->device : cur_device, dst, n)) RETURN(700);
   rtError_t le = legacy(s);
   if (le) RETURN(le);
   if (!s) RETURN(apply((op_t){OP_SET, dst, NULL, n, val}));
@@ -1002,4 +1052,85 @@ static rtError_t launch_(const char *fn, function_t *f, unsigned gx, unsigned gy
   rtError_t e = run_kernel(o);
   free(copy);
   return e;
+}
+
+/* ---- topology: occupancy, PCI bus ids, peer access ---- */
+
+/* fake_blocks_per_sm: blocks of kernel k that fit on one multiprocessor
+ * at block threads: FAKE_<RT>_BLOCKS_PER_SM when set, either one number
+ * for every kernel or "capalloc_allreduce_twoshot=2,*=4" (a kernel's
+ * name = N, * = the default), else FAKE_<RT>_THREADS_PER_SM (default
+ * 2048) / block. The fronts' occupancy calls answer with it, so what the
+ * library is told is what the executor enforces. */
+/* provisional: exec's version replaces it at merge */
+static unsigned fake_blocks_per_sm(int k, unsigned block) {
+  const char *v = getenv(ENVN("BLOCKS_PER_SM"));
+  if (v && *v) {
+    if (!strchr(v, '=')) return (unsigned)atoi(v);
+    long def = -1;
+    for (const char *p = v; *p;) {
+      const char *eq = strchr(p, '='), *end = strchr(p, ',');
+      if (!eq || (end && end < eq)) break;
+      char name[128];
+      size_t nl = eq - p;
+      if (nl < sizeof name) {
+        memcpy(name, p, nl);
+        name[nl] = 0;
+        long n = atol(eq + 1);
+        if (strcmp(name, "*") == 0) def = n;
+        else if (capalloc_host_kernel(name) == k) return (unsigned)n;
+      }
+      if (!end) break;
+      p = end + 1;
+    }
+    if (def >= 0) return (unsigned)def;
+  }
+  unsigned tps = (unsigned)envint(ENVN("THREADS_PER_SM"), 2048);
+  return block ? tps / block : 0;
+}
+
+/* occupancy_: the occupancy call both headers declare with one shape
+ * (int *numBlocks, function, int blockSize, size_t dynamic shared bytes),
+ * called with mu held. A block over the device's limit fits 0 times. */
+static rtError_t occupancy_(const char *fn, int *n, void *fh, int block, size_t shared) {
+  function_t *f = function_of(fh);
+  if (!f) return 400;
+  if (!n || block <= 0) return 1;
+  *n = block > max_threads() ? 0 : (int)fake_blocks_per_sm(f->k, (unsigned)block);
+  logf_("%s kernel=%s block=%d shared=%zu -> %d", fn, f->name, block, shared, *n);
+  return 0;
+}
+
+/* RT(DeviceGetPCIBusId)(char *id, int len, int device): "0000:NN:00.0",
+ * NN = 0x10 + device, the same in every process. */
+rtError_t RT(DeviceGetPCIBusId)(char *id, int len, int dev) {
+  ENTER(RTS(DeviceGetPCIBusId));
+  if (dev < 0 || dev >= ndevices()) RETURN(101);
+  if (!id || len < 13) RETURN(1);
+  snprintf(id, len, "0000:%02x:00.0", 0x10 + dev);
+  RETURN(0);
+}
+/* RT(DeviceCanAccessPeer)(int *can, int device, int peer): 1 for two
+ * distinct devices not listed in FAKE_<RT>_NO_P2P, 0 for a device and
+ * itself (as CUDA answers). */
+rtError_t RT(DeviceCanAccessPeer)(int *can, int dev, int peer) {
+  ENTER(RTS(DeviceCanAccessPeer));
+  logf_(RTS(DeviceCanAccessPeer) " device=%d peer=%d", dev, peer);
+  if (dev < 0 || dev >= ndevices() || peer < 0 || peer >= ndevices() || dev >= 16 || peer >= 16) RETURN(101);
+  if (!can) RETURN(1);
+  *can = dev != peer && !no_p2p(dev, peer);
+  RETURN(0);
+}
+/* RT(DeviceEnablePeerAccess)(int peer, unsigned flags), from the current
+ * device: 704 when already enabled, 217 where the pair cannot, 101 for
+ * an invalid or the current device, 1 for flags other than 0. */
+rtError_t RT(DeviceEnablePeerAccess)(int peer, unsigned flags) {
+  ENTER(RTS(DeviceEnablePeerAccess));
+  logf_(RTS(DeviceEnablePeerAccess) " peer=%d flags=%u", peer, flags);
+  if (flags) RETURN(1);
+  if (peer < 0 || peer >= ndevices() || peer >= 16 || peer == cur_device) RETURN(101);
+  if (no_p2p(cur_device, peer)) RETURN(217);
+  if (peer_on[cur_device][peer]) RETURN(704);
+  peer_on[cur_device][peer] = 1;
+  RETURN(0);
 }

@@ -46,6 +46,10 @@ type KernelAPI struct {
 	// get function(function *out, module, const char *name),
 	// unload(module), and the launch described above.
 	ModuleLoadData, ModuleGetFunction, ModuleUnload, LaunchKernel Sym
+	// Occupancy, optional (Addr 0: MaxActiveBlocks is unsupported):
+	// occupancy(int *numBlocks, function, int blockSize, size_t
+	// dynamicSharedBytes), the same shape in both runtimes.
+	Occupancy Sym
 	// GetCurrent(T *out) and SetCurrent(T) read and set the calling
 	// thread's state a launch and a load need, and Current is the value
 	// this driver needs (CUDA: cuCtxGetCurrent/cuCtxSetCurrent and the
@@ -170,7 +174,8 @@ func (d *Driver) loadModule(op string, img alloc.ModuleImage) (*alloc.Module, er
 	if err := api.Check(fmt.Sprintf("%s (%d B)", op, len(image)), api.ModuleLoadData.Name, code); err != nil {
 		return nil, err
 	}
-	m := &alloc.Module{Kernels: make(map[string]alloc.Kernel, len(img.Kernels)), MaxThreadsPerBlock: maxThreads, Multiprocessors: sms, TimerHz: api.TimerHz}
+	m := &alloc.Module{Kernels: make(map[string]alloc.Kernel, len(img.Kernels)), MaxThreadsPerBlock: maxThreads, Multiprocessors: sms, TimerHz: api.TimerHz,
+		Device: d.opts.Device, DeviceID: d.pciBusID()}
 	for _, k := range img.Kernels {
 		cname := append([]byte(k), 0)
 		var fn uintptr

@@ -38,6 +38,9 @@ type Syms struct {
 	MemPoolImportFromShareableHandle                           Sym
 	MemPoolExportPointer, MemPoolImportPointer                 Sym
 	GraphMemTrim                                               Sym // optional in both: Addr 0 when missing
+	// Optional in both (topology.go): the device's PCI bus id, and peer
+	// access between devices of this process.
+	DeviceGetPCIBusId, DeviceCanAccessPeer, DeviceEnablePeerAccess Sym
 }
 
 // Binding is one symbol to resolve: optional ones may be missing (the

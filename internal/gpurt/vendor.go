@@ -23,6 +23,9 @@ type Vendor struct {
 	// Error codes the shared paths act on.
 	NotReady     int32 // cudaErrorNotReady / hipErrorNotReady: a stream query
 	NotSupported int32 // from begin capture: this device cannot capture
+	// PeerAccessAlreadyEnabled: enabling peer access a second time
+	// (success for EnablePeerAccess).
+	PeerAccessAlreadyEnabled int32
 
 	// Stream capture status, as the is-capturing call reports it.
 	CaptureStatusNone, CaptureStatusActive, CaptureStatusInvalidated int32

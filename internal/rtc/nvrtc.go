@@ -1,8 +1,11 @@
 package rtc
 
 import (
+	"fmt"
 	"os"
 	"strings"
+
+	"github.com/capalloc/capalloc/alloc"
 )
 
 // NVRTC is an opened libnvrtc.
@@ -20,9 +23,12 @@ import (
 //	nvrtcResult nvrtcGetProgramLog(nvrtcProgram prog, char *log);
 //	nvrtcResult nvrtcDestroyProgram(nvrtcProgram *prog);
 //	nvrtcResult nvrtcVersion(int *major, int *minor);
+//	nvrtcResult nvrtcGetCUBINSize(nvrtcProgram prog, size_t *cubinSizeRet);  // NVRTC 11.1+
+//	nvrtcResult nvrtcGetCUBIN(nvrtcProgram prog, char *cubin);              // NVRTC 11.1+
 type NVRTC struct {
-	Path string
-	c    compiler
+	Path  string
+	c     compiler
+	cubin *compiler // nil: this NVRTC makes no CUBIN (before 11.1)
 }
 
 // NVRTCSearch is where OpenNVRTC looks, in order, after $CAPALLOC_NVRTC_LIB.
@@ -37,7 +43,15 @@ func OpenNVRTC() (*NVRTC, error) {
 	}
 	return open("NVRTC", search, func(path string, h uintptr) (*NVRTC, error) {
 		n := &NVRTC{Path: path, c: compiler{prefix: "nvrtc", output: "PTX"}}
-		return n, bind(h, n.c.syms())
+		if err := bind(h, n.c.syms()); err != nil {
+			return nil, err
+		}
+		cubin := n.c
+		cubin.output = "CUBIN"
+		if bind(h, cubin.syms()) == nil {
+			n.cubin = &cubin
+		}
+		return n, nil
 	})
 }
 
@@ -53,4 +67,15 @@ func (n *NVRTC) CompilePTX(src, name string, opts []string) ([]byte, error) {
 		return nil, err
 	}
 	return []byte(strings.TrimRight(string(ptx), "\x00")), nil
+}
+
+// CompileCUBIN compiles src for a real architecture (opts name one, such
+// as --gpu-architecture=sm_90) and returns the CUBIN and the compiler's
+// log (with --ptxas-options=-v, ptxas's registers and spills per
+// kernel). An NVRTC without CUBIN output is alloc.ErrBackendUnavailable.
+func (n *NVRTC) CompileCUBIN(src, name string, opts []string) ([]byte, string, error) {
+	if n.cubin == nil {
+		return nil, "", fmt.Errorf("%w: rtc: %s has no nvrtcGetCUBIN (NVRTC 11.1+)", alloc.ErrBackendUnavailable, n.Path)
+	}
+	return n.cubin.runLog(src, name, opts)
 }

@@ -93,11 +93,18 @@ func (c *compiler) versionOf() (int, int) {
 // output (PTX without its terminating NUL, or a code object). A rejected
 // source is ErrCompile with the compiler's log.
 func (c *compiler) run(src, name string, opts []string) ([]byte, error) {
+	out, _, err := c.runLog(src, name, opts)
+	return out, err
+}
+
+// runLog is run that also returns the compiler's log of a successful
+// compilation (ptxas's -v report, for one).
+func (c *compiler) runLog(src, name string, opts []string) ([]byte, string, error) {
 	csrc, cname := cstr(src), cstr(name)
 	var prog uintptr
 	// <prefix>CreateProgram(&prog, src, name, numHeaders=0, headers=NULL, includeNames=NULL)
 	if r := call(c.create, uintptr(unsafe.Pointer(&prog)), uintptr(unsafe.Pointer(&csrc[0])), uintptr(unsafe.Pointer(&cname[0])), 0, 0, 0); r != 0 {
-		return nil, fmt.Errorf("rtc: %sCreateProgram returned %d", c.prefix, r)
+		return nil, "", fmt.Errorf("rtc: %sCreateProgram returned %d", c.prefix, r)
 	}
 	defer call(c.destroy, uintptr(unsafe.Pointer(&prog)))
 	copts := make([][]byte, len(opts))
@@ -109,17 +116,17 @@ func (c *compiler) run(src, name string, opts []string) ([]byte, error) {
 	r := call(c.compile, prog, uintptr(len(opts)), uintptr(unsafe.Pointer(&ptrs[0])))
 	log := c.log(prog)
 	if r != 0 {
-		return nil, fmt.Errorf("%w: %s: %sCompileProgram(%s) returned %d:\n%s", ErrCompile, name, c.prefix, strings.Join(opts, " "), r, log)
+		return nil, log, fmt.Errorf("%w: %s: %sCompileProgram(%s) returned %d:\n%s", ErrCompile, name, c.prefix, strings.Join(opts, " "), r, log)
 	}
 	var size uint64
 	if r := call(c.outSize, prog, uintptr(unsafe.Pointer(&size))); r != 0 || size == 0 {
-		return nil, fmt.Errorf("rtc: %sGet%sSize returned %d (size %d)", c.prefix, c.output, r, size)
+		return nil, log, fmt.Errorf("rtc: %sGet%sSize returned %d (size %d)", c.prefix, c.output, r, size)
 	}
 	out := make([]byte, size)
 	if r := call(c.getOut, prog, uintptr(unsafe.Pointer(&out[0]))); r != 0 {
-		return nil, fmt.Errorf("rtc: %sGet%s returned %d", c.prefix, c.output, r)
+		return nil, log, fmt.Errorf("rtc: %sGet%s returned %d", c.prefix, c.output, r)
 	}
-	return out, nil
+	return out, log, nil
 }
 
 func (c *compiler) log(prog uintptr) string {

@@ -1,0 +1,238 @@
+package symheap
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/kernels"
+)
+
+// Where the ranks' devices are, and what follows for the collectives
+// (docs/device-collectives.md, "Grids"; docs/symmetric-heap.md, "Peer
+// access").
+//
+// Every collective's blocks wait at barriers for block b of every rank, so
+// every rank's blocks on one device must be resident at once. At open each
+// rank tells the others its device (Module.DeviceID, the same in every
+// process) and how many blocks of every collective kernel the device runs
+// at once; every rank then takes the same grid limit: the least, over
+// devices, of the device's resident blocks divided among the ranks on it
+// (and at most kernels.MaxBlocks). A limit of 0 is ErrNotCoResident on
+// every rank, before anything launches.
+//
+// Ranks of one process on different devices reach each other's heaps at
+// their addresses, which a device's kernels may do only once peer access
+// from it to the other device is enabled: each rank enables it from its
+// device to every other device of its process's peers, and a pair that
+// cannot is ErrNoPeerAccess on every rank. Ranks in other processes are
+// opened through IPC, which maps with peer access itself.
+
+// rankDevice is what a rank tells the others of its device, in the open's
+// confirm round.
+type rankDevice struct {
+	runs      bool   // its collectives run (its driver loaded the kernels)
+	id        string // Module.DeviceID; "" unknown: counted with every rank
+	device    int    // its ordinal in its process
+	perSM     int    // blocks of limiting one multiprocessor holds
+	sms       int    // multiprocessors
+	limiting  string // the collective kernel with the fewest blocks per multiprocessor
+	occupancy bool   // perSM came from the occupancy query (else 1 is assumed)
+}
+
+func (h *DeviceHeap) rankDevice() rankDevice {
+	k := h.kern
+	if k == nil {
+		return rankDevice{}
+	}
+	return rankDevice{runs: true, id: k.mod.DeviceID, device: k.mod.Device, perSM: k.perSM, sms: k.mod.Multiprocessors,
+		limiting: k.limiting, occupancy: k.occupancy}
+}
+
+func (d rankDevice) resident() int { return d.perSM * d.sms }
+
+func (d rankDevice) encode() []byte {
+	if !d.runs {
+		return nil
+	}
+	b := []byte{1, boolByte(d.occupancy)}
+	for _, v := range []int{d.device, d.perSM, d.sms} {
+		b = binary.LittleEndian.AppendUint64(b, uint64(int64(v)))
+	}
+	for _, s := range []string{d.id, d.limiting} {
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(s)))
+		b = append(b, s...)
+	}
+	return b
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func decodeRankDevice(b []byte) (rankDevice, error) {
+	if len(b) == 0 {
+		return rankDevice{}, nil
+	}
+	bad := fmt.Errorf("%w: a device description of %d B that does not parse", ErrPeerOpen, len(b))
+	if len(b) < 2+24 || b[0] != 1 {
+		return rankDevice{}, bad
+	}
+	d := rankDevice{runs: true, occupancy: b[1] == 1}
+	d.device = int(int64(binary.LittleEndian.Uint64(b[2:])))
+	d.perSM = int(int64(binary.LittleEndian.Uint64(b[10:])))
+	d.sms = int(int64(binary.LittleEndian.Uint64(b[18:])))
+	b = b[26:]
+	for _, s := range []*string{&d.id, &d.limiting} {
+		if len(b) < 2 || len(b) < 2+int(binary.LittleEndian.Uint16(b)) {
+			return rankDevice{}, bad
+		}
+		n := int(binary.LittleEndian.Uint16(b))
+		*s, b = string(b[2:2+n]), b[2+n:]
+	}
+	return d, nil
+}
+
+// coResidentGrid is the grid limit every rank computes from every rank's
+// device: the least, over ranks whose collectives run, of its device's
+// resident blocks divided by the ranks on that device, at most
+// kernels.MaxBlocks. 0 is ErrNotCoResident naming the device.
+func coResidentGrid(devs []rankDevice) (uint32, error) {
+	limit, worst := kernels.MaxBlocks, -1
+	sharing := make([]int, len(devs))
+	for p, d := range devs {
+		if !d.runs {
+			continue
+		}
+		for _, e := range devs {
+			if e.runs && (d.id == "" || e.id == "" || e.id == d.id) {
+				sharing[p]++
+			}
+		}
+		if l := d.resident() / sharing[p]; l < limit {
+			limit, worst = l, p
+		}
+	}
+	if limit > 0 || worst < 0 {
+		return uint32(limit), nil
+	}
+	d := devs[worst]
+	how := "cuOccupancyMaxActiveBlocksPerMultiprocessor / hipModuleOccupancyMaxActiveBlocksPerMultiprocessor"
+	if !d.occupancy {
+		how = "assumed: the driver has no occupancy query"
+	}
+	name := d.id
+	if name == "" {
+		name = "(no bus id)"
+	}
+	return 0, fmt.Errorf("%w: device %d (%s) of rank %d: kernel %s fits %d block(s) per multiprocessor (%s) x %d multiprocessors = %d resident blocks, shared by %d rank(s): 0 blocks per rank",
+		ErrNotCoResident, d.device, name, worst, d.limiting, d.perSM, how, d.sms, d.resident(), sharing[worst])
+}
+
+// grid is the blocks for work items of block threads each: at least 1,
+// at most the heap's co-resident limit.
+func (h *DeviceHeap) grid(items int64) uint32 {
+	g := (items + int64(h.kern.block) - 1) / int64(h.kern.block)
+	return uint32(max(1, min(g, int64(h.maxGrid))))
+}
+
+// settleGrid decodes every rank's device from the confirm round and sets
+// the heap's grid limit (only where this rank's collectives run).
+func (h *DeviceHeap) settleGrid(payloads [][]byte) error {
+	devs := make([]rankDevice, len(payloads))
+	for p, b := range payloads {
+		var err error
+		if devs[p], err = decodeRankDevice(b); err != nil {
+			return fmt.Errorf("rank %d's device: %w", p, err)
+		}
+	}
+	g, err := coResidentGrid(devs)
+	if err != nil {
+		return err
+	}
+	h.maxGrid = g
+	return nil
+}
+
+// peerAccess is d's alloc.PeerAccess, looked through wrappers with an
+// Inner() driver (alloctest.Spy), as DeviceRuns.
+func peerAccess(d alloc.Driver) (alloc.PeerAccess, bool) {
+	for {
+		if pa, ok := d.(alloc.PeerAccess); ok {
+			return pa, true
+		}
+		w, ok := d.(interface{ Inner() alloc.Driver })
+		if !ok {
+			return nil, false
+		}
+		d = w.Inner()
+	}
+}
+
+// deviceOrdinal is this rank's device ordinal for the export message
+// (-1: the driver cannot say, and no peer access is arranged for it).
+func (h *DeviceHeap) deviceOrdinal() int {
+	if pa, ok := peerAccess(h.a.Driver()); ok {
+		return pa.Device()
+	}
+	return -1
+}
+
+// enablePeer makes peer device dev reachable from this rank's device: it
+// checks the pair can, then enables it (idempotent, device-wide). A pair
+// that cannot is ErrNoPeerAccess naming both devices and ranks.
+func (h *DeviceHeap) enablePeer(p, dev int) error {
+	pa, ok := peerAccess(h.a.Driver())
+	if !ok {
+		return nil
+	}
+	me := pa.Device()
+	can, err := pa.CanAccessPeer(dev)
+	if err == nil && !can {
+		err = errors.New("the runtime reports the pair cannot access each other")
+	}
+	if err == nil {
+		err = pa.EnablePeerAccess(dev)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: rank %d on device %d cannot reach rank %d's heap on device %d: %w", ErrNoPeerAccess, h.rank, me, p, dev, err)
+	}
+	return nil
+}
+
+// Failures a rank's message carries by kind, so every rank's error
+// matches the same sentinel (errors.Is), not only the failing rank's.
+var carried = []error{ErrNoPeerAccess, ErrNotCoResident}
+
+// carriedKind is the index+1 of the first of carried that err wraps, or 0.
+func carriedKind(err error) byte {
+	for i, c := range carried {
+		if errors.Is(err, c) {
+			return byte(i + 1)
+		}
+	}
+	return 0
+}
+
+// carriedError is a peer's failure text that wraps the sentinel it
+// carried.
+type carriedError struct {
+	text string
+	kind error
+}
+
+func (e *carriedError) Error() string { return e.text }
+func (e *carriedError) Unwrap() error { return e.kind }
+
+// peerFailure is a peer's failure: its text, wrapping the sentinel of its
+// kind (0: none).
+func peerFailure(kind byte, text string) error {
+	if kind == 0 || int(kind) > len(carried) {
+		return errors.New(text)
+	}
+	return &carriedError{text: text, kind: carried[kind-1]}
+}
