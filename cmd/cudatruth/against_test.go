@@ -14,7 +14,7 @@ import (
 // differs from the recorded H100 table, and only those.
 func TestAgainstListsChangedVerdicts(t *testing.T) {
 	rows := []Row{
-		{Case: "global/same/nonblocking/malloc", CUDA: verdictInvalidates},        // as recorded
+		{Case: "global/same/nonblocking/malloc", CUDA: verdictInvalidates},       // as recorded
 		{Case: "global/same/nonblocking/mem_get_info", CUDA: verdictInvalidates}, // recorded ok
 		{Case: "global/same/nonblocking/device_sync", CUDA: verdictSkipped},      // not compared
 		{Case: "no/such/nonblocking/case", CUDA: verdictOK},                      // not in the table
