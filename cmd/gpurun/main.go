@@ -6,6 +6,7 @@
 //	gpurun run -bin DIR [-fake] [-backend=cuda|hip] [-out DIR]   # the ten steps
 //	gpurun record [-root .] DIR                                  # file a run, regenerate the docs' tables
 //	gpurun regen [-root .]                                       # regenerate the docs' tables only
+//	gpurun check [-fake] DIR                                     # CI: is the run complete, did every step pass
 //
 // run writes results.json (a list of steps: step, command, rc, seconds,
 // timeout_s, status, figures, log_tail; "fake": true over the fake
@@ -28,7 +29,7 @@ func main() {
 
 func cli(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: gpurun run|record|regen [flags]")
+		fmt.Fprintln(stderr, "usage: gpurun run|record|regen|check [flags]")
 		return 2
 	}
 	switch args[0] {
@@ -38,8 +39,10 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		return recordCmd(args[1:], stdout, stderr)
 	case "regen":
 		return regenCmd(args[1:], stdout, stderr)
+	case "check":
+		return checkCmd(args[1:], stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "gpurun: unknown verb %q (want run, record or regen)\n", args[0])
+	fmt.Fprintf(stderr, "gpurun: unknown verb %q (want run, record, regen or check)\n", args[0])
 	return 2
 }
 
@@ -135,5 +138,28 @@ func regenCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintf(stdout, "regenerated %s and %s\n", benchmarksDoc, collectivesDoc)
+	return 0
+}
+
+func checkCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("gpurun check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fake := fs.Bool("fake", false, "the run must be a fake one")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: gpurun check [-fake] DIR")
+		return 2
+	}
+	steps, err := readResults(filepath.Join(fs.Arg(0), "results.json"))
+	if err == nil {
+		err = check(steps, *fake)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "gpurun check:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "gpurun check: %d steps, every one passed\n", len(steps))
 	return 0
 }

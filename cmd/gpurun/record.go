@@ -191,3 +191,33 @@ func replaceSection(path, section, body string) error {
 	out := s[:i+len(begin)] + "\n" + strings.TrimRight(body, "\n") + "\n" + s[j:]
 	return os.WriteFile(path, []byte(out), 0o644)
 }
+
+// check is nil when steps is a complete run (the ten steps, in order)
+// whose every step passed or was skipped because the backend has no tool
+// for it (never for a -only), fake when fake is set.
+func check(run []Step, fake bool) error {
+	defs := steps(config{Backend: "cuda"})
+	if len(run) != len(defs) {
+		return fmt.Errorf("%d steps, want %d", len(run), len(defs))
+	}
+	var bad []string
+	for i, s := range run {
+		if s.Step != defs[i].Name {
+			return fmt.Errorf("step %d is %q, want %q", i+1, s.Step, defs[i].Name)
+		}
+		if fake && !s.Fake {
+			bad = append(bad, s.Step+": not a fake run")
+		}
+		var why string
+		switch {
+		case s.Status == statusPassed:
+		case s.Status == statusSkipped && figure(&s, "skipped", &why) && why != skippedOnly:
+		default:
+			bad = append(bad, fmt.Sprintf("%s: %s (rc %d)", s.Step, s.Status, s.RC))
+		}
+	}
+	if len(bad) > 0 {
+		return errors.New("steps that did not pass: " + strings.Join(bad, "; "))
+	}
+	return nil
+}
