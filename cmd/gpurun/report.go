@@ -164,8 +164,12 @@ func collTable(b *strings.Builder, steps []Step) {
 		ks = append(ks, k)
 	}
 	sort.Slice(ks, func(i, j int) bool { return len(ks[i]) < len(ks[j]) || (len(ks[i]) == len(ks[j]) && ks[i] < ks[j]) })
-	for _, k := range ks {
-		fmt.Fprintf(b, " %s ranks %s;", k, nsLabel(rep.EmptyNs[k]))
+	for i, k := range ks {
+		sep := ","
+		if i == len(ks)-1 {
+			sep = "."
+		}
+		fmt.Fprintf(b, " %s ranks %s%s", k, nsLabel(rep.EmptyNs[k]), sep)
 	}
 	b.WriteString("\n\n| ranks | collective | replay | eager | over empty | busbw GB/s | traffic / copy | captured / eager |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rep.Rows {
