@@ -119,7 +119,7 @@ exit $rc`, Figures: tpdecodeFigures},
 			Command: `CAPALLOC_STRESS_REPLAYS=` + pick("10000", "20") + ` "$B/conformance.test" -backend=` + be +
 				` -test.run '` + stressRun + `' -test.v -test.count=1 -test.timeout=40s`, Figures: testFigures},
 		{Name: "truth", Timeout: 35 * time.Second,
-			Command: `"$B/cudatruth" -json -parallel 12 -timeout 10s` + pick("", " -streams=nonblocking -only=global/") +
+			Command: `"$B/cudatruth" -json -parallel 16 -timeout 10s` + pick("", " -streams=nonblocking -only=global/") +
 				` -against cmd/cudatruth/testdata/h100-driver580-cuda13.0.json >"$R/truth.json"`, Figures: truthFigures},
 	}
 	if be == "hip" {
