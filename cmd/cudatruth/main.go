@@ -11,6 +11,7 @@
 //	cudatruth -json                 # JSON array
 //	cudatruth -compare              # exit 1 on a difference not yet known
 //	cudatruth -cpu                  # the cpu column only (no GPU needed)
+//	cudatruth -against testdata/h100-driver580-cuda13.0.json  # list changed verdicts
 package main
 
 import (
@@ -61,6 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 20*time.Second, "a case still running after this is recorded as HANG")
 	streams := fs.String("streams", "both", "stream kind: nonblocking, blocking or both")
 	only := fs.String("only", "", "run only cases whose name contains this")
+	againstFile := fs.String("against", "", "a table recorded with -json (testdata/*.json): list on stderr every case whose runtime verdict differs from it")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -109,6 +111,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	} else {
 		printTable(stdout, rows, *cpuOnly)
+	}
+	if *againstFile != "" && !*cpuOnly {
+		if err := against(*againstFile, rows, stderr); err != nil {
+			fmt.Fprintln(stderr, "cudatruth:", err)
+			return 1
+		}
 	}
 	if *compare && !*cpuOnly {
 		bad := 0

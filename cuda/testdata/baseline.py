@@ -1,6 +1,6 @@
 """Baselines for cuda/bench_test.go, run on the GPU machine:
 
-    python3 cuda/testdata/baseline.py [--rounds 7]
+    python3 cuda/testdata/baseline.py [--rounds 7] [--only replay_axpy]
 
 PyTorch's caching allocator and CuPy's pools for an allocate+free pair,
 torch copy_ between pinned host memory and the device for 64 MiB, and 1,000
@@ -126,9 +126,13 @@ def replay_axpy(rounds):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--only", choices=["replay_axpy"], help="run this figure alone (the GPU kit's decodeloop step)")
     a = ap.parse_args()
     torch.cuda.init()
     print(f"# torch {torch.__version__} cuda {torch.version.cuda} device {torch.cuda.get_device_name()}", flush=True)
+    if a.only == "replay_axpy":
+        replay_axpy(a.rounds)
+        return
     for name, size in SIZES:
         line(f"TorchAllocFree/size={name}", 20000, median_ns(torch_pair(size), 20000, a.rounds))
     try:

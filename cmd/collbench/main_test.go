@@ -1,0 +1,78 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/cuda"
+	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
+)
+
+// The issue's matrix: all-reduce one- and two-shot at six sizes, the
+// other collectives at two.
+func TestCases(t *testing.T) {
+	var names []string
+	for _, c := range cases(false) {
+		names = append(names, c.String())
+	}
+	assert.Len(t, names, 18)
+	for _, want := range []string{"allreduce/oneshot/1KiB", "allreduce/twoshot/256MiB", "allgather/64MiB", "reducescatter/1KiB", "alltoall/64MiB"} {
+		assert.Contains(t, names, want)
+	}
+}
+
+// The tensors' sizes meet each collective's rule (symheap/devcollectives.go)
+// and the traffic and bus bandwidth follow their definitions.
+func TestSizesAndBandwidth(t *testing.T) {
+	for _, n := range []int{2, 4, 8} {
+		in, out := sizes(Case{Op: "allgather", Bytes: 64 << 20}, n)
+		assert.Equal(t, out, int64(n)*in)
+		in, out = sizes(Case{Op: "reducescatter", Bytes: 1 << 10}, n)
+		assert.Equal(t, in, int64(n)*out)
+		in, out = sizes(Case{Op: "alltoall", Bytes: 1 << 10}, n)
+		assert.Equal(t, in, out)
+		assert.Zero(t, in%(int64(n)*16))
+	}
+	// 4 ranks, 1 GB one-shot: each rank reads 4 GB and writes 1 GB.
+	assert.Equal(t, 4*5e9, traffic(Case{Op: "allreduce", Alg: "oneshot", Bytes: 1e9}, 4))
+	// NCCL: all-reduce busbw = S/t · 2(n-1)/n.
+	assert.InDelta(t, 1.5e9, busBW(Case{Op: "allreduce", Bytes: 1e9}, 4, time.Second), 1)
+	assert.InDelta(t, 0.75e9, busBW(Case{Op: "allgather", Bytes: 1e9}, 4, time.Second), 1)
+}
+
+// Over the fake runtime (the kernels' host build): every row runs, is
+// captured and replayed, and its figures are written.
+func TestOverFakeRuntime(t *testing.T) {
+	fake := gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}
+	fake.Lib(t) // skips without gcc and g++
+	out := filepath.Join(t.TempDir(), "c.json")
+	var stdout, stderr bytes.Buffer
+	rc := run([]string{"-backend=cuda", "-small", "-ranks=2", "-only=1KiB", "-json", out}, &stdout, &stderr)
+	require.Equal(t, 0, rc, "stderr: %s", stderr.String())
+	b, err := os.ReadFile(out)
+	require.NoError(t, err)
+	var rep Report
+	require.NoError(t, json.Unmarshal(b, &rep))
+	assert.Len(t, rep.Rows, 5) // one-shot, two-shot, all-gather, reduce-scatter, all-to-all at 1 KiB
+	assert.Positive(t, rep.CopyGBps)
+	assert.Positive(t, rep.EmptyNs[2])
+	for _, r := range rep.Rows {
+		assert.Empty(t, r.Err, r.Case)
+		assert.Equal(t, 3, r.Replays, r.Case)
+		assert.Positive(t, r.CapturedNs, r.Case)
+		assert.Positive(t, r.OverEmpty, r.Case)
+	}
+	assert.Contains(t, stdout.String(), "allreduce/twoshot/1KiB")
+
+	var info bytes.Buffer
+	require.Equal(t, 0, run([]string{"-backend=cuda", "-info"}, &info, &stderr), stderr.String())
+	assert.Contains(t, info.String(), `"device_heap": true`)
+	assert.Equal(t, 2, run([]string{"-ranks=0"}, &info, &stderr))
+}

@@ -1,0 +1,442 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// config is one run's settings.
+type config struct {
+	Root     string // the repository's root (the steps' working tree)
+	Bin      string // the prebuilt binaries
+	Out      string // results
+	FakeLibs string // the fake runtimes' libraries (-fake)
+	Backend  string // cuda or hip
+	Fake     bool
+	Only     string
+}
+
+// Step is one entry of results.json.
+type Step struct {
+	Step     string         `json:"step"`
+	Command  string         `json:"command"`
+	RC       int            `json:"rc"`
+	Seconds  float64        `json:"seconds"`
+	Timeout  float64        `json:"timeout_s"`
+	Status   string         `json:"status"` // passed, failed, timeout, skipped
+	Figures  map[string]any `json:"figures"`
+	LogTail  string         `json:"log_tail"`
+	Fake     bool           `json:"fake,omitempty"`
+	Started  string         `json:"started"` // UTC, RFC 3339
+	Backend  string         `json:"backend"`
+	Platform string         `json:"platform,omitempty"` // the runner's GOOS/GOARCH
+}
+
+const (
+	statusPassed  = "passed"
+	statusFailed  = "failed"
+	statusTimeout = "timeout"
+	statusSkipped = "skipped"
+)
+
+// skippedOnly is the reason of a step -only left out.
+const skippedOnly = "not in -only"
+
+// logTailBytes is how much of a step's output results.json keeps; the
+// whole of it is in logs.txt.
+const logTailBytes = 3000
+
+// stepDef is one step: its command (bash, run from the repository root
+// unless Dir says a folder under it), its timeout, and what to read off
+// its output.
+type stepDef struct {
+	Name    string
+	Timeout time.Duration
+	Dir     string
+	Command string
+	Skip    string // not run, and why (a step this backend has no tool for)
+	Figures func(c config, out string) map[string]any
+}
+
+// steps are the ten steps of issue 28, in priority order. Their timeouts
+// sum to 480 s (TestTimeoutsFitTheDeviceCall). $B is the binaries'
+// folder, $R the results folder, $SMALL 1 over the fakes. Over the fakes
+// (every CI run) the sizes are small and the conformance runs leave out
+// their slowest groups, which go test ./... runs over the same fakes: the
+// fake run proves the kit, the GPU run the claims.
+func steps(c config) []stepDef {
+	be := c.Backend
+	small := c.Fake
+	pick := func(full, fake string) string {
+		if small {
+			return fake
+		}
+		return full
+	}
+	device := `"$B/collbench" -backend=` + be + ` -info; rc=$?
+if command -v nvidia-smi >/dev/null; then nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv; nvidia-smi -L; fi
+if command -v rocminfo >/dev/null; then rocminfo | grep -m4 -E 'Marketing Name|gfx'; fi
+exit $rc`
+	gpuTests := `rc=0
+(cd cuda && "$B/cuda.test" -test.run '^TestGPU' -test.v -test.count=1) || rc=1
+(cd nccl && "$B/nccl.test" -test.run '^TestGPU' -test.v -test.count=1) || rc=1
+(cd cuda && "$B/cuda.test" -test.run '^$' -test.bench 'GPUVirtualMemoryMapUnmap' -test.benchtime ` + pick("200x", "5x") + ` -test.count 3) || rc=1
+exit $rc`
+	if be == "hip" { // the TestGPU* tests and the map benchmark are CUDA's; hip's own over the device heap run in conformance
+		gpuTests = `(cd hip && "$B/hip.test" -test.run '^TestGPU' -test.v -test.count=1)`
+	}
+	stressRun := "TestConformance/" + be + "/Collectives/device_heap/stress_replays"
+	defs := []stepDef{
+		{Name: "device", Timeout: 10 * time.Second, Command: device, Figures: deviceFigures},
+		{Name: "conformance", Timeout: 90 * time.Second, Dir: "conformance",
+			Command: `"$B/conformance.test" -backend=` + be + ` -test.count=1 -test.v -test.timeout=85s` +
+				pick("", ` -test.skip 'TestConformance/`+be+`/(Collectives|Probe|Watchdog)$'`), Figures: testFigures},
+		{Name: "capprobe", Timeout: 30 * time.Second,
+			Command: `"$B/capprobe" -backend=` + be + ` -mode=all -check -json >"$R/capprobe.json"`, Figures: capprobeFigures},
+		{Name: "collectives_bench", Timeout: 75 * time.Second,
+			Command: `"$B/collbench" -backend=` + be + pick("", " -small") + ` -json "$R/collbench.json"`, Figures: collbenchFigures},
+		{Name: "decodeloop", Timeout: 45 * time.Second, Command: `rc=0
+"$B/decodeloop" -backend=` + be + pick(" -kernels=1000 -steps 200", " -kernels=10 -steps 5") + ` || rc=1
+if [ "$SMALL" != 1 ] && python3 -c 'import torch' 2>/dev/null; then python3 cuda/testdata/baseline.py --only replay_axpy --rounds 5 || rc=1; else echo "torch: not importable here"; fi
+exit $rc`, Figures: decodeloopFigures},
+		{Name: "tpdecode", Timeout: 30 * time.Second, Command: `rc=0
+"$B/tpdecode" -backend=` + be + pick("", " -steps 5") + ` || rc=1
+"$B/tpdecode" -backend=` + be + ` -procs -ranks 2` + pick("", " -steps 5") + ` || rc=1
+exit $rc`, Figures: tpdecodeFigures},
+		{Name: "gpu_tests", Timeout: 45 * time.Second, Command: gpuTests, Figures: testFigures},
+		{Name: "plugin", Timeout: 75 * time.Second, Dir: "conformance",
+			Command: `"$B/conformance.test" -backend=plugin:` + be + ` -test.count=1 -test.v -test.timeout=70s` +
+				pick("", ` -test.skip 'TestConformance/plugin:`+be+`/(TruthTable|Watchdog|Concurrency)$'`), Figures: testFigures},
+		{Name: "stress", Timeout: 45 * time.Second, Dir: "conformance",
+			Command: `CAPALLOC_STRESS_REPLAYS=` + pick("10000", "20") + ` "$B/conformance.test" -backend=` + be +
+				` -test.run '` + stressRun + `' -test.v -test.count=1 -test.timeout=40s`, Figures: testFigures},
+		{Name: "truth", Timeout: 35 * time.Second,
+			Command: `"$B/cudatruth" -json -parallel 16 -timeout 10s` + pick("", " -streams=nonblocking -only=global/") +
+				` -against cmd/cudatruth/testdata/h100-driver580-cuda13.0.json >"$R/truth.json"`, Figures: truthFigures},
+	}
+	if be == "hip" {
+		defs[9].Command, defs[9].Skip = "", "cudatruth probes the CUDA runtime only: no HIP table yet"
+	}
+	return defs
+}
+
+// runAll runs every step in order, writing results.json, results.md and
+// logs.txt after each, so a run cut short still leaves what it did.
+func runAll(c config, progress io.Writer) ([]Step, error) {
+	env := []string{"B=" + c.Bin, "R=" + c.Out, "SMALL=0"}
+	if c.Fake {
+		env = append(env, "SMALL=1", "CAPALLOC_GPU_SMALL=1",
+			"CAPALLOC_CUDA_LIB="+filepath.Join(c.FakeLibs, "libcudart.so"),
+			"CAPALLOC_HIP_LIB="+filepath.Join(c.FakeLibs, "libamdhip64.so.6"))
+	}
+	logs, err := os.Create(filepath.Join(c.Out, "logs.txt"))
+	if err != nil {
+		return nil, err
+	}
+	defer logs.Close()
+	var done []Step
+	only := map[string]bool{}
+	for _, n := range strings.Split(c.Only, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			only[n] = true
+		}
+	}
+	for _, d := range steps(c) {
+		s := Step{Step: d.Name, Command: d.Command, Timeout: d.Timeout.Seconds(), Figures: map[string]any{},
+			Fake: c.Fake, Started: time.Now().UTC().Format(time.RFC3339), Backend: c.Backend, Platform: platform()}
+		switch {
+		case d.Skip != "":
+			s.Status, s.Figures["skipped"] = statusSkipped, d.Skip
+		case len(only) > 0 && !only[d.Name]:
+			s.Status, s.Figures["skipped"] = statusSkipped, skippedOnly
+		default:
+			fmt.Fprintf(progress, "== %s (timeout %v)\n", d.Name, d.Timeout)
+			o := execStep(d.Command, filepath.Join(c.Root, d.Dir), env, d.Timeout)
+			s.RC, s.Seconds = o.RC, round(o.Elapsed.Seconds(), 2)
+			s.Status = statusPassed
+			if o.TimedOut {
+				s.Status = statusTimeout
+			} else if o.RC != 0 {
+				s.Status = statusFailed
+			}
+			out := string(o.Output)
+			if d.Figures != nil {
+				s.Figures = safeFigures(d.Figures, c, out)
+			}
+			s.LogTail = tail(out, logTailBytes)
+			fmt.Fprintf(logs, "===== %s: %s (rc %d, %.1f s)\n$ %s\n%s\n", d.Name, s.Status, s.RC, s.Seconds, d.Command, out)
+			fmt.Fprintf(progress, "   %s: rc %d in %.1f s\n", s.Status, s.RC, s.Seconds)
+		}
+		done = append(done, s)
+		if err := writeResults(c.Out, done); err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
+
+// safeFigures reads the figures, recording a parser's panic as a figure
+// rather than losing the run.
+func safeFigures(f func(config, string) map[string]any, c config, out string) (m map[string]any) {
+	defer func() {
+		if r := recover(); r != nil {
+			m = map[string]any{"figures_error": fmt.Sprint(r)}
+		}
+	}()
+	m = f(c, out)
+	if m == nil {
+		m = map[string]any{}
+	}
+	return m
+}
+
+func writeResults(dir string, done []Step) error {
+	b, err := json.MarshalIndent(done, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(resultsMarkdown(done)), 0o644)
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	if i := strings.IndexByte(s, '\n'); i >= 0 && i < 200 {
+		s = s[i+1:]
+	}
+	return "…" + s
+}
+
+func round(x float64, digits int) float64 {
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(x, 'f', digits, 64), 64)
+	return v
+}
+
+// --- figures ---
+
+// jsonObject is the first JSON object in out.
+func jsonObject(out string) map[string]any {
+	i := strings.IndexByte(out, '{')
+	if i < 0 {
+		return nil
+	}
+	var m map[string]any
+	if err := json.NewDecoder(strings.NewReader(out[i:])).Decode(&m); err != nil {
+		return nil
+	}
+	return m
+}
+
+func deviceFigures(c config, out string) map[string]any {
+	f := map[string]any{"date": time.Now().UTC().Format("2006-01-02")}
+	for k, v := range jsonObject(out) {
+		f[k] = v
+	}
+	gpus := 0
+	for _, l := range strings.Split(out, "\n") {
+		switch {
+		case strings.HasPrefix(l, "GPU ") && strings.Contains(l, "UUID"):
+			gpus++
+		case strings.Contains(l, ", ") && !strings.HasPrefix(l, "name,") && f["nvidia_smi"] == nil && strings.Count(l, ",") == 3:
+			f["nvidia_smi"] = strings.TrimSpace(l) // name, compute_cap, driver_version, memory.total
+		case strings.Contains(l, "gfx"):
+			f["gfx"] = strings.TrimSpace(l)
+		}
+	}
+	f["gpus_seen"] = max(gpus, 1)
+	return f
+}
+
+var (
+	reTestResult = regexp.MustCompile(`(?m)^\s*--- (PASS|FAIL|SKIP): (\S+)`)
+	reBench      = regexp.MustCompile(`(?m)^(Benchmark\S+)\s+\d+\s+([0-9.]+) ns/op`)
+)
+
+// testFigures counts a test binary's -test.v results and names the
+// failures (the first 20) and the skips of top-level tests with why.
+func testFigures(c config, out string) map[string]any {
+	n := map[string]int{}
+	var failed, skipped []string
+	for _, m := range reTestResult.FindAllStringSubmatch(out, -1) {
+		n[m[1]]++
+		switch {
+		case m[1] == "FAIL" && len(failed) < 20:
+			failed = append(failed, m[2])
+		case m[1] == "SKIP" && !strings.Contains(m[2], "/") && len(skipped) < 20:
+			skipped = append(skipped, m[2])
+		}
+	}
+	f := map[string]any{"pass": n["PASS"], "fail": n["FAIL"], "skip": n["SKIP"]}
+	if len(failed) > 0 {
+		f["failed"] = failed
+	}
+	if len(skipped) > 0 {
+		f["skipped_tests"] = skipped
+	}
+	bench := map[string]float64{}
+	for _, m := range reBench.FindAllStringSubmatch(out, -1) {
+		v, _ := strconv.ParseFloat(m[2], 64)
+		if old, ok := bench[m[1]]; !ok || v < old { // the best of -count runs
+			bench[m[1]] = v
+		}
+	}
+	if len(bench) > 0 {
+		f["bench_ns_op"] = bench
+	}
+	return f
+}
+
+// probeRow is one row of capprobe -json.
+type probeRow struct {
+	Op, Mode, Verdict, Expected, Error string
+}
+
+func capprobeFigures(c config, out string) map[string]any {
+	b, err := os.ReadFile(filepath.Join(c.Out, "capprobe.json"))
+	if err != nil {
+		return map[string]any{"error": err.Error()}
+	}
+	var rows []probeRow
+	if err := json.Unmarshal(b, &rows); err != nil {
+		return map[string]any{"error": "capprobe.json: " + err.Error()}
+	}
+	verdicts := map[string]map[string]string{} // op -> mode -> verdict
+	unexpected := []string{}
+	for _, r := range rows {
+		if verdicts[r.Op] == nil {
+			verdicts[r.Op] = map[string]string{}
+		}
+		verdicts[r.Op][r.Mode] = r.Verdict
+		if r.Verdict != r.Expected {
+			unexpected = append(unexpected, r.Mode+"/"+r.Op+": "+r.Verdict+", CUDA's rules give "+r.Expected)
+		}
+	}
+	var order []string
+	seen := map[string]bool{}
+	for _, r := range rows {
+		if !seen[r.Op] {
+			seen[r.Op] = true
+			order = append(order, r.Op)
+		}
+	}
+	return map[string]any{"rows": len(rows), "verdicts": verdicts, "order": order, "unexpected": unexpected}
+}
+
+// collReport is what collbench -json writes (cmd/collbench).
+type collReport struct {
+	Device    string             `json:"device"`
+	Small     bool               `json:"small"`
+	CopyBytes int64              `json:"copy_bytes"`
+	CopyGBps  float64            `json:"copy_GBps"`
+	EmptyNs   map[string]float64 `json:"empty_ns"`
+	Rows      []collRow          `json:"rows"`
+	Failed    int                `json:"failed"`
+}
+
+type collRow struct {
+	Ranks           int     `json:"ranks"`
+	Case            string  `json:"case"`
+	Op              string  `json:"op"`
+	Alg             string  `json:"alg,omitempty"`
+	Bytes           int64   `json:"bytes"`
+	Replays         int     `json:"replays"`
+	CapturedNs      float64 `json:"captured_ns"`
+	EagerNs         float64 `json:"eager_ns"`
+	OverEmpty       float64 `json:"over_empty"`
+	BusBWGBps       float64 `json:"busbw_GBps"`
+	BWOverCopy      float64 `json:"bw_over_copy"`
+	CapturedOverEag float64 `json:"captured_over_eager"`
+	Err             string  `json:"error,omitempty"`
+}
+
+func collbenchFigures(c config, out string) map[string]any {
+	b, err := os.ReadFile(filepath.Join(c.Out, "collbench.json"))
+	if err != nil {
+		return map[string]any{"error": err.Error()}
+	}
+	var rep collReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return map[string]any{"error": "collbench.json: " + err.Error()}
+	}
+	return map[string]any{"report": rep}
+}
+
+var (
+	reDecodeRatio = regexp.MustCompile(`graph replay \S+/step \(([0-9.]+)x\)`)
+	reTorchAxpy   = regexp.MustCompile(`(?m)^BenchmarkTorchReplayAxpy/kernels=1000/impl=(eager|graph)\s+\d+\s+([0-9.]+) ns/op`)
+	reTPRatio     = regexp.MustCompile(`replay: \S+ per step \(slowest rank\), ([0-9.]+)x`)
+)
+
+func decodeloopFigures(c config, out string) map[string]any {
+	f := map[string]any{}
+	if m := reDecodeRatio.FindStringSubmatch(out); m != nil {
+		f["replay_over_eager"], _ = strconv.ParseFloat(m[1], 64)
+	}
+	t := map[string]float64{}
+	for _, m := range reTorchAxpy.FindAllStringSubmatch(out, -1) {
+		t[m[1]], _ = strconv.ParseFloat(m[2], 64)
+	}
+	if t["eager"] > 0 && t["graph"] > 0 {
+		f["torch_graph_over_eager"] = round(t["eager"]/t["graph"], 2)
+	} else {
+		f["torch"] = "not measured (torch not importable, or over the fakes)"
+	}
+	return f
+}
+
+func tpdecodeFigures(c config, out string) map[string]any {
+	f := map[string]any{"multi_gpu": multiGPUHook(c)}
+	if m := reTPRatio.FindStringSubmatch(out); m != nil {
+		f["goroutine_replay_over_eager"], _ = strconv.ParseFloat(m[1], 64)
+	}
+	f["process_ranks_checked"] = strings.Contains(out, "2 ranks as processes on "+c.Backend+": every result checked")
+	return f
+}
+
+// multiGPUHook is where tpdecode's ranks on several devices (issue 32)
+// join the kit: with one device seen it records why it did not run; with
+// more, that the multi-device run is not built yet. Replace the second
+// answer with the run once issue 32 lands.
+func multiGPUHook(c config) string {
+	n := 1
+	if !c.Fake {
+		o := execStep(`nvidia-smi -L 2>/dev/null || rocm-smi --showid 2>/dev/null`, c.Root, nil, 10*time.Second)
+		n = max(1, strings.Count(string(o.Output), "GPU "))
+	}
+	if n < 2 {
+		return "skipped: one GPU"
+	}
+	return fmt.Sprintf("skipped: %d GPUs seen, ranks on several devices are not built yet (issue 32)", n)
+}
+
+var (
+	reChanged = regexp.MustCompile(`(?m)^changed: (.*)$`)
+	reAgainst = regexp.MustCompile(`(?m)^against .*: (\d+) case\(s\) compared, (\d+) verdict\(s\) changed$`)
+)
+
+func truthFigures(c config, out string) map[string]any {
+	f := map[string]any{}
+	changed := []string{}
+	for _, m := range reChanged.FindAllStringSubmatch(out, -1) {
+		changed = append(changed, m[1])
+	}
+	sort.Strings(changed)
+	f["changed"] = changed
+	if m := reAgainst.FindStringSubmatch(out); m != nil {
+		f["compared"], _ = strconv.Atoi(m[1])
+	}
+	return f
+}
