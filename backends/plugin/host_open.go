@@ -213,6 +213,9 @@ func start(ctx context.Context, path, backend string, fwd backends.Options, call
 	name, domain := r.str(), r.str()
 	d.info = alloc.DeviceInfo{Name: r.str(), TotalMemory: r.i64(), Alignment: r.i64(), UnifiedMemory: r.bool()}
 	d.caps = r.u64()
+	if r.err == nil {
+		r.err = checkInfo(&d.info)
+	}
 	if r.err != nil {
 		_ = d.Close()
 		return nil, r.err
@@ -241,4 +244,24 @@ func openReq(backend string, opts backends.Options) *enc {
 		e.str(k).str(opts[k])
 	}
 	return e
+}
+
+// maxDeviceName bounds the device name kept from the backend.
+const maxDeviceName = 256
+
+// checkInfo validates what the backend says of its device: the backend is
+// not trusted, and the allocator shifts by the alignment (a forged one
+// would spin alloc.New forever) and metrics label by the name.
+func checkInfo(info *alloc.DeviceInfo) error {
+	if err := alloc.CheckAlignment(info.Alignment); err != nil {
+		return fmt.Errorf("%w: plugin: backend's device info: %w", errMalformed, err)
+	}
+	if info.TotalMemory < 0 {
+		return fmt.Errorf("%w: plugin: backend's device has %d B", errMalformed, info.TotalMemory)
+	}
+	if len(info.Name) > maxDeviceName {
+		info.Name = info.Name[:maxDeviceName]
+	}
+	info.Name = strings.ToValidUTF8(info.Name, "\uFFFD")
+	return nil
 }

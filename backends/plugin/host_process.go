@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"syscall"
 
 	"github.com/hashicorp/go-plugin/runner"
 )
@@ -25,6 +26,12 @@ type process struct {
 	exited chan struct{} // closed when the process has been reaped
 	state  *os.ProcessState
 	err    error // Wait's error
+
+	// pidfd names this process, not its pid number (which the kernel
+	// reuses once it is reaped): alive uses it. -1 without pidfds. mu
+	// keeps it from being closed under alive.
+	mu    sync.RWMutex
+	pidfd int
 }
 
 var _ runner.Runner = (*process)(nil)
@@ -36,7 +43,7 @@ func newProcess(path string, env []string) *process {
 	// the forking thread dies (see forker), and the child also watches its
 	// parent pid.
 	cmd.SysProcAttr = childSysProcAttr()
-	return &process{cmd: cmd, exited: make(chan struct{})}
+	return &process{cmd: cmd, exited: make(chan struct{}), pidfd: -1}
 }
 
 // forker runs every fork on one goroutine locked to its OS thread for the
@@ -85,9 +92,16 @@ func (p *process) Start(context.Context) error {
 		return err
 	}
 	p.stdout, p.stderr, p.pid = outR, errR, p.cmd.Process.Pid
+	p.pidfd = pidfdOpen(p.pid) // before Wait: nothing reaps the child until then
 	go func() {
 		p.err = p.cmd.Wait()
 		p.state = p.cmd.ProcessState
+		p.mu.Lock()
+		if p.pidfd >= 0 {
+			_ = syscall.Close(p.pidfd)
+			p.pidfd = -1
+		}
+		p.mu.Unlock()
 		close(p.exited)
 	}()
 	return nil
@@ -106,6 +120,23 @@ func (p *process) Kill(context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// alive reports whether the process has not been reaped, so that its pid
+// still names it: a file opened through /proc/<pid> before alive said so
+// came from this process, never from a stranger that reused the number.
+func (p *process) alive() bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.pidfd >= 0 {
+		return pidfdAlive(p.pidfd)
+	}
+	select {
+	case <-p.exited:
+		return false
+	default: // the reaper may have reaped it and not said so yet: the pidfd covers that
+		return true
+	}
 }
 
 // kill sends SIGKILL and waits until the process is reaped.
