@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +29,11 @@ import (
 // ErrRendezvousTimeout: a rank waited longer than its timeout for rank 0's
 // unique id.
 var ErrRendezvousTimeout = errors.New("nccl: rendezvous timed out")
+
+// ErrUntrustedDir: FileRendezvous's directory could be written by another
+// user (not this user's, or not mode 0700), who could then hand every rank
+// a forged unique id (docs/security.md).
+var ErrUntrustedDir = rendezvous.ErrUntrustedDir
 
 // Env is one rank's launch environment, torchrun's names.
 type Env struct {
@@ -113,13 +119,18 @@ func (l *Library) InitFromEnv(dev DeviceRunner) (*Comm, error) {
 // from an earlier run would send the others to a root that is gone: use
 // a fresh path per job. Other ranks poll for the file until timeout
 // (ErrRendezvousTimeout). Nobody removes the file; rank 0 may once every
-// rank has its communicator.
+// rank has its communicator. The file's directory must be this user's and
+// mode 0700 (ErrUntrustedDir otherwise), and the file a regular one of
+// UniqueIDBytes bytes.
 func (l *Library) FileRendezvous(path string, rank int, timeout time.Duration) (UniqueID, error) {
 	if path == "" || rank < 0 {
 		return UniqueID{}, fmt.Errorf("%w: nccl: rendezvous at %q for rank %d", alloc.ErrInvalidValue, path, rank)
 	}
 	if rank == 0 {
 		// Checked before the id is made: making it starts the root.
+		if err := rendezvous.CheckDir(filepath.Dir(path)); err != nil {
+			return UniqueID{}, fmt.Errorf("nccl: %w", err)
+		}
 		if err := rendezvous.Fresh(path); err != nil {
 			return UniqueID{}, fmt.Errorf("nccl: %w", err)
 		}
@@ -149,7 +160,7 @@ func (l *Library) InitFromFile(dev DeviceRunner, path string, ranks, rank int, t
 
 // awaitID polls for path until it holds an id or timeout passes.
 func awaitID(path string, timeout time.Duration) (UniqueID, error) {
-	b, err := rendezvous.Await(path, timeout, ErrRendezvousTimeout)
+	b, err := rendezvous.Await(path, UniqueIDBytes, timeout, ErrRendezvousTimeout)
 	if err != nil {
 		if errors.Is(err, ErrRendezvousTimeout) {
 			return UniqueID{}, fmt.Errorf("%w: did rank 0 start, with the same path?", err)

@@ -221,7 +221,7 @@ func TestEnvFrom(t *testing.T) {
 // pass the same id to ncclCommInitRank.
 func TestFileRendezvous(t *testing.T) {
 	f := loadFake(t)
-	path := filepath.Join(t.TempDir(), "nccl-id")
+	path := filepath.Join(privateDir(t), "nccl-id")
 	const ranks = 3
 	ids := make([]nccl.UniqueID, ranks)
 	errs := make([]error, ranks)
@@ -252,12 +252,35 @@ func TestFileRendezvous(t *testing.T) {
 	require.ErrorIs(t, err, alloc.ErrInvalidValue)
 	require.Contains(t, err.Error(), "already exists")
 	start := time.Now()
-	_, err = f.l.FileRendezvous(filepath.Join(t.TempDir(), "never"), 1, 100*time.Millisecond)
+	_, err = f.l.FileRendezvous(filepath.Join(privateDir(t), "never"), 1, 100*time.Millisecond)
 	require.ErrorIs(t, err, nccl.ErrRendezvousTimeout)
 	require.Less(t, time.Since(start), 2*time.Second)
 	// A file that is not an id is refused.
-	junk := filepath.Join(t.TempDir(), "junk")
+	junk := filepath.Join(privateDir(t), "junk")
 	require.NoError(t, os.WriteFile(junk, []byte("hello"), 0o600))
 	_, err = f.l.FileRendezvous(junk, 1, time.Second)
 	require.ErrorIs(t, err, alloc.ErrInvalidValue)
+
+	// A directory another user could write is refused, by rank 0 before it
+	// makes an id and by the others before they read a forged one.
+	shared := t.TempDir()
+	require.NoError(t, os.Chmod(shared, 0o777))
+	forged := filepath.Join(shared, "nccl-id")
+	_, err = f.l.FileRendezvous(forged, 0, time.Second)
+	require.ErrorIs(t, err, nccl.ErrUntrustedDir)
+	_, statErr := os.Lstat(forged)
+	require.ErrorIs(t, statErr, os.ErrNotExist, "rank 0 published nothing")
+	require.NoError(t, os.WriteFile(forged, make([]byte, nccl.UniqueIDBytes), 0o666))
+	_, err = f.l.FileRendezvous(forged, 1, time.Second)
+	require.ErrorIs(t, err, nccl.ErrUntrustedDir)
+	require.Contains(t, err.Error(), shared)
+}
+
+// privateDir is a fresh directory only this user can use (t.TempDir's is
+// mode 0755), as FileRendezvous requires.
+func privateDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o700))
+	return dir
 }

@@ -36,7 +36,7 @@ func allGather(x symheap.Exchange, msg func(r int) []byte, timeout time.Duration
 func TestExchanges(t *testing.T) {
 	for name, mk := range map[string]func(t *testing.T, ranks int) symheap.Exchange{
 		"local": func(t *testing.T, ranks int) symheap.Exchange { return symheap.NewLocalExchange(ranks) },
-		"file":  func(t *testing.T, ranks int) symheap.Exchange { return symheap.FileExchange(t.TempDir(), ranks) },
+		"file":  func(t *testing.T, ranks int) symheap.Exchange { return symheap.FileExchange(privateDir(t), ranks) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			x := mk(t, 3)
@@ -64,9 +64,43 @@ func TestExchanges(t *testing.T) {
 
 // A file exchange refuses a directory left by an earlier run.
 func TestFileExchangeRefusesStaleFiles(t *testing.T) {
-	dir := t.TempDir()
+	dir := privateDir(t)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "round-0-rank-0"), []byte("old"), 0o600))
 	_, err := symheap.FileExchange(dir, 1).AllGather(0, []byte("new"), time.Second)
 	require.ErrorIs(t, err, alloc.ErrInvalidValue)
 	require.Contains(t, err.Error(), "already exists")
+}
+
+// privateDir is a fresh directory only this user can use (t.TempDir's is
+// mode 0755), as FileExchange requires.
+func privateDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o700))
+	return dir
+}
+
+// A directory another user could write is refused before anything is read
+// from it: a pre-written round-0-rank-1 there is not taken as rank 1's
+// message.
+func TestFileExchangeRefusesSharedDir(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o777))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "round-0-rank-1"), []byte("forged"), 0o666))
+	got, err := symheap.FileExchange(dir, 2).AllGather(0, []byte("mine"), time.Second)
+	require.ErrorIs(t, err, symheap.ErrUntrustedDir)
+	require.ErrorIs(t, err, alloc.ErrInvalidValue)
+	require.Contains(t, err.Error(), dir)
+	require.Nil(t, got)
+}
+
+// A message file larger than MaxExchangeMessage is refused, and so is a
+// message too large to publish.
+func TestFileExchangeBoundsMessages(t *testing.T) {
+	dir := privateDir(t)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "round-0-rank-1"), make([]byte, symheap.MaxExchangeMessage+1), 0o600))
+	_, err := symheap.FileExchange(dir, 2).AllGather(0, []byte("mine"), time.Second)
+	require.ErrorIs(t, err, alloc.ErrInvalidValue)
+	_, err = symheap.FileExchange(privateDir(t), 1).AllGather(0, make([]byte, symheap.MaxExchangeMessage+1), time.Second)
+	require.ErrorIs(t, err, alloc.ErrInvalidValue)
 }
