@@ -36,8 +36,11 @@ type process struct {
 
 var _ runner.Runner = (*process)(nil)
 
-func newProcess(path string, env []string) *process {
-	cmd := exec.Command(path)
+// newProcess runs the binary at run, with path as its argv[0] (they
+// differ when run is a checked descriptor, /proc/self/fd/N).
+func newProcess(run, path string, env []string) *process {
+	cmd := exec.Command(run)
+	cmd.Args[0] = path
 	cmd.Env = append(env, envParent+"="+strconv.Itoa(os.Getpid()))
 	// A killed host must leave no orphan: the kernel kills the child when
 	// the forking thread dies (see forker), and the child also watches its
