@@ -155,3 +155,31 @@ func TestOnlyImportersLinkPrometheus(t *testing.T) {
 	require.NotContains(t, string(out), "prometheus")
 	require.Contains(t, string(out), "github.com/google/pprof/profile", "the list is the real one")
 }
+
+// namedDriver is a driver whose backend and device names are not valid
+// UTF-8, as a plugin child's device name may be.
+type namedDriver struct{ alloc.Driver }
+
+func (namedDriver) Name() string { return "cpu\xfe" }
+func (d namedDriver) Info() alloc.DeviceInfo {
+	i := d.Driver.Info()
+	i.Name = "gpu\xff\xc3"
+	return i
+}
+
+// A scrape never panics on a name that is not valid UTF-8: the labels are
+// made valid.
+func TestScrapeInvalidUTF8Names(t *testing.T) {
+	d, err := cpu.New(cpu.Options{})
+	require.NoError(t, err)
+	defer d.Close()
+	a, err := alloc.New(namedDriver{d}, alloc.Options{Name: "prom-utf8"})
+	require.NoError(t, err)
+	defer a.Close()
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(allocprom.NewCollector()))
+	var fams []*dto.MetricFamily
+	require.NotPanics(t, func() { fams, err = reg.Gather() })
+	require.NoError(t, err)
+	require.Zero(t, value(t, fams, "capalloc_in_use_bytes", map[string]string{"allocator": "prom-utf8", "backend": "cpu\uFFFD", "device": "gpu\uFFFD"}))
+}
