@@ -104,3 +104,49 @@ func TestFileExchangeBoundsMessages(t *testing.T) {
 	_, err = symheap.FileExchange(privateDir(t), 1).AllGather(0, make([]byte, symheap.MaxExchangeMessage+1), time.Second)
 	require.ErrorIs(t, err, alloc.ErrInvalidValue)
 }
+
+// An authenticated exchange delivers what the ranks sent, and refuses a
+// message without a valid tag under the job's key: one pre-written by
+// someone who can write the directory, or one sent under another key.
+func TestAuthenticatedExchange(t *testing.T) {
+	key := []byte("0123456789abcdef-job-secret")
+	auth := func(x symheap.Exchange, key []byte) symheap.Exchange {
+		a, err := symheap.AuthenticatedExchange(x, key)
+		require.NoError(t, err)
+		return a
+	}
+	dir := privateDir(t)
+	x := auth(symheap.FileExchange(dir, 2), key)
+	got, errs := allGather(x, func(r int) []byte { return fmt.Appendf(nil, "rank %d", r) }, 5*time.Second)
+	for r := range 2 {
+		require.NoError(t, errs[r])
+		require.Equal(t, [][]byte{[]byte("rank 0"), []byte("rank 1")}, got[r])
+	}
+
+	// Round 1: rank 1's message was written by someone without the key.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "round-1-rank-1"), []byte("a forged message, long enough to hold a tag......"), 0o600))
+	_, err := x.AllGather(0, []byte("mine"), 5*time.Second)
+	require.ErrorIs(t, err, symheap.ErrUnauthenticated)
+	require.ErrorIs(t, err, alloc.ErrInvalidValue)
+	require.Contains(t, err.Error(), "rank 1's message in round 1")
+
+	// Ranks with different keys (another job's) refuse each other.
+	inner := symheap.FileExchange(privateDir(t), 2)
+	keys := [][]byte{key, []byte("another-job-key-0123456789")}
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[r] = auth(inner, keys[r]).AllGather(r, []byte("hello"), 5*time.Second)
+		}()
+	}
+	wg.Wait()
+	require.ErrorIs(t, errs[0], symheap.ErrUnauthenticated)
+	require.Contains(t, errs[0].Error(), "rank 1's message")
+	require.ErrorIs(t, errs[1], symheap.ErrUnauthenticated)
+	require.Contains(t, errs[1].Error(), "rank 0's message")
+
+	_, err = symheap.AuthenticatedExchange(symheap.NewLocalExchange(1), []byte("short"))
+	require.ErrorIs(t, err, alloc.ErrInvalidValue)
+}
