@@ -19,7 +19,7 @@ func childSysProcAttr() *syscall.SysProcAttr {
 // (before Linux 5.3, or a seccomp filter): process.alive then falls back
 // to the reaper's word.
 func pidfdOpen(pid int) int {
-	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	fd, err := unix.PidfdOpen(pid, 0) // no flags: PIDFD_NONBLOCK needs Linux 5.10, and signals do not block
 	if err != nil {
 		return -1
 	}

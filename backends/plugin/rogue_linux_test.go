@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -20,7 +21,7 @@ import (
 // swaps or resizes the shared memory the plugin server announces. It runs
 // in the child process (the test binary serves it) and talks to the real
 // host over the real wire. Options (besides cpu's): alignment=N,
-// name=STRING (Info), hostfd=empty|unsealed (HostAlloc's memfd is replaced
+// total=N, name=STRING (Info), hostfd=empty|unsealed (HostAlloc's memfd is replaced
 // by an empty one, or one of the same size without seals), span=grow
 // (the second DirectSpan announces 512 times the region's size
 // and a span past its end),
@@ -30,7 +31,7 @@ func init() {
 		o := c.Options
 		r := &rogue{opts: map[string]string{}}
 		inner := o.Clone()
-		for _, k := range []string{"alignment", "name", "hostfd", "span", "spanfd"} {
+		for _, k := range []string{"alignment", "total", "name", "hostfd", "span", "spanfd"} {
 			if v, ok := o[k]; ok {
 				r.opts[k] = v
 				delete(inner, k)
@@ -60,6 +61,9 @@ func (r *rogue) Info() alloc.DeviceInfo {
 	i := r.Driver.Info()
 	if v, ok := r.opts["alignment"]; ok {
 		i.Alignment, _ = strconv.ParseInt(v, 0, 64)
+	}
+	if v, ok := r.opts["total"]; ok {
+		i.TotalMemory, _ = strconv.ParseInt(v, 0, 64)
 	}
 	if v, ok := r.opts["name"]; ok {
 		i.Name = v
@@ -201,6 +205,10 @@ func TestRogueDeviceInfo(t *testing.T) {
 		_, err := backends.OpenDriver(ctx, "plugin:rogue:alignment="+al)
 		require.ErrorIs(t, err, errMalformed, "alignment %s", al)
 	}
+	_, err := backends.OpenDriver(ctx, "plugin:rogue:total=-1")
+	require.ErrorIs(t, err, errMalformed, "negative device memory")
 	d := open(t, "plugin:rogue:name=gpu\xff\xfe")
 	require.Equal(t, "gpu\uFFFD", d.Info().Name)
+	long := open(t, "plugin:rogue:name="+strings.Repeat("x", 1000))
+	require.Len(t, long.Info().Name, maxDeviceName)
 }
