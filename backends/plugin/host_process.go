@@ -159,7 +159,7 @@ func (p *process) status() string {
 
 func (p *process) Stdout() io.ReadCloser                            { return p.stdout }
 func (p *process) Stderr() io.ReadCloser                            { return p.stderr }
-func (p *process) Name() string                                     { return p.cmd.Path }
+func (p *process) Name() string                                     { return p.cmd.Args[0] } // the path, not /proc/self/fd/N
 func (p *process) ID() string                                       { return strconv.Itoa(p.pid) }
 func (p *process) Diagnose(context.Context) string                  { return "" }
 func (p *process) PluginToHost(n, a string) (string, string, error) { return n, a, nil }
