@@ -182,7 +182,7 @@ func findBinary(getenv func(string) string, self bool, exe string, lookPath func
 		alloc.ErrBackendUnavailable, EnvBinary, BinaryName, strings.Join(searched, " or "))
 }
 
-// start runs the binary at run (path, or the checked copy's descriptor)
+// start runs the binary at run (path, or the checked file's descriptor)
 // as the backend process; path is what errors name.
 func start(ctx context.Context, run, path, backend string, fwd backends.Options, callTimeout, startTimeout time.Duration) (*Driver, error) {
 	var proc *process
