@@ -65,10 +65,14 @@ func New(drv Driver, opts Options) (*Allocator, error) {
 	if !opts.ExpandableSegments {
 		vm = nil
 	}
+	info := drv.Info()
+	if err := CheckAlignment(info.Alignment); err != nil {
+		return nil, &Error{Op: "New", Backend: drv.Name(), Size: -1, Err: err}
+	}
 	a := &Allocator{
 		drv:        drv,
 		backend:    drv.Name(),
-		info:       drv.Info(),
+		info:       info,
 		dom:        domainFor(drv.CaptureDomain()),
 		opts:       opts,
 		vm:         vm,

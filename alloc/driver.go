@@ -1,5 +1,7 @@
 package alloc
 
+import "fmt"
+
 // DevicePtr is a device address as the driver hands it out. Arithmetic on it
 // (base + offset) is valid inside one allocation.
 type DevicePtr uint64
@@ -69,8 +71,22 @@ const (
 type DeviceInfo struct {
 	Name          string
 	TotalMemory   int64 // bytes of device memory the driver can hand out
-	Alignment     int64 // guaranteed alignment of every allocation, a power of two
+	Alignment     int64 // guaranteed alignment of every allocation, a power of two up to MaxAlignment
 	UnifiedMemory bool  // host and device share physical memory (GB10, CPU)
+}
+
+// MaxAlignment bounds DeviceInfo.Alignment: New refuses a driver that
+// reports more, or anything but a power of two (a driver in a plugin child
+// is not trusted to, and the pool's rounding needs one).
+const MaxAlignment = 1 << 30
+
+// CheckAlignment reports whether a is a power of two in [1, MaxAlignment],
+// wrapping ErrDriver when it is not.
+func CheckAlignment(a int64) error {
+	if a <= 0 || a > MaxAlignment || a&(a-1) != 0 {
+		return fmt.Errorf("%w: device alignment %d is not a power of two in [1, %d]", ErrDriver, a, int64(MaxAlignment))
+	}
+	return nil
 }
 
 // Driver is the thin vendor layer: primitives only, no policy. All capture

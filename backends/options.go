@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/capalloc/capalloc/alloc"
 )
@@ -141,8 +142,15 @@ var byteUnits = []struct {
 	{"b", 1},
 }
 
-// ParseBytes reads a byte size as Options.Bytes does.
+// ParseBytes reads a byte size as Options.Bytes does. Only ASCII is
+// accepted: lower-casing would otherwise turn a Kelvin sign (U+212A) into
+// the k of a unit.
 func ParseBytes(s string) (int64, error) {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return 0, fmt.Errorf("%w: %q is not a byte size (not ASCII)", alloc.ErrInvalidValue, s)
+		}
+	}
 	t := strings.ToLower(strings.TrimSpace(s))
 	mult := int64(1)
 	for _, u := range byteUnits {

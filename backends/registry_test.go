@@ -88,7 +88,8 @@ func TestParseBytes(t *testing.T) {
 		require.NoError(t, err, in)
 		require.Equal(t, want, got, in)
 	}
-	for _, bad := range []string{"", "GiB", "1.5GiB", "-1", "99999999999TiB", "12 parsecs"} {
+	for _, bad := range []string{"", "GiB", "1.5GiB", "-1", "99999999999TiB", "12 parsecs",
+		"1\u212a", "1KİB", "1\u212aiB", "\u00a01k", "1\xffk"} { // a Kelvin sign lower-cases to k
 		_, err := backends.ParseBytes(bad)
 		require.ErrorIs(t, err, alloc.ErrInvalidValue, bad)
 	}

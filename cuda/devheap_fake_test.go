@@ -264,6 +264,7 @@ func runDevHeapRanks(t *testing.T, test string, n int, mode string) {
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o700)) // FileExchange wants a private directory
 	var cmds []*exec.Cmd
 	outs := make([]*bytes.Buffer, n)
 	for r := range n {

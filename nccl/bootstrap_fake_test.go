@@ -169,7 +169,8 @@ func TestInitRankRefusedDuringGlobalCapture(t *testing.T) {
 }
 
 // torchrun's MASTER_ADDR and MASTER_PORT become NCCL_COMM_ID in the C
-// environment, where NCCL (here the stand-in) reads it.
+// environment, where NCCL (here the stand-in) reads it, for the call only:
+// afterwards the variable is gone, and a unique id is random again.
 func TestInitFromEnvSetsNCCLCommID(t *testing.T) {
 	f := loadFake(t)
 	t.Setenv("NCCL_COMM_ID", "")
@@ -180,12 +181,25 @@ func TestInitFromEnvSetsNCCLCommID(t *testing.T) {
 	t.Setenv("MASTER_PORT", "29511")
 	c, err := f.l.InitFromEnv(&onCaller{})
 	require.NoError(t, err)
-	require.Equal(t, "10.1.2.3:29511", os.Getenv("NCCL_COMM_ID"))
+	_, set := os.LookupEnv("NCCL_COMM_ID")
+	require.False(t, set, "NCCL_COMM_ID restored")
 	id, ranks, rank, _ := f.last()
 	require.Equal(t, "env:10.1.2.3:29511", string(bytes.TrimRight(id.Internal[:], "\x00")), "NCCL saw NCCL_COMM_ID")
 	require.EqualValues(t, 4, ranks)
 	require.EqualValues(t, 1, rank)
 	require.Equal(t, 1, c.Rank())
+	later, err := f.l.GetUniqueID()
+	require.NoError(t, err)
+	require.False(t, bytes.HasPrefix(later.Internal[:], []byte("env:")), "a later unique id does not come from NCCL_COMM_ID")
+
+	// Rank 0 starts the root in ncclCommInitRank: the variable is still
+	// set there (the stand-in checks, as NCCL reads it).
+	t.Setenv("RANK", "0")
+	c, err = f.l.InitFromEnv(&onCaller{})
+	require.NoError(t, err)
+	require.Equal(t, 0, c.Rank())
+	_, set = os.LookupEnv("NCCL_COMM_ID")
+	require.False(t, set)
 }
 
 func TestEnvFrom(t *testing.T) {
@@ -205,12 +219,26 @@ func TestEnvFrom(t *testing.T) {
 	e, err = nccl.EnvFrom(env("RANK", "1", "WORLD_SIZE", "2", "NCCL_COMM_ID", "10.0.0.1:6000", "MASTER_ADDR", "x", "MASTER_PORT", "1"))
 	require.NoError(t, err)
 	require.Equal(t, "10.0.0.1:6000", e.CommID, "NCCL_COMM_ID wins")
+	e, err = nccl.EnvFrom(env("RANK", "1", "WORLD_SIZE", "2", "MASTER_ADDR", "[fe80::1]", "MASTER_PORT", "29500"))
+	require.NoError(t, err)
+	require.Equal(t, "[fe80::1]:29500", e.CommID, "a bracketed IPv6 address")
+	e, err = nccl.EnvFrom(env("RANK", "1", "WORLD_SIZE", "2", "NCCL_COMM_ID", "[fe80::1%eth0]:6000"))
+	require.NoError(t, err)
+	require.Equal(t, "[fe80::1%eth0]:6000", e.CommID)
 	for name, get := range map[string]func(string) string{
-		"no RANK":           env("WORLD_SIZE", "2", "MASTER_ADDR", "a", "MASTER_PORT", "1"),
-		"RANK past the end": env("RANK", "2", "WORLD_SIZE", "2", "MASTER_ADDR", "a", "MASTER_PORT", "1"),
-		"no address":        env("RANK", "0", "WORLD_SIZE", "2"),
-		"bad port":          env("RANK", "0", "WORLD_SIZE", "2", "MASTER_ADDR", "a", "MASTER_PORT", "70000"),
-		"port not a number": env("RANK", "0", "WORLD_SIZE", "2", "MASTER_ADDR", "a", "MASTER_PORT", "http"),
+		"empty brackets":       env("RANK", "0", "WORLD_SIZE", "2", "MASTER_ADDR", "[]", "MASTER_PORT", "1"),
+		"stray bracket":        env("RANK", "0", "WORLD_SIZE", "2", "MASTER_ADDR", "0]0", "MASTER_PORT", "1"),
+		"host with a space":    env("RANK", "0", "WORLD_SIZE", "2", "MASTER_ADDR", "a b", "MASTER_PORT", "1"),
+		"host with a colon":    env("RANK", "0", "WORLD_SIZE", "2", "MASTER_ADDR", "a:b", "MASTER_PORT", "1"),
+		"signed port":          env("RANK", "0", "WORLD_SIZE", "2", "MASTER_ADDR", "a", "MASTER_PORT", "+1"),
+		"NCCL_COMM_ID no port": env("RANK", "0", "WORLD_SIZE", "2", "NCCL_COMM_ID", "10.0.0.1"),
+		"NCCL_COMM_ID []":      env("RANK", "0", "WORLD_SIZE", "2", "NCCL_COMM_ID", "[]:1"),
+		"NCCL_COMM_ID port 0":  env("RANK", "0", "WORLD_SIZE", "2", "NCCL_COMM_ID", "a:0"),
+		"no RANK":              env("WORLD_SIZE", "2", "MASTER_ADDR", "a", "MASTER_PORT", "1"),
+		"RANK past the end":    env("RANK", "2", "WORLD_SIZE", "2", "MASTER_ADDR", "a", "MASTER_PORT", "1"),
+		"no address":           env("RANK", "0", "WORLD_SIZE", "2"),
+		"bad port":             env("RANK", "0", "WORLD_SIZE", "2", "MASTER_ADDR", "a", "MASTER_PORT", "70000"),
+		"port not a number":    env("RANK", "0", "WORLD_SIZE", "2", "MASTER_ADDR", "a", "MASTER_PORT", "http"),
 	} {
 		_, err := nccl.EnvFrom(get)
 		require.ErrorIs(t, err, alloc.ErrInvalidValue, name)
@@ -221,7 +249,7 @@ func TestEnvFrom(t *testing.T) {
 // pass the same id to ncclCommInitRank.
 func TestFileRendezvous(t *testing.T) {
 	f := loadFake(t)
-	path := filepath.Join(t.TempDir(), "nccl-id")
+	path := filepath.Join(privateDir(t), "nccl-id")
 	const ranks = 3
 	ids := make([]nccl.UniqueID, ranks)
 	errs := make([]error, ranks)
@@ -252,12 +280,35 @@ func TestFileRendezvous(t *testing.T) {
 	require.ErrorIs(t, err, alloc.ErrInvalidValue)
 	require.Contains(t, err.Error(), "already exists")
 	start := time.Now()
-	_, err = f.l.FileRendezvous(filepath.Join(t.TempDir(), "never"), 1, 100*time.Millisecond)
+	_, err = f.l.FileRendezvous(filepath.Join(privateDir(t), "never"), 1, 100*time.Millisecond)
 	require.ErrorIs(t, err, nccl.ErrRendezvousTimeout)
 	require.Less(t, time.Since(start), 2*time.Second)
 	// A file that is not an id is refused.
-	junk := filepath.Join(t.TempDir(), "junk")
+	junk := filepath.Join(privateDir(t), "junk")
 	require.NoError(t, os.WriteFile(junk, []byte("hello"), 0o600))
 	_, err = f.l.FileRendezvous(junk, 1, time.Second)
 	require.ErrorIs(t, err, alloc.ErrInvalidValue)
+
+	// A directory another user could write is refused, by rank 0 before it
+	// makes an id and by the others before they read a forged one.
+	shared := t.TempDir()
+	require.NoError(t, os.Chmod(shared, 0o777))
+	forged := filepath.Join(shared, "nccl-id")
+	_, err = f.l.FileRendezvous(forged, 0, time.Second)
+	require.ErrorIs(t, err, nccl.ErrUntrustedDir)
+	_, statErr := os.Lstat(forged)
+	require.ErrorIs(t, statErr, os.ErrNotExist, "rank 0 published nothing")
+	require.NoError(t, os.WriteFile(forged, make([]byte, nccl.UniqueIDBytes), 0o666))
+	_, err = f.l.FileRendezvous(forged, 1, time.Second)
+	require.ErrorIs(t, err, nccl.ErrUntrustedDir)
+	require.Contains(t, err.Error(), shared)
+}
+
+// privateDir is a fresh directory only this user can use (t.TempDir's is
+// mode 0755), as FileRendezvous requires.
+func privateDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o700))
+	return dir
 }

@@ -49,7 +49,7 @@ func TestGPUInitRank(t *testing.T) {
 			return l.InitRank(d, 1, id, 0)
 		}},
 		{"file", func(t *testing.T) (*nccl.Comm, error) {
-			return l.InitFromFile(d, filepath.Join(t.TempDir(), "id"), 1, 0, 10*time.Second)
+			return l.InitFromFile(d, filepath.Join(privateDir(t), "id"), 1, 0, 10*time.Second)
 		}},
 		{"torchrun_env", func(t *testing.T) (*nccl.Comm, error) {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -120,11 +120,24 @@ type fileExchange struct {
 	next map[int]int
 }
 
+// MaxExchangeMessage bounds one rank's message in a FileExchange round
+// (OpenDevice's are an IPC handle and a few integers): a reader takes no
+// more from a file.
+const MaxExchangeMessage = 64 << 10
+
+// ErrUntrustedDir is a FileExchange directory another user could write
+// (not this user's, or not mode 0700): whoever can write it can forge any
+// rank's message, an IPC handle included (docs/security.md).
+var ErrUntrustedDir = rendezvous.ErrUntrustedDir
+
 // FileExchange is an Exchange for ranks ranks in processes that share
 // dir: each round, each rank publishes its message as a file
 // (round-K-rank-R, written atomically, internal/rendezvous) and polls for
 // the others'. A file that already exists is refused (a stale one from an
 // earlier run): use a fresh directory per job. Nobody removes the files.
+// dir must be owned by the ranks' user and closed to everyone else (mode
+// 0700), or AllGather fails with ErrUntrustedDir; a message file must be
+// a regular file of at most MaxExchangeMessage bytes.
 func FileExchange(dir string, ranks int) Exchange {
 	return &fileExchange{dir: dir, ranks: ranks, next: map[int]int{}}
 }
@@ -143,13 +156,16 @@ func (x *fileExchange) AllGather(rank int, msg []byte, timeout time.Duration) ([
 	k := x.next[rank]
 	x.next[rank]++
 	x.mu.Unlock()
+	if len(msg) > MaxExchangeMessage {
+		return nil, fmt.Errorf("%w: symheap: exchange: a message of %d B (at most %d)", alloc.ErrInvalidValue, len(msg), MaxExchangeMessage)
+	}
 	if err := rendezvous.Publish(x.path(k, rank), msg); err != nil {
 		return nil, fmt.Errorf("symheap: exchange: %w", err)
 	}
 	deadline := time.Now().Add(timeout)
 	out := make([][]byte, x.ranks)
 	for p := range out {
-		b, err := rendezvous.Await(x.path(k, p), time.Until(deadline), ErrExchangeTimeout)
+		b, err := rendezvous.Await(x.path(k, p), MaxExchangeMessage, time.Until(deadline), ErrExchangeTimeout)
 		if errors.Is(err, ErrExchangeTimeout) {
 			missing := []int{p}
 			for q := p + 1; q < x.ranks; q++ {

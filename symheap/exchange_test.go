@@ -36,7 +36,7 @@ func allGather(x symheap.Exchange, msg func(r int) []byte, timeout time.Duration
 func TestExchanges(t *testing.T) {
 	for name, mk := range map[string]func(t *testing.T, ranks int) symheap.Exchange{
 		"local": func(t *testing.T, ranks int) symheap.Exchange { return symheap.NewLocalExchange(ranks) },
-		"file":  func(t *testing.T, ranks int) symheap.Exchange { return symheap.FileExchange(t.TempDir(), ranks) },
+		"file":  func(t *testing.T, ranks int) symheap.Exchange { return symheap.FileExchange(privateDir(t), ranks) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			x := mk(t, 3)
@@ -64,9 +64,89 @@ func TestExchanges(t *testing.T) {
 
 // A file exchange refuses a directory left by an earlier run.
 func TestFileExchangeRefusesStaleFiles(t *testing.T) {
-	dir := t.TempDir()
+	dir := privateDir(t)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "round-0-rank-0"), []byte("old"), 0o600))
 	_, err := symheap.FileExchange(dir, 1).AllGather(0, []byte("new"), time.Second)
 	require.ErrorIs(t, err, alloc.ErrInvalidValue)
 	require.Contains(t, err.Error(), "already exists")
+}
+
+// privateDir is a fresh directory only this user can use (t.TempDir's is
+// mode 0755), as FileExchange requires.
+func privateDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o700))
+	return dir
+}
+
+// A directory another user could write is refused before anything is read
+// from it: a pre-written round-0-rank-1 there is not taken as rank 1's
+// message.
+func TestFileExchangeRefusesSharedDir(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o777))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "round-0-rank-1"), []byte("forged"), 0o666))
+	got, err := symheap.FileExchange(dir, 2).AllGather(0, []byte("mine"), time.Second)
+	require.ErrorIs(t, err, symheap.ErrUntrustedDir)
+	require.ErrorIs(t, err, alloc.ErrInvalidValue)
+	require.Contains(t, err.Error(), dir)
+	require.Nil(t, got)
+}
+
+// A message file larger than MaxExchangeMessage is refused, and so is a
+// message too large to publish.
+func TestFileExchangeBoundsMessages(t *testing.T) {
+	dir := privateDir(t)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "round-0-rank-1"), make([]byte, symheap.MaxExchangeMessage+1), 0o600))
+	_, err := symheap.FileExchange(dir, 2).AllGather(0, []byte("mine"), time.Second)
+	require.ErrorIs(t, err, alloc.ErrInvalidValue)
+	_, err = symheap.FileExchange(privateDir(t), 1).AllGather(0, make([]byte, symheap.MaxExchangeMessage+1), time.Second)
+	require.ErrorIs(t, err, alloc.ErrInvalidValue)
+}
+
+// An authenticated exchange delivers what the ranks sent, and refuses a
+// message without a valid tag under the job's key: one pre-written by
+// someone who can write the directory, or one sent under another key.
+func TestAuthenticatedExchange(t *testing.T) {
+	key := []byte("0123456789abcdef-job-secret")
+	auth := func(x symheap.Exchange, key []byte) symheap.Exchange {
+		a, err := symheap.AuthenticatedExchange(x, key)
+		require.NoError(t, err)
+		return a
+	}
+	dir := privateDir(t)
+	x := auth(symheap.FileExchange(dir, 2), key)
+	got, errs := allGather(x, func(r int) []byte { return fmt.Appendf(nil, "rank %d", r) }, 5*time.Second)
+	for r := range 2 {
+		require.NoError(t, errs[r])
+		require.Equal(t, [][]byte{[]byte("rank 0"), []byte("rank 1")}, got[r])
+	}
+
+	// Round 1: rank 1's message was written by someone without the key.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "round-1-rank-1"), []byte("a forged message, long enough to hold a tag......"), 0o600))
+	_, err := x.AllGather(0, []byte("mine"), 5*time.Second)
+	require.ErrorIs(t, err, symheap.ErrUnauthenticated)
+	require.ErrorIs(t, err, alloc.ErrInvalidValue)
+	require.Contains(t, err.Error(), "rank 1's message in round 1")
+
+	// Ranks with different keys (another job's) refuse each other.
+	inner := symheap.FileExchange(privateDir(t), 2)
+	keys := [][]byte{key, []byte("another-job-key-0123456789")}
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[r] = auth(inner, keys[r]).AllGather(r, []byte("hello"), 5*time.Second)
+		}()
+	}
+	wg.Wait()
+	require.ErrorIs(t, errs[0], symheap.ErrUnauthenticated)
+	require.Contains(t, errs[0].Error(), "rank 1's message")
+	require.ErrorIs(t, errs[1], symheap.ErrUnauthenticated)
+	require.Contains(t, errs[1].Error(), "rank 0's message")
+
+	_, err = symheap.AuthenticatedExchange(symheap.NewLocalExchange(1), []byte("short"))
+	require.ErrorIs(t, err, alloc.ErrInvalidValue)
 }

@@ -95,18 +95,28 @@ func (*Collector) Collect(ch chan<- prometheus.Metric) {
 		if err != nil {
 			continue // closed meanwhile
 		}
-		// Label values must be UTF-8 (MustNewConstMetric panics otherwise):
-		// New refuses such a name, but a driver's names are its own.
-		lv := []string{utf8Label(a.Driver().Name()), utf8Label(a.Info().Name), utf8Label(a.Name())}
+		lv := []string{label(a.Driver().Name()), label(a.Info().Name), label(a.Name())}
 		s := a.Stats()
 		for _, m := range metrics {
-			ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(s), lv...)
+			ch <- constMetric(m.desc, m.kind, m.value(s), lv...)
 		}
 		for _, st := range alloc.BlockStates {
-			ch <- prometheus.MustNewConstMetric(memoryBytes, prometheus.GaugeValue, float64(byState[st]), append([]string{string(st)}, lv...)...)
+			ch <- constMetric(memoryBytes, prometheus.GaugeValue, float64(byState[st]), append([]string{string(st)}, lv...)...)
 		}
 	}
 }
 
-// utf8Label is s with every byte that is not UTF-8 replaced by U+FFFD.
-func utf8Label(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
+// label makes a label value valid UTF-8, which Prometheus requires: the
+// names come from drivers (a plugin child's device name among them) and
+// from the engine, and a scrape must never fail on them.
+func label(v string) string { return strings.ToValidUTF8(v, "\uFFFD") }
+
+// constMetric is NewConstMetric that reports an error to the scrape
+// (prometheus.NewInvalidMetric) rather than panicking in it.
+func constMetric(d *prometheus.Desc, kind prometheus.ValueType, v float64, lv ...string) prometheus.Metric {
+	m, err := prometheus.NewConstMetric(d, kind, v, lv...)
+	if err != nil {
+		return prometheus.NewInvalidMetric(d, err)
+	}
+	return m
+}

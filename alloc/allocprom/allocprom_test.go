@@ -156,31 +156,30 @@ func TestOnlyImportersLinkPrometheus(t *testing.T) {
 	require.Contains(t, string(out), "github.com/google/pprof/profile", "the list is the real one")
 }
 
-// oddNames is a driver whose backend and device names are not UTF-8:
-// a driver's names are its own, and New accepts them.
-type oddNames struct{ alloc.Driver }
+// namedDriver is a driver whose backend and device names are not valid
+// UTF-8, as a plugin child's device name may be.
+type namedDriver struct{ alloc.Driver }
 
-func (oddNames) Name() string { return "cpu\xfe" }
-
-func (d oddNames) Info() alloc.DeviceInfo {
+func (namedDriver) Name() string { return "cpu\xfe" }
+func (d namedDriver) Info() alloc.DeviceInfo {
 	i := d.Driver.Info()
-	i.Name = "dev\xff\x01"
+	i.Name = "gpu\xff\xc3"
 	return i
 }
 
-// A scrape never panics on a name: labels that are not UTF-8 are written
-// with U+FFFD (issue 27, item 5).
-func TestScrapeOfNamesThatAreNotUTF8(t *testing.T) {
+// A scrape never panics on a name that is not valid UTF-8: the labels are
+// made valid.
+func TestScrapeInvalidUTF8Names(t *testing.T) {
 	d, err := cpu.New(cpu.Options{})
 	require.NoError(t, err)
 	defer d.Close()
-	a, err := alloc.New(oddNames{d}, alloc.Options{Name: "prom-odd\x01"})
+	a, err := alloc.New(namedDriver{d}, alloc.Options{Name: "prom-utf8"})
 	require.NoError(t, err)
 	defer a.Close()
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(allocprom.NewCollector()))
-	fams, err := reg.Gather()
+	var fams []*dto.MetricFamily
+	require.NotPanics(t, func() { fams, err = reg.Gather() })
 	require.NoError(t, err)
-	require.EqualValues(t, 0, value(t, fams, "capalloc_in_use_bytes",
-		map[string]string{"allocator": "prom-odd\x01", "backend": "cpu\uFFFD", "device": "dev\uFFFD\x01"}))
+	require.Zero(t, value(t, fams, "capalloc_in_use_bytes", map[string]string{"allocator": "prom-utf8", "backend": "cpu\uFFFD", "device": "gpu\uFFFD"}))
 }

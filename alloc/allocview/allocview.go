@@ -26,18 +26,24 @@
 //
 // To mount it elsewhere, use Handler: it serves the views relative to
 // wherever it is mounted (mux.Handle("/mem/", allocview.Handler())).
+//
+// Security: like net/http/pprof, these pages belong on a private
+// listener (localhost, or an interface only operators reach), never on
+// the engine's public one. They show device addresses, allocator and
+// workspace names and, in the profile, the engine's source paths; the
+// expvar import adds /debug/vars, whose "cmdline" is the process's
+// arguments. An engine that serves http.DefaultServeMux to the public
+// exposes them all by importing this package: serve the public listener
+// from its own mux, or build with -tags capalloc_nomount, which leaves
+// DefaultServeMux and expvar alone (mount Handler yourself, on a private
+// mux). A request's cost to the engine is bounded: snapshots are cached
+// for a second and taken one at a time (at most one walk of an
+// allocator's blocks under its lock per second, however many clients
+// poll), and snapshot.json lists at most DefaultMaxBlocks blocks
+// (?max_blocks=N for more; the X-Capalloc-Blocks header says "listed of
+// total"). docs/security.md.
 package allocview
 
-import (
-	"expvar"
-	"net/http"
-)
-
 // Prefix is where importing the package mounts Handler on
-// http.DefaultServeMux.
+// http.DefaultServeMux (unless built with -tags capalloc_nomount).
 const Prefix = "/debug/capalloc/"
-
-func init() {
-	http.Handle(Prefix, Handler())
-	expvar.Publish("capalloc", expvar.Func(Vars))
-}

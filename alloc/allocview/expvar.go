@@ -11,18 +11,15 @@ type AllocatorVars struct {
 }
 
 // Vars is the "capalloc" expvar's value: every open allocator's counters,
-// by name, and the profile's sampling rate.
+// by name, and the profile's sampling rate; like the views, from a
+// snapshot at most a second old.
 func Vars() any {
 	v := struct {
 		ProfileRate int                      `json:"profile_rate"`
 		Allocators  map[string]AllocatorVars `json:"allocators"`
 	}{alloc.ProfileRate(), map[string]AllocatorVars{}}
-	for _, a := range alloc.Allocators() {
-		bytes, err := a.BytesByState()
-		if err != nil {
-			continue // closed meanwhile
-		}
-		v.Allocators[a.Name()] = AllocatorVars{Backend: a.Driver().Name(), Device: a.Info().Name, Stats: a.Stats(), Bytes: bytes}
+	for _, s := range snapshots(alloc.Allocators()) { // cached, as the views'
+		v.Allocators[s.Allocator] = AllocatorVars{Backend: s.Backend, Device: s.Device, Stats: s.Stats, Bytes: s.Bytes}
 	}
 	return v
 }

@@ -40,7 +40,7 @@ func serve(w http.ResponseWriter, r *http.Request) {
 	case "profile":
 		serveProfile(w, one)
 	case "snapshot.json":
-		serveSnapshot(w, one)
+		serveSnapshot(w, r, one)
 	default:
 		http.Error(w, fmt.Sprintf("allocview: no view %q; views: index (the mount point), %s", view, strings.Join(views[1:], ", ")), http.StatusNotFound)
 	}
@@ -67,11 +67,12 @@ func chosen(one *alloc.Allocator) []*alloc.Allocator {
 	return alloc.Allocators()
 }
 
-// snapshots takes the snapshots of as, leaving out any closed meanwhile.
+// snapshots takes the snapshots of as (cached: snapshotOf), leaving out
+// any closed meanwhile.
 func snapshots(as []*alloc.Allocator) []alloc.Snapshot {
 	out := make([]alloc.Snapshot, 0, len(as))
 	for _, a := range as {
-		if s, err := a.Snapshot(); err == nil {
+		if s, err := snapshotOf(a); err == nil {
 			out = append(out, s)
 		}
 	}
@@ -96,25 +97,35 @@ func serveProfile(w http.ResponseWriter, one *alloc.Allocator) {
 	w.Write(buf.Bytes())
 }
 
-func serveSnapshot(w http.ResponseWriter, one *alloc.Allocator) {
-	var v any
+func serveSnapshot(w http.ResponseWriter, r *http.Request, one *alloc.Allocator) {
+	max := DefaultMaxBlocks
+	if v := r.URL.Query().Get("max_blocks"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			http.Error(w, fmt.Sprintf("allocview: max_blocks=%q: want a count of blocks", v), http.StatusBadRequest)
+			return
+		}
+		max = n
+	}
+	var snaps []alloc.Snapshot
 	if one != nil {
-		s, err := one.Snapshot()
+		s, err := snapshotOf(one)
 		if err != nil {
 			http.Error(w, "allocview: "+err.Error(), http.StatusInternalServerError)
 			return
 		}
-		v = s
+		snaps = []alloc.Snapshot{s}
 	} else {
-		v = snapshots(alloc.Allocators())
+		snaps = snapshots(alloc.Allocators())
 	}
-	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(v); err != nil {
-		http.Error(w, "allocview: "+err.Error(), http.StatusInternalServerError)
-		return
-	}
+	snaps, listed, total := limitBlocks(snaps, max)
 	w.Header().Set("Content-Type", "application/json")
-	w.Write(buf.Bytes())
+	w.Header().Set("X-Capalloc-Blocks", fmt.Sprintf("%d of %d", listed, total))
+	var v any = snaps
+	if one != nil {
+		v = snaps[0]
+	}
+	_ = json.NewEncoder(w).Encode(v) // straight to the client; a failed write is theirs
 }
 
 func serveSegments(w http.ResponseWriter, one *alloc.Allocator) {

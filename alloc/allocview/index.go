@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"html/template"
 	"net/http"
-	"net/url"
 	"strconv"
 
 	"github.com/capalloc/capalloc/alloc"
@@ -105,11 +104,7 @@ func serveIndex(w http.ResponseWriter, r *http.Request, one *alloc.Allocator) {
 	default:
 		page.RateText = "one sample per " + bytesText(int64(page.Rate)) + " allocated, on average"
 	}
-	u := url.URL{Scheme: "http", Host: r.Host, Path: r.URL.Path + "profile"}
-	if r.TLS != nil {
-		u.Scheme = "https"
-	}
-	page.ProfileURL = u.String()
+	page.ProfileURL = profileURL(r)
 	for _, s := range snapshots(chosen(one)) {
 		ia := indexAllocator{Name: printable(s.Allocator), Key: s.Allocator, Backend: printable(s.Backend), Device: printable(s.Device),
 			Counters: counters(s.Stats)}

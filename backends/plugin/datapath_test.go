@@ -167,6 +167,31 @@ func TestChecksum(t *testing.T) {
 	require.Contains(t, err.Error(), "does not match")
 }
 
+// The binary that runs is the one whose checksum was checked: a file
+// swapped in at the path after the check (here a script that exits at
+// once) is not what the host executes.
+func TestChecksumRunsTheCheckedFile(t *testing.T) {
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	data, err := os.ReadFile(exe)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "capalloc-plugin")
+	require.NoError(t, os.WriteFile(bin, data, 0o755))
+	sum := sha256.Sum256(data)
+	evil := filepath.Join(dir, "evil")
+	require.NoError(t, os.WriteFile(evil, []byte("#!/bin/sh\nexit 7\n"), 0o755))
+	afterChecksum = func() { require.NoError(t, os.Rename(evil, bin)) }
+	defer func() { afterChecksum = nil }()
+
+	d := open(t, "plugin:"+bin+":plugin.backend=cpu,plugin.start_timeout=20s,plugin.sha256="+hex.EncodeToString(sum[:]))
+	_, err = d.CreateStream()
+	require.NoError(t, err)
+	got, err := os.ReadFile(bin)
+	require.NoError(t, err)
+	require.Contains(t, string(got), "exit 7", "the path was swapped")
+}
+
 func TestPathNeedsBackendWhenSeveral(t *testing.T) {
 	exe, err := os.Executable()
 	require.NoError(t, err)

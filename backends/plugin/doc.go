@@ -11,7 +11,7 @@
 // The host side is an alloc.Driver, so alloc and the conformance suite run
 // over it unchanged. Options for the host (prefix "plugin."):
 //
-//	plugin.sha256=HEX          the binary must have this SHA-256 (go-plugin SecureConfig)
+//	plugin.sha256=HEX          the binary must have this SHA-256 (hashed and executed through one descriptor)
 //	plugin.call_timeout=60s    deadline of each call; past it the process is killed (ErrBackendHung)
 //	plugin.start_timeout=30s   deadline for starting the process and the handshake
 //	plugin.backend=NAME        the backend a binary given by path serves (default: its only one)
@@ -22,6 +22,13 @@
 // on $PATH. Pinned host memory and copy staging live in shared memory
 // (memfd) both processes map: no bulk data crosses the RPC pipe. See
 // docs/plugin-mode.md.
+//
+// Trust: the config string picks a program to execute (a path, or
+// $CAPALLOC_PLUGIN), so it must come from whoever may run programs as the
+// engine; plugin.sha256 pins the file. The child itself is not trusted not
+// to crash or misbehave: its shared memory must be memfds sealed against
+// shrinking, its device info is validated, and its replies are checked
+// against what the host mapped (docs/security.md).
 //
 // Errors: every call after the backend process died fails with an error
 // wrapping alloc.ErrBackendCrashed (with the exit status), or

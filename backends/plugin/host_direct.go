@@ -154,12 +154,20 @@ func (d *Driver) directSpan(p alloc.DevicePtr, n int64, s alloc.Stream) (span []
 	}
 	m := d.direct.get(id)
 	if m == nil {
-		b, err := mapChildFile(d.proc.pid, int(fd), size, ino)
+		b, err := mapChild(d.proc, int(fd), size, ino)
 		if err != nil {
 			err = d.mapErr(p, n, err)
 			return nil, nil, true, async, errors.Join(err, release())
 		}
 		m = d.direct.add(id, b)
+	}
+	// Ids are never reused and a region never changes size: a reply that
+	// disagrees with the cached mapping is forged (or a bug), and slicing
+	// past the mapping would panic this process.
+	if int64(len(m.buf)) != size || off+n > int64(len(m.buf)) {
+		d.direct.put(m)
+		return nil, nil, true, async, errors.Join(fmt.Errorf("%w: direct span [%d, +%d) of region %d announced at %d B, mapped at %d B",
+			errMalformed, off, n, id, size, len(m.buf)), release())
 	}
 	return m.buf[off : off+n : off+n], func() error {
 		d.direct.put(m)
@@ -175,7 +183,7 @@ func (d *Driver) mapErr(p alloc.DevicePtr, n int64, err error) error {
 	if errors.Is(err, errStaleRegion) { // freed by another goroutine meanwhile
 		return fmt.Errorf("plugin %s: %v %#x+%d: %w", d.name, opDirectSpan, uint64(p), n, err)
 	}
-	return fmt.Errorf("%w: plugin %s: %v: %v", alloc.ErrDriver, d.name, opDirectSpan, err)
+	return fmt.Errorf("%w: plugin %s: %v: %w", alloc.ErrDriver, d.name, opDirectSpan, err)
 }
 
 // directIn is CopyHtoD's single-copy path; ok is false when the driver

@@ -31,7 +31,7 @@ func (d *Driver) allocShared(op, free opcode, size int64, staging bool) (*mappin
 	if r.err != nil {
 		return nil, r.err
 	}
-	b, err := mapChild(d.proc.pid, int(fd), size)
+	b, err := mapChild(d.proc, int(fd), size, 0)
 	if err != nil {
 		_ = d.callErr(free, newReq(free).u64(id))
 		return nil, fmt.Errorf("%w: plugin %s: %s %d B: %w", alloc.ErrOutOfMemory, d.name, op, size, err)

@@ -1,11 +1,13 @@
 package plugin
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -90,13 +92,12 @@ func Open(ctx context.Context, target string, opts backends.Options) (*Driver, e
 	if callTimeout == 0 || startTimeout == 0 {
 		return nil, fmt.Errorf("%w: plugin timeouts must be positive", backends.ErrInvalidConfig)
 	}
-	var secure *goplugin.SecureConfig
+	var sum []byte
 	if h, ok := host[optSHA256]; ok {
-		sum, err := hex.DecodeString(h)
+		sum, err = hex.DecodeString(h)
 		if err != nil || len(sum) != sha256.Size {
 			return nil, fmt.Errorf("%w: option %s=%q: want 64 hex digits", backends.ErrInvalidConfig, optSHA256, h)
 		}
-		secure = &goplugin.SecureConfig{Checksum: sum, Hash: sha256.New()}
 	}
 
 	var path, backend string
@@ -115,16 +116,44 @@ func Open(ctx context.Context, target string, opts backends.Options) (*Driver, e
 			return nil, err
 		}
 	}
-	if secure != nil {
-		ok, err := secure.Check(path)
+	run := path
+	if sum != nil {
+		f, err := openChecked(path, sum)
 		if err != nil {
-			return nil, fmt.Errorf("%w: plugin binary %s: checksum: %v", alloc.ErrBackendUnavailable, path, err)
+			return nil, err
 		}
-		if !ok {
-			return nil, fmt.Errorf("%w: plugin binary %s does not match %s", alloc.ErrBackendUnavailable, path, optSHA256)
-		}
+		defer f.Close() // once the child has exec'd it
+		run = fmt.Sprintf("/proc/self/fd/%d", f.Fd())
 	}
-	return start(ctx, path, backend, fwd, callTimeout, startTimeout)
+	return start(ctx, run, path, backend, fwd, callTimeout, startTimeout)
+}
+
+// afterChecksum, when set (by tests), runs between the checksum and the
+// exec: where a swapped file would be run if the exec went by path.
+var afterChecksum func()
+
+// openChecked opens the plugin binary at path and checks its SHA-256
+// through the open file, which the caller then executes (as
+// /proc/self/fd/N, as fexecve does): a file swapped at path after the
+// check is never what runs.
+func openChecked(path string, sum []byte) (*os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: plugin binary %s: checksum: %v", alloc.ErrBackendUnavailable, path, err)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%w: plugin binary %s: checksum: %v", alloc.ErrBackendUnavailable, path, err)
+	}
+	if !bytes.Equal(h.Sum(nil), sum) {
+		f.Close()
+		return nil, fmt.Errorf("%w: plugin binary %s does not match %s", alloc.ErrBackendUnavailable, path, optSHA256)
+	}
+	if afterChecksum != nil {
+		afterChecksum()
+	}
+	return f, nil
 }
 
 // findBinary picks the plugin binary for plugin:NAME: $CAPALLOC_PLUGIN, the
@@ -153,14 +182,16 @@ func findBinary(getenv func(string) string, self bool, exe string, lookPath func
 		alloc.ErrBackendUnavailable, EnvBinary, BinaryName, strings.Join(searched, " or "))
 }
 
-func start(ctx context.Context, path, backend string, fwd backends.Options, callTimeout, startTimeout time.Duration) (*Driver, error) {
+// start runs the binary at run (path, or the checked file's descriptor)
+// as the backend process; path is what errors name.
+func start(ctx context.Context, run, path, backend string, fwd backends.Options, callTimeout, startTimeout time.Duration) (*Driver, error) {
 	var proc *process
 	client := goplugin.NewClient(&goplugin.ClientConfig{
 		HandshakeConfig:  Handshake,
 		Plugins:          hostPlugins(),
 		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
 		RunnerFunc: func(_ hclog.Logger, spec *exec.Cmd, _ string) (runner.Runner, error) {
-			proc = newProcess(path, spec.Env)
+			proc = newProcess(run, path, spec.Env)
 			return proc, nil
 		},
 		StartTimeout: startTimeout,
@@ -213,6 +244,9 @@ func start(ctx context.Context, path, backend string, fwd backends.Options, call
 	name, domain := r.str(), r.str()
 	d.info = alloc.DeviceInfo{Name: r.str(), TotalMemory: r.i64(), Alignment: r.i64(), UnifiedMemory: r.bool()}
 	d.caps = r.u64()
+	if r.err == nil {
+		r.err = checkInfo(&d.info)
+	}
 	if r.err != nil {
 		_ = d.Close()
 		return nil, r.err
@@ -241,4 +275,24 @@ func openReq(backend string, opts backends.Options) *enc {
 		e.str(k).str(opts[k])
 	}
 	return e
+}
+
+// maxDeviceName bounds the device name kept from the backend.
+const maxDeviceName = 256
+
+// checkInfo validates what the backend says of its device: the backend is
+// not trusted, and the allocator shifts by the alignment (a forged one
+// would spin alloc.New forever) and metrics label by the name.
+func checkInfo(info *alloc.DeviceInfo) error {
+	if err := alloc.CheckAlignment(info.Alignment); err != nil {
+		return fmt.Errorf("%w: plugin: backend's device info: %w", errMalformed, err)
+	}
+	if info.TotalMemory < 0 {
+		return fmt.Errorf("%w: plugin: backend's device has %d B", errMalformed, info.TotalMemory)
+	}
+	if len(info.Name) > maxDeviceName {
+		info.Name = info.Name[:maxDeviceName]
+	}
+	info.Name = strings.ToValidUTF8(info.Name, "\uFFFD")
+	return nil
 }

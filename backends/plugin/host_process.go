@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"syscall"
 
 	"github.com/hashicorp/go-plugin/runner"
 )
@@ -25,18 +26,27 @@ type process struct {
 	exited chan struct{} // closed when the process has been reaped
 	state  *os.ProcessState
 	err    error // Wait's error
+
+	// pidfd names this process, not its pid number (which the kernel
+	// reuses once it is reaped): alive uses it. -1 without pidfds. mu
+	// keeps it from being closed under alive.
+	mu    sync.RWMutex
+	pidfd int
 }
 
 var _ runner.Runner = (*process)(nil)
 
-func newProcess(path string, env []string) *process {
-	cmd := exec.Command(path)
+// newProcess runs the binary at run, with path as its argv[0] (they
+// differ when run is a checked descriptor, /proc/self/fd/N).
+func newProcess(run, path string, env []string) *process {
+	cmd := exec.Command(run)
+	cmd.Args[0] = path
 	cmd.Env = append(env, envParent+"="+strconv.Itoa(os.Getpid()))
 	// A killed host must leave no orphan: the kernel kills the child when
 	// the forking thread dies (see forker), and the child also watches its
 	// parent pid.
 	cmd.SysProcAttr = childSysProcAttr()
-	return &process{cmd: cmd, exited: make(chan struct{})}
+	return &process{cmd: cmd, exited: make(chan struct{}), pidfd: -1}
 }
 
 // forker runs every fork on one goroutine locked to its OS thread for the
@@ -85,9 +95,16 @@ func (p *process) Start(context.Context) error {
 		return err
 	}
 	p.stdout, p.stderr, p.pid = outR, errR, p.cmd.Process.Pid
+	p.pidfd = pidfdOpen(p.pid) // before Wait: nothing reaps the child until then
 	go func() {
 		p.err = p.cmd.Wait()
 		p.state = p.cmd.ProcessState
+		p.mu.Lock()
+		if p.pidfd >= 0 {
+			_ = syscall.Close(p.pidfd)
+			p.pidfd = -1
+		}
+		p.mu.Unlock()
 		close(p.exited)
 	}()
 	return nil
@@ -108,6 +125,23 @@ func (p *process) Kill(context.Context) error {
 	return nil
 }
 
+// alive reports whether the process has not been reaped, so that its pid
+// still names it: a file opened through /proc/<pid> before alive said so
+// came from this process, never from a stranger that reused the number.
+func (p *process) alive() bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.pidfd >= 0 {
+		return pidfdAlive(p.pidfd)
+	}
+	select {
+	case <-p.exited:
+		return false
+	default: // the reaper may have reaped it and not said so yet: the pidfd covers that
+		return true
+	}
+}
+
 // kill sends SIGKILL and waits until the process is reaped.
 func (p *process) kill() {
 	_ = p.Kill(context.Background())
@@ -125,7 +159,7 @@ func (p *process) status() string {
 
 func (p *process) Stdout() io.ReadCloser                            { return p.stdout }
 func (p *process) Stderr() io.ReadCloser                            { return p.stderr }
-func (p *process) Name() string                                     { return p.cmd.Path }
+func (p *process) Name() string                                     { return p.cmd.Args[0] } // the path, not /proc/self/fd/N
 func (p *process) ID() string                                       { return strconv.Itoa(p.pid) }
 func (p *process) Diagnose(context.Context) string                  { return "" }
 func (p *process) PluginToHost(n, a string) (string, string, error) { return n, a, nil }

@@ -22,17 +22,36 @@ type mapping struct {
 	staging bool // internal copy staging, never handed to the caller
 }
 
-// mapChild maps the child's fd n of size bytes into this process.
-func mapChild(pid, fd int, size int64) ([]byte, error) { return mapChildFile(pid, fd, size, 0) }
+// mapChild maps size bytes of the backend's fd n into this process. The
+// backend is not trusted: the file must be a memfd of at least size bytes
+// sealed against shrinking (else a later ftruncate in the backend would
+// make this process fault on the mapping), and the process must still be
+// alive once the file is open (else its pid may name another process).
+// ino, when not 0, is the memfd's inode as the backend announced it.
+func mapChild(p *process, fd int, size int64, ino uint64) ([]byte, error) {
+	b, err := mapChildFile(p.pid, fd, size, ino)
+	if err != nil {
+		return nil, err
+	}
+	if !p.alive() {
+		_ = unix.Munmap(b)
+		return nil, fmt.Errorf("%w: plugin: backend process %d exited while its shared memory was being mapped", alloc.ErrBackendCrashed, p.pid)
+	}
+	return b, nil
+}
 
 // errStaleRegion is a region whose fd the backend closed (freed) before
 // this process opened it: the number may now name another file.
 var errStaleRegion = fmt.Errorf("%w: plugin: shared region freed before it was mapped", alloc.ErrInvalidValue)
 
-// mapChildFile is mapChild, checking when ino is not 0 that the fd still
-// names that memfd, at least size bytes long.
+// mapChildFile opens pid's fd n and maps its first size bytes, checking
+// when ino is not 0 that the fd still names that memfd, and always that
+// the file is safe to map (checkRegionFile).
 func mapChildFile(pid, fd int, size int64, ino uint64) ([]byte, error) {
-	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/%d", pid, fd), os.O_RDWR, 0)
+	if size <= 0 || fd < 0 {
+		return nil, fmt.Errorf("%w: shared region of %d B at fd %d", errMalformed, size, fd)
+	}
+	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/%d", pid, fd), os.O_RDWR|unix.O_NONBLOCK, 0)
 	if err != nil {
 		if ino != 0 && os.IsNotExist(err) {
 			return nil, errStaleRegion
@@ -40,14 +59,15 @@ func mapChildFile(pid, fd int, size int64, ino uint64) ([]byte, error) {
 		return nil, fmt.Errorf("opening the backend's shared memory: %w", err)
 	}
 	defer f.Close()
-	if ino != 0 {
-		var st unix.Stat_t
-		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-			return nil, fmt.Errorf("fstat of the backend's shared memory: %w", err)
-		}
-		if st.Ino != ino || st.Size < size {
-			return nil, errStaleRegion
-		}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, fmt.Errorf("fstat of the backend's shared memory: %w", err)
+	}
+	if ino != 0 && (st.Ino != ino || st.Size < size) {
+		return nil, errStaleRegion
+	}
+	if err := checkRegionFile(int(f.Fd()), &st, size); err != nil {
+		return nil, err
 	}
 	b, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {

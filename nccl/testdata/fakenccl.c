@@ -4,7 +4,8 @@
  * ncclUniqueId passed by value crossed purego intact, with the arguments
  * around it. ncclGetUniqueId puts "env:" and NCCL_COMM_ID into the id when
  * that variable is set (as NCCL derives the id from it), else a counter
- * pattern. Windows (ncclMemAlloc, ncclCommWindowRegister) are left out
+ * pattern; rank 0's ncclCommInitRank of such an id fails unless the
+ * variable is still set (NCCL starts the root there). Windows (ncclMemAlloc, ncclCommWindowRegister) are left out
  * with -DFAKE_NO_WINDOWS, as in NCCL before 2.27. -DFAKE_RCCL makes it an
  * RCCL: it also exports ncclAllToAllv, RCCL's own (rccl.h, under
  * RCCL_ALLTOALLV). -DFAKE_VERSION=N sets the version code ncclGetVersion
@@ -45,6 +46,13 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
 
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
   if (!comm || nranks < 1 || rank < 0 || rank >= nranks) return 4;
+  /* NCCL's rank 0 starts the bootstrap root in ncclCommInitRank when
+   * NCCL_COMM_ID is set (init.cc, ncclCommInitRankDev): an id derived from
+   * the variable needs it still set there, or no root would listen. */
+  if (rank == 0 && strncmp(id.internal, "env:", 4) == 0) {
+    const char *env = getenv("NCCL_COMM_ID");
+    if (!env || strncmp(env, id.internal + 4, sizeof id.internal - 5) != 0) return 4;
+  }
   pthread_mutex_lock(&mu);
   last_id = id;
   last_nranks = nranks;
