@@ -24,4 +24,8 @@ var (
 	// ErrExchangeTimeout: a rank did not reach an exchange round within
 	// the timeout (it never started, died, or used another exchange).
 	ErrExchangeTimeout = errors.New("symheap: handle exchange timed out")
+	// ErrPeerClosed: a rank closed its device heap while this one still
+	// runs collectives: they are refused before they touch any rank's
+	// memory, and the heap is broken from then on.
+	ErrPeerClosed = errors.New("symheap: a peer closed its heap")
 )
