@@ -404,7 +404,6 @@ func (h *DeviceHeap) Close() error {
 		return fmt.Errorf("%w: symheap: closing a device heap during a capture (state %s)", alloc.ErrCaptureIllegalOp, st)
 	}
 	h.closed = true
-	h.mem.closed.Store(true)
 	cross := h.crossProcess()
 	var errs []error
 	if gone {
@@ -412,6 +411,7 @@ func (h *DeviceHeap) Close() error {
 		// already: nothing is left to mark, unmap or free, and what
 		// closePeers and free report of it is that; the peers must still
 		// not wait for this rank.
+		h.mem.closed.Store(true)
 		errs = append(errs, fmt.Errorf("%w: symheap: device heap of rank %d: its allocator was closed before it, releasing the heap's memory under its peers (close the heap first)", alloc.ErrClosed, h.rank))
 	} else {
 		errs = append(errs, h.markClosed())
@@ -439,6 +439,9 @@ func (h *DeviceHeap) Close() error {
 // collectives stop there.
 func (h *DeviceHeap) markClosed() error {
 	serr := h.a.Synchronize() // this rank's collectives are done, or gave up
+	// Only now: a peer of this process may still launch its side of a
+	// collective this rank launched before Close.
+	h.mem.closed.Store(true)
 	if err := h.a.Upload(h.buf, 0, closedWord(h.rank)); err != nil {
 		return errors.Join(serr, fmt.Errorf("symheap: marking the heap of rank %d closed: %w", h.rank, err))
 	}
