@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
@@ -46,20 +47,24 @@ func TestFakeDeviceHeapPeerClosedAcrossProcesses(t *testing.T) {
 		cmds[r].Stdout, cmds[r].Stderr = &outs[r], &outs[r]
 		require.NoError(t, cmds[r].Start())
 	}
+	var errs [2]error
 	for r, c := range cmds {
-		require.NoError(t, c.Wait(), "rank %d:\n%s", r, outs[r].String())
+		errs[r] = c.Wait()
+	}
+	for r, err := range errs {
+		assert.NoError(t, err, "rank %d:\n%s", r, outs[r].String())
 	}
 }
 
 // awaitFile waits for path to exist (the other rank's signal).
 func awaitFile(t *testing.T, path string) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if _, err := os.Stat(path); err == nil {
 			return
 		}
-		require.True(t, time.Now().Before(deadline), "no %s after a minute", filepath.Base(path))
+		require.True(t, time.Now().Before(deadline), "no %s after 30 s", filepath.Base(path))
 		time.Sleep(10 * time.Millisecond)
 	}
 }
@@ -68,6 +73,12 @@ func devHeapClosedChild(t *testing.T, spec string) {
 	f := strings.SplitN(spec, ",", 2)
 	rank, _ := strconv.Atoi(f[0])
 	dir := f[1]
+	signals := map[int][]string{0: {"synced", "done"}, 1: {"closed", "read"}}[rank]
+	t.Cleanup(func() { // a rank that failed early must not leave its peer waiting
+		for _, s := range signals {
+			_ = os.WriteFile(filepath.Join(dir, s), nil, 0o600)
+		}
+	})
 	d, err := New(Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { d.Close() })
