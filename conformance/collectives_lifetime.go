@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,13 +28,12 @@ func (s *suite) deviceHeapLifetime(t *testing.T) {
 // lifeRanks is n goroutine ranks of a device heap, each with its own
 // driver and allocator; the cleanup closes what the cell did not.
 type lifeRanks struct {
-	drivers  []alloc.Driver
-	as       []*alloc.Allocator
-	heaps    []*symheap.DeviceHeap
-	aClosed  []bool
-	hClosed  []bool
-	size     int64
-	closeAll sync.Once
+	drivers []alloc.Driver
+	as      []*alloc.Allocator
+	heaps   []*symheap.DeviceHeap
+	aClosed []bool
+	hClosed []bool
+	size    int64
 }
 
 // openLifeRanks opens the ranks; ok is false where the backend has no
