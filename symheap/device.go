@@ -385,8 +385,9 @@ func (h *DeviceHeap) release() error {
 //
 // Its allocator must still be open: closing the allocator first releases
 // the heap's memory under the peers (the allocator's Close reports it as
-// leaked); the heap's Close then still lets its peers go, without a
-// round they would wait for in vain, and fails with alloc.ErrClosed.
+// leaked); the heap's Close then still lets its peers go (those of this
+// process marked on the host, the release round made where there is one,
+// so no peer waits the timeout) and fails with alloc.ErrClosed.
 // Refused during a capture (alloc.ErrCaptureIllegalOp), the heap left
 // open; a second Close fails with alloc.ErrClosed.
 func (h *DeviceHeap) Close() error {
@@ -407,10 +408,11 @@ func (h *DeviceHeap) Close() error {
 	cross := h.crossProcess()
 	var errs []error
 	if gone {
-		// The allocator released the memory (and unmapped the peers')
-		// already: nothing is left to mark, unmap or free, and what
-		// closePeers and free report of it is that; the peers must still
-		// not wait for this rank.
+		// The allocator released the memory already: there is no pad to
+		// copy the mark from, and no guarded call left to unmap the peers
+		// of other processes with (the driver's Close does). What
+		// closePeers and free report is that; the peers of this process
+		// are marked on the host, and no peer waits for this rank.
 		h.mem.closed.Store(true)
 		errs = append(errs, fmt.Errorf("%w: symheap: device heap of rank %d: its allocator was closed before it, releasing the heap's memory under its peers (close the heap first)", alloc.ErrClosed, h.rank))
 	} else {
