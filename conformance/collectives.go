@@ -40,6 +40,7 @@ func (s *suite) collectivesGroup(t *testing.T) {
 	t.Run("alloc_mismatch_is_loud", s.allocMismatchIsLoud)
 	t.Run("heap_capture_rules", s.heapCaptureRules)
 	t.Run("device_heap_copy", s.deviceHeap)
+	t.Run("device_heap_lifetime", s.deviceHeapLifetime)
 	t.Run("ranks_share_a_driver", s.ranksShareADriver)
 }
 

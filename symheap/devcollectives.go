@@ -108,6 +108,9 @@ func (h *DeviceHeap) collective(op, name string, c kernels.Coll, items int64) er
 	if err := h.usableLocked(op); err != nil {
 		return err
 	}
+	if err := h.peersOpenLocked(); err != nil {
+		return fmt.Errorf("symheap: %s on rank %d: %w", op, h.rank, err)
+	}
 	if h.Ranks() > kernels.MaxRanks {
 		return fmt.Errorf("%w: symheap: %s: the device collectives serve at most %d ranks, this heap has %d", alloc.ErrInvalidValue, op, kernels.MaxRanks, h.Ranks())
 	}
@@ -125,6 +128,20 @@ func (h *DeviceHeap) launchLocked(op, name string, params []byte, grid uint32) e
 	})
 	if err != nil {
 		return fmt.Errorf("symheap: %s on rank %d: %w", op, h.rank, err)
+	}
+	return nil
+}
+
+// peersOpenLocked breaks the heap, with ErrPeerClosed, when a peer of
+// this process closed its heap: its collectives are then refused before
+// they launch. (A peer in another process marks this rank's pad instead:
+// the kernels stop at ca_begin, and Synchronize reports it.)
+func (h *DeviceHeap) peersOpenLocked() error {
+	for p, m := range h.locals {
+		if m != nil && m.closed.Load() {
+			h.err = fmt.Errorf("%w: rank %d closed its heap; rank %d's collectives are refused from then on", ErrPeerClosed, p, h.rank)
+			return h.err
+		}
 	}
 	return nil
 }
@@ -154,7 +171,7 @@ func (h *DeviceHeap) Synchronize() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return fmt.Errorf("%w: symheap: device heap of rank %d is closed", alloc.ErrClosed, h.rank)
+		return fmt.Errorf("%w: symheap: device heap of rank %d is closed: the collectives its graphs replayed since were refused on the device without running (nothing written, outputs left as they were); close those graphs", alloc.ErrClosed, h.rank)
 	}
 	if h.err != nil {
 		return h.err

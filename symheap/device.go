@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/kernels"
 )
 
 // SignalPadBytes is the zeroed signal pad at the start of every rank's
@@ -45,9 +46,11 @@ type DeviceHeap struct {
 	bump    bump
 
 	buf    alloc.Buffer      // this rank's allocation: pad, then heap
+	mem    *devMem           // buf as this process's ranks share it (devmem.go)
 	table  alloc.Buffer      // Ranks() little-endian uint64: bases as mapped here
 	bases  []alloc.DevicePtr // rank p's allocation as mapped here
 	opened []bool            // bases[p] came from IPCOpenMemHandle
+	locals []*devMem         // rank p's allocation, held: a peer of this process
 
 	kern    *devKernels // the collectives, loaded at open (nil: kernErr says why)
 	kernErr error
@@ -114,9 +117,10 @@ func firstFailure(msgs [][]byte) ([][]byte, error) {
 	return out, nil
 }
 
-// export payload: heap size, process token, base address, device ordinal
-// (-1: unknown), IPC handle.
-const exportHeader = 8 + 16 + 8 + 8
+// export payload: heap size, process token, the allocation's id in its
+// process (devMem), base address, device ordinal (-1: unknown), IPC
+// handle.
+const exportHeader = 8 + 16 + 8 + 8 + 8
 
 // OpenDevice makes rank's heap of size bytes on a's device and maps every
 // peer's, exchanging IPC handles through x (NewLocalExchange for
@@ -154,7 +158,7 @@ func OpenDevice(rank int, a *alloc.Allocator, x Exchange, size int64, opts Devic
 		opts.Timeout = DefaultTimeout
 	}
 	h := &DeviceHeap{rank: rank, a: a, x: x, timeout: opts.Timeout, bump: newBump(size, groupID(x)),
-		bases: make([]alloc.DevicePtr, x.Ranks()), opened: make([]bool, x.Ranks())}
+		bases: make([]alloc.DevicePtr, x.Ranks()), opened: make([]bool, x.Ranks()), locals: make([]*devMem, x.Ranks())}
 	if err := h.refusal(); err != nil {
 		return nil, err // at once: the peers time out (ErrExchangeTimeout)
 	}
@@ -234,6 +238,7 @@ func (h *DeviceHeap) allocate() ([]byte, error) {
 	if h.buf, err = a.AllocSync(SignalPadBytes + h.bump.size); err != nil {
 		return nil, fmt.Errorf("symheap: device heap of rank %d: %w", h.rank, err)
 	}
+	h.mem = newDevMem(a, h.buf)
 	if h.table, err = a.AllocSync(8 * int64(len(h.bases))); err != nil {
 		return nil, fmt.Errorf("symheap: peer table of rank %d: %w", h.rank, err)
 	}
@@ -248,6 +253,7 @@ func (h *DeviceHeap) allocate() ([]byte, error) {
 	tok := processToken()
 	msg := binary.LittleEndian.AppendUint64(nil, uint64(h.bump.size))
 	msg = append(msg, tok[:]...)
+	msg = binary.LittleEndian.AppendUint64(msg, h.mem.id)
 	msg = binary.LittleEndian.AppendUint64(msg, uint64(h.buf.Ptr()))
 	msg = binary.LittleEndian.AppendUint64(msg, uint64(int64(h.deviceOrdinal())))
 	return append(msg, handle...), nil
@@ -270,13 +276,17 @@ func (h *DeviceHeap) openPeers(exports [][]byte) error {
 			return fmt.Errorf("%w: rank %d: rank %d's heap is %d B, this rank's %d B: every rank opens the same size", ErrPeerOpen, h.rank, p, size, h.bump.size)
 		}
 		if [16]byte(m[8:24]) == tok {
-			if dev := int(int64(binary.LittleEndian.Uint64(m[32:]))); me >= 0 && dev >= 0 && dev != me && !enabled[dev] {
+			if dev := int(int64(binary.LittleEndian.Uint64(m[40:]))); me >= 0 && dev >= 0 && dev != me && !enabled[dev] {
 				if err := h.enablePeer(p, dev); err != nil {
 					return err
 				}
 				enabled[dev] = true
 			}
-			h.bases[p] = alloc.DevicePtr(binary.LittleEndian.Uint64(m[24:]))
+			pm, ok := acquireDevMem(binary.LittleEndian.Uint64(m[24:]))
+			if !ok {
+				return fmt.Errorf("%w: rank %d: rank %d's heap was released before this rank mapped it", ErrPeerOpen, h.rank, p)
+			}
+			h.bases[p], h.locals[p] = alloc.DevicePtr(binary.LittleEndian.Uint64(m[32:])), pm
 			continue
 		}
 		ptr, err := h.a.IPCOpenMemHandle(m[exportHeader:])
@@ -304,13 +314,18 @@ func (h *DeviceHeap) writeTable() error {
 	return nil
 }
 
-// closePeers unmaps the peers' heaps this rank opened.
+// closePeers unmaps the peers' heaps this rank opened and lets go of
+// those of this process.
 func (h *DeviceHeap) closePeers() error {
 	var errs []error
 	for p, ok := range h.opened {
 		if ok {
 			errs = append(errs, h.a.IPCCloseMemHandle(h.bases[p]))
 			h.opened[p] = false
+		}
+		if m := h.locals[p]; m != nil {
+			errs = append(errs, m.release())
+			h.locals[p] = nil
 		}
 		if p != h.rank {
 			h.bases[p] = 0
@@ -319,17 +334,44 @@ func (h *DeviceHeap) closePeers() error {
 	return errors.Join(errs...)
 }
 
-// free frees this rank's heap and table.
+// free frees this rank's table and lets go of its heap, which the last
+// rank of this process to hold it frees.
 func (h *DeviceHeap) free() error {
 	var errs []error
-	for _, b := range []*alloc.Buffer{&h.table, &h.buf} {
-		if b.Size() > 0 {
-			errs = append(errs, h.a.Free(*b))
-			*b = alloc.Buffer{}
-		}
+	if h.table.Size() > 0 {
+		errs = append(errs, h.a.Free(h.table))
+		h.table = alloc.Buffer{}
 	}
+	if h.mem != nil {
+		errs = append(errs, h.mem.release())
+		h.mem = nil
+	}
+	h.buf = alloc.Buffer{}
 	h.bases[h.rank] = 0
 	return errors.Join(errs...)
+}
+
+// peerClosedLocked is ErrPeerClosed when one of ranks is a peer of this
+// process that closed its heap (its memory may be freed once this rank
+// lets go of it too: Copy must not be recorded against it).
+func (h *DeviceHeap) peerClosedLocked(ranks ...int) error {
+	for _, p := range ranks {
+		if m := h.locals[p]; m != nil && m.closed.Load() {
+			return fmt.Errorf("%w: symheap: copy on rank %d: rank %d closed its heap", ErrPeerClosed, h.rank, p)
+		}
+	}
+	return nil
+}
+
+// crossProcess reports whether a peer runs in another process (it mapped
+// this rank's heap through IPC, as this rank mapped its).
+func (h *DeviceHeap) crossProcess() bool {
+	for _, ok := range h.opened {
+		if ok {
+			return true
+		}
+	}
+	return false
 }
 
 // release unmaps the peers, waits until every rank has (a round of the
@@ -341,12 +383,33 @@ func (h *DeviceHeap) release() error {
 	return errors.Join(cerr, xerr, h.free())
 }
 
-// Close releases the heap, collectively: every rank calls it (after
-// closing graphs that use the heap). It unmaps the peers' heaps, waits
-// for every rank to have done so (a missing rank: ErrExchangeTimeout,
-// after which the memory is freed anyway), and frees this rank's. Refused
-// during a capture (alloc.ErrCaptureIllegalOp), the heap left open; a
-// second Close fails with alloc.ErrClosed.
+// Close releases the heap. Every rank calls it (after closing the graphs
+// that Copy between the heaps; a graph's collectives are safe, see below).
+// It waits for the rank's queued work, then marks the heap closed in its
+// own signal pad and in every peer's: from then on a collective of any
+// rank, launched or replayed from a graph, is refused on the device
+// before it touches any rank's memory (a peer's Synchronize reports
+// ErrPeerClosed; a replay on this rank does nothing). It unmaps the peers'
+// heaps and lets go of this rank's:
+//
+//   - ranks of this process share the memory's lifetime: it is freed
+//     when the last of them closed, so Close does not wait for them, and
+//     a peer that still runs is refused at once (ErrPeerClosed);
+//   - where a peer runs in another process, it waits (a round of the
+//     exchange, at most the timeout) until every rank has unmapped the
+//     peers' heaps: CUDA and HIP call freeing an exported allocation
+//     before every importer closed it undefined behavior. A missing rank
+//     is ErrExchangeTimeout, and this rank's heap then stays allocated
+//     (its allocator's Close reports it) rather than be freed under a
+//     mapping.
+//
+// Its allocator must still be open: closing the allocator first releases
+// the heap's memory under the peers (the allocator's Close reports it as
+// leaked); the heap's Close then still lets its peers go (those of this
+// process marked on the host, the release round made where there is one,
+// so no peer waits the timeout) and fails with alloc.ErrClosed.
+// Refused during a capture (alloc.ErrCaptureIllegalOp), the heap left
+// open; a second Close fails with alloc.ErrClosed.
 func (h *DeviceHeap) Close() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -354,14 +417,87 @@ func (h *DeviceHeap) Close() error {
 		return fmt.Errorf("%w: symheap: device heap of rank %d closed twice", alloc.ErrClosed, h.rank)
 	}
 	st, err := h.a.CaptureStatus()
-	if err != nil {
+	gone := errors.Is(err, alloc.ErrClosed)
+	if err != nil && !gone {
 		return err
 	}
-	if st != alloc.StateNone {
+	if st != alloc.StateNone && !gone {
 		return fmt.Errorf("%w: symheap: closing a device heap during a capture (state %s)", alloc.ErrCaptureIllegalOp, st)
 	}
 	h.closed = true
-	return h.release()
+	cross := h.crossProcess()
+	var errs []error
+	if gone {
+		// The allocator released the memory already: there is no pad to
+		// copy the mark from, and no guarded call left to unmap the peers
+		// of other processes with (the driver's Close does). What
+		// closePeers and free report is that; the peers of this process
+		// are marked on the host, and no peer waits for this rank.
+		h.mem.closed.Store(true)
+		errs = append(errs, fmt.Errorf("%w: symheap: device heap of rank %d: its allocator was closed before it, releasing the heap's memory under its peers (close the heap first)", alloc.ErrClosed, h.rank))
+	} else {
+		errs = append(errs, h.markClosed())
+	}
+	if err := h.closePeers(); !gone {
+		errs = append(errs, err)
+	}
+	if cross {
+		if _, err := h.x.AllGather(h.rank, okMsg(nil), h.timeout); err != nil {
+			// A peer of another process may still map this rank's heap.
+			errs = append(errs, err)
+			h.mem = nil // kept: never freed under a mapping
+		}
+	}
+	if err := h.free(); !gone {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// markClosed waits for the rank's queued work, then writes the closed
+// word into this rank's pad and copies it into every peer's (one copy
+// each, as Copy makes), and waits for the copies. A kernel checks its own
+// pad's status before it touches any peer (ca_begin), so a marked rank's
+// collectives stop there.
+func (h *DeviceHeap) markClosed() error {
+	serr := h.a.Synchronize() // this rank's collectives are done, or gave up
+	// Only now: a peer of this process may still launch its side of a
+	// collective this rank launched before Close.
+	h.mem.closed.Store(true)
+	if err := h.a.Upload(h.buf, 0, closedWord(h.rank)); err != nil {
+		return errors.Join(serr, fmt.Errorf("symheap: marking the heap of rank %d closed: %w", h.rank, err))
+	}
+	d, me := h.a.Driver(), h.bases[h.rank]
+	lost := make([]bool, len(h.bases)) // asked outside Enqueue: it holds this allocator's lock
+	for p, m := range h.locals {
+		lost[p] = m.lost()
+	}
+	err := h.a.Enqueue("symheap close", []alloc.Buffer{h.buf}, func(s alloc.Stream) error {
+		for p, b := range h.bases {
+			if p != h.rank && b != 0 && !lost[p] {
+				if err := d.CopyDtoDAsync(b, me, kernels.PadErrorBytes, s); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		err = h.a.Synchronize()
+	}
+	if err != nil {
+		err = fmt.Errorf("symheap: marking the heap of rank %d closed in its peers' pads: %w", h.rank, err)
+	}
+	return errors.Join(serr, err)
+}
+
+// closedWord is the pad's error word that says rank closed its heap.
+func closedWord(rank int) []byte {
+	b := make([]byte, kernels.PadErrorBytes)
+	binary.LittleEndian.PutUint32(b[0:], kernels.ErrClosed)
+	binary.LittleEndian.PutUint32(b[4:], uint32(rank))
+	binary.LittleEndian.PutUint32(b[8:], uint32(rank))
+	return b
 }
 
 // Rank is this heap's rank; Ranks the number of ranks.
@@ -426,6 +562,9 @@ func (h *DeviceHeap) Copy(dstRank int, dst Tensor, srcRank int, src Tensor) erro
 	if err == nil {
 		var from alloc.DevicePtr
 		if from, err = h.ptrLocked(srcRank, src); err == nil {
+			err = h.peerClosedLocked(dstRank, srcRank)
+		}
+		if err == nil {
 			d := h.a.Driver()
 			err = h.a.Enqueue("symheap copy", []alloc.Buffer{h.buf}, func(s alloc.Stream) error {
 				return d.CopyDtoDAsync(to, from, src.Size, s)

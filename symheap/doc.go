@@ -40,6 +40,11 @@
 // exchanged through an Exchange (NewLocalExchange for goroutine ranks,
 // FileExchange for processes), every peer opened, the peer table written
 // to the device once, all or nothing (ErrPeerOpen, ErrExchangeTimeout).
+// Its memory is never touched after its rank released it: Close marks
+// every pad closed, so later collectives and replays stop before touching
+// any heap (ErrPeerClosed on the survivors), ranks of one process share
+// the memory's lifetime, and memory another process maps is never freed
+// (docs/symmetric-heap.md, "Lifetime").
 // Its allocation is the same bump; its collectives are kernels of this
 // library (internal/kernels: one CUDA/HIP source) that read the table and
 // keep their epochs in the pads, with bounded waits that report through an

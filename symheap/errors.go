@@ -36,4 +36,8 @@ var (
 	// a device heap cannot span them. Every rank fails the open with it,
 	// naming both devices.
 	ErrNoPeerAccess = errors.New("symheap: devices without peer access")
+	// ErrPeerClosed: a rank closed its device heap while this one still
+	// runs collectives: they are refused before they touch any rank's
+	// memory, and the heap is broken from then on.
+	ErrPeerClosed = errors.New("symheap: a peer closed its heap")
 )

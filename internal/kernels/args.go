@@ -78,6 +78,7 @@ const (
 	ErrTimeout    = 1 // a wait passed the timeout
 	ErrPeerBroken = 2 // a peer's heap broke while this rank waited for it
 	ErrLaunch     = 3 // a launch the source cannot serve (too many ranks or blocks)
+	ErrClosed     = 4 // written by the host: rank Peer closed its heap (kernels stop at ca_begin)
 )
 
 // PadError is the error word: status, then the rank, peer, epoch and block

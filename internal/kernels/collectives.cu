@@ -30,6 +30,7 @@
 #define CA_ERR_TIMEOUT 1u
 #define CA_ERR_PEER_BROKEN 2u
 #define CA_ERR_LAUNCH 3u
+#define CA_ERR_CLOSED 4u /* written by the host: a rank closed its heap */
 
 struct ca_pad {
   u32 status, rank, peer, epoch, block, pad_[11];
