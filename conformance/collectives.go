@@ -31,6 +31,7 @@ func (s *suite) collectivesGroup(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			t.Run("eager_and_captured", func(t *testing.T) { s.collectivesEagerAndCaptured(t, k) })
 			t.Run("reductions", func(t *testing.T) { s.reductions(t, k) })
+			t.Run("negative_zero", func(t *testing.T) { s.negativeZero(t, k) })
 			t.Run("skewed_replays_time_out", func(t *testing.T) { s.skewedReplaysTimeOut(t, k) })
 			t.Run("bad_operands", func(t *testing.T) { s.badCollectiveOperands(t, k) })
 			t.Run("stress_replays", func(t *testing.T) { s.stressReplays(t, k) })
@@ -489,6 +490,91 @@ func (s *suite) reductions(t *testing.T, kind heapKind) {
 			for _, alg := range []symheap.Algorithm{symheap.Auto, symheap.OneShot, symheap.TwoShot} {
 				t.Run(fmt.Sprintf("%s/%d/%s", dt, count, alg), func(t *testing.T) {
 					reduceCase(t, w, n, count, dt, alg)
+				})
+			}
+		}
+	}
+}
+
+// negativeZero: a sum in rank order starts from rank 0's value, so where
+// every rank holds -0 the sum is -0 (an accumulator started at +0 made it
+// +0), and where one rank holds +0 it is +0 (IEEE: -0 + +0 = +0). Every
+// float type, both all-reduce algorithms and reduce-scatter, a partial
+// pack at the end.
+func (s *suite) negativeZero(t *testing.T, kind heapKind) {
+	const n, count = 3, 1001
+	w, ok := kind.open(s, t, n, 1<<20, 10*time.Second, false)
+	if !ok {
+		return
+	}
+	type op struct {
+		name   string
+		in     int64 // elements of in (out holds count)
+		launch func(h symheap.Collectives, in, out symheap.Tensor, dt symheap.DType) error
+	}
+	ops := []op{
+		{"all_reduce_one_shot", count, func(h symheap.Collectives, in, _ symheap.Tensor, dt symheap.DType) error {
+			return h.AllReduceWith(in, dt, symheap.OneShot)
+		}},
+		{"all_reduce_two_shot", count, func(h symheap.Collectives, in, _ symheap.Tensor, dt symheap.DType) error {
+			return h.AllReduceWith(in, dt, symheap.TwoShot)
+		}},
+		{"reduce_scatter", n * count, func(h symheap.Collectives, in, out symheap.Tensor, dt symheap.DType) error {
+			return h.ReduceScatter(in, out, dt)
+		}},
+	}
+	for _, dt := range []symheap.DType{symheap.Float32, symheap.Float16, symheap.BFloat16} {
+		es := dt.Size()
+		for _, o := range ops {
+			for _, plusOn := range []int{-1, 1} { // the rank that holds +0 (-1: none)
+				t.Run(fmt.Sprintf("%s/%s/plus_zero_on_%d", dt, o.name, plusOn), func(t *testing.T) {
+					in := w.alloc(t, o.in*es)
+					out := in
+					if o.in != count {
+						out = w.alloc(t, count*es)
+					}
+					t.Cleanup(func() {
+						for _, h := range w.heaps {
+							require.NoError(t, h.Reset())
+						}
+					})
+					ios := make([]*rankIO, n)
+					for r, h := range w.heaps {
+						io, err := newRankIO(h.Allocator(), in.Size, out.Size)
+						require.NoError(t, err)
+						t.Cleanup(func() { require.NoError(t, io.close()) })
+						z := float32(math.Copysign(0, -1))
+						if r == plusOn {
+							z = 0
+						}
+						for i := range int(o.in) {
+							encodeElem(dt, io.in.Bytes()[i*int(es):], z)
+						}
+						ios[r] = io
+					}
+					w.must(t, func(r int, h symheap.Collectives) error {
+						if err := h.Write(in, ios[r].in, 0); err != nil {
+							return err
+						}
+						if err := o.launch(h, in, out, dt); err != nil {
+							return err
+						}
+						if err := h.Read(ios[r].out, 0, out); err != nil {
+							return err
+						}
+						return h.Synchronize()
+					})
+					want := make([]byte, out.Size)
+					wantZero := float32(math.Copysign(0, -1))
+					if plusOn >= 0 {
+						wantZero = 0
+					}
+					for i := range count {
+						encodeElem(dt, want[i*int(es):], wantZero)
+					}
+					for r := range n {
+						require.Equal(t, want, ios[r].out.Bytes(), "rank %d: every element must be %v", r, wantZero)
+					}
 				})
 			}
 		}

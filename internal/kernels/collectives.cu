@@ -212,9 +212,24 @@ struct ca_acc {
   float f[8];
   u32 i[4];
 };
-CA_DEV void ca_acc_zero(ca_acc &c) {
-  for (int k = 0; k < 8; k++) c.f[k] = 0.0f;
-  for (int k = 0; k < 4; k++) c.i[k] = 0u;
+/* ca_acc_set starts the sum at v (rank 0's pack), not at +0: -0 + -0 is
+ * -0, and +0 + -0 would make it +0. */
+CA_DEV void ca_acc_set(ca_acc &c, const ca_pack &v, u32 dt) {
+  const u16 *h = (const u16 *)v.w;
+  switch (dt) {
+  case CA_F32:
+    for (int k = 0; k < 4; k++) c.f[k] = ca_as_float(v.w[k]);
+    break;
+  case CA_I32:
+    for (int k = 0; k < 4; k++) c.i[k] = v.w[k];
+    break;
+  case CA_F16:
+    for (int k = 0; k < 8; k++) c.f[k] = ca_h2f(h[k]);
+    break;
+  default:
+    for (int k = 0; k < 8; k++) c.f[k] = ca_bf2f(h[k]);
+    break;
+  }
 }
 CA_DEV void ca_acc_add(ca_acc &c, const ca_pack &v, u32 dt) {
   const u16 *h = (const u16 *)v.w;
@@ -252,16 +267,18 @@ CA_DEV void ca_acc_out(ca_pack &v, const ca_acc &c, u32 dt) {
 }
 
 /* ca_sum_pack sums pack j (byte offset j*16 of the tensor at off) over
- * every rank into v. */
+ * every rank into v, starting from rank 0's pack. */
 CA_DEV void ca_sum_pack(const ca_coll &a, u64 off, u64 j, u64 nbytes, ca_pack &v) {
   u64 at = j * 16u;
   u32 len = nbytes - at < 16u ? (u32)(nbytes - at) : 16u;
   ca_acc c;
-  ca_acc_zero(c);
   for (u32 p = 0; p < a.nranks; p++) {
     ca_pack x;
     ca_load(x, ca_heap(a, p) + off + at, len);
-    ca_acc_add(c, x, a.dtype);
+    if (p == 0)
+      ca_acc_set(c, x, a.dtype);
+    else
+      ca_acc_add(c, x, a.dtype);
   }
   ca_acc_out(v, c, a.dtype);
 }
