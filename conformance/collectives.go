@@ -33,6 +33,7 @@ func (s *suite) collectivesGroup(t *testing.T) {
 			t.Run("reductions", func(t *testing.T) { s.reductions(t, k) })
 			t.Run("negative_zero", func(t *testing.T) { s.negativeZero(t, k) })
 			t.Run("skewed_replays_time_out", func(t *testing.T) { s.skewedReplaysTimeOut(t, k) })
+			t.Run("mismatch_is_named", func(t *testing.T) { s.mismatchIsNamed(t, k) })
 			t.Run("bad_operands", func(t *testing.T) { s.badCollectiveOperands(t, k) })
 			t.Run("stress_replays", func(t *testing.T) { s.stressReplays(t, k) })
 		})
@@ -437,6 +438,69 @@ func (s *suite) skewedReplaysTimeOut(t *testing.T, kind heapKind) {
 	require.ErrorIs(t, w.heaps[0].Barrier(), symheap.ErrCollectiveTimeout, "a broken heap refuses collectives")
 	for _, g := range graphs {
 		require.NoError(t, g.Close())
+	}
+}
+
+// mismatchIsNamed: ranks that meet in different collectives both fail
+// with symheap.ErrCollectiveMismatch naming both collectives and both
+// ranks, at the first barrier they share and well before the timeout
+// (before, each case "succeeded" on at least one rank with wrong bytes, or
+// timed out on one and passed on the other); the heap stays broken.
+// Matched collectives on a fresh world pass (every other cell).
+func (s *suite) mismatchIsNamed(t *testing.T, kind heapKind) {
+	const n, chunk, timeout = 2, 4096, 5 * time.Second
+	for _, c := range []struct {
+		name  string
+		names [n]string // in each rank's error, both
+		run   [n]func(h symheap.Collectives, x, y symheap.Tensor) error
+	}{
+		{"all_gather_vs_reduce_scatter", [n]string{"AllGather of 4096 B", "ReduceScatter of 1024 float32"}, [n]func(h symheap.Collectives, x, y symheap.Tensor) error{
+			func(h symheap.Collectives, x, y symheap.Tensor) error { return h.AllGather(y, x) },
+			func(h symheap.Collectives, x, y symheap.Tensor) error { return h.ReduceScatter(x, y, symheap.Float32) },
+		}},
+		{"one_shot_vs_two_shot", [n]string{"AllReduce (one-shot) of 2048 float32", "AllReduce (two-shot) of 2048 float32"}, [n]func(h symheap.Collectives, x, y symheap.Tensor) error{
+			func(h symheap.Collectives, x, _ symheap.Tensor) error {
+				return h.AllReduceWith(x, symheap.Float32, symheap.OneShot)
+			},
+			func(h symheap.Collectives, x, _ symheap.Tensor) error {
+				return h.AllReduceWith(x, symheap.Float32, symheap.TwoShot)
+			},
+		}},
+		{"epoch_ahead_on_one_rank", [n]string{"Barrier", "AllReduce (one-shot) of 2048 float32"}, [n]func(h symheap.Collectives, x, y symheap.Tensor) error{
+			func(h symheap.Collectives, x, _ symheap.Tensor) error {
+				if err := h.Barrier(); err != nil { // one collective more than rank 1
+					return err
+				}
+				return h.AllReduce(x, symheap.Float32)
+			},
+			func(h symheap.Collectives, x, _ symheap.Tensor) error { return h.AllReduce(x, symheap.Float32) },
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w, ok := kind.open(s, t, n, 1<<16, timeout, false)
+			if !ok {
+				return
+			}
+			x := w.alloc(t, n*chunk)
+			y := w.alloc(t, chunk)
+			start := time.Now()
+			errs := w.each(func(r int, h symheap.Collectives) error {
+				if err := c.run[r](h, x, y); err != nil {
+					return err
+				}
+				return h.Synchronize()
+			})
+			require.Less(t, time.Since(start), timeout, "found where the ranks met, not by a timeout")
+			for r, err := range errs {
+				t.Logf("rank %d: %v", r, err)
+				require.ErrorIs(t, err, symheap.ErrCollectiveMismatch, "rank %d", r)
+				for _, want := range []string{"rank 0", "rank 1", c.names[0], c.names[1]} {
+					require.Contains(t, err.Error(), want, "rank %d", r)
+				}
+				require.ErrorIs(t, w.heaps[r].Err(), symheap.ErrCollectiveMismatch, "rank %d: the heap stays broken", r)
+				require.ErrorIs(t, w.heaps[r].Barrier(), symheap.ErrCollectiveMismatch, "rank %d: a broken heap refuses collectives", r)
+			}
+		})
 	}
 }
 
