@@ -19,8 +19,8 @@ import (
 // tensor outside the heap (alloc.ErrOutOfRange) or of another group's
 // heap, a dtype, size or algorithm that does not fit
 // (alloc.ErrInvalidValue, alloc.ErrInvalidSize), a closed heap
-// (alloc.ErrClosed), a broken one (its ErrCollectiveTimeout or
-// ErrAllocMismatch).
+// (alloc.ErrClosed), a broken one (its ErrCollectiveTimeout,
+// ErrCollectiveMismatch or ErrAllocMismatch).
 type Collectives interface {
 	Rank() int
 	Ranks() int
@@ -58,7 +58,9 @@ type Collectives interface {
 
 	// Synchronize waits for the rank's stream and reports the heap's
 	// failure: a collective that timed out (ErrCollectiveTimeout, naming
-	// ranks and epochs) or found mismatched allocations. From then on the
+	// ranks and epochs), met a peer in another collective
+	// (ErrCollectiveMismatch, naming both) or found mismatched
+	// allocations. From then on the
 	// heap is broken: Err returns the failure and every collective is
 	// refused with it.
 	Synchronize() error

@@ -314,8 +314,8 @@ func TestFakeKernelBarrierMismatch(t *testing.T) {
 						wg.Add(1)
 						go func() {
 							defer wg.Done()
-							c := kernels.Coll{Table: uint64(h.table), Rank: uint32(r), NRanks: nranks, TimeoutTicks: uint64(time.Hour.Seconds() * float64(m.TimerHz)), Sig: c.sigs[r]}
-							if errs[r] = d.LaunchKernel(m.Kernels[kernels.Barrier], grid, block, c.Encode(make([]byte, kernels.CollSize)), streams[r]); errs[r] == nil {
+							k := kernels.Coll{Table: uint64(h.table), Rank: uint32(r), NRanks: nranks, TimeoutTicks: uint64(time.Hour.Seconds() * float64(m.TimerHz)), Sig: c.sigs[r]}
+							if errs[r] = d.LaunchKernel(m.Kernels[kernels.Barrier], grid, block, k.Encode(make([]byte, kernels.CollSize)), streams[r]); errs[r] == nil {
 								errs[r] = d.StreamSynchronize(streams[r])
 							}
 						}()
