@@ -12,13 +12,13 @@ const (
 	PadBytes  = 8192
 )
 
-// Byte offsets in the signal pad (struct ca_pad): the failure record at 0
-// (PadErrorBytes of it decoded by DecodePadError), then epoch_of[MaxBlocks]
-// u32, then arrive[MaxBlocks][MaxRanks] u64 (epoch | signature<<32).
+// Byte offsets in the signal pad (struct ca_pad, whose static_asserts
+// check them): the failure record at 0 (PadErrorBytes of it decoded by
+// DecodePadError), then epoch_of[MaxBlocks] u32, then
+// arrive[MaxBlocks][MaxRanks] u64 (epoch | signature<<32).
 const (
 	PadEpochsOff  = 64
 	PadArrivesOff = PadEpochsOff + 4*MaxBlocks
-	PadUsedBytes  = PadArrivesOff + 8*MaxBlocks*MaxRanks
 )
 
 // Element types of the reductions (the source's CA_F32...).

@@ -51,6 +51,12 @@ struct ca_pad {
   u64 arrive[CA_MAX_BLOCKS][CA_MAX_RANKS];
 };
 static_assert(sizeof(ca_pad) <= CA_PAD_BYTES, "the signal pad holds struct ca_pad");
+#if !defined(__CUDACC_RTC__) && !defined(__CUDACC__) && !defined(__HIPCC_RTC__) && !defined(__HIPCC__)
+/* checked by the host build (NVRTC has no offsetof); the layout is the
+ * same for every compiler: naturally aligned u32 and u64 */
+static_assert(__builtin_offsetof(ca_pad, epoch_of) == 64 && __builtin_offsetof(ca_pad, arrive) == 320,
+              "args.go mirrors the offsets: PadEpochsOff, PadArrivesOff");
+#endif
 
 /* The kernels' parameter. Offsets are bytes from the start of the heap
  * (after the pad). count: elements of a reduction, bytes of a copy. */
