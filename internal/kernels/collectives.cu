@@ -44,8 +44,9 @@ struct ca_rec {
 };
 
 struct ca_pad {
-  u32 status, rank, peer, epoch, block, sig, peer_epoch, peer_sig; /* ca_rec, */
-  u32 c_status, c_rank, c_peer, c_epoch, c_peer_epoch, c_sig, c_peer_sig; /* published by status */
+  /* a ca_rec, word for word, published by its status (ca_fail) */
+  u32 status, rank, peer, epoch, block, sig, peer_epoch, peer_sig;
+  u32 c_status, c_rank, c_peer, c_epoch, c_peer_epoch, c_sig, c_peer_sig;
   u32 claim;
   u32 epoch_of[CA_MAX_BLOCKS];
   u64 arrive[CA_MAX_BLOCKS][CA_MAX_RANKS];
