@@ -31,7 +31,9 @@ func (s *suite) collectivesGroup(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			t.Run("eager_and_captured", func(t *testing.T) { s.collectivesEagerAndCaptured(t, k) })
 			t.Run("reductions", func(t *testing.T) { s.reductions(t, k) })
+			t.Run("negative_zero", func(t *testing.T) { s.negativeZero(t, k) })
 			t.Run("skewed_replays_time_out", func(t *testing.T) { s.skewedReplaysTimeOut(t, k) })
+			t.Run("mismatch_is_named", func(t *testing.T) { s.mismatchIsNamed(t, k) })
 			t.Run("bad_operands", func(t *testing.T) { s.badCollectiveOperands(t, k) })
 			t.Run("stress_replays", func(t *testing.T) { s.stressReplays(t, k) })
 		})
@@ -440,6 +442,69 @@ func (s *suite) skewedReplaysTimeOut(t *testing.T, kind heapKind) {
 	}
 }
 
+// mismatchIsNamed: ranks that meet in different collectives both fail
+// with symheap.ErrCollectiveMismatch naming both collectives and both
+// ranks, at the first barrier they share and well before the timeout
+// (before, each case "succeeded" on at least one rank with wrong bytes, or
+// timed out on one and passed on the other); the heap stays broken.
+// Matched collectives on a fresh world pass (every other cell).
+func (s *suite) mismatchIsNamed(t *testing.T, kind heapKind) {
+	const n, chunk, timeout = 2, 4096, 5 * time.Second
+	for _, c := range []struct {
+		name  string
+		names [n]string // in each rank's error, both
+		run   [n]func(h symheap.Collectives, x, y symheap.Tensor) error
+	}{
+		{"all_gather_vs_reduce_scatter", [n]string{"AllGather of 4096 B", "ReduceScatter of 1024 float32"}, [n]func(h symheap.Collectives, x, y symheap.Tensor) error{
+			func(h symheap.Collectives, x, y symheap.Tensor) error { return h.AllGather(y, x) },
+			func(h symheap.Collectives, x, y symheap.Tensor) error { return h.ReduceScatter(x, y, symheap.Float32) },
+		}},
+		{"one_shot_vs_two_shot", [n]string{"AllReduce (one-shot) of 2048 float32", "AllReduce (two-shot) of 2048 float32"}, [n]func(h symheap.Collectives, x, y symheap.Tensor) error{
+			func(h symheap.Collectives, x, _ symheap.Tensor) error {
+				return h.AllReduceWith(x, symheap.Float32, symheap.OneShot)
+			},
+			func(h symheap.Collectives, x, _ symheap.Tensor) error {
+				return h.AllReduceWith(x, symheap.Float32, symheap.TwoShot)
+			},
+		}},
+		{"epoch_ahead_on_one_rank", [n]string{"Barrier", "AllReduce (one-shot) of 2048 float32"}, [n]func(h symheap.Collectives, x, y symheap.Tensor) error{
+			func(h symheap.Collectives, x, _ symheap.Tensor) error {
+				if err := h.Barrier(); err != nil { // one collective more than rank 1
+					return err
+				}
+				return h.AllReduce(x, symheap.Float32)
+			},
+			func(h symheap.Collectives, x, _ symheap.Tensor) error { return h.AllReduce(x, symheap.Float32) },
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w, ok := kind.open(s, t, n, 1<<16, timeout, false)
+			if !ok {
+				return
+			}
+			x := w.alloc(t, n*chunk)
+			y := w.alloc(t, chunk)
+			start := time.Now()
+			errs := w.each(func(r int, h symheap.Collectives) error {
+				if err := c.run[r](h, x, y); err != nil {
+					return err
+				}
+				return h.Synchronize()
+			})
+			require.Less(t, time.Since(start), timeout, "found where the ranks met, not by a timeout")
+			for r, err := range errs {
+				t.Logf("rank %d: %v", r, err)
+				require.ErrorIs(t, err, symheap.ErrCollectiveMismatch, "rank %d", r)
+				for _, want := range []string{"rank 0", "rank 1", c.names[0], c.names[1]} {
+					require.Contains(t, err.Error(), want, "rank %d", r)
+				}
+				require.ErrorIs(t, w.heaps[r].Err(), symheap.ErrCollectiveMismatch, "rank %d: the heap stays broken", r)
+				require.ErrorIs(t, w.heaps[r].Barrier(), symheap.ErrCollectiveMismatch, "rank %d: a broken heap refuses collectives", r)
+			}
+		})
+	}
+}
+
 func (s *suite) allocMismatchIsLoud(t *testing.T) {
 	w, ok := s.newHostWorld(t, 2, 1<<16, 5*time.Second, true)
 	if !ok {
@@ -490,6 +555,91 @@ func (s *suite) reductions(t *testing.T, kind heapKind) {
 			for _, alg := range []symheap.Algorithm{symheap.Auto, symheap.OneShot, symheap.TwoShot} {
 				t.Run(fmt.Sprintf("%s/%d/%s", dt, count, alg), func(t *testing.T) {
 					reduceCase(t, w, n, count, dt, alg)
+				})
+			}
+		}
+	}
+}
+
+// negativeZero: a sum in rank order starts from rank 0's value, so where
+// every rank holds -0 the sum is -0 (an accumulator started at +0 made it
+// +0), and where one rank holds +0 it is +0 (IEEE: -0 + +0 = +0). Every
+// float type, both all-reduce algorithms and reduce-scatter, a partial
+// pack at the end.
+func (s *suite) negativeZero(t *testing.T, kind heapKind) {
+	const n, count = 3, 1001
+	w, ok := kind.open(s, t, n, 1<<20, 10*time.Second, false)
+	if !ok {
+		return
+	}
+	type op struct {
+		name   string
+		in     int64 // elements of in (out holds count)
+		launch func(h symheap.Collectives, in, out symheap.Tensor, dt symheap.DType) error
+	}
+	ops := []op{
+		{"all_reduce_one_shot", count, func(h symheap.Collectives, in, _ symheap.Tensor, dt symheap.DType) error {
+			return h.AllReduceWith(in, dt, symheap.OneShot)
+		}},
+		{"all_reduce_two_shot", count, func(h symheap.Collectives, in, _ symheap.Tensor, dt symheap.DType) error {
+			return h.AllReduceWith(in, dt, symheap.TwoShot)
+		}},
+		{"reduce_scatter", n * count, func(h symheap.Collectives, in, out symheap.Tensor, dt symheap.DType) error {
+			return h.ReduceScatter(in, out, dt)
+		}},
+	}
+	for _, dt := range []symheap.DType{symheap.Float32, symheap.Float16, symheap.BFloat16} {
+		es := dt.Size()
+		for _, o := range ops {
+			for _, plusOn := range []int{-1, 1} { // the rank that holds +0 (-1: none)
+				t.Run(fmt.Sprintf("%s/%s/plus_zero_on_%d", dt, o.name, plusOn), func(t *testing.T) {
+					in := w.alloc(t, o.in*es)
+					out := in
+					if o.in != count {
+						out = w.alloc(t, count*es)
+					}
+					t.Cleanup(func() {
+						for _, h := range w.heaps {
+							require.NoError(t, h.Reset())
+						}
+					})
+					ios := make([]*rankIO, n)
+					for r, h := range w.heaps {
+						io, err := newRankIO(h.Allocator(), in.Size, out.Size)
+						require.NoError(t, err)
+						t.Cleanup(func() { require.NoError(t, io.close()) })
+						z := float32(math.Copysign(0, -1))
+						if r == plusOn {
+							z = 0
+						}
+						for i := range int(o.in) {
+							encodeElem(dt, io.in.Bytes()[i*int(es):], z)
+						}
+						ios[r] = io
+					}
+					w.must(t, func(r int, h symheap.Collectives) error {
+						if err := h.Write(in, ios[r].in, 0); err != nil {
+							return err
+						}
+						if err := o.launch(h, in, out, dt); err != nil {
+							return err
+						}
+						if err := h.Read(ios[r].out, 0, out); err != nil {
+							return err
+						}
+						return h.Synchronize()
+					})
+					want := make([]byte, out.Size)
+					wantZero := float32(math.Copysign(0, -1))
+					if plusOn >= 0 {
+						wantZero = 0
+					}
+					for i := range count {
+						encodeElem(dt, want[i*int(es):], wantZero)
+					}
+					for r := range n {
+						require.Equal(t, want, ios[r].out.Bytes(), "rank %d: every element must be %v", r, wantZero)
+					}
 				})
 			}
 		}

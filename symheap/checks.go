@@ -77,7 +77,7 @@ func checkHostRange(t Tensor, hb *alloc.HostBuffer, off int64) error {
 	return nil
 }
 
-// padFailure is the error a pad's error word reports (nil: none).
+// padFailure is the error a pad's failure record reports (nil: none).
 func padFailure(e kernels.PadError, timeout time.Duration) error {
 	switch e.Status {
 	case kernels.ErrNone:
@@ -85,7 +85,13 @@ func padFailure(e kernels.PadError, timeout time.Duration) error {
 	case kernels.ErrTimeout:
 		return fmt.Errorf("%w: rank %d waited %v for rank %d to reach epoch %d (block %d): did it launch or replay fewer times?",
 			ErrCollectiveTimeout, e.Rank, timeout, e.Peer, e.Epoch, e.Block)
+	case kernels.ErrMismatch:
+		return fmt.Errorf("%w (block %d)", mismatchError(int(e.Rank), e.Epoch, e.Sig, int(e.Peer), e.PeerEpoch, e.PeerSig), e.Block)
 	case kernels.ErrPeerBroken:
+		if c := e.Cause; c.Status == kernels.ErrMismatch {
+			return fmt.Errorf("rank %d stopped waiting at epoch %d (block %d): rank %d's heap broke: %w",
+				e.Rank, e.Epoch, e.Block, e.Peer, mismatchError(int(c.Rank), c.Epoch, c.Sig, int(c.Peer), c.PeerEpoch, c.PeerSig))
+		}
 		return fmt.Errorf("%w: rank %d stopped waiting at epoch %d (block %d): rank %d's heap broke first",
 			ErrCollectiveTimeout, e.Rank, e.Epoch, e.Block, e.Peer)
 	case kernels.ErrClosed: // written by a rank's Close (DeviceHeap.markClosed)

@@ -20,7 +20,8 @@ import (
 // heap, a dtype, size or algorithm that does not fit
 // (alloc.ErrInvalidValue, alloc.ErrInvalidSize), a closed heap
 // (alloc.ErrClosed), a broken one (its ErrCollectiveTimeout,
-// ErrAllocMismatch, or a device heap's ErrPeerClosed).
+// ErrCollectiveMismatch, ErrAllocMismatch, or a device heap's
+// ErrPeerClosed).
 type Collectives interface {
 	Rank() int
 	Ranks() int
@@ -58,8 +59,10 @@ type Collectives interface {
 
 	// Synchronize waits for the rank's stream and reports the heap's
 	// failure: a collective that timed out (ErrCollectiveTimeout, naming
-	// ranks and epochs), found mismatched allocations, or (device heap)
-	// stopped because a peer closed its heap (ErrPeerClosed). From then on the
+	// ranks and epochs), met a peer in another collective
+	// (ErrCollectiveMismatch, naming both), found mismatched
+	// allocations, or (device heap) stopped because a peer closed its
+	// heap (ErrPeerClosed). From then on the
 	// heap is broken: Err returns the failure and every collective is
 	// refused with it.
 	Synchronize() error

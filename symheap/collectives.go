@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/kernels"
 )
 
 // Every collective checks its operands on the host when it is launched (a
@@ -15,7 +16,7 @@ import (
 
 // Barrier waits, in stream order, until every rank reached it.
 func (h *Heap) Barrier() error {
-	return h.launch("Barrier", func(hash uint32) error { return h.barrier(hash) })
+	return h.launch("Barrier", kernels.Signature(kernels.KindBarrier, 0, 0), func(at arrival) error { return h.barrier(at) })
 }
 
 // AllReduce is AllReduceWith(t, dt, Auto).
@@ -26,7 +27,9 @@ func (h *Heap) AllReduce(t Tensor, dt DType) error { return h.AllReduceWith(t, d
 // reduce-scatter then an all-gather, in place: rank r sums the r-th slice
 // of everyone's t into its own, then every rank copies the other reduced
 // slices from their owners, so each rank adds 1/N of the elements instead
-// of all of them. alg is checked, and otherwise only matters on devices.
+// of all of them. alg is checked and part of the signature (ranks that
+// run different algorithms fail with ErrCollectiveMismatch, as on
+// devices); otherwise it only matters on devices.
 func (h *Heap) AllReduceWith(t Tensor, dt DType, alg Algorithm) error {
 	if err := checkAlgorithm(alg); err != nil {
 		return err
@@ -34,8 +37,8 @@ func (h *Heap) AllReduceWith(t Tensor, dt DType, alg Algorithm) error {
 	if err := h.bump.checkElems(t, dt); err != nil {
 		return err
 	}
-	return h.launch("AllReduce", func(hash uint32) error {
-		if err := h.barrier(hash); err != nil { // every input written
+	return h.launch("AllReduce", allReduceSig(alg, dt, t), func(at arrival) error {
+		if err := h.barrier(at); err != nil { // every input written
 			return err
 		}
 		mine := h.slice(t, dt, h.rank)
@@ -44,7 +47,7 @@ func (h *Heap) AllReduceWith(t Tensor, dt DType, alg Algorithm) error {
 			srcs[p] = h.peer(p, mine)
 		}
 		reduce(dt, h.peer(h.rank, mine), srcs)
-		if err := h.barrier(hash); err != nil { // every slice reduced
+		if err := h.barrier(at); err != nil { // every slice reduced
 			return err
 		}
 		for p := range h.Ranks() {
@@ -53,7 +56,7 @@ func (h *Heap) AllReduceWith(t Tensor, dt DType, alg Algorithm) error {
 				copy(h.peer(h.rank, s), h.peer(p, s))
 			}
 		}
-		return h.barrier(hash) // every peer done reading this rank's slice
+		return h.barrier(at) // every peer done reading this rank's slice
 	})
 }
 
@@ -71,15 +74,15 @@ func (h *Heap) AllGather(in, out Tensor) error {
 	if err := h.bump.checkChunks(out, in, h.Ranks()); err != nil {
 		return err
 	}
-	return h.launch("AllGather", func(hash uint32) error {
-		if err := h.barrier(hash); err != nil {
+	return h.launch("AllGather", kernels.Signature(kernels.KindAllGather, 0, uint64(in.Size)), func(at arrival) error {
+		if err := h.barrier(at); err != nil {
 			return err
 		}
 		dst := h.peer(h.rank, out)
 		for p := range h.Ranks() {
 			copy(dst[int64(p)*in.Size:], h.peer(p, in))
 		}
-		return h.barrier(hash) // no rank rewrites in while a peer reads it
+		return h.barrier(at) // no rank rewrites in while a peer reads it
 	})
 }
 
@@ -92,8 +95,8 @@ func (h *Heap) ReduceScatter(in, out Tensor, dt DType) error {
 	if err := h.bump.checkElems(out, dt); err != nil {
 		return err
 	}
-	return h.launch("ReduceScatter", func(hash uint32) error {
-		if err := h.barrier(hash); err != nil {
+	return h.launch("ReduceScatter", kernels.Signature(kernels.KindReduceScatter, uint32(dt), uint64(out.Size/dt.Size())), func(at arrival) error {
+		if err := h.barrier(at); err != nil {
 			return err
 		}
 		chunk := Tensor{Off: in.Off + int64(h.rank)*out.Size, Size: out.Size}
@@ -102,7 +105,7 @@ func (h *Heap) ReduceScatter(in, out Tensor, dt DType) error {
 			srcs[p] = h.peer(p, chunk)
 		}
 		reduce(dt, h.peer(h.rank, out), srcs)
-		return h.barrier(hash)
+		return h.barrier(at)
 	})
 }
 
@@ -113,22 +116,24 @@ func (h *Heap) AllToAll(in, out Tensor) error {
 		return err
 	}
 	n := in.Size / int64(h.Ranks())
-	return h.launch("AllToAll", func(hash uint32) error {
-		if err := h.barrier(hash); err != nil {
+	return h.launch("AllToAll", kernels.Signature(kernels.KindAllToAll, 0, uint64(n)), func(at arrival) error {
+		if err := h.barrier(at); err != nil {
 			return err
 		}
 		dst := h.peer(h.rank, out)
 		for p := range h.Ranks() {
 			copy(dst[int64(p)*n:], h.peer(p, Tensor{Off: in.Off + int64(h.rank)*n, Size: n}))
 		}
-		return h.barrier(hash)
+		return h.barrier(at)
 	})
 }
 
-// launch puts fn on the rank's stream with the allocation hash as of now.
-// It is refused on a closed heap; a run after Close fails the stream with
+// launch puts fn on the rank's stream with the allocation hash as of now
+// and the collective's signature, which its barriers carry (0 for local
+// work, which meets no peer). It is refused
+// on a closed heap; a run after Close fails the stream with
 // alloc.ErrClosed.
-func (h *Heap) launch(op string, fn func(hash uint32) error) error {
+func (h *Heap) launch(op string, sig uint32, fn func(at arrival) error) error {
 	h.life.RLock()
 	closed := h.closed
 	h.life.RUnlock()
@@ -138,14 +143,14 @@ func (h *Heap) launch(op string, fn func(hash uint32) error) error {
 	if err := h.Err(); err != nil {
 		return fmt.Errorf("symheap: %s on the broken heap of rank %d: %w", op, h.rank, err)
 	}
-	hash := h.bump.sum()
+	at := arrival{hash: h.bump.sum(), sig: sig}
 	err := h.a.LaunchHostFunc(func() error {
 		h.life.RLock()
 		defer h.life.RUnlock()
 		if h.closed {
 			return fmt.Errorf("%w: symheap: %s ran after the heap of rank %d was closed", alloc.ErrClosed, op, h.rank)
 		}
-		return fn(hash)
+		return fn(at)
 	})
 	if err != nil {
 		return fmt.Errorf("symheap: %s: %w", op, err)

@@ -24,6 +24,9 @@ import (
 //     rank, replayed; ns/allreduce against ns/emptykernel, a graph of 100
 //     empty kernel nodes (axpy over nothing) on the same driver. Target:
 //     ratio ≤ 2.
+//   - DeviceBarrier: a graph of 10 barriers per rank, replayed; ns/barrier,
+//     the price of one meeting of every rank's block (on the fakes, mostly
+//     the host threads a launch makes).
 //   - DeviceAllReduce64MiB: one two-shot 64 MiB all-reduce per rank in a
 //     graph; the device-memory traffic of all ranks (every byte read and
 //     written) per second, against a 256 MiB device-to-device copy's
@@ -169,6 +172,23 @@ func BenchmarkDeviceAllReduce1KiB(b *testing.B) {
 	b.ReportMetric(perColl, "ns/allreduce")
 	b.ReportMetric(perEmpty, "ns/emptykernel")
 	b.ReportMetric(perColl/perEmpty, "ratio")
+}
+
+func BenchmarkDeviceBarrier(b *testing.B) {
+	const nodes = 10
+	w := newDevWorld(b, 1<<16)
+	gs := w.capture(b, func(r int) error {
+		for range nodes {
+			if err := w.heaps[r].Barrier(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	w.replay(b, gs, 1) // warm
+	b.ResetTimer()
+	t := w.replay(b, gs, b.N)
+	b.ReportMetric(float64(t.Nanoseconds())/float64(b.N*nodes), "ns/barrier")
 }
 
 func BenchmarkDeviceAllReduce64MiB(b *testing.B) {

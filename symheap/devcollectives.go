@@ -19,11 +19,13 @@ import (
 //
 // Every rank must launch the same collectives on the same sizes (and the
 // same kind of device), so their grids match: block b of every rank meets
-// block b of the others.
+// block b of the others. Each launch carries the collective's signature
+// (signature.go), which every arrival carries next to its epoch: ranks
+// that meet in different collectives both fail with ErrCollectiveMismatch.
 
 // Barrier waits, in stream order, until every rank reached it.
 func (h *DeviceHeap) Barrier() error {
-	return h.collective("Barrier", kernels.Barrier, kernels.Coll{}, 1)
+	return h.collective("Barrier", kernels.Barrier, kernels.Coll{Sig: kernels.Signature(kernels.KindBarrier, 0, 0)}, 1)
 }
 
 // AllReduce is AllReduceWith(t, dt, Auto).
@@ -41,14 +43,10 @@ func (h *DeviceHeap) AllReduceWith(t Tensor, dt DType, alg Algorithm) error {
 	if err := h.bump.checkElems(t, dt); err != nil {
 		return err
 	}
-	if alg == Auto {
-		alg = OneShot
-		if t.Size > OneShotMaxBytes {
-			alg = TwoShot
-		}
-	}
+	alg = resolveAlgorithm(alg, t.Size)
 	packs := (t.Size + 15) / 16
 	c := kernels.Coll{InOff: uint64(t.Off), Count: uint64(t.Size / dt.Size()), DType: uint32(dt)}
+	c.Sig = allReduceSig(alg, dt, t)
 	if alg == OneShot {
 		return h.collective("AllReduce (one-shot)", kernels.AllReduceOneShot, c, packs)
 	}
@@ -62,6 +60,7 @@ func (h *DeviceHeap) AllGather(in, out Tensor) error {
 		return err
 	}
 	c := kernels.Coll{InOff: uint64(in.Off), OutOff: uint64(out.Off), Count: uint64(in.Size)}
+	c.Sig = kernels.Signature(kernels.KindAllGather, 0, c.Count)
 	return h.collective("AllGather", kernels.AllGather, c, in.Size/16)
 }
 
@@ -75,6 +74,7 @@ func (h *DeviceHeap) ReduceScatter(in, out Tensor, dt DType) error {
 		return err
 	}
 	c := kernels.Coll{InOff: uint64(in.Off), OutOff: uint64(out.Off), Count: uint64(out.Size / dt.Size()), DType: uint32(dt)}
+	c.Sig = kernels.Signature(kernels.KindReduceScatter, c.DType, c.Count)
 	return h.collective("ReduceScatter", kernels.ReduceScatter, c, (out.Size+15)/16)
 }
 
@@ -86,6 +86,7 @@ func (h *DeviceHeap) AllToAll(in, out Tensor) error {
 	}
 	n := in.Size / int64(h.Ranks())
 	c := kernels.Coll{InOff: uint64(in.Off), OutOff: uint64(out.Off), Count: uint64(n)}
+	c.Sig = kernels.Signature(kernels.KindAllToAll, 0, c.Count)
 	return h.collective("AllToAll", kernels.AllToAll, c, n/16)
 }
 
@@ -160,10 +161,11 @@ func (h *DeviceHeap) usableLocked(op string) error {
 	return nil
 }
 
-// Synchronize waits for the rank's stream, then reads the error word of
-// its signal pad: a collective that gave up (a peer that launched or
+// Synchronize waits for the rank's stream, then reads the failure record
+// of its signal pad: a collective that gave up (a peer that launched or
 // replayed fewer times, or died) is ErrCollectiveTimeout naming the ranks,
-// the epoch and the block, and the heap is broken from then on.
+// the epoch and the block; ranks that met in different collectives are
+// ErrCollectiveMismatch naming both; the heap is broken from then on.
 func (h *DeviceHeap) Synchronize() error {
 	if err := h.a.Synchronize(); err != nil {
 		return err

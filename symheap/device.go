@@ -14,8 +14,9 @@ import (
 )
 
 // SignalPadBytes is the zeroed signal pad at the start of every rank's
-// device allocation; the heap's bytes follow it.
-const SignalPadBytes = padSize
+// device allocation (the kernels' struct ca_pad: docs/device-collectives.md);
+// the heap's bytes follow it.
+const SignalPadBytes = kernels.PadBytes
 
 // DeviceOptions configures OpenDevice.
 type DeviceOptions struct {

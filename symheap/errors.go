@@ -13,6 +13,14 @@ var (
 	ErrAllocMismatch = errors.New("symheap: ranks allocated differently")
 	// ErrHeapFull: an allocation does not fit in what is left of the heap.
 	ErrHeapFull = errors.New("symheap: heap full")
+	// ErrCollectiveMismatch: ranks met in different collectives (another
+	// kind, algorithm, element type or count), or one rank ran collectives
+	// the other did not, so their epochs diverged. Each arrival carries the
+	// collective's signature next to its epoch, so both ranks find it at
+	// the barrier where they meet, inside the collective, and name both
+	// collectives and both ranks. The heap is broken from then on, as
+	// after ErrCollectiveTimeout.
+	ErrCollectiveMismatch = errors.New("symheap: ranks ran different collectives")
 )
 
 var (

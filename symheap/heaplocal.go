@@ -16,7 +16,7 @@ func (h *Heap) Write(dst Tensor, src *alloc.HostBuffer, srcOff int64) error {
 	if err := h.checkHost(dst, src, srcOff); err != nil {
 		return err
 	}
-	return h.launch("Write", func(uint32) error {
+	return h.launch("Write", 0, func(arrival) error {
 		b := src.Bytes()
 		if b == nil {
 			return fmt.Errorf("%w: symheap: Write from a closed host buffer", alloc.ErrInvalidBuffer)
@@ -31,7 +31,7 @@ func (h *Heap) Read(dst *alloc.HostBuffer, dstOff int64, src Tensor) error {
 	if err := h.checkHost(src, dst, dstOff); err != nil {
 		return err
 	}
-	return h.launch("Read", func(uint32) error {
+	return h.launch("Read", 0, func(arrival) error {
 		b := dst.Bytes()
 		if b == nil {
 			return fmt.Errorf("%w: symheap: Read into a closed host buffer", alloc.ErrInvalidBuffer)
@@ -46,7 +46,7 @@ func (h *Heap) CopyLocal(dst, src Tensor) error {
 	if err := h.bump.checkPair(dst, src); err != nil {
 		return err
 	}
-	return h.launch("CopyLocal", func(uint32) error {
+	return h.launch("CopyLocal", 0, func(arrival) error {
 		copy(h.peer(h.rank, dst), h.peer(h.rank, src))
 		return nil
 	})
@@ -61,7 +61,7 @@ func (h *Heap) Axpy(y, x Tensor, a float32) error {
 	if err := h.bump.checkElems(y, Float32); err != nil {
 		return err
 	}
-	return h.launch("Axpy", func(uint32) error {
+	return h.launch("Axpy", 0, func(arrival) error {
 		ys, xs := elems[float32](h.peer(h.rank, y)), elems[float32](h.peer(h.rank, x))
 		for i := range ys {
 			ys[i] += a * xs[i]

@@ -15,7 +15,8 @@ const reduceChunk = 1024
 // reduce writes into dst the element-wise sum of srcs, in rank order
 // (srcs[0] first), summed in float32 for the float types (halves rounded
 // once, to nearest even) and wrapping for int32: the device kernels'
-// arithmetic. dst may be one of srcs.
+// arithmetic. The sum starts from srcs[0]'s values, not from +0: -0 + -0
+// is -0, and +0 + -0 would turn it into +0. dst may be one of srcs.
 func reduce(dt DType, dst []byte, srcs [][]byte) {
 	es := int(dt.Size())
 	n := len(dst) / es
@@ -25,14 +26,16 @@ func reduce(dt DType, dst []byte, srcs [][]byte) {
 		case Int32:
 			var acc [reduceChunk]int32
 			a := acc[:hi-lo]
-			for _, s := range srcs {
+			copy(a, elems[int32](srcs[0][lo*es:hi*es]))
+			for _, s := range srcs[1:] {
 				addInto(a, elems[int32](s[lo*es:hi*es]))
 			}
 			copy(elems[int32](dst[lo*es:hi*es]), a)
 		case Float32:
 			var acc [reduceChunk]float32
 			a := acc[:hi-lo]
-			for _, s := range srcs {
+			copy(a, elems[float32](srcs[0][lo*es:hi*es]))
+			for _, s := range srcs[1:] {
 				addInto(a, elems[float32](s[lo*es:hi*es]))
 			}
 			copy(elems[float32](dst[lo*es:hi*es]), a)
@@ -44,9 +47,15 @@ func reduce(dt DType, dst []byte, srcs [][]byte) {
 			if dt == BFloat16 {
 				widen, narrow = BF16ToFloat32, Float32ToBF16
 			}
-			for _, s := range srcs {
+			for p, s := range srcs {
 				v := elems[uint16](s[lo*es : hi*es])
 				v = v[:len(a)]
+				if p == 0 {
+					for i := range a {
+						a[i] = widen(v[i])
+					}
+					continue
+				}
 				for i := range a {
 					a[i] += widen(v[i])
 				}

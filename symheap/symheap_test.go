@@ -2,6 +2,8 @@ package symheap_test
 
 import (
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -137,4 +139,51 @@ func TestClosedHeap(t *testing.T) {
 	require.ErrorIs(t, h.Barrier(), alloc.ErrClosed)
 	require.ErrorIs(t, h.Close(), alloc.ErrClosed)
 	require.Nil(t, h.Bytes(x))
+}
+
+// A rank whose epoch moved ahead (here its pad's arrive word, written
+// through the group's file as any process holding it could) no longer
+// pairs its barriers with its peer's: the peer, behind, used to pass at
+// once (the moved epoch is "later"), and the rank ahead timed out. Both
+// now fail at once with ErrCollectiveMismatch naming both ranks' epochs.
+func TestEpochMovedAheadIsAMismatch(t *testing.T) {
+	const timeout = 5 * time.Second
+	g, a0 := groupAndAllocator(t, 2, nil)
+	d, err := cpu.New(cpu.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, d.Close()) })
+	a1, err := alloc.New(d, alloc.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, a1.Close()) })
+	var heaps [2]*symheap.Heap
+	for r, a := range []*alloc.Allocator{a0, a1} {
+		heaps[r], err = g.Open(r, a, symheap.Options{Timeout: timeout})
+		require.NoError(t, err)
+		defer heaps[r].Close()
+	}
+	_, err = g.Files()[0].WriteAt([]byte{5, 0, 0, 0}, 0) // rank 0's epoch: 5 barriers ahead
+	require.NoError(t, err)
+	errs := make([]error, 2)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for r, h := range heaps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if errs[r] = h.Barrier(); errs[r] == nil {
+				errs[r] = h.Synchronize()
+			}
+		}()
+	}
+	wg.Wait()
+	require.Less(t, time.Since(start), timeout, "found at once, not by a timeout")
+	for r, err := range errs {
+		t.Logf("rank %d: %v", r, err)
+		require.ErrorIs(t, err, symheap.ErrCollectiveMismatch, "rank %d", r)
+		// Each names its own epoch; the peer's is as it read it (rank 1
+		// may not have arrived yet, rank 0 may be at 5 or 6).
+		own := []string{"rank 0 reached epoch 6", "rank 1 reached epoch 1"}[r]
+		require.Contains(t, err.Error(), own)
+		require.Contains(t, err.Error(), fmt.Sprintf("rank %d was at epoch", 1-r))
+	}
 }

@@ -220,10 +220,10 @@ func (h heap) padError(t *testing.T, d gpuDriver, r int) kernels.PadError {
 }
 
 // epochs reads the epochs rank r's blocks finished: struct ca_pad's
-// epoch_of[], after the error word's 16 u32 (collectives.cu).
+// epoch_of[], after the failure record's 16 u32 (collectives.cu).
 func (h heap) epochs(t *testing.T, d gpuDriver, r, blocks int) []uint32 {
 	t.Helper()
-	const at = 16 * 4
+	const at = kernels.PadEpochsOff
 	b := read(t, d, h.bases[r], at+4*blocks)[at:]
 	out := make([]uint32, blocks)
 	for i := range out {
@@ -281,6 +281,73 @@ func TestFakeKernelBarrierTwoRanks(t *testing.T) {
 			require.Equal(t, []uint32{rounds, rounds}, h.epochs(t, d, r, grid), "rank %d: one epoch per barrier and block", r)
 		}
 	})
+}
+
+// Two ranks whose barriers carry different signatures, or whose epochs
+// diverged (rank 0's moved 5 ahead in its pad), both record the mismatch
+// at once, well before the timeout: in their own record (ErrMismatch: both
+// signatures, both epochs as read), or, for a block that saw the peer
+// break first, as the cause of ErrPeerBroken copied from the peer's.
+func TestFakeKernelBarrierMismatch(t *testing.T) {
+	sigA := kernels.Signature(kernels.KindAllGather, 0, 4096)
+	sigB := kernels.Signature(kernels.KindReduceScatter, kernels.F32, 1024)
+	for _, c := range []struct {
+		name  string
+		sigs  [2]uint32
+		ahead uint32 // rank 0's epochs moved ahead by this
+	}{{"signatures", [2]uint32{sigA, sigB}, 0}, {"epochs", [2]uint32{sigA, sigA}, 5}} {
+		t.Run(c.name, func(t *testing.T) {
+			forEach(t, func(t *testing.T, v *vendorCase) {
+				d, m, _ := kernelDriver(t, v, opts{})
+				const nranks, grid, block = 2, 2, 4
+				h := newHeap(t, d, nranks)
+				moved := make([]byte, 4*grid)
+				for b := range grid {
+					binary.LittleEndian.PutUint32(moved[4*b:], c.ahead)
+				}
+				fill(t, d, h.bases[0]+kernels.PadEpochsOff, moved)
+				streams := []alloc.Stream{newStream(t, d), newStream(t, d)}
+				errs := make([]error, nranks)
+				within(t, time.Minute, func() {
+					var wg sync.WaitGroup
+					for r := range nranks {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							k := kernels.Coll{Table: uint64(h.table), Rank: uint32(r), NRanks: nranks, TimeoutTicks: uint64(time.Hour.Seconds() * float64(m.TimerHz)), Sig: c.sigs[r]}
+							if errs[r] = d.LaunchKernel(m.Kernels[kernels.Barrier], grid, block, k.Encode(make([]byte, kernels.CollSize)), streams[r]); errs[r] == nil {
+								errs[r] = d.StreamSynchronize(streams[r])
+							}
+						}()
+					}
+					wg.Wait()
+				})
+				epoch := [2]uint32{c.ahead + 1, 1}
+				for r := range nranks {
+					require.NoError(t, errs[r], "rank %d", r)
+					pe := h.padError(t, d, r)
+					t.Logf("rank %d: %+v", r, pe)
+					require.Equal(t, uint32(r), pe.Rank)
+					require.Equal(t, uint32(1-r), pe.Peer)
+					require.Equal(t, epoch[r], pe.Epoch)
+					require.Equal(t, c.sigs[r], pe.Sig)
+					cause := kernels.PadCause{Status: pe.Status, Rank: pe.Rank, Peer: pe.Peer, Epoch: pe.Epoch, PeerEpoch: pe.PeerEpoch, Sig: pe.Sig, PeerSig: pe.PeerSig}
+					if pe.Status == kernels.ErrPeerBroken {
+						cause = pe.Cause
+					}
+					require.Equal(t, uint32(kernels.ErrMismatch), cause.Status, "rank %d: %+v", r, pe)
+					me := cause.Rank // the rank that found the mismatch
+					require.Equal(t, 1-me, cause.Peer)
+					require.Equal(t, epoch[me], cause.Epoch)
+					require.Equal(t, c.sigs[me], cause.Sig)
+					if c.ahead == 0 {
+						require.Equal(t, epoch[1-me], cause.PeerEpoch, "the peer's arrival at the same epoch")
+						require.Equal(t, c.sigs[1-me], cause.PeerSig, "with its signature")
+					}
+				}
+			})
+		})
+	}
 }
 
 // A barrier whose peer never comes waits for the timeout, not forever,

@@ -9,7 +9,16 @@ import (
 const (
 	MaxRanks  = 8
 	MaxBlocks = 64
-	PadBytes  = 4096
+	PadBytes  = 8192
+)
+
+// Byte offsets in the signal pad (struct ca_pad, whose static_asserts
+// check them): the failure record at 0 (PadErrorBytes of it decoded by
+// DecodePadError), then epoch_of[MaxBlocks] u32, then
+// arrive[MaxBlocks][MaxRanks] u64 (epoch | signature<<32).
+const (
+	PadEpochsOff  = 64
+	PadArrivesOff = PadEpochsOff + 4*MaxBlocks
 )
 
 // Element types of the reductions (the source's CA_F32...).
@@ -28,6 +37,7 @@ type Coll struct {
 	TimeoutTicks  uint64 // of the kernels' global timer
 	Rank, NRanks  uint32
 	DType         uint32
+	Sig           uint32 // Signature of the collective, carried by every arrival
 }
 
 // CollSize is the size of struct ca_coll.
@@ -46,8 +56,55 @@ func (c *Coll) Encode(b []byte) []byte {
 	le.PutUint32(b[40:], c.Rank)
 	le.PutUint32(b[44:], c.NRanks)
 	le.PutUint32(b[48:], c.DType)
-	le.PutUint32(b[52:], 0)
+	le.PutUint32(b[52:], c.Sig)
 	return b
+}
+
+// Collective kinds, the low bits of a Signature.
+const (
+	KindBarrier = 1 + iota
+	KindAllReduceOneShot
+	KindAllReduceTwoShot
+	KindAllGather
+	KindAllToAll
+	KindReduceScatter
+)
+
+// A signature is what every rank must agree on about a collective, in the
+// 32 bits that travel next to the epoch in each arrival (both heaps):
+//
+//	bits 0-2  kind (KindBarrier...; the all-reduce's algorithm is its kind)
+//	bits 3-4  element type (reductions; 0 for copies and the barrier)
+//	bit  5    the count field is a fold of a count of 2^26 or more
+//	bits 6-31 count (elements of a reduction, bytes of a copy per rank)
+//
+// Two collectives with the same signature agree on kind, element type and
+// count exactly below 2^26, and up to a 26-bit fold above.
+const (
+	sigCountBits = 26
+	sigFolded    = 1 << 5
+)
+
+// Signature packs a collective's kind, element type and count.
+func Signature(kind, dtype uint32, count uint64) uint32 {
+	s := kind&7 | (dtype&3)<<3
+	if count >= 1<<sigCountBits {
+		count = (count ^ count>>sigCountBits ^ count>>(2*sigCountBits)) & (1<<sigCountBits - 1)
+		s |= sigFolded
+	}
+	return s | uint32(count)<<6
+}
+
+// Sig is a decoded Signature.
+type Sig struct {
+	Kind, DType uint32
+	Count       uint64 // exact unless Folded
+	Folded      bool
+}
+
+// DecodeSignature unpacks s.
+func DecodeSignature(s uint32) Sig {
+	return Sig{Kind: s & 7, DType: s >> 3 & 3, Count: uint64(s >> 6), Folded: s&sigFolded != 0}
 }
 
 // AxpyArgs is capalloc_axpy's parameter (struct ca_axpy): y = A*x + y over
@@ -72,26 +129,43 @@ func (k *AxpyArgs) Encode(b []byte) []byte {
 	return b
 }
 
-// The error word at the start of each rank's signal pad.
+// The failure record's status at the start of each rank's signal pad.
 const (
 	ErrNone       = 0
 	ErrTimeout    = 1 // a wait passed the timeout
 	ErrPeerBroken = 2 // a peer's heap broke while this rank waited for it
 	ErrLaunch     = 3 // a launch the source cannot serve (too many ranks or blocks)
-	ErrClosed     = 4 // written by the host: rank Peer closed its heap (kernels stop at ca_begin)
+	ErrMismatch   = 4 // a peer arrived with another collective's signature, or at an epoch it cannot be at
+	ErrClosed     = 5 // written by the host: rank Peer closed its heap (kernels stop at ca_begin)
 )
 
-// PadError is the error word: status, then the rank, peer, epoch and block
-// of the first failure. It is 20 bytes at offset 0 of the pad.
+// PadError is the failure record (struct ca_pad's first 15 words): the
+// status, the rank, peer, epoch and block of the first failure, this
+// rank's signature, and the peer's arrival as last read (its epoch and
+// signature). A rank that stopped because its peer broke (ErrPeerBroken)
+// copies what broke that peer as the cause: the peer's own failure, or
+// the cause the peer copied in turn, so the first failure travels.
 type PadError struct {
 	Status, Rank, Peer, Epoch, Block uint32
+	Sig, PeerEpoch, PeerSig          uint32
+	Cause                            PadCause
+}
+
+// PadCause is the first failure behind an ErrPeerBroken: the failing
+// rank's status, rank, peer, epoch, the peer's epoch and both signatures.
+type PadCause struct {
+	Status, Rank, Peer, Epoch, PeerEpoch, Sig, PeerSig uint32
 }
 
 // PadErrorBytes is how much of the pad PadError reads.
-const PadErrorBytes = 20
+const PadErrorBytes = 60
 
-// DecodePadError reads the error word from the pad's first bytes.
+// DecodePadError reads the failure record from the pad's first bytes.
 func DecodePadError(b []byte) PadError {
-	le := binary.LittleEndian
-	return PadError{Status: le.Uint32(b[0:]), Rank: le.Uint32(b[4:]), Peer: le.Uint32(b[8:]), Epoch: le.Uint32(b[12:]), Block: le.Uint32(b[16:])}
+	var w [PadErrorBytes / 4]uint32
+	for i := range w {
+		w[i] = binary.LittleEndian.Uint32(b[4*i:])
+	}
+	return PadError{Status: w[0], Rank: w[1], Peer: w[2], Epoch: w[3], Block: w[4], Sig: w[5], PeerEpoch: w[6], PeerSig: w[7],
+		Cause: PadCause{Status: w[8], Rank: w[9], Peer: w[10], Epoch: w[11], PeerEpoch: w[12], Sig: w[13], PeerSig: w[14]}}
 }

@@ -9,13 +9,17 @@
  * read and advanced at run time.
  *
  * Rank r's allocation, as mapped in every rank's process, starts with its
- * signal pad (SignalPadBytes), then the heap:
- *   pad[0..15]   error word: status, rank, peer, epoch, block (first
- *                failure wins, never cleared: the heap is broken for good)
- *   pad[16..79]  epoch[b]: the last epoch block b of this rank finished
- *   pad[80..591] arrive[b][p]: the last epoch block b of rank p reached,
- *                written by rank p into this rank's pad (release store),
- *                read here with acquire loads and a wrap-safe compare.
+ * signal pad (SignalPadBytes), then the heap. The pad, in u32 words:
+ *   [0..15]     failure record: status, rank, peer, epoch, block, sig,
+ *               peer_epoch, peer_sig, then the cause (what broke the peer,
+ *               for a peer-broken failure), then the claim word (first
+ *               failure wins, never cleared: the heap is broken for good)
+ *   [16..79]    epoch_of[b]: the last epoch block b of this rank finished
+ *   [80..1103]  arrive[b][p], u64: epoch | signature << 32 of the last
+ *               barrier block b of rank p reached, written by rank p into
+ *               this rank's pad (one 64-bit release store), read here
+ *               with 64-bit acquire loads: epoch and signature are of one
+ *               arrival.
  * Barriers are per block: block b of every rank meets block b of every
  * other. The kernels map work to blocks by an index that does not depend
  * on the rank, so the bytes block b writes are the bytes block b of the
@@ -24,19 +28,37 @@
 
 #define CA_MAX_RANKS 8
 #define CA_MAX_BLOCKS 64
-#define CA_PAD_BYTES 4096
+#define CA_PAD_BYTES 8192
 
 /* error status values (internal/kernels/args.go) */
 #define CA_ERR_TIMEOUT 1u
 #define CA_ERR_PEER_BROKEN 2u
 #define CA_ERR_LAUNCH 3u
-#define CA_ERR_CLOSED 4u /* written by the host: a rank closed its heap */
+#define CA_ERR_MISMATCH 4u
+#define CA_ERR_CLOSED 5u /* written by the host: a rank closed its heap */
+
+/* A failure: what failed where, this rank's signature and the peer's
+ * arrival as last read; c_*: the first failure behind a peer-broken one. */
+struct ca_rec {
+  u32 status, rank, peer, epoch, block, sig, peer_epoch, peer_sig;
+  u32 c_status, c_rank, c_peer, c_epoch, c_peer_epoch, c_sig, c_peer_sig;
+};
 
 struct ca_pad {
-  u32 status, rank, peer, epoch, block, pad_[11];
+  /* a ca_rec, word for word, published by its status (ca_fail) */
+  u32 status, rank, peer, epoch, block, sig, peer_epoch, peer_sig;
+  u32 c_status, c_rank, c_peer, c_epoch, c_peer_epoch, c_sig, c_peer_sig;
+  u32 claim;
   u32 epoch_of[CA_MAX_BLOCKS];
-  u32 arrive[CA_MAX_BLOCKS][CA_MAX_RANKS];
+  u64 arrive[CA_MAX_BLOCKS][CA_MAX_RANKS];
 };
+static_assert(sizeof(ca_pad) <= CA_PAD_BYTES, "the signal pad holds struct ca_pad");
+#if !defined(__CUDACC_RTC__) && !defined(__CUDACC__) && !defined(__HIPCC_RTC__) && !defined(__HIPCC__)
+/* checked by the host build (NVRTC has no offsetof); the layout is the
+ * same for every compiler: naturally aligned u32 and u64 */
+static_assert(__builtin_offsetof(ca_pad, epoch_of) == 64 && __builtin_offsetof(ca_pad, arrive) == 320,
+              "args.go mirrors the offsets: PadEpochsOff, PadArrivesOff");
+#endif
 
 /* The kernels' parameter. Offsets are bytes from the start of the heap
  * (after the pad). count: elements of a reduction, bytes of a copy. */
@@ -46,7 +68,8 @@ struct ca_coll {
   u64 count;         /* elements (reductions) or bytes (copies) */
   u64 timeout_ticks; /* a wait longer than this fails the heap */
   u32 rank, nranks;
-  u32 dtype, pad_;
+  u32 dtype;
+  u32 sig;           /* the collective's signature (args.go Signature) */
 };
 
 struct ca_axpy {
@@ -61,15 +84,32 @@ CA_DEV unsigned char *ca_base(const ca_coll &a, u32 p) { return (unsigned char *
 CA_DEV ca_pad *ca_pad_of(const ca_coll &a, u32 p) { return (ca_pad *)ca_base(a, p); }
 CA_DEV unsigned char *ca_heap(const ca_coll &a, u32 p) { return ca_base(a, p) + CA_PAD_BYTES; }
 
-/* ---- failure: the first one is recorded in this rank's pad ---- */
-CA_DEV void ca_fail(ca_pad *me, u32 status, u32 rank, u32 peer, u32 epoch, u32 block) {
-  if (ca_cas(&me->status, 0u, status) == 0u) {
-    me->rank = rank;
-    me->peer = peer;
-    me->epoch = epoch;
-    me->block = block;
-    ca_fence();
-  }
+/* ---- failure: the first one is recorded in this rank's pad ----
+ * The claim word picks the first; its record is written, then published
+ * by a release store of status, so whoever reads status != 0 with an
+ * acquire load (a peer, below) reads the whole record. */
+CA_DEV void ca_fail(ca_pad *me, const ca_rec &r) {
+  if (ca_cas(&me->claim, 0u, 1u) != 0u) return;
+  volatile u32 *w = (volatile u32 *)me;
+  const u32 *v = (const u32 *)&r;
+  for (u32 i = 1; i < sizeof(ca_rec) / 4; i++) w[i] = v[i];
+  ca_fence();
+  ca_st_release(&me->status, r.status);
+}
+
+/* ca_rec_of is a failure of this rank's barrier: status, the peer and its
+ * arrival as last read. */
+CA_DEV ca_rec ca_rec_of(const ca_coll &a, u32 status, u32 p, u32 e, u64 got) {
+  ca_rec r = {};
+  r.status = status;
+  r.rank = a.rank;
+  r.peer = p;
+  r.epoch = e;
+  r.block = CA_BID;
+  r.sig = a.sig;
+  r.peer_epoch = (u32)got;
+  r.peer_sig = (u32)(got >> 32);
+  return r;
 }
 
 /* Per-kernel state of a block: the epoch it is at (every thread keeps the
@@ -86,7 +126,15 @@ CA_DEV bool ca_begin(const ca_coll &a, ca_state &s, volatile u32 *shared) {
   s.failed = shared;
   if (CA_TID == 0) {
     u32 bad = a.nranks > CA_MAX_RANKS || a.rank >= a.nranks || CA_GDIM > CA_MAX_BLOCKS || CA_BDIM < a.nranks;
-    if (bad) ca_fail(me, CA_ERR_LAUNCH, a.rank, a.nranks, 0, CA_BID);
+    if (bad) {
+      ca_rec r = {};
+      r.status = CA_ERR_LAUNCH;
+      r.rank = a.rank;
+      r.peer = a.nranks;
+      r.block = CA_BID;
+      r.sig = a.sig;
+      ca_fail(me, r);
+    }
     *s.failed = bad || ca_ld_acquire(&me->status) != 0u;
   }
   s.ep = ((volatile u32 *)me->epoch_of)[CA_BID];
@@ -99,12 +147,29 @@ CA_DEV void ca_end(const ca_coll &a, ca_state &s) {
   if (CA_TID == 0) ((volatile u32 *)ca_pad_of(a, a.rank)->epoch_of)[CA_BID] = s.ep;
 }
 
-/* ca_barrier: block b of this rank arrives at its next epoch in every
- * peer's pad (release: everything the block wrote before is visible to a
- * peer that sees the epoch), then waits until block b of every peer has
- * arrived there too (acquire). Thread p < nranks serves peer p. A wait
- * longer than the timeout, or a peer that broke, fails the heap; every
- * thread returns false then. */
+/* ca_barrier: block b of this rank arrives at its next epoch e in every
+ * peer's pad, with the collective's signature in the same 64-bit word
+ * (release: everything the block wrote before is visible to a peer that
+ * sees the arrival), then waits until block b of every peer has arrived
+ * there too (acquire). Thread p < nranks serves peer p.
+ *
+ * What it may read from peer p: p's arrival at e-1 (not there yet), at e,
+ * or at e+1: p may pass barrier e as soon as it sees this rank's arrival,
+ * and arrive at e+1 before this rank looks; it cannot reach e+2, which
+ * needs this rank at e+1. Anything else means the two ranks' epochs
+ * diverged (one ran collectives the other did not): a mismatch. At e the
+ * signatures must be equal: a mismatch otherwise. At e+1 the signature is
+ * p's next collective's and is not compared; but p passed e, which it
+ * did only after reading this rank's arrival at exactly e (this rank is
+ * not at e+1 yet) and finding the signatures equal. So every mismatch
+ * between two ranks is seen by both, at the same epoch: a rank that finds
+ * one stops there, so its peer reads its arrival at e, never at e+1.
+ *
+ * A wait longer than the timeout, a mismatch, or a peer that broke, fails
+ * the heap; every thread returns false then. A peer that broke is looked
+ * at once more (its arrival is ordered before its failure): a mismatch
+ * with this rank is named here too; otherwise the record copies what
+ * broke the peer as the cause. */
 CA_DEV bool ca_barrier(const ca_coll &a, ca_state &s) {
   ca_sync(); /* the block's writes before the barrier are done */
   u32 e = ++s.ep;
@@ -113,13 +178,33 @@ CA_DEV bool ca_barrier(const ca_coll &a, ca_state &s) {
     ca_pad *me = ca_pad_of(a, a.rank);
     ca_pad *peer = ca_pad_of(a, p);
     ca_fence();
-    ca_st_release(&peer->arrive[CA_BID][a.rank], e);
+    ca_st_release64(&peer->arrive[CA_BID][a.rank], (u64)a.sig << 32 | e);
     u64 start = ca_timer();
     for (;;) {
-      u32 got = ca_ld_acquire(&me->arrive[CA_BID][p]);
-      if ((int)(got - e) >= 0) break; /* wrap-safe: p is at e or later */
+      u64 got = ca_ld_acquire64(&me->arrive[CA_BID][p]);
+      int ahead = (int)((u32)got - e); /* wrap-safe */
+      if (ahead == 1 || (ahead == 0 && (u32)(got >> 32) == a.sig)) break;
+      if (ahead != -1) {
+        ca_fail(me, ca_rec_of(a, CA_ERR_MISMATCH, p, e, got));
+        *s.failed = 1u;
+        break;
+      }
       if (ca_ld_acquire(&peer->status) != 0u) {
-        ca_fail(me, CA_ERR_PEER_BROKEN, a.rank, p, e, CA_BID);
+        got = ca_ld_acquire64(&me->arrive[CA_BID][p]);
+        if ((u32)got == e && (u32)(got >> 32) != a.sig) {
+          ca_fail(me, ca_rec_of(a, CA_ERR_MISMATCH, p, e, got));
+        } else {
+          ca_rec r = ca_rec_of(a, CA_ERR_PEER_BROKEN, p, e, got);
+          const volatile ca_pad *q = peer;
+          if (q->c_status != 0u) {
+            r.c_status = q->c_status, r.c_rank = q->c_rank, r.c_peer = q->c_peer, r.c_epoch = q->c_epoch;
+            r.c_peer_epoch = q->c_peer_epoch, r.c_sig = q->c_sig, r.c_peer_sig = q->c_peer_sig;
+          } else {
+            r.c_status = q->status, r.c_rank = q->rank, r.c_peer = q->peer, r.c_epoch = q->epoch;
+            r.c_peer_epoch = q->peer_epoch, r.c_sig = q->sig, r.c_peer_sig = q->peer_sig;
+          }
+          ca_fail(me, r);
+        }
         *s.failed = 1u;
         break;
       }
@@ -128,7 +213,7 @@ CA_DEV bool ca_barrier(const ca_coll &a, ca_state &s) {
         break;
       }
       if (ca_timer() - start > a.timeout_ticks) {
-        ca_fail(me, CA_ERR_TIMEOUT, a.rank, p, e, CA_BID);
+        ca_fail(me, ca_rec_of(a, CA_ERR_TIMEOUT, p, e, got));
         *s.failed = 1u;
         break;
       }
@@ -213,9 +298,24 @@ struct ca_acc {
   float f[8];
   u32 i[4];
 };
-CA_DEV void ca_acc_zero(ca_acc &c) {
-  for (int k = 0; k < 8; k++) c.f[k] = 0.0f;
-  for (int k = 0; k < 4; k++) c.i[k] = 0u;
+/* ca_acc_set starts the sum at v (rank 0's pack), not at +0: -0 + -0 is
+ * -0, and +0 + -0 would make it +0. */
+CA_DEV void ca_acc_set(ca_acc &c, const ca_pack &v, u32 dt) {
+  const u16 *h = (const u16 *)v.w;
+  switch (dt) {
+  case CA_F32:
+    for (int k = 0; k < 4; k++) c.f[k] = ca_as_float(v.w[k]);
+    break;
+  case CA_I32:
+    for (int k = 0; k < 4; k++) c.i[k] = v.w[k];
+    break;
+  case CA_F16:
+    for (int k = 0; k < 8; k++) c.f[k] = ca_h2f(h[k]);
+    break;
+  default:
+    for (int k = 0; k < 8; k++) c.f[k] = ca_bf2f(h[k]);
+    break;
+  }
 }
 CA_DEV void ca_acc_add(ca_acc &c, const ca_pack &v, u32 dt) {
   const u16 *h = (const u16 *)v.w;
@@ -253,16 +353,18 @@ CA_DEV void ca_acc_out(ca_pack &v, const ca_acc &c, u32 dt) {
 }
 
 /* ca_sum_pack sums pack j (byte offset j*16 of the tensor at off) over
- * every rank into v. */
+ * every rank into v, starting from rank 0's pack. */
 CA_DEV void ca_sum_pack(const ca_coll &a, u64 off, u64 j, u64 nbytes, ca_pack &v) {
   u64 at = j * 16u;
   u32 len = nbytes - at < 16u ? (u32)(nbytes - at) : 16u;
   ca_acc c;
-  ca_acc_zero(c);
   for (u32 p = 0; p < a.nranks; p++) {
     ca_pack x;
     ca_load(x, ca_heap(a, p) + off + at, len);
-    ca_acc_add(c, x, a.dtype);
+    if (p == 0)
+      ca_acc_set(c, x, a.dtype);
+    else
+      ca_acc_add(c, x, a.dtype);
   }
   ca_acc_out(v, c, a.dtype);
 }

@@ -8,7 +8,7 @@
  *   GPU and the kernels' logic is tested without one.
  * Only what the kernels need is here: thread and block indices, the block
  * barrier, one block-shared array, system-scope release stores and acquire
- * loads, a compare-and-swap, a global timer and a pause in spin loops. */
+ * loads (32- and 64-bit), a compare-and-swap, a global timer and a pause in spin loops. */
 #ifndef CAPALLOC_COMPAT_H
 #define CAPALLOC_COMPAT_H
 
@@ -43,6 +43,15 @@ CA_DEV u32 ca_ld_acquire(const u32 *p) {
   asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
+/* The same for an aligned 64-bit word, one single-copy-atomic access. */
+CA_DEV void ca_st_release64(u64 *p, u64 v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+CA_DEV u64 ca_ld_acquire64(const u64 *p) {
+  u64 v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
 /* %globaltimer: nanoseconds. */
 CA_DEV u64 ca_timer() {
   u64 t;
@@ -56,6 +65,8 @@ CA_DEV void ca_pause() { __nanosleep(100); }
 /* clang's __atomic builtins are system scope on AMDGPU. */
 CA_DEV void ca_st_release(u32 *p, u32 v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 CA_DEV u32 ca_ld_acquire(const u32 *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+CA_DEV void ca_st_release64(u64 *p, u64 v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+CA_DEV u64 ca_ld_acquire64(const u64 *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 /* wall_clock64: a constant-rate counter (hipDeviceAttributeWallClockRate
  * kHz); the host converts the timeout into its ticks. */
 CA_DEV u64 ca_timer() { return wall_clock64(); }
@@ -95,6 +106,8 @@ static __thread ca_thread *ca_self;
 #define ca_sync() pthread_barrier_wait(&ca_self->blk->bar)
 CA_DEV void ca_st_release(u32 *p, u32 v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 CA_DEV u32 ca_ld_acquire(const u32 *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+CA_DEV void ca_st_release64(u64 *p, u64 v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+CA_DEV u64 ca_ld_acquire64(const u64 *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 CA_DEV u32 ca_cas(u32 *p, u32 cmp, u32 v) {
   __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   return cmp;
