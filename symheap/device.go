@@ -387,28 +387,33 @@ func (h *DeviceHeap) release() error {
 // Close releases the heap. Every rank calls it (after closing the graphs
 // that Copy between the heaps; a graph's collectives are safe, see below).
 // It waits for the rank's queued work, then marks the heap closed in its
-// own signal pad and in every peer's: from then on a collective of any
-// rank, launched or replayed from a graph, is refused on the device
-// before it touches any rank's memory (a peer's Synchronize reports
-// ErrPeerClosed; a replay on this rank does nothing). It unmaps the peers'
-// heaps and lets go of this rank's:
+// own signal pad and in every peer's (closed[rank], a word of the pad no
+// kernel writes): a collective of any rank that starts from then on,
+// launched or replayed from a graph, stops on the device before it
+// touches any rank's memory and breaks that rank's heap with
+// ErrPeerClosed (a replay on this rank does nothing). A peer that runs no
+// collective after it is not disturbed: the mark is not a failure until a
+// kernel meets it. Close then unmaps the peers' heaps and waits in a
+// release round (the exchange, at most the timeout) until every rank has
+// closed, so no rank frees memory a peer's kernel may still read (a
+// kernel that finished its last barrier may still be reading a peer's
+// pad), and no importer maps memory its exporter freed (CUDA and HIP call
+// that undefined); then it lets go of this rank's memory:
 //
-//   - ranks of this process share the memory's lifetime: it is freed
-//     when the last of them closed, so Close does not wait for them, and
-//     a peer that still runs is refused at once (ErrPeerClosed);
-//   - where a peer runs in another process, it waits (a round of the
-//     exchange, at most the timeout) until every rank has unmapped the
-//     peers' heaps: CUDA and HIP call freeing an exported allocation
-//     before every importer closed it undefined behavior. A missing rank
-//     is ErrExchangeTimeout, and this rank's heap then stays allocated
-//     (its allocator's Close reports it) rather than be freed under a
-//     mapping.
+//   - ranks of this process share the memory's lifetime (devMem): it is
+//     freed when the last of them let go of it;
+//   - a missing rank is ErrExchangeTimeout, and its peers were marked: a
+//     survivor's next collective is refused (ErrPeerClosed), on the host
+//     before any launch in this process, and on the device otherwise.
+//     Where a peer runs in another process, this rank's heap then stays
+//     allocated rather than be freed under its mapping (its allocator's
+//     Close reports it).
 //
 // Its allocator must still be open: closing the allocator first releases
 // the heap's memory under the peers (the allocator's Close reports it as
 // leaked); the heap's Close then still lets its peers go (those of this
-// process marked on the host, the release round made where there is one,
-// so no peer waits the timeout) and fails with alloc.ErrClosed.
+// process marked on the host, the release round made, so no peer waits
+// the timeout) and fails with alloc.ErrClosed.
 // Refused during a capture (alloc.ErrCaptureIllegalOp), the heap left
 // open; a second Close fails with alloc.ErrClosed.
 func (h *DeviceHeap) Close() error {
@@ -430,11 +435,12 @@ func (h *DeviceHeap) Close() error {
 	var errs []error
 	if gone {
 		// The allocator released the memory already: there is no pad to
-		// copy the mark from, and no guarded call left to unmap the peers
+		// write the mark into, and no guarded call left to unmap the peers
 		// of other processes with (the driver's Close does). What
 		// closePeers and free report is that; the peers of this process
-		// are marked on the host, and no peer waits for this rank.
-		h.mem.closed.Store(true)
+		// are marked on the host, and the release round still runs, so no
+		// peer waits for this rank.
+		h.mem.setClosed()
 		errs = append(errs, fmt.Errorf("%w: symheap: device heap of rank %d: its allocator was closed before it, releasing the heap's memory under its peers (close the heap first)", alloc.ErrClosed, h.rank))
 	} else {
 		errs = append(errs, h.markClosed())
@@ -442,11 +448,10 @@ func (h *DeviceHeap) Close() error {
 	if err := h.closePeers(); !gone {
 		errs = append(errs, err)
 	}
-	if cross {
-		if _, err := h.x.AllGather(h.rank, okMsg(nil), h.timeout); err != nil {
-			// A peer of another process may still map this rank's heap.
-			errs = append(errs, err)
-			h.mem = nil // kept: never freed under a mapping
+	if _, err := h.x.AllGather(h.rank, okMsg(nil), h.timeout); err != nil {
+		errs = append(errs, err)
+		if cross {
+			h.mem = nil // a peer of another process may still map it: kept
 		}
 	}
 	if err := h.free(); !gone {
@@ -455,50 +460,48 @@ func (h *DeviceHeap) Close() error {
 	return errors.Join(errs...)
 }
 
-// markClosed waits for the rank's queued work, then writes the closed
-// word into this rank's pad and copies it into every peer's (one copy
-// each, as Copy makes), and waits for the copies. A kernel checks its own
-// pad's status before it touches any peer (ca_begin), so a marked rank's
-// collectives stop there.
+// markClosed waits for the rank's queued work (its collectives are done,
+// or gave up), marks its devMem closed (the peers of this process refuse
+// their collectives on the host from then on), and writes closed[rank] =
+// 1 into this rank's pad and every peer's (one upload, then one copy each,
+// as Copy reaches a peer), and waits for the copies. A peer of this
+// process that closed already is skipped under its lock: its memory may
+// be gone, and it runs nothing more.
 func (h *DeviceHeap) markClosed() error {
-	serr := h.a.Synchronize() // this rank's collectives are done, or gave up
-	// Only now: a peer of this process may still launch its side of a
-	// collective this rank launched before Close.
-	h.mem.closed.Store(true)
-	if err := h.a.Upload(h.buf, 0, closedWord(h.rank)); err != nil {
+	serr := h.a.Synchronize()
+	h.mem.setClosed()
+	off := int64(kernels.PadClosedOff + 4*h.rank)
+	word := binary.LittleEndian.AppendUint32(nil, 1)
+	if err := h.a.Upload(h.buf, off, word); err != nil {
 		return errors.Join(serr, fmt.Errorf("symheap: marking the heap of rank %d closed: %w", h.rank, err))
 	}
-	d, me := h.a.Driver(), h.bases[h.rank]
-	lost := make([]bool, len(h.bases)) // asked outside Enqueue: it holds this allocator's lock
-	for p, m := range h.locals {
-		lost[p] = m.lost()
-	}
-	err := h.a.Enqueue("symheap close", []alloc.Buffer{h.buf}, func(s alloc.Stream) error {
-		for p, b := range h.bases {
-			if p != h.rank && b != 0 && !lost[p] {
-				if err := d.CopyDtoDAsync(b, me, kernels.PadErrorBytes, s); err != nil {
-					return err
-				}
-			}
+	d, me := h.a.Driver(), h.bases[h.rank]+alloc.DevicePtr(off)
+	var errs []error
+	for p, b := range h.bases {
+		if p == h.rank || b == 0 {
+			continue
 		}
-		return nil
-	})
-	if err == nil {
-		err = h.a.Synchronize()
+		dst := b + alloc.DevicePtr(off)
+		copyTo := func() error {
+			err := h.a.Enqueue("symheap close", []alloc.Buffer{h.buf}, func(s alloc.Stream) error {
+				return d.CopyDtoDAsync(dst, me, 4, s)
+			})
+			if err == nil {
+				err = h.a.Synchronize()
+			}
+			return err
+		}
+		var err error
+		if m := h.locals[p]; m != nil {
+			err = m.whileOpen(copyTo)
+		} else {
+			err = copyTo()
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("symheap: marking the heap of rank %d closed in rank %d's pad: %w", h.rank, p, err))
+		}
 	}
-	if err != nil {
-		err = fmt.Errorf("symheap: marking the heap of rank %d closed in its peers' pads: %w", h.rank, err)
-	}
-	return errors.Join(serr, err)
-}
-
-// closedWord is the pad's error word that says rank closed its heap.
-func closedWord(rank int) []byte {
-	b := make([]byte, kernels.PadErrorBytes)
-	binary.LittleEndian.PutUint32(b[0:], kernels.ErrClosed)
-	binary.LittleEndian.PutUint32(b[4:], uint32(rank))
-	binary.LittleEndian.PutUint32(b[8:], uint32(rank))
-	return b
+	return errors.Join(serr, errors.Join(errs...))
 }
 
 // Rank is this heap's rank; Ranks the number of ranks.

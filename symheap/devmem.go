@@ -79,13 +79,27 @@ func (m *devMem) release() error {
 	return nil
 }
 
-// lost reports whether m's owner closed its allocator under its heap,
-// which released the memory with it: nobody may write into it any more.
-// (nil: a peer of another process, mapped through IPC.)
-func (m *devMem) lost() bool {
+// setClosed records that m's rank closed its heap (nil: nothing to do),
+// under m's lock, so a peer writing into m's memory in whileOpen either
+// finishes first or skips it.
+func (m *devMem) setClosed() {
 	if m == nil {
-		return false
+		return
 	}
-	_, err := m.a.CaptureStatus()
-	return errors.Is(err, alloc.ErrClosed)
+	m.mu.Lock()
+	m.closed.Store(true)
+	m.mu.Unlock()
+}
+
+// whileOpen runs fn, which writes into m's memory, unless m's rank closed
+// its heap (whose allocator may then release the memory at any time):
+// under m's lock, so the owner's Close, and the allocator Close that
+// follows it, wait until fn is done.
+func (m *devMem) whileOpen(fn func() error) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed.Load() {
+		return nil
+	}
+	return fn()
 }

@@ -114,6 +114,16 @@ func TestFakeMissingPeerEnableFaults(t *testing.T) {
 						require.Error(t, err, "rank %d's barrier touched the peer's pad without peer access", r)
 					}
 				}
+				// Close marks the pads of the peers that are still open (a
+				// device-to-device copy each): without peer access that
+				// fails too, and says so (a peer that closed first is
+				// skipped, so either rank may have nothing to copy).
+				for r, err := range w.each(func(r int) error { return w.heaps[r].Close() }) {
+					w.heaps[r] = nil
+					if err != nil {
+						require.ErrorContains(t, err, "700", "closing rank %d without peer access", r)
+					}
+				}
 			})
 		}
 	})

@@ -15,10 +15,13 @@ const (
 // Byte offsets in the signal pad (struct ca_pad, whose static_asserts
 // check them): the failure record at 0 (PadErrorBytes of it decoded by
 // DecodePadError), then epoch_of[MaxBlocks] u32, then
-// arrive[MaxBlocks][MaxRanks] u64 (epoch | signature<<32).
+// arrive[MaxBlocks][MaxRanks] u64 (epoch | signature<<32), then
+// closed[MaxRanks] u32 (nonzero: that rank closed its heap; written by the
+// host, read by every kernel at its start).
 const (
 	PadEpochsOff  = 64
 	PadArrivesOff = PadEpochsOff + 4*MaxBlocks
+	PadClosedOff  = PadArrivesOff + 8*MaxBlocks*MaxRanks
 )
 
 // Element types of the reductions (the source's CA_F32...).
@@ -136,7 +139,7 @@ const (
 	ErrPeerBroken = 2 // a peer's heap broke while this rank waited for it
 	ErrLaunch     = 3 // a launch the source cannot serve (too many ranks or blocks)
 	ErrMismatch   = 4 // a peer arrived with another collective's signature, or at an epoch it cannot be at
-	ErrClosed     = 5 // written by the host: rank Peer closed its heap (kernels stop at ca_begin)
+	ErrClosed     = 5 // a kernel started after rank Peer closed its heap (it stopped at ca_begin)
 )
 
 // PadError is the failure record (struct ca_pad's first 15 words): the

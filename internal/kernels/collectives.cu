@@ -35,7 +35,7 @@
 #define CA_ERR_PEER_BROKEN 2u
 #define CA_ERR_LAUNCH 3u
 #define CA_ERR_MISMATCH 4u
-#define CA_ERR_CLOSED 5u /* written by the host: a rank closed its heap */
+#define CA_ERR_CLOSED 5u /* a kernel started after rank peer closed its heap */
 
 /* A failure: what failed where, this rank's signature and the peer's
  * arrival as last read; c_*: the first failure behind a peer-broken one. */
@@ -51,13 +51,18 @@ struct ca_pad {
   u32 claim;
   u32 epoch_of[CA_MAX_BLOCKS];
   u64 arrive[CA_MAX_BLOCKS][CA_MAX_RANKS];
+  /* closed[p]: nonzero once rank p closed its heap, written by the host
+   * (DeviceHeap.Close) into every rank's pad; ca_begin stops a kernel that
+   * starts after it, before it touches any peer */
+  u32 closed[CA_MAX_RANKS];
 };
 static_assert(sizeof(ca_pad) <= CA_PAD_BYTES, "the signal pad holds struct ca_pad");
 #if !defined(__CUDACC_RTC__) && !defined(__CUDACC__) && !defined(__HIPCC_RTC__) && !defined(__HIPCC__)
 /* checked by the host build (NVRTC has no offsetof); the layout is the
  * same for every compiler: naturally aligned u32 and u64 */
-static_assert(__builtin_offsetof(ca_pad, epoch_of) == 64 && __builtin_offsetof(ca_pad, arrive) == 320,
-              "args.go mirrors the offsets: PadEpochsOff, PadArrivesOff");
+static_assert(__builtin_offsetof(ca_pad, epoch_of) == 64 && __builtin_offsetof(ca_pad, arrive) == 320 &&
+                  __builtin_offsetof(ca_pad, closed) == 4416,
+              "args.go mirrors the offsets: PadEpochsOff, PadArrivesOff, PadClosedOff");
 #endif
 
 /* The kernels' parameter. Offsets are bytes from the start of the heap
@@ -134,6 +139,20 @@ CA_DEV bool ca_begin(const ca_coll &a, ca_state &s, volatile u32 *shared) {
       r.block = CA_BID;
       r.sig = a.sig;
       ca_fail(me, r);
+    }
+    /* a rank that closed its heap: this kernel started after, so it is a
+     * collective that rank never joins (and its memory may be gone) */
+    for (u32 p = 0; !bad && p < a.nranks; p++) {
+      if (ca_ld_acquire(&me->closed[p]) != 0u) {
+        ca_rec r = {};
+        r.status = CA_ERR_CLOSED;
+        r.rank = a.rank;
+        r.peer = p;
+        r.block = CA_BID;
+        r.sig = a.sig;
+        ca_fail(me, r);
+        break;
+      }
     }
     *s.failed = bad || ca_ld_acquire(&me->status) != 0u;
   }
