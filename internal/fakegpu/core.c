@@ -48,6 +48,8 @@
  *   static unsigned ipc_open_flags(void) the flags RT(IpcOpenMemHandle)
  *                    requires (its header: "must be specified as
  *                    ...IpcMemLazyEnablePeerAccess")
+ *   static int misaligned_code(void) the code a kernel's misaligned access
+ *                    fails its launch with
  * and may define FAKE_NO_GRAPH_MEM_TRIM to leave RT(DeviceGraphMemTrim)
  * out (an optional symbol for the binding), FAKE_NO_LAUNCH_HOST_FUNC to
  * leave RT(LaunchHostFunc) out.
@@ -109,9 +111,9 @@ void fake_log_reset(void) { pthread_mutex_lock(&mu); loglen = 0; pthread_mutex_u
 
 /* ---- graphs and streams ---- */
 enum { OP_COPY, OP_SET, OP_FREE, OP_HOST, OP_KERNEL };
-/* OP_KERNEL: kernel k on grid blocks of block threads, its parameter a
- * copy at dst that the op owns. */
-typedef struct { int kind; char *dst; const char *src; size_t n; int val; int k; unsigned grid, block; } op_t;
+/* OP_KERNEL: kernel k on grid blocks of block threads of device, its
+ * parameter a copy at dst that the op owns. */
+typedef struct { int kind; char *dst; const char *src; size_t n; int val; int k; unsigned grid, block; int device; } op_t;
 typedef struct graph { op_t *ops; int nops, cap; int launched; } graph_t;
 typedef struct { graph_t *g; unsigned long long flags; } exec_t;
 typedef struct stream {
@@ -162,7 +164,13 @@ static alloc_t *find(const void *p) {
   for (int i = 0; i < nallocs; i++) if (allocs[i].live && allocs[i].p == p) return &allocs[i];
   return NULL;
 }
+/* access_gen counts the changes that take memory away from kernels (a
+ * free, an unmap, an unregister, less access): fake_access's per-thread
+ * cache is valid while it stands still. Bumped under mu. */
+static unsigned long access_gen = 1;
+static void forget(void) { __atomic_add_fetch(&access_gen, 1, __ATOMIC_RELEASE); }
 static void release(alloc_t *a) {
+  forget();
   if (a->fd >= 0) { munmap(a->p, a->n); close(a->fd); } else free(a->p);
   a->live = 0; live_bytes -= a->n;
 }
@@ -414,6 +422,7 @@ static rtError_t vm_unmap_(void *p, size_t n) {
   for (vmmap_t **pp = &r->maps; *pp; pp = &(*pp)->next) {
     vmmap_t *m = *pp;
     if (m->off != off || m->n != n) continue;
+    forget();
     mmap(p, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
     *pp = m->next;
     m->h->mapped--;
@@ -439,6 +448,7 @@ static rtError_t vm_set_access_(void *p, size_t n, int loctype, int locid, int f
   }
   if (at != off + n) return 1;
   int prot = flags == 3 ? PROT_READ | PROT_WRITE : flags == 1 ? PROT_READ : PROT_NONE;
+  forget();
   if (mprotect(p, n, prot) != 0) return 1;
   for (vmmap_t *m = r->maps; m; m = m->next)
     if (m->off >= off && m->off + m->n <= off + n) m->access = flags;
@@ -488,7 +498,7 @@ rtError_t RT(IpcCloseMemHandle)(void *p) {
   ENTER(RTS(IpcCloseMemHandle));
   logf_(RTS(IpcCloseMemHandle) " %p", p);
   for (int i = 0; i < 256; i++)
-    if (p && mappings[i].p == p) { munmap(p, mappings[i].n); mappings[i].p = NULL; RETURN(0); }
+    if (p && mappings[i].p == p) { forget(); munmap(p, mappings[i].n); mappings[i].p = NULL; RETURN(0); }
   RETURN(400);
 }
 
@@ -668,7 +678,7 @@ rtError_t HOST_FREE(void *p) {
   rtError_t e = unsafe();
   if (e) RETURN(e);
   for (int i = 0; i < nhosts; i++)
-    if (hosts[i].p == p && !hosts[i].reg) { free(p); hosts[i].p = NULL; RETURN(0); }
+    if (hosts[i].p == p && !hosts[i].reg) { forget(); free(p); hosts[i].p = NULL; RETURN(0); }
   RETURN(1);
 }
 /* RT(HostRegister) pins memory the caller owns; 712 when it overlaps a
@@ -690,7 +700,7 @@ rtError_t RT(HostUnregister)(void *p) {
   rtError_t e = unsafe();
   if (e) RETURN(e);
   for (int i = 0; i < nhosts; i++)
-    if (hosts[i].p == p && hosts[i].reg) { hosts[i].p = NULL; RETURN(0); }
+    if (hosts[i].p == p && hosts[i].reg) { forget(); hosts[i].p = NULL; RETURN(0); }
   RETURN(713);
 }
 
@@ -894,12 +904,25 @@ rtError_t RT(DeviceGraphMemTrim)(int dev) {
  * The host build of internal/kernels/collectives.cu (CAPALLOC_HOST):
  * capalloc_host_kernel finds a kernel by name (-1: none),
  * capalloc_host_param_size gives its parameter's size, and
- * capalloc_host_launch runs it on grid blocks of block threads and returns
- * 0 when every thread is done, -1 when no thread could be made (nothing
- * ran), -2 for a configuration it cannot run. */
+ * capalloc_host_launch runs it on grid blocks of block threads in the
+ * environment env (the C mirror of compat.h's struct ca_host_env) and
+ * returns 0 when every thread is done, -1 when no thread could be made
+ * (nothing ran), -2 for a configuration it cannot run, or the code of the
+ * launch's first fault (a misaligned access: env->misaligned_code; memory
+ * env->access refused: its code); capalloc_host_fault says which access.
+ * Every access a kernel makes is checked: its natural alignment by the
+ * executor, the memory by fake_access below. */
+typedef struct ca_host_env {
+  int device;
+  void *ctx;
+  int (*access)(void *ctx, int device, const void *p, unsigned long n, int write);
+  unsigned sms, blocks_per_sm;
+  int misaligned_code;
+} ca_host_env;
 extern int capalloc_host_kernel(const char *name);
 extern unsigned long capalloc_host_param_size(int k);
-extern int capalloc_host_launch(int k, unsigned grid, unsigned block, const void *params);
+extern int capalloc_host_launch(int k, unsigned grid, unsigned block, const void *params, const ca_host_env *env);
+extern const char *capalloc_host_fault(void);
 
 /* What the fronts report as the device's limits: small by default, so a
  * launch stays cheap on a 2-core machine (every GPU thread is a thread). */
@@ -968,12 +991,98 @@ static int has_text(const char *image, const char *before, const char *name, con
   return strstr(image, pat) != NULL;
 }
 
-/* run_kernel runs a kernel op in the calling thread without mu, which the
- * caller holds (and holds again when it returns). */
-static rtError_t run_kernel(op_t o) {
-  pthread_mutex_unlock(&mu);
-  int r = capalloc_host_launch(o.k, o.grid, o.block, o.dst);
+/* fake_blocks_per_sm is how many blocks of kernel k fit on one
+ * multiprocessor at block threads: FAKE_<RT>_BLOCKS_PER_SM, either "N" for
+ * every kernel or "name=N,...,*=N" (* for the others), else
+ * FAKE_<RT>_THREADS_PER_SM (default 2048) / block. The executor admits
+ * blocks by it (ca_host_env), and the fake occupancy API answers with it. */
+static unsigned fake_blocks_per_sm(int k, unsigned block) {
+  const char *v = getenv(ENVN("BLOCKS_PER_SM"));
+  if (v && *v) {
+    if (!strchr(v, '=')) return (unsigned)atol(v);
+    long def = -1;
+    while (*v) {
+      const char *eq = strchr(v, '='), *end = strchr(v, ',');
+      if (!end) end = v + strlen(v);
+      if (eq && eq < end) {
+        char name[128];
+        size_t l = (size_t)(eq - v);
+        if (l < sizeof name) {
+          memcpy(name, v, l);
+          name[l] = 0;
+          if (strcmp(name, "*") == 0) def = atol(eq + 1);
+          else if (capalloc_host_kernel(name) == k) return (unsigned)atol(eq + 1);
+        }
+      }
+      v = *end ? end + 1 : end;
+    }
+    if (def >= 0) return (unsigned)def;
+  }
+  long long t = envll(ENVN("THREADS_PER_SM"), 2048);
+  return block && t > 0 ? (unsigned)(t / block) : 0;
+}
+
+/* fake_access: a kernel's access of [p, p+n) is legal (0) when it lies
+ * inside one live device allocation (of any device, for now), a pinned or
+ * registered host range, a mapped virtual-memory range with the access
+ * (read, or read-write for a store), or an IPC-opened mapping; else it is
+ * 700, illegal address, as a GPU's memory fault. It runs on every access:
+ * a per-thread cache of the ranges last found answers while access_gen
+ * stands still; a miss searches the tables under mu. */
+typedef struct { const char *lo, *hi; unsigned long gen; int writable; } range_t;
+#define ACCESS_CACHE 16
+static __thread range_t access_cache[ACCESS_CACHE];
+static __thread unsigned access_next;
+/* legal_range finds the range holding [a, b), under mu. */
+static int legal_range(const char *a, const char *b, range_t *out) {
+  out->writable = 1;
+  for (int i = 0; i < nallocs; i++)
+    if (allocs[i].live && a >= allocs[i].p && b <= allocs[i].p + allocs[i].n) { out->lo = allocs[i].p; out->hi = allocs[i].p + allocs[i].n; return 1; }
+  for (int i = 0; i < nhosts; i++)
+    if (hosts[i].p && a >= hosts[i].p && b <= hosts[i].p + hosts[i].n) { out->lo = hosts[i].p; out->hi = hosts[i].p + hosts[i].n; return 1; }
+  for (int i = 0; i < 256; i++)
+    if (mappings[i].p && a >= mappings[i].p && b <= mappings[i].p + mappings[i].n) { out->lo = mappings[i].p; out->hi = mappings[i].p + mappings[i].n; return 1; }
+  vmres_t *r = vm_res_of(a);
+  if (r && b <= r->base + r->n) {
+    size_t at = (size_t)(a - r->base), end = (size_t)(b - r->base);
+    for (vmmap_t *m = r->maps; m; m = m->next)
+      if (m->off <= at && end <= m->off + m->n && m->access) {
+        out->lo = r->base + m->off; out->hi = out->lo + m->n; out->writable = m->access == 3;
+        return 1;
+      }
+  }
+  return 0;
+}
+static int fake_access(void *ctx, int device, const void *p, unsigned long n, int write) {
+  (void)ctx; (void)device;
+  const char *a = p, *b = a + n;
+  unsigned long gen = __atomic_load_n(&access_gen, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < ACCESS_CACHE; i++) {
+    range_t *c = &access_cache[i];
+    if (c->gen == gen && a >= c->lo && b <= c->hi && (c->writable || !write)) return 0;
+  }
+  range_t r;
   pthread_mutex_lock(&mu);
+  int found = legal_range(a, b, &r);
+  r.gen = access_gen;
+  pthread_mutex_unlock(&mu);
+  if (!found || (write && !r.writable)) return 700;
+  access_cache[access_next++ % ACCESS_CACHE] = r;
+  return 0;
+}
+
+/* run_kernel runs a kernel op in the calling thread without mu, which the
+ * caller holds (and holds again when it returns). A fault is the launch's
+ * error, logged with the access that made it. */
+static rtError_t run_kernel(op_t o) {
+  ca_host_env env = {o.device, NULL, fake_access, (unsigned)multiprocessors(), fake_blocks_per_sm(o.k, o.block), misaligned_code()};
+  pthread_mutex_unlock(&mu);
+  int r = capalloc_host_launch(o.k, o.grid, o.block, o.dst, &env);
+  pthread_mutex_lock(&mu);
+  if (r > 0) {
+    logf_("kernel fault: code %d: %s", r, capalloc_host_fault());
+    return r;
+  }
   return r == 0 ? 0 : r == -1 ? 701 : 1;
 }
 
@@ -997,7 +1106,7 @@ static rtError_t launch_(const char *fn, function_t *f, unsigned gx, unsigned gy
   char *copy = malloc(n ? n : 1);
   if (!copy) return 2;
   memcpy(copy, params[0], n);
-  op_t o = {OP_KERNEL, copy, NULL, n, 0, f->k, gx, bx};
+  op_t o = {OP_KERNEL, copy, NULL, n, 0, f->k, gx, bx, s ? s->device : cur_device};
   if (s && s->status == 1) { record(s, o); return 0; }
   rtError_t e = run_kernel(o);
   free(copy);

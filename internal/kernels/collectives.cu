@@ -408,10 +408,26 @@ CA_KERNEL capalloc_axpy(ca_axpy k) {
 #if !defined(__CUDACC_RTC__) && !defined(__CUDACC__) && !defined(__HIPCC_RTC__) && !defined(__HIPCC__)
 /* ---- the host executor the fake runtimes link (CAPALLOC_HOST) ----
  * capalloc_host_kernel finds a kernel by name (-1: none);
- * capalloc_host_launch runs it: grid blocks of block threads, every one a
- * thread of its own, blocks concurrently, so spin waits across ranks and
- * block barriers work as on a GPU. Returns 0, or -1 when threads could
- * not be made (nothing ran then), -2 for a bad configuration. */
+ * capalloc_host_launch runs it (compat.h's host section is the GPU model:
+ * a persistent pool of workers, one per running block, the block's
+ * threads fibers on it; every access checked):
+ *
+ *   int capalloc_host_launch(int k, u32 grid, u32 block, const void *params,
+ *                            const ca_host_env *env);
+ *
+ * returns 0 when every thread is done; -1 when no worker could be made
+ * (nothing ran); -2 for a configuration it cannot run; > 0, the runtime's
+ * code of the launch's first fault (env->misaligned_code, or what
+ * env->access returned). Residency, as a GPU's block scheduler: one pool
+ * of units per device, shared by every launch on it; each multiprocessor
+ * is 840 units (divisible by 1..8, 10, 12, 14, 15...), a block of this
+ * launch costs ceil(840 / blocks_per_sm); a block waits for its units
+ * before any of its threads start, and returns them when its last thread
+ * ends; blocks are admitted in the order they ask, block 0 of a launch
+ * first. A grid that cannot be co-resident with its peers' therefore
+ * waits as on a GPU, and its barrier times out. */
+#include <sys/mman.h>
+#include <stdio.h>
 #include <vector>
 struct ca_entry {
   const char *name;
@@ -436,38 +452,219 @@ extern "C" unsigned long capalloc_host_param_size(int k) {
   return k < 0 || k >= (int)(sizeof ca_entries / sizeof ca_entries[0]) ? 0 : ca_entries[k].size;
 }
 
-static void *ca_run(void *arg) {
-  ca_self = (ca_thread *)arg;
-  ca_self->fn(ca_self->params);
+/* ---- residency: units per device ---- */
+#define CA_SM_UNITS 840u
+#define CA_RES_DEVICES 64
+struct ca_res {
+  unsigned long long used, next, serving; /* units held; FIFO tickets */
+};
+static pthread_mutex_t ca_res_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ca_res_cv = PTHREAD_COND_INITIALIZER;
+static ca_res ca_res_of[CA_RES_DEVICES];
+
+/* ca_admit waits until block b fits on its device, and takes its units. */
+static void ca_admit(ca_block *b) {
+  const ca_host_env *e = b->l->env;
+  b->cost = 0;
+  if (!e || !e->sms || !e->blocks_per_sm || e->device < 0 || e->device >= CA_RES_DEVICES) return;
+  unsigned cost = (CA_SM_UNITS + e->blocks_per_sm - 1) / e->blocks_per_sm;
+  unsigned long long cap = (unsigned long long)e->sms * CA_SM_UNITS;
+  ca_res *r = &ca_res_of[e->device];
+  pthread_mutex_lock(&ca_res_mu);
+  unsigned long long ticket = r->next++;
+  while (r->serving != ticket || r->used + cost > cap) pthread_cond_wait(&ca_res_cv, &ca_res_mu);
+  r->used += cost;
+  r->serving++;
+  pthread_cond_broadcast(&ca_res_cv);
+  pthread_mutex_unlock(&ca_res_mu);
+  b->cost = cost;
+}
+static void ca_leave(ca_block *b) {
+  if (!b->cost) return;
+  pthread_mutex_lock(&ca_res_mu);
+  ca_res_of[b->l->env->device].used -= b->cost;
+  pthread_cond_broadcast(&ca_res_cv);
+  pthread_mutex_unlock(&ca_res_mu);
+}
+
+/* ---- the worker pool ---- */
+#define CA_FIBER_STACK (128u << 10)
+struct ca_worker {
+  pthread_t id;
+  pthread_cond_t cv;
+  ca_block *job;
+  ca_worker *next;
+  unsigned char *stacks; /* nthreads fiber stacks, one mapping */
+  ca_thread *threads;
+  u32 nthreads;
+};
+static pthread_mutex_t ca_pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static ca_worker *ca_idle;
+
+static void ca_fiber_main() {
+  ca_thread *me = ca_self;
+  ca_block *b = me->blk;
+  try {
+    b->l->fn(b->l->params);
+  } catch (ca_unwind &) {
+  }
+  me = ca_self;
+  me->state = CA_DONE;
+  b->live--;
+  if (b->arrived != 0 && b->arrived == b->live) { /* the ones left wait for nobody */
+    b->arrived = 0;
+    b->gen++;
+  }
+  /* returns to b->home (uc_link) */
+}
+
+/* ca_run_block runs every thread of block b on worker w, as fibers. */
+static bool ca_run_block(ca_worker *w, ca_block *b) {
+  u32 n = b->l->bdim;
+  if (w->nthreads < n) {
+    if (w->stacks) munmap(w->stacks, (size_t)w->nthreads * CA_FIBER_STACK);
+    delete[] w->threads;
+    w->nthreads = 0;
+    w->threads = new ca_thread[n];
+    void *m = mmap(nullptr, (size_t)n * CA_FIBER_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) {
+      w->stacks = nullptr;
+      return false;
+    }
+    w->stacks = (unsigned char *)m;
+    w->nthreads = n;
+  }
+  b->t = w->threads;
+  b->live = n;
+  b->cur = b->arrived = b->gen = 0;
+  for (u32 i = 0; i < n; i++) {
+    ca_thread &t = b->t[i];
+    t.tid = i;
+    t.bid = b->bid;
+    t.bdim = n;
+    t.gdim = b->l->grid;
+    t.blk = b;
+    t.state = CA_RUN;
+    t.wait_gen = t.loads = 0;
+    getcontext(&t.ctx);
+    t.ctx.uc_stack.ss_sp = w->stacks + (size_t)i * CA_FIBER_STACK;
+    t.ctx.uc_stack.ss_size = CA_FIBER_STACK;
+    t.ctx.uc_link = &b->home;
+    makecontext(&t.ctx, ca_fiber_main, 0);
+  }
+  while (b->live > 0) { /* a fiber came home: it ended; run the next */
+    u32 i = b->cur;
+    for (u32 k = 0; k < n; k++, i = i + 1 == n ? 0 : i + 1) {
+      ca_thread *t = &b->t[i];
+      if (t->state == CA_RUN || (t->state == CA_AT_SYNC && t->wait_gen != b->gen)) break;
+    }
+    b->cur = i;
+    ca_self = &b->t[i];
+    swapcontext(&b->home, &b->t[i].ctx);
+  }
+  ca_self = nullptr;
+  return true;
+}
+
+static void *ca_worker_main(void *arg) {
+  ca_worker *w = (ca_worker *)arg;
+  pthread_mutex_lock(&ca_pool_mu);
+  for (;;) {
+    while (!w->job) pthread_cond_wait(&w->cv, &ca_pool_mu);
+    ca_block *b = w->job;
+    pthread_mutex_unlock(&ca_pool_mu);
+    ca_launch *l = b->l;
+    if (!ca_run_block(w, b)) {
+      int none = 0; /* no stacks for its threads: the launch fails as out of resources */
+      __atomic_compare_exchange_n(&l->fault, &none, 701, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    }
+    ca_leave(b);
+    pthread_mutex_lock(&ca_pool_mu);
+    w->job = nullptr;
+    w->next = ca_idle;
+    ca_idle = w;
+    pthread_mutex_unlock(&ca_pool_mu);
+    pthread_mutex_lock(&l->mu); /* l lives until done reaches grid */
+    l->done++;
+    pthread_cond_signal(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    pthread_mutex_lock(&ca_pool_mu);
+  }
   return nullptr;
 }
 
-extern "C" int capalloc_host_launch(int k, u32 grid, u32 block, const void *params) {
-  if (k < 0 || k >= (int)(sizeof ca_entries / sizeof ca_entries[0]) || grid == 0 || block == 0 || grid > 4096 || block > 1024)
-    return -2;
-  u64 n = (u64)grid * block;
-  std::vector<ca_block> blocks(grid);
-  std::vector<ca_thread> threads(n);
-  std::vector<pthread_t> ids(n);
-  for (u32 b = 0; b < grid; b++) pthread_barrier_init(&blocks[b].bar, nullptr, block);
+/* ca_take takes n idle workers (making the missing ones) into out; false,
+ * with none taken, when a worker cannot be made. */
+static bool ca_take(u32 n, std::vector<ca_worker *> &out) {
+  pthread_mutex_lock(&ca_pool_mu);
+  while (out.size() < n && ca_idle) {
+    out.push_back(ca_idle);
+    ca_idle = ca_idle->next;
+  }
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setstacksize(&attr, 256 * 1024);
-  u64 made = 0;
-  for (; made < n; made++) {
-    ca_thread &t = threads[made];
-    t = ca_thread{(u32)(made % block), (u32)(made / block), block, grid, &blocks[made / block], ca_entries[k].run, params};
-    if (pthread_create(&ids[made], &attr, ca_run, &t) != 0) break;
+  while (out.size() < n) {
+    ca_worker *w = new ca_worker();
+    pthread_cond_init(&w->cv, nullptr);
+    if (pthread_create(&w->id, &attr, ca_worker_main, w) != 0) {
+      pthread_cond_destroy(&w->cv);
+      delete w;
+      break;
+    }
+    pthread_detach(w->id);
+    out.push_back(w);
   }
   pthread_attr_destroy(&attr);
-  if (made < n) {
-    /* Threads already made wait at a block barrier that will never fill:
-     * the launch cannot be undone. Fail loudly rather than hang. */
-    if (made > 0) abort();
-    return -1;
+  bool ok = out.size() == n;
+  if (!ok)
+    for (ca_worker *w : out) {
+      w->next = ca_idle;
+      ca_idle = w;
+    }
+  pthread_mutex_unlock(&ca_pool_mu);
+  return ok;
+}
+
+/* The first fault of the last launch of this thread, in words. */
+static __thread char ca_fault_text[160];
+extern "C" const char *capalloc_host_fault(void) { return ca_fault_text; }
+
+extern "C" int capalloc_host_launch(int k, u32 grid, u32 block, const void *params, const ca_host_env *env) {
+  if (k < 0 || k >= (int)(sizeof ca_entries / sizeof ca_entries[0]) || grid == 0 || block == 0 || grid > 4096 || block > 1024)
+    return -2;
+  ca_fault_text[0] = 0;
+  std::vector<ca_worker *> workers;
+  if (!ca_take(grid, workers)) return -1;
+  ca_launch l;
+  memset((void *)&l, 0, sizeof l);
+  l.env = env;
+  l.fn = ca_entries[k].run;
+  l.params = params;
+  l.grid = grid;
+  l.bdim = block;
+  l.misaligned = env && env->misaligned_code > 0 ? env->misaligned_code : 716;
+  pthread_mutex_init(&l.mu, nullptr);
+  pthread_cond_init(&l.cv, nullptr);
+  std::vector<ca_block> blocks(grid);
+  for (u32 b = 0; b < grid; b++) {
+    blocks[b].l = &l;
+    blocks[b].bid = b;
+    ca_admit(&blocks[b]);
+    pthread_mutex_lock(&ca_pool_mu);
+    workers[b]->job = &blocks[b];
+    pthread_cond_signal(&workers[b]->cv);
+    pthread_mutex_unlock(&ca_pool_mu);
   }
-  for (u64 i = 0; i < n; i++) pthread_join(ids[i], nullptr);
-  for (u32 b = 0; b < grid; b++) pthread_barrier_destroy(&blocks[b].bar);
-  return 0;
+  pthread_mutex_lock(&l.mu);
+  while (l.done < grid) pthread_cond_wait(&l.cv, &l.mu);
+  pthread_mutex_unlock(&l.mu);
+  pthread_mutex_destroy(&l.mu);
+  pthread_cond_destroy(&l.cv);
+  if (l.fault > 0 && l.fault_n)
+    snprintf(ca_fault_text, sizeof ca_fault_text, "%s %s of %lu B at %p (block %u, thread %u)",
+             (uintptr_t)l.fault_p & (l.fault_n - 1u) ? "misaligned" : "illegal", l.fault_write ? "store" : "load", l.fault_n,
+             l.fault_p, l.fault_bid, l.fault_tid);
+  return l.fault > 0 ? l.fault : 0;
 }
 #endif
