@@ -34,6 +34,7 @@ func (s *suite) collectivesGroup(t *testing.T) {
 			t.Run("skewed_replays_time_out", func(t *testing.T) { s.skewedReplaysTimeOut(t, k) })
 			t.Run("bad_operands", func(t *testing.T) { s.badCollectiveOperands(t, k) })
 			t.Run("stress_replays", func(t *testing.T) { s.stressReplays(t, k) })
+			t.Run("odd_layouts", func(t *testing.T) { s.oddLayouts(t, k) })
 		})
 	}
 	t.Run("peers_at_different_addresses", s.peersAtDifferentAddresses)

@@ -56,17 +56,17 @@ struct ca_axpy {
 
 enum { CA_F32 = 0, CA_I32 = 1, CA_F16 = 2, CA_BF16 = 3 };
 
-CA_DEV unsigned char *ca_base(const ca_coll &a, u32 p) { return (unsigned char *)((const u64 *)a.table)[p]; }
+CA_DEV unsigned char *ca_base(const ca_coll &a, u32 p) { return (unsigned char *)ca_ld((const u64 *)a.table + p); }
 CA_DEV ca_pad *ca_pad_of(const ca_coll &a, u32 p) { return (ca_pad *)ca_base(a, p); }
 CA_DEV unsigned char *ca_heap(const ca_coll &a, u32 p) { return ca_base(a, p) + CA_PAD_BYTES; }
 
 /* ---- failure: the first one is recorded in this rank's pad ---- */
 CA_DEV void ca_fail(ca_pad *me, u32 status, u32 rank, u32 peer, u32 epoch, u32 block) {
   if (ca_cas(&me->status, 0u, status) == 0u) {
-    me->rank = rank;
-    me->peer = peer;
-    me->epoch = epoch;
-    me->block = block;
+    ca_st(&me->rank, rank);
+    ca_st(&me->peer, peer);
+    ca_st(&me->epoch, epoch);
+    ca_st(&me->block, block);
     ca_fence();
   }
 }
@@ -88,14 +88,14 @@ CA_DEV bool ca_begin(const ca_coll &a, ca_state &s, volatile u32 *shared) {
     if (bad) ca_fail(me, CA_ERR_LAUNCH, a.rank, a.nranks, 0, CA_BID);
     *s.failed = bad || ca_ld_acquire(&me->status) != 0u;
   }
-  s.ep = ((volatile u32 *)me->epoch_of)[CA_BID];
+  s.ep = ca_ld_volatile(&me->epoch_of[CA_BID]);
   ca_sync();
   return *s.failed == 0u;
 }
 
 /* ca_end stores the block's epoch for the next kernel on this stream. */
 CA_DEV void ca_end(const ca_coll &a, ca_state &s) {
-  if (CA_TID == 0) ((volatile u32 *)ca_pad_of(a, a.rank)->epoch_of)[CA_BID] = s.ep;
+  if (CA_TID == 0) ca_st_volatile(&ca_pad_of(a, a.rank)->epoch_of[CA_BID], s.ep);
 }
 
 /* ca_barrier: block b of this rank arrives at its next epoch in every
@@ -192,19 +192,46 @@ struct ca_pack {
 
 CA_DEV u32 ca_elem_bytes(u32 dt) { return dt == CA_F16 || dt == CA_BF16 ? 2u : 4u; }
 
+/* ca_load and ca_store move nbytes (a whole number of elements) of a pack
+ * with the widest access the address allows: one 16-byte vector where p is
+ * 16-aligned, else 4-, 2- or 1-byte words, each naturally aligned (a
+ * GPU faults on a misaligned one). Tensors may start anywhere the API
+ * accepts: a chunk of an odd count of halves starts 2-byte aligned, a
+ * hand-written Tensor at any byte. */
 CA_DEV void ca_load(ca_pack &v, const unsigned char *p, u32 nbytes) {
-  if (nbytes == 16u) {
-    v = *(const ca_pack *)p;
+  u32 at = (u32)(u64)p;
+  if (nbytes == 16u && (at & 15u) == 0u) {
+    ca_v4 x = ca_ld((const ca_v4 *)p);
+    v.w[0] = x.x;
+    v.w[1] = x.y;
+    v.w[2] = x.z;
+    v.w[3] = x.w;
+    return;
+  }
+  v.w[0] = v.w[1] = v.w[2] = v.w[3] = 0u;
+  if (((at | nbytes) & 3u) == 0u) {
+    for (u32 i = 0; i < nbytes / 4u; i++) v.w[i] = ca_ld((const u32 *)p + i);
+  } else if (((at | nbytes) & 1u) == 0u) {
+    for (u32 i = 0; i < nbytes / 2u; i++) ((u16 *)v.w)[i] = ca_ld((const u16 *)p + i);
   } else {
-    v.w[0] = v.w[1] = v.w[2] = v.w[3] = 0u;
-    for (u32 i = 0; i < nbytes; i++) ((unsigned char *)v.w)[i] = p[i];
+    for (u32 i = 0; i < nbytes; i++) ((unsigned char *)v.w)[i] = ca_ld(p + i);
   }
 }
 CA_DEV void ca_store(unsigned char *p, const ca_pack &v, u32 nbytes) {
-  if (nbytes == 16u) {
-    *(ca_pack *)p = v;
+  u32 at = (u32)(u64)p;
+  if (nbytes == 16u && (at & 15u) == 0u) {
+    ca_v4 x;
+    x.x = v.w[0];
+    x.y = v.w[1];
+    x.z = v.w[2];
+    x.w = v.w[3];
+    ca_st((ca_v4 *)p, x);
+  } else if (((at | nbytes) & 3u) == 0u) {
+    for (u32 i = 0; i < nbytes / 4u; i++) ca_st((u32 *)p + i, v.w[i]);
+  } else if (((at | nbytes) & 1u) == 0u) {
+    for (u32 i = 0; i < nbytes / 2u; i++) ca_st((u16 *)p + i, ((const u16 *)v.w)[i]);
   } else {
-    for (u32 i = 0; i < nbytes; i++) p[i] = ((const unsigned char *)v.w)[i];
+    for (u32 i = 0; i < nbytes; i++) ca_st(p + i, ((const unsigned char *)v.w)[i]);
   }
 }
 /* acc += v, element-wise; acc of halves is kept as 8 floats */
@@ -344,13 +371,22 @@ CA_KERNEL capalloc_allreduce_twoshot(ca_coll a) {
   ca_end(a, s);
 }
 
-/* ca_copy copies n bytes, 16 at a time where both ends allow it, spread
- * over every thread of the grid. */
+/* ca_copy copies n bytes, spread over every thread of the grid, in the
+ * widest naturally aligned accesses both ends allow: 16-byte vectors, else
+ * 4-byte words, else bytes; the tail that does not fill one goes by bytes. */
 CA_DEV void ca_copy(unsigned char *dst, const unsigned char *src, u64 n) {
   u64 stride = (u64)CA_GDIM * CA_BDIM, first = (u64)CA_BID * CA_BDIM + CA_TID;
-  u64 packs = (((u64)dst | (u64)src) & 15u) == 0u ? n / 16u : 0u;
-  for (u64 j = first; j < packs; j += stride) ((ca_pack *)dst)[j] = ((const ca_pack *)src)[j];
-  for (u64 k = packs * 16u + first; k < n; k += stride) dst[k] = src[k];
+  u64 al = (u64)dst | (u64)src, done = 0;
+  if ((al & 15u) == 0u) {
+    u64 packs = n / 16u;
+    for (u64 j = first; j < packs; j += stride) ca_st((ca_v4 *)dst + j, ca_ld((const ca_v4 *)src + j));
+    done = packs * 16u;
+  } else if ((al & 3u) == 0u) {
+    u64 words = n / 4u;
+    for (u64 j = first; j < words; j += stride) ca_st((u32 *)dst + j, ca_ld((const u32 *)src + j));
+    done = words * 4u;
+  }
+  for (u64 k = done + first; k < n; k += stride) ca_st(dst + k, ca_ld(src + k));
 }
 
 /* capalloc_allgather: out's p-th chunk (count bytes) is rank p's in. */
@@ -398,11 +434,28 @@ CA_KERNEL capalloc_reducescatter(ca_coll a) {
   ca_end(a, s);
 }
 
-/* capalloc_axpy: y = a*x + y over n float32, the examples' local work. */
+/* capalloc_axpy: y = a*x + y over n float32, the examples' local work.
+ * x and y may start at any byte (a hand-written Tensor): a float that is
+ * not 4-aligned moves in narrower words (ca_load). */
+CA_DEV float ca_ld_f32(const float *p) {
+  if (((u64)p & 3u) == 0u) return ca_ld(p);
+  ca_pack v;
+  ca_load(v, (const unsigned char *)p, 4u);
+  return ca_as_float(v.w[0]);
+}
+CA_DEV void ca_st_f32(float *p, float f) {
+  if (((u64)p & 3u) == 0u) {
+    ca_st(p, f);
+    return;
+  }
+  ca_pack v;
+  v.w[0] = ca_as_u32(f);
+  ca_store((unsigned char *)p, v, 4u);
+}
 CA_KERNEL capalloc_axpy(ca_axpy k) {
   float *x = (float *)k.x, *y = (float *)k.y;
   u64 stride = (u64)CA_GDIM * CA_BDIM;
-  for (u64 i = (u64)CA_BID * CA_BDIM + CA_TID; i < k.n; i += stride) y[i] = k.a * x[i] + y[i];
+  for (u64 i = (u64)CA_BID * CA_BDIM + CA_TID; i < k.n; i += stride) ca_st_f32(&y[i], k.a * ca_ld_f32(&x[i]) + ca_ld_f32(&y[i]));
 }
 
 #if !defined(__CUDACC_RTC__) && !defined(__CUDACC__) && !defined(__HIPCC_RTC__) && !defined(__HIPCC__)
