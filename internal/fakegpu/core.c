@@ -241,7 +241,27 @@ static rtError_t legacy(stream_t *s) {
   return refused ? 906 : 0;
 }
 
-#define ENTER(name) pthread_mutex_lock(&mu); rtError_t inj_ = injected(name); if (inj_) { logf_("%s injected=%d", name, inj_); pthread_mutex_unlock(&mu); return inj_; }
+/* Lost devices. A kernel's fault (run_kernel) destroys its device's
+ * context, as on a GPU, where "any further CUDA work will return the same
+ * error": from then on every call on that device (the calling thread's
+ * current one) fails with the fault's code, except those that need no
+ * context (versions, device count and attributes, choosing the device,
+ * the driver's context queries, hiprtc), until fake_reset_faults, which
+ * tests call to go on with a device. */
+#define LOST_DEVICES 16
+static int lost[LOST_DEVICES];
+static rtError_t lost_code(const char *name) {
+  static const char *const no_context[] = {"DriverGetVersion", "RuntimeGetVersion", "GetDeviceCount", "SetDevice", "DeviceGetAttribute",
+                                           "DeviceGetName", "DeviceTotalMem", "cuInit", "cuDeviceGet", "cuCtxGetCurrent",
+                                           "cuCtxSetCurrent", "cuDevicePrimaryCtxRetain", "hiprtc"};
+  if (cur_device < 0 || cur_device >= LOST_DEVICES || !lost[cur_device]) return 0;
+  for (size_t i = 0; i < sizeof no_context / sizeof no_context[0]; i++) if (strstr(name, no_context[i])) return 0;
+  return lost[cur_device];
+}
+void fake_reset_faults(void) { pthread_mutex_lock(&mu); memset(lost, 0, sizeof lost); pthread_mutex_unlock(&mu); }
+
+#define ENTER(name) pthread_mutex_lock(&mu); rtError_t inj_ = injected(name); if (inj_) { logf_("%s injected=%d", name, inj_); pthread_mutex_unlock(&mu); return inj_; } \
+  rtError_t lost_ = lost_code(name); if (lost_) { logf_("%s: device %d lost by a kernel fault: %d", name, cur_device, lost_); pthread_mutex_unlock(&mu); return lost_; }
 #define RETURN(e) do { rtError_t r_ = (e); pthread_mutex_unlock(&mu); return r_; } while (0)
 
 rtError_t RT(StreamCreateWithPriority)(void **out, unsigned flags, int prio) {
@@ -1073,7 +1093,7 @@ static int fake_access(void *ctx, int device, const void *p, unsigned long n, in
 
 /* run_kernel runs a kernel op in the calling thread without mu, which the
  * caller holds (and holds again when it returns). A fault is the launch's
- * error, logged with the access that made it. */
+ * error, logged with the access that made it, and loses the device. */
 static rtError_t run_kernel(op_t o) {
   ca_host_env env = {o.device, NULL, fake_access, (unsigned)multiprocessors(), fake_blocks_per_sm(o.k, o.block), misaligned_code()};
   pthread_mutex_unlock(&mu);
@@ -1081,6 +1101,7 @@ static rtError_t run_kernel(op_t o) {
   pthread_mutex_lock(&mu);
   if (r > 0) {
     logf_("kernel fault: code %d: %s", r, capalloc_host_fault());
+    if (o.device >= 0 && o.device < LOST_DEVICES) lost[o.device] = r; /* sticky */
     return r;
   }
   return r == 0 ? 0 : r == -1 ? 701 : 1;

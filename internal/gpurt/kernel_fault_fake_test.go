@@ -6,6 +6,8 @@ package gpurt_test
 // memory not pinned), and blocks that cannot be co-resident wait as on a
 // GPU. A fault fails the launch with the runtime's code and ends it at
 // once: no later access is made, and no spin wait runs on to its timeout.
+// It loses the device, as on a GPU: every later call on it fails with the
+// same code until the test resets the fake's faults.
 
 import (
 	"encoding/binary"
@@ -62,6 +64,7 @@ func TestFakeKernelMisalignedAccessFails(t *testing.T) {
 		})
 		requireCode(t, v, err, misalignedCode(v))
 		require.Len(t, find(log.Lines(), "kernel fault", "misaligned", "of 4 B"), 1)
+		log.ResetFaults()
 		require.Equal(t, make([]byte, 64), read(t, d, h.bases[0], 64), "nothing was written")
 	})
 }
@@ -99,12 +102,15 @@ func TestFakeKernelIllegalAddressFails(t *testing.T) {
 		log.Lines()
 		requireCode(t, v, axpy(uint64(x), uint64(y), 2*n), 700)
 		require.Len(t, find(log.Lines(), "kernel fault: code 700", "illegal load of 4 B"), 1, "past the end of x")
+		log.ResetFaults()
 		fill(t, d, y, floatBytes(ys)) // the threads before the fault stored theirs
 
 		requireCode(t, v, axpy(uint64(freed), uint64(y), n), 700)
+		log.ResetFaults()
 		require.Equal(t, floatBytes(ys), read(t, d, y, 4*n), "freed x: nothing written")
 
 		requireCode(t, v, axpy(uint64(x), addr(unpinned), n), 700)
+		log.ResetFaults()
 		require.Equal(t, floatBytes(ys), unpinned, "host memory not pinned: nothing written")
 		runtime.KeepAlive(unpinned)
 
@@ -120,7 +126,8 @@ func TestFakeKernelIllegalAddressFails(t *testing.T) {
 // minutes: within would fail first).
 func TestFakeKernelFaultEndsSpinWaits(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
-		d, m, _ := kernelDriver(t, v, opts{})
+		d, m, log := kernelDriver(t, v, opts{})
+		t.Cleanup(log.ResetFaults)
 		h := newHeap(t, d, 2)
 		host := make([]uint64, (kernels.PadBytes+heapBytes)/8)
 		tbl := make([]byte, 24)
@@ -182,5 +189,42 @@ func TestFakeKernelResidency(t *testing.T) {
 			}
 			require.Equal(t, c.timeouts, timeouts, "BLOCKS_PER_SM=%s", c.blocksPerSM)
 		}
+	})
+}
+
+// After a fault the device is lost: allocation, copies, synchronization
+// stream creation and launches on it fail with the fault's code, as on a
+// GPU; another device is not affected. The fake's reset makes it usable
+// again.
+func TestFakeKernelFaultLosesTheDevice(t *testing.T) {
+	forEach(t, func(t *testing.T, v *vendorCase) {
+		t.Setenv(v.envPrefix+"DEVICES", "2")
+		d, m, log := kernelDriver(t, v, opts{})
+		t.Cleanup(log.ResetFaults)
+		other, err := v.openKernels("", opts{Device: 1})
+		require.NoError(t, err)
+		t.Cleanup(func() { other.Close() })
+		x, err := d.Malloc(64)
+		require.NoError(t, err)
+		s := newStream(t, d)
+		args := (&kernels.AxpyArgs{X: uint64(x), Y: uint64(x), N: 32, A: 1}).Encode(make([]byte, kernels.AxpySize))
+		requireCode(t, v, d.LaunchKernel(m.Kernels[kernels.Axpy], 1, 4, args, s), 700)
+
+		_, err = d.Malloc(64)
+		requireCode(t, v, err, 700)
+		requireCode(t, v, d.StreamSynchronize(s), 700)
+		requireCode(t, v, d.CopyHtoD(x, make([]byte, 64), s), 700)
+		args = (&kernels.AxpyArgs{X: uint64(x), Y: uint64(x), N: 16, A: 1}).Encode(make([]byte, kernels.AxpySize))
+		requireCode(t, v, d.LaunchKernel(m.Kernels[kernels.Axpy], 1, 4, args, s), 700)
+		require.NotEmpty(t, find(log.Lines(), "lost by a kernel fault: 700"))
+		_, err = d.CreateStream()
+		requireCode(t, v, err, 700)
+		y, err := other.Malloc(64)
+		require.NoError(t, err, "device 1 is not lost")
+		require.NoError(t, other.Free(y))
+
+		log.ResetFaults()
+		require.NoError(t, d.LaunchKernel(m.Kernels[kernels.Axpy], 1, 4, args, s))
+		require.NoError(t, d.StreamSynchronize(s))
 	})
 }

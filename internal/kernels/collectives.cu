@@ -462,8 +462,8 @@ CA_KERNEL capalloc_axpy(ca_axpy k) {
 /* ---- the host executor the fake runtimes link (CAPALLOC_HOST) ----
  * capalloc_host_kernel finds a kernel by name (-1: none);
  * capalloc_host_launch runs it (compat.h's host section is the GPU model:
- * a persistent pool of workers, one per running block, the block's
- * threads fibers on it; every access checked):
+ * a pool of workers, one per running block, the block's threads fibers on
+ * it, every access checked; a worker idle for CA_IDLE_SECONDS ends):
  *
  *   int capalloc_host_launch(int k, u32 grid, u32 block, const void *params,
  *                            const ca_host_env *env);
@@ -546,6 +546,7 @@ struct ca_worker {
   pthread_t id;
   pthread_cond_t cv;
   ca_block *job;
+  bool taken; /* by a launch, which will give it a job */
   ca_worker *next;
   unsigned char *stacks; /* nthreads fiber stacks, one mapping */
   ca_thread *threads;
@@ -619,11 +620,38 @@ static bool ca_run_block(ca_worker *w, ca_block *b) {
   return true;
 }
 
+/* ca_retire ends idle worker w (held: ca_pool_mu): out of the idle list,
+ * its stacks unmapped. Each fake's copy (tests load many) keeps no
+ * threads once its launches are over. */
+static void ca_retire(ca_worker *w) {
+  for (ca_worker **pp = &ca_idle; *pp; pp = &(*pp)->next)
+    if (*pp == w) {
+      *pp = w->next;
+      break;
+    }
+  if (w->stacks) munmap(w->stacks, (size_t)w->nthreads * CA_FIBER_STACK);
+  delete[] w->threads;
+  pthread_cond_destroy(&w->cv);
+  delete w;
+}
+
+/* How long a worker waits idle before it ends. */
+#define CA_IDLE_SECONDS 2
+
 static void *ca_worker_main(void *arg) {
   ca_worker *w = (ca_worker *)arg;
   pthread_mutex_lock(&ca_pool_mu);
   for (;;) {
-    while (!w->job) pthread_cond_wait(&w->cv, &ca_pool_mu);
+    while (!w->job) {
+      struct timespec until;
+      clock_gettime(CLOCK_REALTIME, &until);
+      until.tv_sec += CA_IDLE_SECONDS;
+      if (pthread_cond_timedwait(&w->cv, &ca_pool_mu, &until) != 0 && !w->job && !w->taken) {
+        ca_retire(w);
+        pthread_mutex_unlock(&ca_pool_mu);
+        return nullptr;
+      }
+    }
     ca_block *b = w->job;
     pthread_mutex_unlock(&ca_pool_mu);
     ca_launch *l = b->l;
@@ -634,6 +662,7 @@ static void *ca_worker_main(void *arg) {
     ca_leave(b);
     pthread_mutex_lock(&ca_pool_mu);
     w->job = nullptr;
+    w->taken = false;
     w->next = ca_idle;
     ca_idle = w;
     pthread_mutex_unlock(&ca_pool_mu);
@@ -651,6 +680,7 @@ static void *ca_worker_main(void *arg) {
 static bool ca_take(u32 n, std::vector<ca_worker *> &out) {
   pthread_mutex_lock(&ca_pool_mu);
   while (out.size() < n && ca_idle) {
+    ca_idle->taken = true;
     out.push_back(ca_idle);
     ca_idle = ca_idle->next;
   }
@@ -660,6 +690,7 @@ static bool ca_take(u32 n, std::vector<ca_worker *> &out) {
   while (out.size() < n) {
     ca_worker *w = new ca_worker();
     pthread_cond_init(&w->cv, nullptr);
+    w->taken = true;
     if (pthread_create(&w->id, &attr, ca_worker_main, w) != 0) {
       pthread_cond_destroy(&w->cv);
       delete w;
@@ -672,6 +703,7 @@ static bool ca_take(u32 n, std::vector<ca_worker *> &out) {
   bool ok = out.size() == n;
   if (!ok)
     for (ca_worker *w : out) {
+      w->taken = false;
       w->next = ca_idle;
       ca_idle = w;
     }
