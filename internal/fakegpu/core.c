@@ -12,7 +12,8 @@
  *
  * Kernels: the fakes link the host build of internal/kernels/collectives.cu
  * (g++; gpurttest.Commands gives the command lines) and run its kernels,
- * every GPU thread a host thread. A launch runs SYNCHRONOUSLY in the
+ * every block on a worker thread, its threads fibers, every access
+ * checked as a GPU would (fake_access, below). A launch runs SYNCHRONOUSLY in the
  * launching thread, as everything on the fake's streams does, but WITHOUT
  * holding the fake's lock: a collective's barrier waits for the kernels of
  * the other ranks, which must be able to copy and launch from their own
@@ -945,7 +946,7 @@ extern int capalloc_host_launch(int k, unsigned grid, unsigned block, const void
 extern const char *capalloc_host_fault(void);
 
 /* What the fronts report as the device's limits: small by default, so a
- * launch stays cheap on a 2-core machine (every GPU thread is a thread). */
+ * launch stays cheap on a 2-core machine (every block is a thread). */
 static int max_threads(void) { return envint(ENVN("MAX_THREADS"), 64); }
 static int multiprocessors(void) { return envint(ENVN("SMS"), 4); }
 
