@@ -481,6 +481,7 @@ CA_KERNEL capalloc_axpy(ca_axpy k) {
  * waits as on a GPU, and its barrier times out. */
 #include <sys/mman.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <vector>
 struct ca_entry {
   const char *name;
@@ -587,6 +588,8 @@ static bool ca_run_block(ca_worker *w, ca_block *b) {
     }
     w->stacks = (unsigned char *)m;
     w->nthreads = n;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    for (u32 i = 0; i < n; i++) mprotect(w->stacks + (size_t)i * CA_FIBER_STACK, page, PROT_NONE); /* a guard page below each stack */
   }
   b->t = w->threads;
   b->live = n;
