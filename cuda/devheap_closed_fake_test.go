@@ -39,6 +39,7 @@ func TestFakeDeviceHeapPeerClosedAcrossProcesses(t *testing.T) {
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o700)) // FileExchange wants a private directory
 	var outs [2]bytes.Buffer
 	var cmds [2]*exec.Cmd
 	for r := range 2 {

@@ -18,13 +18,6 @@ import (
 // its peers, and the fakes fail work on one device that touches another's
 // memory without it, with the runtime's illegal-address code.
 
-// kernelAccessModelled says whether the fakes' kernel executor checks
-// every access a kernel thread makes against the allocation table and
-// peer access (fake_access calling fake_peer_ok; branch h-exec). Until it
-// is merged only copies and memsets are checked: set it to true at that
-// merge, and a collective without peer access fails too.
-const kernelAccessModelled = false
-
 // Every collective, eager and captured with fresh data, over 2 and 4
 // devices and a mixed topology (two ranks on one device, two on
 // another); each rank's device enabled access to every other device of
@@ -71,9 +64,10 @@ func (noEnable) EnablePeerAccess(int) error { return nil }
 
 // Without the enable, the fakes fail a rank's copy from a peer's heap on
 // another device with 700 (illegal address), as a GPU faults; with it the
-// same copy works. (With kernelAccessModelled, a collective fails too.)
+// same copy works; a collective fails too (the kernels' accesses are
+// checked as the copies are).
 func TestFakeMissingPeerEnableFaults(t *testing.T) {
-	forEachFake(t, func(t *testing.T, v *fakeVendor, _ *gpurttest.Log) {
+	forEachFake(t, func(t *testing.T, v *fakeVendor, log *gpurttest.Log) {
 		t.Setenv(v.env+"DEVICES", "2")
 		for _, enable := range []bool{false, true} {
 			t.Run(fmt.Sprintf("enabled=%v", enable), func(t *testing.T) {
@@ -105,15 +99,16 @@ func TestFakeMissingPeerEnableFaults(t *testing.T) {
 				}
 				require.Error(t, err)
 				require.Contains(t, err.Error(), "700", "the illegal-address code: %v", err)
-				if kernelAccessModelled {
-					errs := w.each(func(r int) error { return w.heaps[r].Barrier() })
-					for r, err := range errs {
-						if err == nil {
-							err = w.heaps[r].Synchronize()
-						}
-						require.Error(t, err, "rank %d's barrier touched the peer's pad without peer access", r)
+				errs = w.each(func(r int) error { return w.heaps[r].Barrier() })
+				for r, err := range errs {
+					if err == nil {
+						err = w.heaps[r].Synchronize()
 					}
+					require.Error(t, err, "rank %d's barrier touched the peer's pad without peer access", r)
 				}
+				// The kernels' fault lost the devices, as on a GPU: start
+				// them afresh for the closes (and the next subtest).
+				log.ResetFaults()
 				// Close marks the pads of the peers that are still open (a
 				// device-to-device copy each): without peer access that
 				// fails too, and says so (a peer that closed first is

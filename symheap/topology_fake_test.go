@@ -311,21 +311,11 @@ func TestFakeNoOccupancyQueryAssumesOneBlock(t *testing.T) {
 	}, "-DFAKE_NO_OCCUPANCY")
 }
 
-// residencyModelled says whether the fakes' kernel executor holds a
-// launch's blocks until the device has room for them (the executor of
-// docs/fakes, branch h-exec: ca_host_env.sms and blocks_per_sm). Until
-// it is merged, blocks never wait and an oversize grid cannot time out:
-// set it to true at that merge.
-const residencyModelled = false
-
 // A grid larger than the device holds (forced: 4 blocks a rank where one
 // multiprocessor holds 2) waits, as on a GPU, for blocks that never start:
 // the barriers give up at the heap's timeout and Synchronize reports the
 // heap's typed error, ErrCollectiveTimeout, on some rank; the heaps close.
 func TestFakeOversizeGridTimesOut(t *testing.T) {
-	if !residencyModelled {
-		t.Skip("needs the fakes' residency model (h-exec's executor): set residencyModelled at its merge")
-	}
 	forEachFake(t, func(t *testing.T, v *fakeVendor, _ *gpurttest.Log) {
 		t.Setenv(v.env+"SMS", "1")
 		t.Setenv(v.env+"BLOCKS_PER_SM", "2")

@@ -40,6 +40,10 @@ static int exportable_pool_capture_refused(void) { return 1; }
  * be: 0x01 (CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1 in cuda-python's
  * IpcMemFlags; not checked against an installed header here). */
 static unsigned ipc_open_flags(void) { return 1; }
+/* cudaErrorMisalignedAddress = 716 (driver_types.h; cuda-python's
+ * cudaError_t): "a load or store instruction on a memory address which is
+ * not aligned", sticky on a GPU. */
+static int misaligned_code(void) { return 716; }
 #include "core.c"
 
 typedef rtError_t cudaError_t;

@@ -12,7 +12,8 @@
  *
  * Kernels: the fakes link the host build of internal/kernels/collectives.cu
  * (g++; gpurttest.Commands gives the command lines) and run its kernels,
- * every GPU thread a host thread. A launch runs SYNCHRONOUSLY in the
+ * every block on a worker thread, its threads fibers, every access
+ * checked as a GPU would (fake_access, below). A launch runs SYNCHRONOUSLY in the
  * launching thread, as everything on the fake's streams does, but WITHOUT
  * holding the fake's lock: a collective's barrier waits for the kernels of
  * the other ranks, which must be able to copy and launch from their own
@@ -48,6 +49,8 @@
  *   static unsigned ipc_open_flags(void) the flags RT(IpcOpenMemHandle)
  *                    requires (its header: "must be specified as
  *                    ...IpcMemLazyEnablePeerAccess")
+ *   static int misaligned_code(void) the code a kernel's misaligned access
+ *                    fails its launch with
  * and may define FAKE_NO_GRAPH_MEM_TRIM to leave RT(DeviceGraphMemTrim)
  * out (an optional symbol for the binding), FAKE_NO_LAUNCH_HOST_FUNC to
  * leave RT(LaunchHostFunc) out.
@@ -109,9 +112,9 @@ void fake_log_reset(void) { pthread_mutex_lock(&mu); loglen = 0; pthread_mutex_u
 
 /* ---- graphs and streams ---- */
 enum { OP_COPY, OP_SET, OP_FREE, OP_HOST, OP_KERNEL };
-/* OP_KERNEL: kernel k on grid blocks of block threads, its parameter a
- * copy at dst that the op owns. */
-typedef struct { int kind; char *dst; const char *src; size_t n; int val; int k; unsigned grid, block; } op_t;
+/* OP_KERNEL: kernel k on grid blocks of block threads of device, its
+ * parameter a copy at dst that the op owns. */
+typedef struct { int kind; char *dst; const char *src; size_t n; int val; int k; unsigned grid, block; int device; } op_t;
 typedef struct graph { op_t *ops; int nops, cap; int launched; } graph_t;
 typedef struct { graph_t *g; unsigned long long flags; } exec_t;
 typedef struct stream {
@@ -164,7 +167,13 @@ static alloc_t *find(const void *p) {
   for (int i = 0; i < nallocs; i++) if (allocs[i].live && allocs[i].p == p) return &allocs[i];
   return NULL;
 }
+/* access_gen counts the changes that take memory away from kernels (a
+ * free, an unmap, an unregister, less access): fake_access's per-thread
+ * cache is valid while it stands still. Bumped under mu. */
+static unsigned long access_gen = 1;
+static void forget(void) { __atomic_add_fetch(&access_gen, 1, __ATOMIC_RELEASE); }
 static void release(alloc_t *a) {
+  forget();
   if (a->fd >= 0) { munmap(a->p, a->n); close(a->fd); } else free(a->p);
   a->live = 0; live_bytes -= a->n;
 }
@@ -280,7 +289,27 @@ static rtError_t legacy(stream_t *s) {
   return refused ? 906 : 0;
 }
 
-#define ENTER(name) pthread_mutex_lock(&mu); rtError_t inj_ = injected(name); if (inj_) { logf_("%s injected=%d", name, inj_); pthread_mutex_unlock(&mu); return inj_; }
+/* Lost devices. A kernel's fault (run_kernel) destroys its device's
+ * context, as on a GPU, where "any further CUDA work will return the same
+ * error": from then on every call on that device (the calling thread's
+ * current one) fails with the fault's code, except those that need no
+ * context (versions, device count and attributes, choosing the device,
+ * the driver's context queries, hiprtc), until fake_reset_faults, which
+ * tests call to go on with a device. */
+#define LOST_DEVICES 16
+static int lost[LOST_DEVICES];
+static rtError_t lost_code(const char *name) {
+  static const char *const no_context[] = {"DriverGetVersion", "RuntimeGetVersion", "GetDeviceCount", "SetDevice", "DeviceGetAttribute",
+                                           "DeviceGetName", "DeviceTotalMem", "cuInit", "cuDeviceGet", "cuCtxGetCurrent",
+                                           "cuCtxSetCurrent", "cuDevicePrimaryCtxRetain", "hiprtc"};
+  if (cur_device < 0 || cur_device >= LOST_DEVICES || !lost[cur_device]) return 0;
+  for (size_t i = 0; i < sizeof no_context / sizeof no_context[0]; i++) if (strstr(name, no_context[i])) return 0;
+  return lost[cur_device];
+}
+void fake_reset_faults(void) { pthread_mutex_lock(&mu); memset(lost, 0, sizeof lost); pthread_mutex_unlock(&mu); }
+
+#define ENTER(name) pthread_mutex_lock(&mu); rtError_t inj_ = injected(name); if (inj_) { logf_("%s injected=%d", name, inj_); pthread_mutex_unlock(&mu); return inj_; } \
+  rtError_t lost_ = lost_code(name); if (lost_) { logf_("%s: device %d lost by a kernel fault: %d", name, cur_device, lost_); pthread_mutex_unlock(&mu); return lost_; }
 #define RETURN(e) do { rtError_t r_ = (e); pthread_mutex_unlock(&mu); return r_; } while (0)
 
 rtError_t RT(StreamCreateWithPriority)(void **out, unsigned flags, int prio) {
@@ -461,6 +490,7 @@ static rtError_t vm_unmap_(void *p, size_t n) {
   for (vmmap_t **pp = &r->maps; *pp; pp = &(*pp)->next) {
     vmmap_t *m = *pp;
     if (m->off != off || m->n != n) continue;
+    forget();
     mmap(p, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
     *pp = m->next;
     m->h->mapped--;
@@ -486,6 +516,7 @@ static rtError_t vm_set_access_(void *p, size_t n, int loctype, int locid, int f
   }
   if (at != off + n) return 1;
   int prot = flags == 3 ? PROT_READ | PROT_WRITE : flags == 1 ? PROT_READ : PROT_NONE;
+  forget();
   if (mprotect(p, n, prot) != 0) return 1;
   for (vmmap_t *m = r->maps; m; m = m->next)
     if (m->off >= off && m->off + m->n <= off + n) m->access = flags;
@@ -535,7 +566,7 @@ rtError_t RT(IpcCloseMemHandle)(void *p) {
   ENTER(RTS(IpcCloseMemHandle));
   logf_(RTS(IpcCloseMemHandle) " %p", p);
   for (int i = 0; i < 256; i++)
-    if (p && mappings[i].p == p) { munmap(p, mappings[i].n); mappings[i].p = NULL; RETURN(0); }
+    if (p && mappings[i].p == p) { forget(); munmap(p, mappings[i].n); mappings[i].p = NULL; RETURN(0); }
   RETURN(400);
 }
 
@@ -715,7 +746,7 @@ rtError_t HOST_FREE(void *p) {
   rtError_t e = unsafe();
   if (e) RETURN(e);
   for (int i = 0; i < nhosts; i++)
-    if (hosts[i].p == p && !hosts[i].reg) { free(p); hosts[i].p = NULL; RETURN(0); }
+    if (hosts[i].p == p && !hosts[i].reg) { forget(); free(p); hosts[i].p = NULL; RETURN(0); }
   RETURN(1);
 }
 /* RT(HostRegister) pins memory the caller owns; 712 when it overlaps a
@@ -737,7 +768,7 @@ rtError_t RT(HostUnregister)(void *p) {
   rtError_t e = unsafe();
   if (e) RETURN(e);
   for (int i = 0; i < nhosts; i++)
-    if (hosts[i].p == p && hosts[i].reg) { hosts[i].p = NULL; RETURN(0); }
+    if (hosts[i].p == p && hosts[i].reg) { forget(); hosts[i].p = NULL; RETURN(0); }
   RETURN(713);
 }
 
@@ -944,15 +975,28 @@ rtError_t RT(DeviceGraphMemTrim)(int dev) {
  * The host build of internal/kernels/collectives.cu (CAPALLOC_HOST):
  * capalloc_host_kernel finds a kernel by name (-1: none),
  * capalloc_host_param_size gives its parameter's size, and
- * capalloc_host_launch runs it on grid blocks of block threads and returns
- * 0 when every thread is done, -1 when no thread could be made (nothing
- * ran), -2 for a configuration it cannot run. */
+ * capalloc_host_launch runs it on grid blocks of block threads in the
+ * environment env (the C mirror of compat.h's struct ca_host_env) and
+ * returns 0 when every thread is done, -1 when no thread could be made
+ * (nothing ran), -2 for a configuration it cannot run, or the code of the
+ * launch's first fault (a misaligned access: env->misaligned_code; memory
+ * env->access refused: its code); capalloc_host_fault says which access.
+ * Every access a kernel makes is checked: its natural alignment by the
+ * executor, the memory by fake_access below. */
+typedef struct ca_host_env {
+  int device;
+  void *ctx;
+  int (*access)(void *ctx, int device, const void *p, unsigned long n, int write);
+  unsigned sms, blocks_per_sm;
+  int misaligned_code;
+} ca_host_env;
 extern int capalloc_host_kernel(const char *name);
 extern unsigned long capalloc_host_param_size(int k);
-extern int capalloc_host_launch(int k, unsigned grid, unsigned block, const void *params);
+extern int capalloc_host_launch(int k, unsigned grid, unsigned block, const void *params, const ca_host_env *env);
+extern const char *capalloc_host_fault(void);
 
 /* What the fronts report as the device's limits: small by default, so a
- * launch stays cheap on a 2-core machine (every GPU thread is a thread). */
+ * launch stays cheap on a 2-core machine (every block is a thread). */
 static int max_threads(void) { return envint(ENVN("MAX_THREADS"), 64); }
 static int multiprocessors(void) { return envint(ENVN("SMS"), 4); }
 
@@ -1018,12 +1062,108 @@ static int has_text(const char *image, const char *before, const char *name, con
   return strstr(image, pat) != NULL;
 }
 
-/* run_kernel runs a kernel op in the calling thread without mu, which the
- * caller holds (and holds again when it returns). */
-static rtError_t run_kernel(op_t o) {
-  pthread_mutex_unlock(&mu);
-  int r = capalloc_host_launch(o.k, o.grid, o.block, o.dst);
+/* fake_blocks_per_sm is how many blocks of kernel k fit on one
+ * multiprocessor at block threads: FAKE_<RT>_BLOCKS_PER_SM, either "N" for
+ * every kernel or "name=N,...,*=N" (* for the others), else
+ * FAKE_<RT>_THREADS_PER_SM (default 2048) / block. The executor admits
+ * blocks by it (ca_host_env), and the fake occupancy API answers with it. */
+static unsigned fake_blocks_per_sm(int k, unsigned block) {
+  const char *v = getenv(ENVN("BLOCKS_PER_SM"));
+  if (v && *v) {
+    if (!strchr(v, '=')) return (unsigned)atol(v);
+    long def = -1;
+    while (*v) {
+      const char *eq = strchr(v, '='), *end = strchr(v, ',');
+      if (!end) end = v + strlen(v);
+      if (eq && eq < end) {
+        char name[128];
+        size_t l = (size_t)(eq - v);
+        if (l < sizeof name) {
+          memcpy(name, v, l);
+          name[l] = 0;
+          if (strcmp(name, "*") == 0) def = atol(eq + 1);
+          else if (capalloc_host_kernel(name) == k) return (unsigned)atol(eq + 1);
+        }
+      }
+      v = *end ? end + 1 : end;
+    }
+    if (def >= 0) return (unsigned)def;
+  }
+  long long t = envll(ENVN("THREADS_PER_SM"), 2048);
+  return block && t > 0 ? (unsigned)(t / block) : 0;
+}
+
+/* fake_access: a kernel's access of [p, p+n) is legal (0) when it lies
+ * inside one live device allocation (of the launch's device, or of a
+ * device it enabled peer access to: fake_peer_ok), a pinned or
+ * registered host range, a mapped virtual-memory range with the access
+ * (read, or read-write for a store), or an IPC-opened mapping; else it is
+ * 700, illegal address, as a GPU's memory fault. It runs on every access:
+ * a per-thread cache of the ranges last found answers while access_gen
+ * stands still; a miss searches the tables under mu. */
+typedef struct { const char *lo, *hi; unsigned long gen; int writable, device; } range_t;
+#define ACCESS_CACHE 16
+static __thread range_t access_cache[ACCESS_CACHE];
+static __thread unsigned access_next;
+/* legal_range finds the range holding [a, b) that work on device may
+ * touch, under mu: 1 found, 0 none, -1 another device's memory without
+ * peer access from device (fake_peer_ok). */
+static int legal_range(int device, const char *a, const char *b, range_t *out) {
+  out->writable = 1;
+  out->device = device;
+  for (int i = 0; i < nallocs; i++)
+    if (allocs[i].live && a >= allocs[i].p && b <= allocs[i].p + allocs[i].n) {
+      if (!fake_peer_ok(device, &allocs[i])) return -1;
+      out->lo = allocs[i].p; out->hi = allocs[i].p + allocs[i].n;
+      return 1;
+    }
+  for (int i = 0; i < nhosts; i++)
+    if (hosts[i].p && a >= hosts[i].p && b <= hosts[i].p + hosts[i].n) { out->lo = hosts[i].p; out->hi = hosts[i].p + hosts[i].n; return 1; }
+  for (int i = 0; i < 256; i++)
+    if (mappings[i].p && a >= mappings[i].p && b <= mappings[i].p + mappings[i].n) { out->lo = mappings[i].p; out->hi = mappings[i].p + mappings[i].n; return 1; }
+  vmres_t *r = vm_res_of(a);
+  if (r && b <= r->base + r->n) {
+    size_t at = (size_t)(a - r->base), end = (size_t)(b - r->base);
+    for (vmmap_t *m = r->maps; m; m = m->next)
+      if (m->off <= at && end <= m->off + m->n && m->access) {
+        out->lo = r->base + m->off; out->hi = out->lo + m->n; out->writable = m->access == 3;
+        return 1;
+      }
+  }
+  return 0;
+}
+static int fake_access(void *ctx, int device, const void *p, unsigned long n, int write) {
+  (void)ctx;
+  const char *a = p, *b = a + n;
+  unsigned long gen = __atomic_load_n(&access_gen, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < ACCESS_CACHE; i++) {
+    range_t *c = &access_cache[i];
+    if (c->gen == gen && c->device == device && a >= c->lo && b <= c->hi && (c->writable || !write)) return 0;
+  }
+  range_t r;
   pthread_mutex_lock(&mu);
+  int found = legal_range(device, a, b, &r);
+  r.gen = access_gen;
+  if (found < 0) logf_("illegal address: a kernel on device %d touches %p of another device without peer access", device, p);
+  pthread_mutex_unlock(&mu);
+  if (found <= 0 || (write && !r.writable)) return 700;
+  access_cache[access_next++ % ACCESS_CACHE] = r;
+  return 0;
+}
+
+/* run_kernel runs a kernel op in the calling thread without mu, which the
+ * caller holds (and holds again when it returns). A fault is the launch's
+ * error, logged with the access that made it, and loses the device. */
+static rtError_t run_kernel(op_t o) {
+  ca_host_env env = {o.device, NULL, fake_access, (unsigned)multiprocessors(), fake_blocks_per_sm(o.k, o.block), misaligned_code()};
+  pthread_mutex_unlock(&mu);
+  int r = capalloc_host_launch(o.k, o.grid, o.block, o.dst, &env);
+  pthread_mutex_lock(&mu);
+  if (r > 0) {
+    logf_("kernel fault: code %d: %s", r, capalloc_host_fault());
+    if (o.device >= 0 && o.device < LOST_DEVICES) lost[o.device] = r; /* sticky */
+    return r;
+  }
   return r == 0 ? 0 : r == -1 ? 701 : 1;
 }
 
@@ -1047,7 +1187,7 @@ static rtError_t launch_(const char *fn, function_t *f, unsigned gx, unsigned gy
   char *copy = malloc(n ? n : 1);
   if (!copy) return 2;
   memcpy(copy, params[0], n);
-  op_t o = {OP_KERNEL, copy, NULL, n, 0, f->k, gx, bx};
+  op_t o = {OP_KERNEL, copy, NULL, n, 0, f->k, gx, bx, s ? s->device : cur_device};
   if (s && s->status == 1) { record(s, o); return 0; }
   rtError_t e = run_kernel(o);
   free(copy);
@@ -1055,39 +1195,6 @@ static rtError_t launch_(const char *fn, function_t *f, unsigned gx, unsigned gy
 }
 
 /* ---- topology: occupancy, PCI bus ids, peer access ---- */
-
-/* fake_blocks_per_sm: blocks of kernel k that fit on one multiprocessor
- * at block threads: FAKE_<RT>_BLOCKS_PER_SM when set, either one number
- * for every kernel or "capalloc_allreduce_twoshot=2,*=4" (a kernel's
- * name = N, * = the default), else FAKE_<RT>_THREADS_PER_SM (default
- * 2048) / block. The fronts' occupancy calls answer with it, so what the
- * library is told is what the executor enforces. */
-/* provisional: exec's version replaces it at merge */
-static unsigned fake_blocks_per_sm(int k, unsigned block) {
-  const char *v = getenv(ENVN("BLOCKS_PER_SM"));
-  if (v && *v) {
-    if (!strchr(v, '=')) return (unsigned)atoi(v);
-    long def = -1;
-    for (const char *p = v; *p;) {
-      const char *eq = strchr(p, '='), *end = strchr(p, ',');
-      if (!eq || (end && end < eq)) break;
-      char name[128];
-      size_t nl = eq - p;
-      if (nl < sizeof name) {
-        memcpy(name, p, nl);
-        name[nl] = 0;
-        long n = atol(eq + 1);
-        if (strcmp(name, "*") == 0) def = n;
-        else if (capalloc_host_kernel(name) == k) return (unsigned)n;
-      }
-      if (!end) break;
-      p = end + 1;
-    }
-    if (def >= 0) return (unsigned)def;
-  }
-  unsigned tps = (unsigned)envint(ENVN("THREADS_PER_SM"), 2048);
-  return block ? tps / block : 0;
-}
 
 /* occupancy_: the occupancy call both headers declare with one shape
  * (int *numBlocks, function, int blockSize, size_t dynamic shared bytes),

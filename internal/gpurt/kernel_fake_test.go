@@ -518,7 +518,8 @@ func TestFakeLaunchKernelAllocatesNothing(t *testing.T) {
 
 // BenchmarkLaunchKernel is the launch path over each fake (axpy on 16
 // floats, one thread): the driver's cost plus the fake's, which makes a
-// host thread per GPU thread. It says nothing of a GPU's launch time.
+// worker thread per block from its pool. It says nothing of a GPU's
+// launch time.
 func BenchmarkLaunchKernel(b *testing.B) {
 	for i := range vendors {
 		v := &vendors[i]

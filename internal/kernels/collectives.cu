@@ -85,7 +85,7 @@ struct ca_axpy {
 
 enum { CA_F32 = 0, CA_I32 = 1, CA_F16 = 2, CA_BF16 = 3 };
 
-CA_DEV unsigned char *ca_base(const ca_coll &a, u32 p) { return (unsigned char *)((const u64 *)a.table)[p]; }
+CA_DEV unsigned char *ca_base(const ca_coll &a, u32 p) { return (unsigned char *)ca_ld((const u64 *)a.table + p); }
 CA_DEV ca_pad *ca_pad_of(const ca_coll &a, u32 p) { return (ca_pad *)ca_base(a, p); }
 CA_DEV unsigned char *ca_heap(const ca_coll &a, u32 p) { return ca_base(a, p) + CA_PAD_BYTES; }
 
@@ -95,9 +95,9 @@ CA_DEV unsigned char *ca_heap(const ca_coll &a, u32 p) { return ca_base(a, p) + 
  * acquire load (a peer, below) reads the whole record. */
 CA_DEV void ca_fail(ca_pad *me, const ca_rec &r) {
   if (ca_cas(&me->claim, 0u, 1u) != 0u) return;
-  volatile u32 *w = (volatile u32 *)me;
+  u32 *w = (u32 *)me;
   const u32 *v = (const u32 *)&r;
-  for (u32 i = 1; i < sizeof(ca_rec) / 4; i++) w[i] = v[i];
+  for (u32 i = 1; i < sizeof(ca_rec) / 4; i++) ca_st_volatile(&w[i], v[i]);
   ca_fence();
   ca_st_release(&me->status, r.status);
 }
@@ -156,14 +156,14 @@ CA_DEV bool ca_begin(const ca_coll &a, ca_state &s, volatile u32 *shared) {
     }
     *s.failed = bad || ca_ld_acquire(&me->status) != 0u;
   }
-  s.ep = ((volatile u32 *)me->epoch_of)[CA_BID];
+  s.ep = ca_ld_volatile(&me->epoch_of[CA_BID]);
   ca_sync();
   return *s.failed == 0u;
 }
 
 /* ca_end stores the block's epoch for the next kernel on this stream. */
 CA_DEV void ca_end(const ca_coll &a, ca_state &s) {
-  if (CA_TID == 0) ((volatile u32 *)ca_pad_of(a, a.rank)->epoch_of)[CA_BID] = s.ep;
+  if (CA_TID == 0) ca_st_volatile(&ca_pad_of(a, a.rank)->epoch_of[CA_BID], s.ep);
 }
 
 /* ca_barrier: block b of this rank arrives at its next epoch e in every
@@ -214,13 +214,16 @@ CA_DEV bool ca_barrier(const ca_coll &a, ca_state &s) {
           ca_fail(me, ca_rec_of(a, CA_ERR_MISMATCH, p, e, got));
         } else {
           ca_rec r = ca_rec_of(a, CA_ERR_PEER_BROKEN, p, e, got);
-          const volatile ca_pad *q = peer;
-          if (q->c_status != 0u) {
-            r.c_status = q->c_status, r.c_rank = q->c_rank, r.c_peer = q->c_peer, r.c_epoch = q->c_epoch;
-            r.c_peer_epoch = q->c_peer_epoch, r.c_sig = q->c_sig, r.c_peer_sig = q->c_peer_sig;
-          } else {
-            r.c_status = q->status, r.c_rank = q->rank, r.c_peer = q->peer, r.c_epoch = q->epoch;
-            r.c_peer_epoch = q->peer_epoch, r.c_sig = q->sig, r.c_peer_sig = q->peer_sig;
+          /* the peer's record, word by word (struct ca_rec's order) */
+          const u32 *q = (const u32 *)peer;
+          if (ca_ld_volatile(&q[8]) != 0u) { /* its cause */
+            r.c_status = ca_ld_volatile(&q[8]), r.c_rank = ca_ld_volatile(&q[9]), r.c_peer = ca_ld_volatile(&q[10]);
+            r.c_epoch = ca_ld_volatile(&q[11]), r.c_peer_epoch = ca_ld_volatile(&q[12]);
+            r.c_sig = ca_ld_volatile(&q[13]), r.c_peer_sig = ca_ld_volatile(&q[14]);
+          } else { /* its own failure */
+            r.c_status = ca_ld_volatile(&q[0]), r.c_rank = ca_ld_volatile(&q[1]), r.c_peer = ca_ld_volatile(&q[2]);
+            r.c_epoch = ca_ld_volatile(&q[3]), r.c_peer_epoch = ca_ld_volatile(&q[6]);
+            r.c_sig = ca_ld_volatile(&q[5]), r.c_peer_sig = ca_ld_volatile(&q[7]);
           }
           ca_fail(me, r);
         }
@@ -297,19 +300,46 @@ struct ca_pack {
 
 CA_DEV u32 ca_elem_bytes(u32 dt) { return dt == CA_F16 || dt == CA_BF16 ? 2u : 4u; }
 
+/* ca_load and ca_store move nbytes (a whole number of elements) of a pack
+ * with the widest access the address allows: one 16-byte vector where p is
+ * 16-aligned, else 4-, 2- or 1-byte words, each naturally aligned (a
+ * GPU faults on a misaligned one). Tensors may start anywhere the API
+ * accepts: a chunk of an odd count of halves starts 2-byte aligned, a
+ * hand-written Tensor at any byte. */
 CA_DEV void ca_load(ca_pack &v, const unsigned char *p, u32 nbytes) {
-  if (nbytes == 16u) {
-    v = *(const ca_pack *)p;
+  u32 at = (u32)(u64)p;
+  if (nbytes == 16u && (at & 15u) == 0u) {
+    ca_v4 x = ca_ld((const ca_v4 *)p);
+    v.w[0] = x.x;
+    v.w[1] = x.y;
+    v.w[2] = x.z;
+    v.w[3] = x.w;
+    return;
+  }
+  v.w[0] = v.w[1] = v.w[2] = v.w[3] = 0u;
+  if (((at | nbytes) & 3u) == 0u) {
+    for (u32 i = 0; i < nbytes / 4u; i++) v.w[i] = ca_ld((const u32 *)p + i);
+  } else if (((at | nbytes) & 1u) == 0u) {
+    for (u32 i = 0; i < nbytes / 2u; i++) ((u16 *)v.w)[i] = ca_ld((const u16 *)p + i);
   } else {
-    v.w[0] = v.w[1] = v.w[2] = v.w[3] = 0u;
-    for (u32 i = 0; i < nbytes; i++) ((unsigned char *)v.w)[i] = p[i];
+    for (u32 i = 0; i < nbytes; i++) ((unsigned char *)v.w)[i] = ca_ld(p + i);
   }
 }
 CA_DEV void ca_store(unsigned char *p, const ca_pack &v, u32 nbytes) {
-  if (nbytes == 16u) {
-    *(ca_pack *)p = v;
+  u32 at = (u32)(u64)p;
+  if (nbytes == 16u && (at & 15u) == 0u) {
+    ca_v4 x;
+    x.x = v.w[0];
+    x.y = v.w[1];
+    x.z = v.w[2];
+    x.w = v.w[3];
+    ca_st((ca_v4 *)p, x);
+  } else if (((at | nbytes) & 3u) == 0u) {
+    for (u32 i = 0; i < nbytes / 4u; i++) ca_st((u32 *)p + i, v.w[i]);
+  } else if (((at | nbytes) & 1u) == 0u) {
+    for (u32 i = 0; i < nbytes / 2u; i++) ca_st((u16 *)p + i, ((const u16 *)v.w)[i]);
   } else {
-    for (u32 i = 0; i < nbytes; i++) p[i] = ((const unsigned char *)v.w)[i];
+    for (u32 i = 0; i < nbytes; i++) ca_st(p + i, ((const unsigned char *)v.w)[i]);
   }
 }
 /* acc += v, element-wise; acc of halves is kept as 8 floats */
@@ -466,13 +496,22 @@ CA_KERNEL capalloc_allreduce_twoshot(ca_coll a) {
   ca_end(a, s);
 }
 
-/* ca_copy copies n bytes, 16 at a time where both ends allow it, spread
- * over every thread of the grid. */
+/* ca_copy copies n bytes, spread over every thread of the grid, in the
+ * widest naturally aligned accesses both ends allow: 16-byte vectors, else
+ * 4-byte words, else bytes; the tail that does not fill one goes by bytes. */
 CA_DEV void ca_copy(unsigned char *dst, const unsigned char *src, u64 n) {
   u64 stride = (u64)CA_GDIM * CA_BDIM, first = (u64)CA_BID * CA_BDIM + CA_TID;
-  u64 packs = (((u64)dst | (u64)src) & 15u) == 0u ? n / 16u : 0u;
-  for (u64 j = first; j < packs; j += stride) ((ca_pack *)dst)[j] = ((const ca_pack *)src)[j];
-  for (u64 k = packs * 16u + first; k < n; k += stride) dst[k] = src[k];
+  u64 al = (u64)dst | (u64)src, done = 0;
+  if ((al & 15u) == 0u) {
+    u64 packs = n / 16u;
+    for (u64 j = first; j < packs; j += stride) ca_st((ca_v4 *)dst + j, ca_ld((const ca_v4 *)src + j));
+    done = packs * 16u;
+  } else if ((al & 3u) == 0u) {
+    u64 words = n / 4u;
+    for (u64 j = first; j < words; j += stride) ca_st((u32 *)dst + j, ca_ld((const u32 *)src + j));
+    done = words * 4u;
+  }
+  for (u64 k = done + first; k < n; k += stride) ca_st(dst + k, ca_ld(src + k));
 }
 
 /* capalloc_allgather: out's p-th chunk (count bytes) is rank p's in. */
@@ -520,20 +559,54 @@ CA_KERNEL capalloc_reducescatter(ca_coll a) {
   ca_end(a, s);
 }
 
-/* capalloc_axpy: y = a*x + y over n float32, the examples' local work. */
+/* capalloc_axpy: y = a*x + y over n float32, the examples' local work.
+ * x and y may start at any byte (a hand-written Tensor): a float that is
+ * not 4-aligned moves in narrower words (ca_load). */
+CA_DEV float ca_ld_f32(const float *p) {
+  if (((u64)p & 3u) == 0u) return ca_ld(p);
+  ca_pack v;
+  ca_load(v, (const unsigned char *)p, 4u);
+  return ca_as_float(v.w[0]);
+}
+CA_DEV void ca_st_f32(float *p, float f) {
+  if (((u64)p & 3u) == 0u) {
+    ca_st(p, f);
+    return;
+  }
+  ca_pack v;
+  v.w[0] = ca_as_u32(f);
+  ca_store((unsigned char *)p, v, 4u);
+}
 CA_KERNEL capalloc_axpy(ca_axpy k) {
   float *x = (float *)k.x, *y = (float *)k.y;
   u64 stride = (u64)CA_GDIM * CA_BDIM;
-  for (u64 i = (u64)CA_BID * CA_BDIM + CA_TID; i < k.n; i += stride) y[i] = k.a * x[i] + y[i];
+  for (u64 i = (u64)CA_BID * CA_BDIM + CA_TID; i < k.n; i += stride) ca_st_f32(&y[i], k.a * ca_ld_f32(&x[i]) + ca_ld_f32(&y[i]));
 }
 
 #if !defined(__CUDACC_RTC__) && !defined(__CUDACC__) && !defined(__HIPCC_RTC__) && !defined(__HIPCC__)
 /* ---- the host executor the fake runtimes link (CAPALLOC_HOST) ----
  * capalloc_host_kernel finds a kernel by name (-1: none);
- * capalloc_host_launch runs it: grid blocks of block threads, every one a
- * thread of its own, blocks concurrently, so spin waits across ranks and
- * block barriers work as on a GPU. Returns 0, or -1 when threads could
- * not be made (nothing ran then), -2 for a bad configuration. */
+ * capalloc_host_launch runs it (compat.h's host section is the GPU model:
+ * a pool of workers, one per running block, the block's threads fibers on
+ * it, every access checked; a worker idle for CA_IDLE_SECONDS ends):
+ *
+ *   int capalloc_host_launch(int k, u32 grid, u32 block, const void *params,
+ *                            const ca_host_env *env);
+ *
+ * returns 0 when every thread is done; -1 when no worker could be made
+ * (nothing ran); -2 for a configuration it cannot run; > 0, the runtime's
+ * code of the launch's first fault (env->misaligned_code, or what
+ * env->access returned). Residency, as a GPU's block scheduler: one pool
+ * of units per device, shared by every launch on it; each multiprocessor
+ * is 840 units (divisible by 1..8, 10, 12, 14, 15...), a block of this
+ * launch costs ceil(840 / blocks_per_sm); a block waits for its units
+ * before any of its threads start, and returns them when its last thread
+ * ends; blocks are admitted in the order they ask, block 0 of a launch
+ * first. A grid that cannot be co-resident with its peers' therefore
+ * waits as on a GPU, and its barrier times out. */
+#include <sys/mman.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <vector>
 struct ca_entry {
   const char *name;
@@ -558,38 +631,253 @@ extern "C" unsigned long capalloc_host_param_size(int k) {
   return k < 0 || k >= (int)(sizeof ca_entries / sizeof ca_entries[0]) ? 0 : ca_entries[k].size;
 }
 
-static void *ca_run(void *arg) {
-  ca_self = (ca_thread *)arg;
-  ca_self->fn(ca_self->params);
+/* ---- residency: units per device ---- */
+#define CA_SM_UNITS 840u
+#define CA_RES_DEVICES 64
+struct ca_res {
+  unsigned long long used, next, serving; /* units held; FIFO tickets */
+};
+static pthread_mutex_t ca_res_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ca_res_cv = PTHREAD_COND_INITIALIZER;
+static ca_res ca_res_of[CA_RES_DEVICES];
+
+/* ca_admit waits until block b fits on its device, and takes its units. */
+static void ca_admit(ca_block *b) {
+  const ca_host_env *e = b->l->env;
+  b->cost = 0;
+  if (!e || !e->sms || !e->blocks_per_sm || e->device < 0 || e->device >= CA_RES_DEVICES) return;
+  unsigned cost = (CA_SM_UNITS + e->blocks_per_sm - 1) / e->blocks_per_sm;
+  unsigned long long cap = (unsigned long long)e->sms * CA_SM_UNITS;
+  ca_res *r = &ca_res_of[e->device];
+  pthread_mutex_lock(&ca_res_mu);
+  unsigned long long ticket = r->next++;
+  while (r->serving != ticket || r->used + cost > cap) pthread_cond_wait(&ca_res_cv, &ca_res_mu);
+  r->used += cost;
+  r->serving++;
+  pthread_cond_broadcast(&ca_res_cv);
+  pthread_mutex_unlock(&ca_res_mu);
+  b->cost = cost;
+}
+static void ca_leave(ca_block *b) {
+  if (!b->cost) return;
+  pthread_mutex_lock(&ca_res_mu);
+  ca_res_of[b->l->env->device].used -= b->cost;
+  pthread_cond_broadcast(&ca_res_cv);
+  pthread_mutex_unlock(&ca_res_mu);
+}
+
+/* ---- the worker pool ---- */
+#define CA_FIBER_STACK (128u << 10)
+struct ca_worker {
+  pthread_t id;
+  pthread_cond_t cv;
+  ca_block *job;
+  bool taken; /* by a launch, which will give it a job */
+  ca_worker *next;
+  unsigned char *stacks; /* nthreads fiber stacks, one mapping */
+  ca_thread *threads;
+  u32 nthreads;
+};
+static pthread_mutex_t ca_pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static ca_worker *ca_idle;
+
+static void ca_fiber_main() {
+  ca_thread *me = ca_self;
+  ca_block *b = me->blk;
+  try {
+    b->l->fn(b->l->params);
+  } catch (ca_unwind &) {
+  }
+  me = ca_self;
+  me->state = CA_DONE;
+  b->live--;
+  if (b->arrived != 0 && b->arrived == b->live) { /* the ones left wait for nobody */
+    b->arrived = 0;
+    b->gen++;
+  }
+  /* returns to b->home (uc_link) */
+}
+
+/* ca_run_block runs every thread of block b on worker w, as fibers. */
+static bool ca_run_block(ca_worker *w, ca_block *b) {
+  u32 n = b->l->bdim;
+  if (w->nthreads < n) {
+    if (w->stacks) munmap(w->stacks, (size_t)w->nthreads * CA_FIBER_STACK);
+    delete[] w->threads;
+    w->nthreads = 0;
+    w->threads = new ca_thread[n];
+    void *m = mmap(nullptr, (size_t)n * CA_FIBER_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) {
+      w->stacks = nullptr;
+      return false;
+    }
+    w->stacks = (unsigned char *)m;
+    w->nthreads = n;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    for (u32 i = 0; i < n; i++) mprotect(w->stacks + (size_t)i * CA_FIBER_STACK, page, PROT_NONE); /* a guard page below each stack */
+  }
+  b->t = w->threads;
+  b->live = n;
+  b->cur = b->arrived = b->gen = 0;
+  for (u32 i = 0; i < n; i++) {
+    ca_thread &t = b->t[i];
+    t.tid = i;
+    t.bid = b->bid;
+    t.bdim = n;
+    t.gdim = b->l->grid;
+    t.blk = b;
+    t.state = CA_RUN;
+    t.wait_gen = t.loads = 0;
+    getcontext(&t.ctx);
+    t.ctx.uc_stack.ss_sp = w->stacks + (size_t)i * CA_FIBER_STACK;
+    t.ctx.uc_stack.ss_size = CA_FIBER_STACK;
+    t.ctx.uc_link = &b->home;
+    makecontext(&t.ctx, ca_fiber_main, 0);
+  }
+  while (b->live > 0) { /* a fiber came home: it ended; run the next */
+    u32 i = b->cur;
+    for (u32 k = 0; k < n; k++, i = i + 1 == n ? 0 : i + 1) {
+      ca_thread *t = &b->t[i];
+      if (t->state == CA_RUN || (t->state == CA_AT_SYNC && t->wait_gen != b->gen)) break;
+    }
+    b->cur = i;
+    ca_self = &b->t[i];
+    swapcontext(&b->home, &b->t[i].ctx);
+  }
+  ca_self = nullptr;
+  return true;
+}
+
+/* ca_retire ends idle worker w (held: ca_pool_mu): out of the idle list,
+ * its stacks unmapped. Each fake's copy (tests load many) keeps no
+ * threads once its launches are over. */
+static void ca_retire(ca_worker *w) {
+  for (ca_worker **pp = &ca_idle; *pp; pp = &(*pp)->next)
+    if (*pp == w) {
+      *pp = w->next;
+      break;
+    }
+  if (w->stacks) munmap(w->stacks, (size_t)w->nthreads * CA_FIBER_STACK);
+  delete[] w->threads;
+  pthread_cond_destroy(&w->cv);
+  delete w;
+}
+
+/* How long a worker waits idle before it ends. */
+#define CA_IDLE_SECONDS 2
+
+static void *ca_worker_main(void *arg) {
+  ca_worker *w = (ca_worker *)arg;
+  pthread_mutex_lock(&ca_pool_mu);
+  for (;;) {
+    while (!w->job) {
+      struct timespec until;
+      clock_gettime(CLOCK_REALTIME, &until);
+      until.tv_sec += CA_IDLE_SECONDS;
+      if (pthread_cond_timedwait(&w->cv, &ca_pool_mu, &until) != 0 && !w->job && !w->taken) {
+        ca_retire(w);
+        pthread_mutex_unlock(&ca_pool_mu);
+        return nullptr;
+      }
+    }
+    ca_block *b = w->job;
+    pthread_mutex_unlock(&ca_pool_mu);
+    ca_launch *l = b->l;
+    if (!ca_run_block(w, b)) {
+      int none = 0; /* no stacks for its threads: the launch fails as out of resources */
+      __atomic_compare_exchange_n(&l->fault, &none, 701, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    }
+    ca_leave(b);
+    pthread_mutex_lock(&ca_pool_mu);
+    w->job = nullptr;
+    w->taken = false;
+    w->next = ca_idle;
+    ca_idle = w;
+    pthread_mutex_unlock(&ca_pool_mu);
+    pthread_mutex_lock(&l->mu); /* l lives until done reaches grid */
+    l->done++;
+    pthread_cond_signal(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    pthread_mutex_lock(&ca_pool_mu);
+  }
   return nullptr;
 }
 
-extern "C" int capalloc_host_launch(int k, u32 grid, u32 block, const void *params) {
-  if (k < 0 || k >= (int)(sizeof ca_entries / sizeof ca_entries[0]) || grid == 0 || block == 0 || grid > 4096 || block > 1024)
-    return -2;
-  u64 n = (u64)grid * block;
-  std::vector<ca_block> blocks(grid);
-  std::vector<ca_thread> threads(n);
-  std::vector<pthread_t> ids(n);
-  for (u32 b = 0; b < grid; b++) pthread_barrier_init(&blocks[b].bar, nullptr, block);
+/* ca_take takes n idle workers (making the missing ones) into out; false,
+ * with none taken, when a worker cannot be made. */
+static bool ca_take(u32 n, std::vector<ca_worker *> &out) {
+  pthread_mutex_lock(&ca_pool_mu);
+  while (out.size() < n && ca_idle) {
+    ca_idle->taken = true;
+    out.push_back(ca_idle);
+    ca_idle = ca_idle->next;
+  }
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setstacksize(&attr, 256 * 1024);
-  u64 made = 0;
-  for (; made < n; made++) {
-    ca_thread &t = threads[made];
-    t = ca_thread{(u32)(made % block), (u32)(made / block), block, grid, &blocks[made / block], ca_entries[k].run, params};
-    if (pthread_create(&ids[made], &attr, ca_run, &t) != 0) break;
+  while (out.size() < n) {
+    ca_worker *w = new ca_worker();
+    pthread_cond_init(&w->cv, nullptr);
+    w->taken = true;
+    if (pthread_create(&w->id, &attr, ca_worker_main, w) != 0) {
+      pthread_cond_destroy(&w->cv);
+      delete w;
+      break;
+    }
+    pthread_detach(w->id);
+    out.push_back(w);
   }
   pthread_attr_destroy(&attr);
-  if (made < n) {
-    /* Threads already made wait at a block barrier that will never fill:
-     * the launch cannot be undone. Fail loudly rather than hang. */
-    if (made > 0) abort();
-    return -1;
+  bool ok = out.size() == n;
+  if (!ok)
+    for (ca_worker *w : out) {
+      w->taken = false;
+      w->next = ca_idle;
+      ca_idle = w;
+    }
+  pthread_mutex_unlock(&ca_pool_mu);
+  return ok;
+}
+
+/* The first fault of the last launch of this thread, in words. */
+static __thread char ca_fault_text[160];
+extern "C" const char *capalloc_host_fault(void) { return ca_fault_text; }
+
+extern "C" int capalloc_host_launch(int k, u32 grid, u32 block, const void *params, const ca_host_env *env) {
+  if (k < 0 || k >= (int)(sizeof ca_entries / sizeof ca_entries[0]) || grid == 0 || block == 0 || grid > 4096 || block > 1024)
+    return -2;
+  ca_fault_text[0] = 0;
+  std::vector<ca_worker *> workers;
+  if (!ca_take(grid, workers)) return -1;
+  ca_launch l;
+  memset((void *)&l, 0, sizeof l);
+  l.env = env;
+  l.fn = ca_entries[k].run;
+  l.params = params;
+  l.grid = grid;
+  l.bdim = block;
+  l.misaligned = env && env->misaligned_code > 0 ? env->misaligned_code : 716;
+  pthread_mutex_init(&l.mu, nullptr);
+  pthread_cond_init(&l.cv, nullptr);
+  std::vector<ca_block> blocks(grid);
+  for (u32 b = 0; b < grid; b++) {
+    blocks[b].l = &l;
+    blocks[b].bid = b;
+    ca_admit(&blocks[b]);
+    pthread_mutex_lock(&ca_pool_mu);
+    workers[b]->job = &blocks[b];
+    pthread_cond_signal(&workers[b]->cv);
+    pthread_mutex_unlock(&ca_pool_mu);
   }
-  for (u64 i = 0; i < n; i++) pthread_join(ids[i], nullptr);
-  for (u32 b = 0; b < grid; b++) pthread_barrier_destroy(&blocks[b].bar);
-  return 0;
+  pthread_mutex_lock(&l.mu);
+  while (l.done < grid) pthread_cond_wait(&l.cv, &l.mu);
+  pthread_mutex_unlock(&l.mu);
+  pthread_mutex_destroy(&l.mu);
+  pthread_cond_destroy(&l.cv);
+  if (l.fault > 0 && l.fault_n)
+    snprintf(ca_fault_text, sizeof ca_fault_text, "%s %s of %lu B at %p (block %u, thread %u)",
+             (uintptr_t)l.fault_p & (l.fault_n - 1u) ? "misaligned" : "illegal", l.fault_write ? "store" : "load", l.fault_n,
+             l.fault_p, l.fault_bid, l.fault_tid);
+  return l.fault > 0 ? l.fault : 0;
 }
 #endif

@@ -7,7 +7,8 @@
 // compute_70 (go generate; .ci/run regenerates it and fails on a diff) and
 // embedded here, so users need no CUDA toolkit. HIP compiles Source with
 // hiprtc for the device at first use. The test fakes compile the same
-// source for the host (Host), where every GPU thread is a thread.
+// source for the host, a model of a GPU (compat.h: every block a worker
+// thread, its threads fibers, every memory access checked).
 package kernels
 
 import (

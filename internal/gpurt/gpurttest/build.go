@@ -26,7 +26,7 @@ import (
 const KernelsSrc = "internal/kernels/collectives.cu"
 
 // kernelFlags compile the kernels for the host (compat.h's host branch:
-// every GPU thread a thread).
+// every block a worker thread, its threads fibers).
 var kernelFlags = []string{"-std=c++17", "-O1", "-fPIC"}
 
 // CXX is the C++ compiler for the kernels: $CXX, else the C++ driver of

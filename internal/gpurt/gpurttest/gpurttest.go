@@ -185,7 +185,7 @@ func moduleRoot() (string, error) {
 
 // Log reads (and clears) a fake's call log.
 type Log struct {
-	read, reset uintptr
+	read, reset, resetFaults uintptr
 }
 
 // OpenLog opens the call log of the fake loaded from path.
@@ -202,7 +202,17 @@ func OpenLog(t testing.TB, path string) *Log {
 	if l.reset, err = purego.Dlsym(h, "fake_log_reset"); err != nil {
 		t.Fatal(err)
 	}
+	if l.resetFaults, err = purego.Dlsym(h, "fake_reset_faults"); err != nil {
+		t.Fatal(err)
+	}
 	return l
+}
+
+// ResetFaults makes the fake's devices usable again after a kernel's
+// fault, which loses its device as on a GPU (every later call on it fails
+// with the fault's code): tests that fault on purpose call it to go on.
+func (l *Log) ResetFaults() {
+	purego.SyscallN(l.resetFaults)
 }
 
 // Lines returns the calls logged since the last Lines, and clears them.
