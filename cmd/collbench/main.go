@@ -138,11 +138,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	only := fs.String("only", "", "run only cases whose name contains this")
 	jsonOut := fs.String("json", "", "also write the figures as JSON to this file")
 	info := fs.Bool("info", false, "print the device and runtime the backend opens, as JSON, and exit")
+	peers := fs.Int("peers", 0, "print the peer-access matrix of devices 0..N-1 of the backend, as JSON, and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *info {
 		return printInfo(*backend, stdout, stderr)
+	}
+	if *peers != 0 {
+		return printPeers(*backend, *peers, stdout, stderr)
 	}
 	var ranks []int
 	for _, s := range strings.Split(*ranksFlag, ",") {
@@ -186,6 +190,49 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// printPeers opens devices 0..n-1 of backend and prints, as JSON, which
+// can access which (alloc.PeerAccess.CanAccessPeer; asked, not enabled):
+// the P2P matrix a multi-GPU run records beside its figures.
+func printPeers(backend string, n int, stdout, stderr io.Writer) int {
+	if n < 1 || n > 64 {
+		fmt.Fprintf(stderr, "collbench: -peers %d: want 1..64 devices\n", n)
+		return 2
+	}
+	matrix := make([][]bool, n)
+	for i := range n {
+		opened, err := backends.OpenString(context.Background(), fmt.Sprintf("%s:device=%d", backend, i))
+		if err != nil {
+			fmt.Fprintln(stderr, "collbench:", err)
+			return 1
+		}
+		pa, ok := opened.Driver.(alloc.PeerAccess)
+		if !ok {
+			opened.Driver.Close()
+			fmt.Fprintf(stderr, "collbench: backend %s has no peer access\n", backend)
+			return 1
+		}
+		matrix[i] = make([]bool, n)
+		for j := range n {
+			if j == i {
+				matrix[i][j] = true
+				continue
+			}
+			if matrix[i][j], err = pa.CanAccessPeer(j); err != nil {
+				opened.Driver.Close()
+				fmt.Fprintln(stderr, "collbench:", err)
+				return 1
+			}
+		}
+		if err := opened.Driver.Close(); err != nil {
+			fmt.Fprintln(stderr, "collbench:", err)
+			return 1
+		}
+	}
+	b, _ := json.Marshal(map[string]any{"backend": backend, "devices": n, "can_access_peer": matrix})
+	fmt.Fprintln(stdout, string(b))
+	return 0
 }
 
 // printInfo opens the backend and prints what it says of the device.

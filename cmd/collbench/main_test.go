@@ -76,3 +76,22 @@ func TestOverFakeRuntime(t *testing.T) {
 	assert.Contains(t, info.String(), `"device_heap": true`)
 	assert.Equal(t, 2, run([]string{"-ranks=0"}, &info, &stderr))
 }
+
+// -peers prints which of N devices can reach which, as the runtime says
+// (the fake's FAKE_CUDA_NO_P2P pairs cannot), for the GPU kit's P2P matrix.
+func TestPeersMatrix(t *testing.T) {
+	fake := gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}
+	fake.Lib(t) // skips without gcc and g++
+	t.Setenv("FAKE_CUDA_DEVICES", "3")
+	t.Setenv("FAKE_CUDA_NO_P2P", "0-2")
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, run([]string{"-backend=cuda", "-peers", "3"}, &stdout, &stderr), stderr.String())
+	var got struct {
+		Devices int      `json:"devices"`
+		Matrix  [][]bool `json:"can_access_peer"`
+	}
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &got), stdout.String())
+	assert.Equal(t, 3, got.Devices)
+	assert.Equal(t, [][]bool{{true, true, false}, {true, true, true}, {false, true, true}}, got.Matrix)
+	assert.Equal(t, 2, run([]string{"-backend=cuda", "-peers", "-1"}, &stdout, &stderr))
+}

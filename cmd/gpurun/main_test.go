@@ -236,6 +236,12 @@ func TestFigureParsers(t *testing.T) {
 	assert.Equal(t, []string{"TestC"}, f["skipped_tests"])
 	assert.Equal(t, map[string]float64{"BenchmarkGPUVirtualMemoryMapUnmap-16": 39000}, f["bench_ns_op"])
 
+	tp := tpdecodeFigures(config{Backend: "cuda"}, "multi_gpu: ran on 2 devices\n"+
+		`{"backend":"cuda","can_access_peer":[[true,false],[false,true]],"devices":2}`+"\n")
+	assert.Equal(t, "ran on 2 devices", tp["multi_gpu"])
+	assert.Equal(t, [][]bool{{true, false}, {false, true}}, tp["p2p_matrix"])
+	assert.Equal(t, "skipped: one GPU", tpdecodeFigures(config{}, "multi_gpu: skipped: one GPU\n")["multi_gpu"])
+
 	d := decodeloopFigures(config{}, "200 steps of 1000 axpy kernels on cuda: eager 5ms/step, graph replay 1ms/step (5.00x)\n"+
 		"BenchmarkTorchReplayAxpy/kernels=1000/impl=eager\t20\t6000000.0 ns/op\nBenchmarkTorchReplayAxpy/kernels=1000/impl=graph\t200\t1500000.0 ns/op\n")
 	assert.Equal(t, 5.0, d["replay_over_eager"])

@@ -110,6 +110,7 @@ exit $rc`, Figures: decodeloopFigures},
 		{Name: "tpdecode", Timeout: 30 * time.Second, Command: `rc=0
 "$B/tpdecode" -backend=` + be + pick("", " -steps 5") + ` || rc=1
 "$B/tpdecode" -backend=` + be + ` -procs -ranks 2` + pick("", " -steps 5") + ` || rc=1
+` + multiGPU(be, pick) + `
 exit $rc`, Figures: tpdecodeFigures},
 		{Name: "gpu_tests", Timeout: 45 * time.Second, Command: gpuTests, Figures: testFigures},
 		{Name: "plugin", Timeout: 75 * time.Second, Dir: "conformance",
@@ -398,7 +399,18 @@ func decodeloopFigures(c config, out string) map[string]any {
 }
 
 func tpdecodeFigures(c config, out string) map[string]any {
-	f := map[string]any{"multi_gpu": multiGPUHook(c)}
+	f := map[string]any{"multi_gpu": "not reported"}
+	if m := reMultiGPU.FindStringSubmatch(out); m != nil {
+		f["multi_gpu"] = m[1]
+	}
+	if m := rePeers.FindString(out); m != "" {
+		var p struct {
+			Matrix [][]bool `json:"can_access_peer"`
+		}
+		if json.Unmarshal([]byte(m), &p) == nil {
+			f["p2p_matrix"] = p.Matrix
+		}
+	}
 	if m := reTPRatio.FindStringSubmatch(out); m != nil {
 		f["goroutine_replay_over_eager"], _ = strconv.ParseFloat(m[1], 64)
 	}
@@ -406,25 +418,36 @@ func tpdecodeFigures(c config, out string) map[string]any {
 	return f
 }
 
-// multiGPUHook is where tpdecode's ranks on several devices (issue 32)
-// join the kit: with one device seen it records why it did not run; with
-// more, that the multi-device run is not built yet. Replace the second
-// answer with the run once issue 32 lands.
-func multiGPUHook(c config) string {
-	n := 1
-	if !c.Fake {
-		o := execStep(`nvidia-smi -L 2>/dev/null || rocm-smi --showid 2>/dev/null`, c.Root, nil, 10*time.Second)
-		n = max(1, strings.Count(string(o.Output), "GPU "))
+// multiGPU is the tpdecode step's part for ranks on several devices of
+// one process (issue 32): with two or more GPUs seen it records their
+// peer-access matrix (collbench -peers) and runs tpdecode's goroutine
+// ranks spread over them (-devices, peer access enabled by the heap);
+// with one it says so. Over the fakes it runs on two fake devices, so the
+// path is exercised in every CI run.
+func multiGPU(be string, pick func(gpu, fake string) string) string {
+	count := `n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')`
+	if be == "hip" {
+		count = `n=$(rocm-smi --showid 2>/dev/null | grep -oE '^GPU\[[0-9]+\]' | sort -u | wc -l)`
 	}
-	if n < 2 {
-		return "skipped: one GPU"
+	env := ""
+	if pick("", "fake") == "fake" {
+		count, env = "n=2", "FAKE_CUDA_DEVICES=2 FAKE_HIP_DEVICES=2 "
 	}
-	return fmt.Sprintf("skipped: %d GPUs seen, ranks on several devices are not built yet (issue 32)", n)
+	return count + `
+if [ "${n:-0}" -ge 2 ]; then
+  echo "multi_gpu: ran on $n devices"
+  ` + env + `"$B/collbench" -backend=` + be + ` -peers "$n" || rc=1
+  ` + env + `"$B/tpdecode" -backend=` + be + ` -devices="$n" -ranks $(( n > 4 ? 8 : 2 * n ))` + pick("", " -steps 5") + ` || rc=1
+else
+  echo "multi_gpu: skipped: one GPU"
+fi`
 }
 
 var (
-	reChanged = regexp.MustCompile(`(?m)^changed: (.*)$`)
-	reAgainst = regexp.MustCompile(`(?m)^against .*: (\d+) case\(s\) compared, (\d+) verdict\(s\) changed$`)
+	reMultiGPU = regexp.MustCompile(`(?m)^multi_gpu: (.*)$`)
+	rePeers    = regexp.MustCompile(`(?m)^\{"backend".*"can_access_peer".*\}$`)
+	reChanged  = regexp.MustCompile(`(?m)^changed: (.*)$`)
+	reAgainst  = regexp.MustCompile(`(?m)^against .*: (\d+) case\(s\) compared, (\d+) verdict\(s\) changed$`)
 )
 
 func truthFigures(c config, out string) map[string]any {
