@@ -124,7 +124,7 @@ func writeSteps(t *testing.T, dir string, steps []Step) {
 
 // gpuRun is a run as a GPU would give it: the figures the tables read.
 func gpuRun() []Step {
-	rep := collReport{Device: "cuda:0 NVIDIA H100 80GB HBM3", CopyBytes: 256 << 20, CopyGBps: 3000, EmptyNs: map[string]float64{"4": 2000},
+	rep := collReport{Device: "cuda:0 NVIDIA H100 80GB HBM3", CopyBytes: 256 << 20, CopyGBps: 3000, EmptyNs: map[int]float64{4: 2000},
 		Rows: []collRow{
 			{Ranks: 4, Case: "allreduce/oneshot/1KiB", Op: "allreduce", Alg: "oneshot", Bytes: 1 << 10, CapturedNs: 3000, EagerNs: 15000, OverEmpty: 1.5, CapturedOverEag: 5},
 			{Ranks: 4, Case: "allreduce/twoshot/64MiB", Op: "allreduce", Alg: "twoshot", Bytes: 64 << 20, CapturedNs: 1e6, EagerNs: 1e6, BWOverCopy: 0.5, BusBWGBps: 100, CapturedOverEag: 1},

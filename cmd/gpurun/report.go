@@ -159,17 +159,17 @@ func collTable(b *strings.Builder, steps []Step) {
 		return
 	}
 	fmt.Fprintf(b, "One collective per graph, replayed back to back on every rank's stream; device-to-device copy of %s: %.1f GB/s (read + write). Empty kernel's graph replay:", sizeLabel(rep.CopyBytes), rep.CopyGBps)
-	var ks []string
+	var ks []int
 	for k := range rep.EmptyNs {
 		ks = append(ks, k)
 	}
-	sort.Slice(ks, func(i, j int) bool { return len(ks[i]) < len(ks[j]) || (len(ks[i]) == len(ks[j]) && ks[i] < ks[j]) })
+	sort.Ints(ks)
 	for i, k := range ks {
 		sep := ","
 		if i == len(ks)-1 {
 			sep = "."
 		}
-		fmt.Fprintf(b, " %s ranks %s%s", k, nsLabel(rep.EmptyNs[k]), sep)
+		fmt.Fprintf(b, " %d ranks %s%s", k, nsLabel(rep.EmptyNs[k]), sep)
 	}
 	b.WriteString("\n\n| ranks | collective | replay | eager | over empty | busbw GB/s | traffic / copy | captured / eager |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rep.Rows {

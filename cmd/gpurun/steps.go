@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/capalloc/capalloc/internal/collreport"
 	"io"
 	"os"
 	"path/filepath"
@@ -336,32 +337,11 @@ func capprobeFigures(c config, out string) map[string]any {
 	return map[string]any{"rows": len(rows), "verdicts": verdicts, "order": order, "unexpected": unexpected}
 }
 
-// collReport is what collbench -json writes (cmd/collbench).
-type collReport struct {
-	Device    string             `json:"device"`
-	Small     bool               `json:"small"`
-	CopyBytes int64              `json:"copy_bytes"`
-	CopyGBps  float64            `json:"copy_GBps"`
-	EmptyNs   map[string]float64 `json:"empty_ns"`
-	Rows      []collRow          `json:"rows"`
-	Failed    int                `json:"failed"`
-}
-
-type collRow struct {
-	Ranks           int     `json:"ranks"`
-	Case            string  `json:"case"`
-	Op              string  `json:"op"`
-	Alg             string  `json:"alg,omitempty"`
-	Bytes           int64   `json:"bytes"`
-	Replays         int     `json:"replays"`
-	CapturedNs      float64 `json:"captured_ns"`
-	EagerNs         float64 `json:"eager_ns"`
-	OverEmpty       float64 `json:"over_empty"`
-	BusBWGBps       float64 `json:"busbw_GBps"`
-	BWOverCopy      float64 `json:"bw_over_copy"`
-	CapturedOverEag float64 `json:"captured_over_eager"`
-	Err             string  `json:"error,omitempty"`
-}
+// collReport is what collbench -json writes.
+type (
+	collReport = collreport.Report
+	collRow    = collreport.Row
+)
 
 func collbenchFigures(c config, out string) map[string]any {
 	b, err := os.ReadFile(filepath.Join(c.Out, "collbench.json"))
