@@ -173,7 +173,7 @@ func (h *DeviceHeap) Synchronize() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return fmt.Errorf("%w: symheap: device heap of rank %d is closed: the collectives its graphs replayed since were refused on the device without running (nothing written, outputs left as they were); close those graphs", alloc.ErrClosed, h.rank)
+		return fmt.Errorf("%w: symheap: device heap of rank %d is closed: a collective its graphs replay after the Close is refused on the device without running (nothing written, outputs left as they were); close those graphs", alloc.ErrClosed, h.rank)
 	}
 	if h.err != nil {
 		return h.err
