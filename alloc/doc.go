@@ -63,8 +63,9 @@
 // driver.go is the whole contract a backend implements: the [Driver]
 // methods, the sentinel each failure must wrap, and the optional interfaces
 // ([HostFuncLauncher], [Aborter], [UsageReporter], [DirectSpanner],
-// [IPCMemory], [GraphMemTrimmer], [PoolTrimmer], [VirtualMemory];
-// docs/virtual-memory.md). A backend proves itself with the
+// [IPCMemory], [GraphMemTrimmer], [PoolTrimmer], [VirtualMemory]
+// (docs/virtual-memory.md), [KernelLauncher] and [PeerAccess]
+// (docs/device-collectives.md), [StreamIdler], [StreamPoller]). A backend proves itself with the
 // conformance suite (package conformance: conformance.Run with a
 // conformance.Factory); package alloc/alloctest has a Spy driver for
 // engines' own tests.
