@@ -92,13 +92,18 @@ func (m *devMem) setClosed() {
 }
 
 // whileOpen runs fn, which writes into m's memory, unless m's rank closed
-// its heap (whose allocator may then release the memory at any time):
-// under m's lock, so the owner's Close, and the allocator Close that
-// follows it, wait until fn is done.
+// its heap (whose allocator may then release the memory at any time) or
+// closed its allocator first (which released it already): under m's
+// lock, so the owner's heap Close, and the allocator Close that follows
+// it, wait until fn is done. (An allocator closed under its open heap
+// while fn runs is the misuse Close documents: nothing can stop that.)
 func (m *devMem) whileOpen(fn func() error) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed.Load() {
+		return nil
+	}
+	if _, err := m.a.CaptureStatus(); errors.Is(err, alloc.ErrClosed) {
 		return nil
 	}
 	return fn()
