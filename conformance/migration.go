@@ -53,6 +53,7 @@ func (s *suite) migration(t *testing.T) {
 		t.Run("refusal_inside_capture_is_returned", func(t *testing.T) {
 			e := s.env(t)
 			b := mustAlloc(t, e.a, 1000)
+			upload(t, e.a, b, 0, repeat(0, 1000))
 			base := e.a.Stats()
 			calls := 0
 			g, err := e.a.WithCapture(alloc.CaptureOptions{EagerFallback: true}, func() error {
