@@ -108,6 +108,25 @@ func (s *suite) migration(t *testing.T) {
 		g, err = e.a.EndCapture()
 		require.NoError(t, err)
 		require.NoError(t, g.Close())
+
+		// In a Relaxed capture an AllocSync may reach the driver (CUDA's
+		// documented rule) or be refused (strict capture safety): counted
+		// when made, not when refused.
+		require.NoError(t, e.a.BeginCapture(alloc.Relaxed))
+		sb, err := e.a.AllocSync(4096)
+		want := 0
+		if err == nil {
+			want = 1
+		} else {
+			requireRefused(t, err, alloc.StateActive, alloc.ErrCaptureIncompatibleAllocation)
+		}
+		assert.Equal(t, want, e.a.CaptureAllocCount(), "an AllocSync in a Relaxed capture is counted iff it was made (err: %v)", err)
+		g, err = e.a.EndCapture()
+		require.NoError(t, err)
+		require.NoError(t, g.Close())
+		if want == 1 {
+			require.NoError(t, e.a.Free(sb))
+		}
 	})
 	t.Run("lazy_workspace_allocated_into_graph_with_warning", func(t *testing.T) {
 		// ztensor expects workspaces allocated before the capture. capalloc
