@@ -85,6 +85,7 @@ var groups = []group{
 	{"BadInput", (*suite).badInput},
 	{"Close", (*suite).close},
 	{"Leaks", (*suite).leaks},
+	{"Migration", (*suite).migration},
 	{"Probe", func(s *suite, t *testing.T) { probeSuite(t, s.open) }},
 }
 
