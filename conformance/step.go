@@ -134,17 +134,29 @@ func (s *suite) stepExecutor(t *testing.T) {
 		}
 	})
 	t.Run("stale_replay_is_caught", func(t *testing.T) {
-		// The check can fail: a Pre that stops refreshing the input makes
-		// the replay's output stale.
+		// The check can fail: a Pre that stops refreshing the pinned input
+		// after the capture makes the replay's output stale.
 		e := s.env(t)
 		p := newStepProg(t, e.a)
 		cfg := p.config()
-		cfg.Pre = func() error { p.pre++; return nil }
+		cfg.WarmUp = 1
+		cfg.Pre = func() error {
+			if p.step < 2 {
+				return p.preFn()
+			}
+			p.pre++
+			fill(p.out.Bytes(), 0)
+			return p.a.Upload(p.dTag, 0, []byte{byte(p.step)})
+		}
 		st, err := step.New(e.a, cfg)
 		require.NoError(t, err)
 		p.st = st
-		require.ErrorIs(t, st.Run(), step.ErrRegion)
+		p.runSteps(t, 2) // warm-up, capture
+		err = st.Run()   // replay on the last step's input
+		require.ErrorIs(t, err, step.ErrRegion)
+		require.ErrorIs(t, err, errStaleReplay)
 		assert.Equal(t, 1, p.mismatches)
+		assert.Equal(t, step.ModeCaptured, st.Stats().Mode)
 		require.NoError(t, st.Close())
 	})
 

@@ -347,7 +347,8 @@ func (s *Step) Op(name string) error {
 func (s *Step) Capturing() bool { return s.capturing.Load() }
 
 // Err is the latest failed capture's reason (wrapping ErrCaptureFailed and
-// the cause), or nil.
+// the cause), or nil if none failed. A later capture that succeeds (a
+// retry) leaves it in place: Stats.Mode says how steps run now.
 func (s *Step) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
