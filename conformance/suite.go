@@ -74,6 +74,7 @@ var groups = []group{
 	{"Aliasing", (*suite).aliasing},
 	{"FailedCapture", (*suite).failedCapture},
 	{"WithCapture", (*suite).withCapture},
+	{"StepExecutor", (*suite).stepExecutor},
 	{"External", (*suite).external},
 	{"Workspace", (*suite).workspace},
 	{"Watchdog", (*suite).watchdog},
