@@ -272,13 +272,13 @@ func (s *Step) capture() error {
 	s.fallen, s.sinceFail, s.err = true, 0, reason
 	s.stats.FallbackReason = reason.Error()
 	s.mu.Unlock()
-	// The fallback runs only on an allocator the failure left with no
-	// capture: an abandoned capture (a timeout) or someone else's would
-	// refuse the eager work, or record it.
-	if cs, serr := s.a.CaptureStatus(); serr != nil || cs != alloc.StateNone {
-		return fmt.Errorf("%w (allocator left in capture state %v, not running it eagerly: %v)", reason, cs, serr)
+	if err := s.eager(false); err != nil {
+		if errors.Is(err, ErrRegion) {
+			return err // it ran eagerly, and failed
+		}
+		return fmt.Errorf("%w (not run eagerly: %w)", reason, err)
 	}
-	return s.eager(false)
+	return nil
 }
 
 // tryCapture captures the region, turning a panic, a registered op and a
@@ -310,7 +310,15 @@ func (s *Step) tryCapture() (g *alloc.Graph, err error) {
 
 // eager runs the region eagerly after a failed capture; later says it is
 // a step after the failed one, which counts towards RetryAfter.
+//
+// It runs only on an allocator with no capture: an abandoned capture (a
+// timeout: it ends when its function returns) or another open one would
+// refuse the eager work, or record it. Then it returns an error wrapping
+// ErrCaptureFailed and runs nothing; a later step tries again.
 func (s *Step) eager(later bool) error {
+	if cs, serr := s.a.CaptureStatus(); serr != nil || cs != alloc.StateNone {
+		return fmt.Errorf("%w: the allocator is in capture state %v (%v): the region is not run eagerly into it", ErrCaptureFailed, cs, serr)
+	}
 	if err := s.cfg.Captured(); err != nil {
 		return fmt.Errorf("%w: Captured (eager): %w", ErrRegion, err)
 	}

@@ -157,10 +157,17 @@ func TestTimeoutDoesNotRunEagerIntoAbandonedCapture(t *testing.T) {
 	assert.Equal(t, 1, calls, "not run eagerly into the abandoned capture")
 	mu.Unlock()
 	assert.Zero(t, st.Stats().EagerRuns)
-	close(release)
 	// The abandoned capture ends when its function returns; then the
 	// step runs eagerly.
-	require.Eventually(t, func() bool { return !a.IsCapturing() }, 10*time.Second, time.Millisecond)
+	require.ErrorIs(t, st.Run(), step.ErrCaptureFailed, "a step while the abandoned capture is open runs nothing")
+	mu.Lock()
+	assert.Equal(t, 1, calls, "not run eagerly into the abandoned capture")
+	mu.Unlock()
+	close(release)
+	require.Eventually(t, func() bool {
+		cs, err := a.CaptureStatus() // IsCapturing is false on an abandoned capture's error
+		return err == nil && cs == alloc.StateNone
+	}, 10*time.Second, time.Millisecond)
 	require.NoError(t, st.Run())
 	assert.Equal(t, 1, st.Stats().EagerRuns)
 	require.NoError(t, st.Close())
