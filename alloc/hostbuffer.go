@@ -35,6 +35,9 @@ func (a *Allocator) HostAlloc(size int64) (*HostBuffer, error) {
 	}
 	var h *HostBuffer
 	err := a.blockingUndo("HostAlloc", size, nil, func(st CaptureState) error {
+		if err := a.strictLocked("pinned host allocation"); err != nil {
+			return err
+		}
 		return a.unsafeRefusalLocked(st, false, "pinned host allocation")
 	}, func() (func(), error) {
 		b, err := a.drv.HostAlloc(size)
@@ -76,6 +79,9 @@ func (h *HostBuffer) Close() error {
 	return a.blocking("HostBuffer.Close", h.Size(), func(st CaptureState) error {
 		if h.closed.Load() {
 			return wrapf(ErrClosed, "HostBuffer closed twice")
+		}
+		if err := a.strictLocked("pinned host free"); err != nil {
+			return err
 		}
 		return a.unsafeRefusalLocked(st, false, "pinned host free")
 	}, func() error {

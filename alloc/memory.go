@@ -78,6 +78,18 @@ func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 // too small for the usual segment size); then, last, gives back every free
 // segment and the memory closed graphs left cached (GraphMemTrimmer).
 func (a *Allocator) growPoolLocked(n int64) (*block, error) {
+	if a.strict {
+		// Strict: no pool growth while any capture is active, and none
+		// begins meanwhile (the gate's shared side; a.mu is held, so only
+		// TryRLock: a capture begin in progress refuses the growth).
+		if !a.dom.gate.TryRLock() {
+			return nil, a.strictRefusal("pool growth", 1)
+		}
+		defer a.dom.gate.RUnlock()
+		if err := a.strictLocked("pool growth"); err != nil {
+			return nil, err
+		}
+	}
 	if a.vm != nil {
 		if b, ok, err := a.growExpandableLocked(n); ok || err != nil {
 			return b, err
@@ -185,6 +197,9 @@ func (a *Allocator) refusedInCaptureLocked(err error) error {
 // and reports whether there was any. Only called with no capture on the
 // stream, so the frees are not recorded.
 func (a *Allocator) releaseCacheLocked() (bool, error) {
+	if err := a.strictLocked("freeing cached segments"); err != nil {
+		return false, err
+	}
 	a.flushShardsLocked()
 	return a.freeSegmentsLocked(a.pool.takeAll())
 }
@@ -353,6 +368,9 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 		if size > a.info.TotalMemory {
 			return a.oomLocked(size, "larger than the device")
 		}
+		if err := a.strictLocked("eager synchronous allocation"); err != nil {
+			return err
+		}
 		return a.unsafeRefusalLocked(st, false, "eager synchronous allocation")
 	}, func() (func(), error) {
 		p, err := a.drv.Malloc(size)
@@ -454,6 +472,9 @@ func (a *Allocator) freeSync(b Buffer) error {
 		if st != StateNone {
 			deferred = true
 			return a.freeLocked(st, b.blk, b.gen)
+		}
+		if err := a.strictLocked("synchronous free"); err != nil {
+			return err
 		}
 		return a.unsafeRefusalLocked(st, false, "synchronous free")
 	}, func() error {
