@@ -368,10 +368,10 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 		if size > a.info.TotalMemory {
 			return a.oomLocked(size, "larger than the device")
 		}
-		if err := a.strictLocked("eager synchronous allocation"); err != nil {
+		if err := a.unsafeRefusalLocked(st, false, "eager synchronous allocation"); err != nil {
 			return err
 		}
-		return a.unsafeRefusalLocked(st, false, "eager synchronous allocation")
+		return a.strictLocked("eager synchronous allocation")
 	}, func() (func(), error) {
 		p, err := a.drv.Malloc(size)
 		if errors.Is(err, ErrOutOfMemory) && !capturing {
@@ -473,10 +473,10 @@ func (a *Allocator) freeSync(b Buffer) error {
 			deferred = true
 			return a.freeLocked(st, b.blk, b.gen)
 		}
-		if err := a.strictLocked("synchronous free"); err != nil {
+		if err := a.unsafeRefusalLocked(st, false, "synchronous free"); err != nil {
 			return err
 		}
-		return a.unsafeRefusalLocked(st, false, "synchronous free")
+		return a.strictLocked("synchronous free")
 	}, func() error {
 		if deferred {
 			return nil

@@ -522,9 +522,17 @@ var ttOps = []ttOp{
 		name: "alloc_sync",
 		act: func(c *cell) {
 			b, err := c.a.AllocSync(1000)
-			allowed := c.state == alloc.StateNone || (c.state == alloc.StateActive && c.mode == alloc.Relaxed)
+			// Strict capture safety (docs/capture-safety.md) refuses it
+			// during any capture, Relaxed included.
+			strict := c.a.Info().CaptureSafety == alloc.SafetyStrict
+			relaxedOK := c.state == alloc.StateActive && c.mode == alloc.Relaxed
+			allowed := c.state == alloc.StateNone || (relaxedOK && !strict)
 			if !allowed {
 				c.refused(err, false)
+				if relaxedOK {
+					require.ErrorIs(c.t, err, alloc.ErrCaptureIllegalOp, "strict safety's refusal")
+					assert.Contains(c.t, err.Error(), "capture safety is strict", "the error names the profile")
+				}
 				return
 			}
 			require.NoError(c.t, err, "cudaMalloc is legal with no capture and in a relaxed capture")
