@@ -1,8 +1,8 @@
 package cpu_test
 
 import (
-	"errors"
 	"bytes"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
