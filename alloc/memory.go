@@ -83,7 +83,8 @@ func (a *Allocator) growPoolLocked(n int64) (*block, error) {
 		// begins meanwhile (the gate's shared side; a.mu is held, so only
 		// TryRLock: a capture begin in progress refuses the growth).
 		if !a.dom.gate.TryRLock() {
-			return nil, a.strictRefusal("pool growth", 1)
+			return nil, fmt.Errorf("%w: %w: pool growth: a capture is beginning in the capture domain and the device's capture safety is %s; no driver call was made",
+				ErrCaptureIllegalOp, ErrCaptureIncompatibleAllocation, a.info.SafetyProfile())
 		}
 		defer a.dom.gate.RUnlock()
 		if err := a.strictLocked("pool growth"); err != nil {
