@@ -15,6 +15,7 @@ type Allocator struct {
 	backend  string
 	name     string // registry.go
 	info     DeviceInfo
+	strict   bool // info's capture safety is SafetyStrict (safety.go)
 	stream   Stream
 	dom      *domain
 	opts     Options
@@ -73,6 +74,7 @@ func New(drv Driver, opts Options) (*Allocator, error) {
 		drv:        drv,
 		backend:    drv.Name(),
 		info:       info,
+		strict:     info.CaptureSafety == SafetyStrict,
 		dom:        domainFor(drv.CaptureDomain()),
 		opts:       opts,
 		vm:         vm,

@@ -94,7 +94,14 @@ func (a *Allocator) teardownLocked(clean cleaner) []error {
 		a.releaseLocked(b)
 	}
 	a.workspaces = map[string]*block{}
-	if _, err := a.releaseCacheLocked(); err != nil {
+	var segs []*segment // strict: freed with the unsafe rest, below
+	if a.strict {
+		a.flushShardsLocked()
+		segs = a.pool.takeAll()
+		for _, s := range segs {
+			a.givenBackLocked(s.size)
+		}
+	} else if _, err := a.releaseCacheLocked(); err != nil {
 		errs = append(errs, err)
 	}
 	unmap := a.detachExpandableLocked() // after the last synchronize, below
@@ -113,6 +120,9 @@ func (a *Allocator) teardownLocked(clean cleaner) []error {
 	// once the last one ends: never into another allocator's capture.
 	if err := clean("Close", func() error {
 		var errs []error
+		for _, s := range segs {
+			errs = append(errs, a.drv.FreeAsync(s.ptr, a.stream))
+		}
 		for _, b := range syncFrees {
 			errs = append(errs, a.drv.Free(b.ptr))
 		}

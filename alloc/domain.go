@@ -18,6 +18,7 @@ type domain struct {
 	streams  map[Stream]CaptureMode
 	global   atomic.Int32 // Global-mode captures in streams
 	deferred []func()     // AfterGlobalCaptures work waiting for global == 0
+	afterAny []func()     // strict safety's work waiting for no capture at all
 }
 
 var (
@@ -34,6 +35,13 @@ func domainFor(name string) *domain {
 		domains[name] = d
 	}
 	return d
+}
+
+// active is the number of captures of any mode in the domain.
+func (d *domain) active() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.streams)
 }
 
 func (d *domain) add(s Stream, m CaptureMode) {
@@ -61,6 +69,59 @@ func (d *domain) remove(s Stream) {
 		// work makes driver calls under the gate.
 		go d.runDeferred()
 	}
+	if len(d.streams) == 0 && len(d.afterAny) > 0 {
+		go d.runAfterAll()
+	}
+}
+
+// afterAll runs fn, under the gate's read side, as soon as no capture of
+// any mode is active in d: now, in a goroutine of its own (fn may take an
+// allocator's lock its caller holds), or when the last one ends. Strict
+// capture safety's deferred work (safety.go).
+func (d *domain) afterAll(fn func()) {
+	d.mu.Lock()
+	d.afterAny = append(d.afterAny, fn)
+	idle := len(d.streams) == 0
+	d.mu.Unlock()
+	if idle {
+		go d.runAfterAll()
+	}
+}
+
+// runAfterAll runs afterAll's queue unless a capture began meanwhile.
+func (d *domain) runAfterAll() {
+	d.gate.RLock()
+	defer d.gate.RUnlock()
+	d.mu.Lock()
+	if len(d.streams) > 0 {
+		d.mu.Unlock()
+		return
+	}
+	fns := d.afterAny
+	d.afterAny = nil
+	d.mu.Unlock()
+	for _, fn := range fns {
+		fn()
+	}
+}
+
+// nowOrAfter is nowOrAfterGlobal, or under strict safety its analogue
+// for captures of any mode: fn runs now if none is active, else later
+// runs when the last one ends.
+func (d *domain) nowOrAfter(strict bool, now func() error, later func()) error {
+	if !strict {
+		return d.nowOrAfterGlobal(now, later)
+	}
+	d.gate.RLock()
+	defer d.gate.RUnlock()
+	d.mu.Lock()
+	if len(d.streams) > 0 {
+		d.afterAny = append(d.afterAny, later)
+		d.mu.Unlock()
+		return nil
+	}
+	d.mu.Unlock()
+	return now()
 }
 
 // runDeferred runs the deferred work under the gate's read side, unless a

@@ -73,6 +73,15 @@ type DeviceInfo struct {
 	TotalMemory   int64 // bytes of device memory the driver can hand out
 	Alignment     int64 // guaranteed alignment of every allocation, a power of two up to MaxAlignment
 	UnifiedMemory bool  // host and device share physical memory (GB10, CPU)
+
+	// The device's safety profile (docs/capture-safety.md), classified by
+	// the driver at open: ClassifySafety's verdict unless the backend
+	// config's capture_safety overrides it.
+	Integrated           bool          // cudaDevAttrIntegrated / hipDeviceAttributeIntegrated
+	PageableMemoryAccess bool          // the device reads pageable host memory coherently (GB10, Grace)
+	ComputeCapability    string        // "9.0", "12.1"; empty when the driver has none
+	CaptureSafety        CaptureSafety // SafetyUnset: the allocator uses SafetyDocumented
+	Profile              string        // why: "gb10", "unrecorded", "recorded:<table>", "config"
 }
 
 // MaxAlignment bounds DeviceInfo.Alignment: New refuses a driver that

@@ -195,6 +195,17 @@ func (a *Allocator) closeGraphLocked(g *Graph) {
 
 // destroyGraphLocked destroys g on the driver and releases its capture.
 func (a *Allocator) destroyGraphLocked(g *Graph) {
+	if a.strict && a.dom.active() > 0 {
+		// Strict: the exec destroy (and the frees of its materialized
+		// allocations) wait for the domain's last capture to end.
+		a.dom.afterAll(func() {
+			a.mu.Lock()
+			a.destroyGraphLocked(g)
+			a.mu.Unlock()
+			go a.flushReleases() // takes the gate: not under its shared side
+		})
+		return
+	}
 	if err := a.drv.GraphExecDestroy(g.exec); err != nil {
 		a.opts.logger().Warn("capalloc: graph exec destroy", "backend", a.backend, "err", err)
 	}

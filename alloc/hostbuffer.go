@@ -35,7 +35,10 @@ func (a *Allocator) HostAlloc(size int64) (*HostBuffer, error) {
 	}
 	var h *HostBuffer
 	err := a.blockingUndo("HostAlloc", size, nil, func(st CaptureState) error {
-		return a.unsafeRefusalLocked(st, false, "pinned host allocation")
+		if err := a.unsafeRefusalLocked(st, false, "pinned host allocation"); err != nil {
+			return err
+		}
+		return a.strictLocked("pinned host allocation")
 	}, func() (func(), error) {
 		b, err := a.drv.HostAlloc(size)
 		if err != nil {
@@ -77,7 +80,10 @@ func (h *HostBuffer) Close() error {
 		if h.closed.Load() {
 			return wrapf(ErrClosed, "HostBuffer closed twice")
 		}
-		return a.unsafeRefusalLocked(st, false, "pinned host free")
+		if err := a.unsafeRefusalLocked(st, false, "pinned host free"); err != nil {
+			return err
+		}
+		return a.strictLocked("pinned host free")
 	}, func() error {
 		if !h.release() {
 			return wrapf(ErrClosed, "HostBuffer closed twice")

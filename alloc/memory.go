@@ -78,6 +78,19 @@ func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 // too small for the usual segment size); then, last, gives back every free
 // segment and the memory closed graphs left cached (GraphMemTrimmer).
 func (a *Allocator) growPoolLocked(n int64) (*block, error) {
+	if a.strict {
+		// Strict: no pool growth while any capture is active, and none
+		// begins meanwhile (the gate's shared side; a.mu is held, so only
+		// TryRLock: a capture begin in progress refuses the growth).
+		if !a.dom.gate.TryRLock() {
+			return nil, fmt.Errorf("%w: %w: pool growth: a capture is beginning in the capture domain and the device's capture safety is %s; no driver call was made",
+				ErrCaptureIllegalOp, ErrCaptureIncompatibleAllocation, a.info.SafetyProfile())
+		}
+		defer a.dom.gate.RUnlock()
+		if err := a.strictLocked("pool growth"); err != nil {
+			return nil, err
+		}
+	}
 	if a.vm != nil {
 		if b, ok, err := a.growExpandableLocked(n); ok || err != nil {
 			return b, err
@@ -185,6 +198,9 @@ func (a *Allocator) refusedInCaptureLocked(err error) error {
 // and reports whether there was any. Only called with no capture on the
 // stream, so the frees are not recorded.
 func (a *Allocator) releaseCacheLocked() (bool, error) {
+	if err := a.strictLocked("freeing cached segments"); err != nil {
+		return false, err
+	}
 	a.flushShardsLocked()
 	return a.freeSegmentsLocked(a.pool.takeAll())
 }
@@ -353,7 +369,10 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 		if size > a.info.TotalMemory {
 			return a.oomLocked(size, "larger than the device")
 		}
-		return a.unsafeRefusalLocked(st, false, "eager synchronous allocation")
+		if err := a.unsafeRefusalLocked(st, false, "eager synchronous allocation"); err != nil {
+			return err
+		}
+		return a.strictLocked("eager synchronous allocation")
 	}, func() (func(), error) {
 		p, err := a.drv.Malloc(size)
 		if errors.Is(err, ErrOutOfMemory) && !capturing {
@@ -455,7 +474,10 @@ func (a *Allocator) freeSync(b Buffer) error {
 			deferred = true
 			return a.freeLocked(st, b.blk, b.gen)
 		}
-		return a.unsafeRefusalLocked(st, false, "synchronous free")
+		if err := a.unsafeRefusalLocked(st, false, "synchronous free"); err != nil {
+			return err
+		}
+		return a.strictLocked("synchronous free")
 	}, func() error {
 		if deferred {
 			return nil

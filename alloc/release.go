@@ -158,7 +158,7 @@ type cleaner func(op string, fn func() error) error
 // is not capturing.
 func (a *Allocator) cleanup(op string, fn func() error) error {
 	_, err := a.watchdog.run(op, a.watchdog.timeout, func() error {
-		return a.dom.nowOrAfterGlobal(fn, a.logged(op, fn))
+		return a.dom.nowOrAfter(a.strict, fn, a.logged(op, fn))
 	}, nil)
 	return err
 }
@@ -168,7 +168,7 @@ func (a *Allocator) cleanup(op string, fn func() error) error {
 // not even be attempted while another call is stuck (and what fn should
 // free would leak). fn runs, or is queued, directly.
 func (a *Allocator) cleanupLate(op string, fn func() error) error {
-	return a.dom.nowOrAfterGlobal(fn, a.logged(op, fn))
+	return a.dom.nowOrAfter(a.strict, fn, a.logged(op, fn))
 }
 
 // logLate logs the error of cleanup made in a watchdog's late path, where

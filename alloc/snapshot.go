@@ -52,9 +52,12 @@ type Snapshot struct {
 	Device       string    `json:"device"`
 	DeviceMemory int64     `json:"device_memory"`
 	Time         time.Time `json:"time"`
-	Capturing    bool      `json:"capturing"`    // a capture of this allocator is recording
-	ProfileRate  int       `json:"profile_rate"` // SetProfileRate's rate
-	Stats        Stats     `json:"stats"`
+	Capturing    bool      `json:"capturing"` // a capture of this allocator is recording
+	// CaptureSafety is the device's safety profile (docs/capture-safety.md):
+	// "strict (gb10, sm 12.1, integrated, pageable memory access)".
+	CaptureSafety string `json:"capture_safety"`
+	ProfileRate   int    `json:"profile_rate"` // SetProfileRate's rate
+	Stats         Stats  `json:"stats"`
 	// Bytes sums the segments' blocks by state.
 	Bytes    map[BlockState]int64 `json:"bytes"`
 	Segments []Segment            `json:"segments"`
@@ -127,7 +130,8 @@ func (a *Allocator) Snapshot() (Snapshot, error) {
 	w := a.memWalkLocked(true)
 	return Snapshot{
 		Allocator: a.name, Backend: a.backend, Device: a.info.Name, DeviceMemory: a.info.TotalMemory,
-		Time: time.Now(), Capturing: a.cap != nil, ProfileRate: ProfileRate(), Stats: a.statsLocked(),
+		CaptureSafety: a.info.SafetyProfile(),
+		Time:          time.Now(), Capturing: a.cap != nil, ProfileRate: ProfileRate(), Stats: a.statsLocked(),
 		Bytes: w.byState(), Segments: w.segs, Graphs: w.graphs,
 	}, nil
 }

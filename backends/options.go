@@ -56,6 +56,21 @@ func (o Options) Bool(key string, def bool) (bool, error) {
 	return def, o.bad(key, "true or false")
 }
 
+// CaptureSafety reads the capture_safety option every backend takes
+// (strict or documented: docs/capture-safety.md); alloc.SafetyUnset when
+// it is not set, leaving the driver's classification of the device.
+func CaptureSafety(o Options) (alloc.CaptureSafety, error) {
+	v, ok := o["capture_safety"]
+	if !ok {
+		return alloc.SafetyUnset, nil
+	}
+	s, err := alloc.ParseCaptureSafety(strings.ToLower(strings.TrimSpace(v)))
+	if err != nil {
+		return alloc.SafetyUnset, o.bad("capture_safety", "strict or documented")
+	}
+	return s, nil
+}
+
 // Duration parses key with time.ParseDuration ("250ms", "5s").
 func (o Options) Duration(key string, def time.Duration) (time.Duration, error) {
 	v, ok := o[key]

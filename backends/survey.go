@@ -15,6 +15,9 @@ type Availability struct {
 	// Err is nil when the backend opened (and was closed again), else why
 	// not, wrapping alloc.ErrBackendUnavailable.
 	Err error
+	// Info is the device the backend opened (zero when it did not): its
+	// name and safety profile (docs/capture-safety.md).
+	Info alloc.DeviceInfo
 }
 
 // Survey opens, and closes again, every backend this binary offers: each
@@ -33,7 +36,8 @@ func Survey(ctx context.Context, targets ...string) []Availability {
 	}
 	out := make([]Availability, 0, len(names))
 	for _, n := range names {
-		out = append(out, Availability{Name: n, Err: Choice{Name: n}.Available(ctx)})
+		info, err := Choice{Name: n}.Probe(ctx)
+		out = append(out, Availability{Name: n, Err: err, Info: info})
 	}
 	return out
 }
@@ -41,12 +45,19 @@ func Survey(ctx context.Context, targets ...string) []Availability {
 // Available opens c and closes it again: nil when it opens here, else why
 // not, wrapping alloc.ErrBackendUnavailable.
 func (c Choice) Available(ctx context.Context) error {
+	_, err := c.Probe(ctx)
+	return err
+}
+
+// Probe is Available that also returns the opened device's info.
+func (c Choice) Probe(ctx context.Context) (alloc.DeviceInfo, error) {
 	d, err := c.Open(ctx)
 	if err != nil {
 		if !errors.Is(err, alloc.ErrBackendUnavailable) {
 			err = fmt.Errorf("%w: %w", alloc.ErrBackendUnavailable, err)
 		}
-		return err
+		return alloc.DeviceInfo{}, err
 	}
-	return d.Close()
+	info := d.Info()
+	return info, d.Close()
 }

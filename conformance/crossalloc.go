@@ -20,6 +20,9 @@ type unsafeCall struct {
 	do   func(t *testing.T, b *alloc.Allocator, buf alloc.Buffer) error
 	// refusal is the sentinel B gets while A holds a Global capture.
 	refusal error
+	// strict: strict capture safety refuses it during a capture of any
+	// mode (docs/capture-safety.md).
+	strict bool
 }
 
 var unsafeCalls = []unsafeCall{
@@ -29,27 +32,27 @@ var unsafeCalls = []unsafeCall{
 			require.NoError(t, b.Free(x))
 		}
 		return err
-	}, alloc.ErrCaptureIncompatibleAllocation},
+	}, alloc.ErrCaptureIncompatibleAllocation, true},
 	{"upload_pageable", func(t *testing.T, b *alloc.Allocator, buf alloc.Buffer) error {
 		return b.Upload(buf, 0, pattern(1000, 8))
-	}, alloc.ErrCaptureIncompatibleAllocation},
+	}, alloc.ErrCaptureIncompatibleAllocation, false},
 	{"download_pageable", func(t *testing.T, b *alloc.Allocator, buf alloc.Buffer) error {
 		return b.Download(make([]byte, 1000), buf, 0)
-	}, alloc.ErrCaptureIncompatibleAllocation},
+	}, alloc.ErrCaptureIncompatibleAllocation, false},
 	{"host_alloc", func(t *testing.T, b *alloc.Allocator, _ alloc.Buffer) error {
 		h, err := b.HostAlloc(1000)
 		if err == nil {
 			require.NoError(t, h.Close())
 		}
 		return err
-	}, alloc.ErrCaptureIncompatibleAllocation},
+	}, alloc.ErrCaptureIncompatibleAllocation, true},
 	{"synchronize", func(t *testing.T, b *alloc.Allocator, _ alloc.Buffer) error {
 		return b.Synchronize()
-	}, alloc.ErrSyncDuringCapture},
+	}, alloc.ErrSyncDuringCapture, false},
 	{"query", func(t *testing.T, b *alloc.Allocator, _ alloc.Buffer) error {
 		_, err := b.Query()
 		return err
-	}, alloc.ErrSyncDuringCapture},
+	}, alloc.ErrSyncDuringCapture, false},
 }
 
 func (s *suite) crossAllocator(t *testing.T) {
@@ -109,6 +112,28 @@ func (s *suite) crossAllocator(t *testing.T) {
 			before, err := b.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, memset(1))
 			require.NoError(t, err)
 			require.NoError(t, e.a.BeginCapture(alloc.Global))
+			if b.Info().CaptureSafety == alloc.SafetyStrict {
+				// Strict: B's instantiation is refused before the driver
+				// (its capture yields no graph), and the exec destroy of
+				// B's closed graph waits for A's capture to end.
+				calls := e.spy.Snapshot()
+				_, err := b.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, memset(2))
+				require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp, "strict: B's instantiation")
+				require.NoError(t, before.Launch())
+				require.NoError(t, before.Close())
+				assertCalls(t, e.spy, calls, alloctest.MethodGraphInstantiate, 0)
+				assertCalls(t, e.spy, calls, alloctest.MethodGraphExecDestroy, 0)
+				requireState(t, e.a, alloc.StateActive)
+				g, err := e.a.EndCapture()
+				require.NoError(t, err)
+				require.NoError(t, g.Close())
+				eventually(t, "B's exec destroy ran after A's capture ended", func() bool {
+					return e.spy.Snapshot().Sub(calls)[alloctest.MethodGraphExecDestroy] >= 2
+				})
+				require.NoError(t, b.Synchronize())
+				require.NoError(t, b.Free(buf))
+				return
+			}
 			during, err := b.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, memset(2))
 			require.NoError(t, err, "B's own capture and instantiation")
 			require.NoError(t, before.Launch())
@@ -185,6 +210,14 @@ func (s *suite) crossAllocator(t *testing.T) {
 			for _, c := range unsafeCalls {
 				t.Run(c.name+"_unaffected", func(t *testing.T) {
 					run(t, mode, func(t *testing.T, e *env, b *alloc.Allocator, buf alloc.Buffer) {
+						if c.strict && b.Info().CaptureSafety == alloc.SafetyStrict {
+							before := e.spy.Snapshot()
+							err := c.do(t, b, buf)
+							requireRefused(t, err, alloc.StateNone, alloc.ErrCaptureIllegalOp, c.refusal)
+							assert.Contains(t, err.Error(), "capture safety is strict", "the error names the profile")
+							assertNoDriverCall(t, e.spy, before)
+							return
+						}
 						require.NoError(t, c.do(t, b, buf))
 					})
 				})

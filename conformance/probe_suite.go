@@ -20,7 +20,7 @@ func probeSuite(t *testing.T, open Factory) {
 			require.NoError(t, err)
 			require.Len(t, rows, len(probe.OpsFor(drv)))
 			for _, r := range rows {
-				want := probe.Expected(r.Op, mode)
+				want := probe.ExpectedFor(drv.Info(), r.Op, mode)
 				assert.Equal(t, want, r.Verdict, "%s/%s: %s", mode, r.Op, r.Error)
 				if r.Verdict == probe.NotCapturable {
 					assert.NotEmpty(t, r.Error, "%s/%s: a refusal must say why", mode, r.Op)

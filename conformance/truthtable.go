@@ -522,9 +522,17 @@ var ttOps = []ttOp{
 		name: "alloc_sync",
 		act: func(c *cell) {
 			b, err := c.a.AllocSync(1000)
-			allowed := c.state == alloc.StateNone || (c.state == alloc.StateActive && c.mode == alloc.Relaxed)
+			// Strict capture safety (docs/capture-safety.md) refuses it
+			// during any capture, Relaxed included.
+			strict := c.a.Info().CaptureSafety == alloc.SafetyStrict
+			relaxedOK := c.state == alloc.StateActive && c.mode == alloc.Relaxed
+			allowed := c.state == alloc.StateNone || (relaxedOK && !strict)
 			if !allowed {
 				c.refused(err, false)
+				if relaxedOK {
+					require.ErrorIs(c.t, err, alloc.ErrCaptureIllegalOp, "strict safety's refusal")
+					assert.Contains(c.t, err.Error(), "capture safety is strict", "the error names the profile")
+				}
 				return
 			}
 			require.NoError(c.t, err, "cudaMalloc is legal with no capture and in a relaxed capture")
@@ -545,8 +553,8 @@ var ttOps = []ttOp{
 			assertCalls(c.t, c.spy, c.before, alloctest.MethodFree, 1)
 		},
 		verify: func(c *cell, g *alloc.Graph) {
-			if g == nil || c.mode != alloc.Relaxed {
-				return
+			if g == nil || c.mode != alloc.Relaxed || c.a.Info().CaptureSafety == alloc.SafetyStrict {
+				return // no AllocSync buffer: refused (strict) or freed already
 			}
 			before := c.spy.Snapshot()
 			require.NoError(c.t, g.Close())

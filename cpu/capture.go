@@ -79,6 +79,19 @@ func (d *Driver) refuseUnsafeLocked(what string, interaction alloc.CaptureMode) 
 	return err
 }
 
+// hangLocked is the GB10 profile's failure for a synchronous allocation
+// or free, or a host allocation or free, made while any capture (any mode)
+// is active on the device: the real driver hangs in it (zerfoo/ztensor
+// ADR 004), the emulation fails it without touching the captures. d.mu
+// held.
+func (d *Driver) hangLocked(what string) error {
+	if !d.gb10 || len(d.allCaps) == 0 {
+		return nil
+	}
+	return errf(alloc.ErrCaptureIllegalOp, "%s while %d stream capture(s) are under way on %s: this call hangs a GB10 driver (profile gb10)",
+		what, len(d.allCaps), d.domain)
+}
+
 // record appends o to c, or says why it cannot. Stream lock held.
 func (d *Driver) record(c *capture, o *op, what string) error {
 	d.mu.Lock()
@@ -152,6 +165,7 @@ func (d *Driver) BeginCapture(h alloc.Stream, mode alloc.CaptureMode) error {
 	if mode == alloc.Global {
 		d.globalCaps[c] = struct{}{}
 	}
+	d.allCaps[c] = struct{}{}
 	d.mu.Unlock()
 	s.cap = c
 	s.capturing.Store(true)
@@ -180,6 +194,7 @@ func (d *Driver) EndCapture(h alloc.Stream) (alloc.GraphHandle, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.globalCaps, c)
+	delete(d.allCaps, c)
 	if c.state != captureActive {
 		for _, r := range c.allocs {
 			d.releaseLocked(r)

@@ -55,7 +55,20 @@ type Options struct {
 	// (the plugin server passes shared memory, which DirectSpan hands out);
 	// nil: the Go heap. MemoryLimit still applies.
 	DeviceMemory backends.DeviceMemory
+	// Profile emulates a device's safety profile (docs/capture-safety.md):
+	// "" is the documented CUDA rules; "gb10" is NVIDIA GB10 (sm_121,
+	// integrated, unified memory): Info reports it, its capture safety is
+	// strict, and a synchronous allocation or free, or a host allocation or
+	// free, made while any capture is active on the device fails (the real
+	// driver hangs).
+	Profile string
+	// CaptureSafety overrides the profile's capture safety (SafetyUnset:
+	// the profile's own).
+	CaptureSafety alloc.CaptureSafety
 }
+
+// ProfileGB10 is Options.Profile for the GB10 emulation.
+const ProfileGB10 = "gb10"
 
 // instances numbers drivers so each gets its own capture domain.
 var instances atomic.Int64
@@ -97,6 +110,9 @@ type Driver struct {
 	graphs     map[alloc.GraphHandle]*graph
 	execs      map[alloc.GraphExec]*graphExec
 	globalCaps map[*capture]struct{} // Global-mode captures not yet ended, invalidated ones included
+	allCaps    map[*capture]struct{} // captures of every mode not yet ended
+	gb10       bool                  // Options.Profile is ProfileGB10
+	safety     alloc.CaptureSafety   // Info's CaptureSafety
 }
 
 var (
@@ -118,7 +134,21 @@ func New(opts Options) (*Driver, error) {
 	if opts.HostMemoryLimit == 0 {
 		opts.HostMemoryLimit = opts.MemoryLimit
 	}
+	safety := alloc.SafetyDocumented
+	switch opts.Profile {
+	case "":
+	case ProfileGB10:
+		safety = alloc.SafetyStrict
+	default:
+		return nil, fmt.Errorf("%w: cpu: profile %q: want %q or none", alloc.ErrInvalidValue, opts.Profile, ProfileGB10)
+	}
+	if opts.CaptureSafety != alloc.SafetyUnset {
+		safety = opts.CaptureSafety
+	}
 	d := &Driver{
+		gb10:       opts.Profile == ProfileGB10,
+		safety:     safety,
+		allCaps:    make(map[*capture]struct{}),
 		domain:     fmt.Sprintf("cpu#%d", instances.Add(1)),
 		limit:      opts.MemoryLimit,
 		hostLimit:  opts.HostMemoryLimit,
@@ -141,12 +171,22 @@ func Open() (alloc.Driver, error) { return New(Options{}) }
 func (d *Driver) Name() string { return "cpu" }
 
 func (d *Driver) Info() alloc.DeviceInfo {
-	return alloc.DeviceInfo{
+	info := alloc.DeviceInfo{
 		Name:          "cpu (emulated)",
 		TotalMemory:   d.limit,
 		Alignment:     Alignment,
 		UnifiedMemory: true,
+		CaptureSafety: d.safety,
+		Profile:       "emulated",
 	}
+	if d.gb10 {
+		info.Name = "cpu (emulated NVIDIA GB10)"
+		info.Integrated = true
+		info.PageableMemoryAccess = true
+		info.ComputeCapability = "12.1"
+		info.Profile = ProfileGB10
+	}
+	return info
 }
 
 // CaptureDomain is per instance: Global-mode captures only affect calls on
@@ -206,6 +246,7 @@ func (d *Driver) Close() error {
 	d.graphs = map[alloc.GraphHandle]*graph{}
 	d.execs = map[alloc.GraphExec]*graphExec{}
 	d.globalCaps = map[*capture]struct{}{}
+	d.allCaps = map[*capture]struct{}{}
 	d.mu.Unlock()
 	for _, s := range *streams {
 		s.mu.Lock()

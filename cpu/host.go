@@ -38,6 +38,10 @@ func (d *Driver) hostAlloc(size int64, interaction alloc.CaptureMode) ([]byte, e
 		return nil, errClosed(what)
 	}
 	d.mu.Lock()
+	if err := d.hangLocked(what); err != nil {
+		d.mu.Unlock()
+		return nil, err
+	}
 	if err := d.refuseUnsafeLocked(what, interaction); err != nil {
 		d.mu.Unlock()
 		return nil, err
@@ -91,6 +95,10 @@ func (d *Driver) hostFree(b []byte, interaction alloc.CaptureMode) error {
 		return errClosed(what)
 	}
 	d.mu.Lock()
+	if err := d.hangLocked(what); err != nil {
+		d.mu.Unlock()
+		return err
+	}
 	if err := d.refuseUnsafeLocked(what, interaction); err != nil {
 		d.mu.Unlock()
 		return err

@@ -170,7 +170,11 @@ func (d *Driver) newAllocation(size int64, c *capture, unsafeCall *alloc.Capture
 		return nil, errClosed(what)
 	}
 	if unsafeCall != nil {
-		if err := d.refuseUnsafeLocked(what, *unsafeCall); err != nil {
+		err := d.hangLocked(what)
+		if err == nil {
+			err = d.refuseUnsafeLocked(what, *unsafeCall)
+		}
+		if err != nil {
 			d.mu.Unlock()
 			return nil, err
 		}
@@ -307,7 +311,11 @@ func (d *Driver) free(p alloc.DevicePtr, interaction alloc.CaptureMode) error {
 		return errClosed("free")
 	}
 	d.mu.Lock()
-	if err := d.refuseUnsafeLocked("free", interaction); err != nil {
+	err := d.hangLocked("free")
+	if err == nil {
+		err = d.refuseUnsafeLocked("free", interaction)
+	}
+	if err != nil {
 		d.mu.Unlock()
 		return err
 	}

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/backends"
@@ -12,6 +13,9 @@ import (
 //	memory_limit=4GiB       device memory size (default DefaultMemoryLimit)
 //	host_memory_limit=1GiB  pinned host memory cap (default: memory_limit)
 //	no_capture=true         emulate a device without graph support
+//	profile=gb10            emulate NVIDIA GB10's safety profile (strict)
+//	capture_safety=strict   override the profile's capture safety
+//	                        (strict or documented: docs/capture-safety.md)
 //
 // The choice's Memory.Host, when set, backs HostAlloc; its Memory.Device
 // backs device allocations (the plugin server passes shared memory).
@@ -19,7 +23,7 @@ func init() { backends.Register("cpu", openWith) }
 
 func openWith(ctx context.Context, c backends.Choice) (alloc.Driver, error) {
 	o := c.Options
-	if err := o.Check("memory_limit", "host_memory_limit", "no_capture"); err != nil {
+	if err := o.Check("memory_limit", "host_memory_limit", "no_capture", "profile", "capture_safety"); err != nil {
 		return nil, err
 	}
 	var opts Options
@@ -31,6 +35,13 @@ func openWith(ctx context.Context, c backends.Choice) (alloc.Driver, error) {
 		return nil, err
 	}
 	if opts.NoCapture, err = o.Bool("no_capture", false); err != nil {
+		return nil, err
+	}
+	opts.Profile = o.Get("profile", "")
+	if opts.Profile != "" && opts.Profile != ProfileGB10 {
+		return nil, fmt.Errorf("%w: cpu: profile %q: want %q", backends.ErrInvalidConfig, opts.Profile, ProfileGB10)
+	}
+	if opts.CaptureSafety, err = backends.CaptureSafety(o); err != nil {
 		return nil, err
 	}
 	opts.HostMemory = c.Memory.Host

@@ -2,6 +2,7 @@ package cpu_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -15,9 +16,22 @@ func TestInfo(t *testing.T) {
 	if d.Name() != "cpu" {
 		t.Fatalf("name %q", d.Name())
 	}
-	want := alloc.DeviceInfo{Name: "cpu (emulated)", TotalMemory: 4 << 30, Alignment: 256, UnifiedMemory: true}
+	want := alloc.DeviceInfo{Name: "cpu (emulated)", TotalMemory: 4 << 30, Alignment: 256, UnifiedMemory: true,
+		CaptureSafety: alloc.SafetyDocumented, Profile: "emulated"}
 	if d.Info() != want {
 		t.Fatalf("info %+v, want %+v", d.Info(), want)
+	}
+	gb := newDriver(t, cpu.Options{Profile: cpu.ProfileGB10})
+	want = alloc.DeviceInfo{Name: "cpu (emulated NVIDIA GB10)", TotalMemory: 4 << 30, Alignment: 256, UnifiedMemory: true,
+		Integrated: true, PageableMemoryAccess: true, ComputeCapability: "12.1", CaptureSafety: alloc.SafetyStrict, Profile: "gb10"}
+	if gb.Info() != want {
+		t.Fatalf("gb10 info %+v, want %+v", gb.Info(), want)
+	}
+	if got := newDriver(t, cpu.Options{Profile: cpu.ProfileGB10, CaptureSafety: alloc.SafetyDocumented}).Info().CaptureSafety; got != alloc.SafetyDocumented {
+		t.Fatalf("gb10 with capture safety documented: %v", got)
+	}
+	if _, err := cpu.New(cpu.Options{Profile: "h100"}); !errors.Is(err, alloc.ErrInvalidValue) {
+		t.Fatalf("unknown profile: %v", err)
 	}
 	d2, err := cpu.Open()
 	ok(t, err)

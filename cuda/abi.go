@@ -53,6 +53,13 @@ const (
 	devAttrMultiProcessorCount  = 16
 	devAttrIntegrated           = 18
 	devAttrMemoryPoolsSupported = 115
+	// The safety profile's (CUDA Runtime API reference, enum
+	// cudaDeviceAttr): cudaDevAttrComputeCapabilityMajor = 75,
+	// cudaDevAttrComputeCapabilityMinor = 76,
+	// cudaDevAttrPageableMemoryAccess = 88.
+	devAttrComputeCapabilityMajor = 75
+	devAttrComputeCapabilityMinor = 76
+	devAttrPageableMemoryAccess   = 88
 )
 
 // globalTimerHz is the rate of PTX's %globaltimer, which the kernels'
@@ -127,6 +134,9 @@ var vendor = gpurt.Vendor{
 	DevAttrIntegrated:                devAttrIntegrated,
 	DevAttrMaxThreadsPerBlock:        devAttrMaxThreadsPerBlock,
 	DevAttrMultiprocessorCount:       devAttrMultiProcessorCount,
+	DevAttrComputeCapabilityMajor:    devAttrComputeCapabilityMajor,
+	DevAttrComputeCapabilityMinor:    devAttrComputeCapabilityMinor,
+	DevAttrPageableMemoryAccess:      devAttrPageableMemoryAccess,
 	// An exportable pool cannot serve graph allocations (801 in a
 	// capture, measured on an H100).
 	SeparateCapturePool: true,

@@ -69,6 +69,10 @@ type Options struct {
 	// IPC creates the driver's pool with cudaMemHandleTypePosixFileDescriptor
 	// so it can be exported (ExportPool). Not with DefaultPool.
 	IPC bool
+	// CaptureSafety overrides the device's classification
+	// (alloc.ClassifySafety; docs/capture-safety.md). SafetyUnset: strict
+	// on GB10 and on every device without a recorded truth table.
+	CaptureSafety alloc.CaptureSafety
 }
 
 // core is the shared runtime layer's options for o: the same fields, in

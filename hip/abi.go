@@ -53,6 +53,12 @@ const (
 	devAttrMemoryPoolsSupported = 88
 	devAttrMaxThreadsPerBlock   = 56 // hipDeviceAttributeMaxThreadsPerBlock
 	devAttrMultiprocessorCount  = 63 // hipDeviceAttributeMultiprocessorCount
+	// The safety profile's, printed the same way:
+	// hipDeviceAttributeComputeCapabilityMajor 23, ...Minor 61,
+	// hipDeviceAttributePageableMemoryAccess 65.
+	devAttrComputeCapabilityMajor = 23
+	devAttrComputeCapabilityMinor = 61
+	devAttrPageableMemoryAccess   = 65
 )
 
 // devAttrWallClockRate is hipDeviceAttributeWallClockRate ("constant
@@ -150,6 +156,9 @@ var vendor = gpurt.Vendor{
 	DevAttrIntegrated:                devAttrIntegrated,
 	DevAttrMaxThreadsPerBlock:        devAttrMaxThreadsPerBlock,
 	DevAttrMultiprocessorCount:       devAttrMultiprocessorCount,
+	DevAttrComputeCapabilityMajor:    devAttrComputeCapabilityMajor,
+	DevAttrComputeCapabilityMinor:    devAttrComputeCapabilityMinor,
+	DevAttrPageableMemoryAccess:      devAttrPageableMemoryAccess,
 	// One pool serves captures and exports (CUDA's 801 for graph
 	// allocations from an exportable pool is not known of ROCm).
 	SeparateCapturePool: false,

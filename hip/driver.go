@@ -62,6 +62,10 @@ type Options struct {
 	// IPC creates the driver's pool with hipMemHandleTypePosixFileDescriptor
 	// so it can be exported (ExportPool). Not with DefaultPool.
 	IPC bool
+	// CaptureSafety overrides the device's classification
+	// (alloc.ClassifySafety; docs/capture-safety.md). SafetyUnset: strict
+	// on every device without a recorded truth table (no AMD one is).
+	CaptureSafety alloc.CaptureSafety
 	// HostMemory, when set, supplies HostAlloc's memory, which the driver
 	// pins with hipHostRegister instead of allocating with hipHostMalloc
 	// (the plugin server's shared memory).
@@ -78,6 +82,7 @@ func (o Options) core() gpurt.Options {
 	return gpurt.Options{
 		Device: o.Device, ReleaseThreshold: o.ReleaseThreshold, Reserve: o.Reserve, DefaultPool: o.DefaultPool,
 		StreamPriority: o.StreamPriority, Blocking: o.Blocking, HostMemory: o.HostMemory, IPC: o.IPC,
+		CaptureSafety: o.CaptureSafety,
 	}
 }
 

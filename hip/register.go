@@ -27,6 +27,7 @@ func parseOptions(o backends.Options) (Options, error) {
 	opts := Options{
 		Device: c.Device, ReleaseThreshold: c.ReleaseThreshold, Reserve: c.Reserve, DefaultPool: c.DefaultPool,
 		StreamPriority: c.StreamPriority, Blocking: c.Blocking, NoCapture: extra["no_capture"], IPC: c.IPC,
+		CaptureSafety: c.CaptureSafety,
 	}
 	if err != nil {
 		return opts, err

@@ -196,6 +196,16 @@ func Expected(op string, mode alloc.CaptureMode) Verdict {
 	return Capturable
 }
 
+// ExpectedFor is Expected on a device with info's capture safety: under
+// strict safety (docs/capture-safety.md) cudaMalloc is refused during a
+// capture of every mode, Relaxed included (GB10's table).
+func ExpectedFor(info alloc.DeviceInfo, op string, mode alloc.CaptureMode) Verdict {
+	if op == "alloc" && info.CaptureSafety == alloc.SafetyStrict {
+		return NotCapturable
+	}
+	return Expected(op, mode)
+}
+
 // Run runs every row on drv in mode: each on a fresh allocator, each
 // CAPTURABLE verdict proven by replays launches with fresh inputs compared
 // with eager runs, then the collective rows (CollectiveOps) where the

@@ -257,6 +257,9 @@ func (s *server) open(ctx context.Context, in *dec, out *enc) error {
 		caps |= capUsage
 	}
 	out.str(d.Name()).str(d.CaptureDomain()).str(info.Name).i64(info.TotalMemory).i64(info.Alignment).bool(info.UnifiedMemory).u64(caps)
+	// The safety profile (docs/capture-safety.md), last: a host that
+	// predates it reads no further.
+	out.bool(info.Integrated).bool(info.PageableMemoryAccess).str(info.ComputeCapability).i64(int64(info.CaptureSafety)).str(info.Profile)
 	return nil
 }
 

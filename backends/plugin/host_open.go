@@ -244,6 +244,12 @@ func start(ctx context.Context, run, path, backend string, fwd backends.Options,
 	name, domain := r.str(), r.str()
 	d.info = alloc.DeviceInfo{Name: r.str(), TotalMemory: r.i64(), Alignment: r.i64(), UnifiedMemory: r.bool()}
 	d.caps = r.u64()
+	if r.err == nil && len(r.b) > 0 { // the safety profile; absent from a child that predates it
+		d.info.Integrated, d.info.PageableMemoryAccess = r.bool(), r.bool()
+		d.info.ComputeCapability = r.str()
+		d.info.CaptureSafety = alloc.CaptureSafety(r.i64())
+		d.info.Profile = r.str()
+	}
 	if r.err == nil {
 		r.err = checkInfo(&d.info)
 	}
@@ -289,6 +295,9 @@ func checkInfo(info *alloc.DeviceInfo) error {
 	}
 	if info.TotalMemory < 0 {
 		return fmt.Errorf("%w: plugin: backend's device has %d B", errMalformed, info.TotalMemory)
+	}
+	if info.CaptureSafety < alloc.SafetyUnset || info.CaptureSafety > alloc.SafetyStrict {
+		return fmt.Errorf("%w: plugin: backend's device has capture safety %d", errMalformed, int(info.CaptureSafety))
 	}
 	if len(info.Name) > maxDeviceName {
 		info.Name = info.Name[:maxDeviceName]

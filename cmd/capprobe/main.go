@@ -73,7 +73,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	for _, m := range modes {
 		err := probe.Stream(drv, m, *replays, func(r probe.Result) {
-			rows = append(rows, row{Result: r, Expected: probe.Expected(r.Op, m)})
+			rows = append(rows, row{Result: r, Expected: probe.ExpectedFor(drv.Info(), r.Op, m)})
 			if t != nil {
 				t.print(rows[len(rows)-1])
 			}
@@ -145,8 +145,8 @@ func newTable(w io.Writer, drv alloc.Driver, modes []alloc.CaptureMode) *table {
 	if len(modes) > 1 {
 		count = fmt.Sprintf("%d rows (%d operations x %d modes)", len(modes)*len(ops), len(ops), len(modes))
 	}
-	fmt.Fprintf(w, "capture probe: backend %s (%s, %d MiB): %s, each printed as it finishes\n\n",
-		drv.Name(), info.Name, info.TotalMemory>>20, count)
+	fmt.Fprintf(w, "capture probe: backend %s (%s, %d MiB, capture safety %s): %s, each printed as it finishes\n\n",
+		drv.Name(), info.Name, info.TotalMemory>>20, info.SafetyProfile(), count)
 	t.line("MODE", "OP", "VERDICT", "REASON")
 	return t
 }
@@ -181,7 +181,7 @@ func printBackends(w io.Writer, avs []backends.Availability) {
 	fmt.Fprintf(w, "%-*s  OPENS HERE\n", width, "BACKEND")
 	for _, av := range avs {
 		if av.Err == nil {
-			fmt.Fprintf(w, "%-*s  yes\n", width, av.Name)
+			fmt.Fprintf(w, "%-*s  yes: %s, capture safety %s\n", width, av.Name, av.Info.Name, av.Info.SafetyProfile())
 			continue
 		}
 		lines := strings.Split(strings.TrimRight(av.Err.Error(), "\n"), "\n")

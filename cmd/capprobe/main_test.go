@@ -118,8 +118,10 @@ func TestBackendsListsWhatOpensHere(t *testing.T) {
 	require.Equal(t, 0, run([]string{"-backends"}, &out, &errb), errb.String())
 	lines := strings.Split(out.String(), "\n")
 	require.Regexp(t, `^BACKEND +OPENS HERE$`, lines[0])
-	require.Contains(t, lines, "cpu         yes")
-	require.Contains(t, lines, "plugin:cpu  yes", "the plugin layer over cpu, as the conformance suite's default run")
+	// Each backend that opens shows its device and safety profile
+	// (docs/capture-safety.md); through the plugin, the child's.
+	require.Contains(t, lines, "cpu         yes: cpu (emulated), capture safety documented (emulated)")
+	require.Contains(t, lines, "plugin:cpu  yes: cpu (emulated), capture safety documented (emulated)", "the plugin layer over cpu, as the conformance suite's default run")
 	for _, n := range []string{"cuda", "hip"} {
 		require.Regexp(t, "(?m)^"+n+" +(yes|no: backend unavailable: "+n+": .+)$", out.String(), "every linked backend is listed, with why it does not open")
 	}

@@ -17,6 +17,8 @@ import (
 //	stream_priority=-1       stream priority
 //	non_blocking=false       blocking streams (default true)
 //	ipc=true                 create the pool exportable (POSIX fd handles)
+//	capture_safety=strict    strict or documented: overrides the device's
+//	                         classification (docs/capture-safety.md)
 //
 // and the vendor's own boolean keys, extraBools (default false), read
 // after non_blocking and returned by name. Unknown keys are refused.
@@ -26,7 +28,7 @@ func ParseOptions(o backends.Options, extraBools ...string) (Options, map[string
 	var opts Options
 	extra := map[string]bool{}
 	keys := []string{"device", "release_threshold", "reserve", "default_pool", "stream_priority", "non_blocking"}
-	keys = append(append(keys, extraBools...), "ipc")
+	keys = append(append(keys, extraBools...), "ipc", "capture_safety")
 	if err := o.Check(keys...); err != nil {
 		return opts, extra, err
 	}
@@ -57,6 +59,9 @@ func ParseOptions(o backends.Options, extraBools ...string) (Options, map[string
 		}
 	}
 	if opts.IPC, err = o.Bool("ipc", false); err != nil {
+		return opts, extra, err
+	}
+	if opts.CaptureSafety, err = backends.CaptureSafety(o); err != nil {
 		return opts, extra, err
 	}
 	return opts, extra, nil

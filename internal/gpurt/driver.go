@@ -185,6 +185,10 @@ func (d *Driver) setup(s *Setup, describe func(*Setup, bool) (string, uint64, er
 		TotalMemory:   int64(min(total, math.MaxInt64)),
 		Alignment:     d.v.Alignment,
 		UnifiedMemory: integrated != 0,
+		Integrated:    integrated != 0,
+	}
+	if err := d.classify(); err != nil {
+		return err
 	}
 	if err := d.createPool(); err != nil {
 		return err
@@ -192,6 +196,27 @@ func (d *Driver) setup(s *Setup, describe func(*Setup, bool) (string, uint64, er
 	if err := d.reserve(); err != nil {
 		d.destroyPool()
 		return err
+	}
+	return nil
+}
+
+// classify completes d.info's safety profile: compute capability and
+// pageable memory access from the device's attributes, the capture safety
+// from alloc.ClassifySafety unless Options.CaptureSafety overrides it.
+// Runs on the dev thread.
+func (d *Driver) classify() error {
+	var attrs [3]int32
+	for i, a := range []uintptr{d.v.DevAttrComputeCapabilityMajor, d.v.DevAttrComputeCapabilityMinor, d.v.DevAttrPageableMemoryAccess} {
+		if err := d.rt.Check("query device attribute", d.rt.DeviceGetAttribute.Name,
+			Call(d.rt.DeviceGetAttribute.Addr, uintptr(unsafe.Pointer(&attrs[i])), a, uintptr(d.opts.Device))); err != nil {
+			return err
+		}
+	}
+	d.info.ComputeCapability = fmt.Sprintf("%d.%d", attrs[0], attrs[1])
+	d.info.PageableMemoryAccess = attrs[2] != 0
+	d.info.CaptureSafety, d.info.Profile = alloc.ClassifySafety(d.info)
+	if d.opts.CaptureSafety != alloc.SafetyUnset {
+		d.info.CaptureSafety, d.info.Profile = d.opts.CaptureSafety, "config"
 	}
 	return nil
 }

@@ -94,10 +94,10 @@ var vendors = []vendorCase{
 		name: "cuda", fake: &gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}, envPrefix: "FAKE_CUDA_",
 		prefix: "cuda", hostAlloc: "cudaHostAlloc", hostFree: "cudaFreeHost",
 		open: func(o opts) (gpuDriver, error) {
-			return cuda.New(cuda.Options(o))
+			return cuda.New(cuda.Options(documented(o)))
 		},
 		openKernels: func(_ string, o opts) (gpuDriver, error) {
-			return cuda.New(cuda.Options(o))
+			return cuda.New(cuda.Options(documented(o)))
 		},
 		launch: "cuLaunchKernel", unload: "cuModuleUnload", setCurrent: "cuCtxSetCurrent",
 		failed: func(call string, code int) string { return fmt.Sprintf("%s returned %d", call, code) },
@@ -115,10 +115,10 @@ var vendors = []vendorCase{
 		name: "hip", fake: &gpurttest.Fake{Src: "hip/testdata/fakehip.c", Name: "libamdhip64", LibEnv: hip.LibEnv}, envPrefix: "FAKE_HIP_",
 		prefix: "hip", hostAlloc: "hipHostMalloc", hostFree: "hipHostFree",
 		open: func(o opts) (gpuDriver, error) {
-			return hip.New(hipOptions(o))
+			return hip.New(hipOptions(documented(o)))
 		},
 		openKernels: func(_ string, o opts) (gpuDriver, error) {
-			return hip.New(hipOptions(o)) // the default compiler: the fake runtime's own hiprtc
+			return hip.New(hipOptions(documented(o))) // the default compiler: the fake runtime's own hiprtc
 		},
 		launch: "hipModuleLaunchKernel", unload: "hipModuleUnload", setCurrent: "hipSetDevice",
 		failed: func(call string, code int) string {
@@ -143,7 +143,19 @@ var vendors = []vendorCase{
 // hipOptions are the hip driver's options for o.
 func hipOptions(o opts) hip.Options {
 	return hip.Options{Device: o.Device, ReleaseThreshold: o.ReleaseThreshold, Reserve: o.Reserve,
-		DefaultPool: o.DefaultPool, StreamPriority: o.StreamPriority, Blocking: o.Blocking, IPC: o.IPC, HostMemory: o.HostMemory}
+		DefaultPool: o.DefaultPool, StreamPriority: o.StreamPriority, Blocking: o.Blocking, IPC: o.IPC, HostMemory: o.HostMemory,
+		CaptureSafety: o.CaptureSafety}
+}
+
+// documented is o with the documented capture safety unless o asks for
+// one: the fakes implement CUDA's documented rules (the H100's table),
+// and the fake device, unrecorded, would otherwise be strict
+// (docs/capture-safety.md; TestFakeSafetyProfile checks that).
+func documented(o opts) opts {
+	if o.CaptureSafety == alloc.SafetyUnset {
+		o.CaptureSafety = alloc.SafetyDocumented
+	}
+	return o
 }
 
 // forEach runs test once per vendor, as a subtest named after it.

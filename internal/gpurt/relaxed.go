@@ -24,7 +24,9 @@ import (
 // PyTorch's caching allocator does around its own allocations. Calls that
 // synchronize (stream synchronize, the synchronous malloc and free, ...)
 // are never relaxed: alloc's guard keeps them away from a forbidding
-// capture.
+// capture. All of this is the documented capture safety: under strict
+// safety (GB10, unrecorded devices: docs/capture-safety.md) the allocator
+// never asks for these calls while any capture is active.
 //
 // HIP documents the same capture modes and the same
 // hipThreadExchangeStreamCaptureMode (hip_runtime_api.h), so the hip

@@ -52,6 +52,10 @@ type Vendor struct {
 	DevAttrIntegrated          uintptr
 	DevAttrMaxThreadsPerBlock  uintptr
 	DevAttrMultiprocessorCount uintptr
+	// The safety profile's attributes (alloc.DeviceInfo).
+	DevAttrComputeCapabilityMajor uintptr
+	DevAttrComputeCapabilityMinor uintptr
+	DevAttrPageableMemoryAccess   uintptr
 
 	// SeparateCapturePool: an exportable pool cannot serve graph
 	// allocations (CUDA: 801 in a capture, measured on an H100), so with
@@ -95,6 +99,7 @@ type Options struct {
 	Blocking         bool
 	HostMemory       backends.HostMemory
 	IPC              bool
+	CaptureSafety    alloc.CaptureSafety
 }
 
 // Validate refuses options no driver can honour, before anything loads.

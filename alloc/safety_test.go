@@ -1,0 +1,191 @@
+package alloc_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/cpu"
+)
+
+// strictPair is two allocators on one emulated GB10 (strict capture
+// safety), each behind a recording driver.
+func strictPair(t *testing.T, opts cpu.Options) (d *cpu.Driver, a, b *alloc.Allocator, sa, sb *alloctest.Spy) {
+	t.Helper()
+	d, err := cpu.New(opts)
+	require.NoError(t, err)
+	sa, sb = alloctest.NewSpy(d), alloctest.NewSpy(d)
+	a, err = alloc.New(sa, alloc.Options{})
+	require.NoError(t, err)
+	b, err = alloc.New(sb, alloc.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = a.Close()
+		_ = b.Close()
+		_ = d.Close()
+	})
+	return d, a, b, sa, sb
+}
+
+// requireStrict checks err is a strict-safety refusal: the capture
+// sentinels, and the device's profile named.
+func requireStrict(t *testing.T, err error, what string) {
+	t.Helper()
+	require.Error(t, err, what)
+	require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp, what)
+	require.ErrorIs(t, err, alloc.ErrCaptureIncompatibleAllocation, what)
+	require.Contains(t, err.Error(), "strict (gb10, sm 12.1, integrated, pageable memory access)", what)
+}
+
+// Under strict safety, while any capture is active (own Relaxed one,
+// another allocator's in any mode), every synchronous allocation or free
+// and every pinned host allocation or free is refused before the driver;
+// allocation into the capture stays allowed.
+func TestStrictSafetyRefusesBeforeTheDriver(t *testing.T) {
+	for _, mode := range []alloc.CaptureMode{alloc.Global, alloc.ThreadLocal, alloc.Relaxed} {
+		t.Run(mode.String(), func(t *testing.T) {
+			_, a, b, sa, sb := strictPair(t, cpu.Options{Profile: cpu.ProfileGB10})
+			require.Equal(t, alloc.SafetyStrict, a.Info().CaptureSafety)
+			// Made before the capture: buffers to free during it.
+			syncA, err := a.AllocSync(1 << 20)
+			require.NoError(t, err)
+			syncB, err := b.AllocSync(1 << 20)
+			require.NoError(t, err)
+			hostB, err := b.HostAlloc(4096)
+			require.NoError(t, err)
+
+			require.NoError(t, a.BeginCapture(mode))
+			beforeA, beforeB := sa.Snapshot(), sb.Snapshot()
+
+			// Where the documented rules refuse a call already (this
+			// allocator's own Global or ThreadLocal capture, another's
+			// Global one) that refusal stands; strict refuses the rest.
+			refused := func(err error, what string, documentedRefuses bool) {
+				t.Helper()
+				if documentedRefuses {
+					require.ErrorIs(t, err, alloc.ErrCaptureIncompatibleAllocation, what)
+					return
+				}
+				requireStrict(t, err, what)
+			}
+			ownDoc, otherDoc := mode != alloc.Relaxed, mode == alloc.Global
+			_, err = a.AllocSync(1 << 20)
+			refused(err, "own AllocSync", ownDoc)
+			_, err = b.AllocSync(1 << 20)
+			refused(err, "other AllocSync", otherDoc)
+			refused(b.Free(syncB), "other sync Free", otherDoc)
+			_, err = b.HostAlloc(4096)
+			refused(err, "other HostAlloc", otherDoc)
+			_, err = a.HostAlloc(4096)
+			refused(err, "own HostAlloc", ownDoc)
+			refused(hostB.Close(), "other HostBuffer.Close", otherDoc)
+			// Pool growth on the other allocator (its pool is empty).
+			_, err = b.Alloc(1 << 20)
+			requireStrict(t, err, "other pool growth")
+			require.ErrorIs(t, b.Trim(), alloc.ErrCaptureIllegalOp, "other Trim frees cached segments")
+
+			dA, dB := sa.Snapshot().Sub(beforeA), sb.Snapshot().Sub(beforeB)
+			for _, m := range []alloctest.Method{alloctest.MethodMalloc, alloctest.MethodFree, alloctest.MethodHostAlloc,
+				alloctest.MethodHostFree, alloctest.MethodMallocAsync, alloctest.MethodFreeAsync} {
+				require.Zero(t, dA[m], "own %s reached the driver", m)
+				require.Zero(t, dB[m], "other %s reached the driver", m)
+			}
+
+			// Allocation into the capture is the stream-ordered path on
+			// the capturing stream: allowed.
+			in, err := a.Alloc(4096)
+			require.NoError(t, err)
+			require.NoError(t, a.Free(in))
+			// Own sync Free during the capture is deferred, not refused.
+			require.NoError(t, a.Free(syncA))
+
+			g, err := a.EndCapture()
+			require.NoError(t, err)
+			// No capture any more: everything works again.
+			require.NoError(t, b.Free(syncB))
+			require.NoError(t, hostB.Close())
+			x, err := b.AllocSync(1 << 20)
+			require.NoError(t, err)
+			require.NoError(t, b.Free(x))
+			require.NoError(t, g.Close())
+		})
+	}
+}
+
+// The documented rules (capture_safety=documented) let a Relaxed
+// capture's own AllocSync reach the driver, as before; strict refuses it.
+// This is the example: a.BeginCapture(Relaxed); a.AllocSync.
+func TestCaptureSafetyOverride(t *testing.T) {
+	_, a, _, sa, _ := strictPair(t, cpu.Options{Profile: cpu.ProfileGB10, CaptureSafety: alloc.SafetyDocumented})
+	require.Equal(t, alloc.SafetyDocumented, a.Info().CaptureSafety)
+	require.NoError(t, a.BeginCapture(alloc.Relaxed))
+	before := sa.Calls(alloctest.MethodMalloc)
+	buf, err := a.AllocSync(1 << 20)
+	// The emulated GB10 fails the call the real one hangs in: the
+	// documented rules reach it.
+	require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
+	require.True(t, strings.Contains(err.Error(), "hangs a GB10 driver"), err.Error())
+	require.Equal(t, before+1, sa.Calls(alloctest.MethodMalloc))
+	_ = buf
+	_, err = a.EndCapture()
+	require.NoError(t, err)
+}
+
+// Another allocator's graph instantiation during a capture is refused
+// (the capture it ended yields no graph), and a graph closed during a
+// capture is destroyed only once the last capture ended.
+func TestStrictSafetyInstantiateAndExecDestroy(t *testing.T) {
+	_, a, b, _, sb := strictPair(t, cpu.Options{Profile: cpu.ProfileGB10})
+	// b's graph, made before a's capture.
+	require.NoError(t, b.BeginCapture(alloc.Global))
+	g, err := b.EndCapture()
+	require.NoError(t, err)
+
+	require.NoError(t, a.BeginCapture(alloc.Relaxed))
+	require.NoError(t, b.BeginCapture(alloc.Relaxed))
+	before := sb.Snapshot()
+	_, err = b.EndCapture()
+	requireStrict(t, err, "instantiate during another capture")
+	require.Zero(t, sb.Snapshot().Sub(before)[alloctest.MethodGraphInstantiate])
+
+	require.NoError(t, g.Close())
+	require.Zero(t, sb.Snapshot().Sub(before)[alloctest.MethodGraphExecDestroy], "exec destroyed during a capture")
+
+	ga, err := a.EndCapture()
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return sb.Snapshot().Sub(before)[alloctest.MethodGraphExecDestroy] == 1 },
+		30*time.Second, time.Millisecond, "the deferred exec destroy runs once no capture is active")
+	require.NoError(t, ga.Close())
+}
+
+// ClassifySafety: GB10 and unrecorded devices are strict, the recorded
+// H100 documented.
+func TestClassifySafety(t *testing.T) {
+	for _, c := range []struct {
+		info    alloc.DeviceInfo
+		want    alloc.CaptureSafety
+		profile string
+	}{
+		{alloc.DeviceInfo{Name: "NVIDIA GB10", ComputeCapability: "12.1", Integrated: true}, alloc.SafetyStrict, "gb10"},
+		{alloc.DeviceInfo{Name: "NVIDIA H100 80GB HBM3", ComputeCapability: "9.0"}, alloc.SafetyDocumented, "recorded:h100-driver580-cuda13.0.json"},
+		{alloc.DeviceInfo{Name: "NVIDIA H100 80GB HBM3", ComputeCapability: "8.0"}, alloc.SafetyStrict, "unrecorded"},
+		{alloc.DeviceInfo{Name: "NVIDIA A100", ComputeCapability: "8.0"}, alloc.SafetyStrict, "unrecorded"},
+		{alloc.DeviceInfo{Name: "AMD APU", ComputeCapability: "9.0", Integrated: true}, alloc.SafetyStrict, "integrated"},
+	} {
+		got, profile := alloc.ClassifySafety(c.info)
+		require.Equal(t, c.want, got, c.info.Name)
+		require.Equal(t, c.profile, profile, c.info.Name)
+	}
+	for _, s := range []string{"strict", "documented"} {
+		v, err := alloc.ParseCaptureSafety(s)
+		require.NoError(t, err)
+		require.Equal(t, s, v.String())
+	}
+	_, err := alloc.ParseCaptureSafety("lax")
+	require.True(t, errors.Is(err, alloc.ErrInvalidValue))
+}

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/capalloc/capalloc/alloc"
+)
+
+// Every device alloc.ClassifySafety treats as recorded (documented capture
+// safety: docs/capture-safety.md) has its raw table here, and the table
+// names such a device.
+func TestRecordedDevicesHaveTables(t *testing.T) {
+	if len(alloc.RecordedDevices) == 0 {
+		t.Fatal("no recorded device")
+	}
+	for _, r := range alloc.RecordedDevices {
+		b, err := os.ReadFile(filepath.Join("testdata", r.Table))
+		if err != nil {
+			t.Fatalf("%s: %v", r.Table, err)
+		}
+		var head struct {
+			GPU string `json:"gpu"`
+		}
+		if err := json.Unmarshal(b, &head); err != nil {
+			t.Fatalf("%s: %v", r.Table, err)
+		}
+		if !strings.HasPrefix(head.GPU, r.NamePrefix) {
+			t.Errorf("%s records %q, not a %q", r.Table, head.GPU, r.NamePrefix)
+		}
+	}
+}
