@@ -215,7 +215,7 @@ func (a *Allocator) finishCaptureLocked(c *capture, h GraphHandle, err error) *G
 		for _, b := range c.blocks {
 			autoFree = autoFree || !b.freedInGraph
 		}
-		if err = a.strictLocked("graph instantiation"); err != nil {
+		if err = a.strictRelaxedLocked("graph instantiation"); err != nil {
 			err = errors.Join(err, a.drv.GraphDestroy(h))
 		} else if exec, err = a.drv.GraphInstantiate(h, autoFree); err != nil {
 			err = errors.Join(err, a.drv.GraphDestroy(h))

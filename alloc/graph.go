@@ -195,9 +195,10 @@ func (a *Allocator) closeGraphLocked(g *Graph) {
 
 // destroyGraphLocked destroys g on the driver and releases its capture.
 func (a *Allocator) destroyGraphLocked(g *Graph) {
-	if a.strict && a.dom.active() > 0 {
+	if a.strict && a.dom.globalElsewhere(a.stream) {
 		// Strict: the exec destroy (and the frees of its materialized
-		// allocations) wait for the domain's last capture to end.
+		// allocations), which the documented rules would make in Relaxed
+		// interaction mode now, wait for the domain's last capture to end.
 		a.dom.afterAll(func() {
 			a.mu.Lock()
 			a.destroyGraphLocked(g)

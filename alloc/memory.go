@@ -78,18 +78,10 @@ func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 // too small for the usual segment size); then, last, gives back every free
 // segment and the memory closed graphs left cached (GraphMemTrimmer).
 func (a *Allocator) growPoolLocked(n int64) (*block, error) {
-	if a.strict {
-		// Strict: no pool growth while any capture is active, and none
-		// begins meanwhile (the gate's shared side; a.mu is held, so only
-		// TryRLock: a capture begin in progress refuses the growth).
-		if !a.dom.gate.TryRLock() {
-			return nil, fmt.Errorf("%w: %w: pool growth: a capture is beginning in the capture domain and the device's capture safety is %s; no driver call was made",
-				ErrCaptureIllegalOp, ErrCaptureIncompatibleAllocation, a.info.SafetyProfile())
-		}
-		defer a.dom.gate.RUnlock()
-		if err := a.strictLocked("pool growth"); err != nil {
-			return nil, err
-		}
+	// Strict: no pool growth that the documented rules would make in
+	// Relaxed interaction mode (another stream's Global capture).
+	if err := a.strictRelaxedLocked("pool growth"); err != nil {
+		return nil, err
 	}
 	if a.vm != nil {
 		if b, ok, err := a.growExpandableLocked(n); ok || err != nil {

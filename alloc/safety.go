@@ -126,7 +126,8 @@ func (a *Allocator) strictRefusal(what string, n int) error {
 }
 
 // strictLocked returns strictRefusal when strict safety forbids what now:
-// any capture active in the domain. Nil otherwise.
+// any capture active in the domain (the synchronous allocations and frees,
+// and host allocation: what hangs GB10 during any capture). Nil otherwise.
 func (a *Allocator) strictLocked(what string) error {
 	if !a.strict {
 		return nil
@@ -135,4 +136,18 @@ func (a *Allocator) strictLocked(what string) error {
 		return a.strictRefusal(what, n)
 	}
 	return nil
+}
+
+// strictRelaxedLocked returns strictRefusal when strict safety forbids
+// what now, a call the documented rules would make in Relaxed interaction
+// mode (pool growth, graph instantiation): a Global-mode capture active on
+// another stream. A capture of another mode elsewhere is no reason: the
+// documented rules make these calls then without switching modes, and
+// refusing them would keep ranks of one process from capturing side by
+// side. Nil otherwise.
+func (a *Allocator) strictRelaxedLocked(what string) error {
+	if !a.strict || !a.dom.globalElsewhere(a.stream) {
+		return nil
+	}
+	return a.strictRefusal(what, a.dom.active())
 }
