@@ -101,6 +101,7 @@ func TestViewsOnDefaultMux(t *testing.T) {
 	require.Contains(t, page, `<img src="segments.svg?allocator=view-default"`)
 	require.Contains(t, page, "allocations in captures")
 	require.Contains(t, page, "<td>live graphs</td><td class=\"v\">1</td>", "the counters")
+	require.Contains(t, page, "capture safety "+a.Info().SafetyProfile(), "the device's capture safety profile")
 
 	resp, body = get(t, base+"segments.svg"+q)
 	require.Equal(t, http.StatusOK, resp.StatusCode)

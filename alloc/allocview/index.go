@@ -56,7 +56,7 @@ func formatCount(v uint64) string {
 // indexAllocator is one allocator's section of the index: its name as
 // shown (printable) and as the links' query carries it (Key).
 type indexAllocator struct {
-	Name, Key, Backend, Device string
+	Name, Key, Backend, Device, Safety string
 	Counters                   []counter
 	States                     []indexState
 }
@@ -83,7 +83,7 @@ h2 { margin: 18px 0 2px; font-size: 18px; }
 {{else}}<p class="sub">Profile recording on: {{.RateText}}.</p>{{end}}
 {{range .Allocators}}
 <h2>{{.Name}}</h2>
-<div class="sub">{{.Backend}} · {{.Device}} · <a href="segments.svg?allocator={{.Key}}">segments.svg</a> · <a href="snapshot.json?allocator={{.Key}}">snapshot.json</a> · <a href="profile?allocator={{.Key}}">profile</a></div>
+<div class="sub">{{.Backend}} · {{.Device}} · capture safety {{.Safety}} · <a href="segments.svg?allocator={{.Key}}">segments.svg</a> · <a href="snapshot.json?allocator={{.Key}}">snapshot.json</a> · <a href="profile?allocator={{.Key}}">profile</a></div>
 <table>{{range .Counters}}<tr><td>{{.Name}}</td><td class="v">{{.Value}}</td></tr>{{end}}</table>
 <img src="segments.svg?allocator={{.Key}}" alt="segment map of {{.Name}}">
 {{else}}<p>No open allocator.</p>{{end}}
@@ -106,7 +106,7 @@ func serveIndex(w http.ResponseWriter, r *http.Request, one *alloc.Allocator) {
 	}
 	page.ProfileURL = profileURL(r)
 	for _, s := range snapshots(chosen(one)) {
-		ia := indexAllocator{Name: printable(s.Allocator), Key: s.Allocator, Backend: printable(s.Backend), Device: printable(s.Device),
+		ia := indexAllocator{Name: printable(s.Allocator), Key: s.Allocator, Backend: printable(s.Backend), Device: printable(s.Device), Safety: printable(s.CaptureSafety),
 			Counters: counters(s.Stats)}
 		page.Allocators = append(page.Allocators, ia)
 	}
