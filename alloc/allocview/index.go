@@ -57,8 +57,8 @@ func formatCount(v uint64) string {
 // shown (printable) and as the links' query carries it (Key).
 type indexAllocator struct {
 	Name, Key, Backend, Device, Safety string
-	Counters                   []counter
-	States                     []indexState
+	Counters                           []counter
+	States                             []indexState
 }
 
 type indexState struct {
