@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/ranks"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -167,19 +167,7 @@ func (w *world) each(fn func(r int, h symheap.Collectives) error) []error {
 
 // parallelEach runs fn for 0..n-1, each in its own goroutine, and returns
 // their errors, in order.
-func parallelEach(n int, fn func(r int) error) []error {
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = fn(r)
-		}()
-	}
-	wg.Wait()
-	return errs
-}
+func parallelEach(n int, fn func(r int) error) []error { return ranks.Each(n, fn) }
 
 func (w *world) must(t *testing.T, fn func(r int, h symheap.Collectives) error) {
 	t.Helper()

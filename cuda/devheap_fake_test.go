@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
+	"github.com/capalloc/capalloc/internal/ranks"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -53,19 +53,7 @@ func newDevRank(t *testing.T, wrap func(*Driver) alloc.Driver) *devRank {
 
 // eachRank runs fn for ranks 0..n-1, each in its own goroutine, and
 // returns their errors.
-func eachRank(n int, fn func(r int) error) []error {
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = fn(r)
-		}()
-	}
-	wg.Wait()
-	return errs
-}
+func eachRank(n int, fn func(r int) error) []error { return ranks.Each(n, fn) }
 
 // table reads a heap's peer table back from the device.
 func table(t *testing.T, h *symheap.DeviceHeap) []alloc.DevicePtr {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/ranks"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -361,19 +362,7 @@ func (c *collEnv) round(k int, launch func(r int) error) ([][]byte, error) {
 
 // eachRank runs fn for every rank at once, each in its own goroutine (a
 // collective waits for its peers), and joins their errors.
-func eachRank(fn func(r int) error) error {
-	errs := make([]error, collRanks)
-	var wg sync.WaitGroup
-	for r := range collRanks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = fn(r)
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
+func eachRank(fn func(r int) error) error { return errors.Join(ranks.Each(collRanks, fn)...) }
 
 func fill(b []byte, v byte) {
 	for i := range b {

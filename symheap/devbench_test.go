@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	_ "github.com/capalloc/capalloc/cuda"
 	_ "github.com/capalloc/capalloc/hip"
 	"github.com/capalloc/capalloc/internal/kernels"
+	"github.com/capalloc/capalloc/internal/ranks"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -81,14 +81,7 @@ func newDevWorld(b *testing.B, size int64) *devWorld {
 }
 
 func (w *devWorld) each(fn func(r int) error) error {
-	errs := make([]error, len(w.as))
-	var wg sync.WaitGroup
-	for r := range w.as {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[r] = fn(r) }()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return errors.Join(ranks.Each(len(w.as), fn)...)
 }
 
 // capture records body on every rank and returns the graphs.

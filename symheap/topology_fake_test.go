@@ -15,6 +15,7 @@ import (
 	"github.com/capalloc/capalloc/hip"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 	"github.com/capalloc/capalloc/internal/kernels"
+	"github.com/capalloc/capalloc/internal/ranks"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -95,19 +96,7 @@ func openTopo(t *testing.T, v *fakeVendor, devices []int, timeout time.Duration,
 	return w, errs
 }
 
-func (w *topoWorld) each(fn func(r int) error) []error {
-	errs := make([]error, len(w.as))
-	var wg sync.WaitGroup
-	for r := range w.as {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = fn(r)
-		}()
-	}
-	wg.Wait()
-	return errs
-}
+func (w *topoWorld) each(fn func(r int) error) []error { return ranks.Each(len(w.as), fn) }
 
 func (w *topoWorld) must(t *testing.T, fn func(r int) error) {
 	t.Helper()

@@ -34,13 +34,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/capalloc/capalloc/internal/collreport"
 	"io"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -49,7 +47,9 @@ import (
 	_ "github.com/capalloc/capalloc/cpu"
 	_ "github.com/capalloc/capalloc/cuda"
 	_ "github.com/capalloc/capalloc/hip"
+	"github.com/capalloc/capalloc/internal/collreport"
 	"github.com/capalloc/capalloc/internal/kernels"
+	"github.com/capalloc/capalloc/internal/ranks"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -287,14 +287,7 @@ func (w *world) close() {
 }
 
 func (w *world) each(fn func(r int) error) error {
-	errs := make([]error, len(w.as))
-	var wg sync.WaitGroup
-	for r := range w.as {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[r] = fn(r) }()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return errors.Join(ranks.Each(len(w.as), fn)...)
 }
 
 func (b *bench) open(ranks int, heap int64) (*world, string, error) {
