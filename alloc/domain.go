@@ -88,22 +88,50 @@ func (d *domain) afterAll(fn func()) {
 	}
 }
 
-// runAfterAll runs afterAll's queue unless a capture began meanwhile.
-func (d *domain) runAfterAll() {
+// Two queues of deferred work, each with the captures it waits for:
+// deferred for Global-mode ones (the documented rules), afterAny for
+// captures of any mode (strict capture safety). anyLocked and
+// globalLocked say whether such a capture is active; d.mu is held.
+func (d *domain) anyLocked() bool    { return len(d.streams) > 0 }
+func (d *domain) globalLocked() bool { return d.global.Load() > 0 }
+
+// runQueue runs the work queued in *q under the gate's read side, unless
+// busy says a capture it waits for began again meanwhile: then it stays
+// queued for the next time the last one ends.
+func (d *domain) runQueue(busy func() bool, q *[]func()) {
 	d.gate.RLock()
 	defer d.gate.RUnlock()
 	d.mu.Lock()
-	if len(d.streams) > 0 {
+	if busy() {
 		d.mu.Unlock()
 		return
 	}
-	fns := d.afterAny
-	d.afterAny = nil
+	fns := *q
+	*q = nil
 	d.mu.Unlock()
 	for _, fn := range fns {
 		fn()
 	}
 }
+
+// nowOrQueue runs now under the gate's read side unless busy, returning
+// its error; otherwise it queues later in *q (run by runQueue when the
+// last such capture ends) and returns nil.
+func (d *domain) nowOrQueue(busy func() bool, q *[]func(), now func() error, later func()) error {
+	d.gate.RLock()
+	defer d.gate.RUnlock()
+	d.mu.Lock()
+	if busy() {
+		*q = append(*q, later)
+		d.mu.Unlock()
+		return nil
+	}
+	d.mu.Unlock()
+	return now()
+}
+
+// runAfterAll runs afterAll's queue unless a capture began meanwhile.
+func (d *domain) runAfterAll() { d.runQueue(d.anyLocked, &d.afterAny) }
 
 // nowOrAfter is nowOrAfterGlobal, or under strict safety its analogue
 // for captures of any mode: fn runs now if none is active, else later
@@ -112,36 +140,13 @@ func (d *domain) nowOrAfter(strict bool, now func() error, later func()) error {
 	if !strict {
 		return d.nowOrAfterGlobal(now, later)
 	}
-	d.gate.RLock()
-	defer d.gate.RUnlock()
-	d.mu.Lock()
-	if len(d.streams) > 0 {
-		d.afterAny = append(d.afterAny, later)
-		d.mu.Unlock()
-		return nil
-	}
-	d.mu.Unlock()
-	return now()
+	return d.nowOrQueue(d.anyLocked, &d.afterAny, now, later)
 }
 
 // runDeferred runs the deferred work under the gate's read side, unless a
 // Global-mode capture began again meanwhile: then it stays queued for the
 // next time the count drops to zero.
-func (d *domain) runDeferred() {
-	d.gate.RLock()
-	defer d.gate.RUnlock()
-	d.mu.Lock()
-	if d.global.Load() > 0 {
-		d.mu.Unlock()
-		return
-	}
-	fns := d.deferred
-	d.deferred = nil
-	d.mu.Unlock()
-	for _, fn := range fns {
-		fn()
-	}
-}
+func (d *domain) runDeferred() { d.runQueue(d.globalLocked, &d.deferred) }
 
 // DeviceWide runs fn, a device-wide unsafe driver call that belongs to no
 // allocator, under the guard of the capture domain named domainName (a
@@ -189,16 +194,7 @@ func AfterGlobalCaptures(domainName string, fn func()) (ranNow bool) {
 // capture is active in d, returning its error; otherwise it queues later to
 // run (under the gate too) when the last one ends, and returns nil.
 func (d *domain) nowOrAfterGlobal(now func() error, later func()) error {
-	d.gate.RLock()
-	defer d.gate.RUnlock()
-	d.mu.Lock()
-	if d.global.Load() > 0 {
-		d.deferred = append(d.deferred, later)
-		d.mu.Unlock()
-		return nil
-	}
-	d.mu.Unlock()
-	return now()
+	return d.nowOrQueue(d.globalLocked, &d.deferred, now, later)
 }
 
 // globalElsewhere reports whether a Global-mode capture is active on a
