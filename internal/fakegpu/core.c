@@ -1111,12 +1111,12 @@ static __thread unsigned access_next;
 static int legal_range(int device, const char *a, const char *b, range_t *out) {
   out->writable = 1;
   out->device = device;
-  for (int i = 0; i < nallocs; i++)
-    if (allocs[i].live && a >= allocs[i].p && b <= allocs[i].p + allocs[i].n) {
-      if (!fake_peer_ok(device, &allocs[i])) return -1;
-      out->lo = allocs[i].p; out->hi = allocs[i].p + allocs[i].n;
-      return 1;
-    }
+  const alloc_t *al = alloc_at(a); /* allocations do not overlap: the one holding a */
+  if (al && b <= al->p + al->n) {
+    if (!fake_peer_ok(device, al)) return -1;
+    out->lo = al->p; out->hi = al->p + al->n;
+    return 1;
+  }
   for (int i = 0; i < nhosts; i++)
     if (hosts[i].p && a >= hosts[i].p && b <= hosts[i].p + hosts[i].n) { out->lo = hosts[i].p; out->hi = hosts[i].p + hosts[i].n; return 1; }
   for (int i = 0; i < 256; i++)
