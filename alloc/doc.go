@@ -38,7 +38,7 @@
 //     refused and never invalidates a capture: it waits for Global-mode
 //     captures to end.
 //
-// The whole truth table, cell by cell, is in DESIGN.md and the README; the
+// The whole truth table is in docs/design.md and the README; the
 // reasoning in docs/allocator-core.md and docs/reliability.md.
 //
 // # Errors

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 )
 
-// The guard: every refusal rule of the capture contract (DESIGN.md's table)
+// The guard: every refusal rule of the capture contract (docs/design.md's table)
 // is here, and every driver call an Allocator makes goes through one of its
 // two paths. Both check before calling the driver: a call that a capture
 // forbids is never made.

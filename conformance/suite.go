@@ -1,5 +1,5 @@
 // Package conformance is the suite every capalloc backend must pass: the
-// capture contract of DESIGN.md cell by cell, replay with fresh data,
+// capture contract of docs/design.md cell by cell, replay with fresh data,
 // aliasing, failure cleanup, the watchdog, concurrency and bad input, all
 // through alloc.Allocator over the backend's alloc.Driver.
 //

@@ -10,7 +10,7 @@ import (
 	"github.com/capalloc/capalloc/alloc/alloctest"
 )
 
-// The capture contract of DESIGN.md, one subtest per cell:
+// The capture contract of docs/design.md, one subtest per cell:
 // TruthTable/<mode>/<state>/<operation>.
 
 const (

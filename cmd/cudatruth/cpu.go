@@ -205,7 +205,7 @@ func knownDifference(c cuda.TruthCase, cudaV, cpuV string) string {
 			"the runtime's own other_relaxed row for it is ok"
 	case c.Op == "copy_pageable_capturing" && cudaV == verdictOK && cpuV == verdictInvalidates:
 		return "CUDA 13 records a pageable async copy; the Driver contract takes only pinned memory for " +
-			"*Async copies, and alloc refuses a pageable upload in capture before the driver (DESIGN.md)"
+			"*Async copies, and alloc refuses a pageable upload in capture before the driver (docs/design.md)"
 	case c.Op == "copy_pageable_sync" && c.Blocking && cudaV == verdictInvalidates && cpuV == verdictOK:
 		return "no legacy stream in the emulation: its streams act as non-blocking ones, the cuda default"
 	}
