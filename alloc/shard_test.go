@@ -312,33 +312,21 @@ func TestProfiledFreeRaces(t *testing.T) {
 func TestStatsOfOneMoment(t *testing.T) {
 	_, a := newCPUAllocator(t, 1<<30)
 	const n, workers, reads = 768 << 10, 3, 50000
-	stop := make(chan struct{})
-	errs := make(chan error, workers)
-	for range workers {
-		go func() {
-			errs <- func() error {
-				for {
-					select {
-					case <-stop:
-						return nil
-					default:
-					}
-					var bs [2]alloc.Buffer
-					for i := range bs {
-						var err error
-						if bs[i], err = a.Alloc(n); err != nil {
-							return err
-						}
-					}
-					for _, b := range bs {
-						if err := a.Free(b); err != nil {
-							return err
-						}
-					}
-				}
-			}()
-		}()
-	}
+	stop := churn(workers, func() error {
+		var bs [2]alloc.Buffer
+		for i := range bs {
+			var err error
+			if bs[i], err = a.Alloc(n); err != nil {
+				return err
+			}
+		}
+		for _, b := range bs {
+			if err := a.Free(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	var bad []string
 	for range reads {
 		st := a.Stats()
@@ -347,10 +335,41 @@ func TestStatsOfOneMoment(t *testing.T) {
 			bad = append(bad, st.String())
 		}
 	}
-	close(stop)
-	for range workers {
-		require.NoError(t, <-errs)
-	}
+	require.NoError(t, stop())
 	require.Empty(t, bad, "%d of %d reads not of one moment", len(bad), reads)
 	require.NoError(t, a.Close())
+}
+
+// churn runs step in a loop on each of workers goroutines until the
+// returned stop is called; stop waits for them and returns the first
+// error a step returned (a worker ends at its first error).
+func churn(workers int, step func() error) (stop func() error) {
+	done := make(chan struct{})
+	errs := make(chan error, workers)
+	for range workers {
+		go func() {
+			errs <- func() error {
+				for {
+					select {
+					case <-done:
+						return nil
+					default:
+					}
+					if err := step(); err != nil {
+						return err
+					}
+				}
+			}()
+		}()
+	}
+	return func() error {
+		close(done)
+		var first error
+		for range workers {
+			if err := <-errs; err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}
 }

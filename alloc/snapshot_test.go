@@ -236,28 +236,13 @@ func TestSnapshotCountersMatchItsBlocks(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
 	_, a := newCPUAllocator(t, 1<<30)
 	const n, workers, snaps = 64 << 10, 2, 50000
-	stop := make(chan struct{})
-	errs := make(chan error, workers)
-	for range workers {
-		go func() {
-			errs <- func() error {
-				for {
-					select {
-					case <-stop:
-						return nil
-					default:
-					}
-					b, err := a.Alloc(n)
-					if err != nil {
-						return err
-					}
-					if err := a.Free(b); err != nil {
-						return err
-					}
-				}
-			}()
-		}()
-	}
+	stop := churn(workers, func() error {
+		b, err := a.Alloc(n)
+		if err != nil {
+			return err
+		}
+		return a.Free(b)
+	})
 	var bad []string
 	for range snaps {
 		s, err := a.Snapshot()
@@ -277,10 +262,7 @@ func TestSnapshotCountersMatchItsBlocks(t *testing.T) {
 				live, requested, s.Bytes[alloc.BlockFree]+s.Bytes[alloc.BlockCached], s.Stats))
 		}
 	}
-	close(stop)
-	for range workers {
-		require.NoError(t, <-errs)
-	}
+	require.NoError(t, stop())
 	require.Empty(t, bad, "%d of %d snapshots disagree with their blocks", len(bad), snaps)
 	require.NoError(t, a.Close())
 }
