@@ -100,7 +100,10 @@ func Check(root string, allow []Allow) (problems []Problem, unused []Allow, err 
 		if problems[i].File != problems[j].File {
 			return problems[i].File < problems[j].File
 		}
-		return problems[i].Line < problems[j].Line
+		if problems[i].Line != problems[j].Line {
+			return problems[i].Line < problems[j].Line
+		}
+		return problems[i].Ref < problems[j].Ref
 	})
 	return problems, unused, nil
 }
@@ -239,8 +242,8 @@ func (c *checker) paths(file, dir string, line int, text string, goComment bool)
 		if ix[1] < len(text) && strings.ContainsRune("{(", rune(text[ix[1]])) {
 			continue // a brace pattern or a call
 		}
-		tok = strings.TrimRight(tok, ".-")
 		tok = strings.TrimSuffix(tok, "/...")
+		tok = strings.TrimRight(tok, ".-")
 		tok = strings.TrimPrefix(tok, "./")
 		if tok == "" || strings.HasPrefix(tok, "/") || strings.Contains(tok, "...") || strings.Contains(tok, "//") {
 			continue
@@ -248,7 +251,7 @@ func (c *checker) paths(file, dir string, line int, text string, goComment bool)
 		els := strings.Split(strings.TrimSuffix(tok, "/"), "/")
 		if len(els) == 1 {
 			if !reFileName.MatchString(tok) || strings.Contains(tok, "*") || reFlag.MatchString(text[:ix[0]]) {
-				continue // not a file name, a pattern, a flag's argument (-json out.json)
+				continue // not a file name, a pattern, or a flag's argument
 			}
 			// A bare name in a Go comment is a file of its package (or its
 			// testdata) or at the root; elsewhere the comment must say
