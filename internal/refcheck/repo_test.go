@@ -55,3 +55,22 @@ func readAllowlist(name string) ([]Allow, error) {
 	}
 	return out, sc.Err()
 }
+
+// TestDesignIndexesEveryNote: docs/design.md's index points to every note
+// in docs/.
+func TestDesignIndexesEveryNote(t *testing.T) {
+	design, err := os.ReadFile("../../docs/design.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range notes {
+		name := "docs/" + filepath.Base(n)
+		if name != "docs/design.md" && !strings.Contains(string(design), name) {
+			t.Errorf("docs/design.md does not point to %s: add it to the index", name)
+		}
+	}
+}
