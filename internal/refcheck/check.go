@@ -386,12 +386,21 @@ func (c *checker) noTop(ps []*pkg, q, name string) string {
 		dirs = append(dirs, orRoot(p.dir))
 	}
 	msg := fmt.Sprintf("package %s (%s) declares no %s", q, strings.Join(dirs, ", "), name)
-	var elsewhere []string
+	var elsewhere, members []string
 	for _, p := range c.sortedPkgs() {
 		if _, ok := p.top[name]; ok && p.name != q {
 			elsewhere = append(elsewhere, fmt.Sprintf("%s.%s (%s)", p.name, name, orRoot(p.dir)))
 		}
+		for _, tn := range sortedKeys(p.types) {
+			if _, ok := p.types[tn].members[name]; ok && ast.IsExported(tn) {
+				members = append(members, fmt.Sprintf("%s.%s.%s", p.name, tn, name))
+			}
+		}
 	}
+	if len(members) > 4 {
+		members = append(members[:4:4], "...")
+	}
+	elsewhere = append(elsewhere, members...)
 	if len(elsewhere) > 0 {
 		msg += "; declared as " + strings.Join(elsewhere, ", ")
 	}
@@ -419,12 +428,7 @@ func (c *checker) noMember(p *pkg, tn, mn string) string {
 	msg := fmt.Sprintf("type %s.%s (%s) has no field or method %s", p.name, tn, orRoot(p.dir), mn)
 	var elsewhere []string
 	for _, q := range c.sortedPkgs() {
-		names := make([]string, 0, len(q.types))
-		for n := range q.types {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
+		for _, n := range sortedKeys(q.types) {
 			if (q != p || n != tn) && ast.IsExported(n) {
 				if _, ok := q.types[n].members[mn]; ok {
 					elsewhere = append(elsewhere, fmt.Sprintf("%s.%s.%s", q.name, n, mn))
@@ -467,4 +471,13 @@ func (c *checker) sortedPkgs() []*pkg {
 	}
 	sort.Slice(ps, func(i, j int) bool { return ps[i].dir < ps[j].dir })
 	return ps
+}
+
+func sortedKeys(m map[string]*typ) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
 }

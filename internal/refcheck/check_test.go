@@ -154,7 +154,7 @@ func TestCheckHintsOtherPackage(t *testing.T) {
 	root := tree(t, map[string]string{
 		"go.mod":        "module example.com/m\n",
 		"a/a.go":        "// Package a: see b.Open.\npackage a\n\n// Open opens.\nfunc Open() {}\n",
-		"b/b.go":        "// Package b.\npackage b\n\n// OpenString opens a string.\nfunc OpenString() {}\n",
+		"b/b.go":        "// Package b: b.Close closes.\npackage b\n\n// OpenString opens a string.\nfunc OpenString() {}\n\n// T is a T.\ntype T struct{}\n\n// Close closes.\nfunc (T) Close() {}\n",
 		"c/c.go":        "// Package c: the helper is in a.go.\npackage c\n",
 		"a/extra_go.md": "nothing\n",
 	})
@@ -168,6 +168,7 @@ func TestCheckHintsOtherPackage(t *testing.T) {
 	}
 	want := []string{
 		"a/a.go:1: b.Open: package b (b) declares no Open; declared as a.Open (a); similar: b.OpenString",
+		"b/b.go:1: b.Close: package b (b) declares no Close; declared as b.T.Close",
 		"c/c.go:1: a.go: no file of this name in c: write its path (a file of that name is at a/a.go)",
 	}
 	if !slices.Equal(got, want) {
