@@ -65,8 +65,9 @@
 // ([HostFuncLauncher], [Aborter], [UsageReporter], [DirectSpanner],
 // [IPCMemory], [GraphMemTrimmer], [PoolTrimmer], [VirtualMemory]
 // (docs/virtual-memory.md), [KernelLauncher] and [PeerAccess]
-// (docs/device-collectives.md), [StreamIdler], [StreamPoller]). A backend proves itself with the
-// conformance suite (package conformance: conformance.Run with a
+// (docs/device-collectives.md), [StreamIdler], and [StreamPoller], which
+// lives in pollwait.go beside the wait it serves). A backend proves itself
+// with the conformance suite (package conformance: conformance.Run with a
 // conformance.Factory); package alloc/alloctest has a Spy driver for
 // engines' own tests.
 package alloc

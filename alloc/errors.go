@@ -62,7 +62,7 @@ var (
 	ErrBackendUnavailable = errors.New("backend unavailable")
 	// ErrBackendCrashed: the backend's process (plugin mode) died; the
 	// message carries its exit status. Every call after it fails the same
-	// way: reopen the backend (backends.Open) or move down the chain.
+	// way: reopen the backend (backends.OpenString) or move down the chain.
 	ErrBackendCrashed = errors.New("backend process crashed")
 	// ErrBackendHung: a call to the backend's process passed its deadline
 	// and the process was killed; the message names the call and deadline.

@@ -38,7 +38,7 @@ func BenchmarkCopyHtoDAsync(b *testing.B) {
 	ok(b, d.StreamSynchronize(s))
 }
 
-// A stream-ordered alloc/free pair, synchronizing every 256 pairs so the
+// A stream-ordered Alloc/Free pair, synchronizing every 256 pairs so the
 // frees run.
 func BenchmarkMallocFreeAsync(b *testing.B) {
 	d := newDriver(b, cpu.Options{})

@@ -10,7 +10,8 @@ import (
 )
 
 // The IPC and pool-sharing paths both drivers share are tested once, for
-// both, in internal/gpurt (memory_fake_test.go, shared_fake_test.go);
+// both, in internal/gpurt/memory_fake_test.go and
+// internal/gpurt/shared_fake_test.go;
 // here, what only CUDA does.
 
 // An exportable pool cannot serve graph allocations: on an H100 (CUDA

@@ -135,8 +135,8 @@ func (rt *runtimeAPI) bindings(runtimeVersion int) ([]gpurt.Binding, error) {
 		// at open says so). Declared in every cuda_runtime_api.h from
 		// 11.4 on, but a missing symbol must not refuse the library.
 		gpurt.Optional("cudaDeviceGraphMemTrim", &s.GraphMemTrim),
-		// Optional: ranks' device identity and peer access (gpurt's
-		// topology.go says what is lost without them).
+		// Optional: ranks' device identity and peer access
+		// (internal/gpurt/topology.go says what is lost without them).
 		gpurt.Optional("cudaDeviceGetPCIBusId", &s.DeviceGetPCIBusId),
 		gpurt.Optional("cudaDeviceCanAccessPeer", &s.DeviceCanAccessPeer),
 		gpurt.Optional("cudaDeviceEnablePeerAccess", &s.DeviceEnablePeerAccess),

@@ -9,7 +9,8 @@ import (
 )
 
 // The IPC and pool-sharing paths both drivers share are tested once, for
-// both, in internal/gpurt (memory_fake_test.go, shared_fake_test.go);
+// both, in internal/gpurt/memory_fake_test.go and
+// internal/gpurt/shared_fake_test.go;
 // here, what only HIP does: the open's flag follows the runtime's version.
 
 // ROCm 5.x's header defines hipIpcMemLazyEnablePeerAccess as 0.

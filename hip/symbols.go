@@ -68,8 +68,8 @@ import "github.com/capalloc/capalloc/internal/gpurt"
 //	hipModuleOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, hipFunction_t f,
 //	        int blockSize, size_t dynSharedMemPerBlk)  // alloc.KernelLauncher's MaxActiveBlocks
 //
-// and, optional, for the ranks' device identity and peer access (gpurt's
-// topology.go):
+// and, optional, for the ranks' device identity and peer access
+// (internal/gpurt/topology.go):
 //
 //	hipDeviceGetPCIBusId(char *pciBusId, int len, int device)
 //	hipDeviceCanAccessPeer(int *canAccessPeer, int deviceId, int peerDeviceId)
@@ -156,8 +156,8 @@ func (rt *runtimeAPI) bindings() []gpurt.Binding {
 		gpurt.Optional("hipModuleUnload", &rt.moduleUnload),
 		gpurt.Optional("hipModuleLaunchKernel", &rt.moduleLaunchKernel),
 		gpurt.Optional("hipModuleOccupancyMaxActiveBlocksPerMultiprocessor", &rt.moduleOccupancy),
-		// Optional: ranks' device identity and peer access (gpurt's
-		// topology.go says what is lost without them).
+		// Optional: ranks' device identity and peer access
+		// (internal/gpurt/topology.go says what is lost without them).
 		gpurt.Optional("hipDeviceGetPCIBusId", &s.DeviceGetPCIBusId),
 		gpurt.Optional("hipDeviceCanAccessPeer", &s.DeviceCanAccessPeer),
 		gpurt.Optional("hipDeviceEnablePeerAccess", &s.DeviceEnablePeerAccess),

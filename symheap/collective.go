@@ -51,7 +51,7 @@ type Collectives interface {
 	// replay moves the bytes as they are then.
 	Write(dst Tensor, src *alloc.HostBuffer, srcOff int64) error
 	Read(dst *alloc.HostBuffer, dstOff int64, src Tensor) error
-	// Copy copies src into dst within this rank's heap.
+	// CopyLocal copies src into dst within this rank's heap.
 	CopyLocal(dst, src Tensor) error
 	// Axpy computes y = a*x + y over float32 elements of this rank's
 	// heap: the local work of the examples and tests.

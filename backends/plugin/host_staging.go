@@ -271,7 +271,7 @@ func (d *Driver) CopyDtoHAsync(dst []byte, src alloc.DevicePtr, s alloc.Stream) 
 }
 
 // CopyHtoD and CopyDtoH from pageable memory take the single-copy path
-// (direct.go) when the backend offers it, and stage otherwise.
+// (host_direct.go) when the backend offers it, and stage otherwise.
 func (d *Driver) CopyHtoD(dst alloc.DevicePtr, src []byte, s alloc.Stream) error {
 	if m, off, ok := d.regions.find(src); ok {
 		return d.callSync(opCopyHtoD, copyReq(opCopyHtoD, dst, m.id, off, int64(len(src)), s))

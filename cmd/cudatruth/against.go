@@ -5,15 +5,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-
-	"github.com/capalloc/capalloc/cuda"
 )
 
 // recordedTable is a table taken on a GPU by `cudatruth -json` and
 // committed under testdata (h100-driver580-cuda13.0.json).
 type recordedTable struct {
 	GPU, Driver, Runtime, Date, Command string
-	Results                             []cuda.TruthResult
+	Results                             []truthResult
 }
 
 // against compares the runtime's verdicts in rows with the recorded table

@@ -6,17 +6,16 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/cpu"
-	"github.com/capalloc/capalloc/cuda"
 )
 
-// cpuVerdict runs c on a fresh cpu backend, the same way RunTruthCase runs
+// cpuVerdict runs c on a fresh cpu backend, the same way runTruthCase runs
 // it on CUDA, through the Driver interface (no allocator, so no guard).
 // The emulation has no OS threads: "same" and "other" both call as a
 // thread in Global interaction mode, "other_relaxed" through
 // WithInteractionMode(Relaxed). It has no legacy stream either, so the
 // blocking and non-blocking cases run alike, and the synchronous pageable
 // copy runs on the unrelated stream.
-func cpuVerdict(c cuda.TruthCase) (string, string) {
+func cpuVerdict(c truthCase) (string, string) {
 	d, err := cpu.New(cpu.Options{MemoryLimit: 64 << 20})
 	if err != nil {
 		return "error: " + err.Error(), ""
@@ -32,7 +31,7 @@ func cpuVerdict(c cuda.TruthCase) (string, string) {
 	return verdict(failed, invalidated), ""
 }
 
-func cpuCase(d *cpu.Driver, c cuda.TruthCase) (failed, invalidated bool, err error) {
+func cpuCase(d *cpu.Driver, c truthCase) (failed, invalidated bool, err error) {
 	must := func(e error) {
 		if err == nil && e != nil {
 			err = e
@@ -99,7 +98,7 @@ func cpuCase(d *cpu.Driver, c cuda.TruthCase) (failed, invalidated bool, err err
 }
 
 // preCapture is what the ops work on, all made before the capture, as in
-// cuda.RunTruthCase.
+// runTruthCase.
 type preCapture struct {
 	capS, otherS     alloc.Stream
 	dev0, dev1       alloc.DevicePtr
@@ -187,7 +186,7 @@ var relaxedByContract = map[string]bool{
 // backend that is understood and accepted, or returns "". Each reason says
 // why the emulation does not follow; any other difference is a bug in the
 // cpu backend (or a runtime that changed its rules: record it).
-func knownDifference(c cuda.TruthCase, cudaV, cpuV string) string {
+func knownDifference(c truthCase, cudaV, cpuV string) string {
 	unsafeOp := map[string]bool{
 		"malloc": true, "free_precapture": true, "host_alloc": true, "sync_other": true, "query_other": true,
 		"pool_alloc_other": true, "graph_instantiate": true, "free_async_other": true,

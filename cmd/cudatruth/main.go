@@ -27,8 +27,6 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
-
-	"github.com/capalloc/capalloc/cuda"
 )
 
 // caseEnv carries the case a child runs.
@@ -48,7 +46,7 @@ type Row struct {
 	CPU     string
 	Match   bool
 	Known   string `json:",omitempty"` // why a difference is accepted, if it is
-	Raw     *cuda.TruthResult
+	Raw     *truthResult
 	CPUNote string `json:",omitempty"`
 }
 
@@ -134,7 +132,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func allCases(streams, only string) ([]cuda.TruthCase, error) {
+func allCases(streams, only string) ([]truthCase, error) {
 	var kinds []bool
 	switch streams {
 	case "both":
@@ -146,12 +144,12 @@ func allCases(streams, only string) ([]cuda.TruthCase, error) {
 	default:
 		return nil, fmt.Errorf("-streams=%q: want nonblocking, blocking or both", streams)
 	}
-	var out []cuda.TruthCase
+	var out []truthCase
 	for _, blocking := range kinds {
-		for _, m := range cuda.TruthModes {
-			for _, caller := range cuda.TruthCallers {
-				for _, op := range cuda.TruthOps {
-					c := cuda.TruthCase{Mode: m, Caller: caller, Op: op, Blocking: blocking}
+		for _, m := range truthModes {
+			for _, caller := range truthCallers {
+				for _, op := range truthOps {
+					c := truthCase{Mode: m, Caller: caller, Op: op, Blocking: blocking}
 					if only == "" || strings.Contains(c.String(), only) {
 						out = append(out, c)
 					}
@@ -189,7 +187,7 @@ func verdict(failed, invalidated bool) string {
 }
 
 // runChild runs one case in a subprocess of this binary.
-func runChild(self string, c cuda.TruthCase, timeout time.Duration) (*cuda.TruthResult, string) {
+func runChild(self string, c truthCase, timeout time.Duration) (*truthResult, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, self)
@@ -201,7 +199,7 @@ func runChild(self string, c cuda.TruthCase, timeout time.Duration) (*cuda.Truth
 	if ctx.Err() != nil {
 		return nil, verdictHang
 	}
-	var res cuda.TruthResult
+	var res truthResult
 	if jerr := json.Unmarshal([]byte(lastLine(out.String())), &res); jerr != nil {
 		msg := strings.TrimSpace(errb.String())
 		if err == nil {
@@ -223,14 +221,14 @@ func lastLine(s string) string {
 	return s
 }
 
-func encodeCase(c cuda.TruthCase) string { return c.String() }
+func encodeCase(c truthCase) string { return c.String() }
 
-func decodeCase(s string) (cuda.TruthCase, error) {
+func decodeCase(s string) (truthCase, error) {
 	p := strings.Split(s, "/")
 	if len(p) != 4 || (p[2] != "blocking" && p[2] != "nonblocking") {
-		return cuda.TruthCase{}, fmt.Errorf("bad case %q (want mode/caller/blocking|nonblocking/op)", s)
+		return truthCase{}, fmt.Errorf("bad case %q (want mode/caller/blocking|nonblocking/op)", s)
 	}
-	return cuda.TruthCase{Mode: p[0], Caller: p[1], Blocking: p[2] == "blocking", Op: p[3]}, nil
+	return truthCase{Mode: p[0], Caller: p[1], Blocking: p[2] == "blocking", Op: p[3]}, nil
 }
 
 // child runs one case and prints its result as one JSON line.
@@ -240,7 +238,7 @@ func child(spec string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "cudatruth:", err)
 		return 2
 	}
-	res, err := cuda.RunTruthCase(c)
+	res, err := runTruthCase(c)
 	if err != nil {
 		fmt.Fprintln(stderr, "cudatruth:", err)
 		return 1

@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 // recorded is a table taken on a GPU by `cudatruth -json`.
 type recorded struct {
 	GPU, Driver, Runtime, Date, Command string
-	Results                             []cuda.TruthResult
+	Results                             []truthResult
 }
 
 // TestRecordedTableMatchesCPU checks the cpu backend against what an H100
@@ -51,7 +51,7 @@ func TestRecordedTableMatchesCPU(t *testing.T) {
 			require.NoError(t, err)
 			var rec recorded
 			require.NoError(t, json.Unmarshal(b, &rec))
-			require.Len(t, rec.Results, len(cuda.TruthModes)*len(cuda.TruthCallers)*len(cuda.TruthOps)*2, "a whole table")
+			require.Len(t, rec.Results, len(truthModes)*len(truthCallers)*len(truthOps)*2, "a whole table")
 			compared := 0
 			for _, r := range rec.Results {
 				if r.Skipped != "" {
@@ -81,7 +81,7 @@ func TestRecordedTableRules(t *testing.T) {
 	require.NoError(t, err)
 	var rec recorded
 	require.NoError(t, json.Unmarshal(b, &rec))
-	at := map[string]cuda.TruthResult{}
+	at := map[string]truthResult{}
 	for _, r := range rec.Results {
 		at[r.Case.String()] = r
 	}
@@ -90,8 +90,8 @@ func TestRecordedTableRules(t *testing.T) {
 		require.True(t, ok, name)
 		return verdict(r.Code != 0, r.Invalidated())
 	}
-	for _, m := range cuda.TruthModes {
-		for _, caller := range cuda.TruthCallers {
+	for _, m := range truthModes {
+		for _, caller := range truthCallers {
 			for _, kind := range []string{"blocking", "nonblocking"} {
 				c := m + "/" + caller + "/" + kind + "/"
 				assert.Equal(t, verdictInvalidates, v(c+"graph_launch_capturing"), "a graph launch is never captured")
@@ -115,7 +115,7 @@ func TestHangIsRecorded(t *testing.T) {
 	require.NoError(t, err)
 	t.Setenv(hangEnv, "1")
 	start := time.Now()
-	res, v := runChild(self, cuda.TruthCase{Mode: "global", Caller: "same", Op: "malloc"}, 300*time.Millisecond)
+	res, v := runChild(self, truthCase{Mode: "global", Caller: "same", Op: "malloc"}, 300*time.Millisecond)
 	assert.Nil(t, res)
 	assert.Equal(t, verdictHang, v)
 	assert.Less(t, time.Since(start), 30*time.Second, "the hung child was killed")
@@ -124,7 +124,7 @@ func TestHangIsRecorded(t *testing.T) {
 func TestCaseRoundTrip(t *testing.T) {
 	cases, err := allCases("both", "")
 	require.NoError(t, err)
-	require.Len(t, cases, 2*len(cuda.TruthModes)*len(cuda.TruthCallers)*len(cuda.TruthOps))
+	require.Len(t, cases, 2*len(truthModes)*len(truthCallers)*len(truthOps))
 	for _, c := range cases {
 		got, err := decodeCase(encodeCase(c))
 		require.NoError(t, err)
@@ -149,7 +149,7 @@ func TestOverFakeRuntime(t *testing.T) {
 	require.Equal(t, 0, rc, "stderr: %s", stderr.String())
 	var rows []Row
 	require.NoError(t, json.Unmarshal(stdout.Bytes(), &rows))
-	require.Len(t, rows, len(cuda.TruthCallers)*len(cuda.TruthOps))
+	require.Len(t, rows, len(truthCallers)*len(truthOps))
 	got := map[string]string{}
 	for _, r := range rows {
 		got[r.Case] = r.CUDA

@@ -16,8 +16,8 @@ type Sym struct {
 }
 
 // Syms are the functions the shared paths call, resolved by the vendor
-// package from its own names (its symbols.go lists each signature, cited
-// from its header). The signatures are the same in both runtimes, with
+// package from its own names (cuda/symbols.go and hip/symbols.go list
+// each signature, cited from the vendor's header). The signatures are the same in both runtimes, with
 // cuda/hip prefixes; HostAlloc and HostFree are cudaHostAlloc/cudaFreeHost
 // and hipHostMalloc/hipHostFree. Calls go through Call or CallHot on Addr.
 type Syms struct {

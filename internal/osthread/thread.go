@@ -1,8 +1,9 @@
 // Package osthread runs functions one at a time on one locked OS thread:
 // the GPU runtimes (CUDA, HIP) keep per-thread state (the current device,
 // the thread that began a capture) that Go's goroutines, which migrate
-// between threads, cannot hold. cuda and hip keep one for device calls and
-// one for capture begin and end (see their thread.go).
+// between threads, cannot hold. The cuda and hip drivers keep one for
+// device calls and one for capture begin and end
+// (internal/gpurt/thread.go says why).
 package osthread
 
 import (

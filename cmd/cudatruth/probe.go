@@ -1,4 +1,4 @@
-package cuda
+package main
 
 import (
 	"fmt"
@@ -7,28 +7,31 @@ import (
 
 	"github.com/ebitengine/purego"
 
+	_ "github.com/capalloc/capalloc/cuda" // sets rawcuda.Open
 	"github.com/capalloc/capalloc/internal/gpurt"
+	"github.com/capalloc/capalloc/internal/rawcuda"
 )
 
 // The raw-behaviour probe: what the CUDA runtime itself does with one call
-// made while a stream captures, with no capalloc guard in the way. It backs
-// cmd/cudatruth, which runs every case in a subprocess of its own (a case
-// may hang or wreck the context) and compares the table with the cpu
-// backend's rules. Nothing here is used by the Driver.
+// made while a stream captures, with no capalloc guard in the way. main
+// runs every case in a subprocess of its own (a case may hang or wreck the
+// context) and compares the table with the cpu backend's rules. It makes
+// its calls on the runtime the cuda backend loads (internal/rawcuda), not
+// through the Driver.
 
-// TruthCase is one probe: a capture in Mode on the capturing thread, and
+// truthCase is one probe: a capture in Mode on the capturing thread, and
 // Op issued by Caller while it is active.
-type TruthCase struct {
+type truthCase struct {
 	Mode   string // global, threadlocal, relaxed
 	Caller string // same (the capturing thread), other, other_relaxed (another thread in Relaxed interaction mode)
-	Op     string // one of TruthOps
+	Op     string // one of truthOps
 	// Blocking creates the capturing and the unrelated stream with default
 	// flags (they synchronize with the legacy stream) instead of
 	// cudaStreamNonBlocking.
 	Blocking bool
 }
 
-func (c TruthCase) String() string {
+func (c truthCase) String() string {
 	flags := "nonblocking"
 	if c.Blocking {
 		flags = "blocking"
@@ -36,14 +39,14 @@ func (c TruthCase) String() string {
 	return fmt.Sprintf("%s/%s/%s/%s", c.Mode, c.Caller, flags, c.Op)
 }
 
-// TruthResult is what happened. Code is the op's cudaError_t (the first
+// truthResult is what happened. Code is the op's cudaError_t (the first
 // non-zero one for ops of two calls); StatusAfter the capturing stream's
 // cudaStreamIsCapturing status right after it (0 none, 1 active, 2
 // invalidated); EndCode cudaStreamEndCapture's code; Graph whether it
 // returned a graph. Skipped says why the case could not run (a symbol
 // missing from this runtime).
-type TruthResult struct {
-	Case        TruthCase
+type truthResult struct {
+	Case        truthCase
 	Code        int
 	CodeText    string
 	StatusAfter int
@@ -53,12 +56,17 @@ type TruthResult struct {
 }
 
 // Invalidated reports whether the capture did not survive the call.
-func (r TruthResult) Invalidated() bool {
-	return r.StatusAfter != captureStatusActive || r.EndCode != 0 || !r.Graph
+func (r truthResult) Invalidated() bool {
+	return r.StatusAfter != statusActive || r.EndCode != 0 || !r.Graph
 }
 
-// TruthOps lists the probed operations.
-var TruthOps = []string{
+// statusActive is StatusAfter's "active": cudaStreamCaptureStatusActive
+// (driver_types.h, as cuda/abi.go cites it), the value recorded results
+// hold.
+const statusActive = 1
+
+// truthOps lists the probed operations.
+var truthOps = []string{
 	"malloc",                  // cudaMalloc
 	"free_precapture",         // cudaFree of a pointer allocated before the capture
 	"host_alloc",              // cudaHostAlloc
@@ -85,10 +93,10 @@ var TruthOps = []string{
 	"free_async_other",        // cudaFreeAsync, on an unrelated stream, of pool memory allocated before
 }
 
-// TruthModes and TruthCallers are the other two axes.
+// truthModes and truthCallers are the other two axes.
 var (
-	TruthModes   = []string{"global", "threadlocal", "relaxed"}
-	TruthCallers = []string{"same", "other", "other_relaxed"}
+	truthModes   = []string{"global", "threadlocal", "relaxed"}
+	truthCallers = []string{"same", "other", "other_relaxed"}
 )
 
 // truthSyms are the calls the probe needs beyond the Driver's, resolved
@@ -108,7 +116,7 @@ type truthSyms struct {
 	memcpy, deviceSynchronize, graphMemTrim                          uintptr
 }
 
-func (rt *runtimeAPI) truthSymbols() (truthSyms, error) {
+func truthSymbols(rt *rawcuda.Runtime) (truthSyms, error) {
 	h, err := purego.Dlopen(rt.Path, purego.RTLD_NOW|purego.RTLD_LOCAL) // the loaded library again: same handle
 	if err != nil {
 		return truthSyms{}, fmt.Errorf("cuda: reopen %s: %w", rt.Path, err)
@@ -131,31 +139,31 @@ func (rt *runtimeAPI) truthSymbols() (truthSyms, error) {
 	return s, nil
 }
 
-// RunTruthCase opens device 0 of the CUDA runtime the backend would load
+// runTruthCase opens device 0 of the CUDA runtime the backend would load
 // and runs c. The caller should run it in a process of its own: a case may
 // hang, and one that succeeds may leave the context unusable.
-func RunTruthCase(c TruthCase) (TruthResult, error) {
-	res := TruthResult{Case: c}
-	if !slices.Contains(TruthOps, c.Op) || !slices.Contains(TruthModes, c.Mode) || !slices.Contains(TruthCallers, c.Caller) {
-		return res, fmt.Errorf("cuda: unknown truth case %s", c)
+func runTruthCase(c truthCase) (truthResult, error) {
+	res := truthResult{Case: c}
+	if !slices.Contains(truthOps, c.Op) || !slices.Contains(truthModes, c.Mode) || !slices.Contains(truthCallers, c.Caller) {
+		return res, fmt.Errorf("cudatruth: unknown case %s", c)
 	}
-	d, err := New(Options{})
+	r, err := rawcuda.Open()
 	if err != nil {
 		return res, err
 	}
 	// The Driver's own threads stay idle; the probe runs on two of its own.
-	p := &truthProbe{rt: d.rt, pool: gpurt.Pool(d.core), dev: d.opts.Device}
-	if p.syms, err = d.rt.truthSymbols(); err != nil {
+	p := &truthProbe{rt: r, pool: r.Pool, dev: r.Device}
+	if p.syms, err = truthSymbols(r); err != nil {
 		return res, err
 	}
 	setDevice := func() error {
-		return d.rt.Check("make device current", "cudaSetDevice", gpurt.Call(d.rt.SetDevice.Addr, uintptr(d.opts.Device)))
+		return r.Check("make device current", "cudaSetDevice", gpurt.Call(r.SetDevice.Addr, uintptr(r.Device)))
 	}
-	capT, err := vendor.StartThread(setDevice)
+	capT, err := r.Vendor.StartThread(setDevice)
 	if err != nil {
 		return res, err
 	}
-	otherT, err := vendor.StartThread(setDevice)
+	otherT, err := r.Vendor.StartThread(setDevice)
 	if err != nil {
 		return res, err
 	}
@@ -169,19 +177,19 @@ func RunTruthCase(c TruthCase) (TruthResult, error) {
 	}
 	if c.Caller == "other_relaxed" {
 		if err := otherT.Do("exchange mode", func() error {
-			m := int32(captureModeRelaxed)
-			return d.rt.Check("thread capture mode", "cudaThreadExchangeStreamCaptureMode", gpurt.Call(p.syms.exchangeMode, uintptr(unsafe.Pointer(&m))))
+			m := int32(r.Vendor.CaptureModeRelaxed)
+			return r.Check("thread capture mode", "cudaThreadExchangeStreamCaptureMode", gpurt.Call(p.syms.exchangeMode, uintptr(unsafe.Pointer(&m))))
 		}); err != nil {
 			return res, err
 		}
 	}
-	mode := map[string]uintptr{"global": captureModeGlobal, "threadlocal": captureModeThreadLocal, "relaxed": captureModeRelaxed}[c.Mode]
+	mode := map[string]uintptr{"global": r.Vendor.CaptureModeGlobal, "threadlocal": r.Vendor.CaptureModeThreadLocal, "relaxed": r.Vendor.CaptureModeRelaxed}[c.Mode]
 	if err := capT.Do("begin", func() error {
-		if err := d.rt.Check("begin capture", "cudaStreamBeginCapture", gpurt.Call(d.rt.StreamBeginCapture.Addr, p.capS, mode)); err != nil {
+		if err := r.Check("begin capture", "cudaStreamBeginCapture", gpurt.Call(r.StreamBeginCapture.Addr, p.capS, mode)); err != nil {
 			return err
 		}
 		// One captured node, so that an empty graph never hides a result.
-		return d.rt.Check("memset", "cudaMemsetAsync", gpurt.Call(d.rt.MemsetAsync.Addr, p.dev1, 1, 4096, p.capS))
+		return r.Check("memset", "cudaMemsetAsync", gpurt.Call(r.MemsetAsync.Addr, p.dev1, 1, 4096, p.capS))
 	}); err != nil {
 		return res, err
 	}
@@ -193,13 +201,13 @@ func RunTruthCase(c TruthCase) (TruthResult, error) {
 		res.Code = int(p.op(c.Op))
 		return nil
 	})
-	res.CodeText = d.rt.text(int32(res.Code))
+	res.CodeText = r.Text(int32(res.Code))
 	_ = capT.Do("end", func() error {
 		var st int32
-		gpurt.Call(d.rt.StreamIsCapturing.Addr, p.capS, uintptr(unsafe.Pointer(&st)))
+		gpurt.Call(r.StreamIsCapturing.Addr, p.capS, uintptr(unsafe.Pointer(&st)))
 		res.StatusAfter = int(st)
 		var g uintptr
-		res.EndCode = int(gpurt.Call(d.rt.StreamEndCapture.Addr, p.capS, uintptr(unsafe.Pointer(&g))))
+		res.EndCode = int(gpurt.Call(r.StreamEndCapture.Addr, p.capS, uintptr(unsafe.Pointer(&g))))
 		res.Graph = g != 0
 		return nil
 	})
@@ -208,7 +216,7 @@ func RunTruthCase(c TruthCase) (TruthResult, error) {
 
 // truthProbe holds what a case's op works on, all made before the capture.
 type truthProbe struct {
-	rt   *runtimeAPI
+	rt   *rawcuda.Runtime
 	syms truthSyms
 	pool uintptr
 	dev  int
@@ -225,7 +233,7 @@ type truthProbe struct {
 	poolPtr      uintptr // pool memory allocated on otherS before the capture
 }
 
-func (p *truthProbe) unavailable(c TruthCase) string {
+func (p *truthProbe) unavailable(c truthCase) string {
 	need := map[string]uintptr{
 		"event_query":        p.syms.eventQuery,
 		"device_sync":        p.syms.deviceSynchronize,
@@ -244,9 +252,9 @@ func (p *truthProbe) unavailable(c TruthCase) string {
 	return ""
 }
 
-func (p *truthProbe) setup(c TruthCase) error {
+func (p *truthProbe) setup(c truthCase) error {
 	rt := p.rt
-	flags := uintptr(streamNonBlocking)
+	flags := rt.Vendor.StreamNonBlocking
 	if c.Blocking {
 		flags = 0
 	}
@@ -261,7 +269,7 @@ func (p *truthProbe) setup(c TruthCase) error {
 			return err
 		}
 	}
-	if err := rt.Check("host alloc", "cudaHostAlloc", gpurt.Call(rt.HostAlloc.Addr, uintptr(unsafe.Pointer(&p.pinned)), 4096, hostAllocPortable)); err != nil {
+	if err := rt.Check("host alloc", "cudaHostAlloc", gpurt.Call(rt.HostAlloc.Addr, uintptr(unsafe.Pointer(&p.pinned)), 4096, rt.Vendor.HostAllocPortable)); err != nil {
 		return err
 	}
 	p.pageable = make([]byte, 4096)
@@ -277,7 +285,7 @@ func (p *truthProbe) setup(c TruthCase) error {
 	// the launches and the exec destroy case) and kept raw for the
 	// instantiate case, the second for the destroy case.
 	precapture := func(value uintptr, out *uintptr) error {
-		if err := rt.Check("pre-capture begin", "cudaStreamBeginCapture", gpurt.Call(rt.StreamBeginCapture.Addr, scratch, captureModeThreadLocal)); err != nil {
+		if err := rt.Check("pre-capture begin", "cudaStreamBeginCapture", gpurt.Call(rt.StreamBeginCapture.Addr, scratch, rt.Vendor.CaptureModeThreadLocal)); err != nil {
 			return err
 		}
 		if err := rt.Check("pre-capture memset", "cudaMemsetAsync", gpurt.Call(rt.MemsetAsync.Addr, p.dev1, value, 4096, scratch)); err != nil {
@@ -326,7 +334,7 @@ func (p *truthProbe) op(name string) int32 {
 		return gpurt.Call(rt.Free.Addr, p.dev0)
 	case "host_alloc":
 		var q uintptr
-		return gpurt.Call(rt.HostAlloc.Addr, uintptr(unsafe.Pointer(&q)), 4096, hostAllocPortable)
+		return gpurt.Call(rt.HostAlloc.Addr, uintptr(unsafe.Pointer(&q)), 4096, rt.Vendor.HostAllocPortable)
 	case "mem_get_info":
 		var free, total uint64
 		return gpurt.Call(rt.MemGetInfo.Addr, uintptr(unsafe.Pointer(&free)), uintptr(unsafe.Pointer(&total)))
@@ -344,11 +352,11 @@ func (p *truthProbe) op(name string) int32 {
 	case "memset_other":
 		return gpurt.Call(rt.MemsetAsync.Addr, p.dev1, 3, 4096, p.otherS)
 	case "copy_pinned_capturing":
-		return gpurt.Call(rt.MemcpyAsync.Addr, p.dev1, p.pinned, 4096, memcpyHostToDevice, p.capS)
+		return gpurt.Call(rt.MemcpyAsync.Addr, p.dev1, p.pinned, 4096, rt.Vendor.MemcpyHostToDevice, p.capS)
 	case "copy_pageable_capturing":
-		return gpurt.Call(rt.MemcpyAsync.Addr, p.dev1, uintptr(unsafe.Pointer(&p.pageable[0])), 4096, memcpyHostToDevice, p.capS)
+		return gpurt.Call(rt.MemcpyAsync.Addr, p.dev1, uintptr(unsafe.Pointer(&p.pageable[0])), 4096, rt.Vendor.MemcpyHostToDevice, p.capS)
 	case "copy_pageable_sync":
-		return gpurt.Call(p.syms.memcpy, p.dev1, uintptr(unsafe.Pointer(&p.pageable[0])), 4096, memcpyHostToDevice)
+		return gpurt.Call(p.syms.memcpy, p.dev1, uintptr(unsafe.Pointer(&p.pageable[0])), 4096, rt.Vendor.MemcpyHostToDevice)
 	case "sync_capturing":
 		return gpurt.Call(rt.StreamSynchronize.Addr, p.capS)
 	case "query_capturing":
@@ -365,7 +373,7 @@ func (p *truthProbe) op(name string) int32 {
 		var s uintptr
 		return both(
 			func() int32 {
-				return gpurt.Call(rt.StreamCreateWithPriority.Addr, uintptr(unsafe.Pointer(&s)), streamNonBlocking, 0)
+				return gpurt.Call(rt.StreamCreateWithPriority.Addr, uintptr(unsafe.Pointer(&s)), rt.Vendor.StreamNonBlocking, 0)
 			},
 			func() int32 { return gpurt.Call(rt.StreamDestroy.Addr, s) })
 	case "graph_instantiate":
@@ -384,5 +392,5 @@ func (p *truthProbe) op(name string) int32 {
 	case "free_async_other":
 		return gpurt.Call(rt.FreeAsync.Addr, p.poolPtr, p.otherS)
 	}
-	panic("unreachable: checked in RunTruthCase")
+	panic("unreachable: checked in runTruthCase")
 }
