@@ -26,8 +26,8 @@ import (
 //     (TryRLock), which cannot wait.
 //  3. mu, the allocator lock.
 //  4. the shards' locks (shard.go), in ascending order when several are
-//     held (closeLaneLocked, addShardStatsLocked); the lock-free lane takes
-//     one without mu.
+//     held (closeLaneLocked, addShardStatsLocked); the lane's Alloc and
+//     Free take their own shard's alone, without mu.
 //
 // Leaves, under which no other lock is taken: the domain's lock (domain.mu)
 // and the domain registry's, the gate's own mutex, the watchdog monitor's
@@ -180,15 +180,15 @@ func (a *Allocator) handOutLocked(b *block, size int64) Buffer {
 }
 
 // retireLocked ends the life of live block b, invalidating every handle.
-// Only for blocks no lock-free Free can race for: the lane is closed, or
+// Only for blocks no lane Free (shard.go) can race for: the lane is closed, or
 // b is not pooled. A Free takes the block with claimLocked instead.
 func (a *Allocator) retireLocked(b *block) {
 	_ = a.claimLocked(b, b.state.Load()) // nothing races for b: cannot fail
 }
 
 // claimLocked retires b for a Free of the Buffer handed out with gen: it
-// fails when b is no longer that Buffer's, even when a lock-free Free of
-// the same Buffer won the race since the caller validated it.
+// fails when b is no longer that Buffer's, even when a lane Free of the
+// same Buffer won the race since the caller validated it.
 func (a *Allocator) claimLocked(b *block, gen uint64) error {
 	if !b.state.CompareAndSwap(gen, gen+1) {
 		return wrapf(ErrInvalidBuffer, "buffer %#x was freed (double free or use after free)", b.ptr)

@@ -29,9 +29,10 @@ import (
 
 // guard is an allocator's capture state and the rules over it: the capture
 // it began, the domain's gate and record of captures, the watchdog, strict
-// capture safety, and every refusal. Its fields below mu are guarded by
-// the allocator's lock, which the guard shares (mu); the memory the calls
-// use is the allocator's, reached through mem.
+// capture safety, and every refusal. closed, cap, lastCap and transition
+// are guarded by the allocator's lock, which the guard shares (mu); the
+// other fields are set once, by New. The memory its calls use is the
+// allocator's, reached through mem.
 type guard struct {
 	mu       *sync.Mutex // the allocator's lock
 	mem      guardedMemory
@@ -137,17 +138,17 @@ func (g *guard) transitionLocked() (done func()) {
 	}
 }
 
-// lane is the allocator's lock-free lane (shard.go), which a capture of
-// its own holds closed.
-type lane interface {
+// laneCloser closes and reopens the allocator's lane, its per-P caches
+// (shard.go), which a capture of its own holds closed.
+type laneCloser interface {
 	closeLaneLocked()
 	openLaneLocked()
 }
 
 // setCapLocked records the capture this allocator began (nil: none). The
-// lock-free lane is closed while there is one (shard.go): in a capture
-// every allocation and free is the locked path's. Caller holds the lock.
-func (g *guard) setCapLocked(c *capture, l lane) {
+// lane (shard.go) is closed while there is one: in a capture every
+// allocation and free is the locked path's. Caller holds the lock.
+func (g *guard) setCapLocked(c *capture, l laneCloser) {
 	switch {
 	case g.cap == nil && c != nil:
 		l.closeLaneLocked()
