@@ -53,11 +53,11 @@ func (a *Allocator) IsCapturing() (bool, error) {
 func (a *Allocator) CaptureAllocCount() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	switch g := &a.guard; {
-	case g.cap != nil:
-		return g.cap.allocs
-	case g.lastCap != nil:
-		return g.lastCap.allocs
+	if c := a.guard.cap; c != nil {
+		return c.allocs
+	}
+	if c := a.guard.lastCap; c != nil {
+		return c.allocs
 	}
 	return 0
 }
@@ -67,14 +67,23 @@ func (a *Allocator) CaptureAllocCount() int {
 // begin to return, each at most the watchdog's deadline, so none of them
 // runs into the new capture and a hung driver costs the caller the deadline.
 func (a *Allocator) BeginCapture(mode CaptureMode) error {
-	if mode < Global || mode > Relaxed {
-		return a.fail("BeginCapture", -1, StateNone, wrapf(ErrInvalidValue, "capture mode %d", mode))
-	}
-	c := &capture{a: a, mode: mode}
-	return c.begin()
+	_, err := beginCapture(a, mode)
+	return err
 }
 
-// begin is BeginCapture of c.
+// beginCapture is BeginCapture, returning the capture it began.
+func beginCapture(a *Allocator, mode CaptureMode) (*capture, error) {
+	if mode < Global || mode > Relaxed {
+		return nil, a.fail("BeginCapture", -1, StateNone, wrapf(ErrInvalidValue, "capture mode %d", mode))
+	}
+	c := &capture{a: a, mode: mode}
+	if err := c.begin(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// begin begins c on the driver, behind the gate and the watchdog.
 func (c *capture) begin() error {
 	a := c.a
 	g := &a.guard

@@ -41,17 +41,22 @@ func (a *Allocator) WithCapture(opts CaptureOptions, fn func() error) (*Graph, e
 	if timeout == 0 {
 		timeout = a.guard.watchdog.timeout
 	}
-	if err := a.BeginCapture(opts.Mode); err != nil {
+	c, err := beginCapture(a, opts.Mode)
+	if err != nil {
 		if opts.EagerFallback && errors.Is(err, ErrCaptureUnavailable) {
 			return newEagerGraph(a, fn)
 		}
 		return nil, err
 	}
-	start := time.Now()
-	a.mu.Lock()
-	c := a.guard.cap
-	a.mu.Unlock()
+	return c.record(fn, timeout)
+}
 
+// record is WithCapture's machinery once c began: fn runs on a goroutine
+// of its own while the caller waits, at most timeout (<= 0: no bound),
+// then c is ended and fn's outcome decides what the caller gets.
+func (c *capture) record(fn func() error, timeout time.Duration) (*Graph, error) {
+	a := c.a
+	start := time.Now()
 	done := make(chan captureResult, 1)
 	go func() {
 		var r captureResult
