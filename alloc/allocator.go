@@ -50,7 +50,7 @@ type Allocator struct {
 	inUse   meter // bytes in use, and their peak (stats.go)
 
 	mu         sync.Mutex
-	guard      guard // capture state and the rules (guard.go); under mu
+	guard      guard // capture state and the rules (guard.go); its state under mu
 	pool       pool
 	live       liveList   // AllocSync and graph blocks
 	pooledLive int        // pooled blocks handed out through a.mu, less those retired through it
