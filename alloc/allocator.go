@@ -10,41 +10,55 @@ import (
 // Allocator is the capture-safe allocator an engine uses. It owns one driver
 // stream; every operation it makes is ordered on that stream. All methods
 // are safe for concurrent use.
+//
+// It composes a pool of device memory (pool.go), the per-P caches in front
+// of it (shard.go), and the guard (guard.go), which owns the capture state,
+// the capture domain's gate, the watchdog and every refusal.
+//
+// Lock order, outermost first; a lock is only taken while holding locks
+// above it in the list, never below:
+//
+//  1. eagerMu, the eager lock: an eager-fallback graph's run holds it while
+//     its function runs, and that function calls the allocator, which
+//     takes the gate and mu below it.
+//  2. the gate of the capture domain (gate.go), shared side by a blocking
+//     call, exclusive side by BeginCapture. Code under mu only tries it
+//     (TryRLock), which cannot wait.
+//  3. mu, the allocator lock.
+//  4. the shards' locks (shard.go), in ascending order when several are
+//     held (closeLaneLocked, addShardStatsLocked); the lane's Alloc and
+//     Free take their own shard's alone, without mu.
+//
+// Leaves, under which no other lock is taken: the domain's lock (domain.mu)
+// and the domain registry's, the gate's own mutex, the watchdog monitor's
+// lock (watches.mu), the allocator registry's lock (registry.go).
 type Allocator struct {
-	drv      Driver
-	backend  string
-	name     string // registry.go
-	info     DeviceInfo
-	strict   bool // info's capture safety is SafetyStrict (safety.go)
-	stream   Stream
-	dom      *domain
-	opts     Options
-	watchdog *watchdog
-	idler    StreamIdler                // nil unless the driver is one
-	poll     func(Stream) (bool, error) // pollerOf(drv): nil when the driver cannot be polled
-	vm       VirtualMemory              // Options.ExpandableSegments: the driver's; else nil
+	drv     Driver
+	backend string
+	name    string // registry.go
+	info    DeviceInfo
+	stream  Stream
+	opts    Options
+	vm      VirtualMemory // Options.ExpandableSegments: the driver's; else nil
 
-	// The lock-free lane (shard.go): per-P caches of free blocks that
-	// serve the common Alloc and Free without a.mu. laneOff counts what
-	// holds the lane closed (a capture, an eager run, a walk, Close); it
-	// is changed under a.mu only, read without it.
+	// The lane (shard.go): per-P caches of free blocks that serve the
+	// common Alloc and Free without a.mu, each under its shard's lock.
+	// laneOff counts what holds the lane closed (a capture, an eager run,
+	// a walk, Close); it is changed under a.mu only, read without it.
 	shards  []shard
 	laneOff atomic.Int32
 	inUse   meter // bytes in use, and their peak (stats.go)
 
 	mu         sync.Mutex
-	closed     bool
+	guard      guard // capture state and the rules (guard.go); its state under mu
 	pool       pool
-	live       liveList      // AllocSync and graph blocks
-	pooledLive int           // pooled blocks handed out through a.mu, less those retired through it
-	cap        *capture      // capture begun by this allocator, nil when none
-	transition chan struct{} // closed when a capture begin or end in flight returns
-	pending    []*block      // AllocSync blocks released, for flushReleases
-	pins       int           // blocking calls in flight on buffers' memory (pinLocked)
-	closing    bool          // Close left its teardown for later (finishClose)
-	eager      *eagerRun     // an eager-fallback graph's function is running
-	eagerMu    sync.Mutex    // serializes eager-fallback runs
-	lastCap    *capture      // most recently ended capture, for CaptureAllocCount
+	live       liveList   // AllocSync and graph blocks
+	pooledLive int        // pooled blocks handed out through a.mu, less those retired through it
+	pending    []*block   // AllocSync blocks released, for flushReleases
+	pins       int        // blocking calls in flight on buffers' memory (pinLocked)
+	closing    bool       // Close left its teardown for later (finishClose)
+	eager      *eagerRun  // an eager-fallback graph's function is running
+	eagerMu    sync.Mutex // serializes eager-fallback runs
 	graphs     map[*Graph]struct{}
 	hosts      map[*HostBuffer]struct{}
 	workspaces map[string]*block
@@ -74,8 +88,6 @@ func New(drv Driver, opts Options) (*Allocator, error) {
 		drv:        drv,
 		backend:    drv.Name(),
 		info:       info,
-		strict:     info.CaptureSafety == SafetyStrict,
-		dom:        domainFor(drv.CaptureDomain()),
 		opts:       opts,
 		vm:         vm,
 		graphs:     map[*Graph]struct{}{},
@@ -93,12 +105,7 @@ func New(drv Driver, opts Options) (*Allocator, error) {
 	a.stream = s
 	a.pool.init(a.info.Alignment)
 	a.shards = newShards()
-	a.watchdog = &watchdog{timeout: opts.watchdog()}
-	if ab, ok := drv.(Aborter); ok {
-		a.watchdog.abort = ab.Abort
-	}
-	a.idler, _ = drv.(StreamIdler)
-	a.poll = pollerOf(drv)
+	a.guard = newGuard(&a.mu, a, drv, s, info, opts)
 	publish(a) // last: readers of the registry see it whole
 	return a, nil
 }
@@ -130,43 +137,13 @@ func (a *Allocator) statsLocked() Stats {
 	s.LiveBuffers = a.live.n + a.pooledLive
 	a.addShardStatsLocked(&s)
 	s.LiveGraphs = len(a.graphs)
-	s.Timeouts = a.watchdog.expired.Load()
+	s.Timeouts = a.guard.watchdog.expired.Load()
 	return s
 }
 
 // fail wraps err with the operation's context.
 func (a *Allocator) fail(op string, size int64, st CaptureState, err error) error {
-	return &Error{Op: op, Backend: a.backend, Size: size, State: st, Err: err}
-}
-
-// awaitTransitionLocked waits, a.mu released meanwhile, while the driver
-// is beginning or ending a capture of this allocator. Caller holds a.mu.
-func (a *Allocator) awaitTransitionLocked() {
-	for a.transition != nil {
-		ch := a.transition
-		a.mu.Unlock()
-		<-ch
-		a.mu.Lock()
-	}
-}
-
-// stateLocked asks the driver for the stream's capture status and folds it
-// with the allocator's own flag. It fails on a closed allocator and on a
-// capture the watchdog abandoned. Caller holds a.mu.
-func (a *Allocator) stateLocked() (CaptureState, error) {
-	a.awaitTransitionLocked()
-	if a.closed {
-		return StateNone, ErrClosed
-	}
-	st, err := a.drv.StreamCaptureStatus(a.stream)
-	if err != nil {
-		return StateNone, err
-	}
-	s := classify(a.cap != nil, st)
-	if a.cap != nil && a.cap.abandoned {
-		return StateInvalidated, wrapf(ErrCaptureTimeout, "capture abandoned by the watchdog; its function or driver call is still running")
-	}
-	return s, nil
+	return a.guard.fail(op, size, st, err)
 }
 
 // validateLocked checks that b is a live buffer of this allocator and that
@@ -203,26 +180,19 @@ func (a *Allocator) handOutLocked(b *block, size int64) Buffer {
 }
 
 // retireLocked ends the life of live block b, invalidating every handle.
-// Only for blocks no lock-free Free can race for: the lane is closed, or
+// Only for blocks no lane Free (shard.go) can race for: the lane is closed, or
 // b is not pooled. A Free takes the block with claimLocked instead.
 func (a *Allocator) retireLocked(b *block) {
-	b.state.Add(1) // even: retired
-	a.retiredLocked(b)
+	_ = a.claimLocked(b, b.state.Load()) // nothing races for b: cannot fail
 }
 
 // claimLocked retires b for a Free of the Buffer handed out with gen: it
-// fails when b is no longer that Buffer's, even when a lock-free Free of
-// the same Buffer won the race since the caller validated it.
+// fails when b is no longer that Buffer's, even when a lane Free of the
+// same Buffer won the race since the caller validated it.
 func (a *Allocator) claimLocked(b *block, gen uint64) error {
 	if !b.state.CompareAndSwap(gen, gen+1) {
 		return wrapf(ErrInvalidBuffer, "buffer %#x was freed (double free or use after free)", b.ptr)
 	}
-	a.retiredLocked(b)
-	return nil
-}
-
-// retiredLocked counts b's retirement.
-func (a *Allocator) retiredLocked(b *block) {
 	if b.kind == kindPooled {
 		a.pooledLive--
 	} else {
@@ -230,4 +200,5 @@ func (a *Allocator) retiredLocked(b *block) {
 	}
 	a.stats.Frees++
 	a.inUse.add(-b.size)
+	return nil
 }

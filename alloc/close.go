@@ -18,16 +18,16 @@ import (
 // teardown (an error then is logged).
 func (a *Allocator) Close() error {
 	a.mu.Lock()
-	a.awaitTransitionLocked()
-	if a.closed {
+	a.guard.awaitTransitionLocked()
+	if a.guard.closed {
 		a.mu.Unlock()
 		return a.fail("Close", -1, StateNone, wrapf(ErrClosed, "allocator closed twice"))
 	}
-	a.closed = true
+	a.guard.closed = true
 	a.closeLaneLocked() // for good: every call from now on is the locked path's
 	unregister(a)
-	leaks := a.leaksLocked()
-	errs := a.teardownLocked(a.cleanup)
+	leaks := leaksLocked(a)
+	errs := teardownLocked(a, a.cleanup)
 	if len(leaks) > 0 {
 		errs = append([]error{fmt.Errorf("%w: %w", ErrLeaked, errors.Join(leaks...))}, errs...)
 	}
@@ -37,12 +37,12 @@ func (a *Allocator) Close() error {
 	return nil
 }
 
-// leaksLocked lists what Close finds alive: an open capture, and the
+// leaksLocked lists what Close finds alive in a: an open capture, and the
 // graphs, buffers and host buffers the caller did not release (a graph's
 // buffers, and a capture's, go with it). Caller holds a.mu.
-func (a *Allocator) leaksLocked() []error {
+func leaksLocked(a *Allocator) []error {
 	var leaks []error
-	if a.cap != nil {
+	if a.guard.cap != nil {
 		leaks = append(leaks, errors.New("an open capture was aborted"))
 	}
 	if n := len(a.graphs); n > 0 {
@@ -50,7 +50,7 @@ func (a *Allocator) leaksLocked() []error {
 	}
 	var bytes int64
 	n := 0
-	for _, b := range a.liveBlocksLocked() {
+	for _, b := range liveBlocksLocked(a) {
 		if b.ws == "" && b.kind != kindGraph {
 			n++
 			bytes += b.size
@@ -65,37 +65,37 @@ func (a *Allocator) leaksLocked() []error {
 	return leaks
 }
 
-// teardownLocked is Close's work: it ends a capture still open and
+// teardownLocked is Close's work on a: it ends a capture still open and
 // releases everything. While something still holds it back - a capture
 // the watchdog abandoned, a blocking call on a buffer's memory
 // (pinLocked) - it leaves a.closing set instead, and the last of them to
 // return runs it (finishClose). The unsafe driver calls go through clean.
 // Caller holds a.mu, which it releases.
-func (a *Allocator) teardownLocked(clean cleaner) []error {
+func teardownLocked(a *Allocator, clean cleaner) []error {
 	var errs []error
-	if c := a.cap; c != nil && !c.abandoned {
-		if g, err := a.endLocked(c, a.watchdog.timeout); g != nil {
-			a.closeGraphLocked(g) // aborted: its graph is not wanted
+	if c := a.guard.cap; c != nil && !c.abandoned {
+		if g, err := c.endLocked(a.guard.watchdog.timeout); g != nil {
+			g.closeLocked() // aborted: its graph is not wanted
 		} else if err != nil && !errors.Is(err, ErrCaptureInvalidated) {
 			errs = append(errs, err)
 		}
 	}
-	if a.cap != nil || a.pins > 0 {
+	if a.guard.cap != nil || a.pins > 0 {
 		a.closing = true
 		a.mu.Unlock()
 		return errs
 	}
 	a.closing = false
 	for g := range a.graphs {
-		a.closeGraphLocked(g)
+		g.closeLocked()
 	}
-	for _, b := range a.liveBlocksLocked() {
+	for _, b := range liveBlocksLocked(a) {
 		a.retireLocked(b)
 		a.releaseLocked(b)
 	}
 	a.workspaces = map[string]*block{}
 	var segs []*segment // strict: freed with the unsafe rest, below
-	if a.strict {
+	if a.guard.strict {
 		a.flushShardsLocked()
 		segs = a.pool.takeAll()
 		for _, s := range segs {
@@ -143,10 +143,10 @@ func (a *Allocator) teardownLocked(clean cleaner) []error {
 	return errs
 }
 
-// liveBlocksLocked lists the live blocks: the AllocSync and graph ones on
+// liveBlocksLocked lists a's live blocks: the AllocSync and graph ones on
 // a.live, the pooled ones found in their segments (the lane hands them out
 // without a list). Only with the lane closed. Caller holds a.mu.
-func (a *Allocator) liveBlocksLocked() []*block {
+func liveBlocksLocked(a *Allocator) []*block {
 	var bs []*block
 	for b := a.live.head; b != nil; b = b.next {
 		bs = append(bs, b)
@@ -168,11 +168,11 @@ func (a *Allocator) liveBlocksLocked() []*block {
 // back, once that let go; clean as for teardownLocked.
 func (a *Allocator) finishClose(clean cleaner) {
 	a.mu.Lock()
-	if !a.closing || a.cap != nil || a.pins > 0 {
+	if !a.closing || a.guard.cap != nil || a.pins > 0 {
 		a.mu.Unlock()
 		return
 	}
-	if err := errors.Join(a.teardownLocked(clean)...); err != nil {
+	if err := errors.Join(teardownLocked(a, clean)...); err != nil {
 		a.opts.logger().Warn("capalloc: Close (finished once the abandoned capture or the call in flight returned)", "backend", a.backend, "err", err)
 	}
 }

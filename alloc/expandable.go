@@ -74,11 +74,11 @@ func roundUp(x, unit int64) int64   { return (x + unit - 1) &^ (unit - 1) }
 // cannot serve it now: the guard forbids mapping, or the range is full;
 // the caller makes an ordinary segment. Caller holds a.mu, in StateNone.
 func (a *Allocator) growExpandableLocked(n int64) (b *block, ok bool, err error) {
-	if !a.dom.gate.TryRLock() {
+	if !a.guard.dom.gate.TryRLock() {
 		return nil, false, nil // a capture begins or ends in the domain
 	}
-	defer a.dom.gate.RUnlock()
-	if a.unsafeAllowedLocked(StateNone, false) != nil {
+	defer a.guard.dom.gate.RUnlock()
+	if a.guard.unsafeAllowedLocked(StateNone, false) != nil {
 		return nil, false, nil // a Global-mode capture elsewhere in the domain
 	}
 	ar := a.pool.arenaFor(n)
@@ -279,11 +279,11 @@ func (a *Allocator) giveBackLocked(op string, keep *expandable, keepLo, keepHi i
 // synchronize would have.
 func (a *Allocator) reclaimLocked(need int64, keep *expandable, keepLo, keepHi int64) error {
 	over := a.stats.BytesReserved + need - int64(expandSlack*float64(a.inUse.peak.Load()))
-	if over <= 0 || a.idler == nil || a.pool.cached < keep.chunk {
+	if over <= 0 || a.guard.idler == nil || a.pool.cached < keep.chunk {
 		return nil
 	}
 	need = min(need, roundUp(over, keep.chunk))
-	idle, err := a.idler.StreamIdle(a.stream)
+	idle, err := a.guard.idler.StreamIdle(a.stream)
 	if err != nil {
 		return fmt.Errorf("earlier work on the stream failed: %w", err)
 	}
@@ -300,12 +300,12 @@ func (a *Allocator) reclaimLocked(need int64, keep *expandable, keepLo, keepHi i
 // shared side, with no capture on the stream (host functions must not
 // call the allocator, so nothing queued waits for a.mu).
 func (a *Allocator) drainLocked(op string) error {
-	if a.idler != nil {
-		if idle, err := a.idler.StreamIdle(a.stream); err != nil || idle {
+	if a.guard.idler != nil {
+		if idle, err := a.guard.idler.StreamIdle(a.stream); err != nil || idle {
 			return err
 		}
 	}
-	_, err := a.watchdog.run(op, a.watchdog.timeout, func() error { return a.drv.StreamSynchronize(a.stream) }, nil)
+	_, err := a.guard.watchdog.run(op, a.guard.watchdog.timeout, func() error { return a.drv.StreamSynchronize(a.stream) }, nil)
 	return err
 }
 

@@ -43,9 +43,9 @@ type eagerRun struct {
 	bufs []Buffer
 }
 
-// eagerGraph runs fn once, eagerly, and returns the graph that runs it again
-// at every Launch.
-func (a *Allocator) eagerGraph(fn func() error) (*Graph, error) {
+// newEagerGraph runs fn once, eagerly, and returns the graph of a that
+// runs it again at every Launch.
+func newEagerGraph(a *Allocator, fn func() error) (*Graph, error) {
 	g := &Graph{a: a, eager: fn, warnings: []string{"driver cannot capture; graph runs its function eagerly"}}
 	if err := g.runEager(); err != nil {
 		g.freeEagerAllocs()
@@ -114,7 +114,7 @@ func (g *Graph) Launch() error {
 		g.freeEagerAllocs() // auto-free-on-launch
 		return g.runEager()
 	}
-	st, err := a.stateLocked()
+	st, err := a.guard.stateLocked()
 	if err == nil {
 		switch st {
 		case StateNone:
@@ -151,7 +151,7 @@ func (g *Graph) Close() error {
 		a.mu.Unlock()
 		return a.fail("Graph.Close", -1, StateNone, wrapf(ErrClosed, "graph closed twice"))
 	}
-	st, err := a.stateLocked()
+	st, err := a.guard.stateLocked()
 	if err == nil && st != StateNone {
 		err = refusal(st, "graph close frees memory; close it after the capture ends")
 	}
@@ -159,7 +159,7 @@ func (g *Graph) Close() error {
 		a.mu.Unlock()
 		return a.fail("Graph.Close", -1, st, err)
 	}
-	a.closeGraphLocked(g)
+	g.closeLocked()
 	a.mu.Unlock()
 	if g.eager != nil {
 		g.freeEagerAllocs()
@@ -168,13 +168,15 @@ func (g *Graph) Close() error {
 	return nil
 }
 
-// closeGraphLocked closes g: its buffers' handles are invalid from now on,
+// closeLocked closes g: its buffers' handles are invalid from now on,
 // and it is destroyed on the driver and its capture released
-// (destroyGraphLocked) at once, or, while a blocking call still uses one
+// (destroyLocked) at once, or, while a blocking call still uses one
 // of its buffers (pinLocked), by the last such call when it returns:
 // destroying the graph frees its memory. AllocSync blocks wait for
-// flushReleases; an eager graph's allocations for freeEagerAllocs.
-func (a *Allocator) closeGraphLocked(g *Graph) {
+// flushReleases; an eager graph's allocations for freeEagerAllocs. Caller
+// holds a.mu.
+func (g *Graph) closeLocked() {
+	a := g.a
 	g.closed = true
 	delete(a.graphs, g)
 	if g.eager != nil {
@@ -190,18 +192,20 @@ func (a *Allocator) closeGraphLocked(g *Graph) {
 		c.closedGraph = g
 		return
 	}
-	a.destroyGraphLocked(g)
+	g.destroyLocked()
 }
 
-// destroyGraphLocked destroys g on the driver and releases its capture.
-func (a *Allocator) destroyGraphLocked(g *Graph) {
-	if a.strict && a.dom.globalElsewhere(a.stream) {
+// destroyLocked destroys g on the driver and releases its capture. Caller
+// holds a.mu.
+func (g *Graph) destroyLocked() {
+	a := g.a
+	if a.guard.strict && a.guard.dom.globalElsewhere(a.stream) {
 		// Strict: the exec destroy (and the frees of its materialized
 		// allocations), which the documented rules would make in Relaxed
 		// interaction mode now, wait for the domain's last capture to end.
-		a.dom.afterAll(func() {
+		a.guard.dom.afterAll(func() {
 			a.mu.Lock()
-			a.destroyGraphLocked(g)
+			g.destroyLocked()
 			a.mu.Unlock()
 			go a.flushReleases() // takes the gate: not under its shared side
 		})
@@ -213,5 +217,5 @@ func (a *Allocator) destroyGraphLocked(g *Graph) {
 	if err := a.drv.GraphDestroy(g.h); err != nil {
 		a.opts.logger().Warn("capalloc: graph destroy", "backend", a.backend, "err", err)
 	}
-	a.discardLocked(g.cap, g.launched)
+	g.cap.discardLocked(g.launched)
 }

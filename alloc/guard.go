@@ -3,6 +3,7 @@ package alloc
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 )
 
@@ -23,8 +24,139 @@ import (
 //
 // Cleanup that must happen whatever the captures are doing is not refused
 // but deferred: release.go's cleanup. Capture begin and end are in
-// capture.go; the domain's record of captures and its gate in domain.go and
-// gate.go.
+// capture.go and capture_end.go; the domain's record of captures and its
+// gate in domain.go and gate.go.
+
+// guard is an allocator's capture state and the rules over it: the capture
+// it began, the domain's gate and record of captures, the watchdog, strict
+// capture safety, and every refusal. closed, cap, lastCap and transition
+// are guarded by the allocator's lock, which the guard shares (mu); the
+// other fields are set once, by New. The memory its calls use is the
+// allocator's, reached through mem.
+type guard struct {
+	mu       *sync.Mutex // the allocator's lock
+	mem      guardedMemory
+	drv      Driver
+	backend  string
+	stream   Stream
+	dom      *domain
+	watchdog *watchdog
+	strict   bool                       // the device's capture safety is SafetyStrict (safety.go)
+	profile  string                     // DeviceInfo.SafetyProfile, for strict refusals
+	idler    StreamIdler                // nil unless the driver is one
+	poll     func(Stream) (bool, error) // pollerOf(drv): nil when the driver cannot be polled
+
+	closed     bool          // the allocator was closed: every call is refused
+	cap        *capture      // capture begun by this allocator, nil when none
+	lastCap    *capture      // most recently ended capture, for CaptureAllocCount
+	transition chan struct{} // closed when a capture begin or end in flight returns
+}
+
+// guardedMemory is the allocator's side of the guard's call paths: what a
+// call recorded into its capture keeps alive (memory.go, release.go), and
+// the pins a blocking call holds on a buffer's memory (release.go).
+type guardedMemory interface {
+	afterCapturedLocked(op string) error
+	refusedInCaptureLocked(err error) error
+	refLocked(c *capture, b *block)
+	pinLocked(b *block)
+	unpinLocked(b *block)
+	afterUnpin(clean cleaner)
+	cleanup(op string, fn func() error) error
+	cleanupLate(op string, fn func() error) error
+}
+
+// newGuard is the guard of an allocator on drv's stream s, whose lock is
+// mu and whose memory is mem.
+func newGuard(mu *sync.Mutex, mem guardedMemory, drv Driver, s Stream, info DeviceInfo, opts Options) guard {
+	g := guard{
+		mu:       mu,
+		mem:      mem,
+		drv:      drv,
+		backend:  drv.Name(),
+		stream:   s,
+		dom:      domainFor(drv.CaptureDomain()),
+		watchdog: &watchdog{timeout: opts.watchdog()},
+		strict:   info.CaptureSafety == SafetyStrict,
+		profile:  info.SafetyProfile(),
+		poll:     pollerOf(drv),
+	}
+	if ab, ok := drv.(Aborter); ok {
+		g.watchdog.abort = ab.Abort
+	}
+	g.idler, _ = drv.(StreamIdler)
+	return g
+}
+
+// fail wraps err with the operation's context.
+func (g *guard) fail(op string, size int64, st CaptureState, err error) error {
+	return &Error{Op: op, Backend: g.backend, Size: size, State: st, Err: err}
+}
+
+// awaitTransitionLocked waits, the lock released meanwhile, while the
+// driver is beginning or ending a capture of this allocator. Caller holds
+// the lock.
+func (g *guard) awaitTransitionLocked() {
+	for g.transition != nil {
+		ch := g.transition
+		g.mu.Unlock()
+		<-ch
+		g.mu.Lock()
+	}
+}
+
+// stateLocked asks the driver for the stream's capture status and folds it
+// with the allocator's own flag. It fails on a closed allocator and on a
+// capture the watchdog abandoned. Caller holds the lock.
+func (g *guard) stateLocked() (CaptureState, error) {
+	g.awaitTransitionLocked()
+	if g.closed {
+		return StateNone, ErrClosed
+	}
+	st, err := g.drv.StreamCaptureStatus(g.stream)
+	if err != nil {
+		return StateNone, err
+	}
+	s := classify(g.cap != nil, st)
+	if g.cap != nil && g.cap.abandoned {
+		return StateInvalidated, wrapf(ErrCaptureTimeout, "capture abandoned by the watchdog; its function or driver call is still running")
+	}
+	return s, nil
+}
+
+// transitionLocked marks a capture begin or end in flight: operations on
+// the allocator wait in stateLocked until the returned func, called with
+// the lock held, ends it. Caller holds the lock.
+func (g *guard) transitionLocked() (done func()) {
+	ch := make(chan struct{})
+	g.transition = ch
+	return func() {
+		if g.transition == ch {
+			g.transition = nil
+		}
+		close(ch)
+	}
+}
+
+// laneCloser closes and reopens the allocator's lane, its per-P caches
+// (shard.go), which a capture of its own holds closed.
+type laneCloser interface {
+	closeLaneLocked()
+	openLaneLocked()
+}
+
+// setCapLocked records the capture this allocator began (nil: none). The
+// lane (shard.go) is closed while there is one: in a capture every
+// allocation and free is the locked path's. Caller holds the lock.
+func (g *guard) setCapLocked(c *capture, l laneCloser) {
+	switch {
+	case g.cap == nil && c != nil:
+		l.closeLaneLocked()
+	case g.cap != nil && c == nil:
+		l.openLaneLocked()
+	}
+	g.cap = c
+}
 
 // refusal is the error for a data operation in a state that forbids it.
 func refusal(st CaptureState, what string) error {
@@ -38,12 +170,12 @@ func refusal(st CaptureState, what string) error {
 }
 
 // unsafeAllowedLocked says whether an unsafe (implicitly synchronizing)
-// call may be made now, from state st. Caller holds a.mu.
-func (a *Allocator) unsafeAllowedLocked(st CaptureState, onStream bool) error {
+// call may be made now, from state st. Caller holds the lock.
+func (g *guard) unsafeAllowedLocked(st CaptureState, onStream bool) error {
 	switch st {
 	case StateActive:
-		if onStream || a.cap.mode != Relaxed {
-			return fmt.Errorf("own %s-mode capture is active", a.cap.mode)
+		if onStream || g.cap.mode != Relaxed {
+			return fmt.Errorf("own %s-mode capture is active", g.cap.mode)
 		}
 	case StateExternal:
 		return errors.New("a capture this allocator did not start is active on its stream")
@@ -52,7 +184,7 @@ func (a *Allocator) unsafeAllowedLocked(st CaptureState, onStream bool) error {
 	}
 	// Every allocator acts as a Global-mode thread (CUDA's default): Go
 	// cannot tie a goroutine to the per-thread interaction mode.
-	if a.dom.globalElsewhere(a.stream) {
+	if g.dom.globalElsewhere(g.stream) {
 		return errors.New("a global-mode capture is active on another stream")
 	}
 	return nil
@@ -60,8 +192,8 @@ func (a *Allocator) unsafeAllowedLocked(st CaptureState, onStream bool) error {
 
 // unsafeRefusalLocked turns unsafeAllowedLocked's verdict into the typed
 // error for a data operation.
-func (a *Allocator) unsafeRefusalLocked(st CaptureState, onStream bool, what string) error {
-	why := a.unsafeAllowedLocked(st, onStream)
+func (g *guard) unsafeRefusalLocked(st CaptureState, onStream bool, what string) error {
+	why := g.unsafeAllowedLocked(st, onStream)
 	switch {
 	case why == nil:
 		return nil
@@ -73,8 +205,8 @@ func (a *Allocator) unsafeRefusalLocked(st CaptureState, onStream bool, what str
 
 // syncRefusalLocked is the error for a synchronize or query that a capture
 // forbids; the capture stays valid because no driver call is made.
-func (a *Allocator) syncRefusalLocked(st CaptureState) error {
-	why := a.unsafeAllowedLocked(st, true)
+func (g *guard) syncRefusalLocked(st CaptureState) error {
+	why := g.unsafeAllowedLocked(st, true)
 	switch {
 	case why == nil:
 		return nil
@@ -86,14 +218,14 @@ func (a *Allocator) syncRefusalLocked(st CaptureState) error {
 
 // enqueue runs a stream-ordered driver call behind the guard: made eagerly
 // with no capture, recorded into a capture this allocator started, refused
-// (no driver call) in any other state. check validates operands under a.mu.
-// dst and src (a zero Buffer when there is none) are the device buffers the
-// call uses: a capture that records it keeps their memory from reuse until
-// its graph is closed.
-func (a *Allocator) enqueue(op string, size int64, dst, src Buffer, check func() error, call func() error) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	st, err := a.stateLocked()
+// (no driver call) in any other state. check validates operands under the
+// lock. dst and src (a zero Buffer when there is none) are the device
+// buffers the call uses: a capture that records it keeps their memory from
+// reuse until its graph is closed.
+func (g *guard) enqueue(op string, size int64, dst, src Buffer, check func() error, call func() error) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st, err := g.stateLocked()
 	if err == nil {
 		err = check()
 	}
@@ -103,105 +235,103 @@ func (a *Allocator) enqueue(op string, size int64, dst, src Buffer, check func()
 			err = call()
 		case StateActive:
 			if err = call(); err == nil {
-				err = a.afterCapturedLocked(op)
+				err = g.mem.afterCapturedLocked(op)
 			} else {
-				err = a.refusedInCaptureLocked(err)
+				err = g.mem.refusedInCaptureLocked(err)
 			}
 			if err == nil {
-				a.refLocked(a.cap, dst.blk)
-				a.refLocked(a.cap, src.blk)
+				g.mem.refLocked(g.cap, dst.blk)
+				g.mem.refLocked(g.cap, src.blk)
 			}
 		default:
 			err = refusal(st, op)
 		}
 	}
 	if err != nil {
-		return a.fail(op, size, st, err)
+		return g.fail(op, size, st, err)
 	}
 	return nil
 }
 
 // blocking runs an unsafe call on the stream behind the gate and the
 // watchdog: refused, with no driver call, whenever a capture forbids it.
-func (a *Allocator) blocking(op string, size int64, check func(st CaptureState) error, call func() error) error {
-	return a.blockingUndo(op, size, nil, check, func() (func(), error) { return nil, call() })
+func (g *guard) blocking(op string, size int64, check func(st CaptureState) error, call func() error) error {
+	return g.blockingUndo(op, size, nil, check, func() (func(), error) { return nil, call() })
 }
 
 // blockingOn is blocking for a call that uses buf's memory (a pageable
 // copy): check validates buf, which stays pinned (pinLocked) from the check
 // until the driver call returns, so a Free, Graph.Close or Close racing the
 // call holds the memory back instead of freeing it under the driver.
-func (a *Allocator) blockingOn(op string, size int64, buf Buffer, check func(st CaptureState) error, call func() error) error {
-	return a.blockingUndo(op, size, &buf, check, func() (func(), error) { return nil, call() })
+func (g *guard) blockingOn(op string, size int64, buf Buffer, check func(st CaptureState) error, call func() error) error {
+	return g.blockingUndo(op, size, &buf, check, func() (func(), error) { return nil, call() })
 }
 
 // blockingUndo is blocking for a call that acquires something: if the
 // caller was already given ErrCaptureTimeout when call succeeds, nobody
 // will ever own the result, so the undo call returns releases it. use,
 // when not nil, is pinned as in blockingOn (check must validate it).
-func (a *Allocator) blockingUndo(op string, size int64, use *Buffer, check func(st CaptureState) error, call func() (func(), error)) error {
+func (g *guard) blockingUndo(op string, size int64, use *Buffer, check func(st CaptureState) error, call func() (func(), error)) error {
 	var (
 		seen     atomic.Int32 // written by a call the watchdog may abandon
 		undo     func()
-		followUp bool // the unpin let a release through: make it
+		unpinned bool // use was pinned and is unpinned: the unpin may let a release through
 	)
-	expired, err := a.watchdog.run(op, a.watchdog.timeout, func() (err error) {
-		undo, followUp, err = a.guardedCall(use, &seen, check, call)
+	expired, err := g.watchdog.run(op, g.watchdog.timeout, func() (err error) {
+		undo, unpinned, err = g.guardedCall(use, &seen, check, call)
 		return err
 	}, func(err error) {
 		if err == nil && undo != nil {
 			undo()
 		}
-		if followUp {
-			a.afterUnpin(a.cleanupLate)
+		if unpinned {
+			g.mem.afterUnpin(g.mem.cleanupLate)
 		}
 	})
-	if !expired && followUp { // expired: followUp is the late path's
-		a.afterUnpin(a.cleanup)
+	if !expired && unpinned { // expired: the late path's
+		g.mem.afterUnpin(g.mem.cleanup)
 	}
 	if err != nil {
-		return a.fail(op, size, CaptureState(seen.Load()), err)
+		return g.fail(op, size, CaptureState(seen.Load()), err)
 	}
 	return nil
 }
 
 // guardedCall is one blocking call, on the watchdog's worker: check under
-// a.mu, then call without it, all under the gate's read side so that no
-// capture begins meanwhile; use's block is pinned from the check to the
-// end of the call. followUp says whether the unpin let a release through
-// (an AllocSync free queued, Close's teardown due): the caller makes it,
-// out of the gate.
-func (a *Allocator) guardedCall(use *Buffer, seen *atomic.Int32, check func(st CaptureState) error, call func() (func(), error)) (undo func(), followUp bool, err error) {
-	a.dom.gate.RLock()
-	defer a.dom.gate.RUnlock()
-	a.mu.Lock()
-	st, err := a.stateLocked()
+// the lock, then call without it, all under the gate's read side so that
+// no capture begins meanwhile; use's block is pinned from the check to the
+// end of the call. unpinned says whether it pinned and unpinned use: the
+// unpin may have let a release through (an AllocSync free queued, Close's
+// teardown due), which the caller makes (afterUnpin), out of the gate.
+func (g *guard) guardedCall(use *Buffer, seen *atomic.Int32, check func(st CaptureState) error, call func() (func(), error)) (undo func(), unpinned bool, err error) {
+	g.dom.gate.RLock()
+	defer g.dom.gate.RUnlock()
+	g.mu.Lock()
+	st, err := g.stateLocked()
 	seen.Store(int32(st))
 	if err == nil {
 		err = check(st)
 	}
 	if err != nil {
-		a.mu.Unlock()
+		g.mu.Unlock()
 		return nil, false, err
 	}
 	if use == nil {
-		a.mu.Unlock()
+		g.mu.Unlock()
 		undo, err = call()
 		return undo, false, err
 	}
 	blk := use.blk
-	a.pinLocked(blk)
+	g.mem.pinLocked(blk)
 	if !blk.validFor(use.gen) { // a lane Free won the race since check (shard.go)
-		a.unpinLocked(blk)
-		followUp = len(a.pending) > 0 || a.closing
-		a.mu.Unlock()
-		return nil, followUp, wrapf(ErrInvalidBuffer, "buffer %#x was freed (double free or use after free)", use.ptr)
+		g.mem.unpinLocked(blk)
+		g.mu.Unlock()
+		return nil, true, wrapf(ErrInvalidBuffer, "buffer %#x was freed (double free or use after free)", use.ptr)
 	}
-	a.mu.Unlock()
+	g.mu.Unlock()
 	undo, err = call()
-	a.mu.Lock()
-	a.unpinLocked(blk)
-	followUp = len(a.pending) > 0 || a.closing
-	a.mu.Unlock()
-	return undo, followUp, err
+	g.mu.Lock()
+	g.mem.unpinLocked(blk)
+	g.mu.Unlock()
+	return undo, true, err
 }

@@ -34,11 +34,11 @@ func (a *Allocator) HostAlloc(size int64) (*HostBuffer, error) {
 		return nil, a.fail("HostAlloc", size, StateNone, wrapf(ErrInvalidSize, "size must be positive"))
 	}
 	var h *HostBuffer
-	err := a.blockingUndo("HostAlloc", size, nil, func(st CaptureState) error {
-		if err := a.unsafeRefusalLocked(st, false, "pinned host allocation"); err != nil {
+	err := a.guard.blockingUndo("HostAlloc", size, nil, func(st CaptureState) error {
+		if err := a.guard.unsafeRefusalLocked(st, false, "pinned host allocation"); err != nil {
 			return err
 		}
-		return a.strictLocked("pinned host allocation")
+		return a.guard.strictLocked("pinned host allocation")
 	}, func() (func(), error) {
 		b, err := a.drv.HostAlloc(size)
 		if err != nil {
@@ -76,14 +76,14 @@ func (a *Allocator) HostAlloc(size int64) (*HostBuffer, error) {
 // be finished first (Synchronize), as with cudaFreeHost.
 func (h *HostBuffer) Close() error {
 	a := h.a
-	return a.blocking("HostBuffer.Close", h.Size(), func(st CaptureState) error {
+	return a.guard.blocking("HostBuffer.Close", h.Size(), func(st CaptureState) error {
 		if h.closed.Load() {
 			return wrapf(ErrClosed, "HostBuffer closed twice")
 		}
-		if err := a.unsafeRefusalLocked(st, false, "pinned host free"); err != nil {
+		if err := a.guard.unsafeRefusalLocked(st, false, "pinned host free"); err != nil {
 			return err
 		}
-		return a.strictLocked("pinned host free")
+		return a.guard.strictLocked("pinned host free")
 	}, func() error {
 		if !h.release() {
 			return wrapf(ErrClosed, "HostBuffer closed twice")

@@ -8,22 +8,22 @@ package alloc
 // It steps aside (false, nil) whenever it could wait: the gate held or
 // wanted by a capture begin or end, or a call still stuck in the driver
 // (the watched path then refuses or waits under the deadline).
-func (a *Allocator) idleNow(op string) (idle bool, err error) {
-	if a.idler == nil || a.watchdog.stuck.Load() > 0 || !a.dom.gate.TryRLock() {
+func (g *guard) idleNow(op string) (idle bool, err error) {
+	if g.idler == nil || g.watchdog.stuck.Load() > 0 || !g.dom.gate.TryRLock() {
 		return false, nil
 	}
-	defer a.dom.gate.RUnlock()
-	a.mu.Lock()
-	st, err := a.stateLocked()
+	defer g.dom.gate.RUnlock()
+	g.mu.Lock()
+	st, err := g.stateLocked()
 	if err == nil {
-		err = a.syncRefusalLocked(st)
+		err = g.syncRefusalLocked(st)
 	}
-	a.mu.Unlock()
+	g.mu.Unlock()
 	if err == nil {
-		idle, err = a.idler.StreamIdle(a.stream)
+		idle, err = g.idler.StreamIdle(g.stream)
 	}
 	if err != nil {
-		return false, a.fail(op, -1, st, err)
+		return false, g.fail(op, -1, st, err)
 	}
 	return idle, nil
 }

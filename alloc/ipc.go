@@ -51,7 +51,7 @@ func (a *Allocator) ipcGuarded(op string, use *Buffer, fn func(IPCMemory) (func(
 	if !ok {
 		return a.fail(op, 0, StateNone, wrapf(ErrInvalidValue, "backend %s has no IPC memory handles", a.backend))
 	}
-	return a.blockingUndo(op, 0, use, func(st CaptureState) error {
+	return a.guard.blockingUndo(op, 0, use, func(st CaptureState) error {
 		if use != nil {
 			if err := a.validateLocked(*use, 0, 0); err != nil {
 				return err
@@ -60,7 +60,7 @@ func (a *Allocator) ipcGuarded(op string, use *Buffer, fn func(IPCMemory) (func(
 				return wrapf(ErrNotExportable, "buffer %#x is in an expandable segment (Options.ExpandableSegments): allocate what you export with AllocSync", use.ptr)
 			}
 		}
-		why := a.unsafeAllowedLocked(st, false)
+		why := a.guard.unsafeAllowedLocked(st, false)
 		switch {
 		case why == nil:
 			return nil

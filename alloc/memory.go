@@ -20,7 +20,7 @@ func (a *Allocator) Alloc(size int64) (Buffer, error) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	st, err := a.stateLocked()
+	st, err := a.guard.stateLocked()
 	if err != nil {
 		return Buffer{}, a.fail("Alloc", size, st, err)
 	}
@@ -80,7 +80,7 @@ func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 func (a *Allocator) growPoolLocked(n int64) (*block, error) {
 	// Strict: no pool growth that the documented rules would make in
 	// Relaxed interaction mode (another stream's Global capture).
-	if err := a.strictRelaxedLocked("pool growth"); err != nil {
+	if err := a.guard.strictRelaxedLocked("pool growth"); err != nil {
 		return nil, err
 	}
 	if a.vm != nil {
@@ -142,7 +142,7 @@ func (a *Allocator) captureAllocLocked(op string, size int64) (Buffer, error) {
 	if err := a.afterCapturedLocked(op); err != nil {
 		return Buffer{}, err // the driver releases memory of an invalidated capture
 	}
-	c := a.cap
+	c := a.guard.cap
 	b := &block{a: a, ptr: p, class: size, kind: kindGraph, cap: c}
 	c.blocks = append(c.blocks, b)
 	c.allocs++
@@ -190,7 +190,7 @@ func (a *Allocator) refusedInCaptureLocked(err error) error {
 // and reports whether there was any. Only called with no capture on the
 // stream, so the frees are not recorded.
 func (a *Allocator) releaseCacheLocked() (bool, error) {
-	if err := a.strictLocked("freeing cached segments"); err != nil {
+	if err := a.guard.strictLocked("freeing cached segments"); err != nil {
 		return false, err
 	}
 	a.flushShardsLocked()
@@ -220,7 +220,7 @@ func (a *Allocator) freeSegmentsLocked(segs []*segment) (bool, error) {
 func (a *Allocator) Trim() error {
 	t, trims := a.drv.(GraphMemTrimmer)
 	var why error // why the graph trim and the unmapping are skipped
-	return a.blocking("Trim", -1, func(st CaptureState) error {
+	return a.guard.blocking("Trim", -1, func(st CaptureState) error {
 		if st != StateNone {
 			return refusal(st, "trim frees memory")
 		}
@@ -228,7 +228,7 @@ func (a *Allocator) Trim() error {
 			return err
 		}
 		if trims || a.vm != nil {
-			why = a.unsafeAllowedLocked(st, false)
+			why = a.guard.unsafeAllowedLocked(st, false)
 		}
 		if a.vm != nil && why == nil {
 			_, err := a.unmapAllFreeLocked("Trim")
@@ -256,11 +256,11 @@ func (a *Allocator) Trim() error {
 // reports whether it trimmed.
 func (a *Allocator) tryTrimGraphMemoryLocked() bool {
 	t, ok := a.drv.(GraphMemTrimmer)
-	if !ok || !a.dom.gate.TryRLock() {
+	if !ok || !a.guard.dom.gate.TryRLock() {
 		return false
 	}
-	defer a.dom.gate.RUnlock()
-	if a.unsafeAllowedLocked(StateNone, false) != nil {
+	defer a.guard.dom.gate.RUnlock()
+	if a.guard.unsafeAllowedLocked(StateNone, false) != nil {
 		return false
 	}
 	if err := t.TrimGraphMemory(); err != nil {
@@ -280,7 +280,7 @@ func (a *Allocator) Free(b Buffer) error {
 		return nil
 	}
 	a.mu.Lock()
-	st, err := a.stateLocked()
+	st, err := a.guard.stateLocked()
 	if err == nil {
 		err = a.validateLocked(b, 0, 0)
 	}
@@ -320,7 +320,7 @@ func (a *Allocator) freeLocked(st CaptureState, blk *block, gen uint64) error {
 		a.releaseLocked(blk) // held while a live graph uses it
 		return nil
 	case StateActive:
-		c := a.cap
+		c := a.guard.cap
 		if blk.kind == kindGraph {
 			if blk.cap != c {
 				return wrapf(ErrInvalidBuffer, "buffer %#x belongs to another graph", blk.ptr)
@@ -356,15 +356,15 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 		buf       Buffer
 		capturing bool // a (Relaxed) capture of ours is recording
 	)
-	err := a.blockingUndo("AllocSync", size, nil, func(st CaptureState) error {
+	err := a.guard.blockingUndo("AllocSync", size, nil, func(st CaptureState) error {
 		capturing = st != StateNone
 		if size > a.info.TotalMemory {
 			return a.oomLocked(size, "larger than the device")
 		}
-		if err := a.unsafeRefusalLocked(st, false, "eager synchronous allocation"); err != nil {
+		if err := a.guard.unsafeRefusalLocked(st, false, "eager synchronous allocation"); err != nil {
 			return err
 		}
-		return a.strictLocked("eager synchronous allocation")
+		return a.guard.strictLocked("eager synchronous allocation")
 	}, func() (func(), error) {
 		p, err := a.drv.Malloc(size)
 		if errors.Is(err, ErrOutOfMemory) && !capturing {
@@ -382,8 +382,8 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 		b := &block{a: a, ptr: p, class: size, kind: kindSync}
 		a.stats.DriverAllocs++
 		a.stats.addReserved(size)
-		if a.cap != nil {
-			a.cap.allocs++
+		if a.guard.cap != nil {
+			a.guard.cap.allocs++
 			a.stats.CaptureAllocs++
 		}
 		nb := a.handOutLocked(b, size)
@@ -458,7 +458,7 @@ func (a *Allocator) giveBackForSync() (bool, error) {
 // holds it until the graph closes.
 func (a *Allocator) freeSync(b Buffer) error {
 	var deferred bool // a capture began meanwhile: freeLocked took it
-	return a.blocking("Free", b.size, func(st CaptureState) error {
+	return a.guard.blocking("Free", b.size, func(st CaptureState) error {
 		if err := a.validateLocked(b, 0, 0); err != nil {
 			return err
 		}
@@ -466,10 +466,10 @@ func (a *Allocator) freeSync(b Buffer) error {
 			deferred = true
 			return a.freeLocked(st, b.blk, b.gen)
 		}
-		if err := a.unsafeRefusalLocked(st, false, "synchronous free"); err != nil {
+		if err := a.guard.unsafeRefusalLocked(st, false, "synchronous free"); err != nil {
 			return err
 		}
-		return a.strictLocked("synchronous free")
+		return a.guard.strictLocked("synchronous free")
 	}, func() error {
 		if deferred {
 			return nil
@@ -498,7 +498,7 @@ func (a *Allocator) freeSync(b Buffer) error {
 func (a *Allocator) Slice(b Buffer, off, n int64) (Buffer, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.closed {
+	if a.guard.closed {
 		return Buffer{}, a.fail("Slice", n, StateNone, ErrClosed)
 	}
 	if err := a.validateLocked(b, off, n); err != nil {

@@ -63,14 +63,14 @@ func pollerOf(drv Driver) func(Stream) (bool, error) {
 // rounded up to about one in an idle process), which a step of a few
 // milliseconds on a GPU cannot afford; short waits, the case the hand-off
 // costed most, end within the quick polls.
-func (a *Allocator) waitPolled(op string, once, handOff bool) (done, long bool, err error) {
-	w := a.watchdog
+func (g *guard) waitPolled(op string, once, handOff bool) (done, long bool, err error) {
+	w := g.watchdog
 	if n := w.stuck.Load(); n > 0 {
-		return false, false, a.fail(op, -1, StateNone, wrapf(ErrCaptureTimeout, "%s not attempted: %d earlier driver call(s) still stuck", op, n))
+		return false, false, g.fail(op, -1, StateNone, wrapf(ErrCaptureTimeout, "%s not attempted: %d earlier driver call(s) still stuck", op, n))
 	}
 	var p pollStep
-	defer p.release(a)
-	over, done, err := p.try(a, once)
+	defer p.release(g)
+	over, done, err := p.try(g, once)
 	if !over {
 		c := newPollWatch(w, op)
 		var b backoff
@@ -80,7 +80,7 @@ func (a *Allocator) waitPolled(op string, once, handOff bool) (done, long bool, 
 				break
 			}
 			if err = c.pause(&b); err == nil {
-				over, done, err = p.try(a, once)
+				over, done, err = p.try(g, once)
 			}
 		}
 		err = c.finish(err)
@@ -89,7 +89,7 @@ func (a *Allocator) waitPolled(op string, once, handOff bool) (done, long bool, 
 		return false, true, nil // the blocking call runs it
 	}
 	if err != nil {
-		return false, false, a.fail(op, -1, p.st, err)
+		return false, false, g.fail(op, -1, p.st, err)
 	}
 	return done, long, nil
 }
@@ -109,39 +109,39 @@ type pollStep struct {
 // try makes one step without waiting. over says the wait is over: the
 // stream is done (done), or err is final, or once is set and the stream
 // was polled.
-func (p *pollStep) try(a *Allocator, once bool) (over, done bool, err error) {
+func (p *pollStep) try(g *guard, once bool) (over, done bool, err error) {
 	if !p.gate {
-		if !a.dom.gate.TryRLock() {
+		if !g.dom.gate.TryRLock() {
 			return false, false, nil
 		}
 		p.gate = true
 	}
 	if !p.checked {
-		a.mu.Lock()
-		if a.transition != nil {
-			a.mu.Unlock()
+		g.mu.Lock()
+		if g.transition != nil {
+			g.mu.Unlock()
 			return false, false, nil
 		}
-		p.st, err = a.stateLocked()
+		p.st, err = g.stateLocked()
 		if err == nil {
-			err = a.syncRefusalLocked(p.st)
+			err = g.syncRefusalLocked(p.st)
 		}
-		a.mu.Unlock()
+		g.mu.Unlock()
 		if err != nil {
 			return true, false, err
 		}
 		p.checked = true
 	}
-	done, err = a.poll(a.stream)
+	done, err = g.poll(g.stream)
 	if errors.Is(err, ErrWouldBlock) {
 		return true, false, err
 	}
 	return done || err != nil || once, done && err == nil, err
 }
 
-func (p *pollStep) release(a *Allocator) {
+func (p *pollStep) release(g *guard) {
 	if p.gate {
-		a.dom.gate.RUnlock()
+		g.dom.gate.RUnlock()
 	}
 }
 

@@ -25,7 +25,7 @@ func WriteProfile(w io.Writer) error {
 	var ds []profileData
 	for _, a := range Allocators() {
 		a.mu.Lock()
-		if !a.closed {
+		if !a.guard.closed {
 			ds = append(ds, a.profileDataLocked())
 		}
 		a.mu.Unlock()
@@ -38,7 +38,7 @@ func WriteProfile(w io.Writer) error {
 // once the allocator is closed.
 func (a *Allocator) WriteProfile(w io.Writer) error {
 	a.mu.Lock()
-	if a.closed {
+	if a.guard.closed {
 		a.mu.Unlock()
 		return a.fail("WriteProfile", -1, StateNone, ErrClosed)
 	}

@@ -109,7 +109,7 @@ func (a *Allocator) unpinLocked(b *block) {
 		c.pins--
 		if g := c.closedGraph; c.pins == 0 && g != nil {
 			c.closedGraph = nil
-			a.destroyGraphLocked(g)
+			g.destroyLocked()
 		}
 	}
 	a.unrefLocked(b)
@@ -157,8 +157,8 @@ type cleaner func(op string, fn func() error) error
 // (an error then is logged). Only called when the allocator's own stream
 // is not capturing.
 func (a *Allocator) cleanup(op string, fn func() error) error {
-	_, err := a.watchdog.run(op, a.watchdog.timeout, func() error {
-		return a.dom.nowOrAfter(a.strict, fn, a.logged(op, fn))
+	_, err := a.guard.watchdog.run(op, a.guard.watchdog.timeout, func() error {
+		return a.guard.dom.nowOrAfter(a.guard.strict, fn, a.logged(op, fn))
 	}, nil)
 	return err
 }
@@ -168,7 +168,7 @@ func (a *Allocator) cleanup(op string, fn func() error) error {
 // not even be attempted while another call is stuck (and what fn should
 // free would leak). fn runs, or is queued, directly.
 func (a *Allocator) cleanupLate(op string, fn func() error) error {
-	return a.dom.nowOrAfter(a.strict, fn, a.logged(op, fn))
+	return a.guard.dom.nowOrAfter(a.guard.strict, fn, a.logged(op, fn))
 }
 
 // logLate logs the error of cleanup made in a watchdog's late path, where

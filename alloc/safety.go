@@ -120,20 +120,20 @@ func (i DeviceInfo) effectiveSafety() CaptureSafety {
 // strictRefusal is the error of a call refused by strict capture safety:
 // it wraps ErrCaptureIllegalOp and ErrCaptureIncompatibleAllocation (the
 // sentinels a refused unsafe call already matches) and names the profile.
-func (a *Allocator) strictRefusal(what string, n int) error {
+func (g *guard) strictRefusal(what string, n int) error {
 	return fmt.Errorf("%w: %w: %s: %d capture(s) active in the capture domain and the device's capture safety is %s; no driver call was made",
-		ErrCaptureIllegalOp, ErrCaptureIncompatibleAllocation, what, n, a.info.SafetyProfile())
+		ErrCaptureIllegalOp, ErrCaptureIncompatibleAllocation, what, n, g.profile)
 }
 
 // strictLocked returns strictRefusal when strict safety forbids what now:
 // any capture active in the domain (the synchronous allocations and frees,
 // and host allocation: what hangs GB10 during any capture). Nil otherwise.
-func (a *Allocator) strictLocked(what string) error {
-	if !a.strict {
+func (g *guard) strictLocked(what string) error {
+	if !g.strict {
 		return nil
 	}
-	if n := a.dom.active(); n > 0 {
-		return a.strictRefusal(what, n)
+	if n := g.dom.active(); n > 0 {
+		return g.strictRefusal(what, n)
 	}
 	return nil
 }
@@ -145,9 +145,9 @@ func (a *Allocator) strictLocked(what string) error {
 // documented rules make these calls then without switching modes, and
 // refusing them would keep ranks of one process from capturing side by
 // side. Nil otherwise.
-func (a *Allocator) strictRelaxedLocked(what string) error {
-	if !a.strict || !a.dom.globalElsewhere(a.stream) {
+func (g *guard) strictRelaxedLocked(what string) error {
+	if !g.strict || !g.dom.globalElsewhere(g.stream) {
 		return nil
 	}
-	return a.strictRefusal(what, a.dom.active())
+	return g.strictRefusal(what, g.dom.active())
 }

@@ -120,7 +120,7 @@ type GraphInfo struct {
 func (a *Allocator) Snapshot() (Snapshot, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.closed {
+	if a.guard.closed {
 		return Snapshot{}, a.fail("Snapshot", -1, StateNone, ErrClosed)
 	}
 	// The lane stays closed from the walk to the counters, so they are of
@@ -131,7 +131,7 @@ func (a *Allocator) Snapshot() (Snapshot, error) {
 	return Snapshot{
 		Allocator: a.name, Backend: a.backend, Device: a.info.Name, DeviceMemory: a.info.TotalMemory,
 		CaptureSafety: a.info.SafetyProfile(),
-		Time:          time.Now(), Capturing: a.cap != nil, ProfileRate: ProfileRate(), Stats: a.statsLocked(),
+		Time:          time.Now(), Capturing: a.guard.cap != nil, ProfileRate: ProfileRate(), Stats: a.statsLocked(),
 		Bytes: w.byState(), Segments: w.segs, Graphs: w.graphs,
 	}, nil
 }
@@ -141,7 +141,7 @@ func (a *Allocator) Snapshot() (Snapshot, error) {
 func (a *Allocator) BytesByState() (map[BlockState]int64, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.closed {
+	if a.guard.closed {
 		return nil, a.fail("BytesByState", -1, StateNone, ErrClosed)
 	}
 	return a.memWalkLocked(false).byState(), nil
@@ -179,8 +179,8 @@ func (a *Allocator) memWalkLocked(list bool) *memWalk {
 		}
 	}
 	slices.SortFunc(gs, func(x, y *Graph) int { return cmp.Compare(x.id, y.id) })
-	if a.cap != nil {
-		w.graph(GraphInfo{ID: 0, Capturing: true}, a.cap)
+	if a.guard.cap != nil {
+		w.graph(GraphInfo{ID: 0, Capturing: true}, a.guard.cap)
 	}
 	for _, g := range gs {
 		w.graph(GraphInfo{ID: g.id, Eager: g.eager != nil, Launched: g.launched}, g.cap)
@@ -220,8 +220,8 @@ func (a *Allocator) memWalkLocked(list bool) *memWalk {
 			w.single(b, "sync", 0)
 		}
 	}
-	if a.cap != nil {
-		w.owned(a.cap, 0)
+	if a.guard.cap != nil {
+		w.owned(a.guard.cap, 0)
 	}
 	for _, g := range gs {
 		if g.cap != nil {

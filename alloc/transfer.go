@@ -6,16 +6,16 @@ import (
 	"sync/atomic"
 )
 
-// hostRange checks that h is an open pinned buffer usable by this allocator
-// and that [off, off+n) lies inside it. Caller holds a.mu.
-func (a *Allocator) hostRange(h *HostBuffer, off, n int64) ([]byte, error) {
+// hostRange checks that h is an open pinned buffer usable on drv and that
+// [off, off+n) lies inside it, and returns those bytes.
+func hostRange(drv Driver, h *HostBuffer, off, n int64) ([]byte, error) {
 	if h == nil {
 		return nil, wrapf(ErrInvalidBuffer, "nil HostBuffer")
 	}
 	if h.closed.Load() {
 		return nil, wrapf(ErrClosed, "HostBuffer was closed")
 	}
-	if h.drv != a.drv {
+	if h.drv != drv {
 		return nil, wrapf(ErrInvalidBuffer, "HostBuffer belongs to another driver")
 	}
 	if off < 0 || n < 0 || off > int64(len(h.b)) || n > int64(len(h.b))-off {
@@ -29,9 +29,9 @@ func (a *Allocator) hostRange(h *HostBuffer, off, n int64) ([]byte, error) {
 // Captured, the copy reads src's bytes at every replay.
 func (a *Allocator) UploadHost(dst Buffer, dstOff int64, src *HostBuffer, srcOff, n int64) error {
 	var hb []byte
-	return a.enqueue("UploadHost", n, dst, Buffer{}, func() (err error) {
+	return a.guard.enqueue("UploadHost", n, dst, Buffer{}, func() (err error) {
 		if err = a.validateLocked(dst, dstOff, n); err == nil {
-			hb, err = a.hostRange(src, srcOff, n)
+			hb, err = hostRange(a.drv, src, srcOff, n)
 		}
 		return err
 	}, func() error {
@@ -44,9 +44,9 @@ func (a *Allocator) UploadHost(dst Buffer, dstOff int64, src *HostBuffer, srcOff
 // every replay writes dst again.
 func (a *Allocator) DownloadHost(dst *HostBuffer, dstOff int64, src Buffer, srcOff, n int64) error {
 	var hb []byte
-	return a.enqueue("DownloadHost", n, Buffer{}, src, func() (err error) {
+	return a.guard.enqueue("DownloadHost", n, Buffer{}, src, func() (err error) {
 		if err = a.validateLocked(src, srcOff, n); err == nil {
-			hb, err = a.hostRange(dst, dstOff, n)
+			hb, err = hostRange(a.drv, dst, dstOff, n)
 		}
 		return err
 	}, func() error {
@@ -57,7 +57,7 @@ func (a *Allocator) DownloadHost(dst *HostBuffer, dstOff int64, src Buffer, srcO
 // Memset sets n bytes of dst from off to value, stream-ordered (the
 // arguments in MemsetAsync's order: where, value, how many).
 func (a *Allocator) Memset(dst Buffer, off int64, value byte, n int64) error {
-	return a.enqueue("Memset", n, dst, Buffer{}, func() error {
+	return a.guard.enqueue("Memset", n, dst, Buffer{}, func() error {
 		return a.validateLocked(dst, off, n)
 	}, func() error {
 		return a.drv.MemsetAsync(dst.ptr+DevicePtr(off), value, n, a.stream)
@@ -66,7 +66,7 @@ func (a *Allocator) Memset(dst Buffer, off int64, value byte, n int64) error {
 
 // Copy copies n bytes between device buffers, stream-ordered.
 func (a *Allocator) Copy(dst Buffer, dstOff int64, src Buffer, srcOff, n int64) error {
-	return a.enqueue("Copy", n, dst, src, func() error {
+	return a.guard.enqueue("Copy", n, dst, src, func() error {
 		if err := a.validateLocked(dst, dstOff, n); err != nil {
 			return err
 		}
@@ -81,11 +81,11 @@ func (a *Allocator) Copy(dst Buffer, dstOff int64, src Buffer, srcOff, n int64) 
 // with ErrCaptureIncompatibleAllocation (use UploadHost with a HostBuffer).
 func (a *Allocator) Upload(dst Buffer, off int64, src []byte) error {
 	n := int64(len(src))
-	return a.blockingOn("Upload", n, dst, func(st CaptureState) error {
+	return a.guard.blockingOn("Upload", n, dst, func(st CaptureState) error {
 		if err := a.validateLocked(dst, off, n); err != nil {
 			return err
 		}
-		return a.unsafeRefusalLocked(st, true, "pageable host memory cannot be copied during capture (use a HostBuffer)")
+		return a.guard.unsafeRefusalLocked(st, true, "pageable host memory cannot be copied during capture (use a HostBuffer)")
 	}, func() error {
 		return a.drv.CopyHtoD(dst.ptr+DevicePtr(off), src, a.stream)
 	})
@@ -96,11 +96,11 @@ func (a *Allocator) Upload(dst Buffer, off int64, src []byte) error {
 // during any capture like Upload.
 func (a *Allocator) Download(dst []byte, src Buffer, off int64) error {
 	n := int64(len(dst))
-	return a.blockingOn("Download", n, src, func(st CaptureState) error {
+	return a.guard.blockingOn("Download", n, src, func(st CaptureState) error {
 		if err := a.validateLocked(src, off, n); err != nil {
 			return err
 		}
-		return a.unsafeRefusalLocked(st, true, "pageable host memory cannot be copied during capture (use a HostBuffer)")
+		return a.guard.unsafeRefusalLocked(st, true, "pageable host memory cannot be copied during capture (use a HostBuffer)")
 	}, func() error {
 		return a.drv.CopyDtoH(dst, src.ptr+DevicePtr(off), a.stream)
 	})
@@ -113,31 +113,31 @@ func (a *Allocator) Download(dst []byte, src Buffer, off int64) error {
 // polls costs no hand-off; a longer wait, and every wait on other drivers,
 // is a watched blocking call.
 func (a *Allocator) Synchronize() error {
-	if a.poll != nil && a.watchdog.timeout > 0 {
-		if _, long, err := a.waitPolled("Synchronize", false, true); !long || err != nil {
+	if a.guard.poll != nil && a.guard.watchdog.timeout > 0 {
+		if _, long, err := a.guard.waitPolled("Synchronize", false, true); !long || err != nil {
 			return err
 		}
 	}
-	if idle, err := a.idleNow("Synchronize"); idle || err != nil {
+	if idle, err := a.guard.idleNow("Synchronize"); idle || err != nil {
 		return err
 	}
-	return a.blocking("Synchronize", -1, a.syncRefusalLocked, func() error {
+	return a.guard.blocking("Synchronize", -1, a.guard.syncRefusalLocked, func() error {
 		return a.drv.StreamSynchronize(a.stream)
 	})
 }
 
 // Query reports whether all queued work is done, under Synchronize's rules.
 func (a *Allocator) Query() (bool, error) {
-	if a.poll != nil && a.watchdog.timeout > 0 {
-		if done, long, err := a.waitPolled("Query", true, false); !long || err != nil {
+	if a.guard.poll != nil && a.guard.watchdog.timeout > 0 {
+		if done, long, err := a.guard.waitPolled("Query", true, false); !long || err != nil {
 			return done, err
 		}
 	}
-	if idle, err := a.idleNow("Query"); idle || err != nil {
+	if idle, err := a.guard.idleNow("Query"); idle || err != nil {
 		return idle && err == nil, err
 	}
 	var done atomic.Bool
-	err := a.blocking("Query", -1, a.syncRefusalLocked, func() error {
+	err := a.guard.blocking("Query", -1, a.guard.syncRefusalLocked, func() error {
 		d, err := a.drv.StreamQuery(a.stream)
 		done.Store(d)
 		return err
@@ -157,7 +157,7 @@ func (a *Allocator) Query() (bool, error) {
 // error wrapping errors.ErrUnsupported.
 func (a *Allocator) LaunchHostFunc(fn func() error) error {
 	l, ok := a.drv.(HostFuncLauncher)
-	return a.enqueue("LaunchHostFunc", -1, Buffer{}, Buffer{}, func() error {
+	return a.guard.enqueue("LaunchHostFunc", -1, Buffer{}, Buffer{}, func() error {
 		switch {
 		case fn == nil:
 			return wrapf(ErrInvalidValue, "nil function")
@@ -181,7 +181,7 @@ func (a *Allocator) Enqueue(op string, uses []Buffer, call func(s Stream) error)
 	if call == nil {
 		return a.fail(op, -1, StateNone, wrapf(ErrInvalidValue, "nil call"))
 	}
-	return a.enqueue(op, -1, Buffer{}, Buffer{}, func() error {
+	return a.guard.enqueue(op, -1, Buffer{}, Buffer{}, func() error {
 		for _, b := range uses {
 			if err := a.validateLocked(b, 0, b.size); err != nil {
 				return err
@@ -192,9 +192,9 @@ func (a *Allocator) Enqueue(op string, uses []Buffer, call func(s Stream) error)
 		if err := call(a.stream); err != nil {
 			return err
 		}
-		if a.cap != nil {
+		if c := a.guard.cap; c != nil {
 			for _, b := range uses {
-				a.refLocked(a.cap, b.blk)
+				a.refLocked(c, b.blk)
 			}
 		}
 		return nil

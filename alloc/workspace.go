@@ -17,14 +17,14 @@ func (a *Allocator) Workspace(name string, size int64) (Buffer, error) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.closed {
+	if a.guard.closed {
 		return Buffer{}, a.fail(op, size, StateNone, ErrClosed)
 	}
 	old := a.workspaces[name]
 	if old != nil && old.live() && old.size >= size {
 		return Buffer{blk: old, gen: old.state.Load(), ptr: old.ptr, size: old.size}, nil
 	}
-	st, err := a.stateLocked()
+	st, err := a.guard.stateLocked()
 	if err == nil && size > a.info.TotalMemory {
 		err = a.oomLocked(size, "larger than the device")
 	}
@@ -35,7 +35,7 @@ func (a *Allocator) Workspace(name string, size int64) (Buffer, error) {
 			b, err = a.poolAllocLocked(size)
 		case StateActive:
 			if b, err = a.captureAllocLocked(op, size); err == nil {
-				a.cap.lazyWS = append(a.cap.lazyWS, name)
+				a.guard.cap.lazyWS = append(a.guard.cap.lazyWS, name)
 			}
 		default:
 			err = refusal(st, fmt.Sprintf("workspace %q not reserved before the capture", name))
