@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 )
 
 // Allocator is the capture-safe allocator an engine uses. It owns one driver
@@ -24,13 +23,8 @@ type Allocator struct {
 	poll     func(Stream) (bool, error) // pollerOf(drv): nil when the driver cannot be polled
 	vm       VirtualMemory              // Options.ExpandableSegments: the driver's; else nil
 
-	// The lock-free lane (shard.go): per-P caches of free blocks that
-	// serve the common Alloc and Free without a.mu. laneOff counts what
-	// holds the lane closed (a capture, an eager run, a walk, Close); it
-	// is changed under a.mu only, read without it.
-	shards  []shard
-	laneOff atomic.Int32
-	inUse   meter // bytes in use, and their peak (stats.go)
+	lane     lane     // per-P caches serving the common Alloc and Free without a.mu (shard.go)
+	releases releases // ends blocks' lives, makes the unsafe frees (release.go)
 
 	mu         sync.Mutex
 	closed     bool
@@ -39,8 +33,6 @@ type Allocator struct {
 	pooledLive int           // pooled blocks handed out through a.mu, less those retired through it
 	cap        *capture      // capture begun by this allocator, nil when none
 	transition chan struct{} // closed when a capture begin or end in flight returns
-	pending    []*block      // AllocSync blocks released, for flushReleases
-	pins       int           // blocking calls in flight on buffers' memory (pinLocked)
 	closing    bool          // Close left its teardown for later (finishClose)
 	eager      *eagerRun     // an eager-fallback graph's function is running
 	eagerMu    sync.Mutex    // serializes eager-fallback runs
@@ -48,7 +40,7 @@ type Allocator struct {
 	graphs     map[*Graph]struct{}
 	hosts      map[*HostBuffer]struct{}
 	workspaces map[string]*block
-	stats      Stats
+	stats      counters   // every counter; Stats derives from it (stats.go)
 	prof       memProfile // sampled allocations (profile.go)
 	graphIDs   int        // last Graph.id given (snapshot.go)
 }
@@ -92,8 +84,9 @@ func New(drv Driver, opts Options) (*Allocator, error) {
 	}
 	a.stream = s
 	a.pool.init(a.info.Alignment)
-	a.shards = newShards()
+	a.lane.init(a)
 	a.watchdog = &watchdog{timeout: opts.watchdog()}
+	a.releases.init(a)
 	if ab, ok := drv.(Aborter); ok {
 		a.watchdog.abort = ab.Abort
 	}
@@ -112,27 +105,6 @@ func (a *Allocator) Stream() Stream { return a.stream }
 
 // Info describes the device.
 func (a *Allocator) Info() DeviceInfo { return a.info }
-
-// Stats returns a snapshot of the counters.
-func (a *Allocator) Stats() Stats {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.statsLocked()
-}
-
-// statsLocked completes the counters with the figures derived from state.
-// Caller holds a.mu, which stops the locked path; the shards' locks, all
-// held at once in addShardStatsLocked, stop the lane: so every figure,
-// a.inUse included (the lane publishes into it), is of one moment.
-func (a *Allocator) statsLocked() Stats {
-	s := a.stats
-	s.BytesCached = a.pool.cached
-	s.LiveBuffers = a.live.n + a.pooledLive
-	a.addShardStatsLocked(&s)
-	s.LiveGraphs = len(a.graphs)
-	s.Timeouts = a.watchdog.expired.Load()
-	return s
-}
 
 // fail wraps err with the operation's context.
 func (a *Allocator) fail(op string, size int64, st CaptureState, err error) error {
@@ -198,12 +170,12 @@ func (a *Allocator) handOutLocked(b *block, size int64) Buffer {
 		a.live.push(b)
 	}
 	a.stats.Allocs++
-	a.inUse.add(size)
+	a.stats.inUse.add(size)
 	return Buffer{blk: b, gen: gen, ptr: b.ptr, size: size}
 }
 
 // retireLocked ends the life of live block b, invalidating every handle.
-// Only for blocks no lock-free Free can race for: the lane is closed, or
+// Only for blocks no lane Free can race for: the lane is closed, or
 // b is not pooled. A Free takes the block with claimLocked instead.
 func (a *Allocator) retireLocked(b *block) {
 	b.state.Add(1) // even: retired
@@ -211,7 +183,7 @@ func (a *Allocator) retireLocked(b *block) {
 }
 
 // claimLocked retires b for a Free of the Buffer handed out with gen: it
-// fails when b is no longer that Buffer's, even when a lock-free Free of
+// fails when b is no longer that Buffer's, even when a lane Free of
 // the same Buffer won the race since the caller validated it.
 func (a *Allocator) claimLocked(b *block, gen uint64) error {
 	if !b.state.CompareAndSwap(gen, gen+1) {
@@ -229,5 +201,5 @@ func (a *Allocator) retiredLocked(b *block) {
 		a.live.remove(b)
 	}
 	a.stats.Frees++
-	a.inUse.add(-b.size)
+	a.stats.inUse.add(-b.size)
 }

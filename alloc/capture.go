@@ -128,7 +128,7 @@ func (a *Allocator) beginReturnedLate(c *capture, err error) {
 	}
 	a.dom.remove(a.stream)
 	a.mu.Unlock()
-	a.finishClose(a.cleanupLate)
+	a.finishClose(a.releases.cleanupLate)
 }
 
 // EndCapture ends the capture this allocator started and returns the
@@ -156,7 +156,7 @@ func (a *Allocator) endCapture(timeout time.Duration) (*Graph, error) {
 	}
 	g, err := a.endLocked(a.cap, timeout)
 	a.mu.Unlock()
-	a.flushReleases()
+	a.releases.flush()
 	if err != nil {
 		return nil, a.fail("EndCapture", -1, st, err)
 	}
@@ -170,7 +170,7 @@ func (a *Allocator) endCapture(timeout time.Duration) (*Graph, error) {
 // driver call, and builds the graph. Past timeout the caller gets
 // ErrCaptureTimeout, the capture stays abandoned (operations on the
 // allocator say so) and is finished, its graph discarded, when the driver
-// returns. Caller holds a.mu; releases wait for flushReleases.
+// returns. Caller holds a.mu; releases wait for releases.flush.
 func (a *Allocator) endLocked(c *capture, timeout time.Duration) (*Graph, error) {
 	done := a.transitionLocked()
 	defer done()
@@ -185,8 +185,8 @@ func (a *Allocator) endLocked(c *capture, timeout time.Duration) (*Graph, error)
 			a.closeGraphLocked(g)
 		}
 		a.mu.Unlock()
-		a.flushReleasesWith(a.cleanupLate)
-		a.finishClose(a.cleanupLate)
+		a.releases.flushWith(a.releases.cleanupLate)
+		a.finishClose(a.releases.cleanupLate)
 	})
 	a.mu.Lock()
 	if expired {
@@ -237,14 +237,14 @@ func (a *Allocator) finishCaptureLocked(c *capture, h GraphHandle, err error) *G
 }
 
 // setCapLocked records the capture this allocator began (nil: none). The
-// lock-free lane is closed while there is one (shard.go): in a capture
+// per-P lane is closed while there is one (shard.go): in a capture
 // every allocation and free is the locked path's. Caller holds a.mu.
 func (a *Allocator) setCapLocked(c *capture) {
 	switch {
 	case a.cap == nil && c != nil:
-		a.closeLaneLocked()
+		a.lane.closeLocked()
 	case a.cap != nil && c == nil:
-		a.openLaneLocked()
+		a.lane.openLocked()
 	}
 	a.cap = c
 }
@@ -267,7 +267,7 @@ func (a *Allocator) transitionLocked() (done func()) {
 // launch materialized its allocations (then those the graph did not free
 // must be freed explicitly; otherwise the driver released them with the
 // graph). Deferred frees are released (pooled ones to the pool, AllocSync
-// ones queued for flushReleases), and the references c held on buffers from
+// ones queued for releases.flush), and the references c held on buffers from
 // before it are dropped.
 func (a *Allocator) discardLocked(c *capture, launched bool) {
 	for _, b := range c.blocks {
@@ -275,7 +275,7 @@ func (a *Allocator) discardLocked(c *capture, launched bool) {
 			a.retireLocked(b)
 		}
 		b.materialized = launched && !b.freedInGraph
-		a.releaseLocked(b)
+		a.releases.releaseLocked(b)
 	}
 	for _, name := range c.lazyWS {
 		if ws := a.workspaces[name]; ws != nil && ws.kind == kindGraph && !ws.live() {
@@ -283,10 +283,10 @@ func (a *Allocator) discardLocked(c *capture, launched bool) {
 		}
 	}
 	for _, b := range c.deferred {
-		a.releaseLocked(b)
+		a.releases.releaseLocked(b)
 	}
 	for _, b := range c.refs {
-		a.unrefLocked(b)
+		a.releases.unrefLocked(b)
 	}
 	c.blocks, c.deferred, c.refs = nil, nil, nil
 }
@@ -406,7 +406,7 @@ func (a *Allocator) abandon(c *capture, done <-chan captureResult) {
 			}
 		}
 		a.mu.Unlock()
-		a.flushReleases()
-		a.finishClose(a.cleanup)
+		a.releases.flush()
+		a.finishClose(a.releases.cleanup)
 	}()
 }

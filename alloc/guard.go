@@ -108,8 +108,8 @@ func (a *Allocator) enqueue(op string, size int64, dst, src Buffer, check func()
 				err = a.refusedInCaptureLocked(err)
 			}
 			if err == nil {
-				a.refLocked(a.cap, dst.blk)
-				a.refLocked(a.cap, src.blk)
+				refLocked(a.cap, dst.blk)
+				refLocked(a.cap, src.blk)
 			}
 		default:
 			err = refusal(st, op)
@@ -153,11 +153,11 @@ func (a *Allocator) blockingUndo(op string, size int64, use *Buffer, check func(
 			undo()
 		}
 		if followUp {
-			a.afterUnpin(a.cleanupLate)
+			a.afterUnpin(a.releases.cleanupLate)
 		}
 	})
 	if !expired && followUp { // expired: followUp is the late path's
-		a.afterUnpin(a.cleanup)
+		a.afterUnpin(a.releases.cleanup)
 	}
 	if err != nil {
 		return a.fail(op, size, CaptureState(seen.Load()), err)
@@ -190,10 +190,10 @@ func (a *Allocator) guardedCall(use *Buffer, seen *atomic.Int32, check func(st C
 		return undo, false, err
 	}
 	blk := use.blk
-	a.pinLocked(blk)
+	a.releases.pinLocked(blk)
 	if !blk.validFor(use.gen) { // a lane Free won the race since check (shard.go)
 		a.unpinLocked(blk)
-		followUp = len(a.pending) > 0 || a.closing
+		followUp = len(a.releases.pending) > 0 || a.closing
 		a.mu.Unlock()
 		return nil, followUp, wrapf(ErrInvalidBuffer, "buffer %#x was freed (double free or use after free)", use.ptr)
 	}
@@ -201,7 +201,7 @@ func (a *Allocator) guardedCall(use *Buffer, seen *atomic.Int32, check func(st C
 	undo, err = call()
 	a.mu.Lock()
 	a.unpinLocked(blk)
-	followUp = len(a.pending) > 0 || a.closing
+	followUp = len(a.releases.pending) > 0 || a.closing
 	a.mu.Unlock()
 	return undo, followUp, err
 }

@@ -194,7 +194,7 @@ func (a *Allocator) Enqueue(op string, uses []Buffer, call func(s Stream) error)
 		}
 		if a.cap != nil {
 			for _, b := range uses {
-				a.refLocked(a.cap, b.blk)
+				refLocked(a.cap, b.blk)
 			}
 		}
 		return nil
