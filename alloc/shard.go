@@ -66,6 +66,14 @@ type lane struct {
 	// off counts what holds the lane closed (a capture, an eager run, a
 	// walk, Close); changed under a.mu only, read under a shard's lock.
 	off atomic.Int32
+	// classes is the union of the shards' classes hints, read first by a
+	// lane Alloc before it picks its shard, so a miss costs a few loads:
+	// the mixed sizes of a trace miss, and then the locked path flushes
+	// anyway. A bit is set by a push that sets it in its shard, and
+	// cleared by flushLocked only (a loop of pairs stores nothing), before
+	// it flushes the shards: a push meanwhile sets it again, so a bit may
+	// be stale (a lock taken for nothing), never missing.
+	classes atomic.Uint64
 
 	owner   *Allocator // the blocks' allocator: a lane Free of another's buffer steps aside
 	drv     Driver
@@ -81,17 +89,14 @@ type shard struct {
 	mu     sync.Mutex
 	blocks [shardBlocks]*block // free, not in the pool; oldest first
 	n      int
-	// classes has a bit (classBit) set for every size class cached since
-	// the last flush, so a lane Alloc that would miss steps aside without
-	// the lock: the mixed sizes of a trace miss, and then the locked path
-	// flushes anyway. Written under mu, read without it; set, and cleared
-	// by a flush only (a loop of pairs stores nothing).
-	classes atomic.Uint64
-	// dirty is set when a block is cached or a free is owed, and cleared
-	// by a flush only (not when the lane takes the last block: a loop of
-	// pairs stores nothing), so flushLocked skips a shard without its
-	// lock only when it has nothing to flush.
-	dirty  atomic.Bool
+	// hint has a bit (classBit) set for every size class cached since the
+	// last flush, and bit 0 (owedBit) when a free is owed, so a lane
+	// Alloc that would miss steps aside without the lock, and a flush
+	// skips a shard without its lock only when it has nothing to flush.
+	// Written under mu, read without it; bits are set, and cleared by a
+	// flush only (not when the lane takes the last block: a loop of pairs
+	// stores nothing).
+	hint   atomic.Uint64
 	cached int64 // bytes in blocks
 
 	// owed is the change of bytes in use made here and not yet added to
@@ -117,10 +122,16 @@ func (l *lane) init(a *Allocator) {
 	l.pool, l.maxSize, l.inUse = &a.pool, a.info.TotalMemory, &a.stats.inUse
 }
 
-// classBit is the bit of size class n in shard.classes.
+// classBit is the bit of size class n in the classes hints: one of bits
+// 1 to 63 (bit 0 is owedBit).
 func classBit(n int64) uint64 {
-	return 1 << (uint64(n) * 0x9E3779B97F4A7C15 >> 58)
+	h := uint64(n) * 0x9E3779B97F4A7C15 >> 58 // 0 to 63
+	return 2 << (h * 63 >> 6)                 // a shift, not a division
 }
+
+// owedBit in shard.hint: a lane Free left a free owed to the bytes in use
+// (a referenced block's, held, not cached).
+const owedBit = 1
 
 // shard is the calling goroutine's P's shard.
 func (l *lane) shard() *shard {
@@ -147,9 +158,13 @@ func (l *lane) alloc(size int64) (buf Buffer, ok bool) {
 		return Buffer{}, false // sampled or refused: the locked path's
 	}
 	n := l.pool.round(size)
-	s := l.shard()
-	if s.classes.Load()&classBit(n) == 0 {
+	bit := classBit(n)
+	if l.classes.Load()&bit == 0 {
 		return Buffer{}, false // no block of n cached since the last flush
+	}
+	s := l.shard()
+	if s.hint.Load()&bit == 0 {
+		return Buffer{}, false
 	}
 	s.mu.Lock()
 	i := s.n - 1 // the latest first: still hot in caches
@@ -204,31 +219,38 @@ func (l *lane) free(b Buffer) bool {
 	if blk.refs.Load() != 0 { // a reference raced in: see release.go
 		blk.held.Store(true)
 		if blk.refs.Load() != 0 || !blk.held.CompareAndSwap(true, false) {
-			s.markDirty() // the owed free
+			s.setHint(owedBit) // the owed free
 			s.mu.Unlock()
 			return true
 		}
 	}
-	s.push(blk)
+	l.push(s, blk)
 	s.mu.Unlock()
 	return true
 }
 
-// push caches b, with room for it. Caller holds s.mu.
-func (s *shard) push(b *block) {
-	s.markDirty()
-	if c, bit := s.classes.Load(), classBit(b.class); c&bit == 0 {
-		s.classes.Store(c | bit)
+// push caches b in s, with room for it. Caller holds s.mu.
+func (l *lane) push(s *shard, b *block) {
+	bit := classBit(b.class)
+	if s.setHint(bit) {
+		if c := l.classes.Load(); c&bit == 0 {
+			l.classes.Or(bit) // shards race here: not a Store
+		}
 	}
 	s.blocks[s.n] = b
 	s.n++
 	s.cached += b.class
 }
 
-func (s *shard) markDirty() {
-	if !s.dirty.Load() {
-		s.dirty.Store(true)
+// setHint sets bit in s.hint and reports whether it was clear. Caller
+// holds s.mu.
+func (s *shard) setHint(bit uint64) bool {
+	h := s.hint.Load()
+	if h&bit != 0 {
+		return false
 	}
+	s.hint.Store(h | bit)
+	return true
 }
 
 // cacheLocked takes a freed pooled block for reuse: into the caller's
@@ -248,7 +270,7 @@ func (l *lane) cacheLocked(b *block) {
 		s.cached -= old.class
 		l.pool.put(old)
 	}
-	s.push(b)
+	l.push(s, b)
 	s.mu.Unlock()
 }
 
@@ -257,7 +279,7 @@ func (l *lane) cacheLocked(b *block) {
 // allocation made next under a.mu raises the peak from the exact figure).
 // Caller holds a.mu.
 func (l *lane) flushShardLocked(s *shard) {
-	if !s.dirty.Load() {
+	if s.hint.Load() == 0 {
 		return
 	}
 	s.mu.Lock()
@@ -266,15 +288,19 @@ func (l *lane) flushShardLocked(s *shard) {
 		s.blocks[i] = nil
 	}
 	s.n, s.cached = 0, 0
-	l.inUse.add(s.owed)
-	s.owed = 0
-	s.classes.Store(0)
-	s.dirty.Store(false)
+	if s.owed != 0 {
+		l.inUse.add(s.owed)
+		s.owed = 0
+	}
+	s.hint.Store(0)
 	s.mu.Unlock()
 }
 
 // flushLocked flushes every shard. Caller holds a.mu.
 func (l *lane) flushLocked() {
+	if l.classes.Load() != 0 {
+		l.classes.Store(0) // first: a push after it sets its bit again
+	}
 	for i := range l.shards {
 		l.flushShardLocked(&l.shards[i])
 	}
