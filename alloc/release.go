@@ -77,7 +77,9 @@ func (r *releases) releaseLocked(b *block) {
 		b.held.Store(true) // every reference is dropped under a.mu: no race
 		return
 	}
-	b.held.Store(false)
+	if b.held.Load() {
+		b.held.Store(false) // a store only when it changes: it is a locked instruction
+	}
 	r.releaseNowLocked(b)
 }
 

@@ -66,14 +66,6 @@ type lane struct {
 	// off counts what holds the lane closed (a capture, an eager run, a
 	// walk, Close); changed under a.mu only, read under a shard's lock.
 	off atomic.Int32
-	// classes is the union of the shards' classes hints, read first by a
-	// lane Alloc before it picks its shard, so a miss costs a few loads:
-	// the mixed sizes of a trace miss, and then the locked path flushes
-	// anyway. A bit is set by a push that sets it in its shard, and
-	// cleared by flushLocked only (a loop of pairs stores nothing), before
-	// it flushes the shards: a push meanwhile sets it again, so a bit may
-	// be stale (a lock taken for nothing), never missing.
-	classes atomic.Uint64
 
 	owner   *Allocator // the blocks' allocator: a lane Free of another's buffer steps aside
 	drv     Driver
@@ -158,13 +150,9 @@ func (l *lane) alloc(size int64) (buf Buffer, ok bool) {
 		return Buffer{}, false // sampled or refused: the locked path's
 	}
 	n := l.pool.round(size)
-	bit := classBit(n)
-	if l.classes.Load()&bit == 0 {
-		return Buffer{}, false // no block of n cached since the last flush
-	}
 	s := l.shard()
-	if s.hint.Load()&bit == 0 {
-		return Buffer{}, false
+	if s.hint.Load()&classBit(n) == 0 {
+		return Buffer{}, false // no block of n cached here since the last flush
 	}
 	s.mu.Lock()
 	i := s.n - 1 // the latest first: still hot in caches
@@ -231,26 +219,18 @@ func (l *lane) free(b Buffer) bool {
 
 // push caches b in s, with room for it. Caller holds s.mu.
 func (l *lane) push(s *shard, b *block) {
-	bit := classBit(b.class)
-	if s.setHint(bit) {
-		if c := l.classes.Load(); c&bit == 0 {
-			l.classes.Or(bit) // shards race here: not a Store
-		}
-	}
+	s.setHint(classBit(b.class))
 	s.blocks[s.n] = b
 	s.n++
 	s.cached += b.class
 }
 
-// setHint sets bit in s.hint and reports whether it was clear. Caller
-// holds s.mu.
-func (s *shard) setHint(bit uint64) bool {
-	h := s.hint.Load()
-	if h&bit != 0 {
-		return false
+// setHint sets bit in s.hint, storing only when it was clear (a store is
+// a locked instruction). Caller holds s.mu.
+func (s *shard) setHint(bit uint64) {
+	if h := s.hint.Load(); h&bit == 0 {
+		s.hint.Store(h | bit)
 	}
-	s.hint.Store(h | bit)
-	return true
 }
 
 // cacheLocked takes a freed pooled block for reuse: into the caller's
@@ -298,9 +278,6 @@ func (l *lane) flushShardLocked(s *shard) {
 
 // flushLocked flushes every shard. Caller holds a.mu.
 func (l *lane) flushLocked() {
-	if l.classes.Load() != 0 {
-		l.classes.Store(0) // first: a push after it sets its bit again
-	}
 	for i := range l.shards {
 		l.flushShardLocked(&l.shards[i])
 	}
