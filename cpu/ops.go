@@ -40,8 +40,8 @@ func (d *Driver) run(o *op) error {
 	if o.kind == opGraph {
 		return d.runGraph(o)
 	}
-	if (o.dst != nil && o.dst.vm != nil) || (o.src != nil && o.src.vm != nil) {
-		d.vmMu.RLock() // a reservation: its mapped chunks stay mapped (lockVM)
+	if inReservation(o.dst, o.src) {
+		d.vmMu.RLock() // its mapped chunks stay mapped (lockVM)
 		defer d.vmMu.RUnlock()
 	}
 	switch o.kind {
