@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 )
 
 // Allocator is the capture-safe allocator an engine uses. It owns one driver
@@ -41,28 +40,21 @@ type Allocator struct {
 	opts    Options
 	vm      VirtualMemory // Options.ExpandableSegments: the driver's; else nil
 
-	// The lane (shard.go): per-P caches of free blocks that serve the
-	// common Alloc and Free without a.mu, each under its shard's lock.
-	// laneOff counts what holds the lane closed (a capture, an eager run,
-	// a walk, Close); it is changed under a.mu only, read without it.
-	shards  []shard
-	laneOff atomic.Int32
-	inUse   meter // bytes in use, and their peak (stats.go)
+	lane     lane     // per-P caches serving the common Alloc and Free without a.mu (shard.go)
+	releases releases // ends blocks' lives, makes the unsafe frees (release.go)
 
 	mu         sync.Mutex
 	guard      guard // capture state and the rules (guard.go); its state under mu
 	pool       pool
 	live       liveList   // AllocSync and graph blocks
 	pooledLive int        // pooled blocks handed out through a.mu, less those retired through it
-	pending    []*block   // AllocSync blocks released, for flushReleases
-	pins       int        // blocking calls in flight on buffers' memory (pinLocked)
 	closing    bool       // Close left its teardown for later (finishClose)
 	eager      *eagerRun  // an eager-fallback graph's function is running
 	eagerMu    sync.Mutex // serializes eager-fallback runs
 	graphs     map[*Graph]struct{}
 	hosts      map[*HostBuffer]struct{}
 	workspaces map[string]*block
-	stats      Stats
+	stats      counters   // every counter; Stats derives from it (stats.go)
 	prof       memProfile // sampled allocations (profile.go)
 	graphIDs   int        // last Graph.id given (snapshot.go)
 }
@@ -104,8 +96,9 @@ func New(drv Driver, opts Options) (*Allocator, error) {
 	}
 	a.stream = s
 	a.pool.init(a.info.Alignment)
-	a.shards = newShards()
-	a.guard = newGuard(&a.mu, a, drv, s, info, opts)
+	a.lane.init(a)
+	a.guard = newGuard(&a.mu, a, &a.releases, drv, s, info, opts)
+	a.releases.init(a) // after the guard: it shares the guard's domain and watchdog
 	publish(a) // last: readers of the registry see it whole
 	return a, nil
 }
@@ -119,27 +112,6 @@ func (a *Allocator) Stream() Stream { return a.stream }
 
 // Info describes the device.
 func (a *Allocator) Info() DeviceInfo { return a.info }
-
-// Stats returns a snapshot of the counters.
-func (a *Allocator) Stats() Stats {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.statsLocked()
-}
-
-// statsLocked completes the counters with the figures derived from state.
-// Caller holds a.mu, which stops the locked path; the shards' locks, all
-// held at once in addShardStatsLocked, stop the lane: so every figure,
-// a.inUse included (the lane publishes into it), is of one moment.
-func (a *Allocator) statsLocked() Stats {
-	s := a.stats
-	s.BytesCached = a.pool.cached
-	s.LiveBuffers = a.live.n + a.pooledLive
-	a.addShardStatsLocked(&s)
-	s.LiveGraphs = len(a.graphs)
-	s.Timeouts = a.guard.watchdog.expired.Load()
-	return s
-}
 
 // fail wraps err with the operation's context.
 func (a *Allocator) fail(op string, size int64, st CaptureState, err error) error {
@@ -175,7 +147,7 @@ func (a *Allocator) handOutLocked(b *block, size int64) Buffer {
 		a.live.push(b)
 	}
 	a.stats.Allocs++
-	a.inUse.add(size)
+	a.stats.inUse.add(size)
 	return Buffer{blk: b, gen: gen, ptr: b.ptr, size: size}
 }
 
@@ -199,6 +171,6 @@ func (a *Allocator) claimLocked(b *block, gen uint64) error {
 		a.live.remove(b)
 	}
 	a.stats.Frees++
-	a.inUse.add(-b.size)
+	a.stats.inUse.add(-b.size)
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/cpu"
@@ -33,6 +34,17 @@ func newBenchAllocator(b *testing.B) *alloc.Allocator {
 	return a
 }
 
+// reportCPU reports the process's CPU time since c0 per op, and per unit
+// when perOp (units in one op) is above 1: on a shared machine it moves
+// less than ns/op when other work takes the cores (BENCHMARKS.md, issue 29).
+func reportCPU(b *testing.B, c0 time.Duration, perOp int, unit string) {
+	d := float64((processCPU() - c0).Nanoseconds())
+	b.ReportMetric(d/float64(b.N), "cpu-ns/op")
+	if perOp > 1 {
+		b.ReportMetric(d/float64(b.N*perOp), "cpu-ns/"+unit)
+	}
+}
+
 var benchSizes = []struct {
 	name string
 	n    int64
@@ -46,6 +58,7 @@ func BenchmarkAllocFree(b *testing.B) {
 			a.Free(warm)
 			b.ReportAllocs()
 			b.ResetTimer()
+			c0 := processCPU()
 			for i := 0; i < b.N; i++ {
 				buf, err := a.Alloc(s.n)
 				if err != nil {
@@ -55,6 +68,7 @@ func BenchmarkAllocFree(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			reportCPU(b, c0, 1, "")
 		})
 		b.Run(s.name+"/impl=make", func(b *testing.B) {
 			b.ReportAllocs()
@@ -65,11 +79,13 @@ func BenchmarkAllocFree(b *testing.B) {
 		b.Run(s.name+"/impl=syncpool", func(b *testing.B) {
 			p := sync.Pool{New: func() any { s := make([]byte, s.n); return &s }}
 			b.ReportAllocs()
+			c0 := processCPU()
 			for i := 0; i < b.N; i++ {
 				v := p.Get().(*[]byte)
 				sink = *v
 				p.Put(v)
 			}
+			reportCPU(b, c0, 1, "")
 		})
 	}
 }
@@ -168,6 +184,8 @@ func BenchmarkReplay1000(b *testing.B) {
 	}
 	b.Run("impl=eager", func(b *testing.B) {
 		a, x, y := setup(b)
+		b.ResetTimer()
+		c0 := processCPU()
 		for i := 0; i < b.N; i++ {
 			if err := program(a, x, y); err != nil {
 				b.Fatal(err)
@@ -177,6 +195,7 @@ func BenchmarkReplay1000(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*ops), "ns/stream-op")
+		reportCPU(b, c0, ops, "stream-op")
 		a.Free(x)
 		a.Free(y)
 	})
@@ -187,6 +206,7 @@ func BenchmarkReplay1000(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.ResetTimer()
+		c0 := processCPU()
 		for i := 0; i < b.N; i++ {
 			if err := g.Launch(); err != nil {
 				b.Fatal(err)
@@ -196,6 +216,7 @@ func BenchmarkReplay1000(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*ops), "ns/stream-op")
+		reportCPU(b, c0, ops, "stream-op")
 		b.StopTimer()
 		g.Close()
 		a.Free(x)
@@ -272,12 +293,14 @@ func BenchmarkPoolTrace(b *testing.B) {
 			first := a.Stats()
 			b.ReportAllocs()
 			b.ResetTimer()
+			c0 := processCPU()
 			for i := 0; i < b.N; i++ {
 				if err := tr.run(a, live); err != nil {
 					b.Fatal(err)
 				}
 			}
 			b.StopTimer()
+			reportCPU(b, c0, len(tr.ops), "trace-op")
 			st := a.Stats()
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(tr.ops)), "ns/trace-op")
 			b.ReportMetric(float64(first.PeakReserved)/float64(first.PeakInUse), "reserved/in-use")
@@ -309,7 +332,9 @@ func BenchmarkAllocFreeParallel(b *testing.B) {
 	b.Run("allocators=shared", func(b *testing.B) {
 		a := newBenchAllocator(b)
 		b.ReportAllocs()
+		c0 := processCPU()
 		b.RunParallel(func(pb *testing.PB) { pairs(b, a, pb) })
+		reportCPU(b, c0, 1, "")
 	})
 	b.Run("allocators=per-goroutine", func(b *testing.B) {
 		d, err := cpu.New(cpu.Options{MemoryLimit: 1 << 30})

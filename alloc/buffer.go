@@ -25,7 +25,7 @@ type block struct {
 	// live. A Buffer holds the odd value it was handed out with, so it is
 	// valid while state equals it; a retirement is a compare-and-swap from
 	// that value, which makes a double free fail even when two goroutines
-	// race to it on the lock-free lane (shard.go).
+	// race to it on the per-P lane (shard.go).
 	state atomic.Uint64
 	kind  blockKind
 	cap   *capture // capture that allocated a kindGraph block
@@ -42,7 +42,7 @@ type block struct {
 	// this block (besides the graph that allocated it). Its memory is not
 	// reused while refs > 0: released meanwhile, it is held (held) and
 	// released when the last of them lets go.
-	// Both are atomic for the lock-free lane's free (shard.go, "held").
+	// Both are atomic for the per-P lane's free (shard.go, "held").
 	refs    atomic.Int32
 	held    atomic.Bool
 	lastCap *capture // capture that last counted a reference, to count once

@@ -107,7 +107,7 @@ func (c *capture) begin() error {
 		a.mu.Unlock()
 		return g.fail("BeginCapture", -1, st, err)
 	}
-	g.setCapLocked(c, a)
+	g.setCapLocked(c, &a.lane)
 	done := g.transitionLocked()
 	a.mu.Unlock()
 
@@ -128,7 +128,7 @@ func (c *capture) begin() error {
 		g.dom.add(g.stream, Global)
 		return g.fail("BeginCapture", -1, st, err)
 	case err != nil:
-		g.setCapLocked(nil, a)
+		g.setCapLocked(nil, &a.lane)
 		return g.fail("BeginCapture", -1, st, err)
 	}
 	g.dom.add(g.stream, c.mode)
@@ -148,11 +148,11 @@ func (c *capture) beginReturnedLate(err error) {
 	}
 	a.mu.Lock()
 	if g.cap == c {
-		g.setCapLocked(nil, a)
+		g.setCapLocked(nil, &a.lane)
 	}
 	g.dom.remove(g.stream)
 	a.mu.Unlock()
-	a.finishClose(a.cleanupLate)
+	a.finishClose(a.releases.cleanupLate)
 }
 
 // EndCapture ends the capture this allocator started and returns the
@@ -181,7 +181,7 @@ func endCapture(a *Allocator, timeout time.Duration) (*Graph, error) {
 	}
 	g, err := c.endLocked(timeout)
 	a.mu.Unlock()
-	a.flushReleases()
+	a.releases.flush()
 	if err != nil {
 		return nil, a.fail("EndCapture", -1, st, err)
 	}

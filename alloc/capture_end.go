@@ -10,7 +10,7 @@ import (
 // driver call, and builds the graph. Past timeout the caller gets
 // ErrCaptureTimeout, the capture stays abandoned (operations on the
 // allocator say so) and is finished, its graph discarded, when the driver
-// returns. Caller holds a.mu; releases wait for flushReleases.
+// returns. Caller holds a.mu; releases wait for releases.flush.
 func (c *capture) endLocked(timeout time.Duration) (*Graph, error) {
 	a := c.a
 	g := &a.guard
@@ -27,8 +27,8 @@ func (c *capture) endLocked(timeout time.Duration) (*Graph, error) {
 			gr.closeLocked()
 		}
 		a.mu.Unlock()
-		a.flushReleasesWith(a.cleanupLate)
-		a.finishClose(a.cleanupLate)
+		a.releases.flushWith(a.releases.cleanupLate)
+		a.finishClose(a.releases.cleanupLate)
 	})
 	a.mu.Lock()
 	if expired {
@@ -50,7 +50,7 @@ func (c *capture) finishLocked(h GraphHandle, err error) *Graph {
 	g := &a.guard
 	g.dom.remove(g.stream)
 	if g.cap == c {
-		g.setCapLocked(nil, a)
+		g.setCapLocked(nil, &a.lane)
 	}
 	g.lastCap = c
 	var exec GraphExec
@@ -84,7 +84,7 @@ func (c *capture) finishLocked(h GraphHandle, err error) *Graph {
 // launch materialized its allocations (then those the graph did not free
 // must be freed explicitly; otherwise the driver released them with the
 // graph). Deferred frees are released (pooled ones to the pool, AllocSync
-// ones queued for flushReleases), and the references c held on buffers from
+// ones queued for releases.flush), and the references c held on buffers from
 // before it are dropped. Caller holds a.mu.
 func (c *capture) discardLocked(launched bool) {
 	a := c.a
@@ -93,7 +93,7 @@ func (c *capture) discardLocked(launched bool) {
 			a.retireLocked(b)
 		}
 		b.materialized = launched && !b.freedInGraph
-		a.releaseLocked(b)
+		a.releases.releaseLocked(b)
 	}
 	for _, name := range c.lazyWS {
 		if ws := a.workspaces[name]; ws != nil && ws.kind == kindGraph && !ws.live() {
@@ -101,10 +101,10 @@ func (c *capture) discardLocked(launched bool) {
 		}
 	}
 	for _, b := range c.deferred {
-		a.releaseLocked(b)
+		a.releases.releaseLocked(b)
 	}
 	for _, b := range c.refs {
-		a.unrefLocked(b)
+		a.releases.unrefLocked(b)
 	}
 	c.blocks, c.deferred, c.refs = nil, nil, nil
 }

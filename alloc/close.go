@@ -24,10 +24,10 @@ func (a *Allocator) Close() error {
 		return a.fail("Close", -1, StateNone, wrapf(ErrClosed, "allocator closed twice"))
 	}
 	a.guard.closed = true
-	a.closeLaneLocked() // for good: every call from now on is the locked path's
+	a.lane.closeLocked() // for good: every call from now on is the locked path's
 	unregister(a)
 	leaks := leaksLocked(a)
-	errs := teardownLocked(a, a.cleanup)
+	errs := teardownLocked(a, a.releases.cleanup)
 	if len(leaks) > 0 {
 		errs = append([]error{fmt.Errorf("%w: %w", ErrLeaked, errors.Join(leaks...))}, errs...)
 	}
@@ -80,7 +80,7 @@ func teardownLocked(a *Allocator, clean cleaner) []error {
 			errs = append(errs, err)
 		}
 	}
-	if a.guard.cap != nil || a.pins > 0 {
+	if a.guard.cap != nil || a.releases.pins > 0 {
 		a.closing = true
 		a.mu.Unlock()
 		return errs
@@ -91,15 +91,15 @@ func teardownLocked(a *Allocator, clean cleaner) []error {
 	}
 	for _, b := range liveBlocksLocked(a) {
 		a.retireLocked(b)
-		a.releaseLocked(b)
+		a.releases.releaseLocked(b)
 	}
 	a.workspaces = map[string]*block{}
 	var segs []*segment // strict: freed with the unsafe rest, below
 	if a.guard.strict {
-		a.flushShardsLocked()
+		a.lane.flushLocked()
 		segs = a.pool.takeAll()
 		for _, s := range segs {
-			a.givenBackLocked(s.size)
+			a.stats.givenBackLocked(s.size)
 		}
 	} else if _, err := a.releaseCacheLocked(); err != nil {
 		errs = append(errs, err)
@@ -111,8 +111,8 @@ func teardownLocked(a *Allocator, clean cleaner) []error {
 	}
 	a.hosts = map[*HostBuffer]struct{}{}
 	a.stats.HostBuffers, a.stats.HostBytes = 0, 0
-	syncFrees := a.pending
-	a.pending = nil
+	syncFrees := a.releases.pending
+	a.releases.pending = nil
 	a.mu.Unlock()
 
 	// The unsafe rest (synchronous frees, pinned host frees, the stream's
@@ -168,7 +168,7 @@ func liveBlocksLocked(a *Allocator) []*block {
 // back, once that let go; clean as for teardownLocked.
 func (a *Allocator) finishClose(clean cleaner) {
 	a.mu.Lock()
-	if !a.closing || a.guard.cap != nil || a.pins > 0 {
+	if !a.closing || a.guard.cap != nil || a.releases.pins > 0 {
 		a.mu.Unlock()
 		return
 	}

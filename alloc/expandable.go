@@ -278,7 +278,7 @@ func (a *Allocator) giveBackLocked(op string, keep *expandable, keepLo, keepHi i
 // (and clears) is returned: the caller's operation reports it, as the next
 // synchronize would have.
 func (a *Allocator) reclaimLocked(need int64, keep *expandable, keepLo, keepHi int64) error {
-	over := a.stats.BytesReserved + need - int64(expandSlack*float64(a.inUse.peak.Load()))
+	over := a.stats.BytesReserved + need - int64(expandSlack*float64(a.stats.inUse.peak.Load()))
 	if over <= 0 || a.guard.idler == nil || a.pool.cached < keep.chunk {
 		return nil
 	}
@@ -374,7 +374,7 @@ func (a *Allocator) unmapRangeLocked(e *expandable, lo, hi int64) error {
 		if err := a.vm.UnmapMemory(e.base+DevicePtr(c), e.chunk); err != nil {
 			errs = append(errs, err)
 		}
-		a.givenBackLocked(e.chunk)
+		a.stats.givenBackLocked(e.chunk)
 		e.seg.size -= e.chunk
 	}
 	return errors.Join(errs...)
@@ -413,7 +413,7 @@ func (a *Allocator) detachExpandableLocked() func() error {
 			bl := e.off(b.ptr)
 			for c := max(next, roundDown(bl, e.chunk)); c < bl+b.class; c += e.chunk {
 				chunks = append(chunks, mapping{e.base + DevicePtr(c), e.chunk})
-				a.givenBackLocked(e.chunk)
+				a.stats.givenBackLocked(e.chunk)
 				next = c + e.chunk
 			}
 		}

@@ -67,11 +67,11 @@ func (g *Graph) runEager() error {
 	run := &eagerRun{}
 	a.mu.Lock()
 	a.eager = run
-	a.closeLaneLocked() // what the run allocates is recorded: the locked path's
+	a.lane.closeLocked() // what the run allocates is recorded: the locked path's
 	a.mu.Unlock()
 	defer func() {
 		a.mu.Lock()
-		a.openLaneLocked()
+		a.lane.openLocked()
 		a.eager = nil
 		g.eagerAllocs = append(g.eagerAllocs, run.bufs...)
 		a.mu.Unlock()
@@ -164,7 +164,7 @@ func (g *Graph) Close() error {
 	if g.eager != nil {
 		g.freeEagerAllocs()
 	}
-	a.flushReleases()
+	a.releases.flush()
 	return nil
 }
 
@@ -173,7 +173,7 @@ func (g *Graph) Close() error {
 // (destroyLocked) at once, or, while a blocking call still uses one
 // of its buffers (pinLocked), by the last such call when it returns:
 // destroying the graph frees its memory. AllocSync blocks wait for
-// flushReleases; an eager graph's allocations for freeEagerAllocs. Caller
+// releases.flush; an eager graph's allocations for freeEagerAllocs. Caller
 // holds a.mu.
 func (g *Graph) closeLocked() {
 	a := g.a
@@ -207,7 +207,7 @@ func (g *Graph) destroyLocked() {
 			a.mu.Lock()
 			g.destroyLocked()
 			a.mu.Unlock()
-			go a.flushReleases() // takes the gate: not under its shared side
+			go a.releases.flush() // takes the gate: not under its shared side
 		})
 		return
 	}

@@ -36,6 +36,7 @@ import (
 type guard struct {
 	mu       *sync.Mutex // the allocator's lock
 	mem      guardedMemory
+	rel      *releases // the allocator's block lifetimes: pins and cleanups (release.go)
 	drv      Driver
 	backend  string
 	stream   Stream
@@ -58,20 +59,17 @@ type guard struct {
 type guardedMemory interface {
 	afterCapturedLocked(op string) error
 	refusedInCaptureLocked(err error) error
-	refLocked(c *capture, b *block)
-	pinLocked(b *block)
 	unpinLocked(b *block)
 	afterUnpin(clean cleaner)
-	cleanup(op string, fn func() error) error
-	cleanupLate(op string, fn func() error) error
 }
 
 // newGuard is the guard of an allocator on drv's stream s, whose lock is
 // mu and whose memory is mem.
-func newGuard(mu *sync.Mutex, mem guardedMemory, drv Driver, s Stream, info DeviceInfo, opts Options) guard {
+func newGuard(mu *sync.Mutex, mem guardedMemory, rel *releases, drv Driver, s Stream, info DeviceInfo, opts Options) guard {
 	g := guard{
 		mu:       mu,
 		mem:      mem,
+		rel:      rel,
 		drv:      drv,
 		backend:  drv.Name(),
 		stream:   s,
@@ -138,22 +136,15 @@ func (g *guard) transitionLocked() (done func()) {
 	}
 }
 
-// laneCloser closes and reopens the allocator's lane, its per-P caches
-// (shard.go), which a capture of its own holds closed.
-type laneCloser interface {
-	closeLaneLocked()
-	openLaneLocked()
-}
-
 // setCapLocked records the capture this allocator began (nil: none). The
 // lane (shard.go) is closed while there is one: in a capture every
 // allocation and free is the locked path's. Caller holds the lock.
-func (g *guard) setCapLocked(c *capture, l laneCloser) {
+func (g *guard) setCapLocked(c *capture, l *lane) {
 	switch {
 	case g.cap == nil && c != nil:
-		l.closeLaneLocked()
+		l.closeLocked()
 	case g.cap != nil && c == nil:
-		l.openLaneLocked()
+		l.openLocked()
 	}
 	g.cap = c
 }
@@ -240,8 +231,8 @@ func (g *guard) enqueue(op string, size int64, dst, src Buffer, check func() err
 				err = g.mem.refusedInCaptureLocked(err)
 			}
 			if err == nil {
-				g.mem.refLocked(g.cap, dst.blk)
-				g.mem.refLocked(g.cap, src.blk)
+				refLocked(g.cap, dst.blk)
+				refLocked(g.cap, src.blk)
 			}
 		default:
 			err = refusal(st, op)
@@ -285,11 +276,11 @@ func (g *guard) blockingUndo(op string, size int64, use *Buffer, check func(st C
 			undo()
 		}
 		if unpinned {
-			g.mem.afterUnpin(g.mem.cleanupLate)
+			g.mem.afterUnpin(g.rel.cleanupLate)
 		}
 	})
 	if !expired && unpinned { // expired: the late path's
-		g.mem.afterUnpin(g.mem.cleanup)
+		g.mem.afterUnpin(g.rel.cleanup)
 	}
 	if err != nil {
 		return g.fail(op, size, CaptureState(seen.Load()), err)
@@ -322,7 +313,7 @@ func (g *guard) guardedCall(use *Buffer, seen *atomic.Int32, check func(st Captu
 		return undo, false, err
 	}
 	blk := use.blk
-	g.mem.pinLocked(blk)
+	g.rel.pinLocked(blk)
 	if !blk.validFor(use.gen) { // a lane Free won the race since check (shard.go)
 		g.mem.unpinLocked(blk)
 		g.mu.Unlock()

@@ -55,7 +55,7 @@ func (a *Allocator) HostAlloc(size int64) (*HostBuffer, error) {
 		// the watchdog's late path (cleanupLate: never into a capture).
 		return func() {
 			if nh.release() {
-				a.logLate("HostAlloc", a.cleanupLate("HostAlloc", func() error { return a.drv.HostFree(nh.b) }))
+				a.releases.logLate("HostAlloc", a.releases.cleanupLate("HostAlloc", func() error { return a.drv.HostFree(nh.b) }))
 			}
 		}, nil
 	})

@@ -15,7 +15,7 @@ func (a *Allocator) Alloc(size int64) (Buffer, error) {
 	if size <= 0 {
 		return Buffer{}, a.fail("Alloc", size, StateNone, wrapf(ErrInvalidSize, "size must be positive"))
 	}
-	if b, ok := a.laneAlloc(size); ok {
+	if b, ok := a.lane.alloc(size); ok {
 		return b, nil
 	}
 	a.mu.Lock()
@@ -55,7 +55,7 @@ func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 	n := a.pool.round(size)
 	// The lane found no block of this size in the caller's shard: best fit
 	// sees every cached block, as the pool's recent ones (shard.go).
-	a.flushShardsLocked()
+	a.lane.flushLocked()
 	if b := a.pool.get(n); b != nil {
 		a.stats.PoolHits++
 		return a.handOutLocked(b, size), nil
@@ -193,7 +193,7 @@ func (a *Allocator) releaseCacheLocked() (bool, error) {
 	if err := a.guard.strictLocked("freeing cached segments"); err != nil {
 		return false, err
 	}
-	a.flushShardsLocked()
+	a.lane.flushLocked()
 	return a.freeSegmentsLocked(a.pool.takeAll())
 }
 
@@ -206,7 +206,7 @@ func (a *Allocator) freeSegmentsLocked(segs []*segment) (bool, error) {
 		if err := a.drv.FreeAsync(s.ptr, a.stream); err != nil {
 			errs = append(errs, err)
 		}
-		a.givenBackLocked(s.size)
+		a.stats.givenBackLocked(s.size)
 	}
 	return len(segs) > 0, errors.Join(errs...)
 }
@@ -276,7 +276,7 @@ func (a *Allocator) tryTrimGraphMemoryLocked() bool {
 // buffer from before the capture is retired now and its memory is held
 // until the graph is closed, since the graph may still touch it.
 func (a *Allocator) Free(b Buffer) error {
-	if a.laneFree(b) {
+	if a.lane.free(b) {
 		return nil
 	}
 	a.mu.Lock()
@@ -317,7 +317,7 @@ func (a *Allocator) freeLocked(st CaptureState, blk *block, gen uint64) error {
 		if err := a.claimLocked(blk, gen); err != nil { // a lane Free may have won
 			return err
 		}
-		a.releaseLocked(blk) // held while a live graph uses it
+		a.releases.releaseLocked(blk) // held while a live graph uses it
 		return nil
 	case StateActive:
 		c := a.guard.cap
@@ -395,11 +395,11 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 			mine := b.validFor(nb.gen) // Close may have freed it
 			if mine {
 				a.retireLocked(b)
-				a.releasedLocked(b)
+				a.releases.releasedLocked(b)
 			}
 			a.mu.Unlock()
 			if mine {
-				a.logLate("AllocSync", a.cleanupLate("AllocSync", func() error { return a.drv.Free(p) }))
+				a.releases.logLate("AllocSync", a.releases.cleanupLate("AllocSync", func() error { return a.drv.Free(p) }))
 			}
 		}, nil
 	})
@@ -486,7 +486,7 @@ func (a *Allocator) freeSync(b Buffer) error {
 			a.mu.Unlock()
 			return nil
 		}
-		a.releasedLocked(blk)
+		a.releases.releasedLocked(blk)
 		a.mu.Unlock()
 		return a.drv.Free(b.ptr)
 	})

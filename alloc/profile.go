@@ -180,15 +180,6 @@ func (a *Allocator) sampleLocked(b *block, h *HostBuffer, size int64) {
 	}
 }
 
-// dropSampleLocked forgets b's sample, if it has one, when its memory is
-// given back. Caller holds a.mu.
-func (a *Allocator) dropSampleLocked(b *block) {
-	if s := b.prof.Load(); s != nil {
-		a.prof.drop(s)
-		b.prof.Store(nil)
-	}
-}
-
 // drop forgets sample s. Not inlined: the release paths inline only the
 // nil check before it, and stay as small as before profiling existed.
 //

@@ -6,21 +6,22 @@ import (
 	"sync/atomic"
 )
 
-// The lock-free lane: the common Alloc and Free (a pool hit of a size the
-// goroutine freed before, a free outside any capture) are served from a
-// cache of free blocks per P, under that cache's own lock, without a.mu,
-// so goroutines sharing an allocator do not queue behind each other. What
-// the lane may not decide alone goes to the locked path (a.mu), which
-// can take a shard's lock too (a.mu, then one shard, in index order when
-// several: the lane never takes a.mu while it holds a shard's lock).
+// The lane: the common Alloc and Free (a pool hit of a size the goroutine
+// freed before, a free outside any capture) are served from a cache of
+// free blocks per P, under that cache's own lock (a shard's mutex, taken
+// on every lane call), without a.mu, so goroutines sharing an allocator do
+// not queue behind one lock. What the lane may not decide alone goes to
+// the locked path (a.mu), which can take a shard's lock too (a.mu, then
+// one shard, in index order when several: the lane never takes a.mu while
+// it holds a shard's lock).
 //
-// Why it stays sound (docs/allocator-core.md, "The lock-free lane"):
-//   - the lane serves only while laneOff is 0, read under the shard's
-//     lock; everything that must not meet a lane call (a capture, an eager
-//     run, a memory walk, Close) raises laneOff under a.mu and then takes
-//     and drops every shard's lock (closeLaneLocked), so no lane call is
-//     in flight when it goes on and none starts until it is done. Close
-//     never reopens it, so the stream a lane call asks about is alive;
+// Why it stays sound (docs/allocator-core.md, "The per-P lane"):
+//   - the lane serves only while off is 0, read under the shard's lock;
+//     everything that must not meet a lane call (a capture, an eager run,
+//     a memory walk, Close) raises off under a.mu and then takes and drops
+//     every shard's lock (closeLocked), so no lane call is in flight when
+//     it goes on and none starts until it is done. Close never reopens it,
+//     so the stream a lane call asks about is alive;
 //   - a capture the allocator did not start is seen as the locked path
 //     sees it: the lane asks the driver and steps aside unless it is none;
 //   - a block's hand-out and retirement are atomic steps of block.state, a
@@ -50,11 +51,29 @@ const (
 	// recent list for one P: enough for an engine's loop of a few sizes.
 	shardBlocks = 8
 	// shardSlack bounds the bytes a shard may free without publishing them
-	// to a.inUse, so a loop of pairs makes no shared write (see owed).
+	// to the bytes in use, so a loop of pairs makes no shared write (see
+	// owed).
 	shardSlack = 1 << 20
 	// maxShards bounds the shards of an allocator; Ps past it share.
 	maxShards = 64
 )
+
+// lane is the allocator's per-P caches of free pooled blocks (the
+// comment above) and what a lane call needs of the allocator, copied at
+// New so that a call reads nothing else of it.
+type lane struct {
+	shards []shard
+	// off counts what holds the lane closed (a capture, an eager run, a
+	// walk, Close); changed under a.mu only, read under a shard's lock.
+	off atomic.Int32
+
+	owner   *Allocator // the blocks' allocator: a lane Free of another's buffer steps aside
+	drv     Driver
+	stream  Stream
+	pool    *pool  // where flushed and overflowing blocks go (under a.mu)
+	maxSize int64  // the device's memory: a larger request is the locked path's to refuse
+	inUse   *meter // a.stats.inUse: the lane publishes what its shards owe into it
+}
 
 // shard is one P's cache of free pooled blocks and its share of the
 // counters, padded so two shards never share a cache line.
@@ -62,18 +81,21 @@ type shard struct {
 	mu     sync.Mutex
 	blocks [shardBlocks]*block // free, not in the pool; oldest first
 	n      int
-	// dirty is set when a block is cached or a free is owed, and cleared
-	// by a flush only (not when the lane takes the last block: a loop of
-	// pairs stores nothing), so flushShardsLocked skips a shard without
-	// its lock only when it has nothing to flush.
-	dirty  atomic.Bool
+	// hint has a bit (classBit) set for every size class cached since the
+	// last flush, and bit 0 (owedBit) when a free is owed, so a lane
+	// Alloc that would miss steps aside without the lock, and a flush
+	// skips a shard without its lock only when it has nothing to flush.
+	// Written under mu, read without it; bits are set, and cleared by a
+	// flush only (not when the lane takes the last block: a loop of pairs
+	// stores nothing).
+	hint   atomic.Uint64
 	cached int64 // bytes in blocks
 
 	// owed is the change of bytes in use made here and not yet added to
-	// a.inUse: never above 0 (an allocation that would raise it publishes
-	// it all), never below -shardSlack. So a.inUse is never below the
-	// truth, its peak never misses one, and with one shard in use it is
-	// exact; Stats adds every owed back.
+	// the allocator's meter: never above 0 (an allocation that would raise
+	// it publishes it all), never below -shardSlack. So the meter is
+	// never below the truth, its peak never misses one, and with one shard
+	// in use it is exact; Stats adds every owed back.
 	owed   int64
 	allocs uint64
 	frees  uint64
@@ -81,54 +103,69 @@ type shard struct {
 	_      [64]byte
 }
 
-func newShards() []shard {
+// init sets the lane up for a, with a shard per P (up to maxShards).
+func (l *lane) init(a *Allocator) {
 	n := 1
 	for n < runtime.GOMAXPROCS(0) && n < maxShards {
 		n <<= 1
 	}
-	return make([]shard, n)
+	l.shards = make([]shard, n)
+	l.owner, l.drv, l.stream = a, a.drv, a.stream
+	l.pool, l.maxSize, l.inUse = &a.pool, a.info.TotalMemory, &a.stats.inUse
 }
+
+// classBit is the bit of size class n in the classes hints: one of bits
+// 1 to 63 (bit 0 is owedBit).
+func classBit(n int64) uint64 {
+	h := uint64(n) * 0x9E3779B97F4A7C15 >> 58 // 0 to 63
+	return 2 << (h * 63 >> 6)                 // a shift, not a division
+}
+
+// owedBit in shard.hint: a lane Free left a free owed to the bytes in use
+// (a referenced block's, held, not cached).
+const owedBit = 1
 
 // shard is the calling goroutine's P's shard.
-func (a *Allocator) shard() *shard {
+func (l *lane) shard() *shard {
 	p := procPin()
 	procUnpin()
-	return &a.shards[p&(len(a.shards)-1)]
+	return &l.shards[p&(len(l.shards)-1)]
 }
 
-// laneOpen reports, with a shard's lock held, whether the lane may serve
-// a call now: nothing holds it closed and no capture is on the stream.
-func (a *Allocator) laneOpen() bool {
-	if a.laneOff.Load() != 0 {
+// open reports, with a shard's lock held, whether the lane may serve a
+// call now: nothing holds it closed and no capture is on the stream.
+func (l *lane) open() bool {
+	if l.off.Load() != 0 {
 		return false
 	}
-	st, err := a.drv.StreamCaptureStatus(a.stream)
+	st, err := l.drv.StreamCaptureStatus(l.stream)
 	return err == nil && st == DriverCaptureNone
 }
 
-// laneAlloc serves Alloc from the caller's shard: ok is false, and nothing
+// alloc serves Alloc from the caller's shard: ok is false, and nothing
 // changed, unless the lane is open and the shard has a free block of the
 // request's rounded size.
-func (a *Allocator) laneAlloc(size int64) (buf Buffer, ok bool) {
-	if profileRate.Load() != 0 || size > a.info.TotalMemory {
+func (l *lane) alloc(size int64) (buf Buffer, ok bool) {
+	if profileRate.Load() != 0 || size > l.maxSize {
 		return Buffer{}, false // sampled or refused: the locked path's
 	}
-	n := a.pool.round(size)
-	s := a.shard()
-	if !s.dirty.Load() {
-		return Buffer{}, false // nothing cached since the last flush
+	n := l.pool.round(size)
+	s := l.shard()
+	if s.hint.Load()&classBit(n) == 0 {
+		return Buffer{}, false // no block of n cached here since the last flush
 	}
 	s.mu.Lock()
 	i := s.n - 1 // the latest first: still hot in caches
 	for ; i >= 0 && s.blocks[i].class != n; i-- {
 	}
-	if i < 0 || !a.laneOpen() {
+	if i < 0 || !l.open() {
 		s.mu.Unlock()
 		return Buffer{}, false
 	}
 	b := s.blocks[i]
-	copy(s.blocks[i:], s.blocks[i+1:s.n])
-	s.n--
+	if s.n--; i < s.n {
+		copy(s.blocks[i:], s.blocks[i+1:s.n+1])
+	}
 	s.blocks[s.n] = nil
 	s.cached -= n
 	b.size = size
@@ -136,7 +173,7 @@ func (a *Allocator) laneAlloc(size int64) (buf Buffer, ok bool) {
 	s.allocs++
 	s.live++
 	if s.owed += size; s.owed > 0 {
-		a.inUse.add(s.owed)
+		l.inUse.add(s.owed)
 		s.owed = 0
 	}
 	buf = Buffer{blk: b, gen: gen, ptr: b.ptr, size: size} // before the unlock: a Close may recycle b right after
@@ -144,130 +181,134 @@ func (a *Allocator) laneAlloc(size int64) (buf Buffer, ok bool) {
 	return buf, true
 }
 
-// laneFree serves Free of a pooled buffer into the caller's shard: it
-// reports false, and nothing changed, when the locked path must decide
-// (a view, a workspace, a sampled or referenced block, a stale handle, a
-// full shard, the lane closed). A reference that raced in after the
-// retirement leaves the block held for it.
-func (a *Allocator) laneFree(b Buffer) bool {
+// free serves Free of a pooled buffer into the caller's shard: it reports
+// false, and nothing changed, when the locked path must decide (a view, a
+// workspace, a sampled or referenced block, a stale handle, a full shard,
+// the lane closed). A reference that raced in after the retirement leaves
+// the block held for it.
+func (l *lane) free(b Buffer) bool {
 	blk := b.blk
-	if blk == nil || blk.a != a || b.view || !blk.validFor(b.gen) ||
+	if blk == nil || blk.a != l.owner || b.view || !blk.validFor(b.gen) ||
 		blk.kind != kindPooled || blk.ws != "" || blk.prof.Load() != nil || blk.refs.Load() != 0 {
 		return false
 	}
-	s := a.shard()
+	s := l.shard()
 	s.mu.Lock()
-	if s.n == shardBlocks || !a.laneOpen() || !blk.state.CompareAndSwap(b.gen, b.gen+1) {
+	if s.n == shardBlocks || !l.open() || !blk.state.CompareAndSwap(b.gen, b.gen+1) {
 		s.mu.Unlock()
 		return false
 	}
 	s.frees++
 	s.live--
 	if s.owed -= blk.size; s.owed < -shardSlack {
-		a.inUse.add(s.owed)
+		l.inUse.add(s.owed)
 		s.owed = 0
 	}
 	if blk.refs.Load() != 0 { // a reference raced in: see release.go
 		blk.held.Store(true)
 		if blk.refs.Load() != 0 || !blk.held.CompareAndSwap(true, false) {
-			s.markDirty() // the owed free
+			s.setHint(owedBit) // the owed free
 			s.mu.Unlock()
 			return true
 		}
 	}
-	s.push(blk)
+	l.push(s, blk)
 	s.mu.Unlock()
 	return true
 }
 
-// push caches b, with room for it. Caller holds s.mu.
-func (s *shard) push(b *block) {
-	s.markDirty()
+// push caches b in s, with room for it. Caller holds s.mu.
+func (l *lane) push(s *shard, b *block) {
+	s.setHint(classBit(b.class))
 	s.blocks[s.n] = b
 	s.n++
 	s.cached += b.class
 }
 
+// setHint sets bit in s.hint, storing only when it was clear (a store is
+// a locked instruction). Caller holds s.mu.
+func (s *shard) setHint(bit uint64) {
+	if h := s.hint.Load(); h&bit == 0 {
+		s.hint.Store(h | bit)
+	}
+}
+
 // cacheLocked takes a freed pooled block for reuse: into the caller's
 // shard while the lane is open (its oldest block moving to the pool when
 // it is full), else into the pool. Caller holds a.mu.
-func (a *Allocator) cacheLocked(b *block) {
-	if a.laneOff.Load() != 0 {
-		a.pool.put(b)
+func (l *lane) cacheLocked(b *block) {
+	if l.off.Load() != 0 {
+		l.pool.put(b)
 		return
 	}
-	s := a.shard()
+	s := l.shard()
 	s.mu.Lock()
 	if s.n == shardBlocks {
 		old := s.blocks[0]
 		copy(s.blocks[:], s.blocks[1:])
 		s.n--
 		s.cached -= old.class
-		a.pool.put(old)
+		l.pool.put(old)
 	}
-	s.push(b)
+	l.push(s, b)
 	s.mu.Unlock()
 }
 
-func (s *shard) markDirty() {
-	if !s.dirty.Load() {
-		s.dirty.Store(true)
-	}
-}
-
-// flushLocked moves s's blocks to the pool, where best fit and merging
-// see them, and publishes what s owes to a.inUse (so an allocation made
-// next under a.mu raises the peak from the exact figure). Caller holds
-// a.mu.
-func (a *Allocator) flushLocked(s *shard) {
-	if !s.dirty.Load() {
+// flushShardLocked moves s's blocks to the pool, where best fit and
+// merging see them, and publishes what s owes to the bytes in use (so an
+// allocation made next under a.mu raises the peak from the exact figure).
+// Caller holds a.mu.
+func (l *lane) flushShardLocked(s *shard) {
+	if s.hint.Load() == 0 {
 		return
 	}
 	s.mu.Lock()
 	for i, b := range s.blocks[:s.n] {
-		a.pool.put(b)
+		l.pool.put(b)
 		s.blocks[i] = nil
 	}
 	s.n, s.cached = 0, 0
-	a.inUse.add(s.owed)
-	s.owed = 0
-	s.dirty.Store(false)
+	if s.owed != 0 {
+		l.inUse.add(s.owed)
+		s.owed = 0
+	}
+	s.hint.Store(0)
 	s.mu.Unlock()
 }
 
-// flushShardsLocked flushes every shard. Caller holds a.mu.
-func (a *Allocator) flushShardsLocked() {
-	for i := range a.shards {
-		a.flushLocked(&a.shards[i])
+// flushLocked flushes every shard. Caller holds a.mu.
+func (l *lane) flushLocked() {
+	for i := range l.shards {
+		l.flushShardLocked(&l.shards[i])
 	}
 }
 
-// closeLaneLocked closes the lane and waits until no lane call is in
-// flight; openLaneLocked undoes one closeLaneLocked. Caller holds a.mu.
-func (a *Allocator) closeLaneLocked() {
-	if a.laneOff.Add(1) != 1 {
+// closeLocked closes the lane and waits until no lane call is in flight;
+// openLocked undoes one closeLocked. Caller holds a.mu.
+func (l *lane) closeLocked() {
+	if l.off.Add(1) != 1 {
 		return // closed already, and drained when it was
 	}
-	for i := range a.shards {
-		a.shards[i].mu.Lock()
+	for i := range l.shards {
+		l.shards[i].mu.Lock()
 		//lint:ignore SA2001 an empty critical section: waiting for the lane call that holds it is the point
-		a.shards[i].mu.Unlock()
+		l.shards[i].mu.Unlock()
 	}
 }
 
-func (a *Allocator) openLaneLocked() { a.laneOff.Add(-1) }
+func (l *lane) openLocked() { l.off.Add(-1) }
 
-// addShardStatsLocked adds the shards' counters to s, and sets the bytes
-// in use and their peak, with every shard locked at once so the sums are
-// of one moment: the lane changes a.inUse only under a shard's lock, the
+// addStatsLocked adds the shards' counters to s, and sets the bytes in use
+// and their peak from inUse, with every shard locked at once so the sums
+// are of one moment: the lane changes inUse only under a shard's lock, the
 // locked path only under a.mu. Caller holds a.mu.
-func (a *Allocator) addShardStatsLocked(s *Stats) {
-	for i := range a.shards {
-		a.shards[i].mu.Lock()
+func (l *lane) addStatsLocked(s *Stats, inUse *meter) {
+	for i := range l.shards {
+		l.shards[i].mu.Lock()
 	}
-	s.BytesInUse, s.PeakInUse = a.inUse.cur.Load(), a.inUse.peak.Load()
-	for i := range a.shards {
-		sh := &a.shards[i]
+	s.BytesInUse, s.PeakInUse = inUse.cur.Load(), inUse.peak.Load()
+	for i := range l.shards {
+		sh := &l.shards[i]
 		s.BytesInUse += sh.owed
 		s.BytesCached += sh.cached
 		s.LiveBuffers += sh.live
@@ -275,7 +316,7 @@ func (a *Allocator) addShardStatsLocked(s *Stats) {
 		s.PoolHits += sh.allocs
 		s.Frees += sh.frees
 	}
-	for i := range a.shards {
-		a.shards[i].mu.Unlock()
+	for i := range l.shards {
+		l.shards[i].mu.Unlock()
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/capalloc/capalloc/cpu"
 )
 
-// The lock-free lane (alloc/shard.go) under -race: goroutines sharing one
+// The per-P lane (alloc/shard.go) under -race: goroutines sharing one
 // allocator, each with buffers of a few sizes, see only their own bytes,
 // and when they are done the counters add up and every byte goes back.
 func TestSharedAllocatorGoroutinesKeepTheirBytes(t *testing.T) {

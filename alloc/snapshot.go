@@ -125,8 +125,8 @@ func (a *Allocator) Snapshot() (Snapshot, error) {
 	}
 	// The lane stays closed from the walk to the counters, so they are of
 	// the moment of the blocks listed.
-	a.closeLaneLocked()
-	defer a.openLaneLocked()
+	a.lane.closeLocked()
+	defer a.lane.openLocked()
 	w := a.memWalkLocked(true)
 	return Snapshot{
 		Allocator: a.name, Backend: a.backend, Device: a.info.Name, DeviceMemory: a.info.TotalMemory,
@@ -189,14 +189,14 @@ func (a *Allocator) memWalkLocked(list bool) *memWalk {
 	// Free blocks outside the arenas' indexes: the pool's recent ones and
 	// the shards' (shard.go). The lane is closed for the walk, so neither
 	// those nor live blocks' sizes change under it.
-	a.closeLaneLocked()
-	defer a.openLaneLocked()
+	a.lane.closeLocked()
+	defer a.lane.openLocked()
 	cached := map[*block]bool{}
 	for _, b := range a.pool.recent[:a.pool.nRecent] {
 		cached[b] = true
 	}
-	for i := range a.shards {
-		for _, b := range a.shards[i].blocks[:a.shards[i].n] {
+	for i := range a.lane.shards {
+		for _, b := range a.lane.shards[i].blocks[:a.lane.shards[i].n] {
 			cached[b] = true
 		}
 	}

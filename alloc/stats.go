@@ -33,8 +33,32 @@ func (s Stats) String() string {
 		s.BytesInUse, s.LiveBuffers, s.PeakInUse, s.BytesReserved, s.PeakReserved, s.BytesCached, s.LiveGraphs, s.HostBytes, s.HostBuffers)
 }
 
-// meter is a byte count and its peak, kept with atomics: the lock-free
-// lane publishes what it allocated into it without a.mu (shard.go).
+// counters holds every counter an allocator keeps: a.stats. Stats is
+// derived from it (statsLocked), with the figures read off state rather
+// than kept: bytes cached and live buffers (the pool, the live lists, the
+// lane's shards), live graphs, watchdog expiries. The fields below are
+// changed under a.mu, except inUse, which the lane also changes under a
+// shard's lock (shard.go); the lane's own counts live in its shards.
+type counters struct {
+	BytesReserved int64
+	PeakReserved  int64
+	Allocs        uint64 // through a.mu; the lane's are in its shards
+	Frees         uint64
+	PoolHits      uint64
+	PoolMisses    uint64
+	DriverAllocs  uint64
+	DriverFrees   uint64
+	CaptureAllocs uint64
+	Captures      uint64
+	FailedCapture uint64
+	HostBuffers   int
+	HostBytes     int64
+
+	inUse meter // bytes of live buffers and their peak
+}
+
+// meter is a byte count and its peak, kept with atomics: the lane
+// publishes what it allocated into it without a.mu (shard.go).
 type meter struct {
 	cur, peak atomic.Int64
 }
@@ -45,9 +69,53 @@ func (m *meter) add(n int64) {
 	}
 }
 
-func (s *Stats) addReserved(n int64) {
-	s.BytesReserved += n
-	if s.BytesReserved > s.PeakReserved {
-		s.PeakReserved = s.BytesReserved
+// addReserved counts n more bytes held from the driver.
+func (c *counters) addReserved(n int64) {
+	c.BytesReserved += n
+	if c.BytesReserved > c.PeakReserved {
+		c.PeakReserved = c.BytesReserved
 	}
+}
+
+// givenBackLocked counts n bytes of one driver allocation as given back.
+func (c *counters) givenBackLocked(n int64) {
+	c.DriverFrees++
+	c.BytesReserved -= n
+}
+
+// Stats returns a snapshot of the counters.
+func (a *Allocator) Stats() Stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.statsLocked()
+}
+
+// statsLocked derives Stats from the counters and the figures read off
+// state. Caller holds a.mu, which stops the locked path; the shards'
+// locks, all held at once in lane.addStatsLocked, stop the lane: so every
+// figure, the bytes in use included (the lane publishes into them), is of
+// one moment.
+func (a *Allocator) statsLocked() Stats {
+	c := &a.stats
+	s := Stats{
+		BytesReserved: c.BytesReserved,
+		BytesCached:   a.pool.cached,
+		PeakReserved:  c.PeakReserved,
+		LiveBuffers:   a.live.n + a.pooledLive,
+		Allocs:        c.Allocs,
+		Frees:         c.Frees,
+		PoolHits:      c.PoolHits,
+		PoolMisses:    c.PoolMisses,
+		DriverAllocs:  c.DriverAllocs,
+		DriverFrees:   c.DriverFrees,
+		CaptureAllocs: c.CaptureAllocs,
+		Captures:      c.Captures,
+		FailedCapture: c.FailedCapture,
+		LiveGraphs:    len(a.graphs),
+		HostBuffers:   c.HostBuffers,
+		HostBytes:     c.HostBytes,
+		Timeouts:      a.guard.watchdog.expired.Load(),
+	}
+	a.lane.addStatsLocked(&s, &c.inUse)
+	return s
 }

@@ -194,7 +194,7 @@ func (a *Allocator) Enqueue(op string, uses []Buffer, call func(s Stream) error)
 		}
 		if c := a.guard.cap; c != nil {
 			for _, b := range uses {
-				a.refLocked(c, b.blk)
+				refLocked(c, b.blk)
 			}
 		}
 		return nil

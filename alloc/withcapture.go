@@ -139,7 +139,7 @@ func (c *capture) abandon(done <-chan captureResult) {
 			}
 		}
 		a.mu.Unlock()
-		a.flushReleases()
-		a.finishClose(a.cleanup)
+		a.releases.flush()
+		a.finishClose(a.releases.cleanup)
 	}()
 }

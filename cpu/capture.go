@@ -201,7 +201,7 @@ func (d *Driver) EndCapture(h alloc.Stream) (alloc.GraphHandle, error) {
 		}
 		return 0, c.invalidatedErr(what)
 	}
-	g := &graph{ops: c.ops, allocs: c.allocs}
+	g := &graph{ops: c.ops, allocs: c.allocs, mayBlock: chunksMayBlock(c.ops)}
 	c.ops = nil
 	for _, r := range c.allocs {
 		r.graph, r.graphFreed = g, r.freedIn == c

@@ -91,7 +91,13 @@ type Driver struct {
 	// Read lock-free on every operation; replaced copy-on-write under mu.
 	table   atomic.Pointer[idTable]
 	streams atomic.Pointer[map[alloc.Stream]*stream]
-	hosts   atomic.Pointer[[]hostRegion]
+	// hot caches streams by handle, direct-mapped, in front of the map:
+	// the allocator asks a stream's capture status before every
+	// operation, and a slot load is cheaper than a map lookup. Written
+	// under mu when a stream is created (it takes its slot) or destroyed
+	// (it leaves it); a colliding stream is found in the map.
+	hot   [hotStreams]atomic.Pointer[stream]
+	hosts atomic.Pointer[[]hostRegion]
 
 	// vmCtl serializes the VirtualMemory calls (and Close against them);
 	// vmMu guards the reservations' mapped state: control calls write it,
@@ -228,6 +234,9 @@ func (d *Driver) Usage() (alloc.Usage, error) {
 func (d *Driver) Close() error {
 	if !d.closed.CompareAndSwap(false, true) {
 		return errClosed("close")
+	}
+	for i := range d.hot {
+		d.hot[i].Store(nil)
 	}
 	streams := d.streams.Swap(&map[alloc.Stream]*stream{})
 	d.vmCtl.Lock()

@@ -13,6 +13,7 @@ type graph struct {
 	execs     int           // live instantiations
 	pending   int           // queued launches not yet run (counted only with allocs)
 	destroyed bool
+	mayBlock  bool // a host function among its ops (poll.go)
 }
 
 type graphExec struct {

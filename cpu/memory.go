@@ -99,7 +99,7 @@ func (d *Driver) vmCovers(r *allocation, off, n int64) bool {
 // their chunks stay mapped while an operation touches them; the returned
 // function unlocks.
 func (d *Driver) lockVM(a, b *allocation) (unlock func()) {
-	if (a == nil || a.vm == nil) && (b == nil || b.vm == nil) {
+	if !inReservation(a, b) {
 		return noUnlock
 	}
 	d.vmMu.RLock()
@@ -107,6 +107,11 @@ func (d *Driver) lockVM(a, b *allocation) (unlock func()) {
 }
 
 func noUnlock() {}
+
+// inReservation reports whether a or b is a reservation (lockVM).
+func inReservation(a, b *allocation) bool {
+	return (a != nil && a.vm != nil) || (b != nil && b.vm != nil)
+}
 
 // baseLocked finds the allocation p is the base address of. d.mu held.
 func (d *Driver) baseLocked(p alloc.DevicePtr) *allocation {

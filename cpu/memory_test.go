@@ -189,3 +189,33 @@ func TestClose(t *testing.T) {
 		}
 	}
 }
+
+// A memset writes exactly its range, with its value, at every length and
+// offset around the row fill copies before it doubles (ops.go).
+func TestMemsetLengths(t *testing.T) {
+	const size = 2048
+	d := newDriver(t, cpu.Options{})
+	s := newStream(t, d)
+	p := val[alloc.DevicePtr](t)(d.Malloc(size))
+	got := make([]byte, size)
+	for _, off := range []int64{0, 1, 7, 300} {
+		for _, n := range []int64{0, 1, 7, 8, 9, 255, 256, 257, 511, 512, 1000, size - 300} {
+			if off+n > size {
+				continue
+			}
+			v := byte(off + n + 1)
+			ok(t, d.MemsetAsync(p, 0xee, size, s))
+			ok(t, d.MemsetAsync(p+alloc.DevicePtr(off), v, n, s))
+			ok(t, d.CopyDtoH(got, p, s))
+			for i, c := range got {
+				want := byte(0xee)
+				if int64(i) >= off && int64(i) < off+n {
+					want = v
+				}
+				if c != want {
+					t.Fatalf("memset %d B of %#x at offset %d: byte %d is %#x, want %#x", n, v, off, i, c, want)
+				}
+			}
+		}
+	}
+}

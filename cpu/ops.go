@@ -1,6 +1,8 @@
 package cpu
 
 import (
+	"sync/atomic"
+
 	"github.com/capalloc/capalloc/alloc"
 )
 
@@ -35,8 +37,12 @@ type op struct {
 }
 
 func (d *Driver) run(o *op) error {
-	if o.kind != opGraph {
-		defer d.lockVM(o.dst, o.src)()
+	if o.kind == opGraph {
+		return d.runGraph(o)
+	}
+	if inReservation(o.dst, o.src) {
+		d.vmMu.RLock() // its mapped chunks stay mapped (lockVM)
+		defer d.vmMu.RUnlock()
 	}
 	switch o.kind {
 	case opMemset:
@@ -73,40 +79,59 @@ func (d *Driver) run(o *op) error {
 		d.mu.Lock()
 		d.releaseLocked(o.dst)
 		d.mu.Unlock()
-	case opGraph:
-		var first error
-		for _, ch := range o.sub {
-			for i := range ch {
-				if err := d.run(&ch[i]); err != nil && first == nil {
-					first = err
-				}
-			}
-		}
-		if o.counted {
-			d.mu.Lock()
-			o.exec.g.pending--
-			d.releaseIfUnusedLocked(o.exec.g)
-			d.mu.Unlock()
-		}
-		return first
 	}
 	return nil
 }
 
-// fill sets b to v by doubling copies (memmove speed for any value).
-func fill(b []byte, v byte) {
-	if len(b) == 0 {
-		return
+// runGraph runs a launched graph's ops in order, as one queue entry: a
+// replay is a loop over the recorded list, with no lock, map lookup or
+// allocation per op.
+func (d *Driver) runGraph(o *op) error {
+	var first error
+	for _, ch := range o.sub {
+		for i := range ch {
+			if err := d.run(&ch[i]); err != nil && first == nil {
+				first = err
+			}
+		}
 	}
+	if o.counted {
+		d.mu.Lock()
+		o.exec.g.pending--
+		d.releaseIfUnusedLocked(o.exec.g)
+		d.mu.Unlock()
+	}
+	return first
+}
+
+// fill sets b to v: one copy of a row of v (made on first use) for the
+// first fillRow bytes, then doubling copies (memmove speed for any
+// length). A replayed graph of small memsets spends most of its time here:
+// doubling from one byte made eight memmove calls for 256 B.
+func fill(b []byte, v byte) {
 	if v == 0 {
 		clear(b)
 		return
 	}
-	b[0] = v
-	for i := 1; i < len(b); i *= 2 {
+	row := fillRows[v].Load()
+	if row == nil {
+		row = new([fillRow]byte)
+		for i := range row {
+			row[i] = v
+		}
+		fillRows[v].Store(row) // a racing maker stores the same bytes
+	}
+	for i := copy(b, row[:]); i < len(b); i *= 2 {
 		copy(b[i:], b[:i])
 	}
 }
+
+// fillRow is how many bytes of v fill copies at once before it doubles.
+const fillRow = 256
+
+// fillRows holds a row of each byte value, made the first time fill
+// needs it.
+var fillRows [256]atomic.Pointer[[fillRow]byte]
 
 // noop is a zero-length operation: nothing to do, but an invalidated
 // capture still says so.

@@ -48,18 +48,27 @@ func (d *Driver) StreamPoll(h alloc.Stream) (bool, error) {
 }
 
 // mayBlock reports whether running q could wait on something outside the
-// driver: a host function, or a graph with one among its nodes.
+// driver: a host function, or a graph with one among its nodes (known
+// since its capture ended: a poll does not walk a replay's ops).
 func mayBlock(q []op) bool {
 	for i := range q {
 		switch q[i].kind {
 		case opHost:
 			return true
 		case opGraph:
-			for _, ch := range q[i].sub {
-				if mayBlock(ch) {
-					return true
-				}
+			if q[i].exec.g.mayBlock {
+				return true
 			}
+		}
+	}
+	return false
+}
+
+// chunksMayBlock is mayBlock over a capture's recorded ops.
+func chunksMayBlock(c opChunks) bool {
+	for _, ch := range c {
+		if mayBlock(ch) {
+			return true
 		}
 	}
 	return false

@@ -31,7 +31,13 @@ type stream struct {
 	destroyed bool
 }
 
+// hotStreams is the number of Driver.hot slots.
+const hotStreams = 64
+
 func (d *Driver) stream(h alloc.Stream, what string) (*stream, error) {
+	if s := d.hot[uint64(h)%hotStreams].Load(); s != nil && s.h == h {
+		return s, nil
+	}
 	if s := (*d.streams.Load())[h]; s != nil {
 		return s, nil
 	}
@@ -57,6 +63,7 @@ func (d *Driver) CreateStream() (alloc.Stream, error) {
 	m := maps.Clone(*d.streams.Load())
 	m[s.h] = s
 	d.streams.Store(&m)
+	d.hot[uint64(s.h)%hotStreams].Store(s)
 	return s.h, nil
 }
 
@@ -84,6 +91,7 @@ func (d *Driver) DestroyStream(h alloc.Stream) error {
 	s.mu.Unlock()
 
 	d.mu.Lock()
+	d.hot[uint64(h)%hotStreams].CompareAndSwap(s, nil) // before the map: no lookup finds it after both
 	if m := *d.streams.Load(); m[h] == s {
 		m = maps.Clone(m)
 		delete(m, h)

@@ -241,3 +241,31 @@ func TestDeviceSyncRunsStreamsConcurrently(t *testing.T) {
 		})
 	}
 }
+
+// A destroyed stream is unknown to every later call, whichever streams
+// share its slot in the driver's stream cache (more streams than slots),
+// and the live ones are still found.
+func TestDestroyedStreamsAreUnknown(t *testing.T) {
+	d := newDriver(t, cpu.Options{})
+	p := val[alloc.DevicePtr](t)(d.Malloc(64))
+	var live, gone []alloc.Stream
+	for i := range 150 {
+		s := val[alloc.Stream](t)(d.CreateStream())
+		if i%3 == 0 {
+			ok(t, d.DestroyStream(s))
+			gone = append(gone, s)
+		} else {
+			live = append(live, s)
+		}
+	}
+	for _, s := range gone {
+		_, err := d.StreamCaptureStatus(s)
+		isErr(t, err, alloc.ErrInvalidValue)
+		isErr(t, d.MemsetAsync(p, 1, 64, s), alloc.ErrInvalidValue)
+	}
+	for _, s := range live {
+		wantStatus(t, d, s, alloc.DriverCaptureNone)
+		ok(t, d.MemsetAsync(p, 1, 64, s))
+		ok(t, d.StreamSynchronize(s))
+	}
+}
