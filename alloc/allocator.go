@@ -91,7 +91,7 @@ func New(drv Driver, opts Options) (*Allocator, error) {
 		return nil, &Error{Op: "New", Backend: a.backend, Size: -1, Err: err}
 	}
 	a.stream = s
-	a.pool.init(a.info.Alignment)
+	a.pool.init(a, a.info.Alignment, a.info.TotalMemory, driverUpstream{a})
 	a.shards = newShards()
 	a.watchdog = &watchdog{timeout: opts.watchdog()}
 	if ab, ok := drv.(Aborter); ok {

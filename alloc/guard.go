@@ -103,9 +103,9 @@ func (a *Allocator) enqueue(op string, size int64, dst, src Buffer, check func()
 			err = call()
 		case StateActive:
 			if err = call(); err == nil {
-				err = a.afterCapturedLocked(op)
+				err = afterCaptured(a.drv, a.stream, op)
 			} else {
-				err = a.refusedInCaptureLocked(err)
+				err = refusedInCapture(a.drv, a.stream, err)
 			}
 			if err == nil {
 				a.refLocked(a.cap, dst.blk)
