@@ -34,7 +34,7 @@ func (a *Allocator) Alloc(size int64) (Buffer, error) {
 			a.eager.bufs = append(a.eager.bufs, b) // an eager graph's run owns it
 		}
 	case StateActive:
-		b, err = a.captureAllocLocked("Alloc", size)
+		b, err = a.cap.allocLocked(a, "Alloc", size)
 	default:
 		err = refusal(st, "allocation")
 	}
@@ -98,8 +98,9 @@ func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 	return a.handOutLocked(b, size), nil
 }
 
-// captureAllocLocked makes an allocation node in the active capture.
-func (a *Allocator) captureAllocLocked(op string, size int64) (Buffer, error) {
+// allocLocked makes an allocation node of a's in c, a's active capture:
+// the memory is the graph's until Graph.Close. Caller holds a.mu.
+func (c *capture) allocLocked(a *Allocator, op string, size int64) (Buffer, error) {
 	p, err := a.drv.MallocAsync(size, a.stream)
 	if err != nil {
 		return Buffer{}, refusedInCapture(a.drv, a.stream, err)
@@ -107,7 +108,6 @@ func (a *Allocator) captureAllocLocked(op string, size int64) (Buffer, error) {
 	if err := afterCaptured(a.drv, a.stream, op); err != nil {
 		return Buffer{}, err // the driver releases memory of an invalidated capture
 	}
-	c := a.cap
 	b := &block{a: a, ptr: p, class: size, kind: kindGraph, cap: c}
 	c.blocks = append(c.blocks, b)
 	c.allocs++

@@ -3,7 +3,6 @@ package alloc
 import (
 	"cmp"
 	"errors"
-	"iter"
 	"slices"
 )
 
@@ -104,38 +103,6 @@ func (p *pool) arenaFor(n int64) *arena {
 		return &p.small
 	}
 	return &p.large
-}
-
-// arenas are the pool's two arenas, small first.
-func (p *pool) arenas() [2]*arena { return [2]*arena{&p.small, &p.large} }
-
-// segments yields every segment of both arenas, the small arena's first,
-// each arena's most recent first. The loop body may not unlink segments.
-func (p *pool) segments() iter.Seq[*segment] {
-	return func(yield func(*segment) bool) {
-		for _, ar := range p.arenas() {
-			for s := ar.segs; s != nil; s = s.next {
-				if !yield(s) {
-					return
-				}
-			}
-		}
-	}
-}
-
-// blocks yields s's blocks in address order, holes included.
-func (s *segment) blocks() iter.Seq[*block] { return blocksFrom(s.first) }
-
-// blocksFrom yields b and the blocks after it in its segment, in address
-// order. The loop body may change the block it is at, not its successor.
-func blocksFrom(b *block) iter.Seq[*block] {
-	return func(yield func(*block) bool) {
-		for ; b != nil; b = b.segNext {
-			if !yield(b) {
-				return
-			}
-		}
-	}
 }
 
 // segmentSize is the driver allocation made for a miss of rounded size n.

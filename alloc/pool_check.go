@@ -39,7 +39,7 @@ func (p *pool) check() error {
 		}
 		nfree, sawExp := 0, false
 		var prevSeg *segment
-		for s := ar.segs; s != nil; s = s.next {
+		for s := range ar.segments() {
 			if s.prev != prevSeg || s.ar != ar {
 				return fmt.Errorf("segment %#x: badly linked", s.ptr)
 			}

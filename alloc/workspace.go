@@ -34,7 +34,7 @@ func (a *Allocator) Workspace(name string, size int64) (Buffer, error) {
 		case StateNone:
 			b, err = a.poolAllocLocked(size)
 		case StateActive:
-			if b, err = a.captureAllocLocked(op, size); err == nil {
+			if b, err = a.cap.allocLocked(a, op, size); err == nil {
 				a.cap.lazyWS = append(a.cap.lazyWS, name)
 			}
 		default:
