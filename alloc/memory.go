@@ -47,12 +47,6 @@ func (a *Allocator) Alloc(size int64) (Buffer, error) {
 	return b, nil
 }
 
-// outOfMemory is the error of an allocation the device cannot hold,
-// with the counters st of the moment (device: its memory).
-func outOfMemory(why string, device int64, st Stats) error {
-	return wrapf(ErrOutOfMemory, "%s (device %d B); %s", why, device, st)
-}
-
 // poolAllocLocked serves an allocation outside capture from the pool: a
 // free block, else a new one from the upstream (pool.grow, or the
 // expandable range while the guard allows mapping).
@@ -156,7 +150,9 @@ func refusedInCapture(drv Driver, s Stream, err error) error {
 // cached (cudaDeviceGraphMemTrim). It is refused during a capture on the
 // allocator's stream. The graph trim is device-wide: while a Global-mode
 // capture is active elsewhere in the domain it is skipped (the pool's
-// cache is still released) and a warning is logged.
+// cache is still released) and a warning is logged. The pool's part is
+// the reclaim ladder's top rung (pool.releaseAll); the graph trim is made
+// after a.mu is released, a blocking call under the watchdog.
 func (a *Allocator) Trim() error {
 	t, trims := a.drv.(GraphMemTrimmer)
 	var why error // why the graph trim and the unmapping are skipped

@@ -92,6 +92,13 @@ func (p *pool) releaseAll(op string, unmap bool) (bool, error) {
 	return r.step(rungAll)
 }
 
+// outOfMemory is the error of an allocation the device cannot hold, the
+// ladder climbed (or a request larger than the device), with the counters
+// st of the moment (device: its memory).
+func outOfMemory(why string, device int64, st Stats) error {
+	return wrapf(ErrOutOfMemory, "%s (device %d B); %s", why, device, st)
+}
+
 // step takes one rung and reports whether it gave anything back.
 func (r *reclaim) step(rg rung) (bool, error) {
 	p := r.p
