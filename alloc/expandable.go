@@ -250,7 +250,7 @@ func (p *pool) unmapOverSlack(need, headroom int64, keep *expandable, keepLo, ke
 		return nil
 	}
 	need = min(need, roundUp(over, keep.chunk))
-	idle, err := p.env.idle()
+	idle, err := p.up.idle()
 	if err != nil {
 		return fmt.Errorf("earlier work on the stream failed: %w", err)
 	}

@@ -284,10 +284,13 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 			// pool trimmed.
 			a.mu.Lock()
 			r := reclaim{p: &a.pool, op: "AllocSync", need: size, top: rungAll, sync: true, unmap: a.vm != nil, trimPools: true}
-			err = r.climb(err, func() (err error) {
+			err = r.climb(err, func() error {
 				a.mu.Unlock()
-				defer a.mu.Lock()
 				p, err = a.drv.Malloc(size)
+				a.mu.Lock()
+				if err != nil && a.closed { // Close emptied the pool meanwhile: stop climbing
+					return wrapf(ErrClosed, "closed during the retry: %v", err)
+				}
 				return err
 			})
 			a.mu.Unlock()

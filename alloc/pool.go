@@ -68,10 +68,9 @@ type pool struct {
 	recent  [recentBlocks]*block // oldest first
 	nRecent int
 
-	up     upstream
-	env    reclaimEnv // the reclaim ladder's rungs that are not the pool's
-	owner  *Allocator // the block records' (block.a)
-	device int64      // the device's memory: sizes the expandable ranges
+	up     poolUpstream // memory, and the reclaim ladder's rungs that are not the pool's
+	owner  *Allocator   // the block records' (block.a)
+	device int64        // the device's memory: sizes the expandable ranges
 }
 
 // poolUpstream is what the pool is made over: its memory's source and the
@@ -86,7 +85,7 @@ const recentBlocks = 8
 // init readies the pool for a device of the given alignment and memory,
 // its blocks recorded as owner's, its memory from up.
 func (p *pool) init(owner *Allocator, alignment, device int64, up poolUpstream) {
-	p.owner, p.device, p.up, p.env = owner, device, up, up
+	p.owner, p.device, p.up = owner, device, up
 	p.granule = poolGranule
 	for p.granule < alignment {
 		p.granule <<= 1

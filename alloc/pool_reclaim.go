@@ -104,7 +104,7 @@ func (r *reclaim) step(rg rung) (bool, error) {
 	p := r.p
 	switch rg {
 	case rungFlush:
-		p.env.flush()
+		p.up.flush()
 		p.mergeRecent()
 		return false, nil
 	case rungAsNeeded:
@@ -121,13 +121,13 @@ func (r *reclaim) step(rg rung) (bool, error) {
 		return gave || n > 0, err
 	case rungTrim:
 		if r.sync {
-			if err := p.env.drain(r.op); err != nil {
+			if err := p.up.drain(r.op); err != nil {
 				return false, err
 			}
 		}
-		return p.env.trim(r.trimPools), nil
+		return p.up.trim(r.trimPools), nil
 	case rungAll:
-		if err := p.env.mayReleaseAll(); err != nil {
+		if err := p.up.mayReleaseAll(); err != nil {
 			return false, err
 		}
 		gave, err := r.giveBack(p.takeAll())
@@ -145,7 +145,7 @@ func (r *reclaim) step(rg rung) (bool, error) {
 func (r *reclaim) giveBack(segs []*segment) (bool, error) {
 	gave, err := r.p.giveBack(segs)
 	if gave && err == nil && r.sync {
-		err = r.p.env.drain(r.op)
+		err = r.p.up.drain(r.op)
 	}
 	return gave, err
 }
@@ -157,7 +157,7 @@ func (r *reclaim) unmapFree(limit int64) (int64, error) {
 	if p.small.exp == nil && p.large.exp == nil {
 		return 0, nil
 	}
-	if err := p.env.drain(r.op); err != nil {
+	if err := p.up.drain(r.op); err != nil {
 		return 0, err
 	}
 	keep := r.keep
