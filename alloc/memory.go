@@ -25,7 +25,7 @@ func (a *Allocator) Alloc(size int64) (Buffer, error) {
 		return Buffer{}, a.fail("Alloc", size, st, err)
 	}
 	if size > a.info.TotalMemory {
-		return Buffer{}, a.fail("Alloc", size, st, outOfMemory("larger than the device", a.info.TotalMemory, a.statsLocked()))
+		return Buffer{}, a.fail("Alloc", size, st, outOfMemory(a, "larger than the device"))
 	}
 	var b Buffer
 	switch st {
@@ -48,8 +48,7 @@ func (a *Allocator) Alloc(size int64) (Buffer, error) {
 }
 
 // poolAllocLocked serves an allocation outside capture from the pool: a
-// free block, else a new one from the upstream (pool.grow, or the
-// expandable range while the guard allows mapping).
+// free block, else a new one from the upstream (driverUpstream.grow).
 func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 	n := a.pool.round(size)
 	// The lane found no block of this size in the caller's shard: best fit
@@ -60,31 +59,9 @@ func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 		return a.handOutLocked(b, size), nil
 	}
 	a.stats.PoolMisses++
-	// Strict: no pool growth that the documented rules would make in
-	// Relaxed interaction mode (another stream's Global capture).
-	if err := a.strictRelaxedLocked("pool growth"); err != nil {
-		return Buffer{}, err
-	}
-	var (
-		b   *block
-		ok  bool // the expandable range served it
-		err error
-	)
-	// Mapping is an unsafe call: only while the guard allows one now, the
-	// gate tried (a.mu is held: never waited for), no Global-mode capture
-	// elsewhere in the domain.
-	if a.vm != nil && a.dom.gate.TryRLock() {
-		if a.unsafeAllowedLocked(StateNone, false) == nil {
-			headroom := int64(expandSlack*float64(a.inUse.peak.Load())) - a.stats.BytesReserved
-			b, ok, err = a.pool.growExpandable(n, headroom)
-		}
-		a.dom.gate.RUnlock()
-	}
-	if !ok {
-		b, err = a.pool.grow(n)
-	}
+	b, err := driverUpstream{a}.grow(n)
 	if errors.Is(err, ErrOutOfMemory) {
-		return Buffer{}, fmt.Errorf("%w; %s", err, outOfMemory("driver out of memory", a.info.TotalMemory, a.statsLocked()))
+		return Buffer{}, fmt.Errorf("%w; %s", err, outOfMemory(a, "driver out of memory"))
 	}
 	if err != nil {
 		return Buffer{}, err
@@ -268,7 +245,7 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 	err := a.blockingUndo("AllocSync", size, nil, func(st CaptureState) error {
 		capturing = st != StateNone
 		if size > a.info.TotalMemory {
-			return outOfMemory("larger than the device", a.info.TotalMemory, a.statsLocked())
+			return outOfMemory(a, "larger than the device")
 		}
 		if err := a.unsafeRefusalLocked(st, false, "eager synchronous allocation"); err != nil {
 			return err

@@ -92,11 +92,12 @@ func (p *pool) releaseAll(op string, unmap bool) (bool, error) {
 	return r.step(rungAll)
 }
 
-// outOfMemory is the error of an allocation the device cannot hold, the
-// ladder climbed (or a request larger than the device), with the counters
-// st of the moment (device: its memory).
-func outOfMemory(why string, device int64, st Stats) error {
-	return wrapf(ErrOutOfMemory, "%s (device %d B); %s", why, device, st)
+// outOfMemory is the error of an allocation a's device cannot hold, the
+// ladder climbed (or a request larger than the device), with a's counters
+// of the moment. Caller holds a.mu. It reads the counters itself: their
+// copy stays out of the frames of Alloc's hot path.
+func outOfMemory(a *Allocator, why string) error {
+	return wrapf(ErrOutOfMemory, "%s (device %d B); %s", why, a.info.TotalMemory, a.statsLocked())
 }
 
 // step takes one rung and reports whether it gave anything back.

@@ -26,7 +26,7 @@ func (a *Allocator) Workspace(name string, size int64) (Buffer, error) {
 	}
 	st, err := a.stateLocked()
 	if err == nil && size > a.info.TotalMemory {
-		err = outOfMemory("larger than the device", a.info.TotalMemory, a.statsLocked())
+		err = outOfMemory(a, "larger than the device")
 	}
 	var b Buffer
 	if err == nil {
