@@ -25,7 +25,7 @@ import (
 //     (TryRLock), which cannot wait.
 //  3. mu, the allocator lock.
 //  4. the shards' locks (shard.go), in ascending order when several are
-//     held (closeLaneLocked, addShardStatsLocked); the lane's Alloc and
+//     held (lane.closeLocked, lane.addStatsLocked); the lane's Alloc and
 //     Free take their own shard's alone, without mu.
 //
 // Leaves, under which no other lock is taken: the domain's lock (domain.mu)
@@ -95,11 +95,11 @@ func New(drv Driver, opts Options) (*Allocator, error) {
 		return nil, &Error{Op: "New", Backend: a.backend, Size: -1, Err: err}
 	}
 	a.stream = s
-	a.pool.init(a.info.Alignment)
+	a.pool.init(a, a.info.Alignment, a.info.TotalMemory, driverUpstream{a})
 	a.lane.init(a)
 	a.guard = newGuard(&a.mu, a, &a.releases, drv, s, info, opts)
 	a.releases.init(a) // after the guard: it shares the guard's domain and watchdog
-	publish(a) // last: readers of the registry see it whole
+	publish(a)         // last: readers of the registry see it whole
 	return a, nil
 }
 

@@ -38,10 +38,12 @@ type block struct {
 	freedInGraph bool // kindGraph block whose free node was captured
 	materialized bool // kindGraph block a launch made real: the caller frees it
 
-	// refs counts the captures and live graphs whose recorded work uses
-	// this block (besides the graph that allocated it). Its memory is not
-	// reused while refs > 0: released meanwhile, it is held (held) and
-	// released when the last of them lets go.
+	// refs counts what still uses this block's memory: the captures and
+	// live graphs whose recorded work uses it (besides the graph that
+	// allocated it), and the pins of blocking driver calls made on it
+	// without a.mu (releases.pinLocked, release.go: a pageable copy). Its
+	// memory is not reused while refs > 0: released meanwhile, it is held
+	// (held) and released when the last of them lets go.
 	// Both are atomic for the per-P lane's free (shard.go, "held").
 	refs    atomic.Int32
 	held    atomic.Bool

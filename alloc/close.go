@@ -101,10 +101,10 @@ func teardownLocked(a *Allocator, clean cleaner) []error {
 		for _, s := range segs {
 			a.stats.givenBackLocked(s.size)
 		}
-	} else if _, err := a.releaseCacheLocked(); err != nil {
+	} else if _, err := a.pool.releaseAll("Close", false); err != nil {
 		errs = append(errs, err)
 	}
-	unmap := a.detachExpandableLocked() // after the last synchronize, below
+	unmap := driverUpstream{a}.detach() // after the last synchronize, below
 	hosts := make([]*HostBuffer, 0, len(a.hosts))
 	for h := range a.hosts {
 		hosts = append(hosts, h)
@@ -151,12 +151,10 @@ func liveBlocksLocked(a *Allocator) []*block {
 	for b := a.live.head; b != nil; b = b.next {
 		bs = append(bs, b)
 	}
-	for _, ar := range [...]*arena{&a.pool.small, &a.pool.large} {
-		for s := ar.segs; s != nil; s = s.next {
-			for b := s.first; b != nil; b = b.segNext {
-				if b.live() {
-					bs = append(bs, b)
-				}
+	for s := range a.pool.segments() {
+		for b := range s.blocks() {
+			if b.live() {
+				bs = append(bs, b)
 			}
 		}
 	}

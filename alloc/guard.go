@@ -53,12 +53,10 @@ type guard struct {
 	transition chan struct{} // closed when a capture begin or end in flight returns
 }
 
-// guardedMemory is the allocator's side of the guard's call paths: what a
-// call recorded into its capture keeps alive (memory.go, release.go), and
-// the pins a blocking call holds on a buffer's memory (release.go).
+// guardedMemory is the allocator's side of the guard's call paths: the
+// end of a blocking call's pin on a buffer's memory, and what that end may
+// let through (release.go).
 type guardedMemory interface {
-	afterCapturedLocked(op string) error
-	refusedInCaptureLocked(err error) error
 	unpinLocked(b *block)
 	afterUnpin(clean cleaner)
 }
@@ -226,9 +224,9 @@ func (g *guard) enqueue(op string, size int64, dst, src Buffer, check func() err
 			err = call()
 		case StateActive:
 			if err = call(); err == nil {
-				err = g.mem.afterCapturedLocked(op)
+				err = afterCaptured(g.drv, g.stream, op)
 			} else {
-				err = g.mem.refusedInCaptureLocked(err)
+				err = refusedInCapture(g.drv, g.stream, err)
 			}
 			if err == nil {
 				refLocked(g.cap, dst.blk)

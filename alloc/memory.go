@@ -25,7 +25,7 @@ func (a *Allocator) Alloc(size int64) (Buffer, error) {
 		return Buffer{}, a.fail("Alloc", size, st, err)
 	}
 	if size > a.info.TotalMemory {
-		return Buffer{}, a.fail("Alloc", size, st, a.oomLocked(size, "larger than the device"))
+		return Buffer{}, a.fail("Alloc", size, st, outOfMemory(a, "larger than the device"))
 	}
 	var b Buffer
 	switch st {
@@ -34,7 +34,7 @@ func (a *Allocator) Alloc(size int64) (Buffer, error) {
 			a.eager.bufs = append(a.eager.bufs, b) // an eager graph's run owns it
 		}
 	case StateActive:
-		b, err = a.captureAllocLocked("Alloc", size)
+		b, err = a.guard.cap.allocLocked(a, "Alloc", size)
 	default:
 		err = refusal(st, "allocation")
 	}
@@ -47,10 +47,8 @@ func (a *Allocator) Alloc(size int64) (Buffer, error) {
 	return b, nil
 }
 
-func (a *Allocator) oomLocked(size int64, why string) error {
-	return wrapf(ErrOutOfMemory, "%s (device %d B); %s", why, a.info.TotalMemory, a.statsLocked())
-}
-
+// poolAllocLocked serves an allocation outside capture from the pool: a
+// free block, else a new one from the upstream (driverUpstream.grow).
 func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 	n := a.pool.round(size)
 	// The lane found no block of this size in the caller's shard: best fit
@@ -61,9 +59,9 @@ func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 		return a.handOutLocked(b, size), nil
 	}
 	a.stats.PoolMisses++
-	b, err := a.growPoolLocked(n)
+	b, err := driverUpstream{a}.grow(n)
 	if errors.Is(err, ErrOutOfMemory) {
-		return Buffer{}, fmt.Errorf("%w; %s", err, a.oomLocked(size, "driver out of memory"))
+		return Buffer{}, fmt.Errorf("%w; %s", err, outOfMemory(a, "driver out of memory"))
 	}
 	if err != nil {
 		return Buffer{}, err
@@ -71,78 +69,16 @@ func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 	return a.handOutLocked(b, size), nil
 }
 
-// growPoolLocked makes a new segment for a request of n bytes (rounded)
-// the pool could not serve and returns the request's block. When the
-// driver is out of memory it gives back wholly free segments, as few as
-// make room, and retries; then tries a segment of just n bytes (a device
-// too small for the usual segment size); then, last, gives back every free
-// segment and the memory closed graphs left cached (GraphMemTrimmer).
-func (a *Allocator) growPoolLocked(n int64) (*block, error) {
-	// Strict: no pool growth that the documented rules would make in
-	// Relaxed interaction mode (another stream's Global capture).
-	if err := a.guard.strictRelaxedLocked("pool growth"); err != nil {
-		return nil, err
-	}
-	if a.vm != nil {
-		if b, ok, err := a.growExpandableLocked(n); ok || err != nil {
-			return b, err
-		}
-	}
-	sizes := [2]int64{segmentSize(n), n}
-	var err error
-	for i, size := range sizes {
-		if i == 1 && size == sizes[0] {
-			break
-		}
-		var p DevicePtr
-		p, err = a.drv.MallocAsync(size, a.stream)
-		if errors.Is(err, ErrOutOfMemory) {
-			freed, ferr := a.freeSegmentsLocked(a.pool.takeFor(size))
-			if ferr != nil {
-				return nil, errors.Join(err, ferr)
-			}
-			if freed {
-				p, err = a.drv.MallocAsync(size, a.stream)
-			}
-		}
-		if err == nil {
-			return a.newSegmentLocked(p, size, n), nil
-		}
-		if !errors.Is(err, ErrOutOfMemory) {
-			return nil, err
-		}
-	}
-	freed, ferr := a.releaseCacheLocked()
-	if ferr != nil {
-		return nil, errors.Join(err, ferr)
-	}
-	if a.tryTrimGraphMemoryLocked() || freed {
-		var p DevicePtr
-		if p, err = a.drv.MallocAsync(n, a.stream); err == nil {
-			return a.newSegmentLocked(p, n, n), nil
-		}
-	}
-	return nil, err
-}
-
-// newSegmentLocked counts a fresh driver allocation of size bytes and makes
-// it a pool segment, returning its first n bytes.
-func (a *Allocator) newSegmentLocked(p DevicePtr, size, n int64) *block {
-	a.stats.DriverAllocs++
-	a.stats.addReserved(size)
-	return a.pool.addSegment(a, p, size, n)
-}
-
-// captureAllocLocked makes an allocation node in the active capture.
-func (a *Allocator) captureAllocLocked(op string, size int64) (Buffer, error) {
+// allocLocked makes an allocation node of a's in c, a's active capture:
+// the memory is the graph's until Graph.Close. Caller holds a.mu.
+func (c *capture) allocLocked(a *Allocator, op string, size int64) (Buffer, error) {
 	p, err := a.drv.MallocAsync(size, a.stream)
 	if err != nil {
-		return Buffer{}, a.refusedInCaptureLocked(err)
+		return Buffer{}, refusedInCapture(a.drv, a.stream, err)
 	}
-	if err := a.afterCapturedLocked(op); err != nil {
+	if err := afterCaptured(a.drv, a.stream, op); err != nil {
 		return Buffer{}, err // the driver releases memory of an invalidated capture
 	}
-	c := a.guard.cap
 	b := &block{a: a, ptr: p, class: size, kind: kindGraph, cap: c}
 	c.blocks = append(c.blocks, b)
 	c.allocs++
@@ -152,11 +88,11 @@ func (a *Allocator) captureAllocLocked(op string, size int64) (Buffer, error) {
 	return a.handOutLocked(b, size), nil
 }
 
-// afterCapturedLocked re-reads the driver's capture status after a call was
-// recorded: a driver that invalidated the capture while reporting success is
-// reported, not trusted.
-func (a *Allocator) afterCapturedLocked(op string) error {
-	st, err := a.drv.StreamCaptureStatus(a.stream)
+// afterCaptured re-reads the driver's capture status of stream s after a
+// call was recorded: a driver that invalidated the capture while
+// reporting success is reported, not trusted.
+func afterCaptured(drv Driver, s Stream, op string) error {
+	st, err := drv.StreamCaptureStatus(s)
 	if err != nil {
 		return err
 	}
@@ -166,17 +102,17 @@ func (a *Allocator) afterCapturedLocked(op string) error {
 	return nil
 }
 
-// refusedInCaptureLocked completes the error of a call the driver refused
-// while this allocator's capture records. A refusal because of the capture
+// refusedInCapture completes the error of a call the driver refused
+// while this allocator's capture records on stream s. A refusal because of the capture
 // (ErrCaptureIllegalOp: CUDA's 900, 906, 907) does not always invalidate
 // it, so the driver's status is read again and the error says which: it
 // also wraps ErrCaptureInvalidated when the capture is gone, and says the
 // capture is still active otherwise (EndCapture will then succeed).
-func (a *Allocator) refusedInCaptureLocked(err error) error {
+func refusedInCapture(drv Driver, s Stream, err error) error {
 	if !errors.Is(err, ErrCaptureIllegalOp) || errors.Is(err, ErrCaptureInvalidated) {
 		return err
 	}
-	st, serr := a.drv.StreamCaptureStatus(a.stream)
+	st, serr := drv.StreamCaptureStatus(s)
 	switch {
 	case serr != nil:
 		return errors.Join(err, serr)
@@ -186,37 +122,14 @@ func (a *Allocator) refusedInCaptureLocked(err error) error {
 	return fmt.Errorf("%w (%w by the refusal)", err, ErrCaptureInvalidated)
 }
 
-// releaseCacheLocked gives every wholly free segment back to the driver
-// and reports whether there was any. Only called with no capture on the
-// stream, so the frees are not recorded.
-func (a *Allocator) releaseCacheLocked() (bool, error) {
-	if err := a.guard.strictLocked("freeing cached segments"); err != nil {
-		return false, err
-	}
-	a.lane.flushLocked()
-	return a.freeSegmentsLocked(a.pool.takeAll())
-}
-
-// freeSegmentsLocked gives segments the pool took out back to the driver
-// (stream-ordered) and reports whether there were any. A segment whose
-// free fails is still counted as gone: the driver has it, not the pool.
-func (a *Allocator) freeSegmentsLocked(segs []*segment) (bool, error) {
-	var errs []error
-	for _, s := range segs {
-		if err := a.drv.FreeAsync(s.ptr, a.stream); err != nil {
-			errs = append(errs, err)
-		}
-		a.stats.givenBackLocked(s.size)
-	}
-	return len(segs) > 0, errors.Join(errs...)
-}
-
 // Trim gives the pool's cached memory back to the driver and, when the
 // driver implements GraphMemTrimmer, the memory that closed graphs left
 // cached (cudaDeviceGraphMemTrim). It is refused during a capture on the
 // allocator's stream. The graph trim is device-wide: while a Global-mode
 // capture is active elsewhere in the domain it is skipped (the pool's
-// cache is still released) and a warning is logged.
+// cache is still released) and a warning is logged. The pool's part is
+// the reclaim ladder's top rung (pool.releaseAll); the graph trim is made
+// after a.mu is released, a blocking call under the watchdog.
 func (a *Allocator) Trim() error {
 	t, trims := a.drv.(GraphMemTrimmer)
 	var why error // why the graph trim and the unmapping are skipped
@@ -224,17 +137,11 @@ func (a *Allocator) Trim() error {
 		if st != StateNone {
 			return refusal(st, "trim frees memory")
 		}
-		if _, err := a.releaseCacheLocked(); err != nil {
-			return err
-		}
 		if trims || a.vm != nil {
 			why = a.guard.unsafeAllowedLocked(st, false)
 		}
-		if a.vm != nil && why == nil {
-			_, err := a.unmapAllFreeLocked("Trim")
-			return err
-		}
-		return nil
+		_, err := a.pool.releaseAll("Trim", a.vm != nil && why == nil)
+		return err
 	}, func() error {
 		switch {
 		case !trims && a.vm == nil:
@@ -247,27 +154,6 @@ func (a *Allocator) Trim() error {
 		}
 		return t.TrimGraphMemory()
 	})
-}
-
-// tryTrimGraphMemoryLocked trims graph memory if the driver can and the
-// guard allows it now, without waiting: a.mu is held, and the gate's order
-// is gate before a.mu, so only TryRLock is safe here (a capture beginning
-// meanwhile means no trim). Only called with no capture on the stream. It
-// reports whether it trimmed.
-func (a *Allocator) tryTrimGraphMemoryLocked() bool {
-	t, ok := a.drv.(GraphMemTrimmer)
-	if !ok || !a.guard.dom.gate.TryRLock() {
-		return false
-	}
-	defer a.guard.dom.gate.RUnlock()
-	if a.guard.unsafeAllowedLocked(StateNone, false) != nil {
-		return false
-	}
-	if err := t.TrimGraphMemory(); err != nil {
-		a.opts.logger().Warn("capalloc: trim graph memory", "backend", a.backend, "err", err)
-		return false
-	}
-	return true
 }
 
 // Free releases b. Outside capture a pooled buffer returns to the pool
@@ -326,9 +212,9 @@ func (a *Allocator) freeLocked(st CaptureState, blk *block, gen uint64) error {
 				return wrapf(ErrInvalidBuffer, "buffer %#x belongs to another graph", blk.ptr)
 			}
 			if err := a.drv.FreeAsync(blk.ptr, a.stream); err != nil {
-				return a.refusedInCaptureLocked(err)
+				return refusedInCapture(a.drv, a.stream, err)
 			}
-			if err := a.afterCapturedLocked("Free"); err != nil {
+			if err := afterCaptured(a.drv, a.stream, "Free"); err != nil {
 				return err
 			}
 			blk.freedInGraph = true
@@ -359,7 +245,7 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 	err := a.guard.blockingUndo("AllocSync", size, nil, func(st CaptureState) error {
 		capturing = st != StateNone
 		if size > a.info.TotalMemory {
-			return a.oomLocked(size, "larger than the device")
+			return outOfMemory(a, "larger than the device")
 		}
 		if err := a.guard.unsafeRefusalLocked(st, false, "eager synchronous allocation"); err != nil {
 			return err
@@ -368,11 +254,23 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 	}, func() (func(), error) {
 		p, err := a.drv.Malloc(size)
 		if errors.Is(err, ErrOutOfMemory) && !capturing {
-			if released, gerr := a.giveBackForSync(); gerr != nil {
-				return nil, errors.Join(err, gerr)
-			} else if released {
+			// The reclaim ladder, to the top, under a.mu but for the
+			// retries: the synchronous Malloc is never made under it. The
+			// gate's shared side is held and the guard allows unsafe calls
+			// (the check), so free chunks may be unmapped and the driver's
+			// pool trimmed.
+			a.mu.Lock()
+			r := reclaim{p: &a.pool, op: "AllocSync", need: size, top: rungAll, sync: true, unmap: a.vm != nil, trimPools: true}
+			err = r.climb(err, func() error {
+				a.mu.Unlock()
 				p, err = a.drv.Malloc(size)
-			}
+				a.mu.Lock()
+				if err != nil && a.guard.closed { // Close emptied the pool meanwhile: stop climbing
+					return wrapf(ErrClosed, "closed during the retry: %v", err)
+				}
+				return err
+			})
+			a.mu.Unlock()
 		}
 		if err != nil {
 			return nil, err
@@ -414,42 +312,6 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 		a.mu.Unlock()
 	}
 	return buf, nil
-}
-
-// giveBackForSync makes room for a synchronous allocation that ran out of
-// memory: the pool's free segments go back to the driver, the stream is
-// synchronized so those stream-ordered frees complete, and the driver's
-// own caches are trimmed (PoolTrimmer, GraphMemTrimmer). It reports whether
-// anything was given back, and an error the give-back met (an asynchronous
-// error of earlier work surfacing at the synchronize, say), which the
-// caller reports with the out-of-memory rather than hide it. The caller
-// holds the gate's read side, and the stream is not capturing.
-func (a *Allocator) giveBackForSync() (bool, error) {
-	a.mu.Lock()
-	released, err := a.releaseCacheLocked()
-	if a.tryTrimGraphMemoryLocked() {
-		released = true
-	}
-	if err == nil && a.vm != nil {
-		var unmapped bool
-		unmapped, err = a.unmapAllFreeLocked("AllocSync")
-		released = released || unmapped
-	}
-	a.mu.Unlock()
-	if err != nil {
-		return false, err
-	}
-	if released {
-		if err := a.drv.StreamSynchronize(a.stream); err != nil {
-			return false, err
-		}
-	}
-	if t, ok := a.drv.(PoolTrimmer); ok {
-		if err := t.TrimPool(); err == nil {
-			released = true
-		}
-	}
-	return released, nil
 }
 
 // freeSync releases an AllocSync buffer with the driver's synchronous Free,

@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"cmp"
+	"errors"
 	"slices"
 )
 
@@ -16,6 +17,12 @@ import (
 // wholly free, and only under memory pressure (as much as needed), Trim or
 // Close. Reuse needs no event: every block is used on the allocator's one
 // stream, so a later user's work is stream-ordered after the earlier one's.
+//
+// The pool is geometry and bookkeeping only: it knows nothing of captures,
+// locks or counters. Its memory comes from an upstream (pool_upstream.go)
+// the Allocator supplies, which makes the driver calls behind the guard;
+// when the upstream runs out, the reclaim ladder (pool_reclaim.go) decides
+// what to give back. The Allocator serializes every call (a.mu).
 
 const (
 	poolGranule   = 1 << granBits // request rounding
@@ -60,11 +67,25 @@ type pool struct {
 	// byte as if they had been merged when freed.
 	recent  [recentBlocks]*block // oldest first
 	nRecent int
+
+	up     poolUpstream // memory, and the reclaim ladder's rungs that are not the pool's
+	owner  *Allocator   // the block records' (block.a)
+	device int64        // the device's memory: sizes the expandable ranges
+}
+
+// poolUpstream is what the pool is made over: its memory's source and the
+// reclaim ladder's hooks, both the Allocator's (driverUpstream).
+type poolUpstream interface {
+	upstream
+	reclaimEnv
 }
 
 const recentBlocks = 8
 
-func (p *pool) init(alignment int64) {
+// init readies the pool for a device of the given alignment and memory,
+// its blocks recorded as owner's, its memory from up.
+func (p *pool) init(owner *Allocator, alignment, device int64, up poolUpstream) {
+	p.owner, p.device, p.up = owner, device, up
 	p.granule = poolGranule
 	for p.granule < alignment {
 		p.granule <<= 1
@@ -126,7 +147,7 @@ func (p *pool) split(ar *arena, b *block, n int64) {
 	if rest < ar.splitMin {
 		return
 	}
-	r := p.record(b.a)
+	r := p.record()
 	r.ptr, r.class, r.kind, r.seg = b.ptr+DevicePtr(n), rest, kindPooled, b.seg
 	r.segPrev, r.segNext = b, b.segNext
 	if b.segNext != nil {
@@ -140,19 +161,48 @@ func (p *pool) split(ar *arena, b *block, n int64) {
 
 // addSegment records a fresh driver allocation of size bytes as a segment
 // of n's arena and returns its first block cut to n bytes, not free.
-func (p *pool) addSegment(a *Allocator, ptr DevicePtr, size, n int64) *block {
+func (p *pool) addSegment(ptr DevicePtr, size, n int64) *block {
 	ar := p.arenaFor(n)
 	s := &segment{ptr: ptr, size: size, ar: ar}
-	b := p.record(a)
+	b := p.record()
 	b.ptr, b.class, b.kind, b.seg = ptr, size, kindPooled, s
 	s.first = b
-	s.next = ar.segs
-	if s.next != nil {
-		s.next.prev = s
-	}
-	ar.segs = s
+	ar.link(s)
 	p.split(ar, b, n)
 	return b
+}
+
+// grow makes a new segment for a request of n bytes (rounded) the pool
+// could not serve and returns the request's block: a segment of the usual
+// size, climbing the reclaim ladder as far as giving back what makes room
+// for it; else (a device too small for the usual size) one of just n
+// bytes, climbing the ladder to the top.
+func (p *pool) grow(n int64) (*block, error) {
+	sizes := [2]int64{segmentSize(n), n}
+	first := 0
+	if sizes[0] == n {
+		first = 1
+	}
+	var err error
+	for i := first; i < len(sizes); i++ {
+		size := sizes[i]
+		var ptr DevicePtr
+		try := func() (err error) {
+			ptr, err = p.up.allocate(size)
+			return err
+		}
+		r := reclaim{p: p, op: "Alloc", need: size, top: rungAsNeeded}
+		if i == len(sizes)-1 {
+			r.top = rungAll
+		}
+		if err = r.climb(try(), try); err == nil {
+			return p.addSegment(ptr, size, n), nil
+		}
+		if !errors.Is(err, ErrOutOfMemory) {
+			return nil, err
+		}
+	}
+	return nil, err
 }
 
 // put returns a freed block to the pool: to recent, moving the oldest
@@ -210,16 +260,16 @@ func (p *pool) putFree(ar *arena, b *block) {
 	ar.free.insert(b)
 }
 
-// record returns a block record of a's, its pool fields clear, recycled
-// when one is spare, so the steady state of split and merge allocates
-// nothing. The caller sets its kind.
-func (p *pool) record(a *Allocator) *block {
+// record returns a block record of the owner's, its pool fields clear,
+// recycled when one is spare, so the steady state of split and merge
+// allocates nothing. The caller sets its kind.
+func (p *pool) record() *block {
 	if b := p.spare; b != nil {
 		p.spare = b.segNext
 		b.segNext = nil
 		return b
 	}
-	return &block{a: a, kind: kindPooled}
+	return &block{a: p.owner, kind: kindPooled}
 }
 
 // recycle keeps a record for record(). It resets only the fields the pool
@@ -240,11 +290,9 @@ func (p *pool) recycle(b *block) {
 func (p *pool) wholeFree() []*segment {
 	p.mergeRecent()
 	var out []*segment
-	for _, ar := range []*arena{&p.small, &p.large} {
-		for s := ar.segs; s != nil; s = s.next {
-			if b := s.first; s.exp == nil && b.free && b.segNext == nil {
-				out = append(out, s)
-			}
+	for s := range p.segments() {
+		if b := s.first; s.exp == nil && b.free && b.segNext == nil {
+			out = append(out, s)
 		}
 	}
 	return out
@@ -261,6 +309,15 @@ func (p *pool) take(segs []*segment) []*segment {
 		ar.unlink(s)
 	}
 	return segs
+}
+
+// link makes s the arena's most recent segment.
+func (ar *arena) link(s *segment) {
+	s.next = ar.segs
+	if s.next != nil {
+		s.next.prev = s
+	}
+	ar.segs = s
 }
 
 // unlink takes s out of the arena's list of segments.
@@ -301,4 +358,15 @@ func (p *pool) takeFor(n int64) []*segment {
 		sum += s.size
 	}
 	return p.take(segs)
+}
+
+// giveBack returns segments the pool took out to the upstream and reports
+// whether there were any. A segment whose free fails is still gone: the
+// driver has it, not the pool.
+func (p *pool) giveBack(segs []*segment) (bool, error) {
+	var errs []error
+	for _, s := range segs {
+		errs = append(errs, p.up.free(s.ptr, s.size))
+	}
+	return len(segs) > 0, errors.Join(errs...)
 }

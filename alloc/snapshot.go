@@ -127,7 +127,7 @@ func (a *Allocator) Snapshot() (Snapshot, error) {
 	// the moment of the blocks listed.
 	a.lane.closeLocked()
 	defer a.lane.openLocked()
-	w := a.memWalkLocked(true)
+	w := walkMemory(a, true)
 	return Snapshot{
 		Allocator: a.name, Backend: a.backend, Device: a.info.Name, DeviceMemory: a.info.TotalMemory,
 		CaptureSafety: a.info.SafetyProfile(),
@@ -144,7 +144,7 @@ func (a *Allocator) BytesByState() (map[BlockState]int64, error) {
 	if a.guard.closed {
 		return nil, a.fail("BytesByState", -1, StateNone, ErrClosed)
 	}
-	return a.memWalkLocked(false).byState(), nil
+	return walkMemory(a, false).byState(), nil
 }
 
 // memWalk is one pass over the allocator's memory; list says whether
@@ -159,9 +159,9 @@ type memWalk struct {
 	users  map[*block][]int // blocks graphs use or hold: their ids
 }
 
-// memWalkLocked walks the graphs, then the pool's segments, then the
+// walkMemory walks a's graphs, then its pool's segments, then its
 // AllocSync and graph allocations. Caller holds a.mu.
-func (a *Allocator) memWalkLocked(list bool) *memWalk {
+func walkMemory(a *Allocator, list bool) *memWalk {
 	w := &memWalk{list: list, users: map[*block][]int{}}
 	if list { // live blocks and a tenth more for the free ones: few regrowths
 		n := max(a.live.n+a.pooledLive, 0) // the lane's hand-outs are counted in the shards
@@ -200,14 +200,12 @@ func (a *Allocator) memWalkLocked(list bool) *memWalk {
 			cached[b] = true
 		}
 	}
-	for _, ar := range [...]*arena{&a.pool.small, &a.pool.large} {
+	for s := range a.pool.segments() {
 		kind := "small"
-		if ar == &a.pool.large {
+		if s.ar == &a.pool.large {
 			kind = "large"
 		}
-		for s := ar.segs; s != nil; s = s.next {
-			w.segment(s, kind, cached)
-		}
+		w.segment(s, kind, cached)
 	}
 	// AllocSync buffers: live ones, and freed ones held for a graph.
 	for b := a.live.head; b != nil; b = b.next {
@@ -275,8 +273,10 @@ func (w *memWalk) graph(gi GraphInfo, c *capture) {
 // segment walks a pool segment's blocks in address order.
 func (w *memWalk) segment(s *segment, kind string, cached map[*block]bool) {
 	whollyFree := true
-	for b := s.first; b != nil && whollyFree; b = b.segNext {
-		whollyFree = b.free || b.kind == kindHole || cached[b]
+	for b := range s.blocks() {
+		if whollyFree = b.free || b.kind == kindHole || cached[b]; !whollyFree {
+			break
+		}
 	}
 	if w.list {
 		seg := Segment{Ptr: s.ptr, Size: s.size, Kind: kind}
@@ -285,7 +285,7 @@ func (w *memWalk) segment(s *segment, kind string, cached map[*block]bool) {
 		}
 		w.addSegment(seg)
 	}
-	for b := s.first; b != nil; b = b.segNext {
+	for b := range s.blocks() {
 		var st int
 		switch {
 		case b.kind == kindHole:

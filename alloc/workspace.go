@@ -26,7 +26,7 @@ func (a *Allocator) Workspace(name string, size int64) (Buffer, error) {
 	}
 	st, err := a.guard.stateLocked()
 	if err == nil && size > a.info.TotalMemory {
-		err = a.oomLocked(size, "larger than the device")
+		err = outOfMemory(a, "larger than the device")
 	}
 	var b Buffer
 	if err == nil {
@@ -34,7 +34,7 @@ func (a *Allocator) Workspace(name string, size int64) (Buffer, error) {
 		case StateNone:
 			b, err = a.poolAllocLocked(size)
 		case StateActive:
-			if b, err = a.captureAllocLocked(op, size); err == nil {
+			if b, err = a.guard.cap.allocLocked(a, op, size); err == nil {
 				a.guard.cap.lazyWS = append(a.guard.cap.lazyWS, name)
 			}
 		default:

@@ -1,0 +1,194 @@
+package alloc
+
+import "errors"
+
+// upstream is where the pool's memory comes from: the driver calls it
+// needs and nothing else (RMM's upstream resource). The Allocator's
+// adapter, driverUpstream, makes them on its stream and counts them.
+type upstream interface {
+	allocate(n int64) (DevicePtr, error) // a segment, stream-ordered (MallocAsync)
+	free(p DevicePtr, n int64) error     // a segment back, stream-ordered (FreeAsync)
+	mapGranularity() int64               // the virtual memory's; 0 when there is none
+	reserve(n int64) (DevicePtr, error)  // a range of addresses (ReserveAddress)
+	mapMemory(p DevicePtr, n int64) error
+	unmapMemory(p DevicePtr, n int64) error
+}
+
+// reclaimEnv is what the reclaim ladder (pool_reclaim.go) asks of the
+// Allocator besides memory: the rungs that are not the pool's own.
+type reclaimEnv interface {
+	// flush moves the per-P caches' free blocks into the pool (the lane's
+	// flush, shard.go).
+	flush()
+	// idle reports, without waiting, whether the stream has run everything
+	// queued: false when the driver cannot tell. An error is one of earlier
+	// work, reported (and cleared) as a synchronize would.
+	idle() (bool, error)
+	// drain waits until the stream has run everything queued.
+	drain(op string) error
+	// trim asks the driver to trim the memory closed graphs left cached
+	// (GraphMemTrimmer) where the guard allows it now, and its stream-ordered
+	// pool too (PoolTrimmer) when pools; it reports whether it did.
+	trim(pools bool) bool
+	// mayReleaseAll is strict capture safety's verdict on giving every
+	// cached segment back now (nil: allowed).
+	mayReleaseAll() error
+}
+
+// driverUpstream is the Allocator's side of the pool: the driver calls,
+// on the allocator's stream, behind the guard and the watchdog, each
+// counted in a.stats. Every method is called with a.mu held.
+type driverUpstream struct{ a *Allocator }
+
+func (u driverUpstream) allocate(n int64) (DevicePtr, error) {
+	a := u.a
+	p, err := a.drv.MallocAsync(n, a.stream)
+	if err == nil {
+		a.stats.DriverAllocs++
+		a.stats.addReserved(n)
+	}
+	return p, err
+}
+
+// free counts the segment as given back even when the driver fails to
+// free it: the driver has it, not the pool.
+func (u driverUpstream) free(p DevicePtr, n int64) error {
+	err := u.a.drv.FreeAsync(p, u.a.stream)
+	u.a.stats.givenBackLocked(n)
+	return err
+}
+
+func (u driverUpstream) mapGranularity() int64 {
+	if u.a.vm == nil {
+		return 0
+	}
+	return u.a.vm.MapGranularity()
+}
+
+func (u driverUpstream) reserve(n int64) (DevicePtr, error) { return u.a.vm.ReserveAddress(n) }
+
+func (u driverUpstream) mapMemory(p DevicePtr, n int64) error {
+	err := u.a.vm.MapMemory(p, n)
+	if err == nil {
+		u.a.stats.DriverAllocs++
+		u.a.stats.addReserved(n)
+	}
+	return err
+}
+
+// unmapMemory counts the chunk as given back even when the driver fails
+// to unmap it: it is the driver's now.
+func (u driverUpstream) unmapMemory(p DevicePtr, n int64) error {
+	err := u.a.vm.UnmapMemory(p, n)
+	u.a.stats.givenBackLocked(n)
+	return err
+}
+
+// grow serves a miss of n bytes (rounded) the pool could not serve from
+// its cache: from the expandable range while the guard allows mapping,
+// else from a new segment (pool.grow). Kept out of poolAllocLocked, whose
+// hit path it would slow.
+func (u driverUpstream) grow(n int64) (*block, error) {
+	a := u.a
+	// Strict: no pool growth that the documented rules would make in
+	// Relaxed interaction mode (another stream's Global capture).
+	if err := a.guard.strictRelaxedLocked("pool growth"); err != nil {
+		return nil, err
+	}
+	var (
+		b   *block
+		ok  bool // the expandable range served it
+		err error
+	)
+	// Mapping is an unsafe call: only while the guard allows one now, the
+	// gate tried (a.mu is held: never waited for), no Global-mode capture
+	// elsewhere in the domain.
+	if a.vm != nil && a.guard.dom.gate.TryRLock() {
+		if a.guard.unsafeAllowedLocked(StateNone, false) == nil {
+			headroom := int64(expandSlack*float64(a.stats.inUse.peak.Load())) - a.stats.BytesReserved
+			b, ok, err = a.pool.growExpandable(n, headroom)
+		}
+		a.guard.dom.gate.RUnlock()
+	}
+	if !ok {
+		b, err = a.pool.grow(n)
+	}
+	return b, err
+}
+
+func (u driverUpstream) flush() { u.a.lane.flushLocked() }
+
+func (u driverUpstream) idle() (bool, error) {
+	if u.a.guard.idler == nil {
+		return false, nil
+	}
+	return u.a.guard.idler.StreamIdle(u.a.stream)
+}
+
+// drain asks without waiting first, then synchronizes under the watchdog.
+// The caller holds the gate's shared side, with no capture on the stream
+// (host functions must not call the allocator, so nothing queued waits
+// for a.mu).
+func (u driverUpstream) drain(op string) error {
+	a := u.a
+	if a.guard.idler != nil {
+		if idle, err := a.guard.idler.StreamIdle(a.stream); err != nil || idle {
+			return err
+		}
+	}
+	_, err := a.guard.watchdog.run(op, a.guard.watchdog.timeout, func() error { return a.drv.StreamSynchronize(a.stream) }, nil)
+	return err
+}
+
+// trim trims graph memory only if the guard allows it now, without
+// waiting: a.mu is held, and the gate's order is gate before a.mu, so only
+// TryRLock is safe here (a capture beginning meanwhile means no trim).
+// Only called with no capture on the stream. The pool trim is made only
+// by paths that hold the gate already (AllocSync's).
+func (u driverUpstream) trim(pools bool) bool {
+	a := u.a
+	trimmed := false
+	if t, ok := a.drv.(GraphMemTrimmer); ok && a.guard.dom.gate.TryRLock() {
+		if a.guard.unsafeAllowedLocked(StateNone, false) == nil {
+			if err := t.TrimGraphMemory(); err != nil {
+				a.opts.logger().Warn("capalloc: trim graph memory", "backend", a.backend, "err", err)
+			} else {
+				trimmed = true
+			}
+		}
+		a.guard.dom.gate.RUnlock()
+	}
+	if t, ok := a.drv.(PoolTrimmer); ok && pools && t.TrimPool() == nil {
+		trimmed = true
+	}
+	return trimmed
+}
+
+func (u driverUpstream) mayReleaseAll() error {
+	return u.a.guard.strictLocked("freeing cached segments")
+}
+
+// detach takes both expandable ranges out of the pool for Close: it
+// counts their mapped chunks as given back and returns the calls that
+// unmap them and release the reservations, for Close's unsafe cleanup to
+// make after the stream's last synchronize.
+func (u driverUpstream) detach() func() error {
+	chunks, ranges := u.a.pool.detach()
+	for _, c := range chunks {
+		u.a.stats.givenBackLocked(c.size)
+	}
+	if len(ranges) == 0 {
+		return nil
+	}
+	vm := u.a.vm
+	return func() error {
+		var errs []error
+		for _, m := range chunks {
+			errs = append(errs, vm.UnmapMemory(m.p, m.size))
+		}
+		for _, m := range ranges {
+			errs = append(errs, vm.ReleaseAddress(m.p, m.size))
+		}
+		return errors.Join(errs...)
+	}
+}
