@@ -23,7 +23,7 @@ import (
 // recording on; the profile then carries a comment saying so.
 func WriteProfile(w io.Writer) error {
 	var ds []profileData
-	for _, a := range Allocators() {
+	for _, a := range allocators() {
 		a.mu.Lock()
 		if !a.closed {
 			ds = append(ds, a.profileDataLocked())

@@ -15,10 +15,6 @@ import (
 // pprof heap profile (pprof.go). Disabled, the cost on the allocation path
 // is one atomic load and a branch.
 
-// DefaultProfileRate is runtime.MemProfileRate's default: on average one
-// sample per 512 KiB allocated.
-const DefaultProfileRate = 512 << 10
-
 // profileRate is the process-wide rate: 0 off, 1 every allocation, else
 // the mean bytes between samples.
 var profileRate atomic.Int64
@@ -26,20 +22,22 @@ var profileRate atomic.Int64
 // SetProfileRate sets the device memory profile's sampling rate for every
 // allocator of the process and returns the previous one: 0 (the default)
 // records nothing, 1 records every allocation, n > 1 records on average
-// one allocation per n bytes (DefaultProfileRate is a good start), each
+// one allocation per n bytes (512 << 10, runtime.MemProfileRate's
+// default, is a good start), each
 // sample weighted to estimate the whole, as runtime.MemProfileRate does.
 // Turning it off keeps what was recorded: buffers sampled before stay in
 // the in-use figures until they are freed. A negative rate is refused with
 // ErrInvalidValue and changes nothing.
 func SetProfileRate(rate int) (previous int, err error) {
 	if rate < 0 {
-		return ProfileRate(), wrapf(ErrInvalidValue, "profile rate %d: want 0 (off), 1 (every allocation) or bytes per sample", rate)
+		return currentProfileRate(), wrapf(ErrInvalidValue, "profile rate %d: want 0 (off), 1 (every allocation) or bytes per sample", rate)
 	}
 	return int(profileRate.Swap(int64(rate))), nil
 }
 
-// ProfileRate returns the sampling rate SetProfileRate set.
-func ProfileRate() int { return int(profileRate.Load()) }
+// currentProfileRate returns the sampling rate SetProfileRate set (the
+// views read it through alloc/internal/registry).
+func currentProfileRate() int { return int(profileRate.Load()) }
 
 // maxStack bounds a sample's stack, as the runtime's heap profile does
 // (32 frames), plus the allocator's own frames that pprof.go trims.

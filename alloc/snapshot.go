@@ -6,30 +6,6 @@ import (
 	"time"
 )
 
-// BlockState is what a block of device memory is doing, in a Snapshot.
-type BlockState string
-
-const (
-	// BlockLive: a buffer the engine holds.
-	BlockLive BlockState = "live"
-	// BlockWorkspace: a workspace (Allocator.Workspace).
-	BlockWorkspace BlockState = "workspace"
-	// BlockGraphOwned: allocated in a capture; the graph's until Graph.Close.
-	BlockGraphOwned BlockState = "graph-owned"
-	// BlockHeldForGraph: freed by the engine, but kept because a live
-	// graph's recorded work (or the capture recording now) uses it.
-	BlockHeldForGraph BlockState = "held-for-graph"
-	// BlockFree: free space in a segment that also holds memory in use:
-	// reused by requests that fit, never given back on its own.
-	BlockFree BlockState = "free"
-	// BlockCached: a segment wholly free: reused, or given back to the
-	// driver by Trim or under memory pressure.
-	BlockCached BlockState = "cached"
-)
-
-// BlockStates lists the states in the order views draw them.
-var BlockStates = blockStates[:]
-
 // The walk's state numbers, blockStates' indices.
 const (
 	stLive = iota
@@ -42,77 +18,6 @@ const (
 )
 
 var blockStates = [numStates]BlockState{BlockLive, BlockWorkspace, BlockGraphOwned, BlockHeldForGraph, BlockFree, BlockCached}
-
-// Snapshot is an allocator's device memory at one moment, JSON-encodable:
-// every driver allocation (segment) with its blocks, every live graph with
-// what it owns and holds, and the counters.
-type Snapshot struct {
-	Allocator    string    `json:"allocator"`
-	Backend      string    `json:"backend"`
-	Device       string    `json:"device"`
-	DeviceMemory int64     `json:"device_memory"`
-	Time         time.Time `json:"time"`
-	Capturing    bool      `json:"capturing"` // a capture of this allocator is recording
-	// CaptureSafety is the device's safety profile (docs/capture-safety.md):
-	// "strict (gb10, sm 12.1, integrated, pageable memory access)".
-	CaptureSafety string `json:"capture_safety"`
-	ProfileRate   int    `json:"profile_rate"` // SetProfileRate's rate
-	Stats         Stats  `json:"stats"`
-	// Bytes sums the segments' blocks by state.
-	Bytes    map[BlockState]int64 `json:"bytes"`
-	Segments []Segment            `json:"segments"`
-	Graphs   []GraphInfo          `json:"graphs"`
-}
-
-// Segment is one driver allocation: a pool segment the pool carves blocks
-// from (kind "small" or "large", the pool's two arenas), an AllocSync
-// buffer ("sync"), or an allocation made in a capture ("graph").
-type Segment struct {
-	Ptr  DevicePtr `json:"ptr"`
-	Size int64     `json:"size"`
-	Kind string    `json:"kind"`
-	// Graph, for kind "graph": the id of the graph that owns it (0: the
-	// capture recording now).
-	Graph  int     `json:"graph"`
-	Blocks []Block `json:"blocks"`
-	// Expandable: an arena's expandable range (Options.ExpandableSegments).
-	// Size is then the bytes mapped; the blocks lie at their offsets from
-	// the range's start (Ptr) across Span bytes, and the gaps between them
-	// are unmapped.
-	Expandable bool  `json:"expandable,omitempty"`
-	Span       int64 `json:"span,omitempty"`
-}
-
-// Block is a run of a segment's bytes in one state.
-type Block struct {
-	Offset    int64      `json:"offset"`
-	Size      int64      `json:"size"` // bytes of the segment it covers
-	State     BlockState `json:"state"`
-	Requested int64      `json:"requested,omitempty"` // a buffer's size as asked for
-	Workspace string     `json:"workspace,omitempty"`
-	// Graphs lists the live graphs whose recorded work uses the block
-	// (0: the capture recording now): it is held while they live.
-	Graphs []int `json:"graphs,omitempty"`
-}
-
-// GraphInfo is a live graph, or the capture recording now (ID 0), with
-// the memory it owns and the memory it keeps from being reused.
-type GraphInfo struct {
-	ID        int  `json:"id"`
-	Capturing bool `json:"capturing,omitempty"`
-	Eager     bool `json:"eager,omitempty"` // an eager fallback: owns nothing
-	Launched  bool `json:"launched,omitempty"`
-	// Owned: allocated in its capture, its own until Graph.Close.
-	OwnedBytes  int64 `json:"owned_bytes"`
-	OwnedBlocks int   `json:"owned_blocks"`
-	// Held: buffers the engine freed that its recorded work uses, kept
-	// until it is closed.
-	HeldBytes  int64 `json:"held_bytes"`
-	HeldBlocks int   `json:"held_blocks"`
-	// Used: live buffers its recorded work uses (held if freed).
-	UsedBytes  int64 `json:"used_bytes"`
-	UsedBlocks int   `json:"used_blocks"`
-}
 
 // Snapshot returns the allocator's device memory now. The walk holds the
 // allocator's lock: about a millisecond per 10,000 blocks (BENCHMARKS.md).
@@ -131,20 +36,9 @@ func (a *Allocator) Snapshot() (Snapshot, error) {
 	return Snapshot{
 		Allocator: a.name, Backend: a.backend, Device: a.info.Name, DeviceMemory: a.info.TotalMemory,
 		CaptureSafety: a.info.SafetyProfile(),
-		Time:          time.Now(), Capturing: a.cap != nil, ProfileRate: ProfileRate(), Stats: a.statsLocked(),
+		Time:          time.Now(), Capturing: a.cap != nil, ProfileRate: currentProfileRate(), Stats: memmap.Stats(a.statsLocked()),
 		Bytes: w.byState(), Segments: w.segs, Graphs: w.graphs,
 	}, nil
-}
-
-// BytesByState sums the allocator's device memory by block state, as
-// Snapshot's Bytes, without listing the blocks (what metrics scrape).
-func (a *Allocator) BytesByState() (map[BlockState]int64, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed {
-		return nil, a.fail("BytesByState", -1, StateNone, ErrClosed)
-	}
-	return a.memWalkLocked(false).byState(), nil
 }
 
 // memWalk is one pass over the allocator's memory; list says whether
