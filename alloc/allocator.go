@@ -5,24 +5,26 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // Allocator is the capture-safe allocator an engine uses. It owns one driver
 // stream; every operation it makes is ordered on that stream. All methods
 // are safe for concurrent use.
 type Allocator struct {
-	drv      Driver
+	drv      driver.Driver
 	backend  string
 	name     string // registry.go
-	info     DeviceInfo
+	info     driver.DeviceInfo
 	strict   bool // info's capture safety is SafetyStrict (safety.go)
-	stream   Stream
+	stream   driver.Stream
 	dom      *domain
 	opts     Options
 	watchdog *watchdog
-	idler    StreamIdler                // nil unless the driver is one
-	poll     func(Stream) (bool, error) // pollerOf(drv): nil when the driver cannot be polled
-	vm       VirtualMemory              // Options.ExpandableSegments: the driver's; else nil
+	idler    driver.StreamIdler                // nil unless the driver is one
+	poll     func(driver.Stream) (bool, error) // pollerOf(drv): nil when the driver cannot be polled
+	vm       driver.VirtualMemory              // Options.ExpandableSegments: the driver's; else nil
 
 	// The lock-free lane (shard.go): per-P caches of free blocks that
 	// serve the common Alloc and Free without a.mu. laneOff counts what
@@ -55,26 +57,26 @@ type Allocator struct {
 
 // New makes an allocator with its own stream on drv. The caller keeps
 // ownership of drv and closes it after the allocator.
-func New(drv Driver, opts Options) (*Allocator, error) {
+func New(drv driver.Driver, opts Options) (*Allocator, error) {
 	if drv == nil {
 		return nil, wrapf(ErrInvalidValue, "nil driver")
 	}
-	vm, _ := drv.(VirtualMemory)
+	vm, _ := drv.(driver.VirtualMemory)
 	if opts.ExpandableSegments && (vm == nil || vm.MapGranularity() <= 0) { // 0: a wrapper over a driver without
-		return nil, &Error{Op: "New", Backend: drv.Name(), Size: -1, Err: fmt.Errorf("%w: expandable segments need a driver with virtual memory management (alloc.VirtualMemory); backend %s has none", errors.ErrUnsupported, drv.Name())}
+		return nil, &Error{Op: "New", Backend: drv.Name(), Size: -1, Err: fmt.Errorf("%w: expandable segments need a driver with virtual memory management (driver.VirtualMemory); backend %s has none", errors.ErrUnsupported, drv.Name())}
 	}
 	if !opts.ExpandableSegments {
 		vm = nil
 	}
 	info := drv.Info()
-	if err := CheckAlignment(info.Alignment); err != nil {
+	if err := driver.CheckAlignment(info.Alignment); err != nil {
 		return nil, &Error{Op: "New", Backend: drv.Name(), Size: -1, Err: err}
 	}
 	a := &Allocator{
 		drv:        drv,
 		backend:    drv.Name(),
 		info:       info,
-		strict:     info.CaptureSafety == SafetyStrict,
+		strict:     info.CaptureSafety == driver.SafetyStrict,
 		dom:        domainFor(drv.CaptureDomain()),
 		opts:       opts,
 		vm:         vm,
@@ -94,24 +96,24 @@ func New(drv Driver, opts Options) (*Allocator, error) {
 	a.pool.init(a.info.Alignment)
 	a.shards = newShards()
 	a.watchdog = &watchdog{timeout: opts.watchdog()}
-	if ab, ok := drv.(Aborter); ok {
+	if ab, ok := drv.(driver.Aborter); ok {
 		a.watchdog.abort = ab.Abort
 	}
-	a.idler, _ = drv.(StreamIdler)
+	a.idler, _ = drv.(driver.StreamIdler)
 	a.poll = pollerOf(drv)
 	publish(a) // last: readers of the registry see it whole
 	return a, nil
 }
 
 // Driver returns the driver the allocator runs on.
-func (a *Allocator) Driver() Driver { return a.drv }
+func (a *Allocator) Driver() driver.Driver { return a.drv }
 
 // Stream returns the allocator's stream, for engines that launch their own
 // kernels on it (and for tests that start a capture behind its back).
-func (a *Allocator) Stream() Stream { return a.stream }
+func (a *Allocator) Stream() driver.Stream { return a.stream }
 
 // Info describes the device.
-func (a *Allocator) Info() DeviceInfo { return a.info }
+func (a *Allocator) Info() driver.DeviceInfo { return a.info }
 
 // Stats returns a snapshot of the counters.
 func (a *Allocator) Stats() Stats {

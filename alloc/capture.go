@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // capture is the allocator's record of a capture it started.
@@ -174,7 +176,7 @@ func (a *Allocator) endCapture(timeout time.Duration) (*Graph, error) {
 func (a *Allocator) endLocked(c *capture, timeout time.Duration) (*Graph, error) {
 	done := a.transitionLocked()
 	defer done()
-	var h GraphHandle
+	var h driver.GraphHandle
 	a.mu.Unlock()
 	expired, err := a.watchdog.run("EndCapture", timeout, func() (err error) {
 		h, err = a.drv.EndCapture(a.stream)
@@ -203,13 +205,13 @@ func (a *Allocator) endLocked(c *capture, timeout time.Duration) (*Graph, error)
 // finishCaptureLocked records the end of capture c, whose driver end
 // returned h and err, and instantiates its graph. On failure it returns nil,
 // leaves the error in c.err and releases what the capture took.
-func (a *Allocator) finishCaptureLocked(c *capture, h GraphHandle, err error) *Graph {
+func (a *Allocator) finishCaptureLocked(c *capture, h driver.GraphHandle, err error) *Graph {
 	a.dom.remove(a.stream)
 	if a.cap == c {
 		a.setCapLocked(nil)
 	}
 	a.lastCap = c
-	var exec GraphExec
+	var exec driver.GraphExec
 	if err == nil {
 		autoFree := false
 		for _, b := range c.blocks {
@@ -319,7 +321,7 @@ func (a *Allocator) WithCapture(opts CaptureOptions, fn func() error) (*Graph, e
 		timeout = a.watchdog.timeout
 	}
 	if err := a.BeginCapture(opts.Mode); err != nil {
-		if opts.EagerFallback && errors.Is(err, ErrCaptureUnavailable) {
+		if opts.EagerFallback && errors.Is(err, driver.ErrCaptureUnavailable) {
 			return a.eagerGraph(fn)
 		}
 		return nil, err

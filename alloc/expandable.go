@@ -3,6 +3,8 @@ package alloc
 import (
 	"errors"
 	"fmt"
+
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // Expandable segments (Options.ExpandableSegments; docs/allocator-core.md,
@@ -57,7 +59,7 @@ const expandReserve = 2
 // expandable is one arena's reserved range.
 type expandable struct {
 	seg      *segment // the range's blocks; seg.size counts the bytes mapped
-	base     DevicePtr
+	base     driver.DevicePtr
 	reserved int64
 	end      int64 // bytes of the range its blocks cover
 	chunk    int64
@@ -169,7 +171,7 @@ func (e *expandable) place(n int64) (start, cost int64, fits bool) {
 }
 
 // off is p's offset in the range.
-func (e *expandable) off(p DevicePtr) int64 { return int64(p - e.base) }
+func (e *expandable) off(p driver.DevicePtr) int64 { return int64(p - e.base) }
 
 // unmappedIn is the bytes of [lo, hi) (offsets) not mapped: in holes from
 // run on, or past the range's end.
@@ -206,13 +208,13 @@ func (a *Allocator) mapLocked(e *expandable, lo, hi int64) error {
 		if err := a.mapChunkLocked(e, c, lo, hi); err != nil {
 			errs := []error{err}
 			for _, m := range mapped {
-				a.pool.punch(e, e.blockAt(m), e.base+DevicePtr(m), e.base+DevicePtr(m+e.chunk))
+				a.pool.punch(e, e.blockAt(m), e.base+driver.DevicePtr(m), e.base+driver.DevicePtr(m+e.chunk))
 				errs = append(errs, a.unmapRangeLocked(e, m, m+e.chunk))
 			}
 			a.pool.shrink(e, 0)
 			return errors.Join(errs...)
 		}
-		a.pool.fill(e, e.blockAt(c), e.base+DevicePtr(c), e.base+DevicePtr(c+e.chunk))
+		a.pool.fill(e, e.blockAt(c), e.base+driver.DevicePtr(c), e.base+driver.DevicePtr(c+e.chunk))
 		mapped = append(mapped, c)
 	}
 	return nil
@@ -221,14 +223,14 @@ func (a *Allocator) mapLocked(e *expandable, lo, hi int64) error {
 // mapChunkLocked maps the chunk at offset c. Out of memory, it gives back
 // what it can outside [keepLo, keepHi) and retries once.
 func (a *Allocator) mapChunkLocked(e *expandable, c, keepLo, keepHi int64) error {
-	err := a.vm.MapMemory(e.base+DevicePtr(c), e.chunk)
+	err := a.vm.MapMemory(e.base+driver.DevicePtr(c), e.chunk)
 	if errors.Is(err, ErrOutOfMemory) {
 		gave, gerr := a.giveBackLocked("Alloc", e, keepLo, keepHi)
 		if gerr != nil {
 			return errors.Join(err, gerr)
 		}
 		if gave {
-			err = a.vm.MapMemory(e.base+DevicePtr(c), e.chunk)
+			err = a.vm.MapMemory(e.base+driver.DevicePtr(c), e.chunk)
 		}
 	}
 	if err != nil {
@@ -353,7 +355,7 @@ func (a *Allocator) unmapFreeLocked(limit int64, keep *expandable, keepLo, keepH
 			if fl >= fh {
 				continue
 			}
-			a.pool.punch(e, f, e.base+DevicePtr(fl), e.base+DevicePtr(fh))
+			a.pool.punch(e, f, e.base+driver.DevicePtr(fl), e.base+driver.DevicePtr(fh))
 			err := a.unmapRangeLocked(e, fl, fh)
 			done += fh - fl
 			if err != nil {
@@ -371,7 +373,7 @@ func (a *Allocator) unmapFreeLocked(limit int64, keep *expandable, keepLo, keepH
 func (a *Allocator) unmapRangeLocked(e *expandable, lo, hi int64) error {
 	var errs []error
 	for c := lo; c < hi; c += e.chunk {
-		if err := a.vm.UnmapMemory(e.base+DevicePtr(c), e.chunk); err != nil {
+		if err := a.vm.UnmapMemory(e.base+driver.DevicePtr(c), e.chunk); err != nil {
 			errs = append(errs, err)
 		}
 		a.givenBackLocked(e.chunk)
@@ -386,7 +388,7 @@ func (a *Allocator) unmapRangeLocked(e *expandable, lo, hi int64) error {
 // make after the stream's last synchronize. Caller holds a.mu.
 func (a *Allocator) detachExpandableLocked() func() error {
 	type mapping struct {
-		p    DevicePtr
+		p    driver.DevicePtr
 		size int64
 	}
 	var chunks, ranges []mapping
@@ -412,7 +414,7 @@ func (a *Allocator) detachExpandableLocked() func() error {
 			}
 			bl := e.off(b.ptr)
 			for c := max(next, roundDown(bl, e.chunk)); c < bl+b.class; c += e.chunk {
-				chunks = append(chunks, mapping{e.base + DevicePtr(c), e.chunk})
+				chunks = append(chunks, mapping{e.base + driver.DevicePtr(c), e.chunk})
 				a.givenBackLocked(e.chunk)
 				next = c + e.chunk
 			}
@@ -452,7 +454,7 @@ func (e *expandable) blockAt(c int64) *block {
 // cut splits b at p, inside it, and returns the upper part: a block of
 // the same kind, free flag off, linked after b. b must not be in a fit
 // index.
-func (p *pool) cut(b *block, at DevicePtr) *block {
+func (p *pool) cut(b *block, at driver.DevicePtr) *block {
 	r := p.record(b.a)
 	r.ptr, r.class, r.kind, r.seg = at, b.class-int64(at-b.ptr), b.kind, b.seg
 	r.segPrev, r.segNext = b, b.segNext
@@ -477,7 +479,7 @@ func (p *pool) extend(a *Allocator, e *expandable, end int64) {
 		return
 	}
 	h := p.record(a)
-	h.ptr, h.class, h.kind, h.seg = e.base+DevicePtr(end-grow), grow, kindHole, e.seg
+	h.ptr, h.class, h.kind, h.seg = e.base+driver.DevicePtr(end-grow), grow, kindHole, e.seg
 	h.segPrev = last
 	if last != nil {
 		last.segNext = h
@@ -512,12 +514,12 @@ func (p *pool) shrink(e *expandable, floor int64) {
 
 // fill makes [lo, hi) of hole h, now mapped, a free block, merged with its
 // free neighbours.
-func (p *pool) fill(e *expandable, h *block, lo, hi DevicePtr) {
+func (p *pool) fill(e *expandable, h *block, lo, hi driver.DevicePtr) {
 	m := h
 	if lo > h.ptr {
 		m = p.cut(h, lo)
 	}
-	if hi < m.ptr+DevicePtr(m.class) {
+	if hi < m.ptr+driver.DevicePtr(m.class) {
 		p.cut(m, hi)
 	}
 	m.kind = kindPooled
@@ -527,7 +529,7 @@ func (p *pool) fill(e *expandable, h *block, lo, hi DevicePtr) {
 
 // punch makes [lo, hi) of free block f, about to be unmapped, a hole,
 // merged with its neighbouring holes; the rest of f stays free.
-func (p *pool) punch(e *expandable, f *block, lo, hi DevicePtr) {
+func (p *pool) punch(e *expandable, f *block, lo, hi driver.DevicePtr) {
 	ar := e.seg.ar
 	ar.free.remove(f)
 	f.free = false
@@ -536,7 +538,7 @@ func (p *pool) punch(e *expandable, f *block, lo, hi DevicePtr) {
 		m = p.cut(f, lo)
 		p.putFree(ar, f)
 	}
-	if hi < m.ptr+DevicePtr(m.class) {
+	if hi < m.ptr+driver.DevicePtr(m.class) {
 		p.putFree(ar, p.cut(m, hi))
 	}
 	m.kind = kindHole
@@ -558,7 +560,7 @@ func (p *pool) carve(e *expandable, start, n int64) *block {
 	ar.free.remove(b)
 	b.free = false
 	p.cached -= b.class
-	if at := e.base + DevicePtr(start); at > b.ptr {
+	if at := e.base + driver.DevicePtr(start); at > b.ptr {
 		r := p.cut(b, at)
 		p.cached += b.class
 		p.putFree(ar, b)

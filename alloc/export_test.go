@@ -1,6 +1,9 @@
 package alloc
 
-import "fmt"
+import (
+	"fmt"
+	"github.com/capalloc/capalloc/alloc/driver"
+)
 
 // CheckPool verifies the pool's invariants (for alloc_test): every
 // segment's blocks are contiguous and in address order, free blocks are
@@ -45,7 +48,7 @@ func (a *Allocator) CheckPool() error {
 					if s.exp == nil {
 						return fmt.Errorf("hole %#x in an ordinary segment", b.ptr)
 					}
-					if (b.ptr-s.ptr)%DevicePtr(s.exp.chunk) != 0 || b.class%s.exp.chunk != 0 {
+					if (b.ptr-s.ptr)%driver.DevicePtr(s.exp.chunk) != 0 || b.class%s.exp.chunk != 0 {
 						return fmt.Errorf("hole %#x+%d not whole chunks", b.ptr, b.class)
 					}
 					if prev != nil && prev.kind == kindHole {
@@ -58,7 +61,7 @@ func (a *Allocator) CheckPool() error {
 				} else {
 					mapped += b.class
 				}
-				at += DevicePtr(b.class)
+				at += driver.DevicePtr(b.class)
 				prev = b
 			}
 			if e := s.exp; e != nil {

@@ -3,6 +3,8 @@ package alloc
 import (
 	"errors"
 	"fmt"
+
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // Alloc returns a buffer of size bytes, capture-aware: outside capture it
@@ -94,7 +96,7 @@ func (a *Allocator) growPoolLocked(n int64) (*block, error) {
 		if i == 1 && size == sizes[0] {
 			break
 		}
-		var p DevicePtr
+		var p driver.DevicePtr
 		p, err = a.drv.MallocAsync(size, a.stream)
 		if errors.Is(err, ErrOutOfMemory) {
 			freed, ferr := a.freeSegmentsLocked(a.pool.takeFor(size))
@@ -117,7 +119,7 @@ func (a *Allocator) growPoolLocked(n int64) (*block, error) {
 		return nil, errors.Join(err, ferr)
 	}
 	if a.tryTrimGraphMemoryLocked() || freed {
-		var p DevicePtr
+		var p driver.DevicePtr
 		if p, err = a.drv.MallocAsync(n, a.stream); err == nil {
 			return a.newSegmentLocked(p, n, n), nil
 		}
@@ -127,7 +129,7 @@ func (a *Allocator) growPoolLocked(n int64) (*block, error) {
 
 // newSegmentLocked counts a fresh driver allocation of size bytes and makes
 // it a pool segment, returning its first n bytes.
-func (a *Allocator) newSegmentLocked(p DevicePtr, size, n int64) *block {
+func (a *Allocator) newSegmentLocked(p driver.DevicePtr, size, n int64) *block {
 	a.stats.DriverAllocs++
 	a.stats.addReserved(size)
 	return a.pool.addSegment(a, p, size, n)
@@ -160,7 +162,7 @@ func (a *Allocator) afterCapturedLocked(op string) error {
 	if err != nil {
 		return err
 	}
-	if st != DriverCaptureActive {
+	if st != driver.CaptureActive {
 		return wrapf(ErrCaptureInvalidated, "driver invalidated the capture during %s", op)
 	}
 	return nil
@@ -173,14 +175,14 @@ func (a *Allocator) afterCapturedLocked(op string) error {
 // also wraps ErrCaptureInvalidated when the capture is gone, and says the
 // capture is still active otherwise (EndCapture will then succeed).
 func (a *Allocator) refusedInCaptureLocked(err error) error {
-	if !errors.Is(err, ErrCaptureIllegalOp) || errors.Is(err, ErrCaptureInvalidated) {
+	if !errors.Is(err, driver.ErrCaptureIllegalOp) || errors.Is(err, ErrCaptureInvalidated) {
 		return err
 	}
 	st, serr := a.drv.StreamCaptureStatus(a.stream)
 	switch {
 	case serr != nil:
 		return errors.Join(err, serr)
-	case st == DriverCaptureActive:
+	case st == driver.CaptureActive:
 		return fmt.Errorf("%w (the capture is still active)", err)
 	}
 	return fmt.Errorf("%w (%w by the refusal)", err, ErrCaptureInvalidated)
@@ -218,7 +220,7 @@ func (a *Allocator) freeSegmentsLocked(segs []*segment) (bool, error) {
 // capture is active elsewhere in the domain it is skipped (the pool's
 // cache is still released) and a warning is logged.
 func (a *Allocator) Trim() error {
-	t, trims := a.drv.(GraphMemTrimmer)
+	t, trims := a.drv.(driver.GraphMemTrimmer)
 	var why error // why the graph trim and the unmapping are skipped
 	return a.blocking("Trim", -1, func(st CaptureState) error {
 		if st != StateNone {
@@ -255,7 +257,7 @@ func (a *Allocator) Trim() error {
 // meanwhile means no trim). Only called with no capture on the stream. It
 // reports whether it trimmed.
 func (a *Allocator) tryTrimGraphMemoryLocked() bool {
-	t, ok := a.drv.(GraphMemTrimmer)
+	t, ok := a.drv.(driver.GraphMemTrimmer)
 	if !ok || !a.dom.gate.TryRLock() {
 		return false
 	}
@@ -444,7 +446,7 @@ func (a *Allocator) giveBackForSync() (bool, error) {
 			return false, err
 		}
 	}
-	if t, ok := a.drv.(PoolTrimmer); ok {
+	if t, ok := a.drv.(driver.PoolTrimmer); ok {
 		if err := t.TrimPool(); err == nil {
 			released = true
 		}
@@ -510,5 +512,5 @@ func (a *Allocator) Slice(b Buffer, off, n int64) (Buffer, error) {
 	if al := a.info.Alignment; al > 0 && (uint64(b.ptr)+uint64(off))%uint64(al) != 0 {
 		return Buffer{}, a.fail("Slice", n, StateNone, wrapf(ErrMisaligned, "offset %d breaks the %d-byte alignment", off, al))
 	}
-	return Buffer{blk: b.blk, gen: b.gen, ptr: b.ptr + DevicePtr(off), size: n, view: true}, nil
+	return Buffer{blk: b.blk, gen: b.gen, ptr: b.ptr + driver.DevicePtr(off), size: n, view: true}, nil
 }

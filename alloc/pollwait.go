@@ -4,16 +4,18 @@ import (
 	"errors"
 	"runtime"
 	"time"
+
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // pollerOf is the non-blocking "is the stream done?" of drv: StreamPoll
 // where the driver needs polling to progress, StreamIdle where its device
 // progresses by itself (cudaStreamQuery), nil where it has neither.
-func pollerOf(drv Driver) func(Stream) (bool, error) {
-	if p, ok := drv.(StreamPoller); ok {
+func pollerOf(drv driver.Driver) func(driver.Stream) (bool, error) {
+	if p, ok := drv.(driver.StreamPoller); ok {
 		return p.StreamPoll
 	}
-	if i, ok := drv.(StreamIdler); ok {
+	if i, ok := drv.(driver.StreamIdler); ok {
 		return i.StreamIdle
 	}
 	return nil
@@ -62,7 +64,7 @@ func (a *Allocator) waitPolled(op string, once, handOff bool) (done, long bool, 
 		}
 		err = c.finish(err)
 	}
-	if errors.Is(err, ErrWouldBlock) {
+	if errors.Is(err, driver.ErrWouldBlock) {
 		return false, true, nil // the blocking call runs it
 	}
 	if err != nil {
@@ -110,7 +112,7 @@ func (p *pollStep) try(a *Allocator, once bool) (over, done bool, err error) {
 		p.checked = true
 	}
 	done, err = a.poll(a.stream)
-	if errors.Is(err, ErrWouldBlock) {
+	if errors.Is(err, driver.ErrWouldBlock) {
 		return true, false, err
 	}
 	return done || err != nil || once, done && err == nil, err

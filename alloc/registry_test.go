@@ -9,6 +9,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
 
@@ -133,6 +134,6 @@ func TestAllocatorNameMustBeUTF8(t *testing.T) {
 }
 
 // oddBackend is a driver whose backend name is not UTF-8.
-type oddBackend struct{ alloc.Driver }
+type oddBackend struct{ driver.Driver }
 
 func (oddBackend) Name() string { return "cpu\xfe" }

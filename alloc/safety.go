@@ -1,6 +1,9 @@
 package alloc
 
-import "fmt"
+import (
+	"fmt"
+	"github.com/capalloc/capalloc/alloc/driver"
+)
 
 // The device's capture safety is classified by the driver
 // (driver.CaptureSafety, docs/capture-safety.md); what follows are the
@@ -11,7 +14,7 @@ import "fmt"
 // sentinels a refused unsafe call already matches) and names the profile.
 func (a *Allocator) strictRefusal(what string, n int) error {
 	return fmt.Errorf("%w: %w: %s: %d capture(s) active in the capture domain and the device's capture safety is %s; no driver call was made",
-		ErrCaptureIllegalOp, ErrCaptureIncompatibleAllocation, what, n, a.info.SafetyProfile())
+		driver.ErrCaptureIllegalOp, ErrCaptureIncompatibleAllocation, what, n, a.info.SafetyProfile())
 }
 
 // strictLocked returns strictRefusal when strict safety forbids what now:

@@ -4,6 +4,8 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // The lock-free lane: the common Alloc and Free (a pool hit of a size the
@@ -103,7 +105,7 @@ func (a *Allocator) laneOpen() bool {
 		return false
 	}
 	st, err := a.drv.StreamCaptureStatus(a.stream)
-	return err == nil && st == DriverCaptureNone
+	return err == nil && st == driver.CaptureNone
 }
 
 // laneAlloc serves Alloc from the caller's shard: ok is false, and nothing

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"slices"
 	"time"
+
+	"github.com/capalloc/capalloc/alloc/memmap"
 )
 
 // The walk's state numbers, blockStates' indices.
@@ -17,23 +19,23 @@ const (
 	numStates
 )
 
-var blockStates = [numStates]BlockState{BlockLive, BlockWorkspace, BlockGraphOwned, BlockHeldForGraph, BlockFree, BlockCached}
+var blockStates = [numStates]memmap.BlockState{memmap.BlockLive, memmap.BlockWorkspace, memmap.BlockGraphOwned, memmap.BlockHeldForGraph, memmap.BlockFree, memmap.BlockCached}
 
 // Snapshot returns the allocator's device memory now. The walk holds the
 // allocator's lock: about a millisecond per 10,000 blocks (BENCHMARKS.md).
 // It fails with ErrClosed once the allocator is closed.
-func (a *Allocator) Snapshot() (Snapshot, error) {
+func (a *Allocator) Snapshot() (memmap.Snapshot, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
-		return Snapshot{}, a.fail("Snapshot", -1, StateNone, ErrClosed)
+		return memmap.Snapshot{}, a.fail("Snapshot", -1, StateNone, ErrClosed)
 	}
 	// The lane stays closed from the walk to the counters, so they are of
 	// the moment of the blocks listed.
 	a.closeLaneLocked()
 	defer a.openLaneLocked()
 	w := a.memWalkLocked(true)
-	return Snapshot{
+	return memmap.Snapshot{
 		Allocator: a.name, Backend: a.backend, Device: a.info.Name, DeviceMemory: a.info.TotalMemory,
 		CaptureSafety: a.info.SafetyProfile(),
 		Time:          time.Now(), Capturing: a.cap != nil, ProfileRate: currentProfileRate(), Stats: memmap.Stats(a.statsLocked()),
@@ -46,10 +48,10 @@ func (a *Allocator) Snapshot() (Snapshot, error) {
 type memWalk struct {
 	list   bool
 	sums   [numStates]int64 // bytes by state
-	segs   []Segment
-	spans  [][2]int // segs[i]'s blocks: blocks[spans[i][0]:spans[i][1]]
-	blocks []Block  // every segment's, in one array
-	graphs []GraphInfo
+	segs   []memmap.Segment
+	spans  [][2]int       // segs[i]'s blocks: blocks[spans[i][0]:spans[i][1]]
+	blocks []memmap.Block // every segment's, in one array
+	graphs []memmap.GraphInfo
 	users  map[*block][]int // blocks graphs use or hold: their ids
 }
 
@@ -59,7 +61,7 @@ func (a *Allocator) memWalkLocked(list bool) *memWalk {
 	w := &memWalk{list: list, users: map[*block][]int{}}
 	if list { // live blocks and a tenth more for the free ones: few regrowths
 		n := max(a.live.n+a.pooledLive, 0) // the lane's hand-outs are counted in the shards
-		w.blocks = make([]Block, 0, n+n/8+64)
+		w.blocks = make([]memmap.Block, 0, n+n/8+64)
 	}
 	gs := make([]*Graph, 0, len(a.graphs))
 	for g := range a.graphs {
@@ -74,10 +76,10 @@ func (a *Allocator) memWalkLocked(list bool) *memWalk {
 	}
 	slices.SortFunc(gs, func(x, y *Graph) int { return cmp.Compare(x.id, y.id) })
 	if a.cap != nil {
-		w.graph(GraphInfo{ID: 0, Capturing: true}, a.cap)
+		w.graph(memmap.GraphInfo{ID: 0, Capturing: true}, a.cap)
 	}
 	for _, g := range gs {
-		w.graph(GraphInfo{ID: g.id, Eager: g.eager != nil, Launched: g.launched}, g.cap)
+		w.graph(memmap.GraphInfo{ID: g.id, Eager: g.eager != nil, Launched: g.launched}, g.cap)
 	}
 
 	// Free blocks outside the arenas' indexes: the pool's recent ones and
@@ -126,20 +128,20 @@ func (a *Allocator) memWalkLocked(list bool) *memWalk {
 		for i, sp := range w.spans {
 			w.segs[i].Blocks = w.blocks[sp[0]:sp[1]:sp[1]]
 		}
-		slices.SortFunc(w.segs, func(x, y Segment) int { return cmp.Compare(x.Ptr, y.Ptr) })
+		slices.SortFunc(w.segs, func(x, y memmap.Segment) int { return cmp.Compare(x.Ptr, y.Ptr) })
 	}
 	return w
 }
 
 // addSegment starts listing a segment's blocks.
-func (w *memWalk) addSegment(s Segment) {
+func (w *memWalk) addSegment(s memmap.Segment) {
 	w.segs = append(w.segs, s)
 	w.spans = append(w.spans, [2]int{len(w.blocks), len(w.blocks)})
 }
 
 // graph records a graph (or the recording capture c) and marks the blocks
 // its work uses or holds.
-func (w *memWalk) graph(gi GraphInfo, c *capture) {
+func (w *memWalk) graph(gi memmap.GraphInfo, c *capture) {
 	if c != nil {
 		for _, b := range c.blocks {
 			gi.OwnedBytes += b.class
@@ -173,7 +175,7 @@ func (w *memWalk) segment(s *segment, kind string, cached map[*block]bool) {
 		whollyFree = b.free || b.kind == kindHole || cached[b]
 	}
 	if w.list {
-		seg := Segment{Ptr: s.ptr, Size: s.size, Kind: kind}
+		seg := memmap.Segment{Ptr: s.ptr, Size: s.size, Kind: kind}
 		if s.exp != nil {
 			seg.Expandable, seg.Span = true, s.exp.end
 		}
@@ -200,7 +202,7 @@ func (w *memWalk) segment(s *segment, kind string, cached map[*block]bool) {
 // single records a block that is a driver allocation of its own.
 func (w *memWalk) single(b *block, kind string, graph int) {
 	if w.list {
-		w.addSegment(Segment{Ptr: b.ptr, Size: b.class, Kind: kind, Graph: graph})
+		w.addSegment(memmap.Segment{Ptr: b.ptr, Size: b.class, Kind: kind, Graph: graph})
 	}
 	st := stHeldForGraph
 	switch {
@@ -226,8 +228,8 @@ func liveState(b *block) int {
 	return stLive
 }
 
-func (w *memWalk) byState() map[BlockState]int64 {
-	m := make(map[BlockState]int64, numStates)
+func (w *memWalk) byState() map[memmap.BlockState]int64 {
+	m := make(map[memmap.BlockState]int64, numStates)
 	for i, n := range w.sums {
 		m[blockStates[i]] = n
 	}
@@ -240,7 +242,7 @@ func (w *memWalk) block(b *block, off int64, st int) {
 	if !w.list {
 		return
 	}
-	blk := Block{Offset: off, Size: b.class, State: blockStates[st], Workspace: b.ws}
+	blk := memmap.Block{Offset: off, Size: b.class, State: blockStates[st], Workspace: b.ws}
 	if b.live() {
 		blk.Requested = b.size
 	}
