@@ -86,9 +86,6 @@ func (b Buffer) Ptr() driver.DevicePtr { return b.ptr }
 // Size is the number of usable bytes.
 func (b Buffer) Size() int64 { return b.size }
 
-// IsView reports whether b came from Slice and so does not own its memory.
-func (b Buffer) IsView() bool { return b.view }
-
 // liveList is an intrusive doubly linked list: O(1) insert and remove with
 // no allocation on the hot path.
 type liveList struct {

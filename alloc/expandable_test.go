@@ -444,39 +444,6 @@ func TestExpandableOutOfMemory(t *testing.T) {
 	}
 }
 
-// A buffer of an expandable range cannot be exported: IPCGetMemHandle
-// refuses it with ErrNotExportable, no IPC call made; an AllocSync
-// buffer still exports.
-func TestExpandableRefusesExport(t *testing.T) {
-	d := newVMDriver(t, 0)
-	a := newExpandable(t, d)
-	b, _ := a.Alloc(3 * mib)
-	s, _ := a.Alloc(4 << 10)
-	view, err := a.Slice(b, 1<<20, 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, buf := range []alloc.Buffer{b, s, view} {
-		if _, err := a.IPCGetMemHandle(buf); !errors.Is(err, driver.ErrNotExportable) {
-			t.Fatalf("export of %#x = %v, want ErrNotExportable", buf.Ptr(), err)
-		}
-	}
-	if d.ipc != 0 {
-		t.Fatalf("%d IPC calls made for refused exports", d.ipc)
-	}
-	sync, err := a.AllocSync(4 << 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.IPCGetMemHandle(sync); err != nil || d.ipc != 1 {
-		t.Fatalf("export of an AllocSync buffer = %v (%d calls)", err, d.ipc)
-	}
-	for _, buf := range []alloc.Buffer{b, s, sync} {
-		a.Free(buf)
-	}
-	closeClean(t, a, d)
-}
-
 // A snapshot shows each range as one segment: Size is the bytes mapped,
 // its blocks lie at their offsets across Span, and nothing is drawn in
 // the unmapped gaps.

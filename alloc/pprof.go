@@ -92,7 +92,7 @@ const (
 	// call site, as in a Go heap profile.
 	allocAPI = "github.com/capalloc/capalloc/alloc.(*Allocator)."
 
-	profileOffComment = "device memory profile recording is off: call alloc.SetProfileRate(alloc.DefaultProfileRate), or 1 to record every allocation; any samples here were recorded before it was turned off"
+	profileOffComment = "device memory profile recording is off: call alloc.SetProfileRate(512 << 10) (runtime.MemProfileRate's default), or 1 to record every allocation; any samples here were recorded before it was turned off"
 )
 
 // buildProfile makes the pprof profile of the allocators' samples.

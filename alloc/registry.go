@@ -109,6 +109,8 @@ func init() {
 		}
 		return out
 	}
+	hooks.Name = func(a any) string { return a.(*Allocator).name }
+	hooks.BytesByState = func(a any) (any, error) { return a.(*Allocator).bytesByState() }
 	hooks.Lookup = func(name string) any {
 		if a := lookup(name); a != nil {
 			return a
@@ -116,6 +118,3 @@ func init() {
 		return nil
 	}
 }
-
-// Name is the allocator's name (Options.Name, or the default given).
-func (a *Allocator) Name() string { return a.name }

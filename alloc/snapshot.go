@@ -43,6 +43,18 @@ func (a *Allocator) Snapshot() (memmap.Snapshot, error) {
 	}, nil
 }
 
+// bytesByState sums the allocator's device memory by block state, as
+// Snapshot's Bytes, without listing the blocks (what metrics scrape:
+// alloc/allocprom through alloc/internal/registry).
+func (a *Allocator) bytesByState() (map[memmap.BlockState]int64, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil, a.fail("BytesByState", -1, StateNone, ErrClosed)
+	}
+	return a.memWalkLocked(false).byState(), nil
+}
+
 // memWalk is one pass over the allocator's memory; list says whether
 // segments and blocks are listed or only summed.
 type memWalk struct {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"reflect"
 	"runtime"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/alloc/internal/registry"
 	"github.com/capalloc/capalloc/alloc/memmap"
 	"github.com/capalloc/capalloc/cpu"
 )
@@ -114,7 +116,7 @@ func TestSnapshotStates(t *testing.T) {
 	require.Equal(t, s.Stats.BytesReserved, sum, "every reserved byte is in exactly one state: %v", s.Bytes)
 	require.EqualValues(t, 512<<10, s.Bytes[memmap.BlockGraphOwned])
 	require.EqualValues(t, 128<<10, s.Bytes[memmap.BlockHeldForGraph])
-	byState, err := a.BytesByState()
+	byState, err := registry.BytesByState(a)
 	require.NoError(t, err)
 	require.Equal(t, s.Bytes, byState)
 
@@ -166,7 +168,7 @@ func TestSnapshotDuringCapture(t *testing.T) {
 	require.NoError(t, c.Close())
 	_, err = c.Snapshot()
 	require.ErrorIs(t, err, alloc.ErrClosed)
-	_, err = c.BytesByState()
+	_, err = registry.BytesByState(c)
 	require.ErrorIs(t, err, alloc.ErrClosed)
 }
 
@@ -261,10 +263,20 @@ func TestSnapshotCountersMatchItsBlocks(t *testing.T) {
 		if live != s.Stats.LiveBuffers || requested != s.Stats.BytesInUse ||
 			s.Bytes[memmap.BlockFree]+s.Bytes[memmap.BlockCached] != s.Stats.BytesCached {
 			bad = append(bad, fmt.Sprintf("%d live blocks of %d B listed, %d free and cached; stats: %s",
-				live, requested, s.Bytes[memmap.BlockFree]+s.Bytes[memmap.BlockCached], s.Stats))
+				live, requested, s.Bytes[memmap.BlockFree]+s.Bytes[memmap.BlockCached], alloc.Stats(s.Stats)))
 		}
 	}
 	require.NoError(t, stop())
 	require.Empty(t, bad, "%d of %d snapshots disagree with their blocks", len(bad), snaps)
 	require.NoError(t, a.Close())
+}
+
+// memmap.Stats is alloc.Stats as a snapshot carries it: the conversion in
+// Snapshot keeps the fields the same, and this keeps their JSON keys.
+func TestSnapshotStatsKeepsJSONKeys(t *testing.T) {
+	a, m := reflect.TypeFor[alloc.Stats](), reflect.TypeFor[memmap.Stats]()
+	require.Equal(t, a.NumField(), m.NumField())
+	for i := range a.NumField() {
+		require.Equal(t, a.Field(i).Tag, m.Field(i).Tag, "field %s", a.Field(i).Name)
+	}
 }

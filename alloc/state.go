@@ -21,9 +21,6 @@ const (
 	StateInvalidated
 )
 
-// States lists every capture state, for tests and tools.
-var States = []CaptureState{StateNone, StateActive, StateExternal, StateInvalidated}
-
 func (s CaptureState) String() string {
 	switch s {
 	case StateNone:

@@ -30,7 +30,6 @@ type vmDriver struct {
 	reserved map[driver.DevicePtr]int64 // live reservations
 	next     driver.DevicePtr
 	calls    map[string]int // by method
-	ipc      int            // IPC calls
 }
 
 func newVMDriver(t testing.TB, limit int64) *vmDriver {
@@ -123,21 +122,6 @@ func (d *vmDriver) insideLocked(p driver.DevicePtr, size int64) bool {
 	}
 	return false
 }
-
-// IPCMemory, so the allocator's export refusal is tested against a driver
-// that could export.
-func (d *vmDriver) IPCGetMemHandle(p driver.DevicePtr) ([]byte, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.ipc++
-	return []byte{1}, nil
-}
-
-func (d *vmDriver) IPCOpenMemHandle([]byte) (driver.DevicePtr, error) {
-	return 0, fmt.Errorf("%w: not in this fake", alloc.ErrInvalidValue)
-}
-
-func (d *vmDriver) IPCCloseMemHandle(driver.DevicePtr) error { return nil }
 
 // vmCalls is the number of VirtualMemory calls made so far.
 func (d *vmDriver) vmCalls() int {

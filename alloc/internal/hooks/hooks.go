@@ -18,6 +18,11 @@ var (
 	// alloc/internal/registry, which gives them their type.
 	Allocators func() []any
 	Lookup     func(name string) any
+	// Name is an allocator's name (alloc.Options.Name, or the default
+	// given); BytesByState sums its memory by block state
+	// (map[memmap.BlockState]int64) without listing the blocks.
+	Name         func(a any) string
+	BytesByState func(a any) (any, error)
 	// ProfileRate is alloc.SetProfileRate's current rate.
 	ProfileRate func() int
 )
