@@ -138,3 +138,30 @@ func TestAllocatorNameMustBeUTF8(t *testing.T) {
 type oddBackend struct{ driver.Driver }
 
 func (oddBackend) Name() string { return "cpu\xfe" }
+
+// driver.DeviceWide and driver.AfterGlobalCaptures reach the capture
+// domains of package alloc (its init sets the hooks): a Global-mode
+// capture refuses the one, with no call made, and defers the other until
+// it ends.
+func TestDriverDomainHooksReachTheAllocator(t *testing.T) {
+	d, err := cpu.New(cpu.Options{})
+	require.NoError(t, err)
+	defer d.Close()
+	a, err := alloc.New(d, alloc.Options{})
+	require.NoError(t, err)
+	defer a.Close()
+
+	require.NoError(t, a.BeginCapture(alloc.Global))
+	called := false
+	err = driver.DeviceWide(d.CaptureDomain(), "hook test", func() error { called = true; return nil })
+	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
+	require.False(t, called, "no call during a Global-mode capture")
+	ran := make(chan struct{})
+	require.False(t, driver.AfterGlobalCaptures(d.CaptureDomain(), func() { close(ran) }), "deferred while the capture is active")
+	g, err := a.EndCapture()
+	require.NoError(t, err)
+	<-ran // run when the capture ended
+	require.NoError(t, g.Close())
+	require.NoError(t, driver.DeviceWide(d.CaptureDomain(), "hook test", func() error { called = true; return nil }))
+	require.True(t, called)
+}
