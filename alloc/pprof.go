@@ -26,7 +26,7 @@ func WriteProfile(w io.Writer) error {
 	for _, a := range allocators() {
 		a.mu.Lock()
 		if !a.closed {
-			ds = append(ds, a.profileDataLocked())
+			ds = append(ds, profileDataLocked(a))
 		}
 		a.mu.Unlock()
 	}
@@ -42,7 +42,7 @@ func (a *Allocator) WriteProfile(w io.Writer) error {
 		a.mu.Unlock()
 		return a.fail("WriteProfile", -1, StateNone, ErrClosed)
 	}
-	d := a.profileDataLocked()
+	d := profileDataLocked(a)
 	a.mu.Unlock()
 	return buildProfile([]profileData{d}).Write(w)
 }
@@ -62,8 +62,8 @@ type inUseSample struct {
 	size, rate int64
 }
 
-// profileDataLocked copies the samples out. Caller holds a.mu.
-func (a *Allocator) profileDataLocked() profileData {
+// profileDataLocked copies a's samples out. Caller holds a.mu.
+func profileDataLocked(a *Allocator) profileData {
 	p := &a.prof
 	d := profileData{name: a.name, backend: a.backend, device: a.info.Name,
 		inUse:  make([]inUseSample, 0, p.nInUse),

@@ -116,15 +116,15 @@ func ownerOf(b *block) owner {
 	return ownerPoolLive
 }
 
-// sampleLocked counts an allocation of size bytes, b's or h's, towards the
+// sample counts an allocation of size bytes, b's or h's, towards the
 // next sample and records it, with the caller's stack, when it is due.
 // Called, only while a rate is set, straight from the exported method
-// that allocated (so the stack starts there). Caller holds a.mu.
+// that allocated (so the stack starts there: this frame is skipped).
+// Caller holds the allocator's lock.
 //
 //go:noinline
-func (a *Allocator) sampleLocked(b *block, h *HostBuffer, size int64) {
+func (p *memProfile) sample(b *block, h *HostBuffer, size int64) {
 	rate := profileRate.Load()
-	p := &a.prof
 	if rate == 0 {
 		return // turned off meanwhile
 	}
@@ -138,7 +138,7 @@ func (a *Allocator) sampleLocked(b *block, h *HostBuffer, size int64) {
 		p.next = drawSampleGap(rate)
 	}
 	var buf [maxStack]uintptr
-	pcs := buf[:callstack.Callers(0, buf[:])]
+	pcs := buf[:callstack.Callers(1, buf[:])]
 	key := hashStack(pcs)
 	stk := p.stacks[key]
 	for stk != nil && !slices.Equal(stk.pcs, pcs) {
@@ -178,11 +178,11 @@ func (a *Allocator) sampleLocked(b *block, h *HostBuffer, size int64) {
 	}
 }
 
-// dropSampleLocked forgets b's sample, if it has one, when its memory is
-// given back. Caller holds a.mu.
-func (a *Allocator) dropSampleLocked(b *block) {
+// dropBlock forgets b's sample, if it has one, when its memory is given
+// back. Caller holds the allocator's lock.
+func (p *memProfile) dropBlock(b *block) {
 	if s := b.prof.Load(); s != nil {
-		a.prof.drop(s)
+		p.drop(s)
 		b.prof.Store(nil)
 	}
 }

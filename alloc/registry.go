@@ -110,7 +110,7 @@ func init() {
 		return out
 	}
 	hooks.Name = func(a any) string { return a.(*Allocator).name }
-	hooks.BytesByState = func(a any) (any, error) { return a.(*Allocator).bytesByState() }
+	hooks.BytesByState = func(a any) (any, error) { return bytesByState(a.(*Allocator)) }
 	hooks.Lookup = func(name string) any {
 		if a := lookup(name); a != nil {
 			return a

@@ -43,10 +43,10 @@ func (a *Allocator) Snapshot() (memmap.Snapshot, error) {
 	}, nil
 }
 
-// bytesByState sums the allocator's device memory by block state, as
-// Snapshot's Bytes, without listing the blocks (what metrics scrape:
-// alloc/allocprom through alloc/internal/registry).
-func (a *Allocator) bytesByState() (map[memmap.BlockState]int64, error) {
+// bytesByState sums a's device memory by block state, as Snapshot's
+// Bytes, without listing the blocks (what metrics scrape: alloc/allocprom
+// through alloc/internal/registry).
+func bytesByState(a *Allocator) (map[memmap.BlockState]int64, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
