@@ -68,7 +68,7 @@ func (a *Allocator) HostAlloc(size int64) (*HostBuffer, error) {
 	if profileRate.Load() != 0 {
 		a.mu.Lock()
 		if !h.closed.Load() {
-			a.sampleLocked(nil, h, size)
+			a.prof.sample(nil, h, size)
 		}
 		a.mu.Unlock()
 	}

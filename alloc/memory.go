@@ -44,7 +44,7 @@ func (a *Allocator) Alloc(size int64) (Buffer, error) {
 		return Buffer{}, a.fail("Alloc", size, st, err)
 	}
 	if profileRate.Load() != 0 {
-		a.sampleLocked(b.blk, nil, size)
+		a.prof.sample(b.blk, nil, size)
 	}
 	return b, nil
 }
@@ -411,7 +411,7 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 	if profileRate.Load() != 0 {
 		a.mu.Lock()
 		if buf.blk.validFor(buf.gen) { // not freed meanwhile
-			a.sampleLocked(buf.blk, nil, size)
+			a.prof.sample(buf.blk, nil, size)
 		}
 		a.mu.Unlock()
 	}

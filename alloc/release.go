@@ -55,7 +55,7 @@ func (a *Allocator) releaseLocked(b *block) {
 func (a *Allocator) releaseNowLocked(b *block) {
 	switch b.kind {
 	case kindPooled:
-		a.dropSampleLocked(b) // the others' go in releasedLocked
+		a.prof.dropBlock(b) // the others' go in releasedLocked
 		a.cacheLocked(b)
 	case kindSync:
 		a.pending = append(a.pending, b)
@@ -73,7 +73,7 @@ func (a *Allocator) releaseNowLocked(b *block) {
 
 // releasedLocked counts b's memory as given back to the driver.
 func (a *Allocator) releasedLocked(b *block) {
-	a.dropSampleLocked(b)
+	a.prof.dropBlock(b)
 	a.givenBackLocked(b.class)
 }
 
