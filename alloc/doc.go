@@ -45,9 +45,10 @@
 //
 // # Errors
 //
-// Every error wraps a sentinel of errors.go (match with errors.Is) inside an
-// [*Error] that names the operation, backend, size and capture state. Bad
-// input leaves the allocator's state as it was.
+// Every error wraps a sentinel (errors.go, or alloc/driver's for what a
+// driver reports; match with errors.Is) inside an [*Error] that names the
+// operation, backend, size and capture state. Bad input leaves the
+// allocator's state as it was.
 //
 // # Seeing memory
 //
