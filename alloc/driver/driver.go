@@ -6,7 +6,7 @@ import "fmt"
 // (base + offset) is valid inside one allocation.
 type DevicePtr uint64
 
-// Stream is a driver stream handle, opaque to this package.
+// Stream is a driver stream handle, opaque to the allocator.
 type Stream uintptr
 
 // GraphHandle is a captured (not yet instantiated) graph.
@@ -85,7 +85,7 @@ type DeviceInfo struct {
 	Profile              string        // why: "gb10", "unrecorded", "recorded:<table>", "config"
 }
 
-// MaxAlignment bounds DeviceInfo.Alignment: New refuses a driver that
+// MaxAlignment bounds DeviceInfo.Alignment: alloc.New refuses a driver that
 // reports more, or anything but a power of two (a driver in a plugin child
 // is not trusted to, and the pool's rounding needs one).
 const MaxAlignment = 1 << 30
@@ -104,7 +104,7 @@ func CheckAlignment(a int64) error {
 // once. The package documentation says what else a backend implements.
 //
 // "Unsafe" below means CUDA's "potentially unsafe API call": a call that may
-// synchronize implicitly. Allocator never makes one while a capture forbids
+// synchronize implicitly. The allocator never makes one while a capture forbids
 // it; a driver that receives one anyway must refuse it with an error wrapping
 // ErrCaptureIllegalOp and invalidate the affected capture, as CUDA does.
 //

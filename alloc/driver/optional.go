@@ -141,8 +141,8 @@ type IPCMemory interface {
 // driver's LoadModule, a grid or block of 0, a block over
 // Module.MaxThreadsPerBlock or an empty params is refused with
 // ErrInvalidValue before any driver call. Make launches through
-// alloc.Allocator.Enqueue, so a capture records the buffers the kernel uses and
-// holds them until the graph is closed.
+// alloc.Allocator.Enqueue, so a capture records the buffers the kernel
+// uses and holds them until the graph is closed.
 //
 // MaxActiveBlocks is how many blocks of k, at block threads each and no
 // dynamic shared memory, one multiprocessor holds at once
@@ -207,8 +207,8 @@ type PeerAccess interface {
 // CUDA's virtual memory management (cuMemAddressReserve, cuMemCreate,
 // cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemRelease), HIP's hipMem*
 // equivalents, and on cpu (Linux) a PROT_NONE reservation with memfd chunks
-// mapped into it. The pool's expandable segments (alloc.Options.ExpandableSegments)
-// grow on it: one reservation per arena, chunks mapped at its end as the
+// mapped into it. The pool's expandable segments
+// (alloc.Options.ExpandableSegments) grow on it: one reservation per arena, chunks mapped at its end as the
 // pool needs them, so freed memory merges across what would have been
 // segment boundaries.
 //
