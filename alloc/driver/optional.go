@@ -208,9 +208,9 @@ type PeerAccess interface {
 // cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemRelease), HIP's hipMem*
 // equivalents, and on cpu (Linux) a PROT_NONE reservation with memfd chunks
 // mapped into it. The pool's expandable segments
-// (alloc.Options.ExpandableSegments) grow on it: one reservation per arena, chunks mapped at its end as the
-// pool needs them, so freed memory merges across what would have been
-// segment boundaries.
+// (alloc.Options.ExpandableSegments) grow on it: one reservation per
+// arena, chunks mapped at its end as the pool needs them, so freed memory
+// merges across what would have been segment boundaries.
 //
 // A driver type may have these methods and still not offer them at run
 // time (hip without the hipMem* symbols, cpu off Linux or with supplied
