@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
 
@@ -17,7 +18,7 @@ import (
 // the interface, not *cpu.Driver, so it is no StreamIdler or StreamPoller
 // (a plugin host is neither): Synchronize makes the watched blocking call.
 type abortable struct {
-	alloc.Driver
+	driver.Driver
 	hang    atomic.Bool
 	killed  chan struct{} // closed by Abort: the stuck call returns
 	aborted chan error    // Abort's cause, for the test
@@ -25,7 +26,7 @@ type abortable struct {
 
 var errKilled = errors.New("backend killed")
 
-func (d *abortable) StreamSynchronize(s alloc.Stream) error {
+func (d *abortable) StreamSynchronize(s driver.Stream) error {
 	if d.hang.Load() {
 		<-d.killed
 		return errKilled
@@ -73,7 +74,7 @@ func TestWatchdogAbortsAnAborterDriver(t *testing.T) {
 }
 
 func TestBackendSentinelsAreDistinct(t *testing.T) {
-	require.NotErrorIs(t, alloc.ErrBackendCrashed, alloc.ErrBackendHung)
-	require.NotErrorIs(t, alloc.ErrBackendHung, alloc.ErrBackendCrashed)
-	require.NotErrorIs(t, alloc.ErrBackendCrashed, alloc.ErrBackendUnavailable)
+	require.NotErrorIs(t, driver.ErrBackendCrashed, driver.ErrBackendHung)
+	require.NotErrorIs(t, driver.ErrBackendHung, driver.ErrBackendCrashed)
+	require.NotErrorIs(t, driver.ErrBackendCrashed, driver.ErrBackendUnavailable)
 }

@@ -9,16 +9,17 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
 
 // infoDriver is a driver that reports a forged device alignment.
 type infoDriver struct {
-	alloc.Driver
+	driver.Driver
 	alignment int64
 }
 
-func (d infoDriver) Info() alloc.DeviceInfo {
+func (d infoDriver) Info() driver.DeviceInfo {
 	i := d.Driver.Info()
 	i.Alignment = d.alignment
 	return i
@@ -31,7 +32,7 @@ func TestNewRefusesBadAlignment(t *testing.T) {
 	d, err := cpu.New(cpu.Options{})
 	require.NoError(t, err)
 	defer d.Close()
-	for _, al := range []int64{0, -256, 3, 768, alloc.MaxAlignment << 1, math.MaxInt64, math.MinInt64} {
+	for _, al := range []int64{0, -256, 3, 768, driver.MaxAlignment << 1, math.MaxInt64, math.MinInt64} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		done := make(chan error, 1)
 		go func() {
@@ -43,13 +44,13 @@ func TestNewRefusesBadAlignment(t *testing.T) {
 		}()
 		select {
 		case err := <-done:
-			require.ErrorIs(t, err, alloc.ErrDriver, "alignment %d", al)
+			require.ErrorIs(t, err, driver.ErrDriver, "alignment %d", al)
 		case <-ctx.Done():
 			t.Fatalf("alloc.New with alignment %d did not return", al)
 		}
 		cancel()
 	}
-	for _, al := range []int64{1, 256, alloc.MaxAlignment} {
+	for _, al := range []int64{1, 256, driver.MaxAlignment} {
 		a, err := alloc.New(infoDriver{d, al}, alloc.Options{})
 		require.NoError(t, err, "alignment %d", al)
 		require.NoError(t, a.Close())

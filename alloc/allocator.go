@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // Allocator is the capture-safe allocator an engine uses. It owns one driver
@@ -32,13 +34,13 @@ import (
 // and the domain registry's, the gate's own mutex, the watchdog monitor's
 // lock (watches.mu), the allocator registry's lock (registry.go).
 type Allocator struct {
-	drv     Driver
+	drv     driver.Driver
 	backend string
 	name    string // registry.go
-	info    DeviceInfo
-	stream  Stream
+	info    driver.DeviceInfo
+	stream  driver.Stream
 	opts    Options
-	vm      VirtualMemory // Options.ExpandableSegments: the driver's; else nil
+	vm      driver.VirtualMemory // Options.ExpandableSegments: the driver's; else nil
 
 	lane     lane     // per-P caches serving the common Alloc and Free without a.mu (shard.go)
 	releases releases // ends blocks' lives, makes the unsafe frees (release.go)
@@ -61,19 +63,19 @@ type Allocator struct {
 
 // New makes an allocator with its own stream on drv. The caller keeps
 // ownership of drv and closes it after the allocator.
-func New(drv Driver, opts Options) (*Allocator, error) {
+func New(drv driver.Driver, opts Options) (*Allocator, error) {
 	if drv == nil {
 		return nil, wrapf(ErrInvalidValue, "nil driver")
 	}
-	vm, _ := drv.(VirtualMemory)
+	vm, _ := drv.(driver.VirtualMemory)
 	if opts.ExpandableSegments && (vm == nil || vm.MapGranularity() <= 0) { // 0: a wrapper over a driver without
-		return nil, &Error{Op: "New", Backend: drv.Name(), Size: -1, Err: fmt.Errorf("%w: expandable segments need a driver with virtual memory management (alloc.VirtualMemory); backend %s has none", errors.ErrUnsupported, drv.Name())}
+		return nil, &Error{Op: "New", Backend: drv.Name(), Size: -1, Err: fmt.Errorf("%w: expandable segments need a driver with virtual memory management (driver.VirtualMemory); backend %s has none", errors.ErrUnsupported, drv.Name())}
 	}
 	if !opts.ExpandableSegments {
 		vm = nil
 	}
 	info := drv.Info()
-	if err := CheckAlignment(info.Alignment); err != nil {
+	if err := driver.CheckAlignment(info.Alignment); err != nil {
 		return nil, &Error{Op: "New", Backend: drv.Name(), Size: -1, Err: err}
 	}
 	a := &Allocator{
@@ -104,14 +106,14 @@ func New(drv Driver, opts Options) (*Allocator, error) {
 }
 
 // Driver returns the driver the allocator runs on.
-func (a *Allocator) Driver() Driver { return a.drv }
+func (a *Allocator) Driver() driver.Driver { return a.drv }
 
 // Stream returns the allocator's stream, for engines that launch their own
 // kernels on it (and for tests that start a capture behind its back).
-func (a *Allocator) Stream() Stream { return a.stream }
+func (a *Allocator) Stream() driver.Stream { return a.stream }
 
 // Info describes the device.
-func (a *Allocator) Info() DeviceInfo { return a.info }
+func (a *Allocator) Info() driver.DeviceInfo { return a.info }
 
 // fail wraps err with the operation's context.
 func (a *Allocator) fail(op string, size int64, st CaptureState, err error) error {

@@ -1,6 +1,9 @@
 package alloc
 
-import "sync/atomic"
+import (
+	"github.com/capalloc/capalloc/alloc/driver"
+	"sync/atomic"
+)
 
 // blockKind says where a block's memory came from, which decides how it is
 // given back.
@@ -18,7 +21,7 @@ const (
 // changes at every hand-out and retirement so stale Buffers are detected.
 type block struct {
 	a     *Allocator // set when the record is made, never changed
-	ptr   DevicePtr
+	ptr   driver.DevicePtr
 	size  int64 // bytes requested by the current owner
 	class int64 // bytes held from the driver
 	// state counts the record's hand-outs and retirements: odd while
@@ -74,19 +77,16 @@ func (b *block) validFor(gen uint64) bool { return b.state.Load() == gen }
 type Buffer struct {
 	blk  *block
 	gen  uint64
-	ptr  DevicePtr
+	ptr  driver.DevicePtr
 	size int64
 	view bool
 }
 
 // Ptr is the device address of the first byte.
-func (b Buffer) Ptr() DevicePtr { return b.ptr }
+func (b Buffer) Ptr() driver.DevicePtr { return b.ptr }
 
 // Size is the number of usable bytes.
 func (b Buffer) Size() int64 { return b.size }
-
-// IsView reports whether b came from Slice and so does not own its memory.
-func (b Buffer) IsView() bool { return b.view }
 
 // liveList is an intrusive doubly linked list: O(1) insert and remove with
 // no allocation on the hot path.

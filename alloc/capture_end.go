@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // endLocked ends capture c on the driver, with a.mu released for the
@@ -16,7 +18,7 @@ func (c *capture) endLocked(timeout time.Duration) (*Graph, error) {
 	g := &a.guard
 	done := g.transitionLocked()
 	defer done()
-	var h GraphHandle
+	var h driver.GraphHandle
 	a.mu.Unlock()
 	expired, err := g.watchdog.run("EndCapture", timeout, func() (err error) {
 		h, err = g.drv.EndCapture(g.stream)
@@ -45,7 +47,7 @@ func (c *capture) endLocked(timeout time.Duration) (*Graph, error) {
 // finishLocked records the end of c, whose driver end returned h and err,
 // and instantiates its graph. On failure it returns nil, leaves the error
 // in c.err and releases what the capture took. Caller holds a.mu.
-func (c *capture) finishLocked(h GraphHandle, err error) *Graph {
+func (c *capture) finishLocked(h driver.GraphHandle, err error) *Graph {
 	a := c.a
 	g := &a.guard
 	g.dom.remove(g.stream)
@@ -53,7 +55,7 @@ func (c *capture) finishLocked(h GraphHandle, err error) *Graph {
 		g.setCapLocked(nil, &a.lane)
 	}
 	g.lastCap = c
-	var exec GraphExec
+	var exec driver.GraphExec
 	if err == nil {
 		autoFree := false
 		for _, b := range c.blocks {

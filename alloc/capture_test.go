@@ -10,21 +10,22 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
 
 // statusFailing is a cpu driver whose capture status read fails while fail
 // is set, as a driver whose runtime reports an error would.
 type statusFailing struct {
-	alloc.Driver
+	driver.Driver
 	fail atomic.Bool
 }
 
 var errStatus = errors.New("capture status unreadable")
 
-func (d *statusFailing) StreamCaptureStatus(s alloc.Stream) (alloc.DriverCaptureStatus, error) {
+func (d *statusFailing) StreamCaptureStatus(s driver.Stream) (driver.CaptureStatus, error) {
 	if d.fail.Load() {
-		return alloc.DriverCaptureNone, errStatus
+		return driver.CaptureNone, errStatus
 	}
 	return d.Driver.StreamCaptureStatus(s)
 }

@@ -1,11 +1,13 @@
 // Package alloc is capalloc's capture-safe device memory allocator: one
-// [Allocator] per stream over a vendor [Driver] (cuda, hip, cpu, or any of
-// them through backends/plugin), with the capture logic written once, here.
+// [Allocator] per stream over a vendor [driver.Driver] (cuda, hip, cpu, or
+// any of them through backends/plugin), with the capture logic written
+// once, here. This package is what an engine calls; package alloc/driver
+// is what a backend implements.
 //
 // # States
 //
 // Every operation first asks the driver for its stream's capture status
-// ([Driver.StreamCaptureStatus]: the driver is the authority, not the
+// ([driver.Driver.StreamCaptureStatus]: the driver is the authority, not the
 // allocator's own flag) and folds it into one of four [CaptureState]s:
 //
 //   - [StateNone]: no capture. Alloc takes from the pool, copies and memsets
@@ -43,9 +45,10 @@
 //
 // # Errors
 //
-// Every error wraps a sentinel of errors.go (match with errors.Is) inside an
-// [*Error] that names the operation, backend, size and capture state. Bad
-// input leaves the allocator's state as it was.
+// Every error wraps a sentinel (errors.go, or alloc/driver's for what a
+// driver reports; match with errors.Is) inside an [*Error] that names the
+// operation, backend, size and capture state. Bad input leaves the
+// allocator's state as it was.
 //
 // # Seeing memory
 //
@@ -53,21 +56,19 @@
 // (off by default, one atomic load when off); [WriteProfile] and
 // [Allocator.WriteProfile] write them as a pprof profile labelled by
 // owner (pool-live, graph-owned, held-for-graph, ...). [Allocator.Snapshot]
-// lists every segment, block and graph. [Options.Name] tells allocators
-// apart; [Allocators] lists the open ones. Package alloc/allocview serves
-// all of it over HTTP and expvar, alloc/allocprom to Prometheus
-// (docs/device-memory.md).
+// lists every segment, block and graph (package alloc/memmap holds its
+// data). [Options.Name] tells allocators apart. Package alloc/allocview
+// serves all of it, for every open allocator, over HTTP and expvar,
+// alloc/allocprom to Prometheus (docs/device-memory.md).
 //
 // # Drivers
 //
-// driver.go is the whole contract a backend implements: the [Driver]
-// methods, the sentinel each failure must wrap, and the optional interfaces
-// ([HostFuncLauncher], [Aborter], [UsageReporter], [DirectSpanner],
-// [IPCMemory], [GraphMemTrimmer], [PoolTrimmer], [VirtualMemory]
-// (docs/virtual-memory.md), [KernelLauncher] and [PeerAccess]
-// (docs/device-collectives.md), [StreamIdler], and [StreamPoller], which
-// lives in pollwait.go beside the wait it serves). A backend proves itself
-// with the conformance suite (package conformance: conformance.Run with a
-// conformance.Factory); package alloc/alloctest has a Spy driver for
-// engines' own tests.
+// Package alloc/driver is the whole contract a backend implements, in one
+// place: the [driver.Driver] methods, the sentinel each failure must wrap
+// (this package's errors of the same name are the same values), the
+// optional interfaces, the device's capture safety, and
+// [driver.DeviceWide] for device-wide calls that belong to no allocator.
+// A backend proves itself with the conformance suite (package conformance:
+// conformance.Run with a conformance.Factory); package alloc/alloctest has
+// a Spy driver for engines' own tests.
 package alloc

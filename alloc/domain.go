@@ -3,6 +3,8 @@ package alloc
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // domain is the process-wide record of captures for one CaptureDomain. CUDA
@@ -15,7 +17,7 @@ type domain struct {
 	gate gate
 
 	mu       sync.Mutex
-	streams  map[Stream]CaptureMode
+	streams  map[driver.Stream]CaptureMode
 	global   atomic.Int32 // Global-mode captures in streams
 	deferred []func()     // AfterGlobalCaptures work waiting for global == 0
 	afterAny []func()     // strict safety's work waiting for no capture at all
@@ -31,7 +33,7 @@ func domainFor(name string) *domain {
 	defer domainsMu.Unlock()
 	d := domains[name]
 	if d == nil {
-		d = &domain{streams: map[Stream]CaptureMode{}}
+		d = &domain{streams: map[driver.Stream]CaptureMode{}}
 		domains[name] = d
 	}
 	return d
@@ -44,7 +46,7 @@ func (d *domain) active() int {
 	return len(d.streams)
 }
 
-func (d *domain) add(s Stream, m CaptureMode) {
+func (d *domain) add(s driver.Stream, m CaptureMode) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, ok := d.streams[s]; ok {
@@ -56,7 +58,7 @@ func (d *domain) add(s Stream, m CaptureMode) {
 	}
 }
 
-func (d *domain) remove(s Stream) {
+func (d *domain) remove(s driver.Stream) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	m, ok := d.streams[s]
@@ -164,12 +166,12 @@ func (d *domain) runDeferred() { d.runQueue(d.globalLocked, &d.deferred) }
 // ThreadLocal and Relaxed captures do not refuse fn: they forbid unsafe
 // calls only on the capturing thread, and a driver makes device-wide calls
 // on a thread of its own.
-func DeviceWide(domainName, op string, fn func() error) error {
+func deviceWide(domainName, op string, fn func() error) error {
 	d := domainFor(domainName)
 	d.gate.RLock()
 	defer d.gate.RUnlock()
 	if n := d.global.Load(); n > 0 {
-		return wrapf(ErrCaptureIllegalOp, "%s: %d global-mode capture(s) active in capture domain %q; no driver call was made, retry after the capture ends", op, n, domainName)
+		return wrapf(driver.ErrCaptureIllegalOp, "%s: %d global-mode capture(s) active in capture domain %q; no driver call was made, retry after the capture ends", op, n, domainName)
 	}
 	return fn()
 }
@@ -181,7 +183,7 @@ func DeviceWide(domainName, op string, fn func() error) error {
 // ends (false). fn holds the gate's read side like DeviceWide's function:
 // no capture begins while it runs. It is for work that must happen and
 // must not invalidate a capture, such as a driver's teardown at Close.
-func AfterGlobalCaptures(domainName string, fn func()) (ranNow bool) {
+func afterGlobalCaptures(domainName string, fn func()) (ranNow bool) {
 	_ = domainFor(domainName).nowOrAfterGlobal(func() error {
 		ranNow = true
 		fn()
@@ -199,7 +201,7 @@ func (d *domain) nowOrAfterGlobal(now func() error, later func()) error {
 
 // globalElsewhere reports whether a Global-mode capture is active on a
 // stream other than own.
-func (d *domain) globalElsewhere(own Stream) bool {
+func (d *domain) globalElsewhere(own driver.Stream) bool {
 	if d.global.Load() == 0 {
 		return false
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 func TestDeviceWideRefusedDuringGlobalCapture(t *testing.T) {
@@ -14,20 +16,20 @@ func TestDeviceWideRefusedDuringGlobalCapture(t *testing.T) {
 
 	d.add(1, ThreadLocal)
 	d.add(2, Relaxed)
-	if err := DeviceWide(name, "op", call); err != nil || !called {
+	if err := deviceWide(name, "op", call); err != nil || !called {
 		t.Fatalf("ThreadLocal/Relaxed captures must not refuse: err=%v called=%v", err, called)
 	}
 	called = false
 	d.add(3, Global)
-	err := DeviceWide(name, "open thing", call)
-	if !errors.Is(err, ErrCaptureIllegalOp) || called {
+	err := deviceWide(name, "open thing", call)
+	if !errors.Is(err, driver.ErrCaptureIllegalOp) || called {
 		t.Fatalf("want ErrCaptureIllegalOp and no call, got err=%v called=%v", err, called)
 	}
 	d.remove(3)
 	d.remove(2)
 	d.remove(1)
 	want := errors.New("fn's own error")
-	if err := DeviceWide(name, "op", func() error { return want }); err != want {
+	if err := deviceWide(name, "op", func() error { return want }); err != want {
 		t.Fatalf("fn's error is returned as is: %v", err)
 	}
 }
@@ -38,14 +40,14 @@ func TestAfterGlobalCapturesDefersUntilTheLastEnds(t *testing.T) {
 	ran := make(chan struct{}, 4)
 	fn := func() { ran <- struct{}{} }
 
-	if !AfterGlobalCaptures(name, fn) {
+	if !afterGlobalCaptures(name, fn) {
 		t.Fatal("no capture: runs now")
 	}
 	<-ran
 
 	d.add(1, Global)
 	d.add(2, Global)
-	if AfterGlobalCaptures(name, fn) {
+	if afterGlobalCaptures(name, fn) {
 		t.Fatal("a Global capture is active: deferred")
 	}
 	d.remove(1)

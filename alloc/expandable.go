@@ -3,6 +3,8 @@ package alloc
 import (
 	"errors"
 	"fmt"
+
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // Expandable segments (Options.ExpandableSegments; docs/allocator-core.md,
@@ -58,7 +60,7 @@ const expandReserve = 2
 // expandable is one arena's reserved range.
 type expandable struct {
 	seg      *segment // the range's blocks; seg.size counts the bytes mapped
-	base     DevicePtr
+	base     driver.DevicePtr
 	reserved int64
 	end      int64 // bytes of the range its blocks cover
 	chunk    int64
@@ -167,7 +169,7 @@ func (e *expandable) place(n int64) (start, cost int64, fits bool) {
 }
 
 // off is p's offset in the range.
-func (e *expandable) off(p DevicePtr) int64 { return int64(p - e.base) }
+func (e *expandable) off(p driver.DevicePtr) int64 { return int64(p - e.base) }
 
 // unmappedIn is the bytes of [lo, hi) (offsets) not mapped: in holes from
 // run on, or past the range's end.
@@ -207,13 +209,13 @@ func (p *pool) mapRange(e *expandable, lo, hi int64) error {
 		if err := p.mapChunk(e, c, lo, hi); err != nil {
 			errs := []error{err}
 			for _, m := range mapped {
-				p.punch(e, e.blockAt(m), e.base+DevicePtr(m), e.base+DevicePtr(m+e.chunk))
+				p.punch(e, e.blockAt(m), e.base+driver.DevicePtr(m), e.base+driver.DevicePtr(m+e.chunk))
 				errs = append(errs, p.unmapRange(e, m, m+e.chunk))
 			}
 			p.shrink(e, 0)
 			return errors.Join(errs...)
 		}
-		p.fill(e, e.blockAt(c), e.base+DevicePtr(c), e.base+DevicePtr(c+e.chunk))
+		p.fill(e, e.blockAt(c), e.base+driver.DevicePtr(c), e.base+driver.DevicePtr(c+e.chunk))
 		mapped = append(mapped, c)
 	}
 	return nil
@@ -223,7 +225,7 @@ func (p *pool) mapRange(e *expandable, lo, hi int64) error {
 // being mapped. Out of memory, it climbs the reclaim ladder to the top,
 // keeping that range, for what is left of it to map.
 func (p *pool) mapChunk(e *expandable, c, keepLo, keepHi int64) error {
-	try := func() error { return p.up.mapMemory(e.base+DevicePtr(c), e.chunk) }
+	try := func() error { return p.up.mapMemory(e.base+driver.DevicePtr(c), e.chunk) }
 	r := reclaim{p: p, op: "Alloc", need: keepHi - c, top: rungAll, sync: true, unmap: true,
 		keep: e, keepLo: keepLo, keepHi: keepHi}
 	if err := r.climb(try(), try); err != nil {
@@ -305,7 +307,7 @@ func (p *pool) unmapFree(limit int64, keep *expandable, keepLo, keepHi int64) (i
 			if fl >= fh {
 				continue
 			}
-			p.punch(e, f, e.base+DevicePtr(fl), e.base+DevicePtr(fh))
+			p.punch(e, f, e.base+driver.DevicePtr(fl), e.base+driver.DevicePtr(fh))
 			err := p.unmapRange(e, fl, fh)
 			done += fh - fl
 			if err != nil {
@@ -323,7 +325,7 @@ func (p *pool) unmapFree(limit int64, keep *expandable, keepLo, keepHi int64) (i
 func (p *pool) unmapRange(e *expandable, lo, hi int64) error {
 	var errs []error
 	for c := lo; c < hi; c += e.chunk {
-		errs = append(errs, p.up.unmapMemory(e.base+DevicePtr(c), e.chunk))
+		errs = append(errs, p.up.unmapMemory(e.base+driver.DevicePtr(c), e.chunk))
 		e.seg.size -= e.chunk
 	}
 	return errors.Join(errs...)
@@ -331,7 +333,7 @@ func (p *pool) unmapRange(e *expandable, lo, hi int64) error {
 
 // span is a run of device memory: a mapped chunk or a reservation.
 type span struct {
-	p    DevicePtr
+	p    driver.DevicePtr
 	size int64
 }
 
@@ -358,7 +360,7 @@ func (p *pool) detach() (chunks, ranges []span) {
 			}
 			bl := e.off(b.ptr)
 			for c := max(next, roundDown(bl, e.chunk)); c < bl+b.class; c += e.chunk {
-				chunks = append(chunks, span{e.base + DevicePtr(c), e.chunk})
+				chunks = append(chunks, span{e.base + driver.DevicePtr(c), e.chunk})
 				next = c + e.chunk
 			}
 		}

@@ -13,12 +13,14 @@ import (
 	"time"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/alloc/memmap"
 	"github.com/capalloc/capalloc/cpu"
 )
 
 const mib = 1 << 20
 
-func newExpandable(t testing.TB, d alloc.Driver) *alloc.Allocator {
+func newExpandable(t testing.TB, d driver.Driver) *alloc.Allocator {
 	t.Helper()
 	a, err := alloc.New(d, alloc.Options{ExpandableSegments: true})
 	if err != nil {
@@ -61,7 +63,7 @@ func TestExpandableNeedsVirtualMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	plain := struct{ alloc.Driver }{d} // only the Driver methods
+	plain := struct{ driver.Driver }{d} // only the Driver methods
 	a, err := alloc.New(plain, alloc.Options{ExpandableSegments: true})
 	if !errors.Is(err, errors.ErrUnsupported) || a != nil {
 		t.Fatalf("New = %v, %v; want an error wrapping errors.ErrUnsupported", a, err)
@@ -442,39 +444,6 @@ func TestExpandableOutOfMemory(t *testing.T) {
 	}
 }
 
-// A buffer of an expandable range cannot be exported: IPCGetMemHandle
-// refuses it with ErrNotExportable, no IPC call made; an AllocSync
-// buffer still exports.
-func TestExpandableRefusesExport(t *testing.T) {
-	d := newVMDriver(t, 0)
-	a := newExpandable(t, d)
-	b, _ := a.Alloc(3 * mib)
-	s, _ := a.Alloc(4 << 10)
-	view, err := a.Slice(b, 1<<20, 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, buf := range []alloc.Buffer{b, s, view} {
-		if _, err := a.IPCGetMemHandle(buf); !errors.Is(err, alloc.ErrNotExportable) {
-			t.Fatalf("export of %#x = %v, want ErrNotExportable", buf.Ptr(), err)
-		}
-	}
-	if d.ipc != 0 {
-		t.Fatalf("%d IPC calls made for refused exports", d.ipc)
-	}
-	sync, err := a.AllocSync(4 << 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.IPCGetMemHandle(sync); err != nil || d.ipc != 1 {
-		t.Fatalf("export of an AllocSync buffer = %v (%d calls)", err, d.ipc)
-	}
-	for _, buf := range []alloc.Buffer{b, s, sync} {
-		a.Free(buf)
-	}
-	closeClean(t, a, d)
-}
-
 // A snapshot shows each range as one segment: Size is the bytes mapped,
 // its blocks lie at their offsets across Span, and nothing is drawn in
 // the unmapped gaps.
@@ -515,7 +484,7 @@ func TestExpandableSnapshot(t *testing.T) {
 	if ranges != 2 || mapped != st.BytesReserved {
 		t.Fatalf("%d ranges mapping %d B; want 2 and %d", ranges, mapped, st.BytesReserved)
 	}
-	if by := snap.Bytes; by[alloc.BlockLive]+by[alloc.BlockFree]+by[alloc.BlockCached] != inBlocks {
+	if by := snap.Bytes; by[memmap.BlockLive]+by[memmap.BlockFree]+by[memmap.BlockCached] != inBlocks {
 		t.Fatalf("bytes by state %v, blocks %d B", by, inBlocks)
 	}
 	for _, b := range live {
@@ -649,13 +618,13 @@ func TestExpandableConcurrent(t *testing.T) {
 
 // vmDriverFor is the driver the expandable benchmarks run on: the cpu
 // driver's own VirtualMemory when it has one, counted, else the fake.
-func vmDriverFor(b *testing.B) (alloc.Driver, func() (maps, unmaps int)) {
+func vmDriverFor(b *testing.B) (driver.Driver, func() (maps, unmaps int)) {
 	d, err := cpu.New(cpu.Options{MemoryLimit: 64 << 30})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { d.Close() })
-	if vm, ok := any(d).(alloc.VirtualMemory); ok {
+	if vm, ok := any(d).(driver.VirtualMemory); ok {
 		c := &countedVM{Driver: d, vm: vm}
 		return c, func() (int, int) { return int(c.maps.Load()), int(c.unmaps.Load()) }
 	}
@@ -667,22 +636,22 @@ func vmDriverFor(b *testing.B) (alloc.Driver, func() (maps, unmaps int)) {
 // optional interfaces (the embedded *cpu.Driver's).
 type countedVM struct {
 	*cpu.Driver
-	vm           alloc.VirtualMemory
+	vm           driver.VirtualMemory
 	maps, unmaps atomic.Int64
 }
 
 func (c *countedVM) MapGranularity() int64 { return c.vm.MapGranularity() }
-func (c *countedVM) ReserveAddress(n int64) (alloc.DevicePtr, error) {
+func (c *countedVM) ReserveAddress(n int64) (driver.DevicePtr, error) {
 	return c.vm.ReserveAddress(n)
 }
-func (c *countedVM) ReleaseAddress(p alloc.DevicePtr, n int64) error {
+func (c *countedVM) ReleaseAddress(p driver.DevicePtr, n int64) error {
 	return c.vm.ReleaseAddress(p, n)
 }
-func (c *countedVM) MapMemory(p alloc.DevicePtr, n int64) error {
+func (c *countedVM) MapMemory(p driver.DevicePtr, n int64) error {
 	c.maps.Add(1)
 	return c.vm.MapMemory(p, n)
 }
-func (c *countedVM) UnmapMemory(p alloc.DevicePtr, n int64) error {
+func (c *countedVM) UnmapMemory(p driver.DevicePtr, n int64) error {
 	c.unmaps.Add(1)
 	return c.vm.UnmapMemory(p, n)
 }
@@ -780,7 +749,7 @@ func TestExpandableOnCPUDriver(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	if vm, ok := any(d).(alloc.VirtualMemory); !ok || vm.MapGranularity() == 0 {
+	if vm, ok := any(d).(driver.VirtualMemory); !ok || vm.MapGranularity() == 0 {
 		t.Skip("the cpu driver has no virtual memory here (Linux only)")
 	}
 	a := newExpandable(t, d)

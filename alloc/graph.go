@@ -1,13 +1,17 @@
 package alloc
 
+import (
+	"github.com/capalloc/capalloc/alloc/driver"
+)
+
 // Graph is an instantiated capture. It owns the memory allocated during its
 // capture (and holds the memory of pre-capture buffers freed during it)
 // until Close, so no address baked into it is ever handed to anyone else
 // while it can still be launched.
 type Graph struct {
 	a     *Allocator
-	h     GraphHandle
-	exec  GraphExec
+	h     driver.GraphHandle
+	exec  driver.GraphExec
 	cap   *capture
 	eager func() error // set when the driver could not capture
 	// eagerAllocs: buffers the eager function's last run allocated.
@@ -124,7 +128,7 @@ func (g *Graph) Launch() error {
 			// invalidates the capture, in every capture mode (measured with
 			// cmd/cudatruth, CUDA 13.0, docs/cuda-truth.md): a graph is not
 			// recorded as a child. Refuse first and keep the capture valid.
-			err = wrapf(ErrCaptureIllegalOp, "a graph cannot be launched into a capture (CUDA refuses it and invalidates the capture); launch it before or after, or capture its work directly")
+			err = wrapf(driver.ErrCaptureIllegalOp, "a graph cannot be launched into a capture (CUDA refuses it and invalidates the capture); launch it before or after, or capture its work directly")
 		default:
 			err = refusal(st, "graph launch")
 		}

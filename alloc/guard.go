@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // The guard: every refusal rule of the capture contract (docs/design.md's table)
@@ -37,15 +39,15 @@ type guard struct {
 	mu       *sync.Mutex // the allocator's lock
 	mem      guardedMemory
 	rel      *releases // the allocator's block lifetimes: pins and cleanups (release.go)
-	drv      Driver
+	drv      driver.Driver
 	backend  string
-	stream   Stream
+	stream   driver.Stream
 	dom      *domain
 	watchdog *watchdog
-	strict   bool                       // the device's capture safety is SafetyStrict (safety.go)
-	profile  string                     // DeviceInfo.SafetyProfile, for strict refusals
-	idler    StreamIdler                // nil unless the driver is one
-	poll     func(Stream) (bool, error) // pollerOf(drv): nil when the driver cannot be polled
+	strict   bool                              // the device's capture safety is SafetyStrict (safety.go)
+	profile  string                            // DeviceInfo.SafetyProfile, for strict refusals
+	idler    driver.StreamIdler                // nil unless the driver is one
+	poll     func(driver.Stream) (bool, error) // pollerOf(drv): nil when the driver cannot be polled
 
 	closed     bool          // the allocator was closed: every call is refused
 	cap        *capture      // capture begun by this allocator, nil when none
@@ -63,7 +65,7 @@ type guardedMemory interface {
 
 // newGuard is the guard of an allocator on drv's stream s, whose lock is
 // mu and whose memory is mem.
-func newGuard(mu *sync.Mutex, mem guardedMemory, rel *releases, drv Driver, s Stream, info DeviceInfo, opts Options) guard {
+func newGuard(mu *sync.Mutex, mem guardedMemory, rel *releases, drv driver.Driver, s driver.Stream, info driver.DeviceInfo, opts Options) guard {
 	g := guard{
 		mu:       mu,
 		mem:      mem,
@@ -73,14 +75,14 @@ func newGuard(mu *sync.Mutex, mem guardedMemory, rel *releases, drv Driver, s St
 		stream:   s,
 		dom:      domainFor(drv.CaptureDomain()),
 		watchdog: &watchdog{timeout: opts.watchdog()},
-		strict:   info.CaptureSafety == SafetyStrict,
+		strict:   info.CaptureSafety == driver.SafetyStrict,
 		profile:  info.SafetyProfile(),
 		poll:     pollerOf(drv),
 	}
-	if ab, ok := drv.(Aborter); ok {
+	if ab, ok := drv.(driver.Aborter); ok {
 		g.watchdog.abort = ab.Abort
 	}
-	g.idler, _ = drv.(StreamIdler)
+	g.idler, _ = drv.(driver.StreamIdler)
 	return g
 }
 

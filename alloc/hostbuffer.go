@@ -1,6 +1,9 @@
 package alloc
 
-import "sync/atomic"
+import (
+	"github.com/capalloc/capalloc/alloc/driver"
+	"sync/atomic"
+)
 
 // HostBuffer is pinned (page-locked) host memory. It is the only host memory
 // a capture can copy from or into: a captured copy reads or writes its bytes
@@ -8,7 +11,7 @@ import "sync/atomic"
 // launches.
 type HostBuffer struct {
 	a      *Allocator
-	drv    Driver
+	drv    driver.Driver
 	b      []byte
 	closed atomic.Bool
 	prof   *sample // the profile's record of this allocation (a.mu)
@@ -65,7 +68,7 @@ func (a *Allocator) HostAlloc(size int64) (*HostBuffer, error) {
 	if profileRate.Load() != 0 {
 		a.mu.Lock()
 		if !h.closed.Load() {
-			a.sampleLocked(nil, h, size)
+			a.prof.sample(nil, h, size)
 		}
 		a.mu.Unlock()
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
 
@@ -19,12 +20,12 @@ type syncCounter struct {
 	syncs, queries atomic.Int32
 }
 
-func (d *syncCounter) StreamSynchronize(s alloc.Stream) error {
+func (d *syncCounter) StreamSynchronize(s driver.Stream) error {
 	d.syncs.Add(1)
 	return d.Driver.StreamSynchronize(s)
 }
 
-func (d *syncCounter) StreamQuery(s alloc.Stream) (bool, error) {
+func (d *syncCounter) StreamQuery(s driver.Stream) (bool, error) {
 	d.queries.Add(1)
 	return d.Driver.StreamQuery(s)
 }

@@ -3,6 +3,8 @@ package alloc
 import (
 	"errors"
 	"fmt"
+
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // Alloc returns a buffer of size bytes, capture-aware: outside capture it
@@ -42,7 +44,7 @@ func (a *Allocator) Alloc(size int64) (Buffer, error) {
 		return Buffer{}, a.fail("Alloc", size, st, err)
 	}
 	if profileRate.Load() != 0 {
-		a.sampleLocked(b.blk, nil, size)
+		a.prof.sample(b.blk, nil, size)
 	}
 	return b, nil
 }
@@ -91,12 +93,12 @@ func (c *capture) allocLocked(a *Allocator, op string, size int64) (Buffer, erro
 // afterCaptured re-reads the driver's capture status of stream s after a
 // call was recorded: a driver that invalidated the capture while
 // reporting success is reported, not trusted.
-func afterCaptured(drv Driver, s Stream, op string) error {
+func afterCaptured(drv driver.Driver, s driver.Stream, op string) error {
 	st, err := drv.StreamCaptureStatus(s)
 	if err != nil {
 		return err
 	}
-	if st != DriverCaptureActive {
+	if st != driver.CaptureActive {
 		return wrapf(ErrCaptureInvalidated, "driver invalidated the capture during %s", op)
 	}
 	return nil
@@ -108,15 +110,15 @@ func afterCaptured(drv Driver, s Stream, op string) error {
 // it, so the driver's status is read again and the error says which: it
 // also wraps ErrCaptureInvalidated when the capture is gone, and says the
 // capture is still active otherwise (EndCapture will then succeed).
-func refusedInCapture(drv Driver, s Stream, err error) error {
-	if !errors.Is(err, ErrCaptureIllegalOp) || errors.Is(err, ErrCaptureInvalidated) {
+func refusedInCapture(drv driver.Driver, s driver.Stream, err error) error {
+	if !errors.Is(err, driver.ErrCaptureIllegalOp) || errors.Is(err, ErrCaptureInvalidated) {
 		return err
 	}
 	st, serr := drv.StreamCaptureStatus(s)
 	switch {
 	case serr != nil:
 		return errors.Join(err, serr)
-	case st == DriverCaptureActive:
+	case st == driver.CaptureActive:
 		return fmt.Errorf("%w (the capture is still active)", err)
 	}
 	return fmt.Errorf("%w (%w by the refusal)", err, ErrCaptureInvalidated)
@@ -131,7 +133,7 @@ func refusedInCapture(drv Driver, s Stream, err error) error {
 // the reclaim ladder's top rung (pool.releaseAll); the graph trim is made
 // after a.mu is released, a blocking call under the watchdog.
 func (a *Allocator) Trim() error {
-	t, trims := a.drv.(GraphMemTrimmer)
+	t, trims := a.drv.(driver.GraphMemTrimmer)
 	var why error // why the graph trim and the unmapping are skipped
 	return a.guard.blocking("Trim", -1, func(st CaptureState) error {
 		if st != StateNone {
@@ -307,7 +309,7 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 	if profileRate.Load() != 0 {
 		a.mu.Lock()
 		if buf.blk.validFor(buf.gen) { // not freed meanwhile
-			a.sampleLocked(buf.blk, nil, size)
+			a.prof.sample(buf.blk, nil, size)
 		}
 		a.mu.Unlock()
 	}
@@ -372,5 +374,5 @@ func (a *Allocator) Slice(b Buffer, off, n int64) (Buffer, error) {
 	if al := a.info.Alignment; al > 0 && (uint64(b.ptr)+uint64(off))%uint64(al) != 0 {
 		return Buffer{}, a.fail("Slice", n, StateNone, wrapf(ErrMisaligned, "offset %d breaks the %d-byte alignment", off, al))
 	}
-	return Buffer{blk: b.blk, gen: b.gen, ptr: b.ptr + DevicePtr(off), size: n, view: true}, nil
+	return Buffer{blk: b.blk, gen: b.gen, ptr: b.ptr + driver.DevicePtr(off), size: n, view: true}, nil
 }

@@ -30,7 +30,8 @@ type Options struct {
 	// free chunks can be unmapped while their neighbours are in use. It
 	// needs a driver that implements VirtualMemory: New fails with an
 	// error wrapping errors.ErrUnsupported otherwise. Buffers from such a
-	// range cannot be exported (IPCGetMemHandle: ErrNotExportable).
+	// range cannot be exported (driver.IPCMemory): export buffers from
+	// AllocSync.
 	// docs/allocator-core.md, "Expandable segments".
 	ExpandableSegments bool
 }

@@ -4,39 +4,18 @@ import (
 	"errors"
 	"runtime"
 	"time"
+
+	"github.com/capalloc/capalloc/alloc/driver"
 )
-
-// StreamPoller is a StreamIdler whose device makes progress only when the
-// host looks (the cpu backend, whose streams run their work when waited
-// for). StreamPoll reports, without waiting, whether the stream has nothing
-// left to do, and makes the progress a GPU would have made meanwhile, on
-// the calling goroutine for work that cannot block and elsewhere for work
-// that can (a host function). When done, the error is the failure of work
-// already run, as StreamSynchronize reports it. Same capture rules as
-// StreamQuery. Like StreamIdler, a driver whose calls may hang (a plugin
-// host) must not implement it.
-//
-// Work the poll cannot run without blocking (a host function on cpu) is
-// left queued and answered with ErrWouldBlock: the allocator then makes
-// the watched blocking call at once, which runs it, so such a wait costs
-// one hand-off (a cpu collective is a host function: polling around a
-// goroutine that ran it cost +30-140% on symheap's benchmarks).
-type StreamPoller interface {
-	StreamPoll(s Stream) (bool, error)
-}
-
-// ErrWouldBlock is StreamPoll's answer when what is queued can run only
-// in a blocking call (StreamSynchronize or StreamQuery).
-var ErrWouldBlock = errors.New("stream work can run only in a blocking call")
 
 // pollerOf is the non-blocking "is the stream done?" of drv: StreamPoll
 // where the driver needs polling to progress, StreamIdle where its device
 // progresses by itself (cudaStreamQuery), nil where it has neither.
-func pollerOf(drv Driver) func(Stream) (bool, error) {
-	if p, ok := drv.(StreamPoller); ok {
+func pollerOf(drv driver.Driver) func(driver.Stream) (bool, error) {
+	if p, ok := drv.(driver.StreamPoller); ok {
 		return p.StreamPoll
 	}
-	if i, ok := drv.(StreamIdler); ok {
+	if i, ok := drv.(driver.StreamIdler); ok {
 		return i.StreamIdle
 	}
 	return nil
@@ -85,7 +64,7 @@ func (g *guard) waitPolled(op string, once, handOff bool) (done, long bool, err 
 		}
 		err = c.finish(err)
 	}
-	if errors.Is(err, ErrWouldBlock) {
+	if errors.Is(err, driver.ErrWouldBlock) {
 		return false, true, nil // the blocking call runs it
 	}
 	if err != nil {
@@ -133,7 +112,7 @@ func (p *pollStep) try(g *guard, once bool) (over, done bool, err error) {
 		p.checked = true
 	}
 	done, err = g.poll(g.stream)
-	if errors.Is(err, ErrWouldBlock) {
+	if errors.Is(err, driver.ErrWouldBlock) {
 		return true, false, err
 	}
 	return done || err != nil || once, done && err == nil, err

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
 
@@ -41,12 +42,12 @@ func newCountingPoller(t *testing.T) *countingPoller {
 	return &countingPoller{Driver: inner, polling: make(chan struct{}, 16)}
 }
 
-func (d *countingPoller) StreamSynchronize(s alloc.Stream) error {
+func (d *countingPoller) StreamSynchronize(s driver.Stream) error {
 	d.syncs.Add(1)
 	return d.Driver.StreamSynchronize(s)
 }
 
-func (d *countingPoller) StreamPoll(s alloc.Stream) (bool, error) {
+func (d *countingPoller) StreamPoll(s driver.Stream) (bool, error) {
 	d.polls.Add(1)
 	if h := d.hang.Load(); h != nil {
 		if d.answered.CompareAndSwap(false, true) {
@@ -77,7 +78,7 @@ func (d *countingPoller) hangPolls() (release func()) {
 
 // newPolled makes an allocator with the tests' watchdog on d, closed by
 // the test's cleanup.
-func newPolled(t *testing.T, d alloc.Driver) *alloc.Allocator {
+func newPolled(t *testing.T, d driver.Driver) *alloc.Allocator {
 	t.Helper()
 	a, err := alloc.New(d, alloc.Options{Watchdog: pollDeadline})
 	require.NoError(t, err)

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"errors"
 	"slices"
+
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // The pool caches device memory the way PyTorch's caching allocator does,
@@ -35,7 +37,7 @@ const (
 
 // segment is one driver allocation the pool carves blocks from.
 type segment struct {
-	ptr        DevicePtr
+	ptr        driver.DevicePtr
 	size       int64
 	first      *block // lowest-addressed block; the others follow by segNext
 	ar         *arena
@@ -148,7 +150,7 @@ func (p *pool) split(ar *arena, b *block, n int64) {
 		return
 	}
 	r := p.record()
-	r.ptr, r.class, r.kind, r.seg = b.ptr+DevicePtr(n), rest, kindPooled, b.seg
+	r.ptr, r.class, r.kind, r.seg = b.ptr+driver.DevicePtr(n), rest, kindPooled, b.seg
 	r.segPrev, r.segNext = b, b.segNext
 	if b.segNext != nil {
 		b.segNext.segPrev = r
@@ -161,7 +163,7 @@ func (p *pool) split(ar *arena, b *block, n int64) {
 
 // addSegment records a fresh driver allocation of size bytes as a segment
 // of n's arena and returns its first block cut to n bytes, not free.
-func (p *pool) addSegment(ptr DevicePtr, size, n int64) *block {
+func (p *pool) addSegment(ptr driver.DevicePtr, size, n int64) *block {
 	ar := p.arenaFor(n)
 	s := &segment{ptr: ptr, size: size, ar: ar}
 	b := p.record()
@@ -186,7 +188,7 @@ func (p *pool) grow(n int64) (*block, error) {
 	var err error
 	for i := first; i < len(sizes); i++ {
 		size := sizes[i]
-		var ptr DevicePtr
+		var ptr driver.DevicePtr
 		try := func() (err error) {
 			ptr, err = p.up.allocate(size)
 			return err

@@ -1,6 +1,9 @@
 package alloc
 
-import "fmt"
+import (
+	"fmt"
+	"github.com/capalloc/capalloc/alloc/driver"
+)
 
 // check verifies the pool's invariants, for the tests that run it after
 // every step of a trace: each segment's blocks tile it in address order
@@ -102,7 +105,7 @@ func checkSegment(s *segment, indexed, recent map[*block]bool) (nfree int, cache
 			if e == nil {
 				return 0, 0, fmt.Errorf("hole %#x in an ordinary segment", b.ptr)
 			}
-			if (b.ptr-s.ptr)%DevicePtr(e.chunk) != 0 || b.class%e.chunk != 0 {
+			if (b.ptr-s.ptr)%driver.DevicePtr(e.chunk) != 0 || b.class%e.chunk != 0 {
 				return 0, 0, fmt.Errorf("hole %#x+%d not whole chunks", b.ptr, b.class)
 			}
 			if prev != nil && prev.kind == kindHole {
@@ -115,7 +118,7 @@ func checkSegment(s *segment, indexed, recent map[*block]bool) (nfree int, cache
 		} else {
 			mapped += b.class
 		}
-		at += DevicePtr(b.class)
+		at += driver.DevicePtr(b.class)
 		prev = b
 	}
 	if e := s.exp; e != nil {

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // fakeUpstream is a pool's upstream with no driver behind it: addresses
@@ -13,14 +15,14 @@ import (
 // and no reclaim hooks but the pool's own. The pool runs on it alone,
 // which is what makes it a layer.
 type fakeUpstream struct {
-	next        DevicePtr
+	next        driver.DevicePtr
 	limit, used int64
 	gran        int64 // 0: no virtual memory
-	maps        map[DevicePtr]int64
+	maps        map[driver.DevicePtr]int64
 }
 
 func newFakeUpstream(limit, gran int64) *fakeUpstream {
-	return &fakeUpstream{next: 1 << 40, limit: limit, gran: gran, maps: map[DevicePtr]int64{}}
+	return &fakeUpstream{next: 1 << 40, limit: limit, gran: gran, maps: map[driver.DevicePtr]int64{}}
 }
 
 func (u *fakeUpstream) take(n int64) error {
@@ -31,24 +33,24 @@ func (u *fakeUpstream) take(n int64) error {
 	return nil
 }
 
-func (u *fakeUpstream) allocate(n int64) (DevicePtr, error) {
+func (u *fakeUpstream) allocate(n int64) (driver.DevicePtr, error) {
 	if err := u.take(n); err != nil {
 		return 0, err
 	}
 	p := u.next
-	u.next += DevicePtr(n + 4096)
+	u.next += driver.DevicePtr(n + 4096)
 	return p, nil
 }
 
-func (u *fakeUpstream) free(_ DevicePtr, n int64) error { u.used -= n; return nil }
-func (u *fakeUpstream) mapGranularity() int64           { return u.gran }
-func (u *fakeUpstream) reserve(n int64) (DevicePtr, error) {
+func (u *fakeUpstream) free(_ driver.DevicePtr, n int64) error { u.used -= n; return nil }
+func (u *fakeUpstream) mapGranularity() int64                  { return u.gran }
+func (u *fakeUpstream) reserve(n int64) (driver.DevicePtr, error) {
 	p := u.next
-	u.next += DevicePtr(n + 4096)
+	u.next += driver.DevicePtr(n + 4096)
 	return p, nil
 }
 
-func (u *fakeUpstream) mapMemory(p DevicePtr, n int64) error {
+func (u *fakeUpstream) mapMemory(p driver.DevicePtr, n int64) error {
 	if _, ok := u.maps[p]; ok {
 		return fmt.Errorf("%w: %#x mapped twice", ErrInvalidValue, p)
 	}
@@ -59,7 +61,7 @@ func (u *fakeUpstream) mapMemory(p DevicePtr, n int64) error {
 	return nil
 }
 
-func (u *fakeUpstream) unmapMemory(p DevicePtr, n int64) error {
+func (u *fakeUpstream) unmapMemory(p driver.DevicePtr, n int64) error {
 	if u.maps[p] != n {
 		return fmt.Errorf("%w: %#x+%d not a mapping", ErrInvalidValue, p, n)
 	}
@@ -206,7 +208,7 @@ func TestPoolCheckFindsCorruption(t *testing.T) {
 				for b := range s.blocks() {
 					if b.kind == kindHole && b.segNext != nil && b.segNext.free && b.segNext.class > p.granule {
 						b.class += p.granule
-						b.segNext.ptr += DevicePtr(p.granule)
+						b.segNext.ptr += driver.DevicePtr(p.granule)
 						b.segNext.class -= p.granule
 						return true
 					}

@@ -1,5 +1,9 @@
 package alloc
 
+import (
+	"github.com/capalloc/capalloc/alloc/driver"
+)
+
 // Block surgery for the expandable ranges (expandable.go).
 
 // last is the range's highest block, nil when it has none.
@@ -14,7 +18,7 @@ func (e *expandable) last() *block {
 // cut splits b at p, inside it, and returns the upper part: a block of
 // the same kind, free flag off, linked after b. b must not be in a fit
 // index.
-func (p *pool) cut(b *block, at DevicePtr) *block {
+func (p *pool) cut(b *block, at driver.DevicePtr) *block {
 	r := p.record()
 	r.ptr, r.class, r.kind, r.seg = at, b.class-int64(at-b.ptr), b.kind, b.seg
 	r.segPrev, r.segNext = b, b.segNext
@@ -36,7 +40,7 @@ func (p *pool) extend(e *expandable, end int64) {
 		return
 	}
 	h := p.record()
-	h.ptr, h.class, h.kind, h.seg = e.base+DevicePtr(end-grow), grow, kindHole, e.seg
+	h.ptr, h.class, h.kind, h.seg = e.base+driver.DevicePtr(end-grow), grow, kindHole, e.seg
 	h.segPrev = last
 	if last != nil {
 		last.segNext = h
@@ -68,12 +72,12 @@ func (p *pool) shrink(e *expandable, floor int64) {
 
 // fill makes [lo, hi) of hole h, now mapped, a free block, merged with its
 // free neighbours.
-func (p *pool) fill(e *expandable, h *block, lo, hi DevicePtr) {
+func (p *pool) fill(e *expandable, h *block, lo, hi driver.DevicePtr) {
 	m := h
 	if lo > h.ptr {
 		m = p.cut(h, lo)
 	}
-	if hi < m.ptr+DevicePtr(m.class) {
+	if hi < m.ptr+driver.DevicePtr(m.class) {
 		p.cut(m, hi)
 	}
 	m.kind = kindPooled
@@ -83,7 +87,7 @@ func (p *pool) fill(e *expandable, h *block, lo, hi DevicePtr) {
 
 // punch makes [lo, hi) of free block f, about to be unmapped, a hole,
 // merged with its neighbouring holes; the rest of f stays free.
-func (p *pool) punch(e *expandable, f *block, lo, hi DevicePtr) {
+func (p *pool) punch(e *expandable, f *block, lo, hi driver.DevicePtr) {
 	ar := e.seg.ar
 	ar.free.remove(f)
 	f.free = false
@@ -92,7 +96,7 @@ func (p *pool) punch(e *expandable, f *block, lo, hi DevicePtr) {
 		m = p.cut(f, lo)
 		p.putFree(ar, f)
 	}
-	if hi < m.ptr+DevicePtr(m.class) {
+	if hi < m.ptr+driver.DevicePtr(m.class) {
 		p.putFree(ar, p.cut(m, hi))
 	}
 	m.kind = kindHole
@@ -114,7 +118,7 @@ func (p *pool) carve(e *expandable, start, n int64) *block {
 	ar.free.remove(b)
 	b.free = false
 	p.cached -= b.class
-	if at := e.base + DevicePtr(start); at > b.ptr {
+	if at := e.base + driver.DevicePtr(start); at > b.ptr {
 		r := p.cut(b, at)
 		p.cached += b.class
 		p.putFree(ar, b)

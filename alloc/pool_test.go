@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 	"github.com/stretchr/testify/require"
 )
@@ -113,7 +114,7 @@ func TestPoolSplitsAndMergesBlocks(t *testing.T) {
 		require.NoError(t, err, "op %d", i)
 		require.Zero(t, uint64(b.Ptr())%uint64(a.Info().Alignment), "aligned")
 		for j, o := range live {
-			if o.Size() > 0 && b.Ptr() < o.Ptr()+alloc.DevicePtr(o.Size()) && o.Ptr() < b.Ptr()+alloc.DevicePtr(b.Size()) {
+			if o.Size() > 0 && b.Ptr() < o.Ptr()+driver.DevicePtr(o.Size()) && o.Ptr() < b.Ptr()+driver.DevicePtr(b.Size()) {
 				t.Fatalf("op %d: new buffer [%#x,+%d) overlaps live slot %d [%#x,+%d)", i, b.Ptr(), b.Size(), j, o.Ptr(), o.Size())
 			}
 		}

@@ -1,17 +1,20 @@
 package alloc
 
-import "errors"
+import (
+	"errors"
+	"github.com/capalloc/capalloc/alloc/driver"
+)
 
 // upstream is where the pool's memory comes from: the driver calls it
 // needs and nothing else (RMM's upstream resource). The Allocator's
 // adapter, driverUpstream, makes them on its stream and counts them.
 type upstream interface {
-	allocate(n int64) (DevicePtr, error) // a segment, stream-ordered (MallocAsync)
-	free(p DevicePtr, n int64) error     // a segment back, stream-ordered (FreeAsync)
-	mapGranularity() int64               // the virtual memory's; 0 when there is none
-	reserve(n int64) (DevicePtr, error)  // a range of addresses (ReserveAddress)
-	mapMemory(p DevicePtr, n int64) error
-	unmapMemory(p DevicePtr, n int64) error
+	allocate(n int64) (driver.DevicePtr, error) // a segment, stream-ordered (MallocAsync)
+	free(p driver.DevicePtr, n int64) error     // a segment back, stream-ordered (FreeAsync)
+	mapGranularity() int64                      // the virtual memory's; 0 when there is none
+	reserve(n int64) (driver.DevicePtr, error)  // a range of addresses (ReserveAddress)
+	mapMemory(p driver.DevicePtr, n int64) error
+	unmapMemory(p driver.DevicePtr, n int64) error
 }
 
 // reclaimEnv is what the reclaim ladder (pool_reclaim.go) asks of the
@@ -40,7 +43,7 @@ type reclaimEnv interface {
 // counted in a.stats. Every method is called with a.mu held.
 type driverUpstream struct{ a *Allocator }
 
-func (u driverUpstream) allocate(n int64) (DevicePtr, error) {
+func (u driverUpstream) allocate(n int64) (driver.DevicePtr, error) {
 	a := u.a
 	p, err := a.drv.MallocAsync(n, a.stream)
 	if err == nil {
@@ -52,7 +55,7 @@ func (u driverUpstream) allocate(n int64) (DevicePtr, error) {
 
 // free counts the segment as given back even when the driver fails to
 // free it: the driver has it, not the pool.
-func (u driverUpstream) free(p DevicePtr, n int64) error {
+func (u driverUpstream) free(p driver.DevicePtr, n int64) error {
 	err := u.a.drv.FreeAsync(p, u.a.stream)
 	u.a.stats.givenBackLocked(n)
 	return err
@@ -65,9 +68,9 @@ func (u driverUpstream) mapGranularity() int64 {
 	return u.a.vm.MapGranularity()
 }
 
-func (u driverUpstream) reserve(n int64) (DevicePtr, error) { return u.a.vm.ReserveAddress(n) }
+func (u driverUpstream) reserve(n int64) (driver.DevicePtr, error) { return u.a.vm.ReserveAddress(n) }
 
-func (u driverUpstream) mapMemory(p DevicePtr, n int64) error {
+func (u driverUpstream) mapMemory(p driver.DevicePtr, n int64) error {
 	err := u.a.vm.MapMemory(p, n)
 	if err == nil {
 		u.a.stats.DriverAllocs++
@@ -78,7 +81,7 @@ func (u driverUpstream) mapMemory(p DevicePtr, n int64) error {
 
 // unmapMemory counts the chunk as given back even when the driver fails
 // to unmap it: it is the driver's now.
-func (u driverUpstream) unmapMemory(p DevicePtr, n int64) error {
+func (u driverUpstream) unmapMemory(p driver.DevicePtr, n int64) error {
 	err := u.a.vm.UnmapMemory(p, n)
 	u.a.stats.givenBackLocked(n)
 	return err
@@ -148,7 +151,7 @@ func (u driverUpstream) drain(op string) error {
 func (u driverUpstream) trim(pools bool) bool {
 	a := u.a
 	trimmed := false
-	if t, ok := a.drv.(GraphMemTrimmer); ok && a.guard.dom.gate.TryRLock() {
+	if t, ok := a.drv.(driver.GraphMemTrimmer); ok && a.guard.dom.gate.TryRLock() {
 		if a.guard.unsafeAllowedLocked(StateNone, false) == nil {
 			if err := t.TrimGraphMemory(); err != nil {
 				a.opts.logger().Warn("capalloc: trim graph memory", "backend", a.backend, "err", err)
@@ -158,7 +161,7 @@ func (u driverUpstream) trim(pools bool) bool {
 		}
 		a.guard.dom.gate.RUnlock()
 	}
-	if t, ok := a.drv.(PoolTrimmer); ok && pools && t.TrimPool() == nil {
+	if t, ok := a.drv.(driver.PoolTrimmer); ok && pools && t.TrimPool() == nil {
 		trimmed = true
 	}
 	return trimmed

@@ -23,10 +23,10 @@ import (
 // recording on; the profile then carries a comment saying so.
 func WriteProfile(w io.Writer) error {
 	var ds []profileData
-	for _, a := range Allocators() {
+	for _, a := range allocators() {
 		a.mu.Lock()
 		if !a.guard.closed {
-			ds = append(ds, a.profileDataLocked())
+			ds = append(ds, profileDataLocked(a))
 		}
 		a.mu.Unlock()
 	}
@@ -42,7 +42,7 @@ func (a *Allocator) WriteProfile(w io.Writer) error {
 		a.mu.Unlock()
 		return a.fail("WriteProfile", -1, StateNone, ErrClosed)
 	}
-	d := a.profileDataLocked()
+	d := profileDataLocked(a)
 	a.mu.Unlock()
 	return buildProfile([]profileData{d}).Write(w)
 }
@@ -62,8 +62,8 @@ type inUseSample struct {
 	size, rate int64
 }
 
-// profileDataLocked copies the samples out. Caller holds a.mu.
-func (a *Allocator) profileDataLocked() profileData {
+// profileDataLocked copies a's samples out. Caller holds a.mu.
+func profileDataLocked(a *Allocator) profileData {
 	p := &a.prof
 	d := profileData{name: a.name, backend: a.backend, device: a.info.Name,
 		inUse:  make([]inUseSample, 0, p.nInUse),
@@ -92,7 +92,7 @@ const (
 	// call site, as in a Go heap profile.
 	allocAPI = "github.com/capalloc/capalloc/alloc.(*Allocator)."
 
-	profileOffComment = "device memory profile recording is off: call alloc.SetProfileRate(alloc.DefaultProfileRate), or 1 to record every allocation; any samples here were recorded before it was turned off"
+	profileOffComment = "device memory profile recording is off: call alloc.SetProfileRate(512 << 10) (runtime.MemProfileRate's default), or 1 to record every allocation; any samples here were recorded before it was turned off"
 )
 
 // buildProfile makes the pprof profile of the allocators' samples.

@@ -15,10 +15,6 @@ import (
 // pprof heap profile (pprof.go). Disabled, the cost on the allocation path
 // is one atomic load and a branch.
 
-// DefaultProfileRate is runtime.MemProfileRate's default: on average one
-// sample per 512 KiB allocated.
-const DefaultProfileRate = 512 << 10
-
 // profileRate is the process-wide rate: 0 off, 1 every allocation, else
 // the mean bytes between samples.
 var profileRate atomic.Int64
@@ -26,20 +22,22 @@ var profileRate atomic.Int64
 // SetProfileRate sets the device memory profile's sampling rate for every
 // allocator of the process and returns the previous one: 0 (the default)
 // records nothing, 1 records every allocation, n > 1 records on average
-// one allocation per n bytes (DefaultProfileRate is a good start), each
+// one allocation per n bytes (512 << 10, runtime.MemProfileRate's
+// default, is a good start), each
 // sample weighted to estimate the whole, as runtime.MemProfileRate does.
 // Turning it off keeps what was recorded: buffers sampled before stay in
 // the in-use figures until they are freed. A negative rate is refused with
 // ErrInvalidValue and changes nothing.
 func SetProfileRate(rate int) (previous int, err error) {
 	if rate < 0 {
-		return ProfileRate(), wrapf(ErrInvalidValue, "profile rate %d: want 0 (off), 1 (every allocation) or bytes per sample", rate)
+		return currentProfileRate(), wrapf(ErrInvalidValue, "profile rate %d: want 0 (off), 1 (every allocation) or bytes per sample", rate)
 	}
 	return int(profileRate.Swap(int64(rate))), nil
 }
 
-// ProfileRate returns the sampling rate SetProfileRate set.
-func ProfileRate() int { return int(profileRate.Load()) }
+// currentProfileRate returns the sampling rate SetProfileRate set (the
+// views read it through alloc/internal/registry).
+func currentProfileRate() int { return int(profileRate.Load()) }
 
 // maxStack bounds a sample's stack, as the runtime's heap profile does
 // (32 frames), plus the allocator's own frames that pprof.go trims.
@@ -118,15 +116,15 @@ func ownerOf(b *block) owner {
 	return ownerPoolLive
 }
 
-// sampleLocked counts an allocation of size bytes, b's or h's, towards the
+// sample counts an allocation of size bytes, b's or h's, towards the
 // next sample and records it, with the caller's stack, when it is due.
 // Called, only while a rate is set, straight from the exported method
-// that allocated (so the stack starts there). Caller holds a.mu.
+// that allocated (so the stack starts there: this frame is skipped).
+// Caller holds the allocator's lock.
 //
 //go:noinline
-func (a *Allocator) sampleLocked(b *block, h *HostBuffer, size int64) {
+func (p *memProfile) sample(b *block, h *HostBuffer, size int64) {
 	rate := profileRate.Load()
-	p := &a.prof
 	if rate == 0 {
 		return // turned off meanwhile
 	}
@@ -140,7 +138,7 @@ func (a *Allocator) sampleLocked(b *block, h *HostBuffer, size int64) {
 		p.next = drawSampleGap(rate)
 	}
 	var buf [maxStack]uintptr
-	pcs := buf[:callstack.Callers(0, buf[:])]
+	pcs := buf[:callstack.Callers(1, buf[:])]
 	key := hashStack(pcs)
 	stk := p.stacks[key]
 	for stk != nil && !slices.Equal(stk.pcs, pcs) {

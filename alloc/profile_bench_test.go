@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/internal/registry"
 )
 
 // The cost of profiling on the 64 KiB Alloc+Free pair (BenchmarkAllocFree's
@@ -16,7 +17,7 @@ func BenchmarkAllocFreeProfile(b *testing.B) {
 	for _, r := range []struct {
 		name string
 		rate int
-	}{{"off", 0}, {"default", alloc.DefaultProfileRate}, {"every", 1}} {
+	}{{"off", 0}, {"default", 512 << 10}, {"every", 1}} {
 		b.Run("size=64KiB/rate="+r.name, func(b *testing.B) {
 			prev, _ := alloc.SetProfileRate(r.rate)
 			defer alloc.SetProfileRate(prev)
@@ -86,7 +87,7 @@ func BenchmarkViews100k(b *testing.B) {
 	})
 	b.Run("view=BytesByState", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := a.BytesByState(); err != nil {
+			if _, err := registry.BytesByState(a); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/internal/registry"
 	"github.com/capalloc/capalloc/cpu"
 )
 
@@ -205,7 +206,7 @@ func TestProfileOff(t *testing.T) {
 
 	_, err = alloc.SetProfileRate(-1)
 	require.ErrorIs(t, err, alloc.ErrInvalidValue)
-	require.Equal(t, 0, alloc.ProfileRate())
+	require.Equal(t, 0, registry.ProfileRate())
 }
 
 // The process's profile covers every open allocator, each sample
@@ -235,7 +236,7 @@ func TestProcessProfileCoversEveryAllocator(t *testing.T) {
 	require.NoError(t, z.Close())
 	err = z.WriteProfile(&bytes.Buffer{})
 	require.ErrorIs(t, err, alloc.ErrClosed)
-	require.Nil(t, alloc.Lookup("proc-z"), "a closed allocator leaves the registry")
+	require.Nil(t, registry.Lookup("proc-z"), "a closed allocator leaves the registry")
 }
 
 // `go tool pprof -top` reads the profile as it is (no binary needed: the

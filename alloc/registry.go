@@ -7,13 +7,16 @@ import (
 	"strings"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/capalloc/capalloc/alloc/internal/hooks"
 )
 
 // The registry of open allocators, by name, so that the process-wide views
-// (WriteProfile, Allocators, alloc/allocview, alloc/allocprom) find every
-// one without the engine handing them over. New reserves the name first
+// (WriteProfile, alloc/allocview, alloc/allocprom, which reach it through
+// alloc/internal/registry) find every one without the engine handing them
+// over. New reserves the name first
 // (so a name in use is refused before any driver call) and publishes the
-// allocator only once it is fully built: a reader walking Allocators()
+// allocator only once it is fully built: a reader walking allocators()
 // never meets one half made. Close removes it; a reader that listed it
 // before may still call it, and its readers (Stats, Snapshot ...) stay
 // safe on a closed allocator.
@@ -54,7 +57,7 @@ func register(a *Allocator, name string) error {
 	return nil
 }
 
-// publish lists a, registered and fully built, in Allocators and Lookup.
+// publish lists a, registered and fully built, in allocators and lookup.
 func publish(a *Allocator) {
 	registry.Lock()
 	delete(registry.building, a.name)
@@ -73,8 +76,8 @@ func unregister(a *Allocator) {
 	}
 }
 
-// Allocators returns the open allocators of the process, sorted by name.
-func Allocators() []*Allocator {
+// allocators returns the open allocators of the process, sorted by name.
+func allocators() []*Allocator {
 	registry.Lock()
 	out := make([]*Allocator, 0, len(registry.byName))
 	for _, a := range registry.byName {
@@ -85,12 +88,33 @@ func Allocators() []*Allocator {
 	return out
 }
 
-// Lookup returns the open allocator named name, or nil.
-func Lookup(name string) *Allocator {
+// lookup returns the open allocator named name, or nil.
+func lookup(name string) *Allocator {
 	registry.Lock()
 	defer registry.Unlock()
 	return registry.byName[name]
 }
 
-// Name is the allocator's name (Options.Name, or the default given).
-func (a *Allocator) Name() string { return a.name }
+// The hooks through which alloc/driver reaches the capture domains and
+// the views (alloc/internal/registry) reach the registry.
+func init() {
+	hooks.DeviceWide = deviceWide
+	hooks.AfterGlobalCaptures = afterGlobalCaptures
+	hooks.ProfileRate = currentProfileRate
+	hooks.Allocators = func() []any {
+		as := allocators()
+		out := make([]any, len(as))
+		for i, a := range as {
+			out[i] = a
+		}
+		return out
+	}
+	hooks.Name = func(a any) string { return a.(*Allocator).name }
+	hooks.BytesByState = func(a any) (any, error) { return bytesByState(a.(*Allocator)) }
+	hooks.Lookup = func(name string) any {
+		if a := lookup(name); a != nil {
+			return a
+		}
+		return nil
+	}
+}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/alloc/internal/registry"
 	"github.com/capalloc/capalloc/cpu"
 )
 
@@ -23,8 +25,8 @@ func TestAllocatorNames(t *testing.T) {
 
 	x, err := alloc.New(spy, alloc.Options{Name: "decoder"})
 	require.NoError(t, err)
-	require.Equal(t, "decoder", x.Name())
-	require.Same(t, x, alloc.Lookup("decoder"))
+	require.Equal(t, "decoder", registry.Name(x))
+	require.Same(t, x, registry.Lookup("decoder"))
 
 	before := spy.Snapshot()
 	_, err = alloc.New(spy, alloc.Options{Name: "decoder"})
@@ -32,27 +34,27 @@ func TestAllocatorNames(t *testing.T) {
 	require.ErrorContains(t, err, `"decoder" is in use`)
 	calls := spy.Snapshot().Sub(before)
 	require.Zero(t, calls.Total(alloctest.MethodName, alloctest.MethodInfo, alloctest.MethodCaptureDomain), "refused before any call but the queries: %v", calls)
-	require.Same(t, x, alloc.Lookup("decoder"), "the refusal changed nothing")
+	require.Same(t, x, registry.Lookup("decoder"), "the refusal changed nothing")
 
 	y, err := alloc.New(spy, alloc.Options{})
 	require.NoError(t, err)
-	require.Regexp(t, `^cpu-\d+$`, y.Name())
+	require.Regexp(t, `^cpu-\d+$`, registry.Name(y))
 	z, err := alloc.New(spy, alloc.Options{})
 	require.NoError(t, err)
-	require.NotEqual(t, y.Name(), z.Name())
+	require.NotEqual(t, registry.Name(y), registry.Name(z))
 
 	names := func() []string {
 		var out []string
-		for _, a := range alloc.Allocators() {
-			out = append(out, a.Name())
+		for _, a := range registry.Allocators() {
+			out = append(out, registry.Name(a))
 		}
 		return out
 	}
-	require.Subset(t, names(), []string{"decoder", y.Name(), z.Name()})
+	require.Subset(t, names(), []string{"decoder", registry.Name(y), registry.Name(z)})
 	require.True(t, slices.IsSorted(names()))
 
 	require.NoError(t, x.Close())
-	require.Nil(t, alloc.Lookup("decoder"))
+	require.Nil(t, registry.Lookup("decoder"))
 	require.NotContains(t, names(), "decoder")
 	again, err := alloc.New(spy, alloc.Options{Name: "decoder"})
 	require.NoError(t, err, "a closed allocator's name is free")
@@ -92,10 +94,10 @@ func TestAllocatorsNeverListsAHalfBuiltOne(t *testing.T) {
 			return
 		default:
 		}
-		for _, a := range alloc.Allocators() {
+		for _, a := range registry.Allocators() {
 			st := a.Stats()
 			require.GreaterOrEqual(t, st.BytesReserved, int64(0))
-			if _, err := a.BytesByState(); err != nil {
+			if _, err := registry.BytesByState(a); err != nil {
 				require.ErrorIs(t, err, alloc.ErrClosed)
 			}
 			if _, err := a.Snapshot(); err != nil {
@@ -120,19 +122,46 @@ func TestAllocatorNameMustBeUTF8(t *testing.T) {
 	require.ErrorContains(t, err, "not valid UTF-8")
 	calls := spy.Snapshot().Sub(before)
 	require.Zero(t, calls.Total(alloctest.MethodName, alloctest.MethodInfo, alloctest.MethodCaptureDomain), "refused before any call but the queries: %v", calls)
-	require.Nil(t, alloc.Lookup("gpu\xff0"))
-	for _, a := range alloc.Allocators() {
-		require.NotEqual(t, "gpu\xff0", a.Name())
+	require.Nil(t, registry.Lookup("gpu\xff0"))
+	for _, a := range registry.Allocators() {
+		require.NotEqual(t, "gpu\xff0", registry.Name(a))
 	}
 
 	// A default name is made of the backend's, which is the driver's own.
 	a, err := alloc.New(oddBackend{d}, alloc.Options{})
 	require.NoError(t, err)
-	require.Regexp(t, "^cpu\uFFFD-\\d+$", a.Name())
+	require.Regexp(t, "^cpu\uFFFD-\\d+$", registry.Name(a))
 	require.NoError(t, a.Close())
 }
 
 // oddBackend is a driver whose backend name is not UTF-8.
-type oddBackend struct{ alloc.Driver }
+type oddBackend struct{ driver.Driver }
 
 func (oddBackend) Name() string { return "cpu\xfe" }
+
+// driver.DeviceWide and driver.AfterGlobalCaptures reach the capture
+// domains of package alloc (its init sets the hooks): a Global-mode
+// capture refuses the one, with no call made, and defers the other until
+// it ends.
+func TestDriverDomainHooksReachTheAllocator(t *testing.T) {
+	d, err := cpu.New(cpu.Options{})
+	require.NoError(t, err)
+	defer d.Close()
+	a, err := alloc.New(d, alloc.Options{})
+	require.NoError(t, err)
+	defer a.Close()
+
+	require.NoError(t, a.BeginCapture(alloc.Global))
+	called := false
+	err = driver.DeviceWide(d.CaptureDomain(), "hook test", func() error { called = true; return nil })
+	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
+	require.False(t, called, "no call during a Global-mode capture")
+	ran := make(chan struct{})
+	require.False(t, driver.AfterGlobalCaptures(d.CaptureDomain(), func() { close(ran) }), "deferred while the capture is active")
+	g, err := a.EndCapture()
+	require.NoError(t, err)
+	<-ran // run when the capture ended
+	require.NoError(t, g.Close())
+	require.NoError(t, driver.DeviceWide(d.CaptureDomain(), "hook test", func() error { called = true; return nil }))
+	require.True(t, called)
+}

@@ -3,6 +3,8 @@ package alloc
 import (
 	"errors"
 	"sync"
+
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // Giving memory back: every path that ends a block's life (Free, a graph's
@@ -26,8 +28,8 @@ type releases struct {
 	pins    int      // blocking calls in flight on buffers' memory (pinLocked)
 
 	mu       *sync.Mutex // a.mu
-	drv      Driver
-	stream   Stream
+	drv      driver.Driver
+	stream   driver.Stream
 	backend  string
 	opts     *Options
 	strict   bool

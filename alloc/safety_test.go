@@ -10,6 +10,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
 
@@ -37,7 +38,7 @@ func strictPair(t *testing.T, opts cpu.Options) (d *cpu.Driver, a, b *alloc.Allo
 func requireStrict(t *testing.T, err error, what string) {
 	t.Helper()
 	require.Error(t, err, what)
-	require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp, what)
+	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp, what)
 	require.ErrorIs(t, err, alloc.ErrCaptureIncompatibleAllocation, what)
 	require.Contains(t, err.Error(), "strict (gb10, sm 12.1, integrated, pageable memory access)", what)
 }
@@ -50,7 +51,7 @@ func TestStrictSafetyRefusesBeforeTheDriver(t *testing.T) {
 	for _, mode := range []alloc.CaptureMode{alloc.Global, alloc.ThreadLocal, alloc.Relaxed} {
 		t.Run(mode.String(), func(t *testing.T) {
 			_, a, b, sa, sb := strictPair(t, cpu.Options{Profile: cpu.ProfileGB10})
-			require.Equal(t, alloc.SafetyStrict, a.Info().CaptureSafety)
+			require.Equal(t, driver.SafetyStrict, a.Info().CaptureSafety)
 			// Made before the capture: buffers to free during it.
 			syncA, err := a.AllocSync(1 << 20)
 			require.NoError(t, err)
@@ -84,7 +85,7 @@ func TestStrictSafetyRefusesBeforeTheDriver(t *testing.T) {
 			_, err = a.HostAlloc(4096)
 			refused(err, "own HostAlloc", ownDoc)
 			refused(hostB.Close(), "other HostBuffer.Close", otherDoc)
-			require.ErrorIs(t, b.Trim(), alloc.ErrCaptureIllegalOp, "other Trim frees cached segments")
+			require.ErrorIs(t, b.Trim(), driver.ErrCaptureIllegalOp, "other Trim frees cached segments")
 			dA, dB := sa.Snapshot().Sub(beforeA), sb.Snapshot().Sub(beforeB)
 			for _, m := range []alloctest.Method{alloctest.MethodMalloc, alloctest.MethodFree, alloctest.MethodHostAlloc,
 				alloctest.MethodHostFree, alloctest.MethodMallocAsync, alloctest.MethodFreeAsync} {
@@ -129,14 +130,14 @@ func TestStrictSafetyRefusesBeforeTheDriver(t *testing.T) {
 // capture's own AllocSync reach the driver, as before; strict refuses it.
 // This is the example: a.BeginCapture(Relaxed); a.AllocSync.
 func TestCaptureSafetyOverride(t *testing.T) {
-	_, a, _, sa, _ := strictPair(t, cpu.Options{Profile: cpu.ProfileGB10, CaptureSafety: alloc.SafetyDocumented})
-	require.Equal(t, alloc.SafetyDocumented, a.Info().CaptureSafety)
+	_, a, _, sa, _ := strictPair(t, cpu.Options{Profile: cpu.ProfileGB10, CaptureSafety: driver.SafetyDocumented})
+	require.Equal(t, driver.SafetyDocumented, a.Info().CaptureSafety)
 	require.NoError(t, a.BeginCapture(alloc.Relaxed))
 	before := sa.Calls(alloctest.MethodMalloc)
 	buf, err := a.AllocSync(1 << 20)
 	// The emulated GB10 fails the call the real one hangs in: the
 	// documented rules reach it.
-	require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
+	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
 	require.True(t, strings.Contains(err.Error(), "hangs a GB10 driver"), err.Error())
 	require.Equal(t, before+1, sa.Calls(alloctest.MethodMalloc))
 	_ = buf
@@ -191,25 +192,25 @@ func TestStrictSafetyInstantiateAndExecDestroy(t *testing.T) {
 // H100 documented.
 func TestClassifySafety(t *testing.T) {
 	for _, c := range []struct {
-		info    alloc.DeviceInfo
-		want    alloc.CaptureSafety
+		info    driver.DeviceInfo
+		want    driver.CaptureSafety
 		profile string
 	}{
-		{alloc.DeviceInfo{Name: "NVIDIA GB10", ComputeCapability: "12.1", Integrated: true}, alloc.SafetyStrict, "gb10"},
-		{alloc.DeviceInfo{Name: "NVIDIA H100 80GB HBM3", ComputeCapability: "9.0"}, alloc.SafetyDocumented, "recorded:h100-driver580-cuda13.0.json"},
-		{alloc.DeviceInfo{Name: "NVIDIA H100 80GB HBM3", ComputeCapability: "8.0"}, alloc.SafetyStrict, "unrecorded"},
-		{alloc.DeviceInfo{Name: "NVIDIA A100", ComputeCapability: "8.0"}, alloc.SafetyStrict, "unrecorded"},
-		{alloc.DeviceInfo{Name: "AMD APU", ComputeCapability: "9.0", Integrated: true}, alloc.SafetyStrict, "integrated"},
+		{driver.DeviceInfo{Name: "NVIDIA GB10", ComputeCapability: "12.1", Integrated: true}, driver.SafetyStrict, "gb10"},
+		{driver.DeviceInfo{Name: "NVIDIA H100 80GB HBM3", ComputeCapability: "9.0"}, driver.SafetyDocumented, "recorded:h100-driver580-cuda13.0.json"},
+		{driver.DeviceInfo{Name: "NVIDIA H100 80GB HBM3", ComputeCapability: "8.0"}, driver.SafetyStrict, "unrecorded"},
+		{driver.DeviceInfo{Name: "NVIDIA A100", ComputeCapability: "8.0"}, driver.SafetyStrict, "unrecorded"},
+		{driver.DeviceInfo{Name: "AMD APU", ComputeCapability: "9.0", Integrated: true}, driver.SafetyStrict, "integrated"},
 	} {
-		got, profile := alloc.ClassifySafety(c.info)
+		got, profile := driver.ClassifySafety(c.info)
 		require.Equal(t, c.want, got, c.info.Name)
 		require.Equal(t, c.profile, profile, c.info.Name)
 	}
 	for _, s := range []string{"strict", "documented"} {
-		v, err := alloc.ParseCaptureSafety(s)
+		v, err := driver.ParseCaptureSafety(s)
 		require.NoError(t, err)
 		require.Equal(t, s, v.String())
 	}
-	_, err := alloc.ParseCaptureSafety("lax")
+	_, err := driver.ParseCaptureSafety("lax")
 	require.True(t, errors.Is(err, alloc.ErrInvalidValue))
 }

@@ -4,6 +4,8 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // The lane: the common Alloc and Free (a pool hit of a size the goroutine
@@ -68,8 +70,8 @@ type lane struct {
 	off atomic.Int32
 
 	owner   *Allocator // the blocks' allocator: a lane Free of another's buffer steps aside
-	drv     Driver
-	stream  Stream
+	drv     driver.Driver
+	stream  driver.Stream
 	pool    *pool  // where flushed and overflowing blocks go (under a.mu)
 	maxSize int64  // the device's memory: a larger request is the locked path's to refuse
 	inUse   *meter // a.stats.inUse: the lane publishes what its shards owe into it
@@ -139,7 +141,7 @@ func (l *lane) open() bool {
 		return false
 	}
 	st, err := l.drv.StreamCaptureStatus(l.stream)
-	return err == nil && st == DriverCaptureNone
+	return err == nil && st == driver.CaptureNone
 }
 
 // alloc serves Alloc from the caller's shard: ok is false, and nothing

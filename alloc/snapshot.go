@@ -4,31 +4,9 @@ import (
 	"cmp"
 	"slices"
 	"time"
+
+	"github.com/capalloc/capalloc/alloc/memmap"
 )
-
-// BlockState is what a block of device memory is doing, in a Snapshot.
-type BlockState string
-
-const (
-	// BlockLive: a buffer the engine holds.
-	BlockLive BlockState = "live"
-	// BlockWorkspace: a workspace (Allocator.Workspace).
-	BlockWorkspace BlockState = "workspace"
-	// BlockGraphOwned: allocated in a capture; the graph's until Graph.Close.
-	BlockGraphOwned BlockState = "graph-owned"
-	// BlockHeldForGraph: freed by the engine, but kept because a live
-	// graph's recorded work (or the capture recording now) uses it.
-	BlockHeldForGraph BlockState = "held-for-graph"
-	// BlockFree: free space in a segment that also holds memory in use:
-	// reused by requests that fit, never given back on its own.
-	BlockFree BlockState = "free"
-	// BlockCached: a segment wholly free: reused, or given back to the
-	// driver by Trim or under memory pressure.
-	BlockCached BlockState = "cached"
-)
-
-// BlockStates lists the states in the order views draw them.
-var BlockStates = blockStates[:]
 
 // The walk's state numbers, blockStates' indices.
 const (
@@ -41,104 +19,34 @@ const (
 	numStates
 )
 
-var blockStates = [numStates]BlockState{BlockLive, BlockWorkspace, BlockGraphOwned, BlockHeldForGraph, BlockFree, BlockCached}
-
-// Snapshot is an allocator's device memory at one moment, JSON-encodable:
-// every driver allocation (segment) with its blocks, every live graph with
-// what it owns and holds, and the counters.
-type Snapshot struct {
-	Allocator    string    `json:"allocator"`
-	Backend      string    `json:"backend"`
-	Device       string    `json:"device"`
-	DeviceMemory int64     `json:"device_memory"`
-	Time         time.Time `json:"time"`
-	Capturing    bool      `json:"capturing"` // a capture of this allocator is recording
-	// CaptureSafety is the device's safety profile (docs/capture-safety.md):
-	// "strict (gb10, sm 12.1, integrated, pageable memory access)".
-	CaptureSafety string `json:"capture_safety"`
-	ProfileRate   int    `json:"profile_rate"` // SetProfileRate's rate
-	Stats         Stats  `json:"stats"`
-	// Bytes sums the segments' blocks by state.
-	Bytes    map[BlockState]int64 `json:"bytes"`
-	Segments []Segment            `json:"segments"`
-	Graphs   []GraphInfo          `json:"graphs"`
-}
-
-// Segment is one driver allocation: a pool segment the pool carves blocks
-// from (kind "small" or "large", the pool's two arenas), an AllocSync
-// buffer ("sync"), or an allocation made in a capture ("graph").
-type Segment struct {
-	Ptr  DevicePtr `json:"ptr"`
-	Size int64     `json:"size"`
-	Kind string    `json:"kind"`
-	// Graph, for kind "graph": the id of the graph that owns it (0: the
-	// capture recording now).
-	Graph  int     `json:"graph"`
-	Blocks []Block `json:"blocks"`
-	// Expandable: an arena's expandable range (Options.ExpandableSegments).
-	// Size is then the bytes mapped; the blocks lie at their offsets from
-	// the range's start (Ptr) across Span bytes, and the gaps between them
-	// are unmapped.
-	Expandable bool  `json:"expandable,omitempty"`
-	Span       int64 `json:"span,omitempty"`
-}
-
-// Block is a run of a segment's bytes in one state.
-type Block struct {
-	Offset    int64      `json:"offset"`
-	Size      int64      `json:"size"` // bytes of the segment it covers
-	State     BlockState `json:"state"`
-	Requested int64      `json:"requested,omitempty"` // a buffer's size as asked for
-	Workspace string     `json:"workspace,omitempty"`
-	// Graphs lists the live graphs whose recorded work uses the block
-	// (0: the capture recording now): it is held while they live.
-	Graphs []int `json:"graphs,omitempty"`
-}
-
-// GraphInfo is a live graph, or the capture recording now (ID 0), with
-// the memory it owns and the memory it keeps from being reused.
-type GraphInfo struct {
-	ID        int  `json:"id"`
-	Capturing bool `json:"capturing,omitempty"`
-	Eager     bool `json:"eager,omitempty"` // an eager fallback: owns nothing
-	Launched  bool `json:"launched,omitempty"`
-	// Owned: allocated in its capture, its own until Graph.Close.
-	OwnedBytes  int64 `json:"owned_bytes"`
-	OwnedBlocks int   `json:"owned_blocks"`
-	// Held: buffers the engine freed that its recorded work uses, kept
-	// until it is closed.
-	HeldBytes  int64 `json:"held_bytes"`
-	HeldBlocks int   `json:"held_blocks"`
-	// Used: live buffers its recorded work uses (held if freed).
-	UsedBytes  int64 `json:"used_bytes"`
-	UsedBlocks int   `json:"used_blocks"`
-}
+var blockStates = [numStates]memmap.BlockState{memmap.BlockLive, memmap.BlockWorkspace, memmap.BlockGraphOwned, memmap.BlockHeldForGraph, memmap.BlockFree, memmap.BlockCached}
 
 // Snapshot returns the allocator's device memory now. The walk holds the
 // allocator's lock: about a millisecond per 10,000 blocks (BENCHMARKS.md).
 // It fails with ErrClosed once the allocator is closed.
-func (a *Allocator) Snapshot() (Snapshot, error) {
+func (a *Allocator) Snapshot() (memmap.Snapshot, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.guard.closed {
-		return Snapshot{}, a.fail("Snapshot", -1, StateNone, ErrClosed)
+		return memmap.Snapshot{}, a.fail("Snapshot", -1, StateNone, ErrClosed)
 	}
 	// The lane stays closed from the walk to the counters, so they are of
 	// the moment of the blocks listed.
 	a.lane.closeLocked()
 	defer a.lane.openLocked()
 	w := walkMemory(a, true)
-	return Snapshot{
+	return memmap.Snapshot{
 		Allocator: a.name, Backend: a.backend, Device: a.info.Name, DeviceMemory: a.info.TotalMemory,
 		CaptureSafety: a.info.SafetyProfile(),
-		Time:          time.Now(), Capturing: a.guard.cap != nil, ProfileRate: ProfileRate(), Stats: a.statsLocked(),
+		Time:          time.Now(), Capturing: a.guard.cap != nil, ProfileRate: currentProfileRate(), Stats: memmap.Stats(a.statsLocked()),
 		Bytes: w.byState(), Segments: w.segs, Graphs: w.graphs,
 	}, nil
 }
 
-// BytesByState sums the allocator's device memory by block state, as
-// Snapshot's Bytes, without listing the blocks (what metrics scrape).
-func (a *Allocator) BytesByState() (map[BlockState]int64, error) {
+// bytesByState sums a's device memory by block state, as Snapshot's
+// Bytes, without listing the blocks (what metrics scrape: alloc/allocprom
+// through alloc/internal/registry).
+func bytesByState(a *Allocator) (map[memmap.BlockState]int64, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.guard.closed {
@@ -152,10 +60,10 @@ func (a *Allocator) BytesByState() (map[BlockState]int64, error) {
 type memWalk struct {
 	list   bool
 	sums   [numStates]int64 // bytes by state
-	segs   []Segment
-	spans  [][2]int // segs[i]'s blocks: blocks[spans[i][0]:spans[i][1]]
-	blocks []Block  // every segment's, in one array
-	graphs []GraphInfo
+	segs   []memmap.Segment
+	spans  [][2]int       // segs[i]'s blocks: blocks[spans[i][0]:spans[i][1]]
+	blocks []memmap.Block // every segment's, in one array
+	graphs []memmap.GraphInfo
 	users  map[*block][]int // blocks graphs use or hold: their ids
 }
 
@@ -165,7 +73,7 @@ func walkMemory(a *Allocator, list bool) *memWalk {
 	w := &memWalk{list: list, users: map[*block][]int{}}
 	if list { // live blocks and a tenth more for the free ones: few regrowths
 		n := max(a.live.n+a.pooledLive, 0) // the lane's hand-outs are counted in the shards
-		w.blocks = make([]Block, 0, n+n/8+64)
+		w.blocks = make([]memmap.Block, 0, n+n/8+64)
 	}
 	gs := make([]*Graph, 0, len(a.graphs))
 	for g := range a.graphs {
@@ -180,10 +88,10 @@ func walkMemory(a *Allocator, list bool) *memWalk {
 	}
 	slices.SortFunc(gs, func(x, y *Graph) int { return cmp.Compare(x.id, y.id) })
 	if a.guard.cap != nil {
-		w.graph(GraphInfo{ID: 0, Capturing: true}, a.guard.cap)
+		w.graph(memmap.GraphInfo{ID: 0, Capturing: true}, a.guard.cap)
 	}
 	for _, g := range gs {
-		w.graph(GraphInfo{ID: g.id, Eager: g.eager != nil, Launched: g.launched}, g.cap)
+		w.graph(memmap.GraphInfo{ID: g.id, Eager: g.eager != nil, Launched: g.launched}, g.cap)
 	}
 
 	// Free blocks outside the arenas' indexes: the pool's recent ones and
@@ -230,20 +138,20 @@ func walkMemory(a *Allocator, list bool) *memWalk {
 		for i, sp := range w.spans {
 			w.segs[i].Blocks = w.blocks[sp[0]:sp[1]:sp[1]]
 		}
-		slices.SortFunc(w.segs, func(x, y Segment) int { return cmp.Compare(x.Ptr, y.Ptr) })
+		slices.SortFunc(w.segs, func(x, y memmap.Segment) int { return cmp.Compare(x.Ptr, y.Ptr) })
 	}
 	return w
 }
 
 // addSegment starts listing a segment's blocks.
-func (w *memWalk) addSegment(s Segment) {
+func (w *memWalk) addSegment(s memmap.Segment) {
 	w.segs = append(w.segs, s)
 	w.spans = append(w.spans, [2]int{len(w.blocks), len(w.blocks)})
 }
 
 // graph records a graph (or the recording capture c) and marks the blocks
 // its work uses or holds.
-func (w *memWalk) graph(gi GraphInfo, c *capture) {
+func (w *memWalk) graph(gi memmap.GraphInfo, c *capture) {
 	if c != nil {
 		for _, b := range c.blocks {
 			gi.OwnedBytes += b.class
@@ -279,7 +187,7 @@ func (w *memWalk) segment(s *segment, kind string, cached map[*block]bool) {
 		}
 	}
 	if w.list {
-		seg := Segment{Ptr: s.ptr, Size: s.size, Kind: kind}
+		seg := memmap.Segment{Ptr: s.ptr, Size: s.size, Kind: kind}
 		if s.exp != nil {
 			seg.Expandable, seg.Span = true, s.exp.end
 		}
@@ -306,7 +214,7 @@ func (w *memWalk) segment(s *segment, kind string, cached map[*block]bool) {
 // single records a block that is a driver allocation of its own.
 func (w *memWalk) single(b *block, kind string, graph int) {
 	if w.list {
-		w.addSegment(Segment{Ptr: b.ptr, Size: b.class, Kind: kind, Graph: graph})
+		w.addSegment(memmap.Segment{Ptr: b.ptr, Size: b.class, Kind: kind, Graph: graph})
 	}
 	st := stHeldForGraph
 	switch {
@@ -332,8 +240,8 @@ func liveState(b *block) int {
 	return stLive
 }
 
-func (w *memWalk) byState() map[BlockState]int64 {
-	m := make(map[BlockState]int64, numStates)
+func (w *memWalk) byState() map[memmap.BlockState]int64 {
+	m := make(map[memmap.BlockState]int64, numStates)
 	for i, n := range w.sums {
 		m[blockStates[i]] = n
 	}
@@ -346,7 +254,7 @@ func (w *memWalk) block(b *block, off int64, st int) {
 	if !w.list {
 		return
 	}
-	blk := Block{Offset: off, Size: b.class, State: blockStates[st], Workspace: b.ws}
+	blk := memmap.Block{Offset: off, Size: b.class, State: blockStates[st], Workspace: b.ws}
 	if b.live() {
 		blk.Requested = b.size
 	}

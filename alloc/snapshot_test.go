@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"reflect"
 	"runtime"
 	"sync"
 	"testing"
@@ -11,21 +12,24 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/alloc/internal/registry"
+	"github.com/capalloc/capalloc/alloc/memmap"
 	"github.com/capalloc/capalloc/cpu"
 )
 
 // blockAt finds the block at ptr in a snapshot, with its segment.
-func blockAt(t *testing.T, s alloc.Snapshot, ptr alloc.DevicePtr) (alloc.Segment, alloc.Block) {
+func blockAt(t *testing.T, s memmap.Snapshot, ptr driver.DevicePtr) (memmap.Segment, memmap.Block) {
 	t.Helper()
 	for _, seg := range s.Segments {
 		for _, b := range seg.Blocks {
-			if seg.Ptr+alloc.DevicePtr(b.Offset) == ptr {
+			if seg.Ptr+driver.DevicePtr(b.Offset) == ptr {
 				return seg, b
 			}
 		}
 	}
 	t.Fatalf("no block at %#x", ptr)
-	return alloc.Segment{}, alloc.Block{}
+	return memmap.Segment{}, memmap.Block{}
 }
 
 // Every state a block can be in, each where it should be; the states'
@@ -77,32 +81,32 @@ func TestSnapshotStates(t *testing.T) {
 	require.False(t, s.Capturing)
 
 	_, b := blockAt(t, s, live.Ptr())
-	require.Equal(t, alloc.BlockLive, b.State)
+	require.Equal(t, memmap.BlockLive, b.State)
 	require.EqualValues(t, 100<<10, b.Requested)
 	require.Len(t, b.Graphs, 1, "the graph's work uses it")
 	_, b = blockAt(t, s, hole.Ptr())
-	require.Equal(t, alloc.BlockFree, b.State)
+	require.Equal(t, memmap.BlockFree, b.State)
 	_, b = blockAt(t, s, ws.Ptr())
-	require.Equal(t, alloc.BlockWorkspace, b.State)
+	require.Equal(t, memmap.BlockWorkspace, b.State)
 	require.Equal(t, "attn", b.Workspace)
 	seg, b := blockAt(t, s, big.Ptr())
-	require.Equal(t, alloc.BlockCached, b.State)
+	require.Equal(t, memmap.BlockCached, b.State)
 	require.Equal(t, "large", seg.Kind)
 	require.Len(t, seg.Blocks, 1)
 	seg, b = blockAt(t, s, sync.Ptr())
 	require.Equal(t, "sync", seg.Kind)
-	require.Equal(t, alloc.BlockLive, b.State)
+	require.Equal(t, memmap.BlockLive, b.State)
 	_, b = blockAt(t, s, kv.Ptr())
-	require.Equal(t, alloc.BlockHeldForGraph, b.State)
+	require.Equal(t, memmap.BlockHeldForGraph, b.State)
 	seg, b = blockAt(t, s, owned.Ptr())
 	require.Equal(t, "graph", seg.Kind)
-	require.Equal(t, alloc.BlockGraphOwned, b.State)
+	require.Equal(t, memmap.BlockGraphOwned, b.State)
 
 	require.Len(t, s.Graphs, 1)
 	gi := s.Graphs[0]
 	require.Equal(t, seg.Graph, gi.ID)
 	require.NotZero(t, gi.ID)
-	require.Equal(t, alloc.GraphInfo{ID: gi.ID, OwnedBytes: 512 << 10, OwnedBlocks: 1,
+	require.Equal(t, memmap.GraphInfo{ID: gi.ID, OwnedBytes: 512 << 10, OwnedBlocks: 1,
 		HeldBytes: 128 << 10, HeldBlocks: 1, UsedBytes: 100 << 10, UsedBlocks: 1}, gi)
 
 	var sum int64
@@ -110,15 +114,15 @@ func TestSnapshotStates(t *testing.T) {
 		sum += n
 	}
 	require.Equal(t, s.Stats.BytesReserved, sum, "every reserved byte is in exactly one state: %v", s.Bytes)
-	require.EqualValues(t, 512<<10, s.Bytes[alloc.BlockGraphOwned])
-	require.EqualValues(t, 128<<10, s.Bytes[alloc.BlockHeldForGraph])
-	byState, err := a.BytesByState()
+	require.EqualValues(t, 512<<10, s.Bytes[memmap.BlockGraphOwned])
+	require.EqualValues(t, 128<<10, s.Bytes[memmap.BlockHeldForGraph])
+	byState, err := registry.BytesByState(a)
 	require.NoError(t, err)
 	require.Equal(t, s.Bytes, byState)
 
 	js, err := json.Marshal(s)
 	require.NoError(t, err)
-	var back alloc.Snapshot
+	var back memmap.Snapshot
 	require.NoError(t, json.Unmarshal(js, &back))
 	require.Equal(t, s.Segments, back.Segments)
 	require.Equal(t, s.Stats, back.Stats)
@@ -132,8 +136,8 @@ func TestSnapshotStates(t *testing.T) {
 	s3, err := a.Snapshot()
 	require.NoError(t, err)
 	require.Empty(t, s3.Graphs)
-	require.Zero(t, s3.Bytes[alloc.BlockGraphOwned])
-	require.Zero(t, s3.Bytes[alloc.BlockHeldForGraph])
+	require.Zero(t, s3.Bytes[memmap.BlockGraphOwned])
+	require.Zero(t, s3.Bytes[memmap.BlockHeldForGraph])
 	for _, buf := range []alloc.Buffer{live, keep, sync} {
 		require.NoError(t, a.Free(buf))
 	}
@@ -148,10 +152,10 @@ func TestSnapshotDuringCapture(t *testing.T) {
 	s, err := a.Snapshot()
 	require.NoError(t, err)
 	require.True(t, s.Capturing)
-	require.Equal(t, []alloc.GraphInfo{{ID: 0, Capturing: true, OwnedBytes: 64 << 10, OwnedBlocks: 1}}, s.Graphs)
+	require.Equal(t, []memmap.GraphInfo{{ID: 0, Capturing: true, OwnedBytes: 64 << 10, OwnedBlocks: 1}}, s.Graphs)
 	seg, blk := blockAt(t, s, b.Ptr())
 	require.Equal(t, 0, seg.Graph)
-	require.Equal(t, alloc.BlockGraphOwned, blk.State)
+	require.Equal(t, memmap.BlockGraphOwned, blk.State)
 	g, err := a.EndCapture()
 	require.NoError(t, err)
 	require.NoError(t, g.Close())
@@ -164,7 +168,7 @@ func TestSnapshotDuringCapture(t *testing.T) {
 	require.NoError(t, c.Close())
 	_, err = c.Snapshot()
 	require.ErrorIs(t, err, alloc.ErrClosed)
-	_, err = c.BytesByState()
+	_, err = registry.BytesByState(c)
 	require.ErrorIs(t, err, alloc.ErrClosed)
 }
 
@@ -250,19 +254,29 @@ func TestSnapshotCountersMatchItsBlocks(t *testing.T) {
 		live, requested := 0, int64(0)
 		for _, seg := range s.Segments {
 			for _, b := range seg.Blocks {
-				if b.State == alloc.BlockLive {
+				if b.State == memmap.BlockLive {
 					live++
 					requested += b.Requested
 				}
 			}
 		}
 		if live != s.Stats.LiveBuffers || requested != s.Stats.BytesInUse ||
-			s.Bytes[alloc.BlockFree]+s.Bytes[alloc.BlockCached] != s.Stats.BytesCached {
+			s.Bytes[memmap.BlockFree]+s.Bytes[memmap.BlockCached] != s.Stats.BytesCached {
 			bad = append(bad, fmt.Sprintf("%d live blocks of %d B listed, %d free and cached; stats: %s",
-				live, requested, s.Bytes[alloc.BlockFree]+s.Bytes[alloc.BlockCached], s.Stats))
+				live, requested, s.Bytes[memmap.BlockFree]+s.Bytes[memmap.BlockCached], alloc.Stats(s.Stats)))
 		}
 	}
 	require.NoError(t, stop())
 	require.Empty(t, bad, "%d of %d snapshots disagree with their blocks", len(bad), snaps)
 	require.NoError(t, a.Close())
+}
+
+// memmap.Stats is alloc.Stats as a snapshot carries it: the conversion in
+// Snapshot keeps the fields the same, and this keeps their JSON keys.
+func TestSnapshotStatsKeepsJSONKeys(t *testing.T) {
+	a, m := reflect.TypeFor[alloc.Stats](), reflect.TypeFor[memmap.Stats]()
+	require.Equal(t, a.NumField(), m.NumField())
+	for i := range a.NumField() {
+		require.Equal(t, a.Field(i).Tag, m.Field(i).Tag, "field %s", a.Field(i).Name)
+	}
 }

@@ -1,5 +1,9 @@
 package alloc
 
+import (
+	"github.com/capalloc/capalloc/alloc/driver"
+)
+
 // CaptureState is the allocator's view of its stream, combining its own flag
 // with the driver's report (the driver is the authority).
 type CaptureState int
@@ -17,9 +21,6 @@ const (
 	StateInvalidated
 )
 
-// States lists every capture state, for tests and tools.
-var States = []CaptureState{StateNone, StateActive, StateExternal, StateInvalidated}
-
 func (s CaptureState) String() string {
 	switch s {
 	case StateNone:
@@ -36,13 +37,13 @@ func (s CaptureState) String() string {
 
 // classify folds the allocator's own flag and the driver's status into one
 // state. began says whether this allocator started the current capture.
-func classify(began bool, st DriverCaptureStatus) CaptureState {
+func classify(began bool, st driver.CaptureStatus) CaptureState {
 	switch {
-	case st == DriverCaptureInvalidated:
+	case st == driver.CaptureInvalidated:
 		return StateInvalidated
-	case st == DriverCaptureActive && began:
+	case st == driver.CaptureActive && began:
 		return StateActive
-	case st == DriverCaptureActive:
+	case st == driver.CaptureActive:
 		return StateExternal
 	case began: // our capture vanished: someone ended it behind our back
 		return StateInvalidated

@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // hostRange checks that h is an open pinned buffer usable on drv and that
 // [off, off+n) lies inside it, and returns those bytes.
-func hostRange(drv Driver, h *HostBuffer, off, n int64) ([]byte, error) {
+func hostRange(drv driver.Driver, h *HostBuffer, off, n int64) ([]byte, error) {
 	if h == nil {
 		return nil, wrapf(ErrInvalidBuffer, "nil HostBuffer")
 	}
@@ -35,7 +37,7 @@ func (a *Allocator) UploadHost(dst Buffer, dstOff int64, src *HostBuffer, srcOff
 		}
 		return err
 	}, func() error {
-		return a.drv.CopyHtoDAsync(dst.ptr+DevicePtr(dstOff), hb, a.stream)
+		return a.drv.CopyHtoDAsync(dst.ptr+driver.DevicePtr(dstOff), hb, a.stream)
 	})
 }
 
@@ -50,7 +52,7 @@ func (a *Allocator) DownloadHost(dst *HostBuffer, dstOff int64, src Buffer, srcO
 		}
 		return err
 	}, func() error {
-		return a.drv.CopyDtoHAsync(hb, src.ptr+DevicePtr(srcOff), a.stream)
+		return a.drv.CopyDtoHAsync(hb, src.ptr+driver.DevicePtr(srcOff), a.stream)
 	})
 }
 
@@ -60,7 +62,7 @@ func (a *Allocator) Memset(dst Buffer, off int64, value byte, n int64) error {
 	return a.guard.enqueue("Memset", n, dst, Buffer{}, func() error {
 		return a.validateLocked(dst, off, n)
 	}, func() error {
-		return a.drv.MemsetAsync(dst.ptr+DevicePtr(off), value, n, a.stream)
+		return a.drv.MemsetAsync(dst.ptr+driver.DevicePtr(off), value, n, a.stream)
 	})
 }
 
@@ -72,7 +74,7 @@ func (a *Allocator) Copy(dst Buffer, dstOff int64, src Buffer, srcOff, n int64) 
 		}
 		return a.validateLocked(src, srcOff, n)
 	}, func() error {
-		return a.drv.CopyDtoDAsync(dst.ptr+DevicePtr(dstOff), src.ptr+DevicePtr(srcOff), n, a.stream)
+		return a.drv.CopyDtoDAsync(dst.ptr+driver.DevicePtr(dstOff), src.ptr+driver.DevicePtr(srcOff), n, a.stream)
 	})
 }
 
@@ -87,7 +89,7 @@ func (a *Allocator) Upload(dst Buffer, off int64, src []byte) error {
 		}
 		return a.guard.unsafeRefusalLocked(st, true, "pageable host memory cannot be copied during capture (use a HostBuffer)")
 	}, func() error {
-		return a.drv.CopyHtoD(dst.ptr+DevicePtr(off), src, a.stream)
+		return a.drv.CopyHtoD(dst.ptr+driver.DevicePtr(off), src, a.stream)
 	})
 }
 
@@ -102,7 +104,7 @@ func (a *Allocator) Download(dst []byte, src Buffer, off int64) error {
 		}
 		return a.guard.unsafeRefusalLocked(st, true, "pageable host memory cannot be copied during capture (use a HostBuffer)")
 	}, func() error {
-		return a.drv.CopyDtoH(dst, src.ptr+DevicePtr(off), a.stream)
+		return a.drv.CopyDtoH(dst, src.ptr+driver.DevicePtr(off), a.stream)
 	})
 }
 
@@ -156,7 +158,7 @@ func (a *Allocator) Query() (bool, error) {
 // A driver that cannot launch host functions (a plugin) fails with an
 // error wrapping errors.ErrUnsupported.
 func (a *Allocator) LaunchHostFunc(fn func() error) error {
-	l, ok := a.drv.(HostFuncLauncher)
+	l, ok := a.drv.(driver.HostFuncLauncher)
 	return a.guard.enqueue("LaunchHostFunc", -1, Buffer{}, Buffer{}, func() error {
 		switch {
 		case fn == nil:
@@ -177,7 +179,7 @@ func (a *Allocator) LaunchHostFunc(fn func() error) error {
 // other capture it is refused before call runs. call gets the allocator's
 // stream and must only enqueue work on it (never synchronize). uses must
 // be live buffers of this allocator.
-func (a *Allocator) Enqueue(op string, uses []Buffer, call func(s Stream) error) error {
+func (a *Allocator) Enqueue(op string, uses []Buffer, call func(s driver.Stream) error) error {
 	if call == nil {
 		return a.fail(op, -1, StateNone, wrapf(ErrInvalidValue, "nil call"))
 	}

@@ -7,10 +7,11 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
 
-// vmDriver is a cpu driver with a fake alloc.VirtualMemory of its own:
+// vmDriver is a cpu driver with a fake driver.VirtualMemory of its own:
 // reservations at addresses no cpu allocation uses, mappings checked the
 // way CUDA checks them (inside a reservation, whole granules, unmapped
 // exactly as mapped) and counted against a limit of their own. It records
@@ -24,12 +25,11 @@ type vmDriver struct {
 	mu       sync.Mutex
 	limit    int64 // bytes that may be mapped at once; 0: no limit
 	mapped   int64
-	maps     map[alloc.DevicePtr]int64 // live mappings
-	starts   []alloc.DevicePtr         // their addresses, sorted
-	reserved map[alloc.DevicePtr]int64 // live reservations
-	next     alloc.DevicePtr
+	maps     map[driver.DevicePtr]int64 // live mappings
+	starts   []driver.DevicePtr         // their addresses, sorted
+	reserved map[driver.DevicePtr]int64 // live reservations
+	next     driver.DevicePtr
 	calls    map[string]int // by method
-	ipc      int            // IPC calls
 }
 
 func newVMDriver(t testing.TB, limit int64) *vmDriver {
@@ -41,14 +41,14 @@ func newVMDriver(t testing.TB, limit int64) *vmDriver {
 	t.Cleanup(func() { d.Close() })
 	return &vmDriver{
 		Driver: d, gran: 4 << 10, limit: limit,
-		maps: map[alloc.DevicePtr]int64{}, reserved: map[alloc.DevicePtr]int64{},
+		maps: map[driver.DevicePtr]int64{}, reserved: map[driver.DevicePtr]int64{},
 		next: 1 << 56, calls: map[string]int{},
 	}
 }
 
 func (d *vmDriver) MapGranularity() int64 { return d.gran }
 
-func (d *vmDriver) ReserveAddress(size int64) (alloc.DevicePtr, error) {
+func (d *vmDriver) ReserveAddress(size int64) (driver.DevicePtr, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.calls["ReserveAddress"]++
@@ -56,26 +56,26 @@ func (d *vmDriver) ReserveAddress(size int64) (alloc.DevicePtr, error) {
 		return 0, fmt.Errorf("%w: reserve %d B", alloc.ErrInvalidValue, size)
 	}
 	p := d.next
-	d.next += alloc.DevicePtr(size) + alloc.DevicePtr(d.gran) // a guard granule between ranges
+	d.next += driver.DevicePtr(size) + driver.DevicePtr(d.gran) // a guard granule between ranges
 	d.reserved[p] = size
 	return p, nil
 }
 
-func (d *vmDriver) ReleaseAddress(base alloc.DevicePtr, size int64) error {
+func (d *vmDriver) ReleaseAddress(base driver.DevicePtr, size int64) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.calls["ReleaseAddress"]++
 	if d.reserved[base] != size {
 		return fmt.Errorf("%w: release %#x+%d: not a reservation", alloc.ErrInvalidValue, base, size)
 	}
-	if i, _ := slices.BinarySearch(d.starts, base); i < len(d.starts) && d.starts[i] < base+alloc.DevicePtr(size) {
+	if i, _ := slices.BinarySearch(d.starts, base); i < len(d.starts) && d.starts[i] < base+driver.DevicePtr(size) {
 		return fmt.Errorf("%w: release %#x: %#x still mapped", alloc.ErrInvalidValue, base, d.starts[i])
 	}
 	delete(d.reserved, base)
 	return nil
 }
 
-func (d *vmDriver) MapMemory(p alloc.DevicePtr, size int64) error {
+func (d *vmDriver) MapMemory(p driver.DevicePtr, size int64) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.calls["MapMemory"]++
@@ -84,11 +84,11 @@ func (d *vmDriver) MapMemory(p alloc.DevicePtr, size int64) error {
 	}
 	i, _ := slices.BinarySearch(d.starts, p) // the first mapping at or above p
 	if i > 0 {
-		if q := d.starts[i-1]; q+alloc.DevicePtr(d.maps[q]) > p {
+		if q := d.starts[i-1]; q+driver.DevicePtr(d.maps[q]) > p {
 			return fmt.Errorf("%w: map %#x+%d overlaps %#x", alloc.ErrInvalidValue, p, size, q)
 		}
 	}
-	if i < len(d.starts) && d.starts[i] < p+alloc.DevicePtr(size) {
+	if i < len(d.starts) && d.starts[i] < p+driver.DevicePtr(size) {
 		return fmt.Errorf("%w: map %#x+%d overlaps %#x", alloc.ErrInvalidValue, p, size, d.starts[i])
 	}
 	if d.limit > 0 && d.mapped+size > d.limit {
@@ -100,7 +100,7 @@ func (d *vmDriver) MapMemory(p alloc.DevicePtr, size int64) error {
 	return nil
 }
 
-func (d *vmDriver) UnmapMemory(p alloc.DevicePtr, size int64) error {
+func (d *vmDriver) UnmapMemory(p driver.DevicePtr, size int64) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.calls["UnmapMemory"]++
@@ -114,29 +114,14 @@ func (d *vmDriver) UnmapMemory(p alloc.DevicePtr, size int64) error {
 	return nil
 }
 
-func (d *vmDriver) insideLocked(p alloc.DevicePtr, size int64) bool {
+func (d *vmDriver) insideLocked(p driver.DevicePtr, size int64) bool {
 	for b, n := range d.reserved {
-		if p >= b && p+alloc.DevicePtr(size) <= b+alloc.DevicePtr(n) {
+		if p >= b && p+driver.DevicePtr(size) <= b+driver.DevicePtr(n) {
 			return true
 		}
 	}
 	return false
 }
-
-// IPCMemory, so the allocator's export refusal is tested against a driver
-// that could export.
-func (d *vmDriver) IPCGetMemHandle(p alloc.DevicePtr) ([]byte, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.ipc++
-	return []byte{1}, nil
-}
-
-func (d *vmDriver) IPCOpenMemHandle([]byte) (alloc.DevicePtr, error) {
-	return 0, fmt.Errorf("%w: not in this fake", alloc.ErrInvalidValue)
-}
-
-func (d *vmDriver) IPCCloseMemHandle(alloc.DevicePtr) error { return nil }
 
 // vmCalls is the number of VirtualMemory calls made so far.
 func (d *vmDriver) vmCalls() int {

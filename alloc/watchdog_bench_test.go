@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
 
@@ -80,8 +81,8 @@ func BenchmarkWatchdog(b *testing.B) {
 // to a worker goroutine, as it does for a plugin: the blocking wait the
 // polled one replaced (issue 23, item 1).
 type handoffOnly struct {
-	alloc.Driver
-	alloc.HostFuncLauncher
+	driver.Driver
+	driver.HostFuncLauncher
 }
 
 // BenchmarkWatchdogBusyWait measures what a watched Synchronize costs while
@@ -95,11 +96,11 @@ func BenchmarkWatchdogBusyWait(b *testing.B) {
 	for _, c := range []struct {
 		name     string
 		watchdog time.Duration
-		wrap     func(*cpu.Driver) alloc.Driver
+		wrap     func(*cpu.Driver) driver.Driver
 	}{
-		{"wait=polled", time.Minute, func(d *cpu.Driver) alloc.Driver { return d }},
-		{"wait=handoff", time.Minute, func(d *cpu.Driver) alloc.Driver { return handoffOnly{d, d} }},
-		{"wait=unwatched", -1, func(d *cpu.Driver) alloc.Driver { return d }},
+		{"wait=polled", time.Minute, func(d *cpu.Driver) driver.Driver { return d }},
+		{"wait=handoff", time.Minute, func(d *cpu.Driver) driver.Driver { return handoffOnly{d, d} }},
+		{"wait=unwatched", -1, func(d *cpu.Driver) driver.Driver { return d }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			d, err := cpu.New(cpu.Options{MemoryLimit: 1 << 20})

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"runtime/debug"
 	"time"
+
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // CaptureOptions configures WithCapture.
@@ -43,7 +45,7 @@ func (a *Allocator) WithCapture(opts CaptureOptions, fn func() error) (*Graph, e
 	}
 	c, err := beginCapture(a, opts.Mode)
 	if err != nil {
-		if opts.EagerFallback && errors.Is(err, ErrCaptureUnavailable) {
+		if opts.EagerFallback && errors.Is(err, driver.ErrCaptureUnavailable) {
 			return newEagerGraph(a, fn)
 		}
 		return nil, err

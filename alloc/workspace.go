@@ -51,7 +51,7 @@ func (a *Allocator) Workspace(name string, size int64) (Buffer, error) {
 	b.blk.ws = name
 	a.workspaces[name] = b.blk
 	if profileRate.Load() != 0 {
-		a.sampleLocked(b.blk, nil, size)
+		a.prof.sample(b.blk, nil, size)
 	}
 	return b, nil
 }

@@ -7,7 +7,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // Skipped is a choice of a fallback chain that did not open, and why.
@@ -19,7 +19,7 @@ type Skipped struct {
 // Opened is the result of Config.Open: the driver of the first choice that opened,
 // which choice it was, and why each earlier one was skipped.
 type Opened struct {
-	Driver  alloc.Driver
+	Driver  driver.Driver
 	Choice  Choice
 	Skipped []Skipped
 }
@@ -42,11 +42,11 @@ func (o *Opened) Report() string {
 // skipped and recorded in Opened.Skipped. A config error (ErrInvalidConfig:
 // an unknown option, a bad value) stops the chain at once, since silently
 // running on another backend would hide the typo. So does a choice refused
-// because a Global-mode capture is active (alloc.ErrCaptureIllegalOp: the
+// because a Global-mode capture is active (driver.ErrCaptureIllegalOp: the
 // device exists, and opening it would invalidate the capture): falling back
 // to another backend for that would be a surprise; retry after the
 // capture. When nothing opens, the
-// error wraps alloc.ErrBackendUnavailable and every choice's reason.
+// error wraps driver.ErrBackendUnavailable and every choice's reason.
 func (cfg Config) Open(ctx context.Context) (*Opened, error) {
 	if len(cfg) == 0 {
 		return nil, fmt.Errorf("%w: empty backend config", ErrInvalidConfig)
@@ -57,7 +57,7 @@ func (cfg Config) Open(ctx context.Context) (*Opened, error) {
 		if err == nil {
 			return &Opened{Driver: d, Choice: c, Skipped: skipped}, nil
 		}
-		if isConfigError(err) || errors.Is(err, alloc.ErrCaptureIllegalOp) || ctx.Err() != nil {
+		if isConfigError(err) || errors.Is(err, driver.ErrCaptureIllegalOp) || ctx.Err() != nil {
 			return nil, fmt.Errorf("backends: open %s: %w", c, err)
 		}
 		skipped = append(skipped, Skipped{Choice: c, Err: err})
@@ -66,7 +66,7 @@ func (cfg Config) Open(ctx context.Context) (*Opened, error) {
 	for i, s := range skipped {
 		errs[i] = fmt.Errorf("%s: %w", s.Choice.Name, s.Err)
 	}
-	return nil, fmt.Errorf("%w: no backend of %q opened: %w", alloc.ErrBackendUnavailable, cfg.String(), errors.Join(errs...))
+	return nil, fmt.Errorf("%w: no backend of %q opened: %w", driver.ErrBackendUnavailable, cfg.String(), errors.Join(errs...))
 }
 
 // OpenString parses s (see ParseConfig) and opens it as Config.Open does.

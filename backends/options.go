@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // Options are one backend's settings, as "key=value" pairs (from a config
@@ -57,16 +58,16 @@ func (o Options) Bool(key string, def bool) (bool, error) {
 }
 
 // CaptureSafety reads the capture_safety option every backend takes
-// (strict or documented: docs/capture-safety.md); alloc.SafetyUnset when
+// (strict or documented: docs/capture-safety.md); driver.SafetyUnset when
 // it is not set, leaving the driver's classification of the device.
-func CaptureSafety(o Options) (alloc.CaptureSafety, error) {
+func CaptureSafety(o Options) (driver.CaptureSafety, error) {
 	v, ok := o["capture_safety"]
 	if !ok {
-		return alloc.SafetyUnset, nil
+		return driver.SafetyUnset, nil
 	}
-	s, err := alloc.ParseCaptureSafety(strings.ToLower(strings.TrimSpace(v)))
+	s, err := driver.ParseCaptureSafety(strings.ToLower(strings.TrimSpace(v)))
 	if err != nil {
-		return alloc.SafetyUnset, o.bad("capture_safety", "strict or documented")
+		return driver.SafetyUnset, o.bad("capture_safety", "strict or documented")
 	}
 	return s, nil
 }

@@ -11,23 +11,23 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // Factory opens a backend's driver with its options. It rejects options it
 // does not know (Options.Check) with ErrInvalidConfig; a missing library or
-// device is an error wrapping alloc.ErrBackendUnavailable that says what was
+// device is an error wrapping driver.ErrBackendUnavailable that says what was
 // searched.
-type Factory func(ctx context.Context, c Choice) (alloc.Driver, error)
+type Factory func(ctx context.Context, c Choice) (driver.Driver, error)
 
 // SchemeFactory opens "scheme:target" choices, such as "plugin:cpu": target
 // is what follows the scheme.
-type SchemeFactory func(ctx context.Context, target string, opts Options) (alloc.Driver, error)
+type SchemeFactory func(ctx context.Context, target string, opts Options) (driver.Driver, error)
 
 // ErrUnknownBackend is a name no linked package registered. It matches
-// alloc.ErrBackendUnavailable, so a fallback chain moves past it (and says
+// driver.ErrBackendUnavailable, so a fallback chain moves past it (and says
 // so); its message lists the registered names.
-var ErrUnknownBackend = fmt.Errorf("%w: unknown backend", alloc.ErrBackendUnavailable)
+var ErrUnknownBackend = fmt.Errorf("%w: unknown backend", driver.ErrBackendUnavailable)
 
 var (
 	mu        sync.RWMutex
@@ -102,7 +102,7 @@ func unknown(name string) error {
 
 // Open opens exactly this backend, a registered name or a scheme:target,
 // with its options and memory suppliers.
-func (c Choice) Open(ctx context.Context) (alloc.Driver, error) {
+func (c Choice) Open(ctx context.Context) (driver.Driver, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -127,7 +127,7 @@ func (c Choice) Open(ctx context.Context) (alloc.Driver, error) {
 
 // OpenDriver opens one backend given in the config-string form of a single
 // choice ("cpu", "cuda:device=1", "plugin:cpu"), with no fallback.
-func OpenDriver(ctx context.Context, s string) (alloc.Driver, error) {
+func OpenDriver(ctx context.Context, s string) (driver.Driver, error) {
 	cfg, err := ParseConfig(s)
 	if err != nil {
 		return nil, err

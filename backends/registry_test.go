@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 	_ "github.com/capalloc/capalloc/cpu"
 )
@@ -19,7 +20,7 @@ var ctx = context.Background()
 func TestUnknownBackendListsKnownOnes(t *testing.T) {
 	_, err := backends.OpenDriver(ctx, "no-such-gpu")
 	require.ErrorIs(t, err, backends.ErrUnknownBackend)
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), "cpu")
 	require.Contains(t, err.Error(), "no-such-gpu")
 }
@@ -36,7 +37,7 @@ func TestCPURegisteredAndOpensWithOptions(t *testing.T) {
 	require.NoError(t, err)
 	s, err := d.CreateStream()
 	require.NoError(t, err)
-	require.ErrorIs(t, d.BeginCapture(s, alloc.Global), alloc.ErrCaptureUnavailable)
+	require.ErrorIs(t, d.BeginCapture(s, alloc.Global), driver.ErrCaptureUnavailable)
 	require.NoError(t, d.Close())
 }
 
@@ -54,7 +55,7 @@ func TestCPURejectsBadOptions(t *testing.T) {
 }
 
 func TestRegisterRejectsDuplicatesAndBadNames(t *testing.T) {
-	f := func(context.Context, backends.Choice) (alloc.Driver, error) { return nil, nil }
+	f := func(context.Context, backends.Choice) (driver.Driver, error) { return nil, nil }
 	require.Panics(t, func() { backends.Register("cpu", f) })
 	require.Panics(t, func() { backends.Register("a:b", f) })
 	require.Panics(t, func() { backends.Register("", f) })
@@ -100,7 +101,7 @@ func TestParseBytes(t *testing.T) {
 func registerFake(t *testing.T, err error) (string, *atomic.Int32) {
 	var n atomic.Int32
 	name := fmt.Sprintf("fake-%s-%p", t.Name(), &n)
-	backends.Register(name, func(ctx context.Context, c backends.Choice) (alloc.Driver, error) {
+	backends.Register(name, func(ctx context.Context, c backends.Choice) (driver.Driver, error) {
 		n.Add(1)
 		if err != nil {
 			return nil, err
@@ -111,8 +112,8 @@ func registerFake(t *testing.T, err error) (string, *atomic.Int32) {
 }
 
 func TestFallbackSaysWhichOpenedAndWhy(t *testing.T) {
-	missing, _ := registerFake(t, fmt.Errorf("%w: libfake.so not found in /nowhere", alloc.ErrBackendUnavailable))
-	broken, _ := registerFake(t, fmt.Errorf("%w: device fell off the bus", alloc.ErrDriver))
+	missing, _ := registerFake(t, fmt.Errorf("%w: libfake.so not found in /nowhere", driver.ErrBackendUnavailable))
+	broken, _ := registerFake(t, fmt.Errorf("%w: device fell off the bus", driver.ErrDriver))
 	ok, _ := registerFake(t, nil)
 	never, calls := registerFake(t, nil)
 
@@ -122,9 +123,9 @@ func TestFallbackSaysWhichOpenedAndWhy(t *testing.T) {
 	require.Equal(t, ok, o.Choice.Name)
 	require.Equal(t, int64(1<<20), o.Driver.Info().TotalMemory, "the winner got its options")
 	require.Len(t, o.Skipped, 3)
-	require.ErrorIs(t, o.Skipped[0].Err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, o.Skipped[0].Err, driver.ErrBackendUnavailable)
 	require.ErrorIs(t, o.Skipped[1].Err, backends.ErrUnknownBackend)
-	require.ErrorIs(t, o.Skipped[2].Err, alloc.ErrDriver)
+	require.ErrorIs(t, o.Skipped[2].Err, driver.ErrDriver)
 	require.Contains(t, o.Report(), "libfake.so")
 	require.Contains(t, o.Report(), "fell off the bus")
 	require.Zero(t, calls.Load(), "choices after the winner are not opened")
@@ -138,10 +139,10 @@ func TestFallbackStopsAtConfigError(t *testing.T) {
 }
 
 func TestFallbackAllFailJoinsReasons(t *testing.T) {
-	a, _ := registerFake(t, fmt.Errorf("%w: reason-a", alloc.ErrBackendUnavailable))
-	b, _ := registerFake(t, fmt.Errorf("%w: reason-b", alloc.ErrBackendUnavailable))
+	a, _ := registerFake(t, fmt.Errorf("%w: reason-a", driver.ErrBackendUnavailable))
+	b, _ := registerFake(t, fmt.Errorf("%w: reason-b", driver.ErrBackendUnavailable))
 	_, err := backends.OpenString(ctx, a+";"+b)
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), "reason-a")
 	require.Contains(t, err.Error(), "reason-b")
 }
@@ -173,17 +174,17 @@ func TestUnknownScheme(t *testing.T) {
 }
 
 func TestSurveySaysWhatOpensAndWhyNot(t *testing.T) {
-	missing, _ := registerFake(t, fmt.Errorf("%w: libfake.so not found in /nowhere", alloc.ErrBackendUnavailable))
-	broken, _ := registerFake(t, fmt.Errorf("%w: device fell off the bus", alloc.ErrDriver))
+	missing, _ := registerFake(t, fmt.Errorf("%w: libfake.so not found in /nowhere", driver.ErrBackendUnavailable))
+	broken, _ := registerFake(t, fmt.Errorf("%w: device fell off the bus", driver.ErrDriver))
 	got := map[string]error{}
 	for _, av := range backends.Survey(ctx, "cpu") {
 		got[av.Name] = av.Err
 	}
 	require.Contains(t, got, "cpu")
 	require.NoError(t, got["cpu"])
-	require.ErrorIs(t, got[missing], alloc.ErrBackendUnavailable)
-	require.ErrorIs(t, got[broken], alloc.ErrBackendUnavailable, "any failure to open means unavailable here")
-	require.ErrorIs(t, got[broken], alloc.ErrDriver, "and keeps its cause")
+	require.ErrorIs(t, got[missing], driver.ErrBackendUnavailable)
+	require.ErrorIs(t, got[broken], driver.ErrBackendUnavailable, "any failure to open means unavailable here")
+	require.ErrorIs(t, got[broken], driver.ErrDriver, "and keeps its cause")
 	require.NotContains(t, got, "plugin:cpu", "no scheme is registered in this binary")
 	require.NoError(t, backends.Choice{Name: "cpu"}.Available(ctx))
 }

@@ -6,18 +6,18 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // Availability is whether one backend opens on this machine.
 type Availability struct {
 	Name string
 	// Err is nil when the backend opened (and was closed again), else why
-	// not, wrapping alloc.ErrBackendUnavailable.
+	// not, wrapping driver.ErrBackendUnavailable.
 	Err error
 	// Info is the device the backend opened (zero when it did not): its
 	// name and safety profile (docs/capture-safety.md).
-	Info alloc.DeviceInfo
+	Info driver.DeviceInfo
 }
 
 // Survey opens, and closes again, every backend this binary offers: each
@@ -43,20 +43,20 @@ func Survey(ctx context.Context, targets ...string) []Availability {
 }
 
 // Available opens c and closes it again: nil when it opens here, else why
-// not, wrapping alloc.ErrBackendUnavailable.
+// not, wrapping driver.ErrBackendUnavailable.
 func (c Choice) Available(ctx context.Context) error {
 	_, err := c.Probe(ctx)
 	return err
 }
 
 // Probe is Available that also returns the opened device's info.
-func (c Choice) Probe(ctx context.Context) (alloc.DeviceInfo, error) {
+func (c Choice) Probe(ctx context.Context) (driver.DeviceInfo, error) {
 	d, err := c.Open(ctx)
 	if err != nil {
-		if !errors.Is(err, alloc.ErrBackendUnavailable) {
-			err = fmt.Errorf("%w: %w", alloc.ErrBackendUnavailable, err)
+		if !errors.Is(err, driver.ErrBackendUnavailable) {
+			err = fmt.Errorf("%w: %w", driver.ErrBackendUnavailable, err)
 		}
-		return alloc.DeviceInfo{}, err
+		return driver.DeviceInfo{}, err
 	}
 	info := d.Info()
 	return info, d.Close()

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // A live graph has its addresses baked in: nothing it owns may be handed to
@@ -16,7 +17,7 @@ var aliasSizes = []int64{1, 256, 1000, 4096, 5000, 65536, 1 << 20}
 
 // span is an address range some owner holds.
 type span struct {
-	p alloc.DevicePtr
+	p driver.DevicePtr
 	n int64
 }
 

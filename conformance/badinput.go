@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 const badSize = 4096
@@ -273,7 +274,7 @@ func (s *suite) badInputInCapture(t *testing.T) {
 	t.Run("nested_begin", func(t *testing.T) {
 		e := s.env(t)
 		inCapture(t, e, func() {
-			for _, m := range alloc.Modes {
+			for _, m := range driver.Modes() {
 				requireRefused(t, e.a.BeginCapture(m), alloc.StateActive, alloc.ErrAlreadyCapturing)
 			}
 		})

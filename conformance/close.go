@@ -8,16 +8,17 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // sentinels is every error the alloc package exports, for checks that an
 // error is classifiable at all.
 var sentinels = []error{
 	alloc.ErrCaptureIncompatibleAllocation, alloc.ErrSyncDuringCapture, alloc.ErrCaptureInvalidated,
-	alloc.ErrCaptureTimeout, alloc.ErrNotCapturing, alloc.ErrAlreadyCapturing, alloc.ErrCaptureIllegalOp,
-	alloc.ErrCaptureUnavailable, alloc.ErrOutOfMemory, alloc.ErrInvalidBuffer, alloc.ErrInvalidSize,
+	alloc.ErrCaptureTimeout, alloc.ErrNotCapturing, alloc.ErrAlreadyCapturing, driver.ErrCaptureIllegalOp,
+	driver.ErrCaptureUnavailable, alloc.ErrOutOfMemory, alloc.ErrInvalidBuffer, alloc.ErrInvalidSize,
 	alloc.ErrOutOfRange, alloc.ErrMisaligned, alloc.ErrInvalidValue, alloc.ErrClosed, alloc.ErrLeaked,
-	alloc.ErrBackendUnavailable, alloc.ErrDriver,
+	driver.ErrBackendUnavailable, driver.ErrDriver,
 }
 
 func (s *suite) close(t *testing.T) {

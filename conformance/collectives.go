@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/ranks"
 	"github.com/capalloc/capalloc/symheap"
 )
@@ -86,24 +87,24 @@ func (w *world) closeAll(t *testing.T) {
 // symheap.OneRankPerProcess; TestCollectivesAcrossProcesses runs them).
 func (s *suite) newHostWorld(t *testing.T, n int, size int64, timeout time.Duration, checkAllocs bool) (w *world, ok bool) {
 	t.Helper()
-	return s.newHostWorldOn(t, n, size, timeout, checkAllocs, func(int) alloc.Driver { return s.openDriver(t) })
+	return s.newHostWorldOn(t, n, size, timeout, checkAllocs, func(int) driver.Driver { return s.openDriver(t) })
 }
 
-// newHostWorldOn is newHostWorld with rank r's allocator on driver(r).
-func (s *suite) newHostWorldOn(t *testing.T, n int, size int64, timeout time.Duration, checkAllocs bool, driver func(r int) alloc.Driver) (w *world, ok bool) {
+// newHostWorldOn is newHostWorld with rank r's allocator on drvOf(r).
+func (s *suite) newHostWorldOn(t *testing.T, n int, size int64, timeout time.Duration, checkAllocs bool, drvOf func(r int) driver.Driver) (w *world, ok bool) {
 	t.Helper()
 	g, err := symheap.NewGroup(n, size)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, g.Close()) })
 	w = &world{}
 	for r := range n {
-		d := driver(r)
+		d := drvOf(r)
 		a, err := alloc.New(d, alloc.Options{Watchdog: testWatchdog})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, a.Close()) })
 		h, err := g.Open(r, a, symheap.Options{Timeout: timeout, CheckAllocs: checkAllocs})
 		if errors.Is(err, errors.ErrUnsupported) {
-			_, launches := d.(alloc.HostFuncLauncher)
+			_, launches := d.(driver.HostFuncLauncher)
 			runs := launches && a.Info().UnifiedMemory
 			require.False(t, runs && (r == 0 || !symheap.OneRankPerProcess(d)), "a backend that can run collectives refused them: %v", err)
 			t.Logf("refused, as it must be on this backend: %v", err)
@@ -151,7 +152,7 @@ func (s *suite) newDeviceWorld(t *testing.T, n int, size int64, timeout time.Dur
 	t.Cleanup(func() { w.closeAll(t) })
 	if err := heaps[0].CollectivesRun(); err != nil {
 		require.ErrorIs(t, err, errors.ErrUnsupported)
-		_, kl := as[0].Driver().(alloc.KernelLauncher)
+		_, kl := as[0].Driver().(driver.KernelLauncher)
 		require.False(t, kl, "the driver loads kernels, yet the device heap has no collectives: %v", err)
 		t.Logf("no kernels of ours on this backend, refused as it must be: %v", err)
 		return nil, false

@@ -8,6 +8,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -28,7 +29,7 @@ func (s *suite) heapCaptureRules(t *testing.T) {
 	require.NoError(t, e.a.BeginCapture(alloc.Global))
 	before := e.spy.Snapshot()
 	_, err = g.Open(0, e.a, symheap.Options{})
-	require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
+	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
 	require.Zero(t, e.spy.Snapshot().Sub(before).Total(alloctest.MethodStreamCaptureStatus), "no driver call but the status query")
 	st, err := e.a.CaptureStatus()
 	require.NoError(t, err)
@@ -58,7 +59,7 @@ func (s *suite) heapCaptureRules(t *testing.T) {
 	require.Equal(t, x0, x, "the same sequence gives the same offsets")
 	require.Zero(t, y.Off%symheap.Align)
 	require.GreaterOrEqual(t, y.Off, x.Off+x.Size)
-	require.ErrorIs(t, h.Reset(), alloc.ErrCaptureIllegalOp, "reset frees offsets a graph may hold")
+	require.ErrorIs(t, h.Reset(), driver.ErrCaptureIllegalOp, "reset frees offsets a graph may hold")
 	require.Zero(t, e.a.CaptureAllocCount(), "the allocator made no allocation either")
 	gr, err = e.a.EndCapture()
 	require.NoError(t, err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -35,7 +36,7 @@ func (s *suite) deviceHeap(t *testing.T) {
 	}
 	x := symheap.NewLocalExchange(n)
 	if !symheap.DeviceRuns(spies[0]) {
-		_, ipc := spies[0].Inner().(alloc.IPCMemory)
+		_, ipc := spies[0].Inner().(driver.IPCMemory)
 		require.False(t, ipc, "the driver has IPC memory handles, yet symheap.DeviceRuns says no")
 		before := spies[0].Snapshot()
 		_, err := symheap.OpenDevice(0, as[0], x, size, symheap.DeviceOptions{Timeout: 10 * time.Second})

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -28,7 +29,7 @@ func (s *suite) deviceHeapLifetime(t *testing.T) {
 // lifeRanks is n goroutine ranks of a device heap, each with its own
 // driver and allocator; the cleanup closes what the cell did not.
 type lifeRanks struct {
-	drivers []alloc.Driver
+	drivers []driver.Driver
 	as      []*alloc.Allocator
 	heaps   []*symheap.DeviceHeap
 	aClosed []bool

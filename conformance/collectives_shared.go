@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -20,7 +20,7 @@ import (
 func (s *suite) ranksShareADriver(t *testing.T) {
 	const n, rounds = 2, 20
 	d := s.openDriver(t)
-	w, ok := s.newHostWorldOn(t, n, 1<<16, 5*time.Second, false, func(int) alloc.Driver { return d })
+	w, ok := s.newHostWorldOn(t, n, 1<<16, 5*time.Second, false, func(int) driver.Driver { return d })
 	if !ok {
 		return
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/probe"
 )
 
@@ -191,11 +192,11 @@ func (s *suite) concurrency(t *testing.T) {
 		// Strict capture safety (docs/capture-safety.md) refuses a graph's
 		// instantiation while another capture is active: that capture
 		// yields no graph, cleanly, and is tried again.
-		strict := e.a.Info().CaptureSafety == alloc.SafetyStrict
+		strict := e.a.Info().CaptureSafety == driver.SafetyStrict
 		require.NoError(t, parallel(len(as), func(w int) error {
 			p := progs[w]
 			g, err := p.a.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, p.enqueue)
-			for try := 0; strict && errors.Is(err, alloc.ErrCaptureIllegalOp) && try < 10000; try++ {
+			for try := 0; strict && errors.Is(err, driver.ErrCaptureIllegalOp) && try < 10000; try++ {
 				runtime.Gosched()
 				g, err = p.a.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, p.enqueue)
 			}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/backends/plugin" // registers the "plugin" scheme
 	_ "github.com/capalloc/capalloc/cpu"           // registers "cpu"
@@ -81,12 +81,12 @@ func TestLookupChainFallsBack(t *testing.T) {
 	require.Equal(t, "cpu", opened.Choice.Name)
 	require.Len(t, opened.Skipped, 1)
 	_, _, err = lookupChain("no-such-backend;also-missing")
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 }
 
 func TestLookupUnknownBackendFails(t *testing.T) {
 	_, err := Lookup("no-such-backend")
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	for _, n := range backends.Names() {
 		require.Contains(t, err.Error(), n, "the error lists the known backends")
 	}
@@ -95,12 +95,12 @@ func TestLookupUnknownBackendFails(t *testing.T) {
 func TestLookupUnavailableBackendFails(t *testing.T) {
 	// A registered backend whose library is missing.
 	if !slices.Contains(backends.Names(), "conformance-test-missing") { // -count=N
-		backends.Register("conformance-test-missing", func(context.Context, backends.Choice) (alloc.Driver, error) {
-			return nil, fmt.Errorf("%w: libmissing.so not found", alloc.ErrBackendUnavailable)
+		backends.Register("conformance-test-missing", func(context.Context, backends.Choice) (driver.Driver, error) {
+			return nil, fmt.Errorf("%w: libmissing.so not found", driver.ErrBackendUnavailable)
 		})
 	}
 	_, err := Lookup("conformance-test-missing")
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	_, skipped := available()
-	require.ErrorIs(t, skipped["conformance-test-missing"], alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, skipped["conformance-test-missing"], driver.ErrBackendUnavailable)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // CUDA's Global-mode rule: while any Global-mode capture is active, every
@@ -112,13 +113,13 @@ func (s *suite) crossAllocator(t *testing.T) {
 			before, err := b.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, memset(1))
 			require.NoError(t, err)
 			require.NoError(t, e.a.BeginCapture(alloc.Global))
-			if b.Info().CaptureSafety == alloc.SafetyStrict {
+			if b.Info().CaptureSafety == driver.SafetyStrict {
 				// Strict: B's instantiation is refused before the driver
 				// (its capture yields no graph), and the exec destroy of
 				// B's closed graph waits for A's capture to end.
 				calls := e.spy.Snapshot()
 				_, err := b.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, memset(2))
-				require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp, "strict: B's instantiation")
+				require.ErrorIs(t, err, driver.ErrCaptureIllegalOp, "strict: B's instantiation")
 				require.NoError(t, before.Launch())
 				require.NoError(t, before.Close())
 				assertCalls(t, e.spy, calls, alloctest.MethodGraphInstantiate, 0)
@@ -210,10 +211,10 @@ func (s *suite) crossAllocator(t *testing.T) {
 			for _, c := range unsafeCalls {
 				t.Run(c.name+"_unaffected", func(t *testing.T) {
 					run(t, mode, func(t *testing.T, e *env, b *alloc.Allocator, buf alloc.Buffer) {
-						if c.strict && b.Info().CaptureSafety == alloc.SafetyStrict {
+						if c.strict && b.Info().CaptureSafety == driver.SafetyStrict {
 							before := e.spy.Snapshot()
 							err := c.do(t, b, buf)
-							requireRefused(t, err, alloc.StateNone, alloc.ErrCaptureIllegalOp, c.refusal)
+							requireRefused(t, err, alloc.StateNone, driver.ErrCaptureIllegalOp, c.refusal)
 							assert.Contains(t, err.Error(), "capture safety is strict", "the error names the profile")
 							assertNoDriverCall(t, e.spy, before)
 							return

@@ -3,7 +3,7 @@ package conformance_test
 import (
 	"testing"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/conformance"
 	"github.com/capalloc/capalloc/cpu"
 )
@@ -14,7 +14,7 @@ import (
 //
 //	func TestConformance(t *testing.T) { conformance.Run(t, open) }
 func ExampleRun() {
-	open := func(t testing.TB) alloc.Driver {
+	open := func(t testing.TB) driver.Driver {
 		d, err := cpu.New(cpu.Options{MemoryLimit: 1 << 30})
 		if err != nil {
 			t.Fatal(err)

@@ -7,8 +7,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/alloc/memmap"
 )
 
 // expandableGroups are the groups run again with expandable segments on
@@ -23,11 +24,11 @@ var expandableGroups = []string{
 
 // RunExpandable runs expandableGroups with every allocator the suite makes
 // growing expandable segments, on a backend whose driver implements
-// alloc.VirtualMemory; on any other it skips, saying so.
+// driver.VirtualMemory; on any other it skips, saying so.
 func RunExpandable(t *testing.T, open Factory) {
 	s := &suite{open: closing(open), expandable: true}
-	if vm, ok := s.openDriver(t).(alloc.VirtualMemory); !ok || vm.MapGranularity() <= 0 {
-		t.Skip("the backend's driver has no virtual memory management (alloc.VirtualMemory): no expandable segments")
+	if vm, ok := s.openDriver(t).(driver.VirtualMemory); !ok || vm.MapGranularity() <= 0 {
+		t.Skip("the backend's driver has no virtual memory management (driver.VirtualMemory): no expandable segments")
 	}
 	t.Run("Ranges", s.expandableRanges)
 	for _, g := range groups {
@@ -52,8 +53,8 @@ func (s *suite) expandableRanges(t *testing.T) {
 	require.Zero(t, d[alloctest.MethodMallocAsync], "the allocation made an ordinary segment: %s", d)
 	snap, err := e.a.Snapshot()
 	require.NoError(t, err)
-	require.True(t, slices.ContainsFunc(snap.Segments, func(sg alloc.Segment) bool {
-		return sg.Expandable && sg.Ptr <= b.Ptr() && b.Ptr() < sg.Ptr+alloc.DevicePtr(sg.Span)
+	require.True(t, slices.ContainsFunc(snap.Segments, func(sg memmap.Segment) bool {
+		return sg.Expandable && sg.Ptr <= b.Ptr() && b.Ptr() < sg.Ptr+driver.DevicePtr(sg.Span)
 	}), "the buffer is in no expandable range: %+v", snap.Segments)
 	data := pattern(n, 9)
 	upload(t, e.a, b, 0, data)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 var errBoom = errors.New("conformance: the captured function failed")
@@ -36,7 +37,7 @@ func allocSome(a *alloc.Allocator, h *alloc.HostBuffer) error {
 func invalidate(t *testing.T, e *env, a *alloc.Allocator) {
 	t.Helper()
 	_, err := e.spy.Inner().StreamQuery(a.Stream())
-	require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
+	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
 }
 
 // A failed capture releases everything it took and leaves the allocator
@@ -52,7 +53,7 @@ func (s *suite) failedCapture(t *testing.T) {
 		require.NoError(t, err, "the next capture works")
 		require.NoError(t, g.Close())
 	}
-	for _, mode := range alloc.Modes {
+	for _, mode := range driver.Modes() {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Run("fn_error", func(t *testing.T) {
 				e := s.env(t)
@@ -80,7 +81,7 @@ func (s *suite) failedCapture(t *testing.T) {
 					}
 					// EndCapture will fail too. fn runs on another goroutine,
 					// so no require here.
-					if _, err := e.spy.Inner().StreamQuery(e.a.Stream()); !errors.Is(err, alloc.ErrCaptureIllegalOp) {
+					if _, err := e.spy.Inner().StreamQuery(e.a.Stream()); !errors.Is(err, driver.ErrCaptureIllegalOp) {
 						return fmt.Errorf("invalidating the capture: %v", err)
 					}
 					return errBoom

@@ -11,6 +11,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // pattern is n deterministic bytes that differ for every seed, so a stale or
@@ -66,7 +67,7 @@ func mustAlloc(t *testing.T, a *alloc.Allocator, n int64) alloc.Buffer {
 // is in the pool. Which allocation gets it first is the pool's choice (a
 // goroutine that moved to another P meets that P's cache first), so up
 // to reuseTries allocations are made, and all are freed.
-func assertReused(t *testing.T, e *env, p alloc.DevicePtr, n int64, msg string) {
+func assertReused(t *testing.T, e *env, p driver.DevicePtr, n int64, msg string) {
 	t.Helper()
 	before := e.spy.Snapshot()
 	var bs []alloc.Buffer
@@ -133,7 +134,7 @@ func assertCalls(t *testing.T, spy *alloctest.Spy, before alloctest.Counts, m al
 }
 
 // overlaps reports whether [a, a+an) and [b, b+bn) share a byte.
-func overlaps(a alloc.DevicePtr, an int64, b alloc.DevicePtr, bn int64) bool {
+func overlaps(a driver.DevicePtr, an int64, b driver.DevicePtr, bn int64) bool {
 	return uint64(a) < uint64(b)+uint64(bn) && uint64(b) < uint64(a)+uint64(an)
 }
 

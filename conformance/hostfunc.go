@@ -10,6 +10,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // hostFunc: Allocator.LaunchHostFunc puts the engine's own host work in
@@ -18,7 +19,7 @@ import (
 // say so with errors.ErrUnsupported, never drop the function.
 func (s *suite) hostFunc(t *testing.T) {
 	supported := func(t *testing.T, e *env) bool {
-		_, ok := e.drv.(alloc.HostFuncLauncher)
+		_, ok := e.drv.(driver.HostFuncLauncher)
 		if !ok {
 			err := e.a.LaunchHostFunc(func() error { return nil })
 			require.ErrorIs(t, err, errors.ErrUnsupported, "a backend without host functions must say so")
@@ -100,7 +101,7 @@ func (s *suite) enqueue(t *testing.T) {
 		b := mustAlloc(t, e.a, 4096)
 		calls := 0
 		g, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, func() error {
-			return e.a.Enqueue("kernel", []alloc.Buffer{b}, func(st alloc.Stream) error {
+			return e.a.Enqueue("kernel", []alloc.Buffer{b}, func(st driver.Stream) error {
 				calls++
 				require.Equal(t, e.a.Stream(), st)
 				return e.spy.Inner().MemsetAsync(b.Ptr(), 5, 4096, st)
@@ -118,7 +119,7 @@ func (s *suite) enqueue(t *testing.T) {
 	t.Run("refused_in_external_capture", func(t *testing.T) {
 		e := s.env(t)
 		e.inExternalCapture(alloc.Global, func() {
-			err := e.a.Enqueue("kernel", nil, func(alloc.Stream) error { t.Error("called during a capture the allocator did not start"); return nil })
+			err := e.a.Enqueue("kernel", nil, func(driver.Stream) error { t.Error("called during a capture the allocator did not start"); return nil })
 			requireRefused(t, err, alloc.StateExternal, alloc.ErrCaptureIncompatibleAllocation)
 		})
 	})
@@ -126,7 +127,7 @@ func (s *suite) enqueue(t *testing.T) {
 		e := s.env(t)
 		b := mustAlloc(t, e.a, 64)
 		require.NoError(t, e.a.Free(b))
-		require.ErrorIs(t, e.a.Enqueue("kernel", []alloc.Buffer{b}, func(alloc.Stream) error { return nil }), alloc.ErrInvalidBuffer)
+		require.ErrorIs(t, e.a.Enqueue("kernel", []alloc.Buffer{b}, func(driver.Stream) error { return nil }), alloc.ErrInvalidBuffer)
 		require.ErrorIs(t, e.a.Enqueue("kernel", nil, nil), alloc.ErrInvalidValue)
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // hostFuncOrderedWithCopies: a host function sees what the copies queued
@@ -18,7 +19,7 @@ import (
 // the cpu backend's collectives) sit between device operations.
 func (s *suite) hostFuncOrderedWithCopies(t *testing.T) {
 	e := s.env(t)
-	if _, ok := e.drv.(alloc.HostFuncLauncher); !ok {
+	if _, ok := e.drv.(driver.HostFuncLauncher); !ok {
 		require.ErrorIs(t, e.a.LaunchHostFunc(func() error { return nil }), errors.ErrUnsupported, "a backend without host functions must say so")
 		return
 	}

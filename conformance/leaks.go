@@ -7,14 +7,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // Stats can be right while the driver still holds the memory. For backends
-// that report their own usage (alloc.UsageReporter: cpu does), check that
+// that report their own usage (driver.UsageReporter: cpu does), check that
 // every way a graph or capture ends gives the device memory back.
 
 // hostBytes is driverUsage's pinned host bytes.
-func hostBytes(d alloc.Driver) (int64, bool) {
+func hostBytes(d driver.Driver) (int64, bool) {
 	u, ok := driverUsage(d)
 	return u.Host, ok
 }

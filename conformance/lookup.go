@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 )
 
@@ -25,7 +25,7 @@ var planned = []string{"cpu", "cuda", "hip"}
 // factoryOf adapts one backend choice (a registered name or
 // scheme:target, with options) to a Factory.
 func factoryOf(c backends.Choice) Factory {
-	return func(t testing.TB) alloc.Driver {
+	return func(t testing.TB) driver.Driver {
 		t.Helper()
 		d, err := c.Open(context.Background())
 		require.NoError(t, err, "opening backend %s", c)
@@ -38,7 +38,7 @@ func factoryOf(c backends.Choice) Factory {
 // chain ("hip;cpu": the first that opens, as backends.OpenString chooses),
 // after opening it once to prove it is available. An unknown name, or a
 // backend whose library or device is missing, is an error wrapping
-// alloc.ErrBackendUnavailable that says why and lists the registered names.
+// driver.ErrBackendUnavailable that says why and lists the registered names.
 func Lookup(name string) (Factory, error) {
 	f, _, err := lookupChain(name)
 	return f, err
@@ -88,7 +88,7 @@ func available() (names []string, skipped map[string]error) {
 	}
 	for _, n := range planned {
 		if !slices.Contains(backends.Names(), n) {
-			skipped[n] = fmt.Errorf("%w: %q is not registered in this binary (its package is not built or not imported)", alloc.ErrBackendUnavailable, n)
+			skipped[n] = fmt.Errorf("%w: %q is not registered in this binary (its package is not built or not imported)", driver.ErrBackendUnavailable, n)
 		}
 	}
 	return names, skipped

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // migration: the behaviours an engine moving from zerfoo/ztensor meets
@@ -20,7 +21,7 @@ func (s *suite) migration(t *testing.T) {
 		// replay reads that slice again. capalloc refuses the pageable copy
 		// before the driver, in every mode, and leaves the capture valid;
 		// the replacement is a HostBuffer, whose bytes each replay reads.
-		for _, mode := range alloc.Modes {
+		for _, mode := range driver.Modes() {
 			t.Run(mode.String(), func(t *testing.T) {
 				e := s.env(t)
 				b := mustAlloc(t, e.a, 4096)

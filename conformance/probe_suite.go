@@ -3,7 +3,7 @@ package conformance
 import (
 	"testing"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/probe"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,7 +13,7 @@ import (
 // row to give the verdict CUDA's rules give (probe.Run itself proves each
 // CAPTURABLE row by fresh-data replays).
 func probeSuite(t *testing.T, open Factory) {
-	for _, mode := range alloc.Modes {
+	for _, mode := range driver.Modes() {
 		t.Run(mode.String(), func(t *testing.T) {
 			drv := open(t)
 			rows, err := probe.Run(drv, mode, 10)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/probe"
 )
 
@@ -151,7 +152,7 @@ func captureProgram(t *testing.T, p *program, mode alloc.CaptureMode) *alloc.Gra
 
 func (s *suite) replay(t *testing.T) {
 	t.Run("fresh_data_50x", func(t *testing.T) {
-		for _, mode := range alloc.Modes {
+		for _, mode := range driver.Modes() {
 			t.Run(mode.String(), func(t *testing.T) {
 				e := s.env(t)
 				p := newProgram(t, e.a, 8<<10)
@@ -216,10 +217,10 @@ func (s *suite) replay(t *testing.T) {
 				}
 				inner := captureProgram(t, p, alloc.Global)
 				require.Equal(t, withAllocs, inner.CaptureAllocCount() > 0)
-				for _, mode := range alloc.Modes {
+				for _, mode := range driver.Modes() {
 					require.NoError(t, e.a.BeginCapture(mode))
 					launches := e.spy.Calls(alloctest.MethodGraphLaunch)
-					requireRefused(t, inner.Launch(), alloc.StateActive, alloc.ErrCaptureIllegalOp)
+					requireRefused(t, inner.Launch(), alloc.StateActive, driver.ErrCaptureIllegalOp)
 					assert.Equal(t, launches, e.spy.Calls(alloctest.MethodGraphLaunch), "refused before the driver")
 					g, err := e.a.EndCapture()
 					require.NoError(t, err, "the outer %s capture stays valid", mode)

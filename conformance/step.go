@@ -12,6 +12,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/alloc/step"
 )
 
@@ -99,7 +100,7 @@ func (p *stepProg) runSteps(t *testing.T, k int) {
 
 func (s *suite) stepExecutor(t *testing.T) {
 	t.Run("warmup_capture_replay", func(t *testing.T) {
-		for _, mode := range alloc.Modes {
+		for _, mode := range driver.Modes() {
 			t.Run(mode.String(), func(t *testing.T) {
 				e := s.env(t)
 				p := newStepProg(t, e.a)
@@ -181,7 +182,7 @@ func (s *suite) stepExecutor(t *testing.T) {
 				return nil
 			}
 		}},
-		{"unavailable", alloc.ErrCaptureUnavailable, func(e *env, _ *stepProg, _ *step.Registry) {
+		{"unavailable", driver.ErrCaptureUnavailable, func(e *env, _ *stepProg, _ *step.Registry) {
 			e.spy.FailBeginCapture(errNoCapture)
 		}},
 		{"registry_op", step.ErrNonCapturable, func(e *env, p *stepProg, reg *step.Registry) {

@@ -1,7 +1,7 @@
 // Package conformance is the suite every capalloc backend must pass: the
 // capture contract of docs/design.md cell by cell, replay with fresh data,
 // aliasing, failure cleanup, the watchdog, concurrency and bad input, all
-// through alloc.Allocator over the backend's alloc.Driver.
+// through alloc.Allocator over the backend's driver.Driver.
 //
 // A backend's test calls Run with a Factory; `go test ./conformance
 // -backend=NAME` runs it for a registered backend.
@@ -20,11 +20,12 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // Factory opens a fresh driver for one subtest; Run closes it with
 // t.Cleanup. A Factory fails t itself when it cannot open the driver.
-type Factory func(t testing.TB) alloc.Driver
+type Factory func(t testing.TB) driver.Driver
 
 // testWatchdog bounds blocking calls in tests that do not test the
 // watchdog: a hung backend fails the subtest instead of hanging go test.
@@ -93,7 +94,7 @@ var groups = []group{
 // closing wraps open so that every driver it opens is closed by the
 // cleanup of the test that opened it.
 func closing(open Factory) Factory {
-	return func(t testing.TB) alloc.Driver {
+	return func(t testing.TB) driver.Driver {
 		t.Helper()
 		d := open(t)
 		require.NotNil(t, d, "factory returned a nil driver")
@@ -113,7 +114,7 @@ type suite struct {
 type env struct {
 	t   *testing.T
 	s   *suite
-	drv alloc.Driver // the backend's driver, unwrapped
+	drv driver.Driver // the backend's driver, unwrapped
 	spy *alloctest.Spy
 	a   *alloc.Allocator
 
@@ -142,7 +143,7 @@ func (l *logBuffer) String() string {
 }
 
 // openDriver opens a driver that t's cleanup closes.
-func (s *suite) openDriver(t *testing.T) alloc.Driver {
+func (s *suite) openDriver(t *testing.T) driver.Driver {
 	t.Helper()
 	return s.open(t)
 }
@@ -209,18 +210,18 @@ func usageOf(a *alloc.Allocator) usage {
 }
 
 // driverUsage is the driver's own count of the memory it handed out, for
-// backends that report it (alloc.UsageReporter); ok is false otherwise.
-func driverUsage(d alloc.Driver) (u alloc.Usage, ok bool) {
-	r, ok := d.(alloc.UsageReporter)
+// backends that report it (driver.UsageReporter); ok is false otherwise.
+func driverUsage(d driver.Driver) (u driver.Usage, ok bool) {
+	r, ok := d.(driver.UsageReporter)
 	if !ok {
-		return alloc.Usage{}, false
+		return driver.Usage{}, false
 	}
 	u, err := r.Usage()
 	return u, err == nil
 }
 
 // liveBytes is driverUsage's device bytes.
-func liveBytes(d alloc.Driver) (n int64, ok bool) {
+func liveBytes(d driver.Driver) (n int64, ok bool) {
 	u, ok := driverUsage(d)
 	return u.Device, ok
 }

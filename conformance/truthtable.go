@@ -8,6 +8,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // The capture contract of docs/design.md, one subtest per cell:
@@ -56,9 +57,9 @@ type ttOp struct {
 }
 
 func (s *suite) truthTable(t *testing.T) {
-	for _, mode := range alloc.Modes {
+	for _, mode := range driver.Modes() {
 		t.Run(mode.String(), func(t *testing.T) {
-			for _, st := range alloc.States {
+			for _, st := range []alloc.CaptureState{alloc.StateNone, alloc.StateActive, alloc.StateExternal, alloc.StateInvalidated} {
 				t.Run(st.String(), func(t *testing.T) {
 					for _, op := range ttOps {
 						t.Run(op.name, func(t *testing.T) { s.runCell(t, mode, st, op) })
@@ -114,7 +115,7 @@ func (c *cell) enter(inCapture func(*cell)) {
 		// A query is illegal during capture: the driver refuses it and
 		// invalidates the capture.
 		_, err := c.spy.Inner().StreamQuery(c.a.Stream())
-		require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
+		require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
 	}
 }
 
@@ -524,13 +525,13 @@ var ttOps = []ttOp{
 			b, err := c.a.AllocSync(1000)
 			// Strict capture safety (docs/capture-safety.md) refuses it
 			// during any capture, Relaxed included.
-			strict := c.a.Info().CaptureSafety == alloc.SafetyStrict
+			strict := c.a.Info().CaptureSafety == driver.SafetyStrict
 			relaxedOK := c.state == alloc.StateActive && c.mode == alloc.Relaxed
 			allowed := c.state == alloc.StateNone || (relaxedOK && !strict)
 			if !allowed {
 				c.refused(err, false)
 				if relaxedOK {
-					require.ErrorIs(c.t, err, alloc.ErrCaptureIllegalOp, "strict safety's refusal")
+					require.ErrorIs(c.t, err, driver.ErrCaptureIllegalOp, "strict safety's refusal")
 					assert.Contains(c.t, err.Error(), "capture safety is strict", "the error names the profile")
 				}
 				return
@@ -553,7 +554,7 @@ var ttOps = []ttOp{
 			assertCalls(c.t, c.spy, c.before, alloctest.MethodFree, 1)
 		},
 		verify: func(c *cell, g *alloc.Graph) {
-			if g == nil || c.mode != alloc.Relaxed || c.a.Info().CaptureSafety == alloc.SafetyStrict {
+			if g == nil || c.mode != alloc.Relaxed || c.a.Info().CaptureSafety == driver.SafetyStrict {
 				return // no AllocSync buffer: refused (strict) or freed already
 			}
 			before := c.spy.Snapshot()

@@ -10,17 +10,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // watchdogBusyStream: a Synchronize on a stream whose work does not end
 // (a host function that blocks) costs the caller the deadline, whichever
 // way the allocator waits: on the backend's own driver, not the suite's
-// spy, so a driver that can be polled (alloc.StreamIdler, StreamPoller) is
+// spy, so a driver that can be polled (driver.StreamIdler, StreamPoller) is
 // waited for by polling on the caller's goroutine (issue 23). Once the work
 // ends, the stream synchronizes again.
 func (s *suite) watchdogBusyStream(t *testing.T) {
 	d := s.openDriver(t)
-	if _, ok := d.(alloc.HostFuncLauncher); !ok {
+	if _, ok := d.(driver.HostFuncLauncher); !ok {
 		t.Skip("the backend cannot launch host functions, which this test keeps its stream busy with")
 	}
 	a, err := alloc.New(d, alloc.Options{Watchdog: wdDeadline})

@@ -8,15 +8,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // errNoCapture is what a driver without graph support returns from
 // BeginCapture; the spy plays that driver.
-var errNoCapture = fmt.Errorf("%w: conformance spy: this driver cannot capture", alloc.ErrCaptureUnavailable)
+var errNoCapture = fmt.Errorf("%w: conformance spy: this driver cannot capture", driver.ErrCaptureUnavailable)
 
 func (s *suite) withCapture(t *testing.T) {
 	t.Run("graph_on_success", func(t *testing.T) {
-		for _, mode := range alloc.Modes {
+		for _, mode := range driver.Modes() {
 			t.Run(mode.String(), func(t *testing.T) {
 				e := s.env(t)
 				b := mustAlloc(t, e.a, 4096)
@@ -63,7 +64,7 @@ func (s *suite) withCapture(t *testing.T) {
 	t.Run("begin_unavailable", func(t *testing.T) {
 		e := s.env(t)
 		e.spy.FailBeginCapture(errNoCapture)
-		requireRefused(t, e.a.BeginCapture(alloc.Global), alloc.StateNone, alloc.ErrCaptureUnavailable)
+		requireRefused(t, e.a.BeginCapture(alloc.Global), alloc.StateNone, driver.ErrCaptureUnavailable)
 		requireState(t, e.a, alloc.StateNone)
 		_, err := e.a.EndCapture()
 		require.ErrorIs(t, err, alloc.ErrNotCapturing)
@@ -73,7 +74,7 @@ func (s *suite) withCapture(t *testing.T) {
 		e.spy.FailBeginCapture(errNoCapture)
 		calls := 0
 		g, err := e.a.WithCapture(alloc.CaptureOptions{}, func() error { calls++; return nil })
-		require.ErrorIs(t, err, alloc.ErrCaptureUnavailable)
+		require.ErrorIs(t, err, driver.ErrCaptureUnavailable)
 		require.Nil(t, g)
 		assert.Zero(t, calls, "fn must not run when capture fails and no fallback was asked for")
 	})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // Workspaces are the fix for the lazy-cudaMalloc-on-first-use hang: reserve
@@ -16,7 +17,7 @@ import (
 func (s *suite) workspace(t *testing.T) {
 	names := []string{"attn", "gemm", "reduce"}
 	t.Run("reserved_costs_nothing_in_capture", func(t *testing.T) {
-		for _, mode := range alloc.Modes {
+		for _, mode := range driver.Modes() {
 			t.Run(mode.String(), func(t *testing.T) {
 				e := s.env(t)
 				for i, n := range names {

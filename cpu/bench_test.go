@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
 
@@ -14,7 +15,7 @@ import (
 func BenchmarkMemsetAsync(b *testing.B) {
 	d := newDriver(b, cpu.Options{})
 	s := newStream(b, d)
-	p := val[alloc.DevicePtr](b)(d.Malloc(256))
+	p := val[driver.DevicePtr](b)(d.Malloc(256))
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := d.MemsetAsync(p, 1, 64, s); err != nil {
@@ -27,7 +28,7 @@ func BenchmarkMemsetAsync(b *testing.B) {
 func BenchmarkCopyHtoDAsync(b *testing.B) {
 	d := newDriver(b, cpu.Options{})
 	s := newStream(b, d)
-	p := val[alloc.DevicePtr](b)(d.Malloc(256))
+	p := val[driver.DevicePtr](b)(d.Malloc(256))
 	h := host(b, d, 64)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -64,7 +65,7 @@ func BenchmarkCopyHtoD64MiB(b *testing.B) {
 	const n = 64 << 20
 	d := newDriver(b, cpu.Options{})
 	s := newStream(b, d)
-	p := val[alloc.DevicePtr](b)(d.Malloc(n))
+	p := val[driver.DevicePtr](b)(d.Malloc(n))
 	src := bytes.Repeat([]byte{1}, n)
 	b.SetBytes(n)
 	for b.Loop() {
@@ -91,7 +92,7 @@ const opsPerIteration = 100
 func BenchmarkEager100Memsets(b *testing.B) {
 	d := newDriver(b, cpu.Options{})
 	s := newStream(b, d)
-	p := val[alloc.DevicePtr](b)(d.Malloc(256))
+	p := val[driver.DevicePtr](b)(d.Malloc(256))
 	b.ReportAllocs()
 	for b.Loop() {
 		for range opsPerIteration {
@@ -106,13 +107,13 @@ func BenchmarkEager100Memsets(b *testing.B) {
 func BenchmarkGraphReplay100Memsets(b *testing.B) {
 	d := newDriver(b, cpu.Options{})
 	s := newStream(b, d)
-	p := val[alloc.DevicePtr](b)(d.Malloc(256))
+	p := val[driver.DevicePtr](b)(d.Malloc(256))
 	ok(b, d.BeginCapture(s, alloc.Global))
 	for range opsPerIteration {
 		ok(b, d.MemsetAsync(p, 1, 64, s))
 	}
-	g := val[alloc.GraphHandle](b)(d.EndCapture(s))
-	e := val[alloc.GraphExec](b)(d.GraphInstantiate(g, false))
+	g := val[driver.GraphHandle](b)(d.EndCapture(s))
+	e := val[driver.GraphExec](b)(d.GraphInstantiate(g, false))
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := d.GraphLaunch(e, s); err != nil {
@@ -155,7 +156,7 @@ func BenchmarkCapture(b *testing.B) {
 		b.Run(fmt.Sprintf("ops=%d", n), func(b *testing.B) {
 			d := newDriver(b, cpu.Options{})
 			s := newStream(b, d)
-			p := val[alloc.DevicePtr](b)(d.Malloc(4096))
+			p := val[driver.DevicePtr](b)(d.Malloc(4096))
 			b.ResetTimer()
 			for range b.N {
 				if err := d.BeginCapture(s, alloc.ThreadLocal); err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 type captureState uint8
@@ -57,7 +58,7 @@ func (d *Driver) captureFailed(c *capture, err error) error {
 // refuseOnCapturing refuses a call that would synchronize s while it
 // captures, and invalidates the capture. Stream lock held, d.mu not.
 func (d *Driver) refuseOnCapturing(s *stream, what string) error {
-	err := errf(alloc.ErrCaptureIllegalOp, "%s on capturing stream %#x", what, uint64(s.h))
+	err := errf(driver.ErrCaptureIllegalOp, "%s on capturing stream %#x", what, uint64(s.h))
 	return d.captureFailed(s.cap, err)
 }
 
@@ -71,7 +72,7 @@ func (d *Driver) refuseUnsafeLocked(what string, interaction alloc.CaptureMode) 
 	if interaction != alloc.Global || len(d.globalCaps) == 0 {
 		return nil
 	}
-	err := errf(alloc.ErrCaptureIllegalOp, "%s while %d global-mode stream capture(s) are under way on %s",
+	err := errf(driver.ErrCaptureIllegalOp, "%s while %d global-mode stream capture(s) are under way on %s",
 		what, len(d.globalCaps), d.domain)
 	for c := range d.globalCaps {
 		c.invalidateLocked(err)
@@ -88,7 +89,7 @@ func (d *Driver) hangLocked(what string) error {
 	if !d.gb10 || len(d.allCaps) == 0 {
 		return nil
 	}
-	return errf(alloc.ErrCaptureIllegalOp, "%s while %d stream capture(s) are under way on %s: this call hangs a GB10 driver (profile gb10)",
+	return errf(driver.ErrCaptureIllegalOp, "%s while %d stream capture(s) are under way on %s: this call hangs a GB10 driver (profile gb10)",
 		what, len(d.allCaps), d.domain)
 }
 
@@ -100,7 +101,7 @@ func (d *Driver) record(c *capture, o *op, what string) error {
 		return c.invalidatedErr(what)
 	}
 	if o.pageable {
-		err := errf(alloc.ErrCaptureIllegalOp, "%s on capturing stream %#x: host memory is pageable, not from HostAlloc",
+		err := errf(driver.ErrCaptureIllegalOp, "%s on capturing stream %#x: host memory is pageable, not from HostAlloc",
 			what, uint64(c.s.h))
 		c.invalidateLocked(err)
 		return err
@@ -135,13 +136,13 @@ func (c *opChunks) add(o *op) {
 }
 
 // BeginCapture starts recording the work submitted to s.
-func (d *Driver) BeginCapture(h alloc.Stream, mode alloc.CaptureMode) error {
+func (d *Driver) BeginCapture(h driver.Stream, mode alloc.CaptureMode) error {
 	const what = "begin capture"
 	if d.closed.Load() {
 		return errClosed(what)
 	}
 	if d.noCapture {
-		return errf(alloc.ErrCaptureUnavailable, "%s: this emulated device has no graph support (Options.NoCapture)", what)
+		return errf(driver.ErrCaptureUnavailable, "%s: this emulated device has no graph support (Options.NoCapture)", what)
 	}
 	s, err := d.stream(h, what)
 	if err != nil {
@@ -174,7 +175,7 @@ func (d *Driver) BeginCapture(h alloc.Stream, mode alloc.CaptureMode) error {
 
 // EndCapture turns the recorded work into a graph. An invalidated capture
 // yields no graph and releases every allocation it made.
-func (d *Driver) EndCapture(h alloc.Stream) (alloc.GraphHandle, error) {
+func (d *Driver) EndCapture(h driver.Stream) (driver.GraphHandle, error) {
 	const what = "end capture"
 	if d.closed.Load() {
 		return 0, errClosed(what)
@@ -207,32 +208,32 @@ func (d *Driver) EndCapture(h alloc.Stream) (alloc.GraphHandle, error) {
 		r.graph, r.graphFreed = g, r.freedIn == c
 		r.cap, r.freedIn = nil, nil
 	}
-	g.h = alloc.GraphHandle(d.handle())
+	g.h = driver.GraphHandle(d.handle())
 	d.graphs[g.h] = g
 	return g.h, nil
 }
 
 // StreamCaptureStatus is always legal.
-func (d *Driver) StreamCaptureStatus(h alloc.Stream) (alloc.DriverCaptureStatus, error) {
+func (d *Driver) StreamCaptureStatus(h driver.Stream) (driver.CaptureStatus, error) {
 	if d.closed.Load() {
-		return alloc.DriverCaptureNone, errClosed("stream capture status")
+		return driver.CaptureNone, errClosed("stream capture status")
 	}
 	s, err := d.stream(h, "stream capture status")
 	if err != nil {
-		return alloc.DriverCaptureNone, err
+		return driver.CaptureNone, err
 	}
 	if !s.capturing.Load() {
-		return alloc.DriverCaptureNone, nil
+		return driver.CaptureNone, nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cap == nil {
-		return alloc.DriverCaptureNone, nil
+		return driver.CaptureNone, nil
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if s.cap.state != captureActive {
-		return alloc.DriverCaptureInvalidated, nil
+		return driver.CaptureInvalidated, nil
 	}
-	return alloc.DriverCaptureActive, nil
+	return driver.CaptureActive, nil
 }

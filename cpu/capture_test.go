@@ -5,31 +5,32 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
 
 // A replay must read the pinned input's current bytes and write the pinned
 // output afresh: no snapshot at capture time.
 func TestCaptureReplaysWithFreshHostData(t *testing.T) {
-	for _, mode := range alloc.Modes {
+	for _, mode := range driver.Modes() {
 		t.Run(mode.String(), func(t *testing.T) {
 			d := newDriver(t, cpu.Options{})
 			s := newStream(t, d)
 			const n = 4096
 			in, out := host(t, d, n), host(t, d, n)
-			work := val[alloc.DevicePtr](t)(d.Malloc(n))
+			work := val[driver.DevicePtr](t)(d.Malloc(n))
 
 			ok(t, d.BeginCapture(s, mode))
-			wantStatus(t, d, s, alloc.DriverCaptureActive)
+			wantStatus(t, d, s, driver.CaptureActive)
 			ok(t, d.CopyHtoDAsync(work, in, s))
-			tmp := val[alloc.DevicePtr](t)(d.MallocAsync(n, s))
+			tmp := val[driver.DevicePtr](t)(d.MallocAsync(n, s))
 			ok(t, d.CopyDtoDAsync(tmp, work, n, s))
 			ok(t, d.MemsetAsync(tmp, 0xAA, 8, s))
 			ok(t, d.CopyDtoHAsync(out, tmp, s))
 			ok(t, d.FreeAsync(tmp, s))
-			g := val[alloc.GraphHandle](t)(d.EndCapture(s))
-			wantStatus(t, d, s, alloc.DriverCaptureNone)
-			e := val[alloc.GraphExec](t)(d.GraphInstantiate(g, false))
+			g := val[driver.GraphHandle](t)(d.EndCapture(s))
+			wantStatus(t, d, s, driver.CaptureNone)
+			e := val[driver.GraphExec](t)(d.GraphInstantiate(g, false))
 
 			ok(t, d.StreamSynchronize(s))
 			wantBytes(t, out, 0) // recorded, not executed
@@ -58,13 +59,13 @@ func TestGraphAllocationsAreStableAndNotReused(t *testing.T) {
 	s := newStream(t, d)
 
 	ok(t, d.BeginCapture(s, alloc.Global))
-	kept := val[alloc.DevicePtr](t)(d.MallocAsync(1000, s))
-	inner := val[alloc.DevicePtr](t)(d.MallocAsync(2000, s))
+	kept := val[driver.DevicePtr](t)(d.MallocAsync(1000, s))
+	inner := val[driver.DevicePtr](t)(d.MallocAsync(2000, s))
 	ok(t, d.MemsetAsync(inner, 3, 2000, s))
 	ok(t, d.CopyDtoDAsync(kept, inner, 1000, s))
 	ok(t, d.FreeAsync(inner, s))
-	g := val[alloc.GraphHandle](t)(d.EndCapture(s))
-	e := val[alloc.GraphExec](t)(d.GraphInstantiate(g, true))
+	g := val[driver.GraphHandle](t)(d.EndCapture(s))
+	e := val[driver.GraphExec](t)(d.GraphInstantiate(g, true))
 	wantLive(t, d, 1024+2048)
 
 	out := make([]byte, 1000)
@@ -77,9 +78,9 @@ func TestGraphAllocationsAreStableAndNotReused(t *testing.T) {
 
 	// Eager allocations never get an address the graph has baked in.
 	for range 300 {
-		p := val[alloc.DevicePtr](t)(d.MallocAsync(64, s))
-		q := val[alloc.DevicePtr](t)(d.Malloc(64))
-		for _, x := range []alloc.DevicePtr{p, q} {
+		p := val[driver.DevicePtr](t)(d.MallocAsync(64, s))
+		q := val[driver.DevicePtr](t)(d.Malloc(64))
+		for _, x := range []driver.DevicePtr{p, q} {
 			if x == kept || x == inner {
 				t.Fatalf("eager allocation got graph address %#x", x)
 			}
@@ -113,42 +114,42 @@ func TestGraphAllocationsAreStableAndNotReused(t *testing.T) {
 // ErrCaptureIllegalOp and invalidates the capture, in every mode; EndCapture
 // then fails and releases what the capture allocated.
 func TestIllegalCallsInvalidateCapture(t *testing.T) {
-	illegal := map[string]func(d *cpu.Driver, s alloc.Stream, p alloc.DevicePtr) error{
-		"synchronize": func(d *cpu.Driver, s alloc.Stream, _ alloc.DevicePtr) error { return d.StreamSynchronize(s) },
-		"query": func(d *cpu.Driver, s alloc.Stream, _ alloc.DevicePtr) error {
+	illegal := map[string]func(d *cpu.Driver, s driver.Stream, p driver.DevicePtr) error{
+		"synchronize": func(d *cpu.Driver, s driver.Stream, _ driver.DevicePtr) error { return d.StreamSynchronize(s) },
+		"query": func(d *cpu.Driver, s driver.Stream, _ driver.DevicePtr) error {
 			_, err := d.StreamQuery(s)
 			return err
 		},
-		"copy htod": func(d *cpu.Driver, s alloc.Stream, p alloc.DevicePtr) error {
+		"copy htod": func(d *cpu.Driver, s driver.Stream, p driver.DevicePtr) error {
 			return d.CopyHtoD(p, make([]byte, 16), s)
 		},
-		"copy dtoh": func(d *cpu.Driver, s alloc.Stream, p alloc.DevicePtr) error {
+		"copy dtoh": func(d *cpu.Driver, s driver.Stream, p driver.DevicePtr) error {
 			return d.CopyDtoH(make([]byte, 16), p, s)
 		},
-		"pageable htod async": func(d *cpu.Driver, s alloc.Stream, p alloc.DevicePtr) error {
+		"pageable htod async": func(d *cpu.Driver, s driver.Stream, p driver.DevicePtr) error {
 			return d.CopyHtoDAsync(p, make([]byte, 16), s)
 		},
-		"pageable dtoh async": func(d *cpu.Driver, s alloc.Stream, p alloc.DevicePtr) error {
+		"pageable dtoh async": func(d *cpu.Driver, s driver.Stream, p driver.DevicePtr) error {
 			return d.CopyDtoHAsync(make([]byte, 16), p, s)
 		},
-		"destroy stream": func(d *cpu.Driver, s alloc.Stream, _ alloc.DevicePtr) error { return d.DestroyStream(s) },
+		"destroy stream": func(d *cpu.Driver, s driver.Stream, _ driver.DevicePtr) error { return d.DestroyStream(s) },
 	}
 	for name, call := range illegal {
-		for _, mode := range alloc.Modes {
+		for _, mode := range driver.Modes() {
 			t.Run(fmt.Sprintf("%s/%s", name, mode), func(t *testing.T) {
 				d := newDriver(t, cpu.Options{})
 				s := newStream(t, d)
-				pre := val[alloc.DevicePtr](t)(d.Malloc(256))
+				pre := val[driver.DevicePtr](t)(d.Malloc(256))
 
 				ok(t, d.BeginCapture(s, mode))
-				p := val[alloc.DevicePtr](t)(d.MallocAsync(4096, s))
+				p := val[driver.DevicePtr](t)(d.MallocAsync(4096, s))
 				ok(t, d.MemsetAsync(p, 1, 4096, s))
 				wantLive(t, d, 256+4096)
 
-				isErr(t, call(d, s, p), alloc.ErrCaptureIllegalOp)
-				wantStatus(t, d, s, alloc.DriverCaptureInvalidated)
+				isErr(t, call(d, s, p), driver.ErrCaptureIllegalOp)
+				wantStatus(t, d, s, driver.CaptureInvalidated)
 				// A second illegal call says both things.
-				isErr(t, d.StreamSynchronize(s), alloc.ErrCaptureIllegalOp, alloc.ErrCaptureInvalidated)
+				isErr(t, d.StreamSynchronize(s), driver.ErrCaptureIllegalOp, alloc.ErrCaptureInvalidated)
 
 				isErr(t, d.MemsetAsync(p, 2, 16, s), alloc.ErrCaptureInvalidated)
 				isErr(t, d.MemsetAsync(pre, 2, 16, s), alloc.ErrCaptureInvalidated)
@@ -161,7 +162,7 @@ func TestIllegalCallsInvalidateCapture(t *testing.T) {
 				if g != 0 {
 					t.Fatalf("invalidated capture returned graph %#x", g)
 				}
-				wantStatus(t, d, s, alloc.DriverCaptureNone)
+				wantStatus(t, d, s, driver.CaptureNone)
 				wantLive(t, d, 256)
 				isErr(t, d.MemsetAsync(p, 1, 16, s), alloc.ErrInvalidValue)
 
@@ -178,25 +179,25 @@ func TestIllegalCallsInvalidateCapture(t *testing.T) {
 // Device-wide unsafe calls are refused, and invalidate the capture, only
 // while a Global-mode capture runs on the same device.
 func TestDeviceWideCallsAndCaptureModes(t *testing.T) {
-	unsafe := map[string]func(d *cpu.Driver, p alloc.DevicePtr, h []byte) error{
-		"malloc": func(d *cpu.Driver, _ alloc.DevicePtr, _ []byte) error {
+	unsafe := map[string]func(d *cpu.Driver, p driver.DevicePtr, h []byte) error{
+		"malloc": func(d *cpu.Driver, _ driver.DevicePtr, _ []byte) error {
 			q, err := d.Malloc(64)
 			if err == nil {
 				return d.Free(q)
 			}
 			return err
 		},
-		"free":       func(d *cpu.Driver, p alloc.DevicePtr, _ []byte) error { return d.Free(p) },
-		"host alloc": func(d *cpu.Driver, _ alloc.DevicePtr, _ []byte) error { _, err := d.HostAlloc(64); return err },
-		"host free":  func(d *cpu.Driver, _ alloc.DevicePtr, h []byte) error { return d.HostFree(h) },
+		"free":       func(d *cpu.Driver, p driver.DevicePtr, _ []byte) error { return d.Free(p) },
+		"host alloc": func(d *cpu.Driver, _ driver.DevicePtr, _ []byte) error { _, err := d.HostAlloc(64); return err },
+		"host free":  func(d *cpu.Driver, _ driver.DevicePtr, h []byte) error { return d.HostFree(h) },
 	}
 	for name, call := range unsafe {
-		for _, mode := range alloc.Modes {
+		for _, mode := range driver.Modes() {
 			t.Run(fmt.Sprintf("%s/%s", name, mode), func(t *testing.T) {
 				d := newDriver(t, cpu.Options{})
 				other := newDriver(t, cpu.Options{})
 				s := newStream(t, d)
-				p := val[alloc.DevicePtr](t)(d.Malloc(64))
+				p := val[driver.DevicePtr](t)(d.Malloc(64))
 				h := host(t, d, 64)
 				ok(t, d.BeginCapture(s, mode))
 				ok(t, d.MemsetAsync(p, 1, 64, s))
@@ -204,19 +205,19 @@ func TestDeviceWideCallsAndCaptureModes(t *testing.T) {
 				err := call(d, p, h)
 				if mode != alloc.Global {
 					ok(t, err)
-					wantStatus(t, d, s, alloc.DriverCaptureActive)
+					wantStatus(t, d, s, driver.CaptureActive)
 					_, err := d.MallocAsync(64, s)
 					ok(t, err)
-					g := val[alloc.GraphHandle](t)(d.EndCapture(s))
+					g := val[driver.GraphHandle](t)(d.EndCapture(s))
 					ok(t, d.GraphDestroy(g))
 					return
 				}
-				isErr(t, err, alloc.ErrCaptureIllegalOp)
-				wantStatus(t, d, s, alloc.DriverCaptureInvalidated)
+				isErr(t, err, driver.ErrCaptureIllegalOp)
+				wantStatus(t, d, s, driver.CaptureInvalidated)
 				// Still refused until the capture ends; another device is not affected.
 				_, err = d.Malloc(64)
-				isErr(t, err, alloc.ErrCaptureIllegalOp)
-				q := val[alloc.DevicePtr](t)(other.Malloc(64))
+				isErr(t, err, driver.ErrCaptureIllegalOp)
+				q := val[driver.DevicePtr](t)(other.Malloc(64))
 				ok(t, other.Free(q))
 
 				_, err = d.EndCapture(s)
@@ -234,37 +235,37 @@ func TestGlobalCaptureInvalidatesEveryGlobalCapture(t *testing.T) {
 	ok(t, d.BeginCapture(g2, alloc.Global))
 	ok(t, d.BeginCapture(tl, alloc.ThreadLocal))
 	_, err := d.Malloc(64)
-	isErr(t, err, alloc.ErrCaptureIllegalOp)
-	wantStatus(t, d, g1, alloc.DriverCaptureInvalidated)
-	wantStatus(t, d, g2, alloc.DriverCaptureInvalidated)
-	wantStatus(t, d, tl, alloc.DriverCaptureActive)
+	isErr(t, err, driver.ErrCaptureIllegalOp)
+	wantStatus(t, d, g1, driver.CaptureInvalidated)
+	wantStatus(t, d, g2, driver.CaptureInvalidated)
+	wantStatus(t, d, tl, driver.CaptureActive)
 	_, err = d.EndCapture(g1)
 	isErr(t, err, alloc.ErrCaptureInvalidated)
 	_, err = d.EndCapture(g2)
 	isErr(t, err, alloc.ErrCaptureInvalidated)
-	q := val[alloc.DevicePtr](t)(d.Malloc(64)) // no Global capture left
+	q := val[driver.DevicePtr](t)(d.Malloc(64)) // no Global capture left
 	ok(t, d.Free(q))
-	g := val[alloc.GraphHandle](t)(d.EndCapture(tl))
+	g := val[driver.GraphHandle](t)(d.EndCapture(tl))
 	ok(t, d.GraphDestroy(g))
 }
 
 func TestFreeAsyncInCaptureOnlyForCaptureAllocations(t *testing.T) {
 	d := newDriver(t, cpu.Options{})
 	s := newStream(t, d)
-	p := val[alloc.DevicePtr](t)(d.Malloc(256))
+	p := val[driver.DevicePtr](t)(d.Malloc(256))
 	ok(t, d.BeginCapture(s, alloc.Relaxed))
 	isErr(t, d.FreeAsync(p, s), alloc.ErrInvalidValue)
-	wantStatus(t, d, s, alloc.DriverCaptureInvalidated)
+	wantStatus(t, d, s, driver.CaptureInvalidated)
 	_, err := d.EndCapture(s)
 	isErr(t, err, alloc.ErrCaptureInvalidated)
 	ok(t, d.Free(p)) // untouched by the refused free
 
 	// Use after a free node invalidates too.
 	ok(t, d.BeginCapture(s, alloc.Relaxed))
-	q := val[alloc.DevicePtr](t)(d.MallocAsync(256, s))
+	q := val[driver.DevicePtr](t)(d.MallocAsync(256, s))
 	ok(t, d.FreeAsync(q, s))
 	isErr(t, d.MemsetAsync(q, 1, 16, s), alloc.ErrInvalidValue)
-	wantStatus(t, d, s, alloc.DriverCaptureInvalidated)
+	wantStatus(t, d, s, driver.CaptureInvalidated)
 	_, err = d.EndCapture(s)
 	isErr(t, err, alloc.ErrCaptureInvalidated)
 	wantLive(t, d, 0)
@@ -272,11 +273,11 @@ func TestFreeAsyncInCaptureOnlyForCaptureAllocations(t *testing.T) {
 	// Capture memory cannot be freed from outside the capture.
 	other := newStream(t, d)
 	ok(t, d.BeginCapture(s, alloc.Relaxed))
-	q = val[alloc.DevicePtr](t)(d.MallocAsync(256, s))
+	q = val[driver.DevicePtr](t)(d.MallocAsync(256, s))
 	isErr(t, d.FreeAsync(q, other), alloc.ErrInvalidValue)
 	isErr(t, d.Free(q), alloc.ErrInvalidValue)
-	wantStatus(t, d, s, alloc.DriverCaptureActive)
-	g := val[alloc.GraphHandle](t)(d.EndCapture(s))
+	wantStatus(t, d, s, driver.CaptureActive)
+	g := val[driver.GraphHandle](t)(d.EndCapture(s))
 	ok(t, d.GraphDestroy(g)) // never launched: q was never allocated, and is gone
 	wantLive(t, d, 0)
 	isErr(t, d.Free(q), alloc.ErrInvalidValue)
@@ -288,17 +289,17 @@ func TestFreeAsyncInCaptureOnlyForCaptureAllocations(t *testing.T) {
 func TestGraphAllocationLifetime(t *testing.T) {
 	d := newDriver(t, cpu.Options{})
 	s := newStream(t, d)
-	capture := func() (alloc.GraphHandle, alloc.DevicePtr) {
+	capture := func() (driver.GraphHandle, driver.DevicePtr) {
 		ok(t, d.BeginCapture(s, alloc.Global))
-		p := val[alloc.DevicePtr](t)(d.MallocAsync(1000, s))
+		p := val[driver.DevicePtr](t)(d.MallocAsync(1000, s))
 		ok(t, d.MemsetAsync(p, 8, 1000, s))
-		return val[alloc.GraphHandle](t)(d.EndCapture(s)), p
+		return val[driver.GraphHandle](t)(d.EndCapture(s)), p
 	}
 	out := make([]byte, 1000)
 
 	// Never launched: not the caller's to free; destroying releases it.
 	g, p := capture()
-	e := val[alloc.GraphExec](t)(d.GraphInstantiate(g, false))
+	e := val[driver.GraphExec](t)(d.GraphInstantiate(g, false))
 	isErr(t, d.FreeAsync(p, s), alloc.ErrInvalidValue)
 	ok(t, d.GraphExecDestroy(e))
 	ok(t, d.GraphDestroy(g))
@@ -307,7 +308,7 @@ func TestGraphAllocationLifetime(t *testing.T) {
 	// Without autoFree, relaunching needs the previous allocation freed; the
 	// free keeps the address reserved for the next launch.
 	g, p = capture()
-	e = val[alloc.GraphExec](t)(d.GraphInstantiate(g, false))
+	e = val[driver.GraphExec](t)(d.GraphInstantiate(g, false))
 	ok(t, d.GraphLaunch(e, s))
 	isErr(t, d.GraphLaunch(e, s), alloc.ErrInvalidValue)
 	ok(t, d.CopyDtoH(out, p, s))
@@ -324,7 +325,7 @@ func TestGraphAllocationLifetime(t *testing.T) {
 
 	// Launched and not freed when the graph goes: the caller's until freed.
 	g, p = capture()
-	e = val[alloc.GraphExec](t)(d.GraphInstantiate(g, true))
+	e = val[driver.GraphExec](t)(d.GraphInstantiate(g, true))
 	ok(t, d.GraphLaunch(e, s))
 	ok(t, d.GraphLaunch(e, s)) // autoFree: the previous allocation is freed first
 	ok(t, d.GraphDestroy(g))
@@ -343,18 +344,18 @@ func TestGraphAllocationLifetime(t *testing.T) {
 func TestGraphLaunchInCaptureIsRefused(t *testing.T) {
 	d := newDriver(t, cpu.Options{})
 	s := newStream(t, d)
-	p := val[alloc.DevicePtr](t)(d.Malloc(64))
+	p := val[driver.DevicePtr](t)(d.Malloc(64))
 	out := host(t, d, 64)
 
 	ok(t, d.BeginCapture(s, alloc.Global))
 	ok(t, d.MemsetAsync(p, 6, 64, s))
-	child := val[alloc.GraphHandle](t)(d.EndCapture(s))
-	ce := val[alloc.GraphExec](t)(d.GraphInstantiate(child, false))
+	child := val[driver.GraphHandle](t)(d.EndCapture(s))
+	ce := val[driver.GraphExec](t)(d.GraphInstantiate(child, false))
 
-	for _, m := range alloc.Modes {
+	for _, m := range driver.Modes() {
 		ok(t, d.BeginCapture(s, m))
-		isErr(t, d.GraphLaunch(ce, s), alloc.ErrCaptureIllegalOp)
-		wantStatus(t, d, s, alloc.DriverCaptureInvalidated)
+		isErr(t, d.GraphLaunch(ce, s), driver.ErrCaptureIllegalOp)
+		wantStatus(t, d, s, driver.CaptureInvalidated)
 		_, err := d.EndCapture(s)
 		isErr(t, err, alloc.ErrCaptureInvalidated)
 	}
@@ -371,17 +372,17 @@ func TestGraphLaunchInCaptureIsRefused(t *testing.T) {
 func TestSyncOfOtherStreamDuringGlobalCapture(t *testing.T) {
 	d := newDriver(t, cpu.Options{})
 	s, other := newStream(t, d), newStream(t, d)
-	for _, m := range alloc.Modes {
+	for _, m := range driver.Modes() {
 		ok(t, d.BeginCapture(s, m))
 		relaxed := d.WithInteractionMode(alloc.Relaxed)
 		ok(t, relaxed.StreamSynchronize(other))
 		_, err := relaxed.StreamQuery(other)
 		ok(t, err)
-		wantStatus(t, d, s, alloc.DriverCaptureActive)
+		wantStatus(t, d, s, driver.CaptureActive)
 		err = d.StreamSynchronize(other)
 		if m == alloc.Global {
-			isErr(t, err, alloc.ErrCaptureIllegalOp)
-			wantStatus(t, d, s, alloc.DriverCaptureInvalidated)
+			isErr(t, err, driver.ErrCaptureIllegalOp)
+			wantStatus(t, d, s, driver.CaptureInvalidated)
 			_, err = d.EndCapture(s)
 			isErr(t, err, alloc.ErrCaptureInvalidated)
 			continue
@@ -389,7 +390,7 @@ func TestSyncOfOtherStreamDuringGlobalCapture(t *testing.T) {
 		ok(t, err)
 		_, err = d.StreamQuery(other)
 		ok(t, err)
-		g := val[alloc.GraphHandle](t)(d.EndCapture(s))
+		g := val[driver.GraphHandle](t)(d.EndCapture(s))
 		ok(t, d.GraphDestroy(g))
 	}
 }
@@ -397,8 +398,8 @@ func TestSyncOfOtherStreamDuringGlobalCapture(t *testing.T) {
 func TestCaptureUnavailable(t *testing.T) {
 	d := newDriver(t, cpu.Options{NoCapture: true})
 	s := newStream(t, d)
-	isErr(t, d.BeginCapture(s, alloc.Global), alloc.ErrCaptureUnavailable)
-	wantStatus(t, d, s, alloc.DriverCaptureNone)
+	isErr(t, d.BeginCapture(s, alloc.Global), driver.ErrCaptureUnavailable)
+	wantStatus(t, d, s, driver.CaptureNone)
 	_, err := d.EndCapture(s)
 	isErr(t, err, alloc.ErrNotCapturing)
 }
@@ -409,22 +410,22 @@ func TestGraphWithMemoryNodes(t *testing.T) {
 	d := newDriver(t, cpu.Options{})
 	s := newStream(t, d)
 	ok(t, d.BeginCapture(s, alloc.Global))
-	p := val[alloc.DevicePtr](t)(d.MallocAsync(256, s))
+	p := val[driver.DevicePtr](t)(d.MallocAsync(256, s))
 	ok(t, d.MemsetAsync(p, 1, 256, s))
 	ok(t, d.FreeAsync(p, s))
-	g := val[alloc.GraphHandle](t)(d.EndCapture(s))
-	e := val[alloc.GraphExec](t)(d.GraphInstantiate(g, false))
+	g := val[driver.GraphHandle](t)(d.EndCapture(s))
+	e := val[driver.GraphExec](t)(d.GraphInstantiate(g, false))
 	_, err := d.GraphInstantiate(g, false)
 	isErr(t, err, alloc.ErrInvalidValue)
 
 	ok(t, d.BeginCapture(s, alloc.Global))
-	isErr(t, d.GraphLaunch(e, s), alloc.ErrCaptureIllegalOp)
-	wantStatus(t, d, s, alloc.DriverCaptureInvalidated)
+	isErr(t, d.GraphLaunch(e, s), driver.ErrCaptureIllegalOp)
+	wantStatus(t, d, s, driver.CaptureInvalidated)
 	_, err = d.EndCapture(s)
 	isErr(t, err, alloc.ErrCaptureInvalidated)
 
 	ok(t, d.GraphExecDestroy(e))
-	e = val[alloc.GraphExec](t)(d.GraphInstantiate(g, false))
+	e = val[driver.GraphExec](t)(d.GraphInstantiate(g, false))
 	ok(t, d.GraphLaunch(e, s))
 	ok(t, d.StreamSynchronize(s))
 	ok(t, d.GraphExecDestroy(e))
@@ -437,13 +438,13 @@ func TestGraphWithMemoryNodes(t *testing.T) {
 func TestReplayAfterFreeIsReported(t *testing.T) {
 	d := newDriver(t, cpu.Options{})
 	s := newStream(t, d)
-	p := val[alloc.DevicePtr](t)(d.Malloc(256))
+	p := val[driver.DevicePtr](t)(d.Malloc(256))
 	ok(t, d.BeginCapture(s, alloc.Global))
 	ok(t, d.MemsetAsync(p, 1, 256, s))
-	g := val[alloc.GraphHandle](t)(d.EndCapture(s))
-	e := val[alloc.GraphExec](t)(d.GraphInstantiate(g, false))
+	g := val[driver.GraphHandle](t)(d.EndCapture(s))
+	e := val[driver.GraphExec](t)(d.GraphInstantiate(g, false))
 	ok(t, d.Free(p))
-	q := val[alloc.DevicePtr](t)(d.Malloc(256))
+	q := val[driver.DevicePtr](t)(d.Malloc(256))
 	ok(t, d.GraphLaunch(e, s))
 	isErr(t, d.StreamSynchronize(s), alloc.ErrInvalidValue)
 	out := make([]byte, 256)
@@ -457,11 +458,11 @@ func TestDestroyGraphWithQueuedLaunch(t *testing.T) {
 	d := newDriver(t, cpu.Options{})
 	s := newStream(t, d)
 	ok(t, d.BeginCapture(s, alloc.Global))
-	p := val[alloc.DevicePtr](t)(d.MallocAsync(256, s))
+	p := val[driver.DevicePtr](t)(d.MallocAsync(256, s))
 	ok(t, d.MemsetAsync(p, 1, 256, s))
 	ok(t, d.FreeAsync(p, s))
-	g := val[alloc.GraphHandle](t)(d.EndCapture(s))
-	e := val[alloc.GraphExec](t)(d.GraphInstantiate(g, false))
+	g := val[driver.GraphHandle](t)(d.EndCapture(s))
+	e := val[driver.GraphExec](t)(d.GraphInstantiate(g, false))
 	ok(t, d.GraphLaunch(e, s))
 	ok(t, d.GraphLaunch(e, s))
 	ok(t, d.GraphExecDestroy(e))
@@ -481,14 +482,14 @@ func TestInteractionModeView(t *testing.T) {
 			v := d.WithInteractionMode(m)
 			s := newStream(t, d)
 			ok(t, d.BeginCapture(s, alloc.Global))
-			p := val[alloc.DevicePtr](t)(v.Malloc(64))
+			p := val[driver.DevicePtr](t)(v.Malloc(64))
 			h := val[[]byte](t)(v.HostAlloc(64))
 			ok(t, v.HostFree(h))
 			ok(t, v.Free(p))
-			wantStatus(t, d, s, alloc.DriverCaptureActive)
+			wantStatus(t, d, s, driver.CaptureActive)
 			_, err := d.WithInteractionMode(alloc.Global).Malloc(64)
-			isErr(t, err, alloc.ErrCaptureIllegalOp)
-			wantStatus(t, d, s, alloc.DriverCaptureInvalidated)
+			isErr(t, err, driver.ErrCaptureIllegalOp)
+			wantStatus(t, d, s, driver.CaptureInvalidated)
 			_, err = d.EndCapture(s)
 			isErr(t, err, alloc.ErrCaptureInvalidated)
 			wantLive(t, d, 0)

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // DirectSpan returns the bytes behind device range [p, p+n), for a caller
@@ -19,7 +20,7 @@ import (
 // place in stream order). A span in a reservation also stays mapped until
 // release: UnmapMemory and ReleaseAddress wait for it, so the caller must
 // not call them, nor touch other reserved memory, before it releases.
-func (d *Driver) DirectSpan(p alloc.DevicePtr, n int64, h alloc.Stream) (span []byte, release func(), err error) {
+func (d *Driver) DirectSpan(p driver.DevicePtr, n int64, h driver.Stream) (span []byte, release func(), err error) {
 	const what = "direct access"
 	unhold, err := d.hold(h, what, copyInteraction)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/cpu"
 )
@@ -18,9 +19,9 @@ func TestDeviceMemorySupplied(t *testing.T) {
 	d, err := cpu.New(cpu.Options{DeviceMemory: dm})
 	ok(t, err)
 	s := newStream(t, d)
-	p := val[alloc.DevicePtr](t)(d.Malloc(1000))
-	q := val[alloc.DevicePtr](t)(d.MallocAsync(3000, s))
-	r := val[alloc.DevicePtr](t)(d.Malloc(500))
+	p := val[driver.DevicePtr](t)(d.Malloc(1000))
+	q := val[driver.DevicePtr](t)(d.MallocAsync(3000, s))
+	r := val[driver.DevicePtr](t)(d.Malloc(500))
 	if len(dm.live) != 3 {
 		t.Fatalf("%d supplied regions, want 3", len(dm.live))
 	}
@@ -55,7 +56,7 @@ func TestDeviceMemorySupplierFails(t *testing.T) {
 		t.Fatal("a failed allocation is counted")
 	}
 	dm.fail = nil
-	p := val[alloc.DevicePtr](t)(d.Malloc(4096))
+	p := val[driver.DevicePtr](t)(d.Malloc(4096))
 	ok(t, d.Free(p))
 }
 
@@ -64,7 +65,7 @@ func TestDeviceMemoryFromChoice(t *testing.T) {
 	drv, err := backends.Choice{Name: "cpu", Memory: backends.Memory{Device: dm}}.Open(context.Background())
 	ok(t, err)
 	defer drv.Close()
-	p := val[alloc.DevicePtr](t)(drv.Malloc(64))
+	p := val[driver.DevicePtr](t)(drv.Malloc(64))
 	if len(dm.live) != 1 {
 		t.Fatal("the registered factory does not take the choice's device memory")
 	}
@@ -76,7 +77,7 @@ func TestDeviceMemoryFromChoice(t *testing.T) {
 func TestDirectSpanOrdersWithStream(t *testing.T) {
 	d := newDriver(t, cpu.Options{})
 	s := newStream(t, d)
-	p := val[alloc.DevicePtr](t)(d.Malloc(1 << 20))
+	p := val[driver.DevicePtr](t)(d.Malloc(1 << 20))
 	ok(t, d.MemsetAsync(p, 7, 1<<20, s))
 	b := directSpan(t, d, p+100, 1000, s)
 	if len(b) != 1000 || cap(b) != 1000 {
@@ -102,16 +103,16 @@ func TestDirectSpanOrdersWithStream(t *testing.T) {
 func TestDirectSpanErrors(t *testing.T) {
 	d := newDriver(t, cpu.Options{})
 	s := newStream(t, d)
-	p := val[alloc.DevicePtr](t)(d.Malloc(100))
+	p := val[driver.DevicePtr](t)(d.Malloc(100))
 	_, _, err := d.DirectSpan(p, 101, s)
 	isErr(t, err, alloc.ErrInvalidValue)
 	_, _, err = d.DirectSpan(p+50, 51, s)
 	isErr(t, err, alloc.ErrInvalidValue)
 	_, _, err = d.DirectSpan(p, -1, s)
 	isErr(t, err, alloc.ErrInvalidValue)
-	_, _, err = d.DirectSpan(alloc.DevicePtr(12345), 1, s)
+	_, _, err = d.DirectSpan(driver.DevicePtr(12345), 1, s)
 	isErr(t, err, alloc.ErrInvalidValue)
-	_, _, err = d.DirectSpan(p, 1, alloc.Stream(999))
+	_, _, err = d.DirectSpan(p, 1, driver.Stream(999))
 	if err == nil {
 		t.Fatal("unknown stream accepted")
 	}
@@ -129,7 +130,7 @@ func TestDirectSpanRefusedDuringCapture(t *testing.T) {
 	for _, direct := range []bool{false, true} {
 		d := newDriver(t, cpu.Options{})
 		s := newStream(t, d)
-		p := val[alloc.DevicePtr](t)(d.Malloc(64))
+		p := val[driver.DevicePtr](t)(d.Malloc(64))
 		ok(t, d.BeginCapture(s, alloc.Global))
 		var err error
 		if direct {
@@ -137,8 +138,8 @@ func TestDirectSpanRefusedDuringCapture(t *testing.T) {
 		} else {
 			err = d.CopyHtoD(p, make([]byte, 64), s)
 		}
-		isErr(t, err, alloc.ErrCaptureIllegalOp)
-		wantStatus(t, d, s, alloc.DriverCaptureInvalidated)
+		isErr(t, err, driver.ErrCaptureIllegalOp)
+		wantStatus(t, d, s, driver.CaptureInvalidated)
 		_, err = d.EndCapture(s)
 		isErr(t, err, alloc.ErrCaptureInvalidated)
 		// Outside the capture it works again.
@@ -148,7 +149,7 @@ func TestDirectSpanRefusedDuringCapture(t *testing.T) {
 
 // directSpan is DirectSpan for a test that reads or writes the span at
 // once: the stream is released before it returns.
-func directSpan(t *testing.T, d *cpu.Driver, p alloc.DevicePtr, n int64, s alloc.Stream) []byte {
+func directSpan(t *testing.T, d *cpu.Driver, p driver.DevicePtr, n int64, s driver.Stream) []byte {
 	t.Helper()
 	b, release, err := d.DirectSpan(p, n, s)
 	ok(t, err)

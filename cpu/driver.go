@@ -1,4 +1,4 @@
-// Package cpu is a pure-Go alloc.Driver that emulates a CUDA device: device
+// Package cpu is a pure-Go driver.Driver that emulates a CUDA device: device
 // memory at fake addresses, lazily executed stream queues, and stream capture
 // into graphs with CUDA's rules. It is the reference backend the CUDA and HIP
 // backends are compared with, so it is deliberately strict: queued work runs
@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 )
 
@@ -46,7 +47,7 @@ type Options struct {
 	// MemoryLimit), so an absurd size is an error rather than a Go crash.
 	HostMemoryLimit int64
 	// NoCapture emulates a device without graph support: BeginCapture fails
-	// with alloc.ErrCaptureUnavailable.
+	// with driver.ErrCaptureUnavailable.
 	NoCapture bool
 	// HostMemory, when set, supplies HostAlloc's memory (the plugin server
 	// passes shared memory); nil: the Go heap. HostMemoryLimit still applies.
@@ -64,7 +65,7 @@ type Options struct {
 	Profile string
 	// CaptureSafety overrides the profile's capture safety (SafetyUnset:
 	// the profile's own).
-	CaptureSafety alloc.CaptureSafety
+	CaptureSafety driver.CaptureSafety
 }
 
 // ProfileGB10 is Options.Profile for the GB10 emulation.
@@ -90,7 +91,7 @@ type Driver struct {
 
 	// Read lock-free on every operation; replaced copy-on-write under mu.
 	table   atomic.Pointer[idTable]
-	streams atomic.Pointer[map[alloc.Stream]*stream]
+	streams atomic.Pointer[map[driver.Stream]*stream]
 	// hot caches streams by handle, direct-mapped, in front of the map:
 	// the allocator asks a stream's capture status before every
 	// operation, and a slot load is cheaper than a map lookup. Written
@@ -113,19 +114,19 @@ type Driver struct {
 	liveCount  int
 	hostLive   int64
 	nextHandle uint64 // streams, graphs and execs share one counter: handles never collide
-	graphs     map[alloc.GraphHandle]*graph
-	execs      map[alloc.GraphExec]*graphExec
+	graphs     map[driver.GraphHandle]*graph
+	execs      map[driver.GraphExec]*graphExec
 	globalCaps map[*capture]struct{} // Global-mode captures not yet ended, invalidated ones included
 	allCaps    map[*capture]struct{} // captures of every mode not yet ended
 	gb10       bool                  // Options.Profile is ProfileGB10
-	safety     alloc.CaptureSafety   // Info's CaptureSafety
+	safety     driver.CaptureSafety  // Info's CaptureSafety
 }
 
 var (
-	_ alloc.Driver           = (*Driver)(nil)
-	_ alloc.UsageReporter    = (*Driver)(nil)
-	_ alloc.DirectSpanner    = (*Driver)(nil)
-	_ alloc.HostFuncLauncher = (*Driver)(nil)
+	_ driver.Driver           = (*Driver)(nil)
+	_ driver.UsageReporter    = (*Driver)(nil)
+	_ driver.DirectSpanner    = (*Driver)(nil)
+	_ driver.HostFuncLauncher = (*Driver)(nil)
 )
 
 // New creates an emulated device.
@@ -140,15 +141,15 @@ func New(opts Options) (*Driver, error) {
 	if opts.HostMemoryLimit == 0 {
 		opts.HostMemoryLimit = opts.MemoryLimit
 	}
-	safety := alloc.SafetyDocumented
+	safety := driver.SafetyDocumented
 	switch opts.Profile {
 	case "":
 	case ProfileGB10:
-		safety = alloc.SafetyStrict
+		safety = driver.SafetyStrict
 	default:
 		return nil, fmt.Errorf("%w: cpu: profile %q: want %q or none", alloc.ErrInvalidValue, opts.Profile, ProfileGB10)
 	}
-	if opts.CaptureSafety != alloc.SafetyUnset {
+	if opts.CaptureSafety != driver.SafetyUnset {
 		safety = opts.CaptureSafety
 	}
 	d := &Driver{
@@ -161,23 +162,23 @@ func New(opts Options) (*Driver, error) {
 		noCapture:  opts.NoCapture,
 		hostMem:    opts.HostMemory,
 		devMem:     opts.DeviceMemory,
-		graphs:     make(map[alloc.GraphHandle]*graph),
-		execs:      make(map[alloc.GraphExec]*graphExec),
+		graphs:     make(map[driver.GraphHandle]*graph),
+		execs:      make(map[driver.GraphExec]*graphExec),
 		globalCaps: make(map[*capture]struct{}),
 	}
 	d.table.Store(&idTable{})
-	d.streams.Store(&map[alloc.Stream]*stream{})
+	d.streams.Store(&map[driver.Stream]*stream{})
 	d.hosts.Store(&[]hostRegion{})
 	return d, nil
 }
 
 // Open is a factory for registries: New with default options.
-func Open() (alloc.Driver, error) { return New(Options{}) }
+func Open() (driver.Driver, error) { return New(Options{}) }
 
 func (d *Driver) Name() string { return "cpu" }
 
-func (d *Driver) Info() alloc.DeviceInfo {
-	info := alloc.DeviceInfo{
+func (d *Driver) Info() driver.DeviceInfo {
+	info := driver.DeviceInfo{
 		Name:          "cpu (emulated)",
 		TotalMemory:   d.limit,
 		Alignment:     Alignment,
@@ -221,11 +222,11 @@ func (d *Driver) HostBytes() int64 {
 	return d.hostLive
 }
 
-// Usage is LiveBytes and HostBytes together (alloc.UsageReporter).
-func (d *Driver) Usage() (alloc.Usage, error) {
+// Usage is LiveBytes and HostBytes together (driver.UsageReporter).
+func (d *Driver) Usage() (driver.Usage, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return alloc.Usage{Device: d.live, Host: d.hostLive}, nil
+	return driver.Usage{Device: d.live, Host: d.hostLive}, nil
 }
 
 // Close releases every allocation, stream, graph, host buffer and address
@@ -238,7 +239,7 @@ func (d *Driver) Close() error {
 	for i := range d.hot {
 		d.hot[i].Store(nil)
 	}
-	streams := d.streams.Swap(&map[alloc.Stream]*stream{})
+	streams := d.streams.Swap(&map[driver.Stream]*stream{})
 	d.vmCtl.Lock()
 	defer d.vmCtl.Unlock()
 	d.mu.Lock()
@@ -252,8 +253,8 @@ func (d *Driver) Close() error {
 	hosts := d.hosts.Swap(&[]hostRegion{})
 	d.freeIDs, d.freeHead = nil, 0
 	d.live, d.liveCount, d.hostLive = 0, 0, 0
-	d.graphs = map[alloc.GraphHandle]*graph{}
-	d.execs = map[alloc.GraphExec]*graphExec{}
+	d.graphs = map[driver.GraphHandle]*graph{}
+	d.execs = map[driver.GraphExec]*graphExec{}
 	d.globalCaps = map[*capture]struct{}{}
 	d.allCaps = map[*capture]struct{}{}
 	d.mu.Unlock()

@@ -2,12 +2,13 @@ package cpu
 
 import (
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // graph is a finished capture. Its op list is immutable, so instantiated
 // graphs and launches share it without copying.
 type graph struct {
-	h         alloc.GraphHandle
+	h         driver.GraphHandle
 	ops       opChunks
 	allocs    []*allocation // its allocation nodes, freed inside the graph or not
 	execs     int           // live instantiations
@@ -17,7 +18,7 @@ type graph struct {
 }
 
 type graphExec struct {
-	h        alloc.GraphExec
+	h        driver.GraphExec
 	g        *graph
 	ops      opChunks
 	autoFree bool
@@ -60,7 +61,7 @@ func (d *Driver) materializeLocked(e *graphExec, what string) error {
 	return nil
 }
 
-func (d *Driver) GraphInstantiate(gh alloc.GraphHandle, autoFree bool) (alloc.GraphExec, error) {
+func (d *Driver) GraphInstantiate(gh driver.GraphHandle, autoFree bool) (driver.GraphExec, error) {
 	if d.closed.Load() {
 		return 0, errClosed("graph instantiate")
 	}
@@ -75,7 +76,7 @@ func (d *Driver) GraphInstantiate(gh alloc.GraphHandle, autoFree bool) (alloc.Gr
 		return 0, errf(alloc.ErrInvalidValue, "graph instantiate: graph %#x has %d allocation node(s) and is already instantiated",
 			uint64(gh), len(g.allocs))
 	}
-	e := &graphExec{h: alloc.GraphExec(d.handle()), g: g, ops: g.ops, autoFree: autoFree}
+	e := &graphExec{h: driver.GraphExec(d.handle()), g: g, ops: g.ops, autoFree: autoFree}
 	g.execs++
 	d.execs[e.h] = e
 	return e.h, nil
@@ -85,7 +86,7 @@ func (d *Driver) GraphInstantiate(gh alloc.GraphHandle, autoFree bool) (alloc.Gr
 // stream it is refused and invalidates the capture, as cudaGraphLaunch does
 // in every capture mode (cmd/cudatruth, CUDA 13.0): a launch is never
 // recorded as a child graph.
-func (d *Driver) GraphLaunch(eh alloc.GraphExec, h alloc.Stream) error {
+func (d *Driver) GraphLaunch(eh driver.GraphExec, h driver.Stream) error {
 	const what = "graph launch"
 	if d.closed.Load() {
 		return errClosed(what)
@@ -102,7 +103,7 @@ func (d *Driver) GraphLaunch(eh alloc.GraphExec, h alloc.Stream) error {
 	case e == nil:
 		err = errf(alloc.ErrInvalidValue, "%s: unknown graph exec %#x", what, uint64(eh))
 	case s.cap != nil:
-		err = errf(alloc.ErrCaptureIllegalOp, "%s into capturing stream %#x: a graph launch is not captured", what, uint64(h))
+		err = errf(driver.ErrCaptureIllegalOp, "%s into capturing stream %#x: a graph launch is not captured", what, uint64(h))
 	case !s.destroyed:
 		err = d.materializeLocked(e, what)
 		if counted = err == nil && len(e.g.allocs) > 0; counted {
@@ -128,7 +129,7 @@ func (d *Driver) GraphLaunch(eh alloc.GraphExec, h alloc.Stream) error {
 
 // GraphExecDestroy forgets an instantiation. A launch already queued still
 // runs, as in CUDA.
-func (d *Driver) GraphExecDestroy(eh alloc.GraphExec) error {
+func (d *Driver) GraphExecDestroy(eh driver.GraphExec) error {
 	if d.closed.Load() {
 		return errClosed("graph exec destroy")
 	}
@@ -147,7 +148,7 @@ func (d *Driver) GraphExecDestroy(eh alloc.GraphExec) error {
 // GraphDestroy forgets the graph. Its memory is released once its
 // instantiation is destroyed too, except allocations a launch made that
 // nobody freed: those belong to the caller until Free or FreeAsync.
-func (d *Driver) GraphDestroy(gh alloc.GraphHandle) error {
+func (d *Driver) GraphDestroy(gh driver.GraphHandle) error {
 	if d.closed.Load() {
 		return errClosed("graph destroy")
 	}

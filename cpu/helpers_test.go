@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
 
@@ -45,9 +45,9 @@ func val[T any](t testing.TB) func(T, error) T {
 	}
 }
 
-func newStream(t testing.TB, d *cpu.Driver) alloc.Stream {
+func newStream(t testing.TB, d *cpu.Driver) driver.Stream {
 	t.Helper()
-	return val[alloc.Stream](t)(d.CreateStream())
+	return val[driver.Stream](t)(d.CreateStream())
 }
 
 func host(t testing.TB, d *cpu.Driver, n int64) []byte {
@@ -55,12 +55,12 @@ func host(t testing.TB, d *cpu.Driver, n int64) []byte {
 	return val[[]byte](t)(d.HostAlloc(n))
 }
 
-func status(t testing.TB, d *cpu.Driver, s alloc.Stream) alloc.DriverCaptureStatus {
+func status(t testing.TB, d *cpu.Driver, s driver.Stream) driver.CaptureStatus {
 	t.Helper()
-	return val[alloc.DriverCaptureStatus](t)(d.StreamCaptureStatus(s))
+	return val[driver.CaptureStatus](t)(d.StreamCaptureStatus(s))
 }
 
-func wantStatus(t testing.TB, d *cpu.Driver, s alloc.Stream, want alloc.DriverCaptureStatus) {
+func wantStatus(t testing.TB, d *cpu.Driver, s driver.Stream, want driver.CaptureStatus) {
 	t.Helper()
 	if got := status(t, d, s); got != want {
 		t.Fatalf("capture status %v, want %v", got, want)

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/hostregion"
 )
 
@@ -141,7 +142,7 @@ func (d *Driver) dropHost(b []byte) error {
 		return nil
 	}
 	if err := d.hostMem.Free(b); err != nil {
-		return errf(alloc.ErrDriver, "host free: returning %d B to the host memory supplier: %v", len(b), err)
+		return errf(driver.ErrDriver, "host free: returning %d B to the host memory supplier: %v", len(b), err)
 	}
 	return nil
 }

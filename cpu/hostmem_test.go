@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/cpu"
 )
@@ -52,16 +53,16 @@ func (h *countingHost) owns(b []byte) bool {
 func TestHostMemorySupplier(t *testing.T) {
 	hm := &countingHost{live: map[*byte]int{}}
 	d := newDriver(t, cpu.Options{MemoryLimit: 1 << 20, HostMemory: hm})
-	s := val[alloc.Stream](t)(d.CreateStream())
+	s := val[driver.Stream](t)(d.CreateStream())
 	h := val[[]byte](t)(d.HostAlloc(4096))
 	if !hm.owns(h) {
 		t.Fatal("HostAlloc did not return the supplier's memory")
 	}
 	// It is pinned memory: a capture may copy from it.
-	p := val[alloc.DevicePtr](t)(d.MallocAsync(4096, s))
+	p := val[driver.DevicePtr](t)(d.MallocAsync(4096, s))
 	ok(t, d.BeginCapture(s, alloc.Global))
 	ok(t, d.CopyHtoDAsync(p, h, s))
-	g := val[alloc.GraphHandle](t)(d.EndCapture(s))
+	g := val[driver.GraphHandle](t)(d.EndCapture(s))
 	ok(t, d.GraphDestroy(g))
 
 	ok(t, d.HostFree(h))

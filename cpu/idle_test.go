@@ -5,10 +5,11 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
 
-var _ alloc.StreamIdler = (*cpu.Driver)(nil)
+var _ driver.StreamIdler = (*cpu.Driver)(nil)
 
 // StreamIdle never runs queued work: it says "not idle" while anything is
 // queued, and once the queue has run (here because it filled up) reports
@@ -49,10 +50,10 @@ func TestStreamIdle(t *testing.T) {
 		t.Fatal("not idle after the failure was reported")
 	}
 
-	p := val[alloc.DevicePtr](t)(d.MallocAsync(256, s))
+	p := val[driver.DevicePtr](t)(d.MallocAsync(256, s))
 	ok(t, d.BeginCapture(s, alloc.Global))
 	_, err = d.StreamIdle(s)
-	isErr(t, err, alloc.ErrCaptureIllegalOp)
+	isErr(t, err, driver.ErrCaptureIllegalOp)
 	_, err = d.EndCapture(s)
 	isErr(t, err, alloc.ErrCaptureInvalidated) // as cudaStreamQuery on a capturing stream does
 	ok(t, d.FreeAsync(p, s))

@@ -1,6 +1,9 @@
 package cpu
 
-import "github.com/capalloc/capalloc/alloc"
+import (
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
+)
 
 // WithInteractionMode returns d as seen by a caller whose capture
 // interaction mode is m, the emulation of a thread that called
@@ -11,7 +14,7 @@ import "github.com/capalloc/capalloc/alloc"
 // calls ignore other streams' captures, as CUDA lets such a thread make
 // them, and synchronize or query streams that are not capturing. Every
 // other method, and all state, is d's own.
-func (d *Driver) WithInteractionMode(m alloc.CaptureMode) alloc.Driver {
+func (d *Driver) WithInteractionMode(m alloc.CaptureMode) driver.Driver {
 	if m == alloc.Global {
 		return d
 	}
@@ -24,23 +27,23 @@ type interactionView struct {
 	mode alloc.CaptureMode
 }
 
-func (v *interactionView) Malloc(size int64) (alloc.DevicePtr, error) { return v.malloc(size, v.mode) }
-func (v *interactionView) Free(p alloc.DevicePtr) error               { return v.free(p, v.mode) }
-func (v *interactionView) HostAlloc(size int64) ([]byte, error)       { return v.hostAlloc(size, v.mode) }
-func (v *interactionView) HostFree(b []byte) error                    { return v.hostFree(b, v.mode) }
-func (v *interactionView) ReserveAddress(size int64) (alloc.DevicePtr, error) {
+func (v *interactionView) Malloc(size int64) (driver.DevicePtr, error) { return v.malloc(size, v.mode) }
+func (v *interactionView) Free(p driver.DevicePtr) error               { return v.free(p, v.mode) }
+func (v *interactionView) HostAlloc(size int64) ([]byte, error)        { return v.hostAlloc(size, v.mode) }
+func (v *interactionView) HostFree(b []byte) error                     { return v.hostFree(b, v.mode) }
+func (v *interactionView) ReserveAddress(size int64) (driver.DevicePtr, error) {
 	return v.reserveAddress(size, v.mode)
 }
-func (v *interactionView) ReleaseAddress(p alloc.DevicePtr, size int64) error {
+func (v *interactionView) ReleaseAddress(p driver.DevicePtr, size int64) error {
 	return v.releaseAddress(p, size, v.mode)
 }
-func (v *interactionView) MapMemory(p alloc.DevicePtr, size int64) error {
+func (v *interactionView) MapMemory(p driver.DevicePtr, size int64) error {
 	return v.mapMemory(p, size, v.mode)
 }
-func (v *interactionView) UnmapMemory(p alloc.DevicePtr, size int64) error {
+func (v *interactionView) UnmapMemory(p driver.DevicePtr, size int64) error {
 	return v.unmapMemory(p, size, v.mode)
 }
-func (v *interactionView) StreamSynchronize(h alloc.Stream) error {
+func (v *interactionView) StreamSynchronize(h driver.Stream) error {
 	return v.wait(h, "stream synchronize", v.mode)
 }
-func (v *interactionView) StreamQuery(h alloc.Stream) (bool, error) { return v.query(h, v.mode) }
+func (v *interactionView) StreamQuery(h driver.Stream) (bool, error) { return v.query(h, v.mode) }

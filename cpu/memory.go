@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // allocation is one device allocation. buf and size never change after it is
@@ -35,7 +36,7 @@ type allocation struct {
 	materialized bool
 }
 
-func (a *allocation) base() alloc.DevicePtr { return alloc.DevicePtr(uint64(a.id) << offsetBits) }
+func (a *allocation) base() driver.DevicePtr { return driver.DevicePtr(uint64(a.id) << offsetBits) }
 
 // span is the backing bytes of [off, off+n); bounds were checked when the
 // operation was enqueued, so only a free (or an unmap) since then can make
@@ -66,7 +67,7 @@ type idSlot struct {
 
 // resolve turns (p, n) into a live allocation and offset. The reason is empty
 // on success; callers build the error so the hot path does not format.
-func (d *Driver) resolve(p alloc.DevicePtr, n int64) (*allocation, int64, string) {
+func (d *Driver) resolve(p driver.DevicePtr, n int64) (*allocation, int64, string) {
 	if n < 0 {
 		return nil, 0, "negative size"
 	}
@@ -114,7 +115,7 @@ func inReservation(a, b *allocation) bool {
 }
 
 // baseLocked finds the allocation p is the base address of. d.mu held.
-func (d *Driver) baseLocked(p alloc.DevicePtr) *allocation {
+func (d *Driver) baseLocked(p driver.DevicePtr) *allocation {
 	if uint64(p)&offsetMask != 0 {
 		return nil
 	}
@@ -256,7 +257,7 @@ func (d *Driver) releaseLocked(r *allocation) {
 
 // checkUserFreeLocked says why p cannot be freed by Free or an ordinary
 // FreeAsync, or returns its allocation. d.mu held.
-func (d *Driver) checkUserFreeLocked(p alloc.DevicePtr, what string) (*allocation, error) {
+func (d *Driver) checkUserFreeLocked(p driver.DevicePtr, what string) (*allocation, error) {
 	r := d.baseLocked(p)
 	switch {
 	case r == nil:
@@ -290,9 +291,9 @@ func userFreeLocked(r *allocation) bool {
 
 // Malloc is cudaMalloc: synchronous, device wide, refused during a Global
 // capture. On exhaustion it lets every stream finish its queued frees first.
-func (d *Driver) Malloc(size int64) (alloc.DevicePtr, error) { return d.malloc(size, alloc.Global) }
+func (d *Driver) Malloc(size int64) (driver.DevicePtr, error) { return d.malloc(size, alloc.Global) }
 
-func (d *Driver) malloc(size int64, interaction alloc.CaptureMode) (alloc.DevicePtr, error) {
+func (d *Driver) malloc(size int64, interaction alloc.CaptureMode) (driver.DevicePtr, error) {
 	if d.closed.Load() {
 		return 0, errClosed("malloc")
 	}
@@ -309,9 +310,9 @@ func (d *Driver) malloc(size int64, interaction alloc.CaptureMode) (alloc.Device
 
 // Free is cudaFree: it waits for all queued work on the device (which may
 // still use p) and then releases p (a graph allocation: as FreeAsync).
-func (d *Driver) Free(p alloc.DevicePtr) error { return d.free(p, alloc.Global) }
+func (d *Driver) Free(p driver.DevicePtr) error { return d.free(p, alloc.Global) }
 
-func (d *Driver) free(p alloc.DevicePtr, interaction alloc.CaptureMode) error {
+func (d *Driver) free(p driver.DevicePtr, interaction alloc.CaptureMode) error {
 	if d.closed.Load() {
 		return errClosed("free")
 	}
@@ -343,7 +344,7 @@ func (d *Driver) free(p alloc.DevicePtr, interaction alloc.CaptureMode) error {
 // MallocAsync returns an address usable at once by work on s. On a capturing
 // stream it is a graph allocation node: the memory is backed now, its address
 // is baked into the graph, and the capture (later the graph) owns it.
-func (d *Driver) MallocAsync(size int64, h alloc.Stream) (alloc.DevicePtr, error) {
+func (d *Driver) MallocAsync(size int64, h driver.Stream) (driver.DevicePtr, error) {
 	if d.closed.Load() {
 		return 0, errClosed("malloc async")
 	}
@@ -390,7 +391,7 @@ func (d *Driver) MallocAsync(size int64, h alloc.Stream) (alloc.DevicePtr, error
 // is destroyed, because its address is baked into the graph. Outside capture,
 // freeing a graph allocation a launch made ends its lifetime but keeps the
 // address reserved for the graph's next launch.
-func (d *Driver) FreeAsync(p alloc.DevicePtr, h alloc.Stream) error {
+func (d *Driver) FreeAsync(p driver.DevicePtr, h driver.Stream) error {
 	if d.closed.Load() {
 		return errClosed("free async")
 	}

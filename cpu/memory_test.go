@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
 
@@ -14,7 +15,7 @@ func TestMemoryLimit(t *testing.T) {
 		t.Fatalf("total memory %d", d.Info().TotalMemory)
 	}
 	s := newStream(t, d)
-	p := val[alloc.DevicePtr](t)(d.Malloc(limit))
+	p := val[driver.DevicePtr](t)(d.Malloc(limit))
 	_, err := d.Malloc(1)
 	isErr(t, err, alloc.ErrOutOfMemory)
 	_, err = d.MallocAsync(1, s)
@@ -32,24 +33,24 @@ func TestMemoryLimit(t *testing.T) {
 	// Graph memory counts against the limit; failing to allocate in a
 	// capture invalidates it.
 	ok(t, d.BeginCapture(s, alloc.Relaxed))
-	q := val[alloc.DevicePtr](t)(d.MallocAsync(limit/2, s))
+	q := val[driver.DevicePtr](t)(d.MallocAsync(limit/2, s))
 	_, err = d.Malloc(limit/2 + 256)
 	isErr(t, err, alloc.ErrOutOfMemory)
 	_, err = d.MallocAsync(limit, s)
 	isErr(t, err, alloc.ErrOutOfMemory)
-	wantStatus(t, d, s, alloc.DriverCaptureInvalidated)
+	wantStatus(t, d, s, driver.CaptureInvalidated)
 	_, err = d.EndCapture(s)
 	isErr(t, err, alloc.ErrCaptureInvalidated)
 	isErr(t, d.Free(q), alloc.ErrInvalidValue)
 	wantLive(t, d, 0)
-	p = val[alloc.DevicePtr](t)(d.Malloc(limit))
+	p = val[driver.DevicePtr](t)(d.Malloc(limit))
 	ok(t, d.Free(p))
 }
 
 func TestBadAddresses(t *testing.T) {
 	d := newDriver(t, cpu.Options{})
 	s := newStream(t, d)
-	p := val[alloc.DevicePtr](t)(d.Malloc(1000))
+	p := val[driver.DevicePtr](t)(d.Malloc(1000))
 	h := host(t, d, 2000)
 	for name, err := range map[string]error{
 		"null":           d.MemsetAsync(0, 1, 1, s),
@@ -88,7 +89,7 @@ func TestBadAddresses(t *testing.T) {
 	ok(t, d.Free(p))
 	isErr(t, d.Free(p), alloc.ErrInvalidValue)
 	isErr(t, d.MemsetAsync(p, 1, 1, s), alloc.ErrInvalidValue)
-	q := val[alloc.DevicePtr](t)(d.MallocAsync(64, s))
+	q := val[driver.DevicePtr](t)(d.MallocAsync(64, s))
 	ok(t, d.FreeAsync(q, s))
 	isErr(t, d.FreeAsync(q, s), alloc.ErrInvalidValue) // double free, caught at the call
 	isErr(t, d.Free(q), alloc.ErrInvalidValue)
@@ -104,8 +105,8 @@ func TestBadAddresses(t *testing.T) {
 func TestBadHandles(t *testing.T) {
 	d := newDriver(t, cpu.Options{})
 	s := newStream(t, d)
-	p := val[alloc.DevicePtr](t)(d.Malloc(64))
-	for _, bad := range []alloc.Stream{0, 12345} {
+	p := val[driver.DevicePtr](t)(d.Malloc(64))
+	for _, bad := range []driver.Stream{0, 12345} {
 		_, err := d.MallocAsync(64, bad)
 		isErr(t, err, alloc.ErrInvalidValue)
 		isErr(t, d.MemsetAsync(p, 0, 1, bad), alloc.ErrInvalidValue)
@@ -126,14 +127,14 @@ func TestBadHandles(t *testing.T) {
 	isErr(t, d.BeginCapture(s, alloc.CaptureMode(42)), alloc.ErrInvalidValue)
 	ok(t, d.BeginCapture(s, alloc.ThreadLocal))
 	isErr(t, d.BeginCapture(s, alloc.Global), alloc.ErrAlreadyCapturing)
-	wantStatus(t, d, s, alloc.DriverCaptureActive) // a second begin does not spoil the first
-	g := val[alloc.GraphHandle](t)(d.EndCapture(s))
+	wantStatus(t, d, s, driver.CaptureActive) // a second begin does not spoil the first
+	g := val[driver.GraphHandle](t)(d.EndCapture(s))
 
 	_, err = d.GraphInstantiate(12345, false)
 	isErr(t, err, alloc.ErrInvalidValue)
 	isErr(t, d.GraphLaunch(12345, s), alloc.ErrInvalidValue)
-	isErr(t, d.GraphLaunch(alloc.GraphExec(g), s), alloc.ErrInvalidValue) // a graph is not an exec
-	e := val[alloc.GraphExec](t)(d.GraphInstantiate(g, false))
+	isErr(t, d.GraphLaunch(driver.GraphExec(g), s), alloc.ErrInvalidValue) // a graph is not an exec
+	e := val[driver.GraphExec](t)(d.GraphInstantiate(g, false))
 	ok(t, d.GraphExecDestroy(e))
 	isErr(t, d.GraphExecDestroy(e), alloc.ErrInvalidValue)
 	isErr(t, d.GraphLaunch(e, s), alloc.ErrInvalidValue)
@@ -148,7 +149,7 @@ func TestClose(t *testing.T) {
 	d, err := cpu.New(cpu.Options{})
 	ok(t, err)
 	s := newStream(t, d)
-	p := val[alloc.DevicePtr](t)(d.MallocAsync(64, s))
+	p := val[driver.DevicePtr](t)(d.MallocAsync(64, s))
 	h := host(t, d, 64)
 	ok(t, d.MemsetAsync(p, 1, 64, s))
 	ok(t, d.BeginCapture(s, alloc.Global))
@@ -196,7 +197,7 @@ func TestMemsetLengths(t *testing.T) {
 	const size = 2048
 	d := newDriver(t, cpu.Options{})
 	s := newStream(t, d)
-	p := val[alloc.DevicePtr](t)(d.Malloc(size))
+	p := val[driver.DevicePtr](t)(d.Malloc(size))
 	got := make([]byte, size)
 	for _, off := range []int64{0, 1, 7, 300} {
 		for _, n := range []int64{0, 1, 7, 8, 9, 255, 256, 257, 511, 512, 1000, size - 300} {
@@ -205,7 +206,7 @@ func TestMemsetLengths(t *testing.T) {
 			}
 			v := byte(off + n + 1)
 			ok(t, d.MemsetAsync(p, 0xee, size, s))
-			ok(t, d.MemsetAsync(p+alloc.DevicePtr(off), v, n, s))
+			ok(t, d.MemsetAsync(p+driver.DevicePtr(off), v, n, s))
 			ok(t, d.CopyDtoH(got, p, s))
 			for i, c := range got {
 				want := byte(0xee)

@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 type opKind uint8
@@ -152,11 +153,11 @@ func (d *Driver) noop(s *stream, what string) error {
 }
 
 // badRange fails an operation whose address does not resolve.
-func (d *Driver) badRange(s *stream, what string, p alloc.DevicePtr, n int64, reason string) error {
+func (d *Driver) badRange(s *stream, what string, p driver.DevicePtr, n int64, reason string) error {
 	return d.failed(s, errf(alloc.ErrInvalidValue, "%s %#x+%d: %s", what, uint64(p), n, reason))
 }
 
-func (d *Driver) MemsetAsync(dst alloc.DevicePtr, value byte, n int64, h alloc.Stream) error {
+func (d *Driver) MemsetAsync(dst driver.DevicePtr, value byte, n int64, h driver.Stream) error {
 	const what = "memset"
 	if d.closed.Load() {
 		return errClosed(what)
@@ -176,7 +177,7 @@ func (d *Driver) MemsetAsync(dst alloc.DevicePtr, value byte, n int64, h alloc.S
 	return d.submit(s, &o, what)
 }
 
-func (d *Driver) CopyHtoDAsync(dst alloc.DevicePtr, src []byte, h alloc.Stream) error {
+func (d *Driver) CopyHtoDAsync(dst driver.DevicePtr, src []byte, h driver.Stream) error {
 	const what = "copy host to device async"
 	if d.closed.Load() {
 		return errClosed(what)
@@ -199,7 +200,7 @@ func (d *Driver) CopyHtoDAsync(dst alloc.DevicePtr, src []byte, h alloc.Stream) 
 
 // CopyDtoHAsync into pageable memory is synchronous, as in CUDA (it returns
 // once dst holds the bytes); into pinned memory it is queued.
-func (d *Driver) CopyDtoHAsync(dst []byte, src alloc.DevicePtr, h alloc.Stream) error {
+func (d *Driver) CopyDtoHAsync(dst []byte, src driver.DevicePtr, h driver.Stream) error {
 	const what = "copy device to host async"
 	if d.closed.Load() {
 		return errClosed(what)
@@ -230,7 +231,7 @@ func (d *Driver) CopyDtoHAsync(dst []byte, src alloc.DevicePtr, h alloc.Stream) 
 	return d.submit(s, &o, what)
 }
 
-func (d *Driver) CopyDtoDAsync(dst, src alloc.DevicePtr, n int64, h alloc.Stream) error {
+func (d *Driver) CopyDtoDAsync(dst, src driver.DevicePtr, n int64, h driver.Stream) error {
 	const what = "copy device to device async"
 	if d.closed.Load() {
 		return errClosed(what)
@@ -256,7 +257,7 @@ func (d *Driver) CopyDtoDAsync(dst, src alloc.DevicePtr, n int64, h alloc.Stream
 
 // CopyHtoD is cudaMemcpy ordered on s: it runs the queue (reporting queued
 // work's failure), then copies at that place in the stream's order.
-func (d *Driver) CopyHtoD(dst alloc.DevicePtr, src []byte, h alloc.Stream) error {
+func (d *Driver) CopyHtoD(dst driver.DevicePtr, src []byte, h driver.Stream) error {
 	const what = "copy host to device"
 	if d.closed.Load() {
 		return errClosed(what)
@@ -265,7 +266,7 @@ func (d *Driver) CopyHtoD(dst alloc.DevicePtr, src []byte, h alloc.Stream) error
 }
 
 // CopyDtoH is cudaMemcpy ordered on s: it runs the queue, then copies.
-func (d *Driver) CopyDtoH(dst []byte, src alloc.DevicePtr, h alloc.Stream) error {
+func (d *Driver) CopyDtoH(dst []byte, src driver.DevicePtr, h driver.Stream) error {
 	const what = "copy device to host"
 	if d.closed.Load() {
 		return errClosed(what)
@@ -273,7 +274,7 @@ func (d *Driver) CopyDtoH(dst []byte, src alloc.DevicePtr, h alloc.Stream) error
 	return d.blockingDtoH(h, dst, src, what)
 }
 
-func (d *Driver) blockingDtoH(h alloc.Stream, dst []byte, src alloc.DevicePtr, what string) error {
+func (d *Driver) blockingDtoH(h driver.Stream, dst []byte, src driver.DevicePtr, what string) error {
 	return d.blockingCopy(h, src, dst, false, what)
 }
 
@@ -281,7 +282,7 @@ func (d *Driver) blockingDtoH(h alloc.Stream, dst []byte, src alloc.DevicePtr, w
 // s has run everything queued before it, holding s's place in its order
 // (waitThen). The address resolves after the queue ran, since queued frees
 // may have released it.
-func (d *Driver) blockingCopy(h alloc.Stream, p alloc.DevicePtr, host []byte, toDevice bool, what string) error {
+func (d *Driver) blockingCopy(h driver.Stream, p driver.DevicePtr, host []byte, toDevice bool, what string) error {
 	return d.waitThen(h, what, copyInteraction, func() error {
 		n := int64(len(host))
 		r, off, why := d.resolve(p, n)
@@ -305,7 +306,7 @@ func (d *Driver) blockingCopy(h alloc.Stream, p alloc.DevicePtr, host []byte, to
 // LaunchHostFunc queues fn on the stream (cudaLaunchHostFunc): it runs when
 // the stream reaches it, in order, and at every replay when captured. An
 // error from fn fails the stream like a failed kernel.
-func (d *Driver) LaunchHostFunc(h alloc.Stream, fn func() error) error {
+func (d *Driver) LaunchHostFunc(h driver.Stream, fn func() error) error {
 	const what = "launch host function"
 	if d.closed.Load() {
 		return errClosed(what)

@@ -1,19 +1,22 @@
 package cpu
 
-import "github.com/capalloc/capalloc/alloc"
+import (
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
+)
 
 // StreamPoll reports, without waiting, whether s has nothing left to do
-// (alloc.StreamPoller), making the progress a device makes by itself:
+// (driver.StreamPoller), making the progress a device makes by itself:
 // a queued batch of memory operations (memsets, copies, frees, graphs of
 // them) runs at once in the calling goroutine, since none of them can
 // block; a batch holding a host function, which may block for as long as
 // the engine's function likes, is left queued and answered with
-// alloc.ErrWouldBlock: the allocator's blocking call runs it. When idle it reports, and clears, the failure of work
+// driver.ErrWouldBlock: the allocator's blocking call runs it. When idle it reports, and clears, the failure of work
 // already run, as StreamSynchronize would. Same rules as StreamQuery.
 //
 // It is what lets the allocator bound a Synchronize by polling on its
 // caller's goroutine instead of handing the wait to a watched one.
-func (d *Driver) StreamPoll(h alloc.Stream) (bool, error) {
+func (d *Driver) StreamPoll(h driver.Stream) (bool, error) {
 	s, err := d.waitable(h, "stream query", alloc.Global)
 	if err != nil {
 		return false, err
@@ -32,7 +35,7 @@ func (d *Driver) StreamPoll(h alloc.Stream) (bool, error) {
 	if mayBlock(q) {
 		s.mu.Unlock()
 		s.execMu.Unlock()
-		return false, alloc.ErrWouldBlock // a blocking call runs it, in order
+		return false, driver.ErrWouldBlock // a blocking call runs it, in order
 	}
 	s.queue, s.spare = s.spare, nil
 	s.mu.Unlock()

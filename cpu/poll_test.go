@@ -5,14 +5,15 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
 
-var _ alloc.StreamPoller = (*cpu.Driver)(nil)
+var _ driver.StreamPoller = (*cpu.Driver)(nil)
 
 // StreamPoll makes the progress a GPU makes by itself: memory work runs at
 // once on the polling goroutine; a batch with a host function is left for
-// a blocking call (alloc.ErrWouldBlock), which runs it in order and
+// a blocking call (driver.ErrWouldBlock), which runs it in order and
 // reports its failure.
 func TestStreamPoll(t *testing.T) {
 	d := newDriver(t, cpu.Options{})
@@ -23,7 +24,7 @@ func TestStreamPoll(t *testing.T) {
 		t.Fatal("a new stream is not done")
 	}
 
-	p := val[alloc.DevicePtr](t)(d.MallocAsync(4096, s))
+	p := val[driver.DevicePtr](t)(d.MallocAsync(4096, s))
 	ok(t, d.MemsetAsync(p, 5, 4096, s))
 	done, err = d.StreamPoll(s)
 	ok(t, err)
@@ -42,7 +43,7 @@ func TestStreamPoll(t *testing.T) {
 	ok(t, d.LaunchHostFunc(s, func() error { ran = true; <-release; return boom }))
 	ok(t, d.MemsetAsync(p, 6, 4096, s)) // same batch, behind the host function
 	done, err = d.StreamPoll(s)
-	isErr(t, err, alloc.ErrWouldBlock)
+	isErr(t, err, driver.ErrWouldBlock)
 	if done || ran {
 		t.Fatalf("done %v, host function ran %v: the poll must leave it to a blocking call", done, ran)
 	}
@@ -58,7 +59,7 @@ func TestStreamPoll(t *testing.T) {
 
 	ok(t, d.BeginCapture(s, alloc.Global))
 	_, err = d.StreamPoll(s)
-	isErr(t, err, alloc.ErrCaptureIllegalOp)
+	isErr(t, err, driver.ErrCaptureIllegalOp)
 	_, err = d.EndCapture(s)
 	isErr(t, err, alloc.ErrCaptureInvalidated) // as cudaStreamQuery on a capturing stream does
 	ok(t, d.FreeAsync(p, s))

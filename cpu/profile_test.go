@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/cpu"
 )
@@ -16,13 +17,13 @@ import (
 func TestProfileOptions(t *testing.T) {
 	for _, c := range []struct {
 		config  string
-		safety  alloc.CaptureSafety
+		safety  driver.CaptureSafety
 		profile string
 	}{
-		{"cpu", alloc.SafetyDocumented, "emulated"},
-		{"cpu:profile=gb10", alloc.SafetyStrict, "gb10"},
-		{"cpu:profile=gb10,capture_safety=documented", alloc.SafetyDocumented, "gb10"},
-		{"cpu:capture_safety=strict", alloc.SafetyStrict, "emulated"},
+		{"cpu", driver.SafetyDocumented, "emulated"},
+		{"cpu:profile=gb10", driver.SafetyStrict, "gb10"},
+		{"cpu:profile=gb10,capture_safety=documented", driver.SafetyDocumented, "gb10"},
+		{"cpu:capture_safety=strict", driver.SafetyStrict, "emulated"},
 	} {
 		d, err := backends.OpenDriver(context.Background(), c.config)
 		if err != nil {
@@ -56,7 +57,7 @@ func TestGB10ProfileFailsWhatGB10HangsIn(t *testing.T) {
 		ok(t, d.BeginCapture(s, mode))
 		hang := func(what string, err error) {
 			t.Helper()
-			if !errors.Is(err, alloc.ErrCaptureIllegalOp) || !strings.Contains(err.Error(), "hangs a GB10 driver") {
+			if !errors.Is(err, driver.ErrCaptureIllegalOp) || !strings.Contains(err.Error(), "hangs a GB10 driver") {
 				t.Fatalf("%s %s during a capture: %v", mode, what, err)
 			}
 		}
@@ -68,7 +69,7 @@ func TestGB10ProfileFailsWhatGB10HangsIn(t *testing.T) {
 		hang("HostFree", d.HostFree(h))
 		st, err := d.StreamCaptureStatus(s)
 		ok(t, err)
-		if st != alloc.DriverCaptureActive {
+		if st != driver.CaptureActive {
 			t.Fatalf("%s: the capture was touched: %v", mode, st)
 		}
 		g, err := d.EndCapture(s)

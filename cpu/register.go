@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 )
 
@@ -21,7 +21,7 @@ import (
 // backs device allocations (the plugin server passes shared memory).
 func init() { backends.Register("cpu", openWith) }
 
-func openWith(ctx context.Context, c backends.Choice) (alloc.Driver, error) {
+func openWith(ctx context.Context, c backends.Choice) (driver.Driver, error) {
 	o := c.Options
 	if err := o.Check("memory_limit", "host_memory_limit", "no_capture", "profile", "capture_safety"); err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // stream is an in-order queue of work that runs lazily: only when the host
@@ -14,7 +15,7 @@ import (
 // full. Results are therefore never visible early, deterministically, so an
 // engine that reads before it synchronizes fails on a laptop too.
 type stream struct {
-	h alloc.Stream
+	h driver.Stream
 
 	// execMu serializes draining, so batches run in submission order and a
 	// synchronize waits for a drain another goroutine has started.
@@ -34,7 +35,7 @@ type stream struct {
 // hotStreams is the number of Driver.hot slots.
 const hotStreams = 64
 
-func (d *Driver) stream(h alloc.Stream, what string) (*stream, error) {
+func (d *Driver) stream(h driver.Stream, what string) (*stream, error) {
 	if s := d.hot[uint64(h)%hotStreams].Load(); s != nil && s.h == h {
 		return s, nil
 	}
@@ -44,13 +45,13 @@ func (d *Driver) stream(h alloc.Stream, what string) (*stream, error) {
 	return nil, errf(alloc.ErrInvalidValue, "%s: unknown stream %#x", what, uint64(h))
 }
 
-func errDestroyed(h alloc.Stream, what string) error {
+func errDestroyed(h driver.Stream, what string) error {
 	return errf(alloc.ErrInvalidValue, "%s: stream %#x was destroyed", what, uint64(h))
 }
 
 // CreateStream makes a new stream. There is no default stream: handle 0 is
 // never valid.
-func (d *Driver) CreateStream() (alloc.Stream, error) {
+func (d *Driver) CreateStream() (driver.Stream, error) {
 	if d.closed.Load() {
 		return 0, errClosed("create stream")
 	}
@@ -59,7 +60,7 @@ func (d *Driver) CreateStream() (alloc.Stream, error) {
 	if d.closed.Load() {
 		return 0, errClosed("create stream")
 	}
-	s := &stream{h: alloc.Stream(d.handle())}
+	s := &stream{h: driver.Stream(d.handle())}
 	m := maps.Clone(*d.streams.Load())
 	m[s.h] = s
 	d.streams.Store(&m)
@@ -69,7 +70,7 @@ func (d *Driver) CreateStream() (alloc.Stream, error) {
 
 // DestroyStream lets queued work finish (as cudaStreamDestroy does) and
 // forgets the stream. Destroying a capturing stream is illegal.
-func (d *Driver) DestroyStream(h alloc.Stream) error {
+func (d *Driver) DestroyStream(h driver.Stream) error {
 	if d.closed.Load() {
 		return errClosed("destroy stream")
 	}
@@ -104,15 +105,15 @@ func (d *Driver) DestroyStream(h alloc.Stream) error {
 
 // StreamSynchronize runs everything queued on s and reports the first
 // failure of that work. Illegal on a capturing stream.
-func (d *Driver) StreamSynchronize(h alloc.Stream) error {
+func (d *Driver) StreamSynchronize(h driver.Stream) error {
 	return d.wait(h, "stream synchronize", alloc.Global)
 }
 
 // StreamQuery makes the device progress (runs the queue) and then reports
 // done. Illegal on a capturing stream.
-func (d *Driver) StreamQuery(h alloc.Stream) (bool, error) { return d.query(h, alloc.Global) }
+func (d *Driver) StreamQuery(h driver.Stream) (bool, error) { return d.query(h, alloc.Global) }
 
-func (d *Driver) query(h alloc.Stream, interaction alloc.CaptureMode) (bool, error) {
+func (d *Driver) query(h driver.Stream, interaction alloc.CaptureMode) (bool, error) {
 	if err := d.wait(h, "stream query", interaction); err != nil {
 		return false, err
 	}
@@ -120,10 +121,10 @@ func (d *Driver) query(h alloc.Stream, interaction alloc.CaptureMode) (bool, err
 }
 
 // StreamIdle reports, without running queued work and without waiting,
-// whether s has nothing queued and no drain under way (alloc.StreamIdler);
+// whether s has nothing queued and no drain under way (driver.StreamIdler);
 // when idle it reports, and clears, the failure of work already run, as a
 // synchronize would. Same rules as StreamQuery.
-func (d *Driver) StreamIdle(h alloc.Stream) (bool, error) {
+func (d *Driver) StreamIdle(h driver.Stream) (bool, error) {
 	s, err := d.waitable(h, "stream query", alloc.Global)
 	if err != nil {
 		return false, err
@@ -152,7 +153,7 @@ const copyInteraction = alloc.Relaxed
 // under way on the device: CUDA refuses a synchronize or query of an
 // unrelated stream then, and invalidates that capture (cmd/cudatruth,
 // CUDA 13.0).
-func (d *Driver) wait(h alloc.Stream, what string, interaction alloc.CaptureMode) error {
+func (d *Driver) wait(h driver.Stream, what string, interaction alloc.CaptureMode) error {
 	return d.waitThen(h, what, interaction, nil)
 }
 
@@ -162,7 +163,7 @@ func (d *Driver) wait(h alloc.Stream, what string, interaction alloc.CaptureMode
 // during it. A blocking copy is such a then: without it, a memset enqueued
 // and run by another goroutine between the drain and the copy tore the
 // copy (issue 8, item 5). then does not run when queued work failed.
-func (d *Driver) waitThen(h alloc.Stream, what string, interaction alloc.CaptureMode, then func() error) error {
+func (d *Driver) waitThen(h driver.Stream, what string, interaction alloc.CaptureMode, then func() error) error {
 	release, err := d.hold(h, what, interaction)
 	if err != nil {
 		return err
@@ -178,7 +179,7 @@ func (d *Driver) waitThen(h alloc.Stream, what string, interaction alloc.Capture
 // stream's execution lock held (release gives it back), after everything
 // queued before has run, so work enqueued meanwhile runs after release.
 // On error (queued work failed included) nothing is held.
-func (d *Driver) hold(h alloc.Stream, what string, interaction alloc.CaptureMode) (release func(), err error) {
+func (d *Driver) hold(h driver.Stream, what string, interaction alloc.CaptureMode) (release func(), err error) {
 	s, err := d.waitable(h, what, interaction)
 	if err != nil {
 		return nil, err
@@ -196,7 +197,7 @@ func (d *Driver) hold(h alloc.Stream, what string, interaction alloc.CaptureMode
 // waitable finds h and checks that the host may wait for it now: refused
 // while it captures, and, for a caller in Global interaction mode, while any
 // Global-mode capture is under way on the device (see wait).
-func (d *Driver) waitable(h alloc.Stream, what string, interaction alloc.CaptureMode) (*stream, error) {
+func (d *Driver) waitable(h driver.Stream, what string, interaction alloc.CaptureMode) (*stream, error) {
 	if d.closed.Load() {
 		return nil, errClosed(what)
 	}

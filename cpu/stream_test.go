@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
 
@@ -16,18 +17,18 @@ func TestInfo(t *testing.T) {
 	if d.Name() != "cpu" {
 		t.Fatalf("name %q", d.Name())
 	}
-	want := alloc.DeviceInfo{Name: "cpu (emulated)", TotalMemory: 4 << 30, Alignment: 256, UnifiedMemory: true,
-		CaptureSafety: alloc.SafetyDocumented, Profile: "emulated"}
+	want := driver.DeviceInfo{Name: "cpu (emulated)", TotalMemory: 4 << 30, Alignment: 256, UnifiedMemory: true,
+		CaptureSafety: driver.SafetyDocumented, Profile: "emulated"}
 	if d.Info() != want {
 		t.Fatalf("info %+v, want %+v", d.Info(), want)
 	}
 	gb := newDriver(t, cpu.Options{Profile: cpu.ProfileGB10})
-	want = alloc.DeviceInfo{Name: "cpu (emulated NVIDIA GB10)", TotalMemory: 4 << 30, Alignment: 256, UnifiedMemory: true,
-		Integrated: true, PageableMemoryAccess: true, ComputeCapability: "12.1", CaptureSafety: alloc.SafetyStrict, Profile: "gb10"}
+	want = driver.DeviceInfo{Name: "cpu (emulated NVIDIA GB10)", TotalMemory: 4 << 30, Alignment: 256, UnifiedMemory: true,
+		Integrated: true, PageableMemoryAccess: true, ComputeCapability: "12.1", CaptureSafety: driver.SafetyStrict, Profile: "gb10"}
 	if gb.Info() != want {
 		t.Fatalf("gb10 info %+v, want %+v", gb.Info(), want)
 	}
-	if got := newDriver(t, cpu.Options{Profile: cpu.ProfileGB10, CaptureSafety: alloc.SafetyDocumented}).Info().CaptureSafety; got != alloc.SafetyDocumented {
+	if got := newDriver(t, cpu.Options{Profile: cpu.ProfileGB10, CaptureSafety: driver.SafetyDocumented}).Info().CaptureSafety; got != driver.SafetyDocumented {
 		t.Fatalf("gb10 with capture safety documented: %v", got)
 	}
 	if _, err := cpu.New(cpu.Options{Profile: "h100"}); !errors.Is(err, alloc.ErrInvalidValue) {
@@ -48,7 +49,7 @@ func TestStreamIsLazyAndOrdered(t *testing.T) {
 	d := newDriver(t, cpu.Options{})
 	s := newStream(t, d)
 	const n = 1024
-	p := val[alloc.DevicePtr](t)(d.MallocAsync(n, s))
+	p := val[driver.DevicePtr](t)(d.MallocAsync(n, s))
 	in, out := host(t, d, n), host(t, d, n)
 	for i := range in {
 		in[i] = 7
@@ -77,7 +78,7 @@ func TestStreamIsLazyAndOrdered(t *testing.T) {
 func TestBlockingCopiesAreOrderedOnTheStream(t *testing.T) {
 	d := newDriver(t, cpu.Options{})
 	s := newStream(t, d)
-	p := val[alloc.DevicePtr](t)(d.MallocAsync(512, s))
+	p := val[driver.DevicePtr](t)(d.MallocAsync(512, s))
 	ok(t, d.MemsetAsync(p, 5, 512, s))
 	out := make([]byte, 512) // pageable
 	ok(t, d.CopyDtoH(out, p, s))
@@ -92,7 +93,7 @@ func TestBlockingCopiesAreOrderedOnTheStream(t *testing.T) {
 func TestPageableAsyncCopies(t *testing.T) {
 	d := newDriver(t, cpu.Options{})
 	s := newStream(t, d)
-	p := val[alloc.DevicePtr](t)(d.MallocAsync(64, s))
+	p := val[driver.DevicePtr](t)(d.MallocAsync(64, s))
 
 	// Pageable source: staged at the call, so reusing it at once is safe.
 	src := bytes.Repeat([]byte{4}, 64)
@@ -114,7 +115,7 @@ func TestPageableAsyncCopies(t *testing.T) {
 func TestFreeAsyncIsStreamOrdered(t *testing.T) {
 	d := newDriver(t, cpu.Options{})
 	s := newStream(t, d)
-	p := val[alloc.DevicePtr](t)(d.MallocAsync(1000, s))
+	p := val[driver.DevicePtr](t)(d.MallocAsync(1000, s))
 	wantLive(t, d, 1024) // rounded to the 256-byte alignment
 	ok(t, d.FreeAsync(p, s))
 	wantLive(t, d, 1024)
@@ -128,7 +129,7 @@ func TestFreeAsyncIsStreamOrdered(t *testing.T) {
 func TestUseAfterStreamOrderedFreeFailsAtSynchronize(t *testing.T) {
 	d := newDriver(t, cpu.Options{})
 	s := newStream(t, d)
-	p := val[alloc.DevicePtr](t)(d.MallocAsync(256, s))
+	p := val[driver.DevicePtr](t)(d.MallocAsync(256, s))
 	ok(t, d.FreeAsync(p, s))
 	ok(t, d.MemsetAsync(p, 1, 256, s)) // still allocated when enqueued
 	isErr(t, d.StreamSynchronize(s), alloc.ErrInvalidValue)
@@ -140,17 +141,17 @@ func TestOutOfMemoryWaitsForQueuedFrees(t *testing.T) {
 	d := newDriver(t, cpu.Options{MemoryLimit: 1 << 20})
 	s := newStream(t, d)
 	for range 10 {
-		p := val[alloc.DevicePtr](t)(d.MallocAsync(1<<20, s))
+		p := val[driver.DevicePtr](t)(d.MallocAsync(1<<20, s))
 		ok(t, d.FreeAsync(p, s))
 	}
-	p := val[alloc.DevicePtr](t)(d.Malloc(1 << 20))
+	p := val[driver.DevicePtr](t)(d.Malloc(1 << 20))
 	ok(t, d.Free(p))
 }
 
 func TestDestroyStreamRunsQueuedWork(t *testing.T) {
 	d := newDriver(t, cpu.Options{})
 	s := newStream(t, d)
-	p := val[alloc.DevicePtr](t)(d.MallocAsync(256, s))
+	p := val[driver.DevicePtr](t)(d.MallocAsync(256, s))
 	ok(t, d.FreeAsync(p, s))
 	ok(t, d.DestroyStream(s))
 	wantLive(t, d, 0)
@@ -161,7 +162,7 @@ func TestDestroyStreamRunsQueuedWork(t *testing.T) {
 func TestSynchronizeDoesNotBlockOtherStreams(t *testing.T) {
 	d := newDriver(t, cpu.Options{})
 	busy, other := newStream(t, d), newStream(t, d)
-	big := val[alloc.DevicePtr](t)(d.MallocAsync(64<<20, busy))
+	big := val[driver.DevicePtr](t)(d.MallocAsync(64<<20, busy))
 	for range 16 {
 		ok(t, d.MemsetAsync(big, 1, 64<<20, busy))
 	}
@@ -172,7 +173,7 @@ func TestSynchronizeDoesNotBlockOtherStreams(t *testing.T) {
 		done <- d.StreamSynchronize(busy)
 	}()
 	<-started
-	p := val[alloc.DevicePtr](t)(d.MallocAsync(256, other))
+	p := val[driver.DevicePtr](t)(d.MallocAsync(256, other))
 	ok(t, d.MemsetAsync(p, 2, 256, other))
 	out := make([]byte, 256)
 	ok(t, d.CopyDtoH(out, p, other))
@@ -192,7 +193,7 @@ func TestDeviceSyncRunsStreamsConcurrently(t *testing.T) {
 		make func(d *cpu.Driver) (release func() error)
 	}{
 		{"free", func(d *cpu.Driver) func() error {
-			p := val[alloc.DevicePtr](t)(d.Malloc(4096))
+			p := val[driver.DevicePtr](t)(d.Malloc(4096))
 			return func() error { return d.Free(p) }
 		}},
 		{"host_free", func(d *cpu.Driver) func() error {
@@ -202,7 +203,7 @@ func TestDeviceSyncRunsStreamsConcurrently(t *testing.T) {
 	} {
 		t.Run(call.name, func(t *testing.T) {
 			d := newDriver(t, cpu.Options{})
-			streams := [2]alloc.Stream{newStream(t, d), newStream(t, d)}
+			streams := [2]driver.Stream{newStream(t, d), newStream(t, d)}
 			for round := range 20 {
 				var arrived [2]chan struct{}
 				for r := range arrived {
@@ -247,10 +248,10 @@ func TestDeviceSyncRunsStreamsConcurrently(t *testing.T) {
 // and the live ones are still found.
 func TestDestroyedStreamsAreUnknown(t *testing.T) {
 	d := newDriver(t, cpu.Options{})
-	p := val[alloc.DevicePtr](t)(d.Malloc(64))
-	var live, gone []alloc.Stream
+	p := val[driver.DevicePtr](t)(d.Malloc(64))
+	var live, gone []driver.Stream
 	for i := range 150 {
-		s := val[alloc.Stream](t)(d.CreateStream())
+		s := val[driver.Stream](t)(d.CreateStream())
 		if i%3 == 0 {
 			ok(t, d.DestroyStream(s))
 			gone = append(gone, s)
@@ -264,7 +265,7 @@ func TestDestroyedStreamsAreUnknown(t *testing.T) {
 		isErr(t, d.MemsetAsync(p, 1, 64, s), alloc.ErrInvalidValue)
 	}
 	for _, s := range live {
-		wantStatus(t, d, s, alloc.DriverCaptureNone)
+		wantStatus(t, d, s, driver.CaptureNone)
 		ok(t, d.MemsetAsync(p, 1, 64, s))
 		ok(t, d.StreamSynchronize(s))
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
 
@@ -130,7 +131,7 @@ func ownStreamWorker(d *cpu.Driver, w, iters int) error {
 			}
 		}
 		if i%20 == 0 {
-			if err := captureRound(d, s, in, out, v, alloc.Modes[1+(i/20)%2]); err != nil {
+			if err := captureRound(d, s, in, out, v, driver.Modes()[1+(i/20)%2]); err != nil {
 				return fmt.Errorf("iteration %d: %w", i, err)
 			}
 		}
@@ -138,7 +139,7 @@ func ownStreamWorker(d *cpu.Driver, w, iters int) error {
 	return nil
 }
 
-func captureRound(d *cpu.Driver, s alloc.Stream, in, out []byte, v byte, mode alloc.CaptureMode) (err error) {
+func captureRound(d *cpu.Driver, s driver.Stream, in, out []byte, v byte, mode alloc.CaptureMode) (err error) {
 	check(d.BeginCapture(s, mode), &err)
 	p, e := d.MallocAsync(512, s)
 	check(e, &err)
@@ -174,7 +175,7 @@ func captureRound(d *cpu.Driver, s alloc.Stream, in, out []byte, v byte, mode al
 	return err
 }
 
-func sharedStreamWorker(d *cpu.Driver, s alloc.Stream, w, iters int) error {
+func sharedStreamWorker(d *cpu.Driver, s driver.Stream, w, iters int) error {
 	p, err := d.MallocAsync(1024, s)
 	if err != nil {
 		return err

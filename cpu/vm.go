@@ -5,15 +5,16 @@ import (
 	"slices"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // VMGranularity is the unit of the cpu driver's reservations and mappings
-// (alloc.VirtualMemory). Any page multiple would work; 2 MiB is what CUDA
+// (driver.VirtualMemory). Any page multiple would work; 2 MiB is what CUDA
 // reports as the recommended granularity on current GPUs, so a pool growing
 // on cpu rounds, and fragments, the way it will on a device.
 const VMGranularity int64 = 2 << 20
 
-var _ alloc.VirtualMemory = (*Driver)(nil)
+var _ driver.VirtualMemory = (*Driver)(nil)
 
 // reservation is the mapped state of an allocation made by ReserveAddress:
 // the allocation's buf is the whole reserved range, inaccessible except
@@ -62,7 +63,7 @@ func (d *Driver) vmAvailable(what string) error {
 		return errNoVM(what)
 	}
 	if d.devMem != nil {
-		return errf(alloc.ErrBackendUnavailable,
+		return errf(driver.ErrBackendUnavailable,
 			"%s: no virtual memory when device memory is supplied (Options.DeviceMemory): chunks could not be shared", what)
 	}
 	return nil
@@ -82,11 +83,11 @@ func (d *Driver) MapGranularity() int64 {
 // 1 TiB, the range of one cpu device address) with no memory behind them:
 // it counts as one live allocation and no bytes. Like Malloc it is refused
 // while a Global-mode capture is under way on the device.
-func (d *Driver) ReserveAddress(size int64) (alloc.DevicePtr, error) {
+func (d *Driver) ReserveAddress(size int64) (driver.DevicePtr, error) {
 	return d.reserveAddress(size, alloc.Global)
 }
 
-func (d *Driver) reserveAddress(size int64, interaction alloc.CaptureMode) (p alloc.DevicePtr, err error) {
+func (d *Driver) reserveAddress(size int64, interaction alloc.CaptureMode) (p driver.DevicePtr, err error) {
 	const what = "reserve address"
 	err = d.vmCall(what, interaction, func() error {
 		p, err = d.reserveRange(size, what)
@@ -95,7 +96,7 @@ func (d *Driver) reserveAddress(size int64, interaction alloc.CaptureMode) (p al
 	return p, err
 }
 
-func (d *Driver) reserveRange(size int64, what string) (alloc.DevicePtr, error) {
+func (d *Driver) reserveRange(size int64, what string) (driver.DevicePtr, error) {
 	switch {
 	case size <= 0 || size%VMGranularity != 0:
 		return 0, errf(alloc.ErrInvalidValue, "%s: size %d is not a positive multiple of the granularity %d", what, size, VMGranularity)
@@ -120,16 +121,16 @@ func (d *Driver) reserveRange(size int64, what string) (alloc.DevicePtr, error) 
 }
 
 // ReleaseAddress gives back a whole reservation with nothing mapped in it.
-func (d *Driver) ReleaseAddress(base alloc.DevicePtr, size int64) error {
+func (d *Driver) ReleaseAddress(base driver.DevicePtr, size int64) error {
 	return d.releaseAddress(base, size, alloc.Global)
 }
 
-func (d *Driver) releaseAddress(base alloc.DevicePtr, size int64, interaction alloc.CaptureMode) error {
+func (d *Driver) releaseAddress(base driver.DevicePtr, size int64, interaction alloc.CaptureMode) error {
 	const what = "release address"
 	return d.vmCall(what, interaction, func() error { return d.releaseRange(base, size, what) })
 }
 
-func (d *Driver) releaseRange(base alloc.DevicePtr, size int64, what string) error {
+func (d *Driver) releaseRange(base driver.DevicePtr, size int64, what string) error {
 	d.mu.Lock()
 	r := d.baseLocked(base)
 	d.mu.Unlock()
@@ -154,16 +155,16 @@ func (d *Driver) releaseRange(base alloc.DevicePtr, size int64, what string) err
 
 // MapMemory backs [p, p+size) of a reservation with new zeroed memory,
 // counted against Options.MemoryLimit like Malloc's.
-func (d *Driver) MapMemory(p alloc.DevicePtr, size int64) error {
+func (d *Driver) MapMemory(p driver.DevicePtr, size int64) error {
 	return d.mapMemory(p, size, alloc.Global)
 }
 
-func (d *Driver) mapMemory(p alloc.DevicePtr, size int64, interaction alloc.CaptureMode) error {
+func (d *Driver) mapMemory(p driver.DevicePtr, size int64, interaction alloc.CaptureMode) error {
 	const what = "map memory"
 	return d.vmCall(what, interaction, func() error { return d.mapRange(p, size, what) })
 }
 
-func (d *Driver) mapRange(p alloc.DevicePtr, size int64, what string) error {
+func (d *Driver) mapRange(p driver.DevicePtr, size int64, what string) error {
 	r, off, err := d.vmRangeOf(p, size, what)
 	if err != nil {
 		return err
@@ -204,16 +205,16 @@ func (d *Driver) mapRange(p alloc.DevicePtr, size int64, what string) error {
 // Like Free it first lets every stream finish its queued work, which may
 // still use the range; work queued later that names it fails with
 // ErrInvalidValue.
-func (d *Driver) UnmapMemory(p alloc.DevicePtr, size int64) error {
+func (d *Driver) UnmapMemory(p driver.DevicePtr, size int64) error {
 	return d.unmapMemory(p, size, alloc.Global)
 }
 
-func (d *Driver) unmapMemory(p alloc.DevicePtr, size int64, interaction alloc.CaptureMode) error {
+func (d *Driver) unmapMemory(p driver.DevicePtr, size int64, interaction alloc.CaptureMode) error {
 	const what = "unmap memory"
 	return d.vmCall(what, interaction, func() error { return d.unmapRange(p, size, what) })
 }
 
-func (d *Driver) unmapRange(p alloc.DevicePtr, size int64, what string) error {
+func (d *Driver) unmapRange(p driver.DevicePtr, size int64, what string) error {
 	r, off, err := d.vmRangeOf(p, size, what)
 	if err != nil {
 		return err
@@ -261,14 +262,14 @@ func (d *Driver) vmCall(what string, interaction alloc.CaptureMode, fn func() er
 
 // vmRangeOf checks that [p, p+size) is a granularity-aligned range inside
 // one live reservation. vmCtl held, so the reservation cannot go away.
-func (d *Driver) vmRangeOf(p alloc.DevicePtr, size int64, what string) (*allocation, int64, error) {
+func (d *Driver) vmRangeOf(p driver.DevicePtr, size int64, what string) (*allocation, int64, error) {
 	off := int64(uint64(p) & offsetMask)
 	if size <= 0 || size%VMGranularity != 0 || off%VMGranularity != 0 {
 		return nil, 0, errf(alloc.ErrInvalidValue, "%s %#x+%d: offset and size must be multiples of the granularity %d",
 			what, uint64(p), size, VMGranularity)
 	}
 	d.mu.Lock()
-	r := d.baseLocked(p - alloc.DevicePtr(off))
+	r := d.baseLocked(p - driver.DevicePtr(off))
 	d.mu.Unlock()
 	switch {
 	case r == nil || r.vm == nil:
@@ -281,7 +282,7 @@ func (d *Driver) vmRangeOf(p alloc.DevicePtr, size int64, what string) (*allocat
 }
 
 func errNoVM(what string) error {
-	return errf(alloc.ErrBackendUnavailable, "%s: virtual memory needs memfd_create (linux)", what)
+	return errf(driver.ErrBackendUnavailable, "%s: virtual memory needs memfd_create (linux)", what)
 }
 
 // releaseReservations unmaps reservations Close found live (already marked

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // vmSupported: Linux has memfd_create, so reservations can be backed chunk
@@ -80,7 +81,7 @@ func vmRelease(b []byte) error {
 // vmErr types an OS failure: no memory (or no address space) is
 // ErrOutOfMemory, anything else ErrDriver.
 func vmErr(err error, format string, args ...any) error {
-	sentinel := alloc.ErrDriver
+	sentinel := driver.ErrDriver
 	if errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.ENOSPC) {
 		sentinel = alloc.ErrOutOfMemory
 	}

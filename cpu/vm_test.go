@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
 
@@ -18,14 +19,14 @@ const gran = cpu.VMGranularity
 
 // reserveMapped reserves chunks granules and maps the first mapped of
 // them, one MapMemory call each.
-func reserveMapped(t *testing.T, d *cpu.Driver, chunks, mapped int64) alloc.DevicePtr {
+func reserveMapped(t *testing.T, d *cpu.Driver, chunks, mapped int64) driver.DevicePtr {
 	t.Helper()
 	if g := d.MapGranularity(); g != gran {
 		t.Fatalf("granularity %d, want %d", g, gran)
 	}
-	base := val[alloc.DevicePtr](t)(d.ReserveAddress(chunks * gran))
+	base := val[driver.DevicePtr](t)(d.ReserveAddress(chunks * gran))
 	for i := range mapped {
-		ok(t, d.MapMemory(base+alloc.DevicePtr(i*gran), gran))
+		ok(t, d.MapMemory(base+driver.DevicePtr(i*gran), gran))
 	}
 	return base
 }
@@ -51,7 +52,7 @@ func TestVMAcrossChunkBoundary(t *testing.T) {
 	wantBytes(t, fresh, 0)
 
 	const n = 1 << 16
-	at := base + alloc.DevicePtr(gran-n/2) // straddles the two chunks
+	at := base + driver.DevicePtr(gran-n/2) // straddles the two chunks
 
 	ok(t, d.MemsetAsync(at, 0x5a, n, s))
 	out := host(t, d, n)
@@ -64,7 +65,7 @@ func TestVMAcrossChunkBoundary(t *testing.T) {
 	in := host(t, d, n)
 	copy(in, pattern(n, 3))
 	ok(t, d.CopyHtoDAsync(at, in, s))
-	q := val[alloc.DevicePtr](t)(d.Malloc(n))
+	q := val[driver.DevicePtr](t)(d.Malloc(n))
 	ok(t, d.CopyDtoDAsync(q, at, n, s))
 	ok(t, d.CopyDtoDAsync(at+n, q, n, s))
 	got := make([]byte, 2*n)
@@ -86,8 +87,8 @@ func TestVMAcrossChunkBoundary(t *testing.T) {
 	// Captured work on reserved memory replays.
 	ok(t, d.BeginCapture(s, alloc.Global))
 	ok(t, d.MemsetAsync(at, 0x11, n, s))
-	g := val[alloc.GraphHandle](t)(d.EndCapture(s))
-	e := val[alloc.GraphExec](t)(d.GraphInstantiate(g, false))
+	g := val[driver.GraphHandle](t)(d.EndCapture(s))
+	e := val[driver.GraphExec](t)(d.GraphInstantiate(g, false))
 	ok(t, d.GraphLaunch(e, s))
 	ok(t, d.CopyDtoH(out, at, s))
 	wantBytes(t, out, 0x11)
@@ -102,12 +103,12 @@ func TestVMUnmappedAccessFails(t *testing.T) {
 	d := newDriver(t, cpu.Options{})
 	s := newStream(t, d)
 	base := reserveMapped(t, d, 4, 2)
-	third := base + alloc.DevicePtr(2*gran)
+	third := base + driver.DevicePtr(2*gran)
 	buf := make([]byte, 64)
 	pinned := host(t, d, 64)
-	q := val[alloc.DevicePtr](t)(d.Malloc(64))
+	q := val[driver.DevicePtr](t)(d.Malloc(64))
 
-	for name, at := range map[string]alloc.DevicePtr{
+	for name, at := range map[string]driver.DevicePtr{
 		"unmapped chunk":        third,
 		"into the unmapped one": third - 32,
 	} {
@@ -131,7 +132,7 @@ func TestVMUnmappedAccessFails(t *testing.T) {
 	ok(t, d.StreamSynchronize(s)) // refused at the call, nothing was queued
 
 	// Work queued before the unmap runs first (UnmapMemory waits for it).
-	second := base + alloc.DevicePtr(gran)
+	second := base + driver.DevicePtr(gran)
 	ok(t, d.MemsetAsync(second, 7, 64, s))
 	ok(t, d.CopyDtoDAsync(q, second, 64, s))
 	ok(t, d.UnmapMemory(second, gran))
@@ -143,8 +144,8 @@ func TestVMUnmappedAccessFails(t *testing.T) {
 	first := base
 	ok(t, d.BeginCapture(s, alloc.Global))
 	ok(t, d.MemsetAsync(first, 2, 64, s))
-	g := val[alloc.GraphHandle](t)(d.EndCapture(s))
-	e := val[alloc.GraphExec](t)(d.GraphInstantiate(g, false))
+	g := val[driver.GraphHandle](t)(d.EndCapture(s))
+	e := val[driver.GraphExec](t)(d.GraphInstantiate(g, false))
 	ok(t, d.UnmapMemory(first, gran))
 	ok(t, d.GraphLaunch(e, s))
 	isErr(t, d.StreamSynchronize(s), alloc.ErrInvalidValue)
@@ -171,17 +172,17 @@ func vmStateOf(d *cpu.Driver) vmState { return vmState{d.LiveBytes(), d.LiveAllo
 func TestVMBadInput(t *testing.T) {
 	d := newDriver(t, cpu.Options{})
 	s := newStream(t, d)
-	base := val[alloc.DevicePtr](t)(d.ReserveAddress(8 * gran))
-	twoChunks := base + alloc.DevicePtr(2*gran) // mapped by one call
+	base := val[driver.DevicePtr](t)(d.ReserveAddress(8 * gran))
+	twoChunks := base + driver.DevicePtr(2*gran) // mapped by one call
 	ok(t, d.MapMemory(base, gran))
 	ok(t, d.MapMemory(twoChunks, 2*gran))
 	ok(t, d.MemsetAsync(base, 3, gran, s))
 	ok(t, d.MemsetAsync(twoChunks, 4, 2*gran, s))
 	ok(t, d.StreamSynchronize(s))
-	m := val[alloc.DevicePtr](t)(d.Malloc(gran))
+	m := val[driver.DevicePtr](t)(d.Malloc(gran))
 	before := vmStateOf(d)
 
-	at := func(chunks int64) alloc.DevicePtr { return base + alloc.DevicePtr(chunks*gran) }
+	at := func(chunks int64) driver.DevicePtr { return base + driver.DevicePtr(chunks*gran) }
 	cases := map[string]error{
 		"map: size not a multiple":         d.MapMemory(at(5), gran+4096),
 		"map: size zero":                   d.MapMemory(at(5), 0),
@@ -250,24 +251,24 @@ func second[T any](_ T, err error) error { return err }
 func TestVMMemoryLimit(t *testing.T) {
 	d := newDriver(t, cpu.Options{MemoryLimit: 3 * gran})
 	s := newStream(t, d)
-	base := val[alloc.DevicePtr](t)(d.ReserveAddress(16 * gran)) // more than the device has
+	base := val[driver.DevicePtr](t)(d.ReserveAddress(16 * gran)) // more than the device has
 	ok(t, d.MapMemory(base, 2*gran))
-	err := d.MapMemory(base+alloc.DevicePtr(2*gran), 2*gran)
+	err := d.MapMemory(base+driver.DevicePtr(2*gran), 2*gran)
 	isErr(t, err, alloc.ErrOutOfMemory)
 	wantLive(t, d, 2*gran)
-	isErr(t, d.MemsetAsync(base+alloc.DevicePtr(2*gran), 1, 1, s), alloc.ErrInvalidValue)
+	isErr(t, d.MemsetAsync(base+driver.DevicePtr(2*gran), 1, 1, s), alloc.ErrInvalidValue)
 
 	_, err = d.Malloc(gran + 1)
 	isErr(t, err, alloc.ErrOutOfMemory)
-	m := val[alloc.DevicePtr](t)(d.Malloc(gran))
-	isErr(t, d.MapMemory(base+alloc.DevicePtr(2*gran), gran), alloc.ErrOutOfMemory)
+	m := val[driver.DevicePtr](t)(d.Malloc(gran))
+	isErr(t, d.MapMemory(base+driver.DevicePtr(2*gran), gran), alloc.ErrOutOfMemory)
 	ok(t, d.Free(m))
-	ok(t, d.MapMemory(base+alloc.DevicePtr(2*gran), gran))
+	ok(t, d.MapMemory(base+driver.DevicePtr(2*gran), gran))
 	wantLive(t, d, 3*gran)
 
 	ok(t, d.UnmapMemory(base, 2*gran))
 	wantLive(t, d, gran)
-	m = val[alloc.DevicePtr](t)(d.Malloc(2 * gran))
+	m = val[driver.DevicePtr](t)(d.Malloc(2 * gran))
 	ok(t, d.Free(m))
 }
 
@@ -288,14 +289,14 @@ func TestVMUsageAndClose(t *testing.T) {
 	d, err := cpu.New(cpu.Options{})
 	ok(t, err)
 	base := reserveMapped(t, d, 4, 3)
-	u := val[alloc.Usage](t)(d.Usage())
+	u := val[driver.Usage](t)(d.Usage())
 	if u.Device != 3*gran || d.LiveAllocations() != 1 {
 		t.Fatalf("usage %+v, %d allocations; want %d B in 1", u, d.LiveAllocations(), 3*gran)
 	}
 	if got := vmChunks(t) - chunks; got != 3 {
 		t.Fatalf("%d chunk mappings in the process, want 3", got)
 	}
-	ok(t, d.UnmapMemory(base+alloc.DevicePtr(gran), gran))
+	ok(t, d.UnmapMemory(base+driver.DevicePtr(gran), gran))
 	if got := vmChunks(t) - chunks; got != 2 {
 		t.Fatalf("%d chunk mappings after an unmap, want 2", got)
 	}
@@ -303,7 +304,7 @@ func TestVMUsageAndClose(t *testing.T) {
 	if got := vmChunks(t) - chunks; got != 0 {
 		t.Fatalf("%d chunk mappings left after Close", got)
 	}
-	isErr(t, d.MapMemory(base+alloc.DevicePtr(gran), gran), alloc.ErrClosed)
+	isErr(t, d.MapMemory(base+driver.DevicePtr(gran), gran), alloc.ErrClosed)
 	isErr(t, d.UnmapMemory(base, gran), alloc.ErrClosed)
 	isErr(t, d.ReleaseAddress(base, 4*gran), alloc.ErrClosed)
 	_, err = d.ReserveAddress(gran)
@@ -318,20 +319,20 @@ func TestVMDuringCapture(t *testing.T) {
 	s := newStream(t, d)
 	base := reserveMapped(t, d, 4, 1)
 	ok(t, d.BeginCapture(s, alloc.Global))
-	isErr(t, d.MapMemory(base+alloc.DevicePtr(gran), gran), alloc.ErrCaptureIllegalOp)
-	wantStatus(t, d, s, alloc.DriverCaptureInvalidated)
-	isErr(t, d.UnmapMemory(base, gran), alloc.ErrCaptureIllegalOp)
+	isErr(t, d.MapMemory(base+driver.DevicePtr(gran), gran), driver.ErrCaptureIllegalOp)
+	wantStatus(t, d, s, driver.CaptureInvalidated)
+	isErr(t, d.UnmapMemory(base, gran), driver.ErrCaptureIllegalOp)
 	_, err := d.ReserveAddress(gran)
-	isErr(t, err, alloc.ErrCaptureIllegalOp)
+	isErr(t, err, driver.ErrCaptureIllegalOp)
 	_, err = d.EndCapture(s)
 	isErr(t, err, alloc.ErrCaptureInvalidated)
 
-	relaxed := d.WithInteractionMode(alloc.Relaxed).(alloc.VirtualMemory)
+	relaxed := d.WithInteractionMode(alloc.Relaxed).(driver.VirtualMemory)
 	ok(t, d.BeginCapture(s, alloc.Global))
-	ok(t, relaxed.MapMemory(base+alloc.DevicePtr(gran), gran))
-	ok(t, relaxed.UnmapMemory(base+alloc.DevicePtr(gran), gran))
-	wantStatus(t, d, s, alloc.DriverCaptureActive)
-	g := val[alloc.GraphHandle](t)(d.EndCapture(s))
+	ok(t, relaxed.MapMemory(base+driver.DevicePtr(gran), gran))
+	ok(t, relaxed.UnmapMemory(base+driver.DevicePtr(gran), gran))
+	wantStatus(t, d, s, driver.CaptureActive)
+	g := val[driver.GraphHandle](t)(d.EndCapture(s))
 	ok(t, d.GraphDestroy(g))
 	wantLive(t, d, gran)
 }
@@ -344,8 +345,8 @@ func TestVMNotWithSuppliedMemory(t *testing.T) {
 		t.Fatalf("granularity %d with supplied memory, want 0", g)
 	}
 	_, err := d.ReserveAddress(gran)
-	isErr(t, err, alloc.ErrBackendUnavailable)
-	isErr(t, d.MapMemory(1<<40, gran), alloc.ErrBackendUnavailable)
+	isErr(t, err, driver.ErrBackendUnavailable)
+	isErr(t, d.MapMemory(1<<40, gran), driver.ErrBackendUnavailable)
 }
 
 // Operations on mapped chunks run while other chunks of the same
@@ -360,8 +361,8 @@ func TestVMConcurrentMapAndUse(t *testing.T) {
 		s := newStream(t, d)
 		wg.Go(func() {
 			buf := make([]byte, 4096)
-			at := base + alloc.DevicePtr(gran-2048) // across the stable chunks' boundary
-			cycled := base + alloc.DevicePtr(int64(2+w)*gran)
+			at := base + driver.DevicePtr(gran-2048) // across the stable chunks' boundary
+			cycled := base + driver.DevicePtr(int64(2+w)*gran)
 			for i := 0; ; i++ {
 				select {
 				case <-stop:
@@ -369,11 +370,11 @@ func TestVMConcurrentMapAndUse(t *testing.T) {
 				default:
 				}
 				v := byte(w*100 + i%100)
-				if err := d.MemsetAsync(at+alloc.DevicePtr(w*4096), v, 4096, s); err != nil {
+				if err := d.MemsetAsync(at+driver.DevicePtr(w*4096), v, 4096, s); err != nil {
 					t.Error(err)
 					return
 				}
-				if err := d.CopyDtoH(buf, at+alloc.DevicePtr(w*4096), s); err != nil {
+				if err := d.CopyDtoH(buf, at+driver.DevicePtr(w*4096), s); err != nil {
 					t.Error(err)
 					return
 				}
@@ -394,10 +395,10 @@ func TestVMConcurrentMapAndUse(t *testing.T) {
 	}
 	for range 50 {
 		for c := int64(2); c < 4; c++ {
-			ok(t, d.MapMemory(base+alloc.DevicePtr(c*gran), gran))
+			ok(t, d.MapMemory(base+driver.DevicePtr(c*gran), gran))
 		}
 		for c := int64(2); c < 4; c++ {
-			ok(t, d.UnmapMemory(base+alloc.DevicePtr(c*gran), gran))
+			ok(t, d.UnmapMemory(base+driver.DevicePtr(c*gran), gran))
 		}
 	}
 	close(stop)

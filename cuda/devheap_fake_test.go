@@ -15,6 +15,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 	"github.com/capalloc/capalloc/internal/ranks"
 	"github.com/capalloc/capalloc/symheap"
@@ -30,17 +31,17 @@ const devHeapSize = 1 << 16
 
 // devRank is one rank's driver, spy and allocator.
 type devRank struct {
-	d   alloc.Driver
+	d   driver.Driver
 	spy *alloctest.Spy
 	a   *alloc.Allocator
 }
 
-func newDevRank(t *testing.T, wrap func(*Driver) alloc.Driver) *devRank {
+func newDevRank(t *testing.T, wrap func(*Driver) driver.Driver) *devRank {
 	t.Helper()
 	d, err := New(Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { d.Close() })
-	var drv alloc.Driver = d
+	var drv driver.Driver = d
 	if wrap != nil {
 		drv = wrap(d)
 	}
@@ -56,13 +57,13 @@ func newDevRank(t *testing.T, wrap func(*Driver) alloc.Driver) *devRank {
 func eachRank(n int, fn func(r int) error) []error { return ranks.Each(n, fn) }
 
 // table reads a heap's peer table back from the device.
-func table(t *testing.T, h *symheap.DeviceHeap) []alloc.DevicePtr {
+func table(t *testing.T, h *symheap.DeviceHeap) []driver.DevicePtr {
 	t.Helper()
 	b := make([]byte, h.PeerTable().Size())
 	require.NoError(t, h.Allocator().Download(b, h.PeerTable(), 0))
-	var out []alloc.DevicePtr
+	var out []driver.DevicePtr
 	for i := 0; i < len(b); i += 8 {
-		out = append(out, alloc.DevicePtr(binary.LittleEndian.Uint64(b[i:])))
+		out = append(out, driver.DevicePtr(binary.LittleEndian.Uint64(b[i:])))
 	}
 	return out
 }
@@ -153,9 +154,9 @@ func TestFakeDeviceHeapGoroutineRanks(t *testing.T) {
 	require.NoError(t, a0.BeginCapture(alloc.Global))
 	before := ranks[0].spy.Snapshot()
 	_, err = symheap.OpenDevice(0, a0, symheap.NewLocalExchange(1), devHeapSize, symheap.DeviceOptions{})
-	require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
+	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
 	require.Zero(t, ranks[0].spy.Snapshot().Sub(before).Total(alloctest.MethodStreamCaptureStatus))
-	require.ErrorIs(t, h.Close(), alloc.ErrCaptureIllegalOp, "closing in a capture is refused too")
+	require.ErrorIs(t, h.Close(), driver.ErrCaptureIllegalOp, "closing in a capture is refused too")
 	g, err := a0.EndCapture()
 	require.NoError(t, err)
 	require.NoError(t, g.Close())
@@ -176,14 +177,14 @@ func TestFakeDeviceHeapGoroutineRanks(t *testing.T) {
 // badExport hands out a handle no runtime can open.
 type badExport struct{ *Driver }
 
-func (badExport) IPCGetMemHandle(alloc.DevicePtr) ([]byte, error) {
+func (badExport) IPCGetMemHandle(driver.DevicePtr) ([]byte, error) {
 	return make([]byte, ipcHandleSize), nil
 }
 
 // failAlloc fails the heap's allocation.
 type failAlloc struct{ *Driver }
 
-func (failAlloc) Malloc(int64) (alloc.DevicePtr, error) {
+func (failAlloc) Malloc(int64) (driver.DevicePtr, error) {
 	return 0, fmt.Errorf("%w: test: no memory", alloc.ErrOutOfMemory)
 }
 
@@ -194,7 +195,7 @@ func (failAlloc) Malloc(int64) (alloc.DevicePtr, error) {
 func TestFakeDeviceHeapAllOrNothingInProcess(t *testing.T) {
 	fake.Lib(t)
 	const n = 3
-	ranks := []*devRank{newDevRank(t, nil), newDevRank(t, func(d *Driver) alloc.Driver { return failAlloc{d} }), newDevRank(t, nil)}
+	ranks := []*devRank{newDevRank(t, nil), newDevRank(t, func(d *Driver) driver.Driver { return failAlloc{d} }), newDevRank(t, nil)}
 	x := symheap.NewLocalExchange(n)
 	errs := eachRank(n, func(r int) error {
 		_, err := symheap.OpenDevice(r, ranks[r].a, x, devHeapSize, symheap.DeviceOptions{Timeout: 10 * time.Second})
@@ -277,9 +278,9 @@ func devHeapChild(t *testing.T, spec string) {
 	if mode != "gpu" {
 		log = gpurttest.OpenLog(t, os.Getenv(LibEnv))
 	}
-	var wrap func(*Driver) alloc.Driver
+	var wrap func(*Driver) driver.Driver
 	if mode == "bad" && rank == 2 {
-		wrap = func(d *Driver) alloc.Driver { return badExport{d} }
+		wrap = func(d *Driver) driver.Driver { return badExport{d} }
 	}
 	me := newDevRank(t, wrap)
 	x := symheap.FileExchange(dir, n)

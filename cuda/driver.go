@@ -1,7 +1,7 @@
-// Package cuda is the alloc.Driver for NVIDIA GPUs, bound to the CUDA
+// Package cuda is the driver.Driver for NVIDIA GPUs, bound to the CUDA
 // runtime (libcudart) at run time through purego: no cgo, so it builds with
 // CGO_ENABLED=0 for linux/amd64 and linux/arm64, and a machine without CUDA
-// gets an error wrapping alloc.ErrBackendUnavailable that says what was
+// gets an error wrapping driver.ErrBackendUnavailable that says what was
 // searched, never a crash. See docs/cuda-backend.md.
 package cuda
 
@@ -10,7 +10,7 @@ import (
 	"os"
 	"unsafe"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
@@ -70,9 +70,9 @@ type Options struct {
 	// so it can be exported (ExportPool). Not with DefaultPool.
 	IPC bool
 	// CaptureSafety overrides the device's classification
-	// (alloc.ClassifySafety; docs/capture-safety.md). SafetyUnset: strict
+	// (driver.ClassifySafety; docs/capture-safety.md). SafetyUnset: strict
 	// on GB10 and on every device without a recorded truth table.
-	CaptureSafety alloc.CaptureSafety
+	CaptureSafety driver.CaptureSafety
 }
 
 // core is the shared runtime layer's options for o: the same fields, in
@@ -83,17 +83,17 @@ func (o Options) core() gpurt.Options { return gpurt.Options(o) }
 // name: its exported methods are Driver's.
 type core = gpurt.Driver
 
-// Driver is one CUDA device: the alloc.Driver, with the optional
-// interfaces alloc.GraphMemTrimmer, alloc.PoolTrimmer,
-// alloc.HostFuncLauncher, alloc.IPCMemory, alloc.StreamIdler and
-// alloc.KernelLauncher (modules and launches through the CUDA driver API:
+// Driver is one CUDA device: the driver.Driver, with the optional
+// interfaces driver.GraphMemTrimmer, driver.PoolTrimmer,
+// driver.HostFuncLauncher, driver.IPCMemory, driver.StreamIdler and
+// driver.KernelLauncher (modules and launches through the CUDA driver API:
 // driverapi.go). Every
 // method is safe for concurrent use. The methods are internal/gpurt's,
 // shared with the hip package; this package binds them to libcudart
 // (symbols.go, abi.go, errors.go) and adds what only CUDA has.
 //
 // Its methods come from the embedded *gpurt.Driver (go doc does not list
-// them here): the alloc.Driver methods (Name, Info, CaptureDomain, Close,
+// them here): the driver.Driver methods (Name, Info, CaptureDomain, Close,
 // CreateStream, DestroyStream, StreamSynchronize, StreamQuery,
 // StreamCaptureStatus, Malloc, Free, MallocAsync, FreeAsync, HostAlloc,
 // HostFree, the copies and MemsetAsync, BeginCapture, EndCapture,
@@ -112,7 +112,7 @@ type Driver struct {
 var _ gpurt.Interfaces = (*Driver)(nil)
 
 // New loads the CUDA runtime and opens a device. Without a usable runtime,
-// driver or device the error wraps alloc.ErrBackendUnavailable and says
+// driver or device the error wraps driver.ErrBackendUnavailable and says
 // what was searched or found; bad options wrap alloc.ErrInvalidValue.
 //
 // Opening makes device-wide calls (cudaSetDevice, cudaMemGetInfo, pool
@@ -120,7 +120,7 @@ var _ gpurt.Interfaces = (*Driver)(nil)
 // capture, or hang on GB10. So New runs under alloc's guard for the "cuda"
 // capture domain: while a Global-mode capture is active anywhere in the
 // process it makes no driver call and fails with an error wrapping
-// alloc.ErrCaptureIllegalOp; retry after the capture ends.
+// driver.ErrCaptureIllegalOp; retry after the capture ends.
 func New(opts Options) (*Driver, error) {
 	d := &Driver{opts: opts}
 	c, err := gpurt.Open(gpurt.Config{
@@ -156,7 +156,7 @@ func (d *Driver) checkDevice(*gpurt.Setup) error {
 		return err
 	}
 	if dev >= int(n) {
-		return errf(alloc.ErrBackendUnavailable, "device %d requested, %d present (%s)", dev, n, rt.Path)
+		return errf(driver.ErrBackendUnavailable, "device %d requested, %d present (%s)", dev, n, rt.Path)
 	}
 	var pools int32
 	if err := rt.Check("query memory pool support", "cudaDeviceGetAttribute",
@@ -164,7 +164,7 @@ func (d *Driver) checkDevice(*gpurt.Setup) error {
 		return err
 	}
 	if pools == 0 {
-		return errf(alloc.ErrBackendUnavailable, "device %d does not support stream-ordered memory pools (cudaDevAttrMemoryPoolsSupported = 0)", dev)
+		return errf(driver.ErrBackendUnavailable, "device %d does not support stream-ordered memory pools (cudaDevAttrMemoryPoolsSupported = 0)", dev)
 	}
 	return nil
 }

@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
@@ -26,6 +26,6 @@ func TestFakeNoPoolsIsUnavailable(t *testing.T) {
 	fake.Lib(t)
 	t.Setenv("FAKE_CUDA_NO_POOLS", "1")
 	_, err := New(Options{})
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), "cudaDevAttrMemoryPoolsSupported")
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/ebitengine/purego"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
@@ -101,7 +102,7 @@ func (a *driverAPI) bindings() []gpurt.Binding {
 
 // driver binds the driver API once per runtime library: from the runtime
 // library's own handle if it has every call, else from $DriverLibEnv if
-// set, else from libcuda.so.1. None is alloc.ErrBackendUnavailable naming
+// set, else from libcuda.so.1. None is driver.ErrBackendUnavailable naming
 // each library tried and what it lacked; a later call tries again.
 func (rt *runtimeAPI) driver(getenv func(string) string) (*driverAPI, error) {
 	rt.drvMu.Lock()
@@ -113,7 +114,7 @@ func (rt *runtimeAPI) driver(getenv func(string) string) (*driverAPI, error) {
 	bind := func(path string, h uintptr) *driverAPI {
 		a := &driverAPI{rt: rt, path: path}
 		if err := vendor.Resolve(h, path, a.bindings()); err != nil {
-			tried = append(tried, strings.TrimPrefix(err.Error(), alloc.ErrBackendUnavailable.Error()+": cuda: "))
+			tried = append(tried, strings.TrimPrefix(err.Error(), driver.ErrBackendUnavailable.Error()+": cuda: "))
 			return nil
 		}
 		return a
@@ -136,7 +137,7 @@ func (rt *runtimeAPI) driver(getenv func(string) string) (*driverAPI, error) {
 	}
 	if a == nil {
 		return nil, fmt.Errorf("%w: cuda: no CUDA driver API for modules and kernel launches (set %s to libcuda's path); tried:\n  %s",
-			alloc.ErrBackendUnavailable, DriverLibEnv, strings.Join(tried, "\n  "))
+			driver.ErrBackendUnavailable, DriverLibEnv, strings.Join(tried, "\n  "))
 	}
 	rt.drv = a
 	return a, nil
@@ -150,7 +151,7 @@ func (a *driverAPI) check(op, call string, code int32) error {
 		return nil
 	}
 	e := &Error{Op: op, Call: call, Code: int(code), Text: a.text(code)}
-	if sentinelFor(e.Code) == alloc.ErrBackendUnavailable {
+	if sentinelFor(e.Code) == driver.ErrBackendUnavailable {
 		a.rt.explain(e)
 	}
 	return e
@@ -216,7 +217,7 @@ func (d *Driver) kernels(*gpurt.Setup) (*gpurt.KernelAPI, error) {
 
 // ptxImage is the module's PTX, NUL-terminated as cuModuleLoadData reads
 // it.
-func ptxImage(img alloc.ModuleImage) ([]byte, error) {
+func ptxImage(img driver.ModuleImage) ([]byte, error) {
 	ptx := img.PTX
 	if len(bytes.TrimRight(ptx, "\x00")) == 0 {
 		return nil, errf(alloc.ErrInvalidValue, "load module %s: the image has no PTX", img.Name)

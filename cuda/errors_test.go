@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 func TestErrorMapping(t *testing.T) {
@@ -14,19 +15,19 @@ func TestErrorMapping(t *testing.T) {
 		1: alloc.ErrInvalidValue, 17: alloc.ErrInvalidValue, 21: alloc.ErrInvalidValue, 101: alloc.ErrInvalidValue,
 		400: alloc.ErrInvalidValue, 401: alloc.ErrInvalidValue,
 		2: alloc.ErrOutOfMemory,
-		3: alloc.ErrBackendUnavailable, 4: alloc.ErrBackendUnavailable, 34: alloc.ErrBackendUnavailable,
-		35: alloc.ErrBackendUnavailable, 36: alloc.ErrBackendUnavailable, 46: alloc.ErrBackendUnavailable,
-		100: alloc.ErrBackendUnavailable, 102: alloc.ErrBackendUnavailable, 103: alloc.ErrBackendUnavailable,
-		127: alloc.ErrBackendUnavailable, 802: alloc.ErrBackendUnavailable, 803: alloc.ErrBackendUnavailable,
-		804: alloc.ErrBackendUnavailable,
-		900: alloc.ErrCaptureIllegalOp, 906: alloc.ErrCaptureIllegalOp, 907: alloc.ErrCaptureIllegalOp,
+		3: driver.ErrBackendUnavailable, 4: driver.ErrBackendUnavailable, 34: driver.ErrBackendUnavailable,
+		35: driver.ErrBackendUnavailable, 36: driver.ErrBackendUnavailable, 46: driver.ErrBackendUnavailable,
+		100: driver.ErrBackendUnavailable, 102: driver.ErrBackendUnavailable, 103: driver.ErrBackendUnavailable,
+		127: driver.ErrBackendUnavailable, 802: driver.ErrBackendUnavailable, 803: driver.ErrBackendUnavailable,
+		804: driver.ErrBackendUnavailable,
+		900: driver.ErrCaptureIllegalOp, 906: driver.ErrCaptureIllegalOp, 907: driver.ErrCaptureIllegalOp,
 		901: alloc.ErrCaptureInvalidated, 902: alloc.ErrCaptureInvalidated, 903: alloc.ErrCaptureInvalidated,
 		904: alloc.ErrCaptureInvalidated, 905: alloc.ErrCaptureInvalidated,
 		910: alloc.ErrCaptureInvalidated,
-		909: alloc.ErrDriver, 801: alloc.ErrDriver, 700: alloc.ErrDriver, 719: alloc.ErrDriver, 999: alloc.ErrDriver,
+		909: driver.ErrDriver, 801: driver.ErrDriver, 700: driver.ErrDriver, 719: driver.ErrDriver, 999: driver.ErrDriver,
 	}
-	all := []error{alloc.ErrInvalidValue, alloc.ErrOutOfMemory, alloc.ErrBackendUnavailable, alloc.ErrCaptureIllegalOp,
-		alloc.ErrCaptureInvalidated, alloc.ErrDriver, alloc.ErrCaptureUnavailable}
+	all := []error{alloc.ErrInvalidValue, alloc.ErrOutOfMemory, driver.ErrBackendUnavailable, driver.ErrCaptureIllegalOp,
+		alloc.ErrCaptureInvalidated, driver.ErrDriver, driver.ErrCaptureUnavailable}
 	for code, sentinel := range want {
 		err := error(&Error{Op: "op", Call: "cudaSomething", Code: code, Text: "the runtime's text"})
 		require.ErrorIs(t, err, sentinel, "code %d", code)
@@ -46,10 +47,10 @@ func TestErrorMapping(t *testing.T) {
 // 908 is a capture ended on the wrong thread: refused, not invalidated.
 func TestErrorWrongThread(t *testing.T) {
 	err := error(&Error{Op: "end capture", Call: "cudaStreamEndCapture", Code: 908, Text: "operation not permitted on a stream capture object in current thread"})
-	require.ErrorIs(t, err, alloc.ErrCaptureWrongThread)
-	require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
+	require.ErrorIs(t, err, driver.ErrCaptureWrongThread)
+	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
 	require.NotErrorIs(t, err, alloc.ErrCaptureInvalidated)
-	require.NotErrorIs(t, err, alloc.ErrDriver)
+	require.NotErrorIs(t, err, driver.ErrDriver)
 	require.Contains(t, err.Error(), "capture must be ended on the thread that began it")
 	require.Contains(t, err.Error(), "cudaStreamEndCapture returned 908")
 }
@@ -57,8 +58,8 @@ func TestErrorWrongThread(t *testing.T) {
 func TestErrorMessageAndOverride(t *testing.T) {
 	err := &Error{Op: "malloc async 64 B", Call: "cudaMallocFromPoolAsync", Code: 2, Text: "out of memory"}
 	require.Equal(t, "out of device memory: cuda: malloc async 64 B: cudaMallocFromPoolAsync returned 2 (out of memory)", err.Error())
-	over := &Error{Op: "begin capture", Call: "cudaStreamBeginCapture", Code: 801, Text: "operation not supported", kind: alloc.ErrCaptureUnavailable}
-	require.ErrorIs(t, over, alloc.ErrCaptureUnavailable)
-	require.NotErrorIs(t, over, alloc.ErrDriver)
+	over := &Error{Op: "begin capture", Call: "cudaStreamBeginCapture", Code: 801, Text: "operation not supported", kind: driver.ErrCaptureUnavailable}
+	require.ErrorIs(t, over, driver.ErrCaptureUnavailable)
+	require.NotErrorIs(t, over, driver.ErrDriver)
 	require.Zero(t, codeOf(errors.New("plain")))
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 	"github.com/capalloc/capalloc/internal/kernels"
 )
@@ -38,7 +39,7 @@ func TestFakeDriverAPIMissing(t *testing.T) {
 	} {
 		t.Setenv(DriverLibEnv, c.env)
 		_, err := d.LoadModule(kernels.Image())
-		require.ErrorIs(t, err, alloc.ErrBackendUnavailable, c.name)
+		require.ErrorIs(t, err, driver.ErrBackendUnavailable, c.name)
 		msg := err.Error()
 		require.Contains(t, msg, "no CUDA driver API for modules and kernel launches", c.name)
 		require.Contains(t, msg, "lacks required symbols [cuInit cuDeviceGet", "the runtime library is tried first: "+c.name)
@@ -48,7 +49,7 @@ func TestFakeDriverAPIMissing(t *testing.T) {
 	if _, err := purego.Dlopen(driverLib, purego.RTLD_NOW|purego.RTLD_LOCAL); err != nil {
 		t.Setenv(DriverLibEnv, "")
 		_, err := d.LoadModule(kernels.Image())
-		require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+		require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 		require.Contains(t, err.Error(), driverLib, "the default library is named")
 	}
 
@@ -95,13 +96,13 @@ func TestFakePrimaryContext(t *testing.T) {
 func TestFakeLoadModuleBadPTX(t *testing.T) {
 	d, log := openFake(t, Options{})
 	log.Lines()
-	_, err := d.LoadModule(alloc.ModuleImage{Name: "none", Kernels: []string{kernels.Axpy}})
+	_, err := d.LoadModule(driver.ModuleImage{Name: "none", Kernels: []string{kernels.Axpy}})
 	require.ErrorIs(t, err, alloc.ErrInvalidValue)
 	require.Contains(t, err.Error(), "has no PTX")
 	require.Empty(t, gpurttest.Find(log.Lines(), "cuModuleLoadData"))
 
-	_, err = d.LoadModule(alloc.ModuleImage{Name: "junk", PTX: []byte("not ptx"), Kernels: []string{kernels.Axpy}})
-	require.ErrorIs(t, err, alloc.ErrDriver)
+	_, err = d.LoadModule(driver.ModuleImage{Name: "junk", PTX: []byte("not ptx"), Kernels: []string{kernels.Axpy}})
+	require.ErrorIs(t, err, driver.ErrDriver)
 	require.Equal(t, 218, codeOf(err))
 	require.Contains(t, err.Error(), "cuModuleLoadData returned 218 (a PTX JIT compilation failed)")
 }

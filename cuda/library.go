@@ -28,12 +28,12 @@ var search = gpurt.Search{
 // libcudart under live allocations or a running stream is undefined. A
 // library that opens but is unusable (not a CUDA runtime, too old, no
 // driver, a driver too old for it, no device: every reason that wraps
-// alloc.ErrBackendUnavailable) is skipped for the next one, so a machine
+// driver.ErrBackendUnavailable) is skipped for the next one, so a machine
 // with libcudart.so.13 first on the path and a CUDA 12 driver uses
 // libcudart.so.12; it is left loaded (dlclose of a half-initialized CUDA
 // runtime is not worth the risk) but not remembered, so a later open tries
 // it again. When none is usable, the error wraps
-// alloc.ErrBackendUnavailable and names every path with its reason, and
+// driver.ErrBackendUnavailable and names every path with its reason, and
 // errors.As finds each unusable library's *Error with its cudaError_t.
 var loader = gpurt.Loader[runtimeAPI]{Vendor: &vendor, Search: &search, Bind: bind}
 

@@ -11,7 +11,7 @@ import (
 	"github.com/ebitengine/purego"
 	"github.com/stretchr/testify/require"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
@@ -44,7 +44,7 @@ func TestUnavailableNamesEveryPathAndReason(t *testing.T) {
 	if err == nil {
 		t.Skipf("a real CUDA runtime is installed here (%s): the search found it", rt.Path)
 	}
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	for _, p := range candidates(env(map[string]string{"CUDA_HOME": home})) {
 		require.Contains(t, err.Error(), p)
 	}
@@ -108,12 +108,12 @@ func TestRealRuntimeWithoutGPU(t *testing.T) {
 		purego.Dlclose(h)
 		// A driver library without a device: the runtime reports 100.
 		_, err := loadFirst([]string{path})
-		require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+		require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 		require.Contains(t, err.Error(), path+": runtime version: cudaRuntimeGetVersion returned 100")
 		return
 	}
 	_, err := loadFirst([]string{path})
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	msg := err.Error()
 	t.Log(msg)
 	require.Contains(t, msg, path+": runtime version: cudaRuntimeGetVersion returned 35 (CUDA driver version is insufficient for CUDA runtime version)",
@@ -133,7 +133,7 @@ func TestRealRuntimeWithoutGPU(t *testing.T) {
 	// loader's path) and gives the same reason.
 	t.Setenv(LibEnv, "")
 	_, err = New(Options{})
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), "libcudart.so.11.0: runtime version: cudaRuntimeGetVersion returned 35")
 }
 
@@ -152,7 +152,7 @@ func TestRealRuntimeWithOldDriver(t *testing.T) {
 	path := realRuntime(t)
 	if os.Getenv(oldDriverEnv) != "" {
 		_, err := loadFirst([]string{path})
-		require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+		require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 		msg := err.Error()
 		t.Log(msg)
 		require.Contains(t, msg, path+": runtime version: cudaRuntimeGetVersion returned 35 (CUDA driver version is insufficient for CUDA runtime version)")

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
@@ -78,7 +78,7 @@ func TestLoaderSkipsUnusableLibrary(t *testing.T) {
 			require.Equal(t, 12040, rv)
 
 			_, err = loadFirst([]string{first})
-			require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+			require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 			line := lineOf(t, err.Error(), first+": ")
 			for _, w := range c.want {
 				require.Contains(t, line, w)
@@ -118,7 +118,7 @@ func TestLoaderNamesEveryLibraryTried(t *testing.T) {
 	paths := []string{filepath.Join(lib, "libcudart.so.13"), filepath.Join(lib, "libcudart.so.12"),
 		filepath.Join(lib, "libcudart.so.11.0"), filepath.Join(lib, "libcudart.so")}
 	_, err := loadFirst(paths)
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	msg := err.Error()
 	require.Contains(t, msg, "no usable CUDA runtime library")
 	last := -1
@@ -144,7 +144,7 @@ func TestLoaderOverrideIsOnlyCandidate(t *testing.T) {
 	fake.Build(t, broken, "-DFAKE_NO_DRIVER")
 	t.Setenv(LibEnv, broken)
 	_, err := New(Options{})
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), broken+": runtime version: cudaRuntimeGetVersion returned 35")
 	require.NotContains(t, err.Error(), lib)
 }
@@ -178,7 +178,7 @@ func TestUnavailableCodeAtEveryStep(t *testing.T) {
 				t.Setenv(k, v)
 			}
 			_, err := New(Options{})
-			require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+			require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 			require.Contains(t, err.Error(), path+": "+c.want)
 			var e *Error
 			require.ErrorAs(t, err, &e)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/ebitengine/purego"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
@@ -49,7 +49,7 @@ func bind(path string, h uintptr) (*runtimeAPI, error) {
 	} {
 		addr, err := purego.Dlsym(h, b.name)
 		if err != nil || addr == 0 {
-			return nil, fmt.Errorf("%w: cuda: %s: not a CUDA runtime: no symbol %s", alloc.ErrBackendUnavailable, path, b.name)
+			return nil, fmt.Errorf("%w: cuda: %s: not a CUDA runtime: no symbol %s", driver.ErrBackendUnavailable, path, b.name)
 		}
 		*b.addr = addr
 	}
@@ -90,12 +90,12 @@ func bind(path string, h uintptr) (*runtimeAPI, error) {
 }
 
 // unusable is the error of a library that loaded but cannot be used: its
-// first calls failed. It wraps alloc.ErrBackendUnavailable whatever the
+// first calls failed. It wraps driver.ErrBackendUnavailable whatever the
 // code (the loader then moves on to the next candidate), names the
 // library, explains the code from the driver's version, and keeps the code
 // (errors.As gives the *Error).
 func (rt *runtimeAPI) unusable(op, fn string, code int32) error {
-	e := &Error{Op: op, Call: fn, Code: int(code), Text: rt.text(code), kind: alloc.ErrBackendUnavailable}
+	e := &Error{Op: op, Call: fn, Code: int(code), Text: rt.text(code), kind: driver.ErrBackendUnavailable}
 	rt.explain(e)
 	return e
 }
@@ -168,14 +168,14 @@ func fileVersion(path string) (string, int) {
 func checkVersions(path string, runtimeVersion, driverVersion int) error {
 	if runtimeVersion < minRuntimeVersion {
 		return fmt.Errorf("%w: cuda: %s: runtime %s is older than the minimum, %s",
-			alloc.ErrBackendUnavailable, path, versionString(runtimeVersion), versionString(minRuntimeVersion))
+			driver.ErrBackendUnavailable, path, versionString(runtimeVersion), versionString(minRuntimeVersion))
 	}
 	if driverVersion == 0 {
 		return fmt.Errorf("%w: cuda: %s: runtime %s, but no CUDA driver is installed (cudaDriverGetVersion reports 0)",
-			alloc.ErrBackendUnavailable, path, versionString(runtimeVersion))
+			driver.ErrBackendUnavailable, path, versionString(runtimeVersion))
 	}
 	if driverVersion/1000 < runtimeVersion/1000 {
-		return fmt.Errorf("%w: cuda: %s: %s", alloc.ErrBackendUnavailable, path, driverTooOld(path, runtimeVersion, driverVersion))
+		return fmt.Errorf("%w: cuda: %s: %s", driver.ErrBackendUnavailable, path, driverTooOld(path, runtimeVersion, driverVersion))
 	}
 	return nil
 }
@@ -183,11 +183,11 @@ func checkVersions(path string, runtimeVersion, driverVersion int) error {
 // newError is the typed error of a failed call (gpurt.Runtime.NewError):
 // kind, when set, overrides the code's sentinel. A code that means no
 // usable driver or device (35 and the others mapped to
-// alloc.ErrBackendUnavailable), at any step of open or later, is explained
+// driver.ErrBackendUnavailable), at any step of open or later, is explained
 // as the loader explains it: the library's path and the driver's version.
 func (rt *runtimeAPI) newError(op, fn string, code int32, kind error) error {
 	e := &Error{Op: op, Call: fn, Code: int(code), Text: rt.text(code), kind: kind}
-	if sentinelFor(e.Code) == alloc.ErrBackendUnavailable {
+	if sentinelFor(e.Code) == driver.ErrBackendUnavailable {
 		rt.explain(e)
 	}
 	return e

@@ -3,7 +3,7 @@ package cuda
 import (
 	"fmt"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
@@ -84,7 +84,7 @@ func (rt *runtimeAPI) bindings(runtimeVersion int) ([]gpurt.Binding, error) {
 	s := &rt.Syms
 	if runtimeVersion < minRuntimeVersion {
 		return nil, fmt.Errorf("%w: cuda: runtime version %s is older than the minimum %s (stream-ordered pools and cudaGraphInstantiateWithFlags)",
-			alloc.ErrBackendUnavailable, versionString(runtimeVersion), versionString(minRuntimeVersion))
+			driver.ErrBackendUnavailable, versionString(runtimeVersion), versionString(minRuntimeVersion))
 	}
 	props := "cudaGetDeviceProperties"
 	if runtimeVersion >= 12000 && runtimeVersion < 13000 {

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
@@ -47,7 +48,7 @@ func TestBindingsByRuntimeVersion(t *testing.T) {
 	}
 	var rt runtimeAPI
 	_, err := rt.bindings(11030)
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), "11.3 is older than the minimum 11.4")
 }
 
@@ -63,7 +64,7 @@ func TestCheckVersions(t *testing.T) {
 		{13000, 12080, "lib: runtime 13.0 needs a driver for CUDA 13, driver supports 12.8"},
 	} {
 		err := checkVersions("lib", c.rt, c.drv)
-		require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+		require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 		require.Contains(t, err.Error(), c.msg)
 	}
 }
@@ -76,13 +77,13 @@ func TestCaptureModeAndStatusMapping(t *testing.T) {
 	}
 	_, err := vendor.CaptureMode(alloc.CaptureMode(42))
 	require.ErrorIs(t, err, alloc.ErrInvalidValue)
-	for st, want := range map[int32]alloc.DriverCaptureStatus{0: alloc.DriverCaptureNone, 1: alloc.DriverCaptureActive, 2: alloc.DriverCaptureInvalidated} {
+	for st, want := range map[int32]driver.CaptureStatus{0: driver.CaptureNone, 1: driver.CaptureActive, 2: driver.CaptureInvalidated} {
 		got, err := vendor.CaptureStatus(st, "cudaStreamIsCapturing")
 		require.NoError(t, err)
 		require.Equal(t, want, got)
 	}
 	_, err = vendor.CaptureStatus(3, "cudaStreamIsCapturing")
-	require.ErrorIs(t, err, alloc.ErrDriver)
+	require.ErrorIs(t, err, driver.ErrDriver)
 }
 
 // The fake reports the runtime version it is told; the bound properties
@@ -102,12 +103,12 @@ func TestFakeVersionChoosesBindings(t *testing.T) {
 	path := fake.Lib(t)
 	t.Setenv("FAKE_CUDART_VERSION", "11020")
 	_, err := New(Options{})
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), path+": runtime 11.2 is older than the minimum, 11.4")
 	fake.Lib(t)
 	t.Setenv("FAKE_CUDART_VERSION", "12040")
 	t.Setenv("FAKE_CUDA_DRIVER_VERSION", "0")
 	_, err = New(Options{})
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), "no CUDA driver is installed")
 }

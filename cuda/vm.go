@@ -2,7 +2,7 @@ package cuda
 
 import "github.com/capalloc/capalloc/internal/gpurt"
 
-// Virtual memory (alloc.VirtualMemory) through CUDA's virtual memory
+// Virtual memory (driver.VirtualMemory) through CUDA's virtual memory
 // management, in the driver API (libcuda, like the module calls:
 // driverapi.go), on the runtime's primary context of the device, made
 // current before the calls. Signatures (cuda.h, CUDA 10.2 onwards, none

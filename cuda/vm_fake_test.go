@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
@@ -43,7 +43,7 @@ func TestFakeVirtualMemoryCallsMissing(t *testing.T) {
 	defer d.Close()
 	require.Zero(t, d.MapGranularity())
 	_, err = d.ReserveAddress(2 << 20)
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), "lacks [cuMemGetAllocationGranularity cuMemAddressReserve")
 	lines := log.Lines()
 	require.Len(t, gpurttest.Find(lines, "cuDevicePrimaryCtxRetain"), 1)

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // On a real GPU: a reservation with two chunks mapped by separate calls
@@ -27,13 +27,13 @@ func TestGPUVirtualMemoryAcrossChunks(t *testing.T) {
 	base, err := d.ReserveAddress(4 * g)
 	must(t, err)
 	must(t, d.MapMemory(base, g))
-	must(t, d.MapMemory(base+alloc.DevicePtr(g), g))
+	must(t, d.MapMemory(base+driver.DevicePtr(g), g))
 	s, err := d.CreateStream()
 	must(t, err)
 	defer d.DestroyStream(s)
 
 	const n = 1 << 20
-	at := base + alloc.DevicePtr(g-n/2)
+	at := base + driver.DevicePtr(g-n/2)
 	must(t, d.MemsetAsync(at, 0xA5, n, s))
 	out := make([]byte, n)
 	must(t, d.CopyDtoH(out, at, s))
@@ -46,7 +46,7 @@ func TestGPUVirtualMemoryAcrossChunks(t *testing.T) {
 	}
 	must(t, d.CopyHtoD(at, in, s))
 	must(t, d.CopyDtoDAsync(base, at, n, s)) // from the straddling range to the first chunk's start
-	for _, p := range []alloc.DevicePtr{at, base} {
+	for _, p := range []driver.DevicePtr{at, base} {
 		clear(out)
 		must(t, d.CopyDtoH(out, p, s))
 		if !bytes.Equal(out, in) {
@@ -54,7 +54,7 @@ func TestGPUVirtualMemoryAcrossChunks(t *testing.T) {
 		}
 	}
 	must(t, d.StreamSynchronize(s))
-	must(t, d.UnmapMemory(base+alloc.DevicePtr(g), g))
+	must(t, d.UnmapMemory(base+driver.DevicePtr(g), g))
 	must(t, d.UnmapMemory(base, g))
 	must(t, d.ReleaseAddress(base, 4*g))
 }

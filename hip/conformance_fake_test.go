@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/conformance"
 )
 
@@ -25,10 +25,10 @@ func TestConformanceOnFakeRuntime56(t *testing.T) {
 		groups = slices.DeleteFunc(groups, func(g string) bool { return g == "Collectives" })
 		t.Log("the Collectives group runs at 5.6 with $CAPALLOC_TEST_FULL=1 only (as in .ci/run)")
 	}
-	conformance.RunGroups(t, func(t testing.TB) alloc.Driver {
+	conformance.RunGroups(t, func(t testing.TB) driver.Driver {
 		t.Helper()
 		// The fake implements the documented rules (docs/capture-safety.md).
-		d, err := New(Options{CaptureSafety: alloc.SafetyDocumented})
+		d, err := New(Options{CaptureSafety: driver.SafetyDocumented})
 		if err != nil {
 			t.Fatalf("open on the fake runtime 5.6: %v", err)
 		}

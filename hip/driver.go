@@ -1,7 +1,7 @@
-// Package hip is the alloc.Driver for AMD GPUs, bound to the HIP runtime
+// Package hip is the driver.Driver for AMD GPUs, bound to the HIP runtime
 // (libamdhip64) at run time through purego: no cgo, so it builds with
 // CGO_ENABLED=0 for linux/amd64 and linux/arm64, and a machine without
-// ROCm or without a GPU gets an error wrapping alloc.ErrBackendUnavailable
+// ROCm or without a GPU gets an error wrapping driver.ErrBackendUnavailable
 // that says what was searched and found, never a crash. It mirrors the
 // cuda package. Nothing here has run on an AMD GPU yet: it is proven
 // against a fake runtime and against the real library on a machine
@@ -13,7 +13,7 @@ import (
 	"os"
 	"unsafe"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
@@ -55,7 +55,7 @@ type Options struct {
 	// Options.Blocking for what that costs a capture.
 	Blocking bool
 	// NoCapture gives up graph capture: BeginCapture fails with
-	// alloc.ErrCaptureUnavailable and makes no call. It is the only way to
+	// driver.ErrCaptureUnavailable and makes no call. It is the only way to
 	// open a runtime older than 5.6, which cannot capture pool allocations
 	// (in 5.2.3 hipMallocAsync inside a capture allocates at once).
 	NoCapture bool
@@ -63,9 +63,9 @@ type Options struct {
 	// so it can be exported (ExportPool). Not with DefaultPool.
 	IPC bool
 	// CaptureSafety overrides the device's classification
-	// (alloc.ClassifySafety; docs/capture-safety.md). SafetyUnset: strict
+	// (driver.ClassifySafety; docs/capture-safety.md). SafetyUnset: strict
 	// on every device without a recorded truth table (no AMD one is).
-	CaptureSafety alloc.CaptureSafety
+	CaptureSafety driver.CaptureSafety
 	// HostMemory, when set, supplies HostAlloc's memory, which the driver
 	// pins with hipHostRegister instead of allocating with hipHostMalloc
 	// (the plugin server's shared memory).
@@ -90,17 +90,17 @@ func (o Options) core() gpurt.Options {
 // name: its exported methods are Driver's.
 type core = gpurt.Driver
 
-// Driver is one HIP device: the alloc.Driver, with the optional
-// interfaces alloc.GraphMemTrimmer, alloc.PoolTrimmer,
-// alloc.HostFuncLauncher, alloc.IPCMemory, alloc.StreamIdler and
-// alloc.KernelLauncher (hiprtc and the module calls: module.go). Every
+// Driver is one HIP device: the driver.Driver, with the optional
+// interfaces driver.GraphMemTrimmer, driver.PoolTrimmer,
+// driver.HostFuncLauncher, driver.IPCMemory, driver.StreamIdler and
+// driver.KernelLauncher (hiprtc and the module calls: module.go). Every
 // method is safe for concurrent use. The methods are internal/gpurt's,
 // shared with the cuda package; this package binds them to libamdhip64
 // (symbols.go, abi.go, errors.go) and adds what only HIP has: the 5.6
 // capture gate (no_capture), the pools attribute that is only a warning.
 //
 // Its methods come from the embedded *gpurt.Driver (go doc does not list
-// them here): the alloc.Driver methods (Name, Info, CaptureDomain, Close,
+// them here): the driver.Driver methods (Name, Info, CaptureDomain, Close,
 // CreateStream, DestroyStream, StreamSynchronize, StreamQuery,
 // StreamCaptureStatus, Malloc, Free, MallocAsync, FreeAsync, HostAlloc,
 // HostFree, the copies and MemsetAsync, BeginCapture, EndCapture,
@@ -120,14 +120,14 @@ var _ gpurt.Interfaces = (*Driver)(nil)
 
 // New loads the HIP runtime and opens a device. Without a usable runtime
 // or device, or with a runtime older than 5.6 unless opts.NoCapture, the
-// error wraps alloc.ErrBackendUnavailable and says what was searched or
+// error wraps driver.ErrBackendUnavailable and says what was searched or
 // found; bad options wrap alloc.ErrInvalidValue.
 //
 // Opening makes device-wide calls (hipSetDevice, hipMemGetInfo, pool
 // creation, the reserve's synchronize), so New runs under alloc's guard
 // for the "hip" capture domain: while a Global-mode capture is active
 // anywhere in the process it makes no driver call and fails with an error
-// wrapping alloc.ErrCaptureIllegalOp; retry after the capture ends.
+// wrapping driver.ErrCaptureIllegalOp; retry after the capture ends.
 func New(opts Options) (*Driver, error) {
 	d := &Driver{opts: opts}
 	c, err := gpurt.Open(gpurt.Config{
@@ -157,12 +157,12 @@ func New(opts Options) (*Driver, error) {
 
 // captureGate refuses every capture of a driver opened with
 // Options.NoCapture (the only way to use a runtime older than 5.6), with
-// alloc.ErrCaptureUnavailable and no call made: such a runtime would
+// driver.ErrCaptureUnavailable and no call made: such a runtime would
 // allocate at once inside the capture, and the graph would not own the
 // memory.
 func (d *Driver) captureGate(op string) error {
 	if d.opts.NoCapture {
-		return errf(alloc.ErrCaptureUnavailable, "%s: opened with no_capture (HIP runtime %s; capture with pools needs %s)",
+		return errf(driver.ErrCaptureUnavailable, "%s: opened with no_capture (HIP runtime %s; capture with pools needs %s)",
 			op, versionString(d.rt.Version), versionString(minCaptureVersion))
 	}
 	return nil
@@ -179,7 +179,7 @@ func (d *Driver) captureGate(op string) error {
 func (d *Driver) checkDevice(s *gpurt.Setup) error {
 	rt, dev := d.rt, d.opts.Device
 	if dev >= rt.devices {
-		return errf(alloc.ErrBackendUnavailable, "device %d requested, %d present (%s, HIP runtime %s)", dev, rt.devices, rt.Path, versionString(rt.Version))
+		return errf(driver.ErrBackendUnavailable, "device %d requested, %d present (%s, HIP runtime %s)", dev, rt.devices, rt.Path, versionString(rt.Version))
 	}
 	var pools int32
 	if err := rt.Check("query memory pool support", "hipDeviceGetAttribute",

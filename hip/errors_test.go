@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // headerPath is where Debian's libamdhip64-dev puts the header (.ci/run
@@ -54,12 +55,12 @@ func contains(s []string, v string) bool {
 
 func TestErrorMapping(t *testing.T) {
 	for code, want := range map[int]error{
-		1: alloc.ErrInvalidValue, 2: alloc.ErrOutOfMemory, 3: alloc.ErrBackendUnavailable, 35: alloc.ErrBackendUnavailable,
-		100: alloc.ErrBackendUnavailable, 101: alloc.ErrInvalidValue, 400: alloc.ErrInvalidValue, 401: alloc.ErrInvalidValue,
-		600: alloc.ErrDriver, 801: alloc.ErrDriver, 900: alloc.ErrCaptureIllegalOp, 901: alloc.ErrCaptureInvalidated,
-		903: alloc.ErrCaptureInvalidated, 906: alloc.ErrCaptureIllegalOp, 907: alloc.ErrCaptureIllegalOp,
-		908: alloc.ErrCaptureWrongThread, 910: alloc.ErrCaptureInvalidated, 999: alloc.ErrDriver, 1052: alloc.ErrDriver,
-		4242: alloc.ErrDriver,
+		1: alloc.ErrInvalidValue, 2: alloc.ErrOutOfMemory, 3: driver.ErrBackendUnavailable, 35: driver.ErrBackendUnavailable,
+		100: driver.ErrBackendUnavailable, 101: alloc.ErrInvalidValue, 400: alloc.ErrInvalidValue, 401: alloc.ErrInvalidValue,
+		600: driver.ErrDriver, 801: driver.ErrDriver, 900: driver.ErrCaptureIllegalOp, 901: alloc.ErrCaptureInvalidated,
+		903: alloc.ErrCaptureInvalidated, 906: driver.ErrCaptureIllegalOp, 907: driver.ErrCaptureIllegalOp,
+		908: driver.ErrCaptureWrongThread, 910: alloc.ErrCaptureInvalidated, 999: driver.ErrDriver, 1052: driver.ErrDriver,
+		4242: driver.ErrDriver,
 	} {
 		err := error(&Error{Op: "op", Call: "hipX", Code: code})
 		require.ErrorIs(t, err, want, "code %d", code)
@@ -74,11 +75,11 @@ func TestErrorMapping(t *testing.T) {
 }
 
 func TestErrorMessageNamesTheCodeBothWays(t *testing.T) {
-	err := error(&Error{Op: "count devices", Call: "hipGetDeviceCount", Code: 100, Text: "hipErrorNoDevice", kind: alloc.ErrBackendUnavailable})
+	err := error(&Error{Op: "count devices", Call: "hipGetDeviceCount", Code: 100, Text: "hipErrorNoDevice", kind: driver.ErrBackendUnavailable})
 	require.Equal(t, "backend unavailable: hip: count devices: hipGetDeviceCount: no device (hipErrorNoDevice, 100)", err.Error())
 	err = &Error{Op: "end capture", Call: "hipStreamEndCapture", Code: 908, Text: "operation not permitted in this thread"}
-	require.ErrorIs(t, err, alloc.ErrCaptureWrongThread)
-	require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
+	require.ErrorIs(t, err, driver.ErrCaptureWrongThread)
+	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
 	require.Contains(t, err.Error(), `stream capture wrong thread (hipErrorStreamCaptureWrongThread, 908) "operation not permitted in this thread"`,
 		"a runtime that explains its codes is quoted")
 	require.Contains(t, (&Error{Code: 4242}).Error(), "unknown error (hipError(4242), 4242)")

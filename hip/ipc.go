@@ -1,7 +1,7 @@
 package hip
 
 // IPC memory handles: device memory another process can open
-// (alloc.IPCMemory: Driver.IPCGetMemHandle, IPCOpenMemHandle and
+// (driver.IPCMemory: Driver.IPCGetMemHandle, IPCOpenMemHandle and
 // IPCCloseMemHandle, in internal/gpurt). Sharing a pool and its
 // allocations is poolipc.go.
 //

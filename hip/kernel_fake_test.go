@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 	"github.com/capalloc/capalloc/internal/kernels"
 )
@@ -89,7 +89,7 @@ func TestFakeWallClockRate(t *testing.T) {
 	require.NoError(t, err)
 	defer d2.Close()
 	_, err = d2.LoadModule(kernels.Image())
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), "hipDeviceAttributeWallClockRate")
 	require.Contains(t, err.Error(), "the kernels' timeouts cannot be set")
 }

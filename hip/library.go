@@ -33,7 +33,7 @@ var search = gpurt.Search{
 // unusable (not a HIP runtime, lacking symbols, no device), and one that
 // the caller's accept refuses (a runtime too old for what the caller
 // asked), are skipped for the next one; when none is usable, the error
-// wraps alloc.ErrBackendUnavailable, names every path with its reason,
+// wraps driver.ErrBackendUnavailable, names every path with its reason,
 // and errors.As finds each unusable library's *Error with its hipError_t.
 var loader = gpurt.Loader[runtimeAPI]{Vendor: &vendor, Search: &search, Bind: bind, Remember: true}
 

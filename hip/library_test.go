@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
@@ -36,7 +36,7 @@ func TestUnavailableNamesEveryPathAndReason(t *testing.T) {
 	if err == nil {
 		t.Skipf("a usable HIP runtime is installed here (%s): the search found it", rt.Path)
 	}
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	for _, p := range candidates(env(map[string]string{"ROCM_PATH": dir})) {
 		require.Contains(t, err.Error(), p)
 	}
@@ -60,7 +60,7 @@ int hipGetDeviceCount(int *n) { *n = 1; return 0; }
 	require.NoError(t, err)
 	require.Equal(t, good, rt.Path)
 	_, err = loadFirst([]string{partial}, func(*runtimeAPI) error { return nil })
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), partial+": lacks required symbols [hipSetDevice ")
 	require.NotContains(t, err.Error(), "hipDeviceGraphMemTrim", "an optional symbol is not required")
 }
@@ -71,7 +71,7 @@ func TestNoDeviceIsUnavailableAndSkipped(t *testing.T) {
 	t.Setenv("FAKE_HIP_DEVICES", "0")
 	none := fake.Lib(t)
 	_, err := New(Options{})
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), none+" (HIP runtime 6.1.0): count devices: hipGetDeviceCount: no device (hipErrorNoDevice, 100): no AMD GPU is visible")
 	var e *Error
 	require.ErrorAs(t, err, &e)

@@ -8,6 +8,7 @@ import (
 	"github.com/ebitengine/purego"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt"
 	"github.com/capalloc/capalloc/internal/rtc"
 )
@@ -39,7 +40,7 @@ func (d *Driver) kernels(*gpurt.Setup) (*gpurt.KernelAPI, error) {
 		missing = append(missing, rt.props.Name+" or "+rt.propsR0600.Name)
 	}
 	if len(missing) > 0 {
-		return nil, errf(alloc.ErrBackendUnavailable, "%s: %s lacks %v", op, rt.Path, missing)
+		return nil, errf(driver.ErrBackendUnavailable, "%s: %s lacks %v", op, rt.Path, missing)
 	}
 	arch, err := d.arch(op)
 	if err != nil {
@@ -47,11 +48,11 @@ func (d *Driver) kernels(*gpurt.Setup) (*gpurt.KernelAPI, error) {
 	}
 	var khz int32
 	if code := gpurt.Call(rt.DeviceGetAttribute.Addr, uintptr(unsafe.Pointer(&khz)), devAttrWallClockRate, uintptr(d.opts.Device)); code != 0 {
-		err := rt.FailAs(alloc.ErrBackendUnavailable, op+": the kernels' timer rate (hipDeviceAttributeWallClockRate)", rt.DeviceGetAttribute.Name, code)
+		err := rt.FailAs(driver.ErrBackendUnavailable, op+": the kernels' timer rate (hipDeviceAttributeWallClockRate)", rt.DeviceGetAttribute.Name, code)
 		return nil, fmt.Errorf("%w (HIP runtime %s cannot say how fast wall_clock64 counts, so the kernels' timeouts cannot be set)", err, versionString(rt.Version))
 	}
 	if khz <= 0 {
-		return nil, errf(alloc.ErrDriver, "%s: hipDeviceAttributeWallClockRate is %d kHz", op, khz)
+		return nil, errf(driver.ErrDriver, "%s: hipDeviceAttributeWallClockRate is %d kHz", op, khz)
 	}
 	compile := d.opts.Compile
 	if compile == nil {
@@ -62,7 +63,7 @@ func (d *Driver) kernels(*gpurt.Setup) (*gpurt.KernelAPI, error) {
 		ModuleUnload: rt.moduleUnload, LaunchKernel: rt.moduleLaunchKernel, Occupancy: rt.moduleOccupancy,
 		GetCurrent: rt.getDevice, SetCurrent: rt.SetDevice, Current: uintptr(d.opts.Device),
 		Check: rt.Check,
-		Image: func(img alloc.ModuleImage) ([]byte, error) {
+		Image: func(img driver.ModuleImage) ([]byte, error) {
 			if img.Source == "" {
 				return nil, errf(alloc.ErrInvalidValue, "load module %s: the image has no source", img.Name)
 			}
@@ -96,7 +97,7 @@ func (d *Driver) arch(op string) (string, error) {
 		}
 	}
 	if len(name) < 4 || string(name[:3]) != "gfx" || len(name) == gcnArchNameLen {
-		return "", errf(alloc.ErrDriver, "%s: %s gave no gcnArchName (%q at offset %d)", op, fn.Name, name, at)
+		return "", errf(driver.ErrDriver, "%s: %s gave no gcnArchName (%q at offset %d)", op, fn.Name, name, at)
 	}
 	return string(name), nil
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/ebitengine/purego"
 	"github.com/stretchr/testify/require"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
@@ -67,7 +67,7 @@ func TestRealRuntimeHasEverySymbol(t *testing.T) {
 func TestRealRuntimeWithoutGPU(t *testing.T) {
 	path := realRuntime(t)
 	_, err := loadFirst([]string{path}, func(*runtimeAPI) error { return nil })
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	msg := err.Error()
 	t.Log(msg)
 	// The path itself, or (when an earlier search in this process loaded
@@ -89,7 +89,7 @@ func TestRealRuntimeWithoutGPU(t *testing.T) {
 	// 5.2 would be refused for capture too, but no device comes first.
 	t.Setenv(LibEnv, "")
 	_, err = New(Options{})
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.Regexp(t, `libamdhip64\.so\.5(: the same library as \S+)? \(HIP runtime \d+\.\d+\.\d+\): count devices: hipGetDeviceCount: no device \(hipErrorNoDevice, 100\)`, err.Error())
 }
 

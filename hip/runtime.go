@@ -6,7 +6,7 @@ import (
 
 	"github.com/ebitengine/purego"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
@@ -56,7 +56,7 @@ func bind(path string, h uintptr) (*runtimeAPI, error) {
 	} {
 		addr, err := purego.Dlsym(h, b.name)
 		if err != nil || addr == 0 {
-			return nil, fmt.Errorf("%w: hip: %s: not a HIP runtime: no symbol %s", alloc.ErrBackendUnavailable, path, b.name)
+			return nil, fmt.Errorf("%w: hip: %s: not a HIP runtime: no symbol %s", driver.ErrBackendUnavailable, path, b.name)
 		}
 		*b.addr = addr
 	}
@@ -86,11 +86,11 @@ func bind(path string, h uintptr) (*runtimeAPI, error) {
 }
 
 // unusable is the error of a library that loaded but cannot be used. It
-// wraps alloc.ErrBackendUnavailable whatever the code (the loader then
+// wraps driver.ErrBackendUnavailable whatever the code (the loader then
 // moves on), names the library and its version, and keeps the code
 // (errors.As gives the *Error).
 func (rt *runtimeAPI) unusable(op, fn string, code int32) error {
-	e := &Error{Op: op, Call: fn, Code: int(code), Text: rt.text(code), kind: alloc.ErrBackendUnavailable}
+	e := &Error{Op: op, Call: fn, Code: int(code), Text: rt.text(code), kind: driver.ErrBackendUnavailable}
 	rt.explain(e)
 	return e
 }
@@ -124,7 +124,7 @@ func checkCaptureVersion(rt *runtimeAPI, noCapture bool) error {
 		return nil
 	}
 	return fmt.Errorf("%w: hip: %s: HIP runtime %s is older than %s: it cannot capture pool allocations into graphs (graph allocation nodes arrived in ROCm 5.5, auto-free-on-launch in 5.6; before, hipMallocAsync in a capture allocates at once); open with no_capture=true to use it without graphs",
-		alloc.ErrBackendUnavailable, rt.Path, versionString(rt.Version), versionString(minCaptureVersion))
+		driver.ErrBackendUnavailable, rt.Path, versionString(rt.Version), versionString(minCaptureVersion))
 }
 
 // newError is the typed error of a failed call (gpurt.Runtime.NewError):
@@ -132,7 +132,7 @@ func checkCaptureVersion(rt *runtimeAPI, noCapture bool) error {
 // usable runtime or device is explained with the library and its version.
 func (rt *runtimeAPI) newError(op, fn string, code int32, kind error) error {
 	e := &Error{Op: op, Call: fn, Code: int(code), Text: rt.text(code), kind: kind}
-	if sentinelFor(e.Code) == alloc.ErrBackendUnavailable {
+	if sentinelFor(e.Code) == driver.ErrBackendUnavailable {
 		rt.explain(e)
 	}
 	return e

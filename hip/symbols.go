@@ -66,7 +66,7 @@ import "github.com/capalloc/capalloc/internal/gpurt"
 //	        unsigned int blockDimZ, unsigned int sharedMemBytes, hipStream_t stream,
 //	        void **kernelParams, void **extra)
 //	hipModuleOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, hipFunction_t f,
-//	        int blockSize, size_t dynSharedMemPerBlk)  // alloc.KernelLauncher's MaxActiveBlocks
+//	        int blockSize, size_t dynSharedMemPerBlk)  // driver.KernelLauncher's MaxActiveBlocks
 //
 // and, optional, for the ranks' device identity and peer access
 // (internal/gpurt/topology.go):

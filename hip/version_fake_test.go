@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
@@ -26,7 +27,7 @@ func fake52(t *testing.T) string {
 func TestFake52RefusedWithoutNoCapture(t *testing.T) {
 	fake52(t)
 	_, err := New(Options{})
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	for _, want := range []string{"HIP runtime 5.2.21153 is older than 5.6.0", "cannot capture pool allocations", "no_capture=true"} {
 		require.Contains(t, err.Error(), want)
 	}
@@ -48,11 +49,11 @@ func TestFake52OpensWithNoCapture(t *testing.T) {
 	require.NoError(t, err)
 	log.Lines()
 	err = d.BeginCapture(s, alloc.Global)
-	require.ErrorIs(t, err, alloc.ErrCaptureUnavailable)
+	require.ErrorIs(t, err, driver.ErrCaptureUnavailable)
 	require.Contains(t, err.Error(), "no_capture")
 	require.Empty(t, gpurttest.Find(log.Lines(), "hipStreamBeginCapture"))
 	err = d.LaunchHostFunc(s, func() error { return nil })
-	require.ErrorIs(t, err, alloc.ErrDriver)
+	require.ErrorIs(t, err, driver.ErrDriver)
 	require.Contains(t, err.Error(), "does not export hipLaunchHostFunc")
 
 	a, err := alloc.New(d, alloc.Options{})
@@ -139,7 +140,7 @@ func TestLoaderSkipsOldRuntimeUnlessNoCapture(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, old, rt.Path)
 	_, err = loadFirst([]string{old}, func(rt *runtimeAPI) error { return checkCaptureVersion(rt, false) })
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), old+": HIP runtime 5.2.21153 is older than 5.6.0")
 }
 
@@ -149,7 +150,7 @@ func TestVersionString(t *testing.T) {
 	require.Equal(t, "6.1.40091", versionString(60140091))
 	require.NoError(t, checkCaptureVersion(runtimeOf(50600000), false))
 	require.Error(t, checkCaptureVersion(runtimeOf(50599999), false))
-	require.True(t, errors.Is(checkCaptureVersion(runtimeOf(50500000), false), alloc.ErrBackendUnavailable))
+	require.True(t, errors.Is(checkCaptureVersion(runtimeOf(50500000), false), driver.ErrBackendUnavailable))
 }
 
 // runtimeOf is a runtime that reports version v.

@@ -7,12 +7,12 @@ import (
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
-// Virtual memory (alloc.VirtualMemory) through HIP's hipMem* calls, from
+// Virtual memory (driver.VirtualMemory) through HIP's hipMem* calls, from
 // the runtime library (symbols.go lists them), on the dev thread, where
 // the driver's device is current. Every one is in 5.2.3's header and
 // library (symbol version hip_5.1); a library without any of them makes
 // the driver offer no virtual memory (MapGranularity 0, and the other
-// methods fail with alloc.ErrBackendUnavailable naming what is missing).
+// methods fail with driver.ErrBackendUnavailable naming what is missing).
 //
 // hipMemAllocationProp's layout changed in ROCm 5.3, so the driver builds
 // the one of the loaded runtime's version. Before 5.3

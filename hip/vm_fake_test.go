@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // What both drivers do with virtual memory is tested once, for both, in
@@ -56,7 +56,7 @@ func TestFakeVirtualMemoryCallsMissing(t *testing.T) {
 	defer d.Close()
 	require.Zero(t, d.MapGranularity())
 	err = d.MapMemory(1<<40, 2<<20)
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), "lacks [hipMemGetAllocationGranularity hipMemAddressReserve")
 	s, err := d.CreateStream()
 	require.NoError(t, err)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
@@ -23,7 +24,7 @@ func TestFake908EndOnAnotherThread(t *testing.T) {
 	d, _ := openFake(t, Options{})
 	s, err := d.CreateStream()
 	require.NoError(t, err)
-	for _, mode := range alloc.Modes {
+	for _, mode := range driver.Modes() {
 		require.NoError(t, d.BeginCapture(s, mode))
 		code := endElsewhere(t, d, s)
 		if mode == alloc.Relaxed {
@@ -32,13 +33,13 @@ func TestFake908EndOnAnotherThread(t *testing.T) {
 		}
 		require.Equal(t, int32(errStreamCaptureWrongThread), code, mode)
 		err := d.rt.Check("end capture", "hipStreamEndCapture", code)
-		require.ErrorIs(t, err, alloc.ErrCaptureWrongThread)
-		require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
+		require.ErrorIs(t, err, driver.ErrCaptureWrongThread)
+		require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
 		require.NotErrorIs(t, err, alloc.ErrCaptureInvalidated)
 		require.Contains(t, err.Error(), "(hipErrorStreamCaptureWrongThread, 908)")
 		st, err := d.StreamCaptureStatus(s)
 		require.NoError(t, err)
-		require.Equal(t, alloc.DriverCaptureActive, st, "908 leaves the capture active")
+		require.Equal(t, driver.CaptureActive, st, "908 leaves the capture active")
 		g, err := d.EndCapture(s)
 		require.NoError(t, err, "ended on the beginning thread")
 		require.NoError(t, d.GraphDestroy(g))
@@ -47,7 +48,7 @@ func TestFake908EndOnAnotherThread(t *testing.T) {
 
 // endElsewhere calls hipStreamEndCapture on a fresh locked OS thread and
 // destroys the graph if it got one.
-func endElsewhere(t *testing.T, d *Driver, s alloc.Stream) int32 {
+func endElsewhere(t *testing.T, d *Driver, s driver.Stream) int32 {
 	t.Helper()
 	done := make(chan int32)
 	go func() {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 	"github.com/capalloc/capalloc/nccl"
 )
@@ -139,7 +140,7 @@ func TestInitRankRefusesBadArguments(t *testing.T) {
 
 // cudaDomain puts a cpu device in the "cuda" capture domain, so a Global
 // capture on it stands for one on a GPU in this process.
-type cudaDomain struct{ alloc.Driver }
+type cudaDomain struct{ driver.Driver }
 
 func (cudaDomain) CaptureDomain() string { return "cuda" }
 
@@ -158,7 +159,7 @@ func TestInitRankRefusedDuringGlobalCapture(t *testing.T) {
 	require.NoError(t, a.BeginCapture(alloc.Global))
 	dev := &onCaller{}
 	_, err = f.l.InitRank(dev, 1, id, 0)
-	require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
+	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
 	require.Zero(t, dev.calls.Load())
 	g, err := a.EndCapture()
 	require.NoError(t, err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // Calls go through gpurt.Call, the runtimes' one hot-call helper. Its
@@ -31,7 +32,7 @@ func (l *Library) check(op string, r int32) error {
 	if r == ncclSuccess {
 		return nil
 	}
-	sentinel := alloc.ErrDriver
+	sentinel := driver.ErrDriver
 	if r == ncclInvalidArgument || r == ncclInvalidUsage {
 		sentinel = alloc.ErrInvalidValue
 	}

@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
@@ -39,7 +40,7 @@ type Comm struct {
 
 // InitAll makes one communicator per device of devices, all in this
 // process (ncclCommInitAll): rank i runs on devices[i]. It is a
-// device-wide call: refused (alloc.ErrCaptureIllegalOp) while a Global-mode
+// device-wide call: refused (driver.ErrCaptureIllegalOp) while a Global-mode
 // capture is active in the process.
 func (l *Library) InitAll(devices []int) ([]*Comm, error) {
 	if len(devices) == 0 {
@@ -50,7 +51,7 @@ func (l *Library) InitAll(devices []int) ([]*Comm, error) {
 		devs[i] = int32(d)
 	}
 	hs := make([]uintptr, len(devices))
-	err := alloc.DeviceWide(l.domain, "nccl: init communicators", func() error {
+	err := driver.DeviceWide(l.domain, "nccl: init communicators", func() error {
 		return l.check("ncclCommInitAll", gpurt.Call(l.commInitAll, uintptr(unsafe.Pointer(&hs[0])), uintptr(len(devs)), uintptr(unsafe.Pointer(&devs[0]))))
 	})
 	if err != nil {
@@ -73,7 +74,7 @@ func (c *Comm) Destroy() error {
 	if c.h == 0 {
 		return fmt.Errorf("%w: nccl: communicator destroyed twice", alloc.ErrClosed)
 	}
-	err := alloc.DeviceWide(c.l.domain, "nccl: destroy communicator", func() error {
+	err := driver.DeviceWide(c.l.domain, "nccl: destroy communicator", func() error {
 		return c.l.check("ncclCommDestroy", gpurt.Call(c.l.commDestroy, c.h))
 	})
 	if err == nil {
@@ -103,7 +104,7 @@ func (c *Comm) AllReduce(a *alloc.Allocator, send, recv alloc.Buffer, count int6
 	if err := elems("all-reduce", recv, count, dt); err != nil {
 		return err
 	}
-	return a.Enqueue("nccl all-reduce", []alloc.Buffer{send, recv}, func(s alloc.Stream) error {
+	return a.Enqueue("nccl all-reduce", []alloc.Buffer{send, recv}, func(s driver.Stream) error {
 		return c.l.check("ncclAllReduce", gpurt.Call(c.l.allReduce, uintptr(send.Ptr()), uintptr(recv.Ptr()), uintptr(count), uintptr(dt), uintptr(op), c.h, uintptr(s)))
 	})
 }
@@ -117,7 +118,7 @@ func (c *Comm) AllGather(a *alloc.Allocator, send, recv alloc.Buffer, count int6
 	if err := elems("all-gather", recv, int64(c.ranks)*count, dt); err != nil {
 		return err
 	}
-	return a.Enqueue("nccl all-gather", []alloc.Buffer{send, recv}, func(s alloc.Stream) error {
+	return a.Enqueue("nccl all-gather", []alloc.Buffer{send, recv}, func(s driver.Stream) error {
 		return c.l.check("ncclAllGather", gpurt.Call(c.l.allGather, uintptr(send.Ptr()), uintptr(recv.Ptr()), uintptr(count), uintptr(dt), c.h, uintptr(s)))
 	})
 }
@@ -131,7 +132,7 @@ func (c *Comm) ReduceScatter(a *alloc.Allocator, send, recv alloc.Buffer, count 
 	if err := elems("reduce-scatter", recv, count, dt); err != nil {
 		return err
 	}
-	return a.Enqueue("nccl reduce-scatter", []alloc.Buffer{send, recv}, func(s alloc.Stream) error {
+	return a.Enqueue("nccl reduce-scatter", []alloc.Buffer{send, recv}, func(s driver.Stream) error {
 		return c.l.check("ncclReduceScatter", gpurt.Call(c.l.reduceScatter, uintptr(send.Ptr()), uintptr(recv.Ptr()), uintptr(count), uintptr(dt), uintptr(op), c.h, uintptr(s)))
 	})
 }
@@ -149,7 +150,7 @@ func (c *Comm) AllToAll(a *alloc.Allocator, send, recv alloc.Buffer, count int64
 	if err := elems("all-to-all", recv, int64(c.ranks)*count, dt); err != nil {
 		return err
 	}
-	return a.Enqueue("nccl all-to-all", []alloc.Buffer{send, recv}, func(s alloc.Stream) error {
+	return a.Enqueue("nccl all-to-all", []alloc.Buffer{send, recv}, func(s driver.Stream) error {
 		if err := c.l.check("ncclGroupStart", gpurt.Call(c.l.groupStart)); err != nil {
 			return err
 		}

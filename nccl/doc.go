@@ -2,7 +2,7 @@
 // a capture records them with the rest of an engine's step (NCCL
 // collectives are capturable since 2.9). The library is loaded at run time
 // with purego (no cgo); a missing or too old one is an
-// alloc.ErrBackendUnavailable that names every path tried.
+// driver.ErrBackendUnavailable that names every path tried.
 //
 // RCCL, AMD's build of the same API for HIP, loads with LoadRCCL (2.13.4
 // or later, the first that captures collectives into hipGraphs without an
@@ -17,7 +17,7 @@
 // Every collective goes through Allocator.Enqueue: made at once with no
 // capture, recorded (its buffers held by the graph) in the allocator's own
 // capture, refused during any other. Communicator creation and destruction
-// are device-wide calls made under alloc's guard (alloc.DeviceWide): never
+// are device-wide calls made under alloc's guard (driver.DeviceWide): never
 // during a Global-mode capture.
 //
 // Signatures and enum values are NCCL's (nccl.h; docs.nvidia.com/deeplearning/nccl,

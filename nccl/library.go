@@ -13,6 +13,7 @@ import (
 	"github.com/ebitengine/purego"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
@@ -41,8 +42,8 @@ const MinRCCLVersion = 21304
 const rcclMarker = "ncclAllToAllv"
 
 // ErrWrongLibrary: a library of the other vendor (RCCL where NCCL was
-// asked, or NCCL where RCCL was). It wraps alloc.ErrBackendUnavailable.
-var ErrWrongLibrary = fmt.Errorf("%w: wrong library", alloc.ErrBackendUnavailable)
+// asked, or NCCL where RCCL was). It wraps driver.ErrBackendUnavailable.
+var ErrWrongLibrary = fmt.Errorf("%w: wrong library", driver.ErrBackendUnavailable)
 
 // Library is a loaded NCCL or RCCL (the same API, nccl.h's, built for HIP).
 type Library struct {
@@ -142,7 +143,7 @@ func LoadFor(driverName string) (*Library, error) {
 }
 
 // searchError is a failed search: its message lists every path tried and
-// why; it matches alloc.ErrBackendUnavailable and each path's own error
+// why; it matches driver.ErrBackendUnavailable and each path's own error
 // (ErrWrongLibrary among them).
 type searchError struct {
 	msg  string
@@ -159,11 +160,11 @@ func (v *vendor) load(paths []string) (*Library, error) {
 		return v.cached, nil
 	}
 	tried := make([]string, 0, len(paths))
-	errs := []error{alloc.ErrBackendUnavailable}
+	errs := []error{driver.ErrBackendUnavailable}
 	for _, path := range paths {
 		l, err := v.loadPath(path)
-		if errors.Is(err, alloc.ErrBackendUnavailable) {
-			tried = append(tried, strings.TrimPrefix(err.Error(), alloc.ErrBackendUnavailable.Error()+": nccl: "))
+		if errors.Is(err, driver.ErrBackendUnavailable) {
+			tried = append(tried, strings.TrimPrefix(err.Error(), driver.ErrBackendUnavailable.Error()+": nccl: "))
 			errs = append(errs, err)
 			continue
 		}
@@ -175,7 +176,7 @@ func (v *vendor) load(paths []string) (*Library, error) {
 	}
 	return nil, &searchError{
 		msg: fmt.Sprintf("%v: nccl: no usable %s library (set %s to its path, or %s); tried:\n  %s",
-			alloc.ErrBackendUnavailable, v.name, v.env, v.hint, strings.Join(tried, "\n  ")),
+			driver.ErrBackendUnavailable, v.name, v.env, v.hint, strings.Join(tried, "\n  ")),
 		errs: errs,
 	}
 }
@@ -183,7 +184,7 @@ func (v *vendor) load(paths []string) (*Library, error) {
 // LoadPath loads and binds the NCCL library at path (a file name is
 // searched by the dynamic loader), without Load's search and without
 // caching it: a library that is missing or older than 2.9 is an
-// alloc.ErrBackendUnavailable whose message says "nccl: path:" and why;
+// driver.ErrBackendUnavailable whose message says "nccl: path:" and why;
 // RCCL is ErrWrongLibrary.
 func LoadPath(path string) (*Library, error) { return ncclVendor.loadPath(path) }
 
@@ -198,7 +199,7 @@ func (v *vendor) loadPath(path string) (*Library, error) {
 		if !strings.HasPrefix(msg, path) {
 			msg = path + ": " + msg
 		}
-		return nil, fmt.Errorf("%w: nccl: %s", alloc.ErrBackendUnavailable, msg)
+		return nil, fmt.Errorf("%w: nccl: %s", driver.ErrBackendUnavailable, msg)
 	}
 	return v.bind(path, h)
 }
@@ -207,7 +208,7 @@ func (v *vendor) loadPath(path string) (*Library, error) {
 // panics on a missing one), tells NCCL from RCCL and checks the version.
 func (v *vendor) bind(path string, h uintptr) (*Library, error) {
 	unusable := func(format string, args ...any) error {
-		return fmt.Errorf("%w: nccl: %s: %s", alloc.ErrBackendUnavailable, path, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: nccl: %s: %s", driver.ErrBackendUnavailable, path, fmt.Sprintf(format, args...))
 	}
 	l := &Library{Path: path, RCCL: v.rccl, domain: v.domain}
 	var getVersion, commInitRank uintptr

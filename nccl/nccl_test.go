@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cuda"
 	"github.com/capalloc/capalloc/nccl"
 )
@@ -15,7 +16,7 @@ import (
 func TestMissingLibraryIsExplained(t *testing.T) {
 	t.Setenv(nccl.EnvLib, "/nonexistent/libnccl.so.2")
 	_, err := nccl.Load()
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), "/nonexistent/libnccl.so.2")
 	require.Contains(t, err.Error(), "set "+nccl.EnvLib)
 }
@@ -23,7 +24,7 @@ func TestMissingLibraryIsExplained(t *testing.T) {
 func TestNotAnNCCLLibraryIsRefused(t *testing.T) {
 	t.Setenv(nccl.EnvLib, "libc.so.6")
 	_, err := nccl.Load()
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), "not an NCCL library (no ncclGetVersion)")
 }
 
@@ -33,7 +34,7 @@ func TestDefaultSearch(t *testing.T) {
 	t.Setenv(nccl.EnvLib, "")
 	l, err := nccl.Load()
 	if err != nil {
-		require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+		require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 		require.Contains(t, err.Error(), "libnccl.so.2")
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
@@ -45,7 +46,7 @@ type DeviceRunner interface {
 // (ncclCommInitRank), on dev's device. It returns once every rank has
 // joined: NCCL's bootstrap is a rendezvous, so it blocks until the peers
 // call it too (NCCL's own timeouts apply). It is a device-wide call, made
-// under alloc's guard: refused (alloc.ErrCaptureIllegalOp, no NCCL call)
+// under alloc's guard: refused (driver.ErrCaptureIllegalOp, no NCCL call)
 // while a Global-mode capture is active in the process, and no capture
 // begins while it runs; make communicators before capturing.
 func (l *Library) InitRank(dev DeviceRunner, ranks int, id UniqueID, rank int) (*Comm, error) {
@@ -56,13 +57,13 @@ func (l *Library) InitRank(dev DeviceRunner, ranks int, id UniqueID, rank int) (
 		return nil, fmt.Errorf("%w: nccl: init rank: rank %d of %d", alloc.ErrInvalidValue, rank, ranks)
 	}
 	if l.commInitRank == nil {
-		return nil, fmt.Errorf("%w: nccl: init rank: passing the 128-byte ncclUniqueId by value is only bound on amd64 and arm64, not %s", alloc.ErrBackendUnavailable, runtime.GOARCH)
+		return nil, fmt.Errorf("%w: nccl: init rank: passing the 128-byte ncclUniqueId by value is only bound on amd64 and arm64, not %s", driver.ErrBackendUnavailable, runtime.GOARCH)
 	}
 	if id == (UniqueID{}) {
 		return nil, fmt.Errorf("%w: nccl: init rank: zero unique id (from GetUniqueID, FileRendezvous or InitFromEnv)", alloc.ErrInvalidValue)
 	}
 	var h uintptr
-	err := alloc.DeviceWide(l.domain, "nccl: init rank", func() error {
+	err := driver.DeviceWide(l.domain, "nccl: init rank", func() error {
 		return dev.OnDevice("nccl: init rank", func() error {
 			return l.check("ncclCommInitRank", l.commInitRank(&h, int32(ranks), id, int32(rank)))
 		})

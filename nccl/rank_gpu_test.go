@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cuda"
 	"github.com/capalloc/capalloc/nccl"
 )
@@ -154,13 +155,13 @@ func TestGPUWindow(t *testing.T) {
 	require.NoError(t, err)
 	defer out.Close()
 	g, err := a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, func() error {
-		if err := a.Enqueue("copy in", nil, func(s alloc.Stream) error { return d.CopyHtoDAsync(w.Ptr(), in.Bytes(), s) }); err != nil {
+		if err := a.Enqueue("copy in", nil, func(s driver.Stream) error { return d.CopyHtoDAsync(w.Ptr(), in.Bytes(), s) }); err != nil {
 			return err
 		}
 		if err := c.AllReduceWindow(a, w, 0, n, count, nccl.Int32, nccl.Sum); err != nil {
 			return err
 		}
-		return a.Enqueue("copy out", nil, func(s alloc.Stream) error { return d.CopyDtoHAsync(out.Bytes(), w.Ptr()+n, s) })
+		return a.Enqueue("copy out", nil, func(s driver.Stream) error { return d.CopyDtoHAsync(out.Bytes(), w.Ptr()+n, s) })
 	})
 	require.NoError(t, err)
 	defer g.Close()

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 	"github.com/capalloc/capalloc/nccl"
 )
@@ -47,18 +48,18 @@ func TestRCCLTooOldIsRefused(t *testing.T) {
 	fresh(t)
 	path := buildFake(t, "-DFAKE_RCCL", "-DFAKE_VERSION=21210")
 	_, err := nccl.LoadRCCLPath(path)
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.NotErrorIs(t, err, nccl.ErrWrongLibrary)
 	require.Contains(t, err.Error(), path)
 	require.Contains(t, err.Error(), "RCCL version 2.12.10 is older than 2.13.4")
 	t.Setenv(nccl.EnvRCCLLib, path)
 	_, err = nccl.LoadRCCL()
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), "2.12.10")
 }
 
 // NCCL where RCCL is asked for, and RCCL where NCCL is, are
-// ErrWrongLibrary (an alloc.ErrBackendUnavailable), naming the path and
+// ErrWrongLibrary (an driver.ErrBackendUnavailable), naming the path and
 // why, by path and through the search.
 func TestWrongLibraryBothWays(t *testing.T) {
 	fresh(t)
@@ -67,12 +68,12 @@ func TestWrongLibraryBothWays(t *testing.T) {
 
 	_, err := nccl.LoadRCCLPath(ncclPath)
 	require.ErrorIs(t, err, nccl.ErrWrongLibrary)
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), ncclPath+": it is NCCL, not RCCL (it lacks ncclAllToAllv")
 
 	_, err = nccl.LoadPath(rcclPath)
 	require.ErrorIs(t, err, nccl.ErrWrongLibrary)
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), rcclPath+": it is RCCL (it exports ncclAllToAllv")
 
 	t.Setenv(nccl.EnvRCCLLib, ncclPath)
@@ -98,14 +99,14 @@ func TestRCCLMissingListsEveryPath(t *testing.T) {
 		require.GreaterOrEqual(t, l.Version, nccl.MinRCCLVersion)
 		return
 	}
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	for _, p := range []string{"librccl.so.1", "librccl.so:", "/nonexistent/rocm/lib/librccl.so.1", "/opt/rocm/lib/librccl.so.1", "set " + nccl.EnvRCCLLib} {
 		require.Contains(t, err.Error(), p)
 	}
 
 	t.Setenv(nccl.EnvRCCLLib, "/nonexistent/my-rccl.so")
 	_, err = nccl.LoadRCCL()
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), "/nonexistent/my-rccl.so")
 	require.NotContains(t, err.Error(), "/opt/rocm", "the variable's path alone")
 }
@@ -130,7 +131,7 @@ func TestLoadFor(t *testing.T) {
 // inDomain puts a cpu device in a GPU driver's capture domain, so a
 // Global capture on it stands for one on that GPU in this process.
 type inDomain struct {
-	alloc.Driver
+	driver.Driver
 	domain string
 }
 
@@ -171,7 +172,7 @@ func TestCommunicatorsJoinTheirDriversCaptureDomain(t *testing.T) {
 		end := capturing(tc.own)
 		dev := &onCaller{}
 		_, err = f.l.InitRank(dev, 1, id, 0)
-		require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp, "RCCL=%v during a Global capture in %s", tc.l.RCCL, tc.own)
+		require.ErrorIs(t, err, driver.ErrCaptureIllegalOp, "RCCL=%v during a Global capture in %s", tc.l.RCCL, tc.own)
 		require.Zero(t, dev.calls.Load())
 		end()
 

@@ -7,6 +7,7 @@ import (
 	"github.com/ebitengine/purego"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
@@ -64,12 +65,12 @@ type Window struct {
 // under alloc's device-wide guard, so it is refused with no NCCL call
 // during a Global-mode capture: register windows before capturing, as
 // symheap opens heaps. An NCCL without windows is refused with
-// alloc.ErrBackendUnavailable naming its version.
+// driver.ErrBackendUnavailable naming its version.
 func (c *Comm) NewWindow(dev DeviceRunner, size int64) (*Window, error) {
 	l := c.l
 	switch {
 	case !l.HasWindows():
-		return nil, fmt.Errorf("%w: nccl: symmetric windows need NCCL 2.27 (ncclMemAlloc, ncclCommWindowRegister); %s is %s", alloc.ErrBackendUnavailable, l.Path, VersionString(l.Version))
+		return nil, fmt.Errorf("%w: nccl: symmetric windows need NCCL 2.27 (ncclMemAlloc, ncclCommWindowRegister); %s is %s", driver.ErrBackendUnavailable, l.Path, VersionString(l.Version))
 	case dev == nil:
 		return nil, fmt.Errorf("%w: nccl: window: no device", alloc.ErrInvalidValue)
 	case size <= 0:
@@ -78,7 +79,7 @@ func (c *Comm) NewWindow(dev DeviceRunner, size int64) (*Window, error) {
 		return nil, fmt.Errorf("%w: nccl: window on a destroyed communicator", alloc.ErrClosed)
 	}
 	w := &Window{c: c, size: size}
-	err := alloc.DeviceWide(l.domain, "nccl: register window", func() error {
+	err := driver.DeviceWide(l.domain, "nccl: register window", func() error {
 		return dev.OnDevice("nccl: register window", func() error {
 			var p uintptr
 			if err := l.check("ncclMemAlloc", gpurt.Call(l.memAlloc, uintptr(unsafe.Pointer(&p)), uintptr(size))); err != nil {
@@ -100,8 +101,8 @@ func (c *Comm) NewWindow(dev DeviceRunner, size int64) (*Window, error) {
 }
 
 // Ptr is this rank's device address of the window; Size its length.
-func (w *Window) Ptr() alloc.DevicePtr { return alloc.DevicePtr(w.ptr) }
-func (w *Window) Size() int64          { return w.size }
+func (w *Window) Ptr() driver.DevicePtr { return driver.DevicePtr(w.ptr) }
+func (w *Window) Size() int64           { return w.size }
 
 // Close deregisters the window (collective, like NewWindow) and frees its
 // memory, under the device-wide guard. Graphs that use the window must be
@@ -114,7 +115,7 @@ func (w *Window) Close(dev DeviceRunner) error {
 		return fmt.Errorf("%w: nccl: window: no device", alloc.ErrInvalidValue)
 	}
 	l := w.c.l
-	err := alloc.DeviceWide(l.domain, "nccl: deregister window", func() error {
+	err := driver.DeviceWide(l.domain, "nccl: deregister window", func() error {
 		return dev.OnDevice("nccl: deregister window", func() error {
 			if err := l.check("ncclCommWindowDeregister", gpurt.Call(l.winDeregister, w.c.h, w.h)); err != nil {
 				return err
@@ -144,7 +145,7 @@ func (c *Comm) AllReduceWindow(a *alloc.Allocator, w *Window, sendOff, recvOff, 
 			return fmt.Errorf("%w: nccl: all-reduce: %d elements of %d B at offset %d outside a %d B window", alloc.ErrOutOfRange, count, sz, off, w.size)
 		}
 	}
-	return a.Enqueue("nccl all-reduce (window)", nil, func(s alloc.Stream) error {
+	return a.Enqueue("nccl all-reduce (window)", nil, func(s driver.Stream) error {
 		return c.l.check("ncclAllReduce", gpurt.Call(c.l.allReduce, w.ptr+uintptr(sendOff), w.ptr+uintptr(recvOff), uintptr(count), uintptr(dt), uintptr(op), c.h, uintptr(s)))
 	})
 }

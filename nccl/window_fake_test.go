@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 	"github.com/capalloc/capalloc/nccl"
 )
@@ -53,7 +54,7 @@ func TestWindow(t *testing.T) {
 	require.NoError(t, a.BeginCapture(alloc.Global))
 	calls := dev.calls.Load()
 	_, err = c.NewWindow(dev, 1<<16)
-	require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
+	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
 	require.Equal(t, calls, dev.calls.Load())
 	n, _, _ := windows()
 	require.Zero(t, n)
@@ -104,6 +105,6 @@ func TestWindowNeedsNCCL227(t *testing.T) {
 	c, err := f.l.InitRank(&onCaller{}, 1, id, 0)
 	require.NoError(t, err)
 	_, err = c.NewWindow(&onCaller{}, 4096)
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), "2.27")
 }

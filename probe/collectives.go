@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/ranks"
 	"github.com/capalloc/capalloc/symheap"
 )
@@ -155,12 +156,12 @@ func CollectiveOps() []string {
 
 // heapKind says which heap runs collectives on drv with two ranks in this
 // process: "host", "device", or "" (none).
-func heapKind(drv alloc.Driver) string {
+func heapKind(drv driver.Driver) string {
 	switch {
 	case symheap.Runs(drv) && !symheap.OneRankPerProcess(drv):
 		return "host"
 	case symheap.DeviceRuns(drv):
-		if _, ok := drv.(alloc.KernelLauncher); ok {
+		if _, ok := drv.(driver.KernelLauncher); ok {
 			return "device"
 		}
 	}
@@ -170,7 +171,7 @@ func heapKind(drv alloc.Driver) string {
 // runCollectives probes every collective row, handing each to row, or
 // probes none when the backend runs no collectives with two ranks in one
 // process.
-func runCollectives(drv alloc.Driver, mode alloc.CaptureMode, replays int, row func(Result)) error {
+func runCollectives(drv driver.Driver, mode alloc.CaptureMode, replays int, row func(Result)) error {
 	if heapKind(drv) == "" {
 		return nil
 	}
@@ -190,7 +191,7 @@ func runCollectives(drv alloc.Driver, mode alloc.CaptureMode, replays int, row f
 }
 
 // openHeaps opens the two ranks' heaps on c.as.
-func (c *collEnv) openHeaps(drv alloc.Driver) (closeAll func() error, err error) {
+func (c *collEnv) openHeaps(drv driver.Driver) (closeAll func() error, err error) {
 	if heapKind(drv) == "host" {
 		g, err := symheap.NewGroup(collRanks, 1<<20)
 		if err != nil {
@@ -234,7 +235,7 @@ func (c *collEnv) openHeaps(drv alloc.Driver) (closeAll func() error, err error)
 
 // probeCollective returns an empty verdict only when the row could not be
 // set up.
-func probeCollective(drv alloc.Driver, mode alloc.CaptureMode, op collOp, replays int) (v Verdict, err error) {
+func probeCollective(drv driver.Driver, mode alloc.CaptureMode, op collOp, replays int) (v Verdict, err error) {
 	c := &collEnv{fresh: func(r, k int) byte { return byte(17*r + 3*k + 1) }, meet: &hostBarrier{round: make(chan struct{})}}
 	var closeHeaps func() error
 	defer func() {
@@ -372,7 +373,7 @@ func fill(b []byte, v byte) {
 
 // OpsFor lists the rows Run gives for drv: Ops, then CollectiveOps where
 // the backend runs collectives with two ranks in this process.
-func OpsFor(drv alloc.Driver) []string {
+func OpsFor(drv driver.Driver) []string {
 	if heapKind(drv) != "" {
 		return append(Ops(), CollectiveOps()...)
 	}

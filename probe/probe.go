@@ -13,6 +13,7 @@ import (
 	"log/slog"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // Verdict is the probe's finding for one operation.
@@ -48,7 +49,7 @@ const probeN = 4096
 // each run (for operations that read device memory).
 type probeEnv struct {
 	a       *alloc.Allocator
-	drv     alloc.Driver
+	drv     driver.Driver
 	mode    alloc.CaptureMode
 	in, out *alloc.HostBuffer
 	src     alloc.Buffer   // holds the current input, uploaded eagerly
@@ -199,8 +200,8 @@ func Expected(op string, mode alloc.CaptureMode) Verdict {
 // ExpectedFor is Expected on a device with info's capture safety: under
 // strict safety (docs/capture-safety.md) cudaMalloc is refused during a
 // capture of every mode, Relaxed included (GB10's table).
-func ExpectedFor(info alloc.DeviceInfo, op string, mode alloc.CaptureMode) Verdict {
-	if op == "alloc" && info.CaptureSafety == alloc.SafetyStrict {
+func ExpectedFor(info driver.DeviceInfo, op string, mode alloc.CaptureMode) Verdict {
+	if op == "alloc" && info.CaptureSafety == driver.SafetyStrict {
 		return NotCapturable
 	}
 	return Expected(op, mode)
@@ -211,7 +212,7 @@ func ExpectedFor(info alloc.DeviceInfo, op string, mode alloc.CaptureMode) Verdi
 // with eager runs, then the collective rows (CollectiveOps) where the
 // backend runs collectives. It fails only if the probe cannot set up at
 // all.
-func Run(drv alloc.Driver, mode alloc.CaptureMode, replays int) ([]Result, error) {
+func Run(drv driver.Driver, mode alloc.CaptureMode, replays int) ([]Result, error) {
 	var out []Result
 	err := Stream(drv, mode, replays, func(r Result) { out = append(out, r) })
 	return out, err
@@ -220,7 +221,7 @@ func Run(drv alloc.Driver, mode alloc.CaptureMode, replays int) ([]Result, error
 // Stream runs the rows as Run does and hands each to row as soon as it
 // is known, in OpsFor's order, so a caller can show progress: on a GPU a
 // whole matrix takes long enough to look hung.
-func Stream(drv alloc.Driver, mode alloc.CaptureMode, replays int, row func(Result)) error {
+func Stream(drv driver.Driver, mode alloc.CaptureMode, replays int, row func(Result)) error {
 	if replays < 1 {
 		replays = 1
 	}
@@ -240,7 +241,7 @@ func Stream(drv alloc.Driver, mode alloc.CaptureMode, replays int, row func(Resu
 }
 
 // probeOne returns an empty verdict only when the row could not be set up.
-func probeOne(drv alloc.Driver, mode alloc.CaptureMode, op probeOp, replays int) (v Verdict, note string, err error) {
+func probeOne(drv driver.Driver, mode alloc.CaptureMode, op probeOp, replays int) (v Verdict, note string, err error) {
 	// Warnings are reported in the row's note, not logged.
 	a, err := alloc.New(drv, alloc.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // bump is a heap's allocation, shared by the host-memory heap (Heap) and
@@ -47,7 +48,7 @@ func (b *bump) reset(a *alloc.Allocator) error {
 		return err
 	}
 	if st != alloc.StateNone {
-		return fmt.Errorf("%w: symheap: reset during a capture (state %s)", alloc.ErrCaptureIllegalOp, st)
+		return fmt.Errorf("%w: symheap: reset during a capture (state %s)", driver.ErrCaptureIllegalOp, st)
 	}
 	b.mu.Lock()
 	b.next, b.hash = 0, fnvOffset

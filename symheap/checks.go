@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/kernels"
 )
 
@@ -99,5 +100,5 @@ func padFailure(e kernels.PadError, timeout time.Duration) error {
 	case kernels.ErrLaunch:
 		return fmt.Errorf("%w: symheap: rank %d: a collective launched with %d ranks or more blocks than the kernels serve", alloc.ErrInvalidValue, e.Rank, e.Peer)
 	}
-	return fmt.Errorf("%w: symheap: rank %d's signal pad holds unknown status %d", alloc.ErrDriver, e.Rank, e.Status)
+	return fmt.Errorf("%w: symheap: rank %d's signal pad holds unknown status %d", driver.ErrDriver, e.Rank, e.Status)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 	_ "github.com/capalloc/capalloc/cuda"
 	_ "github.com/capalloc/capalloc/hip"
@@ -136,7 +137,7 @@ func BenchmarkDeviceAllReduce1KiB(b *testing.B) {
 		return nil
 	})
 	// The yardstick: as many empty kernels in the same kind of graph.
-	kl := w.as[0].Driver().(alloc.KernelLauncher)
+	kl := w.as[0].Driver().(driver.KernelLauncher)
 	mod, err := kl.LoadModule(kernels.Image())
 	if err != nil {
 		b.Fatal(err)
@@ -144,8 +145,8 @@ func BenchmarkDeviceAllReduce1KiB(b *testing.B) {
 	params := (&kernels.AxpyArgs{}).Encode(make([]byte, kernels.AxpySize))
 	empty := w.capture(b, func(r int) error {
 		for range nodes {
-			if err := w.as[r].Enqueue("empty kernel", nil, func(s alloc.Stream) error {
-				return w.as[r].Driver().(alloc.KernelLauncher).LaunchKernel(mod.Kernels[kernels.Axpy], 1, 32, params, s)
+			if err := w.as[r].Enqueue("empty kernel", nil, func(s driver.Stream) error {
+				return w.as[r].Driver().(driver.KernelLauncher).LaunchKernel(mod.Kernels[kernels.Axpy], 1, 32, params, s)
 			}); err != nil {
 				return err
 			}

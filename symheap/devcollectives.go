@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/kernels"
 )
 
@@ -124,7 +125,7 @@ func (h *DeviceHeap) collective(op, name string, c kernels.Coll, items int64) er
 // launchLocked enqueues kernel name on the rank's stream.
 func (h *DeviceHeap) launchLocked(op, name string, params []byte, grid uint32) error {
 	k, kl, block := h.kern.mod.Kernels[name], h.kern.kl, h.kern.block
-	err := h.a.Enqueue("symheap "+op, []alloc.Buffer{h.buf, h.table}, func(s alloc.Stream) error {
+	err := h.a.Enqueue("symheap "+op, []alloc.Buffer{h.buf, h.table}, func(s driver.Stream) error {
 		return kl.LaunchKernel(k, grid, block, params, s)
 	})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/kernels"
 )
 
@@ -46,12 +47,12 @@ type DeviceHeap struct {
 	timeout time.Duration
 	bump    bump
 
-	buf    alloc.Buffer      // this rank's allocation: pad, then heap
-	mem    *devMem           // buf as this process's ranks share it (devmem.go)
-	table  alloc.Buffer      // Ranks() little-endian uint64: bases as mapped here
-	bases  []alloc.DevicePtr // rank p's allocation as mapped here
-	opened []bool            // bases[p] came from IPCOpenMemHandle
-	locals []*devMem         // rank p's allocation, held: a peer of this process
+	buf    alloc.Buffer       // this rank's allocation: pad, then heap
+	mem    *devMem            // buf as this process's ranks share it (devmem.go)
+	table  alloc.Buffer       // Ranks() little-endian uint64: bases as mapped here
+	bases  []driver.DevicePtr // rank p's allocation as mapped here
+	opened []bool             // bases[p] came from IPCOpenMemHandle
+	locals []*devMem          // rank p's allocation, held: a peer of this process
 
 	kern    *devKernels // the collectives, loaded at open (nil: kernErr says why)
 	kernErr error
@@ -63,15 +64,15 @@ type DeviceHeap struct {
 }
 
 // DeviceRuns reports whether OpenDevice can run on d: the driver exports
-// and opens IPC memory handles (alloc.IPCMemory: cuda, hip). A wrapper
+// and opens IPC memory handles (driver.IPCMemory: cuda, hip). A wrapper
 // that has an Inner() driver (alloctest.Spy) is looked through, since it
 // forwards the methods whether or not the driver it wraps has them.
-func DeviceRuns(d alloc.Driver) bool {
+func DeviceRuns(d driver.Driver) bool {
 	for {
-		if _, ok := d.(alloc.IPCMemory); !ok {
+		if _, ok := d.(driver.IPCMemory); !ok {
 			return false
 		}
-		w, ok := d.(interface{ Inner() alloc.Driver })
+		w, ok := d.(interface{ Inner() driver.Driver })
 		if !ok {
 			return true
 		}
@@ -139,7 +140,7 @@ const exportHeader = 8 + 16 + 8 + 8 + 8
 // also wraps its own cause, such as alloc.ErrOutOfMemory); a rank
 // missing past the timeout is ErrExchangeTimeout.
 //
-// Opening during a capture is refused with alloc.ErrCaptureIllegalOp
+// Opening during a capture is refused with driver.ErrCaptureIllegalOp
 // before any driver call but the capture status query, and a driver
 // without IPC with an error wrapping errors.ErrUnsupported: both at once,
 // without exchanging, so the peers fail with ErrExchangeTimeout. An
@@ -159,7 +160,7 @@ func OpenDevice(rank int, a *alloc.Allocator, x Exchange, size int64, opts Devic
 		opts.Timeout = DefaultTimeout
 	}
 	h := &DeviceHeap{rank: rank, a: a, x: x, timeout: opts.Timeout, bump: newBump(size, groupID(x)),
-		bases: make([]alloc.DevicePtr, x.Ranks()), opened: make([]bool, x.Ranks()), locals: make([]*devMem, x.Ranks())}
+		bases: make([]driver.DevicePtr, x.Ranks()), opened: make([]bool, x.Ranks()), locals: make([]*devMem, x.Ranks())}
 	if err := h.refusal(); err != nil {
 		return nil, err // at once: the peers time out (ErrExchangeTimeout)
 	}
@@ -223,10 +224,10 @@ func (h *DeviceHeap) refusal() error {
 		return err
 	}
 	if st != alloc.StateNone {
-		return fmt.Errorf("%w: symheap: opening a device heap during a capture (state %s): open it before capturing", alloc.ErrCaptureIllegalOp, st)
+		return fmt.Errorf("%w: symheap: opening a device heap during a capture (state %s): open it before capturing", driver.ErrCaptureIllegalOp, st)
 	}
 	if d := h.a.Driver(); !DeviceRuns(d) {
-		return fmt.Errorf("%w: symheap: backend %s has no IPC memory handles (a device heap needs alloc.IPCMemory: cuda, hip)", errors.ErrUnsupported, d.Name())
+		return fmt.Errorf("%w: symheap: backend %s has no IPC memory handles (a device heap needs driver.IPCMemory: cuda, hip)", errors.ErrUnsupported, d.Name())
 	}
 	return nil
 }
@@ -246,7 +247,11 @@ func (h *DeviceHeap) allocate() ([]byte, error) {
 	if err := a.Memset(h.buf, 0, 0, SignalPadBytes); err != nil {
 		return nil, fmt.Errorf("symheap: signal pad of rank %d: %w", h.rank, err)
 	}
-	handle, err := a.IPCGetMemHandle(h.buf)
+	var handle []byte
+	err = ipc(a, "IPCGetMemHandle", func(m driver.IPCMemory) (err error) {
+		handle, err = m.IPCGetMemHandle(h.buf.Ptr())
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("symheap: exporting the heap of rank %d: %w", h.rank, err)
 	}
@@ -287,10 +292,14 @@ func (h *DeviceHeap) openPeers(exports [][]byte) error {
 			if !ok {
 				return fmt.Errorf("%w: rank %d: rank %d's heap was released before this rank mapped it", ErrPeerOpen, h.rank, p)
 			}
-			h.bases[p], h.locals[p] = alloc.DevicePtr(binary.LittleEndian.Uint64(m[32:])), pm
+			h.bases[p], h.locals[p] = driver.DevicePtr(binary.LittleEndian.Uint64(m[32:])), pm
 			continue
 		}
-		ptr, err := h.a.IPCOpenMemHandle(m[exportHeader:])
+		var ptr driver.DevicePtr
+		err := ipc(h.a, "IPCOpenMemHandle", func(d driver.IPCMemory) (err error) {
+			ptr, err = d.IPCOpenMemHandle(m[exportHeader:])
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("%w: rank %d opening rank %d's heap: %w", ErrPeerOpen, h.rank, p, err)
 		}
@@ -321,7 +330,7 @@ func (h *DeviceHeap) closePeers() error {
 	var errs []error
 	for p, ok := range h.opened {
 		if ok {
-			errs = append(errs, h.a.IPCCloseMemHandle(h.bases[p]))
+			errs = append(errs, ipc(h.a, "IPCCloseMemHandle", func(d driver.IPCMemory) error { return d.IPCCloseMemHandle(h.bases[p]) }))
 			h.opened[p] = false
 		}
 		if m := h.locals[p]; m != nil {
@@ -414,7 +423,7 @@ func (h *DeviceHeap) release() error {
 // leaked); the heap's Close then still lets its peers go (those of this
 // process marked on the host, the release round made, so no peer waits
 // the timeout) and fails with alloc.ErrClosed.
-// Refused during a capture (alloc.ErrCaptureIllegalOp), the heap left
+// Refused during a capture (driver.ErrCaptureIllegalOp), the heap left
 // open; a second Close fails with alloc.ErrClosed.
 func (h *DeviceHeap) Close() error {
 	h.mu.Lock()
@@ -428,7 +437,7 @@ func (h *DeviceHeap) Close() error {
 		return err
 	}
 	if st != alloc.StateNone && !gone {
-		return fmt.Errorf("%w: symheap: closing a device heap during a capture (state %s)", alloc.ErrCaptureIllegalOp, st)
+		return fmt.Errorf("%w: symheap: closing a device heap during a capture (state %s)", driver.ErrCaptureIllegalOp, st)
 	}
 	h.closed = true
 	cross := h.crossProcess()
@@ -475,15 +484,15 @@ func (h *DeviceHeap) markClosed() error {
 	if err := h.a.Upload(h.buf, off, word); err != nil {
 		return errors.Join(serr, fmt.Errorf("symheap: marking the heap of rank %d closed: %w", h.rank, err))
 	}
-	d, me := h.a.Driver(), h.bases[h.rank]+alloc.DevicePtr(off)
+	d, me := h.a.Driver(), h.bases[h.rank]+driver.DevicePtr(off)
 	var errs []error
 	for p, b := range h.bases {
 		if p == h.rank || b == 0 {
 			continue
 		}
-		dst := b + alloc.DevicePtr(off)
+		dst := b + driver.DevicePtr(off)
 		copyTo := func() error {
-			err := h.a.Enqueue("symheap close", []alloc.Buffer{h.buf}, func(s alloc.Stream) error {
+			err := h.a.Enqueue("symheap close", []alloc.Buffer{h.buf}, func(s driver.Stream) error {
 				return d.CopyDtoDAsync(dst, me, 4, s)
 			})
 			if err == nil {
@@ -532,13 +541,13 @@ func (h *DeviceHeap) Buffer() alloc.Buffer { return h.buf }
 func (h *DeviceHeap) PeerTable() alloc.Buffer { return h.table }
 
 // Ptr is rank p's bytes of t as mapped in this process, for kernels.
-func (h *DeviceHeap) Ptr(p int, t Tensor) (alloc.DevicePtr, error) {
+func (h *DeviceHeap) Ptr(p int, t Tensor) (driver.DevicePtr, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.ptrLocked(p, t)
 }
 
-func (h *DeviceHeap) ptrLocked(p int, t Tensor) (alloc.DevicePtr, error) {
+func (h *DeviceHeap) ptrLocked(p int, t Tensor) (driver.DevicePtr, error) {
 	if h.closed {
 		return 0, fmt.Errorf("%w: symheap: device heap of rank %d is closed", alloc.ErrClosed, h.rank)
 	}
@@ -548,7 +557,7 @@ func (h *DeviceHeap) ptrLocked(p int, t Tensor) (alloc.DevicePtr, error) {
 	if err := h.bump.check(t); err != nil {
 		return 0, err
 	}
-	return h.bases[p] + SignalPadBytes + alloc.DevicePtr(t.Off), nil
+	return h.bases[p] + SignalPadBytes + driver.DevicePtr(t.Off), nil
 }
 
 // Copy copies src of rank srcRank's heap into dst of rank dstRank's (any
@@ -564,13 +573,13 @@ func (h *DeviceHeap) Copy(dstRank int, dst Tensor, srcRank int, src Tensor) erro
 	h.mu.Lock()
 	to, err := h.ptrLocked(dstRank, dst)
 	if err == nil {
-		var from alloc.DevicePtr
+		var from driver.DevicePtr
 		if from, err = h.ptrLocked(srcRank, src); err == nil {
 			err = h.peerClosedLocked(dstRank, srcRank)
 		}
 		if err == nil {
 			d := h.a.Driver()
-			err = h.a.Enqueue("symheap copy", []alloc.Buffer{h.buf}, func(s alloc.Stream) error {
+			err = h.a.Enqueue("symheap copy", []alloc.Buffer{h.buf}, func(s driver.Stream) error {
 				return d.CopyDtoDAsync(to, from, src.Size, s)
 			})
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -19,7 +20,7 @@ import (
 // arguments are typed errors.
 func TestOpenDeviceRefusals(t *testing.T) {
 	var spy *alloctest.Spy
-	_, a := groupAndAllocator(t, 1, func(d alloc.Driver) alloc.Driver { spy = alloctest.NewSpy(d); return spy })
+	_, a := groupAndAllocator(t, 1, func(d driver.Driver) driver.Driver { spy = alloctest.NewSpy(d); return spy })
 	require.False(t, symheap.DeviceRuns(spy), "the Spy forwards IPC, cpu has none")
 	require.False(t, symheap.DeviceRuns(a.Driver()))
 
@@ -34,7 +35,7 @@ func TestOpenDeviceRefusals(t *testing.T) {
 	require.NoError(t, a.BeginCapture(alloc.Global))
 	before = spy.Snapshot()
 	_, err = symheap.OpenDevice(0, a, x, 1<<16, symheap.DeviceOptions{})
-	require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
+	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
 	require.Zero(t, spy.Snapshot().Sub(before).Total(alloctest.MethodStreamCaptureStatus), "no driver call but the status query")
 	st, err := a.CaptureStatus()
 	require.NoError(t, err)

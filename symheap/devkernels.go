@@ -6,15 +6,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/kernels"
 )
 
 // devKernels is the device code as loaded on one driver, with the launch
 // configuration its device allows.
 type devKernels struct {
-	kl    alloc.KernelLauncher
-	mod   *alloc.Module
+	kl    driver.KernelLauncher
+	mod   *driver.Module
 	block uint32 // threads per block
 	// The device's residency for the collectives (topology.go): perSM
 	// blocks of the scarcest collective kernel, limiting, fit on one
@@ -30,7 +30,7 @@ type devKernels struct {
 // compilation) is slow and device wide, so it happens once, at the first
 // OpenDevice on the driver, outside any capture. The driver keeps the
 // module until it is closed.
-var loaded sync.Map // alloc.KernelLauncher -> *loading
+var loaded sync.Map // driver.KernelLauncher -> *loading
 
 type loading struct {
 	once sync.Once
@@ -42,7 +42,7 @@ type loading struct {
 // device code of ours (errors.ErrUnsupported) leaves h without
 // collectives, which then refuse with that error.
 func (h *DeviceHeap) loadKernels() error {
-	kl, ok := h.a.Driver().(alloc.KernelLauncher)
+	kl, ok := h.a.Driver().(driver.KernelLauncher)
 	if !ok {
 		h.kernErr = fmt.Errorf("%w: symheap: backend %s runs no device code of this library", errors.ErrUnsupported, h.a.Driver().Name())
 		return nil
@@ -62,14 +62,14 @@ func (h *DeviceHeap) loadKernels() error {
 	return nil
 }
 
-func newDevKernels(kl alloc.KernelLauncher) (*devKernels, error) {
+func newDevKernels(kl driver.KernelLauncher) (*devKernels, error) {
 	mod, err := kl.LoadModule(kernels.Image())
 	if err != nil {
 		return nil, err
 	}
 	for _, n := range kernels.Names {
 		if _, ok := mod.Kernels[n]; !ok {
-			return nil, fmt.Errorf("%w: symheap: the loaded module lacks kernel %s", alloc.ErrDriver, n)
+			return nil, fmt.Errorf("%w: symheap: the loaded module lacks kernel %s", driver.ErrDriver, n)
 		}
 	}
 	// 512 threads a block where the device allows (a multiple of the warp),

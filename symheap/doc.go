@@ -1,7 +1,7 @@
 // Package symheap is a symmetric heap for N ranks with collectives that
 // stay capturable: barrier, all-reduce (sum of float32 or int32),
 // all-gather, reduce-scatter and all-to-all, each put on a rank's
-// allocator stream as a host function (alloc.HostFuncLauncher), so a
+// allocator stream as a host function (driver.HostFuncLauncher), so a
 // capture records it with the rest of the step and every replay runs it
 // again on fresh data.
 //
@@ -36,7 +36,7 @@
 // the group's files (Group.Files, Attach).
 //
 // For CUDA and HIP, OpenDevice makes a DeviceHeap in device memory: each
-// rank's heap exported as an IPC handle (alloc.IPCMemory), the handles
+// rank's heap exported as an IPC handle (driver.IPCMemory), the handles
 // exchanged through an Exchange (NewLocalExchange for goroutine ranks,
 // FileExchange for processes), every peer opened, the peer table written
 // to the device once, all or nothing (ErrPeerOpen, ErrExchangeTimeout).

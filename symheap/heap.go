@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // DefaultTimeout bounds every wait of a collective when Options.Timeout is
@@ -59,11 +60,11 @@ type Heap struct {
 }
 
 // Open maps every rank's heap for rank, whose collectives will run on a's
-// stream. a's driver must launch host functions (alloc.HostFuncLauncher)
+// stream. a's driver must launch host functions (driver.HostFuncLauncher)
 // and share memory with the host (DeviceInfo.UnifiedMemory: cpu; GB10's
 // GPU reaches host memory too); otherwise the error wraps
 // errors.ErrUnsupported.
-// Opening during a capture on a is refused with alloc.ErrCaptureIllegalOp
+// Opening during a capture on a is refused with driver.ErrCaptureIllegalOp
 // before any driver call: the peer table is built once, here, never in a
 // graph.
 func (g *Group) Open(rank int, a *alloc.Allocator, opts Options) (*Heap, error) {
@@ -78,7 +79,7 @@ func (g *Group) Open(rank int, a *alloc.Allocator, opts Options) (*Heap, error) 
 		return nil, err
 	}
 	if st != alloc.StateNone {
-		return nil, fmt.Errorf("%w: symheap: opening a heap during a capture (state %s): open it before capturing", alloc.ErrCaptureIllegalOp, st)
+		return nil, fmt.Errorf("%w: symheap: opening a heap during a capture (state %s): open it before capturing", driver.ErrCaptureIllegalOp, st)
 	}
 	if !Runs(a.Driver()) {
 		return nil, fmt.Errorf("%w: symheap: backend %s (collectives need host functions and host-addressable device memory: cpu)", errors.ErrUnsupported, a.Driver().Name())
@@ -117,7 +118,7 @@ func (g *Group) Open(rank int, a *alloc.Allocator, opts Options) (*Heap, error) 
 // until the timeout. (HIP documents that host functions of different
 // non-blocking streams can run concurrently; the cpu backend runs each
 // stream's in the goroutine that synchronizes it.)
-func OneRankPerProcess(d alloc.Driver) bool { return d.Name() == "cuda" }
+func OneRankPerProcess(d driver.Driver) bool { return d.Name() == "cuda" }
 
 // admit records h's rank as open in this process, refusing a second rank
 // of the group on drivers that may serialize host functions: such ranks
@@ -154,8 +155,8 @@ func (g *Group) leave(h *Heap) {
 
 // Runs reports whether collectives run on d: it launches host functions
 // and shares memory with the host.
-func Runs(d alloc.Driver) bool {
-	_, ok := d.(alloc.HostFuncLauncher)
+func Runs(d driver.Driver) bool {
+	_, ok := d.(driver.HostFuncLauncher)
 	return ok && d.Info().UnifiedMemory
 }
 
@@ -198,7 +199,7 @@ func (h *Heap) Allocator() *alloc.Allocator { return h.a }
 func (h *Heap) Alloc(n int64) (Tensor, error) { return h.bump.alloc(n) }
 
 // Reset frees the whole heap: the next Alloc starts at offset 0. It is
-// refused during a capture (alloc.ErrCaptureIllegalOp): graphs have the
+// refused during a capture (driver.ErrCaptureIllegalOp): graphs have the
 // offsets baked in. Every rank must reset together.
 func (h *Heap) Reset() error { return h.bump.reset(h.a) }
 

@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // newSharedFile makes a memfd of size zeroed bytes.
@@ -16,7 +17,7 @@ func newSharedFile(name string, size int64) (*os.File, error) {
 	// plugin backend's process say, inherits every heap of the group.
 	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
 	if err != nil {
-		return nil, fmt.Errorf("%w: symheap: memfd_create: %v", alloc.ErrBackendUnavailable, err)
+		return nil, fmt.Errorf("%w: symheap: memfd_create: %v", driver.ErrBackendUnavailable, err)
 	}
 	if err := unix.Ftruncate(fd, size); err != nil {
 		unix.Close(fd)

@@ -7,15 +7,15 @@ import (
 	"os"
 	"runtime"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 func newSharedFile(string, int64) (*os.File, error) {
-	return nil, fmt.Errorf("%w: symheap: shared heaps are memfds, which %s lacks", alloc.ErrBackendUnavailable, runtime.GOOS)
+	return nil, fmt.Errorf("%w: symheap: shared heaps are memfds, which %s lacks", driver.ErrBackendUnavailable, runtime.GOOS)
 }
 
 func mapShared(*os.File, int64) ([]byte, error) {
-	return nil, fmt.Errorf("%w: symheap: no memfd on %s", alloc.ErrBackendUnavailable, runtime.GOOS)
+	return nil, fmt.Errorf("%w: symheap: no memfd on %s", driver.ErrBackendUnavailable, runtime.GOOS)
 }
 
 func unmapShared([]byte) error { return nil }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 	"github.com/capalloc/capalloc/symheap"
 )
@@ -54,10 +54,10 @@ type noEnable struct{ peerDriver }
 
 // peerDriver is what a device heap uses of a fake's driver.
 type peerDriver interface {
-	alloc.Driver
-	alloc.IPCMemory
-	alloc.KernelLauncher
-	alloc.PeerAccess
+	driver.Driver
+	driver.IPCMemory
+	driver.KernelLauncher
+	driver.PeerAccess
 }
 
 func (noEnable) EnablePeerAccess(int) error { return nil }
@@ -71,9 +71,9 @@ func TestFakeMissingPeerEnableFaults(t *testing.T) {
 		t.Setenv(v.env+"DEVICES", "2")
 		for _, enable := range []bool{false, true} {
 			t.Run(fmt.Sprintf("enabled=%v", enable), func(t *testing.T) {
-				var wrap func(alloc.Driver) alloc.Driver
+				var wrap func(driver.Driver) driver.Driver
 				if !enable {
-					wrap = func(d alloc.Driver) alloc.Driver { return noEnable{d.(peerDriver)} }
+					wrap = func(d driver.Driver) driver.Driver { return noEnable{d.(peerDriver)} }
 				}
 				w, errs := openTopo(t, v, []int{0, 1}, 2*time.Second, wrap)
 				for r, err := range errs {

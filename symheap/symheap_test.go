@@ -11,6 +11,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 	"github.com/capalloc/capalloc/symheap"
 )
@@ -19,13 +20,13 @@ import (
 // allocating in a capture is arithmetic: no driver call either.
 func TestCaptureRules(t *testing.T) {
 	var spy *alloctest.Spy
-	g, a := groupAndAllocator(t, 1, func(d alloc.Driver) alloc.Driver { spy = alloctest.NewSpy(d); return spy })
+	g, a := groupAndAllocator(t, 1, func(d driver.Driver) driver.Driver { spy = alloctest.NewSpy(d); return spy })
 	var err error
 
 	require.NoError(t, a.BeginCapture(alloc.Global))
 	before := spy.Snapshot()
 	_, err = g.Open(0, a, symheap.Options{})
-	require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
+	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
 	require.Zero(t, spy.Snapshot().Sub(before).Total(alloctest.MethodStreamCaptureStatus), "no driver call but the status query")
 	gr, err := a.EndCapture()
 	require.NoError(t, err)
@@ -43,7 +44,7 @@ func TestCaptureRules(t *testing.T) {
 	require.Zero(t, spy.Snapshot().Sub(before).Total(), "allocation in the heap makes no driver call")
 	require.Equal(t, [2]int64{0, 1000}, [2]int64{x.Off, x.Size})
 	require.Equal(t, [2]int64{1024, 1000}, [2]int64{y.Off, y.Size})
-	require.ErrorIs(t, h.Reset(), alloc.ErrCaptureIllegalOp, "reset frees offsets a graph may hold")
+	require.ErrorIs(t, h.Reset(), driver.ErrCaptureIllegalOp, "reset frees offsets a graph may hold")
 	gr, err = a.EndCapture()
 	require.NoError(t, err)
 	require.NoError(t, gr.Close())
@@ -89,10 +90,10 @@ func TestBadOperandsAreTypedAndQueueNothing(t *testing.T) {
 
 // hidden hides the driver's optional interfaces, as a plugin driver lacks
 // host functions.
-type hidden struct{ alloc.Driver }
+type hidden struct{ driver.Driver }
 
 func TestUnsupportedBackendIsRefused(t *testing.T) {
-	g, a := groupAndAllocator(t, 1, func(d alloc.Driver) alloc.Driver { return hidden{d} })
+	g, a := groupAndAllocator(t, 1, func(d driver.Driver) driver.Driver { return hidden{d} })
 	_, err := g.Open(0, a, symheap.Options{})
 	require.True(t, errors.Is(err, errors.ErrUnsupported), "%v", err)
 }
@@ -100,7 +101,7 @@ func TestUnsupportedBackendIsRefused(t *testing.T) {
 // groupAndAllocator makes a group of ranks ranks and one cpu allocator
 // whose driver wrap may replace (a spy, a wrapper); the test's cleanup
 // closes them.
-func groupAndAllocator(t *testing.T, ranks int, wrap func(alloc.Driver) alloc.Driver) (*symheap.Group, *alloc.Allocator) {
+func groupAndAllocator(t *testing.T, ranks int, wrap func(driver.Driver) driver.Driver) (*symheap.Group, *alloc.Allocator) {
 	t.Helper()
 	g, err := symheap.NewGroup(ranks, 1<<16)
 	require.NoError(t, err)
@@ -108,7 +109,7 @@ func groupAndAllocator(t *testing.T, ranks int, wrap func(alloc.Driver) alloc.Dr
 	d, err := cpu.New(cpu.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, d.Close()) })
-	var drv alloc.Driver = d
+	var drv driver.Driver = d
 	if wrap != nil {
 		drv = wrap(d)
 	}

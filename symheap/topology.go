@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/kernels"
 )
 
@@ -158,14 +158,14 @@ func (h *DeviceHeap) settleGrid(payloads [][]byte) error {
 	return nil
 }
 
-// peerAccess is d's alloc.PeerAccess, looked through wrappers with an
+// peerAccess is d's driver.PeerAccess, looked through wrappers with an
 // Inner() driver (alloctest.Spy), as DeviceRuns.
-func peerAccess(d alloc.Driver) (alloc.PeerAccess, bool) {
+func peerAccess(d driver.Driver) (driver.PeerAccess, bool) {
 	for {
-		if pa, ok := d.(alloc.PeerAccess); ok {
+		if pa, ok := d.(driver.PeerAccess); ok {
 			return pa, true
 		}
-		w, ok := d.(interface{ Inner() alloc.Driver })
+		w, ok := d.(interface{ Inner() driver.Driver })
 		if !ok {
 			return nil, false
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cuda"
 	"github.com/capalloc/capalloc/hip"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
@@ -29,16 +30,16 @@ import (
 type fakeVendor struct {
 	name, env, launch string
 	fake              *gpurttest.Fake
-	open              func(dev int) (alloc.Driver, error)
+	open              func(dev int) (driver.Driver, error)
 }
 
 var fakeVendors = []*fakeVendor{
 	{name: "cuda", env: "FAKE_CUDA_", launch: "cuLaunchKernel",
 		fake: &gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv},
-		open: func(dev int) (alloc.Driver, error) { return cuda.New(cuda.Options{Device: dev}) }},
+		open: func(dev int) (driver.Driver, error) { return cuda.New(cuda.Options{Device: dev}) }},
 	{name: "hip", env: "FAKE_HIP_", launch: "hipModuleLaunchKernel",
 		fake: &gpurttest.Fake{Src: "hip/testdata/fakehip.c", Name: "libamdhip64", LibEnv: hip.LibEnv},
-		open: func(dev int) (alloc.Driver, error) { return hip.New(hip.Options{Device: dev}) }},
+		open: func(dev int) (driver.Driver, error) { return hip.New(hip.Options{Device: dev}) }},
 }
 
 // forEachFake runs test per vendor on a fresh build of its fake (fresh
@@ -61,7 +62,7 @@ type topoWorld struct {
 
 // openTopo opens the ranks' heaps and returns the world and each rank's
 // open error; the heaps that opened are closed at the end of the test.
-func openTopo(t *testing.T, v *fakeVendor, devices []int, timeout time.Duration, wrap func(alloc.Driver) alloc.Driver) (*topoWorld, []error) {
+func openTopo(t *testing.T, v *fakeVendor, devices []int, timeout time.Duration, wrap func(driver.Driver) driver.Driver) (*topoWorld, []error) {
 	t.Helper()
 	n := len(devices)
 	w := &topoWorld{as: make([]*alloc.Allocator, n), heaps: make([]*symheap.DeviceHeap, n)}
@@ -69,7 +70,7 @@ func openTopo(t *testing.T, v *fakeVendor, devices []int, timeout time.Duration,
 		d, err := v.open(dev)
 		require.NoError(t, err)
 		t.Cleanup(func() { d.Close() })
-		var drv alloc.Driver = d
+		var drv driver.Driver = d
 		if wrap != nil {
 			drv = wrap(d)
 		}

@@ -5,7 +5,7 @@
 //	prometheus.MustRegister(allocprom.NewCollector())
 //
 // At each scrape the collector reads every open allocator of the process
-// (alloc.Allocators), labelled backend, device and allocator (its
+// (alloc/internal/registry), labelled backend, device and allocator (its
 // alloc.Options.Name):
 //
 //	capalloc_in_use_bytes, capalloc_reserved_bytes, capalloc_cached_bytes,
@@ -14,7 +14,7 @@
 //	capalloc_pinned_host_bytes, capalloc_pinned_host_buffers   (gauges)
 //	capalloc_memory_bytes{state=...}   device memory by block state: live,
 //	    workspace, graph-owned, held-for-graph, free, cached (a gauge;
-//	    alloc.Allocator.BytesByState)
+//	    a snapshot's Bytes, without listing the blocks)
 //	capalloc_allocs_total, capalloc_frees_total,
 //	capalloc_pool_hits_total, capalloc_pool_misses_total,
 //	capalloc_driver_allocs_total, capalloc_driver_frees_total,
@@ -28,6 +28,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/internal/registry"
+	"github.com/capalloc/capalloc/alloc/memmap"
 )
 
 // labels every metric carries.
@@ -71,7 +73,7 @@ var metrics = []metric{
 }
 
 var memoryBytes = prometheus.NewDesc("capalloc_memory_bytes",
-	"Device memory held from the driver, by what its blocks are doing (alloc.BlockState).",
+	"Device memory held from the driver, by what its blocks are doing (memmap.BlockState).",
 	append([]string{"state"}, labels...), nil)
 
 // Collector is a prometheus.Collector of every open allocator's counters.
@@ -90,17 +92,17 @@ func (*Collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reads every open allocator now. One closed meanwhile is left out.
 func (*Collector) Collect(ch chan<- prometheus.Metric) {
-	for _, a := range alloc.Allocators() {
-		byState, err := a.BytesByState()
+	for _, a := range registry.Allocators() {
+		byState, err := registry.BytesByState(a)
 		if err != nil {
 			continue // closed meanwhile
 		}
-		lv := []string{label(a.Driver().Name()), label(a.Info().Name), label(a.Name())}
+		lv := []string{label(a.Driver().Name()), label(a.Info().Name), label(registry.Name(a))}
 		s := a.Stats()
 		for _, m := range metrics {
 			ch <- constMetric(m.desc, m.kind, m.value(s), lv...)
 		}
-		for _, st := range alloc.BlockStates {
+		for _, st := range memmap.BlockStates() {
 			ch <- constMetric(memoryBytes, prometheus.GaugeValue, float64(byState[st]), append([]string{string(st)}, lv...)...)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/allocprom"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
 
@@ -158,10 +159,10 @@ func TestOnlyImportersLinkPrometheus(t *testing.T) {
 
 // namedDriver is a driver whose backend and device names are not valid
 // UTF-8, as a plugin child's device name may be.
-type namedDriver struct{ alloc.Driver }
+type namedDriver struct{ driver.Driver }
 
 func (namedDriver) Name() string { return "cpu\xfe" }
-func (d namedDriver) Info() alloc.DeviceInfo {
+func (d namedDriver) Info() driver.DeviceInfo {
 	i := d.Driver.Info()
 	i.Name = "gpu\xff\xc3"
 	return i

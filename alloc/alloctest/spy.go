@@ -1,4 +1,4 @@
-// Package alloctest holds test doubles for alloc.Driver that engines and
+// Package alloctest holds test doubles for driver.Driver that engines and
 // backends can use in their own tests: the Spy counts every driver call,
 // holds a method's calls to emulate a hung driver, and plays deliberately
 // broken drivers. The conformance suite is built on it.
@@ -13,12 +13,13 @@ import (
 	"time"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
-// Method names one alloc.Driver method, for the Spy's counters and hooks.
+// Method names one driver.Driver method, for the Spy's counters and hooks.
 type Method int
 
-// One constant per alloc.Driver method.
+// One constant per driver.Driver method.
 const (
 	MethodName Method = iota
 	MethodInfo
@@ -47,16 +48,16 @@ const (
 	MethodGraphLaunch
 	MethodGraphExecDestroy
 	MethodGraphDestroy
-	MethodLaunchHostFunc // alloc.HostFuncLauncher, forwarded when the inner driver has it
-	// alloc.IPCMemory, forwarded when the inner driver has it.
+	MethodLaunchHostFunc // driver.HostFuncLauncher, forwarded when the inner driver has it
+	// driver.IPCMemory, forwarded when the inner driver has it.
 	MethodIPCGetMemHandle
 	MethodIPCOpenMemHandle
 	MethodIPCCloseMemHandle
-	// alloc.KernelLauncher, forwarded when the inner driver has it.
+	// driver.KernelLauncher, forwarded when the inner driver has it.
 	MethodLoadModule
 	MethodLaunchKernel
 	MethodMaxActiveBlocks
-	// alloc.VirtualMemory, forwarded when the inner driver has it.
+	// driver.VirtualMemory, forwarded when the inner driver has it.
 	MethodMapGranularity
 	MethodReserveAddress
 	MethodReleaseAddress
@@ -136,7 +137,7 @@ type gate struct {
 // reporting success) so the suite can show its checks catch such drivers.
 // Internal calls it makes to the inner driver are not counted.
 type Spy struct {
-	inner  alloc.Driver
+	inner  driver.Driver
 	counts [numMethods]atomic.Int64
 	gates  [numMethods]atomic.Pointer[gate]
 
@@ -150,17 +151,17 @@ type Spy struct {
 }
 
 var (
-	_ alloc.Driver           = (*Spy)(nil)
-	_ alloc.HostFuncLauncher = (*Spy)(nil)
-	_ alloc.IPCMemory        = (*Spy)(nil)
-	_ alloc.VirtualMemory    = (*Spy)(nil)
+	_ driver.Driver           = (*Spy)(nil)
+	_ driver.HostFuncLauncher = (*Spy)(nil)
+	_ driver.IPCMemory        = (*Spy)(nil)
+	_ driver.VirtualMemory    = (*Spy)(nil)
 )
 
 // NewSpy wraps inner.
-func NewSpy(inner alloc.Driver) *Spy { return &Spy{inner: inner} }
+func NewSpy(inner driver.Driver) *Spy { return &Spy{inner: inner} }
 
 // Inner is the wrapped driver, for calls made behind the allocator's back.
-func (s *Spy) Inner() alloc.Driver { return s.inner }
+func (s *Spy) Inner() driver.Driver { return s.inner }
 
 // Calls is how many times m was called so far.
 func (s *Spy) Calls(m Method) int64 { return s.counts[m].Load() }
@@ -261,13 +262,13 @@ func (s *Spy) StopSnapshot() error {
 }
 
 // snapshot returns the slice a captured upload should read from.
-func (s *Spy) snapshot(src []byte, st alloc.Stream) ([]byte, error) {
+func (s *Spy) snapshot(src []byte, st driver.Stream) ([]byte, error) {
 	s.snapMu.Lock()
 	defer s.snapMu.Unlock()
 	if s.staging == nil {
 		return src, nil
 	}
-	if cs, err := s.inner.StreamCaptureStatus(st); err != nil || cs != alloc.DriverCaptureActive {
+	if cs, err := s.inner.StreamCaptureStatus(st); err != nil || cs != driver.CaptureActive {
 		return src, nil
 	}
 	if len(src) > len(s.staging)-s.used {
@@ -293,11 +294,11 @@ func (s *Spy) enter(m Method) {
 }
 
 // after applies an armed InvalidateAfterNext fault to a successful call.
-func (s *Spy) after(m Method, st alloc.Stream, err error) error {
+func (s *Spy) after(m Method, st driver.Stream, err error) error {
 	if err != nil || !s.invalidate[m].Load() {
 		return err
 	}
-	if cs, serr := s.inner.StreamCaptureStatus(st); serr != nil || cs != alloc.DriverCaptureActive {
+	if cs, serr := s.inner.StreamCaptureStatus(st); serr != nil || cs != driver.CaptureActive {
 		return err
 	}
 	if s.invalidate[m].CompareAndSwap(true, false) {
@@ -309,7 +310,7 @@ func (s *Spy) after(m Method, st alloc.Stream, err error) error {
 
 func (s *Spy) Name() string { s.enter(MethodName); return s.inner.Name() }
 
-func (s *Spy) Info() alloc.DeviceInfo { s.enter(MethodInfo); return s.inner.Info() }
+func (s *Spy) Info() driver.DeviceInfo { s.enter(MethodInfo); return s.inner.Info() }
 
 func (s *Spy) CaptureDomain() string { s.enter(MethodCaptureDomain); return s.inner.CaptureDomain() }
 
@@ -319,48 +320,48 @@ func (s *Spy) Close() error {
 	return errors.Join(s.StopSnapshot(), s.inner.Close())
 }
 
-func (s *Spy) CreateStream() (alloc.Stream, error) {
+func (s *Spy) CreateStream() (driver.Stream, error) {
 	s.enter(MethodCreateStream)
 	return s.inner.CreateStream()
 }
 
-func (s *Spy) DestroyStream(st alloc.Stream) error {
+func (s *Spy) DestroyStream(st driver.Stream) error {
 	s.enter(MethodDestroyStream)
 	return s.inner.DestroyStream(st)
 }
 
-func (s *Spy) StreamSynchronize(st alloc.Stream) error {
+func (s *Spy) StreamSynchronize(st driver.Stream) error {
 	s.enter(MethodStreamSynchronize)
 	return s.inner.StreamSynchronize(st)
 }
 
-func (s *Spy) StreamQuery(st alloc.Stream) (bool, error) {
+func (s *Spy) StreamQuery(st driver.Stream) (bool, error) {
 	s.enter(MethodStreamQuery)
 	return s.inner.StreamQuery(st)
 }
 
-func (s *Spy) StreamCaptureStatus(st alloc.Stream) (alloc.DriverCaptureStatus, error) {
+func (s *Spy) StreamCaptureStatus(st driver.Stream) (driver.CaptureStatus, error) {
 	s.enter(MethodStreamCaptureStatus)
 	return s.inner.StreamCaptureStatus(st)
 }
 
-func (s *Spy) Malloc(size int64) (alloc.DevicePtr, error) {
+func (s *Spy) Malloc(size int64) (driver.DevicePtr, error) {
 	s.enter(MethodMalloc)
 	return s.inner.Malloc(size)
 }
 
-func (s *Spy) Free(p alloc.DevicePtr) error {
+func (s *Spy) Free(p driver.DevicePtr) error {
 	s.enter(MethodFree)
 	return s.inner.Free(p)
 }
 
-func (s *Spy) MallocAsync(size int64, st alloc.Stream) (alloc.DevicePtr, error) {
+func (s *Spy) MallocAsync(size int64, st driver.Stream) (driver.DevicePtr, error) {
 	s.enter(MethodMallocAsync)
 	p, err := s.inner.MallocAsync(size, st)
 	return p, s.after(MethodMallocAsync, st, err)
 }
 
-func (s *Spy) FreeAsync(p alloc.DevicePtr, st alloc.Stream) error {
+func (s *Spy) FreeAsync(p driver.DevicePtr, st driver.Stream) error {
 	s.enter(MethodFreeAsync)
 	return s.after(MethodFreeAsync, st, s.inner.FreeAsync(p, st))
 }
@@ -375,7 +376,7 @@ func (s *Spy) HostFree(b []byte) error {
 	return s.inner.HostFree(b)
 }
 
-func (s *Spy) CopyHtoDAsync(dst alloc.DevicePtr, src []byte, st alloc.Stream) error {
+func (s *Spy) CopyHtoDAsync(dst driver.DevicePtr, src []byte, st driver.Stream) error {
 	s.enter(MethodCopyHtoDAsync)
 	src, err := s.snapshot(src, st)
 	if err != nil {
@@ -384,32 +385,32 @@ func (s *Spy) CopyHtoDAsync(dst alloc.DevicePtr, src []byte, st alloc.Stream) er
 	return s.after(MethodCopyHtoDAsync, st, s.inner.CopyHtoDAsync(dst, src, st))
 }
 
-func (s *Spy) CopyDtoHAsync(dst []byte, src alloc.DevicePtr, st alloc.Stream) error {
+func (s *Spy) CopyDtoHAsync(dst []byte, src driver.DevicePtr, st driver.Stream) error {
 	s.enter(MethodCopyDtoHAsync)
 	return s.after(MethodCopyDtoHAsync, st, s.inner.CopyDtoHAsync(dst, src, st))
 }
 
-func (s *Spy) CopyDtoDAsync(dst, src alloc.DevicePtr, n int64, st alloc.Stream) error {
+func (s *Spy) CopyDtoDAsync(dst, src driver.DevicePtr, n int64, st driver.Stream) error {
 	s.enter(MethodCopyDtoDAsync)
 	return s.after(MethodCopyDtoDAsync, st, s.inner.CopyDtoDAsync(dst, src, n, st))
 }
 
-func (s *Spy) MemsetAsync(dst alloc.DevicePtr, v byte, n int64, st alloc.Stream) error {
+func (s *Spy) MemsetAsync(dst driver.DevicePtr, v byte, n int64, st driver.Stream) error {
 	s.enter(MethodMemsetAsync)
 	return s.after(MethodMemsetAsync, st, s.inner.MemsetAsync(dst, v, n, st))
 }
 
-func (s *Spy) CopyHtoD(dst alloc.DevicePtr, src []byte, st alloc.Stream) error {
+func (s *Spy) CopyHtoD(dst driver.DevicePtr, src []byte, st driver.Stream) error {
 	s.enter(MethodCopyHtoD)
 	return s.inner.CopyHtoD(dst, src, st)
 }
 
-func (s *Spy) CopyDtoH(dst []byte, src alloc.DevicePtr, st alloc.Stream) error {
+func (s *Spy) CopyDtoH(dst []byte, src driver.DevicePtr, st driver.Stream) error {
 	s.enter(MethodCopyDtoH)
 	return s.inner.CopyDtoH(dst, src, st)
 }
 
-func (s *Spy) BeginCapture(st alloc.Stream, mode alloc.CaptureMode) error {
+func (s *Spy) BeginCapture(st driver.Stream, mode alloc.CaptureMode) error {
 	s.enter(MethodBeginCapture)
 	if p := s.failBegin.Load(); p != nil {
 		return *p
@@ -417,56 +418,56 @@ func (s *Spy) BeginCapture(st alloc.Stream, mode alloc.CaptureMode) error {
 	return s.inner.BeginCapture(st, mode)
 }
 
-func (s *Spy) EndCapture(st alloc.Stream) (alloc.GraphHandle, error) {
+func (s *Spy) EndCapture(st driver.Stream) (driver.GraphHandle, error) {
 	s.enter(MethodEndCapture)
 	return s.inner.EndCapture(st)
 }
 
-func (s *Spy) GraphInstantiate(g alloc.GraphHandle, autoFree bool) (alloc.GraphExec, error) {
+func (s *Spy) GraphInstantiate(g driver.GraphHandle, autoFree bool) (driver.GraphExec, error) {
 	s.enter(MethodGraphInstantiate)
 	return s.inner.GraphInstantiate(g, autoFree)
 }
 
-func (s *Spy) GraphLaunch(e alloc.GraphExec, st alloc.Stream) error {
+func (s *Spy) GraphLaunch(e driver.GraphExec, st driver.Stream) error {
 	s.enter(MethodGraphLaunch)
 	return s.after(MethodGraphLaunch, st, s.inner.GraphLaunch(e, st))
 }
 
-func (s *Spy) GraphExecDestroy(e alloc.GraphExec) error {
+func (s *Spy) GraphExecDestroy(e driver.GraphExec) error {
 	s.enter(MethodGraphExecDestroy)
 	return s.inner.GraphExecDestroy(e)
 }
 
-func (s *Spy) GraphDestroy(g alloc.GraphHandle) error {
+func (s *Spy) GraphDestroy(g driver.GraphHandle) error {
 	s.enter(MethodGraphDestroy)
 	return s.inner.GraphDestroy(g)
 }
 
-// LaunchHostFunc forwards to the inner driver's alloc.HostFuncLauncher, or
+// LaunchHostFunc forwards to the inner driver's driver.HostFuncLauncher, or
 // fails with an error wrapping errors.ErrUnsupported when it has none.
-func (s *Spy) LaunchHostFunc(st alloc.Stream, fn func() error) error {
+func (s *Spy) LaunchHostFunc(st driver.Stream, fn func() error) error {
 	s.enter(MethodLaunchHostFunc)
-	l, ok := s.inner.(alloc.HostFuncLauncher)
+	l, ok := s.inner.(driver.HostFuncLauncher)
 	if !ok {
 		return fmt.Errorf("%w: %s cannot launch host functions", errors.ErrUnsupported, s.inner.Name())
 	}
 	return s.after(MethodLaunchHostFunc, st, l.LaunchHostFunc(st, fn))
 }
 
-// ipc is the inner driver's alloc.IPCMemory, or an error wrapping
+// ipc is the inner driver's driver.IPCMemory, or an error wrapping
 // alloc.ErrInvalidValue (what the Allocator reports for a driver without
 // IPC) when it has none.
-func (s *Spy) ipc() (alloc.IPCMemory, error) {
-	if d, ok := s.inner.(alloc.IPCMemory); ok {
+func (s *Spy) ipc() (driver.IPCMemory, error) {
+	if d, ok := s.inner.(driver.IPCMemory); ok {
 		return d, nil
 	}
 	return nil, fmt.Errorf("%w: %s has no IPC memory handles", alloc.ErrInvalidValue, s.inner.Name())
 }
 
 // IPCGetMemHandle, IPCOpenMemHandle and IPCCloseMemHandle forward to the
-// inner driver's alloc.IPCMemory. Code that must know whether the backend
+// inner driver's driver.IPCMemory. Code that must know whether the backend
 // has IPC looks through the Spy with Inner.
-func (s *Spy) IPCGetMemHandle(p alloc.DevicePtr) ([]byte, error) {
+func (s *Spy) IPCGetMemHandle(p driver.DevicePtr) ([]byte, error) {
 	s.enter(MethodIPCGetMemHandle)
 	d, err := s.ipc()
 	if err != nil {
@@ -475,7 +476,7 @@ func (s *Spy) IPCGetMemHandle(p alloc.DevicePtr) ([]byte, error) {
 	return d.IPCGetMemHandle(p)
 }
 
-func (s *Spy) IPCOpenMemHandle(handle []byte) (alloc.DevicePtr, error) {
+func (s *Spy) IPCOpenMemHandle(handle []byte) (driver.DevicePtr, error) {
 	s.enter(MethodIPCOpenMemHandle)
 	d, err := s.ipc()
 	if err != nil {
@@ -484,7 +485,7 @@ func (s *Spy) IPCOpenMemHandle(handle []byte) (alloc.DevicePtr, error) {
 	return d.IPCOpenMemHandle(handle)
 }
 
-func (s *Spy) IPCCloseMemHandle(p alloc.DevicePtr) error {
+func (s *Spy) IPCCloseMemHandle(p driver.DevicePtr) error {
 	s.enter(MethodIPCCloseMemHandle)
 	d, err := s.ipc()
 	if err != nil {
@@ -494,44 +495,44 @@ func (s *Spy) IPCCloseMemHandle(p alloc.DevicePtr) error {
 }
 
 // LoadModule and LaunchKernel forward to the inner driver's
-// alloc.KernelLauncher; without one they fail with errors.ErrUnsupported.
-func (s *Spy) LoadModule(img alloc.ModuleImage) (*alloc.Module, error) {
+// driver.KernelLauncher; without one they fail with errors.ErrUnsupported.
+func (s *Spy) LoadModule(img driver.ModuleImage) (*driver.Module, error) {
 	s.enter(MethodLoadModule)
-	k, ok := s.inner.(alloc.KernelLauncher)
+	k, ok := s.inner.(driver.KernelLauncher)
 	if !ok {
 		return nil, fmt.Errorf("%w: %s cannot load device code", errors.ErrUnsupported, s.inner.Name())
 	}
 	return k.LoadModule(img)
 }
 
-func (s *Spy) LaunchKernel(k alloc.Kernel, grid, block uint32, params []byte, st alloc.Stream) error {
+func (s *Spy) LaunchKernel(k driver.Kernel, grid, block uint32, params []byte, st driver.Stream) error {
 	s.enter(MethodLaunchKernel)
-	kl, ok := s.inner.(alloc.KernelLauncher)
+	kl, ok := s.inner.(driver.KernelLauncher)
 	if !ok {
 		return fmt.Errorf("%w: %s cannot launch kernels", errors.ErrUnsupported, s.inner.Name())
 	}
 	return s.after(MethodLaunchKernel, st, kl.LaunchKernel(k, grid, block, params, st))
 }
 
-func (s *Spy) MaxActiveBlocks(k alloc.Kernel, block uint32) (int, error) {
+func (s *Spy) MaxActiveBlocks(k driver.Kernel, block uint32) (int, error) {
 	s.enter(MethodMaxActiveBlocks)
-	kl, ok := s.inner.(alloc.KernelLauncher)
+	kl, ok := s.inner.(driver.KernelLauncher)
 	if !ok {
 		return 0, fmt.Errorf("%w: %s cannot launch kernels", errors.ErrUnsupported, s.inner.Name())
 	}
 	return kl.MaxActiveBlocks(k, block)
 }
 
-// vm is the inner driver's alloc.VirtualMemory, or an error wrapping
+// vm is the inner driver's driver.VirtualMemory, or an error wrapping
 // errors.ErrUnsupported when it has none.
-func (s *Spy) vm() (alloc.VirtualMemory, error) {
-	if d, ok := s.inner.(alloc.VirtualMemory); ok {
+func (s *Spy) vm() (driver.VirtualMemory, error) {
+	if d, ok := s.inner.(driver.VirtualMemory); ok {
 		return d, nil
 	}
 	return nil, fmt.Errorf("%w: %s has no virtual memory management", errors.ErrUnsupported, s.inner.Name())
 }
 
-// MapGranularity forwards to the inner driver's alloc.VirtualMemory, and
+// MapGranularity forwards to the inner driver's driver.VirtualMemory, and
 // is 0 over a driver without one: what alloc.New reads as "no virtual
 // memory" (Options.ExpandableSegments then fails there, as on the inner
 // driver). The other four fail with errors.ErrUnsupported there.
@@ -544,7 +545,7 @@ func (s *Spy) MapGranularity() int64 {
 	return d.MapGranularity()
 }
 
-func (s *Spy) ReserveAddress(size int64) (alloc.DevicePtr, error) {
+func (s *Spy) ReserveAddress(size int64) (driver.DevicePtr, error) {
 	s.enter(MethodReserveAddress)
 	d, err := s.vm()
 	if err != nil {
@@ -553,7 +554,7 @@ func (s *Spy) ReserveAddress(size int64) (alloc.DevicePtr, error) {
 	return d.ReserveAddress(size)
 }
 
-func (s *Spy) ReleaseAddress(base alloc.DevicePtr, size int64) error {
+func (s *Spy) ReleaseAddress(base driver.DevicePtr, size int64) error {
 	s.enter(MethodReleaseAddress)
 	d, err := s.vm()
 	if err != nil {
@@ -562,7 +563,7 @@ func (s *Spy) ReleaseAddress(base alloc.DevicePtr, size int64) error {
 	return d.ReleaseAddress(base, size)
 }
 
-func (s *Spy) MapMemory(p alloc.DevicePtr, size int64) error {
+func (s *Spy) MapMemory(p driver.DevicePtr, size int64) error {
 	s.enter(MethodMapMemory)
 	d, err := s.vm()
 	if err != nil {
@@ -571,7 +572,7 @@ func (s *Spy) MapMemory(p alloc.DevicePtr, size int64) error {
 	return d.MapMemory(p, size)
 }
 
-func (s *Spy) UnmapMemory(p alloc.DevicePtr, size int64) error {
+func (s *Spy) UnmapMemory(p driver.DevicePtr, size int64) error {
 	s.enter(MethodUnmapMemory)
 	d, err := s.vm()
 	if err != nil {

@@ -7,15 +7,16 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
-// The Spy's method enum is the alloc.Driver interface and the optional
+// The Spy's method enum is the driver.Driver interface and the optional
 // ones it forwards, one constant per method: a Driver method added without
 // its constant (or the reverse) fails here, not as a silently uncounted
 // call.
 func TestMethodsAreTheDriverInterface(t *testing.T) {
 	var want []string
-	for _, it := range []reflect.Type{reflect.TypeFor[alloc.Driver](), reflect.TypeFor[alloc.HostFuncLauncher](), reflect.TypeFor[alloc.IPCMemory](), reflect.TypeFor[alloc.KernelLauncher](), reflect.TypeFor[alloc.VirtualMemory]()} {
+	for _, it := range []reflect.Type{reflect.TypeFor[driver.Driver](), reflect.TypeFor[driver.HostFuncLauncher](), reflect.TypeFor[driver.IPCMemory](), reflect.TypeFor[driver.KernelLauncher](), reflect.TypeFor[driver.VirtualMemory]()} {
 		for i := range it.NumMethod() {
 			want = append(want, it.Method(i).Name)
 		}
@@ -27,11 +28,11 @@ func TestMethodsAreTheDriverInterface(t *testing.T) {
 	slices.Sort(want)
 	slices.Sort(got)
 	if !slices.Equal(got, want) {
-		t.Fatalf("Method constants %v\ndo not match alloc.Driver's methods %v", got, want)
+		t.Fatalf("Method constants %v\ndo not match driver.Driver's methods %v", got, want)
 	}
 }
 
-// The Spy forwards alloc.IPCMemory only where the inner driver has it: over
+// The Spy forwards driver.IPCMemory only where the inner driver has it: over
 // one without (cpu), each call is counted and fails with
 // alloc.ErrInvalidValue, as the Allocator reports a driver without IPC.
 func TestIPCWithoutInnerIPC(t *testing.T) {
@@ -54,7 +55,7 @@ func TestIPCWithoutInnerIPC(t *testing.T) {
 }
 
 // noIPC is a driver with no IPC; only Name is called.
-type noIPC struct{ alloc.Driver }
+type noIPC struct{ driver.Driver }
 
 func (noIPC) Name() string { return "noipc" }
 

@@ -6,12 +6,12 @@
 //	import _ "github.com/capalloc/capalloc/alloc/allocview"
 //	go http.ListenAndServe("localhost:6060", nil)
 //
-// Then, for every open allocator (alloc.Allocators):
+// Then, for every open allocator of the process:
 //
 //	/debug/capalloc/                      index: counters and segment map per allocator
 //	/debug/capalloc/segments.svg          segment map: each segment a bar, blocks coloured by state, graphs with their bytes
 //	/debug/capalloc/profile               pprof device memory profile: go tool pprof http://localhost:6060/debug/capalloc/profile
-//	/debug/capalloc/snapshot.json         alloc.Snapshot as JSON
+//	/debug/capalloc/snapshot.json         memmap.Snapshot as JSON
 //
 // Every view takes ?allocator=NAME for one allocator; without it the
 // segment map and the snapshot cover every allocator (snapshot.json is

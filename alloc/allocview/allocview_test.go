@@ -19,6 +19,8 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/allocview"
+	"github.com/capalloc/capalloc/alloc/internal/registry"
+	"github.com/capalloc/capalloc/alloc/memmap"
 	"github.com/capalloc/capalloc/cpu"
 )
 
@@ -91,7 +93,7 @@ func TestViewsOnDefaultMux(t *testing.T) {
 	srv := httptest.NewServer(http.DefaultServeMux)
 	defer srv.Close()
 	base := srv.URL + allocview.Prefix
-	q := "?allocator=" + url.QueryEscape(a.Name())
+	q := "?allocator=" + url.QueryEscape(registry.Name(a))
 
 	resp, body := get(t, base)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -131,7 +133,7 @@ func TestViewsOnDefaultMux(t *testing.T) {
 	resp, body = get(t, base+"snapshot.json"+q)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
-	var s alloc.Snapshot
+	var s memmap.Snapshot
 	require.NoError(t, json.Unmarshal(body, &s))
 	want, err := a.Snapshot()
 	require.NoError(t, err)
@@ -141,13 +143,13 @@ func TestViewsOnDefaultMux(t *testing.T) {
 	// Without ?allocator: every allocator, the snapshot as an array.
 	b := engine(t, "view-other")
 	_, body = get(t, base+"snapshot.json")
-	var all []alloc.Snapshot
+	var all []memmap.Snapshot
 	require.NoError(t, json.Unmarshal(body, &all))
 	var names []string
 	for _, s := range all {
 		names = append(names, s.Allocator)
 	}
-	require.Subset(t, names, []string{a.Name(), b.Name()})
+	require.Subset(t, names, []string{registry.Name(a), registry.Name(b)})
 	_, body = get(t, base+"segments.svg")
 	requireWellFormedXML(t, body)
 	require.Contains(t, string(body), ">view-other</text>")
@@ -202,13 +204,13 @@ func TestProfileWhileRecordingIsOff(t *testing.T) {
 	a := engine(t, "view-off")
 	srv := httptest.NewServer(allocview.Handler())
 	defer srv.Close()
-	resp, body := get(t, srv.URL+"/profile?allocator="+a.Name())
+	resp, body := get(t, srv.URL+"/profile?allocator="+registry.Name(a))
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Equal(t, "0", resp.Header.Get("X-Capalloc-Profile-Rate"))
 	p, err := profile.ParseData(body)
 	require.NoError(t, err)
 	require.Empty(t, p.Sample)
-	require.Contains(t, strings.Join(p.Comments, "\n"), "alloc.SetProfileRate(alloc.DefaultProfileRate)")
+	require.Contains(t, strings.Join(p.Comments, "\n"), "alloc.SetProfileRate(512 << 10)")
 	_, body = get(t, srv.URL+"/")
 	require.Contains(t, string(body), "Profile recording is off")
 }
@@ -231,7 +233,7 @@ func TestExpvar(t *testing.T) {
 	require.True(t, ok, "%s", body)
 	require.Equal(t, a.Stats(), v.Stats)
 	require.Equal(t, "cpu", v.Backend)
-	require.EqualValues(t, 512<<10, v.Bytes[alloc.BlockGraphOwned])
+	require.EqualValues(t, 512<<10, v.Bytes[memmap.BlockGraphOwned])
 }
 
 // An accepted name with markup and control characters is escaped on the

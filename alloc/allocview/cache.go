@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/memmap"
 )
 
 // A snapshot walks every block under the allocator's lock (about a
@@ -21,13 +22,13 @@ var cache struct {
 }
 
 type cachedSnapshot struct {
-	s  alloc.Snapshot
+	s  memmap.Snapshot
 	at time.Time
 }
 
 // snapshotOf returns a's snapshot, at most snapshotTTL old. Callers share
 // it: they must not modify it.
-func snapshotOf(a *alloc.Allocator) (alloc.Snapshot, error) {
+func snapshotOf(a *alloc.Allocator) (memmap.Snapshot, error) {
 	cache.mu.Lock()
 	defer cache.mu.Unlock()
 	now := time.Now()
@@ -59,7 +60,7 @@ const DefaultMaxBlocks = 10000
 // first blocks only (the counters and Bytes still cover everything). It
 // reports the blocks listed and the blocks there are; snaps is not
 // modified.
-func limitBlocks(snaps []alloc.Snapshot, max int) (out []alloc.Snapshot, listed, total int) {
+func limitBlocks(snaps []memmap.Snapshot, max int) (out []memmap.Snapshot, listed, total int) {
 	for _, s := range snaps {
 		for _, seg := range s.Segments {
 			total += len(seg.Blocks)
@@ -68,9 +69,9 @@ func limitBlocks(snaps []alloc.Snapshot, max int) (out []alloc.Snapshot, listed,
 	if total <= max {
 		return snaps, total, total
 	}
-	out = make([]alloc.Snapshot, len(snaps))
+	out = make([]memmap.Snapshot, len(snaps))
 	for i, s := range snaps {
-		segs := make([]alloc.Segment, 0, len(s.Segments))
+		segs := make([]memmap.Segment, 0, len(s.Segments))
 		for _, seg := range s.Segments {
 			if listed >= max {
 				break

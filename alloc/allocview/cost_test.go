@@ -11,8 +11,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/allocview"
+	"github.com/capalloc/capalloc/alloc/internal/registry"
+	"github.com/capalloc/capalloc/alloc/memmap"
 )
 
 // Requests within the snapshot's lifetime share one walk of the
@@ -23,9 +24,9 @@ func TestViewsShareACachedSnapshot(t *testing.T) {
 	a := engine(t, "view-cached")
 	srv := httptest.NewServer(allocview.Handler())
 	defer srv.Close()
-	snap := func() alloc.Snapshot {
-		_, body := get(t, srv.URL+"/snapshot.json?allocator="+a.Name())
-		var s alloc.Snapshot
+	snap := func() memmap.Snapshot {
+		_, body := get(t, srv.URL+"/snapshot.json?allocator="+registry.Name(a))
+		var s memmap.Snapshot
 		require.NoError(t, json.Unmarshal(body, &s))
 		return s
 	}
@@ -67,9 +68,9 @@ func TestSnapshotBlockLimit(t *testing.T) {
 	srv := httptest.NewServer(allocview.Handler())
 	defer srv.Close()
 	for _, max := range []int{0, 1, 3, total} {
-		resp, body := get(t, srv.URL+"/snapshot.json?allocator="+a.Name()+"&max_blocks="+itoa(max))
+		resp, body := get(t, srv.URL+"/snapshot.json?allocator="+registry.Name(a)+"&max_blocks="+itoa(max))
 		require.Equal(t, http.StatusOK, resp.StatusCode)
-		var s alloc.Snapshot
+		var s memmap.Snapshot
 		require.NoError(t, json.Unmarshal(body, &s))
 		n := 0
 		for _, seg := range s.Segments {

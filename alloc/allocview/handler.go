@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/internal/registry"
+	"github.com/capalloc/capalloc/alloc/memmap"
 )
 
 // views are the paths Handler serves, relative to where it is mounted.
@@ -27,7 +29,7 @@ func serve(w http.ResponseWriter, r *http.Request) {
 	}
 	var one *alloc.Allocator
 	if name, ok := r.URL.Query()["allocator"]; ok {
-		if one = alloc.Lookup(name[0]); one == nil {
+		if one = registry.Lookup(name[0]); one == nil {
 			notFound(w, fmt.Sprintf("no open allocator named %q", name[0]))
 			return
 		}
@@ -49,8 +51,8 @@ func serve(w http.ResponseWriter, r *http.Request) {
 // notFound answers an unknown allocator with the names of the open ones.
 func notFound(w http.ResponseWriter, why string) {
 	var names []string
-	for _, a := range alloc.Allocators() {
-		names = append(names, strconv.Quote(a.Name()))
+	for _, a := range registry.Allocators() {
+		names = append(names, strconv.Quote(registry.Name(a)))
 	}
 	known := "none is open"
 	if len(names) > 0 {
@@ -64,13 +66,13 @@ func chosen(one *alloc.Allocator) []*alloc.Allocator {
 	if one != nil {
 		return []*alloc.Allocator{one}
 	}
-	return alloc.Allocators()
+	return registry.Allocators()
 }
 
 // snapshots takes the snapshots of as (cached: snapshotOf), leaving out
 // any closed meanwhile.
-func snapshots(as []*alloc.Allocator) []alloc.Snapshot {
-	out := make([]alloc.Snapshot, 0, len(as))
+func snapshots(as []*alloc.Allocator) []memmap.Snapshot {
+	out := make([]memmap.Snapshot, 0, len(as))
 	for _, a := range as {
 		if s, err := snapshotOf(a); err == nil {
 			out = append(out, s)
@@ -93,7 +95,7 @@ func serveProfile(w http.ResponseWriter, one *alloc.Allocator) {
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", `attachment; filename="capalloc-device.pb.gz"`)
-	w.Header().Set("X-Capalloc-Profile-Rate", strconv.Itoa(alloc.ProfileRate()))
+	w.Header().Set("X-Capalloc-Profile-Rate", strconv.Itoa(registry.ProfileRate()))
 	w.Write(buf.Bytes())
 }
 
@@ -107,16 +109,16 @@ func serveSnapshot(w http.ResponseWriter, r *http.Request, one *alloc.Allocator)
 		}
 		max = n
 	}
-	var snaps []alloc.Snapshot
+	var snaps []memmap.Snapshot
 	if one != nil {
 		s, err := snapshotOf(one)
 		if err != nil {
 			http.Error(w, "allocview: "+err.Error(), http.StatusInternalServerError)
 			return
 		}
-		snaps = []alloc.Snapshot{s}
+		snaps = []memmap.Snapshot{s}
 	} else {
-		snaps = snapshots(alloc.Allocators())
+		snaps = snapshots(registry.Allocators())
 	}
 	snaps, listed, total := limitBlocks(snaps, max)
 	w.Header().Set("Content-Type", "application/json")

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/internal/registry"
 )
 
 // counter is one row of an allocator's counters table.
@@ -79,7 +80,7 @@ h2 { margin: 18px 0 2px; font-size: 18px; }
 <h1 style="font-size:20px">capalloc device memory</h1>
 <p class="sub">{{len .Allocators}} open allocator(s) ·
 <a href="segments.svg">segment map</a> · <a href="snapshot.json">snapshot.json</a> · <a href="profile">profile</a> (<code>go tool pprof -http=: {{.ProfileURL}}</code>)</p>
-{{if eq .Rate 0}}<p class="note">Profile recording is off: call <code>alloc.SetProfileRate(alloc.DefaultProfileRate)</code> (or 1 for every allocation) to record allocation sites.</p>
+{{if eq .Rate 0}}<p class="note">Profile recording is off: call <code>alloc.SetProfileRate(512 &lt;&lt; 10)</code> (or 1 for every allocation) to record allocation sites.</p>
 {{else}}<p class="sub">Profile recording on: {{.RateText}}.</p>{{end}}
 {{range .Allocators}}
 <h2>{{.Name}}</h2>
@@ -96,7 +97,7 @@ func serveIndex(w http.ResponseWriter, r *http.Request, one *alloc.Allocator) {
 		Rate       int
 		RateText   string
 		ProfileURL string
-	}{Rate: alloc.ProfileRate()}
+	}{Rate: registry.ProfileRate()}
 	switch page.Rate {
 	case 0:
 	case 1:
@@ -107,7 +108,7 @@ func serveIndex(w http.ResponseWriter, r *http.Request, one *alloc.Allocator) {
 	page.ProfileURL = profileURL(r)
 	for _, s := range snapshots(chosen(one)) {
 		ia := indexAllocator{Name: printable(s.Allocator), Key: s.Allocator, Backend: printable(s.Backend), Device: printable(s.Device), Safety: printable(s.CaptureSafety),
-			Counters: counters(s.Stats)}
+			Counters: counters(alloc.Stats(s.Stats))}
 		page.Allocators = append(page.Allocators, ia)
 	}
 	var buf bytes.Buffer

@@ -5,17 +5,17 @@ import (
 	"html"
 	"io"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/memmap"
 )
 
-// stateColors colours alloc.BlockStates, in the same order.
-var stateColors = map[alloc.BlockState]string{
-	alloc.BlockLive:         "#4e79a7",
-	alloc.BlockWorkspace:    "#9467bd",
-	alloc.BlockGraphOwned:   "#e15759",
-	alloc.BlockHeldForGraph: "#f28e2b",
-	alloc.BlockFree:         "#e6e6e6",
-	alloc.BlockCached:       "#b5d99c",
+// stateColors colours memmap.BlockStates, in the same order.
+var stateColors = map[memmap.BlockState]string{
+	memmap.BlockLive:         "#4e79a7",
+	memmap.BlockWorkspace:    "#9467bd",
+	memmap.BlockGraphOwned:   "#e15759",
+	memmap.BlockHeldForGraph: "#f28e2b",
+	memmap.BlockFree:         "#e6e6e6",
+	memmap.BlockCached:       "#b5d99c",
 }
 
 // The segment map's geometry, in pixels.
@@ -32,7 +32,7 @@ const (
 )
 
 // writeSVG draws the segment maps of the snapshots, one under the other.
-func writeSVG(w io.Writer, snaps []alloc.Snapshot) {
+func writeSVG(w io.Writer, snaps []memmap.Snapshot) {
 	var body []byte
 	y := 0
 	if len(snaps) == 0 {
@@ -49,7 +49,7 @@ func writeSVG(w io.Writer, snaps []alloc.Snapshot) {
 }
 
 // appendMap draws one allocator's map from y down and returns the y after it.
-func appendMap(b []byte, s alloc.Snapshot, y int) ([]byte, int) {
+func appendMap(b []byte, s memmap.Snapshot, y int) ([]byte, int) {
 	esc := func(s string) string { return html.EscapeString(printable(s)) }
 	y += 22
 	b = fmt.Appendf(b, `<text x="10" y="%d" font-size="15" font-weight="bold">%s</text>`+"\n", y, esc(s.Allocator))
@@ -57,7 +57,7 @@ func appendMap(b []byte, s alloc.Snapshot, y int) ([]byte, int) {
 		barX, y, esc(s.Backend), esc(s.Device), bytesText(s.Stats.BytesReserved), bytesText(s.Stats.BytesInUse), len(s.Segments), len(s.Graphs)-capturing(s))
 	y += 8
 	x := 10
-	for _, st := range alloc.BlockStates { // legend, with each state's bytes
+	for _, st := range memmap.BlockStates() { // legend, with each state's bytes
 		label := fmt.Sprintf("%s %s", st, bytesText(s.Bytes[st]))
 		b = fmt.Appendf(b, `<rect x="%d" y="%d" width="12" height="12" fill="%s" stroke="#888" stroke-width="0.5"/><text x="%d" y="%d" font-size="12">%s</text>`+"\n",
 			x, y, stateColors[st], x+16, y+10, esc(label))
@@ -103,7 +103,7 @@ func appendMap(b []byte, s alloc.Snapshot, y int) ([]byte, int) {
 }
 
 // capturing is 1 when the snapshot's graphs include the recording capture.
-func capturing(s alloc.Snapshot) int {
+func capturing(s memmap.Snapshot) int {
 	if s.Capturing {
 		return 1
 	}
@@ -114,14 +114,14 @@ func capturing(s alloc.Snapshot) int {
 // pixel share it: each pixel column takes the colour of the state holding
 // most of its bytes, and equal neighbours merge into one rectangle, so a
 // segment costs at most barWidth rectangles however many blocks it has.
-func appendBar(b []byte, seg alloc.Segment, y int) []byte {
+func appendBar(b []byte, seg memmap.Segment, y int) []byte {
 	b = fmt.Appendf(b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#999" stroke-width="0.5"/>`+"\n", barX, y, barWidth, barHeight)
 	extent := max(seg.Size, seg.Span) // an expandable range's blocks lie across its span
 	if extent <= 0 {
 		return b
 	}
-	index := map[alloc.BlockState]int{}
-	for i, st := range alloc.BlockStates {
+	index := map[memmap.BlockState]int{}
+	for i, st := range memmap.BlockStates() {
 		index[st] = i
 	}
 	cols := make([][]float64, barWidth)
@@ -135,7 +135,7 @@ func appendBar(b []byte, seg alloc.Segment, y int) []byte {
 		for c := int(x0); c < barWidth && float64(c) < x1; c++ {
 			lo, hi := max(x0, float64(c)), min(x1, float64(c+1))
 			if cols[c] == nil {
-				cols[c] = make([]float64, len(alloc.BlockStates))
+				cols[c] = make([]float64, len(memmap.BlockStates()))
 			}
 			cols[c][st] += hi - lo
 		}
@@ -157,7 +157,7 @@ func appendBar(b []byte, seg alloc.Segment, y int) []byte {
 		}
 		if st >= 0 {
 			b = fmt.Appendf(b, `<rect x="%d" y="%d" width="%d" height="%d" fill="%s"><title>%s</title></rect>`+"\n",
-				barX+c, y, end-c, barHeight, stateColors[alloc.BlockStates[st]], alloc.BlockStates[st])
+				barX+c, y, end-c, barHeight, stateColors[memmap.BlockStates()[st]], memmap.BlockStates()[st])
 		}
 		c = end
 	}

@@ -10,21 +10,21 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/memmap"
 )
 
 // An expandable range is drawn over its span: blocks past the mapped size
 // (a hole before them) stay inside the bar, the hole is left empty, and
 // the label says how much of the span is mapped.
 func TestExpandableSegmentBar(t *testing.T) {
-	seg := alloc.Segment{
+	seg := memmap.Segment{
 		Ptr: 1 << 40, Size: 6 << 20, Span: 10 << 20, Kind: "large", Expandable: true,
-		Blocks: []alloc.Block{
-			{Offset: 0, Size: 2 << 20, State: alloc.BlockLive, Requested: 2 << 20},
-			{Offset: 6 << 20, Size: 4 << 20, State: alloc.BlockFree}, // [2, 6) MiB unmapped
+		Blocks: []memmap.Block{
+			{Offset: 0, Size: 2 << 20, State: memmap.BlockLive, Requested: 2 << 20},
+			{Offset: 6 << 20, Size: 4 << 20, State: memmap.BlockFree}, // [2, 6) MiB unmapped
 		},
 	}
-	b, _ := appendMap(nil, alloc.Snapshot{Segments: []alloc.Segment{seg}}, 0)
+	b, _ := appendMap(nil, memmap.Snapshot{Segments: []memmap.Segment{seg}}, 0)
 	svg := string(b)
 	if !strings.Contains(svg, "large expandable: 6 MiB mapped of 10 MiB") {
 		t.Fatalf("label missing:\n%s", svg)
@@ -47,9 +47,9 @@ func TestExpandableSegmentBar(t *testing.T) {
 // that are not UTF-8 and runes XML forbids are drawn as U+FFFD, markup
 // is escaped (issue 27, item 5).
 func TestSegmentMapOfAnyName(t *testing.T) {
-	s := alloc.Snapshot{Allocator: "a\x01<b>&\"'\xff", Backend: "cpu\xfe", Device: "dev\x00\uFFFF\t"}
+	s := memmap.Snapshot{Allocator: "a\x01<b>&\"'\xff", Backend: "cpu\xfe", Device: "dev\x00\uFFFF\t"}
 	var buf bytes.Buffer
-	writeSVG(&buf, []alloc.Snapshot{s})
+	writeSVG(&buf, []memmap.Snapshot{s})
 	d := xml.NewDecoder(&buf)
 	var text strings.Builder
 	for {

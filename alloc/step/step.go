@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // Sentinels. Every error this package returns wraps one of them (and, where
@@ -44,9 +45,9 @@ var captureSentinels = []error{
 	alloc.ErrCaptureIncompatibleAllocation,
 	alloc.ErrSyncDuringCapture,
 	alloc.ErrCaptureInvalidated,
-	alloc.ErrCaptureIllegalOp,
-	alloc.ErrCaptureWrongThread,
-	alloc.ErrCaptureUnavailable,
+	driver.ErrCaptureIllegalOp,
+	driver.ErrCaptureWrongThread,
+	driver.ErrCaptureUnavailable,
 	alloc.ErrCaptureTimeout,
 	alloc.ErrAlreadyCapturing,
 	ErrNonCapturable,

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/alloc/step"
 	"github.com/capalloc/capalloc/cpu"
 )
@@ -114,8 +115,8 @@ func TestOpOnlyRefusesWhileCapturing(t *testing.T) {
 }
 
 func TestIsCaptureError(t *testing.T) {
-	for _, e := range []error{alloc.ErrCaptureIllegalOp, alloc.ErrCaptureInvalidated, alloc.ErrCaptureIncompatibleAllocation,
-		alloc.ErrSyncDuringCapture, alloc.ErrCaptureUnavailable, step.ErrNonCapturable, step.ErrLazyWorkspace, step.ErrCapturePanic} {
+	for _, e := range []error{driver.ErrCaptureIllegalOp, alloc.ErrCaptureInvalidated, alloc.ErrCaptureIncompatibleAllocation,
+		alloc.ErrSyncDuringCapture, driver.ErrCaptureUnavailable, step.ErrNonCapturable, step.ErrLazyWorkspace, step.ErrCapturePanic} {
 		assert.True(t, step.IsCaptureError(fmt.Errorf("ctx: %w", e)), "%v", e)
 	}
 	assert.False(t, step.IsCaptureError(errors.New("plain")))

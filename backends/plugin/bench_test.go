@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 )
 
@@ -47,7 +48,7 @@ func (barePlugin) GRPCClient(_ context.Context, _ *goplugin.GRPCBroker, c *grpc.
 
 func init() { extraPlugins = goplugin.PluginSet{"bare": barePlugin{}} }
 
-func benchDriver(b *testing.B, cfg string) alloc.Driver {
+func benchDriver(b *testing.B, cfg string) driver.Driver {
 	b.Helper()
 	d, err := backends.OpenDriver(context.Background(), cfg)
 	if err != nil {
@@ -57,7 +58,7 @@ func benchDriver(b *testing.B, cfg string) alloc.Driver {
 	return d
 }
 
-func hostOf(d alloc.Driver) *Driver { return d.(*Driver) }
+func hostOf(d driver.Driver) *Driver { return d.(*Driver) }
 
 func BenchmarkRoundTrip(b *testing.B) {
 	b.Run("impl=bare-go-plugin", func(b *testing.B) {

@@ -3,7 +3,7 @@ package plugin
 import (
 	"sync"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // captureView is what every reply tells the host of capture
@@ -16,20 +16,20 @@ import (
 type captureView struct {
 	mu      sync.Mutex
 	seq     uint64
-	streams map[alloc.Stream]struct{} // created through this server, not destroyed
+	streams map[driver.Stream]struct{} // created through this server, not destroyed
 	buf     []streamStatus
 }
 
-func (v *captureView) add(s alloc.Stream) {
+func (v *captureView) add(s driver.Stream) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.streams == nil {
-		v.streams = map[alloc.Stream]struct{}{}
+		v.streams = map[driver.Stream]struct{}{}
 	}
 	v.streams[s] = struct{}{}
 }
 
-func (v *captureView) remove(s alloc.Stream) {
+func (v *captureView) remove(s driver.Stream) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	delete(v.streams, s)
@@ -38,7 +38,7 @@ func (v *captureView) remove(s alloc.Stream) {
 // encode reads and writes the view (d nil: no backend open, nothing
 // captures). Numbering and reading under one lock makes a later number a
 // later read.
-func (v *captureView) encode(d alloc.Driver, e *enc) {
+func (v *captureView) encode(d driver.Driver, e *enc) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.seq++
@@ -46,7 +46,7 @@ func (v *captureView) encode(d alloc.Driver, e *enc) {
 	v.buf = v.buf[:0]
 	if d != nil {
 		for s := range v.streams {
-			if st, err := d.StreamCaptureStatus(s); err == nil && st != alloc.DriverCaptureNone {
+			if st, err := d.StreamCaptureStatus(s); err == nil && st != driver.CaptureNone {
 				v.buf = append(v.buf, streamStatus{s, st})
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // spanLeases are the streams held for direct copies the host is making: a
@@ -44,21 +45,21 @@ func (l *spanLeases) end(id uint64) error {
 // errNoDirect is the child's answer when the backend has no direct access
 // to device memory, or its device memory is not shared: the host then
 // stages pageable copies for the life of the driver.
-var errNoDirect = fmt.Errorf("%w: plugin: backend has no direct access to shared device memory", alloc.ErrDriver)
+var errNoDirect = fmt.Errorf("%w: plugin: backend has no direct access to shared device memory", driver.ErrDriver)
 
 // directSpan answers a DirectSpan request (device address, length, stream)
 // with where the bytes live: region id, fd, inode, region size, offset,
 // and the lease that holds the stream until DirectDone.
 // It synchronizes the stream, so it reports the failures of pipelined
 // operations on it.
-func (s *server) directSpan(d alloc.Driver, in *dec, rep *reply) error {
-	p, n, st := alloc.DevicePtr(in.u64()), in.i64(), alloc.Stream(in.u64())
+func (s *server) directSpan(d driver.Driver, in *dec, rep *reply) error {
+	p, n, st := driver.DevicePtr(in.u64()), in.i64(), driver.Stream(in.u64())
 	if in.err != nil {
 		return in.err
 	}
 	out := &rep.out
 	defer rep.report(s, st)
-	ds, ok := d.(alloc.DirectSpanner)
+	ds, ok := d.(driver.DirectSpanner)
 	if !ok {
 		return fmt.Errorf("%w (%s)", errNoDirect, d.Name())
 	}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // The backend's side of pipelining (host_pipeline.go). Batches run in the
@@ -41,7 +41,7 @@ func (p *pipeOrder) wait(ctx context.Context, after uint64) error {
 			// The call's deadline passed behind a pipelined operation that
 			// has not returned: the host must treat it as hung, even when
 			// this reply reaches it a moment before its own timer fires.
-			return fmt.Errorf("%w: plugin: waiting for pipelined operations: %v", alloc.ErrBackendHung, ctx.Err())
+			return fmt.Errorf("%w: plugin: waiting for pipelined operations: %v", driver.ErrBackendHung, ctx.Err())
 		}
 	}
 }
@@ -75,14 +75,14 @@ type failedList struct {
 // order they ran, until a synchronizing call on the stream takes them.
 type failedOps struct {
 	mu sync.Mutex
-	by map[alloc.Stream]*failedList
+	by map[driver.Stream]*failedList
 }
 
-func (f *failedOps) add(s alloc.Stream, op opcode, err error) {
+func (f *failedOps) add(s driver.Stream, op opcode, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.by == nil {
-		f.by = map[alloc.Stream]*failedList{}
+		f.by = map[driver.Stream]*failedList{}
 	}
 	l := f.by[s]
 	if l == nil {
@@ -97,7 +97,7 @@ func (f *failedOps) add(s alloc.Stream, op opcode, err error) {
 }
 
 // take returns and forgets s's failures.
-func (f *failedOps) take(s alloc.Stream) []failedOp {
+func (f *failedOps) take(s driver.Stream) []failedOp {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	l := f.by[s]
@@ -107,7 +107,7 @@ func (f *failedOps) take(s alloc.Stream) []failedOp {
 	delete(f.by, s)
 	if l.dropped > 0 {
 		l.ops = append(l.ops, failedOp{opBatch, fmt.Errorf("%w: plugin: %d more pipelined operations on stream %#x failed (the first %d are reported)",
-			alloc.ErrDriver, l.dropped, uint64(s), maxFailedKept)})
+			driver.ErrDriver, l.dropped, uint64(s), maxFailedKept)})
 	}
 	return l.ops
 }
@@ -141,28 +141,28 @@ func (s *server) runBatch(ctx context.Context, after uint64, in *dec, rep *reply
 
 // runQueued decodes and makes one operation that may be pipelined, and
 // says on which stream.
-func (s *server) runQueued(d alloc.Driver, op opcode, in *dec) (alloc.Stream, error) {
+func (s *server) runQueued(d driver.Driver, op opcode, in *dec) (driver.Stream, error) {
 	switch op {
 	case opMemsetAsync:
-		dst, v, n, st := alloc.DevicePtr(in.u64()), byte(in.u64()), in.i64(), alloc.Stream(in.u64())
+		dst, v, n, st := driver.DevicePtr(in.u64()), byte(in.u64()), in.i64(), driver.Stream(in.u64())
 		if in.err != nil {
 			return st, in.err
 		}
 		return st, d.MemsetAsync(dst, v, n, st)
 	case opCopyDtoDAsync:
-		dst, src, n, st := alloc.DevicePtr(in.u64()), alloc.DevicePtr(in.u64()), in.i64(), alloc.Stream(in.u64())
+		dst, src, n, st := driver.DevicePtr(in.u64()), driver.DevicePtr(in.u64()), in.i64(), driver.Stream(in.u64())
 		if in.err != nil {
 			return st, in.err
 		}
 		return st, d.CopyDtoDAsync(dst, src, n, st)
 	case opFreeAsync:
-		p, st := alloc.DevicePtr(in.u64()), alloc.Stream(in.u64())
+		p, st := driver.DevicePtr(in.u64()), driver.Stream(in.u64())
 		if in.err != nil {
 			return st, in.err
 		}
 		return st, d.FreeAsync(p, st)
 	case opGraphLaunch:
-		e, st := alloc.GraphExec(in.u64()), alloc.Stream(in.u64())
+		e, st := driver.GraphExec(in.u64()), driver.Stream(in.u64())
 		if in.err != nil {
 			return st, in.err
 		}

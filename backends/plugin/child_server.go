@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 )
 
@@ -20,17 +21,17 @@ type server struct {
 	view    captureView // the streams whose capture status replies carry
 
 	mu  sync.RWMutex
-	drv alloc.Driver
+	drv driver.Driver
 }
 
 func newServer() *server { return &server{regions: newChildRegions()} }
 
 // Optional driver methods the host forwards when the backend has them.
 const (
-	capUsage = 1 << iota // alloc.UsageReporter
+	capUsage = 1 << iota // driver.UsageReporter
 )
 
-func (s *server) driver() (alloc.Driver, error) {
+func (s *server) driver() (driver.Driver, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.drv == nil {
@@ -44,12 +45,12 @@ func (s *server) driver() (alloc.Driver, error) {
 type reply struct {
 	out    enc
 	failed []failedOp
-	stream alloc.Stream // theirs
+	stream driver.Stream // theirs
 }
 
 // report attaches the failures of pipelined operations on st: the call
 // synchronizes st.
-func (r *reply) report(s *server, st alloc.Stream) {
+func (r *reply) report(s *server, st driver.Stream) {
 	r.failed, r.stream = s.failed.take(st), st
 }
 
@@ -99,7 +100,7 @@ func (s *server) encodeReply(r *reply, err error) []byte {
 	return e.b
 }
 
-func (s *server) driverOrNil() alloc.Driver {
+func (s *server) driverOrNil() driver.Driver {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.drv
@@ -128,7 +129,7 @@ func (s *server) dispatch(ctx context.Context, op opcode, in *dec, rep *reply) e
 		out.u64(uint64(h))
 		return err
 	case opDestroyStream:
-		st := alloc.Stream(in.u64())
+		st := driver.Stream(in.u64())
 		err := d.DestroyStream(st)
 		if err == nil {
 			s.view.remove(st)
@@ -136,18 +137,18 @@ func (s *server) dispatch(ctx context.Context, op opcode, in *dec, rep *reply) e
 		rep.report(s, st)
 		return err
 	case opStreamSynchronize:
-		st := alloc.Stream(in.u64())
+		st := driver.Stream(in.u64())
 		err := d.StreamSynchronize(st)
 		rep.report(s, st)
 		return err
 	case opStreamQuery:
-		st := alloc.Stream(in.u64())
+		st := driver.Stream(in.u64())
 		done, err := d.StreamQuery(st)
 		rep.report(s, st)
 		out.bool(done)
 		return err
 	case opStreamCaptureStatus:
-		st, err := d.StreamCaptureStatus(alloc.Stream(in.u64()))
+		st, err := d.StreamCaptureStatus(driver.Stream(in.u64()))
 		out.u64(uint64(st))
 		return err
 	case opMalloc:
@@ -155,10 +156,10 @@ func (s *server) dispatch(ctx context.Context, op opcode, in *dec, rep *reply) e
 		out.u64(uint64(p))
 		return err
 	case opFree:
-		return d.Free(alloc.DevicePtr(in.u64()))
+		return d.Free(driver.DevicePtr(in.u64()))
 	case opMallocAsync:
 		size := in.i64()
-		p, err := d.MallocAsync(size, alloc.Stream(in.u64()))
+		p, err := d.MallocAsync(size, driver.Stream(in.u64()))
 		out.u64(uint64(p))
 		return err
 	case opHostAlloc:
@@ -190,23 +191,23 @@ func (s *server) dispatch(ctx context.Context, op opcode, in *dec, rep *reply) e
 		_, err := s.runQueued(d, op, in)
 		return err
 	case opBeginCapture:
-		st := alloc.Stream(in.u64())
+		st := driver.Stream(in.u64())
 		return d.BeginCapture(st, alloc.CaptureMode(in.u64()))
 	case opEndCapture:
-		g, err := d.EndCapture(alloc.Stream(in.u64()))
+		g, err := d.EndCapture(driver.Stream(in.u64()))
 		out.u64(uint64(g))
 		return err
 	case opGraphInstantiate:
-		g := alloc.GraphHandle(in.u64())
+		g := driver.GraphHandle(in.u64())
 		e, err := d.GraphInstantiate(g, in.bool())
 		out.u64(uint64(e))
 		return err
 	case opGraphExecDestroy:
-		return d.GraphExecDestroy(alloc.GraphExec(in.u64()))
+		return d.GraphExecDestroy(driver.GraphExec(in.u64()))
 	case opGraphDestroy:
-		return d.GraphDestroy(alloc.GraphHandle(in.u64()))
+		return d.GraphDestroy(driver.GraphHandle(in.u64()))
 	case opUsage:
-		if ur, ok := d.(alloc.UsageReporter); ok {
+		if ur, ok := d.(driver.UsageReporter); ok {
 			u, err := ur.Usage()
 			out.i64(u.Device).i64(u.Host)
 			return err
@@ -216,7 +217,7 @@ func (s *server) dispatch(ctx context.Context, op opcode, in *dec, rep *reply) e
 	case opDirectDone:
 		return s.leases.end(in.u64())
 	}
-	return fmt.Errorf("%w: plugin: backend %s does not implement %v", alloc.ErrDriver, d.Name(), op)
+	return fmt.Errorf("%w: plugin: backend %s does not implement %v", driver.ErrDriver, d.Name(), op)
 }
 
 func (s *server) open(ctx context.Context, in *dec, out *enc) error {
@@ -253,7 +254,7 @@ func (s *server) open(ctx context.Context, in *dec, out *enc) error {
 	s.drv = d
 	info := d.Info()
 	var caps uint64
-	if _, ok := d.(alloc.UsageReporter); ok {
+	if _, ok := d.(driver.UsageReporter); ok {
 		caps |= capUsage
 	}
 	out.str(d.Name()).str(d.CaptureDomain()).str(info.Name).i64(info.TotalMemory).i64(info.Alignment).bool(info.UnifiedMemory).u64(caps)
@@ -263,7 +264,7 @@ func (s *server) open(ctx context.Context, in *dec, out *enc) error {
 	return nil
 }
 
-func (s *server) hostAlloc(d alloc.Driver, size int64, out *enc) error {
+func (s *server) hostAlloc(d driver.Driver, size int64, out *enc) error {
 	b, err := d.HostAlloc(size)
 	if err != nil {
 		return err
@@ -271,7 +272,7 @@ func (s *server) hostAlloc(d alloc.Driver, size int64, out *enc) error {
 	r := s.regions.byPtr(b)
 	if r == nil {
 		_ = d.HostFree(b)
-		return fmt.Errorf("%w: plugin: backend %s does not take pinned memory from the plugin (backends.Choice.Memory)", alloc.ErrDriver, d.Name())
+		return fmt.Errorf("%w: plugin: backend %s does not take pinned memory from the plugin (backends.Choice.Memory)", driver.ErrDriver, d.Name())
 	}
 	out.u64(r.id).i64(int64(r.fd))
 	return nil
@@ -279,10 +280,10 @@ func (s *server) hostAlloc(d alloc.Driver, size int64, out *enc) error {
 
 // copy runs a copy whose host side is [off, off+n) of a shared region: a
 // host buffer (pinned, for the driver) or staging (pageable, for it).
-func (s *server) copy(d alloc.Driver, op opcode, in *dec) (alloc.Stream, error) {
-	dev := alloc.DevicePtr(in.u64())
+func (s *server) copy(d driver.Driver, op opcode, in *dec) (driver.Stream, error) {
+	dev := driver.DevicePtr(in.u64())
 	id, off, n := in.u64(), in.i64(), in.i64()
-	st := alloc.Stream(in.u64())
+	st := driver.Stream(in.u64())
 	if in.err != nil {
 		return st, in.err
 	}
@@ -293,7 +294,7 @@ func (s *server) copy(d alloc.Driver, op opcode, in *dec) (alloc.Stream, error) 
 	return st, s.copySpan(d, op, dev, host, st)
 }
 
-func (s *server) copySpan(d alloc.Driver, op opcode, dev alloc.DevicePtr, host []byte, st alloc.Stream) error {
+func (s *server) copySpan(d driver.Driver, op opcode, dev driver.DevicePtr, host []byte, st driver.Stream) error {
 	switch op {
 	case opCopyHtoDAsync:
 		return d.CopyHtoDAsync(dev, host, st)

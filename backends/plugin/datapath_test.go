@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 )
 
@@ -28,7 +29,7 @@ func pattern(n int, seed byte) []byte {
 }
 
 // stagingBackend is a backend whose child has no DirectSpan ("faulty"
-// wraps cpu behind alloc.Driver), so its blocking pageable copies stage
+// wraps cpu behind driver.Driver), so its blocking pageable copies stage
 // too; over plugin:cpu they take the single-copy path (direct_test.go).
 const stagingBackend = "plugin:faulty"
 
@@ -141,9 +142,9 @@ func TestOptions(t *testing.T) {
 	}
 	_, err := backends.OpenDriver(ctx, "plugin:no-such-backend")
 	require.ErrorIs(t, err, backends.ErrUnknownBackend)
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	_, err = backends.OpenDriver(ctx, "plugin:/nonexistent/capalloc-plugin")
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 }
 
 func TestChecksum(t *testing.T) {
@@ -163,7 +164,7 @@ func TestChecksum(t *testing.T) {
 
 	wrong := sha256.Sum256([]byte("not this binary"))
 	_, err = backends.OpenDriver(ctx, "plugin:"+exe+":plugin.backend=cpu,plugin.sha256="+hex.EncodeToString(wrong[:]))
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), "does not match")
 }
 
@@ -209,7 +210,7 @@ func TestFindBinary(t *testing.T) {
 	noPath := func(string) (string, error) { return "", os.ErrNotExist }
 
 	_, err := findBinary(getenv, false, exe, noPath)
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), filepath.Join(dir, BinaryName))
 
 	onPath := func(string) (string, error) { return "/usr/bin/capalloc-plugin", nil }
@@ -241,21 +242,21 @@ func TestWireErrorsKeepSentinels(t *testing.T) {
 	require.Contains(t, err.Error(), "cpu: boom")
 
 	_, err = decodeReply(nil)
-	require.ErrorIs(t, err, alloc.ErrDriver)
+	require.ErrorIs(t, err, driver.ErrDriver)
 	_, err = decodeReply([]byte{replyErr, 1, 0, 0, 0xff})
-	require.ErrorIs(t, err, alloc.ErrDriver, "a truncated reply is malformed, not a panic")
+	require.ErrorIs(t, err, driver.ErrDriver, "a truncated reply is malformed, not a panic")
 	_, err = decodeReply(srv.call(ctx, []byte{0, byte(opMalloc)}))
 	require.ErrorIs(t, err, alloc.ErrClosed, "no backend open yet")
 	_, err = decodeReply(srv.call(ctx, []byte{0, byte(opOpen), 0x80}))
-	require.ErrorIs(t, err, alloc.ErrDriver, "a malformed request is an error reply")
+	require.ErrorIs(t, err, driver.ErrDriver, "a malformed request is an error reply")
 	_, err = decodeReply(srv.call(ctx, []byte{0x80}))
-	require.ErrorIs(t, err, alloc.ErrDriver, "so is a malformed header")
+	require.ErrorIs(t, err, driver.ErrDriver, "so is a malformed header")
 }
 
 func TestUsageUnsupportedWhenTheBackendDoesNotCount(t *testing.T) {
 	_, err := open(t, "plugin:cpu").Usage()
 	require.NoError(t, err)
-	_, err = open(t, "plugin:faulty").Usage() // wraps the cpu driver as a plain alloc.Driver
+	_, err = open(t, "plugin:faulty").Usage() // wraps the cpu driver as a plain driver.Driver
 	require.ErrorIs(t, err, errors.ErrUnsupported)
 }
 
@@ -270,6 +271,6 @@ func TestWaitBehindPipelinedOpsPastDeadlineIsHung(t *testing.T) {
 	req := (&enc{}).u64(1) // after batch 1, which never runs
 	req.b = append(req.b, byte(opMalloc))
 	_, err := decodeReply(srv.call(c, req.b))
-	require.ErrorIs(t, err, alloc.ErrBackendHung)
+	require.ErrorIs(t, err, driver.ErrBackendHung)
 	require.Contains(t, err.Error(), "waiting for pipelined operations")
 }

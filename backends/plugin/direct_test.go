@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/cpu"
 )
@@ -55,7 +56,7 @@ func TestDirectCopyOutOfRangeWritesNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorIs(t, d.CopyHtoD(p, pattern(n+1, 1), s), alloc.ErrInvalidValue)
 	require.ErrorIs(t, d.CopyHtoD(p+1, pattern(n, 1), s), alloc.ErrInvalidValue)
-	require.ErrorIs(t, d.CopyHtoD(alloc.DevicePtr(12345), pattern(10, 1), s), alloc.ErrInvalidValue)
+	require.ErrorIs(t, d.CopyHtoD(driver.DevicePtr(12345), pattern(10, 1), s), alloc.ErrInvalidValue)
 	dst := pattern(n+1, 3)
 	require.ErrorIs(t, d.CopyDtoH(dst, p, s), alloc.ErrInvalidValue)
 	require.Equal(t, pattern(n+1, 3), dst, "a failed download leaves dst alone")
@@ -85,10 +86,10 @@ func TestDirectCopyRefusedDuringCapture(t *testing.T) {
 			} else {
 				err = d.CopyDtoH(buf, p, s)
 			}
-			require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp, "%s up=%v", cfg, up)
+			require.ErrorIs(t, err, driver.ErrCaptureIllegalOp, "%s up=%v", cfg, up)
 			st, err := d.StreamCaptureStatus(s)
 			require.NoError(t, err)
-			require.Equal(t, alloc.DriverCaptureInvalidated, st, "%s up=%v", cfg, up)
+			require.Equal(t, driver.CaptureInvalidated, st, "%s up=%v", cfg, up)
 			_, err = d.EndCapture(s)
 			require.ErrorIs(t, err, alloc.ErrCaptureInvalidated, "%s up=%v", cfg, up)
 			require.Equal(t, pattern(1<<20, 9), buf, "%s: a refused download writes nothing", cfg)
@@ -102,7 +103,7 @@ func TestDirectCopyRefusedDuringCapture(t *testing.T) {
 	}
 }
 
-// A backend without DirectSpan ("faulty" wraps cpu behind alloc.Driver)
+// A backend without DirectSpan ("faulty" wraps cpu behind driver.Driver)
 // answers "unsupported" once; the driver stages from then on.
 func TestDirectFallsBackToStaging(t *testing.T) {
 	d := open(t, "plugin:faulty")
@@ -152,7 +153,7 @@ func TestDirectCacheBound(t *testing.T) {
 	s, err := d.CreateStream()
 	require.NoError(t, err)
 	const k = maxDirectMaps + 10
-	ps := make([]alloc.DevicePtr, k)
+	ps := make([]driver.DevicePtr, k)
 	for i := range ps {
 		ps[i], err = d.Malloc(4096)
 		require.NoError(t, err)

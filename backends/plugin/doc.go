@@ -8,7 +8,7 @@
 //	plugin:cpu:memory_limit=1GiB        options without the plugin. prefix go to the backend
 //	plugin:/opt/capalloc/capalloc-plugin:plugin.backend=cpu
 //
-// The host side is an alloc.Driver, so alloc and the conformance suite run
+// The host side is an driver.Driver, so alloc and the conformance suite run
 // over it unchanged. Options for the host (prefix "plugin."):
 //
 //	plugin.sha256=HEX          the binary must have this SHA-256 (hashed and executed through one descriptor)
@@ -31,8 +31,8 @@
 // against what the host mapped (docs/security.md).
 //
 // Errors: every call after the backend process died fails with an error
-// wrapping alloc.ErrBackendCrashed (with the exit status), or
-// alloc.ErrBackendHung when the host killed it on a deadline. Reopen the
+// wrapping driver.ErrBackendCrashed (with the exit status), or
+// driver.ErrBackendHung when the host killed it on a deadline. Reopen the
 // backend with backends.OpenString, or move to the next choice of the chain.
 //
 // The host answers StreamCaptureStatus itself, from the backend's own
@@ -44,10 +44,10 @@
 // DestroyStream on its stream.
 //
 // Plugin mode needs Linux (memfd, Pdeathsig); elsewhere Open says so with
-// alloc.ErrBackendUnavailable.
+// driver.ErrBackendUnavailable.
 //
 // Host functions cannot cross into the backend's process: the host Driver
-// does not implement alloc.HostFuncLauncher, so Allocator.LaunchHostFunc
+// does not implement driver.HostFuncLauncher, so Allocator.LaunchHostFunc
 // (and symheap's collectives, which are host functions) fail with an error
 // wrapping errors.ErrUnsupported before any call to the child.
 //

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 )
 
@@ -18,7 +19,7 @@ import (
 // begin=hang (BeginCapture), end=hang (EndCapture), memset=hang or exit-N
 // (MemsetAsync, which the host pipelines).
 func init() {
-	backends.Register("faulty", func(ctx context.Context, c backends.Choice) (alloc.Driver, error) {
+	backends.Register("faulty", func(ctx context.Context, c backends.Choice) (driver.Driver, error) {
 		o := c.Options
 		f := &faulty{malloc: o["malloc"], sync: o["sync"], query: o["query"], begin: o["begin"], end: o["end"], memset: o["memset"]}
 		inner := o.Clone()
@@ -35,7 +36,7 @@ func init() {
 }
 
 type faulty struct {
-	alloc.Driver
+	driver.Driver
 	malloc, sync, query, begin, end, memset string
 }
 
@@ -51,32 +52,32 @@ func (f *faulty) inject(fault string) {
 	}
 }
 
-func (f *faulty) Malloc(n int64) (alloc.DevicePtr, error) {
+func (f *faulty) Malloc(n int64) (driver.DevicePtr, error) {
 	f.inject(f.malloc)
 	return f.Driver.Malloc(n)
 }
 
-func (f *faulty) StreamSynchronize(s alloc.Stream) error {
+func (f *faulty) StreamSynchronize(s driver.Stream) error {
 	f.inject(f.sync)
 	return f.Driver.StreamSynchronize(s)
 }
 
-func (f *faulty) StreamQuery(s alloc.Stream) (bool, error) {
+func (f *faulty) StreamQuery(s driver.Stream) (bool, error) {
 	f.inject(f.query)
 	return f.Driver.StreamQuery(s)
 }
 
-func (f *faulty) BeginCapture(s alloc.Stream, m alloc.CaptureMode) error {
+func (f *faulty) BeginCapture(s driver.Stream, m alloc.CaptureMode) error {
 	f.inject(f.begin)
 	return f.Driver.BeginCapture(s, m)
 }
 
-func (f *faulty) EndCapture(s alloc.Stream) (alloc.GraphHandle, error) {
+func (f *faulty) EndCapture(s driver.Stream) (driver.GraphHandle, error) {
 	f.inject(f.end)
 	return f.Driver.EndCapture(s)
 }
 
-func (f *faulty) MemsetAsync(dst alloc.DevicePtr, v byte, n int64, s alloc.Stream) error {
+func (f *faulty) MemsetAsync(dst driver.DevicePtr, v byte, n int64, s driver.Stream) error {
 	f.inject(f.memset)
 	return f.Driver.MemsetAsync(dst, v, n, s)
 }

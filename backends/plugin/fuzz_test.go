@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // The host's reply decoder never panics on what a child sends, and the
@@ -40,12 +41,12 @@ func FuzzDecodeReply(f *testing.F) {
 		}
 		r.str()
 		r.str()
-		info := alloc.DeviceInfo{Name: r.str(), TotalMemory: r.i64(), Alignment: r.i64(), UnifiedMemory: r.bool()}
+		info := driver.DeviceInfo{Name: r.str(), TotalMemory: r.i64(), Alignment: r.i64(), UnifiedMemory: r.bool()}
 		r.u64()
 		if r.err != nil || checkInfo(&info) != nil {
 			return
 		}
-		require.NoError(t, alloc.CheckAlignment(info.Alignment))
+		require.NoError(t, driver.CheckAlignment(info.Alignment))
 		require.True(t, utf8.ValidString(info.Name))
 		require.LessOrEqual(t, len(info.Name), maxDeviceName+len("\uFFFD"))
 	})

@@ -1,6 +1,8 @@
 package plugin
 
-import "github.com/capalloc/capalloc/alloc"
+import (
+	"github.com/capalloc/capalloc/alloc/driver"
+)
 
 // The host answers StreamCaptureStatus itself, with no round trip
 // (issue 12, item 1). It is sound under docs/design.md's rule that the driver's
@@ -19,15 +21,15 @@ import "github.com/capalloc/capalloc/alloc"
 // captureTrack is the host's record of its backend's streams. Driver.mu
 // guards it.
 type captureTrack struct {
-	streams   map[alloc.Stream]struct{}                  // created through this host and not destroyed
-	status    map[alloc.Stream]alloc.DriverCaptureStatus // the capturing ones, from the newest view
-	seq       uint64                                     // that view's number
-	beginning int                                        // BeginCapture calls in flight
+	streams   map[driver.Stream]struct{}             // created through this host and not destroyed
+	status    map[driver.Stream]driver.CaptureStatus // the capturing ones, from the newest view
+	seq       uint64                                 // that view's number
+	beginning int                                    // BeginCapture calls in flight
 }
 
 func (t *captureTrack) init() {
-	t.streams = map[alloc.Stream]struct{}{}
-	t.status = map[alloc.Stream]alloc.DriverCaptureStatus{}
+	t.streams = map[driver.Stream]struct{}{}
+	t.status = map[driver.Stream]driver.CaptureStatus{}
 }
 
 // capturingLocked says whether a capture is under way, or may be starting,
@@ -45,7 +47,7 @@ func (d *Driver) applyView(r *dec) {
 	t.seq = r.viewSeq
 	clear(t.status)
 	for _, v := range r.view {
-		if v.st != alloc.DriverCaptureNone {
+		if v.st != driver.CaptureNone {
 			t.status[v.s] = v.st
 		}
 	}
@@ -54,22 +56,22 @@ func (d *Driver) applyView(r *dec) {
 // localStatus is s's capture status as the host knows it; ok is false for
 // a stream it does not know (never created here, or destroyed), which the
 // backend answers itself (with its error for a bad handle).
-func (d *Driver) localStatus(s alloc.Stream) (st alloc.DriverCaptureStatus, ok bool) {
+func (d *Driver) localStatus(s driver.Stream) (st driver.CaptureStatus, ok bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, ok := d.track.streams[s]; !ok {
-		return alloc.DriverCaptureNone, false
+		return driver.CaptureNone, false
 	}
 	return d.track.status[s], true
 }
 
-func (d *Driver) streamCreated(s alloc.Stream) {
+func (d *Driver) streamCreated(s driver.Stream) {
 	d.mu.Lock()
 	d.track.streams[s] = struct{}{}
 	d.mu.Unlock()
 }
 
-func (d *Driver) streamDestroyed(s alloc.Stream) {
+func (d *Driver) streamDestroyed(s driver.Stream) {
 	d.mu.Lock()
 	delete(d.track.streams, s)
 	delete(d.track.status, s)
@@ -86,16 +88,16 @@ func (d *Driver) beginning(delta int) {
 
 // StreamCaptureStatus is answered here for the streams this host created;
 // see the top of this file.
-func (d *Driver) StreamCaptureStatus(s alloc.Stream) (alloc.DriverCaptureStatus, error) {
+func (d *Driver) StreamCaptureStatus(s driver.Stream) (driver.CaptureStatus, error) {
 	if err := d.deadErr(opStreamCaptureStatus); err != nil {
-		return alloc.DriverCaptureNone, err
+		return driver.CaptureNone, err
 	}
 	if st, ok := d.localStatus(s); ok {
 		return st, nil
 	}
 	r, err := d.call(opStreamCaptureStatus, newReq(opStreamCaptureStatus).u64(uint64(s)))
 	if err != nil {
-		return alloc.DriverCaptureNone, err
+		return driver.CaptureNone, err
 	}
-	return alloc.DriverCaptureStatus(r.u64()), r.err
+	return driver.CaptureStatus(r.u64()), r.err
 }

@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // Pageable blocking copies (CopyHtoD, CopyDtoH with a Go slice that is not
@@ -129,7 +129,7 @@ func (c *directCache) drop() {
 // backend has no direct access: the caller stages instead, as every later
 // copy will. async is what the request reported of pipelined operations
 // on s (it synchronizes s), for the copy's result whichever path it takes.
-func (d *Driver) directSpan(p alloc.DevicePtr, n int64, s alloc.Stream) (span []byte, done func() error, ok bool, async, err error) {
+func (d *Driver) directSpan(p driver.DevicePtr, n int64, s driver.Stream) (span []byte, done func() error, ok bool, async, err error) {
 	r, err := d.call(opDirectSpan, newReq(opDirectSpan).u64(uint64(p)).i64(n).u64(uint64(s)))
 	async = withAsync(r, nil)
 	if errors.Is(err, errNoDirect) {
@@ -176,20 +176,20 @@ func (d *Driver) directSpan(p alloc.DevicePtr, n int64, s alloc.Stream) (span []
 }
 
 // mapErr explains why the region holding [p, p+n) could not be mapped.
-func (d *Driver) mapErr(p alloc.DevicePtr, n int64, err error) error {
+func (d *Driver) mapErr(p driver.DevicePtr, n int64, err error) error {
 	if e := d.deadErr(opDirectSpan); e != nil {
 		return e
 	}
 	if errors.Is(err, errStaleRegion) { // freed by another goroutine meanwhile
 		return fmt.Errorf("plugin %s: %v %#x+%d: %w", d.name, opDirectSpan, uint64(p), n, err)
 	}
-	return fmt.Errorf("%w: plugin %s: %v: %w", alloc.ErrDriver, d.name, opDirectSpan, err)
+	return fmt.Errorf("%w: plugin %s: %v: %w", driver.ErrDriver, d.name, opDirectSpan, err)
 }
 
 // directIn is CopyHtoD's single-copy path; ok is false when the driver
 // must stage instead (async, reported failures of pipelined operations,
 // then goes with the staged copy's result).
-func (d *Driver) directIn(dst alloc.DevicePtr, src []byte, s alloc.Stream) (ok bool, async, err error) {
+func (d *Driver) directIn(dst driver.DevicePtr, src []byte, s driver.Stream) (ok bool, async, err error) {
 	span, done, ok, async, err := d.directSpan(dst, int64(len(src)), s)
 	if !ok || err != nil {
 		return ok, async, err
@@ -199,7 +199,7 @@ func (d *Driver) directIn(dst alloc.DevicePtr, src []byte, s alloc.Stream) (ok b
 }
 
 // directOut is CopyDtoH's single-copy path.
-func (d *Driver) directOut(dst []byte, src alloc.DevicePtr, s alloc.Stream) (ok bool, async, err error) {
+func (d *Driver) directOut(dst []byte, src driver.DevicePtr, s driver.Stream) (ok bool, async, err error) {
 	span, done, ok, async, err := d.directSpan(src, int64(len(dst)), s)
 	if !ok || err != nil {
 		return ok, async, err

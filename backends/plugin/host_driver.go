@@ -12,14 +12,15 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
-// Driver is the host's side: an alloc.Driver whose every call runs in the
-// backend's process. It also implements alloc.Aborter, so an allocator's
+// Driver is the host's side: an driver.Driver whose every call runs in the
+// backend's process. It also implements driver.Aborter, so an allocator's
 // watchdog kills a stuck backend at its deadline.
 type Driver struct {
 	name, domain string
-	info         alloc.DeviceInfo
+	info         driver.DeviceInfo
 	caps         uint64
 
 	client      *goplugin.Client
@@ -47,22 +48,22 @@ type Driver struct {
 }
 
 var (
-	_ alloc.Driver        = (*Driver)(nil)
-	_ alloc.Aborter       = (*Driver)(nil)
-	_ alloc.UsageReporter = (*Driver)(nil)
+	_ driver.Driver        = (*Driver)(nil)
+	_ driver.Aborter       = (*Driver)(nil)
+	_ driver.UsageReporter = (*Driver)(nil)
 )
 
-// Usage is the backend's own count (alloc.UsageReporter), or an error
+// Usage is the backend's own count (driver.UsageReporter), or an error
 // wrapping errors.ErrUnsupported when the backend does not count.
-func (d *Driver) Usage() (alloc.Usage, error) {
+func (d *Driver) Usage() (driver.Usage, error) {
 	if d.caps&capUsage == 0 {
-		return alloc.Usage{}, fmt.Errorf("plugin %s: memory usage: %w by the backend", d.name, errors.ErrUnsupported)
+		return driver.Usage{}, fmt.Errorf("plugin %s: memory usage: %w by the backend", d.name, errors.ErrUnsupported)
 	}
 	r, err := d.call(opUsage, newReq(opUsage))
 	if err != nil {
-		return alloc.Usage{}, err
+		return driver.Usage{}, err
 	}
-	u := alloc.Usage{Device: r.i64(), Host: r.i64()}
+	u := driver.Usage{Device: r.i64(), Host: r.i64()}
 	return u, r.err
 }
 
@@ -70,8 +71,8 @@ func (d *Driver) Usage() (alloc.Usage, error) {
 func (d *Driver) PID() int { return d.proc.pid }
 
 // Name is "plugin:" and the backend's own name.
-func (d *Driver) Name() string           { return d.name }
-func (d *Driver) Info() alloc.DeviceInfo { return d.info }
+func (d *Driver) Name() string            { return d.name }
+func (d *Driver) Info() driver.DeviceInfo { return d.info }
 
 // CaptureDomain is the child's domain, qualified by the process: two
 // backend processes never share captures.
@@ -116,7 +117,7 @@ func (d *Driver) invoke(what string, f framed) (*dec, error) {
 	}
 	d.ran(f)
 	r, err := decodeReply(out.b)
-	if errors.Is(err, alloc.ErrBackendHung) { // the child's wait behind pipelined operations timed out (child_pipeline.go)
+	if errors.Is(err, driver.ErrBackendHung) { // the child's wait behind pipelined operations timed out (child_pipeline.go)
 		return nil, d.transportFailure(what+", sent behind pipelined operations that had not run (one of them may be the call that hung),", true, err)
 	}
 	if r != nil {
@@ -155,7 +156,7 @@ const graceExit = 50 * time.Millisecond
 func (d *Driver) transportFailure(what string, expired bool, err error) error {
 	if d.dead.Load() == nil && !d.closed.Load() {
 		if expired {
-			d.die(fmt.Errorf("%w: %s did not return within plugin.call_timeout=%v", alloc.ErrBackendHung, what, d.callTimeout))
+			d.die(fmt.Errorf("%w: %s did not return within plugin.call_timeout=%v", driver.ErrBackendHung, what, d.callTimeout))
 		} else {
 			select {
 			case <-d.proc.exited:
@@ -171,15 +172,15 @@ func (d *Driver) transportFailure(what string, expired bool, err error) error {
 	if d.closed.Load() {
 		return fmt.Errorf("%w: plugin %s: %s: driver is closed", alloc.ErrClosed, d.name, what)
 	}
-	return fmt.Errorf("%w: plugin %s: %s: %v", alloc.ErrDriver, d.name, what, err)
+	return fmt.Errorf("%w: plugin %s: %s: %v", driver.ErrDriver, d.name, what, err)
 }
 
 func (d *Driver) crashErr(cause error) error {
 	<-d.proc.exited
 	if cause != nil {
-		return fmt.Errorf("%w: pid %d ended with %s (%v)", alloc.ErrBackendCrashed, d.proc.pid, d.proc.status(), cause)
+		return fmt.Errorf("%w: pid %d ended with %s (%v)", driver.ErrBackendCrashed, d.proc.pid, d.proc.status(), cause)
 	}
-	return fmt.Errorf("%w: pid %d ended with %s", alloc.ErrBackendCrashed, d.proc.pid, d.proc.status())
+	return fmt.Errorf("%w: pid %d ended with %s", driver.ErrBackendCrashed, d.proc.pid, d.proc.status())
 }
 
 // die records why the backend is dead (the first cause wins), kills the
@@ -209,11 +210,11 @@ func (d *Driver) watch() {
 	}
 }
 
-// Abort kills the backend process at once (alloc.Aborter): the allocator's
+// Abort kills the backend process at once (driver.Aborter): the allocator's
 // watchdog gave up on a call. The stuck call, and every later one, fail
 // with ErrBackendHung.
 func (d *Driver) Abort(cause error) {
-	d.die(fmt.Errorf("%w: aborted by the caller: %w", alloc.ErrBackendHung, cause))
+	d.die(fmt.Errorf("%w: aborted by the caller: %w", driver.ErrBackendHung, cause))
 }
 
 // Close closes the backend, stops its process and unmaps shared memory.
@@ -241,7 +242,7 @@ func (d *Driver) Close() error {
 	}
 	for _, m := range d.regions.takeAll() {
 		if e := retire(m, !m.staging); e != nil {
-			errs = append(errs, fmt.Errorf("%w: plugin: unmapping shared memory: %v", alloc.ErrDriver, e))
+			errs = append(errs, fmt.Errorf("%w: plugin: unmapping shared memory: %v", driver.ErrDriver, e))
 		}
 	}
 	d.staging.drop()
@@ -258,17 +259,17 @@ func (d *Driver) callClosing(op opcode, req *enc) (*dec, error) {
 	var out msg
 	d.trips.Add(1)
 	if err := d.conn.Invoke(ctx, callMethod, &msg{b: f.b}, &out, grpc.CallContentSubtype(codecName)); err != nil {
-		return nil, fmt.Errorf("%w: plugin %s: close: %v", alloc.ErrDriver, d.name, err)
+		return nil, fmt.Errorf("%w: plugin %s: close: %v", driver.ErrDriver, d.name, err)
 	}
 	return decodeReply(out.b)
 }
 
-func (d *Driver) CreateStream() (alloc.Stream, error) {
+func (d *Driver) CreateStream() (driver.Stream, error) {
 	r, err := d.call(opCreateStream, newReq(opCreateStream))
 	if err != nil {
 		return 0, err
 	}
-	h := alloc.Stream(r.u64())
+	h := driver.Stream(r.u64())
 	if r.err != nil {
 		return 0, r.err
 	}
@@ -277,7 +278,7 @@ func (d *Driver) CreateStream() (alloc.Stream, error) {
 }
 
 // DestroyStream also reports the failures of pipelined operations on s.
-func (d *Driver) DestroyStream(s alloc.Stream) error {
+func (d *Driver) DestroyStream(s driver.Stream) error {
 	r, err := d.call(opDestroyStream, newReq(opDestroyStream).u64(uint64(s)))
 	if err == nil {
 		d.streamDestroyed(s)
@@ -286,12 +287,12 @@ func (d *Driver) DestroyStream(s alloc.Stream) error {
 }
 
 // StreamSynchronize also reports the failures of pipelined operations on s.
-func (d *Driver) StreamSynchronize(s alloc.Stream) error {
+func (d *Driver) StreamSynchronize(s driver.Stream) error {
 	return d.callSync(opStreamSynchronize, newReq(opStreamSynchronize).u64(uint64(s)))
 }
 
 // StreamQuery also reports the failures of pipelined operations on s.
-func (d *Driver) StreamQuery(s alloc.Stream) (bool, error) {
+func (d *Driver) StreamQuery(s driver.Stream) (bool, error) {
 	r, err := d.call(opStreamQuery, newReq(opStreamQuery).u64(uint64(s)))
 	if err != nil {
 		return false, withAsync(r, err)
@@ -303,73 +304,73 @@ func (d *Driver) StreamQuery(s alloc.Stream) (bool, error) {
 	return done, withAsync(r, nil)
 }
 
-func (d *Driver) Malloc(size int64) (alloc.DevicePtr, error) {
+func (d *Driver) Malloc(size int64) (driver.DevicePtr, error) {
 	r, err := d.call(opMalloc, newReq(opMalloc).i64(size))
 	if err != nil {
 		return 0, err
 	}
-	return alloc.DevicePtr(r.u64()), r.err
+	return driver.DevicePtr(r.u64()), r.err
 }
 
-func (d *Driver) Free(p alloc.DevicePtr) error {
+func (d *Driver) Free(p driver.DevicePtr) error {
 	return d.callErr(opFree, newReq(opFree).u64(uint64(p)))
 }
 
 // MallocAsync is a round trip: the engine needs the address now, and an
 // out-of-memory error at once (the allocator gives its cache back and
 // retries).
-func (d *Driver) MallocAsync(size int64, s alloc.Stream) (alloc.DevicePtr, error) {
+func (d *Driver) MallocAsync(size int64, s driver.Stream) (driver.DevicePtr, error) {
 	r, err := d.call(opMallocAsync, newReq(opMallocAsync).i64(size).u64(uint64(s)))
 	if err != nil {
 		return 0, err
 	}
-	return alloc.DevicePtr(r.u64()), r.err
+	return driver.DevicePtr(r.u64()), r.err
 }
 
-func (d *Driver) FreeAsync(p alloc.DevicePtr, s alloc.Stream) error {
+func (d *Driver) FreeAsync(p driver.DevicePtr, s driver.Stream) error {
 	return d.pipelined(opFreeAsync, func(e *enc) { e.u64(uint64(p)).u64(uint64(s)) })
 }
 
-func (d *Driver) CopyDtoDAsync(dst, src alloc.DevicePtr, n int64, s alloc.Stream) error {
+func (d *Driver) CopyDtoDAsync(dst, src driver.DevicePtr, n int64, s driver.Stream) error {
 	return d.pipelined(opCopyDtoDAsync, func(e *enc) { e.u64(uint64(dst)).u64(uint64(src)).i64(n).u64(uint64(s)) })
 }
 
-func (d *Driver) MemsetAsync(dst alloc.DevicePtr, value byte, n int64, s alloc.Stream) error {
+func (d *Driver) MemsetAsync(dst driver.DevicePtr, value byte, n int64, s driver.Stream) error {
 	return d.pipelined(opMemsetAsync, func(e *enc) { e.u64(uint64(dst)).u64(uint64(value)).i64(n).u64(uint64(s)) })
 }
 
 // BeginCapture turns pipelining off from the moment it is called: the
 // operations queued before it are sent in front of it, and none after.
-func (d *Driver) BeginCapture(s alloc.Stream, mode alloc.CaptureMode) error {
+func (d *Driver) BeginCapture(s driver.Stream, mode alloc.CaptureMode) error {
 	d.beginning(1)
 	defer d.beginning(-1)
 	return d.callErr(opBeginCapture, newReq(opBeginCapture).u64(uint64(s)).u64(uint64(mode)))
 }
 
-func (d *Driver) EndCapture(s alloc.Stream) (alloc.GraphHandle, error) {
+func (d *Driver) EndCapture(s driver.Stream) (driver.GraphHandle, error) {
 	r, err := d.call(opEndCapture, newReq(opEndCapture).u64(uint64(s)))
 	if err != nil {
 		return 0, err
 	}
-	return alloc.GraphHandle(r.u64()), r.err
+	return driver.GraphHandle(r.u64()), r.err
 }
 
-func (d *Driver) GraphInstantiate(g alloc.GraphHandle, autoFree bool) (alloc.GraphExec, error) {
+func (d *Driver) GraphInstantiate(g driver.GraphHandle, autoFree bool) (driver.GraphExec, error) {
 	r, err := d.call(opGraphInstantiate, newReq(opGraphInstantiate).u64(uint64(g)).bool(autoFree))
 	if err != nil {
 		return 0, err
 	}
-	return alloc.GraphExec(r.u64()), r.err
+	return driver.GraphExec(r.u64()), r.err
 }
 
-func (d *Driver) GraphLaunch(e alloc.GraphExec, s alloc.Stream) error {
+func (d *Driver) GraphLaunch(e driver.GraphExec, s driver.Stream) error {
 	return d.pipelined(opGraphLaunch, func(en *enc) { en.u64(uint64(e)).u64(uint64(s)) })
 }
 
-func (d *Driver) GraphExecDestroy(e alloc.GraphExec) error {
+func (d *Driver) GraphExecDestroy(e driver.GraphExec) error {
 	return d.callErr(opGraphExecDestroy, newReq(opGraphExecDestroy).u64(uint64(e)))
 }
 
-func (d *Driver) GraphDestroy(g alloc.GraphHandle) error {
+func (d *Driver) GraphDestroy(g driver.GraphHandle) error {
 	return d.callErr(opGraphDestroy, newReq(opGraphDestroy).u64(uint64(g)))
 }

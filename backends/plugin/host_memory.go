@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/hostregion"
 )
 
@@ -61,7 +62,7 @@ func (d *Driver) HostFree(b []byte) error {
 		return fmt.Errorf("%w: plugin %s: host free: buffer freed concurrently", alloc.ErrInvalidValue, d.name)
 	}
 	if uerr := retire(m, false); uerr != nil && err == nil {
-		err = fmt.Errorf("%w: plugin %s: unmapping host buffer: %v", alloc.ErrDriver, d.name, uerr)
+		err = fmt.Errorf("%w: plugin %s: unmapping host buffer: %v", driver.ErrDriver, d.name, uerr)
 	}
 	return err
 }

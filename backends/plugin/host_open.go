@@ -23,11 +23,12 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 )
 
 func init() {
-	backends.RegisterScheme("plugin", func(ctx context.Context, target string, opts backends.Options) (alloc.Driver, error) {
+	backends.RegisterScheme("plugin", func(ctx context.Context, target string, opts backends.Options) (driver.Driver, error) {
 		d, err := Open(ctx, target, opts)
 		if err != nil {
 			return nil, err // not a nil *Driver in a non-nil interface
@@ -68,7 +69,7 @@ var domains atomic.Int64
 // it. It is the "plugin" scheme's factory.
 func Open(ctx context.Context, target string, opts backends.Options) (*Driver, error) {
 	if runtime.GOOS != "linux" {
-		return nil, fmt.Errorf("%w: plugin mode needs Linux (shared memory is memfd, and the backend process dies with its host through Pdeathsig); this is %s", alloc.ErrBackendUnavailable, runtime.GOOS)
+		return nil, fmt.Errorf("%w: plugin mode needs Linux (shared memory is memfd, and the backend process dies with its host through Pdeathsig); this is %s", driver.ErrBackendUnavailable, runtime.GOOS)
 	}
 	host, fwd := backends.Options{}, backends.Options{}
 	for k, v := range opts {
@@ -139,16 +140,16 @@ var afterChecksum func()
 func openChecked(path string, sum []byte) (*os.File, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: plugin binary %s: checksum: %v", alloc.ErrBackendUnavailable, path, err)
+		return nil, fmt.Errorf("%w: plugin binary %s: checksum: %v", driver.ErrBackendUnavailable, path, err)
 	}
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("%w: plugin binary %s: checksum: %v", alloc.ErrBackendUnavailable, path, err)
+		return nil, fmt.Errorf("%w: plugin binary %s: checksum: %v", driver.ErrBackendUnavailable, path, err)
 	}
 	if !bytes.Equal(h.Sum(nil), sum) {
 		f.Close()
-		return nil, fmt.Errorf("%w: plugin binary %s does not match %s", alloc.ErrBackendUnavailable, path, optSHA256)
+		return nil, fmt.Errorf("%w: plugin binary %s does not match %s", driver.ErrBackendUnavailable, path, optSHA256)
 	}
 	if afterChecksum != nil {
 		afterChecksum()
@@ -179,7 +180,7 @@ func findBinary(getenv func(string) string, self bool, exe string, lookPath func
 	}
 	searched = append(searched, "$PATH")
 	return "", fmt.Errorf("%w: no plugin binary: $%s is unset, the program does not call plugin.ServeIfChild, and %s is not in %s",
-		alloc.ErrBackendUnavailable, EnvBinary, BinaryName, strings.Join(searched, " or "))
+		driver.ErrBackendUnavailable, EnvBinary, BinaryName, strings.Join(searched, " or "))
 }
 
 // start runs the binary at run (path, or the checked file's descriptor)
@@ -208,11 +209,11 @@ func start(ctx context.Context, run, path, backend string, fwd backends.Options,
 	}
 	rpc, err := client.Client()
 	if err != nil {
-		return fail(fmt.Errorf("%w: starting plugin %s: %v", alloc.ErrBackendUnavailable, path, err))
+		return fail(fmt.Errorf("%w: starting plugin %s: %v", driver.ErrBackendUnavailable, path, err))
 	}
 	raw, err := rpc.Dispense(pluginName)
 	if err != nil {
-		return fail(fmt.Errorf("%w: plugin %s: %v", alloc.ErrBackendUnavailable, path, err))
+		return fail(fmt.Errorf("%w: plugin %s: %v", driver.ErrBackendUnavailable, path, err))
 	}
 	dctx, cancel := context.WithCancel(context.Background())
 	d := &Driver{
@@ -227,7 +228,7 @@ func start(ctx context.Context, run, path, backend string, fwd backends.Options,
 	d.pipe.space.L = &d.mu
 	d.track.init()
 	go d.watch()
-	stop := context.AfterFunc(ctx, func() { d.die(fmt.Errorf("%w: open cancelled: %w", alloc.ErrBackendUnavailable, ctx.Err())) })
+	stop := context.AfterFunc(ctx, func() { d.die(fmt.Errorf("%w: open cancelled: %w", driver.ErrBackendUnavailable, ctx.Err())) })
 	r, err := d.call(opOpen, openReq(backend, fwd))
 	stop()
 	if err == nil && r.err != nil {
@@ -242,12 +243,12 @@ func start(ctx context.Context, run, path, backend string, fwd backends.Options,
 		return fail(err)
 	}
 	name, domain := r.str(), r.str()
-	d.info = alloc.DeviceInfo{Name: r.str(), TotalMemory: r.i64(), Alignment: r.i64(), UnifiedMemory: r.bool()}
+	d.info = driver.DeviceInfo{Name: r.str(), TotalMemory: r.i64(), Alignment: r.i64(), UnifiedMemory: r.bool()}
 	d.caps = r.u64()
 	if r.err == nil && len(r.b) > 0 { // the safety profile; absent from a child that predates it
 		d.info.Integrated, d.info.PageableMemoryAccess = r.bool(), r.bool()
 		d.info.ComputeCapability = r.str()
-		d.info.CaptureSafety = alloc.CaptureSafety(r.i64())
+		d.info.CaptureSafety = driver.CaptureSafety(r.i64())
 		d.info.Profile = r.str()
 	}
 	if r.err == nil {
@@ -289,14 +290,14 @@ const maxDeviceName = 256
 // checkInfo validates what the backend says of its device: the backend is
 // not trusted, and the allocator shifts by the alignment (a forged one
 // would spin alloc.New forever) and metrics label by the name.
-func checkInfo(info *alloc.DeviceInfo) error {
-	if err := alloc.CheckAlignment(info.Alignment); err != nil {
+func checkInfo(info *driver.DeviceInfo) error {
+	if err := driver.CheckAlignment(info.Alignment); err != nil {
 		return fmt.Errorf("%w: plugin: backend's device info: %w", errMalformed, err)
 	}
 	if info.TotalMemory < 0 {
 		return fmt.Errorf("%w: plugin: backend's device has %d B", errMalformed, info.TotalMemory)
 	}
-	if info.CaptureSafety < alloc.SafetyUnset || info.CaptureSafety > alloc.SafetyStrict {
+	if info.CaptureSafety < driver.SafetyUnset || info.CaptureSafety > driver.SafetyStrict {
 		return fmt.Errorf("%w: plugin: backend's device has capture safety %d", errMalformed, int(info.CaptureSafety))
 	}
 	if len(info.Name) > maxDeviceName {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // Pipelining (issue 12, item 1). A stream-ordered call whose only result
@@ -56,7 +56,7 @@ type pipeline struct {
 // wrapped; Op says which call failed.
 type AsyncError struct {
 	Op     string // the Driver method, "MemsetAsync"
-	Stream alloc.Stream
+	Stream driver.Stream
 	Err    error
 }
 
@@ -170,7 +170,7 @@ func (d *Driver) flush() {
 		d.mu.Unlock()
 		what := fmt.Sprintf("a batch of %d pipelined operations", f.n)
 		if _, err := d.invoke(what, f); err != nil && d.dead.Load() == nil && !d.closed.Load() {
-			d.die(fmt.Errorf("%w: plugin %s: %s failed: %w", alloc.ErrDriver, d.name, what, err))
+			d.die(fmt.Errorf("%w: plugin %s: %s failed: %w", driver.ErrDriver, d.name, what, err))
 		}
 	}
 }

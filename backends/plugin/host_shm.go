@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/hostregion"
 )
 
@@ -35,7 +36,7 @@ func mapChild(p *process, fd int, size int64, ino uint64) ([]byte, error) {
 	}
 	if !p.alive() {
 		_ = unix.Munmap(b)
-		return nil, fmt.Errorf("%w: plugin: backend process %d exited while its shared memory was being mapped", alloc.ErrBackendCrashed, p.pid)
+		return nil, fmt.Errorf("%w: plugin: backend process %d exited while its shared memory was being mapped", driver.ErrBackendCrashed, p.pid)
 	}
 	return b, nil
 }

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // Copies whose host memory is not a shared region (pageable memory) go
@@ -66,13 +66,13 @@ func (p *stagingPool) drop() {
 }
 
 // copyReq is one chunk's request: dev, region, offset, length, stream.
-func copyReq(op opcode, dev alloc.DevicePtr, id uint64, off, n int64, s alloc.Stream) *enc {
+func copyReq(op opcode, dev driver.DevicePtr, id uint64, off, n int64, s driver.Stream) *enc {
 	e := newReq(op)
 	copyArgs(e, dev, id, off, n, s)
 	return e
 }
 
-func copyArgs(e *enc, dev alloc.DevicePtr, id uint64, off, n int64, s alloc.Stream) {
+func copyArgs(e *enc, dev driver.DevicePtr, id uint64, off, n int64, s driver.Stream) {
 	e.u64(uint64(dev)).u64(id).i64(off).i64(n).u64(uint64(s))
 }
 
@@ -114,7 +114,7 @@ type chunkResult struct {
 // goes first: with the first one right after, both ends of the device
 // range are checked before the middle is written, so a range that runs
 // off its allocation fails before any byte lands.
-func (d *Driver) stagedIn(op opcode, dst alloc.DevicePtr, src []byte, s alloc.Stream) (err error) {
+func (d *Driver) stagedIn(op opcode, dst driver.DevicePtr, src []byte, s driver.Stream) (err error) {
 	var async asyncErrs // reported by the chunk calls (blocking copies synchronize)
 	defer func() { err = async.join(err) }()
 	n := int64(len(src))
@@ -129,7 +129,7 @@ func (d *Driver) stagedIn(op opcode, dst alloc.DevicePtr, src []byte, s alloc.St
 	span := func(i int) (int64, int64) { return int64(i) * chunk, min(chunk, n-int64(i)*chunk) }
 	send := func(i, slot int) error {
 		off, l := span(i)
-		return async.call(d, op, copyReq(op, dst+alloc.DevicePtr(off), m.id, int64(slot)*chunk, l, s))
+		return async.call(d, op, copyReq(op, dst+driver.DevicePtr(off), m.id, int64(slot)*chunk, l, s))
 	}
 	if k == 1 {
 		copy(m.buf, src)
@@ -178,7 +178,7 @@ func (d *Driver) stagedIn(op opcode, dst alloc.DevicePtr, src []byte, s alloc.St
 // stagedOut copies device bytes to host memory through staging, op being
 // CopyDtoH or CopyDtoHAsync: the backend fills one slot while the host
 // empties the other.
-func (d *Driver) stagedOut(op opcode, dst []byte, src alloc.DevicePtr, s alloc.Stream) (err error) {
+func (d *Driver) stagedOut(op opcode, dst []byte, src driver.DevicePtr, s driver.Stream) (err error) {
 	var async asyncErrs
 	defer func() { err = async.join(err) }()
 	n := int64(len(dst))
@@ -193,7 +193,7 @@ func (d *Driver) stagedOut(op opcode, dst []byte, src alloc.DevicePtr, s alloc.S
 	span := func(i int) (int64, int64) { return int64(i) * chunk, min(chunk, n-int64(i)*chunk) }
 	fetch := func(i, slot int) error {
 		off, l := span(i)
-		return async.call(d, op, copyReq(op, src+alloc.DevicePtr(off), m.id, int64(slot)*chunk, l, s))
+		return async.call(d, op, copyReq(op, src+driver.DevicePtr(off), m.id, int64(slot)*chunk, l, s))
 	}
 	drain := func(i, slot int) {
 		off, l := span(i)
@@ -254,7 +254,7 @@ func (d *Driver) finishStaging(m *mapping, err error) {
 // (host_pipeline.go): the buffer is shared memory, named by region, and
 // HostFree, a call, runs after them. Pageable memory stages, each chunk a
 // round trip, since the staging slot is reused at once.
-func (d *Driver) CopyHtoDAsync(dst alloc.DevicePtr, src []byte, s alloc.Stream) error {
+func (d *Driver) CopyHtoDAsync(dst driver.DevicePtr, src []byte, s driver.Stream) error {
 	if m, off, ok := d.regions.find(src); ok {
 		n := int64(len(src))
 		return d.pipelined(opCopyHtoDAsync, func(e *enc) { copyArgs(e, dst, m.id, off, n, s) })
@@ -262,7 +262,7 @@ func (d *Driver) CopyHtoDAsync(dst alloc.DevicePtr, src []byte, s alloc.Stream) 
 	return d.stagedIn(opCopyHtoDAsync, dst, src, s)
 }
 
-func (d *Driver) CopyDtoHAsync(dst []byte, src alloc.DevicePtr, s alloc.Stream) error {
+func (d *Driver) CopyDtoHAsync(dst []byte, src driver.DevicePtr, s driver.Stream) error {
 	if m, off, ok := d.regions.find(dst); ok {
 		n := int64(len(dst))
 		return d.pipelined(opCopyDtoHAsync, func(e *enc) { copyArgs(e, src, m.id, off, n, s) })
@@ -272,7 +272,7 @@ func (d *Driver) CopyDtoHAsync(dst []byte, src alloc.DevicePtr, s alloc.Stream) 
 
 // CopyHtoD and CopyDtoH from pageable memory take the single-copy path
 // (host_direct.go) when the backend offers it, and stage otherwise.
-func (d *Driver) CopyHtoD(dst alloc.DevicePtr, src []byte, s alloc.Stream) error {
+func (d *Driver) CopyHtoD(dst driver.DevicePtr, src []byte, s driver.Stream) error {
 	if m, off, ok := d.regions.find(src); ok {
 		return d.callSync(opCopyHtoD, copyReq(opCopyHtoD, dst, m.id, off, int64(len(src)), s))
 	}
@@ -286,7 +286,7 @@ func (d *Driver) CopyHtoD(dst alloc.DevicePtr, src []byte, s alloc.Stream) error
 	return d.stagedIn(opCopyHtoD, dst, src, s)
 }
 
-func (d *Driver) CopyDtoH(dst []byte, src alloc.DevicePtr, s alloc.Stream) error {
+func (d *Driver) CopyDtoH(dst []byte, src driver.DevicePtr, s driver.Stream) error {
 	if m, off, ok := d.regions.find(dst); ok {
 		return d.callSync(opCopyDtoH, copyReq(opCopyDtoH, src, m.id, off, int64(len(dst)), s))
 	}

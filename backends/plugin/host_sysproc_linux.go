@@ -6,7 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // childSysProcAttr makes the kernel kill the child when the forking thread
@@ -37,7 +37,7 @@ func pidfdAlive(pidfd int) bool {
 // errUnsafeRegion is a shared region the host will not map: a file the
 // backend could shrink under the mapping (a fault that would kill this
 // process), or smaller than announced. Only a misbehaving backend sends one.
-var errUnsafeRegion = fmt.Errorf("%w: plugin: backend's shared memory is not a sealed memfd of the announced size", alloc.ErrDriver)
+var errUnsafeRegion = fmt.Errorf("%w: plugin: backend's shared memory is not a sealed memfd of the announced size", driver.ErrDriver)
 
 // checkRegionFile accepts fd (this process's, opened from the backend's)
 // only if it is a regular file of at least size bytes sealed against

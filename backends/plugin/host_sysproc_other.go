@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // childSysProcAttr: no Pdeathsig outside Linux (plugin mode is refused
@@ -22,6 +22,6 @@ func childSysProcAttr() *syscall.SysProcAttr { return nil }
 func pidfdOpen(int) int   { return -1 }
 func pidfdAlive(int) bool { return false }
 
-var errUnsafeRegion = fmt.Errorf("%w: plugin: shared regions need Linux, not %s", alloc.ErrDriver, runtime.GOOS)
+var errUnsafeRegion = fmt.Errorf("%w: plugin: shared regions need Linux, not %s", driver.ErrDriver, runtime.GOOS)
 
 func checkRegionFile(int, *unix.Stat_t, int64) error { return errUnsafeRegion }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 )
 
@@ -66,13 +67,13 @@ func TestCrashFailsInFlightAndLaterCalls(t *testing.T) {
 
 	start := time.Now()
 	_, err = d.Malloc(4096) // the backend exits with status 7
-	require.ErrorIs(t, err, alloc.ErrBackendCrashed)
+	require.ErrorIs(t, err, driver.ErrBackendCrashed)
 	require.Contains(t, err.Error(), "exit status 7")
 	assert.Less(t, time.Since(start), crashBound)
 
 	select {
 	case err := <-inflight:
-		require.ErrorIs(t, err, alloc.ErrBackendCrashed)
+		require.ErrorIs(t, err, driver.ErrBackendCrashed)
 		require.Contains(t, err.Error(), "exit status 7")
 	case <-time.After(crashBound):
 		t.Fatal("the call in flight did not fail with the crash")
@@ -81,7 +82,7 @@ func TestCrashFailsInFlightAndLaterCalls(t *testing.T) {
 
 	start = time.Now()
 	_, err = d.MallocAsync(10, s)
-	require.ErrorIs(t, err, alloc.ErrBackendCrashed, "later calls fail the same way")
+	require.ErrorIs(t, err, driver.ErrBackendCrashed, "later calls fail the same way")
 	require.Contains(t, err.Error(), "exit status 7")
 	assert.Less(t, time.Since(start), 50*time.Millisecond, "at once, without a round trip")
 	requireGone(t, d.PID(), time.Second)
@@ -107,7 +108,7 @@ func TestCrashSeenWithoutACall(t *testing.T) {
 		return err != nil
 	}, crashBound, time.Millisecond)
 	_, err := d.CreateStream()
-	require.ErrorIs(t, err, alloc.ErrBackendCrashed)
+	require.ErrorIs(t, err, driver.ErrBackendCrashed)
 	require.Contains(t, err.Error(), "signal: killed")
 }
 
@@ -120,19 +121,19 @@ func TestHungCallKillsBackend(t *testing.T) {
 	start := time.Now()
 	err = d.StreamSynchronize(s)
 	elapsed := time.Since(start)
-	require.ErrorIs(t, err, alloc.ErrBackendHung)
+	require.ErrorIs(t, err, driver.ErrBackendHung)
 	require.Contains(t, err.Error(), "200ms")
 	assert.GreaterOrEqual(t, elapsed, deadline)
 	assert.Less(t, elapsed, deadline+time.Second, "the caller gets control back at the deadline")
 	requireGone(t, d.PID(), time.Second)
 
 	_, err = d.StreamQuery(s)
-	require.ErrorIs(t, err, alloc.ErrBackendHung, "later calls say why the backend is gone")
+	require.ErrorIs(t, err, driver.ErrBackendHung, "later calls say why the backend is gone")
 }
 
 func TestWatchdogAbortsHungBackend(t *testing.T) {
 	// The allocator's watchdog (100 ms) fires long before the plugin's own
-	// deadline (1 min): through alloc.Aborter it kills the backend at once.
+	// deadline (1 min): through driver.Aborter it kills the backend at once.
 	d := open(t, "plugin:faulty:sync=hang,plugin.call_timeout=1m")
 	a, err := alloc.New(d, alloc.Options{Watchdog: 100 * time.Millisecond})
 	require.NoError(t, err)
@@ -148,7 +149,7 @@ func TestWatchdogAbortsHungBackend(t *testing.T) {
 		return err != nil && !strings.Contains(err.Error(), "still stuck")
 	}, 5*time.Second, 5*time.Millisecond, "the stuck call returned once the backend was killed")
 	_, err = a.AllocSync(100)
-	require.ErrorIs(t, err, alloc.ErrBackendHung)
+	require.ErrorIs(t, err, driver.ErrBackendHung)
 	require.ErrorIs(t, err, alloc.ErrCaptureTimeout, "the cause is kept")
 }
 

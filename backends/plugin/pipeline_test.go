@@ -13,6 +13,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 )
 
@@ -119,7 +120,7 @@ func TestCaptureStatusTrackedByTheHost(t *testing.T) {
 	d := open(t, "plugin:cpu")
 	s, err := d.CreateStream()
 	require.NoError(t, err)
-	status := func(want alloc.DriverCaptureStatus) {
+	status := func(want driver.CaptureStatus) {
 		t.Helper()
 		trips := d.trips.Load()
 		st, err := d.StreamCaptureStatus(s)
@@ -127,38 +128,38 @@ func TestCaptureStatusTrackedByTheHost(t *testing.T) {
 		require.Equal(t, want, st)
 		require.Equal(t, trips, d.trips.Load(), "answered without a round trip")
 	}
-	status(alloc.DriverCaptureNone)
+	status(driver.CaptureNone)
 	require.NoError(t, d.BeginCapture(s, alloc.Global))
-	status(alloc.DriverCaptureActive)
+	status(driver.CaptureActive)
 	_, err = d.StreamQuery(s) // illegal during capture: the backend invalidates it
-	require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
-	status(alloc.DriverCaptureInvalidated)
+	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
+	status(driver.CaptureInvalidated)
 	_, err = d.EndCapture(s)
 	require.ErrorIs(t, err, alloc.ErrCaptureInvalidated)
-	status(alloc.DriverCaptureNone)
+	status(driver.CaptureNone)
 
 	// A device-wide call on no stream at all breaks a Global capture (the
 	// backend's rule, as CUDA's): the host learns it from that call's reply.
 	require.NoError(t, d.BeginCapture(s, alloc.Global))
 	_, err = d.Malloc(64)
-	require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
-	status(alloc.DriverCaptureInvalidated)
+	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
+	status(driver.CaptureInvalidated)
 	_, err = d.EndCapture(s)
 	require.ErrorIs(t, err, alloc.ErrCaptureInvalidated)
-	status(alloc.DriverCaptureNone)
+	status(driver.CaptureNone)
 
 	// A begin that fails leaves it as it was.
 	require.NoError(t, d.BeginCapture(s, alloc.ThreadLocal))
 	require.ErrorIs(t, d.BeginCapture(s, alloc.ThreadLocal), alloc.ErrAlreadyCapturing)
-	status(alloc.DriverCaptureActive)
+	status(driver.CaptureActive)
 	g, err := d.EndCapture(s)
 	require.NoError(t, err)
 	require.NoError(t, d.GraphDestroy(g))
-	status(alloc.DriverCaptureNone)
+	status(driver.CaptureNone)
 
 	// A stream the host does not know is the backend's to answer.
 	trips := d.trips.Load()
-	_, err = d.StreamCaptureStatus(alloc.Stream(123456))
+	_, err = d.StreamCaptureStatus(driver.Stream(123456))
 	require.ErrorIs(t, err, alloc.ErrInvalidValue)
 	require.Equal(t, trips+1, d.trips.Load())
 	require.NoError(t, d.DestroyStream(s))
@@ -210,7 +211,7 @@ func TestPipelinedFailuresAtNextSync(t *testing.T) {
 	require.NoError(t, d.MemsetAsync(p, 7, 4096, s))
 	require.NoError(t, d.MemsetAsync(54321, 1, 10, s2))
 	require.NoError(t, d.CopyDtoDAsync(p, 999, 16, s))
-	require.NoError(t, d.GraphLaunch(alloc.GraphExec(777), s))
+	require.NoError(t, d.GraphLaunch(driver.GraphExec(777), s))
 
 	err = d.StreamSynchronize(s)
 	require.ErrorIs(t, err, alloc.ErrInvalidValue)
@@ -234,7 +235,7 @@ func TestPipelinedFailuresAtNextSync(t *testing.T) {
 	require.Equal(t, []string{fmt.Sprintf("MemsetAsync@%#x", uint64(s2))}, opsOf(asyncFailures(err)), "%v", err)
 
 	// A blocking copy and DestroyStream report them too.
-	require.NoError(t, d.FreeAsync(alloc.DevicePtr(4242), s))
+	require.NoError(t, d.FreeAsync(driver.DevicePtr(4242), s))
 	err = d.CopyHtoD(p, make([]byte, 16), s)
 	require.Equal(t, []string{fmt.Sprintf("FreeAsync@%#x", uint64(s))}, opsOf(asyncFailures(err)), "%v", err)
 	require.NoError(t, d.MemsetAsync(12345, 1, 10, s2))
@@ -316,11 +317,11 @@ func TestNothingPipelinedDuringCapture(t *testing.T) {
 	require.ErrorIs(t, d.MemsetAsync(12345, 1, 10, other), alloc.ErrInvalidValue, "a capture elsewhere: at once")
 	st, err := d.StreamCaptureStatus(s)
 	require.NoError(t, err)
-	require.Equal(t, alloc.DriverCaptureActive, st, "a failure on another stream leaves it")
-	require.ErrorIs(t, d.GraphLaunch(e, s), alloc.ErrCaptureIllegalOp, "into the capture: at once")
+	require.Equal(t, driver.CaptureActive, st, "a failure on another stream leaves it")
+	require.ErrorIs(t, d.GraphLaunch(e, s), driver.ErrCaptureIllegalOp, "into the capture: at once")
 	st, err = d.StreamCaptureStatus(s)
 	require.NoError(t, err)
-	require.Equal(t, alloc.DriverCaptureInvalidated, st)
+	require.Equal(t, driver.CaptureInvalidated, st)
 	_, err = d.EndCapture(s)
 	require.ErrorIs(t, err, alloc.ErrCaptureInvalidated)
 	require.NoError(t, d.MemsetAsync(12345, 1, 10, other), "queued again")
@@ -345,11 +346,11 @@ func TestPipelinedHangCaughtAtNextSync(t *testing.T) {
 	require.Less(t, time.Since(start), deadline/2, "queued, not waited for")
 	err = d.StreamSynchronize(s)
 	elapsed := time.Since(start)
-	require.ErrorIs(t, err, alloc.ErrBackendHung)
+	require.ErrorIs(t, err, driver.ErrBackendHung)
 	require.Contains(t, err.Error(), "pipelined")
 	assert.Less(t, elapsed, deadline+time.Second)
 	requireGone(t, d.PID(), time.Second)
-	require.ErrorIs(t, d.MemsetAsync(p, 1, 64, s), alloc.ErrBackendHung, "later ones fail at once")
+	require.ErrorIs(t, d.MemsetAsync(p, 1, 64, s), driver.ErrBackendHung, "later ones fail at once")
 }
 
 // With the allocator's watchdog shorter than the call deadline, the
@@ -369,7 +370,7 @@ func TestWatchdogAbortsHungPipelinedOp(t *testing.T) {
 	requireGone(t, d.PID(), time.Second)
 	require.Eventually(t, func() bool {
 		err := a.Memset(b, 0, 1, 64)
-		return errors.Is(err, alloc.ErrBackendHung)
+		return errors.Is(err, driver.ErrBackendHung)
 	}, 5*time.Second, 5*time.Millisecond)
 }
 
@@ -383,10 +384,10 @@ func TestCrashDuringPipelinedOps(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, d.MemsetAsync(p, 1, 64, s))
 	err = d.StreamSynchronize(s)
-	require.ErrorIs(t, err, alloc.ErrBackendCrashed)
+	require.ErrorIs(t, err, driver.ErrBackendCrashed)
 	require.Contains(t, err.Error(), "exit status 9")
 	require.Eventually(t, func() bool {
-		return errors.Is(d.MemsetAsync(p, 1, 64, s), alloc.ErrBackendCrashed)
+		return errors.Is(d.MemsetAsync(p, 1, 64, s), driver.ErrBackendCrashed)
 	}, crashBound, time.Millisecond, "queued ones fail at once")
 	requireGone(t, d.PID(), time.Second)
 }

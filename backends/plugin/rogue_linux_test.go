@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 )
 
@@ -27,7 +27,7 @@ import (
 // and a span past its end),
 // spanfd=unsealed (DirectSpan's memfd replaced, inode announced too).
 func init() {
-	backends.Register("rogue", func(ctx context.Context, c backends.Choice) (alloc.Driver, error) {
+	backends.Register("rogue", func(ctx context.Context, c backends.Choice) (driver.Driver, error) {
 		o := c.Options
 		r := &rogue{opts: map[string]string{}}
 		inner := o.Clone()
@@ -51,13 +51,13 @@ func init() {
 }
 
 type rogue struct {
-	alloc.Driver
+	driver.Driver
 	opts    map[string]string
 	regions *childRegions
 	spans   int
 }
 
-func (r *rogue) Info() alloc.DeviceInfo {
+func (r *rogue) Info() driver.DeviceInfo {
 	i := r.Driver.Info()
 	if v, ok := r.opts["alignment"]; ok {
 		i.Alignment, _ = strconv.ParseInt(v, 0, 64)
@@ -106,8 +106,8 @@ func (r *rogue) HostAlloc(n int64) ([]byte, error) {
 	return b, nil
 }
 
-func (r *rogue) DirectSpan(p alloc.DevicePtr, n int64, s alloc.Stream) ([]byte, func(), error) {
-	b, release, err := r.Driver.(alloc.DirectSpanner).DirectSpan(p, n, s)
+func (r *rogue) DirectSpan(p driver.DevicePtr, n int64, s driver.Stream) ([]byte, func(), error) {
+	b, release, err := r.Driver.(driver.DirectSpanner).DirectSpan(p, n, s)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -158,7 +158,7 @@ func TestRogueHostAllocFD(t *testing.T) {
 			}); e != nil {
 				t.Fatalf("the host faulted on the child's memory: %v", e)
 			}
-			require.ErrorIs(t, err, alloc.ErrDriver, "mapped the child's unsafe memfd")
+			require.ErrorIs(t, err, driver.ErrDriver, "mapped the child's unsafe memfd")
 			require.ErrorIs(t, err, errUnsafeRegion)
 			require.Nil(t, b)
 			require.Empty(t, d.regions.load(), "nothing registered")

@@ -4,10 +4,10 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
-// Every alloc.Driver method the host forwards has its opcode: a Driver
+// Every driver.Driver method the host forwards has its opcode: a Driver
 // method added without one fails here (Name, Info and CaptureDomain are
 // answered from the open reply; Abort, PID and Usage are the host's own).
 func TestEveryDriverMethodHasAnOpcode(t *testing.T) {
@@ -16,10 +16,10 @@ func TestEveryDriverMethodHasAnOpcode(t *testing.T) {
 		ops[o.String()] = true
 	}
 	local := map[string]bool{"Name": true, "Info": true, "CaptureDomain": true}
-	it := reflect.TypeFor[alloc.Driver]()
+	it := reflect.TypeFor[driver.Driver]()
 	for i := range it.NumMethod() {
 		if n := it.Method(i).Name; !local[n] && !ops[n] {
-			t.Errorf("alloc.Driver.%s has no plugin opcode", n)
+			t.Errorf("driver.Driver.%s has no plugin opcode", n)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // The wire format is varints in a fixed order per operation: a request is
@@ -36,7 +37,7 @@ func (e *enc) str(s string) *enc {
 
 // errMalformed is a message that does not decode: a version skew between
 // host and plugin binaries, or a bug.
-var errMalformed = fmt.Errorf("%w: plugin: malformed message", alloc.ErrDriver)
+var errMalformed = fmt.Errorf("%w: plugin: malformed message", driver.ErrDriver)
 
 type dec struct {
 	b   []byte
@@ -102,10 +103,10 @@ func (d *dec) str() string {
 // by position: append only, so old and new binaries agree.
 var sentinels = []error{
 	alloc.ErrCaptureIncompatibleAllocation, alloc.ErrSyncDuringCapture, alloc.ErrCaptureInvalidated,
-	alloc.ErrCaptureTimeout, alloc.ErrNotCapturing, alloc.ErrAlreadyCapturing, alloc.ErrCaptureIllegalOp,
-	alloc.ErrCaptureUnavailable, alloc.ErrOutOfMemory, alloc.ErrInvalidBuffer, alloc.ErrInvalidSize,
+	alloc.ErrCaptureTimeout, alloc.ErrNotCapturing, alloc.ErrAlreadyCapturing, driver.ErrCaptureIllegalOp,
+	driver.ErrCaptureUnavailable, alloc.ErrOutOfMemory, alloc.ErrInvalidBuffer, alloc.ErrInvalidSize,
 	alloc.ErrOutOfRange, alloc.ErrMisaligned, alloc.ErrInvalidValue, alloc.ErrClosed, alloc.ErrLeaked,
-	alloc.ErrBackendUnavailable, alloc.ErrBackendCrashed, alloc.ErrBackendHung, alloc.ErrDriver,
+	driver.ErrBackendUnavailable, driver.ErrBackendCrashed, driver.ErrBackendHung, driver.ErrDriver,
 	errInvalidConfig, errUnknownBackend, errNoDirect,
 }
 
@@ -155,7 +156,7 @@ func (d *dec) decodeErr() error {
 		}
 	}
 	if len(re.is) == 0 {
-		re.is = []error{alloc.ErrDriver}
+		re.is = []error{driver.ErrDriver}
 	}
 	return re
 }
@@ -173,8 +174,8 @@ const maxErrText = 64 << 10
 
 // streamStatus is one entry of a reply's capture view.
 type streamStatus struct {
-	s  alloc.Stream
-	st alloc.DriverCaptureStatus
+	s  driver.Stream
+	st driver.CaptureStatus
 }
 
 // maxViewed bounds a reply's capture view: more capturing streams than
@@ -196,11 +197,11 @@ func decodeReply(b []byte) (r *dec, err error) {
 		return nil, errMalformed
 	}
 	for i := uint64(0); i < n && r.err == nil; i++ {
-		r.view = append(r.view, streamStatus{alloc.Stream(r.u64()), alloc.DriverCaptureStatus(r.u64())})
+		r.view = append(r.view, streamStatus{driver.Stream(r.u64()), driver.CaptureStatus(r.u64())})
 	}
 	m := r.u64()
 	for i := uint64(0); i < m && r.err == nil; i++ {
-		op, s := opcode(r.u64()), alloc.Stream(r.u64())
+		op, s := opcode(r.u64()), driver.Stream(r.u64())
 		r.async = append(r.async, &AsyncError{Op: op.String(), Stream: s, Err: r.decodeErr()})
 	}
 	if r.err != nil {

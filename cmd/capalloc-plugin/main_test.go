@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 	_ "github.com/capalloc/capalloc/backends/plugin" // the host side, in this test binary
 )
@@ -51,7 +52,7 @@ func TestServesBackendsByPathWithChecksum(t *testing.T) {
 
 	wrong := sha256.Sum256([]byte("not the binary"))
 	_, err = backends.OpenDriver(ctx, "plugin:"+bin+":plugin.backend=cpu,plugin.sha256="+hex.EncodeToString(wrong[:]))
-	require.ErrorIs(t, err, alloc.ErrBackendUnavailable, "a checksum mismatch never runs the binary")
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable, "a checksum mismatch never runs the binary")
 }
 
 func TestRunByHandSaysWhatItIs(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/backends/plugin"
 	_ "github.com/capalloc/capalloc/cpu"
@@ -110,9 +111,9 @@ type row struct {
 
 func parseModes(s string) ([]alloc.CaptureMode, error) {
 	if s == "all" {
-		return alloc.Modes, nil
+		return driver.Modes(), nil
 	}
-	m, err := alloc.ParseCaptureMode(s)
+	m, err := driver.ParseCaptureMode(s)
 	if err != nil {
 		return nil, fmt.Errorf("%w: unknown capture mode %q (want global, threadlocal, relaxed or all)", alloc.ErrInvalidValue, s)
 	}
@@ -128,7 +129,7 @@ type table struct {
 }
 
 // newTable prints the header, which says how many rows are coming.
-func newTable(w io.Writer, drv alloc.Driver, modes []alloc.CaptureMode) *table {
+func newTable(w io.Writer, drv driver.Driver, modes []alloc.CaptureMode) *table {
 	ops := probe.OpsFor(drv)
 	t := &table{w: w, modeW: len("MODE"), opW: len("OP"), vW: len("VERDICT")}
 	for _, m := range modes {

@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 	_ "github.com/capalloc/capalloc/cpu"
 	_ "github.com/capalloc/capalloc/cuda"
@@ -169,7 +170,7 @@ func writeJSON(path string, v any) error {
 }
 
 // printPeers opens devices 0..n-1 of backend and prints, as JSON, which
-// can access which (alloc.PeerAccess.CanAccessPeer; asked, not enabled):
+// can access which (driver.PeerAccess.CanAccessPeer; asked, not enabled):
 // the P2P matrix a multi-GPU run records beside its figures.
 func printPeers(backend string, n int, stdout, stderr io.Writer) int {
 	if n < 1 || n > 64 {
@@ -183,7 +184,7 @@ func printPeers(backend string, n int, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "collbench:", err)
 			return 1
 		}
-		pa, ok := opened.Driver.(alloc.PeerAccess)
+		pa, ok := opened.Driver.(driver.PeerAccess)
 		if !ok {
 			opened.Driver.Close()
 			fmt.Fprintf(stderr, "collbench: backend %s has no peer access\n", backend)
@@ -265,7 +266,7 @@ func (b *bench) replays(one time.Duration) int {
 // world is ranks goroutine ranks on one device, each with its heap.
 type world struct {
 	as    []*alloc.Allocator
-	drvs  []alloc.Driver
+	drvs  []driver.Driver
 	heaps []*symheap.DeviceHeap
 }
 
@@ -394,9 +395,9 @@ func (b *bench) measureOp(w *world, step func(r int) error) (captured, eager tim
 // emptyKernel is a step that launches the axpy kernel over no elements on
 // rank r: the cheapest kernel of this library's module.
 func emptyKernel(w *world) (func(r int) error, error) {
-	mods := make([]*alloc.Module, len(w.as))
+	mods := make([]*driver.Module, len(w.as))
 	for r, a := range w.as {
-		kl, ok := a.Driver().(alloc.KernelLauncher)
+		kl, ok := a.Driver().(driver.KernelLauncher)
 		if !ok {
 			return nil, fmt.Errorf("%w: the driver launches no kernels", errors.ErrUnsupported)
 		}
@@ -408,8 +409,8 @@ func emptyKernel(w *world) (func(r int) error, error) {
 	}
 	params := (&kernels.AxpyArgs{}).Encode(make([]byte, kernels.AxpySize))
 	return func(r int) error {
-		return w.as[r].Enqueue("empty kernel", nil, func(s alloc.Stream) error {
-			return w.as[r].Driver().(alloc.KernelLauncher).LaunchKernel(mods[r].Kernels[kernels.Axpy], 1, 32, params, s)
+		return w.as[r].Enqueue("empty kernel", nil, func(s driver.Stream) error {
+			return w.as[r].Driver().(driver.KernelLauncher).LaunchKernel(mods[r].Kernels[kernels.Axpy], 1, 32, params, s)
 		})
 	}, nil
 }
@@ -532,7 +533,7 @@ func (b *bench) measure(rep *Report, ranks []int, cs []Case, log io.Writer) erro
 	}
 	for _, n := range ranks {
 		w, name, err := b.open(n, heap)
-		if errors.Is(err, alloc.ErrBackendUnavailable) || errors.Is(err, errors.ErrUnsupported) {
+		if errors.Is(err, driver.ErrBackendUnavailable) || errors.Is(err, errors.ErrUnsupported) {
 			rep.SkipReason = err.Error()
 			return err
 		}

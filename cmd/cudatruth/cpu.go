@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
 
@@ -37,8 +38,8 @@ func cpuCase(d *cpu.Driver, c truthCase) (failed, invalidated bool, err error) {
 			err = e
 		}
 	}
-	var capS, otherS, scratch alloc.Stream
-	for _, s := range []*alloc.Stream{&capS, &otherS, &scratch} {
+	var capS, otherS, scratch driver.Stream
+	for _, s := range []*driver.Stream{&capS, &otherS, &scratch} {
 		var e error
 		*s, e = d.CreateStream()
 		must(e)
@@ -50,7 +51,7 @@ func cpuCase(d *cpu.Driver, c truthCase) (failed, invalidated bool, err error) {
 	pinned, e := d.HostAlloc(4096)
 	must(e)
 	pageable := make([]byte, 4096)
-	capture := func(v byte) alloc.GraphHandle {
+	capture := func(v byte) driver.GraphHandle {
 		must(d.BeginCapture(scratch, alloc.ThreadLocal))
 		must(d.MemsetAsync(dev1, v, 4096, scratch))
 		g, e := d.EndCapture(scratch)
@@ -64,10 +65,10 @@ func cpuCase(d *cpu.Driver, c truthCase) (failed, invalidated bool, err error) {
 	must(e)
 	poolPtr, e := d.MallocAsync(4096, otherS)
 	must(e)
-	for _, s := range []alloc.Stream{capS, otherS, scratch} {
+	for _, s := range []driver.Stream{capS, otherS, scratch} {
 		must(d.StreamSynchronize(s))
 	}
-	mode, e := alloc.ParseCaptureMode(c.Mode)
+	mode, e := driver.ParseCaptureMode(c.Mode)
 	must(e)
 	if err != nil {
 		return false, false, fmt.Errorf("setup: %w", err)
@@ -79,7 +80,7 @@ func cpuCase(d *cpu.Driver, c truthCase) (failed, invalidated bool, err error) {
 		return false, false, fmt.Errorf("captured memset: %w", err)
 	}
 
-	var v alloc.Driver = d
+	var v driver.Driver = d
 	if c.Caller == "other_relaxed" {
 		v = d.WithInteractionMode(alloc.Relaxed)
 	}
@@ -94,21 +95,21 @@ func cpuCase(d *cpu.Driver, c truthCase) (failed, invalidated bool, err error) {
 		return false, false, e
 	}
 	_, endErr := d.EndCapture(capS)
-	return opErr != nil, st != alloc.DriverCaptureActive || endErr != nil, nil
+	return opErr != nil, st != driver.CaptureActive || endErr != nil, nil
 }
 
 // preCapture is what the ops work on, all made before the capture, as in
 // runTruthCase.
 type preCapture struct {
-	capS, otherS     alloc.Stream
-	dev0, dev1       alloc.DevicePtr
+	capS, otherS     driver.Stream
+	dev0, dev1       driver.DevicePtr
 	pinned, pageable []byte
-	g, g2            alloc.GraphHandle
-	exec, exec2      alloc.GraphExec
-	poolPtr          alloc.DevicePtr
+	g, g2            driver.GraphHandle
+	exec, exec2      driver.GraphExec
+	poolPtr          driver.DevicePtr
 }
 
-func cpuOp(v alloc.Driver, op string, p preCapture) error {
+func cpuOp(v driver.Driver, op string, p preCapture) error {
 	capS, otherS, dev0, dev1, pinned, pageable, g, exec := p.capS, p.otherS, p.dev0, p.dev1, p.pinned, p.pageable, p.g, p.exec
 	switch op {
 	case "malloc":

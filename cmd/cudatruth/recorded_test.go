@@ -7,17 +7,17 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
-// Every device alloc.ClassifySafety treats as recorded (documented capture
+// Every device driver.ClassifySafety treats as recorded (documented capture
 // safety: docs/capture-safety.md) has its raw table here, and the table
 // names such a device.
 func TestRecordedDevicesHaveTables(t *testing.T) {
-	if len(alloc.RecordedDevices) == 0 {
+	if len(driver.RecordedDevices) == 0 {
 		t.Fatal("no recorded device")
 	}
-	for _, r := range alloc.RecordedDevices {
+	for _, r := range driver.RecordedDevices {
 		b, err := os.ReadFile(filepath.Join("testdata", r.Table))
 		if err != nil {
 			t.Fatalf("%s: %v", r.Table, err)

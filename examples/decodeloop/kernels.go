@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/kernels"
 )
 
@@ -17,7 +18,7 @@ func (e *engine) reserveKernels() (err error) {
 	}
 	a := e.a
 	var ok bool
-	if e.kl, ok = a.Driver().(alloc.KernelLauncher); !ok {
+	if e.kl, ok = a.Driver().(driver.KernelLauncher); !ok {
 		return fmt.Errorf("-kernels: backend %s runs no device code of this library (cuda, hip do)", a.Driver().Name())
 	}
 	mod, err := e.kl.LoadModule(kernels.Image())
@@ -58,7 +59,7 @@ func (e *engine) kernelStep() error {
 	grid := e.grid
 	uses := []alloc.Buffer{e.xs, e.ys}
 	for range e.kernels {
-		if err := a.Enqueue("axpy", uses, func(s alloc.Stream) error {
+		if err := a.Enqueue("axpy", uses, func(s driver.Stream) error {
 			return e.kl.LaunchKernel(e.axpy, grid, e.block, e.axpyParams, s)
 		}); err != nil {
 			return err

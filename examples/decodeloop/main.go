@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/backends/plugin"
 	_ "github.com/capalloc/capalloc/cpu" // the backends -backend may name
@@ -58,8 +59,8 @@ type engine struct {
 
 	// With kernels > 0: the step is that many axpy kernels, y = x + y.
 	kernels    int
-	kl         alloc.KernelLauncher
-	axpy       alloc.Kernel
+	kl         driver.KernelLauncher
+	axpy       driver.Kernel
 	block      uint32
 	grid       uint32
 	xs, ys     alloc.Buffer      // float32[hidden]

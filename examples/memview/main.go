@@ -21,6 +21,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	_ "github.com/capalloc/capalloc/alloc/allocview" // mounts /debug/capalloc/ and the "capalloc" expvar
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 	_ "github.com/capalloc/capalloc/cpu"
 )
@@ -81,7 +82,7 @@ func stepTemp(a *alloc.Allocator) (alloc.Buffer, error) { return a.Alloc(3 << 20
 func prefillActivations(a *alloc.Allocator, n int64) (alloc.Buffer, error) { return a.Alloc(n) }
 
 // load builds the workload on drv.
-func load(drv alloc.Driver) (*workload, error) {
+func load(drv driver.Driver) (*workload, error) {
 	dec, err := alloc.New(drv, alloc.Options{Name: "decoder"})
 	if err != nil {
 		return nil, err

@@ -33,5 +33,9 @@ func TestWorkloadServes(t *testing.T) {
 		require.Contains(t, string(body), want)
 	}
 	w.close()
-	require.Nil(t, alloc.Lookup("decoder"), "close closes the allocators")
+	_, err = w.decoder.Snapshot()
+	require.ErrorIs(t, err, alloc.ErrClosed, "close closes the allocators")
+	again, err := alloc.New(d, alloc.Options{Name: "decoder"})
+	require.NoError(t, err, "a closed allocator's name is free again")
+	require.NoError(t, again.Close())
 }

@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // CaptureMode maps alloc's capture modes to the runtime's stream capture
@@ -23,9 +24,9 @@ func (v *Vendor) CaptureMode(m alloc.CaptureMode) (uintptr, error) {
 
 // BeginCapture runs begin capture on the capture thread, where EndCapture
 // will run too (see thread.go). The not-supported code (801) means this
-// device or driver cannot capture: alloc.ErrCaptureUnavailable. A capture
+// device or driver cannot capture: driver.ErrCaptureUnavailable. A capture
 // gate (hip's no_capture) refuses first, with no call made.
-func (d *Driver) BeginCapture(s alloc.Stream, mode alloc.CaptureMode) error {
+func (d *Driver) BeginCapture(s driver.Stream, mode alloc.CaptureMode) error {
 	const op = "begin capture"
 	if err := d.checkStream(op, s); err != nil {
 		return err
@@ -42,7 +43,7 @@ func (d *Driver) BeginCapture(s alloc.Stream, mode alloc.CaptureMode) error {
 	return d.capture.Do(op, func() error {
 		code := Call(d.rt.StreamBeginCapture.Addr, uintptr(s), m)
 		if code == d.v.NotSupported {
-			return d.rt.FailAs(alloc.ErrCaptureUnavailable, fmt.Sprintf("%s (%s)", op, mode), d.rt.StreamBeginCapture.Name, code)
+			return d.rt.FailAs(driver.ErrCaptureUnavailable, fmt.Sprintf("%s (%s)", op, mode), d.rt.StreamBeginCapture.Name, code)
 		}
 		return d.rt.Check(fmt.Sprintf("%s (%s)", op, mode), d.rt.StreamBeginCapture.Name, code)
 	})
@@ -50,7 +51,7 @@ func (d *Driver) BeginCapture(s alloc.Stream, mode alloc.CaptureMode) error {
 
 // EndCapture runs end capture on the thread that began it. An invalidated
 // capture returns 901 and no graph: alloc.ErrCaptureInvalidated.
-func (d *Driver) EndCapture(s alloc.Stream) (alloc.GraphHandle, error) {
+func (d *Driver) EndCapture(s driver.Stream) (driver.GraphHandle, error) {
 	const op = "end capture"
 	if err := d.checkStream(op, s); err != nil {
 		return 0, err
@@ -65,14 +66,14 @@ func (d *Driver) EndCapture(s alloc.Stream) (alloc.GraphHandle, error) {
 	if g == 0 {
 		return 0, d.v.Errf(alloc.ErrCaptureInvalidated, "%s: %s returned no graph", op, d.rt.StreamEndCapture.Name)
 	}
-	return alloc.GraphHandle(g), nil
+	return driver.GraphHandle(g), nil
 }
 
 // GraphInstantiate uses instantiate-with-flags, whose signature is the
 // same in every version either runtime accepts (plain instantiate's is
 // not). It runs on the dev thread: the exec is built for the current
 // device's context.
-func (d *Driver) GraphInstantiate(g alloc.GraphHandle, autoFree bool) (alloc.GraphExec, error) {
+func (d *Driver) GraphInstantiate(g driver.GraphHandle, autoFree bool) (driver.GraphExec, error) {
 	const op = "graph instantiate"
 	if d.closed.Load() {
 		return 0, d.v.ErrClosed(op)
@@ -92,11 +93,11 @@ func (d *Driver) GraphInstantiate(g alloc.GraphHandle, autoFree bool) (alloc.Gra
 			return Call(d.rt.GraphInstantiateWithFlags.Addr, uintptr(unsafe.Pointer(&e)), uintptr(g), flags)
 		}))
 	})
-	return alloc.GraphExec(e), err
+	return driver.GraphExec(e), err
 }
 
 // GraphLaunch enqueues the graph on s (stream-bound: any thread).
-func (d *Driver) GraphLaunch(e alloc.GraphExec, s alloc.Stream) error {
+func (d *Driver) GraphLaunch(e driver.GraphExec, s driver.Stream) error {
 	const op = "graph launch"
 	if err := d.checkStream(op, s); err != nil {
 		return err
@@ -107,7 +108,7 @@ func (d *Driver) GraphLaunch(e alloc.GraphExec, s alloc.Stream) error {
 	return d.rt.Check(op, d.rt.GraphLaunch.Name, First(CallHot(d.rt.GraphLaunch.Addr, uintptr(e), uintptr(s))))
 }
 
-func (d *Driver) GraphExecDestroy(e alloc.GraphExec) error {
+func (d *Driver) GraphExecDestroy(e driver.GraphExec) error {
 	const op = "graph exec destroy"
 	if d.closed.Load() {
 		return d.v.ErrClosed(op)
@@ -121,7 +122,7 @@ func (d *Driver) GraphExecDestroy(e alloc.GraphExec) error {
 	return d.rt.Check(op, d.rt.GraphExecDestroy.Name, d.relaxed(func() int32 { return Call(d.rt.GraphExecDestroy.Addr, uintptr(e)) }))
 }
 
-func (d *Driver) GraphDestroy(g alloc.GraphHandle) error {
+func (d *Driver) GraphDestroy(g driver.GraphHandle) error {
 	const op = "graph destroy"
 	if d.closed.Load() {
 		return d.v.ErrClosed(op)

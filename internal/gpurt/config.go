@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 )
 
@@ -79,8 +79,8 @@ func (v *Vendor) ValidateConfig(o Options) error {
 // Factory is a vendor driver's backends.Factory: its options parsed from
 // the config string (parse), the choice's host memory (the plugin server's
 // shared memory, if any) set where host says, then open.
-func Factory[O any, D alloc.Driver](parse func(backends.Options) (O, error), host func(*O) *backends.HostMemory, open func(O) (D, error)) backends.Factory {
-	return func(ctx context.Context, c backends.Choice) (alloc.Driver, error) {
+func Factory[O any, D driver.Driver](parse func(backends.Options) (O, error), host func(*O) *backends.HostMemory, open func(O) (D, error)) backends.Factory {
+	return func(ctx context.Context, c backends.Choice) (driver.Driver, error) {
 		opts, err := parse(c.Options)
 		if err != nil {
 			return nil, err

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/conformance"
 )
 
@@ -23,7 +23,7 @@ func TestConformanceOnFakeRuntime(t *testing.T) {
 
 // fakeFactory opens v's driver over its fake runtime.
 func fakeFactory(v *vendorCase) conformance.Factory {
-	return func(t testing.TB) alloc.Driver {
+	return func(t testing.TB) driver.Driver {
 		t.Helper()
 		d, err := v.open(opts{})
 		if err != nil {
@@ -35,7 +35,7 @@ func fakeFactory(v *vendorCase) conformance.Factory {
 
 // The allocator groups again with expandable segments on
 // (conformance.RunExpandable), on each driver over its fake runtime: they
-// skip, saying so, for a driver without alloc.VirtualMemory.
+// skip, saying so, for a driver without driver.VirtualMemory.
 func TestExpandableConformanceOnFakeRuntime(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		fakeLib(t, v)

@@ -6,10 +6,11 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // memcpy enqueues the async memcpy(dst, src, n, kind, s).
-func (d *Driver) memcpy(op string, dst, src uintptr, n int64, kind uintptr, s alloc.Stream) error {
+func (d *Driver) memcpy(op string, dst, src uintptr, n int64, kind uintptr, s driver.Stream) error {
 	if code, _ := CallHot(d.rt.MemcpyAsync.Addr, dst, src, uintptr(n), kind, uintptr(s)); code != 0 {
 		return d.rt.Fail(fmt.Sprintf("%s %d B", op, n), d.rt.MemcpyAsync.Name, code)
 	}
@@ -28,7 +29,7 @@ func (d *Driver) requirePinned(op string, b []byte) error {
 
 // CopyHtoDAsync copies from pinned memory; a captured copy reads src at
 // every replay.
-func (d *Driver) CopyHtoDAsync(dst alloc.DevicePtr, src []byte, s alloc.Stream) error {
+func (d *Driver) CopyHtoDAsync(dst driver.DevicePtr, src []byte, s driver.Stream) error {
 	const op = "copy host to device async"
 	if err := d.checkStream(op, s); err != nil {
 		return err
@@ -39,7 +40,7 @@ func (d *Driver) CopyHtoDAsync(dst alloc.DevicePtr, src []byte, s alloc.Stream) 
 	return d.memcpy(op, uintptr(dst), addr(src), int64(len(src)), d.v.MemcpyHostToDevice, s)
 }
 
-func (d *Driver) CopyDtoHAsync(dst []byte, src alloc.DevicePtr, s alloc.Stream) error {
+func (d *Driver) CopyDtoHAsync(dst []byte, src driver.DevicePtr, s driver.Stream) error {
 	const op = "copy device to host async"
 	if err := d.checkStream(op, s); err != nil {
 		return err
@@ -50,7 +51,7 @@ func (d *Driver) CopyDtoHAsync(dst []byte, src alloc.DevicePtr, s alloc.Stream) 
 	return d.memcpy(op, addr(dst), uintptr(src), int64(len(dst)), d.v.MemcpyDeviceToHost, s)
 }
 
-func (d *Driver) CopyDtoDAsync(dst, src alloc.DevicePtr, n int64, s alloc.Stream) error {
+func (d *Driver) CopyDtoDAsync(dst, src driver.DevicePtr, n int64, s driver.Stream) error {
 	const op = "copy device to device async"
 	if err := d.checkStream(op, s); err != nil {
 		return err
@@ -63,7 +64,7 @@ func (d *Driver) CopyDtoDAsync(dst, src alloc.DevicePtr, n int64, s alloc.Stream
 
 // MemsetAsync is the async memset (the int value is converted to unsigned
 // char by the runtime).
-func (d *Driver) MemsetAsync(dst alloc.DevicePtr, value byte, n int64, s alloc.Stream) error {
+func (d *Driver) MemsetAsync(dst driver.DevicePtr, value byte, n int64, s driver.Stream) error {
 	const op = "memset async"
 	if err := d.checkStream(op, s); err != nil {
 		return err
@@ -79,7 +80,7 @@ func (d *Driver) MemsetAsync(dst alloc.DevicePtr, value byte, n int64, s alloc.S
 
 // CopyHtoD takes pageable memory: the async memcpy on s, then stream
 // synchronize, so src may be reused on return. Unsafe.
-func (d *Driver) CopyHtoD(dst alloc.DevicePtr, src []byte, s alloc.Stream) error {
+func (d *Driver) CopyHtoD(dst driver.DevicePtr, src []byte, s driver.Stream) error {
 	const op = "copy host to device"
 	if err := d.checkStream(op, s); err != nil {
 		return err
@@ -95,7 +96,7 @@ func (d *Driver) CopyHtoD(dst alloc.DevicePtr, src []byte, s alloc.Stream) error
 }
 
 // CopyDtoH fills pageable dst and returns once it holds the bytes. Unsafe.
-func (d *Driver) CopyDtoH(dst []byte, src alloc.DevicePtr, s alloc.Stream) error {
+func (d *Driver) CopyDtoH(dst []byte, src driver.DevicePtr, s driver.Stream) error {
 	const op = "copy device to host"
 	if err := d.checkStream(op, s); err != nil {
 		return err
@@ -111,7 +112,7 @@ func (d *Driver) CopyDtoH(dst []byte, src alloc.DevicePtr, s alloc.Stream) error
 }
 
 // blocking enqueues a copy and waits for s.
-func (d *Driver) blocking(op string, s alloc.Stream, enqueue func() int32) error {
+func (d *Driver) blocking(op string, s driver.Stream, enqueue func() int32) error {
 	if err := d.rt.Check(op, d.rt.MemcpyAsync.Name, enqueue()); err != nil {
 		return err
 	}

@@ -1,5 +1,5 @@
 // Package gpurt is the runtime layer the cuda and hip drivers share: the
-// logic of an alloc.Driver over a stream-ordered GPU runtime bound with
+// logic of an driver.Driver over a stream-ordered GPU runtime bound with
 // purego (no cgo), written once and parameterised by a small per-vendor
 // table (Vendor: names, ABI constants, codes) and the vendor's resolved
 // symbols (Syms, each with its own name for error messages).

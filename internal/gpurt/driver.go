@@ -8,10 +8,10 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
-// Driver is one device of a GPU runtime: the whole alloc.Driver, with the
+// Driver is one device of a GPU runtime: the whole driver.Driver, with the
 // optional interfaces both runtimes support. Every method is safe for
 // concurrent use.
 type Driver struct {
@@ -24,7 +24,7 @@ type Driver struct {
 	captureGate func(op string) error
 
 	warnings []string // set at open, read-only after
-	info     alloc.DeviceInfo
+	info     driver.DeviceInfo
 
 	dev     *Thread // device-dependent calls, device current
 	capture *Thread // begin/end capture only
@@ -37,17 +37,17 @@ type Driver struct {
 	released chan struct{} // closed once Close's vendor teardown has run
 	closeErr error         // the teardown's error, read after released
 
-	mu      sync.Mutex                            // writers of streams and hosts
-	streams atomic.Pointer[map[alloc.Stream]bool] // live streams, read lock-free
-	hosts   atomic.Pointer[[]hostRegion]          // pinned buffers by address
+	mu      sync.Mutex                             // writers of streams and hosts
+	streams atomic.Pointer[map[driver.Stream]bool] // live streams, read lock-free
+	hosts   atomic.Pointer[[]hostRegion]           // pinned buffers by address
 
 	hostErrMu sync.Mutex
-	hostErrs  map[alloc.Stream]error // host function failures, for the next synchronize
+	hostErrs  map[driver.Stream]error // host function failures, for the next synchronize
 
-	kernelsHook func(*Setup) (*KernelAPI, error)            // Config.Kernels
-	modules     modulesState                                // dev thread only
-	kapi        atomic.Pointer[KernelAPI]                   // set at the first LoadModule
-	kernels     atomic.Pointer[map[alloc.Kernel]kernelInfo] // loaded kernels, read lock-free (writers hold mu)
+	kernelsHook func(*Setup) (*KernelAPI, error)             // Config.Kernels
+	modules     modulesState                                 // dev thread only
+	kapi        atomic.Pointer[KernelAPI]                    // set at the first LoadModule
+	kernels     atomic.Pointer[map[driver.Kernel]kernelInfo] // loaded kernels, read lock-free (writers hold mu)
 
 	vmHook func(*Setup) (*VMAPI, error) // Config.VirtualMemory
 	vm     vmState                      // vm.go
@@ -56,14 +56,14 @@ type Driver struct {
 // Interfaces is every alloc interface Driver implements, and so every
 // vendor driver that embeds it.
 type Interfaces interface {
-	alloc.Driver
-	alloc.GraphMemTrimmer
-	alloc.PoolTrimmer
-	alloc.HostFuncLauncher
-	alloc.IPCMemory
-	alloc.StreamIdler
-	alloc.KernelLauncher
-	alloc.VirtualMemory
+	driver.Driver
+	driver.GraphMemTrimmer
+	driver.PoolTrimmer
+	driver.HostFuncLauncher
+	driver.IPCMemory
+	driver.StreamIdler
+	driver.KernelLauncher
+	driver.VirtualMemory
 }
 
 var _ Interfaces = (*Driver)(nil)
@@ -110,14 +110,14 @@ func (s *Setup) Warn(format string, args ...any) { s.d.warn(format, args...) }
 // synchronize) that would invalidate a Global-mode capture, or hang on
 // GB10: while a Global-mode capture is active anywhere in the process Open
 // makes no driver call and fails with an error wrapping
-// alloc.ErrCaptureIllegalOp; retry after the capture ends.
+// driver.ErrCaptureIllegalOp; retry after the capture ends.
 func Open(c Config) (*Driver, error) {
 	v := c.Vendor
 	if err := v.Validate(c.Opts); err != nil {
 		return nil, err
 	}
 	var d *Driver
-	err := alloc.DeviceWide(v.Name, v.Name+": open device", func() error {
+	err := driver.DeviceWide(v.Name, v.Name+": open device", func() error {
 		var err error
 		d, err = openGuarded(c)
 		return err
@@ -137,9 +137,9 @@ func openGuarded(c Config) (*Driver, error) {
 	v, opts := c.Vendor, c.Opts
 	d := &Driver{v: v, rt: rt, opts: opts, captureGate: c.CaptureGate, kernelsHook: c.Kernels, vmHook: c.VirtualMemory, released: make(chan struct{})}
 	d.vm.gran.Store(-1)
-	d.streams.Store(&map[alloc.Stream]bool{})
+	d.streams.Store(&map[driver.Stream]bool{})
 	d.hosts.Store(&[]hostRegion{})
-	d.kernels.Store(&map[alloc.Kernel]kernelInfo{})
+	d.kernels.Store(&map[driver.Kernel]kernelInfo{})
 	s := &Setup{RT: rt, Opts: opts, d: d}
 	if err := c.CheckDevice(s); err != nil {
 		return nil, err
@@ -180,7 +180,7 @@ func (d *Driver) setup(s *Setup, describe func(*Setup, bool) (string, uint64, er
 	if rt.LaunchHostFunc.Addr == 0 {
 		d.warn("%s lacks %s: LaunchHostFunc fails", rt.Path, rt.LaunchHostFunc.Name)
 	}
-	d.info = alloc.DeviceInfo{
+	d.info = driver.DeviceInfo{
 		Name:          name,
 		TotalMemory:   int64(min(total, math.MaxInt64)),
 		Alignment:     d.v.Alignment,
@@ -202,7 +202,7 @@ func (d *Driver) setup(s *Setup, describe func(*Setup, bool) (string, uint64, er
 
 // classify completes d.info's safety profile: compute capability and
 // pageable memory access from the device's attributes, the capture safety
-// from alloc.ClassifySafety unless Options.CaptureSafety overrides it.
+// from driver.ClassifySafety unless Options.CaptureSafety overrides it.
 // Runs on the dev thread.
 func (d *Driver) classify() error {
 	var attrs [3]int32
@@ -214,8 +214,8 @@ func (d *Driver) classify() error {
 	}
 	d.info.ComputeCapability = fmt.Sprintf("%d.%d", attrs[0], attrs[1])
 	d.info.PageableMemoryAccess = attrs[2] != 0
-	d.info.CaptureSafety, d.info.Profile = alloc.ClassifySafety(d.info)
-	if d.opts.CaptureSafety != alloc.SafetyUnset {
+	d.info.CaptureSafety, d.info.Profile = driver.ClassifySafety(d.info)
+	if d.opts.CaptureSafety != driver.SafetyUnset {
 		d.info.CaptureSafety, d.info.Profile = d.opts.CaptureSafety, "config"
 	}
 	return nil
@@ -236,7 +236,7 @@ func (s *Setup) TotalMemory(integrated bool, fallbackName string, fallback func(
 	switch {
 	case (err != nil || total == 0) && alt == 0:
 		if err == nil {
-			err = d.v.Errf(alloc.ErrDriver, "%s reported a total of 0 B and %s is unavailable", rt.MemGetInfo.Name, fallbackName)
+			err = d.v.Errf(driver.ErrDriver, "%s reported a total of 0 B and %s is unavailable", rt.MemGetInfo.Name, fallbackName)
 		}
 		return 0, err
 	case err != nil:
@@ -308,8 +308,8 @@ func (d *Driver) TrimPool() error {
 }
 
 // Name is the backend's name ("cuda", "hip").
-func (d *Driver) Name() string           { return d.v.Name }
-func (d *Driver) Info() alloc.DeviceInfo { return d.info }
+func (d *Driver) Name() string            { return d.v.Name }
+func (d *Driver) Info() driver.DeviceInfo { return d.info }
 
 // CaptureDomain is the backend's name for every Driver of it: Global-mode
 // captures are process wide in CUDA and HIP.
@@ -321,7 +321,7 @@ func (d *Driver) CaptureDomain() string { return d.v.Name }
 // device" of the calling thread, such as ncclCommInitRank. fn runs after
 // the device calls queued before it and blocks those queued after it, so
 // it must not wait on this driver's own calls. Calls fn makes are not
-// guarded: a device-wide call belongs under alloc.DeviceWide. op names the
+// guarded: a device-wide call belongs under driver.DeviceWide. op names the
 // caller in errors; after Close it fails with alloc.ErrClosed.
 func (d *Driver) OnDevice(op string, fn func() error) error {
 	if d.closed.Load() {
@@ -353,11 +353,11 @@ func (d *Driver) Close() error {
 	}
 	d.mu.Lock()
 	hosts := d.hosts.Swap(&[]hostRegion{})
-	streams := d.streams.Swap(&map[alloc.Stream]bool{})
-	d.kernels.Store(&map[alloc.Kernel]kernelInfo{})
+	streams := d.streams.Swap(&map[driver.Stream]bool{})
+	d.kernels.Store(&map[driver.Kernel]kernelInfo{})
 	d.mu.Unlock()
 	defer d.dropHostFuncs()
-	now := alloc.AfterGlobalCaptures(d.v.Name, func() {
+	now := driver.AfterGlobalCaptures(d.v.Name, func() {
 		d.closeErr = d.teardown(*hosts, *streams)
 		close(d.released)
 	})
@@ -380,7 +380,7 @@ func (d *Driver) WaitClosed(ctx context.Context) error {
 
 // teardown releases what the driver holds, on its dev thread, and stops
 // its threads. It runs under the domain's guard.
-func (d *Driver) teardown(hosts []hostRegion, streams map[alloc.Stream]bool) error {
+func (d *Driver) teardown(hosts []hostRegion, streams map[driver.Stream]bool) error {
 	var first error
 	keep := func(err error) {
 		if first == nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // What both drivers do with every bound call, over the fakes: the
@@ -194,7 +195,7 @@ func TestFakeCaptureEndsOnTheBeginningThread(t *testing.T) {
 // A ThreadLocal capture forbids unsafe calls on its own thread only: a
 // synchronous allocation from elsewhere must neither fail nor invalidate
 // it. A Global capture forbids them everywhere, and the runtime's refusal (900)
-// arrives as alloc.ErrCaptureIllegalOp, after which the capture ends
+// arrives as driver.ErrCaptureIllegalOp, after which the capture ends
 // invalidated (901).
 func TestFakeUnsafeCallsDuringCapture(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
@@ -208,24 +209,24 @@ func TestFakeUnsafeCallsDuringCapture(t *testing.T) {
 		require.NoError(t, d.Free(p))
 		st, err := d.StreamCaptureStatus(s)
 		require.NoError(t, err)
-		require.Equal(t, alloc.DriverCaptureActive, st)
+		require.Equal(t, driver.CaptureActive, st)
 		g, err := d.EndCapture(s)
 		require.NoError(t, err)
 		require.NoError(t, d.GraphDestroy(g))
 
 		require.NoError(t, d.BeginCapture(s, alloc.Global))
 		_, err = d.Malloc(1024)
-		require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
+		require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
 		require.Contains(t, err.Error(), v.failed(v.fn("Malloc"), 900))
 		st, err = d.StreamCaptureStatus(s)
 		require.NoError(t, err)
-		require.Equal(t, alloc.DriverCaptureInvalidated, st)
+		require.Equal(t, driver.CaptureInvalidated, st)
 		_, err = d.EndCapture(s)
 		require.ErrorIs(t, err, alloc.ErrCaptureInvalidated)
 		require.Contains(t, err.Error(), "901")
 		st, err = d.StreamCaptureStatus(s)
 		require.NoError(t, err)
-		require.Equal(t, alloc.DriverCaptureNone, st)
+		require.Equal(t, driver.CaptureNone, st)
 	})
 }
 
@@ -266,7 +267,7 @@ func TestFakeDeviceMissingIsUnavailable(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		fakeLib(t, v)
 		_, err := v.open(opts{Device: 3})
-		require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+		require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 		require.Contains(t, err.Error(), "device 3 requested, 1 present")
 	})
 }
@@ -314,16 +315,16 @@ func TestFakeErrorsKeepCodeAndText(t *testing.T) {
 			{"MallocFromPoolAsync", 2, alloc.ErrOutOfMemory, map[string]string{
 				"cuda": "out of memory", "hip": "out of memory (hipErrorOutOfMemory, 2)"},
 				func() error { _, err := d.MallocAsync(64, s); return err }},
-			{"StreamSynchronize", 900, alloc.ErrCaptureIllegalOp, map[string]string{
+			{"StreamSynchronize", 900, driver.ErrCaptureIllegalOp, map[string]string{
 				"cuda": "operation not permitted when stream is capturing", "hip": "stream capture unsupported (hipErrorStreamCaptureUnsupported, 900)"},
 				func() error { return d.StreamSynchronize(s) }},
 			{"MemsetAsync", 1, alloc.ErrInvalidValue, map[string]string{
 				"cuda": "invalid argument", "hip": "invalid value (hipErrorInvalidValue, 1)"},
 				func() error { return d.MemsetAsync(1, 0, 1, s) }},
-			{"StreamBeginCapture", 801, alloc.ErrCaptureUnavailable, map[string]string{
+			{"StreamBeginCapture", 801, driver.ErrCaptureUnavailable, map[string]string{
 				"cuda": "fake: unknown error", "hip": "not supported (hipErrorNotSupported, 801)"},
 				func() error { return d.BeginCapture(s, alloc.Global) }},
-			{"GraphLaunch", 719, alloc.ErrDriver, map[string]string{
+			{"GraphLaunch", 719, driver.ErrDriver, map[string]string{
 				"cuda": "fake: unknown error", "hip": `launch failure (hipErrorLaunchFailure, 719) "hipErrorUnknown"`},
 				func() error { return d.GraphLaunch(1, s) }},
 		} {

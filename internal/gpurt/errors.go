@@ -4,23 +4,24 @@ import (
 	"fmt"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // ErrWrongThread is the sentinel of a capture ended on another thread than
 // the one that began it (908 in both runtimes): it matches both
-// alloc.ErrCaptureWrongThread and alloc.ErrCaptureIllegalOp.
-var ErrWrongThread = fmt.Errorf("%w (%w)", alloc.ErrCaptureWrongThread, alloc.ErrCaptureIllegalOp)
+// driver.ErrCaptureWrongThread and driver.ErrCaptureIllegalOp.
+var ErrWrongThread = fmt.Errorf("%w (%w)", driver.ErrCaptureWrongThread, driver.ErrCaptureIllegalOp)
 
 // Codes lists, per sentinel, the runtime's error codes that mean it: the
 // vendor's data, from its header's comments.
 type Codes struct {
 	OutOfMemory   []int // alloc.ErrOutOfMemory
-	IllegalOp     []int // alloc.ErrCaptureIllegalOp: refused because a capture is active
+	IllegalOp     []int // driver.ErrCaptureIllegalOp: refused because a capture is active
 	WrongThread   []int // ErrWrongThread: the capture stays active
 	Invalidated   []int // alloc.ErrCaptureInvalidated
-	Unavailable   []int // alloc.ErrBackendUnavailable: no usable driver or device
+	Unavailable   []int // driver.ErrBackendUnavailable: no usable driver or device
 	InvalidValue  []int // alloc.ErrInvalidValue: a bad argument, handle or state
-	DriverDefault error // every other code; nil means alloc.ErrDriver
+	DriverDefault error // every other code; nil means driver.ErrDriver
 }
 
 // Sentinels maps an error code to the alloc sentinel it means.
@@ -34,17 +35,17 @@ type Sentinels struct {
 func NewSentinels(c Codes) *Sentinels {
 	s := &Sentinels{m: map[int]error{}, def: c.DriverDefault}
 	if s.def == nil {
-		s.def = alloc.ErrDriver
+		s.def = driver.ErrDriver
 	}
 	for _, g := range []struct {
 		codes []int
 		err   error
 	}{
 		{c.OutOfMemory, alloc.ErrOutOfMemory},
-		{c.IllegalOp, alloc.ErrCaptureIllegalOp},
+		{c.IllegalOp, driver.ErrCaptureIllegalOp},
 		{c.WrongThread, ErrWrongThread},
 		{c.Invalidated, alloc.ErrCaptureInvalidated},
-		{c.Unavailable, alloc.ErrBackendUnavailable},
+		{c.Unavailable, driver.ErrBackendUnavailable},
 		{c.InvalidValue, alloc.ErrInvalidValue},
 	} {
 		for _, code := range g.codes {

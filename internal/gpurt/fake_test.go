@@ -17,7 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends/plugin"
 	"github.com/capalloc/capalloc/cuda"
 	"github.com/capalloc/capalloc/hip"
@@ -34,19 +34,19 @@ func TestMain(m *testing.M) {
 
 // gpuDriver is what both vendor drivers offer (gpurt.Driver's methods).
 type gpuDriver interface {
-	alloc.Driver
-	alloc.HostFuncLauncher
-	alloc.IPCMemory
-	alloc.StreamIdler
-	alloc.PoolTrimmer
-	alloc.GraphMemTrimmer
-	alloc.KernelLauncher
+	driver.Driver
+	driver.HostFuncLauncher
+	driver.IPCMemory
+	driver.StreamIdler
+	driver.PoolTrimmer
+	driver.GraphMemTrimmer
+	driver.KernelLauncher
 	gpurt.Embedder
 	WaitClosed(ctx context.Context) error
 	Warnings() []string
 	OnDevice(op string, fn func() error) error
 	ExportPool() (int, error)
-	ExportPointer(p alloc.DevicePtr) ([]byte, error)
+	ExportPointer(p driver.DevicePtr) ([]byte, error)
 	ImportPool(fd int) (*gpurt.ImportedPool, error)
 }
 
@@ -152,8 +152,8 @@ func hipOptions(o opts) hip.Options {
 // and the fake device, unrecorded, would otherwise be strict
 // (docs/capture-safety.md; TestFakeSafetyProfile checks that).
 func documented(o opts) opts {
-	if o.CaptureSafety == alloc.SafetyUnset {
-		o.CaptureSafety = alloc.SafetyDocumented
+	if o.CaptureSafety == driver.SafetyUnset {
+		o.CaptureSafety = driver.SafetyDocumented
 	}
 	return o
 }
@@ -203,7 +203,7 @@ func openFake(t testing.TB, v *vendorCase, o opts) (gpuDriver, *fakeLog) {
 }
 
 // fill writes b at p through a blocking copy on a fresh stream.
-func fill(t *testing.T, d gpuDriver, p alloc.DevicePtr, b []byte) {
+func fill(t *testing.T, d gpuDriver, p driver.DevicePtr, b []byte) {
 	t.Helper()
 	s, err := d.CreateStream()
 	require.NoError(t, err)
@@ -212,7 +212,7 @@ func fill(t *testing.T, d gpuDriver, p alloc.DevicePtr, b []byte) {
 }
 
 // read reads n bytes at p.
-func read(t *testing.T, d gpuDriver, p alloc.DevicePtr, n int) []byte {
+func read(t *testing.T, d gpuDriver, p driver.DevicePtr, n int) []byte {
 	t.Helper()
 	s, err := d.CreateStream()
 	require.NoError(t, err)

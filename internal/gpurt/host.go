@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/hostregion"
 )
 
@@ -57,7 +58,7 @@ func (d *Driver) HostAlloc(size int64) ([]byte, error) {
 		}
 		if int64(len(b)) != size {
 			_ = hm.Free(b)
-			return nil, d.v.Errf(alloc.ErrDriver, "%s: supplied host memory returned %d B", op, len(b))
+			return nil, d.v.Errf(driver.ErrDriver, "%s: supplied host memory returned %d B", op, len(b))
 		}
 		err = d.dev.Do(op, func() error {
 			return d.rt.Check(op, d.rt.HostRegister.Name, Call(d.rt.HostRegister.Addr, addr(b), uintptr(size), d.v.HostRegisterPortable))

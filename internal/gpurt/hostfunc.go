@@ -8,6 +8,7 @@ import (
 	"github.com/ebitengine/purego"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // Host functions (cudaLaunchHostFunc, hipLaunchHostFunc: (stream, fn,
@@ -34,7 +35,7 @@ var (
 
 type hostFunc struct {
 	d    *Driver
-	s    alloc.Stream
+	s    driver.Stream
 	fn   func() error
 	keep bool // a graph's host node: runs at every launch
 }
@@ -57,8 +58,8 @@ func runHostFunc(key uintptr) {
 // LaunchHostFunc is the runtime's host function launch: fn runs once the
 // work queued on s before it is done (on a runtime thread), and at every
 // launch of a graph that captured it. On a library without the (optional)
-// symbol it fails with alloc.ErrDriver, saying so.
-func (d *Driver) LaunchHostFunc(s alloc.Stream, fn func() error) error {
+// symbol it fails with driver.ErrDriver, saying so.
+func (d *Driver) LaunchHostFunc(s driver.Stream, fn func() error) error {
 	const op = "launch host function"
 	if err := d.checkStream(op, s); err != nil {
 		return err
@@ -67,7 +68,7 @@ func (d *Driver) LaunchHostFunc(s alloc.Stream, fn func() error) error {
 		return d.v.Errf(alloc.ErrInvalidValue, "%s: nil function", op)
 	}
 	if d.rt.LaunchHostFunc.Addr == 0 {
-		return d.v.Errf(alloc.ErrDriver, "%s: %s does not export %s%s", op, d.rt.Path, d.rt.LaunchHostFunc.Name, d.v.MissingHostFuncNote)
+		return d.v.Errf(driver.ErrDriver, "%s: %s does not export %s%s", op, d.rt.Path, d.rt.LaunchHostFunc.Name, d.v.MissingHostFuncNote)
 	}
 	st, err := d.StreamCaptureStatus(s)
 	if err != nil {
@@ -75,7 +76,7 @@ func (d *Driver) LaunchHostFunc(s alloc.Stream, fn func() error) error {
 	}
 	trampolineOnce.Do(func() { trampoline = purego.NewCallback(runHostFunc) })
 	key := hostFuncKeys.Add(1)
-	hostFuncs.Store(key, &hostFunc{d: d, s: s, fn: fn, keep: st != alloc.DriverCaptureNone})
+	hostFuncs.Store(key, &hostFunc{d: d, s: s, fn: fn, keep: st != driver.CaptureNone})
 	if err := d.rt.Check(op, d.rt.LaunchHostFunc.Name, Call(d.rt.LaunchHostFunc.Addr, uintptr(s), trampoline, key)); err != nil {
 		hostFuncs.Delete(key)
 		return err
@@ -85,11 +86,11 @@ func (d *Driver) LaunchHostFunc(s alloc.Stream, fn func() error) error {
 
 // hostFuncFailed keeps the first failure of a host function on s for the
 // stream's next synchronize.
-func (d *Driver) hostFuncFailed(s alloc.Stream, err error) {
+func (d *Driver) hostFuncFailed(s driver.Stream, err error) {
 	d.hostErrMu.Lock()
 	defer d.hostErrMu.Unlock()
 	if d.hostErrs == nil {
-		d.hostErrs = map[alloc.Stream]error{}
+		d.hostErrs = map[driver.Stream]error{}
 	}
 	if d.hostErrs[s] == nil {
 		d.hostErrs[s] = fmt.Errorf("host function on stream %#x: %w", uint64(s), err)
@@ -97,7 +98,7 @@ func (d *Driver) hostFuncFailed(s alloc.Stream, err error) {
 }
 
 // takeHostFuncErr returns and forgets s's host function failure.
-func (d *Driver) takeHostFuncErr(s alloc.Stream) error {
+func (d *Driver) takeHostFuncErr(s driver.Stream) error {
 	d.hostErrMu.Lock()
 	defer d.hostErrMu.Unlock()
 	err := d.hostErrs[s]

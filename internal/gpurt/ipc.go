@@ -5,10 +5,11 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // IPC memory handles: device memory another process can open
-// (alloc.IPCMemory). Sharing a pool and its allocations is poolipc.go.
+// (driver.IPCMemory). Sharing a pool and its allocations is poolipc.go.
 //
 // The get-handle call exports a device allocation made with the
 // synchronous malloc (CUDA's documentation: "a pointer to the base of an
@@ -22,7 +23,7 @@ import (
 
 // IPCGetMemHandle is the IPC get-handle call: the 64-byte handle of the
 // allocation at p, which must be the base of a Malloc allocation.
-func (d *Driver) IPCGetMemHandle(p alloc.DevicePtr) ([]byte, error) {
+func (d *Driver) IPCGetMemHandle(p driver.DevicePtr) ([]byte, error) {
 	op := fmt.Sprintf("IPC get handle of %#x", uint64(p))
 	if err := d.checkPtr(op, p); err != nil {
 		return nil, err
@@ -40,7 +41,7 @@ func (d *Driver) IPCGetMemHandle(p alloc.DevicePtr) ([]byte, error) {
 // IPCOpenMemHandle is the IPC open call, which takes the handle by value
 // (a 64-byte struct: purego passes it as the platform's C ABI does), with
 // the runtime's lazy-peer-access flag.
-func (d *Driver) IPCOpenMemHandle(handle []byte) (alloc.DevicePtr, error) {
+func (d *Driver) IPCOpenMemHandle(handle []byte) (driver.DevicePtr, error) {
 	const op = "IPC open handle"
 	if d.closed.Load() {
 		return 0, d.v.ErrClosed(op)
@@ -57,12 +58,12 @@ func (d *Driver) IPCOpenMemHandle(handle []byte) (alloc.DevicePtr, error) {
 	if err != nil {
 		return 0, err
 	}
-	return alloc.DevicePtr(p), nil
+	return driver.DevicePtr(p), nil
 }
 
 // IPCCloseMemHandle is the IPC close call, for an address
 // IPCOpenMemHandle returned.
-func (d *Driver) IPCCloseMemHandle(p alloc.DevicePtr) error {
+func (d *Driver) IPCCloseMemHandle(p driver.DevicePtr) error {
 	op := fmt.Sprintf("IPC close handle %#x", uint64(p))
 	if err := d.checkPtr(op, p); err != nil {
 		return err

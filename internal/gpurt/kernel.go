@@ -9,9 +9,10 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
-// Device code: module load and kernel launch (alloc.KernelLauncher)
+// Device code: module load and kernel launch (driver.KernelLauncher)
 //
 // Both runtimes load a module and launch its kernels with calls of one
 // shape, from the vendor's KernelAPI: module load from an image in memory,
@@ -24,7 +25,7 @@ import (
 // primary context current; HIP: the device), the timer's rate, and the
 // errors.
 //
-// LoadModule is device-wide and unsafe: it runs under alloc.DeviceWide (a
+// LoadModule is device-wide and unsafe: it runs under driver.DeviceWide (a
 // Global-mode capture anywhere in the process refuses it before any call)
 // on the dev thread, with the vendor's state made current there. Modules
 // stay loaded until Close, which unloads them on the dev thread.
@@ -61,8 +62,8 @@ type KernelAPI struct {
 	// Image gives the bytes the load call takes for img: cuda's PTX,
 	// NUL-terminated; hip's code object, compiled for the device. It runs
 	// on the dev thread.
-	Image func(img alloc.ModuleImage) ([]byte, error)
-	// TimerHz is the rate of the kernels' global timer (alloc.Module).
+	Image func(img driver.ModuleImage) ([]byte, error)
+	// TimerHz is the rate of the kernels' global timer (driver.Module).
 	TimerHz uint64
 	// Release, when set, runs at Close on the dev thread after the
 	// modules are unloaded (cuda: releases the retained primary context).
@@ -87,7 +88,7 @@ type modulesState struct {
 }
 
 // checkImage refuses an image that names no kernel, or a name twice.
-func (d *Driver) checkImage(op string, img alloc.ModuleImage) error {
+func (d *Driver) checkImage(op string, img driver.ModuleImage) error {
 	if len(img.Kernels) == 0 {
 		return d.v.Errf(alloc.ErrInvalidValue, "%s: the image names no kernel", op)
 	}
@@ -101,16 +102,16 @@ func (d *Driver) checkImage(op string, img alloc.ModuleImage) error {
 	return nil
 }
 
-// LoadModule is alloc.KernelLauncher's: it loads img on the driver's
+// LoadModule is driver.KernelLauncher's: it loads img on the driver's
 // device, looks up every kernel it names and reports what a launch
 // configuration needs of the device. The module stays loaded until Close.
 // It is device-wide and unsafe: while a Global-mode capture is active in
 // the process it makes no call and fails with an error wrapping
-// alloc.ErrCaptureIllegalOp. A runtime that cannot load modules (no CUDA
-// driver library, no hiprtc) fails with alloc.ErrBackendUnavailable saying
+// driver.ErrCaptureIllegalOp. A runtime that cannot load modules (no CUDA
+// driver library, no hiprtc) fails with driver.ErrBackendUnavailable saying
 // why; the rest of the driver keeps working. A kernel the image lacks
 // fails the load, with nothing left loaded.
-func (d *Driver) LoadModule(img alloc.ModuleImage) (*alloc.Module, error) {
+func (d *Driver) LoadModule(img driver.ModuleImage) (*driver.Module, error) {
 	name := img.Name
 	if name == "" {
 		name = "module"
@@ -120,13 +121,13 @@ func (d *Driver) LoadModule(img alloc.ModuleImage) (*alloc.Module, error) {
 		return nil, d.v.ErrClosed(op)
 	}
 	if d.kernelsHook == nil {
-		return nil, d.v.Errf(alloc.ErrBackendUnavailable, "%s: this driver cannot load modules", op)
+		return nil, d.v.Errf(driver.ErrBackendUnavailable, "%s: this driver cannot load modules", op)
 	}
 	if err := d.checkImage(op, img); err != nil {
 		return nil, err
 	}
-	var m *alloc.Module
-	err := alloc.DeviceWide(d.v.Name, d.v.Name+": "+op, func() error {
+	var m *driver.Module
+	err := driver.DeviceWide(d.v.Name, d.v.Name+": "+op, func() error {
 		return d.dev.Do(op, func() error {
 			var err error
 			m, err = d.loadModule(op, img)
@@ -137,7 +138,7 @@ func (d *Driver) LoadModule(img alloc.ModuleImage) (*alloc.Module, error) {
 }
 
 // loadModule runs on the dev thread.
-func (d *Driver) loadModule(op string, img alloc.ModuleImage) (*alloc.Module, error) {
+func (d *Driver) loadModule(op string, img driver.ModuleImage) (*driver.Module, error) {
 	if d.closed.Load() { // Close's teardown has run or is queued behind us: load nothing it would miss
 		return nil, d.v.ErrClosed(op)
 	}
@@ -174,7 +175,7 @@ func (d *Driver) loadModule(op string, img alloc.ModuleImage) (*alloc.Module, er
 	if err := api.Check(fmt.Sprintf("%s (%d B)", op, len(image)), api.ModuleLoadData.Name, code); err != nil {
 		return nil, err
 	}
-	m := &alloc.Module{Kernels: make(map[string]alloc.Kernel, len(img.Kernels)), MaxThreadsPerBlock: maxThreads, Multiprocessors: sms, TimerHz: api.TimerHz,
+	m := &driver.Module{Kernels: make(map[string]driver.Kernel, len(img.Kernels)), MaxThreadsPerBlock: maxThreads, Multiprocessors: sms, TimerHz: api.TimerHz,
 		Device: d.opts.Device, DeviceID: d.pciBusID()}
 	for _, k := range img.Kernels {
 		cname := append([]byte(k), 0)
@@ -184,7 +185,7 @@ func (d *Driver) loadModule(op string, img alloc.ModuleImage) (*alloc.Module, er
 			_ = api.Check(op+": unload", api.ModuleUnload.Name, Call(api.ModuleUnload.Addr, mod))
 			return nil, err
 		}
-		m.Kernels[k] = alloc.Kernel(fn)
+		m.Kernels[k] = driver.Kernel(fn)
 	}
 	d.modules.mods = append(d.modules.mods, mod)
 	d.mu.Lock()
@@ -205,7 +206,7 @@ func (d *Driver) attribute(op, what string, attr uintptr) (int, error) {
 		return 0, err
 	}
 	if v <= 0 {
-		return 0, d.v.Errf(alloc.ErrDriver, "%s: %s reported %s %d", op, d.rt.DeviceGetAttribute.Name, what, v)
+		return 0, d.v.Errf(driver.ErrDriver, "%s: %s reported %s %d", op, d.rt.DeviceGetAttribute.Name, what, v)
 	}
 	return int(v), nil
 }
@@ -240,7 +241,7 @@ type launchParams struct {
 
 var launchBlocks = sync.Pool{New: func() any { return new(launchParams) }}
 
-// LaunchKernel is alloc.KernelLauncher's: kernel k of a module this driver
+// LaunchKernel is driver.KernelLauncher's: kernel k of a module this driver
 // loaded, on a 1-D grid of grid blocks of block threads, with params (the
 // kernel's one by-value parameter, copied at the call) on s. On a
 // capturing stream it becomes a kernel node that every launch of the
@@ -249,7 +250,7 @@ var launchBlocks = sync.Pool{New: func() any { return new(launchParams) }}
 // maximum, a grid of 2^32 threads or more, or a parameter block empty or
 // over MaxParamBytes fail with alloc.ErrInvalidValue, and a closed driver
 // with alloc.ErrClosed, before any call.
-func (d *Driver) LaunchKernel(k alloc.Kernel, grid, block uint32, params []byte, s alloc.Stream) error {
+func (d *Driver) LaunchKernel(k driver.Kernel, grid, block uint32, params []byte, s driver.Stream) error {
 	const op = "launch kernel"
 	if err := d.checkStream(op, s); err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt"
 	"github.com/capalloc/capalloc/internal/kernels"
 )
@@ -23,7 +24,7 @@ import (
 // kernelDriver opens a driver over a fresh build of the vendor's fake that
 // can load the kernels, loads them, and returns it with the module and the
 // fake's log, cleared.
-func kernelDriver(t testing.TB, v *vendorCase, o opts) (gpuDriver, *alloc.Module, *fakeLog) {
+func kernelDriver(t testing.TB, v *vendorCase, o opts) (gpuDriver, *driver.Module, *fakeLog) {
 	t.Helper()
 	lib := fakeLib(t, v)
 	log := openFakeLog(t, lib)
@@ -36,7 +37,7 @@ func kernelDriver(t testing.TB, v *vendorCase, o opts) (gpuDriver, *alloc.Module
 	return d, m, log
 }
 
-func newStream(t testing.TB, d gpuDriver) alloc.Stream {
+func newStream(t testing.TB, d gpuDriver) driver.Stream {
 	t.Helper()
 	s, err := d.CreateStream()
 	require.NoError(t, err)
@@ -72,7 +73,7 @@ func axpyInputs(n, r int) (x, y []float32) {
 // axpyOnDevice puts round 1's x and y of n elements on d and returns
 // them, y's device address, a fresh stream and the kernel's parameter
 // (a = 2.5).
-func axpyOnDevice(t *testing.T, d gpuDriver, n int) (xs, ys []float32, y alloc.DevicePtr, s alloc.Stream, args []byte) {
+func axpyOnDevice(t *testing.T, d gpuDriver, n int) (xs, ys []float32, y driver.DevicePtr, s driver.Stream, args []byte) {
 	t.Helper()
 	xs, ys = axpyInputs(n, 1)
 	x, err := d.Malloc(4 * int64(n))
@@ -104,7 +105,7 @@ func TestFakeLoadModule(t *testing.T) {
 		m, err := d.LoadModule(kernels.Image())
 		require.NoError(t, err)
 		require.Len(t, m.Kernels, len(kernels.Names))
-		seen := map[alloc.Kernel]bool{}
+		seen := map[driver.Kernel]bool{}
 		for _, name := range kernels.Names {
 			k := m.Kernels[name]
 			require.NotZero(t, k, name)
@@ -189,8 +190,8 @@ func TestFakeKernelInGraph(t *testing.T) {
 // heap is nranks allocations of one driver, each a zeroed signal pad and
 // heapBytes after it, and the table of their addresses.
 type heap struct {
-	bases []alloc.DevicePtr
-	table alloc.DevicePtr
+	bases []driver.DevicePtr
+	table driver.DevicePtr
 }
 
 const heapBytes = 4096
@@ -253,7 +254,7 @@ func TestFakeKernelBarrierTwoRanks(t *testing.T) {
 		d, m, _ := kernelDriver(t, v, opts{})
 		const nranks, grid, block, rounds = 2, 2, 4, 3
 		h := newHeap(t, d, nranks)
-		streams := []alloc.Stream{newStream(t, d), newStream(t, d)}
+		streams := []driver.Stream{newStream(t, d), newStream(t, d)}
 		errs := make([]error, nranks)
 		within(t, time.Minute, func() {
 			var wg sync.WaitGroup
@@ -306,7 +307,7 @@ func TestFakeKernelBarrierMismatch(t *testing.T) {
 					binary.LittleEndian.PutUint32(moved[4*b:], c.ahead)
 				}
 				fill(t, d, h.bases[0]+kernels.PadEpochsOff, moved)
-				streams := []alloc.Stream{newStream(t, d), newStream(t, d)}
+				streams := []driver.Stream{newStream(t, d), newStream(t, d)}
 				errs := make([]error, nranks)
 				within(t, time.Minute, func() {
 					var wg sync.WaitGroup
@@ -390,10 +391,10 @@ func TestFakeLaunchKernelRefusals(t *testing.T) {
 		log.Lines()
 		for _, c := range []struct {
 			name        string
-			k           alloc.Kernel
+			k           driver.Kernel
 			grid, block uint32
 			params      []byte
-			s           alloc.Stream
+			s           driver.Stream
 		}{
 			{"unknown kernel", 12345, 1, 1, args, s},
 			{"grid 0", k, 0, 1, args, s},
@@ -408,9 +409,9 @@ func TestFakeLaunchKernelRefusals(t *testing.T) {
 			require.ErrorIs(t, err, alloc.ErrInvalidValue, c.name)
 			require.Contains(t, err.Error(), v.name+": launch kernel", c.name)
 		}
-		_, err := d.LoadModule(alloc.ModuleImage{Name: "empty", PTX: []byte("x"), Source: "x"})
+		_, err := d.LoadModule(driver.ModuleImage{Name: "empty", PTX: []byte("x"), Source: "x"})
 		require.ErrorIs(t, err, alloc.ErrInvalidValue)
-		_, err = d.LoadModule(alloc.ModuleImage{Name: "twice", Kernels: []string{kernels.Axpy, kernels.Axpy}})
+		_, err = d.LoadModule(driver.ModuleImage{Name: "twice", Kernels: []string{kernels.Axpy, kernels.Axpy}})
 		require.ErrorIs(t, err, alloc.ErrInvalidValue)
 		require.Empty(t, log.Lines(), "no call was made")
 
@@ -431,7 +432,7 @@ func TestFakeLoadModuleMissingKernel(t *testing.T) {
 		img := kernels.Image()
 		img.Kernels = []string{kernels.Axpy, "capalloc_no_such_kernel"}
 		_, err := d.LoadModule(img)
-		require.ErrorIs(t, err, alloc.ErrDriver)
+		require.ErrorIs(t, err, driver.ErrDriver)
 		require.Contains(t, err.Error(), "kernel capalloc_no_such_kernel")
 		code, ok := v.code(err)
 		require.True(t, ok)
@@ -451,7 +452,7 @@ func TestFakeLoadModuleDuringGlobalCaptureIsRefused(t *testing.T) {
 		a, log := capturingAllocator(t, v, lib)
 
 		_, err = d.LoadModule(kernels.Image())
-		require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
+		require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
 		require.Contains(t, err.Error(), "load module capalloc collectives")
 		require.Empty(t, log.Lines(), "no driver call while the capture is active")
 

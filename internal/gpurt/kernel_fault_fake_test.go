@@ -19,7 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/kernels"
 )
 
@@ -35,14 +35,14 @@ func misalignedCode(v *vendorCase) int {
 // requireCode checks that err is the vendor's typed error with code.
 func requireCode(t *testing.T, v *vendorCase, err error, code int) {
 	t.Helper()
-	require.ErrorIs(t, err, alloc.ErrDriver)
+	require.ErrorIs(t, err, driver.ErrDriver)
 	got, ok := v.code(err)
 	require.True(t, ok, "%v", err)
 	require.Equal(t, code, got, "%v", err)
 }
 
 // collParams encodes a collective's parameter over table.
-func collParams(table alloc.DevicePtr, rank, nranks int, timeout time.Duration) []byte {
+func collParams(table driver.DevicePtr, rank, nranks int, timeout time.Duration) []byte {
 	c := kernels.Coll{Table: uint64(table), Rank: uint32(rank), NRanks: uint32(nranks), TimeoutTicks: uint64(timeout)}
 	return c.Encode(make([]byte, kernels.CollSize))
 }
@@ -163,7 +163,7 @@ func TestFakeKernelResidency(t *testing.T) {
 		}{{"capalloc_barrier=2,*=8", 1}, {"4", 0}} {
 			t.Setenv(v.envPrefix+"BLOCKS_PER_SM", c.blocksPerSM)
 			h := newHeap(t, d, 2)
-			streams := []alloc.Stream{newStream(t, d), newStream(t, d)}
+			streams := []driver.Stream{newStream(t, d), newStream(t, d)}
 			errs := make([]error, 2)
 			within(t, time.Minute, func() {
 				var wg sync.WaitGroup

@@ -9,7 +9,7 @@ import (
 
 	"github.com/ebitengine/purego"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // Search is where a vendor's runtime library is looked for.
@@ -73,9 +73,9 @@ type Loader[R any] struct {
 
 // First tries paths in order. A path dlopen refuses, a library that opens
 // but is unusable (every reason Bind gives that wraps
-// alloc.ErrBackendUnavailable), and one that accept (when not nil) refuses
+// driver.ErrBackendUnavailable), and one that accept (when not nil) refuses
 // with such a reason are skipped for the next one. When none is usable,
-// the error wraps alloc.ErrBackendUnavailable and names every path with
+// the error wraps driver.ErrBackendUnavailable and names every path with
 // its reason. Any other failure stops the search and is returned as it is.
 func (l *Loader[R]) First(paths []string, accept func(*R) error) (*R, error) {
 	l.mu.Lock()
@@ -88,7 +88,7 @@ func (l *Loader[R]) First(paths []string, accept func(*R) error) (*R, error) {
 	var causes []error // the unusable libraries' errors, for errors.As
 	opened := false
 	reason := func(err error) string {
-		return strings.TrimPrefix(err.Error(), alloc.ErrBackendUnavailable.Error()+": "+l.Vendor.Name+": ")
+		return strings.TrimPrefix(err.Error(), driver.ErrBackendUnavailable.Error()+": "+l.Vendor.Name+": ")
 	}
 	skip := func(err error) {
 		tried = append(tried, reason(err))
@@ -141,7 +141,7 @@ func (l *Loader[R]) First(paths []string, accept func(*R) error) (*R, error) {
 					l.handles[h] = path
 				}
 				rt, err = l.Bind(path, h)
-				if errors.Is(err, alloc.ErrBackendUnavailable) {
+				if errors.Is(err, driver.ErrBackendUnavailable) {
 					// Left loaded: dlclose of a half-initialized runtime
 					// is not worth the risk. The reason goes into the
 					// final message.
@@ -159,7 +159,7 @@ func (l *Loader[R]) First(paths []string, accept func(*R) error) (*R, error) {
 		}
 		if accept != nil {
 			if err := accept(rt); err != nil {
-				if !errors.Is(err, alloc.ErrBackendUnavailable) {
+				if !errors.Is(err, driver.ErrBackendUnavailable) {
 					return nil, err
 				}
 				skip(err)
@@ -172,7 +172,7 @@ func (l *Loader[R]) First(paths []string, accept func(*R) error) (*R, error) {
 }
 
 // LoadError is the search's failure: its text lists every path with its
-// reason; it matches alloc.ErrBackendUnavailable and, through errors.As,
+// reason; it matches driver.ErrBackendUnavailable and, through errors.As,
 // each unusable library's own error (the vendor's typed error, with its
 // code).
 type LoadError struct {
@@ -182,7 +182,7 @@ type LoadError struct {
 
 func (e *LoadError) Error() string { return e.msg }
 func (e *LoadError) Unwrap() []error {
-	return append([]error{alloc.ErrBackendUnavailable}, e.causes...)
+	return append([]error{driver.ErrBackendUnavailable}, e.causes...)
 }
 
 func (l *Loader[R]) unavailable(tried []string, opened bool, causes []error) error {
@@ -192,7 +192,7 @@ func (l *Loader[R]) unavailable(tried []string, opened bool, causes []error) err
 	}
 	return &LoadError{
 		msg: fmt.Sprintf("%v: %s: %s (set %s to its path, or %s); tried:\n  %s",
-			alloc.ErrBackendUnavailable, l.Vendor.Name, what, l.Search.LibEnv, l.Search.HomeEnv, strings.Join(tried, "\n  ")),
+			driver.ErrBackendUnavailable, l.Vendor.Name, what, l.Search.LibEnv, l.Search.HomeEnv, strings.Join(tried, "\n  ")),
 		causes: causes,
 	}
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // The override is the only candidate: a file that is not a library, or
@@ -19,12 +19,12 @@ func TestOverrideToNonLibraryIsUnavailable(t *testing.T) {
 		require.NoError(t, os.WriteFile(bad, []byte("#!/bin/sh\n"), 0o644))
 		t.Setenv(v.fake.LibEnv, bad)
 		_, err := v.open(opts{})
-		require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+		require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 		require.Equal(t, 1, strings.Count(err.Error(), bad+":"), "the override alone is tried: %v", err)
 
 		t.Setenv(v.fake.LibEnv, filepath.Join(t.TempDir(), "missing.so"))
 		_, err = v.open(opts{})
-		require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+		require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 		require.Contains(t, err.Error(), "No such file or directory")
 	})
 }
@@ -35,7 +35,7 @@ func TestLibraryWithoutRuntimeSymbolsIsUnavailable(t *testing.T) {
 		// libc is a real shared object, but not a GPU runtime.
 		t.Setenv(v.fake.LibEnv, "libc.so.6")
 		_, err := v.open(opts{})
-		require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+		require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 		require.Contains(t, err.Error(), v.notRuntime)
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // createPool runs on the dev thread. A pool of our own (the default) keeps
@@ -107,7 +108,7 @@ func (d *Driver) checkSize(op string, size int64) error {
 // Malloc is the synchronous malloc, on the dev thread (it allocates on the
 // current device). Unsafe: never called by alloc while a capture forbids
 // it.
-func (d *Driver) Malloc(size int64) (alloc.DevicePtr, error) {
+func (d *Driver) Malloc(size int64) (driver.DevicePtr, error) {
 	op := fmt.Sprintf("malloc %d B", size)
 	if d.closed.Load() {
 		return 0, d.v.ErrClosed(op)
@@ -119,12 +120,12 @@ func (d *Driver) Malloc(size int64) (alloc.DevicePtr, error) {
 	err := d.dev.Do(op, func() error {
 		return d.rt.Check(op, d.rt.Malloc.Name, Call(d.rt.Malloc.Addr, uintptr(unsafe.Pointer(&p)), uintptr(size)))
 	})
-	return alloc.DevicePtr(p), err
+	return driver.DevicePtr(p), err
 }
 
 // checkPtr refuses a call on p after Close, or on a null p, before the
 // runtime sees it.
-func (d *Driver) checkPtr(op string, p alloc.DevicePtr) error {
+func (d *Driver) checkPtr(op string, p driver.DevicePtr) error {
 	if d.closed.Load() {
 		return d.v.ErrClosed(op)
 	}
@@ -135,7 +136,7 @@ func (d *Driver) checkPtr(op string, p alloc.DevicePtr) error {
 }
 
 // Free is the synchronous free, on the dev thread. Unsafe.
-func (d *Driver) Free(p alloc.DevicePtr) error {
+func (d *Driver) Free(p driver.DevicePtr) error {
 	op := fmt.Sprintf("free %#x", uint64(p))
 	if err := d.checkPtr(op, p); err != nil {
 		return err
@@ -147,7 +148,7 @@ func (d *Driver) Free(p alloc.DevicePtr) error {
 // becomes a graph allocation node. It is made in Relaxed interaction mode
 // (relaxed.go), so that growing the pool never invalidates another
 // stream's Global-mode capture.
-func (d *Driver) MallocAsync(size int64, s alloc.Stream) (alloc.DevicePtr, error) {
+func (d *Driver) MallocAsync(size int64, s driver.Stream) (driver.DevicePtr, error) {
 	const op = "malloc async"
 	if err := d.checkStream(op, s); err != nil {
 		return 0, err
@@ -157,7 +158,7 @@ func (d *Driver) MallocAsync(size int64, s alloc.Stream) (alloc.DevicePtr, error
 	}
 	pool := d.pool
 	if d.capPool != 0 { // ipc: a capture allocates from the pool that is not exportable
-		if st, err := d.StreamCaptureStatus(s); err == nil && st != alloc.DriverCaptureNone {
+		if st, err := d.StreamCaptureStatus(s); err == nil && st != driver.CaptureNone {
 			pool = d.capPool
 		}
 	}
@@ -170,12 +171,12 @@ func (d *Driver) MallocAsync(size int64, s alloc.Stream) (alloc.DevicePtr, error
 	if code != 0 {
 		return 0, d.rt.Fail(fmt.Sprintf("%s %d B", op, size), d.rt.MallocFromPoolAsync.Name, code)
 	}
-	return alloc.DevicePtr(p), nil
+	return driver.DevicePtr(p), nil
 }
 
 // FreeAsync is the stream-ordered free on s, in Relaxed interaction mode
 // like MallocAsync.
-func (d *Driver) FreeAsync(p alloc.DevicePtr, s alloc.Stream) error {
+func (d *Driver) FreeAsync(p driver.DevicePtr, s driver.Stream) error {
 	const op = "free async"
 	if err := d.checkStream(op, s); err != nil {
 		return err

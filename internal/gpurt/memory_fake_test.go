@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
-	"github.com/capalloc/capalloc/cpu"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // A handle of a synchronous allocation, opened again, maps the same bytes
@@ -21,7 +21,7 @@ import (
 func TestFakeIPCHandleRoundTrip(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		d, log := openFake(t, v, opts{})
-		var _ alloc.IPCMemory = d
+		var _ driver.IPCMemory = d
 		p, err := d.Malloc(4096)
 		require.NoError(t, err)
 		fill(t, d, p, bytes.Repeat([]byte{0x5A}, 4096))
@@ -111,9 +111,10 @@ func ipcChild(t *testing.T, v *vendorCase, hx string) {
 	require.NoError(t, d.IPCCloseMemHandle(q))
 }
 
-// Through the Allocator the IPC calls are guarded like AllocSync: refused
-// during a Global capture with no runtime call, allowed after it.
-func TestFakeIPCThroughAllocatorIsGuarded(t *testing.T) {
+// Made through driver.DeviceWide, as symheap makes them, the IPC calls are
+// guarded like any device-wide call: refused during a Global capture in
+// the domain with no runtime call, allowed after it.
+func TestFakeIPCThroughDeviceWideIsGuarded(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		d, log := openFake(t, v, opts{})
 		a, err := alloc.New(d, alloc.Options{})
@@ -121,42 +122,25 @@ func TestFakeIPCThroughAllocatorIsGuarded(t *testing.T) {
 		defer a.Close()
 		b, err := a.AllocSync(4096)
 		require.NoError(t, err)
-		h, err := a.IPCGetMemHandle(b)
-		require.NoError(t, err)
+		ipc := func(fn func() error) error { return driver.DeviceWide(d.CaptureDomain(), "ipc", fn) }
+		var h []byte
+		require.NoError(t, ipc(func() (err error) { h, err = d.IPCGetMemHandle(b.Ptr()); return err }))
 
 		require.NoError(t, a.BeginCapture(alloc.Global))
 		log.Lines()
-		_, err = a.IPCGetMemHandle(b)
-		require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
-		_, err = a.IPCOpenMemHandle(h)
-		require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
-		require.ErrorIs(t, a.IPCCloseMemHandle(1), alloc.ErrCaptureIllegalOp)
+		require.ErrorIs(t, ipc(func() (err error) { _, err = d.IPCGetMemHandle(b.Ptr()); return err }), driver.ErrCaptureIllegalOp)
+		require.ErrorIs(t, ipc(func() (err error) { _, err = d.IPCOpenMemHandle(h); return err }), driver.ErrCaptureIllegalOp)
+		require.ErrorIs(t, ipc(func() error { return d.IPCCloseMemHandle(1) }), driver.ErrCaptureIllegalOp)
 		require.Empty(t, find(log.Lines(), v.prefix+"Ipc"), "no runtime call during the capture")
 		g, err := a.EndCapture()
 		require.NoError(t, err, "the capture survived")
 		require.NoError(t, g.Close())
 
-		q, err := a.IPCOpenMemHandle(h)
-		require.NoError(t, err)
-		require.NoError(t, a.IPCCloseMemHandle(q))
+		var q driver.DevicePtr
+		require.NoError(t, ipc(func() (err error) { q, err = d.IPCOpenMemHandle(h); return err }))
+		require.NoError(t, ipc(func() error { return d.IPCCloseMemHandle(q) }))
 		require.NoError(t, a.Free(b))
-		_, err = a.IPCGetMemHandle(b)
-		require.ErrorIs(t, err, alloc.ErrInvalidBuffer, "a freed buffer")
 	})
-}
-
-// A backend without IPC says so.
-func TestIPCOnBackendWithoutIt(t *testing.T) {
-	d, err := cpu.New(cpu.Options{})
-	require.NoError(t, err)
-	a, err := alloc.New(d, alloc.Options{})
-	require.NoError(t, err)
-	defer a.Close()
-	b, err := a.AllocSync(64)
-	require.NoError(t, err)
-	_, err = a.IPCGetMemHandle(b)
-	require.ErrorIs(t, err, alloc.ErrInvalidValue)
-	require.Contains(t, err.Error(), "no IPC memory handles")
 }
 
 // graphMemory captures an allocation the graph also frees, then closes the

@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // Sharing a pool and its allocations with another process (the pool
@@ -49,7 +50,7 @@ func (d *Driver) ExportPool() (fd int, err error) {
 // ExportPointer is the pool export-pointer call: 64 bytes naming the pool
 // allocation at p (from MallocAsync, on a pool opened with Options.IPC),
 // for ImportedPool.ImportPointer in the process that imported the pool.
-func (d *Driver) ExportPointer(p alloc.DevicePtr) ([]byte, error) {
+func (d *Driver) ExportPointer(p driver.DevicePtr) ([]byte, error) {
 	op := fmt.Sprintf("export pool pointer %#x", uint64(p))
 	if err := d.checkPtr(op, p); err != nil {
 		return nil, err
@@ -98,7 +99,7 @@ func (d *Driver) ImportPool(fd int) (*ImportedPool, error) {
 // ImportPointer is the pool import-pointer call: the address, in this
 // process, of the exporter's allocation that data (ExportPointer's bytes)
 // names. Free it with FreePointer before the exporter frees it.
-func (ip *ImportedPool) ImportPointer(data []byte) (alloc.DevicePtr, error) {
+func (ip *ImportedPool) ImportPointer(data []byte) (driver.DevicePtr, error) {
 	const op = "import pool pointer"
 	d := ip.d
 	if err := ip.check(op); err != nil {
@@ -117,12 +118,12 @@ func (ip *ImportedPool) ImportPointer(data []byte) (alloc.DevicePtr, error) {
 	if err != nil {
 		return 0, err
 	}
-	return alloc.DevicePtr(*p), nil
+	return driver.DevicePtr(*p), nil
 }
 
 // FreePointer releases an imported pointer (the synchronous free, which
 // both runtimes allow for imported memory).
-func (ip *ImportedPool) FreePointer(p alloc.DevicePtr) error {
+func (ip *ImportedPool) FreePointer(p driver.DevicePtr) error {
 	op := fmt.Sprintf("free imported pointer %#x", uint64(p))
 	d := ip.d
 	if err := ip.check(op); err != nil {

@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cuda"
 	"github.com/capalloc/capalloc/hip"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
@@ -25,7 +25,7 @@ func TestFakeSafetyProfile(t *testing.T) {
 		}
 		d, log := gpurttest.Open(t, v.fake, open, opts{})
 		info := d.Info()
-		require.Equal(t, alloc.SafetyStrict, info.CaptureSafety)
+		require.Equal(t, driver.SafetyStrict, info.CaptureSafety)
 		require.Equal(t, "unrecorded", info.Profile)
 		require.Equal(t, "0.0", info.ComputeCapability)
 		require.False(t, info.Integrated)
@@ -36,14 +36,14 @@ func TestFakeSafetyProfile(t *testing.T) {
 		}
 		require.NoError(t, d.Close())
 
-		d, _ = gpurttest.Open(t, v.fake, open, opts{CaptureSafety: alloc.SafetyDocumented})
-		require.Equal(t, alloc.SafetyDocumented, d.Info().CaptureSafety)
+		d, _ = gpurttest.Open(t, v.fake, open, opts{CaptureSafety: driver.SafetyDocumented})
+		require.Equal(t, driver.SafetyDocumented, d.Info().CaptureSafety)
 		require.Equal(t, "config", d.Info().Profile)
 		require.NoError(t, d.Close())
 
 		t.Setenv(v.envPrefix+"INTEGRATED", "1")
 		d, _ = gpurttest.Open(t, v.fake, open, opts{})
-		require.Equal(t, alloc.SafetyStrict, d.Info().CaptureSafety)
+		require.Equal(t, driver.SafetyStrict, d.Info().CaptureSafety)
 		require.Equal(t, "integrated", d.Info().Profile)
 		require.True(t, d.Info().Integrated)
 		require.NoError(t, d.Close())

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
@@ -47,11 +48,11 @@ func TestFakeOpenDuringGlobalCaptureIsRefused(t *testing.T) {
 		a, log := capturingAllocator(t, v, fakeLib(t, v))
 
 		_, err := v.open(opts{})
-		require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
+		require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
 		require.Contains(t, err.Error(), "open device")
 		require.Contains(t, err.Error(), "global-mode capture")
 		_, err = backends.OpenString(t.Context(), v.name+";cpu")
-		require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp, "the chain stops: falling back to cpu because of a capture would surprise")
+		require.ErrorIs(t, err, driver.ErrCaptureIllegalOp, "the chain stops: falling back to cpu because of a capture would surprise")
 		require.Empty(t, log.Lines(), "no driver call while the capture is active")
 
 		g, err := a.EndCapture()
@@ -137,7 +138,7 @@ func TestFake900LeavesCaptureActive(t *testing.T) {
 
 		v.fail(t, v.fn("MallocFromPoolAsync")+":900")
 		_, err = a.Alloc(4096)
-		require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
+		require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
 		require.NotErrorIs(t, err, alloc.ErrCaptureInvalidated)
 		require.Contains(t, err.Error(), v.failed(v.fn("MallocFromPoolAsync"), 900))
 		require.Contains(t, err.Error(), "the capture is still active")
@@ -169,7 +170,7 @@ func TestFake900ThatInvalidatesSaysSo(t *testing.T) {
 		v.fail(t, v.fn("MemsetAsync")+":900")
 		t.Setenv(v.envPrefix+"FAIL_INVALIDATES", "1")
 		err = a.Memset(buf, 0, 1, 256)
-		require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
+		require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
 		require.ErrorIs(t, err, alloc.ErrCaptureInvalidated)
 		require.Contains(t, err.Error(), "invalidated by the refusal")
 		v.fail(t, "")
@@ -192,14 +193,14 @@ func TestFake908IsWrongThreadNotInvalidated(t *testing.T) {
 		require.NoError(t, d.BeginCapture(s, alloc.Global))
 		v.fail(t, v.fn("StreamEndCapture")+":908")
 		_, err = d.EndCapture(s)
-		require.ErrorIs(t, err, alloc.ErrCaptureWrongThread)
-		require.ErrorIs(t, err, alloc.ErrCaptureIllegalOp)
+		require.ErrorIs(t, err, driver.ErrCaptureWrongThread)
+		require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
 		require.NotErrorIs(t, err, alloc.ErrCaptureInvalidated)
 		require.Contains(t, err.Error(), "capture must be ended on the thread that began it")
 		v.fail(t, "")
 		st, err := d.StreamCaptureStatus(s)
 		require.NoError(t, err)
-		require.Equal(t, alloc.DriverCaptureActive, st)
+		require.Equal(t, driver.CaptureActive, st)
 		g, err := d.EndCapture(s)
 		require.NoError(t, err)
 		require.NoError(t, d.GraphDestroy(g))
@@ -356,7 +357,7 @@ func TestFakeBlockingStreamsOption(t *testing.T) {
 
 // legacyMemset enqueues a memset on the legacy default stream (handle 0),
 // as another library in the process would.
-func legacyMemset(t *testing.T, v *vendorCase, path string, p alloc.DevicePtr, n int64) int32 {
+func legacyMemset(t *testing.T, v *vendorCase, path string, p driver.DevicePtr, n int64) int32 {
 	t.Helper()
 	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	require.NoError(t, err)
@@ -369,7 +370,7 @@ func legacyMemset(t *testing.T, v *vendorCase, path string, p alloc.DevicePtr, n
 func TestFakeLegacyStreamDuringCapture(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		for _, blocking := range []bool{false, true} {
-			for _, mode := range alloc.Modes {
+			for _, mode := range driver.Modes() {
 				name := fmt.Sprintf("blocking=%v/%s", blocking, mode)
 				t.Run(name, func(t *testing.T) {
 					path := fakeLib(t, v)

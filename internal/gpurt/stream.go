@@ -5,12 +5,13 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // checkStream refuses a handle this driver did not create (or destroyed)
 // before it reaches the runtime, where a stale stream handle is undefined
 // behavior.
-func (d *Driver) checkStream(op string, s alloc.Stream) error {
+func (d *Driver) checkStream(op string, s driver.Stream) error {
 	if d.closed.Load() {
 		return d.v.ErrClosed(op)
 	}
@@ -23,7 +24,7 @@ func (d *Driver) checkStream(op string, s alloc.Stream) error {
 // CreateStream makes a stream on the driver's device, with the configured
 // priority and blocking flag. It runs on the dev thread: a stream belongs
 // to the device current when it is created.
-func (d *Driver) CreateStream() (alloc.Stream, error) {
+func (d *Driver) CreateStream() (driver.Stream, error) {
 	const op = "create stream"
 	if d.closed.Load() {
 		return 0, d.v.ErrClosed(op)
@@ -39,15 +40,15 @@ func (d *Driver) CreateStream() (alloc.Stream, error) {
 	}
 	d.mu.Lock()
 	m := maps.Clone(*d.streams.Load())
-	m[alloc.Stream(s)] = true
+	m[driver.Stream(s)] = true
 	d.streams.Store(&m)
 	d.mu.Unlock()
-	return alloc.Stream(s), nil
+	return driver.Stream(s), nil
 }
 
 // DestroyStream releases s; the runtime lets work already queued on it
 // finish.
-func (d *Driver) DestroyStream(s alloc.Stream) error {
+func (d *Driver) DestroyStream(s driver.Stream) error {
 	const op = "destroy stream"
 	d.mu.Lock()
 	if err := d.checkStream(op, s); err != nil {
@@ -63,7 +64,7 @@ func (d *Driver) DestroyStream(s alloc.Stream) error {
 
 // StreamSynchronize waits for s and reports the failure of its work,
 // a host function's included.
-func (d *Driver) StreamSynchronize(s alloc.Stream) error {
+func (d *Driver) StreamSynchronize(s driver.Stream) error {
 	const op = "stream synchronize"
 	if err := d.checkStream(op, s); err != nil {
 		return err
@@ -75,19 +76,19 @@ func (d *Driver) StreamSynchronize(s alloc.Stream) error {
 }
 
 // StreamQuery maps the not-ready code to (false, nil).
-func (d *Driver) StreamQuery(s alloc.Stream) (bool, error) { return d.query(s, false) }
+func (d *Driver) StreamQuery(s driver.Stream) (bool, error) { return d.query(s, false) }
 
-// StreamIdle is alloc.StreamIdler: the stream query, which neither waits
+// StreamIdle is driver.StreamIdler: the stream query, which neither waits
 // nor runs anything. Success is idle, and then the error is the failure of
 // a host function already run on s, as StreamSynchronize would report it
 // (and clear it); the not-ready code is (false, nil); any other code is
 // its typed error. Same capture rules as StreamQuery: alloc asks it only
 // where a query is allowed.
-func (d *Driver) StreamIdle(s alloc.Stream) (bool, error) { return d.query(s, true) }
+func (d *Driver) StreamIdle(s driver.Stream) (bool, error) { return d.query(s, true) }
 
 // query is the stream query; hostErr takes s's host function failure when
 // it is done.
-func (d *Driver) query(s alloc.Stream, hostErr bool) (bool, error) {
+func (d *Driver) query(s driver.Stream, hostErr bool) (bool, error) {
 	const op = "stream query"
 	if err := d.checkStream(op, s); err != nil {
 		return false, err
@@ -106,7 +107,7 @@ func (d *Driver) query(s alloc.Stream, hostErr bool) (bool, error) {
 }
 
 // StreamCaptureStatus asks the stream is-capturing call, legal at any time.
-func (d *Driver) StreamCaptureStatus(s alloc.Stream) (alloc.DriverCaptureStatus, error) {
+func (d *Driver) StreamCaptureStatus(s driver.Stream) (driver.CaptureStatus, error) {
 	const op = "stream capture status"
 	if err := d.checkStream(op, s); err != nil {
 		return 0, err
@@ -120,14 +121,14 @@ func (d *Driver) StreamCaptureStatus(s alloc.Stream) (alloc.DriverCaptureStatus,
 
 // CaptureStatus maps the runtime's stream capture status; call names the
 // call that reported it.
-func (v *Vendor) CaptureStatus(st int32, call string) (alloc.DriverCaptureStatus, error) {
+func (v *Vendor) CaptureStatus(st int32, call string) (driver.CaptureStatus, error) {
 	switch st {
 	case v.CaptureStatusNone:
-		return alloc.DriverCaptureNone, nil
+		return driver.CaptureNone, nil
 	case v.CaptureStatusActive:
-		return alloc.DriverCaptureActive, nil
+		return driver.CaptureActive, nil
 	case v.CaptureStatusInvalidated:
-		return alloc.DriverCaptureInvalidated, nil
+		return driver.CaptureInvalidated, nil
 	}
-	return 0, v.Errf(alloc.ErrDriver, "%s reported unknown status %d", call, st)
+	return 0, v.Errf(driver.ErrDriver, "%s reported unknown status %d", call, st)
 }

@@ -5,7 +5,7 @@ import (
 
 	"github.com/ebitengine/purego"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // Sym is one bound function of the runtime: its address (0 when it is not
@@ -67,7 +67,7 @@ func (v *Vendor) Resolve(handle uintptr, path string, bs []Binding) error {
 		b.Sym.Addr = addr
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("%w: %s: %s: lacks required symbols %v", alloc.ErrBackendUnavailable, v.Name, path, missing)
+		return fmt.Errorf("%w: %s: %s: lacks required symbols %v", driver.ErrBackendUnavailable, v.Name, path, missing)
 	}
 	return nil
 }

@@ -6,17 +6,18 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // Where the device sits among others: how many blocks of a kernel one
-// multiprocessor holds (alloc.KernelLauncher's MaxActiveBlocks), the
-// device's PCI bus id (alloc.Module.DeviceID) and peer access between
-// the devices of this process (alloc.PeerAccess). Every call here is
+// multiprocessor holds (driver.KernelLauncher's MaxActiveBlocks), the
+// device's PCI bus id (driver.Module.DeviceID) and peer access between
+// the devices of this process (driver.PeerAccess). Every call here is
 // optional in both runtimes: without the occupancy call MaxActiveBlocks
 // and without the peer calls CanAccessPeer and EnablePeerAccess fail with
 // errors.ErrUnsupported; without the bus id call DeviceID is "".
 
-var _ alloc.PeerAccess = (*Driver)(nil)
+var _ driver.PeerAccess = (*Driver)(nil)
 
 // pciBusIDLen bounds the bus id string: "dddd:bb:dd.f" is 12 characters
 // and a NUL (both runtimes' references show this form; NVIDIA's asks for
@@ -42,12 +43,12 @@ func (d *Driver) pciBusID() string {
 	return ""
 }
 
-// MaxActiveBlocks is alloc.KernelLauncher's: blocks of k at block threads
+// MaxActiveBlocks is driver.KernelLauncher's: blocks of k at block threads
 // (no dynamic shared memory) one multiprocessor holds at once, from the
 // runtime's occupancy call made on the dev thread with the module's state
 // current. A kernel not from this driver's LoadModule, or a block of 0 or
 // over the device's maximum, is alloc.ErrInvalidValue before any call.
-func (d *Driver) MaxActiveBlocks(k alloc.Kernel, block uint32) (int, error) {
+func (d *Driver) MaxActiveBlocks(k driver.Kernel, block uint32) (int, error) {
 	op := fmt.Sprintf("occupancy of kernel %#x at %d threads a block", uint64(k), block)
 	if d.closed.Load() {
 		return 0, d.v.ErrClosed(op)
@@ -74,15 +75,15 @@ func (d *Driver) MaxActiveBlocks(k alloc.Kernel, block uint32) (int, error) {
 		return 0, err
 	}
 	if n < 0 {
-		return 0, d.v.Errf(alloc.ErrDriver, "%s: %s reported %d blocks", op, api.Occupancy.Name, n)
+		return 0, d.v.Errf(driver.ErrDriver, "%s: %s reported %d blocks", op, api.Occupancy.Name, n)
 	}
 	return int(n), nil
 }
 
-// Device is alloc.PeerAccess's: the driver's device ordinal.
+// Device is driver.PeerAccess's: the driver's device ordinal.
 func (d *Driver) Device() int { return d.opts.Device }
 
-// CanAccessPeer is alloc.PeerAccess's: whether this device's kernels can
+// CanAccessPeer is driver.PeerAccess's: whether this device's kernels can
 // reach peer's memory once peer access is enabled (a query, on the dev
 // thread). The same device is true without a call.
 func (d *Driver) CanAccessPeer(peer int) (bool, error) {
@@ -98,7 +99,7 @@ func (d *Driver) CanAccessPeer(peer int) (bool, error) {
 	return err == nil && can != 0, err
 }
 
-// EnablePeerAccess is alloc.PeerAccess's: makes peer's memory reachable
+// EnablePeerAccess is driver.PeerAccess's: makes peer's memory reachable
 // from this device (device-wide: under the domain's guard, on the dev
 // thread, where this device is current). Already enabled is success; the
 // same device is a no-op.
@@ -107,7 +108,7 @@ func (d *Driver) EnablePeerAccess(peer int) error {
 	if err := d.peerCheck(op, d.rt.DeviceEnablePeerAccess, peer); err != nil || peer == d.opts.Device {
 		return err
 	}
-	return alloc.DeviceWide(d.v.Name, d.v.Name+": "+op, func() error {
+	return driver.DeviceWide(d.v.Name, d.v.Name+": "+op, func() error {
 		return d.dev.Do(op, func() error {
 			code := Call(d.rt.DeviceEnablePeerAccess.Addr, uintptr(peer), 0) // flags: reserved, 0
 			if code == d.v.PeerAccessAlreadyEnabled {

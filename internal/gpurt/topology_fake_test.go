@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/kernels"
 )
 
@@ -74,7 +75,7 @@ func TestFakePeerAccess(t *testing.T) {
 		t.Setenv(v.envPrefix+"DEVICES", "3")
 		t.Setenv(v.envPrefix+"NO_P2P", "0-2")
 		d, log := openFake(t, v, opts{})
-		pa := d.(alloc.PeerAccess)
+		pa := d.(driver.PeerAccess)
 		require.Equal(t, 0, pa.Device())
 		for peer, want := range map[int]bool{0: true, 1: true, 2: false} {
 			can, err := pa.CanAccessPeer(peer)
@@ -105,7 +106,7 @@ func TestFakePeerAccess(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { a.Close() })
 		require.NoError(t, a.BeginCapture(alloc.Global))
-		require.ErrorIs(t, pa.EnablePeerAccess(1), alloc.ErrCaptureIllegalOp)
+		require.ErrorIs(t, pa.EnablePeerAccess(1), driver.ErrCaptureIllegalOp)
 		g, err := a.EndCapture()
 		require.NoError(t, err)
 		require.NoError(t, g.Close())
@@ -138,7 +139,7 @@ func TestFakeCopyNeedsPeerAccess(t *testing.T) {
 		code, ok := v.code(err)
 		require.True(t, ok, "%v", err)
 		require.Equal(t, 700, code)
-		require.NoError(t, d0.(alloc.PeerAccess).EnablePeerAccess(1))
+		require.NoError(t, d0.(driver.PeerAccess).EnablePeerAccess(1))
 		require.NoError(t, d0.CopyDtoDAsync(p0, p1, 256, s))
 		require.NoError(t, d0.StreamSynchronize(s))
 		require.Equal(t, bytes.Repeat([]byte{9}, 256), read(t, d0, p0, 256))

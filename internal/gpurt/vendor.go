@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 )
 
@@ -52,7 +53,7 @@ type Vendor struct {
 	DevAttrIntegrated          uintptr
 	DevAttrMaxThreadsPerBlock  uintptr
 	DevAttrMultiprocessorCount uintptr
-	// The safety profile's attributes (alloc.DeviceInfo).
+	// The safety profile's attributes (driver.DeviceInfo).
 	DevAttrComputeCapabilityMajor uintptr
 	DevAttrComputeCapabilityMinor uintptr
 	DevAttrPageableMemoryAccess   uintptr
@@ -99,7 +100,7 @@ type Options struct {
 	Blocking         bool
 	HostMemory       backends.HostMemory
 	IPC              bool
-	CaptureSafety    alloc.CaptureSafety
+	CaptureSafety    driver.CaptureSafety
 }
 
 // Validate refuses options no driver can honour, before anything loads.

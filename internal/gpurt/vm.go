@@ -9,9 +9,10 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
-// Virtual memory (alloc.VirtualMemory)
+// Virtual memory (driver.VirtualMemory)
 //
 // Both runtimes have the same eight calls, of one shape (cuda.h's cuMem*,
 // from the driver API; hip_runtime_api.h's hipMem*, from the runtime):
@@ -34,7 +35,7 @@ import (
 // unmap, as PyTorch's expandable segments do. Every call runs on the dev
 // thread. Like Malloc they are device-wide and unsafe, and like Malloc they
 // are not guarded here: alloc makes them under its own guard (taking
-// alloc.DeviceWide here would take the guard's shared side twice). The
+// driver.DeviceWide here would take the guard's shared side twice). The
 // bookkeeping (reservations and their mappings) is the dev thread's too,
 // and every bad range is refused from it before any call.
 
@@ -124,7 +125,7 @@ func (d *Driver) vmBind() {
 	vm.bound = true
 	vm.gran.Store(0)
 	if d.vmHook == nil {
-		vm.bindErr = d.v.Errf(alloc.ErrBackendUnavailable, "virtual memory: this driver has none")
+		vm.bindErr = d.v.Errf(driver.ErrBackendUnavailable, "virtual memory: this driver has none")
 		return
 	}
 	api, err := d.vmHook(&Setup{RT: d.rt, Opts: d.opts, d: d})
@@ -134,7 +135,7 @@ func (d *Driver) vmBind() {
 	}
 	var g int64
 	if missing := api.missing(); len(missing) > 0 {
-		err = d.v.Errf(alloc.ErrBackendUnavailable, "virtual memory: %s lacks %v", api.Lib, missing)
+		err = d.v.Errf(driver.ErrBackendUnavailable, "virtual memory: %s lacks %v", api.Lib, missing)
 	} else {
 		g, err = d.vmGranularity(api)
 	}
@@ -168,10 +169,10 @@ func (d *Driver) vmGranularity(api *VMAPI) (int64, error) {
 	var g uint64
 	code := Call(api.Granularity.Addr, uintptr(unsafe.Pointer(&g)), uintptr(unsafe.Pointer(&api.Prop[0])), api.GranularityOption)
 	if err := api.Check(fmt.Sprintf("virtual memory: granularity of device %d", d.opts.Device), api.Granularity.Name, code); err != nil {
-		return 0, fmt.Errorf("%w (%w)", d.v.Errf(alloc.ErrBackendUnavailable, "virtual memory unsupported"), err)
+		return 0, fmt.Errorf("%w (%w)", d.v.Errf(driver.ErrBackendUnavailable, "virtual memory unsupported"), err)
 	}
 	if g == 0 || g&(g-1) != 0 || g > 1<<40 {
-		return 0, d.v.Errf(alloc.ErrBackendUnavailable, "virtual memory: %s reported a granularity of %d B", api.Granularity.Name, g)
+		return 0, d.v.Errf(driver.ErrBackendUnavailable, "virtual memory: %s reported a granularity of %d B", api.Granularity.Name, g)
 	}
 	return int64(g), nil
 }
@@ -184,10 +185,10 @@ func (a *VMAPI) current(op string) error {
 	return a.Check(op, a.SetCurrent.Name, Call(a.SetCurrent.Addr, a.Current))
 }
 
-// MapGranularity is alloc.VirtualMemory's: the recommended granularity
+// MapGranularity is driver.VirtualMemory's: the recommended granularity
 // for the driver's device, or 0 when it offers no virtual memory (the
 // library lacks the calls, or the device refuses the query; every other
-// method then says why, wrapping alloc.ErrBackendUnavailable). The first
+// method then says why, wrapping driver.ErrBackendUnavailable). The first
 // call binds the calls on the dev thread.
 func (d *Driver) MapGranularity() int64 {
 	if g := d.vm.gran.Load(); g >= 0 {
@@ -224,9 +225,9 @@ func (d *Driver) vmDo(op string, fn func(api *VMAPI, gran uintptr) error) error 
 	})
 }
 
-// ReserveAddress is alloc.VirtualMemory's: size bytes of device address
+// ReserveAddress is driver.VirtualMemory's: size bytes of device address
 // space, a multiple of MapGranularity.
-func (d *Driver) ReserveAddress(size int64) (alloc.DevicePtr, error) {
+func (d *Driver) ReserveAddress(size int64) (driver.DevicePtr, error) {
 	op := fmt.Sprintf("reserve %d B of address space", size)
 	var base uintptr
 	err := d.vmDo(op, func(api *VMAPI, gran uintptr) error {
@@ -240,12 +241,12 @@ func (d *Driver) ReserveAddress(size int64) (alloc.DevicePtr, error) {
 		d.vm.res[base] = &vmReservation{base: base, size: uintptr(size)}
 		return nil
 	})
-	return alloc.DevicePtr(base), err
+	return driver.DevicePtr(base), err
 }
 
-// ReleaseAddress is alloc.VirtualMemory's: a whole reservation, nothing
+// ReleaseAddress is driver.VirtualMemory's: a whole reservation, nothing
 // mapped in it.
-func (d *Driver) ReleaseAddress(base alloc.DevicePtr, size int64) error {
+func (d *Driver) ReleaseAddress(base driver.DevicePtr, size int64) error {
 	op := fmt.Sprintf("release address %#x+%d", uint64(base), size)
 	return d.vmDo(op, func(api *VMAPI, _ uintptr) error {
 		r := d.vm.res[uintptr(base)]
@@ -267,7 +268,7 @@ func (d *Driver) ReleaseAddress(base alloc.DevicePtr, size int64) error {
 
 // vmRange finds the reservation [p, p+size) lies in, checking that offset
 // and size are granularity multiples. Dev thread.
-func (d *Driver) vmRange(op string, p alloc.DevicePtr, size int64, gran uintptr) (*vmReservation, uintptr, error) {
+func (d *Driver) vmRange(op string, p driver.DevicePtr, size int64, gran uintptr) (*vmReservation, uintptr, error) {
 	if size <= 0 || uintptr(size)%gran != 0 {
 		return nil, 0, d.v.Errf(alloc.ErrInvalidValue, "%s: size not a positive multiple of the granularity %d", op, gran)
 	}
@@ -286,10 +287,10 @@ func (d *Driver) vmRange(op string, p alloc.DevicePtr, size int64, gran uintptr)
 	return nil, 0, d.v.Errf(alloc.ErrInvalidValue, "%s: not inside a reservation", op)
 }
 
-// MapMemory is alloc.VirtualMemory's: new memory of the driver's device,
+// MapMemory is driver.VirtualMemory's: new memory of the driver's device,
 // mapped read-write over [p, p+size) of a reservation, where nothing is
 // mapped. A failure part way undoes what was done.
-func (d *Driver) MapMemory(p alloc.DevicePtr, size int64) error {
+func (d *Driver) MapMemory(p driver.DevicePtr, size int64) error {
 	op := fmt.Sprintf("map %d B at %#x", size, uint64(p))
 	return d.vmDo(op, func(api *VMAPI, gran uintptr) error {
 		r, off, err := d.vmRange(op, p, size, gran)
@@ -321,10 +322,10 @@ func (d *Driver) MapMemory(p alloc.DevicePtr, size int64) error {
 	})
 }
 
-// UnmapMemory is alloc.VirtualMemory's: one MapMemory range, whose memory
+// UnmapMemory is driver.VirtualMemory's: one MapMemory range, whose memory
 // is released. It does not wait for work still using the range: the
 // caller unmaps only memory no queued work uses.
-func (d *Driver) UnmapMemory(p alloc.DevicePtr, size int64) error {
+func (d *Driver) UnmapMemory(p driver.DevicePtr, size int64) error {
 	op := fmt.Sprintf("unmap %d B at %#x", size, uint64(p))
 	return d.vmDo(op, func(api *VMAPI, gran uintptr) error {
 		r, off, err := d.vmRange(op, p, size, gran)

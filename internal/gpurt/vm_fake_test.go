@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // Virtual memory over the fakes (internal/fakegpu/core.c enforces CUDA's
@@ -32,10 +33,10 @@ func (v *vendorCase) vmLines(lines []string) []string {
 	return out
 }
 
-func vmOf(t *testing.T, d gpuDriver) alloc.VirtualMemory {
+func vmOf(t *testing.T, d gpuDriver) driver.VirtualMemory {
 	t.Helper()
-	vm, ok := d.(alloc.VirtualMemory)
-	require.True(t, ok, "the driver implements alloc.VirtualMemory")
+	vm, ok := d.(driver.VirtualMemory)
+	require.True(t, ok, "the driver implements driver.VirtualMemory")
 	require.EqualValues(t, fakeGran, vm.MapGranularity())
 	return vm
 }
@@ -87,7 +88,7 @@ func TestFakeVirtualMemoryAcrossChunks(t *testing.T) {
 		require.Len(t, find(lines, v.vmCall("Release")), 1)
 		// The fake reports what a GPU would fault on: an illegal address.
 		err = d.MemsetAsync(at, 1, n, s)
-		require.ErrorIs(t, err, alloc.ErrDriver)
+		require.ErrorIs(t, err, driver.ErrDriver)
 		require.Contains(t, err.Error(), "700")
 		require.NoError(t, vm.UnmapMemory(base, fakeGran))
 		require.NoError(t, vm.ReleaseAddress(base, 4*fakeGran))
@@ -109,7 +110,7 @@ func TestFakeVirtualMemoryBadInput(t *testing.T) {
 		fill(t, d, two, bytes.Repeat([]byte{4}, 2*fakeGran))
 		m, err := d.Malloc(fakeGran)
 		require.NoError(t, err)
-		at := func(chunks int) alloc.DevicePtr { return base + alloc.DevicePtr(chunks*fakeGran) }
+		at := func(chunks int) driver.DevicePtr { return base + driver.DevicePtr(chunks*fakeGran) }
 		log.Lines()
 
 		for name, err := range map[string]error{
@@ -213,11 +214,11 @@ func TestFakeVirtualMemoryUnsupported(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		t.Setenv(v.envPrefix+"NO_VM", "1")
 		d, log := openFake(t, v, opts{})
-		vm, ok := d.(alloc.VirtualMemory)
+		vm, ok := d.(driver.VirtualMemory)
 		require.True(t, ok)
 		require.Zero(t, vm.MapGranularity())
 		_, err := vm.ReserveAddress(fakeGran)
-		require.ErrorIs(t, err, alloc.ErrBackendUnavailable)
+		require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 		require.Contains(t, err.Error(), v.vmCall("GetAllocationGranularity"))
 		require.Len(t, v.vmLines(log.Lines()), 1, "asked once, not again")
 		s, err := d.CreateStream()

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/rtc"
 )
 
@@ -48,7 +48,7 @@ func TestCommittedPTXHasEveryKernel(t *testing.T) {
 // file byte for byte: the PTX in the repository is the source's.
 func TestNVRTCReproducesPTX(t *testing.T) {
 	n, err := rtc.OpenNVRTC()
-	if errors.Is(err, alloc.ErrBackendUnavailable) {
+	if errors.Is(err, driver.ErrBackendUnavailable) {
 		t.Skipf("no NVRTC installed (Debian: libnvrtc11.2, contrib/non-free): %v", err)
 	}
 	if err != nil {
@@ -89,7 +89,7 @@ func TestNVRTCReproducesPTX(t *testing.T) {
 // and its kernel descriptor, name.kd, which hipModuleGetFunction finds).
 func TestHIPRTCCompilesKernels(t *testing.T) {
 	r, err := rtc.OpenHIPRTC()
-	if errors.Is(err, alloc.ErrBackendUnavailable) {
+	if errors.Is(err, driver.ErrBackendUnavailable) {
 		t.Skipf("no hiprtc installed (Debian: libamdhip64-5 with libamd-comgr2): %v", err)
 	}
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 	_ "embed"
 	"strings"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 //go:embed collectives.cu
@@ -46,6 +46,6 @@ func Source() string {
 
 // Image is the module for a driver's LoadModule: the PTX for cuda, the
 // source for hip.
-func Image() alloc.ModuleImage {
-	return alloc.ModuleImage{Name: "capalloc collectives", PTX: ptx(), Source: Source(), Kernels: Names}
+func Image() driver.ModuleImage {
+	return driver.ModuleImage{Name: "capalloc collectives", PTX: ptx(), Source: Source(), Kernels: Names}
 }

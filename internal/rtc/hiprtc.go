@@ -6,6 +6,7 @@ import (
 	"regexp"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // HIPRTC is an opened hiprtc: libhiprtc.so.N (ROCm >= 6) or, in ROCm 5.x,
@@ -37,7 +38,7 @@ type HIPRTC struct {
 var HIPRTCSearch = []string{"libhiprtc.so.7", "libhiprtc.so.6", "libhiprtc.so", "libamdhip64.so.5", "libamdhip64.so"}
 
 // OpenHIPRTC opens the first hiprtc found; none is
-// alloc.ErrBackendUnavailable saying what was searched.
+// driver.ErrBackendUnavailable saying what was searched.
 func OpenHIPRTC() (*HIPRTC, error) {
 	search := HIPRTCSearch
 	if p := os.Getenv("CAPALLOC_HIPRTC_LIB"); p != "" {
@@ -49,11 +50,11 @@ func OpenHIPRTC() (*HIPRTC, error) {
 // HIPRTCIn binds hiprtc in a library already opened (h is its dlopen
 // handle, path its name): the hip driver passes its libamdhip64, which in
 // ROCm 5.x is where hiprtc lives. A library without every entry point is
-// alloc.ErrBackendUnavailable naming the missing ones.
+// driver.ErrBackendUnavailable naming the missing ones.
 func HIPRTCIn(path string, h uintptr) (*HIPRTC, error) {
 	r, err := bindHIPRTC(path, h)
 	if err != nil {
-		return nil, fmt.Errorf("%w: rtc: %s has no hiprtc: %v", alloc.ErrBackendUnavailable, path, err)
+		return nil, fmt.Errorf("%w: rtc: %s has no hiprtc: %v", driver.ErrBackendUnavailable, path, err)
 	}
 	return r, nil
 }

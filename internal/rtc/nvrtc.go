@@ -5,7 +5,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // NVRTC is an opened libnvrtc.
@@ -34,7 +34,7 @@ type NVRTC struct {
 // NVRTCSearch is where OpenNVRTC looks, in order, after $CAPALLOC_NVRTC_LIB.
 var NVRTCSearch = []string{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so"}
 
-// OpenNVRTC opens the first NVRTC found; none is alloc.ErrBackendUnavailable
+// OpenNVRTC opens the first NVRTC found; none is driver.ErrBackendUnavailable
 // saying what was searched.
 func OpenNVRTC() (*NVRTC, error) {
 	search := NVRTCSearch
@@ -72,10 +72,10 @@ func (n *NVRTC) CompilePTX(src, name string, opts []string) ([]byte, error) {
 // CompileCUBIN compiles src for a real architecture (opts name one, such
 // as --gpu-architecture=sm_90) and returns the CUBIN and the compiler's
 // log (with --ptxas-options=-v, ptxas's registers and spills per
-// kernel). An NVRTC without CUBIN output is alloc.ErrBackendUnavailable.
+// kernel). An NVRTC without CUBIN output is driver.ErrBackendUnavailable.
 func (n *NVRTC) CompileCUBIN(src, name string, opts []string) ([]byte, string, error) {
 	if n.cubin == nil {
-		return nil, "", fmt.Errorf("%w: rtc: %s has no nvrtcGetCUBIN (NVRTC 11.1+)", alloc.ErrBackendUnavailable, n.Path)
+		return nil, "", fmt.Errorf("%w: rtc: %s has no nvrtcGetCUBIN (NVRTC 11.1+)", driver.ErrBackendUnavailable, n.Path)
 	}
 	return n.cubin.runLog(src, name, opts)
 }

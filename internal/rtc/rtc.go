@@ -12,7 +12,7 @@ import (
 
 	"github.com/ebitengine/purego"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // ErrCompile: the compiler rejected the source; the error carries its log.
@@ -63,7 +63,7 @@ func bind(h uintptr, syms []sym) error {
 
 // open returns the compiler of the first name in search that dlopen
 // accepts and fresh binds (fresh fails when an entry point is missing).
-// None is alloc.ErrBackendUnavailable naming each name with its reason.
+// None is driver.ErrBackendUnavailable naming each name with its reason.
 func open[C any](what string, search []string, fresh func(path string, h uintptr) (*C, error)) (*C, error) {
 	var tried []string
 	for _, name := range search {
@@ -79,7 +79,7 @@ func open[C any](what string, search []string, fresh func(path string, h uintptr
 		}
 		return c, nil
 	}
-	return nil, fmt.Errorf("%w: rtc: no usable %s library; searched %s", alloc.ErrBackendUnavailable, what, strings.Join(tried, ", "))
+	return nil, fmt.Errorf("%w: rtc: no usable %s library; searched %s", driver.ErrBackendUnavailable, what, strings.Join(tried, ", "))
 }
 
 // versionOf calls <prefix>Version(int *major, int *minor).

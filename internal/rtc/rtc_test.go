@@ -8,6 +8,7 @@ import (
 	"github.com/ebitengine/purego"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // badSource has a syntax error on line 1 ("1 +;").
@@ -16,7 +17,7 @@ const badSource = "extern \"C\" __global__ void k(int *p) { *p = 1 +; }\n"
 func openNVRTC(t *testing.T) *NVRTC {
 	t.Helper()
 	n, err := OpenNVRTC()
-	if errors.Is(err, alloc.ErrBackendUnavailable) {
+	if errors.Is(err, driver.ErrBackendUnavailable) {
 		t.Skipf("no NVRTC installed (Debian: libnvrtc11.2, contrib/non-free): %v", err)
 	}
 	if err != nil {
@@ -28,7 +29,7 @@ func openNVRTC(t *testing.T) *NVRTC {
 func openHIPRTC(t *testing.T) *HIPRTC {
 	t.Helper()
 	r, err := OpenHIPRTC()
-	if errors.Is(err, alloc.ErrBackendUnavailable) {
+	if errors.Is(err, driver.ErrBackendUnavailable) {
 		t.Skipf("no hiprtc installed (Debian: libamdhip64-5 with libamd-comgr2): %v", err)
 	}
 	if err != nil {
@@ -107,7 +108,7 @@ func TestOpenMissingLibrary(t *testing.T) {
 	_, nerr := OpenNVRTC()
 	_, herr := OpenHIPRTC()
 	for what, err := range map[string]error{"NVRTC": nerr, "hiprtc": herr} {
-		if !errors.Is(err, alloc.ErrBackendUnavailable) || !strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), "no usable "+what) {
+		if !errors.Is(err, driver.ErrBackendUnavailable) || !strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), "no usable "+what) {
 			t.Errorf("%s from %s: got %v, want ErrBackendUnavailable naming it", what, missing, err)
 		}
 	}
@@ -119,7 +120,7 @@ func TestHIPRTCInLibraryWithoutIt(t *testing.T) {
 		t.Skipf("no libc.so.6 to stand for a library without hiprtc: %v", err)
 	}
 	_, err = HIPRTCIn("libc.so.6", h)
-	if !errors.Is(err, alloc.ErrBackendUnavailable) || !strings.Contains(err.Error(), "libc.so.6 has no hiprtc: lacks hiprtcCreateProgram") {
+	if !errors.Is(err, driver.ErrBackendUnavailable) || !strings.Contains(err.Error(), "libc.so.6 has no hiprtc: lacks hiprtcCreateProgram") {
 		t.Fatalf("got %v, want ErrBackendUnavailable naming the library and what it lacks", err)
 	}
 }

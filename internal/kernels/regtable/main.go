@@ -3,7 +3,7 @@
 // for real architectures, with kernels.NVRTCOptions but the architecture
 // and ptxas's -v report, and from each kernel's registers the 512-thread
 // blocks one multiprocessor holds. The GPU asks the driver instead at
-// module load (alloc.KernelLauncher.MaxActiveBlocks: the driver's JIT may
+// module load (driver.KernelLauncher.MaxActiveBlocks: the driver's JIT may
 // allocate other counts); this table is what the source costs.
 //
 //	go run ./internal/kernels/regtable               # print the table

@@ -9,7 +9,7 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/rtc"
 )
 
@@ -34,7 +34,7 @@ func TestBlocksPerSM(t *testing.T) {
 // go run ./internal/kernels/regtable -w docs/device-collectives.md.
 func TestTableMatchesDocs(t *testing.T) {
 	n, err := rtc.OpenNVRTC()
-	if errors.Is(err, alloc.ErrBackendUnavailable) {
+	if errors.Is(err, driver.ErrBackendUnavailable) {
 		t.Skipf("no NVRTC installed (Debian: libnvrtc11.2, contrib/non-free): %v", err)
 	}
 	if err != nil {

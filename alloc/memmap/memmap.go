@@ -1,0 +1,134 @@
+// Package memmap holds the data of an allocator's memory map: what
+// alloc.Allocator.Snapshot returns, JSON-encodable, with no behaviour of
+// its own (the views in alloc/allocview and alloc/allocprom draw it).
+package memmap
+
+import (
+	"time"
+
+	"github.com/capalloc/capalloc/alloc/driver"
+)
+
+// BlockState is what a block of device memory is doing, in a Snapshot.
+type BlockState string
+
+const (
+	// BlockLive: a buffer the engine holds.
+	BlockLive BlockState = "live"
+	// BlockWorkspace: a workspace (alloc.Allocator.Workspace).
+	BlockWorkspace BlockState = "workspace"
+	// BlockGraphOwned: allocated in a capture; the graph's until Graph.Close.
+	BlockGraphOwned BlockState = "graph-owned"
+	// BlockHeldForGraph: freed by the engine, but kept because a live
+	// graph's recorded work (or the capture recording now) uses it.
+	BlockHeldForGraph BlockState = "held-for-graph"
+	// BlockFree: free space in a segment that also holds memory in use:
+	// reused by requests that fit, never given back on its own.
+	BlockFree BlockState = "free"
+	// BlockCached: a segment wholly free: reused, or given back to the
+	// driver by Trim or under memory pressure.
+	BlockCached BlockState = "cached"
+)
+
+// BlockStates returns the states in the order views draw them; the slice
+// is the caller's.
+func BlockStates() []BlockState {
+	return []BlockState{BlockLive, BlockWorkspace, BlockGraphOwned, BlockHeldForGraph, BlockFree, BlockCached}
+}
+
+// Snapshot is an allocator's device memory at one moment, JSON-encodable:
+// every driver allocation (segment) with its blocks, every live graph with
+// what it owns and holds, and the counters.
+type Snapshot struct {
+	Allocator    string    `json:"allocator"`
+	Backend      string    `json:"backend"`
+	Device       string    `json:"device"`
+	DeviceMemory int64     `json:"device_memory"`
+	Time         time.Time `json:"time"`
+	Capturing    bool      `json:"capturing"` // a capture of this allocator is recording
+	// CaptureSafety is the device's safety profile (docs/capture-safety.md):
+	// "strict (gb10, sm 12.1, integrated, pageable memory access)".
+	CaptureSafety string `json:"capture_safety"`
+	ProfileRate   int    `json:"profile_rate"` // alloc.SetProfileRate's rate
+	Stats         Stats  `json:"stats"`        // alloc.Allocator.Stats at the moment of the blocks
+	// Bytes sums the segments' blocks by state.
+	Bytes    map[BlockState]int64 `json:"bytes"`
+	Segments []Segment            `json:"segments"`
+	Graphs   []GraphInfo          `json:"graphs"`
+}
+
+// Segment is one driver allocation: a pool segment the pool carves blocks
+// from (kind "small" or "large", the pool's two arenas), an AllocSync
+// buffer ("sync"), or an allocation made in a capture ("graph").
+type Segment struct {
+	Ptr  driver.DevicePtr `json:"ptr"`
+	Size int64            `json:"size"`
+	Kind string           `json:"kind"`
+	// Graph, for kind "graph": the id of the graph that owns it (0: the
+	// capture recording now).
+	Graph  int     `json:"graph"`
+	Blocks []Block `json:"blocks"`
+	// Expandable: an arena's expandable range (alloc.Options.ExpandableSegments).
+	// Size is then the bytes mapped; the blocks lie at their offsets from
+	// the range's start (Ptr) across Span bytes, and the gaps between them
+	// are unmapped.
+	Expandable bool  `json:"expandable,omitempty"`
+	Span       int64 `json:"span,omitempty"`
+}
+
+// Block is a run of a segment's bytes in one state.
+type Block struct {
+	Offset    int64      `json:"offset"`
+	Size      int64      `json:"size"` // bytes of the segment it covers
+	State     BlockState `json:"state"`
+	Requested int64      `json:"requested,omitempty"` // a buffer's size as asked for
+	Workspace string     `json:"workspace,omitempty"`
+	// Graphs lists the live graphs whose recorded work uses the block
+	// (0: the capture recording now): it is held while they live.
+	Graphs []int `json:"graphs,omitempty"`
+}
+
+// GraphInfo is a live graph, or the capture recording now (ID 0), with
+// the memory it owns and the memory it keeps from being reused.
+type GraphInfo struct {
+	ID        int  `json:"id"`
+	Capturing bool `json:"capturing,omitempty"`
+	Eager     bool `json:"eager,omitempty"` // an eager fallback: owns nothing
+	Launched  bool `json:"launched,omitempty"`
+	// Owned: allocated in its capture, its own until Graph.Close.
+	OwnedBytes  int64 `json:"owned_bytes"`
+	OwnedBlocks int   `json:"owned_blocks"`
+	// Held: buffers the engine freed that its recorded work uses, kept
+	// until it is closed.
+	HeldBytes  int64 `json:"held_bytes"`
+	HeldBlocks int   `json:"held_blocks"`
+	// Used: live buffers its recorded work uses (held if freed).
+	UsedBytes  int64 `json:"used_bytes"`
+	UsedBlocks int   `json:"used_blocks"`
+}
+
+// Stats is alloc.Stats as a Snapshot carries it: the same fields, names,
+// types and JSON keys (alloc converts one into the other, so a field
+// added to one and not the other does not compile; a test compares the
+// keys).
+type Stats struct {
+	BytesInUse    int64  `json:"bytes_in_use"`   // bytes of live buffers, as requested
+	BytesReserved int64  `json:"bytes_reserved"` // bytes held from the driver: live, cached and graph-owned
+	BytesCached   int64  `json:"bytes_cached"`   // bytes in the pool's free lists
+	PeakInUse     int64  `json:"peak_in_use"`
+	PeakReserved  int64  `json:"peak_reserved"`
+	LiveBuffers   int    `json:"live_buffers"`
+	Allocs        uint64 `json:"allocs"` // successful Alloc, AllocSync and workspace allocations
+	Frees         uint64 `json:"frees"`
+	PoolHits      uint64 `json:"pool_hits"`
+	PoolMisses    uint64 `json:"pool_misses"`
+	DriverAllocs  uint64 `json:"driver_allocs"`
+	DriverFrees   uint64 `json:"driver_frees"`
+	CaptureAllocs uint64 `json:"capture_allocs"` // allocations made inside captures, all captures
+	Captures      uint64 `json:"captures"`       // captures ended with a graph
+	FailedCapture uint64 `json:"failed_capture"` // captures that ended without a graph
+	LiveGraphs    int    `json:"live_graphs"`
+	HostBuffers   int    `json:"host_buffers"`
+	HostBytes     int64  `json:"host_bytes"`
+	Timeouts      uint64 `json:"timeouts"` // watchdog expiries
+}
