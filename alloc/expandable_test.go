@@ -16,6 +16,7 @@ import (
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/alloc/memmap"
 	"github.com/capalloc/capalloc/cpu"
+	"github.com/capalloc/capalloc/internal/allocipc"
 )
 
 const mib = 1 << 20
@@ -814,4 +815,37 @@ func TestExpandableOnCPUDriver(t *testing.T) {
 	if u, err := d.Usage(); err != nil || u.Device != 0 {
 		t.Fatalf("after Close the driver holds %+v (%v)", u, err)
 	}
+}
+
+// An IPC export (the symmetric heap's, through internal/allocipc) of
+// memory in an expandable range is refused before the driver is asked:
+// another process cannot open part of a reservation.
+func TestExpandableRefusesExport(t *testing.T) {
+	d := newVMDriver(t, 0)
+	a := newExpandable(t, d)
+	b, _ := a.Alloc(3 * mib)
+	s, _ := a.Alloc(4 << 10)
+	view, err := a.Slice(b, 1<<20, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, buf := range []alloc.Buffer{b, s, view} {
+		if _, err := allocipc.Export(a, buf); !errors.Is(err, driver.ErrNotExportable) {
+			t.Fatalf("export of %#x = %v, want ErrNotExportable", buf.Ptr(), err)
+		}
+	}
+	if d.ipc != 0 {
+		t.Fatalf("%d IPC calls made for refused exports", d.ipc)
+	}
+	sync, err := a.AllocSync(4 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := allocipc.Export(a, sync); err != nil || d.ipc != 1 {
+		t.Fatalf("export of an AllocSync buffer = %v (%d calls)", err, d.ipc)
+	}
+	for _, buf := range []alloc.Buffer{b, s, sync} {
+		a.Free(buf)
+	}
+	closeClean(t, a, d)
 }

@@ -23,8 +23,8 @@ var profileRate atomic.Int64
 // allocator of the process and returns the previous one: 0 (the default)
 // records nothing, 1 records every allocation, n > 1 records on average
 // one allocation per n bytes (512 << 10, runtime.MemProfileRate's
-// default, is a good start), each
-// sample weighted to estimate the whole, as runtime.MemProfileRate does.
+// default, is a good start), each sample weighted to estimate the whole,
+// as runtime.MemProfileRate does.
 // Turning it off keeps what was recorded: buffers sampled before stay in
 // the in-use figures until they are freed. A negative rate is refused with
 // ErrInvalidValue and changes nothing.

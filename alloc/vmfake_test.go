@@ -30,6 +30,7 @@ type vmDriver struct {
 	reserved map[driver.DevicePtr]int64 // live reservations
 	next     driver.DevicePtr
 	calls    map[string]int // by method
+	ipc      int            // IPC calls
 }
 
 func newVMDriver(t testing.TB, limit int64) *vmDriver {
@@ -142,3 +143,18 @@ func (d *vmDriver) state() (mapped int64, reservations int) {
 	defer d.mu.Unlock()
 	return d.mapped, len(d.reserved)
 }
+
+// IPCMemory, so the allocator's export refusal is tested against a driver
+// that could export.
+func (d *vmDriver) IPCGetMemHandle(p driver.DevicePtr) ([]byte, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ipc++
+	return []byte{1}, nil
+}
+
+func (d *vmDriver) IPCOpenMemHandle([]byte) (driver.DevicePtr, error) {
+	return 0, fmt.Errorf("%w: not in this fake", alloc.ErrInvalidValue)
+}
+
+func (d *vmDriver) IPCCloseMemHandle(driver.DevicePtr) error { return nil }

@@ -12,9 +12,11 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/internal/allocipc"
 )
 
-// inFlight: a blocking call that uses a buffer (a pageable copy) makes its driver call without holding the allocator's lock.
+// inFlight: a blocking call that uses a buffer (a pageable copy, an IPC
+// export) makes its driver call without holding the allocator's lock.
 // Whatever releases the buffer meanwhile (its graph's Close, Free, the
 // allocator's Close) must not free its memory, or hand it out again, under
 // the call: the call completes, or fails with ErrInvalidBuffer before it
@@ -27,36 +29,42 @@ func (s *suite) inFlight(t *testing.T) {
 	uses := []struct {
 		name   string
 		method alloctest.Method // held in the spy while the buffer is released
+		ipc    bool             // needs driver.IPCMemory; exports AllocSync memory only
 		do     func(a *alloc.Allocator, b alloc.Buffer) error
 	}{
-		{"upload", alloctest.MethodCopyHtoD, func(a *alloc.Allocator, b alloc.Buffer) error {
+		{"upload", alloctest.MethodCopyHtoD, false, func(a *alloc.Allocator, b alloc.Buffer) error {
 			return a.Upload(b, 0, pattern(int(b.Size()), 21))
 		}},
-		{"download", alloctest.MethodCopyDtoH, func(a *alloc.Allocator, b alloc.Buffer) error {
+		{"download", alloctest.MethodCopyDtoH, false, func(a *alloc.Allocator, b alloc.Buffer) error {
 			return a.Download(make([]byte, b.Size()), b, 0)
+		}},
+		{"ipc_export", alloctest.MethodIPCGetMemHandle, true, func(a *alloc.Allocator, b alloc.Buffer) error {
+			_, err := allocipc.Export(a, b)
+			return err
 		}},
 	}
 	releases := []struct {
 		name   string
+		ipc    bool // usable with an IPC export (the buffer is AllocSync memory)
 		closes bool // releases by closing the allocator
 		// make makes the buffer and returns it with its release.
 		make func(t *testing.T, e *env) (alloc.Buffer, func() error)
 	}{
-		{"graph_close", false, func(t *testing.T, e *env) (alloc.Buffer, func() error) {
+		{"graph_close", false, false, func(t *testing.T, e *env) (alloc.Buffer, func() error) {
 			g, b := graphWithBuffer(t, e.a)
 			launch(t, e.a, g) // a launch makes the graph's allocation real on every backend
 			return b, g.Close
 		}},
-		{"free", false, func(t *testing.T, e *env) (alloc.Buffer, func() error) {
+		{"free", false, false, func(t *testing.T, e *env) (alloc.Buffer, func() error) {
 			b := mustAlloc(t, e.a, n)
 			return b, func() error { return e.a.Free(b) }
 		}},
-		{"free_sync", false, func(t *testing.T, e *env) (alloc.Buffer, func() error) {
+		{"free_sync", true, false, func(t *testing.T, e *env) (alloc.Buffer, func() error) {
 			b, err := e.a.AllocSync(n)
 			require.NoError(t, err)
 			return b, func() error { return e.a.Free(b) }
 		}},
-		{"allocator_close", true, func(t *testing.T, e *env) (alloc.Buffer, func() error) {
+		{"allocator_close", true, true, func(t *testing.T, e *env) (alloc.Buffer, func() error) {
 			b, err := e.a.AllocSync(n)
 			require.NoError(t, err)
 			mustAlloc(t, e.a, n) // pool memory too
@@ -66,8 +74,15 @@ func (s *suite) inFlight(t *testing.T) {
 	t.Run("abandoned", s.inFlightAbandoned)
 	for _, use := range uses {
 		for _, rel := range releases {
+			if use.ipc && !rel.ipc {
+				continue
+			}
 			t.Run(use.name+"/"+rel.name, func(t *testing.T) {
 				e := s.env(t)
+				if _, ok := e.drv.(driver.IPCMemory); use.ipc && !ok {
+					t.Logf("%s has no IPC memory handles: nothing to export", e.drv.Name())
+					return
+				}
 				dev0, reports := liveBytes(e.drv)
 				host0, _ := hostBytes(e.drv)
 				b, release := rel.make(t, e)

@@ -247,11 +247,7 @@ func (h *DeviceHeap) allocate() ([]byte, error) {
 	if err := a.Memset(h.buf, 0, 0, SignalPadBytes); err != nil {
 		return nil, fmt.Errorf("symheap: signal pad of rank %d: %w", h.rank, err)
 	}
-	var handle []byte
-	err = ipc(a, "IPCGetMemHandle", func(m driver.IPCMemory) (err error) {
-		handle, err = m.IPCGetMemHandle(h.buf.Ptr())
-		return err
-	})
+	handle, err := exportHeap(a, h.buf)
 	if err != nil {
 		return nil, fmt.Errorf("symheap: exporting the heap of rank %d: %w", h.rank, err)
 	}
@@ -295,11 +291,7 @@ func (h *DeviceHeap) openPeers(exports [][]byte) error {
 			h.bases[p], h.locals[p] = driver.DevicePtr(binary.LittleEndian.Uint64(m[32:])), pm
 			continue
 		}
-		var ptr driver.DevicePtr
-		err := ipc(h.a, "IPCOpenMemHandle", func(d driver.IPCMemory) (err error) {
-			ptr, err = d.IPCOpenMemHandle(m[exportHeader:])
-			return err
-		})
+		ptr, err := openPeerHeap(h.a, m[exportHeader:])
 		if err != nil {
 			return fmt.Errorf("%w: rank %d opening rank %d's heap: %w", ErrPeerOpen, h.rank, p, err)
 		}
@@ -330,7 +322,7 @@ func (h *DeviceHeap) closePeers() error {
 	var errs []error
 	for p, ok := range h.opened {
 		if ok {
-			errs = append(errs, ipc(h.a, "IPCCloseMemHandle", func(d driver.IPCMemory) error { return d.IPCCloseMemHandle(h.bases[p]) }))
+			errs = append(errs, closePeerHeap(h.a, h.bases[p]))
 			h.opened[p] = false
 		}
 		if m := h.locals[p]; m != nil {

@@ -5,28 +5,45 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/internal/allocipc"
 )
 
-// ipc makes one of the driver's IPC memory calls (driver.IPCMemory: export
-// this rank's heap, map or unmap a peer's) as a device-wide unsafe call:
-// refused, with no driver call made, while a's stream captures (the
-// heap's own capture or one behind its back: ErrCaptureIllegalOp), once
-// a is closed (ErrClosed), and, through driver.DeviceWide, while a
-// Global-mode capture is active anywhere in the capture domain; no capture
-// begins while it runs. The heap is allocated with AllocSync, never in an
-// expandable segment, so it can be exported.
-func ipc(a *alloc.Allocator, op string, fn func(driver.IPCMemory) error) error {
-	d := a.Driver()
-	m, ok := d.(driver.IPCMemory)
-	if !ok {
-		return fmt.Errorf("%w: symheap: %s: backend %s has no IPC memory handles", alloc.ErrInvalidValue, op, d.Name())
+// The heap's IPC memory calls (driver.IPCMemory: export this rank's heap,
+// map or unmap a peer's) go through the allocator's guard
+// (internal/allocipc): refused, with no driver call made, inside captures
+// that forbid an unsafe call and once a is closed, bounded by its
+// watchdog, the exported buffer pinned against a racing Free or Close.
+// The heap is allocated with AllocSync, never in an expandable segment, so
+// it can be exported.
+
+// exportHeap returns the IPC memory handle of b, a's AllocSync buffer.
+func exportHeap(a *alloc.Allocator, b alloc.Buffer) ([]byte, error) {
+	if err := hasIPC(a); err != nil {
+		return nil, err
 	}
-	st, err := a.CaptureStatus()
-	if err != nil {
-		return err
+	return allocipc.Export(a, b)
+}
+
+// openPeerHeap maps a peer process's heap from its handle.
+func openPeerHeap(a *alloc.Allocator, handle []byte) (driver.DevicePtr, error) {
+	if err := hasIPC(a); err != nil {
+		return 0, err
 	}
-	if st != alloc.StateNone {
-		return fmt.Errorf("%w: symheap: %s during a capture (state %s)", driver.ErrCaptureIllegalOp, op, st)
+	return allocipc.Open(a, handle)
+}
+
+// closePeerHeap unmaps a heap openPeerHeap mapped.
+func closePeerHeap(a *alloc.Allocator, p driver.DevicePtr) error {
+	return allocipc.Close(a, p)
+}
+
+// hasIPC refuses a driver without IPC memory handles up front, with the
+// heap's words.
+func hasIPC(a *alloc.Allocator) error {
+	if d := a.Driver(); d != nil {
+		if _, ok := d.(driver.IPCMemory); !ok {
+			return fmt.Errorf("%w: symheap: backend %s has no IPC memory handles", alloc.ErrInvalidValue, d.Name())
+		}
 	}
-	return driver.DeviceWide(d.CaptureDomain(), "symheap: "+op, func() error { return fn(m) })
+	return nil
 }

@@ -51,6 +51,9 @@ var (
 	ErrOutOfRange    = errors.New("offset or length out of range")
 	ErrMisaligned    = errors.New("misaligned offset")
 	ErrInvalidValue  = errors.New("invalid value")
+	// ErrNotExportable: an IPC export of memory that cannot be shared
+	// with another process (a buffer of an expandable segment).
+	ErrNotExportable = errors.New("buffer cannot be exported")
 	// ErrClosed: use of a closed allocator, graph or host buffer.
 	ErrClosed = errors.New("use after close")
 	// ErrLeaked: Close found buffers, host buffers or graphs still alive; it

@@ -12,6 +12,8 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/cpu"
+	"github.com/capalloc/capalloc/internal/allocipc"
 )
 
 // A handle of a synchronous allocation, opened again, maps the same bytes
@@ -141,6 +143,55 @@ func TestFakeIPCThroughDeviceWideIsGuarded(t *testing.T) {
 		require.NoError(t, ipc(func() error { return d.IPCCloseMemHandle(q) }))
 		require.NoError(t, a.Free(b))
 	})
+}
+
+// Through the Allocator (internal/allocipc, as symheap makes them) the IPC
+// calls are guarded like AllocSync: refused during a Global capture with
+// no runtime call, allowed after it.
+func TestFakeIPCThroughAllocatorIsGuarded(t *testing.T) {
+	forEach(t, func(t *testing.T, v *vendorCase) {
+		d, log := openFake(t, v, opts{})
+		a, err := alloc.New(d, alloc.Options{})
+		require.NoError(t, err)
+		defer a.Close()
+		b, err := a.AllocSync(4096)
+		require.NoError(t, err)
+		h, err := allocipc.Export(a, b)
+		require.NoError(t, err)
+
+		require.NoError(t, a.BeginCapture(alloc.Global))
+		log.Lines()
+		_, err = allocipc.Export(a, b)
+		require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
+		_, err = allocipc.Open(a, h)
+		require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
+		require.ErrorIs(t, allocipc.Close(a, 1), driver.ErrCaptureIllegalOp)
+		require.Empty(t, find(log.Lines(), v.prefix+"Ipc"), "no runtime call during the capture")
+		g, err := a.EndCapture()
+		require.NoError(t, err, "the capture survived")
+		require.NoError(t, g.Close())
+
+		q, err := allocipc.Open(a, h)
+		require.NoError(t, err)
+		require.NoError(t, allocipc.Close(a, q))
+		require.NoError(t, a.Free(b))
+		_, err = allocipc.Export(a, b)
+		require.ErrorIs(t, err, alloc.ErrInvalidBuffer, "a freed buffer")
+	})
+}
+
+// A backend without IPC says so.
+func TestIPCOnBackendWithoutIt(t *testing.T) {
+	d, err := cpu.New(cpu.Options{})
+	require.NoError(t, err)
+	a, err := alloc.New(d, alloc.Options{})
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := a.AllocSync(64)
+	require.NoError(t, err)
+	_, err = allocipc.Export(a, b)
+	require.ErrorIs(t, err, alloc.ErrInvalidValue)
+	require.Contains(t, err.Error(), "no IPC memory handles")
 }
 
 // graphMemory captures an allocation the graph also frees, then closes the
