@@ -38,7 +38,7 @@ func (a *Allocator) Snapshot() (memmap.Snapshot, error) {
 	return memmap.Snapshot{
 		Allocator: a.name, Backend: a.backend, Device: a.info.Name, DeviceMemory: a.info.TotalMemory,
 		CaptureSafety: a.info.SafetyProfile(),
-		Time:          time.Now(), Capturing: a.guard.cap != nil, ProfileRate: currentProfileRate(), Stats: memmap.Stats(a.statsLocked()),
+		Time:          time.Now(), Capturing: a.guard.cap != nil, ProfileRate: currentProfileRate(), Stats: a.statsLocked(),
 		Bytes: w.byState(), Segments: w.segs, Graphs: w.graphs,
 	}, nil
 }

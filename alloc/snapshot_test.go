@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"reflect"
 	"runtime"
 	"sync"
 	"testing"
@@ -269,14 +268,4 @@ func TestSnapshotCountersMatchItsBlocks(t *testing.T) {
 	require.NoError(t, stop())
 	require.Empty(t, bad, "%d of %d snapshots disagree with their blocks", len(bad), snaps)
 	require.NoError(t, a.Close())
-}
-
-// memmap.Stats is alloc.Stats as a snapshot carries it: the conversion in
-// Snapshot keeps the fields the same, and this keeps their JSON keys.
-func TestSnapshotStatsKeepsJSONKeys(t *testing.T) {
-	a, m := reflect.TypeFor[alloc.Stats](), reflect.TypeFor[memmap.Stats]()
-	require.Equal(t, a.NumField(), m.NumField())
-	for i := range a.NumField() {
-		require.Equal(t, a.Field(i).Tag, m.Field(i).Tag, "field %s", a.Field(i).Name)
-	}
 }

@@ -1,37 +1,15 @@
 package alloc
 
 import (
-	"fmt"
 	"sync/atomic"
+
+	"github.com/capalloc/capalloc/alloc/memmap"
 )
 
-// Stats is a snapshot of an allocator's counters.
-type Stats struct {
-	BytesInUse    int64  `json:"bytes_in_use"`   // bytes of live buffers, as requested
-	BytesReserved int64  `json:"bytes_reserved"` // bytes held from the driver: live, cached and graph-owned
-	BytesCached   int64  `json:"bytes_cached"`   // bytes in the pool's free lists
-	PeakInUse     int64  `json:"peak_in_use"`
-	PeakReserved  int64  `json:"peak_reserved"`
-	LiveBuffers   int    `json:"live_buffers"`
-	Allocs        uint64 `json:"allocs"` // successful Alloc, AllocSync and workspace allocations
-	Frees         uint64 `json:"frees"`
-	PoolHits      uint64 `json:"pool_hits"`
-	PoolMisses    uint64 `json:"pool_misses"`
-	DriverAllocs  uint64 `json:"driver_allocs"`
-	DriverFrees   uint64 `json:"driver_frees"`
-	CaptureAllocs uint64 `json:"capture_allocs"` // allocations made inside captures, all captures
-	Captures      uint64 `json:"captures"`       // captures ended with a graph
-	FailedCapture uint64 `json:"failed_capture"` // captures that ended without a graph
-	LiveGraphs    int    `json:"live_graphs"`
-	HostBuffers   int    `json:"host_buffers"`
-	HostBytes     int64  `json:"host_bytes"`
-	Timeouts      uint64 `json:"timeouts"` // watchdog expiries
-}
-
-func (s Stats) String() string {
-	return fmt.Sprintf("in use %d B in %d buffers (peak %d B), reserved %d B (peak %d B), cached %d B, graphs %d, host %d B in %d buffers",
-		s.BytesInUse, s.LiveBuffers, s.PeakInUse, s.BytesReserved, s.PeakReserved, s.BytesCached, s.LiveGraphs, s.HostBytes, s.HostBuffers)
-}
+// Stats is a snapshot of an allocator's counters (Allocator.Stats). Its
+// one definition is the snapshot data's, so a Snapshot carries the same
+// type.
+type Stats = memmap.Stats
 
 // counters holds every counter an allocator keeps: a.stats. Stats is
 // derived from it (statsLocked), with the figures read off state rather

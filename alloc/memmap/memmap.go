@@ -4,6 +4,7 @@
 package memmap
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/capalloc/capalloc/alloc/driver"
@@ -107,10 +108,8 @@ type GraphInfo struct {
 	UsedBlocks int   `json:"used_blocks"`
 }
 
-// Stats is alloc.Stats as a Snapshot carries it: the same fields, names,
-// types and JSON keys (alloc converts one into the other, so a field
-// added to one and not the other does not compile; a test compares the
-// keys).
+// Stats is an allocator's counters at one moment: what alloc.Stats is
+// (an alias) and what a Snapshot carries.
 type Stats struct {
 	BytesInUse    int64  `json:"bytes_in_use"`   // bytes of live buffers, as requested
 	BytesReserved int64  `json:"bytes_reserved"` // bytes held from the driver: live, cached and graph-owned
@@ -131,4 +130,9 @@ type Stats struct {
 	HostBuffers   int    `json:"host_buffers"`
 	HostBytes     int64  `json:"host_bytes"`
 	Timeouts      uint64 `json:"timeouts"` // watchdog expiries
+}
+
+func (s Stats) String() string {
+	return fmt.Sprintf("in use %d B in %d buffers (peak %d B), reserved %d B (peak %d B), cached %d B, graphs %d, host %d B in %d buffers",
+		s.BytesInUse, s.LiveBuffers, s.PeakInUse, s.BytesReserved, s.PeakReserved, s.BytesCached, s.LiveGraphs, s.HostBytes, s.HostBuffers)
 }
