@@ -54,11 +54,16 @@ func (a *Allocator) Alloc(size int64) (Buffer, error) {
 func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 	n := a.pool.round(size)
 	// The lane found no block of this size in the caller's shard: best fit
-	// sees every cached block, as the pool's recent ones (shard.go).
-	a.lane.flushLocked()
+	// sees every cached block, as the pool's recent ones (shard.go). What
+	// the shards owed to the bytes in use is published with the hand-out:
+	// one update of the meter, not two.
+	owed := a.lane.flushOwedLocked()
 	if b := a.pool.get(n); b != nil {
 		a.stats.PoolHits++
-		return a.handOutLocked(b, size), nil
+		return a.handOutOwedLocked(b, size, owed), nil
+	}
+	if owed != 0 {
+		a.stats.inUse.add(owed) // before the reclaim ladder reads it
 	}
 	a.stats.PoolMisses++
 	b, err := driverUpstream{a}.grow(n)

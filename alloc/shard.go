@@ -129,6 +129,9 @@ const owedBit = 1
 
 // shard is the calling goroutine's P's shard.
 func (l *lane) shard() *shard {
+	if len(l.shards) == 1 {
+		return &l.shards[0] // one P at New: no need to ask which
+	}
 	p := procPin()
 	procUnpin()
 	return &l.shards[p&(len(l.shards)-1)]
@@ -257,32 +260,43 @@ func (l *lane) cacheLocked(b *block) {
 }
 
 // flushShardLocked moves s's blocks to the pool, where best fit and
-// merging see them, and publishes what s owes to the bytes in use (so an
-// allocation made next under a.mu raises the peak from the exact figure).
-// Caller holds a.mu.
-func (l *lane) flushShardLocked(s *shard) {
-	if s.hint.Load() == 0 {
-		return
-	}
+// merging see them, and returns what s owed to the bytes in use, now the
+// caller's to publish. Caller holds a.mu.
+func (l *lane) flushShardLocked(s *shard) (owed int64) {
 	s.mu.Lock()
 	for i, b := range s.blocks[:s.n] {
 		l.pool.put(b)
 		s.blocks[i] = nil
 	}
 	s.n, s.cached = 0, 0
-	if s.owed != 0 {
-		l.inUse.add(s.owed)
-		s.owed = 0
-	}
+	owed, s.owed = s.owed, 0
 	s.hint.Store(0)
 	s.mu.Unlock()
+	return owed
 }
 
-// flushLocked flushes every shard. Caller holds a.mu.
+// flushLocked flushes every shard and publishes what they owed to the
+// bytes in use (so an allocation made next under a.mu raises the peak
+// from the exact figure). Caller holds a.mu.
 func (l *lane) flushLocked() {
-	for i := range l.shards {
-		l.flushShardLocked(&l.shards[i])
+	if owed := l.flushOwedLocked(); owed != 0 {
+		l.inUse.add(owed)
 	}
+}
+
+// flushOwedLocked flushes every shard and returns what they owed to the
+// bytes in use, not yet published: never above 0, so the caller may add it
+// with its own change in one step (an allocation's), the peak the same as
+// when added first. Until then the meter is above the truth, never below.
+// A shard with a clear hint holds no block and owes nothing: it is skipped
+// without its lock. Caller holds a.mu.
+func (l *lane) flushOwedLocked() (owed int64) {
+	for i := range l.shards {
+		if s := &l.shards[i]; s.hint.Load() != 0 {
+			owed += l.flushShardLocked(s)
+		}
+	}
+	return owed
 }
 
 // closeLocked closes the lane and waits until no lane call is in flight;
