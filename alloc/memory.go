@@ -17,8 +17,10 @@ func (a *Allocator) Alloc(size int64) (Buffer, error) {
 	if size <= 0 {
 		return Buffer{}, a.fail("Alloc", size, StateNone, wrapf(ErrInvalidSize, "size must be positive"))
 	}
-	if b, ok := a.lane.alloc(size); ok {
-		return b, nil
+	if s := a.lane.cached(size); s != nil {
+		if b, ok := a.lane.alloc(s, size); ok {
+			return b, nil
+		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

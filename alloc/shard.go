@@ -74,6 +74,7 @@ type lane struct {
 	stream  driver.Stream
 	pool    *pool  // where flushed and overflowing blocks go (under a.mu)
 	maxSize int64  // the device's memory: a larger request is the locked path's to refuse
+	granule int64  // the pool's request rounding (pool.granule)
 	inUse   *meter // a.stats.inUse: the lane publishes what its shards owe into it
 }
 
@@ -114,6 +115,7 @@ func (l *lane) init(a *Allocator) {
 	l.shards = make([]shard, n)
 	l.owner, l.drv, l.stream = a, a.drv, a.stream
 	l.pool, l.maxSize, l.inUse = &a.pool, a.info.TotalMemory, &a.stats.inUse
+	l.granule = a.pool.granule
 }
 
 // classBit is the bit of size class n in the classes hints: one of bits
@@ -132,10 +134,18 @@ func (l *lane) shard() *shard {
 	if len(l.shards) == 1 {
 		return &l.shards[0] // one P at New: no need to ask which
 	}
+	return l.pShard()
+}
+
+func (l *lane) pShard() *shard {
 	p := procPin()
 	procUnpin()
 	return &l.shards[p&(len(l.shards)-1)]
 }
+
+// round is the pool's rounding (pool.round), from the lane's copy of the
+// granule.
+func (l *lane) round(n int64) int64 { return (n + l.granule - 1) &^ (l.granule - 1) }
 
 // open reports, with a shard's lock held, whether the lane may serve a
 // call now: nothing holds it closed and no capture is on the stream.
@@ -147,18 +157,28 @@ func (l *lane) open() bool {
 	return err == nil && st == driver.CaptureNone
 }
 
-// alloc serves Alloc from the caller's shard: ok is false, and nothing
-// changed, unless the lane is open and the shard has a free block of the
-// request's rounded size.
-func (l *lane) alloc(size int64) (buf Buffer, ok bool) {
-	if profileRate.Load() != 0 || size > l.maxSize {
-		return Buffer{}, false // sampled or refused: the locked path's
+// cached is the caller's shard when it may hold a free block for a
+// request of size bytes, else nil: the request is the locked path's (no
+// block of its rounded size cached there since the last flush, larger
+// than the device, or sampled). Kept apart from alloc, whose frame (a
+// Buffer to clear, a lock) a miss, common in a trace of sizes that rarely
+// repeat, does not need.
+func (l *lane) cached(size int64) *shard {
+	s := &l.shards[0]
+	if len(l.shards) != 1 {
+		s = l.pShard()
 	}
-	n := l.pool.round(size)
-	s := l.shard()
-	if s.hint.Load()&classBit(n) == 0 {
-		return Buffer{}, false // no block of n cached here since the last flush
+	if s.hint.Load()&classBit(l.round(size)) == 0 || size > l.maxSize || profileRate.Load() != 0 {
+		return nil
 	}
+	return s
+}
+
+// alloc serves Alloc from s, the caller's shard (from cached): ok is
+// false, and nothing changed, unless the lane is open and the shard has a
+// free block of the request's rounded size.
+func (l *lane) alloc(s *shard, size int64) (buf Buffer, ok bool) {
+	n := l.round(size)
 	s.mu.Lock()
 	i := s.n - 1 // the latest first: still hot in caches
 	for ; i >= 0 && s.blocks[i].class != n; i-- {
