@@ -141,6 +141,12 @@ func (a *Allocator) validateLocked(b Buffer, off, n int64) error {
 // live/dead bookkeeping, caller holds a.mu.
 
 func (a *Allocator) handOutLocked(b *block, size int64) Buffer {
+	return a.handOutOwedLocked(b, size, 0)
+}
+
+// handOutOwedLocked is handOutLocked publishing owed (at most 0: bytes the
+// lane's shards freed, from lane.flushOwedLocked) with the allocation.
+func (a *Allocator) handOutOwedLocked(b *block, size, owed int64) Buffer {
 	b.size = size
 	gen := b.state.Add(1) // odd: live
 	if b.kind == kindPooled {
@@ -149,7 +155,7 @@ func (a *Allocator) handOutLocked(b *block, size int64) Buffer {
 		a.live.push(b)
 	}
 	a.stats.Allocs++
-	a.stats.inUse.add(size)
+	a.stats.inUse.add(size + owed)
 	return Buffer{blk: b, gen: gen, ptr: b.ptr, size: size}
 }
 

@@ -74,6 +74,7 @@ type lane struct {
 	stream  driver.Stream
 	pool    *pool  // where flushed and overflowing blocks go (under a.mu)
 	maxSize int64  // the device's memory: a larger request is the locked path's to refuse
+	granule int64  // the pool's request rounding (pool.granule)
 	inUse   *meter // a.stats.inUse: the lane publishes what its shards owe into it
 }
 
@@ -114,6 +115,7 @@ func (l *lane) init(a *Allocator) {
 	l.shards = make([]shard, n)
 	l.owner, l.drv, l.stream = a, a.drv, a.stream
 	l.pool, l.maxSize, l.inUse = &a.pool, a.info.TotalMemory, &a.stats.inUse
+	l.granule = a.pool.granule
 }
 
 // classBit is the bit of size class n in the classes hints: one of bits
@@ -129,10 +131,21 @@ const owedBit = 1
 
 // shard is the calling goroutine's P's shard.
 func (l *lane) shard() *shard {
+	if len(l.shards) == 1 {
+		return &l.shards[0] // one P at New: no need to ask which
+	}
+	return l.pShard()
+}
+
+func (l *lane) pShard() *shard {
 	p := procPin()
 	procUnpin()
 	return &l.shards[p&(len(l.shards)-1)]
 }
+
+// round is the pool's rounding (pool.round), from the lane's copy of the
+// granule.
+func (l *lane) round(n int64) int64 { return (n + l.granule - 1) &^ (l.granule - 1) }
 
 // open reports, with a shard's lock held, whether the lane may serve a
 // call now: nothing holds it closed and no capture is on the stream.
@@ -144,18 +157,28 @@ func (l *lane) open() bool {
 	return err == nil && st == driver.CaptureNone
 }
 
-// alloc serves Alloc from the caller's shard: ok is false, and nothing
-// changed, unless the lane is open and the shard has a free block of the
-// request's rounded size.
-func (l *lane) alloc(size int64) (buf Buffer, ok bool) {
-	if profileRate.Load() != 0 || size > l.maxSize {
-		return Buffer{}, false // sampled or refused: the locked path's
+// cached is the caller's shard when it may hold a free block for a
+// request of size bytes, else nil: the request is the locked path's (no
+// block of its rounded size cached there since the last flush, larger
+// than the device, or sampled). Kept apart from alloc, whose frame (a
+// Buffer to clear, a lock) a miss, common in a trace of sizes that rarely
+// repeat, does not need.
+func (l *lane) cached(size int64) *shard {
+	s := &l.shards[0]
+	if len(l.shards) != 1 {
+		s = l.pShard()
 	}
-	n := l.pool.round(size)
-	s := l.shard()
-	if s.hint.Load()&classBit(n) == 0 {
-		return Buffer{}, false // no block of n cached here since the last flush
+	if s.hint.Load()&classBit(l.round(size)) == 0 || size > l.maxSize || profileRate.Load() != 0 {
+		return nil
 	}
+	return s
+}
+
+// alloc serves Alloc from s, the caller's shard (from cached): ok is
+// false, and nothing changed, unless the lane is open and the shard has a
+// free block of the request's rounded size.
+func (l *lane) alloc(s *shard, size int64) (buf Buffer, ok bool) {
+	n := l.round(size)
 	s.mu.Lock()
 	i := s.n - 1 // the latest first: still hot in caches
 	for ; i >= 0 && s.blocks[i].class != n; i-- {
@@ -257,32 +280,43 @@ func (l *lane) cacheLocked(b *block) {
 }
 
 // flushShardLocked moves s's blocks to the pool, where best fit and
-// merging see them, and publishes what s owes to the bytes in use (so an
-// allocation made next under a.mu raises the peak from the exact figure).
-// Caller holds a.mu.
-func (l *lane) flushShardLocked(s *shard) {
-	if s.hint.Load() == 0 {
-		return
-	}
+// merging see them, and returns what s owed to the bytes in use, now the
+// caller's to publish. Caller holds a.mu.
+func (l *lane) flushShardLocked(s *shard) (owed int64) {
 	s.mu.Lock()
 	for i, b := range s.blocks[:s.n] {
 		l.pool.put(b)
 		s.blocks[i] = nil
 	}
 	s.n, s.cached = 0, 0
-	if s.owed != 0 {
-		l.inUse.add(s.owed)
-		s.owed = 0
-	}
+	owed, s.owed = s.owed, 0
 	s.hint.Store(0)
 	s.mu.Unlock()
+	return owed
 }
 
-// flushLocked flushes every shard. Caller holds a.mu.
+// flushLocked flushes every shard and publishes what they owed to the
+// bytes in use (so an allocation made next under a.mu raises the peak
+// from the exact figure). Caller holds a.mu.
 func (l *lane) flushLocked() {
-	for i := range l.shards {
-		l.flushShardLocked(&l.shards[i])
+	if owed := l.flushOwedLocked(); owed != 0 {
+		l.inUse.add(owed)
 	}
+}
+
+// flushOwedLocked flushes every shard and returns what they owed to the
+// bytes in use, not yet published: never above 0, so the caller may add it
+// with its own change in one step (an allocation's), the peak the same as
+// when added first. Until then the meter is above the truth, never below.
+// A shard with a clear hint holds no block and owes nothing: it is skipped
+// without its lock. Caller holds a.mu.
+func (l *lane) flushOwedLocked() (owed int64) {
+	for i := range l.shards {
+		if s := &l.shards[i]; s.hint.Load() != 0 {
+			owed += l.flushShardLocked(s)
+		}
+	}
+	return owed
 }
 
 // closeLocked closes the lane and waits until no lane call is in flight;

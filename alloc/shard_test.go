@@ -256,6 +256,31 @@ func TestPeakInUseBounds(t *testing.T) {
 	require.NoError(t, a.Close())
 }
 
+// A free the lane cached and an allocation of another size, which flushes
+// the shards and publishes what they owed with its own bytes in one update
+// (lane.flushOwedLocked): the bytes in use and their peak are exact, the
+// freed bytes never counted with the new ones.
+func TestPeakInUseExactAcrossFlush(t *testing.T) {
+	_, a := newCPUAllocator(t, 1<<30)
+	const small, large = 256 << 10, 512 << 10 // owed within one shard's slack
+	b, err := a.Alloc(small)
+	require.NoError(t, err)
+	require.NoError(t, a.Free(b)) // cached in a shard, its free owed
+	b, err = a.Alloc(large)       // another size: the locked path
+	require.NoError(t, err)
+	st := a.Stats()
+	require.Equal(t, int64(large), st.BytesInUse, "%s", st)
+	require.Equal(t, int64(large), st.PeakInUse, "%s", st)
+	require.NoError(t, a.Free(b))
+	b, err = a.Alloc(small) // the other way round: the peak stays
+	require.NoError(t, err)
+	st = a.Stats()
+	require.Equal(t, int64(small), st.BytesInUse, "%s", st)
+	require.Equal(t, int64(large), st.PeakInUse, "%s", st)
+	require.NoError(t, a.Free(b))
+	require.NoError(t, a.Close())
+}
+
 // newCPUAllocator is an allocator on a cpu device of limit bytes; the
 // device is closed when the test ends, the allocator by the test.
 func newCPUAllocator(t *testing.T, limit int64) (*cpu.Driver, *alloc.Allocator) {
