@@ -26,8 +26,8 @@ func (a *Allocator) Close() error {
 	a.guard.closed = true
 	a.lane.closeLocked() // for good: every call from now on is the locked path's
 	unregister(a)
-	leaks := leaksLocked(a)
-	errs := teardownLocked(a, a.releases.cleanup)
+	leaks := a.leaksLocked()
+	errs := a.teardownLocked(a.releases.cleanup)
 	if len(leaks) > 0 {
 		errs = append([]error{fmt.Errorf("%w: %w", ErrLeaked, errors.Join(leaks...))}, errs...)
 	}
@@ -40,7 +40,7 @@ func (a *Allocator) Close() error {
 // leaksLocked lists what Close finds alive in a: an open capture, and the
 // graphs, buffers and host buffers the caller did not release (a graph's
 // buffers, and a capture's, go with it). Caller holds a.mu.
-func leaksLocked(a *Allocator) []error {
+func (a *Allocator) leaksLocked() []error {
 	var leaks []error
 	if a.guard.cap != nil {
 		leaks = append(leaks, errors.New("an open capture was aborted"))
@@ -50,7 +50,7 @@ func leaksLocked(a *Allocator) []error {
 	}
 	var bytes int64
 	n := 0
-	for _, b := range liveBlocksLocked(a) {
+	for _, b := range a.liveBlocksLocked() {
 		if b.ws == "" && b.kind != kindGraph {
 			n++
 			bytes += b.size
@@ -71,7 +71,7 @@ func leaksLocked(a *Allocator) []error {
 // (pinLocked) - it leaves a.closing set instead, and the last of them to
 // return runs it (finishClose). The unsafe driver calls go through clean.
 // Caller holds a.mu, which it releases.
-func teardownLocked(a *Allocator, clean cleaner) []error {
+func (a *Allocator) teardownLocked(clean cleaner) []error {
 	var errs []error
 	if c := a.guard.cap; c != nil && !c.abandoned {
 		if g, err := c.endLocked(a.guard.watchdog.timeout); g != nil {
@@ -89,7 +89,7 @@ func teardownLocked(a *Allocator, clean cleaner) []error {
 	for g := range a.graphs {
 		g.closeLocked()
 	}
-	for _, b := range liveBlocksLocked(a) {
+	for _, b := range a.liveBlocksLocked() {
 		a.retireLocked(b)
 		a.releases.releaseLocked(b)
 	}
@@ -146,7 +146,7 @@ func teardownLocked(a *Allocator, clean cleaner) []error {
 // liveBlocksLocked lists a's live blocks: the AllocSync and graph ones on
 // a.live, the pooled ones found in their segments (the lane hands them out
 // without a list). Only with the lane closed. Caller holds a.mu.
-func liveBlocksLocked(a *Allocator) []*block {
+func (a *Allocator) liveBlocksLocked() []*block {
 	var bs []*block
 	for b := a.live.head; b != nil; b = b.next {
 		bs = append(bs, b)
@@ -170,7 +170,7 @@ func (a *Allocator) finishClose(clean cleaner) {
 		a.mu.Unlock()
 		return
 	}
-	if err := errors.Join(teardownLocked(a, clean)...); err != nil {
+	if err := errors.Join(a.teardownLocked(clean)...); err != nil {
 		a.opts.logger().Warn("capalloc: Close (finished once the abandoned capture or the call in flight returned)", "backend", a.backend, "err", err)
 	}
 }
