@@ -1,0 +1,89 @@
+package alloc_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// The package's shape, as issue 29 set it (docs/design.md, "Layers"):
+// package alloc is what an engine calls, so what it exports stays small;
+// no type gathers every concern again; no file grows past what one
+// reading holds. A change that needs more says why here.
+const (
+	maxExports     = 80  // exported top-level names plus exported methods of exported types
+	maxMethods     = 50  // methods of any one type, unexported included
+	maxFileLines   = 400 // non-test files
+	shapeTestLabel = "docs/design.md, Layers"
+)
+
+func TestPackageShape(t *testing.T) {
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, ".", func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := pkgs["alloc"]
+	if !ok {
+		t.Fatal("package alloc not found")
+	}
+	var exported []string
+	methods := map[string]int{}
+	for name, f := range p.Files {
+		if n := fset.Position(f.End()).Line; n > maxFileLines {
+			t.Errorf("%s has %d lines, more than %d (%s): split it by concept", name, n, maxFileLines, shapeTestLabel)
+		}
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Recv == nil {
+					if d.Name.IsExported() {
+						exported = append(exported, d.Name.Name)
+					}
+					continue
+				}
+				typ := d.Recv.List[0].Type
+				if s, ok := typ.(*ast.StarExpr); ok {
+					typ = s.X
+				}
+				id, ok := typ.(*ast.Ident)
+				if !ok {
+					continue
+				}
+				methods[id.Name]++
+				if id.IsExported() && d.Name.IsExported() {
+					exported = append(exported, id.Name+"."+d.Name.Name)
+				}
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					switch s := s.(type) {
+					case *ast.TypeSpec:
+						if s.Name.IsExported() {
+							exported = append(exported, s.Name.Name)
+						}
+					case *ast.ValueSpec:
+						for _, n := range s.Names {
+							if n.IsExported() {
+								exported = append(exported, n.Name)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if len(exported) > maxExports {
+		sort.Strings(exported)
+		t.Errorf("package alloc exports %d names, more than %d (%s): what only backends, views or tests need belongs in alloc/driver, alloc/memmap or an internal package\n%s",
+			len(exported), maxExports, shapeTestLabel, strings.Join(exported, " "))
+	}
+	for typ, n := range methods {
+		if n > maxMethods {
+			t.Errorf("type %s has %d methods, more than %d (%s): give a concern a type of its own", typ, n, maxMethods, shapeTestLabel)
+		}
+	}
+}
