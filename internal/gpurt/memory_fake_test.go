@@ -113,38 +113,6 @@ func ipcChild(t *testing.T, v *vendorCase, hx string) {
 	require.NoError(t, d.IPCCloseMemHandle(q))
 }
 
-// Made through driver.DeviceWide, as symheap makes them, the IPC calls are
-// guarded like any device-wide call: refused during a Global capture in
-// the domain with no runtime call, allowed after it.
-func TestFakeIPCThroughDeviceWideIsGuarded(t *testing.T) {
-	forEach(t, func(t *testing.T, v *vendorCase) {
-		d, log := openFake(t, v, opts{})
-		a, err := alloc.New(d, alloc.Options{})
-		require.NoError(t, err)
-		defer a.Close()
-		b, err := a.AllocSync(4096)
-		require.NoError(t, err)
-		ipc := func(fn func() error) error { return driver.DeviceWide(d.CaptureDomain(), "ipc", fn) }
-		var h []byte
-		require.NoError(t, ipc(func() (err error) { h, err = d.IPCGetMemHandle(b.Ptr()); return err }))
-
-		require.NoError(t, a.BeginCapture(alloc.Global))
-		log.Lines()
-		require.ErrorIs(t, ipc(func() (err error) { _, err = d.IPCGetMemHandle(b.Ptr()); return err }), driver.ErrCaptureIllegalOp)
-		require.ErrorIs(t, ipc(func() (err error) { _, err = d.IPCOpenMemHandle(h); return err }), driver.ErrCaptureIllegalOp)
-		require.ErrorIs(t, ipc(func() error { return d.IPCCloseMemHandle(1) }), driver.ErrCaptureIllegalOp)
-		require.Empty(t, find(log.Lines(), v.prefix+"Ipc"), "no runtime call during the capture")
-		g, err := a.EndCapture()
-		require.NoError(t, err, "the capture survived")
-		require.NoError(t, g.Close())
-
-		var q driver.DevicePtr
-		require.NoError(t, ipc(func() (err error) { q, err = d.IPCOpenMemHandle(h); return err }))
-		require.NoError(t, ipc(func() error { return d.IPCCloseMemHandle(q) }))
-		require.NoError(t, a.Free(b))
-	})
-}
-
 // Through the Allocator (internal/allocipc, as symheap makes them) the IPC
 // calls are guarded like AllocSync: refused during a Global capture with
 // no runtime call, allowed after it.
