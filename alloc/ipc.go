@@ -2,22 +2,23 @@ package alloc
 
 import (
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/internal/allocipc"
+	"github.com/capalloc/capalloc/internal/allochooks"
 )
 
-// The IPC memory calls reach the symmetric heap through internal/allocipc,
+// The IPC memory calls reach the symmetric heap through internal/allochooks,
 // not as exported methods: engines share memory through symheap, not
 // through handles of their own.
 func init() {
-	allocipc.Export = func(a, b any) ([]byte, error) { return ipcExport(a.(*Allocator), b.(Buffer)) }
-	allocipc.Open = func(a any, handle []byte) (driver.DevicePtr, error) {
-		return ipcOpen(a.(*Allocator), handle)
+	allochooks.Export = func(a, b any) ([]byte, error) { return ipcExport(a.(*Allocator), b.(Buffer)) }
+	allochooks.Open = func(a any, handle []byte) (uint64, error) {
+		p, err := ipcOpen(a.(*Allocator), handle)
+		return uint64(p), err
 	}
-	allocipc.Close = func(a any, p driver.DevicePtr) error { return ipcClose(a.(*Allocator), p) }
+	allochooks.Close = func(a any, p uint64) error { return ipcClose(a.(*Allocator), driver.DevicePtr(p)) }
 }
 
 // ipcExport exports b, a live buffer from AllocSync, for another process
-// (allocipc.Export).
+// (allochooks.Export).
 func ipcExport(a *Allocator, b Buffer) ([]byte, error) {
 	var h []byte
 	err := ipcGuarded(a, "IPCGetMemHandle", &b, func(d driver.IPCMemory) (func(), error) {
@@ -28,7 +29,7 @@ func ipcExport(a *Allocator, b Buffer) ([]byte, error) {
 	return h, err
 }
 
-// ipcOpen maps another process's allocation (allocipc.Open).
+// ipcOpen maps another process's allocation (allochooks.Open).
 func ipcOpen(a *Allocator, handle []byte) (driver.DevicePtr, error) {
 	var p driver.DevicePtr
 	err := ipcGuarded(a, "IPCOpenMemHandle", nil, func(d driver.IPCMemory) (func(), error) {
@@ -43,7 +44,7 @@ func ipcOpen(a *Allocator, handle []byte) (driver.DevicePtr, error) {
 	return p, err
 }
 
-// ipcClose unmaps an address ipcOpen returned (allocipc.Close).
+// ipcClose unmaps an address ipcOpen returned (allochooks.Close).
 func ipcClose(a *Allocator, p driver.DevicePtr) error {
 	return ipcGuarded(a, "IPCCloseMemHandle", nil, func(d driver.IPCMemory) (func(), error) { return nil, d.IPCCloseMemHandle(p) })
 }

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
-	"github.com/capalloc/capalloc/alloc/internal/hooks"
+	"github.com/capalloc/capalloc/internal/allochooks"
 )
 
 // The registry of open allocators, by name, so that the process-wide views
@@ -98,10 +98,10 @@ func lookup(name string) *Allocator {
 // The hooks through which alloc/driver reaches the capture domains and
 // the views (alloc/internal/registry) reach the registry.
 func init() {
-	hooks.DeviceWide = deviceWide
-	hooks.AfterGlobalCaptures = afterGlobalCaptures
-	hooks.ProfileRate = currentProfileRate
-	hooks.Allocators = func() []any {
+	allochooks.DeviceWide = deviceWide
+	allochooks.AfterGlobalCaptures = afterGlobalCaptures
+	allochooks.ProfileRate = currentProfileRate
+	allochooks.Allocators = func() []any {
 		as := allocators()
 		out := make([]any, len(as))
 		for i, a := range as {
@@ -109,9 +109,9 @@ func init() {
 		}
 		return out
 	}
-	hooks.Name = func(a any) string { return a.(*Allocator).name }
-	hooks.BytesByState = func(a any) (any, error) { return bytesByState(a.(*Allocator)) }
-	hooks.Lookup = func(name string) any {
+	allochooks.Name = func(a any) string { return a.(*Allocator).name }
+	allochooks.BytesByState = func(a any) (any, error) { return bytesByState(a.(*Allocator)) }
+	allochooks.Lookup = func(name string) any {
 		if a := lookup(name); a != nil {
 			return a
 		}

@@ -1,6 +1,6 @@
 package driver
 
-import "github.com/capalloc/capalloc/alloc/internal/hooks"
+import "github.com/capalloc/capalloc/internal/allochooks"
 
 // DeviceWide runs fn, a device-wide unsafe driver call that belongs to no
 // allocator, under the guard of the capture domain named domain (a
@@ -23,10 +23,10 @@ import "github.com/capalloc/capalloc/alloc/internal/hooks"
 // The capture domains are package alloc's: in a program without it no
 // capture can be active, and fn runs at once.
 func DeviceWide(domain, op string, fn func() error) error {
-	if hooks.DeviceWide == nil {
+	if allochooks.DeviceWide == nil {
 		return fn()
 	}
-	return hooks.DeviceWide(domain, op, fn)
+	return allochooks.DeviceWide(domain, op, fn)
 }
 
 // AfterGlobalCaptures runs fn under the guard of the capture domain named
@@ -38,9 +38,9 @@ func DeviceWide(domain, op string, fn func() error) error {
 // happen and must not invalidate a capture, such as a driver's teardown at
 // Close. In a program without package alloc fn runs at once.
 func AfterGlobalCaptures(domain string, fn func()) (ranNow bool) {
-	if hooks.AfterGlobalCaptures == nil {
+	if allochooks.AfterGlobalCaptures == nil {
 		fn()
 		return true
 	}
-	return hooks.AfterGlobalCaptures(domain, fn)
+	return allochooks.AfterGlobalCaptures(domain, fn)
 }

@@ -1,18 +1,18 @@
 // Package registry gives the views under alloc (alloc/allocview,
 // alloc/allocprom) the process's open allocators and its profile rate,
 // which package alloc keeps out of the engine's API: it reads the hooks
-// alloc's init sets (alloc/internal/hooks) and types what they return.
+// alloc's init sets (internal/allochooks) and types what they return.
 package registry
 
 import (
 	"github.com/capalloc/capalloc/alloc"
-	"github.com/capalloc/capalloc/alloc/internal/hooks"
 	"github.com/capalloc/capalloc/alloc/memmap"
+	"github.com/capalloc/capalloc/internal/allochooks"
 )
 
 // Allocators returns the open allocators of the process, sorted by name.
 func Allocators() []*alloc.Allocator {
-	as := hooks.Allocators()
+	as := allochooks.Allocators()
 	out := make([]*alloc.Allocator, len(as))
 	for i, a := range as {
 		out[i] = a.(*alloc.Allocator)
@@ -22,22 +22,22 @@ func Allocators() []*alloc.Allocator {
 
 // Lookup returns the open allocator named name, or nil.
 func Lookup(name string) *alloc.Allocator {
-	a, _ := hooks.Lookup(name).(*alloc.Allocator)
+	a, _ := allochooks.Lookup(name).(*alloc.Allocator)
 	return a
 }
 
 // ProfileRate returns the device memory profile's sampling rate
 // (alloc.SetProfileRate's).
-func ProfileRate() int { return hooks.ProfileRate() }
+func ProfileRate() int { return allochooks.ProfileRate() }
 
 // Name is a's name (alloc.Options.Name, or the default New gave it).
-func Name(a *alloc.Allocator) string { return hooks.Name(a) }
+func Name(a *alloc.Allocator) string { return allochooks.Name(a) }
 
 // BytesByState sums a's device memory by block state, as Snapshot's
 // Bytes, without listing the blocks (what a metrics scrape reads). It
 // fails with alloc.ErrClosed once a is closed.
 func BytesByState(a *alloc.Allocator) (map[memmap.BlockState]int64, error) {
-	m, err := hooks.BytesByState(a)
+	m, err := allochooks.BytesByState(a)
 	if err != nil {
 		return nil, err
 	}
