@@ -30,7 +30,7 @@ func tree(t *testing.T, files map[string]string) string {
 var synthetic = map[string]string{
 	"go.mod": "module example.com/m\n\ngo 1.25\n",
 	"lib/lib.go": `// Package lib is described in docs/lib.md; see also lib/gone.go and
-// DESIGN.md. Heap.Copy moves bytes; Heap.Paste does not exist; Base.Size is
+// ROADMAP.md. Heap.Copy moves bytes; Heap.Paste does not exist; Base.Size is
 // promoted. The old entry point was lib.Open; lib.New is the new one, and
 // (*lib.Heap).Copy, lib.Heap.Copy, lib.Heap.Cut and (*lib.Heap).Glue are
 // methods; errors.Is and sync.Pool are not ours. The helpers are in
@@ -100,8 +100,8 @@ func TestCheckFindsStaleReferences(t *testing.T) {
 		"docs/lib.md:8: lib.Make",
 		"docs/lib.md:11: lib/nowhere",
 		"lib/lib.go:1: lib/gone.go",
-		"lib/lib.go:2: DESIGN.md",
 		"lib/lib.go:2: Heap.Paste",
+		"lib/lib.go:2: ROADMAP.md",
 		"lib/lib.go:3: lib.Open",
 		"lib/lib.go:4: lib.Heap.Cut",
 		"lib/lib.go:4: lib.Heap.Glue",
@@ -138,7 +138,7 @@ func TestCheckHints(t *testing.T) {
 		"lib.Heap.Cut":    "type lib.Heap (lib) has no field or method Cut",
 		"Heap.Paste":      "type lib.Heap (lib) has no field or method Paste",
 		"util/helpers.go": "no such file or directory",
-		"DESIGN.md":       "no file of this name in the repository",
+		"ROADMAP.md":      "no file of this name in the repository",
 		"Move":            "the doc comment of MoveLocal begins with Move",
 		"util.Missing":    "package util (util) declares no Missing",
 	} {
