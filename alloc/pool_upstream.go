@@ -161,8 +161,12 @@ func (u driverUpstream) trim(pools bool) bool {
 		}
 		a.guard.dom.gate.RUnlock()
 	}
-	if t, ok := a.drv.(driver.PoolTrimmer); ok && pools && t.TrimPool() == nil {
-		trimmed = true
+	if t, ok := a.drv.(driver.PoolTrimmer); ok && pools {
+		if err := t.TrimPool(); err != nil {
+			a.opts.logger().Warn("capalloc: trim the driver's pool", "backend", a.backend, "err", err)
+		} else {
+			trimmed = true
+		}
 	}
 	return trimmed
 }

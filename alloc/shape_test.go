@@ -14,8 +14,9 @@ import (
 // package alloc is what an engine calls, so what it exports stays small;
 // no type gathers every concern again; no file grows past what one
 // reading holds. A change that needs more says why here: issue 30 adds
-// GraphPool (a type and its methods), Allocator.NewGraphPool, ParseOptions
-// and OptionsFromEnv; issue 31 Allocator.Summary and Allocator.WriteHistory.
+// graph pools (a type, its methods and the allocator's method that makes
+// one) and the two option parsers; issue 31 the allocator's summary and
+// history writer.
 const (
 	maxExports     = 90  // exported top-level names plus exported methods of exported types
 	maxMethods     = 50  // methods of any one type, unexported included

@@ -52,7 +52,7 @@ func TestGPUAllocSyncUsesCachedPoolMemory(t *testing.T) {
 	big := int64(max(len(bs)/2, 1)) * chunk // half, and at least a chunk: a 1 GiB device (the fake) has one
 	b, err := a.AllocSync(big)
 	if err != nil {
-		t.Fatalf("AllocSync(%d GiB) with the device's memory cached in the pool: %v", big>>30, err)
+		t.Fatalf("AllocSync(%d GiB) with the device's memory cached in the pool: %v\n%s", big>>30, err, a.Stats())
 	}
 	if err := a.Free(b); err != nil {
 		t.Fatal(err)

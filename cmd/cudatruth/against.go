@@ -37,7 +37,7 @@ func against(path string, rows []Row, w io.Writer) error {
 	compared, changed := 0, 0
 	for _, r := range rows {
 		old, ok := was[r.Case]
-		if !ok || r.CUDA == verdictSkipped {
+		if !ok || r.CUDA == verdictSkipped || r.CUDA == verdictNotRun {
 			continue
 		}
 		compared++

@@ -17,6 +17,7 @@ func TestAgainstListsChangedVerdicts(t *testing.T) {
 		{Case: "global/same/nonblocking/malloc", CUDA: verdictInvalidates},       // as recorded
 		{Case: "global/same/nonblocking/mem_get_info", CUDA: verdictInvalidates}, // recorded ok
 		{Case: "global/same/nonblocking/device_sync", CUDA: verdictSkipped},      // not compared
+		{Case: "global/same/nonblocking/free", CUDA: verdictNotRun},              // not compared: -budget spent
 		{Case: "no/such/nonblocking/case", CUDA: verdictOK},                      // not in the table
 	}
 	var out bytes.Buffer

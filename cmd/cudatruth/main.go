@@ -25,6 +25,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 )
@@ -58,6 +59,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cpuOnly := fs.Bool("cpu", false, "print only the cpu backend's column (no CUDA needed)")
 	parallel := fs.Int("parallel", 8, "cases run at once")
 	timeout := fs.Duration("timeout", 20*time.Second, "a case still running after this is recorded as HANG")
+	budget := fs.Duration("budget", 0, "start no case after this long (0: no limit); the cases left are recorded as \"not run\" and the table is still written")
 	streams := fs.String("streams", "both", "stream kind: nonblocking, blocking or both")
 	only := fs.String("only", "", "run only cases whose name contains this")
 	againstFile := fs.String("against", "", "a table recorded with -json (testdata/*.json): list on stderr every case whose runtime verdict differs from it")
@@ -75,6 +77,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	rows := make([]Row, len(cases))
+	var stop time.Time // zero: no budget
+	if *budget > 0 {
+		stop = time.Now().Add(*budget)
+	}
+	var notRun atomic.Int64
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, max(1, *parallel))
 	for i, c := range cases {
@@ -91,6 +98,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 				rows[i] = r
 				return
 			}
+			if !stop.IsZero() && time.Now().After(stop) {
+				r.CUDA = verdictNotRun
+				rows[i] = r
+				notRun.Add(1)
+				return
+			}
 			res, v := runChild(self, c, *timeout)
 			r.Raw, r.CUDA = res, v
 			r.Match = r.CUDA == r.CPU
@@ -101,6 +114,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}()
 	}
 	wg.Wait()
+	if n := notRun.Load(); n > 0 {
+		fmt.Fprintf(stderr, "cudatruth: -budget %v spent: %d of %d case(s) not run\n", *budget, n, len(cases))
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -119,7 +135,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if *compare && !*cpuOnly {
 		bad := 0
 		for _, r := range rows {
-			if !r.Match && r.Known == "" && r.CUDA != verdictSkipped && r.CPU != verdictNA {
+			if !r.Match && r.Known == "" && r.CUDA != verdictSkipped && r.CUDA != verdictNotRun && r.CPU != verdictNA {
 				fmt.Fprintf(stderr, "cudatruth: %s: runtime %s, cpu backend %s\n", r.Case, r.CUDA, r.CPU)
 				bad++
 			}
@@ -171,6 +187,7 @@ const (
 	verdictSilent      = "ok+invalidated"      // "succeeded" but broke the capture
 	verdictHang        = "HANG"
 	verdictSkipped     = "skipped" // the runtime lacks a call
+	verdictNotRun      = "not run" // -budget was spent before the case started
 	verdictNA          = "n/a"     // the cpu backend has no such call
 )
 
@@ -271,7 +288,7 @@ func printTable(w io.Writer, rows []Row, cpuOnly bool) {
 		case r.Match:
 		case r.Known != "":
 			mark = "known: " + r.Known
-		case r.CUDA == verdictSkipped || r.CPU == verdictNA:
+		case r.CUDA == verdictSkipped || r.CUDA == verdictNotRun || r.CPU == verdictNA:
 		default:
 			mark = "<< DIFFERS"
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -159,6 +160,24 @@ func TestOverFakeRuntime(t *testing.T) {
 	assert.Equal(t, verdictInvalidates, got["global/same/nonblocking/graph_launch_capturing"])
 	assert.Equal(t, verdictOK, got["global/same/nonblocking/copy_pinned_capturing"])
 	assert.Equal(t, verdictSkipped, got["global/same/nonblocking/device_sync"], "the fake has no cudaDeviceSynchronize")
+}
+
+// TestBudgetLeavesCasesNotRun: a spent -budget starts no more children
+// but still writes the whole table, the cases left "not run" (and not
+// compared), so a GPU run short of time reports what it measured.
+func TestBudgetLeavesCasesNotRun(t *testing.T) {
+	fake := gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}
+	fake.Lib(t) // skips without gcc and g++
+	var stdout, stderr bytes.Buffer
+	rc := run([]string{"-json", "-compare", "-streams=nonblocking", "-only=global/", "-parallel=1", "-budget=1ns"}, &stdout, &stderr)
+	require.Equal(t, 0, rc, "stderr: %s", stderr.String())
+	var rows []Row
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &rows))
+	require.Len(t, rows, len(truthCallers)*len(truthOps))
+	for _, r := range rows {
+		assert.Equal(t, verdictNotRun, r.CUDA, r.Case)
+	}
+	assert.Contains(t, stderr.String(), fmt.Sprintf("%d of %d case(s) not run", len(rows), len(rows)))
 }
 
 // TestLiveRuntime compares the runtime on this machine with the cpu

@@ -155,7 +155,21 @@ static void record(stream_t *s, op_t o) {
  * so an IPC handle can name it and another process can map it. */
 /* device: the device whose memory it is (-1: another process's, imported,
  * reachable from every device as an IPC mapping is). */
-typedef struct { char *p; size_t n; graph_t *owner; int graph_freed; int live; int fd; int pool; int device; } alloc_t;
+/* pool: the memory pool an allocation came from (RT(MallocFromPoolAsync)),
+ * NULL for the others. A pool keeps what is freed to it (cached, counted
+ * against the device as CUDA's pools are) and gives it back only down to
+ * its release threshold at a synchronization, or at RT(MemPoolTrimTo):
+ * "cudaMemPoolAttrReleaseThreshold: Amount of reserved memory in bytes to
+ * hold onto before trying to release memory back to the OS. When more than
+ * the release threshold bytes of memory are held by the memory pool, the
+ * allocator will try to release memory back to the OS on the next call to
+ * stream, event or context synchronize" (CUDA runtime API, Memory Pools).
+ * So memory freed into a pool whose threshold is everything (capalloc's
+ * setting) cannot serve a synchronous RT(Malloc) until the pool is trimmed,
+ * as on a GPU (measured on an H200, CUDA 13.0: cuda's
+ * TestGPUAllocSyncUsesCachedPoolMemory). */
+typedef struct pool_s { int device; int is_default; int handle_types; int imported; unsigned long long threshold; long long cached; struct pool_s *next; } pool_t;
+typedef struct { char *p; size_t n; graph_t *owner; int graph_freed; int live; int fd; pool_t *pool; int device; } alloc_t;
 static alloc_t allocs[1 << 16];
 static int nallocs;
 static long long live_bytes;
@@ -163,6 +177,22 @@ static long long live_bytes;
  * for later graphs (reused by graph allocations) and counted against the
  * device until RT(DeviceGraphMemTrim), as CUDA's graph memory is. */
 static long long graph_cached;
+/* pools_cached: what every pool keeps (pool_t.cached, summed). */
+static long long pools_cached;
+static pool_t default_pools[16];
+static pool_t *created_pools; /* RT(MemPoolCreate)'s, linked by next */
+/* held is the memory the runtime keeps for reuse: it counts against the
+ * device as allocations do. */
+static long long held(void) { return graph_cached + pools_cached; }
+static void pool_keep(pool_t *p, long long keep) {
+  if (p->cached > keep) { pools_cached -= p->cached - keep; p->cached = keep; }
+}
+/* pools_release gives back, in every pool, what is over its threshold:
+ * the runtime does so at a synchronization. */
+static void pools_release(void) {
+  for (int i = 0; i < 16; i++) pool_keep(&default_pools[i], (long long)(default_pools[i].threshold > (1ULL << 62) ? (1ULL << 62) : default_pools[i].threshold));
+  for (pool_t *p = created_pools; p; p = p->next) pool_keep(p, (long long)(p->threshold > (1ULL << 62) ? (1ULL << 62) : p->threshold));
+}
 static alloc_t *find(const void *p) {
   for (int i = 0; i < nallocs; i++) if (allocs[i].live && allocs[i].p == p) return &allocs[i];
   return NULL;
@@ -177,10 +207,13 @@ static void release(alloc_t *a) {
   if (a->fd >= 0) { munmap(a->p, a->n); close(a->fd); } else free(a->p);
   a->live = 0; live_bytes -= a->n;
 }
-static rtError_t devalloc_(void **out, size_t n, graph_t *owner, int shared, int pool, int device) {
+static rtError_t devalloc_(void **out, size_t n, graph_t *owner, int shared, pool_t *pool, int device) {
   long long reuse = owner ? (graph_cached < (long long)n ? graph_cached : (long long)n) : 0;
-  if (live_bytes + graph_cached - reuse + (long long)n > envll(ENVN("MEM"), 1LL << 30) || nallocs == (1 << 16)) return 2;
+  /* A pool's allocation reuses what that pool keeps first. */
+  long long preuse = pool && !owner ? (pool->cached < (long long)n ? pool->cached : (long long)n) : 0;
+  if (live_bytes + held() - reuse - preuse + (long long)n > envll(ENVN("MEM"), 1LL << 30) || nallocs == (1 << 16)) return 2;
   graph_cached -= reuse;
+  if (preuse) { pool->cached -= preuse; pools_cached -= preuse; }
   char *p;
   int fd = -1;
   if (shared) {
@@ -339,7 +372,15 @@ static rtError_t sync_like(void *h) {
   rtError_t e = legacy(s);
   return e ? e : unsafe();
 }
-rtError_t RT(StreamSynchronize)(void *h) { ENTER(RTS(StreamSynchronize)); logf_(RTS(StreamSynchronize) " %p", h); RETURN(sync_like(h)); }
+/* A synchronization is where pools give back what is over their
+ * thresholds (pools_release); a query is not. */
+rtError_t RT(StreamSynchronize)(void *h) {
+  ENTER(RTS(StreamSynchronize));
+  logf_(RTS(StreamSynchronize) " %p", h);
+  rtError_t e = sync_like(h);
+  if (!e) pools_release();
+  RETURN(e);
+}
 rtError_t RT(StreamQuery)(void *h) { ENTER(RTS(StreamQuery)); logf_(RTS(StreamQuery) " %p", h); RETURN(sync_like(h)); }
 rtError_t RT(StreamIsCapturing)(void *h, int *st) {
   ENTER(RTS(StreamIsCapturing));
@@ -354,7 +395,7 @@ rtError_t RT(Malloc)(void **p, size_t n) {
   logf_(RTS(Malloc) " n=%zu", n);
   rtError_t e = unsafe();
   if (e) RETURN(e);
-  RETURN(devalloc_(p, n, NULL, 1, 0, cur_device));
+  RETURN(devalloc_(p, n, NULL, 1, NULL, cur_device));
 }
 
 /* ---- virtual memory: reservations, physical handles, mappings ----
@@ -452,7 +493,7 @@ static rtError_t vm_free_(void *p, size_t n) {
 }
 static rtError_t vm_create_(void **out, size_t n, int device, unsigned long long flags) {
   if (!out || n == 0 || n % vm_granularity() || flags) return 1;
-  if (live_bytes + graph_cached + (long long)n > envll(ENVN("MEM"), 1LL << 30)) return 2;
+  if (live_bytes + held() + (long long)n > envll(ENVN("MEM"), 1LL << 30)) return 2;
   int fd = memfd_create("fakegpu-vm", MFD_CLOEXEC);
   if (fd < 0) return 2;
   if (ftruncate(fd, n) != 0) { close(fd); return 2; }
@@ -583,8 +624,6 @@ rtError_t RT(Free)(void *p) {
 
 /* handleTypes: none (0) or the POSIX file descriptor (1); an exportable
  * pool's RT(MemPoolExportToShareableHandle) gives a file descriptor. */
-typedef struct { int device; int is_default; int handle_types; int imported; unsigned long long threshold; } pool_t;
-static pool_t default_pools[16];
 rtError_t RT(MemPoolCreate)(void **out, const unsigned char *props) {
   ENTER(RTS(MemPoolCreate));
   int v[4];
@@ -596,6 +635,7 @@ rtError_t RT(MemPoolCreate)(void **out, const unsigned char *props) {
   pool_t *p = calloc(1, sizeof *p);
   p->device = v[3];
   p->handle_types = v[1];
+  p->next = created_pools; created_pools = p;
   *out = p;
   RETURN(0);
 }
@@ -652,7 +692,7 @@ rtError_t RT(MemPoolImportPointer)(void **out, void *pool, void *data) {
   char *p = mmap(NULL, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) { close(fd); RETURN(2); }
   if (nallocs == (1 << 16)) { munmap(p, h.size); close(fd); RETURN(2); }
-  allocs[nallocs++] = (alloc_t){p, h.size, NULL, 0, 1, fd, 0, -1};
+  allocs[nallocs++] = (alloc_t){p, h.size, NULL, 0, 1, fd, NULL, -1};
   live_bytes += h.size;
   *out = p;
   RETURN(0);
@@ -661,6 +701,9 @@ rtError_t RT(MemPoolDestroy)(void *p) {
   ENTER(RTS(MemPoolDestroy));
   logf_(RTS(MemPoolDestroy) " %p", p);
   if (((pool_t *)p)->is_default) RETURN(1);
+  pool_keep(p, 0);
+  for (pool_t **pp = &created_pools; *pp; pp = &(*pp)->next)
+    if (*pp == p) { *pp = ((pool_t *)p)->next; break; }
   free(p);
   RETURN(0);
 }
@@ -683,7 +726,8 @@ rtError_t RT(MemPoolSetAttribute)(void *pool, int attr, void *value) {
 rtError_t RT(MemPoolTrimTo)(void *pool, size_t keep) {
   ENTER(RTS(MemPoolTrimTo));
   if (!pool) RETURN(1);
-  logf_(RTS(MemPoolTrimTo) " pool=%p keep=%zu", pool, keep);
+  logf_(RTS(MemPoolTrimTo) " pool=%p keep=%zu cached=%lld", pool, keep, ((pool_t *)pool)->cached);
+  pool_keep(pool, (long long)keep);
   RETURN(0);
 }
 rtError_t RT(MallocFromPoolAsync)(void **out, size_t n, void *pool, void *h) {
@@ -706,7 +750,7 @@ rtError_t RT(MallocFromPoolAsync)(void **out, size_t n, void *pool, void *h) {
    * a capture: the memory is nobody's graph's. */
   /* An exportable pool's allocations live in memfd mappings, so another
    * process can import them (RT(MemPoolImportPointer)). */
-  RETURN(devalloc_(out, n, s->status == 1 && pool_capture_nodes() ? s->g : NULL, ((pool_t *)pool)->handle_types & 1, 1, s->device));
+  RETURN(devalloc_(out, n, s->status == 1 && pool_capture_nodes() ? s->g : NULL, ((pool_t *)pool)->handle_types & 1, pool, s->device));
 }
 rtError_t RT(FreeAsync)(void *p, void *h) {
   ENTER(RTS(FreeAsync));
@@ -724,7 +768,10 @@ rtError_t RT(FreeAsync)(void *p, void *h) {
     RETURN(0);
   }
   if (a->owner && !a->owner->launched) RETURN(1);
+  pool_t *pl = a->owner ? NULL : a->pool;
+  long long n = (long long)a->n;
   release(a);
+  if (pl && !pl->imported) { pl->cached += n; pools_cached += n; }
   RETURN(0);
 }
 

@@ -102,8 +102,21 @@ func loadModule(root string) (*module, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	// A top-level folder .gitignore names ("/gpurun/") is a build's output,
+	// not the repository's: a fresh clone has none, so a path into it is
+	// checked as a fresh clone would see it.
+	ignored := map[string]bool{}
+	if b, err := os.ReadFile(filepath.Join(root, ".gitignore")); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if l = strings.TrimSpace(l); strings.HasPrefix(l, "/") && strings.Count(strings.TrimSuffix(l, "/"), "/") == 1 {
+				ignored[strings.Trim(l, "/")] = true
+			}
+		}
+	}
 	for _, e := range ents {
-		m.topDirs[e.Name()] = true
+		if !ignored[e.Name()] {
+			m.topDirs[e.Name()] = true
+		}
 	}
 	var mds []string
 	err = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
