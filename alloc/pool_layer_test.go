@@ -70,13 +70,14 @@ func (u *fakeUpstream) unmapMemory(p driver.DevicePtr, n int64) error {
 	return nil
 }
 
-func (u *fakeUpstream) flush()                 {}
-func (u *fakeUpstream) idle() (bool, error)    { return true, nil }
-func (u *fakeUpstream) drain(string) error     { return nil }
-func (u *fakeUpstream) trim(bool) bool         { return false }
-func (u *fakeUpstream) mayReleaseAll() error   { return nil }
-func (u *fakeUpstream) String() string         { return fmt.Sprintf("%d of %d B used", u.used, u.limit) }
-func (u *fakeUpstream) reset(p *pool, e int64) { p.init(nil, 0, e, u) }
+func (u *fakeUpstream) flush()                   {}
+func (u *fakeUpstream) idle() (bool, error)      { return true, nil }
+func (u *fakeUpstream) drain(string) error       { return nil }
+func (u *fakeUpstream) synchronize(string) error { return nil }
+func (u *fakeUpstream) trim(bool) bool           { return false }
+func (u *fakeUpstream) mayReleaseAll() error     { return nil }
+func (u *fakeUpstream) String() string           { return fmt.Sprintf("%d of %d B used", u.used, u.limit) }
+func (u *fakeUpstream) reset(p *pool, e int64)   { p.init(nil, 0, e, u) }
 
 // playPool plays a randomized trace of allocations, frees and trims on a
 // pool over u, calling check after every step (true: stop there), and

@@ -122,7 +122,7 @@ func (r *reclaim) step(rg rung) (bool, error) {
 		return gave || n > 0, err
 	case rungTrim:
 		if r.sync {
-			if err := p.up.drain(r.op); err != nil {
+			if err := p.up.synchronize(r.op); err != nil {
 				return false, err
 			}
 		}
@@ -142,19 +142,23 @@ func (r *reclaim) step(rg rung) (bool, error) {
 }
 
 // giveBack returns segments to the upstream; on a sync path it waits for
-// the frees to run and, where the path may trim the driver's pool, trims
-// it: a segment goes back with a stream-ordered free into the driver's
-// pool, which keeps it (its release threshold is everything), so without
-// the trim a synchronous retry would not see the memory at all. Found on
-// an H200: AllocSync failed with half the device given back at rungAll,
-// which came after the trim rung (testdata/gpu/nvidia-h200-2026-11-27).
+// the frees to run and, where the path may trim the driver's pool,
+// synchronizes and trims it: a segment goes back with a stream-ordered
+// free into the driver's pool, which keeps it (its release threshold is
+// everything), so without the trim a synchronous retry would not see the
+// memory at all, and the trim releases only frees the host observed at a
+// synchronize. Found on an H200: AllocSync failed with the whole device
+// given back (testdata/gpu/nvidia-h200-2026-11-27).
 func (r *reclaim) giveBack(segs []*segment) (bool, error) {
 	gave, err := r.p.giveBack(segs)
-	if gave && err == nil && r.sync {
-		err = r.p.up.drain(r.op)
-		if err == nil && r.trimPools {
+	switch {
+	case !gave || err != nil || !r.sync:
+	case r.trimPools:
+		if err = r.p.up.synchronize(r.op); err == nil {
 			r.p.up.trim(true)
 		}
+	default:
+		err = r.p.up.drain(r.op)
 	}
 	return gave, err
 }

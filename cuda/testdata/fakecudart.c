@@ -160,7 +160,7 @@ cudaError_t cudaMemGetInfo(size_t *fr, size_t *total) {
   ENTER("cudaMemGetInfo");
   /* FAKE_CUDA_MEMINFO_TOTAL: what GB10 has been seen to under-report */
   *total = envll("FAKE_CUDA_MEMINFO_TOTAL", envll("FAKE_CUDA_MEM", 1LL << 30));
-  *fr = *total > live_bytes + graph_cached ? *total - live_bytes - graph_cached : 0;
+  *fr = *total > live_bytes + held() ? *total - live_bytes - held() : 0;
   logf_("cudaMemGetInfo");
   RETURN(0);
 }

@@ -167,7 +167,7 @@ hipError_t hipMemGetInfo(size_t *fr, size_t *total) {
   ENTER("hipMemGetInfo");
   if (device_usable()) RETURN(101);
   *total = envll("FAKE_HIP_MEMINFO_TOTAL", envll("FAKE_HIP_MEM", 1LL << 30));
-  *fr = *total > live_bytes + graph_cached ? *total - live_bytes - graph_cached : 0;
+  *fr = *total > live_bytes + held() ? *total - live_bytes - held() : 0;
   logf_("hipMemGetInfo");
   RETURN(0);
 }

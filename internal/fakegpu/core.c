@@ -167,8 +167,13 @@ static void record(stream_t *s, op_t o) {
  * So memory freed into a pool whose threshold is everything (capalloc's
  * setting) cannot serve a synchronous RT(Malloc) until the pool is trimmed,
  * as on a GPU (measured on an H200, CUDA 13.0: cuda's
- * TestGPUAllocSyncUsesCachedPoolMemory). */
-typedef struct pool_s { int device; int is_default; int handle_types; int imported; unsigned long long threshold; long long cached; struct pool_s *next; } pool_t;
+ * TestGPUAllocSyncUsesCachedPoolMemory). What a stream-ordered free gives
+ * the pool is pending until the host synchronizes (RT(StreamSynchronize)):
+ * a trim cannot release it before, and a stream query that finds the
+ * stream idle does not count (measured there too: after frees, a query
+ * and cudaMemPoolTrimTo(0), cudaMemGetInfo still said 0.3 GB free of
+ * 140; after a synchronize, the trim returned it all). */
+typedef struct pool_s { int device; int is_default; int handle_types; int imported; unsigned long long threshold; long long cached, pending; struct pool_s *next; } pool_t;
 typedef struct { char *p; size_t n; graph_t *owner; int graph_freed; int live; int fd; pool_t *pool; int device; } alloc_t;
 static alloc_t allocs[1 << 16];
 static int nallocs;
@@ -177,19 +182,24 @@ static long long live_bytes;
  * for later graphs (reused by graph allocations) and counted against the
  * device until RT(DeviceGraphMemTrim), as CUDA's graph memory is. */
 static long long graph_cached;
-/* pools_cached: what every pool keeps (pool_t.cached, summed). */
+/* pools_cached: what every pool keeps (pool_t.cached and .pending, summed). */
 static long long pools_cached;
 static pool_t default_pools[16];
 static pool_t *created_pools; /* RT(MemPoolCreate)'s, linked by next */
 /* held is the memory the runtime keeps for reuse: it counts against the
  * device as allocations do. */
 static long long held(void) { return graph_cached + pools_cached; }
+/* pool_keep releases observed memory until p holds at most keep bytes. */
 static void pool_keep(pool_t *p, long long keep) {
-  if (p->cached > keep) { pools_cached -= p->cached - keep; p->cached = keep; }
+  long long over = p->cached + p->pending - keep;
+  if (over > p->cached) over = p->cached;
+  if (over > 0) { pools_cached -= over; p->cached -= over; }
 }
 /* pools_release gives back, in every pool, what is over its threshold:
  * the runtime does so at a synchronization. */
 static void pools_release(void) {
+  for (int i = 0; i < 16; i++) { default_pools[i].cached += default_pools[i].pending; default_pools[i].pending = 0; }
+  for (pool_t *p = created_pools; p; p = p->next) { p->cached += p->pending; p->pending = 0; }
   for (int i = 0; i < 16; i++) pool_keep(&default_pools[i], (long long)(default_pools[i].threshold > (1ULL << 62) ? (1ULL << 62) : default_pools[i].threshold));
   for (pool_t *p = created_pools; p; p = p->next) pool_keep(p, (long long)(p->threshold > (1ULL << 62) ? (1ULL << 62) : p->threshold));
 }
@@ -210,10 +220,13 @@ static void release(alloc_t *a) {
 static rtError_t devalloc_(void **out, size_t n, graph_t *owner, int shared, pool_t *pool, int device) {
   long long reuse = owner ? (graph_cached < (long long)n ? graph_cached : (long long)n) : 0;
   /* A pool's allocation reuses what that pool keeps first. */
-  long long preuse = pool && !owner ? (pool->cached < (long long)n ? pool->cached : (long long)n) : 0;
+  long long preuse = pool && !owner ? (pool->cached + pool->pending < (long long)n ? pool->cached + pool->pending : (long long)n) : 0;
   if (live_bytes + held() - reuse - preuse + (long long)n > envll(ENVN("MEM"), 1LL << 30) || nallocs == (1 << 16)) return 2;
   graph_cached -= reuse;
-  if (preuse) { pool->cached -= preuse; pools_cached -= preuse; }
+  if (preuse) {
+    long long c = preuse < pool->cached ? preuse : pool->cached;
+    pool->cached -= c; pool->pending -= preuse - c; pools_cached -= preuse;
+  }
   char *p;
   int fd = -1;
   if (shared) {
@@ -372,8 +385,9 @@ static rtError_t sync_like(void *h) {
   rtError_t e = legacy(s);
   return e ? e : unsafe();
 }
-/* A synchronization is where pools give back what is over their
- * thresholds (pools_release); a query is not. */
+/* A synchronization is where the host observes the pools' pending frees
+ * and they give back what is over their thresholds (pools_release); a
+ * query is not. */
 rtError_t RT(StreamSynchronize)(void *h) {
   ENTER(RTS(StreamSynchronize));
   logf_(RTS(StreamSynchronize) " %p", h);
@@ -701,7 +715,7 @@ rtError_t RT(MemPoolDestroy)(void *p) {
   ENTER(RTS(MemPoolDestroy));
   logf_(RTS(MemPoolDestroy) " %p", p);
   if (((pool_t *)p)->is_default) RETURN(1);
-  pool_keep(p, 0);
+  pools_cached -= ((pool_t *)p)->cached + ((pool_t *)p)->pending;
   for (pool_t **pp = &created_pools; *pp; pp = &(*pp)->next)
     if (*pp == p) { *pp = ((pool_t *)p)->next; break; }
   free(p);
@@ -726,7 +740,7 @@ rtError_t RT(MemPoolSetAttribute)(void *pool, int attr, void *value) {
 rtError_t RT(MemPoolTrimTo)(void *pool, size_t keep) {
   ENTER(RTS(MemPoolTrimTo));
   if (!pool) RETURN(1);
-  logf_(RTS(MemPoolTrimTo) " pool=%p keep=%zu cached=%lld", pool, keep, ((pool_t *)pool)->cached);
+  logf_(RTS(MemPoolTrimTo) " pool=%p keep=%zu cached=%lld pending=%lld", pool, keep, ((pool_t *)pool)->cached, ((pool_t *)pool)->pending);
   pool_keep(pool, (long long)keep);
   RETURN(0);
 }
@@ -771,7 +785,7 @@ rtError_t RT(FreeAsync)(void *p, void *h) {
   pool_t *pl = a->owner ? NULL : a->pool;
   long long n = (long long)a->n;
   release(a);
-  if (pl && !pl->imported) { pl->cached += n; pools_cached += n; }
+  if (pl && !pl->imported) { pl->pending += n; pools_cached += n; }
   RETURN(0);
 }
 
