@@ -165,7 +165,7 @@ func parseOptions(s string) (parsedOptions, error) {
 		k, v := strings.TrimSpace(pair[:i]), strings.TrimSpace(pair[i+1:])
 		key := findOptionKey(k)
 		if key == nil {
-			return parsedOptions{}, fmt.Errorf("unknown key %q (known: %s)", k, knownOptionKeys())
+			return parsedOptions{}, fmt.Errorf("unknown key %q%s (known: %s)", k, suggestOptionKey(k), knownOptionKeys())
 		}
 		if seen[k] {
 			return parsedOptions{}, fmt.Errorf("key %s given twice", k)
@@ -185,6 +185,18 @@ func findOptionKey(name string) *optionKey {
 		}
 	}
 	return nil
+}
+
+// suggestOptionKey is "; did you mean KEY?" when k misspells a key.
+func suggestOptionKey(k string) string {
+	names := make([]string, len(optionKeys))
+	for i, key := range optionKeys {
+		names[i] = key.name
+	}
+	if s := confval.Suggest(k, names); s != "" {
+		return "; did you mean " + s + "?"
+	}
+	return ""
 }
 
 // knownOptionKeys lists the keys and their forms for an error message.

@@ -59,9 +59,10 @@ func TestParseOptionsReadsEveryKey(t *testing.T) {
 func TestParseOptionsErrors(t *testing.T) {
 	keepProfileRate(t)
 	for _, tc := range []struct{ in, says string }{
-		{"expandable_segment=true", `unknown key "expandable_segment"`},
+		{"expandable_segment=true", `unknown key "expandable_segment"; did you mean expandable_segments?`},
+		{"watchdgo=1s", `unknown key "watchdgo"; did you mean watchdog?`},
 		{"max_split_size_mb=128", `unknown key "max_split_size_mb"`},
-		{"Watchdog=1s", `unknown key "Watchdog"`},
+		{"Watchdog=1s", `unknown key "Watchdog"; did you mean watchdog?`},
 		{"expandable_segments", `"expandable_segments": want key=value`},
 		{"=1", `unknown key ""`},
 		{"watchdog=1s,watchdog=2s", "key watchdog given twice"},

@@ -48,8 +48,8 @@ func RegisterScheme(scheme string, f SchemeFactory) {
 func put[V any](m map[string]V, fn, name string, f V, isNil bool) {
 	mu.Lock()
 	defer mu.Unlock()
-	if name == "" || strings.ContainsAny(name, ":;,= ") || isNil {
-		panic("backends: " + fn + " needs a plain name (no : ; , = or space) and a non-nil factory")
+	if name == "" || strings.ContainsAny(name, ":;,= ") || name == strictFlag || isNil {
+		panic("backends: " + fn + " needs a plain name (no : ; , = or space, not " + strictFlag + ") and a non-nil factory")
 	}
 	if _, dup := m[name]; dup {
 		panic("backends: " + fn + " called twice for " + name)
@@ -92,13 +92,6 @@ func lookup(name string) (Factory, error) {
 	return f, nil
 }
 
-func unknown(name string) error {
-	known := Names()
-	for _, s := range Schemes() {
-		known = append(known, s+":NAME")
-	}
-	return fmt.Errorf("%w %q (known: %s)", ErrUnknownBackend, name, strings.Join(known, ", "))
-}
 
 // Open opens exactly this backend, a registered name or a scheme:target,
 // with its options and memory suppliers.
@@ -108,6 +101,9 @@ func (c Choice) Open(ctx context.Context) (driver.Driver, error) {
 	}
 	if c.Options == nil {
 		c.Options = Options{}
+	}
+	if c.Name == strictFlag {
+		return nil, fmt.Errorf("%w: %q is a flag of a fallback chain (strict mode), not a backend", ErrInvalidConfig, c.Name)
 	}
 	if scheme, target, ok := c.Scheme(); ok {
 		mu.RLock()

@@ -65,3 +65,55 @@ func Bool(s string) (v, ok bool) {
 	}
 	return false, false
 }
+
+// Suggest returns the entry of known that name most likely misspells, or
+// "" when none is close: one equal but for case, else the nearest within
+// one edit for names of up to four letters and two for longer ones (an
+// edit: a letter inserted, deleted, changed, or two neighbours swapped, so
+// "cdua" is one edit from "cuda").
+func Suggest(name string, known []string) string {
+	for _, k := range known {
+		if strings.EqualFold(name, k) {
+			return k
+		}
+	}
+	limit := 1
+	if len(name) > 4 {
+		limit = 2
+	}
+	best, bestDist := "", limit+1
+	for _, k := range known {
+		if d := editDistance(strings.ToLower(name), strings.ToLower(k)); d < bestDist {
+			best, bestDist = k, d
+		}
+	}
+	return best
+}
+
+// editDistance is the optimal string alignment distance between a and b
+// (Levenshtein's, with a swap of neighbours counted as one edit), over
+// bytes.
+func editDistance(a, b string) int {
+	// d[i][j] is the distance between a[:i] and b[:j]; three rows suffice.
+	prev2 := make([]int, len(b)+1)
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(b)]
+}
