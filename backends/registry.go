@@ -92,7 +92,6 @@ func lookup(name string) (Factory, error) {
 	return f, nil
 }
 
-
 // Open opens exactly this backend, a registered name or a scheme:target,
 // with its options and memory suppliers.
 func (c Choice) Open(ctx context.Context) (driver.Driver, error) {
