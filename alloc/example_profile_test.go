@@ -3,6 +3,7 @@ package alloc_test
 import (
 	"bytes"
 	"fmt"
+	"strings"
 
 	"github.com/google/pprof/profile"
 
@@ -46,9 +47,10 @@ func ExampleSetProfileRate() {
 			continue
 		}
 		for _, s := range p.Sample {
-			fmt.Printf("%s %d %s owner=%s at %s\n", st.Type, s.Value[i], st.Unit, s.Label["owner"][0], s.Location[0].Line[0].Function.Name)
+			fn := s.Location[0].Line[0].Function.Name // the stack's leaf: the engine's call to Alloc
+			fmt.Printf("%s %d %s owner=%s at %s\n", st.Type, s.Value[i], st.Unit, s.Label["owner"][0], fn[strings.LastIndexByte(fn, '/')+1:])
 		}
 	}
 	// Output:
-	// inuse_space 3145728 bytes owner=pool-live at github.com/capalloc/capalloc/alloc_test.examplePrefill
+	// inuse_space 3145728 bytes owner=pool-live at alloc_test.examplePrefill
 }
