@@ -25,7 +25,7 @@ func ExampleHandler() {
 
 	mux := http.NewServeMux()
 	mux.Handle("/mem/", allocview.Handler()) // the views, relative to where they are mounted
-	srv := httptest.NewServer(mux) // an engine listens on localhost or another private address
+	srv := httptest.NewServer(mux)           // an engine listens on localhost or another private address
 	defer srv.Close()
 
 	resp, err := http.Get(srv.URL + "/mem/snapshot.json?allocator=example-view")
