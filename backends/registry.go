@@ -26,7 +26,9 @@ type SchemeFactory func(ctx context.Context, target string, opts Options) (drive
 
 // ErrUnknownBackend is a name no linked package registered. It matches
 // driver.ErrBackendUnavailable, so a fallback chain moves past it (and says
-// so); its message lists the registered names.
+// so); its message lists the registered names, the name a near miss likely
+// meant, and the import that registers a backend of this module the binary
+// does not link (names.go).
 var ErrUnknownBackend = fmt.Errorf("%w: unknown backend", driver.ErrBackendUnavailable)
 
 var (
