@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -187,8 +188,16 @@ func findOptionKey(name string) *optionKey {
 	return nil
 }
 
-// suggestOptionKey is "; did you mean KEY?" when k misspells a key.
+// backendOptionKeys are options of the backends (docs/backend-config.md)
+// that a configuration string of the allocator's may be given by mistake.
+var backendOptionKeys = []string{"capture_safety", "device", "memory_limit", "release_threshold"}
+
+// suggestOptionKey is "; did you mean KEY?" when k misspells a key, or
+// where k belongs when it is a backend's option.
 func suggestOptionKey(k string) string {
+	if slices.Contains(backendOptionKeys, k) {
+		return "; " + k + " is a backend option: give it in the backend's config string (CAPALLOC_BACKEND=cuda:" + k + "=...)"
+	}
 	names := make([]string, len(optionKeys))
 	for i, key := range optionKeys {
 		names[i] = key.name

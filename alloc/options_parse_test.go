@@ -62,6 +62,7 @@ func TestParseOptionsErrors(t *testing.T) {
 		{"expandable_segment=true", `unknown key "expandable_segment"; did you mean expandable_segments?`},
 		{"watchdgo=1s", `unknown key "watchdgo"; did you mean watchdog?`},
 		{"max_split_size_mb=128", `unknown key "max_split_size_mb"`},
+		{"capture_safety=strict", `unknown key "capture_safety"; capture_safety is a backend option: give it in the backend's config string (CAPALLOC_BACKEND=cuda:capture_safety=...)`},
 		{"Watchdog=1s", `unknown key "Watchdog"; did you mean watchdog?`},
 		{"expandable_segments", `"expandable_segments": want key=value`},
 		{"=1", `unknown key ""`},
