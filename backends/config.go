@@ -74,7 +74,8 @@ func (cfg Config) String() string {
 // optionally ":" and comma-separated key=value options. A name may itself
 // hold ":" (a scheme such as "plugin:cpu", or a path): the options are the
 // last ":"-separated part, and only when it contains "=". Spaces around
-// every part are ignored.
+// every part are ignored. The element "strict" is not a backend but a flag
+// of the chain: Config.Open then does not fall back (see Config.Open).
 func ParseConfig(s string) (Config, error) {
 	var cfg Config
 	for _, elem := range strings.Split(s, ";") {
@@ -102,6 +103,9 @@ func parseChoice(elem string) (Choice, error) {
 	c := Choice{Name: strings.TrimSpace(name), Options: Options{}}
 	if c.Name == "" {
 		return Choice{}, fmt.Errorf("%w: %q has options but no backend name", ErrInvalidConfig, elem)
+	}
+	if c.Name == strictFlag && opts != "" {
+		return Choice{}, fmt.Errorf("%w: %q: the chain flag %s takes no options", ErrInvalidConfig, elem, strictFlag)
 	}
 	if scheme, target, ok := c.Scheme(); ok && (scheme == "" || target == "") {
 		return Choice{}, fmt.Errorf("%w: %q: want scheme:target, such as plugin:cpu", ErrInvalidConfig, c.Name)

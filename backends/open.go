@@ -47,18 +47,35 @@ func (o *Opened) Report() string {
 // to another backend for that would be a surprise; retry after the
 // capture. When nothing opens, the
 // error wraps driver.ErrBackendUnavailable and every choice's reason.
+//
+// A fallback is logged once, as a slog warning (slog.Default) naming each
+// choice that failed and why. In strict mode ($CAPALLOC_STRICT true, or a
+// chain element "strict", as in "strict;cuda;cpu") there is no fallback:
+// the first choice's failure is the error, wrapping its reason (such as
+// ErrUnknownBackend for "cdua;cpu").
 func (cfg Config) Open(ctx context.Context) (*Opened, error) {
-	if len(cfg) == 0 {
+	strict, choices, err := cfg.strictMode()
+	if err != nil {
+		return nil, err
+	}
+	if len(choices) == 0 {
 		return nil, fmt.Errorf("%w: empty backend config", ErrInvalidConfig)
 	}
 	var skipped []Skipped
-	for _, c := range cfg {
+	for i, c := range choices {
 		d, err := c.Open(ctx)
 		if err == nil {
-			return &Opened{Driver: d, Choice: c, Skipped: skipped}, nil
+			o := &Opened{Driver: d, Choice: c, Skipped: skipped}
+			if len(skipped) > 0 {
+				warnFallback(o)
+			}
+			return o, nil
 		}
 		if isConfigError(err) || errors.Is(err, driver.ErrCaptureIllegalOp) || ctx.Err() != nil {
 			return nil, fmt.Errorf("backends: open %s: %w", c, err)
+		}
+		if strict && i+1 < len(choices) {
+			return nil, fmt.Errorf("backends: open %s: %w (strict mode: not falling back to %s)", c, err, choices[i+1:])
 		}
 		skipped = append(skipped, Skipped{Choice: c, Err: err})
 	}

@@ -2,16 +2,14 @@ package backends
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/internal/confval"
 )
 
 // Options are one backend's settings, as "key=value" pairs (from a config
@@ -42,19 +40,17 @@ func (o Options) Int(key string, def int) (int, error) {
 	return n, nil
 }
 
-// Bool parses key as true/false (also 1/0, yes/no, on/off).
+// Bool parses key as true/false (also 1/0, yes/no, on/off, any case).
 func (o Options) Bool(key string, def bool) (bool, error) {
 	v, ok := o[key]
 	if !ok {
 		return def, nil
 	}
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "1", "t", "true", "yes", "on":
-		return true, nil
-	case "0", "f", "false", "no", "off":
-		return false, nil
+	b, ok := confval.Bool(v)
+	if !ok {
+		return def, o.bad(key, "true or false")
 	}
-	return def, o.bad(key, "true or false")
+	return b, nil
 }
 
 // CaptureSafety reads the capture_safety option every backend takes
@@ -147,40 +143,7 @@ func (o Options) bad(key, want string) error {
 	return fmt.Errorf("%w: option %s=%q: want %s", ErrInvalidConfig, key, o[key], want)
 }
 
-var byteUnits = []struct {
-	suffix string
-	mult   int64
-}{
-	// Longest suffixes first so "GiB" is not read as "B".
-	{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40},
-	{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12},
-	{"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30}, {"t", 1 << 40},
-	{"b", 1},
-}
-
-// ParseBytes reads a byte size as Options.Bytes does. Only ASCII is
-// accepted: lower-casing would otherwise turn a Kelvin sign (U+212A) into
-// the k of a unit.
-func ParseBytes(s string) (int64, error) {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= utf8.RuneSelf {
-			return 0, fmt.Errorf("%w: %q is not a byte size (not ASCII)", alloc.ErrInvalidValue, s)
-		}
-	}
-	t := strings.ToLower(strings.TrimSpace(s))
-	mult := int64(1)
-	for _, u := range byteUnits {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %q is not a byte size", alloc.ErrInvalidValue, s)
-	}
-	if n < 0 || n > math.MaxInt64/mult {
-		return 0, fmt.Errorf("%w: byte size %q is negative or too large", alloc.ErrInvalidValue, s)
-	}
-	return n * mult, nil
-}
+// ParseBytes reads a byte size as Options.Bytes does (internal/confval:
+// the same reading as alloc.ParseOptions's sizes). Errors wrap
+// alloc.ErrInvalidValue.
+func ParseBytes(s string) (int64, error) { return confval.Bytes(s) }

@@ -26,7 +26,9 @@ type SchemeFactory func(ctx context.Context, target string, opts Options) (drive
 
 // ErrUnknownBackend is a name no linked package registered. It matches
 // driver.ErrBackendUnavailable, so a fallback chain moves past it (and says
-// so); its message lists the registered names.
+// so); its message lists the registered names, the name a near miss likely
+// meant, and the import that registers a backend of this module the binary
+// does not link (names.go).
 var ErrUnknownBackend = fmt.Errorf("%w: unknown backend", driver.ErrBackendUnavailable)
 
 var (
@@ -48,8 +50,8 @@ func RegisterScheme(scheme string, f SchemeFactory) {
 func put[V any](m map[string]V, fn, name string, f V, isNil bool) {
 	mu.Lock()
 	defer mu.Unlock()
-	if name == "" || strings.ContainsAny(name, ":;,= ") || isNil {
-		panic("backends: " + fn + " needs a plain name (no : ; , = or space) and a non-nil factory")
+	if name == "" || strings.ContainsAny(name, ":;,= ") || name == strictFlag || isNil {
+		panic("backends: " + fn + " needs a plain name (no : ; , = or space, not " + strictFlag + ") and a non-nil factory")
 	}
 	if _, dup := m[name]; dup {
 		panic("backends: " + fn + " called twice for " + name)
@@ -92,14 +94,6 @@ func lookup(name string) (Factory, error) {
 	return f, nil
 }
 
-func unknown(name string) error {
-	known := Names()
-	for _, s := range Schemes() {
-		known = append(known, s+":NAME")
-	}
-	return fmt.Errorf("%w %q (known: %s)", ErrUnknownBackend, name, strings.Join(known, ", "))
-}
-
 // Open opens exactly this backend, a registered name or a scheme:target,
 // with its options and memory suppliers.
 func (c Choice) Open(ctx context.Context) (driver.Driver, error) {
@@ -108,6 +102,9 @@ func (c Choice) Open(ctx context.Context) (driver.Driver, error) {
 	}
 	if c.Options == nil {
 		c.Options = Options{}
+	}
+	if c.Name == strictFlag {
+		return nil, fmt.Errorf("%w: %q is a flag of a fallback chain (strict mode), not a backend", ErrInvalidConfig, c.Name)
 	}
 	if scheme, target, ok := c.Scheme(); ok {
 		mu.RLock()

@@ -1,0 +1,230 @@
+package alloc
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/capalloc/capalloc/internal/confval"
+)
+
+// Allocator options from configuration: what an engine may change without
+// recompiling, read from a string such as
+//
+//	expandable_segments=true,watchdog=30s,profile_rate=512KiB,name=decode
+//
+// the way PyTorch reads PYTORCH_CUDA_ALLOC_CONF (its key:value spelling is
+// read too). Each key is one row of optionKeys; a new option is one row.
+
+// envAllocConf is the environment variable OptionsFromEnv reads.
+const envAllocConf = "CAPALLOC_ALLOC_CONF"
+
+// parsedOptions is what a configuration string sets: the Options, and the
+// settings that are the process's rather than one allocator's.
+type parsedOptions struct {
+	Options
+	profileRate int // SetProfileRate's argument; -1 when not set
+}
+
+// optionKey is one key of the configuration string.
+type optionKey struct {
+	name string
+	form string // the values it reads, for errors
+	// set reads v (trimmed) into p; an error says what is wrong with v,
+	// and set leaves p unchanged then.
+	set func(p *parsedOptions, v string) error
+	// format writes p's value in a form set reads back, or "" when p
+	// leaves it at its default.
+	format func(p parsedOptions) string
+}
+
+var optionKeys = []optionKey{
+	{"expandable_segments", "true|false (also 1|0, True|False)",
+		func(p *parsedOptions, v string) error {
+			b, ok := confval.Bool(v)
+			if !ok {
+				return fmt.Errorf("not true or false")
+			}
+			p.ExpandableSegments = b
+			return nil
+		},
+		func(p parsedOptions) string {
+			if !p.ExpandableSegments {
+				return ""
+			}
+			return "true"
+		}},
+	{"name", "text without commas (empty: the backend's name and a number)",
+		func(p *parsedOptions, v string) error {
+			if !utf8.ValidString(v) {
+				return fmt.Errorf("not valid UTF-8")
+			}
+			p.Name = v
+			return nil
+		},
+		func(p parsedOptions) string { return p.Name }},
+	{"profile_rate", "0 (off), 1 (every allocation) or bytes per sample such as 512KiB",
+		func(p *parsedOptions, v string) error {
+			n, err := confval.Bytes(v)
+			if err != nil || n > math.MaxInt {
+				return fmt.Errorf("not a byte count")
+			}
+			p.profileRate = int(n)
+			return nil
+		},
+		func(p parsedOptions) string {
+			if p.profileRate < 0 {
+				return ""
+			}
+			return strconv.Itoa(p.profileRate)
+		}},
+	{"watchdog", "a duration such as 30s or 500ms, 0 (the default, 60s) or off",
+		func(p *parsedOptions, v string) error {
+			if strings.EqualFold(v, "off") {
+				p.Watchdog = -1
+				return nil
+			}
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return fmt.Errorf("not a non-negative duration")
+			}
+			p.Watchdog = d
+			return nil
+		},
+		func(p parsedOptions) string {
+			switch {
+			case p.Watchdog < 0:
+				return "off"
+			case p.Watchdog == 0:
+				return ""
+			}
+			return p.Watchdog.String()
+		}},
+}
+
+// ParseOptions reads allocator options from a configuration string:
+// comma-separated key=value pairs (key:value, PyTorch's spelling, too),
+// spaces around keys and values ignored, each key at most once:
+//
+//	expandable_segments  true|false (also 1|0, True|False): Options.ExpandableSegments
+//	name                 text without commas: Options.Name
+//	profile_rate         0, 1 or bytes per sample (512KiB): SetProfileRate
+//	watchdog             a duration (30s), 0 (the default) or off: Options.Watchdog
+//
+// Sizes read as backend options do ("8GiB", "512KiB", "4096"). The empty
+// string is the zero Options. profile_rate is the process's, not one
+// allocator's: ParseOptions passes it to SetProfileRate once the whole
+// string has been read. An unknown key, a repeated one or a bad value is an
+// *Error wrapping ErrInvalidValue that lists the keys and their forms, and
+// changes nothing.
+func ParseOptions(s string) (Options, error) {
+	return parseAndApply("ParseOptions", s, "")
+}
+
+// OptionsFromEnv is ParseOptions of the environment variable
+// CAPALLOC_ALLOC_CONF (unset or empty: the zero Options), so
+//
+//	CAPALLOC_ALLOC_CONF=expandable_segments:True,watchdog=2m ./engine
+//
+// changes an engine that opens its allocator with
+// alloc.New(drv, opts) after opts, err := alloc.OptionsFromEnv().
+func OptionsFromEnv() (Options, error) {
+	return parseAndApply("OptionsFromEnv", os.Getenv(envAllocConf), envAllocConf+": ")
+}
+
+func parseAndApply(op, s, where string) (Options, error) {
+	p, err := parseOptions(s)
+	if err != nil {
+		return Options{}, &Error{Op: op, Size: -1, Err: fmt.Errorf("%w: %s%w", ErrInvalidValue, where, err)}
+	}
+	if p.profileRate >= 0 {
+		if _, err := SetProfileRate(p.profileRate); err != nil {
+			return Options{}, &Error{Op: op, Size: -1, Err: err}
+		}
+	}
+	return p.Options, nil
+}
+
+// parseOptions reads s without applying anything. Its error is the detail
+// that parseAndApply wraps with ErrInvalidValue.
+func parseOptions(s string) (parsedOptions, error) {
+	p := parsedOptions{profileRate: -1}
+	seen := make(map[string]bool, len(optionKeys))
+	for _, pair := range strings.Split(s, ",") {
+		if strings.TrimSpace(pair) == "" {
+			continue
+		}
+		i := strings.IndexAny(pair, "=:")
+		if i < 0 {
+			return parsedOptions{}, fmt.Errorf("%q: want key=value (known: %s)", strings.TrimSpace(pair), knownOptionKeys())
+		}
+		k, v := strings.TrimSpace(pair[:i]), strings.TrimSpace(pair[i+1:])
+		key := findOptionKey(k)
+		if key == nil {
+			return parsedOptions{}, fmt.Errorf("unknown key %q%s (known: %s)", k, suggestOptionKey(k), knownOptionKeys())
+		}
+		if seen[k] {
+			return parsedOptions{}, fmt.Errorf("key %s given twice", k)
+		}
+		seen[k] = true
+		if err := key.set(&p, v); err != nil {
+			return parsedOptions{}, fmt.Errorf("%s=%q: %v: want %s", k, v, err, key.form)
+		}
+	}
+	return p, nil
+}
+
+func findOptionKey(name string) *optionKey {
+	for i := range optionKeys {
+		if optionKeys[i].name == name {
+			return &optionKeys[i]
+		}
+	}
+	return nil
+}
+
+// backendOptionKeys are options of the backends (docs/backend-config.md)
+// that a configuration string of the allocator's may be given by mistake.
+var backendOptionKeys = []string{"capture_safety", "device", "memory_limit", "release_threshold"}
+
+// suggestOptionKey is "; did you mean KEY?" when k misspells a key, or
+// where k belongs when it is a backend's option.
+func suggestOptionKey(k string) string {
+	if slices.Contains(backendOptionKeys, k) {
+		return "; " + k + " is a backend option: give it in the backend's config string (CAPALLOC_BACKEND=cuda:" + k + "=...)"
+	}
+	names := make([]string, len(optionKeys))
+	for i, key := range optionKeys {
+		names[i] = key.name
+	}
+	if s := confval.Suggest(k, names); s != "" {
+		return "; did you mean " + s + "?"
+	}
+	return ""
+}
+
+// knownOptionKeys lists the keys and their forms for an error message.
+func knownOptionKeys() string {
+	parts := make([]string, len(optionKeys))
+	for i, k := range optionKeys {
+		parts[i] = k.name + "=" + k.form
+	}
+	return strings.Join(parts, "; ")
+}
+
+// formatOptions writes p in the form parseOptions reads back: the keys
+// that p sets, in the table's order.
+func formatOptions(p parsedOptions) string {
+	var parts []string
+	for _, k := range optionKeys {
+		if v := k.format(p); v != "" {
+			parts = append(parts, k.name+"="+v)
+		}
+	}
+	return strings.Join(parts, ",")
+}

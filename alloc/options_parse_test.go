@@ -1,0 +1,173 @@
+package alloc
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// keepProfileRate restores the process's profile rate after a test that
+// parses profile_rate.
+func keepProfileRate(t testing.TB) {
+	prev := currentProfileRate()
+	t.Cleanup(func() { _, _ = SetProfileRate(prev) })
+}
+
+func TestParseOptionsReadsEveryKey(t *testing.T) {
+	keepProfileRate(t)
+	for _, tc := range []struct {
+		in   string
+		want Options
+		rate int // -1: profile_rate not set
+	}{
+		{"", Options{}, -1},
+		{" , ,", Options{}, -1},
+		{"expandable_segments=true", Options{ExpandableSegments: true}, -1},
+		{"expandable_segments:True", Options{ExpandableSegments: true}, -1},
+		{"expandable_segments=1", Options{ExpandableSegments: true}, -1},
+		{"expandable_segments=False", Options{}, -1},
+		{"expandable_segments=0", Options{}, -1},
+		{"watchdog=30s", Options{Watchdog: 30 * time.Second}, -1},
+		{"watchdog:1m30s", Options{Watchdog: 90 * time.Second}, -1},
+		{"watchdog=0", Options{}, -1},
+		{"watchdog=off", Options{Watchdog: -1}, -1},
+		{"watchdog=OFF", Options{Watchdog: -1}, -1},
+		{"name=decode", Options{Name: "decode"}, -1},
+		{"name = rank 0:gpu=1 ", Options{Name: "rank 0:gpu=1"}, -1},
+		{"name=", Options{}, -1},
+		{"profile_rate=512KiB", Options{}, 512 << 10},
+		{"profile_rate:1", Options{}, 1},
+		{"profile_rate=0", Options{}, 0},
+		{" expandable_segments:True , watchdog=2m, name=a, profile_rate=4k,", Options{ExpandableSegments: true, Watchdog: 2 * time.Minute, Name: "a"}, 4 << 10},
+	} {
+		const sentinel = 12345
+		_, _ = SetProfileRate(sentinel)
+		got, err := ParseOptions(tc.in)
+		require.NoError(t, err, tc.in)
+		require.Equal(t, tc.want, got, tc.in)
+		if tc.rate < 0 {
+			require.Equal(t, sentinel, currentProfileRate(), "%q leaves the profile rate alone", tc.in)
+		} else {
+			require.Equal(t, tc.rate, currentProfileRate(), tc.in)
+		}
+	}
+}
+
+func TestParseOptionsErrors(t *testing.T) {
+	keepProfileRate(t)
+	for _, tc := range []struct{ in, says string }{
+		{"expandable_segment=true", `unknown key "expandable_segment"; did you mean expandable_segments?`},
+		{"watchdgo=1s", `unknown key "watchdgo"; did you mean watchdog?`},
+		{"max_split_size_mb=128", `unknown key "max_split_size_mb"`},
+		{"capture_safety=strict", `unknown key "capture_safety"; capture_safety is a backend option: give it in the backend's config string (CAPALLOC_BACKEND=cuda:capture_safety=...)`},
+		{"Watchdog=1s", `unknown key "Watchdog"; did you mean watchdog?`},
+		{"expandable_segments", `"expandable_segments": want key=value`},
+		{"=1", `unknown key ""`},
+		{"watchdog=1s,watchdog=2s", "key watchdog given twice"},
+		{"expandable_segments=maybe", `expandable_segments="maybe"`},
+		{"expandable_segments=", `expandable_segments=""`},
+		{"watchdog=soon", `watchdog="soon"`},
+		{"watchdog=-5s", `watchdog="-5s"`},
+		{"watchdog=30", `watchdog="30"`},
+		{"profile_rate=-1", `profile_rate="-1"`},
+		{"profile_rate=fast", `profile_rate="fast"`},
+		{"profile_rate=1.5MiB", `profile_rate="1.5MiB"`},
+		{"name=\xff", "not valid UTF-8"},
+		{"profile_rate=1,bogus=1", `unknown key "bogus"`},
+	} {
+		_, _ = SetProfileRate(777)
+		got, err := ParseOptions(tc.in)
+		require.ErrorIs(t, err, ErrInvalidValue, tc.in)
+		var e *Error
+		require.True(t, errors.As(err, &e), "%q: %T", tc.in, err)
+		require.Equal(t, "ParseOptions", e.Op)
+		require.Contains(t, err.Error(), tc.says, tc.in)
+		require.Equal(t, Options{}, got, tc.in)
+		require.Equal(t, 777, currentProfileRate(), "%q changes nothing", tc.in)
+		if strings.Contains(tc.says, "unknown key") || strings.Contains(tc.says, "want key=value") {
+			for _, k := range optionKeys {
+				require.Contains(t, err.Error(), k.name+"="+k.form, "%q lists the keys and their forms", tc.in)
+			}
+		} else if !strings.Contains(tc.says, "twice") {
+			require.Contains(t, err.Error(), "want ", tc.in)
+		}
+	}
+}
+
+func TestParseOptionsRoundTrips(t *testing.T) {
+	for _, p := range []parsedOptions{
+		{profileRate: -1},
+		{Options: Options{ExpandableSegments: true}, profileRate: -1},
+		{Options: Options{Watchdog: 1500 * time.Millisecond}, profileRate: -1},
+		{Options: Options{Watchdog: -1}, profileRate: -1},
+		{Options: Options{Name: "rank 3:decode=x"}, profileRate: -1},
+		{profileRate: 0},
+		{profileRate: 1},
+		{profileRate: 512 << 10},
+		{Options: Options{ExpandableSegments: true, Watchdog: time.Hour, Name: "n"}, profileRate: 7},
+	} {
+		s := formatOptions(p)
+		got, err := parseOptions(s)
+		require.NoError(t, err, s)
+		require.Equal(t, p, got, s)
+		// PyTorch's spelling reads the same.
+		got, err = parseOptions(strings.NewReplacer("=", ":").Replace(s))
+		if p.Name == "" {
+			require.NoError(t, err, s)
+			require.Equal(t, p, got, s)
+		}
+	}
+}
+
+func TestOptionsFromEnv(t *testing.T) {
+	keepProfileRate(t)
+	t.Setenv(envAllocConf, "expandable_segments:True,watchdog=2m")
+	got, err := OptionsFromEnv()
+	require.NoError(t, err)
+	require.Equal(t, Options{ExpandableSegments: true, Watchdog: 2 * time.Minute}, got)
+
+	t.Setenv(envAllocConf, "")
+	got, err = OptionsFromEnv()
+	require.NoError(t, err)
+	require.Equal(t, Options{}, got)
+
+	t.Setenv(envAllocConf, "watchdgo=1s")
+	_, err = OptionsFromEnv()
+	require.ErrorIs(t, err, ErrInvalidValue)
+	require.Contains(t, err.Error(), envAllocConf, "the error names the variable")
+	require.Contains(t, err.Error(), "OptionsFromEnv")
+}
+
+// ParseOptions never panics; what it accepts formats to a string that
+// reads back the same, and what it refuses is an *Error wrapping
+// ErrInvalidValue. Seeds: the f.Add calls.
+func FuzzParseOptions(f *testing.F) {
+	keepProfileRate(f)
+	for _, s := range []string{"", "expandable_segments:True,watchdog=30s,profile_rate=512KiB,name=x",
+		"watchdog=off", "name=a:b=c", ",,", "=", ":", "profile_rate=9223372036854775807", "profile_rate=8589934592GiB",
+		"watchdog=-1ns", "name=\xff", "expandable_segments=True,expandable_segments=False", "watchdog=1h2m3.5s"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		opts, err := ParseOptions(s)
+		p, perr := parseOptions(s)
+		if err != nil {
+			require.ErrorIs(t, err, ErrInvalidValue)
+			var e *Error
+			require.True(t, errors.As(err, &e))
+			require.Error(t, perr)
+			return
+		}
+		require.NoError(t, perr)
+		require.Equal(t, p.Options, opts)
+		if strings.Contains(p.Name, ",") {
+			t.Fatalf("name %q holds the separator", p.Name)
+		}
+		again, err := parseOptions(formatOptions(p))
+		require.NoError(t, err, "format of %q is %q", s, formatOptions(p))
+		require.Equal(t, p, again, "format of %q is %q", s, formatOptions(p))
+	})
+}

@@ -1,0 +1,132 @@
+package backends_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/backends"
+)
+
+// This test binary links cpu only: cuda, hip and backends/plugin are
+// module backends it does not import.
+
+func TestUnknownNameSaysWhatItMeant(t *testing.T) {
+	linked, _ := registerFake(t, nil)
+	swapped := linked[1:2] + linked[:1] + linked[2:] // "afke-…": two letters swapped
+	for _, tc := range []struct{ name, says string }{
+		{"CPU", `"CPU"; did you mean cpu? (known: `},
+		{"cpy", `did you mean cpu?`},
+		{"cdua", `did you mean cuda?; cuda needs package github.com/capalloc/capalloc/cuda linked into this binary: import _ "github.com/capalloc/capalloc/cuda"`},
+		{"cuda", `"cuda"; cuda needs package github.com/capalloc/capalloc/cuda linked`},
+		{"HIP", `did you mean hip?; hip needs package github.com/capalloc/capalloc/hip linked`},
+		{swapped, "did you mean " + linked + "?"},
+		{"plugin:cpu", `"plugin:cpu"; plugin:cpu needs package github.com/capalloc/capalloc/backends/plugin linked into this binary: import _ "github.com/capalloc/capalloc/backends/plugin"`},
+		{"plugn:cuda", `did you mean plugin:cuda?; plugin:cuda needs package github.com/capalloc/capalloc/backends/plugin linked`},
+	} {
+		_, err := backends.OpenDriver(ctx, tc.name)
+		require.ErrorIs(t, err, backends.ErrUnknownBackend, tc.name)
+		require.ErrorIs(t, err, driver.ErrBackendUnavailable, tc.name)
+		require.Contains(t, err.Error(), tc.says, tc.name)
+		require.Contains(t, err.Error(), "(known: ", tc.name)
+		require.LessOrEqual(t, strings.Count(err.Error(), "did you mean"), 1, "said once: %v", err)
+		require.LessOrEqual(t, strings.Count(err.Error(), "needs package"), 1, "said once: %v", err)
+	}
+	for _, far := range []string{"xla", "metal", "teleport:cpu", "no-such-gpu"} {
+		_, err := backends.OpenDriver(ctx, far)
+		require.ErrorIs(t, err, backends.ErrUnknownBackend, far)
+		require.NotContains(t, err.Error(), "did you mean", far)
+		require.NotContains(t, err.Error(), "needs package", far)
+	}
+}
+
+// captureLog sends slog.Default to a buffer for the test.
+func captureLog(t *testing.T) *bytes.Buffer {
+	var buf bytes.Buffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	return &buf
+}
+
+func TestFallbackLogsOneWarning(t *testing.T) {
+	missing, _ := registerFake(t, fmt.Errorf("%w: no GPU in this machine", driver.ErrBackendUnavailable))
+	log := captureLog(t)
+	o, err := backends.OpenString(ctx, missing+";cdua;cpu")
+	require.NoError(t, err)
+	require.NoError(t, o.Driver.Close())
+	require.Equal(t, "cpu", o.Choice.Name)
+	require.Equal(t, 1, strings.Count(log.String(), "\n"), "one record for the chain: %s", log)
+	require.Contains(t, log.String(), "level=WARN")
+	require.Contains(t, log.String(), "opened cpu")
+	require.Contains(t, log.String(), missing+": backend unavailable: no GPU in this machine")
+	require.Contains(t, log.String(), "cdua: backend unavailable: unknown backend")
+	require.Contains(t, log.String(), "did you mean cuda?")
+
+	log.Reset()
+	o, err = backends.OpenString(ctx, "cpu;"+missing)
+	require.NoError(t, err)
+	require.NoError(t, o.Driver.Close())
+	require.Empty(t, log.String(), "no fallback, no warning")
+}
+
+func TestStrictModeRefusesFallback(t *testing.T) {
+	log := captureLog(t)
+	ok, calls := registerFake(t, nil)
+	missing, _ := registerFake(t, fmt.Errorf("%w: no GPU in this machine", driver.ErrBackendUnavailable))
+
+	t.Setenv(backends.StrictEnvVar, "1")
+	_, err := backends.OpenString(ctx, "cdua;"+ok)
+	require.ErrorIs(t, err, backends.ErrUnknownBackend, "the first choice's reason")
+	require.Contains(t, err.Error(), "did you mean cuda?")
+	require.Contains(t, err.Error(), "strict mode: not falling back to "+ok)
+	_, err = backends.OpenString(ctx, missing+";"+ok)
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
+	require.Contains(t, err.Error(), "no GPU in this machine")
+	require.Zero(t, calls.Load(), "strict mode opens nothing after the first choice")
+	o, err := backends.OpenString(ctx, "cpu;"+ok)
+	require.NoError(t, err, "strict mode opens a first choice that is there")
+	require.NoError(t, o.Driver.Close())
+
+	t.Setenv(backends.StrictEnvVar, "maybe")
+	_, err = backends.OpenString(ctx, "cpu")
+	require.ErrorIs(t, err, backends.ErrInvalidConfig)
+	require.Contains(t, err.Error(), backends.StrictEnvVar)
+
+	t.Setenv(backends.StrictEnvVar, "0")
+	_, err = backends.OpenString(ctx, "strict;cdua;"+ok)
+	require.ErrorIs(t, err, backends.ErrUnknownBackend, "the chain's own flag")
+	require.Contains(t, err.Error(), "strict mode")
+	require.Zero(t, calls.Load())
+	o, err = backends.OpenString(ctx, "cdua;"+ok)
+	require.NoError(t, err, "false: a fallback")
+	require.NoError(t, o.Driver.Close())
+	require.Equal(t, int32(1), calls.Load())
+	require.Equal(t, 1, strings.Count(log.String(), "\n"), "the one fallback, one warning; strict refusals are errors: %s", log)
+}
+
+func TestStrictFlagIsNotABackend(t *testing.T) {
+	cfg, err := backends.ParseConfig("strict; cpu")
+	require.NoError(t, err)
+	require.Equal(t, "strict;cpu", cfg.String())
+	o, err := cfg.Open(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "cpu", o.Choice.Name)
+	require.Empty(t, o.Skipped, "the flag is not a skipped choice")
+	require.NoError(t, o.Driver.Close())
+
+	_, err = backends.OpenDriver(ctx, "strict")
+	require.ErrorIs(t, err, backends.ErrInvalidConfig)
+	_, err = backends.OpenString(ctx, "strict")
+	require.ErrorIs(t, err, backends.ErrInvalidConfig, "a chain of only the flag is empty")
+	_, err = backends.ParseConfig("strict:memory_limit=1GiB;cpu")
+	require.ErrorIs(t, err, backends.ErrInvalidConfig)
+	f := func(context.Context, backends.Choice) (driver.Driver, error) { return nil, nil }
+	require.Panics(t, func() { backends.Register("strict", f) })
+}
