@@ -60,7 +60,7 @@ func (e *Error) Error() string {
 		s += " " + e.Backend
 	}
 	s += ": " + e.Op
-	if e.Size >= 0 {
+	if _, says := e.Err.(*oomError); e.Size >= 0 && !says { // an oomError says the size itself
 		s += fmt.Sprintf("(%d B)", e.Size)
 	}
 	s += " [capture=" + e.State.String() + "]: " + e.Err.Error()
