@@ -34,7 +34,7 @@ var summaryKinds = []string{"small", "large", "sync", "graph"}
 func (s Snapshot) Summary() string {
 	var b strings.Builder
 	st := s.Stats
-	fmt.Fprintf(&b, "capalloc memory summary: allocator %q, backend %s, device %q: %s total", s.Allocator, s.Backend, s.Device, SizeText(s.DeviceMemory))
+	fmt.Fprintf(&b, "capalloc memory summary: allocator %q, backend %q, device %q: %s total", s.Allocator, s.Backend, s.Device, SizeText(s.DeviceMemory))
 	if s.DeviceFree != nil {
 		fmt.Fprintf(&b, ", %s free", SizeText(*s.DeviceFree))
 	}
