@@ -94,10 +94,13 @@ type Aborter interface {
 // DeviceInfo.TotalMemory is the corrected figure. The allocator asks it
 // when an allocation runs out of memory (the error says it), for
 // Snapshot and for the metrics (alloc/allocprom). It is a query, not an
-// unsafe call: it never synchronizes and is legal during captures (as
-// PyTorch's caching allocator calls cudaMemGetInfo in its out-of-memory
-// path). A driver that cannot tell after all (a plugin whose backend does
-// not implement it) fails with an error wrapping errors.ErrUnsupported.
+// unsafe call: it does not synchronize, and the allocator makes it
+// during captures too (PyTorch's caching allocator asks cudaMemGetInfo
+// for its out-of-memory message, which capture-time failures reach:
+// pytorch/pytorch#187795; cuda's TestGPUMemInfoDuringCapture checks a
+// Global capture survives it on a GPU). A driver that cannot tell after
+// all (a plugin whose backend does not implement it) fails with an error
+// wrapping errors.ErrUnsupported.
 type MemInfoer interface {
 	MemInfo() (free, total int64, err error)
 }
