@@ -69,7 +69,7 @@ func (s Snapshot) Summary() string {
 		segs[total]++
 	}
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "device memory by pool\t%s\ttotal\t\n", strings.Join(summaryKinds, "\t"))
+	fmt.Fprintf(tw, "%-24s\t%s\ttotal\t\n", "device memory by pool", strings.Join(summaryKinds, "\t"))
 	for i, state := range states {
 		row(tw, string(state), bytes[i])
 	}
@@ -84,15 +84,15 @@ func (s Snapshot) Summary() string {
 	for k, n := range segs {
 		counts[k] = fmt.Sprint(n)
 	}
-	fmt.Fprintf(tw, "segments\t%s\t\n", strings.Join(counts, "\t"))
+	fmt.Fprintf(tw, "%-24s\t%s\t\n", "segments", strings.Join(counts, "\t"))
 	tw.Flush()
 
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(&b, "\n")
-	fmt.Fprintf(tw, "bytes\tcurrent\tpeak\t\n")
-	fmt.Fprintf(tw, "in use (as requested)\t%s\t%s\t\n", SizeText(st.BytesInUse), SizeText(st.PeakInUse))
-	fmt.Fprintf(tw, "reserved from the driver\t%s\t%s\t\n", SizeText(st.BytesReserved), SizeText(st.PeakReserved))
-	fmt.Fprintf(tw, "cached in the pool\t%s\t\t\n", SizeText(st.BytesCached))
+	fmt.Fprintf(tw, "%-24s\tcurrent\tpeak\t\n", "bytes")
+	fmt.Fprintf(tw, "%-24s\t%s\t%s\t\n", "in use (as requested)", SizeText(st.BytesInUse), SizeText(st.PeakInUse))
+	fmt.Fprintf(tw, "%-24s\t%s\t%s\t\n", "reserved from the driver", SizeText(st.BytesReserved), SizeText(st.PeakReserved))
+	fmt.Fprintf(tw, "%-24s\t%s\t\t\n", "cached in the pool", SizeText(st.BytesCached))
 	tw.Flush()
 
 	fmt.Fprintf(&b, "\nallocations %d (pool hits %d, misses %d), frees %d, live buffers %d\n", st.Allocs, st.PoolHits, st.PoolMisses, st.Frees, st.LiveBuffers)
@@ -117,5 +117,5 @@ func row(tw *tabwriter.Writer, name string, ns []int64) {
 	for i, n := range ns {
 		cells[i] = SizeText(n)
 	}
-	fmt.Fprintf(tw, "%s\t%s\t\n", name, strings.Join(cells, "\t"))
+	fmt.Fprintf(tw, "%-24s\t%s\t\n", name, strings.Join(cells, "\t"))
 }
