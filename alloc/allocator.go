@@ -102,6 +102,9 @@ func New(drv driver.Driver, opts Options) (*Allocator, error) {
 	a.guard = newGuard(&a.mu, a, &a.releases, drv, s, info, opts)
 	a.releases.init(a) // after the guard: it shares the guard's domain and watchdog
 	publish(a)         // last: readers of the registry see it whole
+	if opts.ProfileRate != 0 {
+		_, _ = SetProfileRate(max(opts.ProfileRate, 0)) // never fails for a rate >= 0
+	}
 	return a, nil
 }
 

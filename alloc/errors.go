@@ -28,7 +28,10 @@ var (
 	ErrCaptureTimeout   = driver.ErrCaptureTimeout
 	ErrNotCapturing     = driver.ErrNotCapturing
 	ErrAlreadyCapturing = driver.ErrAlreadyCapturing
-	// ErrOutOfMemory carries the allocator's Stats in its message.
+	// ErrOutOfMemory: the device cannot hold the allocation, after the
+	// reclaim ladder. The message says the request, the allocator, the
+	// device's total and free memory, what the allocator holds, its
+	// largest free block and a hint (docs/device-memory.md, "Out of memory").
 	ErrOutOfMemory = driver.ErrOutOfMemory
 	// ErrInvalidBuffer: double free, a buffer from another allocator, a
 	// view freed as if it owned its memory, a buffer of a closed graph.
@@ -60,7 +63,7 @@ func (e *Error) Error() string {
 		s += " " + e.Backend
 	}
 	s += ": " + e.Op
-	if e.Size >= 0 {
+	if _, says := e.Err.(*oomError); e.Size >= 0 && !says { // an oomError says the size itself
 		s += fmt.Sprintf("(%d B)", e.Size)
 	}
 	s += " [capture=" + e.State.String() + "]: " + e.Err.Error()

@@ -29,7 +29,7 @@ func (a *Allocator) Alloc(size int64) (Buffer, error) {
 		return Buffer{}, a.fail("Alloc", size, st, err)
 	}
 	if size > a.info.TotalMemory {
-		return Buffer{}, a.fail("Alloc", size, st, outOfMemory(a, "larger than the device"))
+		return Buffer{}, a.fail("Alloc", size, st, outOfMemory(a, size, "the request is larger than the whole device", nil))
 	}
 	if st == StateNone && a.eager == nil && profileRate.Load() == 0 {
 		// The common case apart, with no Buffer kept for an eager run or a
@@ -79,7 +79,7 @@ func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 	a.stats.PoolMisses++
 	b, err := driverUpstream{a}.grow(n)
 	if errors.Is(err, ErrOutOfMemory) {
-		return Buffer{}, fmt.Errorf("%w; %s", err, outOfMemory(a, "driver out of memory"))
+		return Buffer{}, outOfMemory(a, size, "", err)
 	}
 	if err != nil {
 		return Buffer{}, err
@@ -91,6 +91,9 @@ func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 // the memory is the graph's until Graph.Close. Caller holds a.mu.
 func (c *capture) allocLocked(a *Allocator, op string, size int64) (Buffer, error) {
 	p, err := a.drv.MallocAsync(size, a.stream)
+	if errors.Is(err, ErrOutOfMemory) {
+		return Buffer{}, outOfMemory(a, size, "", err)
+	}
 	if err != nil {
 		return Buffer{}, refusedInCapture(a.drv, a.stream, err)
 	}
@@ -263,7 +266,7 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 	err := a.guard.blockingUndo("AllocSync", size, nil, func(st CaptureState) error {
 		capturing = st != StateNone
 		if size > a.info.TotalMemory {
-			return outOfMemory(a, "larger than the device")
+			return outOfMemory(a, size, "the request is larger than the whole device", nil)
 		}
 		if err := a.guard.unsafeRefusalLocked(st, false, "eager synchronous allocation"); err != nil {
 			return err
@@ -290,7 +293,7 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 			})
 			a.mu.Unlock()
 		}
-		if err != nil {
+		if err = afterSyncLadder(a, size, err); err != nil {
 			return nil, err
 		}
 		a.mu.Lock()

@@ -2,11 +2,14 @@ package alloc_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/cpu"
 )
 
 // Both allocation paths give the pool's cache back to the driver and retry
@@ -69,5 +72,144 @@ func fullOfCache(t *testing.T, limit int64) *alloc.Allocator {
 		require.NoError(t, a.Free(b))
 	}
 	require.Positive(t, a.Stats().BytesCached)
+	return a
+}
+
+// An out-of-memory error says, once, what a person needs to act
+// (PyTorch's message is the model): the request in bytes and in words, the
+// allocator's name, the device's total and free memory, what the
+// allocator has in use, reserved and cached, its largest free block, and
+// the driver's words without the sentinel's text again; Stats counts it.
+// Every allocation path says the same.
+func TestOutOfMemoryMessage(t *testing.T) {
+	paths := map[string]func(a *alloc.Allocator, n int64) error{
+		"Alloc":     func(a *alloc.Allocator, n int64) error { _, err := a.Alloc(n); return err },
+		"AllocSync": func(a *alloc.Allocator, n int64) error { _, err := a.AllocSync(n); return err },
+		"Workspace": func(a *alloc.Allocator, n int64) error { _, err := a.Workspace("ws", n); return err },
+	}
+	for name, path := range paths {
+		t.Run(name, func(t *testing.T) {
+			a := oomAllocator(t, 8<<20, alloc.Options{Name: "engine-" + name})
+			b, err := a.Alloc(3 << 20)
+			require.NoError(t, err)
+			err = path(a, 6<<20)
+			require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+			msg := err.Error()
+			require.Equal(t, 1, strings.Count(msg, "out of device memory"), msg)
+			for _, part := range []string{
+				"tried to allocate 6.00 MiB (6291456 B)",
+				`in allocator "engine-` + name + `" (cpu)`,
+				"device 8.00 MiB total, 5.00 MiB free",
+				"3.00 MiB in use, 3.00 MiB reserved, 0 B of it cached, largest free block 0 B",
+				"; driver: cpu: malloc",
+			} {
+				require.Contains(t, msg, part)
+			}
+			require.NotContains(t, msg, "hint")
+			require.NotContains(t, msg, "(6291456 B) [capture", "the request's size is said once, by the message")
+			require.Equal(t, uint64(1), a.Stats().OutOfMemory)
+
+			err = path(a, 60<<20)
+			require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+			require.Contains(t, err.Error(), "tried to allocate 60.00 MiB (62914560 B)")
+			require.Contains(t, err.Error(), "; the request is larger than the whole device")
+			require.Equal(t, uint64(2), a.Stats().OutOfMemory)
+			require.NoError(t, a.Free(b))
+		})
+	}
+}
+
+// A driver that cannot tell its free memory (no driver.MemInfoer) gets a
+// message without it.
+func TestOutOfMemoryMessageWithoutMemInfo(t *testing.T) {
+	d, err := cpu.New(cpu.Options{MemoryLimit: 8 << 20})
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Close() })
+	a, err := alloc.New(struct{ driver.Driver }{d}, alloc.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { a.Close() })
+	_, err = a.Alloc(9 << 20)
+	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+	require.Contains(t, err.Error(), "device 8.00 MiB total; this allocator")
+}
+
+// Cached memory that would hold the request were it one piece gets a
+// hint: free blocks in pieces merge under expandable segments.
+func TestOutOfMemoryHintsExpandableSegments(t *testing.T) {
+	a := oomAllocator(t, 8<<20, alloc.Options{})
+	var bs []alloc.Buffer
+	for range 8 { // four small segments of 2 MiB, the device full
+		b, err := a.Alloc(1 << 20)
+		require.NoError(t, err)
+		bs = append(bs, b)
+	}
+	for i := 0; i < len(bs); i += 2 { // 1 MiB free in each segment
+		require.NoError(t, a.Free(bs[i]))
+	}
+	_, err := a.Alloc(2 << 20)
+	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+	msg := err.Error()
+	require.Contains(t, msg, "4.00 MiB of it cached, largest free block 1.00 MiB")
+	require.Contains(t, msg, "hint: 4.00 MiB is cached, enough for the request but in pieces: expandable segments")
+	require.Contains(t, msg, "Options.ExpandableSegments")
+	for i := 1; i < len(bs); i += 2 {
+		require.NoError(t, a.Free(bs[i]))
+	}
+}
+
+// During a capture the allocation comes from the driver, and the ladder
+// does not give the pool's cache back: wholly free segments still cached
+// get a hint to Trim outside captures. (The cpu driver invalidates the
+// Global capture whose allocation failed.)
+func TestOutOfMemoryInCaptureHintsTrim(t *testing.T) {
+	a := oomAllocator(t, 8<<20, alloc.Options{})
+	var bs []alloc.Buffer
+	for range 4 { // two small segments of 2 MiB
+		b, err := a.Alloc(1 << 20)
+		require.NoError(t, err)
+		bs = append(bs, b)
+	}
+	for _, b := range bs {
+		require.NoError(t, a.Free(b))
+	}
+	require.NoError(t, a.BeginCapture(alloc.Global))
+	_, err := a.Alloc(6 << 20)
+	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+	require.Contains(t, err.Error(), "hint: 4.00 MiB of wholly free segments is still cached: Trim, outside captures, gives it back to the driver")
+	_, err = a.EndCapture()
+	require.ErrorIs(t, err, alloc.ErrCaptureInvalidated)
+	require.NoError(t, a.Trim())
+	b, err := a.Alloc(6 << 20)
+	require.NoError(t, err, "what the hint said")
+	require.NoError(t, a.Free(b))
+}
+
+// Stats counts the reclaim ladder's retries, and an out-of-memory only
+// when the ladder could not make room.
+func TestOutOfMemoryCountsRetries(t *testing.T) {
+	const limit = 1 << 20
+	a := fullOfCache(t, limit)
+	before := a.Stats()
+	b, err := a.AllocSync(limit / 2)
+	require.NoError(t, err)
+	after := a.Stats()
+	require.Greater(t, after.ReclaimRetries, before.ReclaimRetries, "the ladder gave the cache back and retried")
+	require.Equal(t, before.OutOfMemory, after.OutOfMemory, "a retry that succeeded is no out-of-memory")
+	_, err = a.AllocSync(limit/2 + 4096)
+	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+	require.Equal(t, before.OutOfMemory+1, a.Stats().OutOfMemory)
+	require.NoError(t, a.Free(b))
+}
+
+// oomAllocator is an allocator with opts on a cpu device of limit bytes,
+// both closed when the test ends.
+func oomAllocator(t *testing.T, limit int64, opts alloc.Options) *alloc.Allocator {
+	t.Helper()
+	d, err := cpu.New(cpu.Options{MemoryLimit: limit})
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Close() })
+	a, err := alloc.New(d, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, a.Close()) })
 	return a
 }

@@ -34,6 +34,14 @@ type Options struct {
 	// AllocSync.
 	// docs/allocator-core.md, "Expandable segments".
 	ExpandableSegments bool
+	// ProfileRate, when not zero, is the process's sampling rate for
+	// allocation profiles that New sets (SetProfileRate) once the
+	// allocator is open: bytes per sample, 1 for every allocation, and
+	// negative to turn sampling off. Zero leaves the rate as it is. The
+	// rate is the process's, not one allocator's (as the runtime's
+	// MemProfileRate is); it is an option so that a configuration string
+	// (ParseOptions, profile_rate) can set it.
+	ProfileRate int
 }
 
 func (o Options) watchdog() time.Duration {

@@ -24,11 +24,9 @@ import (
 // envAllocConf is the environment variable OptionsFromEnv reads.
 const envAllocConf = "CAPALLOC_ALLOC_CONF"
 
-// parsedOptions is what a configuration string sets: the Options, and the
-// settings that are the process's rather than one allocator's.
+// parsedOptions is what a configuration string sets.
 type parsedOptions struct {
 	Options
-	profileRate int // SetProfileRate's argument; -1 when not set
 }
 
 // optionKey is one key of the configuration string.
@@ -74,14 +72,20 @@ var optionKeys = []optionKey{
 			if err != nil || n > math.MaxInt {
 				return fmt.Errorf("not a byte count")
 			}
-			p.profileRate = int(n)
+			p.ProfileRate = int(n)
+			if n == 0 {
+				p.ProfileRate = -1 // off; Options' zero leaves the rate alone
+			}
 			return nil
 		},
 		func(p parsedOptions) string {
-			if p.profileRate < 0 {
+			switch {
+			case p.ProfileRate == 0:
 				return ""
+			case p.ProfileRate < 0:
+				return "0"
 			}
-			return strconv.Itoa(p.profileRate)
+			return strconv.Itoa(p.ProfileRate)
 		}},
 	{"watchdog", "a duration such as 30s or 500ms, 0 (the default, 60s) or off",
 		func(p *parsedOptions, v string) error {
@@ -113,17 +117,15 @@ var optionKeys = []optionKey{
 //
 //	expandable_segments  true|false (also 1|0, True|False): Options.ExpandableSegments
 //	name                 text without commas: Options.Name
-//	profile_rate         0, 1 or bytes per sample (512KiB): SetProfileRate
+//	profile_rate         0 (off), 1 or bytes per sample (512KiB): Options.ProfileRate
 //	watchdog             a duration (30s), 0 (the default) or off: Options.Watchdog
 //
 // Sizes read as backend options do ("8GiB", "512KiB", "4096"). The empty
-// string is the zero Options. profile_rate is the process's, not one
-// allocator's: ParseOptions passes it to SetProfileRate once the whole
-// string has been read. An unknown key, a repeated one or a bad value is an
-// *Error wrapping ErrInvalidValue that lists the keys and their forms, and
-// changes nothing.
+// string is the zero Options. Parsing changes nothing: New applies what
+// the Options say. An unknown key, a repeated one or a bad value is an
+// *Error wrapping ErrInvalidValue that lists the keys and their forms.
 func ParseOptions(s string) (Options, error) {
-	return parseAndApply("ParseOptions", s, "")
+	return parseNamed("ParseOptions", s, "")
 }
 
 // OptionsFromEnv is ParseOptions of the environment variable
@@ -134,26 +136,21 @@ func ParseOptions(s string) (Options, error) {
 // changes an engine that opens its allocator with
 // alloc.New(drv, opts) after opts, err := alloc.OptionsFromEnv().
 func OptionsFromEnv() (Options, error) {
-	return parseAndApply("OptionsFromEnv", os.Getenv(envAllocConf), envAllocConf+": ")
+	return parseNamed("OptionsFromEnv", os.Getenv(envAllocConf), envAllocConf+": ")
 }
 
-func parseAndApply(op, s, where string) (Options, error) {
+func parseNamed(op, s, where string) (Options, error) {
 	p, err := parseOptions(s)
 	if err != nil {
 		return Options{}, &Error{Op: op, Size: -1, Err: fmt.Errorf("%w: %s%w", ErrInvalidValue, where, err)}
-	}
-	if p.profileRate >= 0 {
-		if _, err := SetProfileRate(p.profileRate); err != nil {
-			return Options{}, &Error{Op: op, Size: -1, Err: err}
-		}
 	}
 	return p.Options, nil
 }
 
 // parseOptions reads s without applying anything. Its error is the detail
-// that parseAndApply wraps with ErrInvalidValue.
+// that parseNamed wraps with ErrInvalidValue.
 func parseOptions(s string) (parsedOptions, error) {
-	p := parsedOptions{profileRate: -1}
+	var p parsedOptions
 	seen := make(map[string]bool, len(optionKeys))
 	for _, pair := range strings.Split(s, ",") {
 		if strings.TrimSpace(pair) == "" {

@@ -9,55 +9,42 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// keepProfileRate restores the process's profile rate after a test that
-// parses profile_rate.
-func keepProfileRate(t testing.TB) {
-	prev := currentProfileRate()
-	t.Cleanup(func() { _, _ = SetProfileRate(prev) })
-}
-
 func TestParseOptionsReadsEveryKey(t *testing.T) {
-	keepProfileRate(t)
 	for _, tc := range []struct {
 		in   string
 		want Options
-		rate int // -1: profile_rate not set
 	}{
-		{"", Options{}, -1},
-		{" , ,", Options{}, -1},
-		{"expandable_segments=true", Options{ExpandableSegments: true}, -1},
-		{"expandable_segments:True", Options{ExpandableSegments: true}, -1},
-		{"expandable_segments=1", Options{ExpandableSegments: true}, -1},
-		{"expandable_segments=False", Options{}, -1},
-		{"expandable_segments=0", Options{}, -1},
-		{"watchdog=30s", Options{Watchdog: 30 * time.Second}, -1},
-		{"watchdog:1m30s", Options{Watchdog: 90 * time.Second}, -1},
-		{"watchdog=0", Options{}, -1},
-		{"watchdog=off", Options{Watchdog: -1}, -1},
-		{"watchdog=OFF", Options{Watchdog: -1}, -1},
-		{"name=decode", Options{Name: "decode"}, -1},
-		{"name = rank 0:gpu=1 ", Options{Name: "rank 0:gpu=1"}, -1},
-		{"name=", Options{}, -1},
-		{"profile_rate=512KiB", Options{}, 512 << 10},
-		{"profile_rate:1", Options{}, 1},
-		{"profile_rate=0", Options{}, 0},
-		{" expandable_segments:True , watchdog=2m, name=a, profile_rate=4k,", Options{ExpandableSegments: true, Watchdog: 2 * time.Minute, Name: "a"}, 4 << 10},
+		{"", Options{}},
+		{" , ,", Options{}},
+		{"expandable_segments=true", Options{ExpandableSegments: true}},
+		{"expandable_segments:True", Options{ExpandableSegments: true}},
+		{"expandable_segments=1", Options{ExpandableSegments: true}},
+		{"expandable_segments=False", Options{}},
+		{"expandable_segments=0", Options{}},
+		{"watchdog=30s", Options{Watchdog: 30 * time.Second}},
+		{"watchdog:1m30s", Options{Watchdog: 90 * time.Second}},
+		{"watchdog=0", Options{}},
+		{"watchdog=off", Options{Watchdog: -1}},
+		{"watchdog=OFF", Options{Watchdog: -1}},
+		{"name=decode", Options{Name: "decode"}},
+		{"name = rank 0:gpu=1 ", Options{Name: "rank 0:gpu=1"}},
+		{"name=", Options{}},
+		{"profile_rate=512KiB", Options{ProfileRate: 512 << 10}},
+		{"profile_rate:1", Options{ProfileRate: 1}},
+		{"profile_rate=0", Options{ProfileRate: -1}},
+		{" expandable_segments:True , watchdog=2m, name=a, profile_rate=4k,", Options{ExpandableSegments: true, Watchdog: 2 * time.Minute, Name: "a", ProfileRate: 4 << 10}},
 	} {
 		const sentinel = 12345
-		_, _ = SetProfileRate(sentinel)
+		prev, _ := SetProfileRate(sentinel)
 		got, err := ParseOptions(tc.in)
 		require.NoError(t, err, tc.in)
 		require.Equal(t, tc.want, got, tc.in)
-		if tc.rate < 0 {
-			require.Equal(t, sentinel, currentProfileRate(), "%q leaves the profile rate alone", tc.in)
-		} else {
-			require.Equal(t, tc.rate, currentProfileRate(), tc.in)
-		}
+		require.Equal(t, sentinel, currentProfileRate(), "%q: parsing changes nothing", tc.in)
+		_, _ = SetProfileRate(prev)
 	}
 }
 
 func TestParseOptionsErrors(t *testing.T) {
-	keepProfileRate(t)
 	for _, tc := range []struct{ in, says string }{
 		{"expandable_segment=true", `unknown key "expandable_segment"; did you mean expandable_segments?`},
 		{"watchdgo=1s", `unknown key "watchdgo"; did you mean watchdog?`},
@@ -78,7 +65,6 @@ func TestParseOptionsErrors(t *testing.T) {
 		{"name=\xff", "not valid UTF-8"},
 		{"profile_rate=1,bogus=1", `unknown key "bogus"`},
 	} {
-		_, _ = SetProfileRate(777)
 		got, err := ParseOptions(tc.in)
 		require.ErrorIs(t, err, ErrInvalidValue, tc.in)
 		var e *Error
@@ -86,7 +72,6 @@ func TestParseOptionsErrors(t *testing.T) {
 		require.Equal(t, "ParseOptions", e.Op)
 		require.Contains(t, err.Error(), tc.says, tc.in)
 		require.Equal(t, Options{}, got, tc.in)
-		require.Equal(t, 777, currentProfileRate(), "%q changes nothing", tc.in)
 		if strings.Contains(tc.says, "unknown key") || strings.Contains(tc.says, "want key=value") {
 			for _, k := range optionKeys {
 				require.Contains(t, err.Error(), k.name+"="+k.form, "%q lists the keys and their forms", tc.in)
@@ -99,15 +84,15 @@ func TestParseOptionsErrors(t *testing.T) {
 
 func TestParseOptionsRoundTrips(t *testing.T) {
 	for _, p := range []parsedOptions{
-		{profileRate: -1},
-		{Options: Options{ExpandableSegments: true}, profileRate: -1},
-		{Options: Options{Watchdog: 1500 * time.Millisecond}, profileRate: -1},
-		{Options: Options{Watchdog: -1}, profileRate: -1},
-		{Options: Options{Name: "rank 3:decode=x"}, profileRate: -1},
-		{profileRate: 0},
-		{profileRate: 1},
-		{profileRate: 512 << 10},
-		{Options: Options{ExpandableSegments: true, Watchdog: time.Hour, Name: "n"}, profileRate: 7},
+		{},
+		{Options: Options{ExpandableSegments: true}},
+		{Options: Options{Watchdog: 1500 * time.Millisecond}},
+		{Options: Options{Watchdog: -1}},
+		{Options: Options{Name: "rank 3:decode=x"}},
+		{Options: Options{ProfileRate: -1}},
+		{Options: Options{ProfileRate: 1}},
+		{Options: Options{ProfileRate: 512 << 10}},
+		{Options: Options{ExpandableSegments: true, Watchdog: time.Hour, Name: "n", ProfileRate: 7}},
 	} {
 		s := formatOptions(p)
 		got, err := parseOptions(s)
@@ -123,7 +108,6 @@ func TestParseOptionsRoundTrips(t *testing.T) {
 }
 
 func TestOptionsFromEnv(t *testing.T) {
-	keepProfileRate(t)
 	t.Setenv(envAllocConf, "expandable_segments:True,watchdog=2m")
 	got, err := OptionsFromEnv()
 	require.NoError(t, err)
@@ -145,7 +129,6 @@ func TestOptionsFromEnv(t *testing.T) {
 // reads back the same, and what it refuses is an *Error wrapping
 // ErrInvalidValue. Seeds: the f.Add calls.
 func FuzzParseOptions(f *testing.F) {
-	keepProfileRate(f)
 	for _, s := range []string{"", "expandable_segments:True,watchdog=30s,profile_rate=512KiB,name=x",
 		"watchdog=off", "name=a:b=c", ",,", "=", ":", "profile_rate=9223372036854775807", "profile_rate=8589934592GiB",
 		"watchdog=-1ns", "name=\xff", "expandable_segments=True,expandable_segments=False", "watchdog=1h2m3.5s"} {

@@ -76,6 +76,7 @@ func (r *reclaim) climb(err error, try func() error) error {
 			return errors.Join(err, rerr)
 		}
 		if freed {
+			r.p.up.retried()
 			err = try()
 		}
 	}
@@ -90,14 +91,6 @@ func (p *pool) releaseAll(op string, unmap bool) (bool, error) {
 	r := reclaim{p: p, op: op, unmap: unmap}
 	r.step(rungFlush)
 	return r.step(rungAll)
-}
-
-// outOfMemory is the error of an allocation a's device cannot hold, the
-// ladder climbed (or a request larger than the device), with a's counters
-// of the moment. Caller holds a.mu. It reads the counters itself: their
-// copy stays out of the frames of Alloc's hot path.
-func outOfMemory(a *Allocator, why string) error {
-	return wrapf(ErrOutOfMemory, "%s (device %d B); %s", why, a.info.TotalMemory, a.statsLocked())
 }
 
 // step takes one rung and reports whether it gave anything back.

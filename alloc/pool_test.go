@@ -38,7 +38,7 @@ func TestOutOfMemoryReleasesCacheAndRetries(t *testing.T) {
 
 	_, err = a.Alloc(768 << 10) // does not fit even with an empty cache
 	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
-	require.Contains(t, err.Error(), "in use 524288 B", "the error carries the stats")
+	require.Contains(t, err.Error(), "512.00 KiB in use", "the error carries the stats")
 	require.Equal(t, st.BytesInUse, a.Stats().BytesInUse, "a failed Alloc changes nothing")
 
 	require.NoError(t, a.Free(big))

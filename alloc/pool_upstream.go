@@ -39,6 +39,8 @@ type reclaimEnv interface {
 	// mayReleaseAll is strict capture safety's verdict on giving every
 	// cached segment back now (nil: allowed).
 	mayReleaseAll() error
+	// retried counts one retry of the ladder (Stats.ReclaimRetries).
+	retried()
 }
 
 // driverUpstream is the Allocator's side of the pool: the driver calls,
@@ -186,6 +188,8 @@ func (u driverUpstream) trim(pools bool) bool {
 	}
 	return trimmed
 }
+
+func (u driverUpstream) retried() { u.a.stats.ReclaimRetries++ }
 
 func (u driverUpstream) mayReleaseAll() error {
 	return u.a.guard.strictLocked("freeing cached segments")

@@ -25,6 +25,7 @@ var blockStates = [numStates]memmap.BlockState{memmap.BlockLive, memmap.BlockWor
 // allocator's lock: about a millisecond per 10,000 blocks (BENCHMARKS.md).
 // It fails with ErrClosed once the allocator is closed.
 func (a *Allocator) Snapshot() (memmap.Snapshot, error) {
+	free := deviceFree(a.drv) // a driver query: not under a.mu
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.guard.closed {
@@ -39,7 +40,7 @@ func (a *Allocator) Snapshot() (memmap.Snapshot, error) {
 		Allocator: a.name, Backend: a.backend, Device: a.info.Name, DeviceMemory: a.info.TotalMemory,
 		CaptureSafety: a.info.SafetyProfile(),
 		Time:          time.Now(), Capturing: a.guard.cap != nil, ProfileRate: currentProfileRate(), Stats: a.statsLocked(),
-		Bytes: w.byState(), Segments: w.segs, Graphs: w.graphs,
+		Bytes: w.byState(), Segments: w.segs, Graphs: w.graphs, DeviceFree: free,
 	}, nil
 }
 
@@ -65,6 +66,8 @@ type memWalk struct {
 	blocks []memmap.Block // every segment's, in one array
 	graphs []memmap.GraphInfo
 	users  map[*block][]int // blocks graphs use or hold: their ids
+
+	largestFree int64 // the largest free or cached block (an out-of-memory error says it)
 }
 
 // walkMemory walks a's graphs, then its pool's segments, then its
@@ -251,6 +254,9 @@ func (w *memWalk) byState() map[memmap.BlockState]int64 {
 // block counts b, at off in the segment listed last, in state st.
 func (w *memWalk) block(b *block, off int64, st int) {
 	w.sums[st] += b.class
+	if (st == stFree || st == stCached) && b.class > w.largestFree {
+		w.largestFree = b.class
+	}
 	if !w.list {
 		return
 	}

@@ -31,6 +31,10 @@ type counters struct {
 	FailedCapture uint64
 	HostBuffers   int
 	HostBytes     int64
+	// OutOfMemory: allocations that failed for lack of memory (oom.go);
+	// ReclaimRetries: the reclaim ladder's retries (pool_reclaim.go).
+	OutOfMemory    uint64
+	ReclaimRetries uint64
 
 	inUse meter // bytes of live buffers and their peak
 }
@@ -94,6 +98,7 @@ func (a *Allocator) statsLocked() Stats {
 		HostBytes:     c.HostBytes,
 		Timeouts:      a.guard.watchdog.expired.Load(),
 	}
+	s.OutOfMemory, s.ReclaimRetries = c.OutOfMemory, c.ReclaimRetries
 	a.lane.addStatsLocked(&s, &c.inUse)
 	return s
 }

@@ -26,7 +26,7 @@ func (a *Allocator) Workspace(name string, size int64) (Buffer, error) {
 	}
 	st, err := a.guard.stateLocked()
 	if err == nil && size > a.info.TotalMemory {
-		err = outOfMemory(a, "larger than the device")
+		err = outOfMemory(a, size, "the request is larger than the whole device", nil)
 	}
 	var b Buffer
 	if err == nil {

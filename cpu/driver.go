@@ -125,6 +125,7 @@ type Driver struct {
 var (
 	_ driver.Driver           = (*Driver)(nil)
 	_ driver.UsageReporter    = (*Driver)(nil)
+	_ driver.MemInfoer        = (*Driver)(nil)
 	_ driver.DirectSpanner    = (*Driver)(nil)
 	_ driver.HostFuncLauncher = (*Driver)(nil)
 )
@@ -227,6 +228,18 @@ func (d *Driver) Usage() (driver.Usage, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return driver.Usage{Device: d.live, Host: d.hostLive}, nil
+}
+
+// MemInfo is the device's memory limit and what is left of it
+// (driver.MemInfoer): device allocations, graphs' and mapped chunks
+// included, counted as the limit counts them.
+func (d *Driver) MemInfo() (free, total int64, err error) {
+	if d.closed.Load() {
+		return 0, 0, errClosed("memory info")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.limit - d.live, d.limit, nil
 }
 
 // Close releases every allocation, stream, graph, host buffer and address

@@ -19,7 +19,13 @@
 //	capalloc_pool_hits_total, capalloc_pool_misses_total,
 //	capalloc_driver_allocs_total, capalloc_driver_frees_total,
 //	capalloc_capture_allocs_total, capalloc_captures_total,
-//	capalloc_failed_captures_total, capalloc_watchdog_timeouts_total   (counters)
+//	capalloc_failed_captures_total, capalloc_watchdog_timeouts_total,
+//	capalloc_out_of_memory_total, capalloc_reclaim_retries_total   (counters)
+//	capalloc_fragmentation_ratio   reserved over in use, 0 when nothing is
+//	    in use (a gauge)
+//	capalloc_device_total_bytes, capalloc_device_free_bytes   the device's
+//	    memory; free only where the driver can tell (driver.MemInfoer),
+//	    every user of the device counted (gauges)
 package allocprom
 
 import (
@@ -28,6 +34,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/alloc/internal/registry"
 	"github.com/capalloc/capalloc/alloc/memmap"
 )
@@ -70,7 +77,18 @@ var metrics = []metric{
 	counter("capalloc_captures_total", "Captures ended with a graph.", func(s alloc.Stats) float64 { return float64(s.Captures) }),
 	counter("capalloc_failed_captures_total", "Captures ended without a graph.", func(s alloc.Stats) float64 { return float64(s.FailedCapture) }),
 	counter("capalloc_watchdog_timeouts_total", "Driver calls and captures the watchdog gave up on.", func(s alloc.Stats) float64 { return float64(s.Timeouts) }),
+	counter("capalloc_out_of_memory_total", "Allocations that failed for lack of device memory.", func(s alloc.Stats) float64 { return float64(s.OutOfMemory) }),
+	counter("capalloc_reclaim_retries_total", "Allocations retried after the reclaim ladder gave memory back.", func(s alloc.Stats) float64 { return float64(s.ReclaimRetries) }),
+	gauge("capalloc_fragmentation_ratio", "Bytes reserved over bytes in use (0 when nothing is in use).", func(s alloc.Stats) float64 { return s.Fragmentation() }),
 }
+
+// The device's memory, from the driver rather than alloc.Stats: the
+// total (alloc.Allocator.Info) always, the free bytes when the driver can
+// tell (driver.MemInfoer; every user of the device counted).
+var (
+	deviceTotal = prometheus.NewDesc("capalloc_device_total_bytes", "Device memory the driver can hand out.", labels, nil)
+	deviceFree  = prometheus.NewDesc("capalloc_device_free_bytes", "Free device memory, every user of the device counted, where the driver can tell.", labels, nil)
+)
 
 var memoryBytes = prometheus.NewDesc("capalloc_memory_bytes",
 	"Device memory held from the driver, by what its blocks are doing (memmap.BlockState).",
@@ -88,6 +106,8 @@ func (*Collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- m.desc
 	}
 	ch <- memoryBytes
+	ch <- deviceTotal
+	ch <- deviceFree
 }
 
 // Collect reads every open allocator now. One closed meanwhile is left out.
@@ -104,6 +124,12 @@ func (*Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, st := range memmap.BlockStates() {
 			ch <- constMetric(memoryBytes, prometheus.GaugeValue, float64(byState[st]), append([]string{string(st)}, lv...)...)
+		}
+		ch <- constMetric(deviceTotal, prometheus.GaugeValue, float64(a.Info().TotalMemory), lv...)
+		if mi, ok := a.Driver().(driver.MemInfoer); ok {
+			if free, _, err := mi.MemInfo(); err == nil {
+				ch <- constMetric(deviceFree, prometheus.GaugeValue, float64(free), lv...)
+			}
 		}
 	}
 }

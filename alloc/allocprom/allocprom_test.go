@@ -184,3 +184,51 @@ func TestScrapeInvalidUTF8Names(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, value(t, fams, "capalloc_in_use_bytes", map[string]string{"allocator": "prom-utf8", "backend": "cpu\uFFFD", "device": "gpu\uFFFD"}))
 }
+
+// Out-of-memory errors, the reclaim ladder's retries, the fragmentation
+// ratio and the device's total and free memory are exported; the free
+// bytes only where the driver can tell (driver.MemInfoer).
+func TestScrapeOutOfMemoryAndDevice(t *testing.T) {
+	d, err := cpu.New(cpu.Options{MemoryLimit: 8 << 20})
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Close() })
+	a, err := alloc.New(d, alloc.Options{Name: "prom-oom"})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, a.Close()) })
+	blind, err := alloc.New(struct{ driver.Driver }{d}, alloc.Options{Name: "prom-blind"})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, blind.Close()) })
+
+	small, err := a.Alloc(64 << 10)
+	require.NoError(t, err)
+	require.NoError(t, a.Free(small)) // cached: given back and retried below
+	b, err := a.AllocSync(7 << 20)
+	require.NoError(t, err)
+	defer a.Free(b)
+	_, err = a.Alloc(6 << 20)
+	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(allocprom.NewCollector()))
+	fams, err := reg.Gather()
+	require.NoError(t, err)
+	lv := map[string]string{"allocator": "prom-oom"}
+	s := a.Stats()
+	require.Positive(t, s.ReclaimRetries)
+	require.EqualValues(t, 1, value(t, fams, "capalloc_out_of_memory_total", lv))
+	require.EqualValues(t, s.ReclaimRetries, value(t, fams, "capalloc_reclaim_retries_total", lv))
+	require.InDelta(t, float64(s.BytesReserved)/float64(s.BytesInUse), value(t, fams, "capalloc_fragmentation_ratio", lv), 1e-9)
+	require.EqualValues(t, 8<<20, value(t, fams, "capalloc_device_total_bytes", lv))
+	require.EqualValues(t, 1<<20, value(t, fams, "capalloc_device_free_bytes", lv))
+	require.EqualValues(t, 0, value(t, fams, "capalloc_fragmentation_ratio", map[string]string{"allocator": "prom-blind"}), "nothing in use: 0")
+	require.EqualValues(t, 8<<20, value(t, fams, "capalloc_device_total_bytes", map[string]string{"allocator": "prom-blind"}))
+	for _, f := range fams {
+		if f.GetName() == "capalloc_device_free_bytes" {
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					require.False(t, l.GetName() == "allocator" && l.GetValue() == "prom-blind", "a driver that cannot tell has no free bytes")
+				}
+			}
+		}
+	}
+}

@@ -12,6 +12,7 @@
 //	/debug/capalloc/segments.svg          segment map: each segment a bar, blocks coloured by state, graphs with their bytes
 //	/debug/capalloc/profile               pprof device memory profile: go tool pprof http://localhost:6060/debug/capalloc/profile
 //	/debug/capalloc/snapshot.json         memmap.Snapshot as JSON
+//	/debug/capalloc/summary.txt           memory summary as text (alloc.Allocator.Summary)
 //
 // Every view takes ?allocator=NAME for one allocator; without it the
 // segment map and the snapshot cover every allocator (snapshot.json is

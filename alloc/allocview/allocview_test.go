@@ -19,6 +19,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/allocview"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/alloc/internal/registry"
 	"github.com/capalloc/capalloc/alloc/memmap"
 	"github.com/capalloc/capalloc/cpu"
@@ -234,6 +235,13 @@ func TestExpvar(t *testing.T) {
 	require.Equal(t, a.Stats(), v.Stats)
 	require.Equal(t, "cpu", v.Backend)
 	require.EqualValues(t, 512<<10, v.Bytes[memmap.BlockGraphOwned])
+	s := a.Stats()
+	require.InDelta(t, float64(s.BytesReserved)/float64(s.BytesInUse), v.Fragmentation, 1e-9)
+	require.EqualValues(t, 1<<30, v.DeviceTotal)
+	require.NotNil(t, v.DeviceFree, "the cpu driver tells its free memory: %s", body)
+	free, _, err := a.Driver().(driver.MemInfoer).MemInfo()
+	require.NoError(t, err)
+	require.Equal(t, free, *v.DeviceFree)
 }
 
 // An accepted name with markup and control characters is escaped on the

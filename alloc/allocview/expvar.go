@@ -12,6 +12,12 @@ type AllocatorVars struct {
 	Device  string                      `json:"device"`
 	Stats   alloc.Stats                 `json:"stats"`
 	Bytes   map[memmap.BlockState]int64 `json:"bytes"` // as the snapshot's Bytes
+	// Fragmentation is Stats.Fragmentation: reserved over in use, 0 when
+	// nothing is in use. DeviceTotal and DeviceFree are the snapshot's
+	// DeviceMemory and DeviceFree (absent where the driver cannot tell).
+	Fragmentation float64 `json:"fragmentation"`
+	DeviceTotal   int64   `json:"device_total"`
+	DeviceFree    *int64  `json:"device_free,omitempty"`
 }
 
 // Vars is the "capalloc" expvar's value: every open allocator's counters,
@@ -23,7 +29,8 @@ func Vars() any {
 		Allocators  map[string]AllocatorVars `json:"allocators"`
 	}{registry.ProfileRate(), map[string]AllocatorVars{}}
 	for _, s := range snapshots(registry.Allocators()) { // cached, as the views'
-		v.Allocators[s.Allocator] = AllocatorVars{Backend: s.Backend, Device: s.Device, Stats: alloc.Stats(s.Stats), Bytes: s.Bytes}
+		v.Allocators[s.Allocator] = AllocatorVars{Backend: s.Backend, Device: s.Device, Stats: alloc.Stats(s.Stats), Bytes: s.Bytes,
+			Fragmentation: s.Stats.Fragmentation(), DeviceTotal: s.DeviceMemory, DeviceFree: s.DeviceFree}
 	}
 	return v
 }

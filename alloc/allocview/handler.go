@@ -15,7 +15,7 @@ import (
 )
 
 // views are the paths Handler serves, relative to where it is mounted.
-var views = []string{"", "segments.svg", "profile", "snapshot.json"}
+var views = []string{"", "segments.svg", "profile", "snapshot.json", "summary.txt"}
 
 // Handler serves the views (package doc) relative to where it is mounted:
 // the index at the mount point itself (ending in "/"), the others by
@@ -43,6 +43,8 @@ func serve(w http.ResponseWriter, r *http.Request) {
 		serveProfile(w, one)
 	case "snapshot.json":
 		serveSnapshot(w, r, one)
+	case "summary.txt":
+		serveSummary(w, one)
 	default:
 		http.Error(w, fmt.Sprintf("allocview: no view %q; views: index (the mount point), %s", view, strings.Join(views[1:], ", ")), http.StatusNotFound)
 	}
@@ -134,5 +136,20 @@ func serveSegments(w http.ResponseWriter, one *alloc.Allocator) {
 	var buf bytes.Buffer
 	writeSVG(&buf, snapshots(chosen(one)))
 	w.Header().Set("Content-Type", "image/svg+xml")
+	w.Write(buf.Bytes())
+}
+
+// serveSummary writes each allocator's memory summary
+// (memmap.Snapshot.Summary, what alloc.Allocator.Summary returns), from the
+// cached snapshots, one after the other.
+func serveSummary(w http.ResponseWriter, one *alloc.Allocator) {
+	var buf bytes.Buffer
+	for i, s := range snapshots(chosen(one)) {
+		if i > 0 {
+			buf.WriteString("\n")
+		}
+		buf.WriteString(s.Summary())
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Write(buf.Bytes())
 }

@@ -21,7 +21,9 @@
 //     docs/virtual-memory.md), [IPCMemory], [KernelLauncher] and
 //     [PeerAccess] (the symmetric heap's device collectives,
 //     docs/device-collectives.md), [UsageReporter] (the conformance
-//     suite's leak checks), [DirectSpanner] (the plugin server's copies).
+//     suite's leak checks), [DirectSpanner] (the plugin server's copies),
+//     [MemInfoer] (free device memory, in out-of-memory errors and
+//     metrics).
 //   - Errors: the sentinels of errors.go. A failure wraps the one the
 //     method's documentation names, with context; package alloc's errors
 //     of the same name are the same values, so errors.Is matches across

@@ -42,7 +42,9 @@ var (
 	ErrCaptureWrongThread = errors.New("capture must be ended on the thread that began it")
 	// ErrCaptureUnavailable: the driver cannot capture graphs at all.
 	ErrCaptureUnavailable = errors.New("stream capture not supported by driver")
-	// ErrOutOfMemory carries the allocator's Stats in its message.
+	// ErrOutOfMemory: memory exhausted. The allocator's error says what
+	// it holds and what the device has (docs/device-memory.md, "Out of
+	// memory"); a driver's says what it was asked for.
 	ErrOutOfMemory = errors.New("out of device memory")
 	// ErrInvalidBuffer: double free, a buffer from another allocator, a
 	// view freed as if it owned its memory, a buffer of a closed graph.

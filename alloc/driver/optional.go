@@ -84,6 +84,27 @@ type Aborter interface {
 	Abort(cause error)
 }
 
+// MemInfoer is implemented by drivers that can tell how much of the
+// device's memory is free now (cudaMemGetInfo, hipMemGetInfo; the cpu
+// backend counts against its limit; a plugin asks its backend). free
+// counts every user of the device: other processes, other allocators and
+// the driver's own caches (a stream-ordered pool, graphs' memory), so it
+// can be less than an allocator could get back. total is the driver's
+// answer as it stands, which may under-report unified memory (GB10):
+// DeviceInfo.TotalMemory is the corrected figure. The allocator asks it
+// when an allocation runs out of memory (the error says it), for
+// Snapshot and for the metrics (alloc/allocprom). It is a query, not an
+// unsafe call: it does not synchronize, and the allocator makes it
+// during captures too (PyTorch's caching allocator asks cudaMemGetInfo
+// for its out-of-memory message, which capture-time failures reach:
+// pytorch/pytorch#187795; cuda's TestGPUMemInfoDuringCapture checks a
+// Global capture survives it on a GPU). A driver that cannot tell after
+// all (a plugin whose backend does not implement it) fails with an error
+// wrapping errors.ErrUnsupported.
+type MemInfoer interface {
+	MemInfo() (free, total int64, err error)
+}
+
 // Usage is what a UsageReporter counts.
 type Usage struct {
 	Device int64 // device bytes handed out and not freed, graphs' included

@@ -1,6 +1,8 @@
 // Package memmap holds the data of an allocator's memory map: what
 // alloc.Allocator.Snapshot returns, JSON-encodable, with no behaviour of
-// its own (the views in alloc/allocview and alloc/allocprom draw it).
+// its own but its text renderings (Stats.String, Snapshot.Summary, SizeText),
+// which the allocator and the views share (the views in alloc/allocview
+// and alloc/allocprom draw the rest).
 package memmap
 
 import (
@@ -56,6 +58,9 @@ type Snapshot struct {
 	Bytes    map[BlockState]int64 `json:"bytes"`
 	Segments []Segment            `json:"segments"`
 	Graphs   []GraphInfo          `json:"graphs"`
+	// DeviceFree is the device's free memory when the driver can tell
+	// (driver.MemInfoer), every user of the device counted; nil otherwise.
+	DeviceFree *int64 `json:"device_free,omitempty"`
 }
 
 // Segment is one driver allocation: a pool segment the pool carves blocks
@@ -130,6 +135,23 @@ type Stats struct {
 	HostBuffers   int    `json:"host_buffers"`
 	HostBytes     int64  `json:"host_bytes"`
 	Timeouts      uint64 `json:"timeouts"` // watchdog expiries
+	// OutOfMemory counts allocations (Alloc, AllocSync, workspaces, in
+	// captures or not) that failed for lack of device memory, each after
+	// the reclaim ladder; ReclaimRetries counts the ladder's retries: an
+	// allocation or mapping tried again after a rung gave memory back
+	// (docs/device-memory.md, "Out of memory").
+	OutOfMemory    uint64 `json:"out_of_memory"`
+	ReclaimRetries uint64 `json:"reclaim_retries"`
+}
+
+// Fragmentation is bytes reserved over bytes in use: 1 when every
+// reserved byte is in a live buffer, more as the pool caches or splits
+// more, and 0 when nothing is in use (the ratio is undefined there).
+func (s Stats) Fragmentation() float64 {
+	if s.BytesInUse <= 0 {
+		return 0
+	}
+	return float64(s.BytesReserved) / float64(s.BytesInUse)
 }
 
 func (s Stats) String() string {

@@ -28,7 +28,8 @@ func newServer() *server { return &server{regions: newChildRegions()} }
 
 // Optional driver methods the host forwards when the backend has them.
 const (
-	capUsage = 1 << iota // driver.UsageReporter
+	capUsage   = 1 << iota // driver.UsageReporter
+	capMemInfo             // driver.MemInfoer
 )
 
 func (s *server) driver() (driver.Driver, error) {
@@ -212,6 +213,12 @@ func (s *server) dispatch(ctx context.Context, op opcode, in *dec, rep *reply) e
 			out.i64(u.Device).i64(u.Host)
 			return err
 		}
+	case opMemInfo:
+		if mi, ok := d.(driver.MemInfoer); ok {
+			free, total, err := mi.MemInfo()
+			out.i64(free).i64(total)
+			return err
+		}
 	case opDirectSpan:
 		return s.directSpan(d, in, rep)
 	case opDirectDone:
@@ -256,6 +263,9 @@ func (s *server) open(ctx context.Context, in *dec, out *enc) error {
 	var caps uint64
 	if _, ok := d.(driver.UsageReporter); ok {
 		caps |= capUsage
+	}
+	if _, ok := d.(driver.MemInfoer); ok {
+		caps |= capMemInfo
 	}
 	out.str(d.Name()).str(d.CaptureDomain()).str(info.Name).i64(info.TotalMemory).i64(info.Alignment).bool(info.UnifiedMemory).u64(caps)
 	// The safety profile (docs/capture-safety.md), last: a host that

@@ -260,6 +260,31 @@ func TestUsageUnsupportedWhenTheBackendDoesNotCount(t *testing.T) {
 	require.ErrorIs(t, err, errors.ErrUnsupported)
 }
 
+// The backend's free memory crosses the process boundary
+// (driver.MemInfoer), and an out-of-memory error of an allocator over the
+// plugin says it; a backend that cannot tell answers ErrUnsupported.
+func TestMemInfoPassesThrough(t *testing.T) {
+	d := open(t, "plugin:cpu:memory_limit=8MiB")
+	free, total, err := d.MemInfo()
+	require.NoError(t, err)
+	require.Equal(t, [2]int64{8 << 20, 8 << 20}, [2]int64{free, total})
+	a, err := alloc.New(d, alloc.Options{})
+	require.NoError(t, err)
+	b, err := a.AllocSync(3 << 20)
+	require.NoError(t, err)
+	free, _, err = d.MemInfo()
+	require.NoError(t, err)
+	require.Equal(t, int64(5<<20), free)
+	_, err = a.AllocSync(6 << 20)
+	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+	require.Contains(t, err.Error(), "device 8.00 MiB total, 5.00 MiB free")
+	require.NoError(t, a.Free(b))
+	require.NoError(t, a.Close())
+
+	_, _, err = open(t, "plugin:faulty").MemInfo() // wraps the cpu driver as a plain driver.Driver
+	require.ErrorIs(t, err, errors.ErrUnsupported)
+}
+
 // A request whose deadline passes while it waits behind pipelined
 // operations that have not run replies ErrBackendHung, never a plain
 // driver error: the host kills the backend for it even when the reply

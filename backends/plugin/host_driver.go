@@ -51,7 +51,22 @@ var (
 	_ driver.Driver        = (*Driver)(nil)
 	_ driver.Aborter       = (*Driver)(nil)
 	_ driver.UsageReporter = (*Driver)(nil)
+	_ driver.MemInfoer     = (*Driver)(nil)
 )
+
+// MemInfo is the backend's answer (driver.MemInfoer), or an error
+// wrapping errors.ErrUnsupported when the backend cannot tell.
+func (d *Driver) MemInfo() (free, total int64, err error) {
+	if d.caps&capMemInfo == 0 {
+		return 0, 0, fmt.Errorf("plugin %s: memory info: %w by the backend", d.name, errors.ErrUnsupported)
+	}
+	r, err := d.call(opMemInfo, newReq(opMemInfo))
+	if err != nil {
+		return 0, 0, err
+	}
+	free, total = r.i64(), r.i64()
+	return free, total, r.err
+}
 
 // Usage is the backend's own count (driver.UsageReporter), or an error
 // wrapping errors.ErrUnsupported when the backend does not count.

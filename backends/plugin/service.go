@@ -48,6 +48,7 @@ const (
 	opDirectSpan
 	opDirectDone
 	opBatch // pipelined operations, then optionally one call (host_pipeline.go)
+	opMemInfo
 	numOps
 )
 
@@ -60,7 +61,7 @@ var opNames = [numOps]string{
 	opMemsetAsync: "MemsetAsync", opCopyHtoD: "CopyHtoD", opCopyDtoH: "CopyDtoH", opBeginCapture: "BeginCapture",
 	opEndCapture: "EndCapture", opGraphInstantiate: "GraphInstantiate", opGraphLaunch: "GraphLaunch",
 	opGraphExecDestroy: "GraphExecDestroy", opGraphDestroy: "GraphDestroy", opUsage: "Usage",
-	opDirectSpan: "DirectSpan", opDirectDone: "DirectDone", opBatch: "Batch",
+	opDirectSpan: "DirectSpan", opDirectDone: "DirectDone", opBatch: "Batch", opMemInfo: "MemInfo",
 }
 
 func (o opcode) String() string {

@@ -283,6 +283,28 @@ func (d *Driver) TrimGraphMemory() error {
 	})
 }
 
+var _ driver.MemInfoer = (*Driver)(nil)
+
+// MemInfo is the memory-info call's answer now (driver.MemInfoer):
+// cudaMemGetInfo(size_t *free, size_t *total) / hipMemGetInfo, with the
+// signature cuda/symbols.go and hip/symbols.go cite, made on the device's
+// thread so the device it asks about is this driver's. A query: it does
+// not synchronize, and is made during captures too.
+func (d *Driver) MemInfo() (free, total int64, err error) {
+	const op = "memory info"
+	if d.closed.Load() {
+		return 0, 0, d.v.ErrClosed(op)
+	}
+	var f, t uint64
+	err = d.dev.Do(op, func() error {
+		return d.rt.Check(op, d.rt.MemGetInfo.Name, Call(d.rt.MemGetInfo.Addr, uintptr(unsafe.Pointer(&f)), uintptr(unsafe.Pointer(&t))))
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	return int64(f), int64(t), nil
+}
+
 // TrimPool is the pool trim to 0: the pool keeps memory freed into it (the
 // release threshold defaults to everything), so a synchronous malloc that
 // ran out of memory can use it only once it is trimmed. Frees whose

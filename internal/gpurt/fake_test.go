@@ -41,6 +41,7 @@ type gpuDriver interface {
 	driver.PoolTrimmer
 	driver.GraphMemTrimmer
 	driver.KernelLauncher
+	driver.MemInfoer
 	gpurt.Embedder
 	WaitClosed(ctx context.Context) error
 	Warnings() []string

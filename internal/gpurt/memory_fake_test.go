@@ -297,3 +297,39 @@ func TestFakeMemGetInfoUnderReport(t *testing.T) {
 		require.Empty(t, w)
 	})
 }
+
+// MemInfo is the memory-info call on the device thread: the fake answers
+// from its FAKE_<RT>_MEM budget less what is allocated, a failure is the
+// vendor's error, and a closed driver refuses it. An allocation that
+// runs out of memory says what it answered.
+func TestFakeMemInfo(t *testing.T) {
+	forEach(t, func(t *testing.T, v *vendorCase) {
+		t.Setenv(v.envPrefix+"MEM", "8388608")
+		d, log := openFake(t, v, opts{})
+		free, total, err := d.MemInfo()
+		require.NoError(t, err)
+		require.Equal(t, [2]int64{8 << 20, 8 << 20}, [2]int64{free, total})
+		p, err := d.Malloc(3 << 20)
+		require.NoError(t, err)
+		free, _, err = d.MemInfo()
+		require.NoError(t, err)
+		require.Equal(t, int64(5<<20), free)
+		require.NotEmpty(t, find(log.Lines(), v.fn("MemGetInfo")))
+
+		a, err := alloc.New(d, alloc.Options{Name: "meminfo-" + v.name})
+		require.NoError(t, err)
+		_, err = a.Alloc(6 << 20)
+		require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+		require.Contains(t, err.Error(), "device 8.00 MiB total, 5.00 MiB free")
+		require.NoError(t, a.Close())
+		require.NoError(t, d.Free(p))
+
+		v.fail(t, v.fn("MemGetInfo")+":999")
+		_, _, err = d.MemInfo()
+		require.ErrorIs(t, err, driver.ErrDriver)
+		require.Contains(t, err.Error(), v.failed(v.fn("MemGetInfo"), 999))
+		require.NoError(t, d.Close())
+		_, _, err = d.MemInfo()
+		require.ErrorIs(t, err, alloc.ErrClosed)
+	})
+}

@@ -1,0 +1,121 @@
+package memmap
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"text/tabwriter"
+)
+
+// SizeText writes n bytes in binary units with two decimals, as PyTorch's
+// memory summary and out-of-memory message do: 512 B, 64.00 KiB, 1.50 GiB.
+func SizeText(n int64) string {
+	const unit = 1024
+	if n < unit && n > -unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, i := float64(n), -1
+	for (v >= unit || v <= -unit) && i < 5 {
+		v /= unit
+		i++
+	}
+	return fmt.Sprintf("%.2f %ciB", v, "KMGTPE"[i])
+}
+
+// summaryKinds are the segment kinds a summary has a column for: the
+// pool's two arenas, AllocSync's own allocations, graphs' allocations.
+var summaryKinds = []string{"small", "large", "sync", "graph"}
+
+// Summary is the snapshot as text (PyTorch's torch.cuda.memory_summary):
+// device memory by pool and by block state, the allocator's current and
+// peak bytes, its allocations and frees, out-of-memory errors and reclaim
+// retries, the largest free block and the fragmentation (reserved over in
+// use). Peaks are the allocator's, not per pool (none is kept per pool).
+func (s Snapshot) Summary() string {
+	var b strings.Builder
+	st := s.Stats
+	fmt.Fprintf(&b, "capalloc memory summary: allocator %q, backend %q, device %q: %s total", s.Allocator, s.Backend, s.Device, SizeText(s.DeviceMemory))
+	if s.DeviceFree != nil {
+		fmt.Fprintf(&b, ", %s free", SizeText(*s.DeviceFree))
+	}
+	fmt.Fprintf(&b, "\ntaken %s; %s\n\n", s.Time.UTC().Format("2006-01-02 15:04:05.000Z"), captureText(s))
+
+	states := BlockStates()
+	total := len(summaryKinds)            // the total's column
+	bytes := make([][]int64, len(states)) // by state, then by kind, the total last
+	for i := range bytes {
+		bytes[i] = make([]int64, total+1)
+	}
+	segs := make([]int, total+1)
+	var largest int64
+	for _, seg := range s.Segments {
+		k := slices.Index(summaryKinds, seg.Kind) // -1: a kind of no column, in the total only
+		for _, blk := range seg.Blocks {
+			i := slices.Index(states, blk.State)
+			if i < 0 {
+				continue
+			}
+			if k >= 0 {
+				bytes[i][k] += blk.Size
+			}
+			bytes[i][total] += blk.Size
+			if (blk.State == BlockFree || blk.State == BlockCached) && blk.Size > largest {
+				largest = blk.Size
+			}
+		}
+		if k >= 0 {
+			segs[k]++
+		}
+		segs[total]++
+	}
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%-24s\t%s\ttotal\t\n", "device memory by pool", strings.Join(summaryKinds, "\t"))
+	for i, state := range states {
+		row(tw, string(state), bytes[i])
+	}
+	all := make([]int64, total+1)
+	for i := range bytes {
+		for k, n := range bytes[i] {
+			all[k] += n
+		}
+	}
+	row(tw, "all states", all)
+	counts := make([]string, len(segs))
+	for k, n := range segs {
+		counts[k] = fmt.Sprint(n)
+	}
+	fmt.Fprintf(tw, "%-24s\t%s\t\n", "segments", strings.Join(counts, "\t"))
+	tw.Flush()
+
+	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(&b, "\n")
+	fmt.Fprintf(tw, "%-24s\tcurrent\tpeak\t\n", "bytes")
+	fmt.Fprintf(tw, "%-24s\t%s\t%s\t\n", "in use (as requested)", SizeText(st.BytesInUse), SizeText(st.PeakInUse))
+	fmt.Fprintf(tw, "%-24s\t%s\t%s\t\n", "reserved from the driver", SizeText(st.BytesReserved), SizeText(st.PeakReserved))
+	fmt.Fprintf(tw, "%-24s\t%s\t\t\n", "cached in the pool", SizeText(st.BytesCached))
+	tw.Flush()
+
+	fmt.Fprintf(&b, "\nallocations %d (pool hits %d, misses %d), frees %d, live buffers %d\n", st.Allocs, st.PoolHits, st.PoolMisses, st.Frees, st.LiveBuffers)
+	fmt.Fprintf(&b, "driver allocations %d, given back %d\n", st.DriverAllocs, st.DriverFrees)
+	fmt.Fprintf(&b, "captures %d ended with a graph, %d without; allocations in captures %d; live graphs %d\n", st.Captures, st.FailedCapture, st.CaptureAllocs, st.LiveGraphs)
+	fmt.Fprintf(&b, "out-of-memory errors %d, reclaim retries %d, watchdog timeouts %d\n", st.OutOfMemory, st.ReclaimRetries, st.Timeouts)
+	fmt.Fprintf(&b, "largest free block %s\n", SizeText(largest))
+	fmt.Fprintf(&b, "fragmentation (reserved / in use) %.2f\n", st.Fragmentation())
+	fmt.Fprintf(&b, "pinned host %s in %d buffers\n", SizeText(st.HostBytes), st.HostBuffers)
+	return b.String()
+}
+
+func captureText(s Snapshot) string {
+	if s.Capturing {
+		return "a capture is recording"
+	}
+	return "no capture recording"
+}
+
+func row(tw *tabwriter.Writer, name string, ns []int64) {
+	cells := make([]string, len(ns))
+	for i, n := range ns {
+		cells[i] = SizeText(n)
+	}
+	fmt.Fprintf(tw, "%-24s\t%s\t\n", name, strings.Join(cells, "\t"))
+}

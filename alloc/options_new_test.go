@@ -1,0 +1,37 @@
+package alloc_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/cpu"
+)
+
+// New applies Options.ProfileRate, the process's sampling rate, once the
+// allocator is open: a rate, off (negative), or, for zero, the rate left
+// as it was; a New that fails changes nothing.
+func TestNewAppliesProfileRate(t *testing.T) {
+	prev, _ := alloc.SetProfileRate(0)
+	t.Cleanup(func() { _, _ = alloc.SetProfileRate(prev) })
+	rate := func() int {
+		r, _ := alloc.SetProfileRate(0)
+		_, _ = alloc.SetProfileRate(r)
+		return r
+	}
+	d, err := cpu.New(cpu.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Close() })
+	for _, tc := range []struct{ opt, want int }{{0, 777}, {4096, 4096}, {-1, 0}} {
+		_, _ = alloc.SetProfileRate(777)
+		a, err := alloc.New(d, alloc.Options{ProfileRate: tc.opt})
+		require.NoError(t, err)
+		require.Equal(t, tc.want, rate(), "ProfileRate %d", tc.opt)
+		require.NoError(t, a.Close())
+	}
+	_, _ = alloc.SetProfileRate(777)
+	_, err = alloc.New(d, alloc.Options{ProfileRate: 1, Name: "\xff"})
+	require.ErrorIs(t, err, alloc.ErrInvalidValue)
+	require.Equal(t, 777, rate(), "a New that failed set no rate")
+}
