@@ -19,16 +19,26 @@ const (
 	numStates
 )
 
-var blockStates = [numStates]memmap.BlockState{memmap.BlockLive, memmap.BlockWorkspace, memmap.BlockGraphOwned, memmap.BlockHeldForGraph, memmap.BlockFree, memmap.BlockCached}
+var blockStates = [numStates]memmap.BlockState{memmap.BlockLive, memmap.BlockWorkspace, memmap.BlockGraphOwned, memmap.BlockHeldForGraph, memmap.BlockCachedFragment, memmap.BlockCachedSegment}
 
 // Snapshot returns the allocator's device memory now. The walk holds the
 // allocator's lock: about a millisecond per 10,000 blocks (BENCHMARKS.md).
 // It fails with ErrClosed once the allocator is closed.
 func (a *Allocator) Snapshot() (memmap.Snapshot, error) {
+	s, w, err := takeSnapshot(a)
+	if err != nil {
+		return s, err
+	}
+	w.nameCallSites() // outside the lock: symbolizing is the slow part
+	return s, nil
+}
+
+// takeSnapshot walks a under its lock for Snapshot.
+func takeSnapshot(a *Allocator) (memmap.Snapshot, *memWalk, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.guard.closed {
-		return memmap.Snapshot{}, a.fail("Snapshot", -1, StateNone, ErrClosed)
+		return memmap.Snapshot{}, nil, a.fail("Snapshot", -1, StateNone, ErrClosed)
 	}
 	// The lane stays closed from the walk to the counters, so they are of
 	// the moment of the blocks listed.
@@ -40,7 +50,7 @@ func (a *Allocator) Snapshot() (memmap.Snapshot, error) {
 		CaptureSafety: a.info.SafetyProfile(),
 		Time:          time.Now(), Capturing: a.guard.cap != nil, ProfileRate: currentProfileRate(), Stats: a.statsLocked(),
 		Bytes: w.byState(), Segments: w.segs, Graphs: w.graphs,
-	}, nil
+	}, w, nil
 }
 
 // bytesByState sums a's device memory by block state, as Snapshot's
@@ -63,6 +73,7 @@ type memWalk struct {
 	segs   []memmap.Segment
 	spans  [][2]int       // segs[i]'s blocks: blocks[spans[i][0]:spans[i][1]]
 	blocks []memmap.Block // every segment's, in one array
+	stacks []*stackRecord // blocks[i]'s profile stack, if sampled (shorter when the last are not)
 	graphs []memmap.GraphInfo
 	users  map[*block][]int // blocks graphs use or hold: their ids
 }
@@ -263,4 +274,10 @@ func (w *memWalk) block(b *block, off int64, st int) {
 	}
 	w.blocks = append(w.blocks, blk)
 	w.spans[len(w.spans)-1][1] = len(w.blocks)
+	if s := b.prof.Load(); s != nil && s.stk != nil {
+		if n := len(w.blocks); len(w.stacks) < n {
+			w.stacks = append(w.stacks, make([]*stackRecord, n-len(w.stacks))...)
+		}
+		w.stacks[len(w.blocks)-1] = s.stk
+	}
 }
