@@ -171,7 +171,7 @@ func (w *memWalk) graph(gi memmap.GraphInfo, c *capture) {
 		for _, b := range c.deferred {
 			gi.HeldBytes += b.class
 			gi.HeldBlocks++
-			w.users[b] = append(w.users[b], gi.ID)
+			w.use(b, gi.ID)
 		}
 		for _, b := range c.refs {
 			if b.live() {
@@ -181,11 +181,19 @@ func (w *memWalk) graph(gi memmap.GraphInfo, c *capture) {
 				gi.HeldBytes += b.class
 				gi.HeldBlocks++
 			}
-			w.users[b] = append(w.users[b], gi.ID)
+			w.use(b, gi.ID)
 		}
 	}
 	if w.list {
 		w.graphs = append(w.graphs, gi)
+	}
+}
+
+// use records that graph id uses or holds b, once: a block its capture
+// both referenced and deferred is listed once.
+func (w *memWalk) use(b *block, id int) {
+	if u := w.users[b]; len(u) == 0 || u[len(u)-1] != id {
+		w.users[b] = append(u, id)
 	}
 }
 

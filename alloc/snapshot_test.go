@@ -98,6 +98,7 @@ func TestSnapshotStates(t *testing.T) {
 	require.Equal(t, memmap.BlockLive, b.State)
 	_, b = blockAt(t, s, kv.Ptr())
 	require.Equal(t, memmap.BlockHeldForGraph, b.State)
+	require.Len(t, b.Graphs, 1, "held for the one graph, listed once")
 	seg, b = blockAt(t, s, owned.Ptr())
 	require.Equal(t, "graph", seg.Kind)
 	require.Equal(t, memmap.BlockGraphOwned, b.State)
