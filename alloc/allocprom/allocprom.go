@@ -20,6 +20,7 @@
 // "Cached" means reserved from the driver and not in use, as everywhere
 // in capalloc: capalloc_cached_bytes is the sum of the two cached states'
 // capalloc_memory_bytes.
+//
 //	capalloc_allocs_total, capalloc_frees_total,
 //	capalloc_pool_hits_total, capalloc_pool_misses_total,
 //	capalloc_driver_allocs_total, capalloc_driver_frees_total,
