@@ -16,16 +16,15 @@
 //	    workspace, graph-owned, held-for-graph, cached-fragment,
 //	    cached-segment (a gauge; a snapshot's Bytes, without listing the
 //	    blocks; memmap.BlockState.Meaning says what each is)
-//
-// "Cached" means reserved from the driver and not in use, as everywhere
-// in capalloc: capalloc_cached_bytes is the sum of the two cached states'
-// capalloc_memory_bytes.
-//
 //	capalloc_allocs_total, capalloc_frees_total,
 //	capalloc_pool_hits_total, capalloc_pool_misses_total,
 //	capalloc_driver_allocs_total, capalloc_driver_frees_total,
 //	capalloc_capture_allocs_total, capalloc_captures_total,
 //	capalloc_failed_captures_total, capalloc_watchdog_timeouts_total   (counters)
+//
+// "Cached" means reserved from the driver and not in use, as everywhere
+// in capalloc: capalloc_cached_bytes is the sum of the two cached states'
+// capalloc_memory_bytes.
 package allocprom
 
 import (
