@@ -27,7 +27,8 @@ func (w *memWalk) nameCallSites() {
 
 // callSite names the first frame of pcs outside the allocator's API, the
 // leaf the profile shows (pprof.go's symbolizer.stack trims the same
-// frames): "main.kvPage main.go:73". Inlined calls count as frames.
+// frames), as function, file base name and line. Inlined calls count as
+// frames.
 func callSite(pcs []uintptr) string {
 	for _, pc := range pcs {
 		it := runtime.CallersFrames([]uintptr{pc})

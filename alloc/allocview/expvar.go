@@ -11,7 +11,7 @@ type AllocatorVars struct {
 	Backend string                      `json:"backend"`
 	Device  string                      `json:"device"`
 	Stats   alloc.Stats                 `json:"stats"`
-	Bytes   map[memmap.BlockState]int64 `json:"bytes"` // as the snapshot's Bytes
+	Bytes   map[memmap.BlockState]int64 `json:"bytes"` // as the snapshot's Bytes: its cached states sum to Stats.BytesCached
 }
 
 // Vars is the "capalloc" expvar's value: every open allocator's counters,

@@ -22,11 +22,12 @@ var stateColors = map[memmap.BlockState]string{
 
 // The segment map's geometry, in the units of its viewBox. The SVG is as
 // wide as what holds it (width 100%), so 800 units fit an 800 px window
-// with no horizontal scroll bar and text stays readable there (10 and 11
-// px labels draw at about 9.5 and 10.5 px); the index caps its width.
+// with no horizontal scroll bar and text stays readable there (11 and 12
+// unit text draws at about 10.5 and 11.5 px); the index caps its width.
 const (
 	svgWidth   = 800
-	labelWidth = 216             // segment labels left of the bars: 36 monospace characters at 10 px
+	labelFont  = 11              // segment labels' monospace size: 0.6 of it a character
+	labelWidth = 240             // segment labels left of the bars: 36 characters
 	barX       = labelWidth + 10 // bars start here
 	barWidth   = svgWidth - barX - 10
 	rowHeight  = 18
@@ -92,9 +93,10 @@ func appendMap(b []byte, s memmap.Snapshot, y int) ([]byte, int) {
 		plural(len(s.Segments), "segment"), plural(graphs, "live graph"))))
 	b, y = appendLegend(b, s, y+8, cached)
 	scale := newSegmentScale(s.Segments)
+	y += 6
 	for _, line := range scale.explain() {
 		y += 15
-		b = fmt.Appendf(b, `<text x="10" y="%d" font-size="11" fill="#444">%s</text>`+"\n", y, esc(line))
+		b = fmt.Appendf(b, `<text x="10" y="%d" font-size="12" fill="#444">%s</text>`+"\n", y, esc(line))
 	}
 	y += 8
 	for i, seg := range s.Segments {
@@ -103,8 +105,8 @@ func appendMap(b []byte, s memmap.Snapshot, y int) ([]byte, int) {
 			y += rowHeight
 			break
 		}
-		b = fmt.Appendf(b, `<text x="10" y="%d" font-size="10" font-family="monospace">%s<title>%s</title></text>`+"\n",
-			y+barHeight-3, esc(segmentLabel(seg)), esc(segmentTitle(seg)))
+		b = fmt.Appendf(b, `<text x="10" y="%d" font-size="%d" font-family="monospace">%s<title>%s</title></text>`+"\n",
+			y+barHeight-3, labelFont, esc(segmentLabel(seg)), esc(segmentTitle(seg)))
 		b = appendBar(b, seg, y, scale.width(seg))
 		y += rowHeight
 	}
@@ -134,7 +136,7 @@ func appendLegend(b []byte, s memmap.Snapshot, y int, cached int64) ([]byte, int
 		y += 16
 		b = fmt.Appendf(b, `<rect x="10" y="%d" width="12" height="12" fill="%s" stroke="#888" stroke-width="0.5"/>`+
 			`<text x="28" y="%d" font-size="12">%s</text><text x="200" y="%d" font-size="12" text-anchor="end">%s</text>`+
-			`<text x="210" y="%d" font-size="11" fill="#333">%s</text>`+"\n",
+			`<text x="210" y="%d" font-size="12" fill="#333">%s</text>`+"\n",
 			y-10, stateColors[st], y, st, y, bytesText(s.Bytes[st]), y, esc(st.Meaning()))
 		if st.Cached() {
 			parts = append(parts, string(st))
@@ -144,8 +146,8 @@ func appendLegend(b []byte, s memmap.Snapshot, y int, cached int64) ([]byte, int
 	b = fmt.Appendf(b, `<rect x="10" y="%d" width="6" height="12" fill="%s"/><rect x="16" y="%d" width="6" height="12" fill="%s"/>`+"\n",
 		y-10, stateColors[memmap.BlockCachedFragment], y-10, stateColors[memmap.BlockCachedSegment])
 	b = fmt.Appendf(b, `<text x="28" y="%d" font-size="12">cached</text><text x="200" y="%d" font-size="12" text-anchor="end">%s</text>`+
-		`<text x="210" y="%d" font-size="11" fill="#333">%s</text>`+"\n",
-		y, y, bytesText(cached), y, esc(strings.Join(parts, " + ")+": reserved from the driver and not in use (Stats.BytesCached)."))
+		`<text x="210" y="%d" font-size="12" fill="#333">%s</text>`+"\n",
+		y, y, bytesText(cached), y, esc(strings.Join(parts, " + ")+": reserved, not in use (Stats.BytesCached)."))
 	return b, y
 }
 
@@ -189,16 +191,16 @@ func (sc segmentScale) width(seg memmap.Segment) float64 {
 	return max(minBarWidth, barWidth*f)
 }
 
-// explain says on the page how bars are drawn.
+// explain says on the page how bars are drawn, in lines short enough for
+// the viewBox.
 func (sc segmentScale) explain() []string {
-	length := "its length proportional to its size"
+	lines := []string{"Each bar is a segment (one driver allocation), its length proportional to its size."}
 	if sc.sqrt {
-		length = fmt.Sprintf("its length proportional to the square root of its size (they differ up to %d×: a 4× larger segment draws 2× longer)", sc.largest/max(sc.smallest, 1))
+		lines = []string{"Each bar is a segment (one driver allocation), its length proportional to the square",
+			fmt.Sprintf("root of its size: sizes here differ up to %d×, and a 4× larger segment draws 2× longer.", sc.largest/max(sc.smallest, 1))}
 	}
-	return []string{
-		"Each bar is a segment (one driver allocation), " + length + ".",
-		fmt.Sprintf("In a bar, blocks take their share of its bytes; a block in use is at least %d px wide. Hover a block or label for its details.", minBlockWidth),
-	}
+	return append(lines, fmt.Sprintf("In a bar, blocks take their share of its bytes; a block in use is at least %d px wide.", minBlockWidth),
+		"Hover a block or a label for its details.")
 }
 
 // extent is the bytes a segment's bar spans: an expandable range's blocks

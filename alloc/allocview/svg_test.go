@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/alloc/memmap"
@@ -34,6 +35,8 @@ type svgRect struct {
 
 type svgText struct {
 	X     float64 `xml:"x,attr"`
+	Size  float64 `xml:"font-size,attr"`
+	Mono  string  `xml:"font-family,attr"`
 	Text  string  `xml:",chardata"`
 	Title string  `xml:"title"`
 }
@@ -90,8 +93,8 @@ func TestSegmentBarLengths(t *testing.T) {
 		scale string
 	}{
 		{8 << 20, 1.0 / 4, "its length proportional to its size."},
-		{32 << 20, 1.0 / 4, "the square root of its size (they differ up to 16×"},
-		{2 << 30, 1.0 / 32, "the square root of its size (they differ up to 1024×"},
+		{32 << 20, 1.0 / 4, "root of its size: sizes here differ up to 16×"},
+		{2 << 30, 1.0 / 32, "root of its size: sizes here differ up to 1024×"},
 	} {
 		d := parseMap(t, memmap.Snapshot{Segments: []memmap.Segment{
 			seg(1<<40, c.big, memmap.Block{Size: c.big, State: memmap.BlockLive}),
@@ -242,7 +245,7 @@ func TestLegendExplainsStates(t *testing.T) {
 		}
 	}
 	i := slices.Index(texts, "cached")
-	if i < 0 || texts[i+1] != "7 MiB" || !strings.HasPrefix(texts[i+2], "cached-fragment + cached-segment: reserved from the driver and not in use") {
+	if i < 0 || texts[i+1] != "7 MiB" || !strings.HasPrefix(texts[i+2], "cached-fragment + cached-segment: reserved, not in use") {
 		t.Fatalf("no legend line saying what cached sums: %q", texts)
 	}
 	if !strings.Contains(d.text(), "· cached 7 MiB ·") {
@@ -254,7 +257,7 @@ func TestLegendExplainsStates(t *testing.T) {
 // wide), so an 800 px window shows it whole with no horizontal scroll;
 // nothing is drawn past the viewBox.
 func TestMapFitsItsViewBox(t *testing.T) {
-	s := memmap.Snapshot{Allocator: "fit", Backend: "cuda", Device: "NVIDIA H100 80GB HBM3", Segments: []memmap.Segment{
+	s := memmap.Snapshot{Allocator: "fit", Backend: "cuda", Device: "NVIDIA H100 80GB HBM3", Capturing: true, Graphs: make([]memmap.GraphInfo, 13), Segments: []memmap.Segment{
 		seg(0x7f3a00000000, 1<<30, memmap.Block{Size: 1 << 30, State: memmap.BlockLive}),
 		{Ptr: 0x7f3b00000000, Size: 6 << 20, Span: 10 << 20, Kind: "large", Expandable: true},
 		{Ptr: 0x7f3c00000000, Size: 3 << 20, Kind: "graph", Graph: 12},
@@ -269,8 +272,12 @@ func TestMapFitsItsViewBox(t *testing.T) {
 		}
 	}
 	for _, tx := range d.Texts {
-		if tx.X == 10 && strings.Contains(tx.Text, "@0x") && len(tx.Text)*6 > labelWidth {
-			t.Errorf("label %q runs into the bars (10 px monospace: 6 units a character)", tx.Text)
+		if tx.Mono != "" && float64(utf8.RuneCountInString(tx.Text))*0.6*tx.Size > labelWidth {
+			t.Errorf("label %q runs into the bars (monospace: 0.6 of its size a character)", tx.Text)
+		}
+		// Sans-serif text averages about half its size a character.
+		if tx.Mono == "" && tx.X+float64(utf8.RuneCountInString(tx.Text))*0.55*tx.Size > svgWidth-4 {
+			t.Errorf("%q at x %.0f, %.0f units, runs past the viewBox", tx.Text, tx.X, tx.Size)
 		}
 	}
 }

@@ -39,11 +39,11 @@ const (
 // the segment map's legend, the text views and docs/device-memory.md.
 var meanings = map[BlockState]string{
 	BlockLive:           "A buffer the engine holds (Alloc, AllocSync).",
-	BlockWorkspace:      "A named scratch buffer (Allocator.Workspace), the allocator's until ReleaseWorkspace.",
+	BlockWorkspace:      "A named scratch buffer (Allocator.Workspace), kept until ReleaseWorkspace.",
 	BlockGraphOwned:     "Allocated inside a capture: the graph's until Graph.Close.",
-	BlockHeldForGraph:   "Freed by the engine, but kept while a live graph's recorded work (or the recording capture) uses it.",
-	BlockCachedFragment: "Cached: free space in a segment that also holds memory in use, reused by requests that fit.",
-	BlockCachedSegment:  "Cached: a segment wholly free, reused or given back to the driver by Trim or under memory pressure.",
+	BlockHeldForGraph:   "Freed, but kept while a live graph (or the recording capture) uses it.",
+	BlockCachedFragment: "Cached: free space in a segment still in use, reused by requests that fit.",
+	BlockCachedSegment:  "Cached: a segment wholly free, reused or given back by Trim or memory pressure.",
 }
 
 // Meaning says in one sentence what a block in state st is; "" for a
@@ -112,9 +112,9 @@ type Block struct {
 	// Graphs lists the live graphs whose recorded work uses the block
 	// (0: the capture recording now): it is held while they live.
 	Graphs []int `json:"graphs,omitempty"`
-	// CallSite is where the engine allocated the block ("main.kvPage
-	// main.go:73": the first frame outside the allocator), when the
-	// profile sampled the allocation (alloc.SetProfileRate).
+	// CallSite is where the engine allocated the block: the function,
+	// file base name and line of the first frame outside the allocator,
+	// when the profile sampled the allocation (alloc.SetProfileRate).
 	CallSite string `json:"call_site,omitempty"`
 }
 

@@ -30,8 +30,8 @@ func TestEveryStateHasAMeaning(t *testing.T) {
 	seen := map[string]bool{}
 	for _, st := range memmap.BlockStates() {
 		m := st.Meaning()
-		if m == "" || len(m) > 100 || !strings.HasSuffix(m, ".") || seen[m] {
-			t.Errorf("%s: meaning %q: want one sentence of at most 100 bytes, its own", st, m)
+		if m == "" || len(m) > 80 || !strings.HasSuffix(m, ".") || seen[m] {
+			t.Errorf("%s: meaning %q: want one sentence of at most 80 bytes, its own", st, m)
 		}
 		seen[m] = true
 		if row := "| " + string(st) + " |"; !strings.Contains(string(doc), row) || !strings.Contains(string(doc), m) {
