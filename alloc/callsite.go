@@ -12,14 +12,19 @@ import (
 // once recorded, so this needs no lock.
 func (w *memWalk) nameCallSites() {
 	names := map[*stackRecord]string{}
+	var last *stackRecord // neighbours often share a stack: no map lookup then
+	var name string
 	for i, stk := range w.stacks {
 		if stk == nil {
 			continue
 		}
-		name, ok := names[stk]
-		if !ok {
-			name = callSite(stk.pcs)
-			names[stk] = name
+		if stk != last {
+			var ok bool
+			if name, ok = names[stk]; !ok {
+				name = callSite(stk.pcs)
+				names[stk] = name
+			}
+			last = stk
 		}
 		w.blocks[i].CallSite = name
 	}

@@ -283,8 +283,8 @@ func (w *memWalk) block(b *block, off int64, st int) {
 	w.blocks = append(w.blocks, blk)
 	w.spans[len(w.spans)-1][1] = len(w.blocks)
 	if s := b.prof.Load(); s != nil && s.stk != nil {
-		if n := len(w.blocks); len(w.stacks) < n {
-			w.stacks = append(w.stacks, make([]*stackRecord, n-len(w.stacks))...)
+		if n := len(w.blocks); len(w.stacks) < n { // room for every block listed so far, nil for the unsampled
+			w.stacks = slices.Grow(w.stacks, cap(w.blocks)-len(w.stacks))[:n]
 		}
 		w.stacks[len(w.blocks)-1] = s.stk
 	}
