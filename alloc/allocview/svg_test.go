@@ -184,7 +184,7 @@ func TestLiveBlockMinimumWidth(t *testing.T) {
 	for _, r := range append(d.rects("blk"), d.rects("few")...) {
 		covered += r.W
 	}
-	near(t, "16,384 live blocks of 4 KiB, a pixel's column each 9 of them", covered, barWidth)
+	near(t, "16,384 live blocks of 4 KiB, to scale in pixel columns", covered, barWidth)
 }
 
 // A block's tooltip says its size, offset, state, workspace, owning graph

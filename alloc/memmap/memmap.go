@@ -35,8 +35,9 @@ const (
 	BlockCached = BlockCachedSegment
 )
 
-// meanings are the states' one-sentence explanations, written once for
-// the segment map's legend, the text views and docs/device-memory.md.
+// meanings are the states' one-sentence explanations, written once: the
+// segment map's legend and tooltips draw them, text views can print them,
+// and docs/device-memory.md says the same words (a test checks it).
 var meanings = map[BlockState]string{
 	BlockLive:           "A buffer the engine holds (Alloc, AllocSync).",
 	BlockWorkspace:      "A named scratch buffer (Allocator.Workspace), kept until ReleaseWorkspace.",
