@@ -24,7 +24,8 @@
 //
 // "Cached" means reserved from the driver and not in use, as everywhere
 // in capalloc: capalloc_cached_bytes is the sum of the two cached states'
-// capalloc_memory_bytes.
+// capalloc_memory_bytes (both read in one scrape, a moment apart: while
+// the engine allocates they may differ by what it did in between).
 package allocprom
 
 import (
