@@ -485,7 +485,7 @@ func TestExpandableSnapshot(t *testing.T) {
 	if ranges != 2 || mapped != st.BytesReserved {
 		t.Fatalf("%d ranges mapping %d B; want 2 and %d", ranges, mapped, st.BytesReserved)
 	}
-	if by := snap.Bytes; by[memmap.BlockLive]+by[memmap.BlockFree]+by[memmap.BlockCached] != inBlocks {
+	if by := snap.Bytes; by[memmap.BlockLive]+by[memmap.BlockCachedFragment]+by[memmap.BlockCachedSegment] != inBlocks {
 		t.Fatalf("bytes by state %v, blocks %d B", by, inBlocks)
 	}
 	for _, b := range live {

@@ -19,17 +19,27 @@ const (
 	numStates
 )
 
-var blockStates = [numStates]memmap.BlockState{memmap.BlockLive, memmap.BlockWorkspace, memmap.BlockGraphOwned, memmap.BlockHeldForGraph, memmap.BlockFree, memmap.BlockCached}
+var blockStates = [numStates]memmap.BlockState{memmap.BlockLive, memmap.BlockWorkspace, memmap.BlockGraphOwned, memmap.BlockHeldForGraph, memmap.BlockCachedFragment, memmap.BlockCachedSegment}
 
 // Snapshot returns the allocator's device memory now. The walk holds the
 // allocator's lock: about a millisecond per 10,000 blocks (BENCHMARKS.md).
 // It fails with ErrClosed once the allocator is closed.
 func (a *Allocator) Snapshot() (memmap.Snapshot, error) {
 	free := deviceFree(a.drv) // a driver query: not under a.mu
+	s, w, err := takeSnapshot(a, free)
+	if err != nil {
+		return s, err
+	}
+	w.nameCallSites() // outside the lock: symbolizing is the slow part
+	return s, nil
+}
+
+// takeSnapshot walks a under its lock for Snapshot.
+func takeSnapshot(a *Allocator, free *int64) (memmap.Snapshot, *memWalk, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.guard.closed {
-		return memmap.Snapshot{}, a.fail("Snapshot", -1, StateNone, ErrClosed)
+		return memmap.Snapshot{}, nil, a.fail("Snapshot", -1, StateNone, ErrClosed)
 	}
 	// The lane stays closed from the walk to the counters, so they are of
 	// the moment of the blocks listed.
@@ -41,7 +51,7 @@ func (a *Allocator) Snapshot() (memmap.Snapshot, error) {
 		CaptureSafety: a.info.SafetyProfile(),
 		Time:          time.Now(), Capturing: a.guard.cap != nil, ProfileRate: currentProfileRate(), Stats: a.statsLocked(),
 		Bytes: w.byState(), Segments: w.segs, Graphs: w.graphs, DeviceFree: free,
-	}, nil
+	}, w, nil
 }
 
 // bytesByState sums a's device memory by block state, as Snapshot's
@@ -64,6 +74,7 @@ type memWalk struct {
 	segs   []memmap.Segment
 	spans  [][2]int       // segs[i]'s blocks: blocks[spans[i][0]:spans[i][1]]
 	blocks []memmap.Block // every segment's, in one array
+	stacks []*stackRecord // blocks[i]'s profile stack, if sampled (shorter when the last are not)
 	graphs []memmap.GraphInfo
 	users  map[*block][]int // blocks graphs use or hold: their ids
 
@@ -163,7 +174,7 @@ func (w *memWalk) graph(gi memmap.GraphInfo, c *capture) {
 		for _, b := range c.deferred {
 			gi.HeldBytes += b.class
 			gi.HeldBlocks++
-			w.users[b] = append(w.users[b], gi.ID)
+			w.use(b, gi.ID)
 		}
 		for _, b := range c.refs {
 			if b.live() {
@@ -173,11 +184,19 @@ func (w *memWalk) graph(gi memmap.GraphInfo, c *capture) {
 				gi.HeldBytes += b.class
 				gi.HeldBlocks++
 			}
-			w.users[b] = append(w.users[b], gi.ID)
+			w.use(b, gi.ID)
 		}
 	}
 	if w.list {
 		w.graphs = append(w.graphs, gi)
+	}
+}
+
+// use records that graph id uses or holds b, once: a block its capture
+// both referenced and deferred is listed once.
+func (w *memWalk) use(b *block, id int) {
+	if u := w.users[b]; len(u) == 0 || u[len(u)-1] != id {
+		w.users[b] = append(u, id)
 	}
 }
 
@@ -269,4 +288,10 @@ func (w *memWalk) block(b *block, off int64, st int) {
 	}
 	w.blocks = append(w.blocks, blk)
 	w.spans[len(w.spans)-1][1] = len(w.blocks)
+	if s := b.prof.Load(); s != nil && s.stk != nil {
+		if n := len(w.blocks); len(w.stacks) < n { // room for every block listed so far, nil for the unsampled
+			w.stacks = slices.Grow(w.stacks, cap(w.blocks)-len(w.stacks))[:n]
+		}
+		w.stacks[len(w.blocks)-1] = s.stk
+	}
 }

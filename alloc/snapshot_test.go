@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"regexp"
 	"runtime"
 	"sync"
 	"testing"
@@ -84,12 +85,12 @@ func TestSnapshotStates(t *testing.T) {
 	require.EqualValues(t, 100<<10, b.Requested)
 	require.Len(t, b.Graphs, 1, "the graph's work uses it")
 	_, b = blockAt(t, s, hole.Ptr())
-	require.Equal(t, memmap.BlockFree, b.State)
+	require.Equal(t, memmap.BlockCachedFragment, b.State)
 	_, b = blockAt(t, s, ws.Ptr())
 	require.Equal(t, memmap.BlockWorkspace, b.State)
 	require.Equal(t, "attn", b.Workspace)
 	seg, b := blockAt(t, s, big.Ptr())
-	require.Equal(t, memmap.BlockCached, b.State)
+	require.Equal(t, memmap.BlockCachedSegment, b.State)
 	require.Equal(t, "large", seg.Kind)
 	require.Len(t, seg.Blocks, 1)
 	seg, b = blockAt(t, s, sync.Ptr())
@@ -97,6 +98,7 @@ func TestSnapshotStates(t *testing.T) {
 	require.Equal(t, memmap.BlockLive, b.State)
 	_, b = blockAt(t, s, kv.Ptr())
 	require.Equal(t, memmap.BlockHeldForGraph, b.State)
+	require.Len(t, b.Graphs, 1, "held for the one graph, listed once")
 	seg, b = blockAt(t, s, owned.Ptr())
 	require.Equal(t, "graph", seg.Kind)
 	require.Equal(t, memmap.BlockGraphOwned, b.State)
@@ -260,12 +262,45 @@ func TestSnapshotCountersMatchItsBlocks(t *testing.T) {
 			}
 		}
 		if live != s.Stats.LiveBuffers || requested != s.Stats.BytesInUse ||
-			s.Bytes[memmap.BlockFree]+s.Bytes[memmap.BlockCached] != s.Stats.BytesCached {
+			s.Bytes[memmap.BlockCachedFragment]+s.Bytes[memmap.BlockCachedSegment] != s.Stats.BytesCached {
 			bad = append(bad, fmt.Sprintf("%d live blocks of %d B listed, %d free and cached; stats: %s",
-				live, requested, s.Bytes[memmap.BlockFree]+s.Bytes[memmap.BlockCached], alloc.Stats(s.Stats)))
+				live, requested, s.Bytes[memmap.BlockCachedFragment]+s.Bytes[memmap.BlockCachedSegment], alloc.Stats(s.Stats)))
 		}
 	}
 	require.NoError(t, stop())
 	require.Empty(t, bad, "%d of %d snapshots disagree with their blocks", len(bad), snaps)
 	require.NoError(t, a.Close())
+}
+
+// kvPageForSites is an engine's small allocation wrapper: inlined, as
+// such wrappers are.
+func kvPageForSites(a *alloc.Allocator) (alloc.Buffer, error) { return a.Alloc(64 << 10) }
+
+// A sampled block names where the engine allocated it (the leaf the
+// profile shows, an inlined wrapper included); a block allocated while
+// recording was off names nothing.
+func TestSnapshotNamesCallSites(t *testing.T) {
+	a := newNamed(t, "snapshot-sites")
+	unsampled, err := a.Alloc(32 << 10)
+	require.NoError(t, err)
+	recordEvery(t, 1)
+	kv, err := kvPageForSites(a)
+	require.NoError(t, err)
+	ws, err := a.Workspace("attn", 8<<10)
+	require.NoError(t, err)
+
+	s, err := a.Snapshot()
+	require.NoError(t, err)
+	_, b := blockAt(t, s, kv.Ptr())
+	require.Regexp(t, `^`+regexp.QuoteMeta(testPkg)+`kvPageForSites snapshot_test\.go:\d+$`, b.CallSite)
+	_, b = blockAt(t, s, ws.Ptr())
+	require.Regexp(t, `^`+regexp.QuoteMeta(testPkg)+`TestSnapshotNamesCallSites snapshot_test\.go:\d+$`, b.CallSite)
+	_, b = blockAt(t, s, unsampled.Ptr())
+	require.Empty(t, b.CallSite)
+
+	js, err := json.Marshal(s)
+	require.NoError(t, err)
+	require.Contains(t, string(js), `"call_site":"`+testPkg+`kvPageForSites snapshot_test.go:`)
+	require.NoError(t, a.Free(kv))
+	require.NoError(t, a.Free(unsampled))
 }

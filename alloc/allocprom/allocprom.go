@@ -13,8 +13,9 @@
 //	capalloc_live_buffers, capalloc_live_graphs,
 //	capalloc_pinned_host_bytes, capalloc_pinned_host_buffers   (gauges)
 //	capalloc_memory_bytes{state=...}   device memory by block state: live,
-//	    workspace, graph-owned, held-for-graph, free, cached (a gauge;
-//	    a snapshot's Bytes, without listing the blocks)
+//	    workspace, graph-owned, held-for-graph, cached-fragment,
+//	    cached-segment (a gauge; a snapshot's Bytes, without listing the
+//	    blocks; memmap.BlockState.Meaning says what each is)
 //	capalloc_allocs_total, capalloc_frees_total,
 //	capalloc_pool_hits_total, capalloc_pool_misses_total,
 //	capalloc_driver_allocs_total, capalloc_driver_frees_total,
@@ -26,6 +27,11 @@
 //	capalloc_device_total_bytes, capalloc_device_free_bytes   the device's
 //	    memory; free only where the driver can tell (driver.MemInfoer),
 //	    every user of the device counted (gauges)
+//
+// "Cached" means reserved from the driver and not in use, as everywhere
+// in capalloc: capalloc_cached_bytes is the sum of the two cached states'
+// capalloc_memory_bytes (both read in one scrape, a moment apart: while
+// the engine allocates they may differ by what it did in between).
 package allocprom
 
 import (
@@ -60,7 +66,7 @@ func counter(name, help string, v func(alloc.Stats) float64) metric {
 var metrics = []metric{
 	gauge("capalloc_in_use_bytes", "Bytes of live buffers, as requested.", func(s alloc.Stats) float64 { return float64(s.BytesInUse) }),
 	gauge("capalloc_reserved_bytes", "Bytes held from the driver: live, cached and graph-owned.", func(s alloc.Stats) float64 { return float64(s.BytesReserved) }),
-	gauge("capalloc_cached_bytes", "Bytes in the pool's free lists.", func(s alloc.Stats) float64 { return float64(s.BytesCached) }),
+	gauge("capalloc_cached_bytes", "Bytes reserved from the driver and not in use: capalloc_memory_bytes of states cached-fragment and cached-segment.", func(s alloc.Stats) float64 { return float64(s.BytesCached) }),
 	gauge("capalloc_peak_in_use_bytes", "Highest capalloc_in_use_bytes so far.", func(s alloc.Stats) float64 { return float64(s.PeakInUse) }),
 	gauge("capalloc_peak_reserved_bytes", "Highest capalloc_reserved_bytes so far.", func(s alloc.Stats) float64 { return float64(s.PeakReserved) }),
 	gauge("capalloc_live_buffers", "Buffers allocated and not freed.", func(s alloc.Stats) float64 { return float64(s.LiveBuffers) }),

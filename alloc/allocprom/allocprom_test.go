@@ -16,6 +16,7 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/allocprom"
 	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/alloc/memmap"
 	"github.com/capalloc/capalloc/cpu"
 )
 
@@ -231,4 +232,45 @@ func TestScrapeOutOfMemoryAndDevice(t *testing.T) {
 			}
 		}
 	}
+}
+
+// "Cached" has one meaning: capalloc_cached_bytes is the sum of the
+// capalloc_memory_bytes of the states memmap.BlockState.Cached names,
+// free space in used segments and wholly free segments alike (issue 31,
+// item 4: it was 7 MiB beside memory_bytes{state="cached"} 0).
+func TestCachedBytesIsTheCachedStates(t *testing.T) {
+	a := newAllocator(t, "prom-cached")
+	var bufs []alloc.Buffer
+	for _, n := range []int64{256 << 10, 256 << 10, 256 << 10, 40 << 20} {
+		b, err := a.Alloc(n)
+		require.NoError(t, err)
+		bufs = append(bufs, b)
+	}
+	require.NoError(t, a.Free(bufs[1])) // a hole in a used segment
+	require.NoError(t, a.Free(bufs[3])) // a segment wholly free
+	defer a.Free(bufs[0])
+	defer a.Free(bufs[2])
+
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(allocprom.NewCollector()))
+	fams, err := reg.Gather()
+	require.NoError(t, err)
+	labels := func(state string) map[string]string {
+		m := map[string]string{"allocator": "prom-cached"}
+		if state != "" {
+			m["state"] = state
+		}
+		return m
+	}
+	var sum float64
+	for _, st := range memmap.BlockStates() {
+		v := value(t, fams, "capalloc_memory_bytes", labels(string(st)))
+		if st.Cached() {
+			require.Positive(t, v, "the workload has memory in state %s", st)
+			sum += v
+		}
+	}
+	cached := value(t, fams, "capalloc_cached_bytes", labels(""))
+	require.Equal(t, cached, sum, "capalloc_cached_bytes against the cached states' capalloc_memory_bytes")
+	require.EqualValues(t, a.Stats().BytesCached, cached)
 }

@@ -9,7 +9,7 @@
 // Then, for every open allocator of the process:
 //
 //	/debug/capalloc/                      index: counters and segment map per allocator
-//	/debug/capalloc/segments.svg          segment map: each segment a bar, blocks coloured by state, graphs with their bytes
+//	/debug/capalloc/segments.svg          segment map: each segment a bar as long as its size says, blocks coloured by state, tooltips, graphs with their bytes
 //	/debug/capalloc/profile               pprof device memory profile: go tool pprof http://localhost:6060/debug/capalloc/profile
 //	/debug/capalloc/snapshot.json         memmap.Snapshot as JSON
 //	/debug/capalloc/summary.txt           memory summary as text (alloc.Allocator.Summary)

@@ -11,7 +11,7 @@ type AllocatorVars struct {
 	Backend string                      `json:"backend"`
 	Device  string                      `json:"device"`
 	Stats   alloc.Stats                 `json:"stats"`
-	Bytes   map[memmap.BlockState]int64 `json:"bytes"` // as the snapshot's Bytes
+	Bytes   map[memmap.BlockState]int64 `json:"bytes"` // as the snapshot's Bytes: its cached states sum to Stats.BytesCached
 	// Fragmentation is Stats.Fragmentation: reserved over in use, 0 when
 	// nothing is in use. DeviceTotal and DeviceFree are the snapshot's
 	// DeviceMemory and DeviceFree (absent where the driver cannot tell).

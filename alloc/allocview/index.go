@@ -21,7 +21,7 @@ func counters(s alloc.Stats) []counter {
 	return []counter{
 		{"in use", bytesText(s.BytesInUse) + " in " + buffers(s.LiveBuffers)},
 		{"reserved from the driver", bytesText(s.BytesReserved)},
-		{"cached in the pool", bytesText(s.BytesCached)},
+		{"cached (reserved, not in use)", bytesText(s.BytesCached)},
 		{"peak in use / reserved", bytesText(s.PeakInUse) + " / " + bytesText(s.PeakReserved)},
 		{"allocs / frees", n(s.Allocs) + " / " + n(s.Frees)},
 		{"pool hits / misses", n(s.PoolHits) + " / " + n(s.PoolMisses)},
@@ -76,6 +76,7 @@ td.v { font-variant-numeric: tabular-nums; }
 h2 { margin: 18px 0 2px; font-size: 18px; }
 .sub { color: #555; font-size: 13px; }
 .note { background: #fff6db; padding: 6px 10px; font-size: 13px; display: inline-block; }
+img.map { display: block; width: 100%; max-width: 1000px; height: auto; }
 </style></head><body>
 <h1 style="font-size:20px">capalloc device memory</h1>
 <p class="sub">{{len .Allocators}} open allocator(s) ·
@@ -86,7 +87,7 @@ h2 { margin: 18px 0 2px; font-size: 18px; }
 <h2>{{.Name}}</h2>
 <div class="sub">{{.Backend}} · {{.Device}} · capture safety {{.Safety}} · <a href="segments.svg?allocator={{.Key}}">segments.svg</a> · <a href="snapshot.json?allocator={{.Key}}">snapshot.json</a> · <a href="profile?allocator={{.Key}}">profile</a></div>
 <table>{{range .Counters}}<tr><td>{{.Name}}</td><td class="v">{{.Value}}</td></tr>{{end}}</table>
-<img src="segments.svg?allocator={{.Key}}" alt="segment map of {{.Name}}">
+<img src="segments.svg?allocator={{.Key}}" class="map" alt="segment map of {{.Name}}">
 {{else}}<p>No open allocator.</p>{{end}}
 </body></html>
 `))

@@ -4,28 +4,43 @@ import (
 	"fmt"
 	"html"
 	"io"
+	"math"
+	"strings"
 
 	"github.com/capalloc/capalloc/alloc/memmap"
 )
 
 // stateColors colours memmap.BlockStates, in the same order.
 var stateColors = map[memmap.BlockState]string{
-	memmap.BlockLive:         "#4e79a7",
-	memmap.BlockWorkspace:    "#9467bd",
-	memmap.BlockGraphOwned:   "#e15759",
-	memmap.BlockHeldForGraph: "#f28e2b",
-	memmap.BlockFree:         "#e6e6e6",
-	memmap.BlockCached:       "#b5d99c",
+	memmap.BlockLive:           "#4e79a7",
+	memmap.BlockWorkspace:      "#9467bd",
+	memmap.BlockGraphOwned:     "#e15759",
+	memmap.BlockHeldForGraph:   "#f28e2b",
+	memmap.BlockCachedFragment: "#e6e6e6",
+	memmap.BlockCachedSegment:  "#b5d99c",
 }
 
-// The segment map's geometry, in pixels.
+// The segment map's geometry, in the units of its viewBox. The SVG is as
+// wide as what holds it (width 100%), so 800 units fit an 800 px window
+// with no horizontal scroll bar and text stays readable there (11 and 12
+// unit text draws at about 10.5 and 11.5 px); the index caps its width.
 const (
-	svgWidth   = 1000
-	labelWidth = 250             // segment labels left of the bars
+	svgWidth   = 800
+	labelFont  = 11              // segment labels' monospace size: 0.6 of it a character
+	labelWidth = 240             // segment labels left of the bars: 36 characters
 	barX       = labelWidth + 10 // bars start here
 	barWidth   = svgWidth - barX - 10
 	rowHeight  = 18
 	barHeight  = 13
+	// linearRatio is the largest ratio of segment sizes drawn with bar
+	// lengths proportional to size; past it lengths go as the square
+	// root, so a 2 MiB segment beside a 1 GiB one is still a bar.
+	linearRatio = 8
+	minBarWidth = 8 // the shortest segment's bar, however small
+	// minBlockWidth is the narrowest a block in use is drawn (a 4 KiB
+	// buffer in a 1 GiB segment included); cached blocks are drawn to
+	// scale.
+	minBlockWidth = 3
 	// maxRows bounds the segments drawn per allocator; the rest are
 	// counted (snapshot.json lists them all).
 	maxRows = 400
@@ -42,43 +57,57 @@ func writeSVG(w io.Writer, snaps []memmap.Snapshot) {
 	for _, s := range snaps {
 		body, y = appendMap(body, s, y)
 	}
-	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif">`+"\n", svgWidth, y, svgWidth, y)
+	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="100%%" viewBox="0 0 %d %d" preserveAspectRatio="xMinYMin meet" font-family="sans-serif">`+"\n", svgWidth, y)
 	fmt.Fprintf(w, `<rect width="%d" height="%d" fill="white"/>`+"\n", svgWidth, y)
 	w.Write(body)
 	io.WriteString(w, "</svg>\n")
 }
 
+// esc makes s safe text for the SVG: printable, then escaped.
+func esc(s string) string { return html.EscapeString(printable(s)) }
+
+// escLines is a tooltip of lines, each escaped, joined by newlines
+// (which printable would replace).
+func escLines(lines []string) string {
+	for i, l := range lines {
+		lines[i] = esc(l)
+	}
+	return strings.Join(lines, "\n")
+}
+
 // appendMap draws one allocator's map from y down and returns the y after it.
 func appendMap(b []byte, s memmap.Snapshot, y int) ([]byte, int) {
-	esc := func(s string) string { return html.EscapeString(printable(s)) }
-	y += 22
-	b = fmt.Appendf(b, `<text x="10" y="%d" font-size="15" font-weight="bold">%s</text>`+"\n", y, esc(s.Allocator))
-	b = fmt.Appendf(b, `<text x="%d" y="%d" font-size="12" fill="#444">%s, %s: reserved %s, in use %s; segments %d, live graphs %d</text>`+"\n",
-		barX, y, esc(s.Backend), esc(s.Device), bytesText(s.Stats.BytesReserved), bytesText(s.Stats.BytesInUse), len(s.Segments), len(s.Graphs)-capturing(s))
-	y += 8
-	x := 10
-	for _, st := range memmap.BlockStates() { // legend, with each state's bytes
-		label := fmt.Sprintf("%s %s", st, bytesText(s.Bytes[st]))
-		b = fmt.Appendf(b, `<rect x="%d" y="%d" width="12" height="12" fill="%s" stroke="#888" stroke-width="0.5"/><text x="%d" y="%d" font-size="12">%s</text>`+"\n",
-			x, y, stateColors[st], x+16, y+10, esc(label))
-		x += 16 + 7*len(label) + 18
-	}
 	y += 20
+	b = fmt.Appendf(b, `<text x="10" y="%d" font-size="15" font-weight="bold">%s</text>`+"\n", y, esc(s.Allocator))
+	y += 18
+	var cached int64
+	for st, n := range s.Bytes {
+		if st.Cached() {
+			cached += n
+		}
+	}
+	graphs := len(s.Graphs) - capturing(s)
+	b = fmt.Appendf(b, `<text x="10" y="%d" font-size="12" fill="#444">%s</text>`+"\n", y, esc(fmt.Sprintf(
+		"%s, %s · reserved %s · in use %s · cached %s · %s · %s",
+		s.Backend, s.Device, bytesText(s.Stats.BytesReserved), bytesText(s.Stats.BytesInUse), bytesText(cached),
+		plural(len(s.Segments), "segment"), plural(graphs, "live graph"))))
+	b, y = appendLegend(b, s, y+8, cached)
+	scale := newSegmentScale(s.Segments)
+	y += 6
+	for _, line := range scale.explain() {
+		y += 15
+		b = fmt.Appendf(b, `<text x="10" y="%d" font-size="12" fill="#444">%s</text>`+"\n", y, esc(line))
+	}
+	y += 8
 	for i, seg := range s.Segments {
 		if i == maxRows {
 			b = fmt.Appendf(b, `<text x="10" y="%d" font-size="12">… %d more segments (snapshot.json lists them all)</text>`+"\n", y+12, len(s.Segments)-maxRows)
 			y += rowHeight
 			break
 		}
-		label := fmt.Sprintf("%s %s @%#x", seg.Kind, bytesText(seg.Size), uint64(seg.Ptr))
-		if seg.Expandable {
-			label = fmt.Sprintf("%s expandable: %s mapped of %s @%#x", seg.Kind, bytesText(seg.Size), bytesText(seg.Span), uint64(seg.Ptr))
-		}
-		if seg.Kind == "graph" {
-			label = fmt.Sprintf("%s (graph %d)", label, seg.Graph)
-		}
-		b = fmt.Appendf(b, `<text x="10" y="%d" font-size="11" font-family="monospace">%s</text>`+"\n", y+barHeight-2, esc(label))
-		b = appendBar(b, seg, y)
+		b = fmt.Appendf(b, `<text x="10" y="%d" font-size="%d" font-family="monospace">%s<title>%s</title></text>`+"\n",
+			y+barHeight-3, labelFont, esc(segmentLabel(seg)), esc(segmentTitle(seg)))
+		b = appendBar(b, seg, y, scale.width(seg))
 		y += rowHeight
 	}
 	if len(s.Graphs) > 0 {
@@ -86,12 +115,8 @@ func appendMap(b []byte, s memmap.Snapshot, y int) ([]byte, int) {
 		b = fmt.Appendf(b, `<text x="10" y="%d" font-size="13" font-weight="bold">graphs</text>`+"\n", y+12)
 		y += rowHeight
 		for _, g := range s.Graphs {
-			name := fmt.Sprintf("graph %d", g.ID)
-			if g.Capturing {
-				name = "capture recording now"
-			}
 			text := fmt.Sprintf("%s: owns %s (%s), holds %s (%s freed by the engine), uses %s (%s live)",
-				name, bytesText(g.OwnedBytes), blocks(g.OwnedBlocks), bytesText(g.HeldBytes), blocks(g.HeldBlocks), bytesText(g.UsedBytes), blocks(g.UsedBlocks))
+				graphName(g.ID, g.Capturing), bytesText(g.OwnedBytes), plural(g.OwnedBlocks, "block"), bytesText(g.HeldBytes), plural(g.HeldBlocks, "block"), bytesText(g.UsedBytes), plural(g.UsedBlocks, "block"))
 			if g.Eager {
 				text += " (eager fallback)"
 			}
@@ -102,6 +127,116 @@ func appendMap(b []byte, s memmap.Snapshot, y int) ([]byte, int) {
 	return b, y + 10
 }
 
+// appendLegend draws one line per state from y down: its colour, name,
+// bytes and what it means (memmap.BlockState.Meaning), then what
+// "cached" sums; it returns the y of the last line.
+func appendLegend(b []byte, s memmap.Snapshot, y int, cached int64) ([]byte, int) {
+	var parts []string
+	for _, st := range memmap.BlockStates() {
+		y += 16
+		b = fmt.Appendf(b, `<rect x="10" y="%d" width="12" height="12" fill="%s" stroke="#888" stroke-width="0.5"/>`+
+			`<text x="28" y="%d" font-size="12">%s</text><text x="200" y="%d" font-size="12" text-anchor="end">%s</text>`+
+			`<text x="210" y="%d" font-size="12" fill="#333">%s</text>`+"\n",
+			y-10, stateColors[st], y, st, y, bytesText(s.Bytes[st]), y, esc(st.Meaning()))
+		if st.Cached() {
+			parts = append(parts, string(st))
+		}
+	}
+	y += 16
+	b = fmt.Appendf(b, `<rect x="10" y="%d" width="6" height="12" fill="%s"/><rect x="16" y="%d" width="6" height="12" fill="%s"/>`+"\n",
+		y-10, stateColors[memmap.BlockCachedFragment], y-10, stateColors[memmap.BlockCachedSegment])
+	b = fmt.Appendf(b, `<text x="28" y="%d" font-size="12">cached</text><text x="200" y="%d" font-size="12" text-anchor="end">%s</text>`+
+		`<text x="210" y="%d" font-size="12" fill="#333">%s</text>`+"\n",
+		y, y, bytesText(cached), y, esc(strings.Join(parts, " + ")+": reserved, not in use (Stats.BytesCached)."))
+	return b, y
+}
+
+// segmentScale maps segments' sizes to bar lengths: proportional while
+// the largest is at most linearRatio times the smallest, else as the
+// square root of size.
+type segmentScale struct {
+	smallest, largest int64
+	sqrt              bool
+}
+
+func newSegmentScale(segs []memmap.Segment) segmentScale {
+	var sc segmentScale
+	for i, seg := range segs {
+		if i == maxRows {
+			break
+		}
+		e := extent(seg)
+		if e <= 0 {
+			continue
+		}
+		if sc.largest == 0 || e < sc.smallest {
+			sc.smallest = e
+		}
+		sc.largest = max(sc.largest, e)
+	}
+	sc.sqrt = sc.largest > linearRatio*sc.smallest
+	return sc
+}
+
+// width is seg's bar length.
+func (sc segmentScale) width(seg memmap.Segment) float64 {
+	e := extent(seg)
+	if sc.largest <= 0 || e <= 0 {
+		return minBarWidth
+	}
+	f := float64(e) / float64(sc.largest)
+	if sc.sqrt {
+		f = math.Sqrt(f)
+	}
+	return max(minBarWidth, barWidth*f)
+}
+
+// explain says on the page how bars are drawn, in lines short enough for
+// the viewBox.
+func (sc segmentScale) explain() []string {
+	lines := []string{"Each bar is a segment (one driver allocation), its length proportional to its size."}
+	if sc.sqrt {
+		lines = []string{"Each bar is a segment (one driver allocation), its length proportional to the square",
+			fmt.Sprintf("root of its size: sizes here differ up to %d×, and a 4× larger segment draws 2× longer.", sc.largest/max(sc.smallest, 1))}
+	}
+	return append(lines, fmt.Sprintf("In a bar, blocks take their share of its bytes; a block in use is at least %d px wide.", minBlockWidth),
+		"Hover a block or a label for its details.")
+}
+
+// extent is the bytes a segment's bar spans: an expandable range's blocks
+// lie across its span.
+func extent(seg memmap.Segment) int64 { return max(seg.Size, seg.Span) }
+
+// segmentLabel is the text left of a segment's bar: kind, size, address.
+func segmentLabel(seg memmap.Segment) string {
+	switch {
+	case seg.Expandable:
+		return fmt.Sprintf("%s %s/%s @%#x", seg.Kind, bytesText(seg.Size), bytesText(seg.Span), uint64(seg.Ptr))
+	case seg.Kind == "graph":
+		return fmt.Sprintf("graph %d: %s @%#x", seg.Graph, bytesText(seg.Size), uint64(seg.Ptr))
+	}
+	return fmt.Sprintf("%s %s @%#x", seg.Kind, bytesText(seg.Size), uint64(seg.Ptr))
+}
+
+// segmentTitle is a segment's tooltip.
+func segmentTitle(seg memmap.Segment) string {
+	t := fmt.Sprintf("%s segment @%#x: %s in %s", seg.Kind, uint64(seg.Ptr), bytesText(seg.Size), plural(len(seg.Blocks), "block"))
+	if seg.Expandable {
+		t = fmt.Sprintf("%s expandable range @%#x: %s mapped of a %s span (the gaps are unmapped), %s", seg.Kind, uint64(seg.Ptr), bytesText(seg.Size), bytesText(seg.Span), plural(len(seg.Blocks), "block"))
+	}
+	if seg.Kind == "graph" {
+		t += "; allocated in a capture, owned by " + graphName(seg.Graph, seg.Graph == 0)
+	}
+	return t
+}
+
+func graphName(id int, recording bool) string {
+	if recording {
+		return "the capture recording now"
+	}
+	return fmt.Sprintf("graph %d", id)
+}
+
 // capturing is 1 when the snapshot's graphs include the recording capture.
 func capturing(s memmap.Snapshot) int {
 	if s.Capturing {
@@ -110,75 +245,12 @@ func capturing(s memmap.Snapshot) int {
 	return 0
 }
 
-// appendBar draws a segment's blocks in its bar. Blocks narrower than a
-// pixel share it: each pixel column takes the colour of the state holding
-// most of its bytes, and equal neighbours merge into one rectangle, so a
-// segment costs at most barWidth rectangles however many blocks it has.
-func appendBar(b []byte, seg memmap.Segment, y int) []byte {
-	b = fmt.Appendf(b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#999" stroke-width="0.5"/>`+"\n", barX, y, barWidth, barHeight)
-	extent := max(seg.Size, seg.Span) // an expandable range's blocks lie across its span
-	if extent <= 0 {
-		return b
-	}
-	index := map[memmap.BlockState]int{}
-	for i, st := range memmap.BlockStates() {
-		index[st] = i
-	}
-	cols := make([][]float64, barWidth)
-	scale := float64(barWidth) / float64(extent)
-	for _, blk := range seg.Blocks {
-		st, ok := index[blk.State]
-		if !ok {
-			continue
-		}
-		x0, x1 := float64(blk.Offset)*scale, float64(blk.Offset+blk.Size)*scale
-		for c := int(x0); c < barWidth && float64(c) < x1; c++ {
-			lo, hi := max(x0, float64(c)), min(x1, float64(c+1))
-			if cols[c] == nil {
-				cols[c] = make([]float64, len(memmap.BlockStates()))
-			}
-			cols[c][st] += hi - lo
-		}
-	}
-	dominant := func(c int) int {
-		best := -1
-		for i, v := range cols[c] {
-			if v > 0 && (best < 0 || v > cols[c][best]) {
-				best = i
-			}
-		}
-		return best
-	}
-	for c := 0; c < barWidth; {
-		st := dominant(c)
-		end := c + 1
-		for end < barWidth && dominant(end) == st {
-			end++
-		}
-		if st >= 0 {
-			b = fmt.Appendf(b, `<rect x="%d" y="%d" width="%d" height="%d" fill="%s"><title>%s</title></rect>`+"\n",
-				barX+c, y, end-c, barHeight, stateColors[memmap.BlockStates()[st]], memmap.BlockStates()[st])
-		}
-		c = end
-	}
-	// Borders between blocks wide enough to tell apart (2 px each side),
-	// so neighbours in one state still read as separate buffers.
-	prevWide := false
-	for _, blk := range seg.Blocks {
-		wide := float64(blk.Size)*scale >= 2
-		if x := float64(blk.Offset) * scale; blk.Offset > 0 && wide && prevWide {
-			b = fmt.Appendf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="white" stroke-width="1"/>`+"\n", float64(barX)+x, y, float64(barX)+x, y+barHeight)
-		}
-		prevWide = wide
-	}
-	return b
-}
-
-func blocks(n int) string {
+// plural writes n and noun, plural unless n is 1: "1 block", "3 blocks".
+func plural(n int, noun string) string {
 	if n == 1 {
-		return "1 block"
+		return "1 " + noun
 	}
-	return fmt.Sprintf("%d blocks", n)
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // bytesText writes n in binary units: 512 B, 64 KiB, 1.5 MiB.

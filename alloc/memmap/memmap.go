@@ -13,30 +13,48 @@ import (
 )
 
 // BlockState is what a block of device memory is doing, in a Snapshot.
+// Every byte the allocator holds from the driver is in exactly one state.
+// "Cached" means one thing everywhere (the views, the metrics,
+// Stats.BytesCached): reserved from the driver and not in use, the bytes
+// of the two states whose Cached is true.
 type BlockState string
 
+// The states, in the order views draw them; Meaning says what each is.
 const (
-	// BlockLive: a buffer the engine holds.
-	BlockLive BlockState = "live"
-	// BlockWorkspace: a workspace (alloc.Allocator.Workspace).
-	BlockWorkspace BlockState = "workspace"
-	// BlockGraphOwned: allocated in a capture; the graph's until Graph.Close.
-	BlockGraphOwned BlockState = "graph-owned"
-	// BlockHeldForGraph: freed by the engine, but kept because a live
-	// graph's recorded work (or the capture recording now) uses it.
-	BlockHeldForGraph BlockState = "held-for-graph"
-	// BlockFree: free space in a segment that also holds memory in use:
-	// reused by requests that fit, never given back on its own.
-	BlockFree BlockState = "free"
-	// BlockCached: a segment wholly free: reused, or given back to the
-	// driver by Trim or under memory pressure.
-	BlockCached BlockState = "cached"
+	BlockLive           BlockState = "live"
+	BlockWorkspace      BlockState = "workspace"
+	BlockGraphOwned     BlockState = "graph-owned"
+	BlockHeldForGraph   BlockState = "held-for-graph"
+	BlockCachedFragment BlockState = "cached-fragment"
+	BlockCachedSegment  BlockState = "cached-segment"
 )
+
+// meanings are the states' one-sentence explanations, written once: the
+// segment map's legend and tooltips draw them, text views can print them,
+// and docs/device-memory.md says the same words (a test checks it).
+var meanings = map[BlockState]string{
+	BlockLive:           "A buffer the engine holds (Alloc, AllocSync).",
+	BlockWorkspace:      "A named scratch buffer (Allocator.Workspace), kept until ReleaseWorkspace.",
+	BlockGraphOwned:     "Allocated inside a capture: the graph's until Graph.Close.",
+	BlockHeldForGraph:   "Freed, but kept while a live graph (or the recording capture) uses it.",
+	BlockCachedFragment: "Cached: free space in a segment still in use, reused by requests that fit.",
+	BlockCachedSegment:  "Cached: a segment wholly free, reused or given back by Trim or memory pressure.",
+}
+
+// Meaning says in one sentence what a block in state st is; "" for a
+// state this package does not define.
+func (st BlockState) Meaning() string { return meanings[st] }
+
+// Cached reports whether st's bytes count as cached (Stats.BytesCached):
+// reserved from the driver and not in use.
+func (st BlockState) Cached() bool {
+	return st == BlockCachedFragment || st == BlockCachedSegment
+}
 
 // BlockStates returns the states in the order views draw them; the slice
 // is the caller's.
 func BlockStates() []BlockState {
-	return []BlockState{BlockLive, BlockWorkspace, BlockGraphOwned, BlockHeldForGraph, BlockFree, BlockCached}
+	return []BlockState{BlockLive, BlockWorkspace, BlockGraphOwned, BlockHeldForGraph, BlockCachedFragment, BlockCachedSegment}
 }
 
 // Snapshot is an allocator's device memory at one moment, JSON-encodable:
@@ -92,6 +110,10 @@ type Block struct {
 	// Graphs lists the live graphs whose recorded work uses the block
 	// (0: the capture recording now): it is held while they live.
 	Graphs []int `json:"graphs,omitempty"`
+	// CallSite is where the engine allocated the block: the function,
+	// file base name and line of the first frame outside the allocator,
+	// when the profile sampled the allocation (alloc.SetProfileRate).
+	CallSite string `json:"call_site,omitempty"`
 }
 
 // GraphInfo is a live graph, or the capture recording now (ID 0), with
@@ -118,7 +140,7 @@ type GraphInfo struct {
 type Stats struct {
 	BytesInUse    int64  `json:"bytes_in_use"`   // bytes of live buffers, as requested
 	BytesReserved int64  `json:"bytes_reserved"` // bytes held from the driver: live, cached and graph-owned
-	BytesCached   int64  `json:"bytes_cached"`   // bytes in the pool's free lists
+	BytesCached   int64  `json:"bytes_cached"`   // reserved and not in use: the pool's free blocks, states cached-fragment and cached-segment
 	PeakInUse     int64  `json:"peak_in_use"`
 	PeakReserved  int64  `json:"peak_reserved"`
 	LiveBuffers   int    `json:"live_buffers"`

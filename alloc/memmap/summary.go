@@ -59,7 +59,7 @@ func (s Snapshot) Summary() string {
 				bytes[i][k] += blk.Size
 			}
 			bytes[i][total] += blk.Size
-			if (blk.State == BlockFree || blk.State == BlockCached) && blk.Size > largest {
+			if blk.State.Cached() && blk.Size > largest {
 				largest = blk.Size
 			}
 		}

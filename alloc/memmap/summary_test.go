@@ -40,8 +40,8 @@ func TestSnapshotSummary(t *testing.T) {
 		Stats: memmap.Stats{BytesInUse: 1 << 20, BytesReserved: 3 << 20, OutOfMemory: 2, ReclaimRetries: 5},
 		Segments: []memmap.Segment{
 			{Kind: "small", Size: 2 << 20, Blocks: []memmap.Block{
-				{Size: 1 << 20, State: memmap.BlockLive}, {Offset: 1 << 20, Size: 1 << 20, State: memmap.BlockFree}}},
-			{Kind: "large", Size: 512 << 10, Blocks: []memmap.Block{{Size: 512 << 10, State: memmap.BlockCached}}},
+				{Size: 1 << 20, State: memmap.BlockLive}, {Offset: 1 << 20, Size: 1 << 20, State: memmap.BlockCachedFragment}}},
+			{Kind: "large", Size: 512 << 10, Blocks: []memmap.Block{{Size: 512 << 10, State: memmap.BlockCachedSegment}}},
 			{Kind: "future", Size: 512 << 10, Blocks: []memmap.Block{{Size: 512 << 10, State: memmap.BlockLive}}},
 		},
 	}
