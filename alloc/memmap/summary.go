@@ -74,11 +74,16 @@ func (s Snapshot) Summary() string {
 		row(tw, string(state), bytes[i])
 	}
 	all := make([]int64, total+1)
+	cached := make([]int64, total+1) // the one meaning: reserved, not in use
 	for i := range bytes {
 		for k, n := range bytes[i] {
 			all[k] += n
+			if states[i].Cached() {
+				cached[k] += n
+			}
 		}
 	}
+	row(tw, "cached (both states)", cached)
 	row(tw, "all states", all)
 	counts := make([]string, len(segs))
 	for k, n := range segs {

@@ -50,7 +50,8 @@ func TestSnapshotSummary(t *testing.T) {
 	for _, want := range []string{
 		`allocator "a\x01b", backend "cpu", device "dev": 8.00 MiB total, 5.00 MiB free`,
 		"live 1.00 MiB 0 B 0 B 0 B 1.50 MiB", // the future segment in the total only
-		"cached 0 B 512.00 KiB 0 B 0 B 512.00 KiB",
+		"cached-segment 0 B 512.00 KiB 0 B 0 B 512.00 KiB",
+		"cached (both states) 1.00 MiB 512.00 KiB 0 B 0 B 1.50 MiB",
 		"segments 1 1 0 0 3",
 		"out-of-memory errors 2, reclaim retries 5",
 		"largest free block 1.00 MiB",
