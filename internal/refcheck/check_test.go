@@ -186,3 +186,28 @@ func itoa(n int) string {
 	}
 	return string(b)
 }
+
+// A top-level folder .gitignore names is a build's output, which a fresh
+// clone lacks: a path into it is checked as there, where the folder is
+// not a top-level one (gpurun/results after `.ci/gpu build` here).
+func TestCheckIgnoresBuildFolders(t *testing.T) {
+	files := map[string]string{
+		"go.mod":         "module example.com/m\n\ngo 1.25\n",
+		".gitignore":     "/out/\n*.test\n",
+		"out/bin/tool":   "built\n",
+		"kept/file.txt":  "tracked\n",
+		"docs/design.md": "# design\n\nResults land in out/results; see kept/file.txt and kept/missing.txt.\n",
+		"lib/lib.go":     "// Package lib writes out/results.\npackage lib\n",
+	}
+	problems, _, err := Check(tree(t, files), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range problems {
+		got = append(got, p.File+": "+p.Ref)
+	}
+	if want := []string{"docs/design.md: kept/missing.txt"}; !slices.Equal(got, want) {
+		t.Errorf("problems %v, want %v: a path into an ignored build folder is not the repository's", got, want)
+	}
+}
