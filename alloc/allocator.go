@@ -97,6 +97,7 @@ func New(drv driver.Driver, opts Options) (*Allocator, error) {
 		return nil, &Error{Op: "New", Backend: a.backend, Size: -1, Err: err}
 	}
 	a.stream = s
+	a.stats.hist = newHistory(opts)
 	a.pool.init(a, a.info.Alignment, a.info.TotalMemory, driverUpstream{a})
 	a.lane.init(a)
 	a.guard = newGuard(&a.mu, a, &a.releases, drv, s, info, opts)
@@ -156,6 +157,9 @@ func (a *Allocator) handOutOwedLocked(b *block, size, owed int64) Buffer {
 	}
 	a.stats.Allocs++
 	a.stats.inUse.add(size + owed)
+	if h := a.stats.hist; h != nil {
+		h.record(evAlloc, b.ptr, size, blockState(b), "")
+	}
 	return Buffer{blk: b, gen: gen, ptr: b.ptr, size: size}
 }
 
@@ -180,5 +184,8 @@ func (a *Allocator) claimLocked(b *block, gen uint64) error {
 	}
 	a.stats.Frees++
 	a.stats.inUse.add(-b.size)
+	if h := a.stats.hist; h != nil {
+		h.record(evFree, b.ptr, b.size, blockState(b), "")
+	}
 	return nil
 }

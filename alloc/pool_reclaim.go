@@ -97,6 +97,10 @@ func (p *pool) releaseAll(op string, unmap bool) (bool, error) {
 // of the moment. Caller holds a.mu. It reads the counters itself: their
 // copy stays out of the frames of Alloc's hot path.
 func outOfMemory(a *Allocator, why string) error {
+	if h := a.stats.hist; h != nil {
+		h.record(evOutOfMemory, 0, -1, stateNone, why)
+		dumpHistoryLocked(a)
+	}
 	return wrapf(ErrOutOfMemory, "%s (device %d B); %s", why, a.info.TotalMemory, a.statsLocked())
 }
 
