@@ -241,4 +241,3 @@ func newTimeline(h memmap.History, columns int) *timeline {
 	}
 	return tl
 }
-
