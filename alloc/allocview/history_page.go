@@ -214,7 +214,7 @@ func writeTimelineLegend(w io.Writer, tl *timeline) {
 			html.EscapeString(title), color, html.EscapeString(label), peak)
 	}
 	for _, s := range tl.sites {
-		row(s.color, printable(s.label), printable(s.detail), "peak "+bytesText(s.peak))
+		row(s.color, printable(s.label), s.detail, "peak "+bytesText(s.peak))
 	}
 	var peak int64
 	for _, r := range tl.reserved {
@@ -236,11 +236,12 @@ func frameLabel(f memmap.Frame) string {
 	return fmt.Sprintf("%s (%s:%d)", fn, path.Base(f.File), f.Line)
 }
 
-// stackText is a stack, one frame a line, for a tooltip.
+// stackText is a stack, a frame a line, for a tooltip: printable but
+// for its line breaks.
 func stackText(fs []memmap.Frame) string {
 	var b strings.Builder
 	for _, f := range fs {
-		fmt.Fprintf(&b, "%s\n    %s:%d\n", f.Function, f.File, f.Line)
+		fmt.Fprintf(&b, "%s (%s:%d)\n", printable(f.Function), printable(f.File), f.Line)
 	}
 	return b.String()
 }
