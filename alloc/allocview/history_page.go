@@ -115,7 +115,7 @@ func writeTimelineSVG(w io.Writer, tl *timeline) {
 		}
 		return xAt(k) + step/2
 	}
-	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" font-family="sans-serif" font-size="13" role="img">`+"\n", tlWidth, tlHeight)
+	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" font-family="sans-serif" font-size="14" role="img">`+"\n", tlWidth, tlHeight)
 	fmt.Fprintf(w, `<rect width="%d" height="%d" fill="white"/>`+"\n", tlWidth, tlHeight)
 	for _, c := range tl.captures { // captures shaded behind
 		x0, x1 := xOf(c[0])-step/2, xOf(c[1])+step/2
