@@ -32,7 +32,8 @@ import (
 //
 // Leaves, under which no other lock is taken: the domain's lock (domain.mu)
 // and the domain registry's, the gate's own mutex, the watchdog monitor's
-// lock (watches.mu), the allocator registry's lock (registry.go).
+// lock (watches.mu), the allocator registry's lock (registry.go), the
+// allocation history's lock (history.go: taken under mu or a shard's).
 type Allocator struct {
 	drv     driver.Driver
 	backend string

@@ -39,7 +39,7 @@ type Options struct {
 	// out-of-memory errors), each with its time, size, address, state and
 	// call stack, for WriteHistory and the timeline view
 	// (alloc/allocview): PyTorch's _record_memory_history. Zero (the
-	// default) records nothing; each event kept takes about 300 B.
+	// default) records nothing; each event kept takes 256 B.
 	// docs/allocation-history.md.
 	History int
 	// HistoryFile, with History on, is where the history is written at
