@@ -32,7 +32,8 @@ import (
 //
 // Leaves, under which no other lock is taken: the domain's lock (domain.mu)
 // and the domain registry's, the gate's own mutex, the watchdog monitor's
-// lock (watches.mu), the allocator registry's lock (registry.go).
+// lock (watches.mu), the allocator registry's lock (registry.go), the
+// allocation history's lock (history.go: taken under mu or a shard's).
 type Allocator struct {
 	drv     driver.Driver
 	backend string
@@ -97,6 +98,7 @@ func New(drv driver.Driver, opts Options) (*Allocator, error) {
 		return nil, &Error{Op: "New", Backend: a.backend, Size: -1, Err: err}
 	}
 	a.stream = s
+	a.stats.hist = newHistory(opts)
 	a.pool.init(a, a.info.Alignment, a.info.TotalMemory, driverUpstream{a})
 	a.lane.init(a)
 	a.guard = newGuard(&a.mu, a, &a.releases, drv, s, info, opts)
@@ -159,6 +161,9 @@ func (a *Allocator) handOutOwedLocked(b *block, size, owed int64) Buffer {
 	}
 	a.stats.Allocs++
 	a.stats.inUse.add(size + owed)
+	if h := a.stats.hist; h != nil {
+		h.record(evAlloc, b.ptr, size, blockState(b), "")
+	}
 	return Buffer{blk: b, gen: gen, ptr: b.ptr, size: size}
 }
 
@@ -183,5 +188,8 @@ func (a *Allocator) claimLocked(b *block, gen uint64) error {
 	}
 	a.stats.Frees++
 	a.stats.inUse.add(-b.size)
+	if h := a.stats.hist; h != nil {
+		h.record(evFree, b.ptr, b.size, blockState(b), "")
+	}
 	return nil
 }

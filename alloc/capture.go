@@ -132,6 +132,9 @@ func (c *capture) begin() error {
 		return g.fail("BeginCapture", -1, st, err)
 	}
 	g.dom.add(g.stream, c.mode)
+	if h := a.stats.hist; h != nil {
+		h.record(evCaptureBegin, 0, 0, stateNone, c.mode.String())
+	}
 	return nil
 }
 

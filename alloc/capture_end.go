@@ -70,6 +70,9 @@ func (c *capture) finishLocked(h driver.GraphHandle, err error) *Graph {
 	if err != nil {
 		c.err = err
 		a.stats.FailedCapture++
+		if h := a.stats.hist; h != nil {
+			h.record(evCaptureEnd, 0, 0, stateNone, "failed: "+err.Error())
+		}
 		c.discardLocked(false)
 		return nil
 	}
@@ -79,6 +82,9 @@ func (c *capture) finishLocked(h driver.GraphHandle, err error) *Graph {
 	}
 	a.graphs[gr] = struct{}{}
 	a.stats.Captures++
+	if h := a.stats.hist; h != nil {
+		h.record(evCaptureEnd, 0, 0, stateNone, "")
+	}
 	return gr
 }
 

@@ -24,6 +24,7 @@ func (a *Allocator) Close() error {
 		return a.fail("Close", -1, StateNone, wrapf(ErrClosed, "allocator closed twice"))
 	}
 	a.guard.closed = true
+	a.stats.hist.close() // its clock: the events stay
 	a.lane.closeLocked() // for good: every call from now on is the locked path's
 	unregister(a)
 	leaks := a.leaksLocked()
@@ -99,7 +100,7 @@ func (a *Allocator) teardownLocked(clean cleaner) []error {
 		a.lane.flushLocked()
 		segs = a.pool.takeAll()
 		for _, s := range segs {
-			a.stats.givenBackLocked(s.size)
+			a.stats.givenBackLocked(s.ptr, s.size)
 		}
 	} else if _, err := a.pool.releaseAll("Close", false); err != nil {
 		errs = append(errs, err)

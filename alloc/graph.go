@@ -183,6 +183,9 @@ func (g *Graph) closeLocked() {
 	a := g.a
 	g.closed = true
 	delete(a.graphs, g)
+	if h := a.stats.hist; h != nil {
+		h.record(evGraphClose, 0, 0, stateNone, "")
+	}
 	if g.eager != nil {
 		return
 	}

@@ -105,7 +105,7 @@ func (c *capture) allocLocked(a *Allocator, op string, size int64) (Buffer, erro
 	c.allocs++
 	a.stats.CaptureAllocs++
 	a.stats.DriverAllocs++
-	a.stats.addReserved(size)
+	a.stats.addReserved(p, size)
 	return a.handOutLocked(b, size), nil
 }
 
@@ -300,7 +300,7 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 		defer a.mu.Unlock()
 		b := &block{a: a, ptr: p, class: size, kind: kindSync}
 		a.stats.DriverAllocs++
-		a.stats.addReserved(size)
+		a.stats.addReserved(p, size)
 		if a.guard.cap != nil {
 			a.guard.cap.allocs++
 			a.stats.CaptureAllocs++

@@ -43,6 +43,14 @@ func outOfMemory(a *Allocator, req int64, why string, cause error) error {
 	}
 	w := walkMemory(a, false)
 	e.largest, e.wholeFree = w.largestFree, w.sums[stCached]
+	if h := a.stats.hist; h != nil {
+		detail := why
+		if detail == "" {
+			detail = "driver out of memory after the reclaim ladder"
+		}
+		h.record(evOutOfMemory, 0, req, stateNone, detail)
+		dumpHistoryLocked(a)
+	}
 	return e
 }
 

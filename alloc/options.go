@@ -42,6 +42,17 @@ type Options struct {
 	// MemProfileRate is); it is an option so that a configuration string
 	// (ParseOptions, profile_rate) can set it.
 	ProfileRate int
+	// History keeps the allocator's latest History events (allocations,
+	// frees, driver allocations and releases, captures, graph closes,
+	// out-of-memory errors), each with its time, size, address, state and
+	// call stack, for WriteHistory and the timeline view
+	// (alloc/allocview): PyTorch's _record_memory_history. Zero (the
+	// default) records nothing; each event kept takes 256 B.
+	// docs/allocation-history.md.
+	History int
+	// HistoryFile, with History on, is where the history is written at
+	// each out-of-memory error (replaced whole), before the error returns.
+	HistoryFile string
 }
 
 func (o Options) watchdog() time.Duration {

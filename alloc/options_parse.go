@@ -57,6 +57,30 @@ var optionKeys = []optionKey{
 			}
 			return "true"
 		}},
+	{"history", "events kept (0: off) such as 100000",
+		func(p *parsedOptions, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return fmt.Errorf("not a non-negative count")
+			}
+			p.History = n
+			return nil
+		},
+		func(p parsedOptions) string {
+			if p.History == 0 {
+				return ""
+			}
+			return strconv.Itoa(p.History)
+		}},
+	{"history_file", "a path without commas, written at each out-of-memory error",
+		func(p *parsedOptions, v string) error {
+			if !utf8.ValidString(v) {
+				return fmt.Errorf("not valid UTF-8")
+			}
+			p.HistoryFile = v
+			return nil
+		},
+		func(p parsedOptions) string { return p.HistoryFile }},
 	{"name", "text without commas (empty: the backend's name and a number)",
 		func(p *parsedOptions, v string) error {
 			if !utf8.ValidString(v) {
@@ -116,6 +140,8 @@ var optionKeys = []optionKey{
 // spaces around keys and values ignored, each key at most once:
 //
 //	expandable_segments  true|false (also 1|0, True|False): Options.ExpandableSegments
+//	history              events kept (0: off): Options.History
+//	history_file         a path: Options.HistoryFile
 //	name                 text without commas: Options.Name
 //	profile_rate         0 (off), 1 or bytes per sample (512KiB): Options.ProfileRate
 //	watchdog             a duration (30s), 0 (the default) or off: Options.Watchdog

@@ -29,6 +29,9 @@ func TestParseOptionsReadsEveryKey(t *testing.T) {
 		{"name=decode", Options{Name: "decode"}},
 		{"name = rank 0:gpu=1 ", Options{Name: "rank 0:gpu=1"}},
 		{"name=", Options{}},
+		{"history=100000", Options{History: 100000}},
+		{"history:0", Options{}},
+		{"history=10,history_file=/tmp/oom history.json", Options{History: 10, HistoryFile: "/tmp/oom history.json"}},
 		{"profile_rate=512KiB", Options{ProfileRate: 512 << 10}},
 		{"profile_rate:1", Options{ProfileRate: 1}},
 		{"profile_rate=0", Options{ProfileRate: -1}},
@@ -59,6 +62,9 @@ func TestParseOptionsErrors(t *testing.T) {
 		{"watchdog=soon", `watchdog="soon"`},
 		{"watchdog=-5s", `watchdog="-5s"`},
 		{"watchdog=30", `watchdog="30"`},
+		{"history=-1", `history="-1"`},
+		{"history=lots", `history="lots"`},
+		{"history_file=\xff", "not valid UTF-8"},
 		{"profile_rate=-1", `profile_rate="-1"`},
 		{"profile_rate=fast", `profile_rate="fast"`},
 		{"profile_rate=1.5MiB", `profile_rate="1.5MiB"`},
@@ -93,6 +99,7 @@ func TestParseOptionsRoundTrips(t *testing.T) {
 		{Options: Options{ProfileRate: 1}},
 		{Options: Options{ProfileRate: 512 << 10}},
 		{Options: Options{ExpandableSegments: true, Watchdog: time.Hour, Name: "n", ProfileRate: 7}},
+		{Options: Options{History: 4096, HistoryFile: "/var/tmp/oom.json"}},
 	} {
 		s := formatOptions(p)
 		got, err := parseOptions(s)

@@ -53,7 +53,7 @@ func (u driverUpstream) allocate(n int64) (driver.DevicePtr, error) {
 	p, err := a.drv.MallocAsync(n, a.stream)
 	if err == nil {
 		a.stats.DriverAllocs++
-		a.stats.addReserved(n)
+		a.stats.addReserved(p, n)
 	}
 	return p, err
 }
@@ -62,7 +62,7 @@ func (u driverUpstream) allocate(n int64) (driver.DevicePtr, error) {
 // free it: the driver has it, not the pool.
 func (u driverUpstream) free(p driver.DevicePtr, n int64) error {
 	err := u.a.drv.FreeAsync(p, u.a.stream)
-	u.a.stats.givenBackLocked(n)
+	u.a.stats.givenBackLocked(p, n)
 	return err
 }
 
@@ -79,7 +79,7 @@ func (u driverUpstream) mapMemory(p driver.DevicePtr, n int64) error {
 	err := u.a.vm.MapMemory(p, n)
 	if err == nil {
 		u.a.stats.DriverAllocs++
-		u.a.stats.addReserved(n)
+		u.a.stats.addReserved(p, n)
 	}
 	return err
 }
@@ -88,7 +88,7 @@ func (u driverUpstream) mapMemory(p driver.DevicePtr, n int64) error {
 // to unmap it: it is the driver's now.
 func (u driverUpstream) unmapMemory(p driver.DevicePtr, n int64) error {
 	err := u.a.vm.UnmapMemory(p, n)
-	u.a.stats.givenBackLocked(n)
+	u.a.stats.givenBackLocked(p, n)
 	return err
 }
 
@@ -202,7 +202,7 @@ func (u driverUpstream) mayReleaseAll() error {
 func (u driverUpstream) detach() func() error {
 	chunks, ranges := u.a.pool.detach()
 	for _, c := range chunks {
-		u.a.stats.givenBackLocked(c.size)
+		u.a.stats.givenBackLocked(c.p, c.size)
 	}
 	if len(ranges) == 0 {
 		return nil

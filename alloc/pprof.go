@@ -170,13 +170,12 @@ func buildProfile(ds []profileData) *profile.Profile {
 type symbolizer struct {
 	p       *profile.Profile
 	mapping *profile.Mapping
-	frames  map[uintptr][]runtime.Frame
 	locs    map[locKey]*profile.Location
 	funcs   map[[2]string]*profile.Function
 }
 
-// locKey is a return address and how many of its innermost frames (the
-// allocator's own, inlined) its location leaves out.
+// locKey is a location's innermost frame's address and how many of its
+// innermost frames (the allocator's own, inlined) it leaves out.
 type locKey struct {
 	pc   uintptr
 	skip int
@@ -187,7 +186,7 @@ func newSymbolizer(p *profile.Profile) *symbolizer {
 	m := &profile.Mapping{ID: 1, File: filepath.Base(exe), Limit: ^uint64(0),
 		HasFunctions: true, HasFilenames: true, HasLineNumbers: true, HasInlineFrames: true}
 	p.Mapping = []*profile.Mapping{m}
-	return &symbolizer{p: p, mapping: m, frames: map[uintptr][]runtime.Frame{},
+	return &symbolizer{p: p, mapping: m,
 		locs: map[locKey]*profile.Location{}, funcs: map[[2]string]*profile.Function{}}
 }
 
@@ -196,8 +195,7 @@ func newSymbolizer(p *profile.Profile) *symbolizer {
 func (s *symbolizer) stack(pcs []uintptr) []*profile.Location {
 	out := make([]*profile.Location, 0, len(pcs))
 	trimming := true
-	for _, pc := range pcs {
-		fs := s.expand(pc)
+	for _, fs := range physicalFrames(pcs) {
 		skip := 0
 		if trimming {
 			for skip < len(fs) && strings.HasPrefix(fs[skip].Function, allocAPI) {
@@ -208,36 +206,49 @@ func (s *symbolizer) stack(pcs []uintptr) []*profile.Location {
 			}
 			trimming = false
 		}
-		out = append(out, s.location(pc, skip, fs[skip:]))
+		out = append(out, s.location(skip, fs[skip:]))
 	}
 	return out
 }
 
-// expand returns the frames at a return address, inlined calls included,
-// innermost first.
-func (s *symbolizer) expand(pc uintptr) []runtime.Frame {
-	if fs, ok := s.frames[pc]; ok {
-		return fs
-	}
-	var fs []runtime.Frame
-	it := runtime.CallersFrames([]uintptr{pc})
-	for {
-		f, more := it.Next()
-		fs = append(fs, f)
-		if !more {
-			break
+// physicalFrames expands a stack of return addresses into its frames,
+// inlined calls included, grouped by the real (not inlined) call each
+// belongs to, innermost first: one group per pprof location.
+//
+// The stack is expanded whole, by one runtime.CallersFrames: the
+// frame-pointer walk (internal/callstack) gives one address per real
+// frame, and CallersFrames restores the callers inlined at an address
+// only when more addresses follow it; expanded alone, an address gives
+// its innermost function and loses the callers inlined around it (issue
+// 31). runtime.Callers' stacks, which carry an address per inlined
+// caller, expand the same way.
+func physicalFrames(pcs []uintptr) [][]runtime.Frame {
+	var out [][]runtime.Frame
+	var group []runtime.Frame
+	it := runtime.CallersFrames(pcs)
+	for more := len(pcs) > 0; more; {
+		var f runtime.Frame
+		f, more = it.Next()
+		if f.PC == 0 && f.Function == "" {
+			continue // no frame at all
+		}
+		group = append(group, f)
+		if f.Func != nil || !more { // a real frame ends the group: Func is nil for inlined ones
+			out = append(out, group)
+			group = nil
 		}
 	}
-	s.frames[pc] = fs
-	return fs
+	return out
 }
 
-func (s *symbolizer) location(pc uintptr, skip int, fs []runtime.Frame) *profile.Location {
-	k := locKey{pc, skip}
+// location returns the location of frames fs, one real frame's, skip of
+// its innermost frames left out.
+func (s *symbolizer) location(skip int, fs []runtime.Frame) *profile.Location {
+	k := locKey{fs[0].PC, skip}
 	if l := s.locs[k]; l != nil {
 		return l
 	}
-	l := &profile.Location{ID: uint64(len(s.p.Location) + 1), Mapping: s.mapping, Address: uint64(pc) - 1}
+	l := &profile.Location{ID: uint64(len(s.p.Location) + 1), Mapping: s.mapping, Address: uint64(fs[0].PC)}
 	for _, f := range fs {
 		l.Line = append(l.Line, profile.Line{Function: s.function(f), Line: int64(f.Line)})
 	}

@@ -108,7 +108,7 @@ func (r *releases) releaseNowLocked(b *block) {
 // releasedLocked counts b's memory as given back to the driver.
 func (r *releases) releasedLocked(b *block) {
 	r.prof.dropLocked(b)
-	r.stats.givenBackLocked(b.class)
+	r.stats.givenBackLocked(b.ptr, b.class)
 }
 
 // dropLocked forgets b's sample, if it has one, when its memory is

@@ -202,6 +202,9 @@ func (l *lane) alloc(s *shard, size int64) (buf Buffer, ok bool) {
 		s.owed = 0
 	}
 	buf = Buffer{blk: b, gen: gen, ptr: b.ptr, size: size} // before the unlock: a Close may recycle b right after
+	if h := l.owner.stats.hist; h != nil {
+		h.record(evAlloc, b.ptr, size, stateLive, "")
+	}
 	s.mu.Unlock()
 	return buf, true
 }
@@ -225,6 +228,9 @@ func (l *lane) free(b Buffer) bool {
 	}
 	s.frees++
 	s.live--
+	if h := l.owner.stats.hist; h != nil {
+		h.record(evFree, blk.ptr, blk.size, stateLive, "")
+	}
 	if s.owed -= blk.size; s.owed < -shardSlack {
 		l.inUse.add(s.owed)
 		s.owed = 0

@@ -3,6 +3,7 @@ package alloc
 import (
 	"sync/atomic"
 
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/alloc/memmap"
 )
 
@@ -37,6 +38,8 @@ type counters struct {
 	ReclaimRetries uint64
 
 	inUse meter // bytes of live buffers and their peak
+
+	hist *history // the allocation timeline (history.go): nil when off; set once, in New
 }
 
 // meter is a byte count and its peak, kept with atomics: the lane
@@ -51,16 +54,23 @@ func (m *meter) add(n int64) {
 	}
 }
 
-// addReserved counts n more bytes held from the driver.
-func (c *counters) addReserved(n int64) {
+// addReserved counts n more bytes held from the driver, at p.
+func (c *counters) addReserved(p driver.DevicePtr, n int64) {
+	if c.hist != nil {
+		c.hist.record(evMap, p, n, stateNone, "")
+	}
 	c.BytesReserved += n
 	if c.BytesReserved > c.PeakReserved {
 		c.PeakReserved = c.BytesReserved
 	}
 }
 
-// givenBackLocked counts n bytes of one driver allocation as given back.
-func (c *counters) givenBackLocked(n int64) {
+// givenBackLocked counts n bytes of one driver allocation, at p, as
+// given back.
+func (c *counters) givenBackLocked(p driver.DevicePtr, n int64) {
+	if c.hist != nil {
+		c.hist.record(evUnmap, p, n, stateNone, "")
+	}
 	c.DriverFrees++
 	c.BytesReserved -= n
 }

@@ -13,6 +13,8 @@
 //	/debug/capalloc/profile               pprof device memory profile: go tool pprof http://localhost:6060/debug/capalloc/profile
 //	/debug/capalloc/snapshot.json         memmap.Snapshot as JSON
 //	/debug/capalloc/summary.txt           memory summary as text (alloc.Allocator.Summary)
+//	/debug/capalloc/history.json          memmap.History as JSON (alloc.Options.History)
+//	/debug/capalloc/timeline              bytes in use over the history's events, stacked by call site
 //
 // Every view takes ?allocator=NAME for one allocator; without it the
 // segment map and the snapshot cover every allocator (snapshot.json is

@@ -15,7 +15,7 @@ import (
 )
 
 // views are the paths Handler serves, relative to where it is mounted.
-var views = []string{"", "segments.svg", "profile", "snapshot.json", "summary.txt"}
+var views = []string{"", "segments.svg", "profile", "snapshot.json", "summary.txt", "history.json", "timeline"}
 
 // Handler serves the views (package doc) relative to where it is mounted:
 // the index at the mount point itself (ending in "/"), the others by
@@ -45,6 +45,8 @@ func serve(w http.ResponseWriter, r *http.Request) {
 		serveSnapshot(w, r, one)
 	case "summary.txt":
 		serveSummary(w, one)
+	case "history.json", "timeline":
+		serveHistory(w, view, one)
 	default:
 		http.Error(w, fmt.Sprintf("allocview: no view %q; views: index (the mount point), %s", view, strings.Join(views[1:], ", ")), http.StatusNotFound)
 	}

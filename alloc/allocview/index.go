@@ -80,7 +80,7 @@ img.map { display: block; width: 100%; max-width: 1000px; height: auto; }
 </style></head><body>
 <h1 style="font-size:20px">capalloc device memory</h1>
 <p class="sub">{{len .Allocators}} open allocator(s) ·
-<a href="segments.svg">segment map</a> · <a href="snapshot.json">snapshot.json</a> · <a href="summary.txt">summary.txt</a> · <a href="profile">profile</a> (<code>go tool pprof -http=: {{.ProfileURL}}</code>)</p>
+<a href="segments.svg">segment map</a> · <a href="snapshot.json">snapshot.json</a> · <a href="summary.txt">summary.txt</a> · <a href="timeline">allocation timeline</a> · <a href="profile">profile</a> (<code>go tool pprof -http=: {{.ProfileURL}}</code>)</p>
 {{if eq .Rate 0}}<p class="note">Profile recording is off: call <code>alloc.SetProfileRate(512 &lt;&lt; 10)</code> (or 1 for every allocation) to record allocation sites.</p>
 {{else}}<p class="sub">Profile recording on: {{.RateText}}.</p>{{end}}
 {{range .Allocators}}

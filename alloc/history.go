@@ -1,0 +1,186 @@
+package alloc
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/alloc/memmap"
+	"github.com/capalloc/capalloc/internal/callstack"
+)
+
+// The allocation timeline (Options.History): a bounded ring of the
+// allocator's latest events, each with its time, size, address, state and
+// call stack, written as JSON by WriteHistory (history_write.go) and at
+// out-of-memory to Options.HistoryFile. Off (the default), every event
+// site costs a nil check. On, an event costs a clock load, a frame-pointer
+// stack walk (addresses only: symbolized when written) and the ring's
+// lock; the events are recorded where their state changes (under a.mu, or
+// a shard's lock for the lane's), so the ring's order is the state's.
+
+// historyStack bounds an event's stack: the allocator's own frames, which
+// the writer leaves out, and the engine's above them.
+const historyStack = 24
+
+// historyAhead is how many slots ahead record reads the ring.
+const historyAhead = 4
+
+// historyTick is the events' clock step: a ticker advances the clock, as
+// a clock read per event would cost more than the allocation.
+const historyTick = time.Millisecond
+
+// eventKinds maps the ring's kinds to the data's.
+var eventKinds = [...]memmap.EventKind{memmap.EventAlloc, memmap.EventFree, memmap.EventSegmentMap, memmap.EventSegmentUnmap,
+	memmap.EventCaptureBegin, memmap.EventCaptureEnd, memmap.EventGraphClose, memmap.EventOutOfMemory}
+
+type eventKind uint8
+
+const (
+	evAlloc eventKind = iota
+	evFree
+	evMap
+	evUnmap
+	evCaptureBegin
+	evCaptureEnd
+	evGraphClose
+	evOutOfMemory
+)
+
+// history is an allocator's ring of events. Its lock is a leaf (the lock
+// order on Allocator): taken under a.mu or a shard's lock, nothing under it.
+type history struct {
+	capacity int
+	file     string    // Options.HistoryFile
+	start    time.Time // the clock's zero
+	clock    atomic.Int64
+	stop     chan struct{}
+	stopOnce sync.Once
+
+	mu              sync.Mutex
+	ring            []event
+	next            int    // ring index of the next event
+	recorded        uint64 // events ever recorded
+	inUse, reserved int64  // running totals, after the latest event
+	touched         int64  // the next slot's words, read ahead (record)
+}
+
+// event is one ring slot: its fields before the stack fill one cache
+// line; the stack's addresses stay unsymbolized.
+type event struct {
+	t, size, inUse, reserved int64
+	addr                     driver.DevicePtr
+	detail                   string
+	kind                     eventKind
+	state                    eventState
+	npc                      uint8
+	pcs                      [historyStack]uintptr
+}
+
+// eventState is an alloc or free event's memmap.BlockState (eventStates),
+// a byte in the ring.
+type eventState uint8
+
+const (
+	stateNone eventState = iota
+	stateLive
+	stateWorkspace
+	stateGraphOwned
+)
+
+var eventStates = [...]memmap.BlockState{"", memmap.BlockLive, memmap.BlockWorkspace, memmap.BlockGraphOwned}
+
+// newHistory returns the history opts ask for, its clock running, or nil
+// when it is off.
+func newHistory(opts Options) *history {
+	if opts.History <= 0 {
+		return nil
+	}
+	h := &history{capacity: opts.History, file: opts.HistoryFile, start: time.Now(), stop: make(chan struct{}),
+		ring: make([]event, opts.History)}
+	go h.tick()
+	return h
+}
+
+// tick advances the clock until close.
+func (h *history) tick() {
+	t := time.NewTicker(historyTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case now := <-t.C:
+			h.clock.Store(int64(now.Sub(h.start)))
+		}
+	}
+}
+
+// close stops the clock (Allocator.Close); the events stay.
+func (h *history) close() {
+	if h != nil {
+		h.stopOnce.Do(func() { close(h.stop) })
+	}
+}
+
+// record adds an event, its stack starting at record's caller.
+//
+//go:noinline
+func (h *history) record(k eventKind, addr driver.DevicePtr, size int64, st eventState, detail string) {
+	t := h.clock.Load()
+	h.mu.Lock()
+	switch k {
+	case evAlloc:
+		h.inUse += size
+	case evFree:
+		h.inUse -= size
+	case evMap:
+		h.reserved += size
+	case evUnmap:
+		h.reserved -= size
+	}
+	e := &h.ring[h.next]
+	if h.next++; h.next == len(h.ring) {
+		h.next = 0
+	}
+	h.recorded++
+	e.t, e.size, e.inUse, e.reserved, e.addr, e.kind, e.state = t, size, h.inUse, h.reserved, addr, k, st
+	if e.detail != detail { // a string store only on a change: no write barrier on the common event
+		e.detail = detail
+	}
+	// A slot a few events ahead, read now, is in cache when it is
+	// written: a cache miss on the slot written, not hidden, is the
+	// larger part of an event's cost in a ring larger than the caches.
+	ahead := h.next + historyAhead
+	if ahead >= len(h.ring) {
+		ahead %= len(h.ring)
+	}
+	h.touched += h.ring[ahead].t + int64(h.ring[ahead].pcs[7])
+	e.npc = uint8(callstack.Callers(1, e.pcs[:]))
+	h.mu.Unlock()
+}
+
+// blockState is the state a block's events carry.
+func blockState(b *block) eventState {
+	switch {
+	case b.kind == kindGraph:
+		return stateGraphOwned
+	case b.ws != "":
+		return stateWorkspace
+	}
+	return stateLive
+}
+
+// copyOut returns the kept events, oldest first, and how many were ever
+// recorded.
+func (h *history) copyOut() ([]event, uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := int(min(h.recorded, uint64(len(h.ring))))
+	out := make([]event, 0, n)
+	if n == len(h.ring) {
+		out = append(out, h.ring[h.next:]...)
+	}
+	out = append(out, h.ring[:h.next]...)
+	return out, h.recorded
+}

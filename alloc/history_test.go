@@ -1,0 +1,259 @@
+package alloc_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/alloc/memmap"
+	"github.com/capalloc/capalloc/cpu"
+)
+
+// newHistoryAllocator makes an allocator with opts on a cpu driver of
+// limit bytes, both closed when the test ends.
+func newHistoryAllocator(t *testing.T, limit int64, opts alloc.Options) *alloc.Allocator {
+	t.Helper()
+	d, err := cpu.New(cpu.Options{MemoryLimit: limit})
+	require.NoError(t, err)
+	a, err := alloc.New(d, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = a.Close() // some tests close it themselves
+		require.NoError(t, d.Close())
+	})
+	return a
+}
+
+func readHistory(t *testing.T, a *alloc.Allocator) memmap.History {
+	t.Helper()
+	var buf bytes.Buffer
+	require.NoError(t, a.WriteHistory(&buf))
+	var h memmap.History
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &h))
+	return h
+}
+
+// kinds lists the events' kinds, leaving out segment maps and unmaps
+// (how the pool grows is its business).
+func kinds(h memmap.History) []string {
+	var out []string
+	for _, e := range h.Events {
+		if e.Kind != memmap.EventSegmentMap && e.Kind != memmap.EventSegmentUnmap {
+			out = append(out, string(e.Kind)+" "+string(e.State))
+		}
+	}
+	return out
+}
+
+// Every kind of event is recorded, in order, each with its address,
+// size, state and the bytes in use and reserved after it; the stacks
+// start at the test's calls, inlined wrappers included.
+func TestHistoryRecordsEvents(t *testing.T) {
+	a := newHistoryAllocator(t, 64<<20, alloc.Options{History: 1000})
+	b, err := inlinedTwice(a, 1<<20)
+	require.NoError(t, err)
+	s, err := a.AllocSync(64 << 10)
+	require.NoError(t, err)
+	ws, err := a.Workspace("attn", 256<<10)
+	require.NoError(t, err)
+	require.NoError(t, a.Free(b))
+	require.NoError(t, a.Free(s))
+	var inGraph alloc.Buffer
+	g, err := a.WithCapture(alloc.CaptureOptions{}, func() error {
+		var err error
+		inGraph, err = a.Alloc(128 << 10)
+		return err
+	})
+	require.NoError(t, err)
+	require.NoError(t, g.Close())
+	_, err = a.Alloc(1 << 30)
+	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+	require.NoError(t, a.ReleaseWorkspace("attn"))
+	require.NoError(t, a.Trim())
+
+	h := readHistory(t, a)
+	require.Equal(t, 1000, h.Capacity)
+	require.EqualValues(t, len(h.Events), h.Recorded)
+	require.Equal(t, []string{
+		"alloc live", "alloc live", "alloc live", // Alloc, AllocSync, Workspace (named after its allocation)
+		"free live", "free live",
+		"capture-begin ", "alloc graph-owned", "capture-end ",
+		"graph-close ", "free graph-owned",
+		"out-of-memory ",
+		"free live", // ReleaseWorkspace (unnamed before its free)
+	}, kinds(h))
+	at := map[memmap.EventKind][]memmap.Event{}
+	for i, e := range h.Events {
+		require.EqualValues(t, i, e.Seq)
+		at[e.Kind] = append(at[e.Kind], e)
+	}
+	allocs := at[memmap.EventAlloc]
+	require.Equal(t, []driver.DevicePtr{b.Ptr(), s.Ptr(), ws.Ptr(), inGraph.Ptr()},
+		[]driver.DevicePtr{allocs[0].Addr, allocs[1].Addr, allocs[2].Addr, allocs[3].Addr})
+	require.Equal(t, []int64{1 << 20, 64 << 10, 256 << 10, 128 << 10},
+		[]int64{allocs[0].Size, allocs[1].Size, allocs[2].Size, allocs[3].Size})
+	require.EqualValues(t, 1<<20+64<<10+256<<10, allocs[2].InUse)
+	last := h.Events[len(h.Events)-1]
+	st := a.Stats()
+	require.Zero(t, last.InUse, "everything freed")
+	require.Equal(t, st.BytesReserved, last.Reserved, "the segment events sum to what the pool holds")
+	var mapped int64
+	for _, e := range at[memmap.EventSegmentMap] {
+		mapped += e.Size
+	}
+	require.Positive(t, mapped)
+	require.Len(t, at[memmap.EventOutOfMemory], 1)
+	require.Contains(t, at[memmap.EventOutOfMemory][0].Detail, "larger than the whole device")
+
+	frames := func(e memmap.Event) []string {
+		require.GreaterOrEqual(t, e.Stack, 0)
+		var out []string
+		for _, f := range h.Stacks[e.Stack] {
+			out = append(out, strings.TrimPrefix(f.Function, testPkg))
+		}
+		return out
+	}
+	require.Equal(t, []string{"inlinedAlloc", "inlinedTwice", "TestHistoryRecordsEvents"}, frames(allocs[0])[:3])
+	require.Equal(t, "TestHistoryRecordsEvents", frames(at[memmap.EventOutOfMemory][0])[0])
+	require.Equal(t, "TestHistoryRecordsEvents.func1", frames(allocs[3])[0], "the capture's function")
+	for _, stk := range h.Stacks {
+		require.False(t, strings.HasPrefix(stk[0].Function, "github.com/capalloc/capalloc/alloc."), "the allocator's own frames are left out: %v", stk)
+	}
+}
+
+// The ring keeps the latest Options.History events, numbered on from
+// the first; off (the default) it keeps none.
+func TestHistoryBounded(t *testing.T) {
+	a := newHistoryAllocator(t, 64<<20, alloc.Options{History: 5})
+	for range 10 {
+		b, err := a.Alloc(4 << 10)
+		require.NoError(t, err)
+		require.NoError(t, a.Free(b))
+	}
+	h := readHistory(t, a)
+	require.Len(t, h.Events, 5)
+	require.Greater(t, h.Recorded, uint64(20))
+	for i, e := range h.Events {
+		require.Equal(t, h.Recorded-5+uint64(i), e.Seq)
+	}
+	require.Equal(t, memmap.EventFree, h.Events[4].Kind)
+	require.Zero(t, h.Events[4].InUse)
+
+	off := newHistoryAllocator(t, 64<<20, alloc.Options{})
+	b, err := off.Alloc(4 << 10)
+	require.NoError(t, err)
+	require.NoError(t, off.Free(b))
+	h = readHistory(t, off)
+	require.Zero(t, h.Capacity)
+	require.Empty(t, h.Events)
+	require.Zero(t, h.Recorded)
+}
+
+// With HistoryFile set, an out-of-memory error leaves the history in the
+// file when it returns, the failed request last, from the driver's
+// refusal as from a request larger than the device. The history stays
+// readable after Close, which gives every segment back.
+func TestHistoryFileAtOutOfMemory(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "oom-history.json")
+	a := newHistoryAllocator(t, 8<<20, alloc.Options{History: 100, HistoryFile: path})
+	var held []alloc.Buffer
+	var err error
+	for err == nil { // until the driver runs out
+		var b alloc.Buffer
+		if b, err = a.Alloc(1 << 20); err == nil {
+			held = append(held, b)
+		}
+	}
+	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var h memmap.History
+	require.NoError(t, json.Unmarshal(raw, &h))
+	lastOOM := func(h memmap.History) memmap.Event {
+		e := h.Events[len(h.Events)-1]
+		require.Equal(t, memmap.EventOutOfMemory, e.Kind)
+		require.Equal(t, testPkg+"TestHistoryFileAtOutOfMemory", h.Stacks[e.Stack][0].Function)
+		return e
+	}
+	e := lastOOM(h)
+	require.Contains(t, e.Detail, "driver out of memory")
+	require.EqualValues(t, 1<<20, e.Size, "the event carries the request")
+	require.EqualValues(t, len(held)<<20, e.InUse)
+	for _, b := range held {
+		require.NoError(t, a.Free(b))
+	}
+
+	_, err = a.Workspace("huge", 1<<40)
+	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+	raw, err = os.ReadFile(path)
+	require.NoError(t, err)
+	h = memmap.History{}
+	require.NoError(t, json.Unmarshal(raw, &h))
+	require.Contains(t, lastOOM(h).Detail, "larger than the whole device")
+	entries, err := os.ReadDir(filepath.Dir(path))
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "no temporary file left")
+
+	require.NoError(t, a.Close())
+	after := readHistory(t, a)
+	require.Greater(t, after.Recorded, h.Recorded, "still recording after the dump, and readable after Close")
+	require.Equal(t, memmap.EventSegmentUnmap, after.Events[len(after.Events)-1].Kind, "Close gave the segments back")
+	require.Zero(t, after.Events[len(after.Events)-1].Reserved)
+}
+
+// Under concurrent allocations and frees (the lane's, without the
+// allocator's lock, and the locked path's), each address's events
+// alternate alloc, free, as the buffers' lives did: the ring's order is
+// the state's. Run with -race.
+func TestHistoryOrderUnderConcurrency(t *testing.T) {
+	a := newHistoryAllocator(t, 256<<20, alloc.Options{History: 1 << 16})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 2000 {
+				b, err := a.Alloc(int64(4<<10) << (i % 3 * w % 4))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if err := a.Free(b); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	for range 5 {
+		var buf bytes.Buffer
+		require.NoError(t, a.WriteHistory(&buf)) // while they run
+	}
+	wg.Wait()
+	h := readHistory(t, a)
+	require.EqualValues(t, len(h.Events), h.Recorded, "nothing dropped")
+	live := map[driver.DevicePtr]bool{}
+	var inUse int64
+	for _, e := range h.Events {
+		switch e.Kind {
+		case memmap.EventAlloc:
+			require.False(t, live[e.Addr], "seq %d: %#x allocated while live", e.Seq, e.Addr)
+			live[e.Addr] = true
+			inUse += e.Size
+		case memmap.EventFree:
+			require.True(t, live[e.Addr], "seq %d: %#x freed while not live", e.Seq, e.Addr)
+			live[e.Addr] = false
+			inUse -= e.Size
+		}
+		require.Equal(t, inUse, e.InUse, "seq %d", e.Seq)
+	}
+	require.Zero(t, inUse)
+}

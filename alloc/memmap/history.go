@@ -1,0 +1,82 @@
+package memmap
+
+import (
+	"time"
+
+	"github.com/capalloc/capalloc/alloc/driver"
+)
+
+// EventKind is what happened in an allocator, in its History.
+type EventKind string
+
+const (
+	// EventAlloc: a buffer handed out (Alloc, AllocSync, Workspace, or an
+	// allocation in a capture). State says whose it is.
+	EventAlloc EventKind = "alloc"
+	// EventFree: a buffer's life ended (Free, ReleaseWorkspace, or
+	// Graph.Close releasing what its capture allocated).
+	EventFree EventKind = "free"
+	// EventSegmentMap: memory taken from the driver: a pool segment, an
+	// AllocSync buffer, an allocation in a capture, or physical memory
+	// mapped into an expandable range.
+	EventSegmentMap EventKind = "segment-map"
+	// EventSegmentUnmap: memory given back to the driver.
+	EventSegmentUnmap EventKind = "segment-unmap"
+	// EventCaptureBegin and EventCaptureEnd bracket a capture; an end
+	// whose capture gave no graph says "failed" in Detail.
+	EventCaptureBegin EventKind = "capture-begin"
+	EventCaptureEnd   EventKind = "capture-end"
+	// EventGraphClose: a graph closed (Graph.Close, or the allocator's
+	// Close); the frees of what it owned follow it.
+	EventGraphClose EventKind = "graph-close"
+	// EventOutOfMemory: a request failed for want of device memory;
+	// Detail says why, Size is the request (-1 when not known).
+	EventOutOfMemory EventKind = "out-of-memory"
+)
+
+// History is an allocator's latest events, oldest first, as
+// alloc.Allocator.WriteHistory writes it (JSON): the allocation timeline
+// (alloc.Options.History).
+type History struct {
+	Allocator string    `json:"allocator"`
+	Backend   string    `json:"backend"`
+	Device    string    `json:"device"`
+	Start     time.Time `json:"start"` // when recording began: events' times count from it
+	// Capacity is how many events the history keeps (alloc.Options.History):
+	// 0 when it is off. Recorded counts every event since Start; the
+	// Recorded - len(Events) oldest are gone.
+	Capacity int    `json:"capacity"`
+	Recorded uint64 `json:"recorded"`
+	// Resolution is the step of the events' clock: a tick, not a clock
+	// read per event, which would cost more than the allocation.
+	Resolution time.Duration `json:"resolution_ns"`
+	Events     []Event       `json:"events"`
+	// Stacks are the events' call stacks, innermost frame first, starting
+	// at the engine's call into the allocator (its own frames left out).
+	Stacks [][]Frame `json:"stacks"`
+}
+
+// Event is one thing that happened in an allocator.
+type Event struct {
+	Seq  uint64           `json:"seq"`  // 0 for the first event since History.Start
+	Time time.Duration    `json:"t_ns"` // since History.Start
+	Kind EventKind        `json:"kind"`
+	Addr driver.DevicePtr `json:"addr,omitempty"`
+	Size int64            `json:"size"`
+	// State, for EventAlloc and EventFree: BlockLive, BlockWorkspace
+	// (when known at the time) or BlockGraphOwned.
+	State BlockState `json:"state,omitempty"`
+	// InUse and Reserved are the allocator's bytes in use (buffers, as
+	// requested) and taken from the driver right after the event.
+	InUse    int64  `json:"in_use"`
+	Reserved int64  `json:"reserved"`
+	Detail   string `json:"detail,omitempty"`
+	Stack    int    `json:"stack"` // index into History.Stacks; -1: none
+}
+
+// Frame is one call in a stack: an inlined call is a frame of its own.
+type Frame struct {
+	Function string `json:"function"`
+	File     string `json:"file"`
+	Line     int    `json:"line"`
+}
