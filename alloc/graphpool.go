@@ -27,6 +27,7 @@ type GraphPool struct {
 	// taken from its cache and not handed to anyone else until dispose.
 	arena    pool
 	borrowed []*block
+	tails    map[*segment]*block // each arena segment's last borrowed block (extendLocked)
 	bytes    int64 // what borrowed holds
 	users    int   // live graphs of the pool and captures recording into it
 	out      int   // blocks out of the arena: handed out, or held by a reference
@@ -38,7 +39,7 @@ type GraphPool struct {
 // are no longer wanted: the memory goes back once both it and its last
 // graph are closed.
 func (a *Allocator) NewGraphPool() *GraphPool {
-	gp := &GraphPool{a: a}
+	gp := &GraphPool{a: a, tails: map[*segment]*block{}}
 	gp.arena.init(a, a.info.Alignment, a.info.TotalMemory, nil) // never grows by itself: borrowLocked does
 	a.mu.Lock()
 	a.graphPools[gp] = struct{}{}
@@ -109,22 +110,75 @@ func (gp *GraphPool) allocLocked(c *capture, size int64) (Buffer, bool) {
 	return a.handOutLocked(b, size), true
 }
 
-// borrowLocked moves a free block of the allocator's cache into the pool,
-// as a segment of its arena, and returns the arena's block of n bytes cut
-// from it; nil when the cache has none. No driver call: the cache's memory
-// is the allocator's already, and every use of it, eager or replayed, is
-// ordered on the allocator's one stream. As pool.grow does, it takes a
-// segment's worth when one is cached, so later requests find room beside
-// this one. Caller holds a.mu.
+// borrowLocked moves memory of the allocator's cache into the pool and
+// returns the arena's block of n bytes in it; nil when the cache has no
+// room. No driver call: the cache's memory is the allocator's already, and
+// every use of it, eager or replayed, is ordered on the allocator's one
+// stream. It first extends a segment of the arena over the free block
+// that follows it (extendLocked); else it takes a free block as a new
+// segment, a segment's worth when one is cached, as pool.grow does, so
+// later requests find room beside this one. Caller holds a.mu.
 func (gp *GraphPool) borrowLocked(n int64) *block {
 	a := gp.a
 	a.lane.flushLocked() // the per-P caches' blocks too
+	a.pool.mergeRecent() // so a free neighbour is seen as free
+	if b := gp.extendLocked(n); b != nil {
+		return b
+	}
 	for _, want := range [2]int64{segmentSize(n), n} {
 		if b := a.pool.get(want); b != nil {
 			gp.borrowed = append(gp.borrowed, b)
 			gp.bytes += b.class
-			return gp.arena.addSegment(b.ptr, b.class, n)
+			blk := gp.arena.addSegment(b.ptr, b.class, n)
+			gp.tails[blk.seg] = b
+			return blk
 		}
+	}
+	return nil
+}
+
+// extendLocked grows a segment of the arena n's request goes to over the
+// free block of the allocator's cache that follows it in the allocator's
+// segment, by what n needs beyond the segment's free end, and returns the
+// block of n bytes then cut from that end; nil when no segment can. Captures
+// of growing size (smallest graph first) then grow one segment, as the
+// allocator's cache held it, instead of borrowing pieces that never merge.
+// Caller holds a.mu, the allocator's recent frees merged.
+func (gp *GraphPool) extendLocked(n int64) *block {
+	a := gp.a
+	gp.arena.mergeRecent()
+	for s := range gp.arena.arenaFor(n).segments() {
+		tail := gp.tails[s]
+		next := tail.segNext
+		if next == nil || !next.free || next.kind != kindPooled || next.seg.exp != nil {
+			continue
+		}
+		last := s.first
+		for last.segNext != nil {
+			last = last.segNext
+		}
+		need := n
+		if last.free {
+			need -= last.class
+		}
+		if next.class < need {
+			continue
+		}
+		ear := next.seg.ar
+		ear.free.remove(next)
+		next.free = false
+		a.pool.cached -= next.class
+		a.pool.split(ear, next, need)
+		gp.borrowed = append(gp.borrowed, next)
+		gp.bytes += next.class
+		gp.tails[s] = next
+		r := gp.arena.record()
+		r.ptr, r.class, r.kind, r.seg = next.ptr, next.class, kindPooled, s
+		r.segPrev, last.segNext = last, r
+		s.size += r.class
+		gp.arena.cached += r.class
+		gp.arena.merge(r)
+		return gp.arena.get(n)
 	}
 	return nil
 }
@@ -159,7 +213,7 @@ func (gp *GraphPool) disposeLocked() {
 	for _, b := range gp.borrowed {
 		a.pool.put(b)
 	}
-	gp.borrowed, gp.bytes = nil, 0
+	gp.borrowed, gp.bytes, gp.tails = nil, 0, nil
 	gp.arena = pool{}
 	delete(a.graphPools, gp)
 }

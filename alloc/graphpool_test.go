@@ -277,3 +277,61 @@ func TestGraphPoolConcurrentCloses(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, u.Device)
 }
+
+// Captured smallest first, each capture needs more than the pool holds:
+// the pool extends its segment over the cache's free memory beside it, so
+// it ends at about the largest capture's need, not the sum of pieces.
+func TestGraphPoolGrowsOneSegmentSmallestFirst(t *testing.T) {
+	const unit, k = 16 << 10, 16
+	a, _ := newPoolAllocator(t, 0)
+	out, err := a.Alloc(512)
+	require.NoError(t, err)
+	// The warm-up: the largest step's three temporaries, freed.
+	var warm []alloc.Buffer
+	for _, n := range []int64{k * unit, k * unit / 2, k * unit / 4} {
+		b, err := a.Alloc(n)
+		require.NoError(t, err)
+		warm = append(warm, b)
+	}
+	for _, b := range warm {
+		require.NoError(t, a.Free(b))
+	}
+	gp := a.NewGraphPool()
+	var gs []*alloc.Graph
+	for i := int64(1); i <= k; i++ {
+		g, err := a.WithCapture(alloc.CaptureOptions{Pool: gp}, func() error {
+			var bs []alloc.Buffer
+			for _, n := range []int64{i * unit, i * unit / 2, i * unit / 4} {
+				b, err := a.Alloc(n)
+				if err != nil {
+					return err
+				}
+				if err := a.Memset(b, 0, byte(i), n); err != nil {
+					return err
+				}
+				bs = append(bs, b)
+			}
+			for _, b := range bs {
+				if err := a.Free(b); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		require.NoError(t, err)
+		require.Empty(t, g.Warnings(), "capture %d", i)
+		require.NoError(t, gp.CheckArena())
+		require.NoError(t, a.CheckPool())
+		gs = append(gs, g)
+	}
+	largest := int64(k*unit + k*unit/2 + k*unit/4)
+	require.LessOrEqual(t, gp.Bytes(), largest*11/10, "the pool holds %.2fx the largest capture's need", float64(gp.Bytes())/float64(largest))
+	for _, g := range gs {
+		require.NoError(t, g.Launch())
+		require.NoError(t, g.Close())
+	}
+	require.NoError(t, gp.Close())
+	require.NoError(t, a.CheckPool())
+	require.NoError(t, a.Free(out))
+	require.NoError(t, a.Close())
+}
