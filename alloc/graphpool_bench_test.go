@@ -49,7 +49,8 @@ func decodeStep(a *alloc.Allocator, n int64, in, out alloc.Buffer) error {
 
 // decodeGraphs is an allocator with the step's input and output, its
 // graphs for batches lo..hi captured into gp (nil: no pool), largest
-// first, after one eager step at the largest batch (the warm-up).
+// first (smallest first when up), after one eager step at the largest
+// batch (the warm-up).
 type decodeGraphs struct {
 	a       *alloc.Allocator
 	in, out alloc.Buffer
@@ -57,7 +58,7 @@ type decodeGraphs struct {
 	graphB  int64 // bytes the captures took from the driver
 }
 
-func newDecodeGraphs(b *testing.B, d *cpu.Driver, gp func(*alloc.Allocator) *alloc.GraphPool, lo, hi int64) *decodeGraphs {
+func newDecodeGraphs(b *testing.B, d *cpu.Driver, gp func(*alloc.Allocator) *alloc.GraphPool, lo, hi int64, up bool) *decodeGraphs {
 	b.Helper()
 	a, err := alloc.New(d, alloc.Options{})
 	if err != nil {
@@ -78,7 +79,11 @@ func newDecodeGraphs(b *testing.B, d *cpu.Driver, gp func(*alloc.Allocator) *all
 		pool = gp(a)
 	}
 	reserved := a.Stats().BytesReserved
-	for n := hi; n >= lo; n-- {
+	for i := hi; i >= lo; i-- {
+		n := i
+		if up {
+			n = hi + lo - i
+		}
 		g, err := a.WithCapture(alloc.CaptureOptions{Pool: pool}, func() error { return decodeStep(a, n, e.in, e.out) })
 		if err != nil {
 			b.Fatal(err)
@@ -123,40 +128,47 @@ func newDecodeDriver(b *testing.B) *cpu.Driver {
 }
 
 // BenchmarkGraphPoolDecode: capture=pool times capturing the 64 graphs
-// into one pool and reports the graph-owned bytes against the largest
+// into one pool (largest first; smallest first in
+// capture=pool_smallest_first) and reports the graph-owned bytes against the largest
 // graph's alone and the sum without a pool (issue 30's target: at most
 // 1.1x the largest); replay times one replay of each of the 64 graphs in
 // turn, with and without the pool.
 func BenchmarkGraphPoolDecode(b *testing.B) {
-	b.Run("capture=pool", func(b *testing.B) {
-		d := newDecodeDriver(b)
-		largest := newDecodeGraphs(b, d, nil, decodeBatches, decodeBatches)
-		largest.close(b, nil)
-		sum := newDecodeGraphs(b, d, nil, 1, decodeBatches)
-		sum.close(b, nil)
-		var poolB int64
-		b.ResetTimer()
-		for range b.N {
-			var gp *alloc.GraphPool
-			e := newDecodeGraphs(b, d, func(a *alloc.Allocator) *alloc.GraphPool { gp = a.NewGraphPool(); return gp }, 1, decodeBatches)
-			poolB = gp.Bytes()
-			if e.graphB != 0 {
-				b.Fatalf("the pool's captures took %d B from the driver", e.graphB)
-			}
-			for _, g := range e.gs {
-				if len(g.Warnings()) > 0 {
-					b.Fatal(g.Warnings())
-				}
-			}
-			e.close(b, gp)
+	for _, up := range []bool{false, true} {
+		name := "capture=pool"
+		if up {
+			name = "capture=pool_smallest_first"
 		}
-		b.StopTimer()
-		b.ReportMetric(float64(poolB), "pool-B")
-		b.ReportMetric(float64(largest.graphB), "largest-graph-B")
-		b.ReportMetric(float64(sum.graphB), "sum-no-pool-B")
-		b.ReportMetric(float64(poolB)/float64(largest.graphB), "pool/largest")
-		b.ReportMetric(float64(sum.graphB)/float64(largest.graphB), "sum/largest")
-	})
+		b.Run(name, func(b *testing.B) {
+			d := newDecodeDriver(b)
+			largest := newDecodeGraphs(b, d, nil, decodeBatches, decodeBatches, false)
+			largest.close(b, nil)
+			sum := newDecodeGraphs(b, d, nil, 1, decodeBatches, false)
+			sum.close(b, nil)
+			var poolB int64
+			b.ResetTimer()
+			for range b.N {
+				var gp *alloc.GraphPool
+				e := newDecodeGraphs(b, d, func(a *alloc.Allocator) *alloc.GraphPool { gp = a.NewGraphPool(); return gp }, 1, decodeBatches, up)
+				poolB = gp.Bytes()
+				if e.graphB != 0 {
+					b.Fatalf("the pool's captures took %d B from the driver", e.graphB)
+				}
+				for _, g := range e.gs {
+					if len(g.Warnings()) > 0 {
+						b.Fatal(g.Warnings())
+					}
+				}
+				e.close(b, gp)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(poolB), "pool-B")
+			b.ReportMetric(float64(largest.graphB), "largest-graph-B")
+			b.ReportMetric(float64(sum.graphB), "sum-no-pool-B")
+			b.ReportMetric(float64(poolB)/float64(largest.graphB), "pool/largest")
+			b.ReportMetric(float64(sum.graphB)/float64(largest.graphB), "sum/largest")
+		})
+	}
 	for _, pooled := range []bool{false, true} {
 		name := "replay=no_pool"
 		if pooled {
@@ -169,7 +181,7 @@ func BenchmarkGraphPoolDecode(b *testing.B) {
 			if !pooled {
 				mk = nil
 			}
-			e := newDecodeGraphs(b, d, mk, 1, decodeBatches)
+			e := newDecodeGraphs(b, d, mk, 1, decodeBatches, false)
 			b.ResetTimer()
 			for range b.N {
 				for _, g := range e.gs {
