@@ -28,11 +28,11 @@ type GraphPool struct {
 	arena    pool
 	borrowed []*block
 	tails    map[*segment]*block // each arena segment's last borrowed block (extendLocked)
-	bytes    int64 // what borrowed holds
-	users    int   // live graphs of the pool and captures recording into it
-	out      int   // blocks out of the arena: handed out, or held by a reference
-	closed   bool  // Close was called
-	disposed bool  // its memory went back to the allocator's pool
+	bytes    int64               // what borrowed holds
+	users    int                 // live graphs of the pool and captures recording into it
+	out      int                 // blocks out of the arena: handed out, or held by a reference
+	closed   bool                // Close was called
+	disposed bool                // its memory went back to the allocator's pool
 }
 
 // NewGraphPool makes an empty graph pool of a's. Close it when its graphs
