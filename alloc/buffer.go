@@ -14,7 +14,7 @@ const (
 	kindSync                    // AllocSync: Malloc/Free, never pooled
 	kindGraph                   // MallocAsync inside a capture: owned by that graph
 	kindHole                    // a hole in an expandable range: nothing mapped (expandable.go)
-	kindShared                  // a graph pool's, allocated in a capture into it (graphpool.go)
+	kindShared                  // a graph pool's: allocated in a capture into it, or lent to it by the pool (graphpool.go)
 )
 
 // block is the allocator's record of one driver allocation. Records are

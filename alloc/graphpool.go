@@ -127,6 +127,7 @@ func (gp *GraphPool) borrowLocked(n int64) *block {
 	}
 	for _, want := range [2]int64{segmentSize(n), n} {
 		if b := a.pool.get(want); b != nil {
+			b.kind = kindShared // the allocator's snapshot shows it as graphs' memory
 			gp.borrowed = append(gp.borrowed, b)
 			gp.bytes += b.class
 			blk := gp.arena.addSegment(b.ptr, b.class, n)
@@ -169,6 +170,7 @@ func (gp *GraphPool) extendLocked(n int64) *block {
 		next.free = false
 		a.pool.cached -= next.class
 		a.pool.split(ear, next, need)
+		next.kind = kindShared
 		gp.borrowed = append(gp.borrowed, next)
 		gp.bytes += next.class
 		gp.tails[s] = next
@@ -211,6 +213,7 @@ func (gp *GraphPool) disposeLocked() {
 	}
 	gp.disposed, gp.closed = true, true
 	for _, b := range gp.borrowed {
+		b.kind = kindPooled
 		a.pool.put(b)
 	}
 	gp.borrowed, gp.bytes, gp.tails = nil, 0, nil

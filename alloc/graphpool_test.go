@@ -9,6 +9,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/alloc/memmap"
 	"github.com/capalloc/capalloc/cpu"
 )
 
@@ -332,6 +333,27 @@ func TestGraphPoolGrowsOneSegmentSmallestFirst(t *testing.T) {
 	}
 	require.NoError(t, gp.Close())
 	require.NoError(t, a.CheckPool())
+	require.NoError(t, a.Free(out))
+	require.NoError(t, a.Close())
+}
+
+// The allocator's snapshot shows the pool's memory as graphs' memory.
+func TestGraphPoolMemoryIsGraphOwnedInTheSnapshot(t *testing.T) {
+	a, _ := newPoolAllocator(t, poolStep)
+	out, err := a.Alloc(512)
+	require.NoError(t, err)
+	gp := a.NewGraphPool()
+	owned := func() int64 {
+		s, err := a.Snapshot()
+		require.NoError(t, err)
+		return s.Bytes[memmap.BlockGraphOwned]
+	}
+	before := owned()
+	g, _ := captureStep(t, a, gp, poolStep, 1, out, false)
+	require.Equal(t, before+gp.Bytes(), owned())
+	require.NoError(t, g.Close())
+	require.NoError(t, gp.Close())
+	require.Equal(t, before, owned())
 	require.NoError(t, a.Free(out))
 	require.NoError(t, a.Close())
 }
