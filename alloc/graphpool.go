@@ -40,7 +40,9 @@ type GraphPool struct {
 // graph are closed.
 func (a *Allocator) NewGraphPool() *GraphPool {
 	gp := &GraphPool{a: a, tails: map[*segment]*block{}}
-	gp.arena.init(a, a.info.Alignment, a.info.TotalMemory, nil) // never grows by itself: borrowLocked does
+	// No upstream: the arena never grows or gives back by itself (pool.grow,
+	// the reclaim ladder); borrowLocked and disposeLocked do.
+	gp.arena.init(a, a.info.Alignment, a.info.TotalMemory, nil)
 	a.mu.Lock()
 	a.graphPools[gp] = struct{}{}
 	a.mu.Unlock()
@@ -190,6 +192,9 @@ func (gp *GraphPool) extendLocked(n int64) *block {
 // reference left. Caller holds a.mu.
 func (gp *GraphPool) releaseLocked(b *block) {
 	b.kind, b.cap = kindPooled, nil
+	if gp.disposed { // Close gave the memory back already (a graph's destruction it deferred)
+		return
+	}
 	gp.arena.put(b)
 	gp.out--
 	gp.disposeIfDoneLocked()
