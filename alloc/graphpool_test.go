@@ -225,7 +225,7 @@ func TestGraphPoolWithAnEmptyCacheWarns(t *testing.T) {
 
 // Close finds a pool left open: a leak, reported, and its memory given
 // back to the driver with the rest.
-func TestGraphPoolLeftOpenIsALeakClose(t *testing.T) {
+func TestGraphPoolLeftOpenIsALeakAtClose(t *testing.T) {
 	a, d := newPoolAllocator(t, poolStep)
 	out, err := a.Alloc(512)
 	require.NoError(t, err)
@@ -355,5 +355,35 @@ func TestGraphPoolMemoryIsGraphOwnedInTheSnapshot(t *testing.T) {
 	require.NoError(t, gp.Close())
 	require.Equal(t, before, owned())
 	require.NoError(t, a.Free(out))
+	require.NoError(t, a.Close())
+}
+
+// Trim gives back what the allocator caches, never what a pool holds:
+// the pool's graphs still replay over it, and once the pool and its graph
+// are closed Trim gives it back too.
+func TestGraphPoolSurvivesTrim(t *testing.T) {
+	a, d := newPoolAllocator(t, poolStep)
+	out, err := a.Alloc(512)
+	require.NoError(t, err)
+	gp := a.NewGraphPool()
+	g, _ := captureStep(t, a, gp, poolStep, 7, out, false)
+	require.NoError(t, a.Trim())
+	require.NoError(t, g.Launch())
+	got := make([]byte, 512)
+	require.NoError(t, a.Download(got, out, 0))
+	require.Equal(t, bytes.Repeat([]byte{7}, 512), got)
+	require.NoError(t, a.Free(out))
+	require.NoError(t, a.Trim())
+	require.NoError(t, a.Synchronize())
+	held, err := d.Usage()
+	require.NoError(t, err)
+	require.NotZero(t, held.Device, "Trim gave back the memory of a pool whose graph lives")
+	require.NoError(t, g.Close())
+	require.NoError(t, gp.Close())
+	require.NoError(t, a.Trim())
+	require.NoError(t, a.Synchronize()) // the give-back is stream-ordered
+	now, err := d.Usage()
+	require.NoError(t, err)
+	require.Zero(t, now.Device, "the pool's memory was not given back once it and its graph were closed")
 	require.NoError(t, a.Close())
 }
