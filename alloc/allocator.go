@@ -55,6 +55,7 @@ type Allocator struct {
 	eager      *eagerRun  // an eager-fallback graph's function is running
 	eagerMu    sync.Mutex // serializes eager-fallback runs
 	graphs     map[*Graph]struct{}
+	graphPools map[*GraphPool]struct{} // not yet disposed (graphpool.go)
 	hosts      map[*HostBuffer]struct{}
 	workspaces map[string]*block
 	stats      counters   // every counter; Stats derives from it (stats.go)
@@ -86,6 +87,7 @@ func New(drv driver.Driver, opts Options) (*Allocator, error) {
 		opts:       opts,
 		vm:         vm,
 		graphs:     map[*Graph]struct{}{},
+		graphPools: map[*GraphPool]struct{}{},
 		hosts:      map[*HostBuffer]struct{}{},
 		workspaces: map[string]*block{},
 	}

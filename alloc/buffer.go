@@ -14,6 +14,7 @@ const (
 	kindSync                    // AllocSync: Malloc/Free, never pooled
 	kindGraph                   // MallocAsync inside a capture: owned by that graph
 	kindHole                    // a hole in an expandable range: nothing mapped (expandable.go)
+	kindShared                  // a graph pool's: allocated in a capture into it, or lent to it by the pool (graphpool.go)
 )
 
 // block is the allocator's record of one driver allocation. Records are
@@ -31,7 +32,7 @@ type block struct {
 	// race to it on the per-P lane (shard.go).
 	state atomic.Uint64
 	kind  blockKind
-	cap   *capture // capture that allocated a kindGraph block
+	cap   *capture // capture that allocated a kindGraph or kindShared block
 	ws    string   // workspace name, "" for an ordinary buffer
 	// prof is the profile's record of this allocation, nil if not
 	// sampled: set and cleared under a.mu, read by the lane's Free

@@ -22,6 +22,13 @@ type capture struct {
 	// destroys.
 	pins        int
 	closedGraph *Graph
+	// pool is the graph pool it captures into (CaptureOptions.Pool), nil
+	// for none; pooled, the pool's blocks it holds; poolMiss, the bytes
+	// the pool could not serve (graphpool_capture.go).
+	pool     *GraphPool
+	pooled   []*block
+	poolMiss int64
+	leftPool bool // its membership of pool ended (discardPooledLocked)
 }
 
 // CaptureStatus reports the stream's capture state, asking the driver.
@@ -67,16 +74,17 @@ func (a *Allocator) CaptureAllocCount() int {
 // begin to return, each at most the watchdog's deadline, so none of them
 // runs into the new capture and a hung driver costs the caller the deadline.
 func (a *Allocator) BeginCapture(mode CaptureMode) error {
-	_, err := beginCapture(a, mode)
+	_, err := beginCapture(a, mode, nil)
 	return err
 }
 
-// beginCapture is BeginCapture, returning the capture it began.
-func beginCapture(a *Allocator, mode CaptureMode) (*capture, error) {
+// beginCapture is BeginCapture into graph pool gp (nil: none), returning
+// the capture it began.
+func beginCapture(a *Allocator, mode CaptureMode, gp *GraphPool) (*capture, error) {
 	if mode < Global || mode > Relaxed {
 		return nil, a.fail("BeginCapture", -1, StateNone, wrapf(ErrInvalidValue, "capture mode %d", mode))
 	}
-	c := &capture{a: a, mode: mode}
+	c := &capture{a: a, mode: mode, pool: gp}
 	if err := c.begin(); err != nil {
 		return nil, err
 	}
@@ -102,6 +110,9 @@ func (c *capture) begin() error {
 		case StateInvalidated:
 			err = wrapf(ErrAlreadyCapturing, "an invalidated capture must be ended first")
 		}
+	}
+	if err == nil && c.pool != nil {
+		err = c.pool.joinLocked(a)
 	}
 	if err != nil {
 		a.mu.Unlock()
@@ -129,6 +140,7 @@ func (c *capture) begin() error {
 		return g.fail("BeginCapture", -1, st, err)
 	case err != nil:
 		g.setCapLocked(nil, &a.lane)
+		c.discardPooledLocked(a)
 		return g.fail("BeginCapture", -1, st, err)
 	}
 	g.dom.add(g.stream, c.mode)
@@ -153,6 +165,7 @@ func (c *capture) beginReturnedLate(err error) {
 	if g.cap == c {
 		g.setCapLocked(nil, &a.lane)
 	}
+	c.discardPooledLocked(a)
 	g.dom.remove(g.stream)
 	a.mu.Unlock()
 	a.finishClose(a.releases.cleanupLate)

@@ -80,6 +80,9 @@ func (c *capture) finishLocked(h driver.GraphHandle, err error) *Graph {
 	for _, name := range c.lazyWS {
 		gr.warnings = append(gr.warnings, fmt.Sprintf("workspace %q was first allocated inside the capture; reserve it before capturing", name))
 	}
+	if w := c.poolWarning(); w != "" {
+		gr.warnings = append(gr.warnings, w)
+	}
 	a.graphs[gr] = struct{}{}
 	a.stats.Captures++
 	if h := a.stats.hist; h != nil {
@@ -114,5 +117,6 @@ func (c *capture) discardLocked(launched bool) {
 	for _, b := range c.refs {
 		a.releases.unrefLocked(b)
 	}
+	c.discardPooledLocked(a)
 	c.blocks, c.deferred, c.refs = nil, nil, nil
 }

@@ -52,7 +52,7 @@ func (a *Allocator) leaksLocked() []error {
 	var bytes int64
 	n := 0
 	for _, b := range a.liveBlocksLocked() {
-		if b.ws == "" && b.kind != kindGraph {
+		if b.ws == "" && b.kind != kindGraph && b.kind != kindShared {
 			n++
 			bytes += b.size
 		}
@@ -62,6 +62,9 @@ func (a *Allocator) leaksLocked() []error {
 	}
 	if len(a.hosts) > 0 {
 		leaks = append(leaks, fmt.Errorf("%d host buffer(s) of %d B not closed", len(a.hosts), a.stats.HostBytes))
+	}
+	if n := len(a.graphPools); n > 0 {
+		leaks = append(leaks, fmt.Errorf("%d graph pool(s) not closed", n))
 	}
 	return leaks
 }
@@ -90,6 +93,7 @@ func (a *Allocator) teardownLocked(clean cleaner) []error {
 	for g := range a.graphs {
 		g.closeLocked()
 	}
+	releaseGraphPoolsLocked(a)
 	for _, b := range a.liveBlocksLocked() {
 		a.retireLocked(b)
 		a.releases.releaseLocked(b)

@@ -6,3 +6,10 @@ func (a *Allocator) CheckPool() error {
 	defer a.mu.Unlock()
 	return a.pool.check()
 }
+
+// CheckArena runs the pool's invariant check on a graph pool's arena.
+func (gp *GraphPool) CheckArena() error {
+	gp.a.mu.Lock()
+	defer gp.a.mu.Unlock()
+	return gp.arena.check()
+}

@@ -195,6 +195,7 @@ func (g *Graph) closeLocked() {
 			a.retireLocked(b)
 		}
 	}
+	c.retirePooledLocked(a)
 	if c.pins > 0 {
 		c.closedGraph = g
 		return

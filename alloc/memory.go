@@ -47,7 +47,7 @@ func (a *Allocator) Alloc(size int64) (Buffer, error) {
 			a.eager.bufs = append(a.eager.bufs, b) // an eager graph's run owns it
 		}
 	case StateActive:
-		b, err = a.guard.cap.allocLocked(a, "Alloc", size)
+		b, err = a.guard.cap.allocInLocked(a, size)
 	default:
 		err = refusal(st, "allocation")
 	}
@@ -218,7 +218,7 @@ func (a *Allocator) Free(b Buffer) error {
 func (a *Allocator) freeLocked(st CaptureState, blk *block, gen uint64) error {
 	switch st {
 	case StateNone:
-		if blk.kind == kindGraph {
+		if blk.kind == kindGraph || blk.kind == kindShared {
 			return wrapf(ErrInvalidBuffer, "buffer %#x belongs to a graph; Graph.Close releases it", blk.ptr)
 		}
 		if err := a.claimLocked(blk, gen); err != nil { // a lane Free may have won
@@ -241,6 +241,9 @@ func (a *Allocator) freeLocked(st CaptureState, blk *block, gen uint64) error {
 			blk.freedInGraph = true
 			a.retireLocked(blk)
 			return nil
+		}
+		if blk.kind == kindShared {
+			return c.freePooledLocked(a, blk, gen)
 		}
 		a.retireLocked(blk)
 		c.deferred = append(c.deferred, blk)

@@ -104,7 +104,7 @@ func (o owner) String() string { return ownerNames[o] }
 // capture). Caller holds a.mu.
 func ownerOf(b *block) owner {
 	switch {
-	case b.kind == kindGraph:
+	case b.kind == kindGraph || b.kind == kindShared:
 		return ownerGraphOwned
 	case !b.live():
 		return ownerHeldForGraph

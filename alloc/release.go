@@ -51,7 +51,7 @@ func (r *releases) init(a *Allocator) {
 // outlives the graph. Blocks the capture allocated itself belong to the
 // graph already. Caller holds a.mu.
 func refLocked(c *capture, b *block) {
-	if b == nil || (b.kind == kindGraph && b.cap == c) || b.lastCap == c {
+	if b == nil || ((b.kind == kindGraph || b.kind == kindShared) && b.cap == c) || b.lastCap == c {
 		return
 	}
 	b.lastCap = c
@@ -102,6 +102,9 @@ func (r *releases) releaseNowLocked(b *block) {
 		}
 		r.releasedLocked(b)
 		b.cap = nil
+	case kindShared:
+		r.prof.dropLocked(b)
+		b.cap.pool.releaseLocked(b) // the pool's memory, not the driver's
 	}
 }
 

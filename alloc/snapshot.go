@@ -226,6 +226,8 @@ func (w *memWalk) segment(s *segment, kind string, cached map[*block]bool) {
 			st = stCached
 		case b.free || cached[b]:
 			st = stFree
+		case b.kind == kindShared: // lent to a graph pool: its graphs' memory
+			st = stGraphOwned
 		default: // retired, not in the pool: held or deferred for a graph
 			st = stHeldForGraph
 		}

@@ -18,6 +18,10 @@ type CaptureOptions struct {
 	// EagerFallback: when the driver cannot capture (ErrCaptureUnavailable),
 	// run fn eagerly instead and return a Graph whose Launch runs fn again.
 	EagerFallback bool
+	// Pool, when set, captures into a graph pool of the allocator's: the
+	// graph shares the pool's memory with the pool's other graphs
+	// (GraphPool, docs/graph-pools.md).
+	Pool *GraphPool
 }
 
 // WithCapture captures what fn enqueues on the allocator and returns the
@@ -43,7 +47,7 @@ func (a *Allocator) WithCapture(opts CaptureOptions, fn func() error) (*Graph, e
 	if timeout == 0 {
 		timeout = a.guard.watchdog.timeout
 	}
-	c, err := beginCapture(a, opts.Mode)
+	c, err := beginCapture(a, opts.Mode, opts.Pool)
 	if err != nil {
 		if opts.EagerFallback && errors.Is(err, driver.ErrCaptureUnavailable) {
 			return newEagerGraph(a, fn)

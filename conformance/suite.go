@@ -78,6 +78,7 @@ var groups = []group{
 	{"StepExecutor", (*suite).stepExecutor},
 	{"External", (*suite).external},
 	{"Workspace", (*suite).workspace},
+	{"GraphPool", (*suite).graphPool},
 	{"Watchdog", (*suite).watchdog},
 	{"Concurrency", (*suite).concurrency},
 	{"InFlight", (*suite).inFlight},

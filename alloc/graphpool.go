@@ -1,0 +1,227 @@
+package alloc
+
+// GraphPool is memory that graphs captured into it share
+// (CaptureOptions.Pool), as PyTorch's graph pools
+// (torch.cuda.graph(pool=...)): a capture into the pool takes its
+// allocations from the pool, reusing memory that earlier captures into it
+// freed, so graphs that never run at the same time cost about the largest
+// one instead of the sum. docs/graph-pools.md states the rules; in short:
+//
+//   - memory a capture frees before it ends is the pool's again at once,
+//     for the rest of that capture and for every later capture into it;
+//   - memory a capture still holds when it ends (the graph's outputs) is
+//     that graph's until Graph.Close: no other capture is given it;
+//   - the pool's graphs run one at a time, in stream order: a pool belongs
+//     to one allocator, a capture into another allocator's pool is refused,
+//     and Graph.Launch is stream-ordered on the allocator's one stream;
+//   - the pool's memory comes from the allocator's cache (no driver call in
+//     the capture) and goes back to it only when the pool is closed and its
+//     last graph is closed, in either order, so eager allocations never
+//     receive memory a graph of the pool may still replay into.
+//
+// Its methods are safe for concurrent use.
+type GraphPool struct {
+	a *Allocator
+	// arena is pool.go's geometry over the memory the pool borrowed: each
+	// of its segments is one block of the allocator's pool (borrowed),
+	// taken from its cache and not handed to anyone else until dispose.
+	arena    pool
+	borrowed []*block
+	tails    map[*segment]*block // each arena segment's last borrowed block (extendLocked)
+	bytes    int64               // what borrowed holds
+	users    int                 // live graphs of the pool and captures recording into it
+	out      int                 // blocks out of the arena: handed out, or held by a reference
+	closed   bool                // Close was called
+	disposed bool                // its memory went back to the allocator's pool
+}
+
+// NewGraphPool makes an empty graph pool of a's. Close it when its graphs
+// are no longer wanted: the memory goes back once both it and its last
+// graph are closed.
+func (a *Allocator) NewGraphPool() *GraphPool {
+	gp := &GraphPool{a: a, tails: map[*segment]*block{}}
+	// No upstream: the arena never grows or gives back by itself (pool.grow,
+	// the reclaim ladder); borrowLocked and disposeLocked do.
+	gp.arena.init(a, a.info.Alignment, a.info.TotalMemory, nil)
+	a.mu.Lock()
+	a.graphPools[gp] = struct{}{}
+	a.mu.Unlock()
+	return gp
+}
+
+// Bytes is the device memory the pool holds now: what its graphs share.
+func (gp *GraphPool) Bytes() int64 {
+	gp.a.mu.Lock()
+	defer gp.a.mu.Unlock()
+	return gp.bytes
+}
+
+// Close closes the pool: no capture into it is accepted from now on, and
+// its memory goes back to the allocator when its last graph is closed (at
+// once if it has none).
+func (gp *GraphPool) Close() error {
+	a := gp.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if gp.closed {
+		return a.fail("GraphPool.Close", -1, StateNone, wrapf(ErrClosed, "graph pool closed twice"))
+	}
+	gp.closed = true
+	gp.disposeIfDoneLocked()
+	return nil
+}
+
+// joinLocked admits a capture of a's into the pool, or says why not. The
+// refusal leaves everything as it was. Caller holds a.mu.
+func (gp *GraphPool) joinLocked(a *Allocator) error {
+	switch {
+	case gp.a != a:
+		// Its graphs would run on another stream than the pool's others,
+		// possibly at the same time as them, over the same memory.
+		return wrapf(ErrInvalidValue, "graph pool belongs to another allocator (%s %q): its graphs would run on another stream, possibly at the same time as that allocator's graphs of the pool", gp.a.backend, gp.a.name)
+	case gp.closed:
+		return wrapf(ErrClosed, "graph pool was closed")
+	}
+	gp.users++
+	return nil
+}
+
+// leaveLocked ends a capture's or graph's membership. Caller holds a.mu.
+func (gp *GraphPool) leaveLocked() {
+	gp.users--
+	gp.disposeIfDoneLocked()
+}
+
+// allocLocked serves an allocation of size bytes in capture c from the
+// pool: a free block of its arena, else one borrowed from the allocator's
+// cache. It reports false when neither has room. Caller holds a.mu.
+func (gp *GraphPool) allocLocked(c *capture, size int64) (Buffer, bool) {
+	a := gp.a
+	n := gp.arena.round(size)
+	b := gp.arena.get(n)
+	if b == nil {
+		if b = gp.borrowLocked(n); b == nil {
+			return Buffer{}, false
+		}
+	}
+	b.kind, b.cap = kindShared, c
+	c.pooled = append(c.pooled, b)
+	gp.out++
+	c.allocs++
+	a.stats.CaptureAllocs++
+	return a.handOutLocked(b, size), true
+}
+
+// borrowLocked moves memory of the allocator's cache into the pool and
+// returns the arena's block of n bytes in it; nil when the cache has no
+// room. No driver call: the cache's memory is the allocator's already, and
+// every use of it, eager or replayed, is ordered on the allocator's one
+// stream. It first extends a segment of the arena over the free block
+// that follows it (extendLocked); else it takes a free block as a new
+// segment, a segment's worth when one is cached, as pool.grow does, so
+// later requests find room beside this one. Caller holds a.mu.
+func (gp *GraphPool) borrowLocked(n int64) *block {
+	a := gp.a
+	a.lane.flushLocked() // the per-P caches' blocks too
+	a.pool.mergeRecent() // so a free neighbour is seen as free
+	if b := gp.extendLocked(n); b != nil {
+		return b
+	}
+	for _, want := range [2]int64{segmentSize(n), n} {
+		if b := a.pool.get(want); b != nil {
+			b.kind = kindShared // the allocator's snapshot shows it as graphs' memory
+			gp.borrowed = append(gp.borrowed, b)
+			gp.bytes += b.class
+			blk := gp.arena.addSegment(b.ptr, b.class, n)
+			gp.tails[blk.seg] = b
+			return blk
+		}
+	}
+	return nil
+}
+
+// extendLocked grows a segment of the arena n's request goes to over the
+// free block of the allocator's cache that follows it in the allocator's
+// segment, by what n needs beyond the segment's free end, and returns the
+// block of n bytes then cut from that end; nil when no segment can. Captures
+// of growing size (smallest graph first) then grow one segment, as the
+// allocator's cache held it, instead of borrowing pieces that never merge.
+// Caller holds a.mu, the allocator's recent frees merged.
+func (gp *GraphPool) extendLocked(n int64) *block {
+	a := gp.a
+	gp.arena.mergeRecent()
+	for s := range gp.arena.arenaFor(n).segments() {
+		tail := gp.tails[s]
+		next := tail.segNext
+		if next == nil || !next.free || next.kind != kindPooled || next.seg.exp != nil {
+			continue
+		}
+		last := s.first
+		for last.segNext != nil {
+			last = last.segNext
+		}
+		need := n
+		if last.free {
+			need -= last.class
+		}
+		if next.class < need {
+			continue
+		}
+		ear := next.seg.ar
+		ear.free.remove(next)
+		next.free = false
+		a.pool.cached -= next.class
+		a.pool.split(ear, next, need)
+		next.kind = kindShared
+		gp.borrowed = append(gp.borrowed, next)
+		gp.bytes += next.class
+		gp.tails[s] = next
+		r := gp.arena.record()
+		r.ptr, r.class, r.kind, r.seg = next.ptr, next.class, kindPooled, s
+		r.segPrev, last.segNext = last, r
+		s.size += r.class
+		gp.arena.cached += r.class
+		gp.arena.merge(r)
+		return gp.arena.get(n)
+	}
+	return nil
+}
+
+// releaseLocked takes back b, a block of the pool's arena that nothing
+// uses any more: freed in its capture, or its graph closed and no
+// reference left. Caller holds a.mu.
+func (gp *GraphPool) releaseLocked(b *block) {
+	b.kind, b.cap = kindPooled, nil
+	if gp.disposed { // Close gave the memory back already (a graph's destruction it deferred)
+		return
+	}
+	gp.arena.put(b)
+	gp.out--
+	gp.disposeIfDoneLocked()
+}
+
+// disposeIfDoneLocked gives the pool's memory back to the allocator's
+// cache once nothing can use it again: the pool closed, no graph or
+// capture of it alive, no block of it out. Caller holds a.mu.
+func (gp *GraphPool) disposeIfDoneLocked() {
+	if gp.closed && gp.users == 0 && gp.out == 0 {
+		gp.disposeLocked()
+	}
+}
+
+// disposeLocked gives the borrowed blocks back to the allocator's pool
+// and forgets the pool. Caller holds a.mu.
+func (gp *GraphPool) disposeLocked() {
+	a := gp.a
+	if gp.disposed {
+		return
+	}
+	gp.disposed, gp.closed = true, true
+	for _, b := range gp.borrowed {
+		b.kind = kindPooled
+		a.pool.put(b)
+	}
+	gp.borrowed, gp.bytes, gp.tails = nil, 0, nil
+	gp.arena = pool{}
+	delete(a.graphPools, gp)
+}
