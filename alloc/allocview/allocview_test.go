@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -104,6 +105,8 @@ func TestViewsOnDefaultMux(t *testing.T) {
 	require.Contains(t, page, `<img src="segments.svg?allocator=view-default"`)
 	require.Contains(t, page, "allocations in captures")
 	require.Contains(t, page, "<td>live graphs</td><td class=\"v\">1</td>", "the counters")
+	require.Contains(t, page, "<td>out-of-memory errors / reclaim retries</td><td class=\"v\">0 / 0</td>")
+	require.Contains(t, page, fmt.Sprintf("<td>fragmentation (reserved / in use)</td><td class=\"v\">%.2f</td>", a.Stats().Fragmentation()))
 	require.Contains(t, page, "capture safety "+a.Info().SafetyProfile(), "the device's capture safety profile")
 
 	resp, body = get(t, base+"segments.svg"+q)

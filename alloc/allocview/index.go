@@ -2,6 +2,7 @@ package allocview
 
 import (
 	"bytes"
+	"fmt"
 	"html/template"
 	"net/http"
 	"strconv"
@@ -31,6 +32,8 @@ func counters(s alloc.Stats) []counter {
 		{"live graphs", formatCount(uint64(s.LiveGraphs))},
 		{"pinned host", bytesText(s.HostBytes) + " in " + buffers(s.HostBuffers)},
 		{"watchdog expiries", n(s.Timeouts)},
+		{"out-of-memory errors / reclaim retries", n(s.OutOfMemory) + " / " + n(s.ReclaimRetries)},
+		{"fragmentation (reserved / in use)", fmt.Sprintf("%.2f", s.Fragmentation())},
 	}
 }
 
