@@ -49,6 +49,16 @@ func (a *Allocator) NewGraphPool() *GraphPool {
 	return gp
 }
 
+// BeginCapture is the allocator's BeginCapture into the pool, for engines
+// that capture with BeginCapture and EndCapture rather than WithCapture
+// (CaptureOptions.Pool): the capture's allocations share the pool's
+// memory, and the allocator's EndCapture ends it as any capture. It is
+// refused, as WithCapture into the pool is, when the pool is closed.
+func (gp *GraphPool) BeginCapture(mode CaptureMode) error {
+	_, err := beginCapture(gp.a, mode, gp)
+	return err
+}
+
 // Bytes is the device memory the pool holds now: what its graphs share.
 func (gp *GraphPool) Bytes() int64 {
 	gp.a.mu.Lock()

@@ -387,3 +387,35 @@ func TestGraphPoolSurvivesTrim(t *testing.T) {
 	require.Zero(t, now.Device, "the pool's memory was not given back once it and its graph were closed")
 	require.NoError(t, a.Close())
 }
+
+// BeginCapture and EndCapture capture into a pool as WithCapture does:
+// the second capture reuses what the first freed, and a closed pool is
+// refused with nothing begun.
+func TestGraphPoolBeginCapture(t *testing.T) {
+	a, _ := newPoolAllocator(t, poolStep)
+	gp := a.NewGraphPool()
+	capture := func(n int64) (*alloc.Graph, alloc.Buffer) {
+		require.NoError(t, gp.BeginCapture(alloc.Global))
+		tmp, err := a.Alloc(n)
+		require.NoError(t, err)
+		require.NoError(t, a.Memset(tmp, 0, 7, n))
+		require.NoError(t, a.Free(tmp))
+		g, err := a.EndCapture()
+		require.NoError(t, err)
+		return g, tmp
+	}
+	g1, t1 := capture(poolStep)
+	g2, t2 := capture(poolStep / 2)
+	require.True(t, overlap(t1.Ptr(), t1.Size(), t2.Ptr(), t2.Size()), "the second capture reuses the first's freed temporary")
+	require.Equal(t, int64(poolStep), gp.Bytes())
+	require.NoError(t, g1.Launch())
+	require.NoError(t, g2.Launch())
+	require.NoError(t, gp.Close())
+	require.ErrorIs(t, gp.BeginCapture(alloc.Global), alloc.ErrClosed)
+	capturing, err := a.IsCapturing()
+	require.NoError(t, err)
+	require.False(t, capturing, "a refused BeginCapture begins nothing")
+	require.NoError(t, g1.Close())
+	require.NoError(t, g2.Close())
+	require.NoError(t, a.Close())
+}
