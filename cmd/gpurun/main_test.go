@@ -135,6 +135,11 @@ func gpuRun() []Step {
 			"verdicts": map[string]map[string]string{"all_gather": {"global": "CAPTURABLE", "threadlocal": "CAPTURABLE", "relaxed": "CAPTURABLE"}}}},
 		{Step: "collectives_bench", Backend: "cuda", Status: statusPassed, Figures: map[string]any{"report": rep}},
 		{Step: "decodeloop", Backend: "cuda", Status: statusPassed, Figures: map[string]any{"replay_over_eager": 9.0, "torch_graph_over_eager": 6.0}},
+		{Step: "gpu_tests", Backend: "cuda", Status: statusPassed, Figures: map[string]any{"bench_metrics": map[string]map[string]float64{
+			"BenchmarkGraphPoolDecode/capture=pool-16":   {"pool/largest": 1.0, "sum/largest": 32.5},
+			"BenchmarkGraphPoolDecode/replay=no_pool-16": {"ns/replay": 10000},
+			"BenchmarkGraphPoolDecode/replay=pool-16":    {"ns/replay": 12000},
+		}}},
 		{Step: "truth", Backend: "cuda", Status: statusFailed, RC: 1, Figures: map[string]any{"changed": []string{"global/same/nonblocking/malloc: recorded refused+invalidated (H100), now ok"}, "compared": 400}},
 	}
 }
@@ -149,6 +154,13 @@ func TestTargets(t *testing.T) {
 	assert.Contains(t, got["64 MiB all-reduce (two-shot) traffic ≥ 0.8 of a device copy's (4 ranks)"], "short 0.5")
 	assert.Equal(t, "met min 5.00×, median 5.00× over 1 rows", got["captured ≥ 4× eager at ≤ 64 KiB (every such row)"])
 	assert.Equal(t, "met 9.00× vs 6.00×", got["decodeloop -kernels=1000 replay/eager ≥ PyTorch's"])
+	assert.Equal(t, "met 1.000× (no pool: 32.5×)", got["64 graphs in one pool ≤ 1.1× the largest graph's memory (issue 30)"])
+	assert.Equal(t, "short 12000 ns vs 10000 ns (1.20×)", got["graph-pool replay ≤ 1.1× the replay without a pool (issue 30)"])
+	for _, tg := range targets(nil) {
+		if strings.Contains(tg.What, "issue 30") {
+			assert.Equal(t, "n/a not measured in this run", tg.Verdict+" "+tg.Figure, "a run without the benchmark")
+		}
+	}
 }
 
 func docsRoot(t *testing.T) string {
@@ -235,6 +247,13 @@ func TestFigureParsers(t *testing.T) {
 	assert.Equal(t, []string{"TestB/x"}, f["failed"])
 	assert.Equal(t, []string{"TestC"}, f["skipped_tests"])
 	assert.Equal(t, map[string]float64{"BenchmarkGPUVirtualMemoryMapUnmap-16": 39000}, f["bench_ns_op"])
+	assert.Nil(t, f["bench_metrics"], "ns/op alone is no metric")
+	bm := testFigures(config{}, "BenchmarkGraphPoolDecode/capture=pool-2 \t 20\t 4358878 ns/op\t 1835008 largest-graph-B\t 1.000 pool/largest\n"+
+		"BenchmarkGraphPoolDecode/replay=pool-2 \t 20\t 1537322 ns/op\t 24021 ns/replay\nPASS\n")["bench_metrics"]
+	assert.Equal(t, map[string]map[string]float64{
+		"BenchmarkGraphPoolDecode/capture=pool-2": {"largest-graph-B": 1835008, "pool/largest": 1},
+		"BenchmarkGraphPoolDecode/replay=pool-2":  {"ns/replay": 24021},
+	}, bm)
 
 	tp := tpdecodeFigures(config{Backend: "cuda"}, "multi_gpu: ran on 2 devices\n"+
 		`{"backend":"cuda","can_access_peer":[[true,false],[false,true]],"devices":2}`+"\n")

@@ -99,6 +99,42 @@ func targets(steps []Step) []target {
 	default:
 		ts = append(ts, target{"decodeloop -kernels=1000 replay/eager ≥ PyTorch's", fmt.Sprintf("%.2f× vs %.2f×", ours, torch), verdictOf(ours >= torch)})
 	}
+	return append(ts, graphPoolTargets(find(steps, "gpu_tests"))...)
+}
+
+// graphPoolTargets are issue 30's: 64 decode-step graphs in one pool hold
+// at most 1.1× the largest graph's memory, and replay no slower than
+// without a pool (within 10%), read off BenchmarkGraphPoolDecode's
+// metrics (n/a in a run that did not measure them: runs before the
+// benchmark joined the kit).
+func graphPoolTargets(s *Step) []target {
+	const bytesWhat = "64 graphs in one pool ≤ 1.1× the largest graph's memory (issue 30)"
+	const replayWhat = "graph-pool replay ≤ 1.1× the replay without a pool (issue 30)"
+	var bm map[string]map[string]float64
+	figure(s, "bench_metrics", &bm)
+	metric := func(prefix, unit string) (float64, bool) {
+		for name, m := range bm {
+			if name == prefix || strings.HasPrefix(name, prefix+"-") {
+				v, ok := m[unit]
+				return v, ok
+			}
+		}
+		return 0, false
+	}
+	var ts []target
+	if r, ok := metric("BenchmarkGraphPoolDecode/capture=pool", "pool/largest"); ok {
+		sum, _ := metric("BenchmarkGraphPoolDecode/capture=pool", "sum/largest")
+		ts = append(ts, target{bytesWhat, fmt.Sprintf("%.3f× (no pool: %.1f×)", r, sum), verdictOf(r <= 1.1)})
+	} else {
+		ts = append(ts, target{bytesWhat, "not measured in this run", "n/a"})
+	}
+	pool, ok1 := metric("BenchmarkGraphPoolDecode/replay=pool", "ns/replay")
+	none, ok2 := metric("BenchmarkGraphPoolDecode/replay=no_pool", "ns/replay")
+	if ok1 && ok2 && none > 0 {
+		ts = append(ts, target{replayWhat, fmt.Sprintf("%.0f ns vs %.0f ns (%.2f×)", pool, none, pool/none), verdictOf(pool <= 1.1*none)})
+	} else {
+		ts = append(ts, target{replayWhat, "not measured in this run", "n/a"})
+	}
 	return ts
 }
 

@@ -105,13 +105,22 @@ func steps(c config) []stepDef {
 if command -v nvidia-smi >/dev/null; then nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv; nvidia-smi -L; fi
 if command -v rocminfo >/dev/null; then rocminfo | grep -m4 -E 'Marketing Name|gfx'; fi
 exit $rc`
+	// Issue 30's graph pools on the device: 64 decode-step graphs in one
+	// pool against the largest graph alone and the sum without a pool, and
+	// replay time with and without the pool (figures bench_metrics).
+	graphPoolBench := `(cd conformance && "$B/conformance.test" -backend=` + be + ` -test.run '^$' -test.bench 'GraphPoolDecode' -test.benchtime ` +
+		pick("50x", "3x") + `) || rc=1`
 	gpuTests := `rc=0
 (cd cuda && "$B/cuda.test" -test.run '^TestGPU' -test.v -test.count=1) || rc=1
 (cd nccl && "$B/nccl.test" -test.run '^TestGPU' -test.v -test.count=1) || rc=1
 (cd cuda && "$B/cuda.test" -test.run '^$' -test.bench 'GPUVirtualMemoryMapUnmap' -test.benchtime ` + pick("200x", "5x") + ` -test.count 3) || rc=1
+` + graphPoolBench + `
 exit $rc`
 	if be == "hip" { // the TestGPU* tests and the map benchmark are CUDA's; hip's own over the device heap run in conformance
-		gpuTests = `(cd hip && "$B/hip.test" -test.run '^TestGPU' -test.v -test.count=1)`
+		gpuTests = `rc=0
+(cd hip && "$B/hip.test" -test.run '^TestGPU' -test.v -test.count=1) || rc=1
+` + graphPoolBench + `
+exit $rc`
 	}
 	stressRun := "TestConformance/" + be + "/Collectives/device_heap/stress_replays"
 	defs := []stepDef{
@@ -317,7 +326,41 @@ func testFigures(c config, out string) map[string]any {
 	if len(bench) > 0 {
 		f["bench_ns_op"] = bench
 	}
+	if m := benchMetrics(out); len(m) > 0 {
+		f["bench_metrics"] = m
+	}
 	return f
+}
+
+// benchMetrics reads the metrics a benchmark reports beside ns/op
+// (b.ReportMetric: "1.000 pool/largest", "24021 ns/replay"), by benchmark
+// name; a name seen twice keeps its last line.
+func benchMetrics(out string) map[string]map[string]float64 {
+	m := map[string]map[string]float64{}
+	for _, line := range strings.Split(out, "\n") {
+		fs := strings.Fields(line)
+		if len(fs) < 4 || !strings.HasPrefix(fs[0], "Benchmark") {
+			continue
+		}
+		if _, err := strconv.Atoi(fs[1]); err != nil {
+			continue
+		}
+		for i := 2; i+1 < len(fs); i += 2 {
+			v, err := strconv.ParseFloat(fs[i], 64)
+			if err != nil {
+				break
+			}
+			switch fs[i+1] {
+			case "ns/op", "B/op", "allocs/op":
+				continue
+			}
+			if m[fs[0]] == nil {
+				m[fs[0]] = map[string]float64{}
+			}
+			m[fs[0]][fs[i+1]] = v
+		}
+	}
+	return m
 }
 
 // probeRow is one row of capprobe -json.

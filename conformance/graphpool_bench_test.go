@@ -1,13 +1,14 @@
-package alloc_test
+package conformance
 
 import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
-	"github.com/capalloc/capalloc/cpu"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
-// The issue-30 benchmark: an engine captures one graph of a decode step
+// The issue-30 benchmark, on the backend -backend or CAPALLOC_BACKEND
+// selects (cpu when none is), so a GPU run measures it too (.ci/gpu): an engine captures one graph of a decode step
 // per batch size, 1..decodeBatches, and replays one at a time. The step's
 // temporaries grow with the batch (activations, attention scratch,
 // logits); it reads a static input and writes a static output, made before
@@ -58,7 +59,7 @@ type decodeGraphs struct {
 	graphB  int64 // bytes the captures took from the driver
 }
 
-func newDecodeGraphs(b *testing.B, d *cpu.Driver, gp func(*alloc.Allocator) *alloc.GraphPool, lo, hi int64, up bool) *decodeGraphs {
+func newDecodeGraphs(b *testing.B, d driver.Driver, gp func(*alloc.Allocator) *alloc.GraphPool, lo, hi int64, up bool) *decodeGraphs {
 	b.Helper()
 	a, err := alloc.New(d, alloc.Options{})
 	if err != nil {
@@ -117,12 +118,19 @@ func (e *decodeGraphs) close(b *testing.B, gp *alloc.GraphPool) {
 	}
 }
 
-func newDecodeDriver(b *testing.B) *cpu.Driver {
+// newDecodeDriver opens the selected backend (cpu when none is) for the
+// benchmark; it is closed when the benchmark ends.
+func newDecodeDriver(b *testing.B) driver.Driver {
 	b.Helper()
-	d, err := cpu.New(cpu.Options{MemoryLimit: 1 << 30})
+	name := selected()
+	if name == "" {
+		name = "cpu"
+	}
+	open, err := Lookup(name)
 	if err != nil {
 		b.Fatal(err)
 	}
+	d := open(b)
 	b.Cleanup(func() { d.Close() })
 	return d
 }
