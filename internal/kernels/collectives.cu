@@ -142,6 +142,7 @@ CA_DEV bool ca_begin(const ca_coll &a, ca_state &s, volatile u32 *shared) {
     }
     /* a rank that closed its heap: this kernel started after, so it is a
      * collective that rank never joins (and its memory may be gone) */
+    u32 refused = bad;
     for (u32 p = 0; !bad && p < a.nranks; p++) {
       if (ca_ld_acquire(&me->closed[p]) != 0u) {
         ca_rec r = {};
@@ -151,10 +152,14 @@ CA_DEV bool ca_begin(const ca_coll &a, ca_state &s, volatile u32 *shared) {
         r.block = CA_BID;
         r.sig = a.sig;
         ca_fail(me, r);
+        refused = 1u;
         break;
       }
     }
-    *s.failed = bad || ca_ld_acquire(&me->status) != 0u;
+    /* refused, not only status: another block may hold the claim and not
+     * have published its record yet, and a block that went on would write
+     * its arrival into a closed peer's (maybe freed) pad */
+    *s.failed = refused || ca_ld_acquire(&me->status) != 0u;
   }
   s.ep = ca_ld_volatile(&me->epoch_of[CA_BID]);
   ca_sync();
