@@ -2,27 +2,15 @@ package cuda
 
 import (
 	"testing"
-	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
-// memInfo is cudaMemGetInfo for d's device, on a thread of its own where
-// the device is current: what the runtime says is free, device-wide.
-func memInfo(t *testing.T, d *Driver) (free, total uint64) {
+// memInfo is d's MemInfo (cudaMemGetInfo, device-wide), failing t on an
+// error.
+func memInfo(t *testing.T, d *Driver) (free, total int64) {
 	t.Helper()
-	rt := &d.rt.Runtime
-	th, err := vendor.StartThread(func() error {
-		return rt.Check("make device current", rt.SetDevice.Name, gpurt.Call(rt.SetDevice.Addr, uintptr(d.opts.Device)))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer th.Stop()
-	err = th.Do("memory info", func() error {
-		return rt.Check("memory info", rt.MemGetInfo.Name, gpurt.Call(rt.MemGetInfo.Addr, uintptr(unsafe.Pointer(&free)), uintptr(unsafe.Pointer(&total))))
-	})
+	free, total, err := d.MemInfo()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +37,7 @@ func TestGPUPoolTrimReturnsMemory(t *testing.T) {
 	free0, total := memInfo(t, d)
 	chunk := int64(1 << 30)
 	if total <= 2<<30 { // the fake's device
-		chunk = int64(total / 8)
+		chunk = total / 8
 	}
 	var ps []driver.DevicePtr
 	for range 1 << 12 {
@@ -81,7 +69,7 @@ func TestGPUPoolTrimReturnsMemory(t *testing.T) {
 	if len(ps) < 2 {
 		t.Fatalf("only %d chunk(s) of %d B allocated", len(ps), chunk)
 	}
-	if trimmed+uint64(chunk) < free0 {
+	if trimmed+chunk < free0 {
 		t.Errorf("TrimPool left %d B of the %d B free at start unreturned", free0-trimmed, free0)
 	}
 	half := int64(len(ps)/2) * chunk
