@@ -14,23 +14,7 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/alloc/memmap"
-	"github.com/capalloc/capalloc/cpu"
 )
-
-// newHistoryAllocator makes an allocator with opts on a cpu driver of
-// limit bytes, both closed when the test ends.
-func newHistoryAllocator(t *testing.T, limit int64, opts alloc.Options) *alloc.Allocator {
-	t.Helper()
-	d, err := cpu.New(cpu.Options{MemoryLimit: limit})
-	require.NoError(t, err)
-	a, err := alloc.New(d, opts)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = a.Close() // some tests close it themselves
-		require.NoError(t, d.Close())
-	})
-	return a
-}
 
 func readHistory(t *testing.T, a *alloc.Allocator) memmap.History {
 	t.Helper()
@@ -57,7 +41,7 @@ func kinds(h memmap.History) []string {
 // size, state and the bytes in use and reserved after it; the stacks
 // start at the test's calls, inlined wrappers included.
 func TestHistoryRecordsEvents(t *testing.T) {
-	a := newHistoryAllocator(t, 64<<20, alloc.Options{History: 1000})
+	a := cpuAllocatorWith(t, 64<<20, alloc.Options{History: 1000})
 	b, err := inlinedTwice(a, 1<<20)
 	require.NoError(t, err)
 	s, err := a.AllocSync(64 << 10)
@@ -132,7 +116,7 @@ func TestHistoryRecordsEvents(t *testing.T) {
 // The ring keeps the latest Options.History events, numbered on from
 // the first; off (the default) it keeps none.
 func TestHistoryBounded(t *testing.T) {
-	a := newHistoryAllocator(t, 64<<20, alloc.Options{History: 5})
+	a := cpuAllocatorWith(t, 64<<20, alloc.Options{History: 5})
 	for range 10 {
 		b, err := a.Alloc(4 << 10)
 		require.NoError(t, err)
@@ -147,7 +131,7 @@ func TestHistoryBounded(t *testing.T) {
 	require.Equal(t, memmap.EventFree, h.Events[4].Kind)
 	require.Zero(t, h.Events[4].InUse)
 
-	off := newHistoryAllocator(t, 64<<20, alloc.Options{})
+	off := cpuAllocatorWith(t, 64<<20, alloc.Options{})
 	b, err := off.Alloc(4 << 10)
 	require.NoError(t, err)
 	require.NoError(t, off.Free(b))
@@ -163,7 +147,7 @@ func TestHistoryBounded(t *testing.T) {
 // readable after Close, which gives every segment back.
 func TestHistoryFileAtOutOfMemory(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "oom-history.json")
-	a := newHistoryAllocator(t, 8<<20, alloc.Options{History: 100, HistoryFile: path})
+	a := cpuAllocatorWith(t, 8<<20, alloc.Options{History: 100, HistoryFile: path})
 	var held []alloc.Buffer
 	var err error
 	for err == nil { // until the driver runs out
@@ -214,7 +198,7 @@ func TestHistoryFileAtOutOfMemory(t *testing.T) {
 // alternate alloc, free, as the buffers' lives did: the ring's order is
 // the state's. Run with -race.
 func TestHistoryOrderUnderConcurrency(t *testing.T) {
-	a := newHistoryAllocator(t, 256<<20, alloc.Options{History: 1 << 16})
+	a := cpuAllocatorWith(t, 256<<20, alloc.Options{History: 1 << 16})
 	var wg sync.WaitGroup
 	for w := range 4 {
 		wg.Add(1)

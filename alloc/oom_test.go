@@ -89,7 +89,7 @@ func TestOutOfMemoryMessage(t *testing.T) {
 	}
 	for name, path := range paths {
 		t.Run(name, func(t *testing.T) {
-			a := oomAllocator(t, 8<<20, alloc.Options{Name: "engine-" + name})
+			a := cpuAllocatorWith(t, 8<<20, alloc.Options{Name: "engine-" + name})
 			b, err := a.Alloc(3 << 20)
 			require.NoError(t, err)
 			err = path(a, 6<<20)
@@ -136,7 +136,7 @@ func TestOutOfMemoryMessageWithoutMemInfo(t *testing.T) {
 // Cached memory that would hold the request were it one piece gets a
 // hint: free blocks in pieces merge under expandable segments.
 func TestOutOfMemoryHintsExpandableSegments(t *testing.T) {
-	a := oomAllocator(t, 8<<20, alloc.Options{})
+	a := cpuAllocatorWith(t, 8<<20, alloc.Options{})
 	var bs []alloc.Buffer
 	for range 8 { // four small segments of 2 MiB, the device full
 		b, err := a.Alloc(1 << 20)
@@ -162,7 +162,7 @@ func TestOutOfMemoryHintsExpandableSegments(t *testing.T) {
 // get a hint to Trim outside captures. (The cpu driver invalidates the
 // Global capture whose allocation failed.)
 func TestOutOfMemoryInCaptureHintsTrim(t *testing.T) {
-	a := oomAllocator(t, 8<<20, alloc.Options{})
+	a := cpuAllocatorWith(t, 8<<20, alloc.Options{})
 	var bs []alloc.Buffer
 	for range 4 { // two small segments of 2 MiB
 		b, err := a.Alloc(1 << 20)
@@ -199,17 +199,4 @@ func TestOutOfMemoryCountsRetries(t *testing.T) {
 	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
 	require.Equal(t, before.OutOfMemory+1, a.Stats().OutOfMemory)
 	require.NoError(t, a.Free(b))
-}
-
-// oomAllocator is an allocator with opts on a cpu device of limit bytes,
-// both closed when the test ends.
-func oomAllocator(t *testing.T, limit int64, opts alloc.Options) *alloc.Allocator {
-	t.Helper()
-	d, err := cpu.New(cpu.Options{MemoryLimit: limit})
-	require.NoError(t, err)
-	t.Cleanup(func() { d.Close() })
-	a, err := alloc.New(d, opts)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, a.Close()) })
-	return a
 }

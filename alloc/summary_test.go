@@ -70,7 +70,7 @@ func TestSummary(t *testing.T) {
 // Summary is safe beside allocations and frees on other goroutines
 // (run with -race).
 func TestSummaryRaces(t *testing.T) {
-	a := oomAllocator(t, 256<<20, alloc.Options{})
+	a := cpuAllocatorWith(t, 256<<20, alloc.Options{})
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Add(1)
