@@ -24,26 +24,35 @@ import (
 // envAllocConf is the environment variable OptionsFromEnv reads.
 const envAllocConf = "CAPALLOC_ALLOC_CONF"
 
-// parsedOptions is what a configuration string sets.
-type parsedOptions struct {
-	Options
-}
-
 // optionKey is one key of the configuration string.
 type optionKey struct {
 	name string
 	form string // the values it reads, for errors
 	// set reads v (trimmed) into p; an error says what is wrong with v,
 	// and set leaves p unchanged then.
-	set func(p *parsedOptions, v string) error
+	set func(p *Options, v string) error
 	// format writes p's value in a form set reads back, or "" when p
 	// leaves it at its default.
-	format func(p parsedOptions) string
+	format func(p Options) string
+}
+
+// textKey is a key whose value is UTF-8 text kept as it is, in the
+// field field returns.
+func textKey(name, form string, field func(*Options) *string) optionKey {
+	return optionKey{name, form,
+		func(p *Options, v string) error {
+			if !utf8.ValidString(v) {
+				return fmt.Errorf("not valid UTF-8")
+			}
+			*field(p) = v
+			return nil
+		},
+		func(p Options) string { return *field(&p) }}
 }
 
 var optionKeys = []optionKey{
 	{"expandable_segments", "true|false (also 1|0, True|False)",
-		func(p *parsedOptions, v string) error {
+		func(p *Options, v string) error {
 			b, ok := confval.Bool(v)
 			if !ok {
 				return fmt.Errorf("not true or false")
@@ -51,14 +60,14 @@ var optionKeys = []optionKey{
 			p.ExpandableSegments = b
 			return nil
 		},
-		func(p parsedOptions) string {
+		func(p Options) string {
 			if !p.ExpandableSegments {
 				return ""
 			}
 			return "true"
 		}},
 	{"history", "events kept (0: off) such as 100000",
-		func(p *parsedOptions, v string) error {
+		func(p *Options, v string) error {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
 				return fmt.Errorf("not a non-negative count")
@@ -66,32 +75,18 @@ var optionKeys = []optionKey{
 			p.History = n
 			return nil
 		},
-		func(p parsedOptions) string {
+		func(p Options) string {
 			if p.History == 0 {
 				return ""
 			}
 			return strconv.Itoa(p.History)
 		}},
-	{"history_file", "a path without commas, written at each out-of-memory error",
-		func(p *parsedOptions, v string) error {
-			if !utf8.ValidString(v) {
-				return fmt.Errorf("not valid UTF-8")
-			}
-			p.HistoryFile = v
-			return nil
-		},
-		func(p parsedOptions) string { return p.HistoryFile }},
-	{"name", "text without commas (empty: the backend's name and a number)",
-		func(p *parsedOptions, v string) error {
-			if !utf8.ValidString(v) {
-				return fmt.Errorf("not valid UTF-8")
-			}
-			p.Name = v
-			return nil
-		},
-		func(p parsedOptions) string { return p.Name }},
+	textKey("history_file", "a path without commas, written at each out-of-memory error",
+		func(p *Options) *string { return &p.HistoryFile }),
+	textKey("name", "text without commas (empty: the backend's name and a number)",
+		func(p *Options) *string { return &p.Name }),
 	{"profile_rate", "0 (off), 1 (every allocation) or bytes per sample such as 512KiB",
-		func(p *parsedOptions, v string) error {
+		func(p *Options, v string) error {
 			n, err := confval.Bytes(v)
 			if err != nil || n > math.MaxInt {
 				return fmt.Errorf("not a byte count")
@@ -102,7 +97,7 @@ var optionKeys = []optionKey{
 			}
 			return nil
 		},
-		func(p parsedOptions) string {
+		func(p Options) string {
 			switch {
 			case p.ProfileRate == 0:
 				return ""
@@ -112,7 +107,7 @@ var optionKeys = []optionKey{
 			return strconv.Itoa(p.ProfileRate)
 		}},
 	{"watchdog", "a duration such as 30s or 500ms, 0 (the default, 60s) or off",
-		func(p *parsedOptions, v string) error {
+		func(p *Options, v string) error {
 			if strings.EqualFold(v, "off") {
 				p.Watchdog = -1
 				return nil
@@ -124,7 +119,7 @@ var optionKeys = []optionKey{
 			p.Watchdog = d
 			return nil
 		},
-		func(p parsedOptions) string {
+		func(p Options) string {
 			switch {
 			case p.Watchdog < 0:
 				return "off"
@@ -170,13 +165,13 @@ func parseNamed(op, s, where string) (Options, error) {
 	if err != nil {
 		return Options{}, &Error{Op: op, Size: -1, Err: fmt.Errorf("%w: %s%w", ErrInvalidValue, where, err)}
 	}
-	return p.Options, nil
+	return p, nil
 }
 
 // parseOptions reads s without applying anything. Its error is the detail
 // that parseNamed wraps with ErrInvalidValue.
-func parseOptions(s string) (parsedOptions, error) {
-	var p parsedOptions
+func parseOptions(s string) (Options, error) {
+	var p Options
 	seen := make(map[string]bool, len(optionKeys))
 	for _, pair := range strings.Split(s, ",") {
 		if strings.TrimSpace(pair) == "" {
@@ -184,19 +179,19 @@ func parseOptions(s string) (parsedOptions, error) {
 		}
 		i := strings.IndexAny(pair, "=:")
 		if i < 0 {
-			return parsedOptions{}, fmt.Errorf("%q: want key=value (known: %s)", strings.TrimSpace(pair), knownOptionKeys())
+			return Options{}, fmt.Errorf("%q: want key=value (known: %s)", strings.TrimSpace(pair), knownOptionKeys())
 		}
 		k, v := strings.TrimSpace(pair[:i]), strings.TrimSpace(pair[i+1:])
 		key := findOptionKey(k)
 		if key == nil {
-			return parsedOptions{}, fmt.Errorf("unknown key %q%s (known: %s)", k, suggestOptionKey(k), knownOptionKeys())
+			return Options{}, fmt.Errorf("unknown key %q%s (known: %s)", k, suggestOptionKey(k), knownOptionKeys())
 		}
 		if seen[k] {
-			return parsedOptions{}, fmt.Errorf("key %s given twice", k)
+			return Options{}, fmt.Errorf("key %s given twice", k)
 		}
 		seen[k] = true
 		if err := key.set(&p, v); err != nil {
-			return parsedOptions{}, fmt.Errorf("%s=%q: %v: want %s", k, v, err, key.form)
+			return Options{}, fmt.Errorf("%s=%q: %v: want %s", k, v, err, key.form)
 		}
 	}
 	return p, nil
@@ -242,7 +237,7 @@ func knownOptionKeys() string {
 
 // formatOptions writes p in the form parseOptions reads back: the keys
 // that p sets, in the table's order.
-func formatOptions(p parsedOptions) string {
+func formatOptions(p Options) string {
 	var parts []string
 	for _, k := range optionKeys {
 		if v := k.format(p); v != "" {

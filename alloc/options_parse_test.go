@@ -89,17 +89,17 @@ func TestParseOptionsErrors(t *testing.T) {
 }
 
 func TestParseOptionsRoundTrips(t *testing.T) {
-	for _, p := range []parsedOptions{
+	for _, p := range []Options{
 		{},
-		{Options: Options{ExpandableSegments: true}},
-		{Options: Options{Watchdog: 1500 * time.Millisecond}},
-		{Options: Options{Watchdog: -1}},
-		{Options: Options{Name: "rank 3:decode=x"}},
-		{Options: Options{ProfileRate: -1}},
-		{Options: Options{ProfileRate: 1}},
-		{Options: Options{ProfileRate: 512 << 10}},
-		{Options: Options{ExpandableSegments: true, Watchdog: time.Hour, Name: "n", ProfileRate: 7}},
-		{Options: Options{History: 4096, HistoryFile: "/var/tmp/oom.json"}},
+		{ExpandableSegments: true},
+		{Watchdog: 1500 * time.Millisecond},
+		{Watchdog: -1},
+		{Name: "rank 3:decode=x"},
+		{ProfileRate: -1},
+		{ProfileRate: 1},
+		{ProfileRate: 512 << 10},
+		{ExpandableSegments: true, Watchdog: time.Hour, Name: "n", ProfileRate: 7},
+		{History: 4096, HistoryFile: "/var/tmp/oom.json"},
 	} {
 		s := formatOptions(p)
 		got, err := parseOptions(s)
@@ -152,7 +152,7 @@ func FuzzParseOptions(f *testing.F) {
 			return
 		}
 		require.NoError(t, perr)
-		require.Equal(t, p.Options, opts)
+		require.Equal(t, p, opts)
 		if strings.Contains(p.Name, ",") {
 			t.Fatalf("name %q holds the separator", p.Name)
 		}
