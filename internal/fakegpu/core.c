@@ -195,13 +195,17 @@ static void pool_keep(pool_t *p, long long keep) {
   if (over > p->cached) over = p->cached;
   if (over > 0) { pools_cached -= over; p->cached -= over; }
 }
-/* pools_release gives back, in every pool, what is over its threshold:
- * the runtime does so at a synchronization. */
+/* pool_synchronized: at a synchronization the host observes p's pending
+ * frees, and p gives back what it holds over its threshold. */
+static void pool_synchronized(pool_t *p) {
+  p->cached += p->pending;
+  p->pending = 0;
+  pool_keep(p, (long long)(p->threshold > (1ULL << 62) ? (1ULL << 62) : p->threshold));
+}
+/* pools_release is every pool's pool_synchronized. */
 static void pools_release(void) {
-  for (int i = 0; i < 16; i++) { default_pools[i].cached += default_pools[i].pending; default_pools[i].pending = 0; }
-  for (pool_t *p = created_pools; p; p = p->next) { p->cached += p->pending; p->pending = 0; }
-  for (int i = 0; i < 16; i++) pool_keep(&default_pools[i], (long long)(default_pools[i].threshold > (1ULL << 62) ? (1ULL << 62) : default_pools[i].threshold));
-  for (pool_t *p = created_pools; p; p = p->next) pool_keep(p, (long long)(p->threshold > (1ULL << 62) ? (1ULL << 62) : p->threshold));
+  for (int i = 0; i < 16; i++) pool_synchronized(&default_pools[i]);
+  for (pool_t *p = created_pools; p; p = p->next) pool_synchronized(p);
 }
 static alloc_t *find(const void *p) {
   for (int i = 0; i < nallocs; i++) if (allocs[i].live && allocs[i].p == p) return &allocs[i];
