@@ -166,32 +166,19 @@ func (gp *GraphPool) extendLocked(n int64) *block {
 		if next == nil || !next.free || next.kind != kindPooled || next.seg.exp != nil {
 			continue
 		}
-		last := s.first
-		for last.segNext != nil {
-			last = last.segNext
-		}
 		need := n
-		if last.free {
+		if last := s.last(); last.free {
 			need -= last.class
 		}
 		if next.class < need {
 			continue
 		}
-		ear := next.seg.ar
-		ear.free.remove(next)
-		next.free = false
-		a.pool.cached -= next.class
-		a.pool.split(ear, next, need)
+		a.pool.claim(next.seg.ar, next, need)
 		next.kind = kindShared
 		gp.borrowed = append(gp.borrowed, next)
 		gp.bytes += next.class
 		gp.tails[s] = next
-		r := gp.arena.record()
-		r.ptr, r.class, r.kind, r.seg = next.ptr, next.class, kindPooled, s
-		r.segPrev, last.segNext = last, r
-		s.size += r.class
-		gp.arena.cached += r.class
-		gp.arena.merge(r)
+		gp.arena.appendFree(s, next.ptr, next.class)
 		return gp.arena.get(n)
 	}
 	return nil

@@ -135,11 +135,17 @@ func (p *pool) get(n int64) *block {
 	if b == nil {
 		return nil
 	}
+	p.claim(ar, b, n)
+	return b
+}
+
+// claim takes b, a free block in ar's fit index, out of the pool's free
+// memory, split to n bytes when the rest is worth keeping.
+func (p *pool) claim(ar *arena, b *block, n int64) {
 	ar.free.remove(b)
 	b.free = false
 	p.cached -= b.class
 	p.split(ar, b, n)
-	return b
 }
 
 // split cuts b, not free, to n bytes when the rest is worth keeping as a

@@ -37,6 +37,15 @@ func (ar *arena) segments() iter.Seq[*segment] {
 // blocks yields s's blocks in address order, holes included.
 func (s *segment) blocks() iter.Seq[*block] { return blocksFrom(s.first) }
 
+// last is s's highest block, nil when it has none.
+func (s *segment) last() *block {
+	var last *block
+	for b := range s.blocks() {
+		last = b
+	}
+	return last
+}
+
 // blocksFrom yields b and the blocks after it in its segment, in address
 // order. The loop body may change the block it is at, not its successor.
 func blocksFrom(b *block) iter.Seq[*block] {

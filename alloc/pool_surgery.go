@@ -4,16 +4,11 @@ import (
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
-// Block surgery for the expandable ranges (expandable.go).
+// Block surgery for the expandable ranges (expandable.go) and the graph
+// pools' arenas (graphpool.go).
 
 // last is the range's highest block, nil when it has none.
-func (e *expandable) last() *block {
-	var last *block
-	for b := range e.seg.blocks() {
-		last = b
-	}
-	return last
-}
+func (e *expandable) last() *block { return e.seg.last() }
 
 // cut splits b at p, inside it, and returns the upper part: a block of
 // the same kind, free flag off, linked after b. b must not be in a fit
@@ -126,4 +121,17 @@ func (p *pool) carve(e *expandable, start, n int64) *block {
 	}
 	p.split(ar, b, n)
 	return b
+}
+
+// appendFree adds n bytes at ptr, just past the end of s, to s as a free
+// block, merged with a free block it follows: a graph pool's segment
+// extended over memory it borrowed (GraphPool.extendLocked).
+func (p *pool) appendFree(s *segment, ptr driver.DevicePtr, n int64) {
+	last := s.last()
+	r := p.record()
+	r.ptr, r.class, r.kind, r.seg = ptr, n, kindPooled, s
+	r.segPrev, last.segNext = last, r
+	s.size += n
+	p.cached += n
+	p.merge(r)
 }
