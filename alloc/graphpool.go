@@ -28,7 +28,6 @@ type GraphPool struct {
 	arena    pool
 	borrowed []*block
 	tails    map[*segment]*block // each arena segment's last borrowed block (extendLocked)
-	bytes    int64               // what borrowed holds
 	users    int                 // live graphs of the pool and captures recording into it
 	out      int                 // blocks out of the arena: handed out, or held by a reference
 	closed   bool                // Close was called
@@ -63,7 +62,11 @@ func (gp *GraphPool) BeginCapture(mode CaptureMode) error {
 func (gp *GraphPool) Bytes() int64 {
 	gp.a.mu.Lock()
 	defer gp.a.mu.Unlock()
-	return gp.bytes
+	var n int64
+	for _, b := range gp.borrowed {
+		n += b.class
+	}
+	return n
 }
 
 // Close closes the pool: no capture into it is accepted from now on, and
@@ -141,7 +144,6 @@ func (gp *GraphPool) borrowLocked(n int64) *block {
 		if b := a.pool.get(want); b != nil {
 			b.kind = kindShared // the allocator's snapshot shows it as graphs' memory
 			gp.borrowed = append(gp.borrowed, b)
-			gp.bytes += b.class
 			blk := gp.arena.addSegment(b.ptr, b.class, n)
 			gp.tails[blk.seg] = b
 			return blk
@@ -176,7 +178,6 @@ func (gp *GraphPool) extendLocked(n int64) *block {
 		a.pool.claim(next.seg.ar, next, need)
 		next.kind = kindShared
 		gp.borrowed = append(gp.borrowed, next)
-		gp.bytes += next.class
 		gp.tails[s] = next
 		gp.arena.appendFree(s, next.ptr, next.class)
 		return gp.arena.get(n)
@@ -218,7 +219,7 @@ func (gp *GraphPool) disposeLocked() {
 		b.kind = kindPooled
 		a.pool.put(b)
 	}
-	gp.borrowed, gp.bytes, gp.tails = nil, 0, nil
+	gp.borrowed, gp.tails = nil, nil
 	gp.arena = pool{}
 	delete(a.graphPools, gp)
 }
