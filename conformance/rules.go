@@ -11,7 +11,7 @@ import (
 // the rule's stable name (what -run patterns, the fakes' group lists and
 // the guides cite) and whose check, a function named after what it holds,
 // proves it on a fresh driver. No function of the package runs over 80
-// lines (TestConformanceFunctionsAreShort), so every check fits a screen.
+// lines (TestNoFunctionOver80Lines), so every check fits a screen.
 
 // rule is one row of a group's table.
 type rule struct {
