@@ -5,6 +5,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,15 +20,23 @@ const maxFuncLines = 80
 
 // TestNoFunctionOver80Lines holds every function of package conformance,
 // test files included, declared or literal, to maxFuncLines.
+//
+// go test runs it in the package's directory; a test binary run
+// elsewhere (.ci/run's arm64 binary under qemu runs from the repository
+// root) has no source to read and says so.
 func TestNoFunctionOver80Lines(t *testing.T) {
+	if _, err := os.Stat("funclen_test.go"); err != nil {
+		wd, _ := os.Getwd()
+		t.Skipf("not in the package's source directory (%s): the bound is checked where go test runs", wd)
+	}
 	names, err := filepath.Glob("*.go")
 	require.NoError(t, err)
-	require.NotEmpty(t, names)
 	fset := token.NewFileSet()
 	var files []*ast.File
 	for _, name := range names {
 		f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
 		require.NoError(t, err)
+		require.Contains(t, []string{"conformance", "conformance_test"}, f.Name.Name, "%s is not package conformance", name)
 		files = append(files, f)
 	}
 	for _, long := range longFunctions(fset, files, maxFuncLines) {
