@@ -69,25 +69,6 @@ func chromiumPath() string {
 	return ""
 }
 
-// lockedWriter collects the browser's output, which its process writes
-// from two pipes at once.
-type lockedWriter struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(p)
-}
-
-func (w *lockedWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
-}
-
 // startBrowser starts one headless Chromium for the test and opens a tab,
 // or skips the test, saying why, when no browser is installed. The
 // browser is offline: it asks nothing of the network by itself (no
@@ -119,8 +100,6 @@ func startBrowser(t *testing.T) *browserTab {
 	if os.Geteuid() == 0 {
 		opts = append(opts, chromedp.NoSandbox) // Chromium refuses to run as root with its sandbox
 	}
-	out := &lockedWriter{}
-	opts = append(opts, chromedp.CombinedOutput(out))
 	parent, stop := context.WithTimeout(context.Background(), 5*time.Minute)
 	actx, cancelAlloc := chromedp.NewExecAllocator(parent, opts...)
 	ctx, cancelTab := chromedp.NewContext(actx)
@@ -129,8 +108,8 @@ func startBrowser(t *testing.T) *browserTab {
 		cancelAlloc() // waits for the browser to exit, before t.TempDir is removed
 		stop()
 	})
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("starting %s: %v\nits output:\n%s", path, err, out)
+	if err := chromedp.Do(ctx); err != nil { // a browser that exits at start: the error holds its output
+		t.Fatalf("starting %s: %v", path, err)
 	}
 	tab := &browserTab{ctx: ctx, urls: map[network.RequestID]string{}}
 	if err := chromedp.Listen(ctx, tab.record); err != nil {
