@@ -226,32 +226,44 @@ func newWorkload(t testing.TB) *workload {
 }
 
 // The workload is in the state its doc (and the docs' screenshots) say:
-// every block state has bytes, the pool holds its 64 graphs' memory,
-// there are 65 live graphs, and the decoder's history holds the
-// out-of-memory error.
+// every block state has bytes in the decoder, the pool holds memory of
+// its own, there are 65 live graphs; in the history, the pool's captures
+// take nothing from the driver, the out-of-memory error is there once,
+// and the reclaim ladder gave segments back before it; the prefill
+// allocator has live and wholly cached memory.
 func TestWorkloadState(t *testing.T) {
 	w := newWorkload(t)
 	s, err := w.decoder.Snapshot()
 	require.NoError(t, err)
 	for _, st := range memmap.BlockStates() {
-		if st != memmap.BlockCachedSegment {
-			require.Positive(t, s.Bytes[st], "decoder: no bytes %s", st)
-		}
+		require.Positive(t, s.Bytes[st], "decoder: no bytes %s", st)
 	}
 	require.Len(t, s.Graphs, poolGraphs+1)
 	require.Positive(t, w.poolBytes)
 	require.GreaterOrEqual(t, s.Bytes[memmap.BlockGraphOwned], w.poolBytes+6<<20, "the pool's memory and the prefill graph's are graph-owned")
 	require.EqualValues(t, 1, s.Stats.OutOfMemory)
+
 	h, err := historyOf(w.decoder)
 	require.NoError(t, err)
-	var ooms int
+	require.Equal(t, h.Recorded, uint64(len(h.Events)), "the history keeps every event")
+	var captures, ooms, unmapped int
 	for _, e := range h.Events {
-		if e.Kind == memmap.EventOutOfMemory {
+		switch e.Kind {
+		case memmap.EventCaptureBegin:
+			captures++
+		case memmap.EventSegmentMap:
+			require.False(t, captures > 0 && captures <= poolGraphs, "a capture into the pool took memory from the driver (event %d)", e.Seq)
+		case memmap.EventSegmentUnmap:
+			if ooms == 0 {
+				unmapped++
+			}
+		case memmap.EventOutOfMemory:
 			ooms++
 		}
 	}
+	require.Equal(t, poolGraphs+1, captures)
 	require.Equal(t, 1, ooms, "the out-of-memory error is in the history")
-	require.Equal(t, h.Recorded, uint64(len(h.Events)), "the history keeps every event")
+	require.Positive(t, unmapped, "the reclaim ladder gave no segment back before the error")
 
 	p, err := w.prefill.Snapshot()
 	require.NoError(t, err)
