@@ -147,13 +147,10 @@ func (a *Allocator) validateLocked(b Buffer, off, n int64) error {
 
 // live/dead bookkeeping, caller holds a.mu.
 
-func (a *Allocator) handOutLocked(b *block, size int64) Buffer {
-	return a.handOutOwedLocked(b, size, 0)
-}
-
-// handOutOwedLocked is handOutLocked publishing owed (at most 0: bytes the
-// lane's shards freed, from lane.flushOwedLocked) with the allocation.
-func (a *Allocator) handOutOwedLocked(b *block, size, owed int64) Buffer {
+// handOutLocked makes b a live buffer of size bytes, publishing owed with
+// the allocation (at most 0: bytes the lane's shards freed, from
+// lane.flushOwedLocked; 0 elsewhere).
+func (a *Allocator) handOutLocked(b *block, size, owed int64) Buffer {
 	b.size = size
 	gen := b.state.Add(1) // odd: live
 	if b.kind == kindPooled {
