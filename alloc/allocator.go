@@ -80,6 +80,9 @@ func New(drv driver.Driver, opts Options) (*Allocator, error) {
 	if err := driver.CheckAlignment(info.Alignment); err != nil {
 		return nil, &Error{Op: "New", Backend: drv.Name(), Size: -1, Err: err}
 	}
+	if err := checkHistory(opts); err != nil {
+		return nil, &Error{Op: "New", Backend: drv.Name(), Size: -1, Err: err}
+	}
 	a := &Allocator{
 		drv:        drv,
 		backend:    drv.Name(),
@@ -100,7 +103,7 @@ func New(drv driver.Driver, opts Options) (*Allocator, error) {
 		return nil, &Error{Op: "New", Backend: a.backend, Size: -1, Err: err}
 	}
 	a.stream = s
-	a.stats.hist = newHistory(opts)
+	a.stats.hist = newHistory(a)
 	a.pool.init(a, a.info.Alignment, a.info.TotalMemory, driverUpstream{a})
 	a.lane.init(a)
 	a.guard = newGuard(&a.mu, a, &a.releases, drv, s, info, opts)
