@@ -33,7 +33,9 @@ import (
 // Leaves, under which no other lock is taken: the domain's lock (domain.mu)
 // and the domain registry's, the gate's own mutex, the watchdog monitor's
 // lock (watches.mu), the allocator registry's lock (registry.go), the
-// allocation history's lock (history.go: taken under mu or a shard's).
+// allocation history's lock (history.go: taken under mu or a shard's),
+// its file writer's (history_file.go: taken under mu, never held while
+// the history's is taken).
 type Allocator struct {
 	drv     driver.Driver
 	backend string

@@ -21,7 +21,7 @@ import (
 // lock is held. At most one snapshot waits: a newer one replaces it
 // (latest wins), in the same memory, and the memory of the last one
 // written is kept for the next. The goroutine runs only while there is
-// something to write; FlushHistoryFile and Close wait for it.
+// something to write; FlushHistoryFiles and Close wait for it.
 //
 // The file is a shared-directory file handled as untrusted: the
 // directory is opened once per write and checked (checkHistoryDir), and

@@ -56,12 +56,13 @@ type Options struct {
 	// HistoryFile, with History on, is where the history is written at
 	// each out-of-memory error: a snapshot taken when the error is made,
 	// written in the background (latest wins), replacing the file whole.
-	// The file must be a regular file or absent, in a directory owned by
-	// the process's user or root that others cannot write to unless it
-	// is sticky; New refuses one that is not (ErrHistoryFileRefused), and
-	// a later write to one is refused, logged and counted (History's
-	// File). Close and FlushHistoryFiles wait for a write in progress.
-	// docs/allocation-history.md, "At out-of-memory".
+	// The file must be a regular file or absent, in a directory (not a
+	// symlink) owned by the process's user or root that others cannot
+	// write to unless it is sticky; New refuses one that is not
+	// (ErrHistoryFileRefused), and a later write to one is refused,
+	// logged and counted (memmap.History.File). Close and
+	// FlushHistoryFiles wait for a write in progress.
+	// docs/allocation-history.md, "Reading it".
 	HistoryFile string
 }
 
