@@ -24,7 +24,8 @@ func (a *Allocator) WriteHistory(w io.Writer) error {
 	return encodeHistory(w, readHistory(a, -1))
 }
 
-// The views read a bounded window (alloc/internal/registry.History).
+// The views read a bounded window: registry.History, in
+// alloc/internal/registry.
 func init() {
 	allochooks.History = func(a any, maxEvents int) any { return readHistory(a.(*Allocator), maxEvents) }
 }

@@ -45,9 +45,8 @@ type History struct {
 	// Capacity is how many events the history keeps (alloc.Options.History):
 	// 0 when it is off. Recorded counts every event since Start; the
 	// Recorded - len(Events) oldest are not listed: Truncated of them are
-	// still kept but older than the window asked for
-	// (alloc.Allocator.History's maxEvents, allocview's max_events), the
-	// rest are gone from the ring.
+	// still kept but older than the window a view asked for (allocview's
+	// max_events), the rest are gone from the ring.
 	Capacity  int    `json:"capacity"`
 	Recorded  uint64 `json:"recorded"`
 	Truncated int    `json:"truncated,omitempty"`
