@@ -26,6 +26,10 @@ var (
 	BytesByState func(a any) (any, error)
 	// ProfileRate is alloc.SetProfileRate's current rate.
 	ProfileRate func() int
+	// History is an allocator's newest maxEvents events
+	// (memmap.History; every event kept when maxEvents < 0), its
+	// history's lock held only to copy them.
+	History func(a any, maxEvents int) any
 )
 
 // The IPC memory calls, for the symmetric heap (and the conformance

@@ -43,3 +43,12 @@ func BytesByState(a *alloc.Allocator) (map[memmap.BlockState]int64, error) {
 	}
 	return m.(map[memmap.BlockState]int64), nil
 }
+
+// History is a's newest maxEvents events, oldest first (every event
+// kept when maxEvents < 0): alloc.Allocator.WriteHistory's history,
+// bounded. The history's lock, which a's allocations and frees take, is
+// held only to copy those events (256 B each); Truncated counts the kept
+// events left out.
+func History(a *alloc.Allocator, maxEvents int) memmap.History {
+	return allochooks.History(a, maxEvents).(memmap.History)
+}
