@@ -16,9 +16,10 @@ import (
 // reading holds. A change that needs more says why here: issue 30 adds
 // graph pools (a type, its methods and the allocator's method that makes
 // one) and the two option parsers; issue 31 the allocator's summary and
-// history writer.
+// history writer; Allocator.WatchdogTimeout lets the nccl package bound its
+// waits by the allocator's own deadline.
 const (
-	maxExports     = 90  // exported top-level names plus exported methods of exported types
+	maxExports     = 91  // exported top-level names plus exported methods of exported types
 	maxMethods     = 50  // methods of any one type, unexported included
 	maxFileLines   = 400 // non-test files
 	shapeTestLabel = "docs/design.md, Layers"
