@@ -60,7 +60,6 @@ type Allocator struct {
 	workspaces map[string]*block
 	stats      counters   // every counter; Stats derives from it (stats.go)
 	prof       memProfile // sampled allocations (profile.go)
-	graphIDs   int        // last Graph.id given (snapshot.go)
 }
 
 // New makes an allocator with its own stream on drv. The caller keeps

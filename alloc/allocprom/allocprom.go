@@ -22,8 +22,16 @@
 //	capalloc_capture_allocs_total, capalloc_captures_total,
 //	capalloc_failed_captures_total, capalloc_watchdog_timeouts_total,
 //	capalloc_out_of_memory_total, capalloc_reclaim_retries_total   (counters)
-//	capalloc_fragmentation_ratio   reserved over in use, 0 when nothing is
-//	    in use (a gauge)
+//	capalloc_fragmentation_ratio   reserved over in use, both over the
+//	    memory graphs do not hold (memmap.Snapshot.Fragmentation), 0 when
+//	    nothing outside graphs is in use (a gauge)
+//	capalloc_graph_memory_bytes   what graphs hold: graph-owned, graph-pool
+//	    and held-for-graph memory (a gauge)
+//	capalloc_graph_pool_bytes{pool=...,pool_id=...},
+//	capalloc_graph_pool_free_bytes{...}, capalloc_graph_pool_graphs{...}
+//	    each graph pool's memory, what of it is free for its next
+//	    captures, and its live graphs (gauges; pool is the name given with
+//	    alloc.GraphPool.SetName, pool_id its ID, unique in the process)
 //	capalloc_device_total_bytes, capalloc_device_free_bytes   the device's
 //	    memory; free only where the driver can tell (driver.MemInfoer),
 //	    every user of the device counted (gauges)
@@ -35,6 +43,7 @@
 package allocprom
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -85,7 +94,6 @@ var metrics = []metric{
 	counter("capalloc_watchdog_timeouts_total", "Driver calls and captures the watchdog gave up on.", func(s alloc.Stats) float64 { return float64(s.Timeouts) }),
 	counter("capalloc_out_of_memory_total", "Allocations that failed for lack of device memory.", func(s alloc.Stats) float64 { return float64(s.OutOfMemory) }),
 	counter("capalloc_reclaim_retries_total", "Allocations retried after the reclaim ladder gave memory back.", func(s alloc.Stats) float64 { return float64(s.ReclaimRetries) }),
-	gauge("capalloc_fragmentation_ratio", "Bytes reserved over bytes in use (0 when nothing is in use).", func(s alloc.Stats) float64 { return s.Fragmentation() }),
 }
 
 // The device's memory, from the driver rather than alloc.Stats: the
@@ -94,6 +102,17 @@ var metrics = []metric{
 var (
 	deviceTotal = prometheus.NewDesc("capalloc_device_total_bytes", "Device memory the driver can hand out.", labels, nil)
 	deviceFree  = prometheus.NewDesc("capalloc_device_free_bytes", "Free device memory, every user of the device counted, where the driver can tell.", labels, nil)
+)
+
+// The figures of the walk (memmap.Snapshot without its blocks) rather
+// than of alloc.Stats: graphs' memory, and fragmentation without it.
+var (
+	fragmentation = prometheus.NewDesc("capalloc_fragmentation_ratio", "Bytes reserved over bytes in use, graphs' memory left out of both (0 when nothing outside graphs is in use).", labels, nil)
+	graphMemory   = prometheus.NewDesc("capalloc_graph_memory_bytes", "Device memory graphs hold: states graph-owned, graph-pool and held-for-graph.", labels, nil)
+	poolLabels    = append([]string{"pool", "pool_id"}, labels...)
+	poolBytes     = prometheus.NewDesc("capalloc_graph_pool_bytes", "Device memory a graph pool borrowed from the allocator's cache: what its graphs share.", poolLabels, nil)
+	poolFree      = prometheus.NewDesc("capalloc_graph_pool_free_bytes", "Of a graph pool's memory, the bytes free for its next captures.", poolLabels, nil)
+	poolGraphs    = prometheus.NewDesc("capalloc_graph_pool_graphs", "A graph pool's live graphs (and the capture recording into it).", poolLabels, nil)
 )
 
 var memoryBytes = prometheus.NewDesc("capalloc_memory_bytes",
@@ -112,6 +131,9 @@ func (*Collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- m.desc
 	}
 	ch <- memoryBytes
+	for _, d := range []*prometheus.Desc{fragmentation, graphMemory, poolBytes, poolFree, poolGraphs} {
+		ch <- d
+	}
 	ch <- deviceTotal
 	ch <- deviceFree
 }
@@ -119,17 +141,25 @@ func (*Collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect reads every open allocator now. One closed meanwhile is left out.
 func (*Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, a := range registry.Allocators() {
-		byState, err := registry.BytesByState(a)
+		u, err := registry.Usage(a)
 		if err != nil {
 			continue // closed meanwhile
 		}
 		lv := []string{label(a.Driver().Name()), label(a.Info().Name), label(registry.Name(a))}
-		s := a.Stats()
+		s := alloc.Stats(u.Stats)
 		for _, m := range metrics {
 			ch <- constMetric(m.desc, m.kind, m.value(s), lv...)
 		}
 		for _, st := range memmap.BlockStates() {
-			ch <- constMetric(memoryBytes, prometheus.GaugeValue, float64(byState[st]), append([]string{string(st)}, lv...)...)
+			ch <- constMetric(memoryBytes, prometheus.GaugeValue, float64(u.Bytes[st]), append([]string{string(st)}, lv...)...)
+		}
+		ch <- constMetric(fragmentation, prometheus.GaugeValue, u.Fragmentation(), lv...)
+		ch <- constMetric(graphMemory, prometheus.GaugeValue, float64(u.GraphBytes()), lv...)
+		for _, p := range u.Pools {
+			plv := append([]string{label(p.Name), strconv.Itoa(p.ID)}, lv...)
+			ch <- constMetric(poolBytes, prometheus.GaugeValue, float64(p.Bytes), plv...)
+			ch <- constMetric(poolFree, prometheus.GaugeValue, float64(p.FreeBytes), plv...)
+			ch <- constMetric(poolGraphs, prometheus.GaugeValue, float64(len(p.Graphs)), plv...)
 		}
 		ch <- constMetric(deviceTotal, prometheus.GaugeValue, float64(a.Info().TotalMemory), lv...)
 		if mi, ok := a.Driver().(driver.MemInfoer); ok {
