@@ -43,13 +43,13 @@ func (g *Graph) ID() int { return g.id }
 // none.
 func (g *Graph) Name() string { return g.name }
 
-// graphLabel is how messages and views name a graph: "batch-8 (graph
-// 12)", or "graph 12" without a name.
+// graphLabel is how messages name a graph: `"batch-8" (graph 12)`, or
+// "graph 12" without a name (the views write memmap's, unquoted).
 func graphLabel(id int, name string) string {
 	if name == "" {
 		return fmt.Sprintf("graph %d", id)
 	}
-	return fmt.Sprintf("%s (graph %d)", name, id)
+	return fmt.Sprintf("%q (graph %d)", name, id)
 }
 
 // Warnings lists what the capture did that an engine should fix (a

@@ -2,6 +2,7 @@ package alloc_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -85,4 +86,32 @@ func TestGraphPoolNameInTheSnapshot(t *testing.T) {
 	require.NoError(t, gp.Close())
 	require.NoError(t, a.Free(out))
 	require.NoError(t, a.Close())
+}
+
+// The leak report at Close names what is open: a graph by name and
+// number, with its pool; a pool closed before its graph is not reported
+// as open, and the report says its memory waited for the graph.
+func TestLeakReportNamesGraphsAndPools(t *testing.T) {
+	a, _ := newPoolAllocator(t, poolStep)
+	out, err := a.Alloc(512)
+	require.NoError(t, err)
+	gp := a.NewGraphPool()
+	gp.SetName("decode")
+	g, err := a.WithCapture(alloc.CaptureOptions{Pool: gp, Name: "batch-8"}, func() error {
+		_, err := a.Alloc(4096)
+		return err
+	})
+	require.NoError(t, err)
+	require.NoError(t, gp.Close(), "the pool closes; its memory waits for its graph")
+	open := a.NewGraphPool()
+	open.SetName("prefill")
+	require.NoError(t, a.Free(out))
+	err = a.Close()
+	require.ErrorIs(t, err, alloc.ErrLeaked)
+	msg := err.Error()
+	require.Contains(t, msg, fmt.Sprintf(`1 graph(s) not closed: "batch-8" (graph %d) of graph pool "decode" (pool `, g.ID()))
+	require.Contains(t, msg, "which was closed and kept its memory for this graph")
+	require.Contains(t, msg, `1 graph pool(s) not closed: "prefill" (pool `)
+	require.NotContains(t, msg, `"decode" (pool 1) not closed`)
+	require.Equal(t, 1, strings.Count(msg, "graph pool(s) not closed"), msg)
 }

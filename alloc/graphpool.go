@@ -2,6 +2,8 @@ package alloc
 
 import (
 	"fmt"
+	"runtime"
+	"slices"
 	"sync/atomic"
 )
 
@@ -27,8 +29,9 @@ import (
 // Its methods are safe for concurrent use.
 type GraphPool struct {
 	a    *Allocator
-	id   int    // process-wide, never given twice (poolIDs)
-	name string // SetName
+	id   int          // process-wide, never given twice (poolIDs)
+	name string       // SetName
+	stk  *stackRecord // where it was made: its memory's place in the profile (pprof.go)
 	// arena is pool.go's geometry over the memory the pool borrowed: each
 	// of its segments is one block of the allocator's pool (borrowed),
 	// taken from its cache and not handed to anyone else until dispose.
@@ -45,7 +48,9 @@ type GraphPool struct {
 // are no longer wanted: the memory goes back once both it and its last
 // graph are closed.
 func (a *Allocator) NewGraphPool() *GraphPool {
-	gp := &GraphPool{a: a, id: int(poolIDs.Add(1)), tails: map[*segment]*block{}}
+	var pcs [maxStack]uintptr
+	n := runtime.Callers(1, pcs[:])
+	gp := &GraphPool{a: a, id: int(poolIDs.Add(1)), tails: map[*segment]*block{}, stk: &stackRecord{pcs: slices.Clone(pcs[:n])}}
 	// No upstream: the arena never grows or gives back by itself (pool.grow,
 	// the reclaim ladder); borrowLocked and disposeLocked do.
 	gp.arena.init(a, a.info.Alignment, a.info.TotalMemory, nil)

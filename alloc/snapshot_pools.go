@@ -27,11 +27,7 @@ func (gp *GraphPool) idOrZero() int {
 // the segments' walk (poolBlocks). Caller holds a.mu; the graphs were
 // walked.
 func (w *memWalk) walkPools(a *Allocator) {
-	gps := make([]*GraphPool, 0, len(a.graphPools))
-	for gp := range a.graphPools {
-		gps = append(gps, gp)
-	}
-	slices.SortFunc(gps, func(x, y *GraphPool) int { return cmp.Compare(x.id, y.id) })
+	gps := sortedPools(a)
 	w.lent = make(map[*block]int)
 	w.arenas = make([][]*block, len(gps))
 	for i, gp := range gps {
@@ -118,4 +114,39 @@ func (w *memWalk) poolBlocks(i int, lent *block, segPtr driver.DevicePtr) {
 			blk.Pool, blk.Graph = w.pools[i].ID, graph
 		}
 	}
+}
+
+// labels are the profile's graph and pool labels of c's allocations:
+// memmap's names, "batch-8 (graph 12)" and "decode (pool 3)".
+func (c *capture) labels() (graph, pool string) {
+	graph = memmap.GraphInfo{ID: c.id, Name: c.name}.Label()
+	if c.pool != nil {
+		pool = memmap.PoolInfo{ID: c.pool.id, Name: c.pool.name}.Label()
+	}
+	return graph, pool
+}
+
+// poolSamplesLocked counts, for the profile, each graph pool's memory
+// that no live buffer of its graphs holds, exactly (rate 1), at the call
+// that made the pool. Caller holds a.mu.
+func poolSamplesLocked(a *Allocator) []inUseSample {
+	var out []inUseSample
+	for _, gp := range sortedPools(a) {
+		var held int64
+		for _, b := range gp.borrowed {
+			held += b.class
+		}
+		for s := range gp.arena.segments() {
+			for b := range s.blocks() {
+				if b.live() {
+					held -= b.size
+				}
+			}
+		}
+		if held > 0 {
+			out = append(out, inUseSample{stk: gp.stk, own: ownerGraphPool, size: held, rate: 1,
+				pool: memmap.PoolInfo{ID: gp.id, Name: gp.name}.Label()})
+		}
+	}
+	return out
 }

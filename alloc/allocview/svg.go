@@ -92,6 +92,7 @@ func appendMap(b []byte, s memmap.Snapshot, y int) ([]byte, int) {
 		s.Backend, s.Device, bytesText(s.Stats.BytesReserved), bytesText(s.Stats.BytesInUse), bytesText(cached),
 		plural(len(s.Segments), "segment"), plural(graphs, "live graph"))))
 	b, y = appendLegend(b, s, y+8, cached)
+	names := newMapNames(s)
 	scale := newSegmentScale(s.Segments)
 	y += 6
 	for _, line := range scale.explain() {
@@ -106,24 +107,11 @@ func appendMap(b []byte, s memmap.Snapshot, y int) ([]byte, int) {
 			break
 		}
 		b = fmt.Appendf(b, `<text x="10" y="%d" font-size="%d" font-family="monospace">%s<title>%s</title></text>`+"\n",
-			y+barHeight-3, labelFont, esc(segmentLabel(seg)), esc(segmentTitle(seg)))
-		b = appendBar(b, seg, y, scale.width(seg))
+			y+barHeight-3, labelFont, esc(segmentLabel(seg)), esc(names.segmentTitle(seg)))
+		b = appendBar(b, seg, y, scale.width(seg), names)
 		y += rowHeight
 	}
-	if len(s.Graphs) > 0 {
-		y += 6
-		b = fmt.Appendf(b, `<text x="10" y="%d" font-size="13" font-weight="bold">graphs</text>`+"\n", y+12)
-		y += rowHeight
-		for _, g := range s.Graphs {
-			text := fmt.Sprintf("%s: owns %s (%s), holds %s (%s freed by the engine), uses %s (%s live)",
-				graphName(g.ID, g.Capturing), bytesText(g.OwnedBytes), plural(g.OwnedBlocks, "block"), bytesText(g.HeldBytes), plural(g.HeldBlocks, "block"), bytesText(g.UsedBytes), plural(g.UsedBlocks, "block"))
-			if g.Eager {
-				text += " (eager fallback)"
-			}
-			b = fmt.Appendf(b, `<text x="20" y="%d" font-size="12">%s</text>`+"\n", y+12, esc(text))
-			y += rowHeight
-		}
-	}
+	b, y = appendGraphTables(b, s, y)
 	return b, y + 10
 }
 
@@ -219,22 +207,18 @@ func segmentLabel(seg memmap.Segment) string {
 }
 
 // segmentTitle is a segment's tooltip.
-func segmentTitle(seg memmap.Segment) string {
+func (n mapNames) segmentTitle(seg memmap.Segment) string {
 	t := fmt.Sprintf("%s segment @%#x: %s in %s", seg.Kind, uint64(seg.Ptr), bytesText(seg.Size), plural(len(seg.Blocks), "block"))
 	if seg.Expandable {
 		t = fmt.Sprintf("%s expandable range @%#x: %s mapped of a %s span (the gaps are unmapped), %s", seg.Kind, uint64(seg.Ptr), bytesText(seg.Size), bytesText(seg.Span), plural(len(seg.Blocks), "block"))
 	}
 	if seg.Kind == "graph" {
-		t += "; allocated in a capture, owned by " + graphName(seg.Graph, seg.Graph == 0)
+		t += "; allocated in a capture, owned by " + n.graph(seg.Graph)
+	}
+	if pools := n.poolsIn(seg); pools != "" {
+		t += "; lent to " + pools
 	}
 	return t
-}
-
-func graphName(id int, recording bool) string {
-	if recording {
-		return "the capture recording now"
-	}
-	return fmt.Sprintf("graph %d", id)
 }
 
 // capturing is 1 when the snapshot's graphs include the recording capture.
