@@ -36,6 +36,15 @@
 //	    memory; free only where the driver can tell (driver.MemInfoer),
 //	    every user of the device counted (gauges)
 //
+// and, for the step executor (alloc/step) of the whole process, labelled
+// by the step's name (step.Config.Name) only:
+//
+//	capalloc_step_fallbacks_total{step=...,reason=...}   captures that
+//	    failed, so the step ran its captured region eagerly, by reason
+//	    (step.Stats.Reason: sync-in-capture, incompatible-op, ...)
+//	capalloc_step_eager_runs_total{step=...}   eager runs of the captured
+//	    region after a failed capture (counters)
+//
 // "Cached" means reserved from the driver and not in use, as everywhere
 // in capalloc: capalloc_cached_bytes is the sum of the two cached states'
 // capalloc_memory_bytes (both read in one scrape, a moment apart: while
@@ -52,6 +61,7 @@ import (
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/alloc/internal/registry"
 	"github.com/capalloc/capalloc/alloc/memmap"
+	"github.com/capalloc/capalloc/alloc/step"
 )
 
 // labels every metric carries.
@@ -115,6 +125,12 @@ var (
 	poolGraphs    = prometheus.NewDesc("capalloc_graph_pool_graphs", "A graph pool's live graphs (and the capture recording into it).", poolLabels, nil)
 )
 
+// The step executor's process totals (step.ProcessTotals).
+var (
+	stepFallbacks = prometheus.NewDesc("capalloc_step_fallbacks_total", "Captures of a step that failed, so it ran its captured region eagerly, by reason.", []string{"step", "reason"}, nil)
+	stepEagerRuns = prometheus.NewDesc("capalloc_step_eager_runs_total", "Eager runs of a step's captured region after a failed capture.", []string{"step"}, nil)
+)
+
 var memoryBytes = prometheus.NewDesc("capalloc_memory_bytes",
 	"Device memory held from the driver, by what its blocks are doing (memmap.BlockState).",
 	append([]string{"state"}, labels...), nil)
@@ -131,15 +147,22 @@ func (*Collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- m.desc
 	}
 	ch <- memoryBytes
-	for _, d := range []*prometheus.Desc{fragmentation, graphMemory, poolBytes, poolFree, poolGraphs} {
+	for _, d := range []*prometheus.Desc{fragmentation, graphMemory, poolBytes, poolFree, poolGraphs, stepFallbacks, stepEagerRuns} {
 		ch <- d
 	}
 	ch <- deviceTotal
 	ch <- deviceFree
 }
 
-// Collect reads every open allocator now. One closed meanwhile is left out.
+// Collect reads every open allocator now, and the steps' totals. An
+// allocator closed meanwhile is left out.
 func (*Collector) Collect(ch chan<- prometheus.Metric) {
+	for _, t := range step.ProcessTotals() {
+		for r, n := range t.Fallbacks {
+			ch <- constMetric(stepFallbacks, prometheus.CounterValue, float64(n), label(t.Step), r)
+		}
+		ch <- constMetric(stepEagerRuns, prometheus.CounterValue, float64(t.EagerRuns), label(t.Step))
+	}
 	for _, a := range registry.Allocators() {
 		u, err := registry.Usage(a)
 		if err != nil {
