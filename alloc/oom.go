@@ -24,8 +24,8 @@ type oomError struct {
 	total         int64 // the device's memory (DeviceInfo.TotalMemory)
 	free          int64 // driver.MemInfoer's answer; -1 when the driver cannot tell
 	stats         Stats
-	largest       int64 // the largest free block of the pool
-	wholeFree     int64 // bytes of wholly free segments still cached
+	largest       int64  // the largest free block of the pool
+	wholeFree     int64  // bytes of wholly free segments still cached
 	expandable    bool   // the allocator's segments are expandable already
 	canExpand     bool   // its driver could make them so (driver.VirtualMemory)
 	inCapture     bool   // the request was made inside a capture of the allocator
