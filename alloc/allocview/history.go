@@ -31,8 +31,13 @@ func historyOf(a *alloc.Allocator) (memmap.History, error) {
 }
 
 // serveHistory serves view "history.json" or "timeline" of one allocator
-// or of every open one.
-func serveHistory(w http.ResponseWriter, view string, one *alloc.Allocator) {
+// or of every open one; the timeline as the query's TimelineView says.
+func serveHistory(w http.ResponseWriter, r *http.Request, what string, one *alloc.Allocator) {
+	view, err := parseTimelineView(r.URL.Query())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
 	var hs []memmap.History
 	for _, a := range chosen(one) {
 		h, err := historyOf(a)
@@ -43,7 +48,7 @@ func serveHistory(w http.ResponseWriter, view string, one *alloc.Allocator) {
 		hs = append(hs, h)
 	}
 	var buf bytes.Buffer
-	if view == "history.json" {
+	if what == "history.json" {
 		w.Header().Set("Content-Type", "application/json")
 		var v any = hs
 		if one != nil {
@@ -52,7 +57,7 @@ func serveHistory(w http.ResponseWriter, view string, one *alloc.Allocator) {
 		_ = json.NewEncoder(&buf).Encode(v)
 	} else {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		writeTimelinePage(&buf, hs, one != nil)
+		writeTimelinePage(&buf, hs, timelinePage{view: view, single: one != nil})
 	}
 	w.Write(buf.Bytes())
 }
