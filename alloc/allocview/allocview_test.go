@@ -102,7 +102,7 @@ func TestViewsOnDefaultMux(t *testing.T) {
 	require.Equal(t, "text/html; charset=utf-8", resp.Header.Get("Content-Type"))
 	page := string(body)
 	require.Contains(t, page, "<h2>view-default</h2>")
-	require.Contains(t, page, `<img src="segments.svg?allocator=view-default"`)
+	require.Contains(t, page, `<img src="segments.svg?allocator=view-default&amp;tables=off"`, "the map without the tables the page lists")
 	require.Contains(t, page, "allocations in captures")
 	require.Contains(t, page, "<td>live graphs</td><td class=\"v\">1</td>", "the counters")
 	require.Contains(t, page, "<td>out-of-memory errors / reclaim retries</td><td class=\"v\">0 / 0</td>")
@@ -110,7 +110,7 @@ func TestViewsOnDefaultMux(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, page, fmt.Sprintf("<td>fragmentation outside graphs (reserved / in use)</td><td class=\"v\">%.2f</td>", snap.Fragmentation()))
 	require.Contains(t, page, "<td>held by graphs (owned, pools, held)</td><td class=\"v\">640 KiB</td>", "graphs' memory apart")
-	require.Regexp(t, `<tr><td>graph \d+</td><td>-</td><td class="n">512 KiB \(1 block\)</td><td class="n">128 KiB \(1 block\)</td>`, page, "a graph is a row of the graphs table")
+	require.Regexp(t, `<tr><td>graph \d+</td><td>-</td><td class="n" title="1 block">512 KiB</td><td class="n" title="1 block">128 KiB</td>`, page, "a graph is a row of the graphs table")
 	require.Contains(t, page, "capture safety "+a.Info().SafetyProfile(), "the device's capture safety profile")
 
 	resp, body = get(t, base+"segments.svg"+q)
@@ -268,7 +268,7 @@ func TestViewsEscapeNames(t *testing.T) {
 	}
 	page := string(body)
 	require.Contains(t, page, "<h2>view-\uFFFD&lt;b&gt;&amp;&#34;&#39;</h2>")
-	require.Contains(t, page, `<img src="segments.svg?allocator=view-%01%3cb%3e%26%22%27"`)
+	require.Contains(t, page, `<img src="segments.svg?allocator=view-%01%3cb%3e%26%22%27&amp;tables=off"`)
 	require.NotContains(t, page, "<b>")
 
 	resp, body := get(t, srv.URL+"/segments.svg?allocator="+url.QueryEscape(name))

@@ -48,7 +48,7 @@ td.peak { text-align: right; white-space: nowrap; font-variant-numeric: tabular-
 td.site { word-break: break-all; }
 form.view { font-size: 13px; margin: 6px 0; }
 form.view input[type=text] { width: 7em; } form.view input.site { width: 16em; }
-pre.summary { font-size: 12px; background: #f6f6f6; padding: 8px 10px; overflow-x: auto; }
+pre.summary { font-size: 12px; background: #f6f6f6; padding: 8px 10px; white-space: pre-wrap; overflow-wrap: anywhere; }
 a.zoom { color: inherit; }
 </style></head><body>
 <h1>capalloc allocation timeline</h1>

@@ -81,6 +81,7 @@ type indexPool struct {
 
 type indexGraph struct {
 	Name, Pool, Owns, Holds, Uses, State string
+	OwnsN, HoldsN, UsesN                 string // the blocks, in the cells' tooltips
 	Launches                             uint64
 }
 
@@ -102,8 +103,9 @@ func graphTables(s memmap.Snapshot) (pools []indexPool, graphs []indexGraph, mor
 		if i == maxIndexGraphs {
 			return pools, graphs, len(s.Graphs) - i
 		}
-		ig := indexGraph{Name: printable(g.Label()), Pool: "-", Owns: bytesText(g.OwnedBytes) + " (" + plural(g.OwnedBlocks, "block") + ")",
-			Holds: bytesText(g.HeldBytes) + " (" + plural(g.HeldBlocks, "block") + ")", Uses: bytesText(g.UsedBytes) + " (" + plural(g.UsedBlocks, "block") + ")", Launches: g.Launches}
+		ig := indexGraph{Name: printable(g.Label()), Pool: "-", Launches: g.Launches,
+			Owns: bytesText(g.OwnedBytes), Holds: bytesText(g.HeldBytes), Uses: bytesText(g.UsedBytes),
+			OwnsN: plural(g.OwnedBlocks, "block"), HoldsN: plural(g.HeldBlocks, "block"), UsesN: plural(g.UsedBlocks, "block")}
 		if g.Pool != 0 {
 			ig.Pool = names[g.Pool]
 		}
@@ -135,6 +137,7 @@ h2 { margin: 18px 0 2px; font-size: 18px; }
 img.map { display: block; width: 100%; max-width: 1000px; height: auto; }
 table.list { font-size: 13px; }
 table.list th { text-align: left; padding: 2px 14px 2px 0; font-weight: 600; border-bottom: 1px solid #ccc; }
+table.list td { white-space: nowrap; font-size: 13px; }
 table.list td.n { text-align: right; font-variant-numeric: tabular-nums; }
 h3 { margin: 10px 0 2px; font-size: 15px; }
 </style></head><body>
@@ -153,9 +156,9 @@ h3 { margin: 10px 0 2px; font-size: 15px; }
 {{end}}</table>{{end}}
 {{if .Graphs}}<h3>graphs</h3>
 <table class="list"><tr><th>graph</th><th>pool</th><th>owns</th><th>holds</th><th>uses</th><th>launches</th><th></th></tr>
-{{range .Graphs}}<tr><td>{{.Name}}</td><td>{{.Pool}}</td><td class="n">{{.Owns}}</td><td class="n">{{.Holds}}</td><td class="n">{{.Uses}}</td><td class="n">{{.Launches}}</td><td>{{.State}}</td></tr>
+{{range .Graphs}}<tr><td>{{.Name}}</td><td>{{.Pool}}</td><td class="n" title="{{.OwnsN}}">{{.Owns}}</td><td class="n" title="{{.HoldsN}}">{{.Holds}}</td><td class="n" title="{{.UsesN}}">{{.Uses}}</td><td class="n">{{.Launches}}</td><td>{{.State}}</td></tr>
 {{end}}{{if .MoreGraphs}}<tr><td colspan="7">… {{.MoreGraphs}} more (snapshot.json lists them all)</td></tr>{{end}}</table>{{end}}
-<img src="segments.svg?allocator={{.Key}}" class="map" alt="segment map of {{.Name}}">
+<img src="segments.svg?allocator={{.Key}}&amp;tables=off" class="map" alt="segment map of {{.Name}}">
 {{else}}<p>No open allocator.</p>{{end}}
 </body></html>
 `))

@@ -15,6 +15,7 @@ var stateColors = map[memmap.BlockState]string{
 	memmap.BlockLive:           "#4e79a7",
 	memmap.BlockWorkspace:      "#9467bd",
 	memmap.BlockGraphOwned:     "#e15759",
+	memmap.BlockGraphPool:      "#f4b6b7", // graph-owned's red, lighter: free, but the pool's
 	memmap.BlockHeldForGraph:   "#f28e2b",
 	memmap.BlockCachedFragment: "#e6e6e6",
 	memmap.BlockCachedSegment:  "#b5d99c",
@@ -28,6 +29,7 @@ const (
 	svgWidth   = 800
 	labelFont  = 11              // segment labels' monospace size: 0.6 of it a character
 	labelWidth = 240             // segment labels left of the bars: 36 characters
+	maxLabel   = labelWidth * 10 / (labelFont * 6)
 	barX       = labelWidth + 10 // bars start here
 	barWidth   = svgWidth - barX - 10
 	rowHeight  = 18
@@ -46,8 +48,10 @@ const (
 	maxRows = 400
 )
 
-// writeSVG draws the segment maps of the snapshots, one under the other.
-func writeSVG(w io.Writer, snaps []memmap.Snapshot) {
+// writeSVG draws the segment maps of the snapshots, one under the other,
+// each with its graph pools' and graphs' tables unless noTables (the
+// index lists them above the map).
+func writeSVG(w io.Writer, snaps []memmap.Snapshot, noTables bool) {
 	var body []byte
 	y := 0
 	if len(snaps) == 0 {
@@ -55,7 +59,7 @@ func writeSVG(w io.Writer, snaps []memmap.Snapshot) {
 		y = 40
 	}
 	for _, s := range snaps {
-		body, y = appendMap(body, s, y)
+		body, y = appendMap(body, s, y, noTables)
 	}
 	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="100%%" viewBox="0 0 %d %d" preserveAspectRatio="xMinYMin meet" font-family="sans-serif">`+"\n", svgWidth, y)
 	fmt.Fprintf(w, `<rect width="%d" height="%d" fill="white"/>`+"\n", svgWidth, y)
@@ -76,7 +80,7 @@ func escLines(lines []string) string {
 }
 
 // appendMap draws one allocator's map from y down and returns the y after it.
-func appendMap(b []byte, s memmap.Snapshot, y int) ([]byte, int) {
+func appendMap(b []byte, s memmap.Snapshot, y int, noTables bool) ([]byte, int) {
 	y += 20
 	b = fmt.Appendf(b, `<text x="10" y="%d" font-size="15" font-weight="bold">%s</text>`+"\n", y, esc(s.Allocator))
 	y += 18
@@ -107,11 +111,13 @@ func appendMap(b []byte, s memmap.Snapshot, y int) ([]byte, int) {
 			break
 		}
 		b = fmt.Appendf(b, `<text x="10" y="%d" font-size="%d" font-family="monospace">%s<title>%s</title></text>`+"\n",
-			y+barHeight-3, labelFont, esc(segmentLabel(seg)), esc(names.segmentTitle(seg)))
+			y+barHeight-3, labelFont, esc(names.segmentLabel(seg)), esc(names.segmentTitle(seg)))
 		b = appendBar(b, seg, y, scale.width(seg), names)
 		y += rowHeight
 	}
-	b, y = appendGraphTables(b, s, y)
+	if !noTables {
+		b, y = appendGraphTables(b, s, y)
+	}
 	return b, y + 10
 }
 
@@ -195,13 +201,22 @@ func (sc segmentScale) explain() []string {
 // lie across its span.
 func extent(seg memmap.Segment) int64 { return max(seg.Size, seg.Span) }
 
-// segmentLabel is the text left of a segment's bar: kind, size, address.
-func segmentLabel(seg memmap.Segment) string {
+// segmentLabel is the text left of a segment's bar: kind, size, address;
+// a graph's allocation names the graph instead of its kind and, when that
+// leaves no room, its address (the tooltip has it).
+func (n mapNames) segmentLabel(seg memmap.Segment) string {
 	switch {
 	case seg.Expandable:
 		return fmt.Sprintf("%s %s/%s @%#x", seg.Kind, bytesText(seg.Size), bytesText(seg.Span), uint64(seg.Ptr))
 	case seg.Kind == "graph":
-		return fmt.Sprintf("graph %d: %s @%#x", seg.Graph, bytesText(seg.Size), uint64(seg.Ptr))
+		l := fmt.Sprintf("%s: %s @%#x", n.graph(seg.Graph), bytesText(seg.Size), uint64(seg.Ptr))
+		if len([]rune(l)) > maxLabel {
+			l = fmt.Sprintf("%s: %s", n.graph(seg.Graph), bytesText(seg.Size))
+		}
+		if r := []rune(l); len(r) > maxLabel {
+			l = string(r[:maxLabel-1]) + "…"
+		}
+		return l
 	}
 	return fmt.Sprintf("%s %s @%#x", seg.Kind, bytesText(seg.Size), uint64(seg.Ptr))
 }

@@ -45,7 +45,7 @@ type svgText struct {
 func parseMap(t *testing.T, snaps ...memmap.Snapshot) svgDoc {
 	t.Helper()
 	var buf bytes.Buffer
-	writeSVG(&buf, snaps)
+	writeSVG(&buf, snaps, false)
 	var d svgDoc
 	if err := xml.Unmarshal(buf.Bytes(), &d); err != nil {
 		t.Fatalf("not well-formed XML: %v\n%s", err, buf.String())
@@ -302,7 +302,7 @@ func TestMapFitsItsViewBox(t *testing.T) {
 func TestSegmentMapOfAnyName(t *testing.T) {
 	s := memmap.Snapshot{Allocator: "a\x01<b>&\"'\xff", Backend: "cpu\xfe", Device: "dev\x00\uFFFF\t"}
 	var buf bytes.Buffer
-	writeSVG(&buf, []memmap.Snapshot{s})
+	writeSVG(&buf, []memmap.Snapshot{s}, false)
 	d := xml.NewDecoder(&buf)
 	var text strings.Builder
 	for {
@@ -321,5 +321,27 @@ func TestSegmentMapOfAnyName(t *testing.T) {
 		if !strings.Contains(text.String(), want) {
 			t.Fatalf("%q not drawn; text: %q", want, text.String())
 		}
+	}
+}
+
+// A graph's segment is labelled with the graph's name and number, cut to
+// the label column (the tooltip has it whole); the index's map leaves the
+// tables out.
+func TestGraphSegmentLabels(t *testing.T) {
+	s := memmap.Snapshot{Segments: []memmap.Segment{
+		{Ptr: 2 << 40, Size: 3 << 20, Kind: "graph", Graph: 3, Blocks: []memmap.Block{{Size: 3 << 20, State: memmap.BlockGraphOwned, Graph: 3}}},
+		{Ptr: 3 << 40, Size: 1 << 20, Kind: "graph", Graph: 4, Blocks: []memmap.Block{{Size: 1 << 20, State: memmap.BlockGraphOwned, Graph: 4}}},
+	}, Graphs: []memmap.GraphInfo{{ID: 3, Name: "batch-8"}, {ID: 4, Name: "a-very-long-graph-name-for-prefill-batch-512"}}}
+	d := parseMap(t, s)
+	text := d.text()
+	for _, want := range []string{"batch-8 (graph 3): 3 MiB\n", "a-very-long-graph-name-for-prefill-…", "graphs"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("map lacks %q:\n%s", want, text)
+		}
+	}
+	var buf bytes.Buffer
+	writeSVG(&buf, []memmap.Snapshot{s}, true)
+	if strings.Contains(buf.String(), ">graphs</text>") {
+		t.Error("the tables drawn with noTables")
 	}
 }
