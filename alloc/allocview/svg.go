@@ -27,8 +27,8 @@ var stateColors = map[memmap.BlockState]string{
 // unit text draws at about 10.5 and 11.5 px); the index caps its width.
 const (
 	svgWidth   = 800
-	labelFont  = 11              // segment labels' monospace size: 0.6 of it a character
-	labelWidth = 240             // segment labels left of the bars: 36 characters
+	labelFont  = 11  // segment labels' monospace size: 0.6 of it a character
+	labelWidth = 240 // segment labels left of the bars: 36 characters
 	maxLabel   = labelWidth * 10 / (labelFont * 6)
 	barX       = labelWidth + 10 // bars start here
 	barWidth   = svgWidth - barX - 10

@@ -87,9 +87,13 @@ func stepTemp(a *alloc.Allocator) (alloc.Buffer, error) { return a.Alloc(3 << 20
 
 func prefillActivations(a *alloc.Allocator, n int64) (alloc.Buffer, error) { return a.Alloc(n) }
 
-func batchTemp(a *alloc.Allocator, batch int) (alloc.Buffer, error) { return a.Alloc(int64(batch) * 64 << 10) }
+func batchTemp(a *alloc.Allocator, batch int) (alloc.Buffer, error) {
+	return a.Alloc(int64(batch) * 64 << 10)
+}
 
-func batchOutput(a *alloc.Allocator, batch int) (alloc.Buffer, error) { return a.Alloc(int64(batch) * 4 << 10) }
+func batchOutput(a *alloc.Allocator, batch int) (alloc.Buffer, error) {
+	return a.Alloc(int64(batch) * 4 << 10)
+}
 
 // load builds the workload on drv.
 func load(drv driver.Driver) (*workload, error) {
