@@ -103,17 +103,11 @@ func graphTables(s memmap.Snapshot) (pools []indexPool, graphs []indexGraph, mor
 		if i == maxIndexGraphs {
 			return pools, graphs, len(s.Graphs) - i
 		}
-		ig := indexGraph{Name: printable(g.Label()), Pool: "-", Launches: g.Launches,
+		ig := indexGraph{Name: printable(g.Label()), Pool: "-", Launches: g.Launches, State: g.Kind(),
 			Owns: bytesText(g.OwnedBytes), Holds: bytesText(g.HeldBytes), Uses: bytesText(g.UsedBytes),
 			OwnsN: plural(g.OwnedBlocks, "block"), HoldsN: plural(g.HeldBlocks, "block"), UsesN: plural(g.UsedBlocks, "block")}
 		if g.Pool != 0 {
 			ig.Pool = names[g.Pool]
-		}
-		switch {
-		case g.Capturing:
-			ig.State = "recording"
-		case g.Eager:
-			ig.State = "eager fallback"
 		}
 		graphs = append(graphs, ig)
 	}

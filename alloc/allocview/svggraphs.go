@@ -141,11 +141,8 @@ func appendGraphTables(b []byte, s memmap.Snapshot, y int) ([]byte, int) {
 				break
 			}
 			name := g.Label()
-			switch {
-			case g.Capturing:
-				name += " (recording)"
-			case g.Eager:
-				name += " (eager fallback)"
+			if k := g.Kind(); k != "" {
+				name += " (" + k + ")"
 			}
 			pool := "-"
 			if g.Pool != 0 {

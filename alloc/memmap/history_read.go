@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 )
 
 // Reading a history back (cmd/allocview, cmd/allocreplay): a history file
@@ -72,6 +73,21 @@ func ReadHistories(r io.Reader, lim HistoryLimits) ([]History, error) {
 			}
 			return nil, err
 		}
+	}
+	return hs, nil
+}
+
+// ReadHistoryFile reads the histories in the file named name, as
+// ReadHistories does; its errors name the file.
+func ReadHistoryFile(name string, lim HistoryLimits) ([]History, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	hs, err := ReadHistories(f, lim)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return hs, nil
 }

@@ -185,6 +185,18 @@ type PoolInfo struct {
 // without a name.
 func (g GraphInfo) Label() string { return label(g.Name, "graph", g.ID) }
 
+// Kind says what sets g apart from a replayed graph: "recording" (the
+// capture recording now), "eager fallback", or "".
+func (g GraphInfo) Kind() string {
+	switch {
+	case g.Capturing:
+		return "recording"
+	case g.Eager:
+		return "eager fallback"
+	}
+	return ""
+}
+
 // Label is how views name a pool: "decode (pool 3)", or "pool 3".
 func (p PoolInfo) Label() string { return label(p.Name, "pool", p.ID) }
 

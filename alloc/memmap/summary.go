@@ -166,11 +166,8 @@ func writeGraphs(b *strings.Builder, s Snapshot) {
 			break
 		}
 		name := safeText(g.Label())
-		switch {
-		case g.Capturing:
-			name += " (recording)"
-		case g.Eager:
-			name += " (eager)"
+		if k := g.Kind(); k != "" {
+			name += " (" + k + ")"
 		}
 		pool := "-"
 		if g.Pool != 0 {

@@ -59,15 +59,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	f, err := os.Open(fs.Arg(0))
+	hs, err := memmap.ReadHistoryFile(fs.Arg(0), memmap.DefaultHistoryLimits)
 	if err != nil {
 		fmt.Fprintln(stderr, "allocreplay:", err)
-		return 1
-	}
-	hs, err := memmap.ReadHistories(f, memmap.DefaultHistoryLimits)
-	f.Close()
-	if err != nil {
-		fmt.Fprintf(stderr, "allocreplay: %s: %v\n", fs.Arg(0), err)
 		return 1
 	}
 	opened, err := backends.OpenString(context.Background(), *backend)

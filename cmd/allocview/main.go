@@ -17,7 +17,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -63,7 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	in := fs.Arg(0)
-	hs, err := readFile(in)
+	hs, err := memmap.ReadHistoryFile(in, memmap.DefaultHistoryLimits)
 	if err != nil {
 		fmt.Fprintln(stderr, "allocview:", err)
 		return 1
@@ -87,23 +86,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "wrote %s (%d histories, %d bytes)\n", dest, len(hs), page.Len())
 	}
 	return 0
-}
-
-// readFile reads the histories in the file named name.
-func readFile(name string) ([]memmap.History, error) {
-	f, err := os.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	hs, err := memmap.ReadHistories(f, memmap.DefaultHistoryLimits)
-	if err != nil {
-		if errors.Is(err, memmap.ErrInvalidHistory) || errors.Is(err, memmap.ErrHistoryTooLarge) {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		return nil, err
-	}
-	return hs, nil
 }
 
 // outName is where the page goes: out when given, else in with .html.
