@@ -24,8 +24,9 @@ type TimelineView struct {
 	// From is drawn as one series.
 	From, To uint64
 	// Site keeps only the buffers allocated at call sites whose label
-	// ("main.decode (step.go:40)") contains it, any case; bytes reserved
-	// are then not drawn (they are every site's).
+	// (the function, then its file and line, as the legend shows it)
+	// contains it, any case; bytes reserved are then not drawn (they are
+	// every site's).
 	Site string
 	// NoBaseline takes out of each series drawn the least it holds over
 	// the events shown, so the axis spans what changes; bytes reserved are

@@ -178,7 +178,7 @@ type PoolInfo struct {
 	Borrowed   int   `json:"borrowed_blocks"`
 	FreeBytes  int64 `json:"free_bytes"`
 	FreeBlocks int   `json:"free_blocks"`
-	Graphs     []int `json:"graphs"` // GraphInfo.IDs of its live graphs and capture
+	Graphs     []int `json:"graphs"` // the GraphInfo.ID of each of its live graphs and its capture
 }
 
 // Label is how views name a graph: "batch-8 (graph 12)", or "graph 12"
