@@ -62,7 +62,6 @@ type Allocator struct {
 	workspaces map[string]*block
 	stats      counters   // every counter; Stats derives from it (stats.go)
 	prof       memProfile // sampled allocations (profile.go)
-	graphIDs   int        // last Graph.id given (snapshot.go)
 }
 
 // New makes an allocator with its own stream on drv. The caller keeps
@@ -72,7 +71,7 @@ func New(drv driver.Driver, opts Options) (*Allocator, error) {
 		return nil, wrapf(ErrInvalidValue, "nil driver")
 	}
 	vm, _ := drv.(driver.VirtualMemory)
-	if opts.ExpandableSegments && (vm == nil || vm.MapGranularity() <= 0) { // 0: a wrapper over a driver without
+	if opts.ExpandableSegments && !canExpand(drv) {
 		return nil, &Error{Op: "New", Backend: drv.Name(), Size: -1, Err: fmt.Errorf("%w: expandable segments need a driver with virtual memory management (driver.VirtualMemory); backend %s has none", errors.ErrUnsupported, drv.Name())}
 	}
 	if !opts.ExpandableSegments {

@@ -9,6 +9,8 @@ import "time"
 // watchdog gives up on it (withcapture.go).
 type capture struct {
 	a         *Allocator
+	id        int    // its graph's Graph.ID, given at begin (nextGraphID)
+	name      string // CaptureOptions.Name
 	mode      CaptureMode
 	blocks    []*block // allocated in the capture: owned by the graph
 	deferred  []*block // freed in the capture but allocated before it
@@ -74,17 +76,17 @@ func (a *Allocator) CaptureAllocCount() int {
 // begin to return, each at most the watchdog's deadline, so none of them
 // runs into the new capture and a hung driver costs the caller the deadline.
 func (a *Allocator) BeginCapture(mode CaptureMode) error {
-	_, err := beginCapture(a, mode, nil)
+	_, err := beginCapture(a, mode, nil, "")
 	return err
 }
 
-// beginCapture is BeginCapture into graph pool gp (nil: none), returning
-// the capture it began.
-func beginCapture(a *Allocator, mode CaptureMode, gp *GraphPool) (*capture, error) {
+// beginCapture is BeginCapture into graph pool gp (nil: none) of a
+// capture named name, returning the capture it began.
+func beginCapture(a *Allocator, mode CaptureMode, gp *GraphPool, name string) (*capture, error) {
 	if mode < Global || mode > Relaxed {
 		return nil, a.fail("BeginCapture", -1, StateNone, wrapf(ErrInvalidValue, "capture mode %d", mode))
 	}
-	c := &capture{a: a, mode: mode, pool: gp}
+	c := &capture{a: a, id: nextGraphID(), name: name, mode: mode, pool: gp}
 	if err := c.begin(); err != nil {
 		return nil, err
 	}

@@ -76,7 +76,7 @@ func (c *capture) finishLocked(h driver.GraphHandle, err error) *Graph {
 		c.discardLocked(false)
 		return nil
 	}
-	gr := &Graph{a: a, h: h, exec: exec, cap: c}
+	gr := &Graph{a: a, h: h, exec: exec, cap: c, id: c.id, name: c.name}
 	for _, name := range c.lazyWS {
 		gr.warnings = append(gr.warnings, fmt.Sprintf("workspace %q was first allocated inside the capture; reserve it before capturing", name))
 	}

@@ -1,8 +1,11 @@
 package alloc
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 )
 
 // Close releases everything the allocator holds and destroys its stream. A
@@ -44,15 +47,16 @@ func (a *Allocator) Close() error {
 }
 
 // leaksLocked lists what Close finds alive in a: an open capture, and the
-// graphs, buffers and host buffers the caller did not release (a graph's
-// buffers, and a capture's, go with it). Caller holds a.mu.
+// graphs, buffers, host buffers and graph pools the caller did not
+// release (a graph's buffers, and a capture's, go with it), each graph
+// and pool by name. Caller holds a.mu.
 func (a *Allocator) leaksLocked() []error {
 	var leaks []error
-	if a.guard.cap != nil {
-		leaks = append(leaks, errors.New("an open capture was aborted"))
+	if c := a.guard.cap; c != nil {
+		leaks = append(leaks, fmt.Errorf("an open capture (%s) was aborted", graphLabel(c.id, c.name)))
 	}
 	if n := len(a.graphs); n > 0 {
-		leaks = append(leaks, fmt.Errorf("%d graph(s) not closed", n))
+		leaks = append(leaks, fmt.Errorf("%d graph(s) not closed: %s", n, openGraphsLocked(a)))
 	}
 	var bytes int64
 	n := 0
@@ -68,10 +72,60 @@ func (a *Allocator) leaksLocked() []error {
 	if len(a.hosts) > 0 {
 		leaks = append(leaks, fmt.Errorf("%d host buffer(s) of %d B not closed", len(a.hosts), a.stats.HostBytes))
 	}
-	if n := len(a.graphPools); n > 0 {
-		leaks = append(leaks, fmt.Errorf("%d graph pool(s) not closed", n))
+	var open []string
+	for _, gp := range sortedPools(a) {
+		if !gp.closed {
+			open = append(open, gp.label())
+		}
+	}
+	if len(open) > 0 {
+		leaks = append(leaks, fmt.Errorf("%d graph pool(s) not closed: %s", len(open), strings.Join(open, ", ")))
 	}
 	return leaks
+}
+
+// maxLeakNames bounds the graphs a leak report names; the rest are
+// counted.
+const maxLeakNames = 8
+
+// openGraphsLocked names a's open graphs for the leak report, by number,
+// each with its pool; a closed pool's memory waits for its graphs, so the
+// report says so. Caller holds a.mu.
+func openGraphsLocked(a *Allocator) string {
+	gs := make([]*Graph, 0, len(a.graphs))
+	for g := range a.graphs {
+		gs = append(gs, g)
+	}
+	slices.SortFunc(gs, func(x, y *Graph) int { return cmp.Compare(x.id, y.id) })
+	var names []string
+	for i, g := range gs {
+		if i == maxLeakNames {
+			names = append(names, fmt.Sprintf("and %d more", len(gs)-i))
+			break
+		}
+		name := graphLabel(g.id, g.name)
+		if g.cap != nil && g.cap.pool != nil {
+			gp := g.cap.pool
+			if gp.closed {
+				name += " of graph pool " + gp.label() + ", which was closed and kept its memory for this graph"
+			} else {
+				name += " of graph pool " + gp.label()
+			}
+		}
+		names = append(names, name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// sortedPools lists a's graph pools not yet disposed, by number. Caller
+// holds a.mu.
+func sortedPools(a *Allocator) []*GraphPool {
+	gps := make([]*GraphPool, 0, len(a.graphPools))
+	for gp := range a.graphPools {
+		gps = append(gps, gp)
+	}
+	slices.SortFunc(gps, func(x, y *GraphPool) int { return cmp.Compare(x.id, y.id) })
+	return gps
 }
 
 // teardownLocked is Close's work on a: it ends a capture still open and

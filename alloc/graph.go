@@ -1,6 +1,9 @@
 package alloc
 
 import (
+	"fmt"
+	"sync/atomic"
+
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
@@ -19,7 +22,34 @@ type Graph struct {
 	launched    bool
 	closed      bool
 	warnings    []string
-	id          int // the snapshot's number for it, given at the first (snapshot.go)
+	launches    uint64 // Launch calls that replayed it (or ran it eagerly)
+	id          int    // its capture's (nextGraphID)
+	name        string // CaptureOptions.Name
+}
+
+// graphIDs numbers captures, and the graphs they give, for the whole
+// process: a number is never given twice, so "graph 12" in a view, a log
+// line or an error is one graph, whichever allocator holds it.
+var graphIDs atomic.Int64
+
+// nextGraphID returns a number no capture or graph of the process had.
+func nextGraphID() int { return int(graphIDs.Add(1)) }
+
+// ID is the graph's number, given when its capture began and never given
+// again in the process: the views and the leak report name it so.
+func (g *Graph) ID() int { return g.id }
+
+// Name is the name its capture was given (CaptureOptions.Name), "" for
+// none.
+func (g *Graph) Name() string { return g.name }
+
+// graphLabel is how messages name a graph: `"batch-8" (graph 12)`, or
+// "graph 12" without a name (the views write memmap's, unquoted).
+func graphLabel(id int, name string) string {
+	if name == "" {
+		return fmt.Sprintf("graph %d", id)
+	}
+	return fmt.Sprintf("%q (graph %d)", name, id)
 }
 
 // Warnings lists what the capture did that an engine should fix (a
@@ -49,8 +79,8 @@ type eagerRun struct {
 
 // newEagerGraph runs fn once, eagerly, and returns the graph of a that
 // runs it again at every Launch.
-func newEagerGraph(a *Allocator, fn func() error) (*Graph, error) {
-	g := &Graph{a: a, eager: fn, warnings: []string{"driver cannot capture; graph runs its function eagerly"}}
+func newEagerGraph(a *Allocator, name string, fn func() error) (*Graph, error) {
+	g := &Graph{a: a, eager: fn, id: nextGraphID(), name: name, warnings: []string{"driver cannot capture; graph runs its function eagerly"}}
 	if err := g.runEager(); err != nil {
 		g.freeEagerAllocs()
 		return nil, err
@@ -116,7 +146,13 @@ func (g *Graph) Launch() error {
 	if g.eager != nil {
 		a.mu.Unlock()
 		g.freeEagerAllocs() // auto-free-on-launch
-		return g.runEager()
+		err := g.runEager()
+		if err == nil {
+			a.mu.Lock()
+			g.launches++
+			a.mu.Unlock()
+		}
+		return err
 	}
 	st, err := a.guard.stateLocked()
 	if err == nil {
@@ -135,6 +171,7 @@ func (g *Graph) Launch() error {
 	}
 	if err == nil {
 		g.launched = true
+		g.launches++
 	}
 	a.mu.Unlock()
 	if err != nil {

@@ -1,5 +1,12 @@
 package alloc
 
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"sync/atomic"
+)
+
 // GraphPool is memory that graphs captured into it share
 // (CaptureOptions.Pool), as PyTorch's graph pools
 // (torch.cuda.graph(pool=...)): a capture into the pool takes its
@@ -21,7 +28,10 @@ package alloc
 //
 // Its methods are safe for concurrent use.
 type GraphPool struct {
-	a *Allocator
+	a    *Allocator
+	id   int          // process-wide, never given twice (poolIDs)
+	name string       // SetName
+	stk  *stackRecord // where it was made: its memory's place in the profile (pprof.go)
 	// arena is pool.go's geometry over the memory the pool borrowed: each
 	// of its segments is one block of the allocator's pool (borrowed),
 	// taken from its cache and not handed to anyone else until dispose.
@@ -38,7 +48,9 @@ type GraphPool struct {
 // are no longer wanted: the memory goes back once both it and its last
 // graph are closed.
 func (a *Allocator) NewGraphPool() *GraphPool {
-	gp := &GraphPool{a: a, tails: map[*segment]*block{}}
+	var pcs [maxStack]uintptr
+	n := runtime.Callers(1, pcs[:])
+	gp := &GraphPool{a: a, id: int(poolIDs.Add(1)), tails: map[*segment]*block{}, stk: &stackRecord{pcs: slices.Clone(pcs[:n])}}
 	// No upstream: the arena never grows or gives back by itself (pool.grow,
 	// the reclaim ladder); borrowLocked and disposeLocked do.
 	gp.arena.init(a, a.info.Alignment, a.info.TotalMemory, nil)
@@ -48,13 +60,40 @@ func (a *Allocator) NewGraphPool() *GraphPool {
 	return gp
 }
 
+// poolIDs numbers graph pools for the whole process, as graphIDs numbers
+// graphs.
+var poolIDs atomic.Int64
+
+// SetName names the pool in views, metrics and messages: "decode" is
+// shown as "decode (pool 3)". It may be called at any time.
+func (gp *GraphPool) SetName(name string) {
+	gp.a.mu.Lock()
+	gp.name = name
+	gp.a.mu.Unlock()
+}
+
+// Name is the pool's name (SetName), "" for none.
+func (gp *GraphPool) Name() string {
+	gp.a.mu.Lock()
+	defer gp.a.mu.Unlock()
+	return gp.name
+}
+
+// label is how messages name the pool. Caller holds a.mu.
+func (gp *GraphPool) label() string {
+	if gp.name == "" {
+		return fmt.Sprintf("pool %d", gp.id)
+	}
+	return fmt.Sprintf("%q (pool %d)", gp.name, gp.id)
+}
+
 // BeginCapture is the allocator's BeginCapture into the pool, for engines
 // that capture with BeginCapture and EndCapture rather than WithCapture
 // (CaptureOptions.Pool): the capture's allocations share the pool's
 // memory, and the allocator's EndCapture ends it as any capture. It is
 // refused, as WithCapture into the pool is, when the pool is closed.
 func (gp *GraphPool) BeginCapture(mode CaptureMode) error {
-	_, err := beginCapture(gp.a, mode, gp)
+	_, err := beginCapture(gp.a, mode, gp, "")
 	return err
 }
 

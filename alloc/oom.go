@@ -12,8 +12,9 @@ import (
 // oomError is an allocation the device cannot hold, as a person reads it
 // (PyTorch's "Tried to allocate ..." is the model): what was asked of which
 // allocator, what the device has, what the allocator holds and the
-// largest free block it has, a hint when its cache would have held the
-// request had it been one piece, and the driver's own words. It matches
+// largest free block it has, the hints that can help (oomHints: each
+// naming the CAPALLOC_ALLOC_CONF key or call that makes room), and the
+// driver's own words. It matches
 // ErrOutOfMemory and the driver's error (with whatever the reclaim ladder
 // met), and says "out of device memory" once: the driver's error is quoted
 // without the sentinel's text (docs/device-memory.md, "Out of memory").
@@ -23,9 +24,12 @@ type oomError struct {
 	total         int64 // the device's memory (DeviceInfo.TotalMemory)
 	free          int64 // driver.MemInfoer's answer; -1 when the driver cannot tell
 	stats         Stats
-	largest       int64 // the largest free block of the pool
-	wholeFree     int64 // bytes of wholly free segments still cached
-	expandable    bool
+	largest       int64  // the largest free block of the pool
+	wholeFree     int64  // bytes of wholly free segments still cached
+	expandable    bool   // the allocator's segments are expandable already
+	canExpand     bool   // its driver could make them so (driver.VirtualMemory)
+	inCapture     bool   // the request was made inside a capture of the allocator
+	pooled        bool   // ... into a graph pool
 	why           string // the request never reached the driver: why
 	cause         error  // the driver's error, joined with what the ladder met
 }
@@ -37,7 +41,10 @@ type oomError struct {
 func outOfMemory(a *Allocator, req int64, why string, cause error) error {
 	a.stats.OutOfMemory++
 	e := &oomError{req: req, name: a.name, backend: a.backend, total: a.info.TotalMemory, free: -1,
-		stats: a.statsLocked(), expandable: a.vm != nil, why: why, cause: cause}
+		stats: a.statsLocked(), expandable: a.vm != nil, canExpand: canExpand(a.drv), why: why, cause: cause}
+	if c := a.guard.cap; c != nil {
+		e.inCapture, e.pooled = true, c.pool != nil
+	}
 	if free := deviceFree(a.drv); free != nil {
 		e.free = *free
 	}
@@ -64,8 +71,10 @@ func (e *oomError) Error() string {
 	s := e.stats
 	fmt.Fprintf(&b, "; this allocator: %s in use, %s reserved, %s of it cached, largest free block %s",
 		size(s.BytesInUse), size(s.BytesReserved), size(s.BytesCached), size(e.largest))
-	if h := e.hint(); h != "" {
-		b.WriteString("; hint: " + h)
+	for _, h := range oomHints {
+		if h.applies(e) {
+			b.WriteString("; hint: " + h.text(e))
+		}
 	}
 	if e.cause == nil {
 		b.WriteString("; " + e.why)
@@ -75,20 +84,43 @@ func (e *oomError) Error() string {
 	return b.String()
 }
 
-// hint says what would have made room: wholly free segments the ladder
-// did not give back (a capture allocates from the driver without climbing
-// it, strict capture safety stops its top rung) go back with Trim; free
-// blocks that add up to the request but are in pieces merge under
-// expandable segments.
-func (e *oomError) hint() string {
-	cached := e.stats.BytesCached
-	switch {
-	case e.wholeFree > 0:
-		return fmt.Sprintf("%s of wholly free segments is still cached: Trim, outside captures, gives it back to the driver", memmap.SizeText(e.wholeFree))
-	case cached >= e.req && e.largest < e.req && !e.expandable:
-		return fmt.Sprintf("%s is cached, enough for the request but in pieces: expandable segments let free memory merge across segments (Options.ExpandableSegments)", memmap.SizeText(cached))
-	}
-	return ""
+// oomHint is a remedy an out-of-memory error suggests where it can help
+// (applies), said for the operator who runs the engine: the
+// CAPALLOC_ALLOC_CONF key to set first, the Options field after. A remedy
+// is a row: a key that comes to exist (a memory limit, a garbage
+// collection threshold) becomes one more.
+type oomHint struct {
+	applies func(*oomError) bool
+	text    func(*oomError) string
+}
+
+var oomHints = []oomHint{
+	// Wholly free segments the ladder did not give back: a capture
+	// allocates from the driver without climbing it, strict capture
+	// safety stops its top rung.
+	{func(e *oomError) bool { return e.wholeFree > 0 },
+		func(e *oomError) string {
+			return fmt.Sprintf("%s of wholly free segments is still cached: Trim, outside captures, gives it back to the driver", memmap.SizeText(e.wholeFree))
+		}},
+	// Free blocks that add up to the request but lie in pieces merge under
+	// expandable segments: only where the driver can map memory, and only
+	// outside captures (inside one the pool does not grow).
+	{func(e *oomError) bool {
+		return e.stats.BytesCached >= e.req && e.largest < e.req && !e.expandable && e.canExpand && !e.inCapture
+	},
+		func(e *oomError) string {
+			return fmt.Sprintf("%s is cached, enough for the request but in pieces: expandable segments let free memory merge across segments: set CAPALLOC_ALLOC_CONF=expandable_segments:True (Options.ExpandableSegments)", memmap.SizeText(e.stats.BytesCached))
+		}},
+	// Inside a capture the allocator cannot grow its cache or give it
+	// back: what the capture needs must be there before it begins.
+	{func(e *oomError) bool { return e.inCapture && e.pooled },
+		func(e *oomError) string {
+			return "the request was made inside a capture into a graph pool, which neither the pool nor the allocator's cache could serve: run the step once eagerly, at its largest size, before capturing, so the cache holds what the captures need (docs/graph-pools.md)"
+		}},
+	{func(e *oomError) bool { return e.inCapture && !e.pooled },
+		func(e *oomError) string {
+			return fmt.Sprintf("the request was made inside a capture, which takes memory from the driver (%s stays cached meanwhile): warm up (run the step once eagerly) before capturing, and capture into a graph pool (CaptureOptions.Pool), whose captures take the cache's memory and share it (docs/graph-pools.md)", memmap.SizeText(e.stats.BytesCached))
+		}},
 }
 
 func (e *oomError) Unwrap() []error {
@@ -115,6 +147,14 @@ func afterSyncLadder(a *Allocator, req int64, err error) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return outOfMemory(a, req, "", err)
+}
+
+// canExpand reports whether drv can back expandable segments: it maps
+// memory (driver.VirtualMemory) with a granularity (a wrapper over a
+// driver without reports 0).
+func canExpand(drv driver.Driver) bool {
+	vm, ok := drv.(driver.VirtualMemory)
+	return ok && vm.MapGranularity() > 0
 }
 
 // deviceFree is the device's free memory when drv can tell

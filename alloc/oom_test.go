@@ -200,3 +200,71 @@ func TestOutOfMemoryCountsRetries(t *testing.T) {
 	require.Equal(t, before.OutOfMemory+1, a.Stats().OutOfMemory)
 	require.NoError(t, a.Free(b))
 }
+
+// noVM is a driver without virtual memory management, as plugin mode's
+// host driver is: it refuses expandable segments.
+type noVM struct{ driver.Driver }
+
+// The expandable-segments hint names the CAPALLOC_ALLOC_CONF key, and is
+// given only where the driver could back expandable segments: never where
+// the option would be refused.
+func TestOutOfMemoryHintsOnlyWhatCanHelp(t *testing.T) {
+	fragment := func(a *alloc.Allocator) error {
+		var bs []alloc.Buffer
+		for range 8 { // four small segments of 2 MiB, the device full
+			b, err := a.Alloc(1 << 20)
+			require.NoError(t, err)
+			bs = append(bs, b)
+		}
+		for i := 0; i < len(bs); i += 2 {
+			require.NoError(t, a.Free(bs[i]))
+		}
+		_, err := a.Alloc(2 << 20)
+		for i := 1; i < len(bs); i += 2 {
+			require.NoError(t, a.Free(bs[i]))
+		}
+		return err
+	}
+	err := fragment(cpuAllocatorWith(t, 8<<20, alloc.Options{}))
+	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+	require.Contains(t, err.Error(), "set CAPALLOC_ALLOC_CONF=expandable_segments:True (Options.ExpandableSegments)")
+
+	d, err := cpu.New(cpu.Options{MemoryLimit: 8 << 20})
+	require.NoError(t, err)
+	defer d.Close()
+	_, err = alloc.New(noVM{d}, alloc.Options{ExpandableSegments: true})
+	require.ErrorIs(t, err, errors.ErrUnsupported, "the driver refuses what the hint would suggest")
+	a, err := alloc.New(noVM{d}, alloc.Options{})
+	require.NoError(t, err)
+	err = fragment(a)
+	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+	require.NotContains(t, err.Error(), "expandable", "a hint the driver cannot follow")
+	require.NoError(t, a.Close())
+}
+
+// An out-of-memory inside a capture says what to do: warm up before
+// capturing, capture into a graph pool; inside a pool's capture, warm up
+// at the largest size.
+func TestOutOfMemoryInCaptureSaysWhatToDo(t *testing.T) {
+	a := cpuAllocatorWith(t, 8<<20, alloc.Options{})
+	keep, err := a.Alloc(1 << 20) // a segment in use: nothing wholly free to Trim
+	require.NoError(t, err)
+	_, err = a.WithCapture(alloc.CaptureOptions{}, func() error {
+		_, err := a.Alloc(7 << 20)
+		return err
+	})
+	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+	msg := err.Error()
+	require.Contains(t, msg, "hint: the request was made inside a capture, which takes memory from the driver (1.00 MiB stays cached meanwhile): warm up (run the step once eagerly) before capturing, and capture into a graph pool (CaptureOptions.Pool)")
+	require.NotContains(t, msg, "expandable", "expandable segments do not grow inside a capture")
+
+	gp := a.NewGraphPool()
+	_, err = a.WithCapture(alloc.CaptureOptions{Pool: gp}, func() error {
+		_, err := a.Alloc(7 << 20)
+		return err
+	})
+	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+	require.Contains(t, err.Error(), "hint: the request was made inside a capture into a graph pool, which neither the pool nor the allocator's cache could serve: run the step once eagerly, at its largest size, before capturing")
+	require.NoError(t, gp.Close())
+	require.NoError(t, a.Free(keep))
+}

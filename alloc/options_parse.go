@@ -51,7 +51,7 @@ func textKey(name, form string, field func(*Options) *string) optionKey {
 }
 
 var optionKeys = []optionKey{
-	{"expandable_segments", "true|false (also 1|0, True|False)",
+	{"expandable_segments", confval.BoolForms,
 		func(p *Options, v string) error {
 			b, ok := confval.Bool(v)
 			if !ok {
@@ -137,7 +137,7 @@ var optionKeys = []optionKey{
 // comma-separated key=value pairs (key:value, PyTorch's spelling, too),
 // spaces around keys and values ignored, each key at most once:
 //
-//	expandable_segments  true|false (also 1|0, True|False): Options.ExpandableSegments
+//	expandable_segments  true|false (any case; also 1|0, t|f, yes|no, on|off): Options.ExpandableSegments
 //	history              events kept (0: off), at most 4194304: Options.History
 //	history_file         a path: Options.HistoryFile
 //	name                 text without commas: Options.Name

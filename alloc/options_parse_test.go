@@ -165,3 +165,16 @@ func FuzzParseOptions(f *testing.F) {
 		require.Equal(t, p, again, "format of %q is %q", s, formatOptions(p))
 	})
 }
+
+// A boolean the parser refuses gets every form it accepts in the error,
+// yes and on among them.
+func TestParseOptionsBoolErrorListsEveryForm(t *testing.T) {
+	_, err := ParseOptions("expandable_segments=maybe")
+	require.ErrorIs(t, err, ErrInvalidValue)
+	for _, form := range []string{"true|false", "1|0", "yes|no", "on|off", "any case"} {
+		require.Contains(t, err.Error(), form)
+	}
+	opts, err := ParseOptions("expandable_segments=yes")
+	require.NoError(t, err)
+	require.True(t, opts.ExpandableSegments)
+}

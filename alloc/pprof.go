@@ -18,9 +18,15 @@ import (
 // alloc_space, alloc_objects (everything sampled, by who held it when
 // allocated); samples labelled allocator, backend, device and owner
 // (pool-live, sync-live, graph-owned, held-for-graph, workspace,
-// pinned-host). Stacks start at the engine's call to Alloc, AllocSync,
-// Workspace or HostAlloc. Nothing is sampled until SetProfileRate turns
-// recording on; the profile then carries a comment saying so.
+// pinned-host, graph-pool), and a graph's allocations graph ("batch-8
+// (graph 12)") and, in a graph pool, pool ("decode (pool 3)"). Stacks
+// start at the engine's call to Alloc, AllocSync, Workspace or HostAlloc.
+// Nothing is sampled until SetProfileRate turns recording on; the profile
+// then carries a comment saying so. A graph pool's memory that no live
+// buffer of its graphs holds (its free blocks, and what its buffers'
+// sizes were rounded up by) is not sampled but counted, exactly, in one
+// sample per pool (owner graph-pool, at the call that made the pool), so
+// that at rate 1 a pool's samples sum to GraphPool.Bytes.
 func WriteProfile(w io.Writer) error {
 	var ds []profileData
 	for _, a := range allocators() {
@@ -57,9 +63,10 @@ type profileData struct {
 }
 
 type inUseSample struct {
-	stk        *stackRecord
-	own        owner
-	size, rate int64
+	stk         *stackRecord
+	own         owner
+	size, rate  int64
+	graph, pool string // labels: the graph and pool holding it, "" for none
 }
 
 // profileDataLocked copies a's samples out. Caller holds a.mu.
@@ -71,12 +78,16 @@ func profileDataLocked(a *Allocator) profileData {
 		allocs: make([][numOwners]struct{ objects, bytes float64 }, 0, len(p.stacks)),
 	}
 	for s := p.inUse; s != nil; s = s.next {
-		o := ownerPinnedHost
+		is := inUseSample{stk: s.stk, own: ownerPinnedHost, size: s.size, rate: s.rate}
 		if s.blk != nil {
-			o = ownerOf(s.blk)
+			is.own = ownerOf(s.blk)
+			if c := s.blk.cap; c != nil {
+				is.graph, is.pool = c.labels()
+			}
 		}
-		d.inUse = append(d.inUse, inUseSample{stk: s.stk, own: o, size: s.size, rate: s.rate})
+		d.inUse = append(d.inUse, is)
 	}
+	d.inUse = append(d.inUse, poolSamplesLocked(a)...)
 	for _, stk := range p.stacks {
 		for ; stk != nil; stk = stk.collision {
 			d.stacks = append(d.stacks, stk)
@@ -116,9 +127,10 @@ func buildProfile(ds []profileData) *profile.Profile {
 	}
 	sym := newSymbolizer(p)
 	type key struct {
-		d   int
-		stk *stackRecord
-		own owner
+		d           int
+		stk         *stackRecord
+		own         owner
+		graph, pool string
 	}
 	values := map[key]*[4]float64{}
 	var order []key // first-seen order, so equal input gives an equal profile
@@ -134,14 +146,14 @@ func buildProfile(ds []profileData) *profile.Profile {
 	for i, d := range ds {
 		for _, s := range d.inUse {
 			objects, bytes := sampleWeight(s.size, s.rate)
-			v := add(key{i, s.stk, s.own})
+			v := add(key{i, s.stk, s.own, s.graph, s.pool})
 			v[0] += bytes
 			v[1] += objects
 		}
 		for j, stk := range d.stacks {
 			for o, c := range d.allocs[j] {
 				if c.objects > 0 {
-					v := add(key{i, stk, owner(o)})
+					v := add(key{i, stk, owner(o), "", ""})
 					v[2] += c.bytes
 					v[3] += c.objects
 				}
@@ -151,15 +163,22 @@ func buildProfile(ds []profileData) *profile.Profile {
 	for _, k := range order {
 		v := values[k]
 		d := ds[k.d]
+		labels := map[string][]string{
+			"allocator": {d.name},
+			"backend":   {d.backend},
+			"device":    {d.device},
+			"owner":     {k.own.String()},
+		}
+		if k.graph != "" {
+			labels["graph"] = []string{k.graph}
+		}
+		if k.pool != "" {
+			labels["pool"] = []string{k.pool}
+		}
 		p.Sample = append(p.Sample, &profile.Sample{
 			Location: sym.stack(k.stk.pcs),
 			Value:    []int64{int64(v[0] + 0.5), int64(v[1] + 0.5), int64(v[2] + 0.5), int64(v[3] + 0.5)},
-			Label: map[string][]string{
-				"allocator": {d.name},
-				"backend":   {d.backend},
-				"device":    {d.device},
-				"owner":     {k.own.String()},
-			},
+			Label:    labels,
 		})
 	}
 	return p

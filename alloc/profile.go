@@ -92,10 +92,11 @@ const (
 	ownerHeldForGraph              // freed, but held: a live graph's recorded work uses it
 	ownerWorkspace                 // a workspace (Allocator.Workspace)
 	ownerPinnedHost                // pinned host memory (HostAlloc)
+	ownerGraphPool                 // a graph pool's memory no live buffer of its graphs holds (pprof.go)
 	numOwners
 )
 
-var ownerNames = [numOwners]string{"pool-live", "sync-live", "graph-owned", "held-for-graph", "workspace", "pinned-host"}
+var ownerNames = [numOwners]string{"pool-live", "sync-live", "graph-owned", "held-for-graph", "workspace", "pinned-host", "graph-pool"}
 
 func (o owner) String() string { return ownerNames[o] }
 

@@ -85,9 +85,9 @@ func BenchmarkViews100k(b *testing.B) {
 			}
 		}
 	})
-	b.Run("view=BytesByState", func(b *testing.B) {
+	b.Run("view=Usage", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := registry.BytesByState(a); err != nil {
+			if _, err := registry.Usage(a); err != nil {
 				b.Fatal(err)
 			}
 		}

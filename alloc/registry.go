@@ -110,7 +110,7 @@ func init() {
 		return out
 	}
 	allochooks.Name = func(a any) string { return a.(*Allocator).name }
-	allochooks.BytesByState = func(a any) (any, error) { return bytesByState(a.(*Allocator)) }
+	allochooks.Usage = func(a any) (any, error) { return usage(a.(*Allocator)) }
 	allochooks.Lookup = func(name string) any {
 		if a := lookup(name); a != nil {
 			return a

@@ -97,7 +97,7 @@ func TestAllocatorsNeverListsAHalfBuiltOne(t *testing.T) {
 		for _, a := range registry.Allocators() {
 			st := a.Stats()
 			require.GreaterOrEqual(t, st.BytesReserved, int64(0))
-			if _, err := registry.BytesByState(a); err != nil {
+			if _, err := registry.Usage(a); err != nil {
 				require.ErrorIs(t, err, alloc.ErrClosed)
 			}
 			if _, err := a.Snapshot(); err != nil {

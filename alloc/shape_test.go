@@ -16,10 +16,12 @@ import (
 // reading holds. A change that needs more says why here: issue 30 adds
 // graph pools (a type, its methods and the allocator's method that makes
 // one) and the two option parsers; issue 31 the allocator's summary and
-// history writer; Allocator.WatchdogTimeout lets the nccl package bound its
-// waits by the allocator's own deadline.
+// history writer. Naming graphs and pools adds Graph.ID, Graph.Name,
+// GraphPool.Name and GraphPool.SetName, so views, metrics and messages
+// can say which graph and pool they mean; Allocator.WatchdogTimeout lets
+// the nccl package bound its waits by the allocator's own deadline.
 const (
-	maxExports     = 91  // exported top-level names plus exported methods of exported types
+	maxExports     = 95  // exported top-level names plus exported methods of exported types
 	maxMethods     = 50  // methods of any one type, unexported included
 	maxFileLines   = 400 // non-test files
 	shapeTestLabel = "docs/design.md, Layers"

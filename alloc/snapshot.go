@@ -13,13 +13,14 @@ const (
 	stLive = iota
 	stWorkspace
 	stGraphOwned
+	stGraphPool
 	stHeldForGraph
 	stFree
 	stCached
 	numStates
 )
 
-var blockStates = [numStates]memmap.BlockState{memmap.BlockLive, memmap.BlockWorkspace, memmap.BlockGraphOwned, memmap.BlockHeldForGraph, memmap.BlockCachedFragment, memmap.BlockCachedSegment}
+var blockStates = [numStates]memmap.BlockState{memmap.BlockLive, memmap.BlockWorkspace, memmap.BlockGraphOwned, memmap.BlockGraphPool, memmap.BlockHeldForGraph, memmap.BlockCachedFragment, memmap.BlockCachedSegment}
 
 // Snapshot returns the allocator's device memory now. The walk holds the
 // allocator's lock: about a millisecond per 10,000 blocks (BENCHMARKS.md).
@@ -50,20 +51,25 @@ func takeSnapshot(a *Allocator, free *int64) (memmap.Snapshot, *memWalk, error) 
 		Allocator: a.name, Backend: a.backend, Device: a.info.Name, DeviceMemory: a.info.TotalMemory,
 		CaptureSafety: a.info.SafetyProfile(),
 		Time:          time.Now(), Capturing: a.guard.cap != nil, ProfileRate: currentProfileRate(), Stats: a.statsLocked(),
-		Bytes: w.byState(), Segments: w.segs, Graphs: w.graphs, DeviceFree: free,
+		Bytes: w.byState(), Segments: w.segs, Graphs: w.graphs, Pools: w.pools, GraphInUse: w.graphInUse, DeviceFree: free,
 	}, w, nil
 }
 
-// bytesByState sums a's device memory by block state, as Snapshot's
-// Bytes, without listing the blocks (what metrics scrape: alloc/allocprom
-// through alloc/internal/registry).
-func bytesByState(a *Allocator) (map[memmap.BlockState]int64, error) {
+// usage is a's Snapshot without its Segments and Graphs: the bytes by
+// block state, the graph pools and the counters, of one moment, without
+// listing the blocks (what metrics scrape: alloc/allocprom through
+// alloc/internal/registry).
+func usage(a *Allocator) (memmap.Snapshot, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.guard.closed {
-		return nil, a.fail("BytesByState", -1, StateNone, ErrClosed)
+		return memmap.Snapshot{}, a.fail("Usage", -1, StateNone, ErrClosed)
 	}
-	return walkMemory(a, false).byState(), nil
+	a.lane.closeLocked()
+	defer a.lane.openLocked()
+	w := walkMemory(a, false)
+	return memmap.Snapshot{Allocator: a.name, Backend: a.backend, Device: a.info.Name, DeviceMemory: a.info.TotalMemory,
+		Capturing: a.guard.cap != nil, Stats: a.statsLocked(), Bytes: w.byState(), Pools: w.pools, GraphInUse: w.graphInUse}, nil
 }
 
 // memWalk is one pass over the allocator's memory; list says whether
@@ -77,14 +83,22 @@ type memWalk struct {
 	stacks []*stackRecord // blocks[i]'s profile stack, if sampled (shorter when the last are not)
 	graphs []memmap.GraphInfo
 	users  map[*block][]int // blocks graphs use or hold: their ids
+	pools  []memmap.PoolInfo
+	// lent maps each block a graph pool borrowed to its pool's index in
+	// pools; arenas holds, by that index, the pool's own blocks in address
+	// order (poolBlocks), which the walk lists in place of the borrowed.
+	lent   map[*block]int
+	arenas [][]*block
+	free   map[*block]bool // free blocks outside the arenas' indexes (recent, the shards')
 
+	graphInUse  int64 // bytes of live buffers allocated in captures, as requested
 	largestFree int64 // the largest free or cached block (an out-of-memory error says it)
 }
 
 // walkMemory walks a's graphs, then its pool's segments, then its
 // AllocSync and graph allocations. Caller holds a.mu.
 func walkMemory(a *Allocator, list bool) *memWalk {
-	w := &memWalk{list: list, users: map[*block][]int{}}
+	w := &memWalk{list: list, users: map[*block][]int{}, free: map[*block]bool{}}
 	if list { // live blocks and a tenth more for the free ones: few regrowths
 		n := max(a.live.n+a.pooledLive, 0) // the lane's hand-outs are counted in the shards
 		w.blocks = make([]memmap.Block, 0, n+n/8+64)
@@ -93,27 +107,25 @@ func walkMemory(a *Allocator, list bool) *memWalk {
 	for g := range a.graphs {
 		gs = append(gs, g)
 	}
-	slices.SortFunc(gs, func(x, y *Graph) int { return cmp.Compare(x.id, y.id) }) // unnumbered (0) first, then by id
-	for _, g := range gs {
-		if g.id == 0 {
-			a.graphIDs++
-			g.id = a.graphIDs
-		}
-	}
 	slices.SortFunc(gs, func(x, y *Graph) int { return cmp.Compare(x.id, y.id) })
-	if a.guard.cap != nil {
-		w.graph(memmap.GraphInfo{ID: 0, Capturing: true}, a.guard.cap)
+	if c := a.guard.cap; c != nil {
+		w.graph(memmap.GraphInfo{ID: c.id, Name: c.name, Pool: c.pool.idOrZero(), Capturing: true}, c)
 	}
 	for _, g := range gs {
-		w.graph(memmap.GraphInfo{ID: g.id, Eager: g.eager != nil, Launched: g.launched}, g.cap)
+		gi := memmap.GraphInfo{ID: g.id, Name: g.name, Eager: g.eager != nil, Launched: g.launched, Launches: g.launches}
+		if g.cap != nil {
+			gi.Pool = g.cap.pool.idOrZero()
+		}
+		w.graph(gi, g.cap)
 	}
+	w.walkPools(a)
 
 	// Free blocks outside the arenas' indexes: the pool's recent ones and
 	// the shards' (shard.go). The lane is closed for the walk, so neither
 	// those nor live blocks' sizes change under it.
 	a.lane.closeLocked()
 	defer a.lane.openLocked()
-	cached := map[*block]bool{}
+	cached := w.free
 	for _, b := range a.pool.recent[:a.pool.nRecent] {
 		cached[b] = true
 	}
@@ -140,8 +152,8 @@ func walkMemory(a *Allocator, list bool) *memWalk {
 			w.single(b, "sync", 0)
 		}
 	}
-	if a.guard.cap != nil {
-		w.owned(a.guard.cap, 0)
+	if c := a.guard.cap; c != nil {
+		w.owned(c, c.id)
 	}
 	for _, g := range gs {
 		if g.cap != nil {
@@ -168,6 +180,10 @@ func (w *memWalk) addSegment(s memmap.Segment) {
 func (w *memWalk) graph(gi memmap.GraphInfo, c *capture) {
 	if c != nil {
 		for _, b := range c.blocks {
+			gi.OwnedBytes += b.class
+			gi.OwnedBlocks++
+		}
+		for _, b := range c.pooled {
 			gi.OwnedBytes += b.class
 			gi.OwnedBlocks++
 		}
@@ -226,7 +242,11 @@ func (w *memWalk) segment(s *segment, kind string, cached map[*block]bool) {
 			st = stCached
 		case b.free || cached[b]:
 			st = stFree
-		case b.kind == kindShared: // lent to a graph pool: its graphs' memory
+		case b.kind == kindShared: // lent to a graph pool: its blocks instead
+			if i, ok := w.lent[b]; ok {
+				w.poolBlocks(i, b, s.ptr)
+				continue
+			}
 			st = stGraphOwned
 		default: // retired, not in the pool: held or deferred for a graph
 			st = stHeldForGraph
@@ -244,10 +264,16 @@ func (w *memWalk) single(b *block, kind string, graph int) {
 	switch {
 	case b.kind == kindGraph:
 		st = stGraphOwned
+		if b.live() {
+			w.graphInUse += b.size
+		}
 	case b.live():
 		st = liveState(b)
 	}
 	w.block(b, 0, st)
+	if w.list && st == stGraphOwned {
+		w.blocks[len(w.blocks)-1].Graph = graph
+	}
 }
 
 // owned records the allocations capture c made, the graph's own.
@@ -274,10 +300,10 @@ func (w *memWalk) byState() map[memmap.BlockState]int64 {
 
 // block counts b, at off in the segment listed last, in state st.
 func (w *memWalk) block(b *block, off int64, st int) {
-	w.sums[st] += b.class
-	if (st == stFree || st == stCached) && b.class > w.largestFree {
-		w.largestFree = b.class
+	if st == stFree || st == stCached {
+		w.largestFree = max(w.largestFree, b.class)
 	}
+	w.sums[st] += b.class
 	if !w.list {
 		return
 	}

@@ -117,9 +117,10 @@ func TestSnapshotStates(t *testing.T) {
 	require.Equal(t, s.Stats.BytesReserved, sum, "every reserved byte is in exactly one state: %v", s.Bytes)
 	require.EqualValues(t, 512<<10, s.Bytes[memmap.BlockGraphOwned])
 	require.EqualValues(t, 128<<10, s.Bytes[memmap.BlockHeldForGraph])
-	byState, err := registry.BytesByState(a)
+	u, err := registry.Usage(a)
 	require.NoError(t, err)
-	require.Equal(t, s.Bytes, byState)
+	require.Equal(t, s.Bytes, u.Bytes)
+	require.Equal(t, s.GraphInUse, u.GraphInUse)
 
 	js, err := json.Marshal(s)
 	require.NoError(t, err)
@@ -144,7 +145,8 @@ func TestSnapshotStates(t *testing.T) {
 	}
 }
 
-// The recording capture is graph 0, and what it took shows while it runs.
+// The recording capture is listed, with the number its graph will have,
+// and what it took shows while it runs.
 func TestSnapshotDuringCapture(t *testing.T) {
 	a := newNamed(t, "snapshot-capture")
 	require.NoError(t, a.BeginCapture(alloc.Global))
@@ -153,12 +155,16 @@ func TestSnapshotDuringCapture(t *testing.T) {
 	s, err := a.Snapshot()
 	require.NoError(t, err)
 	require.True(t, s.Capturing)
-	require.Equal(t, []memmap.GraphInfo{{ID: 0, Capturing: true, OwnedBytes: 64 << 10, OwnedBlocks: 1}}, s.Graphs)
+	require.Len(t, s.Graphs, 1)
+	id := s.Graphs[0].ID
+	require.Equal(t, []memmap.GraphInfo{{ID: id, Capturing: true, OwnedBytes: 64 << 10, OwnedBlocks: 1}}, s.Graphs)
 	seg, blk := blockAt(t, s, b.Ptr())
-	require.Equal(t, 0, seg.Graph)
+	require.Equal(t, id, seg.Graph)
+	require.Equal(t, id, blk.Graph)
 	require.Equal(t, memmap.BlockGraphOwned, blk.State)
 	g, err := a.EndCapture()
 	require.NoError(t, err)
+	require.Equal(t, id, g.ID(), "the graph keeps its capture's number")
 	require.NoError(t, g.Close())
 
 	d, err := cpu.New(cpu.Options{})
@@ -169,7 +175,7 @@ func TestSnapshotDuringCapture(t *testing.T) {
 	require.NoError(t, c.Close())
 	_, err = c.Snapshot()
 	require.ErrorIs(t, err, alloc.ErrClosed)
-	_, err = registry.BytesByState(c)
+	_, err = registry.Usage(c)
 	require.ErrorIs(t, err, alloc.ErrClosed)
 }
 

@@ -22,6 +22,9 @@ type CaptureOptions struct {
 	// graph shares the pool's memory with the pool's other graphs
 	// (GraphPool, docs/graph-pools.md).
 	Pool *GraphPool
+	// Name names the graph in views, metrics, logs and errors (Graph.Name):
+	// "batch-8" is shown as "batch-8 (graph 12)", 12 being its Graph.ID.
+	Name string
 }
 
 // WithCapture captures what fn enqueues on the allocator and returns the
@@ -47,10 +50,10 @@ func (a *Allocator) WithCapture(opts CaptureOptions, fn func() error) (*Graph, e
 	if timeout == 0 {
 		timeout = a.guard.watchdog.timeout
 	}
-	c, err := beginCapture(a, opts.Mode, opts.Pool)
+	c, err := beginCapture(a, opts.Mode, opts.Pool, opts.Name)
 	if err != nil {
 		if opts.EagerFallback && errors.Is(err, driver.ErrCaptureUnavailable) {
-			return newEagerGraph(a, fn)
+			return newEagerGraph(a, opts.Name, fn)
 		}
 		return nil, err
 	}

@@ -65,15 +65,38 @@ func TestFallbackLogsOneWarning(t *testing.T) {
 	require.Equal(t, 1, strings.Count(log.String(), "\n"), "one record for the chain: %s", log)
 	require.Contains(t, log.String(), "level=WARN")
 	require.Contains(t, log.String(), "opened cpu")
-	require.Contains(t, log.String(), missing+": backend unavailable: no GPU in this machine")
-	require.Contains(t, log.String(), "cdua: backend unavailable: unknown backend")
+	require.Contains(t, log.String(), "failed."+missing+"=\"no GPU in this machine\"", "one attribute per failed choice")
+	require.Contains(t, log.String(), "failed.cdua=\"unknown backend")
 	require.Contains(t, log.String(), "did you mean cuda?")
+	require.NotContains(t, log.String(), "backend unavailable", "the sentinel is the message's, not each reason's")
 
 	log.Reset()
 	o, err = backends.OpenString(ctx, "cpu;"+missing)
 	require.NoError(t, err)
 	require.NoError(t, o.Driver.Close())
 	require.Empty(t, log.String(), "no fallback, no warning")
+}
+
+// A reason of several lines (a library search lists its paths one a line)
+// is one line in the warning, with no escaped line break.
+func TestFallbackWarningIsOneLinePerChoice(t *testing.T) {
+	missing, _ := registerFake(t, fmt.Errorf("%w: fake: no runtime library could be loaded; tried:\n  libfake.so.2: not found\n  /opt/fake/libfake.so: not found", driver.ErrBackendUnavailable))
+	log := captureLog(t)
+	o, err := backends.OpenString(ctx, missing+";cpu")
+	require.NoError(t, err)
+	require.NoError(t, o.Driver.Close())
+	require.Contains(t, log.String(), "failed."+missing+"=\"fake: no runtime library could be loaded; tried: libfake.so.2: not found; /opt/fake/libfake.so: not found\"")
+	require.NotContains(t, log.String(), `\n`, "no literal line break")
+}
+
+// When no choice opens, the error says "backend unavailable" once, then
+// each choice's reason, and still matches each reason's sentinel.
+func TestNoBackendSaysUnavailableOnce(t *testing.T) {
+	_, err := backends.OpenString(ctx, "CPU")
+	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
+	require.ErrorIs(t, err, backends.ErrUnknownBackend)
+	require.Equal(t, 1, strings.Count(err.Error(), "backend unavailable"), err.Error())
+	require.Contains(t, err.Error(), `no backend of "CPU" opened: CPU: unknown backend "CPU"; did you mean cpu?`)
 }
 
 func TestStrictModeRefusesFallback(t *testing.T) {

@@ -81,7 +81,7 @@ func (cfg Config) Open(ctx context.Context) (*Opened, error) {
 	}
 	errs := make([]error, len(skipped))
 	for i, s := range skipped {
-		errs[i] = fmt.Errorf("%s: %w", s.Choice.Name, s.Err)
+		errs[i] = fmt.Errorf("%s: %w", s.Choice.Name, reason{s.Err})
 	}
 	return nil, fmt.Errorf("%w: no backend of %q opened: %w", driver.ErrBackendUnavailable, cfg.String(), errors.Join(errs...))
 }

@@ -48,7 +48,7 @@ func (o Options) Bool(key string, def bool) (bool, error) {
 	}
 	b, ok := confval.Bool(v)
 	if !ok {
-		return def, o.bad(key, "true or false")
+		return def, o.bad(key, confval.BoolForms)
 	}
 	return b, nil
 }

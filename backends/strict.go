@@ -31,7 +31,7 @@ func (cfg Config) strictMode() (strict bool, choices Config, err error) {
 	if v := os.Getenv(StrictEnvVar); strings.TrimSpace(v) != "" {
 		b, ok := confval.Bool(v)
 		if !ok {
-			return false, nil, fmt.Errorf("%w: %s=%q: want true or false (1 or 0)", ErrInvalidConfig, StrictEnvVar, v)
+			return false, nil, fmt.Errorf("%w: %s=%q: want %s", ErrInvalidConfig, StrictEnvVar, v, confval.BoolForms)
 		}
 		strict = b
 	}
@@ -48,10 +48,10 @@ func (cfg Config) strictMode() (strict bool, choices Config, err error) {
 // warnFallback logs, once for the whole chain, that o is not the chain's
 // first choice: which choices failed and why.
 func warnFallback(o *Opened) {
-	why := make([]string, len(o.Skipped))
+	failed := make([]any, len(o.Skipped))
 	for i, s := range o.Skipped {
-		why[i] = s.Choice.Name + ": " + s.Err.Error()
+		failed[i] = slog.String(s.Choice.Name, oneLine(reason{s.Err}.Error()))
 	}
 	slog.Warn("capalloc: backend fallback: opened "+o.Choice.Name+" after earlier choices failed (set "+StrictEnvVar+"=1 to make this an error)",
-		"opened", o.Choice.String(), "failed", strings.Join(why, "; "))
+		"opened", o.Choice.String(), slog.Group("failed", failed...))
 }

@@ -253,6 +253,7 @@ func (s *suite) stepFallsBackOn(t *testing.T, f stepFault) {
 	require.ErrorIs(t, st.Err(), step.ErrCaptureFailed)
 	require.ErrorIs(t, st.Err(), f.cause)
 	assert.Equal(t, st.Err().Error(), got.FallbackReason)
+	assert.NotContains(t, []string{"", "other"}, got.Reason, "a known reason names the fallback")
 	assert.Nil(t, st.Graph())
 	assert.Equal(t, base, usageOf(e.a), "the failed capture released everything")
 	if f.countsFailedCapture {
@@ -283,7 +284,7 @@ func (s *suite) stepListedRegistryOpNeverCaptures(t *testing.T) {
 	p.runSteps(t, 3)
 	assertCalls(t, e.spy, before, alloctest.MethodBeginCapture, 0)
 	require.ErrorIs(t, st.Err(), step.ErrNonCapturable)
-	assert.Equal(t, step.Stats{Mode: step.ModeEager, Steps: 3, CapturesTried: 1, EagerRuns: 3, FallbackReason: st.Err().Error()}, st.Stats())
+	assert.Equal(t, step.Stats{Mode: step.ModeEager, Steps: 3, CapturesTried: 1, EagerRuns: 3, FallbackReason: st.Err().Error(), Reason: "non-capturable-op"}, st.Stats())
 	require.NoError(t, st.Close())
 }
 

@@ -22,11 +22,28 @@
 //	capalloc_capture_allocs_total, capalloc_captures_total,
 //	capalloc_failed_captures_total, capalloc_watchdog_timeouts_total,
 //	capalloc_out_of_memory_total, capalloc_reclaim_retries_total   (counters)
-//	capalloc_fragmentation_ratio   reserved over in use, 0 when nothing is
-//	    in use (a gauge)
+//	capalloc_fragmentation_ratio   reserved over in use, both over the
+//	    memory graphs do not hold (memmap.Snapshot.Fragmentation), 0 when
+//	    nothing outside graphs is in use (a gauge)
+//	capalloc_graph_memory_bytes   what graphs hold: graph-owned, graph-pool
+//	    and held-for-graph memory (a gauge)
+//	capalloc_graph_pool_bytes{pool=...,pool_id=...},
+//	capalloc_graph_pool_free_bytes{...}, capalloc_graph_pool_graphs{...}
+//	    each graph pool's memory, what of it is free for its next
+//	    captures, and its live graphs (gauges; pool is the name given with
+//	    alloc.GraphPool.SetName, pool_id its ID, unique in the process)
 //	capalloc_device_total_bytes, capalloc_device_free_bytes   the device's
 //	    memory; free only where the driver can tell (driver.MemInfoer),
 //	    every user of the device counted (gauges)
+//
+// and, for the step executor (alloc/step) of the whole process, labelled
+// by the step's name (step.Config.Name) only:
+//
+//	capalloc_step_fallbacks_total{step=...,reason=...}   captures that
+//	    failed, so the step ran its captured region eagerly, by reason
+//	    (step.Stats.Reason: sync-in-capture, incompatible-op, ...)
+//	capalloc_step_eager_runs_total{step=...}   eager runs of the captured
+//	    region after a failed capture (counters)
 //
 // "Cached" means reserved from the driver and not in use, as everywhere
 // in capalloc: capalloc_cached_bytes is the sum of the two cached states'
@@ -35,6 +52,7 @@
 package allocprom
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,6 +61,7 @@ import (
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/alloc/internal/registry"
 	"github.com/capalloc/capalloc/alloc/memmap"
+	"github.com/capalloc/capalloc/alloc/step"
 )
 
 // labels every metric carries.
@@ -85,7 +104,6 @@ var metrics = []metric{
 	counter("capalloc_watchdog_timeouts_total", "Driver calls and captures the watchdog gave up on.", func(s alloc.Stats) float64 { return float64(s.Timeouts) }),
 	counter("capalloc_out_of_memory_total", "Allocations that failed for lack of device memory.", func(s alloc.Stats) float64 { return float64(s.OutOfMemory) }),
 	counter("capalloc_reclaim_retries_total", "Allocations retried after the reclaim ladder gave memory back.", func(s alloc.Stats) float64 { return float64(s.ReclaimRetries) }),
-	gauge("capalloc_fragmentation_ratio", "Bytes reserved over bytes in use (0 when nothing is in use).", func(s alloc.Stats) float64 { return s.Fragmentation() }),
 }
 
 // The device's memory, from the driver rather than alloc.Stats: the
@@ -94,6 +112,23 @@ var metrics = []metric{
 var (
 	deviceTotal = prometheus.NewDesc("capalloc_device_total_bytes", "Device memory the driver can hand out.", labels, nil)
 	deviceFree  = prometheus.NewDesc("capalloc_device_free_bytes", "Free device memory, every user of the device counted, where the driver can tell.", labels, nil)
+)
+
+// The figures of the walk (memmap.Snapshot without its blocks) rather
+// than of alloc.Stats: graphs' memory, and fragmentation without it.
+var (
+	fragmentation = prometheus.NewDesc("capalloc_fragmentation_ratio", "Bytes reserved over bytes in use, graphs' memory left out of both (0 when nothing outside graphs is in use).", labels, nil)
+	graphMemory   = prometheus.NewDesc("capalloc_graph_memory_bytes", "Device memory graphs hold: states graph-owned, graph-pool and held-for-graph.", labels, nil)
+	poolLabels    = append([]string{"pool", "pool_id"}, labels...)
+	poolBytes     = prometheus.NewDesc("capalloc_graph_pool_bytes", "Device memory a graph pool borrowed from the allocator's cache: what its graphs share.", poolLabels, nil)
+	poolFree      = prometheus.NewDesc("capalloc_graph_pool_free_bytes", "Of a graph pool's memory, the bytes free for its next captures.", poolLabels, nil)
+	poolGraphs    = prometheus.NewDesc("capalloc_graph_pool_graphs", "A graph pool's live graphs (and the capture recording into it).", poolLabels, nil)
+)
+
+// The step executor's process totals (step.ProcessTotals).
+var (
+	stepFallbacks = prometheus.NewDesc("capalloc_step_fallbacks_total", "Captures of a step that failed, so it ran its captured region eagerly, by reason.", []string{"step", "reason"}, nil)
+	stepEagerRuns = prometheus.NewDesc("capalloc_step_eager_runs_total", "Eager runs of a step's captured region after a failed capture.", []string{"step"}, nil)
 )
 
 var memoryBytes = prometheus.NewDesc("capalloc_memory_bytes",
@@ -112,24 +147,42 @@ func (*Collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- m.desc
 	}
 	ch <- memoryBytes
+	for _, d := range []*prometheus.Desc{fragmentation, graphMemory, poolBytes, poolFree, poolGraphs, stepFallbacks, stepEagerRuns} {
+		ch <- d
+	}
 	ch <- deviceTotal
 	ch <- deviceFree
 }
 
-// Collect reads every open allocator now. One closed meanwhile is left out.
+// Collect reads every open allocator now, and the steps' totals. An
+// allocator closed meanwhile is left out.
 func (*Collector) Collect(ch chan<- prometheus.Metric) {
+	for _, t := range step.ProcessTotals() {
+		for r, n := range t.Fallbacks {
+			ch <- constMetric(stepFallbacks, prometheus.CounterValue, float64(n), label(t.Step), r)
+		}
+		ch <- constMetric(stepEagerRuns, prometheus.CounterValue, float64(t.EagerRuns), label(t.Step))
+	}
 	for _, a := range registry.Allocators() {
-		byState, err := registry.BytesByState(a)
+		u, err := registry.Usage(a)
 		if err != nil {
 			continue // closed meanwhile
 		}
 		lv := []string{label(a.Driver().Name()), label(a.Info().Name), label(registry.Name(a))}
-		s := a.Stats()
+		s := alloc.Stats(u.Stats)
 		for _, m := range metrics {
 			ch <- constMetric(m.desc, m.kind, m.value(s), lv...)
 		}
 		for _, st := range memmap.BlockStates() {
-			ch <- constMetric(memoryBytes, prometheus.GaugeValue, float64(byState[st]), append([]string{string(st)}, lv...)...)
+			ch <- constMetric(memoryBytes, prometheus.GaugeValue, float64(u.Bytes[st]), append([]string{string(st)}, lv...)...)
+		}
+		ch <- constMetric(fragmentation, prometheus.GaugeValue, u.Fragmentation(), lv...)
+		ch <- constMetric(graphMemory, prometheus.GaugeValue, float64(u.GraphBytes()), lv...)
+		for _, p := range u.Pools {
+			plv := append([]string{label(p.Name), strconv.Itoa(p.ID)}, lv...)
+			ch <- constMetric(poolBytes, prometheus.GaugeValue, float64(p.Bytes), plv...)
+			ch <- constMetric(poolFree, prometheus.GaugeValue, float64(p.FreeBytes), plv...)
+			ch <- constMetric(poolGraphs, prometheus.GaugeValue, float64(len(p.Graphs)), plv...)
 		}
 		ch <- constMetric(deviceTotal, prometheus.GaugeValue, float64(a.Info().TotalMemory), lv...)
 		if mi, ok := a.Driver().(driver.MemInfoer); ok {

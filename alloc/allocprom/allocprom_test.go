@@ -2,6 +2,7 @@ package allocprom_test
 
 import (
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 	"github.com/capalloc/capalloc/alloc/allocprom"
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/alloc/memmap"
+	"github.com/capalloc/capalloc/alloc/step"
 	"github.com/capalloc/capalloc/cpu"
 )
 
@@ -273,4 +275,23 @@ func TestCachedBytesIsTheCachedStates(t *testing.T) {
 	cached := value(t, fams, "capalloc_cached_bytes", labels(""))
 	require.Equal(t, cached, sum, "capalloc_cached_bytes against the cached states' capalloc_memory_bytes")
 	require.EqualValues(t, a.Stats().BytesCached, cached)
+}
+
+// A step that falls back counts in capalloc_step_fallbacks_total under its
+// name and reason, and its eager runs in capalloc_step_eager_runs_total.
+func TestStepFallbackMetric(t *testing.T) {
+	a := newAllocator(t, "prom-step")
+	st, err := step.New(a, step.Config{Name: "prom-decode", Logger: slog.New(slog.DiscardHandler),
+		Captured: func() error { return a.Synchronize() }})
+	require.NoError(t, err)
+	defer st.Close()
+	for range 3 {
+		require.NoError(t, st.Run())
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(allocprom.NewCollector())
+	fams, err := reg.Gather()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, value(t, fams, "capalloc_step_fallbacks_total", map[string]string{"step": "prom-decode", "reason": "sync-in-capture"}))
+	require.EqualValues(t, 3, value(t, fams, "capalloc_step_eager_runs_total", map[string]string{"step": "prom-decode"}))
 }

@@ -9,12 +9,12 @@
 // Then, for every open allocator of the process:
 //
 //	/debug/capalloc/                      index: counters and segment map per allocator
-//	/debug/capalloc/segments.svg          segment map: each segment a bar as long as its size says, blocks coloured by state, tooltips, graphs with their bytes
+//	/debug/capalloc/segments.svg          segment map: each segment a bar as long as its size says, blocks coloured by state, tooltips; the graph pools and graphs a row each (?tables=off: without)
 //	/debug/capalloc/profile               pprof device memory profile: go tool pprof http://localhost:6060/debug/capalloc/profile
 //	/debug/capalloc/snapshot.json         memmap.Snapshot as JSON
 //	/debug/capalloc/summary.txt           memory summary as text (alloc.Allocator.Summary)
 //	/debug/capalloc/history.json          memmap.History as JSON (alloc.Options.History)
-//	/debug/capalloc/timeline              bytes in use over the history's events, stacked by call site
+//	/debug/capalloc/timeline              bytes in use over the history's events, stacked by call site (?from=, ?to=, ?site=, ?baseline=out: TimelineView)
 //
 // Every view takes ?allocator=NAME for one allocator; without it the
 // segment map and the snapshot cover every allocator (snapshot.json is

@@ -102,11 +102,15 @@ func TestViewsOnDefaultMux(t *testing.T) {
 	require.Equal(t, "text/html; charset=utf-8", resp.Header.Get("Content-Type"))
 	page := string(body)
 	require.Contains(t, page, "<h2>view-default</h2>")
-	require.Contains(t, page, `<img src="segments.svg?allocator=view-default"`)
+	require.Contains(t, page, `<img src="segments.svg?allocator=view-default&amp;tables=off"`, "the map without the tables the page lists")
 	require.Contains(t, page, "allocations in captures")
 	require.Contains(t, page, "<td>live graphs</td><td class=\"v\">1</td>", "the counters")
 	require.Contains(t, page, "<td>out-of-memory errors / reclaim retries</td><td class=\"v\">0 / 0</td>")
-	require.Contains(t, page, fmt.Sprintf("<td>fragmentation (reserved / in use)</td><td class=\"v\">%.2f</td>", a.Stats().Fragmentation()))
+	snap, err := a.Snapshot()
+	require.NoError(t, err)
+	require.Contains(t, page, fmt.Sprintf("<td>fragmentation outside graphs (reserved / in use)</td><td class=\"v\">%.2f</td>", snap.Fragmentation()))
+	require.Contains(t, page, "<td>held by graphs (owned, pools, held)</td><td class=\"v\">640 KiB</td>", "graphs' memory apart")
+	require.Regexp(t, `<tr><td>graph \d+</td><td>-</td><td class="n" title="1 block">512 KiB</td><td class="n" title="1 block">128 KiB</td>`, page, "a graph is a row of the graphs table")
 	require.Contains(t, page, "capture safety "+a.Info().SafetyProfile(), "the device's capture safety profile")
 
 	resp, body = get(t, base+"segments.svg"+q)
@@ -119,7 +123,7 @@ func TestViewsOnDefaultMux(t *testing.T) {
 	}
 	require.Regexp(t, `>graph-owned</text><text [^>]+>512 KiB</text>`, svg, "the legend has the bytes by state")
 	require.Regexp(t, `>held-for-graph</text><text [^>]+>128 KiB</text>`, svg)
-	require.Contains(t, svg, "graph 1: owns 512 KiB (1 block), holds 128 KiB (1 block freed by the engine)")
+	require.Regexp(t, `>graph \d+</text><text [^>]+>-</text><text [^>]+>512 KiB</text><text [^>]+>128 KiB</text>`, svg, "the graphs table's row")
 
 	resp, body = get(t, base+"profile"+q)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -239,7 +243,9 @@ func TestExpvar(t *testing.T) {
 	require.Equal(t, "cpu", v.Backend)
 	require.EqualValues(t, 512<<10, v.Bytes[memmap.BlockGraphOwned])
 	s := a.Stats()
-	require.InDelta(t, float64(s.BytesReserved)/float64(s.BytesInUse), v.Fragmentation, 1e-9)
+	graphs := v.Bytes[memmap.BlockGraphOwned] + v.Bytes[memmap.BlockGraphPool] + v.Bytes[memmap.BlockHeldForGraph]
+	require.Equal(t, graphs, v.GraphBytes)
+	require.InDelta(t, float64(s.BytesReserved-graphs)/float64(s.BytesInUse-512<<10), v.Fragmentation, 1e-9, "graphs' memory left out of both terms (its live 512 KiB buffer of in use)")
 	require.EqualValues(t, 1<<30, v.DeviceTotal)
 	require.NotNil(t, v.DeviceFree, "the cpu driver tells its free memory: %s", body)
 	free, _, err := a.Driver().(driver.MemInfoer).MemInfo()
@@ -262,7 +268,7 @@ func TestViewsEscapeNames(t *testing.T) {
 	}
 	page := string(body)
 	require.Contains(t, page, "<h2>view-\uFFFD&lt;b&gt;&amp;&#34;&#39;</h2>")
-	require.Contains(t, page, `<img src="segments.svg?allocator=view-%01%3cb%3e%26%22%27"`)
+	require.Contains(t, page, `<img src="segments.svg?allocator=view-%01%3cb%3e%26%22%27&amp;tables=off"`)
 	require.NotContains(t, page, "<b>")
 
 	resp, body := get(t, srv.URL+"/segments.svg?allocator="+url.QueryEscape(name))

@@ -17,3 +17,6 @@ func SetSnapshotTTL(d time.Duration) (restore func()) {
 		cache.snaps = nil
 	}
 }
+
+// BytesText is the views' size text.
+func BytesText(n int64) string { return bytesText(n) }

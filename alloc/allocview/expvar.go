@@ -12,10 +12,13 @@ type AllocatorVars struct {
 	Device  string                      `json:"device"`
 	Stats   alloc.Stats                 `json:"stats"`
 	Bytes   map[memmap.BlockState]int64 `json:"bytes"` // as the snapshot's Bytes: its cached states sum to Stats.BytesCached
-	// Fragmentation is Stats.Fragmentation: reserved over in use, 0 when
-	// nothing is in use. DeviceTotal and DeviceFree are the snapshot's
-	// DeviceMemory and DeviceFree (absent where the driver cannot tell).
+	// Fragmentation is memmap.Snapshot.Fragmentation: reserved over in
+	// use, graphs' memory (GraphBytes) left out of both, 0 when nothing
+	// outside graphs is in use. DeviceTotal and DeviceFree are the
+	// snapshot's DeviceMemory and DeviceFree (absent where the driver
+	// cannot tell).
 	Fragmentation float64 `json:"fragmentation"`
+	GraphBytes    int64   `json:"graph_bytes"`
 	DeviceTotal   int64   `json:"device_total"`
 	DeviceFree    *int64  `json:"device_free,omitempty"`
 }
@@ -30,7 +33,7 @@ func Vars() any {
 	}{registry.ProfileRate(), map[string]AllocatorVars{}}
 	for _, s := range snapshots(registry.Allocators()) { // cached, as the views'
 		v.Allocators[s.Allocator] = AllocatorVars{Backend: s.Backend, Device: s.Device, Stats: alloc.Stats(s.Stats), Bytes: s.Bytes,
-			Fragmentation: s.Stats.Fragmentation(), DeviceTotal: s.DeviceMemory, DeviceFree: s.DeviceFree}
+			Fragmentation: s.Fragmentation(), GraphBytes: s.GraphBytes(), DeviceTotal: s.DeviceMemory, DeviceFree: s.DeviceFree}
 	}
 	return v
 }

@@ -38,7 +38,7 @@ func serve(w http.ResponseWriter, r *http.Request) {
 	case "":
 		serveIndex(w, r, one)
 	case "segments.svg":
-		serveSegments(w, one)
+		serveSegments(w, r, one)
 	case "profile":
 		serveProfile(w, one)
 	case "snapshot.json":
@@ -134,9 +134,11 @@ func serveSnapshot(w http.ResponseWriter, r *http.Request, one *alloc.Allocator)
 	_ = json.NewEncoder(w).Encode(v) // straight to the client; a failed write is theirs
 }
 
-func serveSegments(w http.ResponseWriter, one *alloc.Allocator) {
+// serveSegments serves the segment map; ?tables=off leaves out the graph
+// pools' and graphs' tables (the index, which lists them, asks so).
+func serveSegments(w http.ResponseWriter, r *http.Request, one *alloc.Allocator) {
 	var buf bytes.Buffer
-	writeSVG(&buf, snapshots(chosen(one)))
+	writeSVG(&buf, snapshots(chosen(one)), r.URL.Query().Get("tables") == "off")
 	w.Header().Set("Content-Type", "image/svg+xml")
 	w.Write(buf.Bytes())
 }

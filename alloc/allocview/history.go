@@ -61,13 +61,13 @@ func maxEvents(w http.ResponseWriter, r *http.Request) (int, bool) {
 }
 
 // serveHistory serves view "history.json" or "timeline" of one allocator
-// or of every open one.
-func serveHistory(w http.ResponseWriter, r *http.Request, view string, one *alloc.Allocator) {
+// or of every open one; the timeline as the query's TimelineView says.
+func serveHistory(w http.ResponseWriter, r *http.Request, what string, one *alloc.Allocator) {
 	max, ok := maxEvents(w, r)
 	if !ok {
 		return
 	}
-	if view == "history.json" {
+	if what == "history.json" {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w) // straight to the client; a failed write is theirs
 		if one != nil {
@@ -84,12 +84,17 @@ func serveHistory(w http.ResponseWriter, r *http.Request, view string, one *allo
 		io.WriteString(w, "]\n")
 		return
 	}
+	view, err := parseTimelineView(r.URL.Query())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
 	var hs []memmap.History
 	for _, a := range chosen(one) {
 		hs = append(hs, historyOf(a, max))
 	}
 	var buf bytes.Buffer
-	writeTimelinePage(&buf, hs, one != nil)
+	writeTimelinePage(&buf, hs, timelinePage{view: view, single: one != nil})
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Write(buf.Bytes())
 }

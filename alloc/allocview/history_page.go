@@ -14,9 +14,12 @@ import (
 
 // The timeline page: per allocator with its history on, the bytes in use
 // over its kept events, stacked by the call site that allocated them,
-// over the bytes reserved from the driver, with captures shaded and
-// out-of-memory errors marked; a legend names the sites. Self-contained:
-// inline SVG and CSS, no script, no font or image fetched.
+// over the bytes reserved from the driver, with captures shaded while they
+// record and out-of-memory errors marked; a legend names the sites, and
+// the history's summary follows. A view (TimelineView) zooms to a range
+// of events, keeps some sites, or takes out the baseline the step sits
+// on: links and a form set it in the query. Self-contained: inline SVG
+// and CSS, no script, no font or image fetched.
 
 // The chart's geometry, in the SVG's own units (it scales to the page).
 const (
@@ -43,18 +46,40 @@ table.legend td { padding: 2px 10px 2px 0; vertical-align: top; }
 td.sw { width: 14px; } td.sw span { display: inline-block; width: 12px; height: 12px; }
 td.peak { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
 td.site { word-break: break-all; }
+form.view { font-size: 13px; margin: 6px 0; }
+form.view input[type=text] { width: 7em; } form.view input.site { width: 16em; }
+pre.summary { font-size: 12px; background: #f6f6f6; padding: 8px 10px; white-space: pre-wrap; overflow-wrap: anywhere; }
+a.zoom { color: inherit; }
 </style></head><body>
 <h1>capalloc allocation timeline</h1>
 `
 
+// timelinePage is how the page is written: the view, whether it is of
+// one allocator (its links carry the name), and whether it is a file
+// read offline (no server: no links to other views, no form).
+type timelinePage struct {
+	view    TimelineView
+	single  bool
+	offline bool
+}
+
 // writeTimelinePage writes the page for the histories.
-func writeTimelinePage(w io.Writer, hs []memmap.History, single bool) {
+func writeTimelinePage(w io.Writer, hs []memmap.History, p timelinePage) {
 	io.WriteString(w, timelineHead)
-	q := ""
-	if single && len(hs) == 1 {
-		q = "?allocator=" + url.QueryEscape(hs[0].Allocator)
+	name := ""
+	if p.single && len(hs) == 1 {
+		name = hs[0].Allocator
 	}
-	fmt.Fprintf(w, `<p class="sub"><a href="./">index</a> · <a href="history.json%s">history.json</a> · x: the events kept, oldest left; y: bytes. Hover a mark or a site for details.</p>`+"\n", html.EscapeString(q))
+	switch {
+	case p.offline:
+		io.WriteString(w, `<p class="sub">Read from a history file (cmd/allocview). x: the events shown, oldest left; y: bytes. Hover a mark or a site for details.</p>`+"\n")
+	default:
+		q := ""
+		if name != "" {
+			q = "?allocator=" + url.QueryEscape(name)
+		}
+		fmt.Fprintf(w, `<p class="sub"><a href="./">index</a> · <a href="history.json%s">history.json</a> · x: the events shown, oldest left; y: bytes. Hover a mark or a site for details; a site's name keeps only its buffers, a capture's shading zooms to it.</p>`+"\n", html.EscapeString(q))
+	}
 	if len(hs) == 0 {
 		io.WriteString(w, "<p>No open allocator.</p>\n")
 	}
@@ -65,16 +90,40 @@ func writeTimelinePage(w io.Writer, hs []memmap.History, single bool) {
 			io.WriteString(w, `<p class="note">History off: open the allocator with <code>alloc.Options{History: 100000}</code> (events kept) to record its timeline.</p>`+"\n")
 			continue
 		}
-		tl := newTimeline(h, tlColumns)
-		fmt.Fprintf(w, `<div class="sub">%s · %s · %s</div>`+"\n", html.EscapeString(printable(h.Backend)), html.EscapeString(printable(h.Device)), html.EscapeString(historySummary(tl)))
-		if len(h.Events) == 0 {
-			io.WriteString(w, "<p>No event recorded yet.</p>\n")
-			continue
+		shown := p.view.apply(h)
+		tl := newTimeline(shown, tlColumns)
+		var base int64
+		if p.view.NoBaseline {
+			base = takeBaseline(tl)
 		}
-		writeTimelineSVG(w, tl)
-		writeTimelineLegend(w, tl)
+		if p.view.zoomed() && len(shown.Events) > 0 {
+			for _, s := range tl.sites {
+				if strings.HasPrefix(s.label, "allocated before") {
+					s.label = fmt.Sprintf("allocated before event %s, the first shown", formatCount(shown.Events[0].Seq))
+				}
+			}
+		}
+		fmt.Fprintf(w, `<div class="sub">%s · %s · %s</div>`+"\n", html.EscapeString(printable(h.Backend)), html.EscapeString(printable(h.Device)), html.EscapeString(historySummary(tl)))
+		links := viewLinks{page: p, allocator: h.Allocator, all: h}
+		links.write(w, base)
+		if len(shown.Events) == 0 {
+			io.WriteString(w, "<p>No event recorded yet, or none in the view.</p>\n")
+		} else {
+			writeTimelineSVG(w, tl, links)
+			writeTimelineLegend(w, tl, links)
+		}
+		fmt.Fprintf(w, "<pre class=\"summary\">%s</pre>\n", html.EscapeString(printableLines(h.Summary())))
 	}
 	io.WriteString(w, "</body></html>\n")
+}
+
+// printableLines is s printable but for its line breaks.
+func printableLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = printable(l)
+	}
+	return strings.Join(lines, "\n")
 }
 
 // historySummary says what the chart covers.
@@ -104,7 +153,7 @@ func historySummary(tl *timeline) string {
 func durationText(d time.Duration) string { return d.Round(time.Millisecond).String() }
 
 // writeTimelineSVG draws the chart.
-func writeTimelineSVG(w io.Writer, tl *timeline) {
+func writeTimelineSVG(w io.Writer, tl *timeline, links viewLinks) {
 	n := len(tl.points)
 	step := float64(tlRight-tlLeft) / float64(n)
 	xAt := func(k int) float64 { return tlLeft + float64(k)*step }
@@ -120,10 +169,23 @@ func writeTimelineSVG(w io.Writer, tl *timeline) {
 	}
 	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" font-family="sans-serif" font-size="14" role="img">`+"\n", tlWidth, tlHeight)
 	fmt.Fprintf(w, `<rect width="%d" height="%d" fill="white"/>`+"\n", tlWidth, tlHeight)
-	for _, c := range tl.captures { // captures shaded behind
-		x0, x1 := xOf(c[0])-step/2, xOf(c[1])+step/2
-		fmt.Fprintf(w, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="#e3eefa"><title>capture: events %d to %d</title></rect>`+"\n",
-			x0, tlTop, max(x1-x0, 1), tlBottom-tlTop, tl.h.Events[c[0]].Seq, tl.h.Events[c[1]].Seq)
+	// xSpan places events [i, j] by their share of the events, not by the
+	// columns drawn: a capture of ten events in ten thousand is shaded a
+	// thousandth of the axis, not a column (or the whole chart).
+	events := len(tl.h.Events)
+	xSpan := func(i, j int) (float64, float64) {
+		if events <= n { // one column an event
+			return xAt(i), xAt(j + 1)
+		}
+		unit := float64(tlRight-tlLeft) / float64(events)
+		return tlLeft + float64(i)*unit, tlLeft + float64(j+1)*unit
+	}
+	for _, c := range tl.captures { // captures shaded behind, while they record
+		x0, x1 := xSpan(c[0], c[1])
+		first, last := tl.h.Events[c[0]].Seq, tl.h.Events[c[1]].Seq
+		rect := fmt.Sprintf(`<rect x="%.2f" y="%d" width="%.2f" height="%d" fill="#e3eefa"><title>capture: events %d to %d%s</title></rect>`,
+			x0, tlTop, max(x1-x0, 0.4), tlBottom-tlTop, first, last, links.zoomHint())
+		io.WriteString(w, links.wrap(rect, TimelineView{From: first, To: last, Site: links.page.view.Site})+"\n")
 	}
 	for i := 0; i <= 4; i++ { // the byte axis
 		b := top * int64(i) / 4
@@ -131,8 +193,12 @@ func writeTimelineSVG(w io.Writer, tl *timeline) {
 		fmt.Fprintf(w, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#e4e4e4"/>`+"\n", tlLeft, y, tlRight, y)
 		fmt.Fprintf(w, `<text x="%d" y="%.1f" text-anchor="end" fill="#444">%s</text>`+"\n", tlLeft-6, y+4, bytesText(b))
 	}
-	// Reserved, behind: a step line over a light area.
-	fmt.Fprintf(w, `<path d="%s" fill="#ececec" stroke="#9a9a9a" stroke-width="1"><title>reserved from the driver (segments)</title></path>`+"\n", stepArea(tl.reserved, nil, xAt, yAt))
+	// Reserved, behind: a step line over a light area (not with a site
+	// filter, it is every site's; nor with the baseline out, its scale is
+	// the whole memory's).
+	if links.page.view.drawsReserved() {
+		fmt.Fprintf(w, `<path d="%s" fill="#ececec" stroke="#9a9a9a" stroke-width="1"><title>reserved from the driver (segments)</title></path>`+"\n", stepArea(tl.reserved, nil, xAt, yAt))
+	}
 	// In use, stacked by site, the largest at the bottom.
 	base := make([]int64, n)
 	for _, s := range tl.sites {
@@ -209,22 +275,31 @@ func niceCeil(b int64) int64 {
 	}
 }
 
-// writeTimelineLegend names the sites, with their peaks and stacks.
-func writeTimelineLegend(w io.Writer, tl *timeline) {
+// writeTimelineLegend names the sites, with their peaks and stacks; a
+// site's name keeps only its buffers (a link, in the live view).
+func writeTimelineLegend(w io.Writer, tl *timeline, links viewLinks) {
 	io.WriteString(w, `<table class="legend">`+"\n")
 	row := func(color, label, title, peak string) {
 		fmt.Fprintf(w, `<tr title="%s"><td class="sw"><span style="background:%s"></span></td><td class="site">%s</td><td class="peak">%s</td></tr>`+"\n",
-			html.EscapeString(title), color, html.EscapeString(label), peak)
+			html.EscapeString(title), color, label, peak)
 	}
 	for _, s := range tl.sites {
-		row(s.color, printable(s.label), s.detail, "peak "+bytesText(s.peak))
+		label := html.EscapeString(printable(s.label))
+		if s.detail != "" { // a call site, not a sum
+			v := links.page.view
+			v.Site = s.label
+			label = links.wrap(label, v)
+		}
+		row(s.color, label, s.detail, "peak "+bytesText(s.peak))
 	}
-	var peak int64
-	for _, r := range tl.reserved {
-		peak = max(peak, r)
+	if links.page.view.drawsReserved() {
+		var peak int64
+		for _, r := range tl.reserved {
+			peak = max(peak, r)
+		}
+		row("#ececec;border:1px solid #9a9a9a;box-sizing:border-box", "reserved from the driver: segments, behind the buffers", "", "peak "+bytesText(peak))
 	}
-	row("#ececec;border:1px solid #9a9a9a;box-sizing:border-box", "reserved from the driver: segments, behind the buffers", "", "peak "+bytesText(peak))
-	row("#e3eefa", "a capture recording", "", "")
+	row("#e3eefa", "a capture recording (its shading spans its events)", "", "")
 	row("#d62728", "OOM: an out-of-memory error (hover for its reason)", "", "")
 	io.WriteString(w, "</table>\n")
 }

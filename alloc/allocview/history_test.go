@@ -3,6 +3,7 @@ package allocview_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -104,8 +105,8 @@ func TestHistoryViews(t *testing.T) {
 	require.Regexp(t, `<title>out of memory \(event \d+, [^)]*\): [^<]*larger than the whole device`, svgs[0])
 	require.Contains(t, svgs[0], `fill="#e3eefa"><title>capture: events`)
 	require.Contains(t, svgs[0], `<title>graph closed (event`)
-	require.Regexp(t, `<td class="site">allocview_test.weightsSite \(history_test.go:\d+\)</td><td class="peak">peak 8 MiB</td>`, page)
-	require.Regexp(t, `<td class="site">allocview_test.stepSite \(history_test.go:\d+\)</td><td class="peak">peak 512 KiB</td>`, page)
+	require.Regexp(t, `<td class="site"><a class="zoom" href="timeline\?allocator=history-on&amp;site=[^"]+">allocview_test.weightsSite \(history_test.go:\d+\)</a></td><td class="peak">peak 8 MiB</td>`, page)
+	require.Regexp(t, `<td class="site"><a class="zoom" href="timeline\?allocator=history-on&amp;site=[^"]+">allocview_test.stepSite \(history_test.go:\d+\)</a></td><td class="peak">peak 512 KiB</td>`, page)
 	require.Regexp(t, `<tr title="github.com/capalloc/capalloc/alloc/allocview_test.weightsSite \(\S+history_test.go:\d+\)\ngithub.com/capalloc/capalloc/alloc/allocview_test.run `, page, "the whole stack in the tooltip")
 	for _, external := range []string{"<script", "src=", "url(", "@import", "<link"} {
 		require.NotContains(t, page, external, "self-contained")
@@ -119,4 +120,51 @@ func TestHistoryViews(t *testing.T) {
 	_, body = get(t, srv.URL+"/timeline?allocator=history-on")
 	require.Contains(t, string(body), `<a href="history.json?allocator=history-on">history.json</a>`)
 	require.NotContains(t, string(body), "history-off")
+}
+
+// The timeline's views: a site's buffers alone (the bytes reserved, every
+// site's, not drawn), the baseline taken out (the weights, held
+// throughout, leave the axis to the step), a range of events; a bad
+// query is a 400 that says why.
+func TestTimelineViews(t *testing.T) {
+	a := historyEngine(t, "history-views", alloc.Options{History: 1000})
+	run(t, a)
+	srv := httptest.NewServer(allocview.Handler())
+	defer srv.Close()
+
+	_, body := get(t, srv.URL+"/timeline?allocator=history-views&site=stepSite")
+	page := string(body)
+	require.Contains(t, page, "Showing buffers of sites matching &#34;stepSite&#34;")
+	require.NotContains(t, page, "weightsSite (history_test.go", "the other site is filtered out")
+	require.NotContains(t, page, "reserved from the driver (segments)</title>", "reserved is every site's")
+	require.Regexp(t, `allocview_test.stepSite \(history_test.go:\d+\)</a></td><td class="peak">peak 512 KiB`, page)
+
+	_, body = get(t, srv.URL+"/timeline?allocator=history-views&baseline=out")
+	page = string(body)
+	require.Contains(t, page, "the baseline, 0 B held throughout, taken out", "weights are freed at the end: nothing is held throughout")
+	require.Contains(t, page, `href="timeline?allocator=history-views"`, "a link back to everything")
+
+	var h memmap.History
+	var buf bytes.Buffer
+	require.NoError(t, a.WriteHistory(&buf))
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &h))
+	var weightsAt, weightsFreed uint64
+	for _, e := range h.Events {
+		switch {
+		case e.Kind == memmap.EventAlloc && e.Size == 8<<20:
+			weightsAt = e.Seq
+		case e.Kind == memmap.EventFree && e.Size == 8<<20:
+			weightsFreed = e.Seq
+		}
+	}
+	_, body = get(t, srv.URL+fmt.Sprintf("/timeline?allocator=history-views&baseline=out&from=%d&to=%d", weightsAt, weightsFreed-1))
+	page = string(body)
+	require.Contains(t, page, "the baseline, 8 MiB held throughout, taken out", "the weights, held over the range, are the baseline")
+	require.Regexp(t, `allocview_test.weightsSite \(history_test.go:\d+\)</a></td><td class="peak">peak 0 B`, page)
+
+	for _, q := range []string{"from=x", "to=1&from=5", "baseline=maybe"} {
+		resp, body := get(t, srv.URL+"/timeline?allocator=history-views&"+q)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, q)
+		require.Contains(t, string(body), "bad timeline view", q)
+	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/internal/registry"
+	"github.com/capalloc/capalloc/alloc/memmap"
 )
 
 // counter is one row of an allocator's counters table.
@@ -16,8 +17,10 @@ type counter struct {
 	Name, Value string
 }
 
-// counters lists an allocator's alloc.Stats for people.
-func counters(s alloc.Stats) []counter {
+// counters lists an allocator's alloc.Stats, and what its snapshot adds,
+// for people.
+func counters(snap memmap.Snapshot) []counter {
+	s := alloc.Stats(snap.Stats)
 	n := formatCount
 	return []counter{
 		{"in use", bytesText(s.BytesInUse) + " in " + buffers(s.LiveBuffers)},
@@ -33,7 +36,8 @@ func counters(s alloc.Stats) []counter {
 		{"pinned host", bytesText(s.HostBytes) + " in " + buffers(s.HostBuffers)},
 		{"watchdog expiries", n(s.Timeouts)},
 		{"out-of-memory errors / reclaim retries", n(s.OutOfMemory) + " / " + n(s.ReclaimRetries)},
-		{"fragmentation (reserved / in use)", fmt.Sprintf("%.2f", s.Fragmentation())},
+		{"held by graphs (owned, pools, held)", bytesText(snap.GraphBytes())},
+		{"fragmentation outside graphs (reserved / in use)", fmt.Sprintf("%.2f", snap.Fragmentation())},
 	}
 }
 
@@ -63,6 +67,51 @@ type indexAllocator struct {
 	Name, Key, Backend, Device, Safety string
 	Counters                           []counter
 	States                             []indexState
+	Pools                              []indexPool
+	Graphs                             []indexGraph
+	MoreGraphs                         int // graphs not listed (maxIndexGraphs)
+}
+
+// indexPool and indexGraph are a row of the index's graph pools and
+// graphs tables.
+type indexPool struct {
+	Name, Bytes, Free, State string
+	Borrowed, Graphs         int
+}
+
+type indexGraph struct {
+	Name, Pool, Owns, Holds, Uses, State string
+	OwnsN, HoldsN, UsesN                 string // the blocks, in the cells' tooltips
+	Launches                             uint64
+}
+
+// maxIndexGraphs bounds the graphs the index lists one a row.
+const maxIndexGraphs = 512
+
+// graphTables are the index's rows for s's graph pools and graphs.
+func graphTables(s memmap.Snapshot) (pools []indexPool, graphs []indexGraph, more int) {
+	names := map[int]string{}
+	for _, p := range s.Pools {
+		names[p.ID] = printable(p.Label())
+		ip := indexPool{Name: printable(p.Label()), Bytes: bytesText(p.Bytes), Free: bytesText(p.FreeBytes), Borrowed: p.Borrowed, Graphs: len(p.Graphs), State: "open"}
+		if p.Closed {
+			ip.State = "closed: its memory goes back with its last graph"
+		}
+		pools = append(pools, ip)
+	}
+	for i, g := range s.Graphs {
+		if i == maxIndexGraphs {
+			return pools, graphs, len(s.Graphs) - i
+		}
+		ig := indexGraph{Name: printable(g.Label()), Pool: "-", Launches: g.Launches, State: g.Kind(),
+			Owns: bytesText(g.OwnedBytes), Holds: bytesText(g.HeldBytes), Uses: bytesText(g.UsedBytes),
+			OwnsN: plural(g.OwnedBlocks, "block"), HoldsN: plural(g.HeldBlocks, "block"), UsesN: plural(g.UsedBlocks, "block")}
+		if g.Pool != 0 {
+			ig.Pool = names[g.Pool]
+		}
+		graphs = append(graphs, ig)
+	}
+	return pools, graphs, 0
 }
 
 type indexState struct {
@@ -80,6 +129,11 @@ h2 { margin: 18px 0 2px; font-size: 18px; }
 .sub { color: #555; font-size: 13px; }
 .note { background: #fff6db; padding: 6px 10px; font-size: 13px; display: inline-block; }
 img.map { display: block; width: 100%; max-width: 1000px; height: auto; }
+table.list { font-size: 13px; }
+table.list th { text-align: left; padding: 2px 14px 2px 0; font-weight: 600; border-bottom: 1px solid #ccc; }
+table.list td { white-space: nowrap; font-size: 13px; }
+table.list td.n { text-align: right; font-variant-numeric: tabular-nums; }
+h3 { margin: 10px 0 2px; font-size: 15px; }
 </style></head><body>
 <h1 style="font-size:20px">capalloc device memory</h1>
 <p class="sub">{{len .Allocators}} open allocator(s) ·
@@ -90,7 +144,15 @@ img.map { display: block; width: 100%; max-width: 1000px; height: auto; }
 <h2>{{.Name}}</h2>
 <div class="sub">{{.Backend}} · {{.Device}} · capture safety {{.Safety}} · <a href="segments.svg?allocator={{.Key}}">segments.svg</a> · <a href="snapshot.json?allocator={{.Key}}">snapshot.json</a> · <a href="profile?allocator={{.Key}}">profile</a></div>
 <table>{{range .Counters}}<tr><td>{{.Name}}</td><td class="v">{{.Value}}</td></tr>{{end}}</table>
-<img src="segments.svg?allocator={{.Key}}" class="map" alt="segment map of {{.Name}}">
+{{if .Pools}}<h3>graph pools</h3>
+<table class="list"><tr><th>pool</th><th>bytes</th><th>free</th><th>borrowed blocks</th><th>graphs</th><th></th></tr>
+{{range .Pools}}<tr><td>{{.Name}}</td><td class="n">{{.Bytes}}</td><td class="n">{{.Free}}</td><td class="n">{{.Borrowed}}</td><td class="n">{{.Graphs}}</td><td>{{.State}}</td></tr>
+{{end}}</table>{{end}}
+{{if .Graphs}}<h3>graphs</h3>
+<table class="list"><tr><th>graph</th><th>pool</th><th>owns</th><th>holds</th><th>uses</th><th>launches</th><th></th></tr>
+{{range .Graphs}}<tr><td>{{.Name}}</td><td>{{.Pool}}</td><td class="n" title="{{.OwnsN}}">{{.Owns}}</td><td class="n" title="{{.HoldsN}}">{{.Holds}}</td><td class="n" title="{{.UsesN}}">{{.Uses}}</td><td class="n">{{.Launches}}</td><td>{{.State}}</td></tr>
+{{end}}{{if .MoreGraphs}}<tr><td colspan="7">… {{.MoreGraphs}} more (snapshot.json lists them all)</td></tr>{{end}}</table>{{end}}
+<img src="segments.svg?allocator={{.Key}}&amp;tables=off" class="map" alt="segment map of {{.Name}}">
 {{else}}<p>No open allocator.</p>{{end}}
 </body></html>
 `))
@@ -112,7 +174,8 @@ func serveIndex(w http.ResponseWriter, r *http.Request, one *alloc.Allocator) {
 	page.ProfileURL = profileURL(r)
 	for _, s := range snapshots(chosen(one)) {
 		ia := indexAllocator{Name: printable(s.Allocator), Key: s.Allocator, Backend: printable(s.Backend), Device: printable(s.Device), Safety: printable(s.CaptureSafety),
-			Counters: counters(alloc.Stats(s.Stats))}
+			Counters: counters(s)}
+		ia.Pools, ia.Graphs, ia.MoreGraphs = graphTables(s)
 		page.Allocators = append(page.Allocators, ia)
 	}
 	var buf bytes.Buffer

@@ -26,7 +26,7 @@ func TestSummaryView(t *testing.T) {
 	text := string(body)
 	require.Equal(t, 1, strings.Count(text, "capalloc memory summary:"), text)
 	require.Contains(t, text, `allocator "view-summary", backend "cpu"`)
-	for _, part := range []string{"device memory by pool", "graph-owned", "out-of-memory errors 0, reclaim retries 0", "fragmentation (reserved / in use)"} {
+	for _, part := range []string{"device memory by pool", "graph-owned", "out-of-memory errors 0, reclaim retries 0", "fragmentation outside graphs (reserved / in use", "held by graphs"} {
 		require.Contains(t, text, part)
 	}
 	own := a.Summary()

@@ -15,6 +15,7 @@ var stateColors = map[memmap.BlockState]string{
 	memmap.BlockLive:           "#4e79a7",
 	memmap.BlockWorkspace:      "#9467bd",
 	memmap.BlockGraphOwned:     "#e15759",
+	memmap.BlockGraphPool:      "#f4b6b7", // graph-owned's red, lighter: free, but the pool's
 	memmap.BlockHeldForGraph:   "#f28e2b",
 	memmap.BlockCachedFragment: "#e6e6e6",
 	memmap.BlockCachedSegment:  "#b5d99c",
@@ -29,8 +30,9 @@ var stateColors = map[memmap.BlockState]string{
 // map into it, a long map's text shrinking to a few pixels.
 const (
 	svgWidth   = 800
-	labelFont  = 11              // segment labels' monospace size: 0.6 of it a character
-	labelWidth = 240             // segment labels left of the bars: 36 characters
+	labelFont  = 11  // segment labels' monospace size: 0.6 of it a character
+	labelWidth = 240 // segment labels left of the bars: 36 characters
+	maxLabel   = labelWidth * 10 / (labelFont * 6)
 	barX       = labelWidth + 10 // bars start here
 	barWidth   = svgWidth - barX - 10
 	rowHeight  = 18
@@ -49,8 +51,10 @@ const (
 	maxRows = 400
 )
 
-// writeSVG draws the segment maps of the snapshots, one under the other.
-func writeSVG(w io.Writer, snaps []memmap.Snapshot) {
+// writeSVG draws the segment maps of the snapshots, one under the other,
+// each with its graph pools' and graphs' tables unless noTables (the
+// index lists them above the map).
+func writeSVG(w io.Writer, snaps []memmap.Snapshot, noTables bool) {
 	var body []byte
 	y := 0
 	if len(snaps) == 0 {
@@ -58,7 +62,7 @@ func writeSVG(w io.Writer, snaps []memmap.Snapshot) {
 		y = 40
 	}
 	for _, s := range snaps {
-		body, y = appendMap(body, s, y)
+		body, y = appendMap(body, s, y, noTables)
 	}
 	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="100%%" style="height:auto" viewBox="0 0 %d %d" preserveAspectRatio="xMinYMin meet" font-family="sans-serif">`+"\n", svgWidth, y)
 	fmt.Fprintf(w, `<rect width="%d" height="%d" fill="white"/>`+"\n", svgWidth, y)
@@ -79,7 +83,7 @@ func escLines(lines []string) string {
 }
 
 // appendMap draws one allocator's map from y down and returns the y after it.
-func appendMap(b []byte, s memmap.Snapshot, y int) ([]byte, int) {
+func appendMap(b []byte, s memmap.Snapshot, y int, noTables bool) ([]byte, int) {
 	y += 20
 	b = fmt.Appendf(b, `<text x="10" y="%d" font-size="15" font-weight="bold">%s</text>`+"\n", y, esc(s.Allocator))
 	y += 18
@@ -95,6 +99,7 @@ func appendMap(b []byte, s memmap.Snapshot, y int) ([]byte, int) {
 		s.Backend, s.Device, bytesText(s.Stats.BytesReserved), bytesText(s.Stats.BytesInUse), bytesText(cached),
 		plural(len(s.Segments), "segment"), plural(graphs, "live graph"))))
 	b, y = appendLegend(b, s, y+8, cached)
+	names := newMapNames(s)
 	scale := newSegmentScale(s.Segments)
 	y += 6
 	for _, line := range scale.explain() {
@@ -109,23 +114,12 @@ func appendMap(b []byte, s memmap.Snapshot, y int) ([]byte, int) {
 			break
 		}
 		b = fmt.Appendf(b, `<text x="10" y="%d" font-size="%d" font-family="monospace">%s<title>%s</title></text>`+"\n",
-			y+barHeight-3, labelFont, esc(segmentLabel(seg)), esc(segmentTitle(seg)))
-		b = appendBar(b, seg, y, scale.width(seg))
+			y+barHeight-3, labelFont, esc(names.segmentLabel(seg)), esc(names.segmentTitle(seg)))
+		b = appendBar(b, seg, y, scale.width(seg), names)
 		y += rowHeight
 	}
-	if len(s.Graphs) > 0 {
-		y += 6
-		b = fmt.Appendf(b, `<text x="10" y="%d" font-size="13" font-weight="bold">graphs</text>`+"\n", y+12)
-		y += rowHeight
-		for _, g := range s.Graphs {
-			text := fmt.Sprintf("%s: owns %s (%s), holds %s (%s freed by the engine), uses %s (%s live)",
-				graphName(g.ID, g.Capturing), bytesText(g.OwnedBytes), plural(g.OwnedBlocks, "block"), bytesText(g.HeldBytes), plural(g.HeldBlocks, "block"), bytesText(g.UsedBytes), plural(g.UsedBlocks, "block"))
-			if g.Eager {
-				text += " (eager fallback)"
-			}
-			b = fmt.Appendf(b, `<text x="20" y="%d" font-size="12">%s</text>`+"\n", y+12, esc(text))
-			y += rowHeight
-		}
+	if !noTables {
+		b, y = appendGraphTables(b, s, y)
 	}
 	return b, y + 10
 }
@@ -210,34 +204,39 @@ func (sc segmentScale) explain() []string {
 // lie across its span.
 func extent(seg memmap.Segment) int64 { return max(seg.Size, seg.Span) }
 
-// segmentLabel is the text left of a segment's bar: kind, size, address.
-func segmentLabel(seg memmap.Segment) string {
+// segmentLabel is the text left of a segment's bar: kind, size, address;
+// a graph's allocation names the graph instead of its kind and, when that
+// leaves no room, its address (the tooltip has it).
+func (n mapNames) segmentLabel(seg memmap.Segment) string {
 	switch {
 	case seg.Expandable:
 		return fmt.Sprintf("%s %s/%s @%#x", seg.Kind, bytesText(seg.Size), bytesText(seg.Span), uint64(seg.Ptr))
 	case seg.Kind == "graph":
-		return fmt.Sprintf("graph %d: %s @%#x", seg.Graph, bytesText(seg.Size), uint64(seg.Ptr))
+		l := fmt.Sprintf("%s: %s @%#x", n.graph(seg.Graph), bytesText(seg.Size), uint64(seg.Ptr))
+		if len([]rune(l)) > maxLabel {
+			l = fmt.Sprintf("%s: %s", n.graph(seg.Graph), bytesText(seg.Size))
+		}
+		if r := []rune(l); len(r) > maxLabel {
+			l = string(r[:maxLabel-1]) + "…"
+		}
+		return l
 	}
 	return fmt.Sprintf("%s %s @%#x", seg.Kind, bytesText(seg.Size), uint64(seg.Ptr))
 }
 
 // segmentTitle is a segment's tooltip.
-func segmentTitle(seg memmap.Segment) string {
+func (n mapNames) segmentTitle(seg memmap.Segment) string {
 	t := fmt.Sprintf("%s segment @%#x: %s in %s", seg.Kind, uint64(seg.Ptr), bytesText(seg.Size), plural(len(seg.Blocks), "block"))
 	if seg.Expandable {
 		t = fmt.Sprintf("%s expandable range @%#x: %s mapped of a %s span (the gaps are unmapped), %s", seg.Kind, uint64(seg.Ptr), bytesText(seg.Size), bytesText(seg.Span), plural(len(seg.Blocks), "block"))
 	}
 	if seg.Kind == "graph" {
-		t += "; allocated in a capture, owned by " + graphName(seg.Graph, seg.Graph == 0)
+		t += "; allocated in a capture, owned by " + n.graph(seg.Graph)
+	}
+	if pools := n.poolsIn(seg); pools != "" {
+		t += "; lent to " + pools
 	}
 	return t
-}
-
-func graphName(id int, recording bool) string {
-	if recording {
-		return "the capture recording now"
-	}
-	return fmt.Sprintf("graph %d", id)
 }
 
 // capturing is 1 when the snapshot's graphs include the recording capture.

@@ -34,17 +34,18 @@ type svgRect struct {
 }
 
 type svgText struct {
-	X     float64 `xml:"x,attr"`
-	Size  float64 `xml:"font-size,attr"`
-	Mono  string  `xml:"font-family,attr"`
-	Text  string  `xml:",chardata"`
-	Title string  `xml:"title"`
+	X      float64 `xml:"x,attr"`
+	Anchor string  `xml:"text-anchor,attr"`
+	Size   float64 `xml:"font-size,attr"`
+	Mono   string  `xml:"font-family,attr"`
+	Text   string  `xml:",chardata"`
+	Title  string  `xml:"title"`
 }
 
 func parseMap(t *testing.T, snaps ...memmap.Snapshot) svgDoc {
 	t.Helper()
 	var buf bytes.Buffer
-	writeSVG(&buf, snaps)
+	writeSVG(&buf, snaps, false)
 	var d svgDoc
 	if err := xml.Unmarshal(buf.Bytes(), &d); err != nil {
 		t.Fatalf("not well-formed XML: %v\n%s", err, buf.String())
@@ -191,21 +192,30 @@ func TestLiveBlockMinimumWidth(t *testing.T) {
 // and, when the profile sampled it, the call site; and what its state
 // means.
 func TestBlockTooltips(t *testing.T) {
-	s := memmap.Snapshot{Segments: []memmap.Segment{
+	s := memmap.Snapshot{Capturing: true, Segments: []memmap.Segment{
 		seg(1<<40, 2<<20,
 			memmap.Block{Size: 1 << 20, State: memmap.BlockWorkspace, Workspace: "attn", Requested: 1000 << 10, CallSite: "main.reserve main.go:40"},
 			memmap.Block{Offset: 1 << 20, Size: 256 << 10, State: memmap.BlockHeldForGraph, Graphs: []int{2}},
-			memmap.Block{Offset: 1<<20 + 256<<10, Size: 768 << 10, State: memmap.BlockLive, Requested: 768 << 10, Graphs: []int{0, 2}},
+			memmap.Block{Offset: 1<<20 + 256<<10, Size: 768 << 10, State: memmap.BlockLive, Requested: 768 << 10, Graphs: []int{2, 14}},
 		),
 		{Ptr: 2 << 40, Size: 3 << 20, Kind: "graph", Graph: 3, Blocks: []memmap.Block{
-			{Size: 3 << 20, State: memmap.BlockGraphOwned, CallSite: "main.stepTemp main.go:80"},
+			{Size: 3 << 20, State: memmap.BlockGraphOwned, Graph: 3, CallSite: "main.stepTemp main.go:80"},
 		}},
-	}}
+		seg(3<<40, 2<<20,
+			memmap.Block{Size: 1 << 20, State: memmap.BlockGraphOwned, Pool: 5, Graph: 2, Requested: 1 << 20},
+			memmap.Block{Offset: 1 << 20, Size: 1 << 20, State: memmap.BlockGraphPool, Pool: 5},
+		),
+	},
+		Graphs: []memmap.GraphInfo{{ID: 2, Name: "batch-8", Pool: 5}, {ID: 3}, {ID: 14, Capturing: true}},
+		Pools:  []memmap.PoolInfo{{ID: 5, Name: "decode", Graphs: []int{2}}},
+	}
 	want := [][]string{
 		{"workspace: 1 MiB (1000 KiB requested)", "offset 0x0 in the large segment @0x10000000000", "workspace attn", "allocated at main.reserve main.go:40", memmap.BlockWorkspace.Meaning()},
-		{"held-for-graph: 256 KiB", "offset 0x100000 in the large segment", "held for graph 2", memmap.BlockHeldForGraph.Meaning()},
-		{"live: 768 KiB", "offset 0x140000", "used by the recorded work of the capture recording now, graph 2", "call site not sampled (alloc.SetProfileRate)", memmap.BlockLive.Meaning()},
+		{"held-for-graph: 256 KiB", "offset 0x100000 in the large segment", "held for batch-8 (graph 2)", memmap.BlockHeldForGraph.Meaning()},
+		{"live: 768 KiB", "offset 0x140000", "used by the recorded work of batch-8 (graph 2), graph 14 (the capture recording now)", "call site not sampled (alloc.SetProfileRate)", memmap.BlockLive.Meaning()},
 		{"graph-owned: 3 MiB", "offset 0x0 in the graph segment @0x20000000000", "owned by graph 3", "allocated at main.stepTemp main.go:80", memmap.BlockGraphOwned.Meaning()},
+		{"graph-owned: 1 MiB", "in graph pool decode (pool 5)", "owned by batch-8 (graph 2)", "call site not sampled", memmap.BlockGraphOwned.Meaning()},
+		{"graph-pool: 1 MiB", "in graph pool decode (pool 5)", memmap.BlockGraphPool.Meaning()},
 	}
 	blks := parseMap(t, s).rects("blk")
 	if len(blks) != len(want) {
@@ -276,7 +286,11 @@ func TestMapFitsItsViewBox(t *testing.T) {
 			t.Errorf("label %q runs into the bars (monospace: 0.6 of its size a character)", tx.Text)
 		}
 		// Sans-serif text averages about half its size a character.
-		if tx.Mono == "" && tx.X+float64(utf8.RuneCountInString(tx.Text))*0.55*tx.Size > svgWidth-4 {
+		w := float64(utf8.RuneCountInString(tx.Text)) * 0.55 * tx.Size
+		switch {
+		case tx.Mono == "" && tx.Anchor == "end" && (tx.X > svgWidth-4 || tx.X-w < 0):
+			t.Errorf("%q ending at x %.0f, %.0f units, runs out of the viewBox", tx.Text, tx.X, tx.Size)
+		case tx.Mono == "" && tx.Anchor != "end" && tx.X+w > svgWidth-4:
 			t.Errorf("%q at x %.0f, %.0f units, runs past the viewBox", tx.Text, tx.X, tx.Size)
 		}
 	}
@@ -288,7 +302,7 @@ func TestMapFitsItsViewBox(t *testing.T) {
 func TestSegmentMapOfAnyName(t *testing.T) {
 	s := memmap.Snapshot{Allocator: "a\x01<b>&\"'\xff", Backend: "cpu\xfe", Device: "dev\x00\uFFFF\t"}
 	var buf bytes.Buffer
-	writeSVG(&buf, []memmap.Snapshot{s})
+	writeSVG(&buf, []memmap.Snapshot{s}, false)
 	d := xml.NewDecoder(&buf)
 	var text strings.Builder
 	for {
@@ -307,5 +321,27 @@ func TestSegmentMapOfAnyName(t *testing.T) {
 		if !strings.Contains(text.String(), want) {
 			t.Fatalf("%q not drawn; text: %q", want, text.String())
 		}
+	}
+}
+
+// A graph's segment is labelled with the graph's name and number, cut to
+// the label column (the tooltip has it whole); the index's map leaves the
+// tables out.
+func TestGraphSegmentLabels(t *testing.T) {
+	s := memmap.Snapshot{Segments: []memmap.Segment{
+		{Ptr: 2 << 40, Size: 3 << 20, Kind: "graph", Graph: 3, Blocks: []memmap.Block{{Size: 3 << 20, State: memmap.BlockGraphOwned, Graph: 3}}},
+		{Ptr: 3 << 40, Size: 1 << 20, Kind: "graph", Graph: 4, Blocks: []memmap.Block{{Size: 1 << 20, State: memmap.BlockGraphOwned, Graph: 4}}},
+	}, Graphs: []memmap.GraphInfo{{ID: 3, Name: "batch-8"}, {ID: 4, Name: "a-very-long-graph-name-for-prefill-batch-512"}}}
+	d := parseMap(t, s)
+	text := d.text()
+	for _, want := range []string{"batch-8 (graph 3): 3 MiB\n", "a-very-long-graph-name-for-prefill-…", "graphs"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("map lacks %q:\n%s", want, text)
+		}
+	}
+	var buf bytes.Buffer
+	writeSVG(&buf, []memmap.Snapshot{s}, true)
+	if strings.Contains(buf.String(), ">graphs</text>") {
+		t.Error("the tables drawn with noTables")
 	}
 }

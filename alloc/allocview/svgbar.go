@@ -84,9 +84,9 @@ func settled(seg memmap.Segment, widened []bool, scale float64) bool {
 // taking the colour of the state with most bytes there, equal neighbours
 // merged, so a bar costs at most about 2*width rectangles however many
 // blocks its segment has.
-func appendBar(b []byte, seg memmap.Segment, y int, width float64) []byte {
+func appendBar(b []byte, seg memmap.Segment, y int, width float64, names mapNames) []byte {
 	b = fmt.Appendf(b, `<rect class="seg" x="%d" y="%d" width="%.1f" height="%d" fill="none" stroke="#999" stroke-width="0.5"><title>%s</title></rect>`+"\n",
-		barX, y, width, barHeight, esc(segmentTitle(seg)))
+		barX, y, width, barHeight, esc(names.segmentTitle(seg)))
 	xs, widened := layoutBlocks(seg, width)
 	states := memmap.BlockStates()
 	index := map[memmap.BlockState]int{}
@@ -152,7 +152,7 @@ func appendBar(b []byte, seg memmap.Segment, y int, width float64) []byte {
 		own := widened[i] || x1-x0 >= 1
 		if _, ok := index[blk.State]; ok && own {
 			b = fmt.Appendf(b, `<rect class="blk" x="%.1f" y="%d" width="%.1f" height="%d" fill="%s"><title>%s</title></rect>`+"\n",
-				barX+x0, y, x1-x0, barHeight, stateColors[blk.State], escLines(blockTitle(seg, blk)))
+				barX+x0, y, x1-x0, barHeight, stateColors[blk.State], escLines(names.blockTitle(seg, blk)))
 		}
 		// A border between blocks wide enough to tell apart, so neighbours
 		// in one state still read as separate buffers.
@@ -166,8 +166,9 @@ func appendBar(b []byte, seg memmap.Segment, y int, width float64) []byte {
 }
 
 // blockTitle is a block's tooltip, one fact a line: its state, size,
-// place, owner and, when the profile sampled it, where it was allocated.
-func blockTitle(seg memmap.Segment, blk memmap.Block) []string {
+// place, pool, owner and, when the profile sampled it, where it was
+// allocated.
+func (n mapNames) blockTitle(seg memmap.Segment, blk memmap.Block) []string {
 	lines := []string{fmt.Sprintf("%s: %s", blk.State, bytesText(blk.Size))}
 	if blk.Requested > 0 && blk.Requested != blk.Size {
 		lines[0] += fmt.Sprintf(" (%s requested)", bytesText(blk.Requested))
@@ -176,13 +177,20 @@ func blockTitle(seg memmap.Segment, blk memmap.Block) []string {
 	if blk.Workspace != "" {
 		lines = append(lines, "workspace "+blk.Workspace)
 	}
+	if blk.Pool != 0 {
+		lines = append(lines, "in graph pool "+n.pool(blk.Pool))
+	}
 	if blk.State == memmap.BlockGraphOwned {
-		lines = append(lines, "owned by "+graphName(seg.Graph, seg.Graph == 0))
+		owner := blk.Graph
+		if owner == 0 {
+			owner = seg.Graph
+		}
+		lines = append(lines, "owned by "+n.graph(owner))
 	}
 	if len(blk.Graphs) > 0 {
 		names := make([]string, len(blk.Graphs))
 		for i, g := range blk.Graphs {
-			names[i] = graphName(g, g == 0)
+			names[i] = n.graph(g)
 		}
 		verb := "used by the recorded work of "
 		if blk.State == memmap.BlockHeldForGraph {
@@ -193,7 +201,7 @@ func blockTitle(seg memmap.Segment, blk memmap.Block) []string {
 	switch {
 	case blk.CallSite != "":
 		lines = append(lines, "allocated at "+blk.CallSite)
-	case !blk.State.Cached():
+	case !blk.State.Cached() && blk.State != memmap.BlockGraphPool:
 		lines = append(lines, "call site not sampled (alloc.SetProfileRate)")
 	}
 	return append(lines, blk.State.Meaning())

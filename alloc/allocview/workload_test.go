@@ -240,7 +240,7 @@ func TestWorkloadState(t *testing.T) {
 	}
 	require.Len(t, s.Graphs, poolGraphs+1)
 	require.Positive(t, w.poolBytes)
-	require.GreaterOrEqual(t, s.Bytes[memmap.BlockGraphOwned], w.poolBytes+6<<20, "the pool's memory and the prefill graph's are graph-owned")
+	require.GreaterOrEqual(t, s.Bytes[memmap.BlockGraphOwned]+s.Bytes[memmap.BlockGraphPool], w.poolBytes+6<<20, "the pool's memory (its graphs' blocks and its free part) and the prefill graph's are held for graphs")
 	require.EqualValues(t, 1, s.Stats.OutOfMemory)
 
 	h := historyOf(w.decoder, MaxEvents)

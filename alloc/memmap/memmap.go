@@ -24,6 +24,7 @@ const (
 	BlockLive           BlockState = "live"
 	BlockWorkspace      BlockState = "workspace"
 	BlockGraphOwned     BlockState = "graph-owned"
+	BlockGraphPool      BlockState = "graph-pool"
 	BlockHeldForGraph   BlockState = "held-for-graph"
 	BlockCachedFragment BlockState = "cached-fragment"
 	BlockCachedSegment  BlockState = "cached-segment"
@@ -36,6 +37,7 @@ var meanings = map[BlockState]string{
 	BlockLive:           "A buffer the engine holds (Alloc, AllocSync).",
 	BlockWorkspace:      "A named scratch buffer (Allocator.Workspace), kept until ReleaseWorkspace.",
 	BlockGraphOwned:     "Allocated inside a capture: the graph's until Graph.Close.",
+	BlockGraphPool:      "Free in a graph pool: reused by its next captures, never by eager allocations.",
 	BlockHeldForGraph:   "Freed, but kept while a live graph (or the recording capture) uses it.",
 	BlockCachedFragment: "Cached: free space in a segment still in use, reused by requests that fit.",
 	BlockCachedSegment:  "Cached: a segment wholly free, reused or given back by Trim or memory pressure.",
@@ -54,12 +56,20 @@ func (st BlockState) Cached() bool {
 // BlockStates returns the states in the order views draw them; the slice
 // is the caller's.
 func BlockStates() []BlockState {
-	return []BlockState{BlockLive, BlockWorkspace, BlockGraphOwned, BlockHeldForGraph, BlockCachedFragment, BlockCachedSegment}
+	return []BlockState{BlockLive, BlockWorkspace, BlockGraphOwned, BlockGraphPool, BlockHeldForGraph, BlockCachedFragment, BlockCachedSegment}
+}
+
+// Graphs reports whether st's bytes are graphs' memory: what a capture
+// allocated, what a graph pool keeps, what a freed buffer a graph uses
+// still holds. Fragmentation leaves them out.
+func (st BlockState) Graphs() bool {
+	return st == BlockGraphOwned || st == BlockGraphPool || st == BlockHeldForGraph
 }
 
 // Snapshot is an allocator's device memory at one moment, JSON-encodable:
 // every driver allocation (segment) with its blocks, every live graph with
-// what it owns and holds, and the counters.
+// what it owns and holds, every graph pool, and the counters. What a
+// metrics scrape reads is a Snapshot without Segments and Graphs.
 type Snapshot struct {
 	Allocator    string    `json:"allocator"`
 	Backend      string    `json:"backend"`
@@ -75,7 +85,13 @@ type Snapshot struct {
 	// Bytes sums the segments' blocks by state.
 	Bytes    map[BlockState]int64 `json:"bytes"`
 	Segments []Segment            `json:"segments"`
-	Graphs   []GraphInfo          `json:"graphs"`
+	// Graphs are the live graphs and the capture recording, by ID.
+	Graphs []GraphInfo `json:"graphs"`
+	// Pools are the graph pools not yet disposed, by ID.
+	Pools []PoolInfo `json:"graph_pools"`
+	// GraphInUse is the part of Stats.BytesInUse in buffers allocated in
+	// captures (graph-owned and live): Fragmentation leaves it out.
+	GraphInUse int64 `json:"graph_in_use"`
 	// DeviceFree is the device's free memory when the driver can tell
 	// (driver.MemInfoer), every user of the device counted; nil otherwise.
 	DeviceFree *int64 `json:"device_free,omitempty"`
@@ -88,8 +104,8 @@ type Segment struct {
 	Ptr  driver.DevicePtr `json:"ptr"`
 	Size int64            `json:"size"`
 	Kind string           `json:"kind"`
-	// Graph, for kind "graph": the id of the graph that owns it (0: the
-	// capture recording now).
+	// Graph, for kind "graph": the GraphInfo.ID of the graph (or the
+	// capture recording) that owns it.
 	Graph  int     `json:"graph"`
 	Blocks []Block `json:"blocks"`
 	// Expandable: an arena's expandable range (alloc.Options.ExpandableSegments).
@@ -107,23 +123,34 @@ type Block struct {
 	State     BlockState `json:"state"`
 	Requested int64      `json:"requested,omitempty"` // a buffer's size as asked for
 	Workspace string     `json:"workspace,omitempty"`
-	// Graphs lists the live graphs whose recorded work uses the block
-	// (0: the capture recording now): it is held while they live.
+	// Graphs lists the graphs (GraphInfo.ID) whose recorded work uses the
+	// block: it is held while they live.
 	Graphs []int `json:"graphs,omitempty"`
+	// Pool is the PoolInfo.ID of the graph pool whose memory the block
+	// is (0: none); Graph, for a pool's graph-owned block, the graph
+	// holding it.
+	Pool  int `json:"pool,omitempty"`
+	Graph int `json:"graph,omitempty"`
 	// CallSite is where the engine allocated the block: the function,
 	// file base name and line of the first frame outside the allocator,
 	// when the profile sampled the allocation (alloc.SetProfileRate).
 	CallSite string `json:"call_site,omitempty"`
 }
 
-// GraphInfo is a live graph, or the capture recording now (ID 0), with
-// the memory it owns and the memory it keeps from being reused.
+// GraphInfo is a live graph, or the capture recording now (Capturing),
+// with the memory it owns and the memory it keeps from being reused.
 type GraphInfo struct {
-	ID        int  `json:"id"`
-	Capturing bool `json:"capturing,omitempty"`
-	Eager     bool `json:"eager,omitempty"` // an eager fallback: owns nothing
-	Launched  bool `json:"launched,omitempty"`
-	// Owned: allocated in its capture, its own until Graph.Close.
+	// ID is alloc.Graph.ID: given when the capture began, never given
+	// again in the process. Name is alloc.CaptureOptions.Name.
+	ID        int    `json:"id"`
+	Name      string `json:"name,omitempty"`
+	Pool      int    `json:"pool,omitempty"` // the PoolInfo.ID it captured into; 0: none
+	Capturing bool   `json:"capturing,omitempty"`
+	Eager     bool   `json:"eager,omitempty"` // an eager fallback: owns nothing
+	Launched  bool   `json:"launched,omitempty"`
+	Launches  uint64 `json:"launches"` // Graph.Launch calls that ran it
+	// Owned: allocated in its capture (from its pool, when it has one),
+	// its own until Graph.Close.
 	OwnedBytes  int64 `json:"owned_bytes"`
 	OwnedBlocks int   `json:"owned_blocks"`
 	// Held: buffers the engine freed that its recorded work uses, kept
@@ -133,6 +160,80 @@ type GraphInfo struct {
 	// Used: live buffers its recorded work uses (held if freed).
 	UsedBytes  int64 `json:"used_bytes"`
 	UsedBlocks int   `json:"used_blocks"`
+}
+
+// PoolInfo is a graph pool (alloc.GraphPool): the memory it borrowed
+// from the allocator's cache, what of it is free for its next captures,
+// and its graphs. Its blocks are the segments' blocks whose Pool is its
+// ID.
+type PoolInfo struct {
+	ID     int    `json:"id"` // alloc.GraphPool's, never given again in the process
+	Name   string `json:"name,omitempty"`
+	Closed bool   `json:"closed,omitempty"` // closed: its memory goes back with its last graph
+	// Bytes is what it borrowed (alloc.GraphPool.Bytes), in Borrowed
+	// blocks of the allocator's segments; FreeBytes, in FreeBlocks, is
+	// free for its next captures (BlockGraphPool); the rest its graphs
+	// hold.
+	Bytes      int64 `json:"bytes"`
+	Borrowed   int   `json:"borrowed_blocks"`
+	FreeBytes  int64 `json:"free_bytes"`
+	FreeBlocks int   `json:"free_blocks"`
+	Graphs     []int `json:"graphs"` // the GraphInfo.ID of each of its live graphs and its capture
+}
+
+// Label is how views name a graph: "batch-8 (graph 12)", or "graph 12"
+// without a name.
+func (g GraphInfo) Label() string { return label(g.Name, "graph", g.ID) }
+
+// Kind says what sets g apart from a replayed graph: "recording" (the
+// capture recording now), "eager fallback", or "".
+func (g GraphInfo) Kind() string {
+	switch {
+	case g.Capturing:
+		return "recording"
+	case g.Eager:
+		return "eager fallback"
+	}
+	return ""
+}
+
+// Label is how views name a pool: "decode (pool 3)", or "pool 3".
+func (p PoolInfo) Label() string { return label(p.Name, "pool", p.ID) }
+
+func label(name, kind string, id int) string {
+	if name == "" {
+		return fmt.Sprintf("%s %d", kind, id)
+	}
+	return fmt.Sprintf("%s (%s %d)", name, kind, id)
+}
+
+// GraphBytes is the memory graphs hold: the bytes of the states whose
+// Graphs is true.
+func (s Snapshot) GraphBytes() int64 {
+	var n int64
+	for st, b := range s.Bytes {
+		if st.Graphs() {
+			n += b
+		}
+	}
+	return n
+}
+
+// Fragmentation is the fragmentation of the memory graphs do not hold:
+// bytes reserved over bytes in use, graphs' memory (GraphBytes,
+// GraphInUse) left out of both, since a graph keeps its memory by design
+// however little of it holds live buffers. 1 when every such reserved
+// byte is in a live buffer, more as the pool caches or splits more, 0
+// when nothing outside graphs is in use.
+func (s Snapshot) Fragmentation() float64 {
+	return ratio(s.Stats.BytesReserved-s.GraphBytes(), s.Stats.BytesInUse-s.GraphInUse)
+}
+
+func ratio(reserved, inUse int64) float64 {
+	if inUse <= 0 {
+		return 0
+	}
+	return float64(reserved) / float64(inUse)
 }
 
 // Stats is an allocator's counters at one moment: what alloc.Stats is
@@ -169,12 +270,9 @@ type Stats struct {
 // Fragmentation is bytes reserved over bytes in use: 1 when every
 // reserved byte is in a live buffer, more as the pool caches or splits
 // more, and 0 when nothing is in use (the ratio is undefined there).
-func (s Stats) Fragmentation() float64 {
-	if s.BytesInUse <= 0 {
-		return 0
-	}
-	return float64(s.BytesReserved) / float64(s.BytesInUse)
-}
+// Graphs' memory counts here; the views report Snapshot.Fragmentation,
+// which leaves it out.
+func (s Stats) Fragmentation() float64 { return ratio(s.BytesReserved, s.BytesInUse) }
 
 func (s Stats) String() string {
 	return fmt.Sprintf("in use %d B in %d buffers (peak %d B), reserved %d B (peak %d B), cached %d B, graphs %d, host %d B in %d buffers",

@@ -3,6 +3,7 @@ package memmap
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 )
@@ -22,15 +23,25 @@ func SizeText(n int64) string {
 	return fmt.Sprintf("%.2f %ciB", v, "KMGTPE"[i])
 }
 
-// summaryKinds are the segment kinds a summary has a column for: the
-// pool's two arenas, AllocSync's own allocations, graphs' allocations.
-var summaryKinds = []string{"small", "large", "sync", "graph"}
+// summaryKinds are the columns of a summary's table: the segment kinds
+// (the pool's two arenas, AllocSync's own allocations, graphs'
+// allocations), then the graph pools' blocks, which lie in small and large
+// segments but are counted in a column of their own.
+var summaryKinds = []string{"small", "large", "sync", "graph", poolColumn}
+
+const poolColumn = "graph pools"
+
+// maxSummaryGraphs bounds the graphs a summary lists one a row; the rest
+// are counted.
+const maxSummaryGraphs = 256
 
 // Summary is the snapshot as text (PyTorch's torch.cuda.memory_summary):
-// device memory by pool and by block state, the allocator's current and
-// peak bytes, its allocations and frees, out-of-memory errors and reclaim
-// retries, the largest free block and the fragmentation (reserved over in
-// use). Peaks are the allocator's, not per pool (none is kept per pool).
+// device memory by pool and by block state, the graph pools and the
+// graphs (one row each), the allocator's current and peak bytes, its
+// allocations and frees, out-of-memory errors and reclaim retries, the
+// largest free block, the memory graphs hold and the fragmentation of the
+// rest (Snapshot.Fragmentation). Peaks are the allocator's, not per pool
+// (none is kept per pool).
 func (s Snapshot) Summary() string {
 	var b strings.Builder
 	st := s.Stats
@@ -48,6 +59,7 @@ func (s Snapshot) Summary() string {
 	}
 	segs := make([]int, total+1)
 	var largest int64
+	pools := slices.Index(summaryKinds, poolColumn)
 	for _, seg := range s.Segments {
 		k := slices.Index(summaryKinds, seg.Kind) // -1: a kind of no column, in the total only
 		for _, blk := range seg.Blocks {
@@ -55,7 +67,9 @@ func (s Snapshot) Summary() string {
 			if i < 0 {
 				continue
 			}
-			if k >= 0 {
+			if blk.Pool != 0 {
+				bytes[i][pools] += blk.Size
+			} else if k >= 0 {
 				bytes[i][k] += blk.Size
 			}
 			bytes[i][total] += blk.Size
@@ -89,6 +103,7 @@ func (s Snapshot) Summary() string {
 	for k, n := range segs {
 		counts[k] = fmt.Sprint(n)
 	}
+	counts[pools] = "-" // a pool's blocks lie in the others' segments
 	fmt.Fprintf(tw, "%-24s\t%s\t\n", "segments", strings.Join(counts, "\t"))
 	tw.Flush()
 
@@ -98,16 +113,79 @@ func (s Snapshot) Summary() string {
 	fmt.Fprintf(tw, "%-24s\t%s\t%s\t\n", "in use (as requested)", SizeText(st.BytesInUse), SizeText(st.PeakInUse))
 	fmt.Fprintf(tw, "%-24s\t%s\t%s\t\n", "reserved from the driver", SizeText(st.BytesReserved), SizeText(st.PeakReserved))
 	fmt.Fprintf(tw, "%-24s\t%s\t\t\n", "cached in the pool", SizeText(st.BytesCached))
+	fmt.Fprintf(tw, "%-24s\t%s\t\t\n", "held by graphs", SizeText(s.GraphBytes()))
 	tw.Flush()
+	writePools(&b, s)
+	writeGraphs(&b, s)
 
 	fmt.Fprintf(&b, "\nallocations %d (pool hits %d, misses %d), frees %d, live buffers %d\n", st.Allocs, st.PoolHits, st.PoolMisses, st.Frees, st.LiveBuffers)
 	fmt.Fprintf(&b, "driver allocations %d, given back %d\n", st.DriverAllocs, st.DriverFrees)
 	fmt.Fprintf(&b, "captures %d ended with a graph, %d without; allocations in captures %d; live graphs %d\n", st.Captures, st.FailedCapture, st.CaptureAllocs, st.LiveGraphs)
 	fmt.Fprintf(&b, "out-of-memory errors %d, reclaim retries %d, watchdog timeouts %d\n", st.OutOfMemory, st.ReclaimRetries, st.Timeouts)
 	fmt.Fprintf(&b, "largest free block %s\n", SizeText(largest))
-	fmt.Fprintf(&b, "fragmentation (reserved / in use) %.2f\n", st.Fragmentation())
+	fmt.Fprintf(&b, "fragmentation outside graphs (reserved / in use, the %s graphs hold left out) %.2f\n", SizeText(s.GraphBytes()), s.Fragmentation())
 	fmt.Fprintf(&b, "pinned host %s in %d buffers\n", SizeText(st.HostBytes), st.HostBuffers)
 	return b.String()
+}
+
+// writePools writes a row per graph pool: its memory, what of it is free
+// and its graphs.
+func writePools(b *strings.Builder, s Snapshot) {
+	if len(s.Pools) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(b, "\n")
+	fmt.Fprintf(tw, "%-24s\tbytes\tfree\tborrowed blocks\tgraphs\t\n", "graph pools")
+	for _, p := range s.Pools {
+		name := safeText(p.Label())
+		if p.Closed {
+			name += " (closed)"
+		}
+		fmt.Fprintf(tw, "%-24s\t%s\t%s\t%d\t%d\t\n", name, SizeText(p.Bytes), SizeText(p.FreeBytes), p.Borrowed, len(p.Graphs))
+	}
+	tw.Flush()
+}
+
+// writeGraphs writes a row per graph (and the capture recording): its
+// pool and the memory it owns, holds and uses, and its launches.
+func writeGraphs(b *strings.Builder, s Snapshot) {
+	if len(s.Graphs) == 0 {
+		return
+	}
+	pools := map[int]string{}
+	for _, p := range s.Pools {
+		pools[p.ID] = safeText(p.Label())
+	}
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(b, "\n")
+	fmt.Fprintf(tw, "%-24s\tpool\towns\tholds\tuses\tlaunches\t\n", "graphs")
+	for i, g := range s.Graphs {
+		if i == maxSummaryGraphs {
+			fmt.Fprintf(tw, "%-24s\t\n", fmt.Sprintf("... %d more", len(s.Graphs)-i))
+			break
+		}
+		name := safeText(g.Label())
+		if k := g.Kind(); k != "" {
+			name += " (" + k + ")"
+		}
+		pool := "-"
+		if g.Pool != 0 {
+			pool = pools[g.Pool]
+		}
+		fmt.Fprintf(tw, "%-24s\t%s\t%s\t%s\t%s\t%d\t\n", name, pool, SizeText(g.OwnedBytes), SizeText(g.HeldBytes), SizeText(g.UsedBytes), g.Launches)
+	}
+	tw.Flush()
+}
+
+// safeText is s as a summary prints a name: as it is when that is plain
+// text, quoted (Go syntax) when it holds a quote, a backslash or a
+// character that is not printable.
+func safeText(s string) string {
+	if q := strconv.Quote(s); q[1:len(q)-1] != s {
+		return q
+	}
+	return s
 }
 
 func captureText(s Snapshot) string {

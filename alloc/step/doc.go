@@ -15,9 +15,12 @@
 // Registry; a workspace first allocated inside the capture with
 // Config.RefuseLazyWorkspace; a panic inside Captured) is ended by the
 // allocator, which releases everything it took and returns to
-// alloc.StateNone; the step records why (Step.Err, Stats) and runs the
-// region eagerly, that step and every later one, or until
-// Config.RetryAfter eager steps have passed and it tries capturing again.
+// alloc.StateNone; the step records why (Step.Err, Stats), says so (a
+// warning per reason, Config.Logger; the process's totals, ProcessTotals,
+// which alloc/allocprom exports) and runs the region eagerly, that step
+// and every later one, or until Config.RetryAfter eager steps have passed
+// and it tries capturing again; with Config.FallbackIsError the failed
+// capture is Run's error instead.
 // Any other error of a region is the step's: Run returns it, wrapping
 // ErrRegion.
 //

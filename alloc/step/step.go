@@ -3,6 +3,7 @@ package step
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,6 +69,18 @@ func IsCaptureError(err error) bool {
 
 // Config describes a step and how it is captured.
 type Config struct {
+	// Name names the step in the log's warnings and in the metrics
+	// (Totals): "decode". Empty: "step".
+	Name string
+	// Logger receives the warning a fallback logs, once per reason; nil
+	// means slog.Default().
+	Logger *slog.Logger
+	// FallbackIsError makes a failed capture Run's error (wrapping
+	// ErrCaptureFailed and the cause) instead of a fallback: the region is
+	// not run eagerly, and the next Run tries capturing again (within
+	// MaxCaptures). It is still counted (Totals); nothing is logged, the
+	// error is the caller's.
+	FallbackIsError bool
 	// Pre runs eagerly before the captured region at every step: the
 	// producers that cannot be captured. Optional.
 	Pre func() error
@@ -142,8 +155,11 @@ type Stats struct {
 	Captures      int  // attempts that gave a graph
 	Replays       int  // launches of the graph, the capturing step's included
 	EagerRuns     int  // eager runs after a failed capture
-	// FallbackReason is the latest failed capture's error ("" if none).
+	// FallbackReason is the latest failed capture's error ("" if none);
+	// Reason names its kind ("sync-in-capture", "incompatible-op", ...:
+	// the metrics' reason label).
 	FallbackReason string
+	Reason         string
 }
 
 // Step runs an engine step as three regions: Pre eagerly, Captured warmed
@@ -165,6 +181,7 @@ type Step struct {
 	err       error
 	stats     Stats
 	closed    bool
+	warned    map[string]bool // reasons logged already (fallback.go)
 }
 
 // New makes a step on a.
@@ -225,6 +242,8 @@ func (s *Step) captured() error {
 	retry := s.cfg.RetryAfter > 0 && s.sinceFail >= s.cfg.RetryAfter &&
 		(s.cfg.MaxCaptures == 0 || st.CapturesTried < s.cfg.MaxCaptures)
 	eager := s.fallen && !retry
+	spent := s.cfg.FallbackIsError && s.err != nil && s.cfg.MaxCaptures > 0 && st.CapturesTried >= s.cfg.MaxCaptures
+	last := s.err
 	s.mu.Unlock()
 	switch {
 	case g != nil:
@@ -241,6 +260,8 @@ func (s *Step) captured() error {
 		return nil
 	case eager:
 		return s.eager(true)
+	case spent:
+		return fmt.Errorf("%w: no capture attempt left (Config.MaxCaptures %d), the last: %w", ErrCaptureFailed, s.cfg.MaxCaptures, last)
 	}
 	return s.capture()
 }
@@ -268,11 +289,19 @@ func (s *Step) capture() error {
 		// next step tries capturing again.
 		return fmt.Errorf("%w: Captured (capturing): %w", ErrRegion, err)
 	}
-	reason := fmt.Errorf("%w: %w", ErrCaptureFailed, err)
+	why := reasonOf(err)
+	reason := fmt.Errorf("%w (%s: %s): %w", ErrCaptureFailed, why.name, why.advice, err)
 	s.mu.Lock()
-	s.fallen, s.sinceFail, s.err = true, 0, reason
-	s.stats.FallbackReason = reason.Error()
+	s.err = reason
+	s.stats.FallbackReason, s.stats.Reason = reason.Error(), why.name
+	if !s.cfg.FallbackIsError {
+		s.fallen, s.sinceFail = true, 0
+	}
 	s.mu.Unlock()
+	s.failed(why, err)
+	if s.cfg.FallbackIsError {
+		return reason
+	}
 	if err := s.eager(false); err != nil {
 		if errors.Is(err, ErrRegion) {
 			return err // it ran eagerly, and failed
@@ -329,6 +358,7 @@ func (s *Step) eager(later bool) error {
 			s.sinceFail++
 		}
 	})
+	count(s.name(), "", 1)
 	return nil
 }
 

@@ -51,19 +51,26 @@ func Example_refused() {
 	}
 	defer o.Driver.Close()
 
+	refused := func(what string, err error) {
+		if !errors.Is(err, errors.ErrUnsupported) {
+			fmt.Printf("%s: not refused (%v)\n", what, err)
+			return
+		}
+		fmt.Printf("%s: refused: %v\n", what, err)
+	}
 	_, err = alloc.New(o.Driver, alloc.Options{ExpandableSegments: true})
-	fmt.Println("expandable segments:", errors.Is(err, errors.ErrUnsupported))
+	refused("expandable segments", err)
 
 	a, _ := alloc.New(o.Driver, alloc.Options{})
 	defer a.Close()
 	g, _ := symheap.NewGroup(1, 1<<16)
 	defer g.Close()
 	_, err = g.Open(0, a, symheap.Options{})
-	fmt.Println("symmetric heap:", errors.Is(err, errors.ErrUnsupported))
+	refused("symmetric heap", err)
 	_, err = symheap.OpenDevice(0, a, symheap.NewLocalExchange(1), 1<<20, symheap.DeviceOptions{})
-	fmt.Println("device heap:", errors.Is(err, errors.ErrUnsupported))
+	refused("device heap", err)
 	// Output:
-	// expandable segments: true
-	// symmetric heap: true
-	// device heap: true
+	// expandable segments: refused: capalloc plugin:cpu: New [capture=none]: unsupported operation: expandable segments need a driver with virtual memory management (driver.VirtualMemory); backend plugin:cpu has none
+	// symmetric heap: refused: unsupported operation: symheap: backend plugin:cpu (collectives need host functions and host-addressable device memory: cpu)
+	// device heap: refused: unsupported operation: symheap: backend plugin:cpu has no IPC memory handles (a device heap needs driver.IPCMemory: cuda, hip)
 }

@@ -3,8 +3,9 @@
 // two allocators, one with model weights, a paged KV cache with holes,
 // workspaces reserved before capture, and a decode step captured into a
 // graph that owns its temporaries and holds a KV page freed during the
-// capture, and a 4 KiB buffer; the other prefill-sized buffers and a
-// wholly free (cached) segment. Every allocation is recorded in the
+// capture, a 4 KiB buffer, and eight decode graphs (batch 8 down to 1)
+// captured into one named graph pool; the other prefill-sized buffers and
+// a wholly free (cached) segment. Every allocation is recorded in the
 // profile.
 //
 //	go run ./examples/memview                 # then open http://localhost:6060/debug/capalloc/
@@ -70,6 +71,8 @@ type workload struct {
 	bufs             map[*alloc.Allocator][]alloc.Buffer
 	hosts            []*alloc.HostBuffer
 	graph            *alloc.Graph
+	pool             *alloc.GraphPool
+	batches          []*alloc.Graph
 }
 
 // The sites below are what the profile shows, one function each.
@@ -83,6 +86,14 @@ func seqLengths(a *alloc.Allocator) (alloc.Buffer, error) { return a.Alloc(4 << 
 func stepTemp(a *alloc.Allocator) (alloc.Buffer, error) { return a.Alloc(3 << 20) }
 
 func prefillActivations(a *alloc.Allocator, n int64) (alloc.Buffer, error) { return a.Alloc(n) }
+
+func batchTemp(a *alloc.Allocator, batch int) (alloc.Buffer, error) {
+	return a.Alloc(int64(batch) * 64 << 10)
+}
+
+func batchOutput(a *alloc.Allocator, batch int) (alloc.Buffer, error) {
+	return a.Alloc(int64(batch) * 4 << 10)
+}
 
 // load builds the workload on drv.
 func load(drv driver.Driver) (*workload, error) {
@@ -151,7 +162,7 @@ func (w *workload) fill() error {
 	w.hosts = append(w.hosts, in)
 	evict := pages[len(pages)-1] // freed during the capture: the graph holds it
 	w.bufs[dec] = w.bufs[dec][:len(w.bufs[dec])-1]
-	w.graph, err = dec.WithCapture(alloc.CaptureOptions{}, func() error {
+	w.graph, err = dec.WithCapture(alloc.CaptureOptions{Name: "decode-step"}, func() error {
 		if err := dec.UploadHost(evict, 0, in, 0, 64<<10); err != nil {
 			return err
 		}
@@ -168,6 +179,9 @@ func (w *workload) fill() error {
 	if err != nil {
 		return err
 	}
+	if err := w.captureBatches(8); err != nil {
+		return err
+	}
 
 	for _, n := range []int64{12 << 20, 6 << 20, 700 << 10, 300 << 10} {
 		b, err := prefillActivations(pre, n)
@@ -182,9 +196,51 @@ func (w *workload) fill() error {
 	return pre.Free(done)
 }
 
+// captureBatches captures one decode graph per batch size, largest first,
+// into a graph pool named "decode", after an eager warm-up at the largest
+// batch: the graphs share the pool's memory, each keeping its output.
+func (w *workload) captureBatches(largest int) error {
+	dec := w.decoder
+	warm, err := batchTemp(dec, largest)
+	if err != nil {
+		return err
+	}
+	if err := dec.Free(warm); err != nil {
+		return err
+	}
+	w.pool = dec.NewGraphPool()
+	w.pool.SetName("decode")
+	for n := largest; n >= 1; n-- {
+		g, err := dec.WithCapture(alloc.CaptureOptions{Pool: w.pool, Name: fmt.Sprintf("batch-%d", n)}, func() error {
+			tmp, err := batchTemp(dec, n)
+			if err != nil {
+				return err
+			}
+			if _, err := batchOutput(dec, n); err != nil {
+				return err
+			}
+			return dec.Free(tmp)
+		})
+		if err != nil {
+			return err
+		}
+		w.batches = append(w.batches, g)
+		if err := g.Launch(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (w *workload) close() {
 	if w.graph != nil {
 		w.graph.Close()
+	}
+	for _, g := range w.batches {
+		g.Close()
+	}
+	if w.pool != nil {
+		w.pool.Close()
 	}
 	for _, h := range w.hosts {
 		h.Close()

@@ -29,7 +29,7 @@ func TestWorkloadServes(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	for _, want := range []string{">decoder</text>", ">prefill</text>", ">graph-owned</text><text [^>]+>6 MiB</text>", ">held-for-graph</text><text [^>]+>256 KiB</text>",
+	for _, want := range []string{">decoder</text>", ">prefill</text>", ">graph-owned</text><text [^>]+>6.1 MiB</text>", ">batch-8 \\(graph \\d+\\)</text><text [^>]+>decode \\(pool \\d+\\)</text>", ">held-for-graph</text><text [^>]+>256 KiB</text>",
 		">workspace</text><text [^>]+>1.5 MiB</text>", `<title>live: 4 KiB\noffset 0x[0-9a-f]+ in the small segment @0x[0-9a-f]+\nallocated at [^ ]+memview.seqLengths main.go:\d+\n`} {
 		require.Regexp(t, want, string(body))
 	}

@@ -96,7 +96,7 @@ func decode(a *alloc.Allocator, steps int) (*alloc.Graph, error) {
 			acts = append(acts, b)
 		}
 		if step == steps/2 {
-			g, err := a.WithCapture(alloc.CaptureOptions{}, func() error {
+			g, err := a.WithCapture(alloc.CaptureOptions{Name: "decode-step"}, func() error {
 				_, err := logits(a) // the graph's until it is closed
 				return err
 			})

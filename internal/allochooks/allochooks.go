@@ -20,10 +20,11 @@ var (
 	Allocators func() []any
 	Lookup     func(name string) any
 	// Name is an allocator's name (alloc.Options.Name, or the default
-	// given); BytesByState sums its memory by block state
-	// (map[memmap.BlockState]int64) without listing the blocks.
-	Name         func(a any) string
-	BytesByState func(a any) (any, error)
+	// given); Usage is its memory by block state and graph pool, with its
+	// counters, without listing the blocks (a memmap.Snapshot without
+	// Segments and Graphs).
+	Name  func(a any) string
+	Usage func(a any) (any, error)
 	// ProfileRate is alloc.SetProfileRate's current rate.
 	ProfileRate func() int
 	// History is an allocator's newest maxEvents events

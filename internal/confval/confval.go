@@ -53,9 +53,12 @@ func Bytes(s string) (int64, error) {
 	return n * mult, nil
 }
 
+// BoolForms is every form Bool reads, for the error that refuses another.
+const BoolForms = "true|false (any case; also 1|0, t|f, yes|no, on|off)"
+
 // Bool reads true (1, t, true, yes, on) or false (0, f, false, no, off),
 // any case, so PyTorch's True and False read too; ok is false for
-// anything else.
+// anything else. An error refusing a value says BoolForms.
 func Bool(s string) (v, ok bool) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "1", "t", "true", "yes", "on":

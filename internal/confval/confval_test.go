@@ -1,6 +1,9 @@
 package confval
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestSuggest(t *testing.T) {
 	known := []string{"cpu", "cuda", "hip", "plugin", "expandable_segments", "watchdog"}
@@ -28,6 +31,22 @@ func TestEditDistance(t *testing.T) {
 		}
 		if got := editDistance(tc.b, tc.a); got != tc.d {
 			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.b, tc.a, got, tc.d)
+		}
+	}
+}
+
+// BoolForms names every form Bool reads, so an error refusing a value
+// lists what would have been accepted.
+func TestBoolFormsNamesWhatBoolReads(t *testing.T) {
+	for _, form := range []string{"true", "false", "1", "0", "t", "f", "yes", "no", "on", "off"} {
+		if _, ok := Bool(form); !ok {
+			t.Errorf("Bool(%q) refused", form)
+		}
+		if _, ok := Bool(strings.ToUpper(form)); !ok {
+			t.Errorf("Bool(%q) refused: any case", strings.ToUpper(form))
+		}
+		if !strings.Contains(BoolForms, form+"|") && !strings.Contains(BoolForms, "|"+form) {
+			t.Errorf("BoolForms %q does not name %q", BoolForms, form)
 		}
 	}
 }

@@ -312,13 +312,18 @@ func (c *checker) baseHint(base string) string {
 	return " (a file of that name is at " + strings.Join(at, ", ") + ")"
 }
 
-// importPaths checks the module's import paths named in text.
+// importPaths checks the module's import paths named in text. The
+// module's own path with a version (go get MODULE@latest) names the
+// module, not a package.
 func (c *checker) importPaths(file string, line int, text string) {
 	if c.reImport == nil {
-		c.reImport = regexp.MustCompile(regexp.QuoteMeta(c.m.path) + `((?:/[A-Za-z0-9_\-]+)*)`)
+		c.reImport = regexp.MustCompile(regexp.QuoteMeta(c.m.path) + `((?:/[A-Za-z0-9_\-]+)*)(@?)`)
 	}
 	for _, sm := range c.reImport.FindAllStringSubmatch(text, -1) {
 		dir := strings.TrimPrefix(sm[1], "/")
+		if dir == "" && sm[2] == "@" {
+			continue
+		}
 		if _, ok := c.m.byDir[dir]; !ok {
 			c.report(file, line, sm[0], "no package of this module at "+orRoot(dir))
 		}

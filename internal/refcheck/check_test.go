@@ -74,7 +74,8 @@ type Inner struct{ Depth int }
 	"lib/helper.go":     "package lib\n",
 	"docs/lib.md": "# lib\n\nSee [the design](design.md), [the code](../lib/lib.go) and [a gone note](gone.md#top).\n" +
 		"`lib.Heap.Name` and `lib.Heap.Size` exist, `lib.Heap.Nom` does not.\n\n" +
-		"```go\nh := lib.New()\nlib.Make()\n```\n\nRun `go test ./lib/...` and `go test ./lib/nowhere/...`.\n",
+		"```go\nh := lib.New()\nlib.Make()\n```\n\nRun `go test ./lib/...` and `go test ./lib/nowhere/...`.\n" +
+		"Install with `go get example.com/m@latest`; example.com/m alone is no package.\n",
 	"docs/design.md":          "# design\n\nCites lib/helper.go, lib/old, lib/*.go and lib/*.c.\n",
 	"vendor/x/x.go":           "// Package x cites lib.Nothing, ignored: vendored.\npackage x\n",
 	"lib/testdata/fixture.md": "lib.Ignored: a fixture\n",
@@ -99,6 +100,7 @@ func TestCheckFindsStaleReferences(t *testing.T) {
 		"docs/lib.md:4: lib.Heap.Nom",
 		"docs/lib.md:8: lib.Make",
 		"docs/lib.md:11: lib/nowhere",
+		"docs/lib.md:12: example.com/m",
 		"lib/lib.go:1: lib/gone.go",
 		"lib/lib.go:2: Heap.Paste",
 		"lib/lib.go:2: ROADMAP.md",

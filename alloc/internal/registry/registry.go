@@ -33,15 +33,16 @@ func ProfileRate() int { return allochooks.ProfileRate() }
 // Name is a's name (alloc.Options.Name, or the default New gave it).
 func Name(a *alloc.Allocator) string { return allochooks.Name(a) }
 
-// BytesByState sums a's device memory by block state, as Snapshot's
-// Bytes, without listing the blocks (what a metrics scrape reads). It
-// fails with alloc.ErrClosed once a is closed.
-func BytesByState(a *alloc.Allocator) (map[memmap.BlockState]int64, error) {
-	m, err := allochooks.BytesByState(a)
+// Usage is a's Snapshot without Segments and Graphs: its memory by block
+// state and graph pool, and its counters, of one moment, without listing
+// the blocks (what a metrics scrape reads). It fails with
+// alloc.ErrClosed once a is closed.
+func Usage(a *alloc.Allocator) (memmap.Snapshot, error) {
+	s, err := allochooks.Usage(a)
 	if err != nil {
-		return nil, err
+		return memmap.Snapshot{}, err
 	}
-	return m.(map[memmap.BlockState]int64), nil
+	return s.(memmap.Snapshot), nil
 }
 
 // History is a's newest maxEvents events, oldest first (every event
