@@ -222,14 +222,16 @@ func (p *pool) mapRange(e *expandable, lo, hi int64) error {
 }
 
 // mapChunk maps the chunk at offset c of [keepLo, keepHi), the range
-// being mapped. Out of memory, it climbs the reclaim ladder to the top,
-// keeping that range, for what is left of it to map.
+// being mapped. Out of memory, it climbs the reclaim ladder
+// (pathMapChunk), keeping that range, for what is left of it to map.
 func (p *pool) mapChunk(e *expandable, c, keepLo, keepHi int64) error {
 	try := func() error { return p.up.mapMemory(e.base+driver.DevicePtr(c), e.chunk) }
-	r := reclaim{p: p, op: "Alloc", need: keepHi - c, top: rungAll, sync: true, unmap: true,
-		keep: e, keepLo: keepLo, keepHi: keepHi}
-	if err := r.climb(try(), try); err != nil {
-		return err
+	if err := try(); err != nil {
+		r := reclaim{p: p, path: pathMapChunk, op: "Alloc", need: keepHi - c, unmap: true,
+			keep: e, keepLo: keepLo, keepHi: keepHi}
+		if err = r.climb(err, try); err != nil {
+			return err
+		}
 	}
 	e.seg.size += e.chunk
 	return nil

@@ -278,13 +278,12 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 	}, func() (func(), error) {
 		p, err := a.drv.Malloc(size)
 		if errors.Is(err, ErrOutOfMemory) && !capturing {
-			// The reclaim ladder, to the top, under a.mu but for the
+			// The reclaim ladder (pathAllocSync), under a.mu but for the
 			// retries: the synchronous Malloc is never made under it. The
 			// gate's shared side is held and the guard allows unsafe calls
-			// (the check), so free chunks may be unmapped and the driver's
-			// pool trimmed.
+			// (the check), so free chunks may be unmapped.
 			a.mu.Lock()
-			r := reclaim{p: &a.pool, op: "AllocSync", need: size, top: rungAll, sync: true, unmap: a.vm != nil, trimPools: true}
+			r := reclaim{p: &a.pool, path: pathAllocSync, op: "AllocSync", need: size, unmap: a.vm != nil}
 			err = r.climb(err, func() error {
 				a.mu.Unlock()
 				p, err = a.drv.Malloc(size)

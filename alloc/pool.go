@@ -182,35 +182,32 @@ func (p *pool) addSegment(ptr driver.DevicePtr, size, n int64) *block {
 
 // grow makes a new segment for a request of n bytes (rounded) the pool
 // could not serve and returns the request's block: a segment of the usual
-// size, climbing the reclaim ladder as far as giving back what makes room
-// for it; else (a device too small for the usual size) one of just n
-// bytes, climbing the ladder to the top.
+// size (pathSegment), else (a device too small for it) one of just n
+// bytes (pathSegmentExact), each climbing the reclaim ladder as far as
+// its row allows when the upstream runs out.
 func (p *pool) grow(n int64) (*block, error) {
-	sizes := [2]int64{segmentSize(n), n}
-	first := 0
-	if sizes[0] == n {
-		first = 1
+	size, pa := segmentSize(n), pathSegment
+	if size == n {
+		pa = pathSegmentExact
 	}
-	var err error
-	for i := first; i < len(sizes); i++ {
-		size := sizes[i]
-		var ptr driver.DevicePtr
-		try := func() (err error) {
-			ptr, err = p.up.allocate(size)
-			return err
+	for {
+		ptr, err := p.up.allocate(size)
+		if err != nil {
+			try := func() (err error) {
+				ptr, err = p.up.allocate(size)
+				return err
+			}
+			r := reclaim{p: p, path: pa, op: "Alloc", need: size}
+			err = r.climb(err, try)
 		}
-		r := reclaim{p: p, op: "Alloc", need: size, top: rungAsNeeded}
-		if i == len(sizes)-1 {
-			r.top = rungAll
-		}
-		if err = r.climb(try(), try); err == nil {
+		if err == nil {
 			return p.addSegment(ptr, size, n), nil
 		}
-		if !errors.Is(err, ErrOutOfMemory) {
+		if pa == pathSegmentExact || !errors.Is(err, ErrOutOfMemory) {
 			return nil, err
 		}
+		size, pa = n, pathSegmentExact
 	}
-	return nil, err
 }
 
 // put returns a freed block to the pool: to recent, moving the oldest
