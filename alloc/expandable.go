@@ -72,13 +72,14 @@ type expandable struct {
 func roundDown(x, unit int64) int64 { return x &^ (unit - 1) }
 func roundUp(x, unit int64) int64   { return (x + unit - 1) &^ (unit - 1) }
 
-// growExpandable serves a miss of n bytes (rounded) from its arena's
-// expandable range. ok false (with no error) means the range cannot serve
+// growExpandable serves a miss of size bytes from its arena's expandable
+// range. ok false (with no error) means the range cannot serve
 // it (it is full): the caller makes an ordinary segment. The caller has
 // made sure the guard allows mapping now; headroom is how many bytes more
 // may be mapped before the slack policy unmaps free chunks first
 // (unmapOverSlack).
-func (p *pool) growExpandable(n, headroom int64) (b *block, ok bool, err error) {
+func (p *pool) growExpandable(size, headroom int64) (b *block, ok bool, err error) {
+	n := p.round(size)
 	ar := p.arenaFor(n)
 	e := ar.exp
 	if e == nil {

@@ -117,9 +117,10 @@ func segmentSize(n int64) int64 {
 	return (n + largeRound - 1) &^ (largeRound - 1)
 }
 
-// get takes a free block of at least n (rounded) bytes, split to n when the
-// rest is worth keeping, or returns nil.
-func (p *pool) get(n int64) *block {
+// get takes a free block for a request of size bytes, split to the
+// rounded size when the rest is worth keeping, or returns nil.
+func (p *pool) get(size int64) *block {
+	n := p.round(size)
 	for i := p.nRecent - 1; i >= 0; i-- { // the latest first: still hot in caches
 		if b := p.recent[i]; b.class == n {
 			copy(p.recent[i:], p.recent[i+1:p.nRecent])
@@ -180,12 +181,13 @@ func (p *pool) addSegment(ptr driver.DevicePtr, size, n int64) *block {
 	return b
 }
 
-// grow makes a new segment for a request of n bytes (rounded) the pool
-// could not serve and returns the request's block: a segment of the usual
-// size (pathSegment), else (a device too small for it) one of just n
-// bytes (pathSegmentExact), each climbing the reclaim ladder as far as
+// grow makes a new segment for a request of size bytes the pool could
+// not serve and returns the request's block: a segment of the usual size
+// (pathSegment), else (a device too small for it) one of just the rounded
+// request (pathSegmentExact), each climbing the reclaim ladder as far as
 // its row allows when the upstream runs out.
-func (p *pool) grow(n int64) (*block, error) {
+func (p *pool) grow(size int64) (*block, error) {
+	n := p.round(size)
 	size, pa := segmentSize(n), pathSegment
 	if size == n {
 		pa = pathSegmentExact
