@@ -155,7 +155,7 @@ func (a *Allocator) handOutLocked(b *block, size int64) Buffer {
 // lane's shards freed, from lane.flushOwedLocked) with the allocation.
 func (a *Allocator) handOutOwedLocked(b *block, size, owed int64) Buffer {
 	b.size = size
-	gen := b.state.Add(1) // odd: live
+	gen := b.handOut() // odd: live
 	if b.kind == kindPooled {
 		a.pooledLive++
 	} else {

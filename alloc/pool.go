@@ -123,6 +123,7 @@ func (p *pool) get(size int64) *block {
 	n := p.round(size)
 	for i := p.nRecent - 1; i >= 0; i-- { // the latest first: still hot in caches
 		if b := p.recent[i]; b.class == n {
+			b.cached = false
 			copy(p.recent[i:], p.recent[i+1:p.nRecent])
 			p.nRecent--
 			p.recent[p.nRecent] = nil
@@ -216,6 +217,7 @@ func (p *pool) grow(size int64) (*block, error) {
 // recent one to its arena when recent is full.
 func (p *pool) put(b *block) {
 	p.cached += b.class
+	b.cached = true
 	if p.nRecent < recentBlocks {
 		p.recent[p.nRecent] = b
 		p.nRecent++
@@ -239,6 +241,7 @@ func (p *pool) mergeRecent() {
 // merge puts a block, counted in cached already, in its arena's index,
 // merged with its free neighbours.
 func (p *pool) merge(b *block) {
+	b.cached = false
 	ar := b.seg.ar
 	if n := b.segNext; n != nil && n.free {
 		ar.free.remove(n)
@@ -287,7 +290,7 @@ func (p *pool) record() *block {
 func (p *pool) recycle(b *block) {
 	b.ptr, b.size, b.class, b.seg = 0, 0, 0, nil
 	b.segPrev, b.segNext, b.freePrev, b.freeNext = nil, p.spare, nil, nil
-	b.bucket, b.free, b.lastCap = 0, false, nil
+	b.bucket, b.free, b.cached, b.lastCap = 0, false, false, nil
 	p.spare = b
 }
 
