@@ -169,6 +169,25 @@ func (a *Allocator) handOutOwedLocked(b *block, size, owed int64) Buffer {
 	return Buffer{blk: b, gen: gen, ptr: b.ptr, size: size}
 }
 
+// handOut makes b live and returns the generation its Buffer holds: an
+// armed state (odd while free: never handed out) as it is, else the next
+// odd one. Caller owns b (a.mu, or the lane shard's lock that held it).
+func (b *block) handOut() uint64 {
+	if gen := b.state.Load(); gen&1 == 1 {
+		return gen
+	}
+	return b.state.Add(1)
+}
+
+// disarm makes a free record's armed state even again, for a block that
+// leaves the pool without being handed out (lent to a graph pool), so it
+// does not read as live. Caller holds a.mu.
+func (b *block) disarm() {
+	if b.state.Load()&1 == 1 {
+		b.state.Add(1)
+	}
+}
+
 // retireLocked ends the life of live block b, invalidating every handle.
 // Only for blocks no lane Free (shard.go) can race for: the lane is closed, or
 // b is not pooled. A Free takes the block with claimLocked instead.

@@ -78,25 +78,6 @@ func (b *block) live() bool {
 	return b.state.Load()&1 == 1 && !b.free && !b.cached && b.kind != kindHole
 }
 
-// handOut makes b live and returns the generation its Buffer holds: an
-// armed state (odd while free: never handed out) as it is, else the next
-// odd one. Caller owns b (a.mu, or the lane shard's lock that held it).
-func (b *block) handOut() uint64 {
-	if gen := b.state.Load(); gen&1 == 1 {
-		return gen
-	}
-	return b.state.Add(1)
-}
-
-// disarm makes a free record's armed state even again, for a block that
-// leaves the pool without being handed out (lent to a graph pool), so it
-// does not read as live. Caller holds a.mu.
-func (b *block) disarm() {
-	if b.state.Load()&1 == 1 {
-		b.state.Add(1)
-	}
-}
-
 // validFor reports whether a Buffer handed out with gen still owns b.
 func (b *block) validFor(gen uint64) bool { return b.state.Load() == gen }
 
