@@ -156,7 +156,7 @@ func (a *Allocator) validateLocked(b Buffer, off, n int64) error {
 // lane.flushOwedLocked; 0 elsewhere).
 func (a *Allocator) handOutLocked(b *block, size, owed int64) Buffer {
 	b.size = size
-	gen := b.state.Add(1) // odd: live
+	gen := b.handOut() // odd: live
 	if b.kind == kindPooled {
 		a.pooledLive++
 	} else {
@@ -168,6 +168,25 @@ func (a *Allocator) handOutLocked(b *block, size, owed int64) Buffer {
 		h.record(evAlloc, b.ptr, size, blockState(b), "")
 	}
 	return Buffer{blk: b, gen: gen, ptr: b.ptr, size: size}
+}
+
+// handOut makes b live and returns the generation its Buffer holds: an
+// armed state (odd while free: never handed out) as it is, else the next
+// odd one. Caller owns b (a.mu, or the lane shard's lock that held it).
+func (b *block) handOut() uint64 {
+	if gen := b.state.Load(); gen&1 == 1 {
+		return gen
+	}
+	return b.state.Add(1)
+}
+
+// disarm makes a free record's armed state even again, for a block that
+// leaves the pool without being handed out (lent to a graph pool), so it
+// does not read as live. Caller holds a.mu.
+func (b *block) disarm() {
+	if b.state.Load()&1 == 1 {
+		b.state.Add(1)
+	}
 }
 
 // retireLocked ends the life of live block b, invalidating every handle.

@@ -29,7 +29,10 @@ type block struct {
 	// live. A Buffer holds the odd value it was handed out with, so it is
 	// valid while state equals it; a retirement is a compare-and-swap from
 	// that value, which makes a double free fail even when two goroutines
-	// race to it on the per-P lane (shard.go).
+	// race to it on the per-P lane (shard.go). The lane's Free retires to
+	// the next odd value at once (arms the record: a value never handed
+	// out), so the record's next hand-out writes nothing (handOut): a free
+	// record may be odd, and live asks the pool too.
 	state atomic.Uint64
 	kind  blockKind
 	cap   *capture // capture that allocated a kindGraph or kindShared block
@@ -63,10 +66,17 @@ type block struct {
 	freePrev, freeNext *block
 	bucket             int32
 	free               bool
+	// cached: in the pool's recent list or a lane shard, free but not in
+	// the index. Written under a.mu or the shard's lock, read under a.mu
+	// with the lane closed (a walk) or for blocks the lane cannot hold.
+	cached bool
 }
 
-// live reports whether the block is handed out.
-func (b *block) live() bool { return b.state.Load()&1 == 1 }
+// live reports whether the block is handed out: an odd state (state) that
+// is not a free record's, armed.
+func (b *block) live() bool {
+	return b.state.Load()&1 == 1 && !b.free && !b.cached && b.kind != kindHole
+}
 
 // validFor reports whether a Buffer handed out with gen still owns b.
 func (b *block) validFor(gen uint64) bool { return b.state.Load() == gen }

@@ -1,6 +1,12 @@
 package alloc
 
-import "time"
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/capalloc/capalloc/alloc/driver"
+)
 
 // capture is the allocator's record of a capture it started, and its
 // lifecycle: begun by BeginCapture (begin), ended by EndCapture or
@@ -207,4 +213,60 @@ func endCapture(a *Allocator, timeout time.Duration) (*Graph, error) {
 		a.opts.logger().Warn("capalloc: "+w, "backend", a.backend)
 	}
 	return g, nil
+}
+
+// allocLocked makes an allocation node of a's in c, a's active capture:
+// the memory is the graph's until Graph.Close. Caller holds a.mu.
+func (c *capture) allocLocked(a *Allocator, op string, size int64) (Buffer, error) {
+	p, err := a.drv.MallocAsync(size, a.stream)
+	if errors.Is(err, ErrOutOfMemory) {
+		return Buffer{}, outOfMemory(a, size, "", err)
+	}
+	if err != nil {
+		return Buffer{}, refusedInCapture(a.drv, a.stream, err)
+	}
+	if err := afterCaptured(a.drv, a.stream, op); err != nil {
+		return Buffer{}, err // the driver releases memory of an invalidated capture
+	}
+	b := &block{a: a, ptr: p, class: size, kind: kindGraph, cap: c}
+	c.blocks = append(c.blocks, b)
+	c.allocs++
+	a.stats.CaptureAllocs++
+	a.stats.DriverAllocs++
+	a.stats.addReserved(p, size)
+	return a.handOutLocked(b, size, 0), nil
+}
+
+// afterCaptured re-reads the driver's capture status of stream s after a
+// call was recorded: a driver that invalidated the capture while
+// reporting success is reported, not trusted.
+func afterCaptured(drv driver.Driver, s driver.Stream, op string) error {
+	st, err := drv.StreamCaptureStatus(s)
+	if err != nil {
+		return err
+	}
+	if st != driver.CaptureActive {
+		return wrapf(ErrCaptureInvalidated, "driver invalidated the capture during %s", op)
+	}
+	return nil
+}
+
+// refusedInCapture completes the error of a call the driver refused
+// while this allocator's capture records on stream s. A refusal because of the capture
+// (ErrCaptureIllegalOp: CUDA's 900, 906, 907) does not always invalidate
+// it, so the driver's status is read again and the error says which: it
+// also wraps ErrCaptureInvalidated when the capture is gone, and says the
+// capture is still active otherwise (EndCapture will then succeed).
+func refusedInCapture(drv driver.Driver, s driver.Stream, err error) error {
+	if !errors.Is(err, driver.ErrCaptureIllegalOp) || errors.Is(err, ErrCaptureInvalidated) {
+		return err
+	}
+	st, serr := drv.StreamCaptureStatus(s)
+	switch {
+	case serr != nil:
+		return errors.Join(err, serr)
+	case st == driver.CaptureActive:
+		return fmt.Errorf("%w (the capture is still active)", err)
+	}
+	return fmt.Errorf("%w (%w by the refusal)", err, ErrCaptureInvalidated)
 }

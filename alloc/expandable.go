@@ -72,13 +72,14 @@ type expandable struct {
 func roundDown(x, unit int64) int64 { return x &^ (unit - 1) }
 func roundUp(x, unit int64) int64   { return (x + unit - 1) &^ (unit - 1) }
 
-// growExpandable serves a miss of n bytes (rounded) from its arena's
-// expandable range. ok false (with no error) means the range cannot serve
+// growExpandable serves a miss of size bytes from its arena's expandable
+// range. ok false (with no error) means the range cannot serve
 // it (it is full): the caller makes an ordinary segment. The caller has
 // made sure the guard allows mapping now; headroom is how many bytes more
 // may be mapped before the slack policy unmaps free chunks first
 // (unmapOverSlack).
-func (p *pool) growExpandable(n, headroom int64) (b *block, ok bool, err error) {
+func (p *pool) growExpandable(size, headroom int64) (b *block, ok bool, err error) {
+	n := p.round(size)
 	ar := p.arenaFor(n)
 	e := ar.exp
 	if e == nil {
@@ -222,14 +223,16 @@ func (p *pool) mapRange(e *expandable, lo, hi int64) error {
 }
 
 // mapChunk maps the chunk at offset c of [keepLo, keepHi), the range
-// being mapped. Out of memory, it climbs the reclaim ladder to the top,
-// keeping that range, for what is left of it to map.
+// being mapped. Out of memory, it climbs the reclaim ladder
+// (pathMapChunk), keeping that range, for what is left of it to map.
 func (p *pool) mapChunk(e *expandable, c, keepLo, keepHi int64) error {
 	try := func() error { return p.up.mapMemory(e.base+driver.DevicePtr(c), e.chunk) }
-	r := reclaim{p: p, op: "Alloc", need: keepHi - c, top: rungAll, sync: true, unmap: true,
-		keep: e, keepLo: keepLo, keepHi: keepHi}
-	if err := r.climb(try(), try); err != nil {
-		return err
+	if err := try(); err != nil {
+		r := reclaim{p: p, path: pathMapChunk, op: "Alloc", need: keepHi - c, unmap: true,
+			keep: e, keepLo: keepLo, keepHi: keepHi}
+		if err = r.climb(err, try); err != nil {
+			return err
+		}
 	}
 	e.seg.size += e.chunk
 	return nil

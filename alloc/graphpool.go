@@ -182,6 +182,7 @@ func (gp *GraphPool) borrowLocked(n int64) *block {
 	for _, want := range [2]int64{segmentSize(n), n} {
 		if b := a.pool.get(want); b != nil {
 			b.kind = kindShared // the allocator's snapshot shows it as graphs' memory
+			b.disarm()          // lent, not handed out
 			gp.borrowed = append(gp.borrowed, b)
 			blk := gp.arena.addSegment(b.ptr, b.class, n)
 			gp.tails[blk.seg] = b
@@ -216,6 +217,7 @@ func (gp *GraphPool) extendLocked(n int64) *block {
 		}
 		a.pool.claim(next.seg.ar, next, need)
 		next.kind = kindShared
+		next.disarm() // lent, not handed out
 		gp.borrowed = append(gp.borrowed, next)
 		gp.tails[s] = next
 		gp.arena.appendFree(s, next.ptr, next.class)

@@ -122,6 +122,22 @@ func (g *guard) stateLocked() (CaptureState, error) {
 	return s, nil
 }
 
+// classify folds the allocator's own flag and the driver's status into one
+// state. began says whether this allocator started the current capture.
+func classify(began bool, st driver.CaptureStatus) CaptureState {
+	switch {
+	case st == driver.CaptureInvalidated:
+		return StateInvalidated
+	case st == driver.CaptureActive && began:
+		return StateActive
+	case st == driver.CaptureActive:
+		return StateExternal
+	case began: // our capture vanished: someone ended it behind our back
+		return StateInvalidated
+	}
+	return StateNone
+}
+
 // transitionLocked marks a capture begin or end in flight: operations on
 // the allocator wait in stateLocked until the returned func, called with
 // the lock held, ends it. Caller holds the lock.

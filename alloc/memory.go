@@ -2,7 +2,6 @@ package alloc
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/capalloc/capalloc/alloc/driver"
 )
@@ -61,15 +60,14 @@ func (a *Allocator) Alloc(size int64) (Buffer, error) {
 }
 
 // poolAllocLocked serves an allocation outside capture from the pool: a
-// free block, else a new one from the upstream (driverUpstream.grow).
+// free block, else a new one (growLocked).
 func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
-	n := a.pool.round(size)
 	// The lane found no block of this size in the caller's shard: best fit
 	// sees every cached block, as the pool's recent ones (shard.go). What
 	// the shards owed to the bytes in use is published with the hand-out:
 	// one update of the meter, not two.
 	owed := a.lane.flushOwedLocked()
-	if b := a.pool.get(n); b != nil {
+	if b := a.pool.get(size); b != nil {
 		a.stats.PoolHits++
 		return a.handOutLocked(b, size, owed), nil
 	}
@@ -77,7 +75,7 @@ func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 		a.stats.inUse.add(owed) // before the reclaim ladder reads it
 	}
 	a.stats.PoolMisses++
-	b, err := driverUpstream{a}.grow(n)
+	b, err := growLocked(a, size)
 	if errors.Is(err, ErrOutOfMemory) {
 		return Buffer{}, outOfMemory(a, size, "", err)
 	}
@@ -87,60 +85,35 @@ func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 	return a.handOutLocked(b, size, 0), nil
 }
 
-// allocLocked makes an allocation node of a's in c, a's active capture:
-// the memory is the graph's until Graph.Close. Caller holds a.mu.
-func (c *capture) allocLocked(a *Allocator, op string, size int64) (Buffer, error) {
-	p, err := a.drv.MallocAsync(size, a.stream)
-	if errors.Is(err, ErrOutOfMemory) {
-		return Buffer{}, outOfMemory(a, size, "", err)
+// growLocked serves a miss of size bytes the pool of a could not serve
+// from its cache: from the expandable range while the guard allows
+// mapping, else from a new segment (pool.grow). Kept out of
+// poolAllocLocked, whose hit path it would slow. Caller holds a.mu.
+func growLocked(a *Allocator, size int64) (*block, error) {
+	// Strict: no pool growth that the documented rules would make in
+	// Relaxed interaction mode (another stream's Global capture).
+	if err := a.guard.strictRelaxedLocked("pool growth"); err != nil {
+		return nil, err
 	}
-	if err != nil {
-		return Buffer{}, refusedInCapture(a.drv, a.stream, err)
+	// Mapping is an unsafe call: only while the guard allows one now, the
+	// gate tried (a.mu is held: never waited for), no Global-mode capture
+	// elsewhere in the domain.
+	if a.vm != nil && a.guard.dom.gate.TryRLock() {
+		var (
+			b   *block
+			ok  bool // the expandable range served it
+			err error
+		)
+		if a.guard.unsafeAllowedLocked(StateNone, false) == nil {
+			headroom := int64(expandSlack*float64(a.stats.inUse.peak.Load())) - a.stats.BytesReserved
+			b, ok, err = a.pool.growExpandable(size, headroom)
+		}
+		a.guard.dom.gate.RUnlock()
+		if ok {
+			return b, err
+		}
 	}
-	if err := afterCaptured(a.drv, a.stream, op); err != nil {
-		return Buffer{}, err // the driver releases memory of an invalidated capture
-	}
-	b := &block{a: a, ptr: p, class: size, kind: kindGraph, cap: c}
-	c.blocks = append(c.blocks, b)
-	c.allocs++
-	a.stats.CaptureAllocs++
-	a.stats.DriverAllocs++
-	a.stats.addReserved(p, size)
-	return a.handOutLocked(b, size, 0), nil
-}
-
-// afterCaptured re-reads the driver's capture status of stream s after a
-// call was recorded: a driver that invalidated the capture while
-// reporting success is reported, not trusted.
-func afterCaptured(drv driver.Driver, s driver.Stream, op string) error {
-	st, err := drv.StreamCaptureStatus(s)
-	if err != nil {
-		return err
-	}
-	if st != driver.CaptureActive {
-		return wrapf(ErrCaptureInvalidated, "driver invalidated the capture during %s", op)
-	}
-	return nil
-}
-
-// refusedInCapture completes the error of a call the driver refused
-// while this allocator's capture records on stream s. A refusal because of the capture
-// (ErrCaptureIllegalOp: CUDA's 900, 906, 907) does not always invalidate
-// it, so the driver's status is read again and the error says which: it
-// also wraps ErrCaptureInvalidated when the capture is gone, and says the
-// capture is still active otherwise (EndCapture will then succeed).
-func refusedInCapture(drv driver.Driver, s driver.Stream, err error) error {
-	if !errors.Is(err, driver.ErrCaptureIllegalOp) || errors.Is(err, ErrCaptureInvalidated) {
-		return err
-	}
-	st, serr := drv.StreamCaptureStatus(s)
-	switch {
-	case serr != nil:
-		return errors.Join(err, serr)
-	case st == driver.CaptureActive:
-		return fmt.Errorf("%w (the capture is still active)", err)
-	}
-	return fmt.Errorf("%w (%w by the refusal)", err, ErrCaptureInvalidated)
+	return a.pool.grow(size)
 }
 
 // Trim gives the pool's cached memory back to the driver and, when the
@@ -278,13 +251,12 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 	}, func() (func(), error) {
 		p, err := a.drv.Malloc(size)
 		if errors.Is(err, ErrOutOfMemory) && !capturing {
-			// The reclaim ladder, to the top, under a.mu but for the
+			// The reclaim ladder (pathAllocSync), under a.mu but for the
 			// retries: the synchronous Malloc is never made under it. The
 			// gate's shared side is held and the guard allows unsafe calls
-			// (the check), so free chunks may be unmapped and the driver's
-			// pool trimmed.
+			// (the check), so free chunks may be unmapped.
 			a.mu.Lock()
-			r := reclaim{p: &a.pool, op: "AllocSync", need: size, top: rungAll, sync: true, unmap: a.vm != nil, trimPools: true}
+			r := reclaim{p: &a.pool, path: pathAllocSync, op: "AllocSync", need: size, unmap: a.vm != nil}
 			err = r.climb(err, func() error {
 				a.mu.Unlock()
 				p, err = a.drv.Malloc(size)

@@ -117,11 +117,13 @@ func segmentSize(n int64) int64 {
 	return (n + largeRound - 1) &^ (largeRound - 1)
 }
 
-// get takes a free block of at least n (rounded) bytes, split to n when the
-// rest is worth keeping, or returns nil.
-func (p *pool) get(n int64) *block {
+// get takes a free block for a request of size bytes, split to the
+// rounded size when the rest is worth keeping, or returns nil.
+func (p *pool) get(size int64) *block {
+	n := p.round(size)
 	for i := p.nRecent - 1; i >= 0; i-- { // the latest first: still hot in caches
 		if b := p.recent[i]; b.class == n {
+			b.cached = false
 			copy(p.recent[i:], p.recent[i+1:p.nRecent])
 			p.nRecent--
 			p.recent[p.nRecent] = nil
@@ -180,43 +182,42 @@ func (p *pool) addSegment(ptr driver.DevicePtr, size, n int64) *block {
 	return b
 }
 
-// grow makes a new segment for a request of n bytes (rounded) the pool
-// could not serve and returns the request's block: a segment of the usual
-// size, climbing the reclaim ladder as far as giving back what makes room
-// for it; else (a device too small for the usual size) one of just n
-// bytes, climbing the ladder to the top.
-func (p *pool) grow(n int64) (*block, error) {
-	sizes := [2]int64{segmentSize(n), n}
-	first := 0
-	if sizes[0] == n {
-		first = 1
+// grow makes a new segment for a request of size bytes the pool could
+// not serve and returns the request's block: a segment of the usual size
+// (pathSegment), else (a device too small for it) one of just the rounded
+// request (pathSegmentExact), each climbing the reclaim ladder as far as
+// its row allows when the upstream runs out.
+func (p *pool) grow(size int64) (*block, error) {
+	n := p.round(size)
+	size, pa := segmentSize(n), pathSegment
+	if size == n {
+		pa = pathSegmentExact
 	}
-	var err error
-	for i := first; i < len(sizes); i++ {
-		size := sizes[i]
-		var ptr driver.DevicePtr
-		try := func() (err error) {
-			ptr, err = p.up.allocate(size)
-			return err
+	for {
+		ptr, err := p.up.allocate(size)
+		if err != nil {
+			try := func() (err error) {
+				ptr, err = p.up.allocate(size)
+				return err
+			}
+			r := reclaim{p: p, path: pa, op: "Alloc", need: size}
+			err = r.climb(err, try)
 		}
-		r := reclaim{p: p, op: "Alloc", need: size, top: rungAsNeeded}
-		if i == len(sizes)-1 {
-			r.top = rungAll
-		}
-		if err = r.climb(try(), try); err == nil {
+		if err == nil {
 			return p.addSegment(ptr, size, n), nil
 		}
-		if !errors.Is(err, ErrOutOfMemory) {
+		if pa == pathSegmentExact || !errors.Is(err, ErrOutOfMemory) {
 			return nil, err
 		}
+		size, pa = n, pathSegmentExact
 	}
-	return nil, err
 }
 
 // put returns a freed block to the pool: to recent, moving the oldest
 // recent one to its arena when recent is full.
 func (p *pool) put(b *block) {
 	p.cached += b.class
+	b.cached = true
 	if p.nRecent < recentBlocks {
 		p.recent[p.nRecent] = b
 		p.nRecent++
@@ -240,6 +241,7 @@ func (p *pool) mergeRecent() {
 // merge puts a block, counted in cached already, in its arena's index,
 // merged with its free neighbours.
 func (p *pool) merge(b *block) {
+	b.cached = false
 	ar := b.seg.ar
 	if n := b.segNext; n != nil && n.free {
 		ar.free.remove(n)
@@ -288,7 +290,7 @@ func (p *pool) record() *block {
 func (p *pool) recycle(b *block) {
 	b.ptr, b.size, b.class, b.seg = 0, 0, 0, nil
 	b.segPrev, b.segNext, b.freePrev, b.freeNext = nil, p.spare, nil, nil
-	b.bucket, b.free, b.lastCap = 0, false, nil
+	b.bucket, b.free, b.cached, b.lastCap = 0, false, false, nil
 	p.spare = b
 }
 

@@ -9,15 +9,17 @@ import (
 // every step of a trace: each segment's blocks tile it in address order
 // with no gap or overlap; each arena's free index holds exactly its free
 // blocks, merged, each in its size's bucket; the recent blocks are whole,
-// neither free nor indexed; the bytes cached add up; and an expandable
+// neither free nor indexed, and marked cached (as the lane's shards' are;
+// a free block is not); the bytes cached add up; none of those blocks
+// reads as live; and an expandable
 // range's holes are whole chunks, merged, with seg.size the bytes mapped
 // outside them. The caller serializes it with the pool's other calls.
 func (p *pool) check() error {
 	recent := map[*block]bool{}
 	cached := int64(0)
 	for _, b := range p.recent[:p.nRecent] {
-		if b == nil || b.free || b.kind != kindPooled || b.seg == nil {
-			return fmt.Errorf("recent block %p: free, unpooled or outside a segment", b)
+		if b == nil || b.free || !b.cached || b.kind != kindPooled || b.seg == nil || b.live() {
+			return fmt.Errorf("recent block %p: free, not marked cached, unpooled, outside a segment or live", b)
 		}
 		recent[b] = true
 		cached += b.class
@@ -88,6 +90,9 @@ func checkSegment(s *segment, indexed, recent map[*block]bool) (nfree int, cache
 		}
 		switch {
 		case b.free:
+			if b.cached || b.live() {
+				return 0, 0, fmt.Errorf("free block %#x marked cached or reads as live", b.ptr)
+			}
 			nfree++
 			cached += b.class
 			if !indexed[b] {

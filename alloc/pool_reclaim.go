@@ -21,35 +21,73 @@ const (
 	rungAll
 )
 
-// reclaim is one out-of-memory path's climb of the reclaim ladder: what
-// its retry needs, how high it may climb and what it may do on the way.
-type reclaim struct {
-	p    *pool
-	op   string
-	need int64 // bytes the retry needs
-	top  rung  // the highest rung the path may climb
+// path is one of the allocator's out-of-memory paths: a row of ladder.
+type path uint8
+
+const (
+	// pathSegment: pool growth (Alloc's miss), a segment of the usual size.
+	pathSegment path = iota
+	// pathSegmentExact: pool growth once pathSegment failed, a segment of
+	// just the request (a device too small for the usual size).
+	pathSegmentExact
+	// pathMapChunk: a chunk of an expandable range being mapped (Alloc's
+	// miss, the guard allowing unsafe calls now).
+	pathMapChunk
+	// pathAllocSync: AllocSync's synchronous allocation, retried with a.mu
+	// released and the gate's shared side held.
+	pathAllocSync
+	// pathRelease: Trim and Close, with no request to retry: every cached
+	// segment back at once.
+	pathRelease
+)
+
+// ladder is the one table of how far each out-of-memory path climbs and
+// what it may do on the way; nothing else sets either. The graph pools
+// are on no path: they borrow from the allocator's cache and make no
+// driver call (graphpool.go). No driver retries on its own: a driver
+// reports an out-of-memory, the ladder decides what to give back.
+var ladder = [...]struct {
+	rungs []rung // climbed in this order, each while the retry still runs out of memory
 	// sync: the retry is not stream-ordered (a synchronous allocation, a
-	// mapping), so frees queued on the stream must have run before it, and
-	// the trim rung synchronizes first.
+	// mapping), so the frees a give-back queued on the stream must have run
+	// before it, and the trim rung synchronizes first.
 	sync bool
-	// unmap: free chunks of the expandable ranges may be unmapped (the guard
-	// allows unsafe calls now); the stream is drained first, since
+	// unmap: free chunks of the expandable ranges may be unmapped, where
+	// the caller says it may now (reclaim.unmap: there are ranges, and the
+	// guard allows unsafe calls); the stream is drained first, since
 	// unmapping is not stream-ordered.
-	unmap     bool
-	trimPools bool // the trim rung trims the driver's stream-ordered pool too
+	unmap bool
+	// trimPools: the trim rung trims the driver's stream-ordered pool too,
+	// and a give-back is followed by a synchronize and that trim (the
+	// path holds the gate).
+	trimPools bool
+}{
+	pathSegment:      {rungs: []rung{rungFlush, rungAsNeeded}},
+	pathSegmentExact: {rungs: []rung{rungFlush, rungAsNeeded, rungTrim, rungAll}},
+	pathMapChunk:     {rungs: []rung{rungFlush, rungAsNeeded, rungTrim, rungAll}, sync: true, unmap: true},
+	pathAllocSync:    {rungs: []rung{rungFlush, rungAsNeeded, rungTrim, rungAll}, sync: true, unmap: true, trimPools: true},
+	pathRelease:      {rungs: []rung{rungFlush, rungAll}, unmap: true},
+}
+
+// reclaim is one climb of the ladder: the path's row, and what this
+// climb's retry needs.
+type reclaim struct {
+	p     *pool
+	path  path
+	op    string
+	need  int64 // bytes the retry needs
+	unmap bool  // free chunks may be unmapped now, if the path's row allows it
 
 	// keep is a range being mapped: its chunks in [keepLo, keepHi) stay.
 	keep           *expandable
 	keepLo, keepHi int64
 }
 
-// climb is the reclaim ladder, the one policy of every out-of-memory path
-// (pool growth, an expandable range's mapping, AllocSync's synchronous
-// allocation; Trim and Close take its top rung directly: releaseAll). err is the
-// path's first attempt's; while it is an out-of-memory, climb takes the
-// next rung, up to r.top, and makes try again after each that gave
-// something back. It returns the last attempt's error, joined with any
-// error a rung met (which stops the climb). The order is PyTorch's
+// climb is the reclaim ladder, the one policy of every out-of-memory path.
+// err is the path's first attempt's; while it is an out-of-memory, climb
+// takes the path's next rung (ladder) and makes try again after each that
+// gave something back. It returns the last attempt's error, joined with
+// any error a rung met (which stops the climb). The order is PyTorch's
 // CUDACachingAllocator malloc's, cheapest first:
 //
 //  1. rungFlush: the caller has looked for a free block already; the lane's
@@ -67,10 +105,15 @@ type reclaim struct {
 //  5. fail: the out-of-memory is returned, with the stats the caller adds.
 //
 // Giving back a segment is stream-ordered (FreeAsync), so a stream-ordered
-// retry needs no wait; a sync path drains the stream before retrying.
-// Unmapping is not stream-ordered: the stream is drained before it.
+// retry needs no wait: the driver reuses the stream's own frees (CUDA's
+// pool; cpu and the fake runtimes model it); a sync path drains the
+// stream before retrying. Unmapping is not stream-ordered: the stream is
+// drained before it.
 func (r *reclaim) climb(err error, try func() error) error {
-	for rg := rungFlush; rg <= r.top && errors.Is(err, ErrOutOfMemory); rg++ {
+	for _, rg := range ladder[r.path].rungs {
+		if !errors.Is(err, ErrOutOfMemory) {
+			break
+		}
 		freed, rerr := r.step(rg)
 		if rerr != nil {
 			return errors.Join(err, rerr)
@@ -83,19 +126,27 @@ func (r *reclaim) climb(err error, try func() error) error {
 	return err
 }
 
-// releaseAll is the ladder's top rung taken at once, by a path with no
-// request to retry (Trim, Close): every cached segment goes back, and
-// every free chunk when unmap (the guard allows unsafe calls now). It
-// reports whether anything went back.
-func (p *pool) releaseAll(op string, unmap bool) (bool, error) {
-	r := reclaim{p: p, op: op, unmap: unmap}
-	r.step(rungFlush)
-	return r.step(rungAll)
+// releaseAll climbs pathRelease's rungs, for a path with no request to
+// retry (Trim, Close): every cached segment goes back, and every free
+// chunk when unmap (the guard allows unsafe calls now). It reports
+// whether anything went back.
+func (p *pool) releaseAll(op string, unmap bool) (gave bool, err error) {
+	r := reclaim{p: p, path: pathRelease, op: op, unmap: unmap}
+	for _, rg := range ladder[pathRelease].rungs {
+		var g bool
+		g, err = r.step(rg)
+		gave = gave || g
+		if err != nil {
+			break
+		}
+	}
+	return gave, err
 }
 
 // step takes one rung and reports whether it gave anything back.
 func (r *reclaim) step(rg rung) (bool, error) {
-	p := r.p
+	p, row := r.p, &ladder[r.path]
+	unmap := r.unmap && row.unmap
 	switch rg {
 	case rungFlush:
 		p.up.flush()
@@ -108,24 +159,24 @@ func (r *reclaim) step(rg rung) (bool, error) {
 			got += s.size
 		}
 		gave, err := r.giveBack(segs)
-		if err != nil || got >= r.need || !r.unmap {
+		if err != nil || got >= r.need || !unmap {
 			return gave, err
 		}
 		n, err := r.unmapFree(r.need - got)
 		return gave || n > 0, err
 	case rungTrim:
-		if r.sync {
+		if row.sync {
 			if err := p.up.synchronize(r.op); err != nil {
 				return false, err
 			}
 		}
-		return p.up.trim(r.trimPools), nil
+		return p.up.trim(row.trimPools), nil
 	case rungAll:
 		if err := p.up.mayReleaseAll(); err != nil {
 			return false, err
 		}
 		gave, err := r.giveBack(p.takeAll())
-		if err != nil || !r.unmap {
+		if err != nil || !unmap {
 			return gave, err
 		}
 		n, err := r.unmapFree(-1)
@@ -143,10 +194,11 @@ func (r *reclaim) step(rg rung) (bool, error) {
 // synchronize. Found on an H200: AllocSync failed with the whole device
 // given back (testdata/gpu/nvidia-h200-2026-11-27).
 func (r *reclaim) giveBack(segs []*segment) (bool, error) {
+	row := &ladder[r.path]
 	gave, err := r.p.giveBack(segs)
 	switch {
-	case !gave || err != nil || !r.sync:
-	case r.trimPools:
+	case !gave || err != nil || !row.sync:
+	case row.trimPools:
 		if err = r.p.up.synchronize(r.op); err == nil {
 			r.p.up.trim(true)
 		}

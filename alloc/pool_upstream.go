@@ -92,38 +92,6 @@ func (u driverUpstream) unmapMemory(p driver.DevicePtr, n int64) error {
 	return err
 }
 
-// grow serves a miss of n bytes (rounded) the pool could not serve from
-// its cache: from the expandable range while the guard allows mapping,
-// else from a new segment (pool.grow). Kept out of poolAllocLocked, whose
-// hit path it would slow.
-func (u driverUpstream) grow(n int64) (*block, error) {
-	a := u.a
-	// Strict: no pool growth that the documented rules would make in
-	// Relaxed interaction mode (another stream's Global capture).
-	if err := a.guard.strictRelaxedLocked("pool growth"); err != nil {
-		return nil, err
-	}
-	var (
-		b   *block
-		ok  bool // the expandable range served it
-		err error
-	)
-	// Mapping is an unsafe call: only while the guard allows one now, the
-	// gate tried (a.mu is held: never waited for), no Global-mode capture
-	// elsewhere in the domain.
-	if a.vm != nil && a.guard.dom.gate.TryRLock() {
-		if a.guard.unsafeAllowedLocked(StateNone, false) == nil {
-			headroom := int64(expandSlack*float64(a.stats.inUse.peak.Load())) - a.stats.BytesReserved
-			b, ok, err = a.pool.growExpandable(n, headroom)
-		}
-		a.guard.dom.gate.RUnlock()
-	}
-	if !ok {
-		b, err = a.pool.grow(n)
-	}
-	return b, err
-}
-
 func (u driverUpstream) flush() { u.a.lane.flushLocked() }
 
 func (u driverUpstream) idle() (bool, error) {

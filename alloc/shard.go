@@ -194,7 +194,8 @@ func (l *lane) alloc(s *shard, size int64) (buf Buffer, ok bool) {
 	s.blocks[s.n] = nil
 	s.cached -= n
 	b.size = size
-	gen := b.state.Add(1) // odd: live
+	b.cached = false
+	gen := b.handOut() // armed by the lane's Free, or made odd
 	s.allocs++
 	s.live++
 	if s.owed += size; s.owed > 0 {
@@ -222,7 +223,9 @@ func (l *lane) free(b Buffer) bool {
 	}
 	s := l.shard()
 	s.mu.Lock()
-	if s.n == shardBlocks || !l.open() || !blk.state.CompareAndSwap(b.gen, b.gen+1) {
+	// Retired and armed in one step: the next hand-out's generation, odd,
+	// never handed out (block.state).
+	if s.n == shardBlocks || !l.open() || !blk.state.CompareAndSwap(b.gen, b.gen+2) {
 		s.mu.Unlock()
 		return false
 	}
@@ -236,6 +239,7 @@ func (l *lane) free(b Buffer) bool {
 		s.owed = 0
 	}
 	if blk.refs.Load() != 0 { // a reference raced in: see release.go
+		blk.state.Add(1) // held, not free: even, as a retirement leaves it
 		blk.held.Store(true)
 		if blk.refs.Load() != 0 || !blk.held.CompareAndSwap(true, false) {
 			s.setHint(owedBit) // the owed free
@@ -251,6 +255,7 @@ func (l *lane) free(b Buffer) bool {
 // push caches b in s, with room for it. Caller holds s.mu.
 func (l *lane) push(s *shard, b *block) {
 	s.setHint(classBit(b.class))
+	b.cached = true
 	s.blocks[s.n] = b
 	s.n++
 	s.cached += b.class

@@ -1,11 +1,8 @@
 package alloc
 
-import (
-	"github.com/capalloc/capalloc/alloc/driver"
-)
-
 // CaptureState is the allocator's view of its stream, combining its own flag
-// with the driver's report (the driver is the authority).
+// with the driver's report (the driver is the authority: the guard's
+// classify folds the two).
 type CaptureState int
 
 const (
@@ -33,20 +30,4 @@ func (s CaptureState) String() string {
 		return "invalidated"
 	}
 	return "unknown"
-}
-
-// classify folds the allocator's own flag and the driver's status into one
-// state. began says whether this allocator started the current capture.
-func classify(began bool, st driver.CaptureStatus) CaptureState {
-	switch {
-	case st == driver.CaptureInvalidated:
-		return StateInvalidated
-	case st == driver.CaptureActive && began:
-		return StateActive
-	case st == driver.CaptureActive:
-		return StateExternal
-	case began: // our capture vanished: someone ended it behind our back
-		return StateInvalidated
-	}
-	return StateNone
 }

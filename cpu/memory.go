@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"errors"
 	"sync/atomic"
 
 	"github.com/capalloc/capalloc/alloc"
@@ -26,6 +25,10 @@ type allocation struct {
 	freeQueued bool     // Free or a stream-ordered FreeAsync was issued
 	cap        *capture // allocated by this capture, which has not ended yet
 	freedIn    *capture // a free node for it was recorded in this capture
+	// freedOn is the stream whose queue holds this allocation's FreeAsync,
+	// not run yet, while a MallocAsync there may still reuse its bytes
+	// (reuseFreedLocked); nil once they are reused or released.
+	freedOn *stream
 	// Allocated by this graph's allocation node: its address is baked into
 	// the graph, so it stays reserved while the graph or its instantiation
 	// lives, whoever "frees" it.
@@ -167,9 +170,10 @@ func (d *Driver) takeIDLocked() (uint32, bool) {
 
 // newAllocation reserves, backs and publishes an allocation. unsafeCall marks a
 // synchronous device-wide call (Malloc) by a caller in that interaction mode;
-// c, when set, is the capture that will own the memory. d.mu must not be
-// held.
-func (d *Driver) newAllocation(size int64, c *capture, unsafeCall *alloc.CaptureMode, what string) (*allocation, error) {
+// c, when set, is the capture that will own the memory; on, when set, is
+// the stream of a stream-ordered allocation, whose queued frees it may
+// reuse (reuseFreedLocked). d.mu must not be held.
+func (d *Driver) newAllocation(size int64, c *capture, on *stream, unsafeCall *alloc.CaptureMode, what string) (*allocation, error) {
 	d.mu.Lock()
 	if d.closed.Load() {
 		d.mu.Unlock()
@@ -190,6 +194,9 @@ func (d *Driver) newAllocation(size int64, c *capture, unsafeCall *alloc.Capture
 		return nil, errf(alloc.ErrInvalidValue, "%s: size %d", what, size)
 	}
 	acct := (size + Alignment - 1) &^ (Alignment - 1)
+	if on != nil && size <= maxAllocationSize && acct > d.limit-d.live {
+		d.reuseFreedLocked(on, acct-(d.limit-d.live))
+	}
 	if size > maxAllocationSize || acct > d.limit-d.live {
 		live, n := d.live, d.liveCount
 		d.mu.Unlock()
@@ -240,10 +247,45 @@ func (d *Driver) newAllocation(size int64, c *capture, unsafeCall *alloc.Capture
 	return r, nil
 }
 
+// reuseFreedLocked makes room for a stream-ordered allocation on s that
+// lacks need bytes, as a CUDA pool reuses a stream's own frees at once
+// (an allocation on s is ordered after every free queued there before
+// it; the fake runtimes' pools do the same): the bytes of the oldest
+// frees queued on s, not run yet, stop counting against the limit, as
+// many as make room. The freed allocations themselves stay until their
+// frees run, for the work queued before them. It takes nothing when
+// even all of them would not make room. d.mu held.
+func (d *Driver) reuseFreedLocked(s *stream, need int64) {
+	if s.freedBytes < need {
+		return
+	}
+	for need > 0 {
+		r := s.freed[0]
+		s.freed[0] = nil
+		s.freed = s.freed[1:]
+		if r.freedOn != s { // released already
+			continue
+		}
+		r.freedOn = nil
+		s.freedBytes -= r.acct
+		d.live -= r.acct
+		need -= r.acct
+		r.acct = 0
+	}
+}
+
 // releaseLocked returns an allocation's id and bytes. Idempotent. d.mu held.
 func (d *Driver) releaseLocked(r *allocation) {
 	if r.dead.Swap(true) {
 		return
+	}
+	if s := r.freedOn; s != nil { // its queued free ran: nothing left to reuse
+		r.freedOn = nil
+		s.freedBytes -= r.acct
+		for len(s.freed) > 0 && s.freed[0].freedOn != s {
+			s.freed[0] = nil
+			s.freed = s.freed[1:]
+		}
 	}
 	t := d.table.Load()
 	if int(r.id) < len(t.slots) && t.slots[r.id].rec.Load() == r {
@@ -290,18 +332,16 @@ func userFreeLocked(r *allocation) bool {
 }
 
 // Malloc is cudaMalloc: synchronous, device wide, refused during a Global
-// capture. On exhaustion it lets every stream finish its queued frees first.
+// capture. Memory whose stream-ordered free has not run yet is not free
+// for it (as memory a CUDA pool keeps is not for cudaMalloc): the caller
+// synchronizes first.
 func (d *Driver) Malloc(size int64) (driver.DevicePtr, error) { return d.malloc(size, alloc.Global) }
 
 func (d *Driver) malloc(size int64, interaction alloc.CaptureMode) (driver.DevicePtr, error) {
 	if d.closed.Load() {
 		return 0, errClosed("malloc")
 	}
-	r, err := d.newAllocation(size, nil, &interaction, "malloc")
-	if errors.Is(err, alloc.ErrOutOfMemory) {
-		d.drainAll()
-		r, err = d.newAllocation(size, nil, &interaction, "malloc")
-	}
+	r, err := d.newAllocation(size, nil, nil, &interaction, "malloc")
 	if err != nil {
 		return 0, err
 	}
@@ -344,6 +384,8 @@ func (d *Driver) free(p driver.DevicePtr, interaction alloc.CaptureMode) error {
 // MallocAsync returns an address usable at once by work on s. On a capturing
 // stream it is a graph allocation node: the memory is backed now, its address
 // is baked into the graph, and the capture (later the graph) owns it.
+// Outside capture it may reuse the memory of frees queued on s
+// (reuseFreedLocked).
 func (d *Driver) MallocAsync(size int64, h driver.Stream) (driver.DevicePtr, error) {
 	if d.closed.Load() {
 		return 0, errClosed("malloc async")
@@ -366,19 +408,14 @@ func (d *Driver) MallocAsync(size int64, h driver.Stream) (driver.DevicePtr, err
 			return 0, err
 		}
 		d.mu.Unlock()
-		r, err := d.newAllocation(size, c, nil, "malloc async (capture)")
+		r, err := d.newAllocation(size, c, nil, nil, "malloc async (capture)")
 		if err != nil {
 			return 0, d.captureFailed(c, err)
 		}
 		return r.base(), nil
 	}
 	s.mu.Unlock()
-	r, err := d.newAllocation(size, nil, nil, "malloc async")
-	if errors.Is(err, alloc.ErrOutOfMemory) {
-		// The stream's own queued frees may make room, as in a CUDA pool.
-		d.drain(s)
-		r, err = d.newAllocation(size, nil, nil, "malloc async")
-	}
+	r, err := d.newAllocation(size, nil, s, nil, "malloc async")
 	if err != nil {
 		return 0, err
 	}
@@ -427,6 +464,9 @@ func (d *Driver) FreeAsync(p driver.DevicePtr, h driver.Stream) error {
 	}
 	if userFreeLocked(r) {
 		s.queue = append(s.queue, op{kind: opFree, dst: r})
+		r.freedOn = s
+		s.freed = append(s.freed, r)
+		s.freedBytes += r.acct
 	}
 	return nil
 }

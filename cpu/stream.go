@@ -30,6 +30,13 @@ type stream struct {
 	// the allocator before every operation, takes no lock when idle.
 	capturing atomic.Bool
 	destroyed bool
+
+	// freed lists the allocations whose FreeAsync is queued here, oldest
+	// first (some reused or released already: allocation.freedOn says),
+	// and freedBytes what those not yet reused or released count against
+	// the limit: what a MallocAsync here may reuse. Guarded by Driver.mu.
+	freed      []*allocation
+	freedBytes int64
 }
 
 // hotStreams is the number of Driver.hot slots.

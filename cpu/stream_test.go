@@ -137,13 +137,27 @@ func TestUseAfterStreamOrderedFreeFailsAtSynchronize(t *testing.T) {
 	isErr(t, d.MemsetAsync(p, 1, 256, s), alloc.ErrInvalidValue)
 }
 
-func TestOutOfMemoryWaitsForQueuedFrees(t *testing.T) {
+// A stream-ordered allocation reuses the memory of frees queued on its
+// own stream at once, as a CUDA pool does, without running the queue; a
+// synchronous allocation and another stream's do not: that memory is
+// free for them once the frees have run.
+func TestMallocAsyncReusesQueuedFrees(t *testing.T) {
 	d := newDriver(t, cpu.Options{MemoryLimit: 1 << 20})
-	s := newStream(t, d)
+	s, other := newStream(t, d), newStream(t, d)
+	gate := make(chan struct{})
+	ok(t, d.LaunchHostFunc(s, func() error { <-gate; return nil })) // the queue does not run meanwhile
 	for range 10 {
 		p := val[driver.DevicePtr](t)(d.MallocAsync(1<<20, s))
 		ok(t, d.FreeAsync(p, s))
 	}
+	wantLive(t, d, 1<<20) // the last free, not run, holds its bytes; the nine before it were reused
+	_, err := d.Malloc(1 << 20)
+	isErr(t, err, alloc.ErrOutOfMemory)
+	_, err = d.MallocAsync(1<<20, other)
+	isErr(t, err, alloc.ErrOutOfMemory)
+	close(gate)
+	ok(t, d.StreamSynchronize(s))
+	wantLive(t, d, 0)
 	p := val[driver.DevicePtr](t)(d.Malloc(1 << 20))
 	ok(t, d.Free(p))
 }

@@ -144,7 +144,11 @@ type Driver interface {
 	StreamCaptureStatus(s Stream) (CaptureStatus, error)
 
 	// Malloc and Free are synchronous, device-wide calls (cudaMalloc,
-	// cudaFree). Unsafe.
+	// cudaFree). Unsafe. Out of memory, Malloc fails (ErrOutOfMemory) at
+	// once, without waiting for queued frees or trying again: the
+	// allocator's reclaim ladder decides what to give back and when to
+	// retry. Memory whose stream-ordered free has not run is not free for
+	// it (a CUDA pool keeps it: PoolTrimmer).
 	Malloc(size int64) (DevicePtr, error)
 	Free(p DevicePtr) error
 	// MallocAsync and FreeAsync are stream-ordered. On a capturing stream
@@ -152,7 +156,9 @@ type Driver interface {
 	// stream that is not capturing they must not invalidate another
 	// stream's capture: CUDA counts them as unsafe from a thread in Global
 	// interaction mode, so the cuda driver makes them in Relaxed mode
-	// (docs/cuda-truth.md).
+	// (docs/cuda-truth.md). Outside capture, MallocAsync may reuse at once
+	// the memory of frees queued on s (CUDA's stream-ordered reuse); out
+	// of memory it fails without running the queue or trying again.
 	MallocAsync(size int64, s Stream) (DevicePtr, error)
 	FreeAsync(p DevicePtr, s Stream) error
 
