@@ -4,7 +4,6 @@ import (
 	"errors"
 	"sync/atomic"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
@@ -44,11 +43,11 @@ func (a *allocation) base() driver.DevicePtr { return driver.DevicePtr(uint64(a.
 // as long as it uses the bytes.
 func (a *allocation) span(off, n int64, what string) ([]byte, error) {
 	if a.dead.Load() {
-		return nil, errf(alloc.ErrInvalidValue, "%s: allocation %#x was freed before the stream reached this operation",
+		return nil, errf(driver.ErrInvalidValue, "%s: allocation %#x was freed before the stream reached this operation",
 			what, uint64(a.base()))
 	}
 	if a.vm != nil && !a.vm.covers(off, n) {
-		return nil, errf(alloc.ErrInvalidValue, "%s %#x+%d: not mapped (unmapped before the stream reached this operation)",
+		return nil, errf(driver.ErrInvalidValue, "%s %#x+%d: not mapped (unmapped before the stream reached this operation)",
 			what, uint64(a.base())+uint64(off), n)
 	}
 	return a.buf[off : off+n : off+n], nil
@@ -169,7 +168,7 @@ func (d *Driver) takeIDLocked() (uint32, bool) {
 // synchronous device-wide call (Malloc) by a caller in that interaction mode;
 // c, when set, is the capture that will own the memory. d.mu must not be
 // held.
-func (d *Driver) newAllocation(size int64, c *capture, unsafeCall *alloc.CaptureMode, what string) (*allocation, error) {
+func (d *Driver) newAllocation(size int64, c *capture, unsafeCall *driver.CaptureMode, what string) (*allocation, error) {
 	d.mu.Lock()
 	if d.closed.Load() {
 		d.mu.Unlock()
@@ -187,19 +186,19 @@ func (d *Driver) newAllocation(size int64, c *capture, unsafeCall *alloc.Capture
 	}
 	if size <= 0 {
 		d.mu.Unlock()
-		return nil, errf(alloc.ErrInvalidValue, "%s: size %d", what, size)
+		return nil, errf(driver.ErrInvalidValue, "%s: size %d", what, size)
 	}
 	acct := (size + Alignment - 1) &^ (Alignment - 1)
 	if size > maxAllocationSize || acct > d.limit-d.live {
 		live, n := d.live, d.liveCount
 		d.mu.Unlock()
-		return nil, errf(alloc.ErrOutOfMemory, "%s %d B: %d of %d B in use by %d allocations",
+		return nil, errf(driver.ErrOutOfMemory, "%s %d B: %d of %d B in use by %d allocations",
 			what, size, live, d.limit, n)
 	}
 	id, ok := d.takeIDLocked()
 	if !ok {
 		d.mu.Unlock()
-		return nil, errf(alloc.ErrOutOfMemory, "%s %d B: all %d allocation ids in use", what, size, maxIDs-1)
+		return nil, errf(driver.ErrOutOfMemory, "%s %d B: all %d allocation ids in use", what, size, maxIDs-1)
 	}
 	d.live += acct
 	d.liveCount++
@@ -215,7 +214,7 @@ func (d *Driver) newAllocation(size int64, c *capture, unsafeCall *alloc.Capture
 			d.live -= acct
 			d.liveCount--
 		}
-		return nil, errf(alloc.ErrOutOfMemory, "%s %d B: %v", what, size, err)
+		return nil, errf(driver.ErrOutOfMemory, "%s %d B: %v", what, size, err)
 	}
 	r := &allocation{id: id, buf: buf, size: size, acct: acct}
 
@@ -261,17 +260,17 @@ func (d *Driver) checkUserFreeLocked(p driver.DevicePtr, what string) (*allocati
 	r := d.baseLocked(p)
 	switch {
 	case r == nil:
-		return nil, errf(alloc.ErrInvalidValue, "%s %#x: not the base address of a live allocation", what, uint64(p))
+		return nil, errf(driver.ErrInvalidValue, "%s %#x: not the base address of a live allocation", what, uint64(p))
 	case r.vm != nil:
-		return nil, errf(alloc.ErrInvalidValue, "%s %#x: an address reservation (ReleaseAddress gives it back)", what, uint64(p))
+		return nil, errf(driver.ErrInvalidValue, "%s %#x: an address reservation (ReleaseAddress gives it back)", what, uint64(p))
 	case r.freeQueued:
-		return nil, errf(alloc.ErrInvalidValue, "%s %#x: already freed", what, uint64(p))
+		return nil, errf(driver.ErrInvalidValue, "%s %#x: already freed", what, uint64(p))
 	case r.cap != nil:
-		return nil, errf(alloc.ErrInvalidValue, "%s %#x: owned by a stream capture that has not ended", what, uint64(p))
+		return nil, errf(driver.ErrInvalidValue, "%s %#x: owned by a stream capture that has not ended", what, uint64(p))
 	case r.graph != nil && r.graphFreed:
-		return nil, errf(alloc.ErrInvalidValue, "%s %#x: freed inside a graph, which owns it until destroyed", what, uint64(p))
+		return nil, errf(driver.ErrInvalidValue, "%s %#x: freed inside a graph, which owns it until destroyed", what, uint64(p))
 	case r.graph != nil && !r.materialized:
-		return nil, errf(alloc.ErrInvalidValue, "%s %#x: graph allocation not allocated (graph not launched since it was last freed)",
+		return nil, errf(driver.ErrInvalidValue, "%s %#x: graph allocation not allocated (graph not launched since it was last freed)",
 			what, uint64(p))
 	}
 	return r, nil
@@ -291,14 +290,14 @@ func userFreeLocked(r *allocation) bool {
 
 // Malloc is cudaMalloc: synchronous, device wide, refused during a Global
 // capture. On exhaustion it lets every stream finish its queued frees first.
-func (d *Driver) Malloc(size int64) (driver.DevicePtr, error) { return d.malloc(size, alloc.Global) }
+func (d *Driver) Malloc(size int64) (driver.DevicePtr, error) { return d.malloc(size, driver.Global) }
 
-func (d *Driver) malloc(size int64, interaction alloc.CaptureMode) (driver.DevicePtr, error) {
+func (d *Driver) malloc(size int64, interaction driver.CaptureMode) (driver.DevicePtr, error) {
 	if d.closed.Load() {
 		return 0, errClosed("malloc")
 	}
 	r, err := d.newAllocation(size, nil, &interaction, "malloc")
-	if errors.Is(err, alloc.ErrOutOfMemory) {
+	if errors.Is(err, driver.ErrOutOfMemory) {
 		d.drainAll()
 		r, err = d.newAllocation(size, nil, &interaction, "malloc")
 	}
@@ -310,9 +309,9 @@ func (d *Driver) malloc(size int64, interaction alloc.CaptureMode) (driver.Devic
 
 // Free is cudaFree: it waits for all queued work on the device (which may
 // still use p) and then releases p (a graph allocation: as FreeAsync).
-func (d *Driver) Free(p driver.DevicePtr) error { return d.free(p, alloc.Global) }
+func (d *Driver) Free(p driver.DevicePtr) error { return d.free(p, driver.Global) }
 
-func (d *Driver) free(p driver.DevicePtr, interaction alloc.CaptureMode) error {
+func (d *Driver) free(p driver.DevicePtr, interaction driver.CaptureMode) error {
 	if d.closed.Load() {
 		return errClosed("free")
 	}
@@ -374,7 +373,7 @@ func (d *Driver) MallocAsync(size int64, h driver.Stream) (driver.DevicePtr, err
 	}
 	s.mu.Unlock()
 	r, err := d.newAllocation(size, nil, nil, "malloc async")
-	if errors.Is(err, alloc.ErrOutOfMemory) {
+	if errors.Is(err, driver.ErrOutOfMemory) {
 		// The stream's own queued frees may make room, as in a CUDA pool.
 		d.drain(s)
 		r, err = d.newAllocation(size, nil, nil, "malloc async")
@@ -412,7 +411,7 @@ func (d *Driver) FreeAsync(p driver.DevicePtr, h driver.Stream) error {
 		}
 		r := d.baseLocked(p)
 		if r == nil || r.cap != c || r.freedIn != nil {
-			err := errf(alloc.ErrInvalidValue,
+			err := errf(driver.ErrInvalidValue,
 				"free async %#x on capturing stream %#x: not an allocation made, and not yet freed, in this capture",
 				uint64(p), uint64(h))
 			c.invalidateLocked(err)

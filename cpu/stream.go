@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
@@ -42,11 +41,11 @@ func (d *Driver) stream(h driver.Stream, what string) (*stream, error) {
 	if s := (*d.streams.Load())[h]; s != nil {
 		return s, nil
 	}
-	return nil, errf(alloc.ErrInvalidValue, "%s: unknown stream %#x", what, uint64(h))
+	return nil, errf(driver.ErrInvalidValue, "%s: unknown stream %#x", what, uint64(h))
 }
 
 func errDestroyed(h driver.Stream, what string) error {
-	return errf(alloc.ErrInvalidValue, "%s: stream %#x was destroyed", what, uint64(h))
+	return errf(driver.ErrInvalidValue, "%s: stream %#x was destroyed", what, uint64(h))
 }
 
 // CreateStream makes a new stream. There is no default stream: handle 0 is
@@ -106,14 +105,14 @@ func (d *Driver) DestroyStream(h driver.Stream) error {
 // StreamSynchronize runs everything queued on s and reports the first
 // failure of that work. Illegal on a capturing stream.
 func (d *Driver) StreamSynchronize(h driver.Stream) error {
-	return d.wait(h, "stream synchronize", alloc.Global)
+	return d.wait(h, "stream synchronize", driver.Global)
 }
 
 // StreamQuery makes the device progress (runs the queue) and then reports
 // done. Illegal on a capturing stream.
-func (d *Driver) StreamQuery(h driver.Stream) (bool, error) { return d.query(h, alloc.Global) }
+func (d *Driver) StreamQuery(h driver.Stream) (bool, error) { return d.query(h, driver.Global) }
 
-func (d *Driver) query(h driver.Stream, interaction alloc.CaptureMode) (bool, error) {
+func (d *Driver) query(h driver.Stream, interaction driver.CaptureMode) (bool, error) {
 	if err := d.wait(h, "stream query", interaction); err != nil {
 		return false, err
 	}
@@ -125,7 +124,7 @@ func (d *Driver) query(h driver.Stream, interaction alloc.CaptureMode) (bool, er
 // when idle it reports, and clears, the failure of work already run, as a
 // synchronize would. Same rules as StreamQuery.
 func (d *Driver) StreamIdle(h driver.Stream) (bool, error) {
-	s, err := d.waitable(h, "stream query", alloc.Global)
+	s, err := d.waitable(h, "stream query", driver.Global)
 	if err != nil {
 		return false, err
 	}
@@ -146,14 +145,14 @@ func (d *Driver) StreamIdle(h driver.Stream) (bool, error) {
 // pageable cudaMemcpy does not touch another stream's capture when the
 // streams are non-blocking (cmd/cudatruth, CUDA 13.0), so only a capture on
 // s itself refuses it.
-const copyInteraction = alloc.Relaxed
+const copyInteraction = driver.Relaxed
 
 // wait drains s on behalf of the host. It is refused while s captures, and,
 // for a caller in Global interaction mode, while any Global-mode capture is
 // under way on the device: CUDA refuses a synchronize or query of an
 // unrelated stream then, and invalidates that capture (cmd/cudatruth,
 // CUDA 13.0).
-func (d *Driver) wait(h driver.Stream, what string, interaction alloc.CaptureMode) error {
+func (d *Driver) wait(h driver.Stream, what string, interaction driver.CaptureMode) error {
 	return d.waitThen(h, what, interaction, nil)
 }
 
@@ -163,7 +162,7 @@ func (d *Driver) wait(h driver.Stream, what string, interaction alloc.CaptureMod
 // during it. A blocking copy is such a then: without it, a memset enqueued
 // and run by another goroutine between the drain and the copy tore the
 // copy (issue 8, item 5). then does not run when queued work failed.
-func (d *Driver) waitThen(h driver.Stream, what string, interaction alloc.CaptureMode, then func() error) error {
+func (d *Driver) waitThen(h driver.Stream, what string, interaction driver.CaptureMode, then func() error) error {
 	release, err := d.hold(h, what, interaction)
 	if err != nil {
 		return err
@@ -179,7 +178,7 @@ func (d *Driver) waitThen(h driver.Stream, what string, interaction alloc.Captur
 // stream's execution lock held (release gives it back), after everything
 // queued before has run, so work enqueued meanwhile runs after release.
 // On error (queued work failed included) nothing is held.
-func (d *Driver) hold(h driver.Stream, what string, interaction alloc.CaptureMode) (release func(), err error) {
+func (d *Driver) hold(h driver.Stream, what string, interaction driver.CaptureMode) (release func(), err error) {
 	s, err := d.waitable(h, what, interaction)
 	if err != nil {
 		return nil, err
@@ -197,7 +196,7 @@ func (d *Driver) hold(h driver.Stream, what string, interaction alloc.CaptureMod
 // waitable finds h and checks that the host may wait for it now: refused
 // while it captures, and, for a caller in Global interaction mode, while any
 // Global-mode capture is under way on the device (see wait).
-func (d *Driver) waitable(h driver.Stream, what string, interaction alloc.CaptureMode) (*stream, error) {
+func (d *Driver) waitable(h driver.Stream, what string, interaction driver.CaptureMode) (*stream, error) {
 	if d.closed.Load() {
 		return nil, errClosed(what)
 	}

@@ -14,7 +14,6 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
@@ -69,7 +68,7 @@ type Options struct {
 	// HostMemory, when set, supplies HostAlloc's memory, which the driver
 	// pins with hipHostRegister instead of allocating with hipHostMalloc
 	// (the plugin server's shared memory).
-	HostMemory backends.HostMemory
+	HostMemory driver.HostMemory
 	// Compile, when set, replaces hiprtc in LoadModule: it turns the
 	// module's source into a code object for the device's gcnArchName (a
 	// compiler of the engine's own, or code objects built ahead of time for
