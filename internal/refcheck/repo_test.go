@@ -74,3 +74,20 @@ func TestDesignIndexesEveryNote(t *testing.T) {
 		}
 	}
 }
+
+// TestLayers: no package of this repository imports a layer above its own
+// (docs/design.md, "Layers", read by CheckLayers: the table there is the
+// only copy of the rule).
+func TestLayers(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := CheckLayers(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("%s", p)
+	}
+}
