@@ -12,7 +12,7 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/internal/allochooks"
+	"github.com/capalloc/capalloc/internal/allocipc"
 )
 
 // inFlight: a blocking call that uses a buffer (a pageable copy, an IPC
@@ -39,7 +39,7 @@ func (s *suite) inFlight(t *testing.T) {
 			return a.Download(make([]byte, b.Size()), b, 0)
 		}},
 		{"ipc_export", alloctest.MethodIPCGetMemHandle, true, func(a *alloc.Allocator, b alloc.Buffer) error {
-			_, err := allochooks.Export(a, b)
+			_, err := allocipc.Export(a, b)
 			return err
 		}},
 	}
