@@ -22,8 +22,8 @@ import (
 // the call: the call completes, or fails with ErrInvalidBuffer before it
 // reaches the driver, and the memory goes back once the call is done. On a
 // GPU a copy into freed memory is an illegal-address fault that poisons the
-// context for every allocator in the process. Before issue 21 the copy
-// reached the driver after the memory was gone ("no allocation").
+// context for every allocator in the process; cpu refuses such a copy
+// with an error, which the suite sees.
 func (s *suite) inFlight(t *testing.T) {
 	const n = 8192
 	uses := []struct {
@@ -144,8 +144,7 @@ func (s *suite) inFlight(t *testing.T) {
 // the buffer's graph, or the allocator, closed meanwhile keeps the memory
 // (and the stream) until the call finally returns, and then gives it back.
 // Nobody sees the abandoned call's result, so the driver's answer to it is
-// counted: before issue 21 it was an error on freed memory or a destroyed
-// stream.
+// counted: it must not be an error on freed memory or a destroyed stream.
 func (s *suite) inFlightAbandoned(t *testing.T) {
 	for _, rel := range []struct {
 		name   string

@@ -120,7 +120,7 @@ func (d *Driver) record(c *capture, o *op, what string) error {
 // opChunks records a capture's operations in fixed-size chunks: appending
 // never copies what was recorded, and no allocation grows with the
 // capture, so recording costs the same per operation at 1e3 or 1e5
-// operations (issue 12). The graph keeps the chunks as they are: no copy
+// operations. The graph keeps the chunks as they are: no copy
 // into one slice at the end either.
 type opChunks [][]op
 

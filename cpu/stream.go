@@ -159,9 +159,9 @@ func (d *Driver) wait(h driver.Stream, what string, interaction driver.CaptureMo
 // waitThen is wait, then then() at the stream's place in its order: the
 // stream's execution lock is held from the drain to the end of then, so
 // work enqueued meanwhile (by another goroutine) runs after it, never
-// during it. A blocking copy is such a then: without it, a memset enqueued
-// and run by another goroutine between the drain and the copy tore the
-// copy (issue 8, item 5). then does not run when queued work failed.
+// during it. A blocking copy is such a then: otherwise a memset enqueued
+// and run by another goroutine between the drain and the copy would tear
+// the copy. then does not run when queued work failed.
 func (d *Driver) waitThen(h driver.Stream, what string, interaction driver.CaptureMode, then func() error) error {
 	release, err := d.hold(h, what, interaction)
 	if err != nil {
@@ -320,11 +320,11 @@ func (d *Driver) runBatch(s *stream, q []op) {
 // drainAll waits until the work queued on every stream so far has run:
 // what a device-synchronizing call (cudaFree, cudaFreeHost) waits for. Each
 // stream with work runs it in a goroutine of its own, all concurrently, as
-// a device runs its streams; never in the caller's goroutine. Draining them
-// one after another there ran one stream's host functions in the caller
-// while the work they waited for (a peer rank's barrier) stayed queued
-// behind them on another stream: two collective ranks on one driver timed
-// out (issue 21).
+// a device runs its streams; never in the caller's goroutine. Drained one
+// after another there, one stream's host functions would run in the
+// caller while the work they wait for (a peer rank's barrier) stayed
+// queued behind them on another stream: two collective ranks on one
+// driver would time out.
 func (d *Driver) drainAll() {
 	var wg sync.WaitGroup
 	for _, s := range *d.streams.Load() {
