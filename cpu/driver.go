@@ -120,6 +120,18 @@ type Driver struct {
 	safety     driver.CaptureSafety  // Info's CaptureSafety
 }
 
+// The optional interfaces the cpu driver implements
+// (alloc/driver/optional.go), checked when the package compiles.
+var (
+	_ driver.HostFuncLauncher = (*Driver)(nil)
+	_ driver.StreamIdler      = (*Driver)(nil)
+	_ driver.StreamPoller     = (*Driver)(nil)
+	_ driver.MemInfoer        = (*Driver)(nil)
+	_ driver.UsageReporter    = (*Driver)(nil)
+	_ driver.DirectSpanner    = (*Driver)(nil)
+	_ driver.VirtualMemory    = (*Driver)(nil)
+)
+
 var (
 	_ driver.Driver           = (*Driver)(nil)
 	_ driver.UsageReporter    = (*Driver)(nil)

@@ -13,8 +13,6 @@ import (
 // on cpu rounds, and fragments, the way it will on a device.
 const VMGranularity int64 = 2 << 20
 
-var _ driver.VirtualMemory = (*Driver)(nil)
-
 // reservation is the mapped state of an allocation made by ReserveAddress:
 // the allocation's buf is the whole reserved range, inaccessible except
 // where a MapMemory call mapped a chunk.

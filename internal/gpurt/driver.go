@@ -53,8 +53,9 @@ type Driver struct {
 	vm     vmState                      // vm.go
 }
 
-// Interfaces is every alloc interface Driver implements, and so every
-// vendor driver that embeds it.
+// Interfaces is driver.Driver and every optional interface
+// (alloc/driver/optional.go) Driver implements, and so every vendor driver
+// that embeds it (cuda and hip assert it).
 type Interfaces interface {
 	driver.Driver
 	driver.GraphMemTrimmer
@@ -64,6 +65,8 @@ type Interfaces interface {
 	driver.StreamIdler
 	driver.KernelLauncher
 	driver.VirtualMemory
+	driver.MemInfoer
+	driver.PeerAccess
 }
 
 var _ Interfaces = (*Driver)(nil)
@@ -282,8 +285,6 @@ func (d *Driver) TrimGraphMemory() error {
 		return d.rt.Check(op, d.rt.GraphMemTrim.Name, Call(d.rt.GraphMemTrim.Addr, uintptr(d.opts.Device)))
 	})
 }
-
-var _ driver.MemInfoer = (*Driver)(nil)
 
 // MemInfo is the memory-info call's answer now (driver.MemInfoer):
 // cudaMemGetInfo(size_t *free, size_t *total) / hipMemGetInfo, with the

@@ -16,8 +16,6 @@ import (
 // and without the peer calls CanAccessPeer and EnablePeerAccess fail with
 // errors.ErrUnsupported; without the bus id call DeviceID is "".
 
-var _ driver.PeerAccess = (*Driver)(nil)
-
 // pciBusIDLen bounds the bus id string: "dddd:bb:dd.f" is 12 characters
 // and a NUL (both runtimes' references show this form; NVIDIA's asks for
 // len of at least 13).
