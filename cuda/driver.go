@@ -112,7 +112,7 @@ var _ gpurt.Interfaces = (*Driver)(nil)
 
 // New loads the CUDA runtime and opens a device. Without a usable runtime,
 // driver or device the error wraps driver.ErrBackendUnavailable and says
-// what was searched or found; bad options wrap alloc.ErrInvalidValue.
+// what was searched or found; bad options wrap driver.ErrInvalidValue.
 //
 // Opening makes device-wide calls (cudaSetDevice, cudaMemGetInfo, pool
 // creation, the reserve's synchronize) that would invalidate a Global-mode

@@ -24,7 +24,7 @@ const (
 	captureStatusInvalidated = 2
 )
 
-// hipStreamCaptureMode (hip_runtime_api.h). alloc.CaptureMode has the same
+// hipStreamCaptureMode (hip_runtime_api.h). driver.CaptureMode has the same
 // order; the mapping is spelled out so a change on either side is caught.
 const (
 	captureModeGlobal      = 0

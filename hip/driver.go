@@ -120,7 +120,7 @@ var _ gpurt.Interfaces = (*Driver)(nil)
 // New loads the HIP runtime and opens a device. Without a usable runtime
 // or device, or with a runtime older than 5.6 unless opts.NoCapture, the
 // error wraps driver.ErrBackendUnavailable and says what was searched or
-// found; bad options wrap alloc.ErrInvalidValue.
+// found; bad options wrap driver.ErrInvalidValue.
 //
 // Opening makes device-wide calls (hipSetDevice, hipMemGetInfo, pool
 // creation, the reserve's synchronize), so New runs under alloc's guard
