@@ -70,7 +70,7 @@ func TestOptionalInterfacesAreListed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile("every optional interface \\(the (\\d+) of alloc/driver/optional.go\\):([^.]*)\\.").FindSubmatch(design)
+	m := regexp.MustCompile(`every optional interface \(the (\d+) of alloc/driver/optional.go\):([^.]*)\.`).FindSubmatch(design)
 	if m == nil {
 		t.Fatal(`docs/design.md has no "every optional interface (the N of alloc/driver/optional.go): ..." sentence`)
 	}

@@ -8,6 +8,15 @@ import (
 	"testing"
 )
 
+// problemStrings is each problem as its String writes it.
+func problemStrings(ps []Problem) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.String())
+	}
+	return out
+}
+
 // tree writes files (slash path -> content) under a new directory.
 func tree(t *testing.T, files map[string]string) string {
 	t.Helper()
@@ -162,10 +171,7 @@ func TestCheckHintsOtherPackage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, p := range problems {
-		got = append(got, p.String())
-	}
+	got := problemStrings(problems)
 	want := []string{
 		"a/a.go:1: b.Open: package b (b) declares no Open; declared as a.Open (a); similar: b.OpenString",
 		"b/b.go:1: b.Close: package b (b) declares no Close; declared as b.T.Close",

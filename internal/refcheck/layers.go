@@ -136,6 +136,7 @@ func CheckLayers(root string) ([]Problem, error) {
 	if err != nil {
 		return nil, err
 	}
+	header := 1 + slices.IndexFunc(strings.Split(string(doc), "\n"), func(l string) bool { return strings.TrimSpace(l) == LayersTable })
 	m, _, err := loadModule(root)
 	if err != nil {
 		return nil, err
@@ -154,7 +155,7 @@ func CheckLayers(root string) ([]Problem, error) {
 	for dir := range nonTest {
 		l, ok := layerOf(layers, dir)
 		if !ok {
-			report(LayersDoc, 0, orRoot(dir), "package is in no layer, or in two equally: add it to one row of the layers table")
+			report(LayersDoc, header, orRoot(dir), "package is in no layer, or in two equally: add it to one row of the layers table")
 			continue
 		}
 		for _, p := range l.Packages {

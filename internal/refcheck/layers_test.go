@@ -30,12 +30,9 @@ func TestCheckLayersFindsUpwardImports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, p := range problems {
-		got = append(got, p.String())
-	}
+	got := problemStrings(problems)
 	want := []string{
-		"docs/design.md:0: stray: package is in no layer",
+		"docs/design.md:3: stray: package is in no layer",
 		"docs/design.md:7: gone: names no package of the module",
 		"low/low.go:3: example.com/m/mid: layer low (docs/design.md:5) may not import layer mid",
 	}
