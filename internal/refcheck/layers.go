@@ -2,7 +2,10 @@ package refcheck
 
 import (
 	"fmt"
+	"go/parser"
+	"go/token"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -137,7 +140,7 @@ func CheckLayers(root string) ([]Problem, error) {
 		return nil, err
 	}
 	header := 1 + slices.IndexFunc(strings.Split(string(doc), "\n"), func(l string) bool { return strings.TrimSpace(l) == LayersTable })
-	m, _, err := loadModule(root)
+	files, modPath, err := nonTestImports(root)
 	if err != nil {
 		return nil, err
 	}
@@ -146,13 +149,11 @@ func CheckLayers(root string) ([]Problem, error) {
 		problems = append(problems, Problem{File: file, Line: line, Ref: ref, Msg: fmt.Sprintf(format, args...)})
 	}
 	used := map[string]bool{} // table entries that matched a package
-	nonTest := map[string]bool{}
-	for _, f := range m.files {
-		if !f.test {
-			nonTest[f.p.dir] = true
-		}
+	dirs := map[string]bool{}
+	for _, f := range files {
+		dirs[f.dir] = true
 	}
-	for dir := range nonTest {
+	for dir := range dirs {
 		l, ok := layerOf(layers, dir)
 		if !ok {
 			report(LayersDoc, header, orRoot(dir), "package is in no layer, or in two equally: add it to one row of the layers table")
@@ -164,25 +165,25 @@ func CheckLayers(root string) ([]Problem, error) {
 			}
 		}
 	}
-	for _, f := range m.files {
-		if f.test {
-			continue
-		}
-		from, ok := layerOf(layers, f.p.dir)
+	for _, f := range files {
+		from, ok := layerOf(layers, f.dir)
 		if !ok {
 			continue // reported above
 		}
-		for _, im := range f.ast.Imports {
-			ip := strings.Trim(im.Path.Value, `"`)
-			to := m.pkgOfImport(ip)
-			if to == nil {
+		for _, im := range f.imports {
+			var to string
+			if im.path == modPath {
+				to = ""
+			} else if rest, ours := strings.CutPrefix(im.path, modPath+"/"); ours {
+				to = rest
+			} else {
 				continue
 			}
-			target, ok := layerOf(layers, to.dir)
+			target, ok := layerOf(layers, to)
 			if !ok || target.Name == from.Name || slices.Contains(from.MayUse, target.Name) {
 				continue
 			}
-			report(f.rel, m.fset.Position(im.Pos()).Line, ip, "layer %s (%s:%d) may not import layer %s: move the code down, or pass what it needs in from above",
+			report(f.rel, im.line, im.path, "layer %s (%s:%d) may not import layer %s: move the code down, or pass what it needs in from above",
 				from.Name, LayersDoc, from.Line, target.Name)
 		}
 	}
@@ -200,4 +201,58 @@ func CheckLayers(root string) ([]Problem, error) {
 		return problems[i].Line < problems[j].Line
 	})
 	return problems, nil
+}
+
+// importsOf is one non-test Go file's imports.
+type importsOf struct {
+	rel, dir string // slash paths relative to the root ("" for the root)
+	imports  []importLine
+}
+
+// importLine is one import path and the line that imports it.
+type importLine struct {
+	path string
+	line int
+}
+
+// nonTestImports reads the imports of every non-test Go file of the module
+// at root (the directories loadModule reads), and the module's path.
+func nonTestImports(root string) ([]importsOf, string, error) {
+	gomod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		return nil, "", err
+	}
+	modPath := modulePath(gomod)
+	fset := token.NewFileSet()
+	var files []importsOf
+	err = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if skipDir(root, p, d) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		rel := filepath.ToSlash(mustRel(root, p))
+		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, p, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		dir := path.Dir(rel)
+		if dir == "." {
+			dir = ""
+		}
+		io := importsOf{rel: rel, dir: dir}
+		for _, im := range f.Imports {
+			io.imports = append(io.imports, importLine{strings.Trim(im.Path.Value, `"`), fset.Position(im.Pos()).Line})
+		}
+		files = append(files, io)
+		return nil
+	})
+	return files, modPath, err
 }
