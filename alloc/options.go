@@ -71,3 +71,9 @@ func (o Options) logger() *slog.Logger {
 	}
 	return slog.Default()
 }
+
+// WatchdogTimeout is the deadline the allocator's watchdog gives a blocking
+// call (Options.Watchdog resolved: DefaultWatchdog for zero); zero when the
+// watchdog is off. Libraries that run their own waits on the allocator's
+// stream (nccl's) bound them by it.
+func (a *Allocator) WatchdogTimeout() time.Duration { return a.guard.watchdog.timeout }

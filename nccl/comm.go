@@ -2,6 +2,8 @@ package nccl
 
 import (
 	"fmt"
+	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
@@ -33,9 +35,19 @@ func (d DataType) size() (int64, error) {
 // Comm is one rank's communicator.
 type Comm struct {
 	l     *Library
-	h     uintptr // ncclComm_t
 	rank  int
 	ranks int
+	dev   DeviceRunner // InitRank's, for Split; nil from InitAll
+	split string       // how Split made it, for errors; "" otherwise
+
+	mu      sync.Mutex
+	h       uintptr       // ncclComm_t; 0 once destroyed or aborted
+	aborted error         // why it was aborted; nil while usable
+	timeout time.Duration // SetTimeout's
+}
+
+func newComm(l *Library, h uintptr, rank, ranks int, dev DeviceRunner) *Comm {
+	return &Comm{l: l, h: h, rank: rank, ranks: ranks, dev: dev, timeout: alloc.DefaultWatchdog}
 }
 
 // InitAll makes one communicator per device of devices, all in this
@@ -59,7 +71,7 @@ func (l *Library) InitAll(devices []int) ([]*Comm, error) {
 	}
 	comms := make([]*Comm, len(hs))
 	for i, h := range hs {
-		comms[i] = &Comm{l: l, h: h, rank: i, ranks: len(hs)}
+		comms[i] = newComm(l, h, i, len(hs), nil)
 	}
 	return comms, nil
 }
@@ -69,16 +81,25 @@ func (c *Comm) Rank() int  { return c.rank }
 func (c *Comm) Ranks() int { return c.ranks }
 
 // Destroy frees the communicator (ncclCommDestroy), under the guard like
-// InitAll.
+// InitAll and within the communicator's timeout (SetTimeout): past it the
+// communicator is aborted and the result is ErrCollectiveTimeout. An
+// aborted communicator was freed by its abort: Destroy returns nil with no
+// call. Destroying twice is alloc.ErrClosed.
 func (c *Comm) Destroy() error {
-	if c.h == 0 {
+	if c.abortCause() != nil {
+		return nil
+	}
+	h, err := c.handle("destroy")
+	if err != nil {
 		return fmt.Errorf("%w: nccl: communicator destroyed twice", alloc.ErrClosed)
 	}
-	err := driver.DeviceWide(c.l.domain, "nccl: destroy communicator", func() error {
-		return c.l.check("ncclCommDestroy", gpurt.Call(c.l.commDestroy, c.h))
+	err = driver.DeviceWide(c.l.domain, "nccl: destroy communicator", func() error {
+		return c.l.watch("ncclCommDestroy", []*Comm{c}, c.ownTimeout(), func() int32 { return gpurt.Call(c.l.commDestroy, h) })
 	})
 	if err == nil {
+		c.mu.Lock()
 		c.h = 0
+		c.mu.Unlock()
 	}
 	return err
 }
@@ -104,8 +125,8 @@ func (c *Comm) AllReduce(a *alloc.Allocator, send, recv alloc.Buffer, count int6
 	if err := elems("all-reduce", recv, count, dt); err != nil {
 		return err
 	}
-	return a.Enqueue("nccl all-reduce", []alloc.Buffer{send, recv}, func(s driver.Stream) error {
-		return c.l.check("ncclAllReduce", gpurt.Call(c.l.allReduce, uintptr(send.Ptr()), uintptr(recv.Ptr()), uintptr(count), uintptr(dt), uintptr(op), c.h, uintptr(s)))
+	return c.enqueue(a, "all-reduce", "ncclAllReduce", []alloc.Buffer{send, recv}, func(h, s uintptr) int32 {
+		return gpurt.Call(c.l.allReduce, uintptr(send.Ptr()), uintptr(recv.Ptr()), uintptr(count), uintptr(dt), uintptr(op), h, s)
 	})
 }
 
@@ -118,8 +139,8 @@ func (c *Comm) AllGather(a *alloc.Allocator, send, recv alloc.Buffer, count int6
 	if err := elems("all-gather", recv, int64(c.ranks)*count, dt); err != nil {
 		return err
 	}
-	return a.Enqueue("nccl all-gather", []alloc.Buffer{send, recv}, func(s driver.Stream) error {
-		return c.l.check("ncclAllGather", gpurt.Call(c.l.allGather, uintptr(send.Ptr()), uintptr(recv.Ptr()), uintptr(count), uintptr(dt), c.h, uintptr(s)))
+	return c.enqueue(a, "all-gather", "ncclAllGather", []alloc.Buffer{send, recv}, func(h, s uintptr) int32 {
+		return gpurt.Call(c.l.allGather, uintptr(send.Ptr()), uintptr(recv.Ptr()), uintptr(count), uintptr(dt), h, s)
 	})
 }
 
@@ -132,8 +153,8 @@ func (c *Comm) ReduceScatter(a *alloc.Allocator, send, recv alloc.Buffer, count 
 	if err := elems("reduce-scatter", recv, count, dt); err != nil {
 		return err
 	}
-	return a.Enqueue("nccl reduce-scatter", []alloc.Buffer{send, recv}, func(s driver.Stream) error {
-		return c.l.check("ncclReduceScatter", gpurt.Call(c.l.reduceScatter, uintptr(send.Ptr()), uintptr(recv.Ptr()), uintptr(count), uintptr(dt), uintptr(op), c.h, uintptr(s)))
+	return c.enqueue(a, "reduce-scatter", "ncclReduceScatter", []alloc.Buffer{send, recv}, func(h, s uintptr) int32 {
+		return gpurt.Call(c.l.reduceScatter, uintptr(send.Ptr()), uintptr(recv.Ptr()), uintptr(count), uintptr(dt), uintptr(op), h, s)
 	})
 }
 
@@ -150,23 +171,47 @@ func (c *Comm) AllToAll(a *alloc.Allocator, send, recv alloc.Buffer, count int64
 	if err := elems("all-to-all", recv, int64(c.ranks)*count, dt); err != nil {
 		return err
 	}
+	// One group of sends and receives (NCCL's own all-to-all is the same
+	// grouped calls), made on one thread, ended within a's watchdog.
 	return a.Enqueue("nccl all-to-all", []alloc.Buffer{send, recv}, func(s driver.Stream) error {
-		if err := c.l.check("ncclGroupStart", gpurt.Call(c.l.groupStart)); err != nil {
+		return c.l.grouped(func(g *group) error {
+			h, err := c.handle("all-to-all")
+			if err != nil {
+				return err
+			}
+			g.add(c, a.WatchdogTimeout())
+			for p := range c.ranks {
+				off := uintptr(int64(p) * count * sz)
+				if err := c.l.check("ncclSend", gpurt.Call(c.l.send, uintptr(send.Ptr())+off, uintptr(count), uintptr(dt), uintptr(p), h, uintptr(s))); err != nil {
+					return err
+				}
+				if err := c.l.check("ncclRecv", gpurt.Call(c.l.recv, uintptr(recv.Ptr())+off, uintptr(count), uintptr(dt), uintptr(p), h, uintptr(s))); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+}
+
+// enqueue runs call (an NCCL call on c's handle and a's stream) through
+// a.Enqueue: made at once, or recorded in a's capture with its buffers
+// held by the graph. Inside a Group the call joins the group (NCCL queues
+// it until ncclGroupEnd, which is watched); outside one it is watched
+// itself, bounded by a's watchdog timeout.
+func (c *Comm) enqueue(a *alloc.Allocator, what, sym string, uses []alloc.Buffer, call func(h, s uintptr) int32) error {
+	return a.Enqueue("nccl "+what, uses, func(s driver.Stream) error {
+		h, err := c.handle(what)
+		if err != nil {
 			return err
 		}
-		var first error
-		for p := range c.ranks {
-			off := uintptr(int64(p) * count * sz)
-			if first == nil {
-				first = c.l.check("ncclSend", gpurt.Call(c.l.send, uintptr(send.Ptr())+off, uintptr(count), uintptr(dt), uintptr(p), c.h, uintptr(s)))
+		if g := c.l.currentGroup(); g != nil {
+			g.add(c, a.WatchdogTimeout())
+			if r := call(h, uintptr(s)); r != ncclInProgress {
+				return c.l.check(sym, r)
 			}
-			if first == nil {
-				first = c.l.check("ncclRecv", gpurt.Call(c.l.recv, uintptr(recv.Ptr())+off, uintptr(count), uintptr(dt), uintptr(p), c.h, uintptr(s)))
-			}
+			return nil
 		}
-		if err := c.l.check("ncclGroupEnd", gpurt.Call(c.l.groupEnd)); first == nil {
-			first = err
-		}
-		return first
+		return c.l.watch(sym, []*Comm{c}, a.WatchdogTimeout(), func() int32 { return call(h, uintptr(s)) })
 	})
 }

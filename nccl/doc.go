@@ -52,6 +52,58 @@
 // (DeviceRunner, *cuda.Driver's OnDevice), since it acts on the calling
 // thread's current device.
 //
+// Point-to-point and rooted collectives (p2p.go): Send, Recv, Broadcast
+// and Reduce, through Enqueue like the others. Under the allocator's
+// capture each is recorded as a graph node on the capturing stream (NCCL
+// captures them since 2.9; RCCL since 2.13.4) and runs at every replay,
+// its buffers held by the graph.
+//
+//	ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+//	    ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
+//	ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count,
+//	    ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream)
+//
+// Groups (group.go): Library.Group(fn) runs fn between ncclGroupStart and
+// ncclGroupEnd on the caller's goroutine, locked to its OS thread, because
+// NCCL keeps group state per thread; operations fn makes join the group
+// (under capture they are recorded where made, and ncclGroupEnd launches
+// them into the graph). An error or a panic in fn still ends the group.
+//
+// Split communicators (split.go; NCCL 2.18, optional, ErrNoSplit without):
+//
+//	ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
+//	    ncclComm_t *newcomm, ncclConfig_t *config)   // config NULL: inherit the parent's
+//	ncclResult_t ncclCommCount(const ncclComm_t comm, int *count)
+//	ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank)
+//
+// Comm.Split is device-wide like InitRank: refused with no call during a
+// Global-mode capture; never recorded.
+//
+// No hang (watch.go): every call on a communicator is made on the caller's
+// thread with a timer at its deadline (the allocator's watchdog timeout,
+// alloc.Options.Watchdog, for enqueued calls and a group's end; the
+// communicator's own, Comm.SetTimeout, for Split and Destroy). At the
+// deadline the communicator is aborted, which makes a call blocked in
+// NCCL return, and the caller gets ErrCollectiveTimeout (symheap's
+// sentinel) naming the call and the communicator. A call that returns
+// ncclInProgress is settled by polling ncclCommGetAsyncError under the
+// same deadline; Comm.Wait polls the stream and the async error under the
+// allocator's watchdog and aborts on an asynchronous error or the
+// deadline. An aborted communicator refuses every later call with
+// ErrCommAborted and never calls NCCL again (Destroy returns nil: the
+// abort freed it).
+//
+//	ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
+//	ncclResult_t ncclCommAbort(ncclComm_t comm)
+//
+// Communicators are made blocking (ncclCommInitRank, no ncclConfig_t):
+// ncclConfig_t is a versioned struct (size, magic 0xcafebeef, version,
+// then fields appended release by release) whose layout this package does
+// not bind, so it does not pass one. A nonblocking communicator is had
+// with NCCL's NCCL_COMM_BLOCKING=0 environment variable, and its
+// ncclInProgress results are handled as above. During a capture a timeout
+// still aborts the communicator; the capture fails with the call's error.
+//
 // Symmetric windows (NCCL 2.27; window.go): ncclMemAlloc memory registered
 // with ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC), optional symbols
 // resolved when present (Library.HasWindows); Comm.NewWindow is refused

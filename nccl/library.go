@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -59,14 +60,21 @@ type Library struct {
 	errorString                                               func(int32) string // ncclGetErrorString, off the hot path: RegisterFunc
 	getErrorString, commInitAll, commDestroy                  uintptr
 	allReduce, allGather, reduceScatter, groupStart, groupEnd uintptr
-	send, recv                                                uintptr
+	send, recv, broadcast, reduce                             uintptr
+	getAsyncError, commAbort, commCount, commUserRank         uintptr
 	getUniqueID                                               uintptr
 	// ncclCommInitRank takes the 128-byte ncclUniqueId by value, which
 	// the amd64 and arm64 C ABIs pass differently (on the stack; as a
 	// pointer to a caller's copy): RegisterFunc lays it out per ABI.
 	commInitRank func(comm *uintptr, nranks int32, id UniqueID, rank int32) int32
-	// Optional (window.go): 0 when this NCCL lacks them.
+	// Optional (window.go, split.go): 0 when this NCCL lacks them.
 	memAlloc, memFree, winRegister, winDeregister uintptr
+	commSplit                                     uintptr
+
+	// Open groups by thread id (group.go).
+	groupsOpen atomic.Int32
+	groupsMu   sync.Mutex
+	groups     map[int]*group
 }
 
 // vendor is what tells NCCL and RCCL apart: where to look, the oldest
@@ -227,6 +235,12 @@ func (v *vendor) bind(path string, h uintptr) (*Library, error) {
 		{"ncclGroupEnd", &l.groupEnd},
 		{"ncclSend", &l.send},
 		{"ncclRecv", &l.recv},
+		{"ncclBroadcast", &l.broadcast},
+		{"ncclReduce", &l.reduce},
+		{"ncclCommGetAsyncError", &l.getAsyncError},
+		{"ncclCommAbort", &l.commAbort},
+		{"ncclCommCount", &l.commCount},
+		{"ncclCommUserRank", &l.commUserRank},
 		{"ncclGetUniqueId", &l.getUniqueID},
 		{"ncclCommInitRank", &commInitRank},
 	} {

@@ -93,32 +93,38 @@ func TestGPUCollectivesCaptured(t *testing.T) {
 		{"reduce_scatter", func() error { return c.ReduceScatter(a, send, recv, count, nccl.Int32, nccl.Sum) }},
 		{"all_to_all", func() error { return c.AllToAll(a, send, recv, count, nccl.Int32) }},
 	} {
-		t.Run(op.name, func(t *testing.T) {
-			g, err := a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, func() error {
-				if err := a.UploadHost(send, 0, in, 0, n); err != nil {
-					return err
-				}
-				if err := a.Memset(recv, 0, 0, n); err != nil {
-					return err
-				}
-				if err := op.call(); err != nil {
-					return err
-				}
-				return a.DownloadHost(out, 0, recv, 0, n)
-			})
-			require.NoError(t, err)
-			defer g.Close()
-			for k := range 5 {
-				for i := range in.Bytes() {
-					in.Bytes()[i] = byte(i/4*7+k*13) & 0x3f // small float32 / int32 values
-				}
-				require.NoError(t, g.Launch())
-				require.NoError(t, a.Synchronize())
-				require.True(t, bytes.Equal(in.Bytes(), out.Bytes()), "replay %d: one rank's result must equal its fresh input", k)
-			}
-		})
+		t.Run(op.name, func(t *testing.T) { replayOneRank(t, a, in, out, send, recv, op.call, a.Synchronize) })
 	}
 	// Bad operands are typed errors before any NCCL call.
 	require.ErrorIs(t, c.AllReduce(a, send, recv, n, nccl.Float32, nccl.Sum), alloc.ErrOutOfRange)
 	require.True(t, errors.Is(c.AllReduce(a, send, recv, 1, nccl.DataType(99), nccl.Sum), alloc.ErrInvalidValue))
+}
+
+// replayOneRank captures call between the upload of in into send and the
+// download of recv into out, replays it five times with fresh inputs,
+// waiting with wait, and checks that one rank's result is its input.
+func replayOneRank(t *testing.T, a *alloc.Allocator, in, out *alloc.HostBuffer, send, recv alloc.Buffer, call, wait func() error) {
+	n := in.Size()
+	g, err := a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, func() error {
+		if err := a.UploadHost(send, 0, in, 0, n); err != nil {
+			return err
+		}
+		if err := a.Memset(recv, 0, 0, n); err != nil {
+			return err
+		}
+		if err := call(); err != nil {
+			return err
+		}
+		return a.DownloadHost(out, 0, recv, 0, n)
+	})
+	require.NoError(t, err)
+	defer g.Close()
+	for k := range 5 {
+		for i := range in.Bytes() {
+			in.Bytes()[i] = byte(i/4*7+k*13) & 0x3f // small float32 / int32 values
+		}
+		require.NoError(t, g.Launch())
+		require.NoError(t, wait())
+		require.True(t, bytes.Equal(in.Bytes(), out.Bytes()), "replay %d: one rank's result must equal its fresh input", k)
+	}
 }

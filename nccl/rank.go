@@ -71,5 +71,5 @@ func (l *Library) InitRank(dev DeviceRunner, ranks int, id UniqueID, rank int) (
 	if err != nil {
 		return nil, fmt.Errorf("nccl: rank %d of %d: %w", rank, ranks, err)
 	}
-	return &Comm{l: l, h: h, rank: rank, ranks: ranks}, nil
+	return newComm(l, h, rank, ranks, dev), nil
 }

@@ -36,6 +36,7 @@ func bindOptional(l *Library, h uintptr) {
 		{"ncclMemFree", &l.memFree},
 		{"ncclCommWindowRegister", &l.winRegister},
 		{"ncclCommWindowDeregister", &l.winDeregister},
+		{"ncclCommSplit", &l.commSplit}, // 2.18
 	} {
 		if p, err := purego.Dlsym(h, s.name); err == nil {
 			*s.p = p
@@ -75,18 +76,20 @@ func (c *Comm) NewWindow(dev DeviceRunner, size int64) (*Window, error) {
 		return nil, fmt.Errorf("%w: nccl: window: no device", alloc.ErrInvalidValue)
 	case size <= 0:
 		return nil, fmt.Errorf("%w: nccl: window of %d B", alloc.ErrInvalidSize, size)
-	case c.h == 0:
-		return nil, fmt.Errorf("%w: nccl: window on a destroyed communicator", alloc.ErrClosed)
+	}
+	ch, err := c.handle("window")
+	if err != nil {
+		return nil, err
 	}
 	w := &Window{c: c, size: size}
-	err := driver.DeviceWide(l.domain, "nccl: register window", func() error {
+	err = driver.DeviceWide(l.domain, "nccl: register window", func() error {
 		return dev.OnDevice("nccl: register window", func() error {
 			var p uintptr
 			if err := l.check("ncclMemAlloc", gpurt.Call(l.memAlloc, uintptr(unsafe.Pointer(&p)), uintptr(size))); err != nil {
 				return err
 			}
 			var h uintptr
-			if err := l.check("ncclCommWindowRegister", gpurt.Call(l.winRegister, c.h, p, uintptr(size), uintptr(unsafe.Pointer(&h)), winCollSymmetric)); err != nil {
+			if err := l.check("ncclCommWindowRegister", gpurt.Call(l.winRegister, ch, p, uintptr(size), uintptr(unsafe.Pointer(&h)), winCollSymmetric)); err != nil {
 				_ = gpurt.Call(l.memFree, p)
 				return err
 			}
@@ -115,9 +118,13 @@ func (w *Window) Close(dev DeviceRunner) error {
 		return fmt.Errorf("%w: nccl: window: no device", alloc.ErrInvalidValue)
 	}
 	l := w.c.l
-	err := driver.DeviceWide(l.domain, "nccl: deregister window", func() error {
+	ch, err := w.c.handle("deregister window")
+	if err != nil {
+		return err
+	}
+	err = driver.DeviceWide(l.domain, "nccl: deregister window", func() error {
 		return dev.OnDevice("nccl: deregister window", func() error {
-			if err := l.check("ncclCommWindowDeregister", gpurt.Call(l.winDeregister, w.c.h, w.h)); err != nil {
+			if err := l.check("ncclCommWindowDeregister", gpurt.Call(l.winDeregister, ch, w.h)); err != nil {
 				return err
 			}
 			w.h = 0
@@ -145,7 +152,7 @@ func (c *Comm) AllReduceWindow(a *alloc.Allocator, w *Window, sendOff, recvOff, 
 			return fmt.Errorf("%w: nccl: all-reduce: %d elements of %d B at offset %d outside a %d B window", alloc.ErrOutOfRange, count, sz, off, w.size)
 		}
 	}
-	return a.Enqueue("nccl all-reduce (window)", nil, func(s driver.Stream) error {
-		return c.l.check("ncclAllReduce", gpurt.Call(c.l.allReduce, w.ptr+uintptr(sendOff), w.ptr+uintptr(recvOff), uintptr(count), uintptr(dt), uintptr(op), c.h, uintptr(s)))
+	return c.enqueue(a, "all-reduce (window)", "ncclAllReduce", nil, func(h, s uintptr) int32 {
+		return gpurt.Call(c.l.allReduce, w.ptr+uintptr(sendOff), w.ptr+uintptr(recvOff), uintptr(count), uintptr(dt), uintptr(op), h, s)
 	})
 }

@@ -9,14 +9,36 @@
  * with -DFAKE_NO_WINDOWS, as in NCCL before 2.27. -DFAKE_RCCL makes it an
  * RCCL: it also exports ncclAllToAllv, RCCL's own (rccl.h, under
  * RCCL_ALLTOALLV). -DFAKE_VERSION=N sets the version code ncclGetVersion
- * reports (default 22803, 2.28.3). */
+ * reports (default 22803, 2.28.3). -DFAKE_NO_SPLIT leaves out ncclCommSplit,
+ * as in NCCL before 2.18.
+ *
+ * Communicators are fcomm records that are never freed, so a call into one
+ * that was destroyed or aborted is caught and counted (fake_misuse), not a
+ * use after free. Group state is the calling thread's, as in NCCL
+ * (group.cc keeps ncclGroupDepth thread-local): an operation queued on
+ * another thread than ncclGroupStart's is outside the group. Every
+ * communication call is logged (fake_log) with the outermost group it
+ * belongs to, so tests see order and grouping. fake_hang sets the "never
+ * completes" modes: FAKE_HANG_BLOCK makes communication calls (and
+ * ncclGroupEnd, ncclCommSplit) block until a communicator they use is
+ * aborted, as a blocking communicator waiting for a dead peer;
+ * FAKE_HANG_PROGRESS makes them return ncclInProgress and
+ * ncclCommGetAsyncError report ncclInProgress until ncclCommAbort, as a
+ * nonblocking communicator whose peer never answers. */
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <stdio.h>
 
 typedef struct { char internal[128]; } ncclUniqueId;
-typedef void *ncclComm_t;
+typedef struct fcomm *ncclComm_t;
 typedef int ncclResult_t;
+
+enum { FAKE_LIVE, FAKE_DESTROYED, FAKE_ABORTED };
+struct fcomm { int rank, nranks, id, state; };
+static pthread_cond_t aborted_cv = PTHREAD_COND_INITIALIZER;
+static int comm_ids, misuse, hang_mode;
+enum { FAKE_HANG_NONE, FAKE_HANG_BLOCK, FAKE_HANG_PROGRESS };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static ncclUniqueId last_id;
@@ -44,6 +66,14 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
   return 0;
 }
 
+static ncclComm_t new_comm(int rank, int nranks) {
+  struct fcomm *c = calloc(1, sizeof *c);
+  pthread_mutex_lock(&mu);
+  c->rank = rank; c->nranks = nranks; c->id = ++comm_ids;
+  pthread_mutex_unlock(&mu);
+  return c;
+}
+
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
   if (!comm || nranks < 1 || rank < 0 || rank >= nranks) return 4;
   /* NCCL's rank 0 starts the bootstrap root in ncclCommInitRank when
@@ -59,7 +89,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
   last_rank = rank;
   inits++;
   pthread_mutex_unlock(&mu);
-  *comm = (ncclComm_t)(unsigned long)(0x1000 + rank);
+  *comm = new_comm(rank, nranks);
   return 0;
 }
 
@@ -76,18 +106,126 @@ int fake_last_init(char *id, int *nranks, int *rank) {
 }
 
 ncclResult_t ncclCommInitAll(ncclComm_t *comms, int n, const int *devs) {
-  for (int i = 0; i < n; i++) comms[i] = (ncclComm_t)(unsigned long)(0x1000 + i);
+  for (int i = 0; i < n; i++) comms[i] = new_comm(i, n);
   return 0;
 }
-ncclResult_t ncclCommDestroy(ncclComm_t c) { return c ? 0 : 4; }
+
+/* live checks c under mu: a call into a destroyed or aborted communicator
+ * is counted as misuse and refused. */
+static int live(ncclComm_t c) {
+  if (!c) return 0;
+  if (c->state != FAKE_LIVE) { misuse++; return 0; }
+  return 1;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t c) {
+  pthread_mutex_lock(&mu);
+  int ok = live(c);
+  if (ok) c->state = FAKE_DESTROYED;
+  pthread_mutex_unlock(&mu);
+  return ok ? 0 : 4;
+}
+ncclResult_t ncclCommAbort(ncclComm_t c) {
+  pthread_mutex_lock(&mu);
+  int ok = live(c);
+  if (ok) c->state = FAKE_ABORTED;
+  pthread_cond_broadcast(&aborted_cv);
+  pthread_mutex_unlock(&mu);
+  return ok ? 0 : 4;
+}
+ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *r) {
+  pthread_mutex_lock(&mu);
+  int ok = live(c) && r;
+  if (ok) *r = hang_mode == FAKE_HANG_PROGRESS ? 7 : 0;
+  pthread_mutex_unlock(&mu);
+  return ok ? 0 : 4;
+}
+ncclResult_t ncclCommCount(const ncclComm_t c, int *n) {
+  pthread_mutex_lock(&mu);
+  int ok = live(c) && n;
+  if (ok) *n = c->nranks;
+  pthread_mutex_unlock(&mu);
+  return ok ? 0 : 4;
+}
+ncclResult_t ncclCommUserRank(const ncclComm_t c, int *rank) {
+  pthread_mutex_lock(&mu);
+  int ok = live(c) && rank;
+  if (ok) *rank = c->rank;
+  pthread_mutex_unlock(&mu);
+  return ok ? 0 : 4;
+}
+
+/* fake_hang sets the never-completes mode (FAKE_HANG_*). */
+void fake_hang(int mode) {
+  pthread_mutex_lock(&mu);
+  hang_mode = mode;
+  pthread_mutex_unlock(&mu);
+}
+/* fake_misuse counts calls made into destroyed or aborted communicators. */
+int fake_misuse(void) {
+  pthread_mutex_lock(&mu);
+  int n = misuse;
+  pthread_mutex_unlock(&mu);
+  return n;
+}
+
+/* The call log: one line per communication call, "op comm=ID rank=R
+ * peer=P n=N g=G", G the outermost group (0: none). */
+static char logbuf[1 << 16];
+static size_t loglen;
+static __thread int group_depth, group_seq, group_hang;
+static __thread ncclComm_t group_comm; /* a communicator the open group uses */
+static int groups;
+static void logf_locked(const char *op, ncclComm_t c, int peer, size_t n) {
+  char line[160];
+  int k = snprintf(line, sizeof line, "%s comm=%d rank=%d peer=%d n=%zu g=%d\n", op, c ? c->id : 0, c ? c->rank : -1, peer, n, group_depth ? group_seq : 0);
+  if (k > 0 && loglen + (size_t)k < sizeof logbuf) { memcpy(logbuf + loglen, line, (size_t)k); loglen += (size_t)k; }
+}
+/* fake_log copies the log into out (NUL-terminated) and empties it. */
+size_t fake_log(char *out, size_t cap) {
+  pthread_mutex_lock(&mu);
+  size_t n = loglen < cap - 1 ? loglen : cap - 1;
+  memcpy(out, logbuf, n);
+  out[n] = 0;
+  loglen = 0;
+  pthread_mutex_unlock(&mu);
+  return n;
+}
+
+/* hang waits, under mu, until c is aborted; it returns the result the
+ * interrupted call gives. */
+static ncclResult_t hang_locked(ncclComm_t c) {
+  while (c->state == FAKE_LIVE) pthread_cond_wait(&aborted_cv, &mu);
+  return 3;
+}
+
+/* op is every communication call: checked, logged, grouped; in a hang
+ * mode it never completes (outside a group; in one, ncclGroupEnd does). */
+static ncclResult_t op(const char *name, ncclComm_t c, int peer, size_t n) {
+  pthread_mutex_lock(&mu);
+  if (!live(c)) { pthread_mutex_unlock(&mu); return 4; }
+  if (peer < -1 || peer >= c->nranks) { pthread_mutex_unlock(&mu); return 4; }
+  logf_locked(name, c, peer, n);
+  ncclResult_t r = 0;
+  if (group_depth) {
+    group_comm = c;
+    group_hang = hang_mode;
+  } else if (hang_mode == FAKE_HANG_BLOCK) {
+    r = hang_locked(c);
+  } else if (hang_mode == FAKE_HANG_PROGRESS) {
+    r = 7;
+  }
+  pthread_mutex_unlock(&mu);
+  return r;
+}
 static const void *ar_send;
 static void *ar_recv;
 static size_t ar_count;
-ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, int t, int op, ncclComm_t c, void *st) {
+ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, int t, int o, ncclComm_t c, void *st) {
   pthread_mutex_lock(&mu);
   ar_send = s; ar_recv = r; ar_count = n;
   pthread_mutex_unlock(&mu);
-  return 0;
+  return op("allreduce", c, -1, n);
 }
 /* fake_last_allreduce reports the last ncclAllReduce's buffers and count. */
 void fake_last_allreduce(const void **s, void **r, size_t *n) {
@@ -133,12 +271,65 @@ int fake_windows(int *flags, size_t *n) {
   return w;
 }
 #endif
-ncclResult_t ncclAllGather(const void *s, void *r, size_t n, int t, ncclComm_t c, void *st) { return 0; }
-ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, int t, int op, ncclComm_t c, void *st) { return 0; }
-ncclResult_t ncclGroupStart(void) { return 0; }
-ncclResult_t ncclGroupEnd(void) { return 0; }
-ncclResult_t ncclSend(const void *s, size_t n, int t, int peer, ncclComm_t c, void *st) { return 0; }
-ncclResult_t ncclRecv(void *r, size_t n, int t, int peer, ncclComm_t c, void *st) { return 0; }
+ncclResult_t ncclAllGather(const void *s, void *r, size_t n, int t, ncclComm_t c, void *st) { return op("allgather", c, -1, n); }
+ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, int t, int o, ncclComm_t c, void *st) { return op("reducescatter", c, -1, n); }
+ncclResult_t ncclBroadcast(const void *s, void *r, size_t n, int t, int root, ncclComm_t c, void *st) {
+  if (root < 0) return 4;
+  return op("broadcast", c, root, n);
+}
+ncclResult_t ncclReduce(const void *s, void *r, size_t n, int t, int o, int root, ncclComm_t c, void *st) {
+  if (root < 0) return 4;
+  return op("reduce", c, root, n);
+}
+ncclResult_t ncclSend(const void *s, size_t n, int t, int peer, ncclComm_t c, void *st) {
+  if (peer < 0) return 4;
+  return op("send", c, peer, n);
+}
+ncclResult_t ncclRecv(void *r, size_t n, int t, int peer, ncclComm_t c, void *st) {
+  if (peer < 0) return 4;
+  return op("recv", c, peer, n);
+}
+ncclResult_t ncclGroupStart(void) {
+  if (group_depth++ == 0) {
+    pthread_mutex_lock(&mu);
+    group_seq = ++groups;
+    pthread_mutex_unlock(&mu);
+    group_comm = 0;
+    group_hang = 0;
+  }
+  return 0;
+}
+ncclResult_t ncclGroupEnd(void) {
+  if (group_depth == 0) return 5; /* ncclInvalidUsage: no group open on this thread */
+  if (--group_depth > 0) return 0;
+  pthread_mutex_lock(&mu);
+  ncclResult_t r = 0;
+  char line[64];
+  int k = snprintf(line, sizeof line, "end g=%d\n", group_seq);
+  if (k > 0 && loglen + (size_t)k < sizeof logbuf) { memcpy(logbuf + loglen, line, (size_t)k); loglen += (size_t)k; }
+  if (group_comm && group_hang == FAKE_HANG_BLOCK) r = hang_locked(group_comm);
+  else if (group_comm && group_hang == FAKE_HANG_PROGRESS) r = 7;
+  pthread_mutex_unlock(&mu);
+  return r;
+}
+
+#ifndef FAKE_NO_SPLIT
+/* ncclCommSplit: the new communicator keeps the parent's size and rank
+ * (the stand-in's peers are imaginary; color and key are logged). */
+ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, void *config) {
+  if (!out || color < -1) return 4;
+  pthread_mutex_lock(&mu);
+  if (!live(c)) { pthread_mutex_unlock(&mu); return 4; }
+  char line[96];
+  int k = snprintf(line, sizeof line, "split comm=%d color=%d key=%d config=%d\n", c->id, color, key, config != 0);
+  if (k > 0 && loglen + (size_t)k < sizeof logbuf) { memcpy(logbuf + loglen, line, (size_t)k); loglen += (size_t)k; }
+  if (hang_mode == FAKE_HANG_BLOCK) { ncclResult_t r = hang_locked(c); pthread_mutex_unlock(&mu); return r; }
+  int rank = c->rank, nranks = c->nranks;
+  pthread_mutex_unlock(&mu);
+  *out = color == -1 ? 0 : new_comm(rank, nranks);
+  return 0;
+}
+#endif
 
 #ifdef FAKE_RCCL
 /* rccl.h: ncclAllToAllv(const void *sendbuff, const size_t sendcounts[],
