@@ -33,7 +33,9 @@ import (
 // Leaves, under which no other lock is taken: the domain's lock (domain.mu)
 // and the domain registry's, the gate's own mutex, the watchdog monitor's
 // lock (watches.mu), the allocator registry's lock (registry.go), the
-// allocation history's lock (history.go: taken under mu or a shard's).
+// allocation history's lock (history.go: taken under mu or a shard's),
+// its file writer's (history_file.go: taken under mu, never held while
+// the history's is taken).
 type Allocator struct {
 	drv     driver.Driver
 	backend string
@@ -80,6 +82,9 @@ func New(drv driver.Driver, opts Options) (*Allocator, error) {
 	if err := driver.CheckAlignment(info.Alignment); err != nil {
 		return nil, &Error{Op: "New", Backend: drv.Name(), Size: -1, Err: err}
 	}
+	if err := checkHistory(opts); err != nil {
+		return nil, &Error{Op: "New", Backend: drv.Name(), Size: -1, Err: err}
+	}
 	a := &Allocator{
 		drv:        drv,
 		backend:    drv.Name(),
@@ -100,7 +105,7 @@ func New(drv driver.Driver, opts Options) (*Allocator, error) {
 		return nil, &Error{Op: "New", Backend: a.backend, Size: -1, Err: err}
 	}
 	a.stream = s
-	a.stats.hist = newHistory(opts)
+	a.stats.hist = newHistory(a)
 	a.pool.init(a, a.info.Alignment, a.info.TotalMemory, driverUpstream{a})
 	a.lane.init(a)
 	a.guard = newGuard(&a.mu, a, &a.releases, drv, s, info, opts)
@@ -147,13 +152,10 @@ func (a *Allocator) validateLocked(b Buffer, off, n int64) error {
 
 // live/dead bookkeeping, caller holds a.mu.
 
-func (a *Allocator) handOutLocked(b *block, size int64) Buffer {
-	return a.handOutOwedLocked(b, size, 0)
-}
-
-// handOutOwedLocked is handOutLocked publishing owed (at most 0: bytes the
-// lane's shards freed, from lane.flushOwedLocked) with the allocation.
-func (a *Allocator) handOutOwedLocked(b *block, size, owed int64) Buffer {
+// handOutLocked makes b a live buffer of size bytes, publishing owed with
+// the allocation (at most 0: bytes the lane's shards freed, from
+// lane.flushOwedLocked; 0 elsewhere).
+func (a *Allocator) handOutLocked(b *block, size, owed int64) Buffer {
 	b.size = size
 	gen := b.state.Add(1) // odd: live
 	if b.kind == kindPooled {

@@ -16,6 +16,10 @@ import (
 // destroyed under it), or for a blocking call still using a buffer's
 // memory. The last of them to return ends the capture and runs the
 // teardown (an error then is logged).
+//
+// With Options.HistoryFile set, Close waits, once the allocator's lock is
+// released, for the file's write in progress (FlushHistoryFile); its
+// error was logged and is not Close's.
 func (a *Allocator) Close() error {
 	a.mu.Lock()
 	a.guard.awaitTransitionLocked()
@@ -29,6 +33,7 @@ func (a *Allocator) Close() error {
 	unregister(a)
 	leaks := a.leaksLocked()
 	errs := a.teardownLocked(a.releases.cleanup)
+	_ = a.stats.hist.flushFile() // teardownLocked released a.mu
 	if len(leaks) > 0 {
 		errs = append([]error{fmt.Errorf("%w: %w", ErrLeaked, errors.Join(leaks...))}, errs...)
 	}

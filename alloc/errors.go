@@ -47,6 +47,13 @@ var (
 	ErrLeaked = driver.ErrLeaked
 )
 
+// ErrHistoryFileRefused: Options.HistoryFile names something the
+// allocator will not replace or write into: a target that is not a
+// regular file (a device, a FIFO, a symlink, a directory), or a directory
+// that is a symlink, belongs to another user, or that others may write to
+// without the sticky bit (docs/security.md). It wraps ErrInvalidValue.
+var ErrHistoryFileRefused = fmt.Errorf("%w: history file refused", ErrInvalidValue)
+
 // Error is the context wrapper around a sentinel: which operation, on which
 // backend, with what size, in which capture state.
 type Error struct {

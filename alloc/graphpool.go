@@ -122,7 +122,7 @@ func (gp *GraphPool) allocLocked(c *capture, size int64) (Buffer, bool) {
 	gp.out++
 	c.allocs++
 	a.stats.CaptureAllocs++
-	return a.handOutLocked(b, size), true
+	return a.handOutLocked(b, size, 0), true
 }
 
 // borrowLocked moves memory of the allocator's cache into the pool and

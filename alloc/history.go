@@ -1,9 +1,11 @@
 package alloc
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/alloc/memmap"
@@ -22,6 +24,9 @@ import (
 // historyStack bounds an event's stack: the allocator's own frames, which
 // the writer leaves out, and the engine's above them.
 const historyStack = 24
+
+// historyEventBytes is a ring slot's size: what each event kept costs.
+const historyEventBytes = unsafe.Sizeof(event{})
 
 // historyAhead is how many slots ahead record reads the ring.
 const historyAhead = 4
@@ -51,8 +56,8 @@ const (
 // order on Allocator): taken under a.mu or a shard's lock, nothing under it.
 type history struct {
 	capacity int
-	file     string    // Options.HistoryFile
-	start    time.Time // the clock's zero
+	file     *historyFile // Options.HistoryFile's writer (history_file.go): nil when unset
+	start    time.Time    // the clock's zero
 	clock    atomic.Int64
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -90,16 +95,32 @@ const (
 
 var eventStates = [...]memmap.BlockState{"", memmap.BlockLive, memmap.BlockWorkspace, memmap.BlockGraphOwned}
 
-// newHistory returns the history opts ask for, its clock running, or nil
-// when it is off.
-func newHistory(opts Options) *history {
+// newHistory returns the history of a's options (checked: checkHistory),
+// its clock running, or nil when it is off.
+func newHistory(a *Allocator) *history {
+	opts := a.opts
 	if opts.History <= 0 {
 		return nil
 	}
-	h := &history{capacity: opts.History, file: opts.HistoryFile, start: time.Now(), stop: make(chan struct{}),
+	h := &history{capacity: opts.History, start: time.Now(), stop: make(chan struct{}),
 		ring: make([]event, opts.History)}
+	if opts.HistoryFile != "" {
+		h.file = newHistoryFile(a, opts.HistoryFile)
+	}
 	go h.tick()
 	return h
+}
+
+// checkHistory refuses a history New cannot keep: more than maxHistory
+// events (Options.History), or a HistoryFile that would be refused (history_file.go).
+func checkHistory(opts Options) error {
+	if opts.History > maxHistory {
+		return wrapf(ErrInvalidValue, "Options.History %d: more than the maximum, %d events (%d B each)", opts.History, maxHistory, historyEventBytes)
+	}
+	if opts.History > 0 && opts.HistoryFile != "" {
+		return checkHistoryFile(opts.HistoryFile)
+	}
+	return nil
 }
 
 // tick advances the clock until close.
@@ -171,16 +192,31 @@ func blockState(b *block) eventState {
 	return stateLive
 }
 
-// copyOut returns the kept events, oldest first, and how many were ever
-// recorded.
-func (h *history) copyOut() ([]event, uint64) {
+// historyWindow is a copy of the ring's newest events, oldest first,
+// taken under its lock.
+type historyWindow struct {
+	events   []event
+	recorded uint64 // events ever recorded
+	kept     int    // events the ring held: len(events) of them copied
+}
+
+// copyOut copies the newest max events the ring keeps (every one when max
+// < 0) into buf's memory, grown outside the lock when it is short: under
+// the lock it copies the window and nothing else.
+func (h *history) copyOut(buf []event, max int) historyWindow {
+	if max < 0 || max > len(h.ring) {
+		max = len(h.ring)
+	}
+	buf = slices.Grow(buf[:0], max)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	n := int(min(h.recorded, uint64(len(h.ring))))
-	out := make([]event, 0, n)
-	if n == len(h.ring) {
-		out = append(out, h.ring[h.next:]...)
+	kept := int(min(h.recorded, uint64(len(h.ring))))
+	n := min(kept, max)
+	start := h.next - n // the ring index of the window's oldest event
+	if start < 0 {
+		buf = append(buf, h.ring[len(h.ring)+start:]...)
+		start = 0
 	}
-	out = append(out, h.ring[:h.next]...)
-	return out, h.recorded
+	buf = append(buf, h.ring[start:h.next]...)
+	return historyWindow{buf, h.recorded, kept}
 }

@@ -1,6 +1,8 @@
 package alloc_test
 
 import (
+	"errors"
+	"path/filepath"
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
@@ -42,5 +44,40 @@ func BenchmarkAllocFreeHistory(b *testing.B) {
 			}
 			reportCPU(b, c0, 1, "")
 		})
+	}
+}
+
+// An out-of-memory error with HistoryFile set, the history holding
+// 200,000 events: the whole error is made under the allocator's lock, so
+// its time is what the engine's other calls on the locked path may wait.
+// The file is written apart from it; the benchmark waits for the last
+// write at its end.
+func BenchmarkOutOfMemoryWithHistoryFile(b *testing.B) {
+	d, err := cpu.New(cpu.Options{MemoryLimit: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	a, err := alloc.New(d, alloc.Options{History: 200_000, HistoryFile: filepath.Join(b.TempDir(), "history.json")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	for range 100_000 {
+		buf, err := a.Alloc(4 << 10)
+		if err != nil {
+			b.Fatal(err)
+		}
+		a.Free(buf)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := a.Alloc(1 << 40); !errors.Is(err, alloc.ErrOutOfMemory) {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if err := alloc.FlushHistoryFiles(); err != nil {
+		b.Fatal(err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/alloc/internal/registry"
 	"github.com/capalloc/capalloc/alloc/memmap"
 )
 
@@ -142,9 +143,9 @@ func TestHistoryBounded(t *testing.T) {
 }
 
 // With HistoryFile set, an out-of-memory error leaves the history in the
-// file when it returns, the failed request last, from the driver's
-// refusal as from a request larger than the device. The history stays
-// readable after Close, which gives every segment back.
+// file once FlushHistoryFiles returns, the failed request last, from the
+// driver's refusal as from a request larger than the device. The history
+// stays readable after Close, which gives every segment back.
 func TestHistoryFileAtOutOfMemory(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "oom-history.json")
 	a := cpuAllocatorWith(t, 8<<20, alloc.Options{History: 100, HistoryFile: path})
@@ -157,6 +158,7 @@ func TestHistoryFileAtOutOfMemory(t *testing.T) {
 		}
 	}
 	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+	require.NoError(t, alloc.FlushHistoryFiles())
 	raw, err := os.ReadFile(path)
 	require.NoError(t, err)
 	var h memmap.History
@@ -177,6 +179,7 @@ func TestHistoryFileAtOutOfMemory(t *testing.T) {
 
 	_, err = a.Workspace("huge", 1<<40)
 	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+	require.NoError(t, alloc.FlushHistoryFiles())
 	raw, err = os.ReadFile(path)
 	require.NoError(t, err)
 	h = memmap.History{}
@@ -240,4 +243,36 @@ func TestHistoryOrderUnderConcurrency(t *testing.T) {
 		require.Equal(t, inUse, e.InUse, "seq %d", e.Seq)
 	}
 	require.Zero(t, inUse)
+}
+
+// The views' window (registry.History) is the newest maxEvents events of
+// the ring, oldest first, before and after the ring wraps: WriteHistory's
+// events, numbered the same, with Truncated counting the kept events left
+// out; a window larger than what is kept is all of it.
+func TestHistoryWindowIsTheNewestEvents(t *testing.T) {
+	a := cpuAllocatorWith(t, 64<<20, alloc.Options{History: 7})
+	for _, pairs := range []int{1, 2, 20} { // 3 events (the segment's map, then a pair); 7, the ring just full; wrapped
+		for range pairs {
+			b, err := a.Alloc(4 << 10)
+			require.NoError(t, err)
+			require.NoError(t, a.Free(b))
+		}
+		whole := readHistory(t, a)
+		kept := len(whole.Events)
+		for _, n := range []int{0, 1, 2, kept - 1, kept, kept + 1, 100, -1} {
+			w := registry.History(a, n)
+			want := kept
+			if n >= 0 {
+				want = min(n, kept)
+			}
+			require.Equal(t, whole.Recorded, w.Recorded)
+			require.Len(t, w.Events, want, "window %d of %d", n, kept)
+			require.Equal(t, kept-want, w.Truncated)
+			for i, e := range w.Events {
+				require.Equal(t, whole.Events[kept-want+i].Seq, e.Seq)
+				require.Equal(t, whole.Events[kept-want+i].Kind, e.Kind)
+				require.Equal(t, whole.Events[kept-want+i].Addr, e.Addr)
+			}
+		}
+	}
 }

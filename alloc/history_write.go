@@ -1,12 +1,10 @@
 package alloc
 
 import (
-	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -15,31 +13,47 @@ import (
 )
 
 // WriteHistory writes the allocator's allocation timeline as JSON
-// (memmap.History): its latest events, oldest first, each with its time,
-// size, address, state, the bytes in use and reserved after it, and its
-// call stack from the engine's call into the allocator. With
+// (memmap.History): every event it keeps, oldest first, each with its
+// time, size, address, state, the bytes in use and reserved after it, and
+// its call stack from the engine's call into the allocator. With
 // Options.History 0 (the default) nothing is recorded and the history
 // written is empty, with Capacity 0. It works after Close too: the
 // events stay.
 func (a *Allocator) WriteHistory(w io.Writer) error {
-	d := historyData(a)
-	bw := bufio.NewWriter(w)
-	if err := json.NewEncoder(bw).Encode(d); err != nil {
-		return err
-	}
-	return bw.Flush()
+	return encodeHistory(w, readHistory(a, -1))
 }
 
-// historyData copies the history out, under its lock only, and symbolizes
-// it without.
-func historyData(a *Allocator) memmap.History {
+// readHistory is a's newest maxEvents events (every event it keeps when
+// maxEvents < 0), oldest first, with their stacks symbolized:
+// WriteHistory's history, bounded. The history's lock, which the
+// allocator's events take, is held while the window is copied (256 B an
+// event) and for nothing else; Truncated counts the kept events the
+// window leaves out. It works after Close too.
+func readHistory(a *Allocator, maxEvents int) memmap.History {
+	var w historyWindow
+	if h := a.stats.hist; h != nil {
+		w = h.copyOut(nil, maxEvents)
+	}
+	return historyData(a, w)
+}
+
+// encodeHistory writes d as JSON, encoded once.
+func encodeHistory(w io.Writer, d memmap.History) error {
+	return json.NewEncoder(w).Encode(d)
+}
+
+// historyData is a's history of the window w copied out of its ring,
+// symbolized (without the ring's lock).
+func historyData(a *Allocator, w historyWindow) memmap.History {
 	d := memmap.History{Allocator: a.name, Backend: a.backend, Device: a.info.Name, Events: []memmap.Event{}, Stacks: [][]memmap.Frame{}}
 	h := a.stats.hist
 	if h == nil {
 		return d
 	}
-	evs, recorded := h.copyOut()
-	d.Start, d.Capacity, d.Recorded, d.Resolution = h.start, h.capacity, recorded, historyTick
+	evs := w.events
+	d.Start, d.Capacity, d.Recorded, d.Resolution = h.start, h.capacity, w.recorded, historyTick
+	d.Truncated = w.kept - len(evs)
+	d.File = h.file.status()
 	d.Events = make([]memmap.Event, len(evs))
 	byPCs := map[[historyStack]uintptr]int{}
 	byFrames := map[string]int{} // stacks that differ only in the allocator's frames are one
@@ -59,7 +73,7 @@ func historyData(a *Allocator) memmap.History {
 				byPCs[e.pcs] = stk
 			}
 		}
-		d.Events[i] = memmap.Event{Seq: recorded - uint64(len(evs)-i), Time: time.Duration(e.t), Kind: eventKinds[e.kind], Addr: e.addr, Size: e.size,
+		d.Events[i] = memmap.Event{Seq: w.recorded - uint64(len(evs)-i), Time: time.Duration(e.t), Kind: eventKinds[e.kind], Addr: e.addr, Size: e.size,
 			State: eventStates[e.state], InUse: e.inUse, Reserved: e.reserved, Detail: e.detail, Stack: stk}
 	}
 	return d
@@ -84,36 +98,26 @@ func engineFrames(pcs []uintptr) []memmap.Frame {
 	return slices.Clip(out)
 }
 
-// dumpHistoryLocked writes the history to Options.HistoryFile at an
-// out-of-memory error, whole or not at all (a temporary file renamed):
-// synchronously, so a process that dies of the error still leaves it.
-// Caller holds a.mu, so the file shows the moment of the error; a failure
-// to write it is logged, not added to the error.
+// dumpHistoryLocked hands Options.HistoryFile's writer the history at an
+// out-of-memory error: the ring copied under its lock (so the file shows
+// the moment of the error), written in the background (history_file.go)
+// so that no file is touched while a.mu is held. Caller holds a.mu.
 func dumpHistoryLocked(a *Allocator) {
-	h := a.stats.hist
-	if h == nil || h.file == "" {
-		return
-	}
-	err := writeFileAtomic(h.file, a.WriteHistory)
-	if err != nil {
-		a.opts.logger().Warn("capalloc: writing the allocation history at out-of-memory", "file", h.file, "err", err)
+	if h := a.stats.hist; h != nil && h.file != nil {
+		h.file.submit(h)
 	}
 }
 
-func writeFileAtomic(path string, write func(io.Writer) error) error {
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
+// FlushHistoryFiles waits until no write of an open allocator's
+// Options.HistoryFile is pending or in progress, so that each file holds
+// its allocator's latest out-of-memory error, and returns those writes'
+// errors, joined (nil when they succeeded, or when nothing was written).
+// An engine that exits on an out-of-memory error calls it (or Close, which
+// waits for its allocator's write) first.
+func FlushHistoryFiles() error {
+	var errs []error
+	for _, a := range allocators() {
+		errs = append(errs, a.stats.hist.flushFile())
 	}
-	err = write(f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
+	return errors.Join(errs...)
 }

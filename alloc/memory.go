@@ -71,7 +71,7 @@ func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 	owed := a.lane.flushOwedLocked()
 	if b := a.pool.get(n); b != nil {
 		a.stats.PoolHits++
-		return a.handOutOwedLocked(b, size, owed), nil
+		return a.handOutLocked(b, size, owed), nil
 	}
 	if owed != 0 {
 		a.stats.inUse.add(owed) // before the reclaim ladder reads it
@@ -84,7 +84,7 @@ func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 	if err != nil {
 		return Buffer{}, err
 	}
-	return a.handOutLocked(b, size), nil
+	return a.handOutLocked(b, size, 0), nil
 }
 
 // allocLocked makes an allocation node of a's in c, a's active capture:
@@ -106,7 +106,7 @@ func (c *capture) allocLocked(a *Allocator, op string, size int64) (Buffer, erro
 	a.stats.CaptureAllocs++
 	a.stats.DriverAllocs++
 	a.stats.addReserved(p, size)
-	return a.handOutLocked(b, size), nil
+	return a.handOutLocked(b, size, 0), nil
 }
 
 // afterCaptured re-reads the driver's capture status of stream s after a
@@ -308,7 +308,7 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 			a.guard.cap.allocs++
 			a.stats.CaptureAllocs++
 		}
-		nb := a.handOutLocked(b, size)
+		nb := a.handOutLocked(b, size, 0)
 		buf = nb
 		// Abandoned by the watchdog: nobody holds nb, so free it, in the
 		// watchdog's late path (cleanupLate: never into a capture).

@@ -47,13 +47,29 @@ type Options struct {
 	// out-of-memory errors), each with its time, size, address, state and
 	// call stack, for WriteHistory and the timeline view
 	// (alloc/allocview): PyTorch's _record_memory_history. Zero (the
-	// default) records nothing; each event kept takes 256 B.
+	// default) records nothing; each event kept takes 256 B, allocated
+	// in New. At most 4,194,304 events (a ring of 1 GiB: more than the
+	// hours of events a timeline is read for); New refuses more with
+	// ErrInvalidValue, as ParseOptions does.
 	// docs/allocation-history.md.
 	History int
 	// HistoryFile, with History on, is where the history is written at
-	// each out-of-memory error (replaced whole), before the error returns.
+	// each out-of-memory error: a snapshot taken when the error is made,
+	// written in the background (latest wins), replacing the file whole.
+	// The file must be a regular file or absent, in a directory (not a
+	// symlink) owned by the process's user or root that others cannot
+	// write to unless it is sticky; New refuses one that is not
+	// (ErrHistoryFileRefused), and a later write to one is refused,
+	// logged and counted (memmap.History.File). Close and
+	// FlushHistoryFiles wait for a write in progress.
+	// docs/allocation-history.md, "Reading it".
 	HistoryFile string
 }
+
+// maxHistory is the most events Options.History may keep: a ring of
+// 1 GiB (256 B an event, each with its 24-frame stack). It bounds what a
+// configuration string can make New allocate.
+const maxHistory = 1 << 22
 
 func (o Options) watchdog() time.Duration {
 	switch {

@@ -1,6 +1,7 @@
 package alloc_test
 
 import (
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -34,4 +35,24 @@ func TestNewAppliesProfileRate(t *testing.T) {
 	_, err = alloc.New(d, alloc.Options{ProfileRate: 1, Name: "\xff"})
 	require.ErrorIs(t, err, alloc.ErrInvalidValue)
 	require.Equal(t, 777, rate(), "a New that failed set no rate")
+}
+
+// Options.History set directly above its maximum (4,194,304 events, a
+// ring of 1 GiB) is refused with ErrInvalidValue naming the maximum, as
+// ParseOptions refuses it, before anything is allocated or reserved: a
+// count past the slice limit used to panic in New ("makeslice: len out
+// of range").
+func TestNewRefusesAHistoryAboveItsMaximum(t *testing.T) {
+	d, err := cpu.New(cpu.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Close() })
+	for _, n := range []int{1 << 50, math.MaxInt, 1<<22 + 1} {
+		a, err := alloc.New(d, alloc.Options{Name: "too-long-a-history", History: n})
+		require.ErrorIs(t, err, alloc.ErrInvalidValue, "History %d", n)
+		require.Nil(t, a)
+		require.Contains(t, err.Error(), "more than the maximum, 4194304 events")
+	}
+	a, err := alloc.New(d, alloc.Options{Name: "too-long-a-history", History: 1 << 10})
+	require.NoError(t, err, "the refused News left the name free")
+	require.NoError(t, a.Close())
 }

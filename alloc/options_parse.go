@@ -66,11 +66,14 @@ var optionKeys = []optionKey{
 			}
 			return "true"
 		}},
-	{"history", "events kept (0: off) such as 100000",
+	{"history", "events kept (0: off) such as 100000, at most " + strconv.Itoa(maxHistory),
 		func(p *Options, v string) error {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
 				return fmt.Errorf("not a non-negative count")
+			}
+			if n > maxHistory {
+				return fmt.Errorf("more than the maximum, %d events", maxHistory)
 			}
 			p.History = n
 			return nil
@@ -135,7 +138,7 @@ var optionKeys = []optionKey{
 // spaces around keys and values ignored, each key at most once:
 //
 //	expandable_segments  true|false (also 1|0, True|False): Options.ExpandableSegments
-//	history              events kept (0: off): Options.History
+//	history              events kept (0: off), at most 4194304: Options.History
 //	history_file         a path: Options.HistoryFile
 //	name                 text without commas: Options.Name
 //	profile_rate         0 (off), 1 or bytes per sample (512KiB): Options.ProfileRate

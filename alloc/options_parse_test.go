@@ -30,6 +30,7 @@ func TestParseOptionsReadsEveryKey(t *testing.T) {
 		{"name = rank 0:gpu=1 ", Options{Name: "rank 0:gpu=1"}},
 		{"name=", Options{}},
 		{"history=100000", Options{History: 100000}},
+		{"history=4194304", Options{History: 4194304}},
 		{"history:0", Options{}},
 		{"history=10,history_file=/tmp/oom history.json", Options{History: 10, HistoryFile: "/tmp/oom history.json"}},
 		{"profile_rate=512KiB", Options{ProfileRate: 512 << 10}},
@@ -64,6 +65,8 @@ func TestParseOptionsErrors(t *testing.T) {
 		{"watchdog=30", `watchdog="30"`},
 		{"history=-1", `history="-1"`},
 		{"history=lots", `history="lots"`},
+		{"history=9223372036854775807", `history="9223372036854775807": more than the maximum, 4194304 events`},
+		{"history=4194305", "more than the maximum, 4194304 events"},
 		{"history_file=\xff", "not valid UTF-8"},
 		{"profile_rate=-1", `profile_rate="-1"`},
 		{"profile_rate=fast", `profile_rate="fast"`},
@@ -138,7 +141,8 @@ func TestOptionsFromEnv(t *testing.T) {
 func FuzzParseOptions(f *testing.F) {
 	for _, s := range []string{"", "expandable_segments:True,watchdog=30s,profile_rate=512KiB,name=x",
 		"watchdog=off", "name=a:b=c", ",,", "=", ":", "profile_rate=9223372036854775807", "profile_rate=8589934592GiB",
-		"watchdog=-1ns", "name=\xff", "expandable_segments=True,expandable_segments=False", "watchdog=1h2m3.5s"} {
+		"watchdog=-1ns", "name=\xff", "expandable_segments=True,expandable_segments=False", "watchdog=1h2m3.5s",
+		"history=9223372036854775807", "history=4194304", "history=1125899906842624"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

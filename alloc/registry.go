@@ -110,3 +110,9 @@ func (registrySource) ProfileRate() int              { return currentProfileRate
 func (registrySource) BytesByState(a *Allocator) (map[memmap.BlockState]int64, error) {
 	return bytesByState(a)
 }
+
+// History is the bounded window of a's history the views read
+// (history_write.go, readHistory).
+func (registrySource) History(a *Allocator, maxEvents int) memmap.History {
+	return readHistory(a, maxEvents)
+}

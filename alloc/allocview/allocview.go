@@ -44,7 +44,10 @@
 // allocator's blocks under its lock per second, however many clients
 // poll), and snapshot.json lists at most DefaultMaxBlocks blocks
 // (?max_blocks=N for more; the X-Capalloc-Blocks header says "listed of
-// total"). docs/security.md.
+// total"); history.json and the timeline read the newest
+// DefaultMaxEvents events of each history (?max_events=N, at most
+// MaxEvents; Truncated counts the older ones left out), copied one
+// history at a time. docs/security.md.
 package allocview
 
 // Prefix is where importing the package mounts Handler on

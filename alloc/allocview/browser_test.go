@@ -42,8 +42,8 @@ func viewFactsOf(t *testing.T, w *workload) viewFacts {
 		s, err := a.Snapshot()
 		require.NoError(t, err)
 		f.snaps = append(f.snaps, s)
-		h, err := historyOf(a)
-		require.NoError(t, err)
+		// the window the pages show by default
+		h := historyOf(a, DefaultMaxEvents)
 		f.histories = append(f.histories, h)
 	}
 	return f

@@ -46,7 +46,7 @@ func serve(w http.ResponseWriter, r *http.Request) {
 	case "summary.txt":
 		serveSummary(w, one)
 	case "history.json", "timeline":
-		serveHistory(w, view, one)
+		serveHistory(w, r, view, one)
 	default:
 		http.Error(w, fmt.Sprintf("allocview: no view %q; views: index (the mount point), %s", view, strings.Join(views[1:], ", ")), http.StatusNotFound)
 	}

@@ -5,55 +5,92 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
+	"strconv"
+	"sync"
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/alloc/internal/registry"
 	"github.com/capalloc/capalloc/alloc/memmap"
 )
 
 // The allocation history's views: history.json (memmap.History, as
 // alloc.Allocator.WriteHistory writes it) and the timeline page
-// (history_page.go). Each reads the allocators' histories whole, so a
-// request copies every kept event out under the history's lock: the
-// pages are for a person looking, not for polling.
+// (history_page.go). Each reads the newest max_events events of each
+// allocator's history (DefaultMaxEvents unless the request asks, at most
+// MaxEvents): the history's lock, which the engine's allocations and
+// frees take, is held only to copy that window, one copy at a time in
+// the process, and the JSON is encoded once, as it is sent.
 
-// historyOf reads a's history back from WriteHistory's JSON.
-func historyOf(a *alloc.Allocator) (memmap.History, error) {
-	var buf bytes.Buffer
-	var h memmap.History
-	if err := a.WriteHistory(&buf); err != nil {
-		return h, err
+// DefaultMaxEvents is how many events, per allocator, history.json and
+// the timeline read unless the request's ?max_events= says otherwise.
+const DefaultMaxEvents = 10000
+
+// MaxEvents is the most events per allocator a request may ask for: a
+// copy of 24 MiB (256 B an event) under the history's lock, and 35-66 MiB
+// allocated in all to draw or encode it.
+const MaxEvents = 100000
+
+// historyCopy is held across a history's copy and symbolization: one at
+// a time in the process, however many clients poll.
+var historyCopy sync.Mutex
+
+// historyOf returns a's newest max events (registry.History).
+func historyOf(a *alloc.Allocator, max int) memmap.History {
+	historyCopy.Lock()
+	defer historyCopy.Unlock()
+	return registry.History(a, max)
+}
+
+// maxEvents reads the request's max_events, or answers 400 and returns
+// false.
+func maxEvents(w http.ResponseWriter, r *http.Request) (int, bool) {
+	v := r.URL.Query().Get("max_events")
+	if v == "" {
+		return DefaultMaxEvents, true
 	}
-	err := json.Unmarshal(buf.Bytes(), &h)
-	return h, err
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > MaxEvents {
+		http.Error(w, fmt.Sprintf("allocview: max_events=%q: want a count of events from 0 to %d", v, MaxEvents), http.StatusBadRequest)
+		return 0, false
+	}
+	return n, true
 }
 
 // serveHistory serves view "history.json" or "timeline" of one allocator
 // or of every open one.
-func serveHistory(w http.ResponseWriter, view string, one *alloc.Allocator) {
-	var hs []memmap.History
-	for _, a := range chosen(one) {
-		h, err := historyOf(a)
-		if err != nil {
-			http.Error(w, "allocview: "+err.Error(), http.StatusInternalServerError)
-			return
-		}
-		hs = append(hs, h)
+func serveHistory(w http.ResponseWriter, r *http.Request, view string, one *alloc.Allocator) {
+	max, ok := maxEvents(w, r)
+	if !ok {
+		return
 	}
-	var buf bytes.Buffer
 	if view == "history.json" {
 		w.Header().Set("Content-Type", "application/json")
-		var v any = hs
+		enc := json.NewEncoder(w) // straight to the client; a failed write is theirs
 		if one != nil {
-			v = hs[0]
+			_ = enc.Encode(historyOf(one, max))
+			return
 		}
-		_ = json.NewEncoder(&buf).Encode(v)
-	} else {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		writeTimelinePage(&buf, hs, one != nil)
+		io.WriteString(w, "[") // one allocator's history in memory at a time
+		for i, a := range registry.Allocators() {
+			if i > 0 {
+				io.WriteString(w, ",")
+			}
+			_ = enc.Encode(historyOf(a, max))
+		}
+		io.WriteString(w, "]\n")
+		return
 	}
+	var hs []memmap.History
+	for _, a := range chosen(one) {
+		hs = append(hs, historyOf(a, max))
+	}
+	var buf bytes.Buffer
+	writeTimelinePage(&buf, hs, one != nil)
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Write(buf.Bytes())
 }
 
@@ -88,7 +125,11 @@ var siteColors = []string{"#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2",
 
 // newTimeline attributes every buffer's bytes to the site that
 // allocated it, from its alloc event to its free, and picks at most
-// columns points to draw.
+// columns points to draw. It replays the events twice with a running
+// total per site, not a table of events by sites: once for the sites'
+// peaks, which choose the sites drawn apart, then for the values at the
+// points drawn. What it holds besides the history is the sites, the live
+// buffers and columns × (maxSites+2) values.
 func newTimeline(h memmap.History, columns int) *timeline {
 	tl := &timeline{h: h}
 	n := len(h.Events)
@@ -117,41 +158,20 @@ func newTimeline(h memmap.History, columns int) *timeline {
 		siteOf[stack] = s
 		return s
 	}
-	// Replay: per-site bytes after each event. Buffers allocated before
-	// the first kept event are "before the history": the first event's
-	// bytes in use, less its own change.
-	first := h.Events[0]
-	before := first.InUse
-	switch first.Kind {
-	case memmap.EventAlloc:
-		before -= first.Size
-	case memmap.EventFree:
-		before += first.Size
-	}
-	type liveBuf struct {
-		site int
-		size int64
-	}
-	live := map[driver.DevicePtr]liveBuf{}
-	var cur []int64 // by site
-	after := make([][]int64, n)
+	// The sites' peaks, and the marks.
+	r := newSiteReplay(h, site)
+	var peaks []int64 // by site: every site is one an alloc changed
+	var beforePeak int64
 	captureStart := -1
 	for i, e := range h.Events {
+		if s, _ := r.apply(e); s >= 0 {
+			for len(peaks) <= s {
+				peaks = append(peaks, 0)
+			}
+			peaks[s] = max(peaks[s], r.cur[s])
+		}
+		beforePeak = max(beforePeak, r.before)
 		switch e.Kind {
-		case memmap.EventAlloc:
-			s := site(e.Stack)
-			for len(cur) <= s {
-				cur = append(cur, 0)
-			}
-			cur[s] += e.Size
-			live[e.Addr] = liveBuf{s, e.Size}
-		case memmap.EventFree:
-			if b, ok := live[e.Addr]; ok {
-				cur[b.site] -= b.size
-				delete(live, e.Addr)
-			} else {
-				before -= e.Size
-			}
 		case memmap.EventOutOfMemory:
 			tl.ooms = append(tl.ooms, i)
 		case memmap.EventCaptureBegin:
@@ -164,7 +184,6 @@ func newTimeline(h memmap.History, columns int) *timeline {
 		case memmap.EventGraphClose:
 			tl.closes = append(tl.closes, i)
 		}
-		after[i] = append(append([]int64(nil), cur...), before)
 	}
 	if captureStart >= 0 {
 		tl.captures = append(tl.captures, [2]int{captureStart, n - 1})
@@ -187,21 +206,18 @@ func newTimeline(h memmap.History, columns int) *timeline {
 		}
 	}
 	// The largest sites by peak apart, the others summed.
-	peaks := make([]int64, len(labels))
-	var beforePeak int64
-	for _, v := range after {
-		for s, b := range v[:len(v)-1] {
-			peaks[s] = max(peaks[s], b)
-		}
-		beforePeak = max(beforePeak, v[len(v)-1])
-	}
 	order := make([]int, len(labels))
 	for i := range order {
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(peaks[y], peaks[x]) })
 	drawn := order[:min(len(order), maxSites)]
+	drawnAs := make([]int, len(labels)) // site to its index in tl.sites, -1 when summed in "other"
+	for s := range drawnAs {
+		drawnAs[s] = -1
+	}
 	for k, s := range drawn {
+		drawnAs[s] = k
 		tl.sites = append(tl.sites, &timelineSite{label: labels[s], detail: details[s], peak: peaks[s], color: siteColors[k]})
 	}
 	var other *timelineSite
@@ -214,30 +230,82 @@ func newTimeline(h memmap.History, columns int) *timeline {
 		early = &timelineSite{label: "allocated before the oldest event kept", peak: beforePeak, color: siteColors[maxSites+1]}
 		tl.sites = append(tl.sites, early)
 	}
-	for _, i := range tl.points {
-		v := after[i]
-		at := func(s int) int64 {
-			if s < len(v)-1 {
-				return v[s]
-			}
-			return 0
+	// The values at the points, replayed again.
+	r = newSiteReplay(h, site)
+	r.cur = make([]int64, len(labels))
+	var otherSum int64
+	next := 0 // into tl.points, which ascend
+	for i, e := range h.Events {
+		if s, delta := r.apply(e); s >= 0 && drawnAs[s] < 0 {
+			otherSum += delta
 		}
+		if next == len(tl.points) || tl.points[next] != i {
+			continue
+		}
+		next++
 		for k, s := range drawn {
-			tl.sites[k].values = append(tl.sites[k].values, at(s))
+			tl.sites[k].values = append(tl.sites[k].values, r.cur[s])
 		}
 		if other != nil {
-			var sum int64
-			for _, s := range order[maxSites:] {
-				sum += at(s)
-			}
-			other.values = append(other.values, sum)
-			other.peak = max(other.peak, sum)
+			other.values = append(other.values, otherSum)
+			other.peak = max(other.peak, otherSum)
 		}
 		if early != nil {
-			early.values = append(early.values, v[len(v)-1])
+			early.values = append(early.values, r.before)
 		}
-		tl.reserved = append(tl.reserved, h.Events[i].Reserved)
-		tl.maxBytes = max(tl.maxBytes, h.Events[i].Reserved, h.Events[i].InUse)
+		tl.reserved = append(tl.reserved, e.Reserved)
+		tl.maxBytes = max(tl.maxBytes, e.Reserved, e.InUse)
 	}
 	return tl
+}
+
+// siteReplay replays a history's events: the bytes each site's live
+// buffers hold, and those of the buffers allocated before the first
+// event kept (the first event's bytes in use, less its own change; less
+// each free of a buffer not seen allocated).
+type siteReplay struct {
+	site   func(stack int) int
+	live   map[driver.DevicePtr]liveBuf
+	cur    []int64 // by site
+	before int64
+}
+
+type liveBuf struct {
+	site int
+	size int64
+}
+
+func newSiteReplay(h memmap.History, site func(int) int) *siteReplay {
+	first := h.Events[0]
+	r := &siteReplay{site: site, live: map[driver.DevicePtr]liveBuf{}, before: first.InUse}
+	switch first.Kind {
+	case memmap.EventAlloc:
+		r.before -= first.Size
+	case memmap.EventFree:
+		r.before += first.Size
+	}
+	return r
+}
+
+// apply applies e, and returns the site whose bytes it changed (-1:
+// none) and by how much.
+func (r *siteReplay) apply(e memmap.Event) (int, int64) {
+	switch e.Kind {
+	case memmap.EventAlloc:
+		s := r.site(e.Stack)
+		for len(r.cur) <= s {
+			r.cur = append(r.cur, 0)
+		}
+		r.cur[s] += e.Size
+		r.live[e.Addr] = liveBuf{s, e.Size}
+		return s, e.Size
+	case memmap.EventFree:
+		if b, ok := r.live[e.Addr]; ok {
+			r.cur[b.site] -= b.size
+			delete(r.live, e.Addr)
+			return b.site, -b.size
+		}
+		r.before -= e.Size
+	}
+	return -1, 0
 }

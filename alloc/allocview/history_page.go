@@ -94,6 +94,9 @@ func historySummary(tl *timeline) string {
 	if n := len(tl.ooms); n > 0 {
 		s += fmt.Sprintf("; %d out-of-memory error(s)", n)
 	}
+	if h.Truncated > 0 {
+		s += fmt.Sprintf("; the %s older events kept are not read (max_events)", formatCount(uint64(h.Truncated)))
+	}
 	return s
 }
 

@@ -243,8 +243,7 @@ func TestWorkloadState(t *testing.T) {
 	require.GreaterOrEqual(t, s.Bytes[memmap.BlockGraphOwned], w.poolBytes+6<<20, "the pool's memory and the prefill graph's are graph-owned")
 	require.EqualValues(t, 1, s.Stats.OutOfMemory)
 
-	h, err := historyOf(w.decoder)
-	require.NoError(t, err)
+	h := historyOf(w.decoder, MaxEvents)
 	require.Equal(t, h.Recorded, uint64(len(h.Events)), "the history keeps every event")
 	var captures, ooms, unmapped int
 	for _, e := range h.Events {

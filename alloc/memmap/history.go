@@ -44,9 +44,12 @@ type History struct {
 	Start     time.Time `json:"start"` // when recording began: events' times count from it
 	// Capacity is how many events the history keeps (alloc.Options.History):
 	// 0 when it is off. Recorded counts every event since Start; the
-	// Recorded - len(Events) oldest are gone.
-	Capacity int    `json:"capacity"`
-	Recorded uint64 `json:"recorded"`
+	// Recorded - len(Events) oldest are not listed: Truncated of them are
+	// still kept but older than the window a view asked for (allocview's
+	// max_events), the rest are gone from the ring.
+	Capacity  int    `json:"capacity"`
+	Recorded  uint64 `json:"recorded"`
+	Truncated int    `json:"truncated,omitempty"`
 	// Resolution is the step of the events' clock: a tick, not a clock
 	// read per event, which would cost more than the allocation.
 	Resolution time.Duration `json:"resolution_ns"`
@@ -54,6 +57,21 @@ type History struct {
 	// Stacks are the events' call stacks, innermost frame first, starting
 	// at the engine's call into the allocator (its own frames left out).
 	Stacks [][]Frame `json:"stacks"`
+	// File is how the writes of alloc.Options.HistoryFile went, when it
+	// is set.
+	File *HistoryFile `json:"file,omitempty"`
+}
+
+// HistoryFile is how an allocator's writes of its history file
+// (alloc.Options.HistoryFile, at each out-of-memory error) went.
+type HistoryFile struct {
+	Path    string `json:"path"`
+	Written uint64 `json:"written"` // files written whole
+	// Failed counts the writes that failed or were refused (a target
+	// that is not a regular file, a directory others may write to);
+	// Error is the latest one's error.
+	Failed uint64 `json:"failed"`
+	Error  string `json:"error,omitempty"`
 }
 
 // Event is one thing that happened in an allocator.

@@ -26,6 +26,7 @@ func TestDecodeWritesHistoryAtOOM(t *testing.T) {
 	g, err := decode(a, 12)
 	require.NoError(t, err)
 	require.NoError(t, g.Close())
+	require.NoError(t, alloc.FlushHistoryFiles(), "written in the background")
 
 	raw, err := os.ReadFile(file)
 	require.NoError(t, err)

@@ -1,7 +1,8 @@
 // Package registry gives the views under alloc (alloc/allocview,
-// alloc/allocprom) the process's open allocators and its profile rate,
-// which package alloc keeps out of the engine's API: alloc's init installs
-// its Source in internal/allochooks, and the functions here call it.
+// alloc/allocprom) the process's open allocators, their histories and the
+// profile rate, which package alloc keeps out of the engine's API: alloc's
+// init installs its Source in internal/allochooks, and the functions here
+// call it.
 package registry
 
 import (
@@ -19,6 +20,7 @@ type Source interface {
 	Name(a *alloc.Allocator) string
 	BytesByState(a *alloc.Allocator) (map[memmap.BlockState]int64, error)
 	ProfileRate() int
+	History(a *alloc.Allocator, maxEvents int) memmap.History
 }
 
 // source is package alloc's Source (linked by this package's import of
@@ -43,4 +45,13 @@ func Name(a *alloc.Allocator) string { return source().Name(a) }
 // fails with alloc.ErrClosed once a is closed.
 func BytesByState(a *alloc.Allocator) (map[memmap.BlockState]int64, error) {
 	return source().BytesByState(a)
+}
+
+// History is a's newest maxEvents events, oldest first (every event
+// kept when maxEvents < 0): alloc.Allocator.WriteHistory's history,
+// bounded. The history's lock, which a's allocations and frees take, is
+// held only to copy those events (256 B each); Truncated counts the kept
+// events left out.
+func History(a *alloc.Allocator, maxEvents int) memmap.History {
+	return source().History(a, maxEvents)
 }
