@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/internal/allochooks"
 )
 
 // domain is the process-wide record of captures for one CaptureDomain. CUDA
@@ -150,23 +151,20 @@ func (d *domain) nowOrAfter(strict bool, now func() error, later func()) error {
 // next time the count drops to zero.
 func (d *domain) runDeferred() { d.runQueue(d.globalLocked, &d.deferred) }
 
-// DeviceWide runs fn, a device-wide unsafe driver call that belongs to no
-// allocator, under the guard of the capture domain named domainName (a
-// Driver's CaptureDomain). It is for driver packages: opening a device
-// (setting it current, reading its memory, creating a pool), tearing one
-// down, trimming device memory.
-//
-// If a Global-mode capture is active in the domain, fn is not called and
-// the error wraps ErrCaptureIllegalOp, names op and says why: the capture
-// stays valid, and the caller can retry once it has ended. Otherwise fn
-// runs holding the read side of the domain's gate, so no capture can begin
-// until it returns (capture begin waits for it, up to its allocator's
-// watchdog), and fn's error is returned as is.
-//
-// ThreadLocal and Relaxed captures do not refuse fn: they forbid unsafe
-// calls only on the capturing thread, and a driver makes device-wide calls
-// on a thread of its own.
-func deviceWide(domainName, op string, fn func() error) error {
+// captureDomains is the domains' side of driver.DeviceWide and
+// driver.AfterGlobalCaptures (their documentation is the contract),
+// installed in internal/allochooks for alloc/driver, which cannot import
+// this package.
+type captureDomains struct{}
+
+var _ allochooks.CaptureDomains = captureDomains{}
+
+func init() { allochooks.Domains = captureDomains{} }
+
+// DeviceWide runs fn under the read side of the gate of the domain named
+// domainName, unless a Global-mode capture is active there: then fn is
+// not called and the error wraps ErrCaptureIllegalOp.
+func (captureDomains) DeviceWide(domainName, op string, fn func() error) error {
 	d := domainFor(domainName)
 	d.gate.RLock()
 	defer d.gate.RUnlock()
@@ -176,14 +174,10 @@ func deviceWide(domainName, op string, fn func() error) error {
 	return fn()
 }
 
-// AfterGlobalCaptures runs fn under the guard of the domain named
-// domainName as soon as no Global-mode capture is active in it: at once, in
-// the caller's goroutine, if none is (and then it reports true), otherwise
-// in a goroutine of its own when the last Global-mode capture in the domain
-// ends (false). fn holds the gate's read side like DeviceWide's function:
-// no capture begins while it runs. It is for work that must happen and
-// must not invalidate a capture, such as a driver's teardown at Close.
-func afterGlobalCaptures(domainName string, fn func()) (ranNow bool) {
+// AfterGlobalCaptures runs fn under the gate's read side of the domain
+// named domainName now (reporting true) if no Global-mode capture is
+// active there, else in a goroutine of its own when the last one ends.
+func (captureDomains) AfterGlobalCaptures(domainName string, fn func()) (ranNow bool) {
 	_ = domainFor(domainName).nowOrAfterGlobal(func() error {
 		ranNow = true
 		fn()

@@ -6,7 +6,11 @@ import (
 	"time"
 
 	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/internal/allochooks"
 )
+
+// hooked is the capture domains as alloc/driver reaches them.
+var hooked allochooks.CaptureDomains = captureDomains{}
 
 func TestDeviceWideRefusedDuringGlobalCapture(t *testing.T) {
 	const name = "test-devicewide"
@@ -16,12 +20,12 @@ func TestDeviceWideRefusedDuringGlobalCapture(t *testing.T) {
 
 	d.add(1, ThreadLocal)
 	d.add(2, Relaxed)
-	if err := deviceWide(name, "op", call); err != nil || !called {
+	if err := hooked.DeviceWide(name, "op", call); err != nil || !called {
 		t.Fatalf("ThreadLocal/Relaxed captures must not refuse: err=%v called=%v", err, called)
 	}
 	called = false
 	d.add(3, Global)
-	err := deviceWide(name, "open thing", call)
+	err := hooked.DeviceWide(name, "open thing", call)
 	if !errors.Is(err, driver.ErrCaptureIllegalOp) || called {
 		t.Fatalf("want ErrCaptureIllegalOp and no call, got err=%v called=%v", err, called)
 	}
@@ -29,7 +33,7 @@ func TestDeviceWideRefusedDuringGlobalCapture(t *testing.T) {
 	d.remove(2)
 	d.remove(1)
 	want := errors.New("fn's own error")
-	if err := deviceWide(name, "op", func() error { return want }); err != want {
+	if err := hooked.DeviceWide(name, "op", func() error { return want }); err != want {
 		t.Fatalf("fn's error is returned as is: %v", err)
 	}
 }
@@ -40,14 +44,14 @@ func TestAfterGlobalCapturesDefersUntilTheLastEnds(t *testing.T) {
 	ran := make(chan struct{}, 4)
 	fn := func() { ran <- struct{}{} }
 
-	if !afterGlobalCaptures(name, fn) {
+	if !hooked.AfterGlobalCaptures(name, fn) {
 		t.Fatal("no capture: runs now")
 	}
 	<-ran
 
 	d.add(1, Global)
 	d.add(2, Global)
-	if afterGlobalCaptures(name, fn) {
+	if hooked.AfterGlobalCaptures(name, fn) {
 		t.Fatal("a Global capture is active: deferred")
 	}
 	d.remove(1)

@@ -16,7 +16,7 @@ import (
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/alloc/memmap"
 	"github.com/capalloc/capalloc/cpu"
-	"github.com/capalloc/capalloc/internal/allochooks"
+	"github.com/capalloc/capalloc/internal/allocipc"
 )
 
 const mib = 1 << 20
@@ -817,7 +817,7 @@ func TestExpandableOnCPUDriver(t *testing.T) {
 	}
 }
 
-// An IPC export (the symmetric heap's, through internal/allochooks) of
+// An IPC export (the symmetric heap's, through internal/allocipc) of
 // memory in an expandable range is refused before the driver is asked:
 // another process cannot open part of a reservation.
 func TestExpandableRefusesExport(t *testing.T) {
@@ -830,7 +830,7 @@ func TestExpandableRefusesExport(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, buf := range []alloc.Buffer{b, s, view} {
-		if _, err := allochooks.Export(a, buf); !errors.Is(err, driver.ErrNotExportable) {
+		if _, err := allocipc.Export(a, buf); !errors.Is(err, driver.ErrNotExportable) {
 			t.Fatalf("export of %#x = %v, want ErrNotExportable", buf.Ptr(), err)
 		}
 	}
@@ -841,7 +841,7 @@ func TestExpandableRefusesExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := allochooks.Export(a, sync); err != nil || d.ipc != 1 {
+	if _, err := allocipc.Export(a, sync); err != nil || d.ipc != 1 {
 		t.Fatalf("export of an AllocSync buffer = %v (%d calls)", err, d.ipc)
 	}
 	for _, buf := range []alloc.Buffer{b, s, sync} {

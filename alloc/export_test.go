@@ -13,3 +13,10 @@ func (gp *GraphPool) CheckArena() error {
 	defer gp.a.mu.Unlock()
 	return gp.arena.check()
 }
+
+// The hooks' implementations, for alloc_test's compile-time assertions
+// (hooks_test.go).
+var (
+	IPCCalls       = ipcCalls{}
+	RegistrySource = registrySource{}
+)

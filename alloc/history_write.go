@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/capalloc/capalloc/alloc/memmap"
-	"github.com/capalloc/capalloc/internal/allochooks"
 )
 
 // WriteHistory writes the allocator's allocation timeline as JSON
@@ -22,12 +21,6 @@ import (
 // events stay.
 func (a *Allocator) WriteHistory(w io.Writer) error {
 	return encodeHistory(w, readHistory(a, -1))
-}
-
-// The views read a bounded window: registry.History, in
-// alloc/internal/registry.
-func init() {
-	allochooks.History = func(a any, maxEvents int) any { return readHistory(a.(*Allocator), maxEvents) }
 }
 
 // readHistory is a's newest maxEvents events (every event it keeps when

@@ -5,21 +5,17 @@ import (
 	"github.com/capalloc/capalloc/internal/allochooks"
 )
 
-// The IPC memory calls reach the symmetric heap through internal/allochooks,
-// not as exported methods: engines share memory through symheap, not
-// through handles of their own.
-func init() {
-	allochooks.Export = func(a, b any) ([]byte, error) { return ipcExport(a.(*Allocator), b.(Buffer)) }
-	allochooks.Open = func(a any, handle []byte) (uint64, error) {
-		p, err := ipcOpen(a.(*Allocator), handle)
-		return uint64(p), err
-	}
-	allochooks.Close = func(a any, p uint64) error { return ipcClose(a.(*Allocator), driver.DevicePtr(p)) }
-}
+// ipcCalls is the allocator's IPC memory calls, installed in
+// internal/allochooks and reached through internal/allocipc (whose Calls
+// interface it implements; alloc's tests assert it), not as exported
+// methods: engines share memory through symheap, not through handles of
+// their own.
+type ipcCalls struct{}
 
-// ipcExport exports b, a live buffer from AllocSync, for another process
-// (allochooks.Export).
-func ipcExport(a *Allocator, b Buffer) ([]byte, error) {
+func init() { allochooks.IPC = ipcCalls{} }
+
+// Export exports b, a live buffer from AllocSync, for another process.
+func (ipcCalls) Export(a *Allocator, b Buffer) ([]byte, error) {
 	var h []byte
 	err := ipcGuarded(a, "IPCGetMemHandle", &b, func(d driver.IPCMemory) (func(), error) {
 		var err error
@@ -29,8 +25,8 @@ func ipcExport(a *Allocator, b Buffer) ([]byte, error) {
 	return h, err
 }
 
-// ipcOpen maps another process's allocation (allochooks.Open).
-func ipcOpen(a *Allocator, handle []byte) (driver.DevicePtr, error) {
+// Open maps another process's allocation.
+func (ipcCalls) Open(a *Allocator, handle []byte) (driver.DevicePtr, error) {
 	var p driver.DevicePtr
 	err := ipcGuarded(a, "IPCOpenMemHandle", nil, func(d driver.IPCMemory) (func(), error) {
 		q, err := d.IPCOpenMemHandle(handle)
@@ -44,8 +40,8 @@ func ipcOpen(a *Allocator, handle []byte) (driver.DevicePtr, error) {
 	return p, err
 }
 
-// ipcClose unmaps an address ipcOpen returned (allochooks.Close).
-func ipcClose(a *Allocator, p driver.DevicePtr) error {
+// Close unmaps an address Open returned.
+func (ipcCalls) Close(a *Allocator, p driver.DevicePtr) error {
 	return ipcGuarded(a, "IPCCloseMemHandle", nil, func(d driver.IPCMemory) (func(), error) { return nil, d.IPCCloseMemHandle(p) })
 }
 

@@ -25,8 +25,7 @@ func pollerOf(drv driver.Driver) func(driver.Stream) (bool, error) {
 // watchdog on a driver that can be polled: the caller's own goroutine
 // waits, polling the stream with a backoff and checking the deadline
 // itself, so no worker goroutine and no wake-up across goroutines is
-// involved (issue 23, item 1; docs/allocator-core.md, "Waits without a
-// hand-off"). Past the deadline the caller gets ErrCaptureTimeout, counted
+// involved (docs/allocator-core.md, "Waits without a hand-off"). Past the deadline the caller gets ErrCaptureTimeout, counted
 // in Stats().Timeouts, and an Aborter is aborted, as with a watched call.
 //
 // The first step is the idle check the allocator always made inline: it

@@ -44,8 +44,9 @@ type reclaimEnv interface {
 }
 
 // driverUpstream is the Allocator's side of the pool: the driver calls,
-// on the allocator's stream, behind the guard and the watchdog, each
-// counted in a.stats. Every method is called with a.mu held.
+// on the allocator's stream, each counted in a.stats. Every method is
+// called with a.mu held, by a caller that found no capture forbidding the
+// call (guard.go); the blocking ones (synchronize) run under the watchdog.
 type driverUpstream struct{ a *Allocator }
 
 func (u driverUpstream) allocate(n int64) (driver.DevicePtr, error) {

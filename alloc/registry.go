@@ -8,6 +8,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/capalloc/capalloc/alloc/memmap"
 	"github.com/capalloc/capalloc/internal/allochooks"
 )
 
@@ -95,26 +96,23 @@ func lookup(name string) *Allocator {
 	return registry.byName[name]
 }
 
-// The hooks through which alloc/driver reaches the capture domains and
-// the views (alloc/internal/registry) reach the registry.
-func init() {
-	allochooks.DeviceWide = deviceWide
-	allochooks.AfterGlobalCaptures = afterGlobalCaptures
-	allochooks.ProfileRate = currentProfileRate
-	allochooks.Allocators = func() []any {
-		as := allocators()
-		out := make([]any, len(as))
-		for i, a := range as {
-			out[i] = a
-		}
-		return out
-	}
-	allochooks.Name = func(a any) string { return a.(*Allocator).name }
-	allochooks.Usage = func(a any) (any, error) { return usage(a.(*Allocator)) }
-	allochooks.Lookup = func(name string) any {
-		if a := lookup(name); a != nil {
-			return a
-		}
-		return nil
-	}
+// registrySource is the registry as the views read it, installed in
+// internal/allochooks and reached through alloc/internal/registry (whose
+// Source interface it implements; alloc's tests assert it).
+type registrySource struct{}
+
+func init() { allochooks.Registry = registrySource{} }
+
+func (registrySource) Allocators() []*Allocator      { return allocators() }
+func (registrySource) Lookup(name string) *Allocator { return lookup(name) }
+func (registrySource) Name(a *Allocator) string      { return a.name }
+func (registrySource) ProfileRate() int              { return currentProfileRate() }
+func (registrySource) Usage(a *Allocator) (memmap.Snapshot, error) {
+	return usage(a)
+}
+
+// History is the bounded window of a's history the views read
+// (history_write.go, readHistory).
+func (registrySource) History(a *Allocator, maxEvents int) memmap.History {
+	return readHistory(a, maxEvents)
 }

@@ -10,16 +10,16 @@ import (
 	"testing"
 )
 
-// The package's shape, as issue 29 set it (docs/design.md, "Layers"):
-// package alloc is what an engine calls, so what it exports stays small;
-// no type gathers every concern again; no file grows past what one
-// reading holds. A change that needs more says why here: issue 30 adds
-// graph pools (a type, its methods and the allocator's method that makes
-// one) and the two option parsers; issue 31 the allocator's summary and
-// history writer. Naming graphs and pools adds Graph.ID, Graph.Name,
-// GraphPool.Name and GraphPool.SetName, so views, metrics and messages
-// can say which graph and pool they mean; Allocator.WatchdogTimeout lets
-// the nccl package bound its waits by the allocator's own deadline.
+// The package's shape (docs/design.md, "Layers"): package alloc is what
+// an engine calls, so what it exports stays small; no type gathers every
+// concern again; no file grows past what one reading holds. A change that
+// needs more says why here: the budget of 95 names holds graph pools (a
+// type, its methods and the allocator's method that makes one), the two
+// option parsers, the allocator's summary and the history writer,
+// Allocator.WatchdogTimeout, which lets the nccl package bound its waits
+// by the allocator's own deadline, and Graph.ID, Graph.Name, GraphPool.Name
+// and GraphPool.SetName, so views, metrics and messages can say which
+// graph and pool they mean.
 const (
 	maxExports     = 95  // exported top-level names plus exported methods of exported types
 	maxMethods     = 50  // methods of any one type, unexported included

@@ -239,10 +239,10 @@ func TestViewsWhileAllocating(t *testing.T) {
 }
 
 // A Snapshot's counters are of the moment of its blocks, while goroutines
-// allocate and free on the lane (issue 27, item 4). More Ps than cores:
-// a worker the OS preempts between two calls, rather than one parked on
-// the allocator's lock, is what meets a Snapshot between its walk and
-// its counters (a few in 50,000 before the fix).
+// allocate and free on the lane. More Ps than cores: a worker the OS
+// preempts between two calls, rather than one parked on the allocator's
+// lock, is what meets a Snapshot between its walk and its counters (a
+// counter read apart from the walk disagreed a few times in 50,000).
 func TestSnapshotCountersMatchItsBlocks(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
 	_, a := newCPUAllocator(t, 1<<30)

@@ -13,7 +13,7 @@ import (
 // A watched call runs on a reused worker goroutine while its caller waits;
 // one monitor goroutine per process keeps every deadline (monitor.go), so a
 // call costs a hand-off to a parked worker and back, not a new goroutine,
-// timer and channel (issue 12, item 3; BENCHMARKS.md).
+// timer and channel (BENCHMARKS.md).
 type watchdog struct {
 	timeout time.Duration // 0: no watchdog
 	stuck   atomic.Int32

@@ -5,23 +5,14 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
-// ErrInvalidConfig is a config string or option that cannot be used: a
-// syntax error, an unknown option, a value of the wrong kind. It also
-// matches alloc.ErrInvalidValue. Open never falls back past it: a typo is
-// the user's to fix, not a reason to run on another backend.
-var ErrInvalidConfig error = configError{}
-
-// configError is ErrInvalidConfig: its own message, matching
-// alloc.ErrInvalidValue too, so a wrapped error reads "invalid backend
-// config: …" once rather than "invalid value: invalid backend config: …".
-type configError struct{}
-
-func (configError) Error() string { return "invalid backend config" }
-
-func (configError) Is(target error) bool { return target == alloc.ErrInvalidValue }
+// ErrInvalidConfig is a config string or option that cannot be used
+// (driver.ErrInvalidConfig, the same value: a backend's opener returns it).
+// It also matches driver.ErrInvalidValue. Open never falls back past it: a
+// typo is the user's to fix, not a reason to run on another backend.
+var ErrInvalidConfig = driver.ErrInvalidConfig
 
 // EnvVar is the environment variable FromEnv reads.
 const EnvVar = "CAPALLOC_BACKEND"

@@ -150,6 +150,6 @@ func TestStrictFlagIsNotABackend(t *testing.T) {
 	require.ErrorIs(t, err, backends.ErrInvalidConfig, "a chain of only the flag is empty")
 	_, err = backends.ParseConfig("strict:memory_limit=1GiB;cpu")
 	require.ErrorIs(t, err, backends.ErrInvalidConfig)
-	f := func(context.Context, backends.Choice) (driver.Driver, error) { return nil, nil }
-	require.Panics(t, func() { backends.Register("strict", f) })
+	f := func(context.Context, driver.Options, driver.Memory) (driver.Driver, error) { return nil, nil }
+	require.Panics(t, func() { driver.Register("strict", f) }, "the chain's flag cannot name a backend")
 }

@@ -2,148 +2,23 @@ package backends
 
 import (
 	"fmt"
-	"slices"
-	"sort"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/confval"
 )
 
-// Options are one backend's settings, as "key=value" pairs (from a config
-// string, or built in Go). Keys are lower_snake_case. The typed getters
-// return an error wrapping ErrInvalidConfig that names the key and the bad
-// value; a factory calls Check with the keys it knows, so a typo is an error
-// instead of a silently ignored setting.
-type Options map[string]string
-
-// Get returns the value of key, or def when it is not set.
-func (o Options) Get(key, def string) string {
-	if v, ok := o[key]; ok {
-		return v
-	}
-	return def
-}
-
-// Int parses key as a decimal integer.
-func (o Options) Int(key string, def int) (int, error) {
-	v, ok := o[key]
-	if !ok {
-		return def, nil
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(v))
-	if err != nil {
-		return def, o.bad(key, "an integer")
-	}
-	return n, nil
-}
-
-// Bool parses key as true/false (also 1/0, yes/no, on/off, any case).
-func (o Options) Bool(key string, def bool) (bool, error) {
-	v, ok := o[key]
-	if !ok {
-		return def, nil
-	}
-	b, ok := confval.Bool(v)
-	if !ok {
-		return def, o.bad(key, confval.BoolForms)
-	}
-	return b, nil
-}
-
-// CaptureSafety reads the capture_safety option every backend takes
-// (strict or documented: docs/capture-safety.md); driver.SafetyUnset when
-// it is not set, leaving the driver's classification of the device.
-func CaptureSafety(o Options) (driver.CaptureSafety, error) {
-	v, ok := o["capture_safety"]
-	if !ok {
-		return driver.SafetyUnset, nil
-	}
-	s, err := driver.ParseCaptureSafety(strings.ToLower(strings.TrimSpace(v)))
-	if err != nil {
-		return driver.SafetyUnset, o.bad("capture_safety", "strict or documented")
-	}
-	return s, nil
-}
-
-// Duration parses key with time.ParseDuration ("250ms", "5s").
-func (o Options) Duration(key string, def time.Duration) (time.Duration, error) {
-	v, ok := o[key]
-	if !ok {
-		return def, nil
-	}
-	d, err := time.ParseDuration(strings.TrimSpace(v))
-	if err != nil || d < 0 {
-		return def, o.bad(key, "a non-negative duration such as 500ms or 5s")
-	}
-	return d, nil
-}
-
-// Bytes parses key as a byte count: a plain number, or one with a binary
-// (KiB, MiB, GiB, TiB) or decimal (KB, MB, GB, TB) suffix; "8GiB", "512m"
-// (single letters are binary, as in most tools), "1024".
-func (o Options) Bytes(key string, def int64) (int64, error) {
-	v, ok := o[key]
-	if !ok {
-		return def, nil
-	}
-	n, err := ParseBytes(v)
-	if err != nil {
-		return def, o.bad(key, "a byte size such as 8GiB, 512MiB or 1048576")
-	}
-	return n, nil
-}
-
-// Check fails, with an error wrapping ErrInvalidConfig that lists the known
-// keys, when o holds a key that is not among them.
-func (o Options) Check(known ...string) error {
-	var unknown []string
-	for k := range o {
-		if !slices.Contains(known, k) {
-			unknown = append(unknown, k)
-		}
-	}
-	if len(unknown) == 0 {
-		return nil
-	}
-	sort.Strings(unknown)
-	k := append([]string(nil), known...)
-	sort.Strings(k)
-	return fmt.Errorf("%w: unknown option %s (known: %s)", ErrInvalidConfig, strings.Join(unknown, ", "), strings.Join(k, ", "))
-}
-
-// String renders o as "k=v,k=v" with sorted keys, the form ParseConfig reads.
-func (o Options) String() string {
-	keys := make([]string, 0, len(o))
-	for k := range o {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + o[k]
-	}
-	return strings.Join(parts, ",")
-}
-
-// Clone returns a copy that can be changed without touching o.
-func (o Options) Clone() Options {
-	c := make(Options, len(o))
-	for k, v := range o {
-		c[k] = v
-	}
-	return c
-}
-
-// bad is the error for option key's value; want says what is accepted (the
-// parser's own error would only say it again).
-func (o Options) bad(key, want string) error {
-	return fmt.Errorf("%w: option %s=%q: want %s", ErrInvalidConfig, key, o[key], want)
-}
+// Options are one backend's settings, as "key=value" pairs: the type a
+// backend's opener reads (driver.Options, with its typed getters and
+// Check), named here for programs that build a Choice in Go.
+type Options = driver.Options
 
 // ParseBytes reads a byte size as Options.Bytes does (internal/confval:
 // the same reading as alloc.ParseOptions's sizes). Errors wrap
-// alloc.ErrInvalidValue.
-func ParseBytes(s string) (int64, error) { return confval.Bytes(s) }
+// driver.ErrInvalidValue.
+func ParseBytes(s string) (int64, error) {
+	n, err := confval.Bytes(s)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", driver.ErrInvalidValue, err)
+	}
+	return n, nil
+}

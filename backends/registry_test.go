@@ -55,11 +55,11 @@ func TestCPURejectsBadOptions(t *testing.T) {
 }
 
 func TestRegisterRejectsDuplicatesAndBadNames(t *testing.T) {
-	f := func(context.Context, backends.Choice) (driver.Driver, error) { return nil, nil }
-	require.Panics(t, func() { backends.Register("cpu", f) })
-	require.Panics(t, func() { backends.Register("a:b", f) })
-	require.Panics(t, func() { backends.Register("", f) })
-	require.Panics(t, func() { backends.Register("x-nil", nil) })
+	f := func(context.Context, driver.Options, driver.Memory) (driver.Driver, error) { return nil, nil }
+	require.Panics(t, func() { driver.Register("cpu", f) }, "cpu registered itself")
+	require.Panics(t, func() { driver.Register("a:b", f) })
+	require.Panics(t, func() { driver.Register("", f) })
+	require.Panics(t, func() { driver.Register("x-nil", nil) })
 }
 
 func TestParseConfig(t *testing.T) {
@@ -101,12 +101,12 @@ func TestParseBytes(t *testing.T) {
 func registerFake(t *testing.T, err error) (string, *atomic.Int32) {
 	var n atomic.Int32
 	name := fmt.Sprintf("fake-%s-%p", t.Name(), &n)
-	backends.Register(name, func(ctx context.Context, c backends.Choice) (driver.Driver, error) {
+	driver.Register(name, func(ctx context.Context, o driver.Options, _ driver.Memory) (driver.Driver, error) {
 		n.Add(1)
 		if err != nil {
 			return nil, err
 		}
-		return backends.Choice{Name: "cpu", Options: c.Options}.Open(ctx)
+		return backends.Choice{Name: "cpu", Options: o}.Open(ctx)
 	})
 	return name, &n
 }

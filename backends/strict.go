@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/confval"
 )
 
@@ -21,8 +22,8 @@ import (
 const StrictEnvVar = "CAPALLOC_STRICT"
 
 // strictFlag is the chain element that turns on strict mode for its
-// chain ("strict;cuda;cpu"); no backend may be registered under it.
-const strictFlag = "strict"
+// chain ("strict;cuda;cpu"); driver.Register refuses it as a name.
+const strictFlag = driver.ReservedName
 
 // strictMode reports whether cfg opens in strict mode, and returns its
 // backend choices (cfg without the strict element). A value of

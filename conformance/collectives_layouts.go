@@ -13,8 +13,8 @@ import (
 	"github.com/capalloc/capalloc/symheap"
 )
 
-// oddLayouts: every collective, and Axpy, on every layout the API accepts
-// (issue 27, item 10). A reduce-scatter of halves with an odd count per
+// oddLayouts: every collective, and Axpy, on every layout the API
+// accepts. A reduce-scatter of halves with an odd count per
 // chunk starts rank r's chunk 2 bytes past a 4-byte boundary; a
 // hand-written Tensor may start at any byte. A kernel that moved these
 // with 16-byte or 4-byte accesses would fault on a GPU (misaligned

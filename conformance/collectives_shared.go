@@ -14,9 +14,9 @@ import (
 // round after round: each queues an all-reduce, frees a scratch AllocSync
 // buffer (a device-synchronizing call, which waits for every stream's
 // work) and synchronizes. Nobody replays fewer times and nobody dies, so
-// every round completes. On cpu the synchronous free used to run the other
-// rank's queued barrier in the freeing goroutine, ahead of its own, and
-// both ranks timed out (issue 21).
+// every round completes. A synchronous free must not run another rank's
+// queued barrier in the freeing goroutine, ahead of the freeing rank's own
+// work: both ranks would wait for each other until they timed out.
 func (s *suite) ranksShareADriver(t *testing.T) {
 	const n, rounds = 2, 20
 	d := s.openDriver(t)

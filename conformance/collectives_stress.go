@@ -16,8 +16,7 @@ import (
 )
 
 // StressReplaysEnv sets how many replays stress_replays makes (default
-// 20, 50 with CAPALLOC_TEST_FULL=1 as in .ci/run; the GPU run owed by
-// issue 20 uses 10000).
+// 20, 50 with CAPALLOC_TEST_FULL=1 as in .ci/run; a GPU run uses 10000).
 const StressReplaysEnv = "CAPALLOC_STRESS_REPLAYS"
 
 // stressReplays: four ranks capture one step (fresh inputs in, a one-shot

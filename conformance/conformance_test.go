@@ -95,7 +95,7 @@ func TestLookupUnknownBackendFails(t *testing.T) {
 func TestLookupUnavailableBackendFails(t *testing.T) {
 	// A registered backend whose library is missing.
 	if !slices.Contains(backends.Names(), "conformance-test-missing") { // -count=N
-		backends.Register("conformance-test-missing", func(context.Context, backends.Choice) (driver.Driver, error) {
+		driver.Register("conformance-test-missing", func(context.Context, driver.Options, driver.Memory) (driver.Driver, error) {
 			return nil, fmt.Errorf("%w: libmissing.so not found", driver.ErrBackendUnavailable)
 		})
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/internal/allochooks"
+	"github.com/capalloc/capalloc/internal/allocipc"
 )
 
 // inFlight: a blocking call that uses a buffer (a pageable copy, an IPC
@@ -22,8 +22,8 @@ import (
 // the call: the call completes, or fails with ErrInvalidBuffer before it
 // reaches the driver, and the memory goes back once the call is done. On a
 // GPU a copy into freed memory is an illegal-address fault that poisons the
-// context for every allocator in the process. Before issue 21 the copy
-// reached the driver after the memory was gone ("no allocation").
+// context for every allocator in the process; cpu refuses such a copy
+// with an error, which the suite sees.
 func (s *suite) inFlight(t *testing.T) {
 	t.Run("abandoned", s.inFlightAbandoned)
 	for _, use := range inFlightUses {
@@ -55,7 +55,7 @@ var inFlightUses = []inFlightUse{
 		return a.Download(make([]byte, b.Size()), b, 0)
 	}},
 	{"ipc_export", alloctest.MethodIPCGetMemHandle, true, func(a *alloc.Allocator, b alloc.Buffer) error {
-		_, err := allochooks.Export(a, b)
+		_, err := allocipc.Export(a, b)
 		return err
 	}},
 }
@@ -159,8 +159,7 @@ func (s *suite) releaseWaitsForInFlightUse(t *testing.T, use inFlightUse, rel in
 // the buffer's graph, or the allocator, closed meanwhile keeps the memory
 // (and the stream) until the call finally returns, and then gives it back.
 // Nobody sees the abandoned call's result, so the driver's answer to it is
-// counted: before issue 21 it was an error on freed memory or a destroyed
-// stream.
+// counted: it must not be an error on freed memory or a destroyed stream.
 func (s *suite) inFlightAbandoned(t *testing.T) {
 	for _, rel := range []struct {
 		name   string

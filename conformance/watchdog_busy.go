@@ -17,7 +17,7 @@ import (
 // (a host function that blocks) costs the caller the deadline, whichever
 // way the allocator waits: on the backend's own driver, not the suite's
 // spy, so a driver that can be polled (driver.StreamIdler, StreamPoller) is
-// waited for by polling on the caller's goroutine (issue 23). Once the work
+// waited for by polling on the caller's goroutine. Once the work
 // ends, the stream synchronizes again.
 func (s *suite) watchdogBusyStream(t *testing.T) {
 	d := s.openDriver(t)

@@ -17,9 +17,9 @@ import (
 // function returns, the capture is ended, its graph discarded, the domain
 // forgets it (the sibling's unsafe calls are allowed again) and Close's
 // teardown runs: nothing the closed allocator held stays with the driver.
-// Before issue 21, Close left the capture to the goroutine waiting for the
-// function, which left it to Close: the sibling was refused forever and
-// the driver kept the memory.
+// Close and the goroutine waiting for the function must not each leave
+// the capture's end to the other: the sibling would be refused forever and
+// the driver would keep the memory.
 func (s *suite) abandonedCaptureOutlivesClose(t *testing.T) {
 	e := s.env(t)
 	sib := e.newAllocator(alloc.Options{})

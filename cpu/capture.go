@@ -3,7 +3,6 @@ package cpu
 import (
 	"fmt"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
@@ -19,7 +18,7 @@ const (
 // invalidate it without touching the stream's lock.
 type capture struct {
 	s      *stream
-	mode   alloc.CaptureMode
+	mode   driver.CaptureMode
 	state  captureState
 	reason error // what invalidated it
 	ops    opChunks
@@ -39,7 +38,7 @@ func (c *capture) invalidateLocked(reason error) {
 // gets. d.mu held.
 func (c *capture) invalidatedErr(what string) error {
 	return fmt.Errorf("%w: cpu: %s on stream %#x: %s-mode capture was invalidated by: %v",
-		alloc.ErrCaptureInvalidated, what, uint64(c.s.h), c.mode, c.reason)
+		driver.ErrCaptureInvalidated, what, uint64(c.s.h), c.mode, c.reason)
 }
 
 // captureFailed reports err for an operation on c's stream: like CUDA, a
@@ -68,8 +67,8 @@ func (d *Driver) refuseOnCapturing(s *stream, what string) error {
 // for a thread in Global mode, the default). Callers in ThreadLocal or
 // Relaxed mode, and ThreadLocal or Relaxed captures, are unaffected: the
 // emulation cannot tell threads apart. d.mu held.
-func (d *Driver) refuseUnsafeLocked(what string, interaction alloc.CaptureMode) error {
-	if interaction != alloc.Global || len(d.globalCaps) == 0 {
+func (d *Driver) refuseUnsafeLocked(what string, interaction driver.CaptureMode) error {
+	if interaction != driver.Global || len(d.globalCaps) == 0 {
 		return nil
 	}
 	err := errf(driver.ErrCaptureIllegalOp, "%s while %d global-mode stream capture(s) are under way on %s",
@@ -108,7 +107,7 @@ func (d *Driver) record(c *capture, o *op, what string) error {
 	}
 	for _, r := range [2]*allocation{o.dst, o.src} {
 		if r != nil && r.freedIn == c {
-			err := errf(alloc.ErrInvalidValue, "%s on capturing stream %#x: allocation %#x was freed earlier in this capture",
+			err := errf(driver.ErrInvalidValue, "%s on capturing stream %#x: allocation %#x was freed earlier in this capture",
 				what, uint64(c.s.h), uint64(r.base()))
 			c.invalidateLocked(err)
 			return err
@@ -121,7 +120,7 @@ func (d *Driver) record(c *capture, o *op, what string) error {
 // opChunks records a capture's operations in fixed-size chunks: appending
 // never copies what was recorded, and no allocation grows with the
 // capture, so recording costs the same per operation at 1e3 or 1e5
-// operations (issue 12). The graph keeps the chunks as they are: no copy
+// operations. The graph keeps the chunks as they are: no copy
 // into one slice at the end either.
 type opChunks [][]op
 
@@ -136,7 +135,7 @@ func (c *opChunks) add(o *op) {
 }
 
 // BeginCapture starts recording the work submitted to s.
-func (d *Driver) BeginCapture(h driver.Stream, mode alloc.CaptureMode) error {
+func (d *Driver) BeginCapture(h driver.Stream, mode driver.CaptureMode) error {
 	const what = "begin capture"
 	if d.closed.Load() {
 		return errClosed(what)
@@ -149,9 +148,9 @@ func (d *Driver) BeginCapture(h driver.Stream, mode alloc.CaptureMode) error {
 		return err
 	}
 	switch mode {
-	case alloc.Global, alloc.ThreadLocal, alloc.Relaxed:
+	case driver.Global, driver.ThreadLocal, driver.Relaxed:
 	default:
-		return errf(alloc.ErrInvalidValue, "%s: capture mode %d", what, int(mode))
+		return errf(driver.ErrInvalidValue, "%s: capture mode %d", what, int(mode))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -159,11 +158,11 @@ func (d *Driver) BeginCapture(h driver.Stream, mode alloc.CaptureMode) error {
 		return errDestroyed(h, what)
 	}
 	if s.cap != nil {
-		return errf(alloc.ErrAlreadyCapturing, "%s: stream %#x", what, uint64(h))
+		return errf(driver.ErrAlreadyCapturing, "%s: stream %#x", what, uint64(h))
 	}
 	c := &capture{s: s, mode: mode}
 	d.mu.Lock()
-	if mode == alloc.Global {
+	if mode == driver.Global {
 		d.globalCaps[c] = struct{}{}
 	}
 	d.allCaps[c] = struct{}{}
@@ -188,7 +187,7 @@ func (d *Driver) EndCapture(h driver.Stream) (driver.GraphHandle, error) {
 	defer s.mu.Unlock()
 	c := s.cap
 	if c == nil {
-		return 0, errf(alloc.ErrNotCapturing, "%s: stream %#x", what, uint64(h))
+		return 0, errf(driver.ErrNotCapturing, "%s: stream %#x", what, uint64(h))
 	}
 	s.cap = nil
 	s.capturing.Store(false)

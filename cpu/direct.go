@@ -3,7 +3,6 @@ package cpu
 import (
 	"sync"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
@@ -29,7 +28,7 @@ func (d *Driver) DirectSpan(p driver.DevicePtr, n int64, h driver.Stream) (span 
 	r, off, why := d.resolve(p, n)
 	if why != "" {
 		unhold()
-		return nil, nil, errf(alloc.ErrInvalidValue, "%s %#x+%d: %s", what, uint64(p), n, why)
+		return nil, nil, errf(driver.ErrInvalidValue, "%s %#x+%d: %s", what, uint64(p), n, why)
 	}
 	unlock := d.lockVM(r, nil)
 	if span, err = r.span(off, n, what); err != nil {

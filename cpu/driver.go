@@ -12,9 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/backends"
 )
 
 const (
@@ -40,7 +38,7 @@ const (
 // Options configures an emulated device.
 type Options struct {
 	// MemoryLimit is the device memory size in bytes (0: DefaultMemoryLimit).
-	// It is enforced: allocations past it fail with alloc.ErrOutOfMemory
+	// It is enforced: allocations past it fail with driver.ErrOutOfMemory
 	// before any Go memory is allocated.
 	MemoryLimit int64
 	// HostMemoryLimit caps pinned host memory from HostAlloc (0: the same as
@@ -51,11 +49,11 @@ type Options struct {
 	NoCapture bool
 	// HostMemory, when set, supplies HostAlloc's memory (the plugin server
 	// passes shared memory); nil: the Go heap. HostMemoryLimit still applies.
-	HostMemory backends.HostMemory
+	HostMemory driver.HostMemory
 	// DeviceMemory, when set, supplies the bytes behind device allocations
 	// (the plugin server passes shared memory, which DirectSpan hands out);
 	// nil: the Go heap. MemoryLimit still applies.
-	DeviceMemory backends.DeviceMemory
+	DeviceMemory driver.DeviceMemory
 	// Profile emulates a device's safety profile (docs/capture-safety.md):
 	// "" is the documented CUDA rules; "gb10" is NVIDIA GB10 (sm_121,
 	// integrated, unified memory): Info reports it, its capture safety is
@@ -84,8 +82,8 @@ type Driver struct {
 	limit     int64
 	hostLimit int64
 	noCapture bool
-	hostMem   backends.HostMemory   // nil: HostAlloc uses the Go heap
-	devMem    backends.DeviceMemory // nil: device allocations use the Go heap
+	hostMem   driver.HostMemory   // nil: HostAlloc uses the Go heap
+	devMem    driver.DeviceMemory // nil: device allocations use the Go heap
 
 	closed atomic.Bool
 
@@ -122,6 +120,18 @@ type Driver struct {
 	safety     driver.CaptureSafety  // Info's CaptureSafety
 }
 
+// The optional interfaces the cpu driver implements
+// (alloc/driver/optional.go), checked when the package compiles.
+var (
+	_ driver.HostFuncLauncher = (*Driver)(nil)
+	_ driver.StreamIdler      = (*Driver)(nil)
+	_ driver.StreamPoller     = (*Driver)(nil)
+	_ driver.MemInfoer        = (*Driver)(nil)
+	_ driver.UsageReporter    = (*Driver)(nil)
+	_ driver.DirectSpanner    = (*Driver)(nil)
+	_ driver.VirtualMemory    = (*Driver)(nil)
+)
+
 var (
 	_ driver.Driver           = (*Driver)(nil)
 	_ driver.UsageReporter    = (*Driver)(nil)
@@ -134,7 +144,7 @@ var (
 func New(opts Options) (*Driver, error) {
 	if opts.MemoryLimit < 0 || opts.HostMemoryLimit < 0 {
 		return nil, fmt.Errorf("%w: cpu: negative memory limit (device %d, host %d)",
-			alloc.ErrInvalidValue, opts.MemoryLimit, opts.HostMemoryLimit)
+			driver.ErrInvalidValue, opts.MemoryLimit, opts.HostMemoryLimit)
 	}
 	if opts.MemoryLimit == 0 {
 		opts.MemoryLimit = DefaultMemoryLimit
@@ -148,7 +158,7 @@ func New(opts Options) (*Driver, error) {
 	case ProfileGB10:
 		safety = driver.SafetyStrict
 	default:
-		return nil, fmt.Errorf("%w: cpu: profile %q: want %q or none", alloc.ErrInvalidValue, opts.Profile, ProfileGB10)
+		return nil, fmt.Errorf("%w: cpu: profile %q: want %q or none", driver.ErrInvalidValue, opts.Profile, ProfileGB10)
 	}
 	if opts.CaptureSafety != driver.SafetyUnset {
 		safety = opts.CaptureSafety
@@ -309,7 +319,7 @@ func (d *Driver) handle() uint64 {
 }
 
 func errClosed(op string) error {
-	return fmt.Errorf("%w: cpu: %s: driver is closed", alloc.ErrClosed, op)
+	return fmt.Errorf("%w: cpu: %s: driver is closed", driver.ErrClosed, op)
 }
 
 func errf(sentinel error, format string, args ...any) error {

@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
@@ -49,7 +48,7 @@ func (d *Driver) releaseIfUnusedLocked(g *graph) {
 func (d *Driver) materializeLocked(e *graphExec, what string) error {
 	for _, r := range e.g.allocs {
 		if !r.graphFreed && r.materialized && !e.autoFree {
-			return errf(alloc.ErrInvalidValue,
+			return errf(driver.ErrInvalidValue,
 				"%s: allocation %#x from the previous launch was not freed (instantiate with autoFree)", what, uint64(r.base()))
 		}
 	}
@@ -69,11 +68,11 @@ func (d *Driver) GraphInstantiate(gh driver.GraphHandle, autoFree bool) (driver.
 	defer d.mu.Unlock()
 	g := d.graphs[gh]
 	if g == nil {
-		return 0, errf(alloc.ErrInvalidValue, "graph instantiate: unknown graph %#x", uint64(gh))
+		return 0, errf(driver.ErrInvalidValue, "graph instantiate: unknown graph %#x", uint64(gh))
 	}
 	if len(g.allocs) > 0 && g.execs > 0 {
 		// CUDA: a graph with memory nodes has at most one instantiation.
-		return 0, errf(alloc.ErrInvalidValue, "graph instantiate: graph %#x has %d allocation node(s) and is already instantiated",
+		return 0, errf(driver.ErrInvalidValue, "graph instantiate: graph %#x has %d allocation node(s) and is already instantiated",
 			uint64(gh), len(g.allocs))
 	}
 	e := &graphExec{h: driver.GraphExec(d.handle()), g: g, ops: g.ops, autoFree: autoFree}
@@ -101,7 +100,7 @@ func (d *Driver) GraphLaunch(eh driver.GraphExec, h driver.Stream) error {
 	counted := false
 	switch {
 	case e == nil:
-		err = errf(alloc.ErrInvalidValue, "%s: unknown graph exec %#x", what, uint64(eh))
+		err = errf(driver.ErrInvalidValue, "%s: unknown graph exec %#x", what, uint64(eh))
 	case s.cap != nil:
 		err = errf(driver.ErrCaptureIllegalOp, "%s into capturing stream %#x: a graph launch is not captured", what, uint64(h))
 	case !s.destroyed:
@@ -137,7 +136,7 @@ func (d *Driver) GraphExecDestroy(eh driver.GraphExec) error {
 	defer d.mu.Unlock()
 	e := d.execs[eh]
 	if e == nil {
-		return errf(alloc.ErrInvalidValue, "graph exec destroy: unknown graph exec %#x", uint64(eh))
+		return errf(driver.ErrInvalidValue, "graph exec destroy: unknown graph exec %#x", uint64(eh))
 	}
 	delete(d.execs, eh)
 	e.g.execs--
@@ -156,7 +155,7 @@ func (d *Driver) GraphDestroy(gh driver.GraphHandle) error {
 	defer d.mu.Unlock()
 	g := d.graphs[gh]
 	if g == nil {
-		return errf(alloc.ErrInvalidValue, "graph destroy: unknown graph %#x", uint64(gh))
+		return errf(driver.ErrInvalidValue, "graph destroy: unknown graph %#x", uint64(gh))
 	}
 	delete(d.graphs, gh)
 	g.destroyed = true

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/hostregion"
 )
@@ -31,9 +30,9 @@ func (r hostRegion) size() uintptr  { return uintptr(len(r.buf)) }
 // HostAlloc returns "pinned" host memory: ordinary Go memory (or memory from
 // Options.HostMemory), counted and registered so the async copies can tell
 // it from pageable memory.
-func (d *Driver) HostAlloc(size int64) ([]byte, error) { return d.hostAlloc(size, alloc.Global) }
+func (d *Driver) HostAlloc(size int64) ([]byte, error) { return d.hostAlloc(size, driver.Global) }
 
-func (d *Driver) hostAlloc(size int64, interaction alloc.CaptureMode) ([]byte, error) {
+func (d *Driver) hostAlloc(size int64, interaction driver.CaptureMode) ([]byte, error) {
 	const what = "host alloc"
 	if d.closed.Load() {
 		return nil, errClosed(what)
@@ -49,12 +48,12 @@ func (d *Driver) hostAlloc(size int64, interaction alloc.CaptureMode) ([]byte, e
 	}
 	if size <= 0 {
 		d.mu.Unlock()
-		return nil, errf(alloc.ErrInvalidValue, "%s: size %d", what, size)
+		return nil, errf(driver.ErrInvalidValue, "%s: size %d", what, size)
 	}
 	if size > d.hostLimit-d.hostLive {
 		live := d.hostLive
 		d.mu.Unlock()
-		return nil, errf(alloc.ErrOutOfMemory, "%s %d B: %d of %d B of pinned host memory in use", what, size, live, d.hostLimit)
+		return nil, errf(driver.ErrOutOfMemory, "%s %d B: %d of %d B of pinned host memory in use", what, size, live, d.hostLimit)
 	}
 	d.hostLive += size
 	d.mu.Unlock()
@@ -64,7 +63,7 @@ func (d *Driver) hostAlloc(size int64, interaction alloc.CaptureMode) ([]byte, e
 		d.mu.Lock()
 		d.hostLive -= size
 		d.mu.Unlock()
-		return nil, errf(alloc.ErrOutOfMemory, "%s %d B: %v", what, size, err)
+		return nil, errf(driver.ErrOutOfMemory, "%s %d B: %v", what, size, err)
 	}
 
 	d.mu.Lock()
@@ -88,9 +87,9 @@ func (d *Driver) hostAlloc(size int64, interaction alloc.CaptureMode) ([]byte, e
 
 // HostFree releases a HostAlloc buffer, passed exactly as returned. Like
 // cudaFreeHost it first waits for queued work, which may still use it.
-func (d *Driver) HostFree(b []byte) error { return d.hostFree(b, alloc.Global) }
+func (d *Driver) HostFree(b []byte) error { return d.hostFree(b, driver.Global) }
 
-func (d *Driver) hostFree(b []byte, interaction alloc.CaptureMode) error {
+func (d *Driver) hostFree(b []byte, interaction driver.CaptureMode) error {
 	const what = "host free"
 	if d.closed.Load() {
 		return errClosed(what)
@@ -111,7 +110,7 @@ func (d *Driver) hostFree(b []byte, interaction alloc.CaptureMode) error {
 	}
 	if i < 0 {
 		d.mu.Unlock()
-		return errf(alloc.ErrInvalidValue, "%s %#x (%d B): not a buffer from HostAlloc, or already freed", what, addr(b), len(b))
+		return errf(driver.ErrInvalidValue, "%s %#x (%d B): not a buffer from HostAlloc, or already freed", what, addr(b), len(b))
 	}
 	r := rs[i]
 	rs = slices.Delete(slices.Clone(rs), i, i+1)

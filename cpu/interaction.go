@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
@@ -14,8 +13,8 @@ import (
 // calls ignore other streams' captures, as CUDA lets such a thread make
 // them, and synchronize or query streams that are not capturing. Every
 // other method, and all state, is d's own.
-func (d *Driver) WithInteractionMode(m alloc.CaptureMode) driver.Driver {
-	if m == alloc.Global {
+func (d *Driver) WithInteractionMode(m driver.CaptureMode) driver.Driver {
+	if m == driver.Global {
 		return d
 	}
 	return &interactionView{Driver: d, mode: m}
@@ -24,7 +23,7 @@ func (d *Driver) WithInteractionMode(m alloc.CaptureMode) driver.Driver {
 // interactionView overrides only the device-wide unsafe calls.
 type interactionView struct {
 	*Driver
-	mode alloc.CaptureMode
+	mode driver.CaptureMode
 }
 
 func (v *interactionView) Malloc(size int64) (driver.DevicePtr, error) { return v.malloc(size, v.mode) }

@@ -3,7 +3,6 @@ package cpu
 import (
 	"sync/atomic"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
@@ -47,11 +46,11 @@ func (a *allocation) base() driver.DevicePtr { return driver.DevicePtr(uint64(a.
 // as long as it uses the bytes.
 func (a *allocation) span(off, n int64, what string) ([]byte, error) {
 	if a.dead.Load() {
-		return nil, errf(alloc.ErrInvalidValue, "%s: allocation %#x was freed before the stream reached this operation",
+		return nil, errf(driver.ErrInvalidValue, "%s: allocation %#x was freed before the stream reached this operation",
 			what, uint64(a.base()))
 	}
 	if a.vm != nil && !a.vm.covers(off, n) {
-		return nil, errf(alloc.ErrInvalidValue, "%s %#x+%d: not mapped (unmapped before the stream reached this operation)",
+		return nil, errf(driver.ErrInvalidValue, "%s %#x+%d: not mapped (unmapped before the stream reached this operation)",
 			what, uint64(a.base())+uint64(off), n)
 	}
 	return a.buf[off : off+n : off+n], nil
@@ -173,7 +172,7 @@ func (d *Driver) takeIDLocked() (uint32, bool) {
 // c, when set, is the capture that will own the memory; on, when set, is
 // the stream of a stream-ordered allocation, whose queued frees it may
 // reuse (reuseFreedLocked). d.mu must not be held.
-func (d *Driver) newAllocation(size int64, c *capture, on *stream, unsafeCall *alloc.CaptureMode, what string) (*allocation, error) {
+func (d *Driver) newAllocation(size int64, c *capture, on *stream, unsafeCall *driver.CaptureMode, what string) (*allocation, error) {
 	d.mu.Lock()
 	if d.closed.Load() {
 		d.mu.Unlock()
@@ -191,7 +190,7 @@ func (d *Driver) newAllocation(size int64, c *capture, on *stream, unsafeCall *a
 	}
 	if size <= 0 {
 		d.mu.Unlock()
-		return nil, errf(alloc.ErrInvalidValue, "%s: size %d", what, size)
+		return nil, errf(driver.ErrInvalidValue, "%s: size %d", what, size)
 	}
 	acct := (size + Alignment - 1) &^ (Alignment - 1)
 	if on != nil && size <= maxAllocationSize && acct > d.limit-d.live {
@@ -200,13 +199,13 @@ func (d *Driver) newAllocation(size int64, c *capture, on *stream, unsafeCall *a
 	if size > maxAllocationSize || acct > d.limit-d.live {
 		live, n := d.live, d.liveCount
 		d.mu.Unlock()
-		return nil, errf(alloc.ErrOutOfMemory, "%s %d B: %d of %d B in use by %d allocations",
+		return nil, errf(driver.ErrOutOfMemory, "%s %d B: %d of %d B in use by %d allocations",
 			what, size, live, d.limit, n)
 	}
 	id, ok := d.takeIDLocked()
 	if !ok {
 		d.mu.Unlock()
-		return nil, errf(alloc.ErrOutOfMemory, "%s %d B: all %d allocation ids in use", what, size, maxIDs-1)
+		return nil, errf(driver.ErrOutOfMemory, "%s %d B: all %d allocation ids in use", what, size, maxIDs-1)
 	}
 	d.live += acct
 	d.liveCount++
@@ -222,7 +221,7 @@ func (d *Driver) newAllocation(size int64, c *capture, on *stream, unsafeCall *a
 			d.live -= acct
 			d.liveCount--
 		}
-		return nil, errf(alloc.ErrOutOfMemory, "%s %d B: %v", what, size, err)
+		return nil, errf(driver.ErrOutOfMemory, "%s %d B: %v", what, size, err)
 	}
 	r := &allocation{id: id, buf: buf, size: size, acct: acct}
 
@@ -303,17 +302,17 @@ func (d *Driver) checkUserFreeLocked(p driver.DevicePtr, what string) (*allocati
 	r := d.baseLocked(p)
 	switch {
 	case r == nil:
-		return nil, errf(alloc.ErrInvalidValue, "%s %#x: not the base address of a live allocation", what, uint64(p))
+		return nil, errf(driver.ErrInvalidValue, "%s %#x: not the base address of a live allocation", what, uint64(p))
 	case r.vm != nil:
-		return nil, errf(alloc.ErrInvalidValue, "%s %#x: an address reservation (ReleaseAddress gives it back)", what, uint64(p))
+		return nil, errf(driver.ErrInvalidValue, "%s %#x: an address reservation (ReleaseAddress gives it back)", what, uint64(p))
 	case r.freeQueued:
-		return nil, errf(alloc.ErrInvalidValue, "%s %#x: already freed", what, uint64(p))
+		return nil, errf(driver.ErrInvalidValue, "%s %#x: already freed", what, uint64(p))
 	case r.cap != nil:
-		return nil, errf(alloc.ErrInvalidValue, "%s %#x: owned by a stream capture that has not ended", what, uint64(p))
+		return nil, errf(driver.ErrInvalidValue, "%s %#x: owned by a stream capture that has not ended", what, uint64(p))
 	case r.graph != nil && r.graphFreed:
-		return nil, errf(alloc.ErrInvalidValue, "%s %#x: freed inside a graph, which owns it until destroyed", what, uint64(p))
+		return nil, errf(driver.ErrInvalidValue, "%s %#x: freed inside a graph, which owns it until destroyed", what, uint64(p))
 	case r.graph != nil && !r.materialized:
-		return nil, errf(alloc.ErrInvalidValue, "%s %#x: graph allocation not allocated (graph not launched since it was last freed)",
+		return nil, errf(driver.ErrInvalidValue, "%s %#x: graph allocation not allocated (graph not launched since it was last freed)",
 			what, uint64(p))
 	}
 	return r, nil
@@ -335,9 +334,9 @@ func userFreeLocked(r *allocation) bool {
 // capture. Memory whose stream-ordered free has not run yet is not free
 // for it (as memory a CUDA pool keeps is not for cudaMalloc): the caller
 // synchronizes first.
-func (d *Driver) Malloc(size int64) (driver.DevicePtr, error) { return d.malloc(size, alloc.Global) }
+func (d *Driver) Malloc(size int64) (driver.DevicePtr, error) { return d.malloc(size, driver.Global) }
 
-func (d *Driver) malloc(size int64, interaction alloc.CaptureMode) (driver.DevicePtr, error) {
+func (d *Driver) malloc(size int64, interaction driver.CaptureMode) (driver.DevicePtr, error) {
 	if d.closed.Load() {
 		return 0, errClosed("malloc")
 	}
@@ -350,9 +349,9 @@ func (d *Driver) malloc(size int64, interaction alloc.CaptureMode) (driver.Devic
 
 // Free is cudaFree: it waits for all queued work on the device (which may
 // still use p) and then releases p (a graph allocation: as FreeAsync).
-func (d *Driver) Free(p driver.DevicePtr) error { return d.free(p, alloc.Global) }
+func (d *Driver) Free(p driver.DevicePtr) error { return d.free(p, driver.Global) }
 
-func (d *Driver) free(p driver.DevicePtr, interaction alloc.CaptureMode) error {
+func (d *Driver) free(p driver.DevicePtr, interaction driver.CaptureMode) error {
 	if d.closed.Load() {
 		return errClosed("free")
 	}
@@ -449,7 +448,7 @@ func (d *Driver) FreeAsync(p driver.DevicePtr, h driver.Stream) error {
 		}
 		r := d.baseLocked(p)
 		if r == nil || r.cap != c || r.freedIn != nil {
-			err := errf(alloc.ErrInvalidValue,
+			err := errf(driver.ErrInvalidValue,
 				"free async %#x on capturing stream %#x: not an allocation made, and not yet freed, in this capture",
 				uint64(p), uint64(h))
 			c.invalidateLocked(err)

@@ -3,7 +3,6 @@ package cpu
 import (
 	"sync/atomic"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
@@ -154,7 +153,7 @@ func (d *Driver) noop(s *stream, what string) error {
 
 // badRange fails an operation whose address does not resolve.
 func (d *Driver) badRange(s *stream, what string, p driver.DevicePtr, n int64, reason string) error {
-	return d.failed(s, errf(alloc.ErrInvalidValue, "%s %#x+%d: %s", what, uint64(p), n, reason))
+	return d.failed(s, errf(driver.ErrInvalidValue, "%s %#x+%d: %s", what, uint64(p), n, reason))
 }
 
 func (d *Driver) MemsetAsync(dst driver.DevicePtr, value byte, n int64, h driver.Stream) error {
@@ -287,7 +286,7 @@ func (d *Driver) blockingCopy(h driver.Stream, p driver.DevicePtr, host []byte, 
 		n := int64(len(host))
 		r, off, why := d.resolve(p, n)
 		if why != "" {
-			return errf(alloc.ErrInvalidValue, "%s %#x+%d: %s", what, uint64(p), n, why)
+			return errf(driver.ErrInvalidValue, "%s %#x+%d: %s", what, uint64(p), n, why)
 		}
 		defer d.lockVM(r, nil)()
 		b, err := r.span(off, n, what)
@@ -312,7 +311,7 @@ func (d *Driver) LaunchHostFunc(h driver.Stream, fn func() error) error {
 		return errClosed(what)
 	}
 	if fn == nil {
-		return errf(alloc.ErrInvalidValue, "%s: nil function", what)
+		return errf(driver.ErrInvalidValue, "%s: nil function", what)
 	}
 	s, err := d.stream(h, what)
 	if err != nil {

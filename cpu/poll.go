@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
@@ -17,7 +16,7 @@ import (
 // It is what lets the allocator bound a Synchronize by polling on its
 // caller's goroutine instead of handing the wait to a watched one.
 func (d *Driver) StreamPoll(h driver.Stream) (bool, error) {
-	s, err := d.waitable(h, "stream query", alloc.Global)
+	s, err := d.waitable(h, "stream query", driver.Global)
 	if err != nil {
 		return false, err
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/backends"
 )
 
 // Registered as "cpu", with options (config-string names):
@@ -17,12 +16,11 @@ import (
 //	capture_safety=strict   override the profile's capture safety
 //	                        (strict or documented: docs/capture-safety.md)
 //
-// The choice's Memory.Host, when set, backs HostAlloc; its Memory.Device
+// The Memory.Host handed to the opener, when set, backs HostAlloc; its Memory.Device
 // backs device allocations (the plugin server passes shared memory).
-func init() { backends.Register("cpu", openWith) }
+func init() { driver.Register("cpu", openWith) }
 
-func openWith(ctx context.Context, c backends.Choice) (driver.Driver, error) {
-	o := c.Options
+func openWith(ctx context.Context, o driver.Options, mem driver.Memory) (driver.Driver, error) {
 	if err := o.Check("memory_limit", "host_memory_limit", "no_capture", "profile", "capture_safety"); err != nil {
 		return nil, err
 	}
@@ -39,13 +37,13 @@ func openWith(ctx context.Context, c backends.Choice) (driver.Driver, error) {
 	}
 	opts.Profile = o.Get("profile", "")
 	if opts.Profile != "" && opts.Profile != ProfileGB10 {
-		return nil, fmt.Errorf("%w: cpu: profile %q: want %q", backends.ErrInvalidConfig, opts.Profile, ProfileGB10)
+		return nil, fmt.Errorf("%w: cpu: profile %q: want %q", driver.ErrInvalidConfig, opts.Profile, ProfileGB10)
 	}
-	if opts.CaptureSafety, err = backends.CaptureSafety(o); err != nil {
+	if opts.CaptureSafety, err = o.CaptureSafety(); err != nil {
 		return nil, err
 	}
-	opts.HostMemory = c.Memory.Host
-	opts.DeviceMemory = c.Memory.Device
+	opts.HostMemory = mem.Host
+	opts.DeviceMemory = mem.Device
 	d, err := New(opts)
 	if err != nil {
 		return nil, err // not a nil *Driver in a non-nil interface

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
@@ -49,11 +48,11 @@ func (d *Driver) stream(h driver.Stream, what string) (*stream, error) {
 	if s := (*d.streams.Load())[h]; s != nil {
 		return s, nil
 	}
-	return nil, errf(alloc.ErrInvalidValue, "%s: unknown stream %#x", what, uint64(h))
+	return nil, errf(driver.ErrInvalidValue, "%s: unknown stream %#x", what, uint64(h))
 }
 
 func errDestroyed(h driver.Stream, what string) error {
-	return errf(alloc.ErrInvalidValue, "%s: stream %#x was destroyed", what, uint64(h))
+	return errf(driver.ErrInvalidValue, "%s: stream %#x was destroyed", what, uint64(h))
 }
 
 // CreateStream makes a new stream. There is no default stream: handle 0 is
@@ -113,14 +112,14 @@ func (d *Driver) DestroyStream(h driver.Stream) error {
 // StreamSynchronize runs everything queued on s and reports the first
 // failure of that work. Illegal on a capturing stream.
 func (d *Driver) StreamSynchronize(h driver.Stream) error {
-	return d.wait(h, "stream synchronize", alloc.Global)
+	return d.wait(h, "stream synchronize", driver.Global)
 }
 
 // StreamQuery makes the device progress (runs the queue) and then reports
 // done. Illegal on a capturing stream.
-func (d *Driver) StreamQuery(h driver.Stream) (bool, error) { return d.query(h, alloc.Global) }
+func (d *Driver) StreamQuery(h driver.Stream) (bool, error) { return d.query(h, driver.Global) }
 
-func (d *Driver) query(h driver.Stream, interaction alloc.CaptureMode) (bool, error) {
+func (d *Driver) query(h driver.Stream, interaction driver.CaptureMode) (bool, error) {
 	if err := d.wait(h, "stream query", interaction); err != nil {
 		return false, err
 	}
@@ -132,7 +131,7 @@ func (d *Driver) query(h driver.Stream, interaction alloc.CaptureMode) (bool, er
 // when idle it reports, and clears, the failure of work already run, as a
 // synchronize would. Same rules as StreamQuery.
 func (d *Driver) StreamIdle(h driver.Stream) (bool, error) {
-	s, err := d.waitable(h, "stream query", alloc.Global)
+	s, err := d.waitable(h, "stream query", driver.Global)
 	if err != nil {
 		return false, err
 	}
@@ -153,24 +152,24 @@ func (d *Driver) StreamIdle(h driver.Stream) (bool, error) {
 // pageable cudaMemcpy does not touch another stream's capture when the
 // streams are non-blocking (cmd/cudatruth, CUDA 13.0), so only a capture on
 // s itself refuses it.
-const copyInteraction = alloc.Relaxed
+const copyInteraction = driver.Relaxed
 
 // wait drains s on behalf of the host. It is refused while s captures, and,
 // for a caller in Global interaction mode, while any Global-mode capture is
 // under way on the device: CUDA refuses a synchronize or query of an
 // unrelated stream then, and invalidates that capture (cmd/cudatruth,
 // CUDA 13.0).
-func (d *Driver) wait(h driver.Stream, what string, interaction alloc.CaptureMode) error {
+func (d *Driver) wait(h driver.Stream, what string, interaction driver.CaptureMode) error {
 	return d.waitThen(h, what, interaction, nil)
 }
 
 // waitThen is wait, then then() at the stream's place in its order: the
 // stream's execution lock is held from the drain to the end of then, so
 // work enqueued meanwhile (by another goroutine) runs after it, never
-// during it. A blocking copy is such a then: without it, a memset enqueued
-// and run by another goroutine between the drain and the copy tore the
-// copy (issue 8, item 5). then does not run when queued work failed.
-func (d *Driver) waitThen(h driver.Stream, what string, interaction alloc.CaptureMode, then func() error) error {
+// during it. A blocking copy is such a then: otherwise a memset enqueued
+// and run by another goroutine between the drain and the copy would tear
+// the copy. then does not run when queued work failed.
+func (d *Driver) waitThen(h driver.Stream, what string, interaction driver.CaptureMode, then func() error) error {
 	release, err := d.hold(h, what, interaction)
 	if err != nil {
 		return err
@@ -186,7 +185,7 @@ func (d *Driver) waitThen(h driver.Stream, what string, interaction alloc.Captur
 // stream's execution lock held (release gives it back), after everything
 // queued before has run, so work enqueued meanwhile runs after release.
 // On error (queued work failed included) nothing is held.
-func (d *Driver) hold(h driver.Stream, what string, interaction alloc.CaptureMode) (release func(), err error) {
+func (d *Driver) hold(h driver.Stream, what string, interaction driver.CaptureMode) (release func(), err error) {
 	s, err := d.waitable(h, what, interaction)
 	if err != nil {
 		return nil, err
@@ -204,7 +203,7 @@ func (d *Driver) hold(h driver.Stream, what string, interaction alloc.CaptureMod
 // waitable finds h and checks that the host may wait for it now: refused
 // while it captures, and, for a caller in Global interaction mode, while any
 // Global-mode capture is under way on the device (see wait).
-func (d *Driver) waitable(h driver.Stream, what string, interaction alloc.CaptureMode) (*stream, error) {
+func (d *Driver) waitable(h driver.Stream, what string, interaction driver.CaptureMode) (*stream, error) {
 	if d.closed.Load() {
 		return nil, errClosed(what)
 	}
@@ -328,11 +327,11 @@ func (d *Driver) runBatch(s *stream, q []op) {
 // drainAll waits until the work queued on every stream so far has run:
 // what a device-synchronizing call (cudaFree, cudaFreeHost) waits for. Each
 // stream with work runs it in a goroutine of its own, all concurrently, as
-// a device runs its streams; never in the caller's goroutine. Draining them
-// one after another there ran one stream's host functions in the caller
-// while the work they waited for (a peer rank's barrier) stayed queued
-// behind them on another stream: two collective ranks on one driver timed
-// out (issue 21).
+// a device runs its streams; never in the caller's goroutine. Drained one
+// after another there, one stream's host functions would run in the
+// caller while the work they wait for (a peer rank's barrier) stayed
+// queued behind them on another stream: two collective ranks on one
+// driver would time out.
 func (d *Driver) drainAll() {
 	var wg sync.WaitGroup
 	for _, s := range *d.streams.Load() {

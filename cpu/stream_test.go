@@ -198,9 +198,9 @@ func TestSynchronizeDoesNotBlockOtherStreams(t *testing.T) {
 // A device-synchronizing call (Free, HostFree) waits for every stream's
 // queued work, and the streams run it concurrently, as a device does: two
 // streams whose host functions wait for each other (a two-rank barrier)
-// complete, whichever goroutine synchronizes. Draining the streams one
-// after another in the caller's goroutine ran one rank's barrier there
-// while the other's stayed queued behind it, and both timed out (issue 21).
+// complete, whichever goroutine synchronizes. Drained one after another
+// in the caller's goroutine, one rank's barrier would run there while the
+// other's stayed queued behind it, and both would time out.
 func TestDeviceSyncRunsStreamsConcurrently(t *testing.T) {
 	for _, call := range []struct {
 		name string

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"slices"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
@@ -13,8 +12,6 @@ import (
 // reports as the recommended granularity on current GPUs, so a pool growing
 // on cpu rounds, and fragments, the way it will on a device.
 const VMGranularity int64 = 2 << 20
-
-var _ driver.VirtualMemory = (*Driver)(nil)
 
 // reservation is the mapped state of an allocation made by ReserveAddress:
 // the allocation's buf is the whole reserved range, inaccessible except
@@ -84,10 +81,10 @@ func (d *Driver) MapGranularity() int64 {
 // it counts as one live allocation and no bytes. Like Malloc it is refused
 // while a Global-mode capture is under way on the device.
 func (d *Driver) ReserveAddress(size int64) (driver.DevicePtr, error) {
-	return d.reserveAddress(size, alloc.Global)
+	return d.reserveAddress(size, driver.Global)
 }
 
-func (d *Driver) reserveAddress(size int64, interaction alloc.CaptureMode) (p driver.DevicePtr, err error) {
+func (d *Driver) reserveAddress(size int64, interaction driver.CaptureMode) (p driver.DevicePtr, err error) {
 	const what = "reserve address"
 	err = d.vmCall(what, interaction, func() error {
 		p, err = d.reserveRange(size, what)
@@ -99,9 +96,9 @@ func (d *Driver) reserveAddress(size int64, interaction alloc.CaptureMode) (p dr
 func (d *Driver) reserveRange(size int64, what string) (driver.DevicePtr, error) {
 	switch {
 	case size <= 0 || size%VMGranularity != 0:
-		return 0, errf(alloc.ErrInvalidValue, "%s: size %d is not a positive multiple of the granularity %d", what, size, VMGranularity)
+		return 0, errf(driver.ErrInvalidValue, "%s: size %d is not a positive multiple of the granularity %d", what, size, VMGranularity)
 	case size > maxAllocationSize:
-		return 0, errf(alloc.ErrOutOfMemory, "%s: %d B is more than a cpu device address spans (%d B)", what, size, int64(maxAllocationSize))
+		return 0, errf(driver.ErrOutOfMemory, "%s: %d B is more than a cpu device address spans (%d B)", what, size, int64(maxAllocationSize))
 	}
 	buf, err := vmReserve(size)
 	if err != nil {
@@ -112,7 +109,7 @@ func (d *Driver) reserveRange(size int64, what string) (driver.DevicePtr, error)
 	id, ok := d.takeIDLocked()
 	if !ok {
 		_ = vmRelease(buf)
-		return 0, errf(alloc.ErrOutOfMemory, "%s %d B: all %d allocation ids in use", what, size, maxIDs-1)
+		return 0, errf(driver.ErrOutOfMemory, "%s %d B: all %d allocation ids in use", what, size, maxIDs-1)
 	}
 	r := &allocation{id: id, buf: buf, size: size, vm: &reservation{}}
 	d.liveCount++
@@ -122,10 +119,10 @@ func (d *Driver) reserveRange(size int64, what string) (driver.DevicePtr, error)
 
 // ReleaseAddress gives back a whole reservation with nothing mapped in it.
 func (d *Driver) ReleaseAddress(base driver.DevicePtr, size int64) error {
-	return d.releaseAddress(base, size, alloc.Global)
+	return d.releaseAddress(base, size, driver.Global)
 }
 
-func (d *Driver) releaseAddress(base driver.DevicePtr, size int64, interaction alloc.CaptureMode) error {
+func (d *Driver) releaseAddress(base driver.DevicePtr, size int64, interaction driver.CaptureMode) error {
 	const what = "release address"
 	return d.vmCall(what, interaction, func() error { return d.releaseRange(base, size, what) })
 }
@@ -136,14 +133,14 @@ func (d *Driver) releaseRange(base driver.DevicePtr, size int64, what string) er
 	d.mu.Unlock()
 	switch {
 	case r == nil || r.vm == nil:
-		return errf(alloc.ErrInvalidValue, "%s %#x: not the base of a reservation", what, uint64(base))
+		return errf(driver.ErrInvalidValue, "%s %#x: not the base of a reservation", what, uint64(base))
 	case size != r.size:
-		return errf(alloc.ErrInvalidValue, "%s %#x: size %d, the reservation has %d B", what, uint64(base), size, r.size)
+		return errf(driver.ErrInvalidValue, "%s %#x: size %d, the reservation has %d B", what, uint64(base), size, r.size)
 	}
 	d.vmMu.Lock()
 	defer d.vmMu.Unlock()
 	if n := len(r.vm.maps); n > 0 {
-		return errf(alloc.ErrInvalidValue, "%s %#x: %d B still mapped in %d range(s): unmap them first",
+		return errf(driver.ErrInvalidValue, "%s %#x: %d B still mapped in %d range(s): unmap them first",
 			what, uint64(base), r.vm.mapped, n)
 	}
 	d.mu.Lock()
@@ -156,10 +153,10 @@ func (d *Driver) releaseRange(base driver.DevicePtr, size int64, what string) er
 // MapMemory backs [p, p+size) of a reservation with new zeroed memory,
 // counted against Options.MemoryLimit like Malloc's.
 func (d *Driver) MapMemory(p driver.DevicePtr, size int64) error {
-	return d.mapMemory(p, size, alloc.Global)
+	return d.mapMemory(p, size, driver.Global)
 }
 
-func (d *Driver) mapMemory(p driver.DevicePtr, size int64, interaction alloc.CaptureMode) error {
+func (d *Driver) mapMemory(p driver.DevicePtr, size int64, interaction driver.CaptureMode) error {
 	const what = "map memory"
 	return d.vmCall(what, interaction, func() error { return d.mapRange(p, size, what) })
 }
@@ -173,7 +170,7 @@ func (d *Driver) mapRange(p driver.DevicePtr, size int64, what string) error {
 	i := r.vm.first(off)
 	if i < len(r.vm.maps) && r.vm.maps[i].off < off+size {
 		m := r.vm.maps[i]
-		return errf(alloc.ErrInvalidValue, "%s %#x+%d: overlaps the mapped range %#x+%d",
+		return errf(driver.ErrInvalidValue, "%s %#x+%d: overlaps the mapped range %#x+%d",
 			what, uint64(p), size, uint64(r.base())+uint64(m.off), m.size)
 	}
 
@@ -181,7 +178,7 @@ func (d *Driver) mapRange(p driver.DevicePtr, size int64, what string) error {
 	if size > d.limit-d.live {
 		live, n := d.live, d.liveCount
 		d.mu.Unlock()
-		return errf(alloc.ErrOutOfMemory, "%s %d B: %d of %d B in use by %d allocations", what, size, live, d.limit, n)
+		return errf(driver.ErrOutOfMemory, "%s %d B: %d of %d B in use by %d allocations", what, size, live, d.limit, n)
 	}
 	d.live += size
 	d.mu.Unlock()
@@ -206,10 +203,10 @@ func (d *Driver) mapRange(p driver.DevicePtr, size int64, what string) error {
 // still use the range; work queued later that names it fails with
 // ErrInvalidValue.
 func (d *Driver) UnmapMemory(p driver.DevicePtr, size int64) error {
-	return d.unmapMemory(p, size, alloc.Global)
+	return d.unmapMemory(p, size, driver.Global)
 }
 
-func (d *Driver) unmapMemory(p driver.DevicePtr, size int64, interaction alloc.CaptureMode) error {
+func (d *Driver) unmapMemory(p driver.DevicePtr, size int64, interaction driver.CaptureMode) error {
 	const what = "unmap memory"
 	return d.vmCall(what, interaction, func() error { return d.unmapRange(p, size, what) })
 }
@@ -221,7 +218,7 @@ func (d *Driver) unmapRange(p driver.DevicePtr, size int64, what string) error {
 	}
 	i, found := slices.BinarySearchFunc(r.vm.maps, off, func(m vmRange, off int64) int { return cmp.Compare(m.off, off) })
 	if !found || r.vm.maps[i].size != size {
-		return errf(alloc.ErrInvalidValue, "%s %#x+%d: not a range MapMemory mapped (only whole mappings unmap)",
+		return errf(driver.ErrInvalidValue, "%s %#x+%d: not a range MapMemory mapped (only whole mappings unmap)",
 			what, uint64(p), size)
 	}
 	d.drainAll()
@@ -242,7 +239,7 @@ func (d *Driver) unmapRange(p driver.DevicePtr, size int64, what string) error {
 // synchronous and device wide like Malloc: refused while a Global-mode
 // capture is under way (for a caller in Global interaction mode), and on a
 // closed driver or where there is no virtual memory.
-func (d *Driver) vmCall(what string, interaction alloc.CaptureMode, fn func() error) error {
+func (d *Driver) vmCall(what string, interaction driver.CaptureMode, fn func() error) error {
 	if err := d.vmAvailable(what); err != nil {
 		return err
 	}
@@ -265,7 +262,7 @@ func (d *Driver) vmCall(what string, interaction alloc.CaptureMode, fn func() er
 func (d *Driver) vmRangeOf(p driver.DevicePtr, size int64, what string) (*allocation, int64, error) {
 	off := int64(uint64(p) & offsetMask)
 	if size <= 0 || size%VMGranularity != 0 || off%VMGranularity != 0 {
-		return nil, 0, errf(alloc.ErrInvalidValue, "%s %#x+%d: offset and size must be multiples of the granularity %d",
+		return nil, 0, errf(driver.ErrInvalidValue, "%s %#x+%d: offset and size must be multiples of the granularity %d",
 			what, uint64(p), size, VMGranularity)
 	}
 	d.mu.Lock()
@@ -273,9 +270,9 @@ func (d *Driver) vmRangeOf(p driver.DevicePtr, size int64, what string) (*alloca
 	d.mu.Unlock()
 	switch {
 	case r == nil || r.vm == nil:
-		return nil, 0, errf(alloc.ErrInvalidValue, "%s %#x: not inside a reservation", what, uint64(p))
+		return nil, 0, errf(driver.ErrInvalidValue, "%s %#x: not inside a reservation", what, uint64(p))
 	case off >= r.size || size > r.size-off:
-		return nil, 0, errf(alloc.ErrInvalidValue, "%s %#x+%d: crosses the end of the %d B reservation",
+		return nil, 0, errf(driver.ErrInvalidValue, "%s %#x+%d: crosses the end of the %d B reservation",
 			what, uint64(p), size, r.size)
 	}
 	return r, off, nil

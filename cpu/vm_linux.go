@@ -7,7 +7,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
@@ -83,7 +82,7 @@ func vmRelease(b []byte) error {
 func vmErr(err error, format string, args ...any) error {
 	sentinel := driver.ErrDriver
 	if errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.ENOSPC) {
-		sentinel = alloc.ErrOutOfMemory
+		sentinel = driver.ErrOutOfMemory
 	}
 	return fmt.Errorf("%w: cpu: %s: %w", sentinel, fmt.Sprintf(format, args...), err)
 }

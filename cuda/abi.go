@@ -25,7 +25,7 @@ const (
 	captureStatusInvalidated = 2
 )
 
-// cudaStreamCaptureMode (driver_types.h). alloc.CaptureMode has the same
+// cudaStreamCaptureMode (driver_types.h). driver.CaptureMode has the same
 // order, but the mapping is spelled out so a change on either side is caught
 // by the tests.
 const (

@@ -11,7 +11,6 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
@@ -62,10 +61,10 @@ type Options struct {
 	Blocking bool
 	// HostMemory, when set, supplies HostAlloc's memory, which the driver
 	// pins with cudaHostRegister instead of allocating with cudaHostAlloc.
-	// The plugin server passes its shared memory (backends.Choice.Memory),
+	// The plugin server passes its shared memory (driver.Memory, backends.Choice.Memory),
 	// so pinned buffers are visible to the engine's process and plugin:cuda
 	// moves no bytes over RPC.
-	HostMemory backends.HostMemory
+	HostMemory driver.HostMemory
 	// IPC creates the driver's pool with cudaMemHandleTypePosixFileDescriptor
 	// so it can be exported (ExportPool). Not with DefaultPool.
 	IPC bool
@@ -113,7 +112,7 @@ var _ gpurt.Interfaces = (*Driver)(nil)
 
 // New loads the CUDA runtime and opens a device. Without a usable runtime,
 // driver or device the error wraps driver.ErrBackendUnavailable and says
-// what was searched or found; bad options wrap alloc.ErrInvalidValue.
+// what was searched or found; bad options wrap driver.ErrInvalidValue.
 //
 // Opening makes device-wide calls (cudaSetDevice, cudaMemGetInfo, pool
 // creation, the reserve's synchronize) that would invalidate a Global-mode

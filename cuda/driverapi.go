@@ -9,7 +9,6 @@ import (
 
 	"github.com/ebitengine/purego"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
@@ -220,7 +219,7 @@ func (d *Driver) kernels(*gpurt.Setup) (*gpurt.KernelAPI, error) {
 func ptxImage(img driver.ModuleImage) ([]byte, error) {
 	ptx := img.PTX
 	if len(bytes.TrimRight(ptx, "\x00")) == 0 {
-		return nil, errf(alloc.ErrInvalidValue, "load module %s: the image has no PTX", img.Name)
+		return nil, errf(driver.ErrInvalidValue, "load module %s: the image has no PTX", img.Name)
 	}
 	if ptx[len(ptx)-1] != 0 {
 		ptx = append(ptx[:len(ptx):len(ptx)], 0)

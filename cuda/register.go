@@ -1,7 +1,7 @@
 package cuda
 
 import (
-	"github.com/capalloc/capalloc/backends"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
@@ -17,12 +17,12 @@ import (
 //	                         for what blocking streams cost under capture)
 //	ipc=true                 create the pool exportable (POSIX fd handles)
 func init() {
-	backends.Register("cuda", gpurt.Factory(parseOptions, func(o *Options) *backends.HostMemory { return &o.HostMemory }, New))
+	driver.Register("cuda", gpurt.Opener(parseOptions, func(o *Options) *driver.HostMemory { return &o.HostMemory }, New))
 }
 
 // parseOptions reads config-string options (gpurt.ParseOptions); every
-// error wraps backends.ErrInvalidConfig.
-func parseOptions(o backends.Options) (Options, error) {
+// error wraps driver.ErrInvalidConfig.
+func parseOptions(o driver.Options) (Options, error) {
 	c, _, err := gpurt.ParseOptions(o)
 	if err != nil {
 		return Options{}, err

@@ -24,7 +24,7 @@ const (
 	captureStatusInvalidated = 2
 )
 
-// hipStreamCaptureMode (hip_runtime_api.h). alloc.CaptureMode has the same
+// hipStreamCaptureMode (hip_runtime_api.h). driver.CaptureMode has the same
 // order; the mapping is spelled out so a change on either side is caught.
 const (
 	captureModeGlobal      = 0
@@ -99,7 +99,7 @@ const (
 	deviceNameLen                  = 256 // buffer given to hipDeviceGetName
 	ipcHandleSize                  = 64  // HIP_IPC_HANDLE_SIZE
 	ipcLazyEnablePeerAccessBefore6 = 0   // hipIpcMemLazyEnablePeerAccess in ROCm 5.x headers
-	ipcLazyEnablePeerAccessFrom6   = 1   // ... and from ROCm 6.0 on (issue 9; not in the installed 5.2.3 header)
+	ipcLazyEnablePeerAccessFrom6   = 1   // ... and from ROCm 6.0 on (ROCm 6's hip_runtime_api.h; not in the installed 5.2.3 one)
 )
 
 // memPoolProps is struct hipMemPoolProps (hip_runtime_api.h, 5.2.3), the

@@ -14,7 +14,6 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
@@ -69,7 +68,7 @@ type Options struct {
 	// HostMemory, when set, supplies HostAlloc's memory, which the driver
 	// pins with hipHostRegister instead of allocating with hipHostMalloc
 	// (the plugin server's shared memory).
-	HostMemory backends.HostMemory
+	HostMemory driver.HostMemory
 	// Compile, when set, replaces hiprtc in LoadModule: it turns the
 	// module's source into a code object for the device's gcnArchName (a
 	// compiler of the engine's own, or code objects built ahead of time for
@@ -121,7 +120,7 @@ var _ gpurt.Interfaces = (*Driver)(nil)
 // New loads the HIP runtime and opens a device. Without a usable runtime
 // or device, or with a runtime older than 5.6 unless opts.NoCapture, the
 // error wraps driver.ErrBackendUnavailable and says what was searched or
-// found; bad options wrap alloc.ErrInvalidValue.
+// found; bad options wrap driver.ErrInvalidValue.
 //
 // Opening makes device-wide calls (hipSetDevice, hipMemGetInfo, pool
 // creation, the reserve's synchronize), so New runs under alloc's guard

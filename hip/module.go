@@ -7,7 +7,6 @@ import (
 
 	"github.com/ebitengine/purego"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt"
 	"github.com/capalloc/capalloc/internal/rtc"
@@ -65,7 +64,7 @@ func (d *Driver) kernels(*gpurt.Setup) (*gpurt.KernelAPI, error) {
 		Check: rt.Check,
 		Image: func(img driver.ModuleImage) ([]byte, error) {
 			if img.Source == "" {
-				return nil, errf(alloc.ErrInvalidValue, "load module %s: the image has no source", img.Name)
+				return nil, errf(driver.ErrInvalidValue, "load module %s: the image has no source", img.Name)
 			}
 			code, err := compile(img.Source, img.Name, arch)
 			if err != nil {

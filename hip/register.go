@@ -1,7 +1,7 @@
 package hip
 
 import (
-	"github.com/capalloc/capalloc/backends"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
@@ -17,12 +17,12 @@ import (
 //	                         runtime older than 5.6
 //	ipc=true                 create the pool exportable (POSIX fd handles)
 func init() {
-	backends.Register("hip", gpurt.Factory(parseOptions, func(o *Options) *backends.HostMemory { return &o.HostMemory }, New))
+	driver.Register("hip", gpurt.Opener(parseOptions, func(o *Options) *driver.HostMemory { return &o.HostMemory }, New))
 }
 
 // parseOptions reads config-string options (gpurt.ParseOptions, and
-// no_capture); every error wraps backends.ErrInvalidConfig.
-func parseOptions(o backends.Options) (Options, error) {
+// no_capture); every error wraps driver.ErrInvalidConfig.
+func parseOptions(o driver.Options) (Options, error) {
 	c, extra, err := gpurt.ParseOptions(o, "no_capture")
 	opts := Options{
 		Device: c.Device, ReleaseThreshold: c.ReleaseThreshold, Reserve: c.Reserve, DefaultPool: c.DefaultPool,

@@ -3,12 +3,12 @@ package symheap
 import (
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/internal/allochooks"
+	"github.com/capalloc/capalloc/internal/allocipc"
 )
 
 // The heap's IPC memory calls (driver.IPCMemory: export this rank's heap,
 // map or unmap a peer's) go through the allocator's guard
-// (internal/allochooks): refused, with no driver call made, inside captures
+// (internal/allocipc): refused, with no driver call made, inside captures
 // that forbid an unsafe call and once a is closed, bounded by its
 // watchdog, the exported buffer pinned against a racing Free or Close. A
 // driver without IPC handles is refused when the heap is opened
@@ -18,16 +18,15 @@ import (
 
 // exportHeap returns the IPC memory handle of b, a's AllocSync buffer.
 func exportHeap(a *alloc.Allocator, b alloc.Buffer) ([]byte, error) {
-	return allochooks.Export(a, b)
+	return allocipc.Export(a, b)
 }
 
 // openPeerHeap maps a peer process's heap from its handle.
 func openPeerHeap(a *alloc.Allocator, handle []byte) (driver.DevicePtr, error) {
-	p, err := allochooks.Open(a, handle)
-	return driver.DevicePtr(p), err
+	return allocipc.Open(a, handle)
 }
 
 // closePeerHeap unmaps a heap openPeerHeap mapped.
 func closePeerHeap(a *alloc.Allocator, p driver.DevicePtr) error {
-	return allochooks.Close(a, uint64(p))
+	return allocipc.Close(a, p)
 }

@@ -150,6 +150,17 @@ type Spy struct {
 	used    int
 }
 
+// The optional interfaces the Spy implements (alloc/driver/optional.go),
+// forwarding each to the inner driver when it has it: its Method constants
+// count their calls (TestSpyImplementsItsOptionalInterfaces keeps this
+// list exact).
+var (
+	_ driver.HostFuncLauncher = (*Spy)(nil)
+	_ driver.IPCMemory        = (*Spy)(nil)
+	_ driver.KernelLauncher   = (*Spy)(nil)
+	_ driver.VirtualMemory    = (*Spy)(nil)
+)
+
 var (
 	_ driver.Driver           = (*Spy)(nil)
 	_ driver.HostFuncLauncher = (*Spy)(nil)

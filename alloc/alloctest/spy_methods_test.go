@@ -2,6 +2,10 @@ package alloctest
 
 import (
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"maps"
 	"reflect"
 	"slices"
 	"testing"
@@ -10,13 +14,65 @@ import (
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
+// forwarded are the optional interfaces the Spy forwards (and counts).
+var forwarded = []reflect.Type{reflect.TypeFor[driver.HostFuncLauncher](), reflect.TypeFor[driver.IPCMemory](), reflect.TypeFor[driver.KernelLauncher](), reflect.TypeFor[driver.VirtualMemory]()}
+
+// optional is every optional interface of alloc/driver, by name.
+var optional = map[string]reflect.Type{}
+
+func init() {
+	for _, it := range []reflect.Type{
+		reflect.TypeFor[driver.HostFuncLauncher](), reflect.TypeFor[driver.GraphMemTrimmer](), reflect.TypeFor[driver.StreamIdler](),
+		reflect.TypeFor[driver.StreamPoller](), reflect.TypeFor[driver.PoolTrimmer](), reflect.TypeFor[driver.Aborter](),
+		reflect.TypeFor[driver.MemInfoer](), reflect.TypeFor[driver.UsageReporter](), reflect.TypeFor[driver.DirectSpanner](),
+		reflect.TypeFor[driver.IPCMemory](), reflect.TypeFor[driver.KernelLauncher](), reflect.TypeFor[driver.PeerAccess](),
+		reflect.TypeFor[driver.VirtualMemory](),
+	} {
+		optional[it.Name()] = it
+	}
+}
+
+// The Spy implements exactly the optional interfaces it forwards (its
+// compile-time list in spy.go, and forwarded here), out of every one
+// alloc/driver/optional.go declares (optional, checked against the file):
+// an optional interface added to the driver package, or to the Spy, without
+// the other lists fails here.
+func TestSpyImplementsItsOptionalInterfaces(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "../driver/optional.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var declared []string
+	for _, d := range f.Decls {
+		if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.TYPE {
+			for _, s := range g.Specs {
+				if ts := s.(*ast.TypeSpec); ts.Name.IsExported() {
+					if _, isIface := ts.Type.(*ast.InterfaceType); isIface {
+						declared = append(declared, ts.Name.Name)
+					}
+				}
+			}
+		}
+	}
+	slices.Sort(declared)
+	if names := slices.Sorted(maps.Keys(optional)); !slices.Equal(names, declared) {
+		t.Fatalf("this test's optional interfaces %v; alloc/driver/optional.go declares %v", names, declared)
+	}
+	spy := reflect.TypeFor[*Spy]()
+	for name, it := range optional {
+		if has, fwd := spy.Implements(it), slices.Contains(forwarded, it); has != fwd {
+			t.Errorf("Spy implements driver.%s: %v; forwards it (forwarded, and spy.go's list): %v", name, has, fwd)
+		}
+	}
+}
+
 // The Spy's method enum is the driver.Driver interface and the optional
 // ones it forwards, one constant per method: a Driver method added without
 // its constant (or the reverse) fails here, not as a silently uncounted
 // call.
 func TestMethodsAreTheDriverInterface(t *testing.T) {
 	var want []string
-	for _, it := range []reflect.Type{reflect.TypeFor[driver.Driver](), reflect.TypeFor[driver.HostFuncLauncher](), reflect.TypeFor[driver.IPCMemory](), reflect.TypeFor[driver.KernelLauncher](), reflect.TypeFor[driver.VirtualMemory]()} {
+	for _, it := range append([]reflect.Type{reflect.TypeFor[driver.Driver]()}, forwarded...) {
 		for i := range it.NumMethod() {
 			want = append(want, it.Method(i).Name)
 		}

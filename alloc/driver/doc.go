@@ -24,6 +24,13 @@
 //     suite's leak checks), [DirectSpanner] (the plugin server's copies),
 //     [MemInfoer] (free device memory, in out-of-memory errors and
 //     metrics).
+//   - Registration: a backend package registers an [Opener] in its init
+//     with [Register] (a scheme such as "plugin:" with [RegisterScheme]);
+//     the opener reads its [Options] (typed getters, [Options.Check];
+//     errors wrap [ErrInvalidConfig]) and the [Memory] a program handed
+//     it. Package backends opens registered backends by name ([Lookup],
+//     [Registered]); the registry is here because a driver package
+//     imports this package, never backends (docs/design.md, "Layers").
 //   - Errors: the sentinels of errors.go. A failure wraps the one the
 //     method's documentation names, with context; package alloc's errors
 //     of the same name are the same values, so errors.Is matches across

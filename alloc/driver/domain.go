@@ -20,13 +20,14 @@ import "github.com/capalloc/capalloc/internal/allochooks"
 // calls only on the capturing thread, and a driver makes device-wide calls
 // on a thread of its own.
 //
-// The capture domains are package alloc's: in a program without it no
-// capture can be active, and fn runs at once.
+// The capture domains are package alloc's (allochooks.Domains, installed
+// by its init): in a program without it no capture can be active, and fn
+// runs at once.
 func DeviceWide(domain, op string, fn func() error) error {
-	if allochooks.DeviceWide == nil {
+	if allochooks.Domains == nil {
 		return fn()
 	}
-	return allochooks.DeviceWide(domain, op, fn)
+	return allochooks.Domains.DeviceWide(domain, op, fn)
 }
 
 // AfterGlobalCaptures runs fn under the guard of the capture domain named
@@ -38,9 +39,9 @@ func DeviceWide(domain, op string, fn func() error) error {
 // happen and must not invalidate a capture, such as a driver's teardown at
 // Close. In a program without package alloc fn runs at once.
 func AfterGlobalCaptures(domain string, fn func()) (ranNow bool) {
-	if allochooks.AfterGlobalCaptures == nil {
+	if allochooks.Domains == nil {
 		fn()
 		return true
 	}
-	return allochooks.AfterGlobalCaptures(domain, fn)
+	return allochooks.Domains.AfterGlobalCaptures(domain, fn)
 }

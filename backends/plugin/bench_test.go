@@ -81,9 +81,9 @@ func BenchmarkRoundTrip(b *testing.B) {
 			}
 		}
 	})
-	// A round trip of ours: StreamQuery of an idle stream. (Until issue
-	// 12's item 1 this was StreamCaptureStatus, which the host now answers
-	// itself: that row measures the local answer.)
+	// A round trip of ours: StreamQuery of an idle stream.
+	// (StreamCaptureStatus is answered by the host itself: its row
+	// measures the local answer.)
 	b.Run("impl=plugin-StreamQuery", func(b *testing.B) {
 		d := benchDriver(b, "plugin:cpu")
 		s, err := d.CreateStream()

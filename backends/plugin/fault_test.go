@@ -19,8 +19,7 @@ import (
 // begin=hang (BeginCapture), end=hang (EndCapture), memset=hang or exit-N
 // (MemsetAsync, which the host pipelines).
 func init() {
-	backends.Register("faulty", func(ctx context.Context, c backends.Choice) (driver.Driver, error) {
-		o := c.Options
+	driver.Register("faulty", func(ctx context.Context, o driver.Options, _ driver.Memory) (driver.Driver, error) {
 		f := &faulty{malloc: o["malloc"], sync: o["sync"], query: o["query"], begin: o["begin"], end: o["end"], memset: o["memset"]}
 		inner := o.Clone()
 		for _, k := range []string{"malloc", "sync", "query", "begin", "end", "memset"} {

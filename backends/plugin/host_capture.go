@@ -4,8 +4,8 @@ import (
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
-// The host answers StreamCaptureStatus itself, with no round trip
-// (issue 12, item 1). It is sound under docs/design.md's rule that the driver's
+// The host answers StreamCaptureStatus itself, with no round trip.
+// It is sound under docs/design.md's rule that the driver's
 // status is the authority because the host is the driver the allocator
 // talks to, and its answer is the backend driver's own: every reply carries
 // the backend's status of each stream that is capturing, read from its

@@ -47,6 +47,17 @@ type Driver struct {
 	trips atomic.Int64 // round trips made, for tests
 }
 
+// The optional interfaces the host's Driver implements
+// (alloc/driver/optional.go), checked when the package compiles. Not
+// HostFuncLauncher (a Go closure cannot reach the backend's process,
+// docs/plugin-mode.md) nor VirtualMemory (a reservation lives in the
+// child's address space: TestHostDriverHasNoVirtualMemory).
+var (
+	_ driver.Aborter       = (*Driver)(nil)
+	_ driver.MemInfoer     = (*Driver)(nil)
+	_ driver.UsageReporter = (*Driver)(nil)
+)
+
 var (
 	_ driver.Driver        = (*Driver)(nil)
 	_ driver.Aborter       = (*Driver)(nil)

@@ -28,7 +28,7 @@ import (
 )
 
 func init() {
-	backends.RegisterScheme("plugin", func(ctx context.Context, target string, opts backends.Options) (driver.Driver, error) {
+	driver.RegisterScheme("plugin", func(ctx context.Context, target string, opts driver.Options) (driver.Driver, error) {
 		d, err := Open(ctx, target, opts)
 		if err != nil {
 			return nil, err // not a nil *Driver in a non-nil interface

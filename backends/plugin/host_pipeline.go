@@ -9,7 +9,7 @@ import (
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
-// Pipelining (issue 12, item 1). A stream-ordered call whose only result
+// Pipelining. A stream-ordered call whose only result
 // is an error (MemsetAsync, CopyDtoDAsync, FreeAsync, GraphLaunch, an async
 // copy to or from a host buffer) costs no round trip while no capture is
 // under way in the backend: it is queued here and sent without waiting, in

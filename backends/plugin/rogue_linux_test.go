@@ -27,8 +27,7 @@ import (
 // and a span past its end),
 // spanfd=unsealed (DirectSpan's memfd replaced, inode announced too).
 func init() {
-	backends.Register("rogue", func(ctx context.Context, c backends.Choice) (driver.Driver, error) {
-		o := c.Options
+	driver.Register("rogue", func(ctx context.Context, o driver.Options, mem driver.Memory) (driver.Driver, error) {
 		r := &rogue{opts: map[string]string{}}
 		inner := o.Clone()
 		for _, k := range []string{"alignment", "total", "name", "hostfd", "span", "spanfd"} {
@@ -37,11 +36,11 @@ func init() {
 				delete(inner, k)
 			}
 		}
-		r.regions, _ = c.Memory.Host.(*childRegions)
+		r.regions, _ = mem.Host.(*childRegions)
 		if r.regions == nil {
 			return nil, fmt.Errorf("rogue: not in a plugin child")
 		}
-		d, err := backends.Choice{Name: "cpu", Options: inner, Memory: c.Memory}.Open(ctx)
+		d, err := backends.Choice{Name: "cpu", Options: inner, Memory: mem}.Open(ctx)
 		if err != nil {
 			return nil, err
 		}

@@ -84,7 +84,8 @@ const (
 	MiB = 1 << 20
 )
 
-// cases are the issue's matrix (issue 28, step 4); small ones for -small.
+// cases are the GPU kit's collectives matrix (docs/gpu-kit.md); small
+// ones for -small.
 func cases(small bool) []Case {
 	var cs []Case
 	ar := []int64{1 * KiB, 16 * KiB, 256 * KiB, 1 * MiB, 64 * MiB, 256 * MiB}

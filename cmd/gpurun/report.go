@@ -29,7 +29,8 @@ func find(steps []Step, name string) *Step {
 	return nil
 }
 
-// target is one of issue 28's targets, met or short (a miss is a finding).
+// target is one of the kit's targets (docs/gpu-kit.md, "Targets"), met
+// or short (a miss is a finding).
 type target struct {
 	What, Figure, Verdict string
 }
@@ -41,7 +42,7 @@ func verdictOf(ok bool) string {
 	return "short"
 }
 
-// targets reads issue 28's targets off a run's figures.
+// targets reads the kit's targets off a run's figures.
 func targets(steps []Step) []target {
 	var ts []target
 	var rep collReport
@@ -102,7 +103,7 @@ func targets(steps []Step) []target {
 	return append(ts, graphPoolTargets(find(steps, "gpu_tests"))...)
 }
 
-// graphPoolTargets are issue 30's: 64 decode-step graphs in one pool hold
+// graphPoolTargets are the graph pools' targets: 64 decode-step graphs in one pool hold
 // at most 1.1× the largest graph's memory, and replay no slower than
 // without a pool (within 10%), read off BenchmarkGraphPoolDecode's
 // metrics (n/a in a run that did not measure them: runs before the

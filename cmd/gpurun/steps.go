@@ -86,7 +86,7 @@ func pluginGPU(be string) string {
 exit $rc`
 }
 
-// steps are the ten steps of issue 28, in priority order. Their timeouts
+// steps are the kit's ten steps (docs/gpu-kit.md), in priority order. Their timeouts
 // sum to 480 s (TestTimeoutsFitTheDeviceCall). $B is the binaries'
 // folder, $R the results folder, $SMALL 1 over the fakes. Over the fakes
 // (every CI run) the sizes are small and the conformance runs leave out
@@ -105,7 +105,7 @@ func steps(c config) []stepDef {
 if command -v nvidia-smi >/dev/null; then nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv; nvidia-smi -L; fi
 if command -v rocminfo >/dev/null; then rocminfo | grep -m4 -E 'Marketing Name|gfx'; fi
 exit $rc`
-	// Issue 30's graph pools on the device: 64 decode-step graphs in one
+	// The graph pools on the device: 64 decode-step graphs in one
 	// pool against the largest graph alone and the sum without a pool, and
 	// replay time with and without the pool (figures bench_metrics).
 	graphPoolBench := `(cd conformance && "$B/conformance.test" -backend=` + be + ` -test.run '^$' -test.bench 'GraphPoolDecode' -test.benchtime ` +
@@ -461,7 +461,7 @@ func tpdecodeFigures(c config, out string) map[string]any {
 }
 
 // multiGPU is the tpdecode step's part for ranks on several devices of
-// one process (issue 32): with two or more GPUs seen it records their
+// one process: with two or more GPUs seen it records their
 // peer-access matrix (collbench -peers) and runs tpdecode's goroutine
 // ranks spread over them (-devices, peer access enabled by the heap);
 // with one it says so. Over the fakes it runs on two fake devices, so the

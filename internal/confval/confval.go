@@ -1,6 +1,8 @@
 // Package confval reads the values of configuration strings, the same way
-// for backend options (backends.Options) and allocator options
-// (alloc.ParseOptions), so "8GiB" or "True" means one thing everywhere.
+// for backend options (driver.Options) and allocator options
+// (alloc.ParseOptions), so "8GiB" or "True" means one thing everywhere. It
+// sits below alloc/driver and imports nothing of the module: its errors
+// carry no sentinel, and the caller wraps the one its contract names.
 package confval
 
 import (
@@ -9,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 var byteUnits = []struct {
@@ -28,11 +28,12 @@ var byteUnits = []struct {
 // MiB, GiB, TiB) or decimal (KB, MB, GB, TB) suffix, any case; "8GiB",
 // "512m" (single letters are binary, as in most tools), "1024". Only ASCII
 // is accepted: lower-casing would otherwise turn a Kelvin sign (U+212A)
-// into the k of a unit. Errors wrap driver.ErrInvalidValue.
+// into the k of a unit. The error says what is wrong with s; it wraps no
+// sentinel (backends.ParseBytes wraps driver.ErrInvalidValue).
 func Bytes(s string) (int64, error) {
 	for i := 0; i < len(s); i++ {
 		if s[i] >= utf8.RuneSelf {
-			return 0, fmt.Errorf("%w: %q is not a byte size (not ASCII)", driver.ErrInvalidValue, s)
+			return 0, fmt.Errorf("%q is not a byte size (not ASCII)", s)
 		}
 	}
 	t := strings.ToLower(strings.TrimSpace(s))
@@ -45,10 +46,10 @@ func Bytes(s string) (int64, error) {
 	}
 	n, err := strconv.ParseInt(t, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %q is not a byte size", driver.ErrInvalidValue, s)
+		return 0, fmt.Errorf("%q is not a byte size", s)
 	}
 	if n < 0 || n > math.MaxInt64/mult {
-		return 0, fmt.Errorf("%w: byte size %q is negative or too large", driver.ErrInvalidValue, s)
+		return 0, fmt.Errorf("byte size %q is negative or too large", s)
 	}
 	return n * mult, nil
 }

@@ -4,29 +4,28 @@ import (
 	"fmt"
 	"unsafe"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // CaptureMode maps alloc's capture modes to the runtime's stream capture
 // mode.
-func (v *Vendor) CaptureMode(m alloc.CaptureMode) (uintptr, error) {
+func (v *Vendor) CaptureMode(m driver.CaptureMode) (uintptr, error) {
 	switch m {
-	case alloc.Global:
+	case driver.Global:
 		return v.CaptureModeGlobal, nil
-	case alloc.ThreadLocal:
+	case driver.ThreadLocal:
 		return v.CaptureModeThreadLocal, nil
-	case alloc.Relaxed:
+	case driver.Relaxed:
 		return v.CaptureModeRelaxed, nil
 	}
-	return 0, v.Errf(alloc.ErrInvalidValue, "begin capture: capture mode %d", int(m))
+	return 0, v.Errf(driver.ErrInvalidValue, "begin capture: capture mode %d", int(m))
 }
 
 // BeginCapture runs begin capture on the capture thread, where EndCapture
 // will run too (see thread.go). The not-supported code (801) means this
 // device or driver cannot capture: driver.ErrCaptureUnavailable. A capture
 // gate (hip's no_capture) refuses first, with no call made.
-func (d *Driver) BeginCapture(s driver.Stream, mode alloc.CaptureMode) error {
+func (d *Driver) BeginCapture(s driver.Stream, mode driver.CaptureMode) error {
 	const op = "begin capture"
 	if err := d.checkStream(op, s); err != nil {
 		return err
@@ -50,7 +49,7 @@ func (d *Driver) BeginCapture(s driver.Stream, mode alloc.CaptureMode) error {
 }
 
 // EndCapture runs end capture on the thread that began it. An invalidated
-// capture returns 901 and no graph: alloc.ErrCaptureInvalidated.
+// capture returns 901 and no graph: driver.ErrCaptureInvalidated.
 func (d *Driver) EndCapture(s driver.Stream) (driver.GraphHandle, error) {
 	const op = "end capture"
 	if err := d.checkStream(op, s); err != nil {
@@ -64,7 +63,7 @@ func (d *Driver) EndCapture(s driver.Stream) (driver.GraphHandle, error) {
 		return 0, err
 	}
 	if g == 0 {
-		return 0, d.v.Errf(alloc.ErrCaptureInvalidated, "%s: %s returned no graph", op, d.rt.StreamEndCapture.Name)
+		return 0, d.v.Errf(driver.ErrCaptureInvalidated, "%s: %s returned no graph", op, d.rt.StreamEndCapture.Name)
 	}
 	return driver.GraphHandle(g), nil
 }
@@ -79,7 +78,7 @@ func (d *Driver) GraphInstantiate(g driver.GraphHandle, autoFree bool) (driver.G
 		return 0, d.v.ErrClosed(op)
 	}
 	if g == 0 {
-		return 0, d.v.Errf(alloc.ErrInvalidValue, "%s: null graph", op)
+		return 0, d.v.Errf(driver.ErrInvalidValue, "%s: null graph", op)
 	}
 	flags := uintptr(0)
 	if autoFree {
@@ -103,7 +102,7 @@ func (d *Driver) GraphLaunch(e driver.GraphExec, s driver.Stream) error {
 		return err
 	}
 	if e == 0 {
-		return d.v.Errf(alloc.ErrInvalidValue, "%s: null graph exec", op)
+		return d.v.Errf(driver.ErrInvalidValue, "%s: null graph exec", op)
 	}
 	return d.rt.Check(op, d.rt.GraphLaunch.Name, First(CallHot(d.rt.GraphLaunch.Addr, uintptr(e), uintptr(s))))
 }
@@ -114,7 +113,7 @@ func (d *Driver) GraphExecDestroy(e driver.GraphExec) error {
 		return d.v.ErrClosed(op)
 	}
 	if e == 0 {
-		return d.v.Errf(alloc.ErrInvalidValue, "%s: null graph exec", op)
+		return d.v.Errf(driver.ErrInvalidValue, "%s: null graph exec", op)
 	}
 	// Relaxed (relaxed.go): CUDA counts it as unsafe (HIP follows CUDA's
 	// capture rules), and closing one allocator's graph must not
@@ -128,7 +127,7 @@ func (d *Driver) GraphDestroy(g driver.GraphHandle) error {
 		return d.v.ErrClosed(op)
 	}
 	if g == 0 {
-		return d.v.Errf(alloc.ErrInvalidValue, "%s: null graph", op)
+		return d.v.Errf(driver.ErrInvalidValue, "%s: null graph", op)
 	}
 	return d.rt.Check(op, d.rt.GraphDestroy.Name, Call(d.rt.GraphDestroy.Addr, uintptr(g)))
 }

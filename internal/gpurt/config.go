@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/backends"
 )
 
 // ParseOptions reads the config-string options both drivers take:
@@ -22,9 +21,9 @@ import (
 //
 // and the vendor's own boolean keys, extraBools (default false), read
 // after non_blocking and returned by name. Unknown keys are refused.
-// Every error wraps backends.ErrInvalidConfig; the options are not
+// Every error wraps driver.ErrInvalidConfig; the options are not
 // validated here (ValidateConfig, once the vendor has read its own).
-func ParseOptions(o backends.Options, extraBools ...string) (Options, map[string]bool, error) {
+func ParseOptions(o driver.Options, extraBools ...string) (Options, map[string]bool, error) {
 	var opts Options
 	extra := map[string]bool{}
 	keys := []string{"device", "release_threshold", "reserve", "default_pool", "stream_priority", "non_blocking"}
@@ -61,31 +60,31 @@ func ParseOptions(o backends.Options, extraBools ...string) (Options, map[string
 	if opts.IPC, err = o.Bool("ipc", false); err != nil {
 		return opts, extra, err
 	}
-	if opts.CaptureSafety, err = backends.CaptureSafety(o); err != nil {
+	if opts.CaptureSafety, err = o.CaptureSafety(); err != nil {
 		return opts, extra, err
 	}
 	return opts, extra, nil
 }
 
 // ValidateConfig is Validate for options read from a config string: the
-// error wraps backends.ErrInvalidConfig too.
+// error wraps driver.ErrInvalidConfig too.
 func (v *Vendor) ValidateConfig(o Options) error {
 	if err := v.Validate(o); err != nil {
-		return fmt.Errorf("%w: %w", backends.ErrInvalidConfig, err)
+		return fmt.Errorf("%w: %w", driver.ErrInvalidConfig, err)
 	}
 	return nil
 }
 
-// Factory is a vendor driver's backends.Factory: its options parsed from
-// the config string (parse), the choice's host memory (the plugin server's
-// shared memory, if any) set where host says, then open.
-func Factory[O any, D driver.Driver](parse func(backends.Options) (O, error), host func(*O) *backends.HostMemory, open func(O) (D, error)) backends.Factory {
-	return func(ctx context.Context, c backends.Choice) (driver.Driver, error) {
-		opts, err := parse(c.Options)
+// Opener is a vendor driver's driver.Opener: its options parsed from the
+// config string (parse), the host memory handed to it (the plugin
+// server's shared memory, if any) set where host says, then open.
+func Opener[O any, D driver.Driver](parse func(driver.Options) (O, error), host func(*O) *driver.HostMemory, open func(O) (D, error)) driver.Opener {
+	return func(ctx context.Context, o driver.Options, mem driver.Memory) (driver.Driver, error) {
+		opts, err := parse(o)
 		if err != nil {
 			return nil, err
 		}
-		*host(&opts) = c.Memory.Host
+		*host(&opts) = mem.Host
 		d, err := open(opts)
 		if err != nil {
 			return nil, err // not a nil *Driver in a non-nil interface

@@ -52,7 +52,7 @@ func TestExpandableConformanceOnFakeRuntime(t *testing.T) {
 //
 // With $CAPALLOC_TEST_FULL set (.ci/run sets it) it runs the whole suite.
 // Otherwise, to keep `go test ./...` within its time budget on a 2-core
-// machine (issue 21), it leaves out the heaviest groups (pluginOnlyInFull),
+// machine, it leaves out the heaviest groups (pluginOnlyInFull),
 // whose plugin side every run covers on plugin:cpu (package conformance)
 // and whose driver side on the fakes directly (TestConformanceOnFakeRuntime).
 func TestPluginConformanceOnFakeRuntime(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"runtime"
 	"unsafe"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
@@ -19,10 +18,10 @@ func (d *Driver) memcpy(op string, dst, src uintptr, n int64, kind uintptr, s dr
 
 func (d *Driver) requirePinned(op string, b []byte) error {
 	if len(b) == 0 {
-		return d.v.Errf(alloc.ErrInvalidValue, "%s: empty host buffer", op)
+		return d.v.Errf(driver.ErrInvalidValue, "%s: empty host buffer", op)
 	}
 	if !d.pinned(b) {
-		return d.v.Errf(alloc.ErrInvalidValue, "%s: host memory %#x (%d B) is pageable, not from HostAlloc", op, addr(b), len(b))
+		return d.v.Errf(driver.ErrInvalidValue, "%s: host memory %#x (%d B) is pageable, not from HostAlloc", op, addr(b), len(b))
 	}
 	return nil
 }
@@ -86,7 +85,7 @@ func (d *Driver) CopyHtoD(dst driver.DevicePtr, src []byte, s driver.Stream) err
 		return err
 	}
 	if len(src) == 0 {
-		return d.v.Errf(alloc.ErrInvalidValue, "%s: empty host buffer", op)
+		return d.v.Errf(driver.ErrInvalidValue, "%s: empty host buffer", op)
 	}
 	err := d.blocking(op, s, func() int32 {
 		return Call(d.rt.MemcpyAsync.Addr, uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), d.v.MemcpyHostToDevice, uintptr(s))
@@ -102,7 +101,7 @@ func (d *Driver) CopyDtoH(dst []byte, src driver.DevicePtr, s driver.Stream) err
 		return err
 	}
 	if len(dst) == 0 {
-		return d.v.Errf(alloc.ErrInvalidValue, "%s: empty host buffer", op)
+		return d.v.Errf(driver.ErrInvalidValue, "%s: empty host buffer", op)
 	}
 	err := d.blocking(op, s, func() int32 {
 		return Call(d.rt.MemcpyAsync.Addr, uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), d.v.MemcpyDeviceToHost, uintptr(s))

@@ -53,8 +53,9 @@ type Driver struct {
 	vm     vmState                      // vm.go
 }
 
-// Interfaces is every alloc interface Driver implements, and so every
-// vendor driver that embeds it.
+// Interfaces is driver.Driver and every optional interface
+// (alloc/driver/optional.go) Driver implements, and so every vendor driver
+// that embeds it (cuda and hip assert it).
 type Interfaces interface {
 	driver.Driver
 	driver.GraphMemTrimmer
@@ -64,6 +65,8 @@ type Interfaces interface {
 	driver.StreamIdler
 	driver.KernelLauncher
 	driver.VirtualMemory
+	driver.MemInfoer
+	driver.PeerAccess
 }
 
 var _ Interfaces = (*Driver)(nil)
@@ -283,8 +286,6 @@ func (d *Driver) TrimGraphMemory() error {
 	})
 }
 
-var _ driver.MemInfoer = (*Driver)(nil)
-
 // MemInfo is the memory-info call's answer now (driver.MemInfoer):
 // cudaMemGetInfo(size_t *free, size_t *total) / hipMemGetInfo, with the
 // signature cuda/symbols.go and hip/symbols.go cite, made on the device's
@@ -344,7 +345,7 @@ func (d *Driver) CaptureDomain() string { return d.v.Name }
 // the device calls queued before it and blocks those queued after it, so
 // it must not wait on this driver's own calls. Calls fn makes are not
 // guarded: a device-wide call belongs under driver.DeviceWide. op names the
-// caller in errors; after Close it fails with alloc.ErrClosed.
+// caller in errors; after Close it fails with driver.ErrClosed.
 func (d *Driver) OnDevice(op string, fn func() error) error {
 	if d.closed.Load() {
 		return d.v.ErrClosed(op)
@@ -357,7 +358,7 @@ func (d *Driver) OnDevice(op string, fn func() error) error {
 // unloads the modules LoadModule loaded, destroys the driver's own pool and stops
 // its threads. Device allocations still live
 // are the allocator's to report; the pool releases them when the last is
-// freed. Every later call fails with alloc.ErrClosed, at once.
+// freed. Every later call fails with driver.ErrClosed, at once.
 //
 // The vendor teardown is device-wide (pinned host free, stream destroy,
 // module unload, pool destroy), so it runs under alloc's guard: now, and Close returns

@@ -3,7 +3,6 @@ package gpurt
 import (
 	"fmt"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
@@ -15,12 +14,12 @@ var ErrWrongThread = fmt.Errorf("%w (%w)", driver.ErrCaptureWrongThread, driver.
 // Codes lists, per sentinel, the runtime's error codes that mean it: the
 // vendor's data, from its header's comments.
 type Codes struct {
-	OutOfMemory   []int // alloc.ErrOutOfMemory
+	OutOfMemory   []int // driver.ErrOutOfMemory
 	IllegalOp     []int // driver.ErrCaptureIllegalOp: refused because a capture is active
 	WrongThread   []int // ErrWrongThread: the capture stays active
-	Invalidated   []int // alloc.ErrCaptureInvalidated
+	Invalidated   []int // driver.ErrCaptureInvalidated
 	Unavailable   []int // driver.ErrBackendUnavailable: no usable driver or device
-	InvalidValue  []int // alloc.ErrInvalidValue: a bad argument, handle or state
+	InvalidValue  []int // driver.ErrInvalidValue: a bad argument, handle or state
 	DriverDefault error // every other code; nil means driver.ErrDriver
 }
 
@@ -41,12 +40,12 @@ func NewSentinels(c Codes) *Sentinels {
 		codes []int
 		err   error
 	}{
-		{c.OutOfMemory, alloc.ErrOutOfMemory},
+		{c.OutOfMemory, driver.ErrOutOfMemory},
 		{c.IllegalOp, driver.ErrCaptureIllegalOp},
 		{c.WrongThread, ErrWrongThread},
-		{c.Invalidated, alloc.ErrCaptureInvalidated},
+		{c.Invalidated, driver.ErrCaptureInvalidated},
 		{c.Unavailable, driver.ErrBackendUnavailable},
-		{c.InvalidValue, alloc.ErrInvalidValue},
+		{c.InvalidValue, driver.ErrInvalidValue},
 	} {
 		for _, code := range g.codes {
 			if prev, dup := s.m[code]; dup {

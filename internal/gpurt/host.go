@@ -5,7 +5,6 @@ import (
 	"slices"
 	"unsafe"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/hostregion"
 )
@@ -48,7 +47,7 @@ func (d *Driver) HostAlloc(size int64) ([]byte, error) {
 		return nil, err
 	}
 	if uint64(size) > uint64(^uint(0)>>1) {
-		return nil, d.v.Errf(alloc.ErrInvalidValue, "%s: larger than the address space", op)
+		return nil, d.v.Errf(driver.ErrInvalidValue, "%s: larger than the address space", op)
 	}
 	var b, supplied []byte
 	if hm := d.opts.HostMemory; hm != nil {
@@ -108,7 +107,7 @@ func (d *Driver) HostFree(b []byte) error {
 	}
 	if i < 0 {
 		d.mu.Unlock()
-		return d.v.Errf(alloc.ErrInvalidValue, "%s: not a buffer from HostAlloc, or already freed", op)
+		return d.v.Errf(driver.ErrInvalidValue, "%s: not a buffer from HostAlloc, or already freed", op)
 	}
 	r := rs[i]
 	rs = slices.Delete(slices.Clone(rs), i, i+1)

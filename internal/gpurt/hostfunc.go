@@ -7,7 +7,6 @@ import (
 
 	"github.com/ebitengine/purego"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
@@ -65,7 +64,7 @@ func (d *Driver) LaunchHostFunc(s driver.Stream, fn func() error) error {
 		return err
 	}
 	if fn == nil {
-		return d.v.Errf(alloc.ErrInvalidValue, "%s: nil function", op)
+		return d.v.Errf(driver.ErrInvalidValue, "%s: nil function", op)
 	}
 	if d.rt.LaunchHostFunc.Addr == 0 {
 		return d.v.Errf(driver.ErrDriver, "%s: %s does not export %s%s", op, d.rt.Path, d.rt.LaunchHostFunc.Name, d.v.MissingHostFuncNote)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"unsafe"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
@@ -47,7 +46,7 @@ func (d *Driver) IPCOpenMemHandle(handle []byte) (driver.DevicePtr, error) {
 		return 0, d.v.ErrClosed(op)
 	}
 	if len(handle) != IPCHandleSize {
-		return 0, d.v.Errf(alloc.ErrInvalidValue, "%s: handle is %d B, %s is %d B", op, len(handle), d.v.IPCHandleType, IPCHandleSize)
+		return 0, d.v.Errf(driver.ErrInvalidValue, "%s: handle is %d B, %s is %d B", op, len(handle), d.v.IPCHandleType, IPCHandleSize)
 	}
 	var h IPCMemHandle
 	copy(h.Reserved[:], handle)

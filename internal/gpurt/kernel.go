@@ -8,7 +8,6 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
@@ -90,12 +89,12 @@ type modulesState struct {
 // checkImage refuses an image that names no kernel, or a name twice.
 func (d *Driver) checkImage(op string, img driver.ModuleImage) error {
 	if len(img.Kernels) == 0 {
-		return d.v.Errf(alloc.ErrInvalidValue, "%s: the image names no kernel", op)
+		return d.v.Errf(driver.ErrInvalidValue, "%s: the image names no kernel", op)
 	}
 	seen := map[string]bool{}
 	for _, k := range img.Kernels {
 		if k == "" || seen[k] {
-			return d.v.Errf(alloc.ErrInvalidValue, "%s: kernel name %q empty or repeated", op, k)
+			return d.v.Errf(driver.ErrInvalidValue, "%s: kernel name %q empty or repeated", op, k)
 		}
 		seen[k] = true
 	}
@@ -164,7 +163,7 @@ func (d *Driver) loadModule(op string, img driver.ModuleImage) (*driver.Module, 
 		return nil, err
 	}
 	if len(image) == 0 {
-		return nil, d.v.Errf(alloc.ErrInvalidValue, "%s: empty image", op)
+		return nil, d.v.Errf(driver.ErrInvalidValue, "%s: empty image", op)
 	}
 	if err := api.Check(op, api.SetCurrent.Name, Call(api.SetCurrent.Addr, api.Current)); err != nil {
 		return nil, err
@@ -248,8 +247,8 @@ var launchBlocks = sync.Pool{New: func() any { return new(launchParams) }}
 // graph runs. It runs on the calling goroutine and allocates nothing. An
 // unknown kernel or stream, grid or block 0, a block over the device's
 // maximum, a grid of 2^32 threads or more, or a parameter block empty or
-// over MaxParamBytes fail with alloc.ErrInvalidValue, and a closed driver
-// with alloc.ErrClosed, before any call.
+// over MaxParamBytes fail with driver.ErrInvalidValue, and a closed driver
+// with driver.ErrClosed, before any call.
 func (d *Driver) LaunchKernel(k driver.Kernel, grid, block uint32, params []byte, s driver.Stream) error {
 	const op = "launch kernel"
 	if err := d.checkStream(op, s); err != nil {
@@ -257,13 +256,13 @@ func (d *Driver) LaunchKernel(k driver.Kernel, grid, block uint32, params []byte
 	}
 	info, ok := (*d.kernels.Load())[k]
 	if !ok {
-		return d.v.Errf(alloc.ErrInvalidValue, "%s: unknown kernel %#x (not from this driver's LoadModule)", op, uint64(k))
+		return d.v.Errf(driver.ErrInvalidValue, "%s: unknown kernel %#x (not from this driver's LoadModule)", op, uint64(k))
 	}
 	if grid == 0 || block == 0 || block > info.maxThreads || uint64(grid)*uint64(block) > math.MaxUint32 {
-		return d.v.Errf(alloc.ErrInvalidValue, "%s %#x: grid %d x block %d (blocks of 1 to %d threads, fewer than 2^32 in all)", op, uint64(k), grid, block, info.maxThreads)
+		return d.v.Errf(driver.ErrInvalidValue, "%s %#x: grid %d x block %d (blocks of 1 to %d threads, fewer than 2^32 in all)", op, uint64(k), grid, block, info.maxThreads)
 	}
 	if len(params) == 0 || len(params) > MaxParamBytes {
-		return d.v.Errf(alloc.ErrInvalidValue, "%s %#x: parameter of %d B (1 to %d B)", op, uint64(k), len(params), MaxParamBytes)
+		return d.v.Errf(driver.ErrInvalidValue, "%s %#x: parameter of %d B (1 to %d B)", op, uint64(k), len(params), MaxParamBytes)
 	}
 	api := d.kapi.Load()
 	p := launchBlocks.Get().(*launchParams)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"unsafe"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
@@ -100,7 +99,7 @@ func (d *Driver) reserve() error {
 
 func (d *Driver) checkSize(op string, size int64) error {
 	if size <= 0 {
-		return d.v.Errf(alloc.ErrInvalidValue, "%s: size %d", op, size)
+		return d.v.Errf(driver.ErrInvalidValue, "%s: size %d", op, size)
 	}
 	return nil
 }
@@ -130,7 +129,7 @@ func (d *Driver) checkPtr(op string, p driver.DevicePtr) error {
 		return d.v.ErrClosed(op)
 	}
 	if p == 0 {
-		return d.v.Errf(alloc.ErrInvalidValue, "%s: null pointer", op)
+		return d.v.Errf(driver.ErrInvalidValue, "%s: null pointer", op)
 	}
 	return nil
 }
@@ -154,7 +153,7 @@ func (d *Driver) MallocAsync(size int64, s driver.Stream) (driver.DevicePtr, err
 		return 0, err
 	}
 	if size <= 0 {
-		return 0, d.v.Errf(alloc.ErrInvalidValue, "%s: size %d", op, size)
+		return 0, d.v.Errf(driver.ErrInvalidValue, "%s: size %d", op, size)
 	}
 	pool := d.pool
 	if d.capPool != 0 { // ipc: a capture allocates from the pool that is not exportable
@@ -182,7 +181,7 @@ func (d *Driver) FreeAsync(p driver.DevicePtr, s driver.Stream) error {
 		return err
 	}
 	if p == 0 {
-		return d.v.Errf(alloc.ErrInvalidValue, "%s: null pointer", op)
+		return d.v.Errf(driver.ErrInvalidValue, "%s: null pointer", op)
 	}
 	if code := d.relaxed(func() int32 { return First(CallHot(d.rt.FreeAsync.Addr, uintptr(p), uintptr(s))) }); code != 0 {
 		return d.rt.Fail(fmt.Sprintf("%s %#x", op, uint64(p)), d.rt.FreeAsync.Name, code)

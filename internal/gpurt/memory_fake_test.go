@@ -13,7 +13,7 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
-	"github.com/capalloc/capalloc/internal/allochooks"
+	"github.com/capalloc/capalloc/internal/allocipc"
 )
 
 // A handle of a synchronous allocation, opened again, maps the same bytes
@@ -113,7 +113,7 @@ func ipcChild(t *testing.T, v *vendorCase, hx string) {
 	require.NoError(t, d.IPCCloseMemHandle(q))
 }
 
-// Through the Allocator (internal/allochooks, as symheap makes them) the IPC
+// Through the Allocator (internal/allocipc, as symheap makes them) the IPC
 // calls are guarded like AllocSync: refused during a Global capture with
 // no runtime call, allowed after it.
 func TestFakeIPCThroughAllocatorIsGuarded(t *testing.T) {
@@ -124,26 +124,26 @@ func TestFakeIPCThroughAllocatorIsGuarded(t *testing.T) {
 		defer a.Close()
 		b, err := a.AllocSync(4096)
 		require.NoError(t, err)
-		h, err := allochooks.Export(a, b)
+		h, err := allocipc.Export(a, b)
 		require.NoError(t, err)
 
 		require.NoError(t, a.BeginCapture(alloc.Global))
 		log.Lines()
-		_, err = allochooks.Export(a, b)
+		_, err = allocipc.Export(a, b)
 		require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
-		_, err = allochooks.Open(a, h)
+		_, err = allocipc.Open(a, h)
 		require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
-		require.ErrorIs(t, allochooks.Close(a, 1), driver.ErrCaptureIllegalOp)
+		require.ErrorIs(t, allocipc.Close(a, 1), driver.ErrCaptureIllegalOp)
 		require.Empty(t, find(log.Lines(), v.prefix+"Ipc"), "no runtime call during the capture")
 		g, err := a.EndCapture()
 		require.NoError(t, err, "the capture survived")
 		require.NoError(t, g.Close())
 
-		q, err := allochooks.Open(a, h)
+		q, err := allocipc.Open(a, h)
 		require.NoError(t, err)
-		require.NoError(t, allochooks.Close(a, q))
+		require.NoError(t, allocipc.Close(a, q))
 		require.NoError(t, a.Free(b))
-		_, err = allochooks.Export(a, b)
+		_, err = allocipc.Export(a, b)
 		require.ErrorIs(t, err, alloc.ErrInvalidBuffer, "a freed buffer")
 	})
 }
@@ -157,7 +157,7 @@ func TestIPCOnBackendWithoutIt(t *testing.T) {
 	defer a.Close()
 	b, err := a.AllocSync(64)
 	require.NoError(t, err)
-	_, err = allochooks.Export(a, b)
+	_, err = allocipc.Export(a, b)
 	require.ErrorIs(t, err, alloc.ErrInvalidValue)
 	require.Contains(t, err.Error(), "no IPC memory handles")
 }

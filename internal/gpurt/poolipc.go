@@ -5,7 +5,6 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
@@ -34,7 +33,7 @@ func (d *Driver) ExportPool() (fd int, err error) {
 		return -1, d.v.ErrClosed(op)
 	}
 	if !d.opts.IPC {
-		return -1, d.v.Errf(alloc.ErrInvalidValue, "%s: the pool was not created exportable (open with ipc=true)", op)
+		return -1, d.v.Errf(driver.ErrInvalidValue, "%s: the pool was not created exportable (open with ipc=true)", op)
 	}
 	slot := new(int32) // the shareable handle of a POSIX fd handle type is an int
 	err = d.dev.Do(op, func() error {
@@ -83,7 +82,7 @@ func (d *Driver) ImportPool(fd int) (*ImportedPool, error) {
 		return nil, d.v.ErrClosed(op)
 	}
 	if fd < 0 {
-		return nil, d.v.Errf(alloc.ErrInvalidValue, "%s: negative descriptor", op)
+		return nil, d.v.Errf(driver.ErrInvalidValue, "%s: negative descriptor", op)
 	}
 	pool := new(uintptr)
 	err := d.dev.Do(op, func() error {
@@ -106,7 +105,7 @@ func (ip *ImportedPool) ImportPointer(data []byte) (driver.DevicePtr, error) {
 		return 0, err
 	}
 	if len(data) != PtrExportDataSize {
-		return 0, d.v.Errf(alloc.ErrInvalidValue, "%s: export data is %d B, %s is %d B", op, len(data), d.v.PtrExportDataType, PtrExportDataSize)
+		return 0, d.v.Errf(driver.ErrInvalidValue, "%s: export data is %d B, %s is %d B", op, len(data), d.v.PtrExportDataType, PtrExportDataSize)
 	}
 	buf := new([PtrExportDataSize]byte)
 	copy(buf[:], data)
@@ -130,7 +129,7 @@ func (ip *ImportedPool) FreePointer(p driver.DevicePtr) error {
 		return err
 	}
 	if p == 0 {
-		return d.v.Errf(alloc.ErrInvalidValue, "%s: null pointer", op)
+		return d.v.Errf(driver.ErrInvalidValue, "%s: null pointer", op)
 	}
 	return d.dev.Do(op, func() error { return d.rt.Check(op, d.rt.Free.Name, Call(d.rt.Free.Addr, uintptr(p))) })
 }
@@ -143,7 +142,7 @@ func (ip *ImportedPool) Close() error {
 		return d.v.ErrClosed(op)
 	}
 	if !ip.closed.CompareAndSwap(false, true) {
-		return d.v.Errf(alloc.ErrClosed, "%s: already closed", op)
+		return d.v.Errf(driver.ErrClosed, "%s: already closed", op)
 	}
 	return d.dev.Do(op, func() error { return d.rt.Check(op, d.rt.MemPoolDestroy.Name, Call(d.rt.MemPoolDestroy.Addr, ip.pool)) })
 }
@@ -153,7 +152,7 @@ func (ip *ImportedPool) check(op string) error {
 		return ip.d.v.ErrClosed(op)
 	}
 	if ip.closed.Load() {
-		return ip.d.v.Errf(alloc.ErrClosed, "%s: imported pool is closed", op)
+		return ip.d.v.Errf(driver.ErrClosed, "%s: imported pool is closed", op)
 	}
 	return nil
 }

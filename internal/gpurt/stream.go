@@ -4,7 +4,6 @@ import (
 	"maps"
 	"unsafe"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
@@ -16,7 +15,7 @@ func (d *Driver) checkStream(op string, s driver.Stream) error {
 		return d.v.ErrClosed(op)
 	}
 	if !(*d.streams.Load())[s] {
-		return d.v.Errf(alloc.ErrInvalidValue, "%s: unknown or destroyed stream %#x", op, uint64(s))
+		return d.v.Errf(driver.ErrInvalidValue, "%s: unknown or destroyed stream %#x", op, uint64(s))
 	}
 	return nil
 }

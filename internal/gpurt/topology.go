@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"unsafe"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
@@ -16,8 +15,6 @@ import (
 // optional in both runtimes: without the occupancy call MaxActiveBlocks
 // and without the peer calls CanAccessPeer and EnablePeerAccess fail with
 // errors.ErrUnsupported; without the bus id call DeviceID is "".
-
-var _ driver.PeerAccess = (*Driver)(nil)
 
 // pciBusIDLen bounds the bus id string: "dddd:bb:dd.f" is 12 characters
 // and a NUL (both runtimes' references show this form; NVIDIA's asks for
@@ -47,7 +44,7 @@ func (d *Driver) pciBusID() string {
 // (no dynamic shared memory) one multiprocessor holds at once, from the
 // runtime's occupancy call made on the dev thread with the module's state
 // current. A kernel not from this driver's LoadModule, or a block of 0 or
-// over the device's maximum, is alloc.ErrInvalidValue before any call.
+// over the device's maximum, is driver.ErrInvalidValue before any call.
 func (d *Driver) MaxActiveBlocks(k driver.Kernel, block uint32) (int, error) {
 	op := fmt.Sprintf("occupancy of kernel %#x at %d threads a block", uint64(k), block)
 	if d.closed.Load() {
@@ -55,10 +52,10 @@ func (d *Driver) MaxActiveBlocks(k driver.Kernel, block uint32) (int, error) {
 	}
 	info, ok := (*d.kernels.Load())[k]
 	if !ok {
-		return 0, d.v.Errf(alloc.ErrInvalidValue, "%s: unknown kernel (not from this driver's LoadModule)", op)
+		return 0, d.v.Errf(driver.ErrInvalidValue, "%s: unknown kernel (not from this driver's LoadModule)", op)
 	}
 	if block == 0 || block > info.maxThreads {
-		return 0, d.v.Errf(alloc.ErrInvalidValue, "%s: blocks are 1 to %d threads", op, info.maxThreads)
+		return 0, d.v.Errf(driver.ErrInvalidValue, "%s: blocks are 1 to %d threads", op, info.maxThreads)
 	}
 	api := d.kapi.Load()
 	if api.Occupancy.Addr == 0 {
@@ -126,7 +123,7 @@ func (d *Driver) peerCheck(op string, s Sym, peer int) error {
 	case d.closed.Load():
 		return d.v.ErrClosed(op)
 	case peer < 0:
-		return d.v.Errf(alloc.ErrInvalidValue, "%s: negative device ordinal", op)
+		return d.v.Errf(driver.ErrInvalidValue, "%s: negative device ordinal", op)
 	case s.Addr == 0:
 		return d.v.Errf(errors.ErrUnsupported, "%s: the runtime has no %s", op, s.Name)
 	}

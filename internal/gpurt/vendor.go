@@ -4,9 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/backends"
 )
 
 // Vendor is what a runtime's package tells this one: its name and the
@@ -81,7 +79,7 @@ func (v *Vendor) Errf(sentinel error, format string, args ...any) error {
 
 // ErrClosed is the error of a call on a closed driver.
 func (v *Vendor) ErrClosed(op string) error {
-	return v.Errf(alloc.ErrClosed, "%s: driver is closed", op)
+	return v.Errf(driver.ErrClosed, "%s: driver is closed", op)
 }
 
 // DefaultReleaseThreshold keeps every byte the pool has reserved (the
@@ -98,7 +96,7 @@ type Options struct {
 	DefaultPool      bool
 	StreamPriority   int
 	Blocking         bool
-	HostMemory       backends.HostMemory
+	HostMemory       driver.HostMemory
 	IPC              bool
 	CaptureSafety    driver.CaptureSafety
 }
@@ -107,16 +105,16 @@ type Options struct {
 func (v *Vendor) Validate(o Options) error {
 	switch {
 	case o.Device < 0:
-		return v.Errf(alloc.ErrInvalidValue, "device ordinal %d is negative", o.Device)
+		return v.Errf(driver.ErrInvalidValue, "device ordinal %d is negative", o.Device)
 	case o.ReleaseThreshold < 0:
-		return v.Errf(alloc.ErrInvalidValue, "release threshold %d B is negative", o.ReleaseThreshold)
+		return v.Errf(driver.ErrInvalidValue, "release threshold %d B is negative", o.ReleaseThreshold)
 	case o.Reserve < 0:
-		return v.Errf(alloc.ErrInvalidValue, "reserve %d B is negative", o.Reserve)
+		return v.Errf(driver.ErrInvalidValue, "reserve %d B is negative", o.Reserve)
 	case o.Reserve > 0 && o.ReleaseThreshold > 0 && o.Reserve > o.ReleaseThreshold:
-		return v.Errf(alloc.ErrInvalidValue, "reserve %d B exceeds release threshold %d B: the pool would return it at the first synchronize",
+		return v.Errf(driver.ErrInvalidValue, "reserve %d B exceeds release threshold %d B: the pool would return it at the first synchronize",
 			o.Reserve, o.ReleaseThreshold)
 	case o.IPC && o.DefaultPool:
-		return v.Errf(alloc.ErrInvalidValue, "ipc needs a pool of the driver's own, created exportable; the default pool's handle types are not this driver's to choose")
+		return v.Errf(driver.ErrInvalidValue, "ipc needs a pool of the driver's own, created exportable; the default pool's handle types are not this driver's to choose")
 	}
 	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
@@ -232,7 +231,7 @@ func (d *Driver) ReserveAddress(size int64) (driver.DevicePtr, error) {
 	var base uintptr
 	err := d.vmDo(op, func(api *VMAPI, gran uintptr) error {
 		if size <= 0 || uintptr(size)%gran != 0 {
-			return d.v.Errf(alloc.ErrInvalidValue, "%s: not a positive multiple of the granularity %d", op, gran)
+			return d.v.Errf(driver.ErrInvalidValue, "%s: not a positive multiple of the granularity %d", op, gran)
 		}
 		if err := api.Check(op, api.Reserve.Name,
 			Call(api.Reserve.Addr, uintptr(unsafe.Pointer(&base)), uintptr(size), 0, 0, 0)); err != nil {
@@ -252,11 +251,11 @@ func (d *Driver) ReleaseAddress(base driver.DevicePtr, size int64) error {
 		r := d.vm.res[uintptr(base)]
 		switch {
 		case r == nil:
-			return d.v.Errf(alloc.ErrInvalidValue, "%s: not the base of a reservation", op)
+			return d.v.Errf(driver.ErrInvalidValue, "%s: not the base of a reservation", op)
 		case uintptr(size) != r.size || size <= 0:
-			return d.v.Errf(alloc.ErrInvalidValue, "%s: the reservation has %d B", op, r.size)
+			return d.v.Errf(driver.ErrInvalidValue, "%s: the reservation has %d B", op, r.size)
 		case len(r.maps) > 0:
-			return d.v.Errf(alloc.ErrInvalidValue, "%s: %d range(s) still mapped: unmap them first", op, len(r.maps))
+			return d.v.Errf(driver.ErrInvalidValue, "%s: %d range(s) still mapped: unmap them first", op, len(r.maps))
 		}
 		if err := api.Check(op, api.Free.Name, Call(api.Free.Addr, r.base, r.size)); err != nil {
 			return err
@@ -270,21 +269,21 @@ func (d *Driver) ReleaseAddress(base driver.DevicePtr, size int64) error {
 // and size are granularity multiples. Dev thread.
 func (d *Driver) vmRange(op string, p driver.DevicePtr, size int64, gran uintptr) (*vmReservation, uintptr, error) {
 	if size <= 0 || uintptr(size)%gran != 0 {
-		return nil, 0, d.v.Errf(alloc.ErrInvalidValue, "%s: size not a positive multiple of the granularity %d", op, gran)
+		return nil, 0, d.v.Errf(driver.ErrInvalidValue, "%s: size not a positive multiple of the granularity %d", op, gran)
 	}
 	for _, r := range d.vm.res {
 		if uintptr(p) >= r.base && uintptr(p)-r.base < r.size {
 			off := uintptr(p) - r.base
 			switch {
 			case off%gran != 0:
-				return nil, 0, d.v.Errf(alloc.ErrInvalidValue, "%s: offset %d in its reservation is not a multiple of the granularity %d", op, off, gran)
+				return nil, 0, d.v.Errf(driver.ErrInvalidValue, "%s: offset %d in its reservation is not a multiple of the granularity %d", op, off, gran)
 			case uintptr(size) > r.size-off:
-				return nil, 0, d.v.Errf(alloc.ErrInvalidValue, "%s: crosses the end of the %d B reservation", op, r.size)
+				return nil, 0, d.v.Errf(driver.ErrInvalidValue, "%s: crosses the end of the %d B reservation", op, r.size)
 			}
 			return r, off, nil
 		}
 	}
-	return nil, 0, d.v.Errf(alloc.ErrInvalidValue, "%s: not inside a reservation", op)
+	return nil, 0, d.v.Errf(driver.ErrInvalidValue, "%s: not inside a reservation", op)
 }
 
 // MapMemory is driver.VirtualMemory's: new memory of the driver's device,
@@ -300,7 +299,7 @@ func (d *Driver) MapMemory(p driver.DevicePtr, size int64) error {
 		n := uintptr(size)
 		i, _ := slices.BinarySearchFunc(r.maps, off, func(m vmMapping, off uintptr) int { return cmp.Compare(m.off+m.size, off+1) })
 		if i < len(r.maps) && r.maps[i].off < off+n {
-			return d.v.Errf(alloc.ErrInvalidValue, "%s: overlaps the mapping at %#x+%d", op, r.base+r.maps[i].off, r.maps[i].size)
+			return d.v.Errf(driver.ErrInvalidValue, "%s: overlaps the mapping at %#x+%d", op, r.base+r.maps[i].off, r.maps[i].size)
 		}
 		var h uintptr
 		if err := api.Check(op, api.Create.Name,
@@ -334,7 +333,7 @@ func (d *Driver) UnmapMemory(p driver.DevicePtr, size int64) error {
 		}
 		i, found := slices.BinarySearchFunc(r.maps, off, func(m vmMapping, off uintptr) int { return cmp.Compare(m.off, off) })
 		if !found || r.maps[i].size != uintptr(size) {
-			return d.v.Errf(alloc.ErrInvalidValue, "%s: not a range MapMemory mapped (only whole mappings unmap)", op)
+			return d.v.Errf(driver.ErrInvalidValue, "%s: not a range MapMemory mapped (only whole mappings unmap)", op)
 		}
 		m := r.maps[i]
 		if err := api.Check(op, api.Unmap.Name, Call(api.Unmap.Addr, uintptr(p), m.size)); err != nil {

@@ -12,7 +12,11 @@
 //     pkg.Type.Member, (*pkg.Type).Member, and, in a package's own
 //     comments, Type.Member for a type the package declares;
 //   - a doc comment that begins with a name like, but not, the one it
-//     documents (Copy on CopyLocal).
+//     documents (Copy on CopyLocal);
+//   - an issue number (the word issue, or issues, and a number) in a
+//     comment of a non-test Go file: the repository has no issue tracker a reader could
+//     follow, so a comment says what holds and why, and history goes in
+//     commit messages and docs/reliability.md.
 //
 // Identifiers are resolved by parsing the module's packages with go/parser
 // (top-level declarations, fields, methods, embedded types); nothing is
@@ -135,6 +139,8 @@ var (
 	reLocal = regexp.MustCompile(`(?:^|[^\w.*/\-])([A-Z]\w*)\.([A-Z]\w*)`)
 	// A command-line flag, just before a flag's argument.
 	reFlag = regexp.MustCompile(`(?:^|\s)--?[\w.\-]+\s+$`)
+	// An issue number, as history cites it.
+	reIssue = regexp.MustCompile(`(?i)\bissues?\s+#?[0-9]+`)
 	// Functions go test runs.
 	reTestFunc = regexp.MustCompile(`^(Test|Fuzz|Benchmark|Example)`)
 	// An exported identifier.
@@ -149,6 +155,9 @@ var (
 
 // goLine checks one line of a comment of f.
 func (c *checker) goLine(f *goFile, line int, text string) {
+	if m := reIssue.FindString(text); m != "" && !f.test {
+		c.report(f.rel, line, m, "a comment cites an issue number: say what holds and why (history goes in the commit message and docs/reliability.md)")
+	}
 	dir := path.Dir(f.rel)
 	c.paths(f.rel, dir, line, text, true)
 	c.importPaths(f.rel, line, text)

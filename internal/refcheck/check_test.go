@@ -8,6 +8,15 @@ import (
 	"testing"
 )
 
+// problemStrings is each problem as its String writes it.
+func problemStrings(ps []Problem) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.String())
+	}
+	return out
+}
+
 // tree writes files (slash path -> content) under a new directory.
 func tree(t *testing.T, files map[string]string) string {
 	t.Helper()
@@ -164,10 +173,7 @@ func TestCheckHintsOtherPackage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, p := range problems {
-		got = append(got, p.String())
-	}
+	got := problemStrings(problems)
 	want := []string{
 		"a/a.go:1: b.Open: package b (b) declares no Open; declared as a.Open (a); similar: b.OpenString",
 		"b/b.go:1: b.Close: package b (b) declares no Close; declared as b.T.Close",
@@ -211,5 +217,28 @@ func TestCheckIgnoresBuildFolders(t *testing.T) {
 	}
 	if want := []string{"docs/design.md: kept/missing.txt"}; !slices.Equal(got, want) {
 		t.Errorf("problems %v, want %v: a path into an ignored build folder is not the repository's", got, want)
+	}
+}
+
+// An issue number in a comment of a non-test Go file is reported; one in a
+// test's comment or in a string literal is not.
+func TestCheckFlagsIssueNumbers(t *testing.T) {
+	root := tree(t, map[string]string{
+		"go.mod": "module example.com/m\n\ngo 1.25\n",
+		"lib/lib.go": "// Package lib keeps a rule (issue 21).\npackage lib\n\n" +
+			"// Before issues 30 and 31 this was slow; see Issue #7 too.\nconst Title = \"the targets of issue 28\"\n",
+		"lib/lib_test.go": "package lib\n\n// Found by issue 21's stress test.\nvar _ = Title\n",
+	})
+	problems, _, err := Check(root, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range problems {
+		got = append(got, p.File+":"+itoa(p.Line)+": "+p.Ref)
+	}
+	want := []string{"lib/lib.go:1: issue 21", "lib/lib.go:4: issues 30"}
+	if !slices.Equal(got, want) {
+		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -93,11 +93,7 @@ func loadModule(root string) (*module, []string, error) {
 		base:    map[string][]string{},
 		literal: map[string]bool{},
 	}
-	for _, l := range strings.Split(string(gomod), "\n") {
-		if f := strings.Fields(l); len(f) == 2 && f[0] == "module" {
-			m.path = strings.Trim(f[1], `"`)
-		}
-	}
+	m.path = modulePath(gomod)
 	ents, err := os.ReadDir(root)
 	if err != nil {
 		return nil, nil, err
@@ -170,6 +166,17 @@ func loadModule(root string) (*module, []string, error) {
 		m.resolveFile(f)
 	}
 	return m, mds, nil
+}
+
+// modulePath is the module path a go.mod file declares.
+func modulePath(gomod []byte) string {
+	var p string
+	for _, l := range strings.Split(string(gomod), "\n") {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == "module" {
+			p = strings.Trim(f[1], `"`)
+		}
+	}
+	return p
 }
 
 func mustRel(root, p string) string {

@@ -74,3 +74,36 @@ func TestDesignIndexesEveryNote(t *testing.T) {
 		}
 	}
 }
+
+// TestLayers: no package of this repository imports a layer above its own
+// (docs/design.md, "Layers", read by CheckLayers: the table there is the
+// only copy of the rule).
+func TestLayers(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := CheckLayers(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("%s", p)
+	}
+}
+
+// TestNoTrackedExecutables: git tracks no built binary (go build's output
+// at the root, a test binary, an object file); .gitignore names them.
+func TestNoTrackedExecutables(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found, err := TrackedExecutables(root)
+	if err != nil {
+		t.Fatalf("git ls-files: %v (the check needs git and the repository's .git)", err)
+	}
+	for _, f := range found {
+		t.Errorf("%s is a built executable tracked by git: git rm --cached it and add it to .gitignore", f)
+	}
+}

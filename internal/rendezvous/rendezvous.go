@@ -21,12 +21,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // ErrUntrustedDir is a rendezvous directory another user could write: not
 // this user's, or open to its group or others. Errors that wrap it are
-// *DirError and wrap alloc.ErrInvalidValue too.
+// *DirError and wrap driver.ErrInvalidValue too.
 var ErrUntrustedDir = errors.New("rendezvous directory is not private to this user")
 
 // DirError says which directory was refused and why.
@@ -40,7 +40,7 @@ func (e *DirError) Error() string {
 		ErrUntrustedDir, e.Dir, e.Why, os.Geteuid())
 }
 
-func (e *DirError) Unwrap() []error { return []error{ErrUntrustedDir, alloc.ErrInvalidValue} }
+func (e *DirError) Unwrap() []error { return []error{ErrUntrustedDir, driver.ErrInvalidValue} }
 
 // CheckDir refuses dir unless it is a directory owned by this process's
 // effective user with no permission for group or others: then only this
@@ -63,10 +63,10 @@ func CheckDir(dir string) error {
 }
 
 // Fresh refuses a path that already exists: a file left by an earlier run
-// would hand readers a stale message. The error wraps alloc.ErrInvalidValue.
+// would hand readers a stale message. The error wraps driver.ErrInvalidValue.
 func Fresh(path string) error {
 	if _, err := os.Lstat(path); err == nil {
-		return fmt.Errorf("%w: rendezvous file %s already exists (a stale one from an earlier run?); use a fresh path per job", alloc.ErrInvalidValue, path)
+		return fmt.Errorf("%w: rendezvous file %s already exists (a stale one from an earlier run?); use a fresh path per job", driver.ErrInvalidValue, path)
 	}
 	return nil
 }
@@ -77,7 +77,7 @@ func Fresh(path string) error {
 // also when another writer wins the race (where the file system has hard
 // links; elsewhere the file is renamed into place). A directory another
 // user could write is refused (CheckDir). Errors wrap
-// alloc.ErrInvalidValue.
+// driver.ErrInvalidValue.
 func Publish(path string, data []byte) error {
 	if err := CheckDir(filepath.Dir(path)); err != nil {
 		return err
@@ -87,12 +87,12 @@ func Publish(path string, data []byte) error {
 	}
 	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
 	if err != nil {
-		return fmt.Errorf("%w: rendezvous: %v", alloc.ErrInvalidValue, err)
+		return fmt.Errorf("%w: rendezvous: %v", driver.ErrInvalidValue, err)
 	}
 	defer os.Remove(f.Name())
 	_, werr := f.Write(data)
 	if err := errors.Join(werr, f.Close()); err != nil {
-		return fmt.Errorf("%w: rendezvous: writing %s: %v", alloc.ErrInvalidValue, f.Name(), err)
+		return fmt.Errorf("%w: rendezvous: writing %s: %v", driver.ErrInvalidValue, f.Name(), err)
 	}
 	// A hard link, unlike a rename, fails when path exists.
 	err = os.Link(f.Name(), path)
@@ -105,7 +105,7 @@ func Publish(path string, data []byte) error {
 	// A file system without hard links: rename, atomic too, which
 	// replaces a file that appeared since the check above.
 	if rerr := os.Rename(f.Name(), path); rerr != nil {
-		return fmt.Errorf("%w: rendezvous: %v; %v", alloc.ErrInvalidValue, err, rerr)
+		return fmt.Errorf("%w: rendezvous: %v; %v", driver.ErrInvalidValue, err, rerr)
 	}
 	return nil
 }
@@ -115,7 +115,7 @@ func Publish(path string, data []byte) error {
 // sentinel) and says what was awaited; a directory another user could
 // write (CheckDir), a path that is not a regular file (a link, a FIFO, a
 // device), one of more than max bytes, or another failure to read wraps
-// alloc.ErrInvalidValue.
+// driver.ErrInvalidValue.
 func Await(path string, max int64, timeout time.Duration, timedOut error) ([]byte, error) {
 	if err := CheckDir(filepath.Dir(path)); err != nil {
 		return nil, err
@@ -127,7 +127,7 @@ func Await(path string, max int64, timeout time.Duration, timedOut error) ([]byt
 			return b, nil
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%w: rendezvous: %v", alloc.ErrInvalidValue, err)
+			return nil, fmt.Errorf("%w: rendezvous: %v", driver.ErrInvalidValue, err)
 		}
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("%w: nothing at %s after %v", timedOut, path, timeout)

@@ -5,7 +5,6 @@ import (
 	"os"
 	"regexp"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
@@ -75,7 +74,7 @@ var archName = regexp.MustCompile(`^gfx[0-9a-f]+(:[a-z]+[+-])*$`)
 // hipModuleLoadData loads. arch is the device's gcnArchName, such as
 // "gfx90a" or "gfx90a:sramecc+:xnack-" (hiprtc 5.2.3 takes it as
 // --offload-arch=; its --gpu-architecture= is nvcc's spelling, rewritten
-// with a warning). Anything else is alloc.ErrInvalidValue, before any
+// with a warning). Anything else is driver.ErrInvalidValue, before any
 // call: an empty arch would make hiprtc ask the current device, and one
 // this hiprtc does not know can abort the process inside it (measured with
 // 5.2.3: "gfx9999" and "gfx942" die in hiprtcCompileProgram with
@@ -84,7 +83,7 @@ var archName = regexp.MustCompile(`^gfx[0-9a-f]+(:[a-z]+[+-])*$`)
 // the compiler's log.
 func (r *HIPRTC) CompileHIP(src, name, arch string) ([]byte, error) {
 	if !archName.MatchString(arch) {
-		return nil, fmt.Errorf("%w: rtc: %s: %q is not an AMD GPU architecture (a gcnArchName such as gfx90a)", alloc.ErrInvalidValue, name, arch)
+		return nil, fmt.Errorf("%w: rtc: %s: %q is not an AMD GPU architecture (a gcnArchName such as gfx90a)", driver.ErrInvalidValue, name, arch)
 	}
 	return r.c.run(src, name, []string{"--offload-arch=" + arch})
 }

@@ -1,7 +1,8 @@
 // Package registry gives the views under alloc (alloc/allocview,
-// alloc/allocprom) the process's open allocators and its profile rate,
-// which package alloc keeps out of the engine's API: it reads the hooks
-// alloc's init sets (internal/allochooks) and types what they return.
+// alloc/allocprom) the process's open allocators, their histories and the
+// profile rate, which package alloc keeps out of the engine's API: alloc's
+// init installs its Source in internal/allochooks, and the functions here
+// call it.
 package registry
 
 import (
@@ -10,39 +11,41 @@ import (
 	"github.com/capalloc/capalloc/internal/allochooks"
 )
 
-// Allocators returns the open allocators of the process, sorted by name.
-func Allocators() []*alloc.Allocator {
-	as := allochooks.Allocators()
-	out := make([]*alloc.Allocator, len(as))
-	for i, a := range as {
-		out[i] = a.(*alloc.Allocator)
-	}
-	return out
+// Source is what package alloc installs in allochooks.Registry
+// (alloc/registry.go, registrySource; alloc's tests assert that it
+// implements Source).
+type Source interface {
+	Allocators() []*alloc.Allocator
+	Lookup(name string) *alloc.Allocator
+	Name(a *alloc.Allocator) string
+	Usage(a *alloc.Allocator) (memmap.Snapshot, error)
+	ProfileRate() int
+	History(a *alloc.Allocator, maxEvents int) memmap.History
 }
 
+// source is package alloc's Source (linked by this package's import of
+// it).
+func source() Source { return allochooks.Registry.(Source) }
+
+// Allocators returns the open allocators of the process, sorted by name.
+func Allocators() []*alloc.Allocator { return source().Allocators() }
+
 // Lookup returns the open allocator named name, or nil.
-func Lookup(name string) *alloc.Allocator {
-	a, _ := allochooks.Lookup(name).(*alloc.Allocator)
-	return a
-}
+func Lookup(name string) *alloc.Allocator { return source().Lookup(name) }
 
 // ProfileRate returns the device memory profile's sampling rate
 // (alloc.SetProfileRate's).
-func ProfileRate() int { return allochooks.ProfileRate() }
+func ProfileRate() int { return source().ProfileRate() }
 
 // Name is a's name (alloc.Options.Name, or the default New gave it).
-func Name(a *alloc.Allocator) string { return allochooks.Name(a) }
+func Name(a *alloc.Allocator) string { return source().Name(a) }
 
 // Usage is a's Snapshot without Segments and Graphs: its memory by block
 // state and graph pool, and its counters, of one moment, without listing
 // the blocks (what a metrics scrape reads). It fails with
 // alloc.ErrClosed once a is closed.
 func Usage(a *alloc.Allocator) (memmap.Snapshot, error) {
-	s, err := allochooks.Usage(a)
-	if err != nil {
-		return memmap.Snapshot{}, err
-	}
-	return s.(memmap.Snapshot), nil
+	return source().Usage(a)
 }
 
 // History is a's newest maxEvents events, oldest first (every event
@@ -51,5 +54,5 @@ func Usage(a *alloc.Allocator) (memmap.Snapshot, error) {
 // held only to copy those events (256 B each); Truncated counts the kept
 // events left out.
 func History(a *alloc.Allocator, maxEvents int) memmap.History {
-	return allochooks.History(a, maxEvents).(memmap.History)
+	return source().History(a, maxEvents)
 }

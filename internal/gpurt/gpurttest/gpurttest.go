@@ -135,8 +135,8 @@ func BuildShared(t testing.TB, path string, src []byte, cflags ...string) {
 // built holds, for the life of the test process, every library built
 // here, by what went into it. The fake-runtime tests load a fresh build
 // for almost every test, mostly of the same few variants, and compiling
-// each one took most of their time (issue 21: 92 compiles in
-// internal/gpurt's tests alone, 0.45 s each).
+// each one would take most of their time (92 compiles in internal/gpurt's
+// tests alone, 0.45 s each).
 var built sync.Map // key -> *buildOnce
 
 type buildOnce struct {
