@@ -337,9 +337,10 @@ func summaryWant(f viewFacts) pageWant {
 	return w
 }
 
-// The docs show only screenshots the browser test writes, and each of
-// them is there: a picture in docs/ or the README that no test makes
-// goes stale unseen.
+// The docs show only screenshots the browser test writes, each of them
+// is in docs/ and shown by a doc, and docs/ holds no other PNG: a
+// picture that no test makes goes stale unseen, and one no doc shows is
+// dead weight.
 func TestDocsShowOnlyBrowserScreenshots(t *testing.T) {
 	made := map[string]bool{}
 	for _, p := range viewPages {
@@ -356,7 +357,7 @@ func TestDocsShowOnlyBrowserScreenshots(t *testing.T) {
 	require.NoError(t, err)
 	docs = append(docs, filepath.Join("..", "..", "README.md"))
 	link := regexp.MustCompile(`\(([^()\s]+\.png)\)`)
-	shown := 0
+	shown, linked := 0, map[string]bool{}
 	for _, doc := range docs {
 		text, err := os.ReadFile(doc)
 		require.NoError(t, err)
@@ -364,8 +365,17 @@ func TestDocsShowOnlyBrowserScreenshots(t *testing.T) {
 			target := filepath.Clean(filepath.Join(filepath.Dir(doc), m[1]))
 			require.Equal(t, filepath.Join("..", "..", "docs"), filepath.Dir(target), "%s shows %s, outside docs/", doc, m[1])
 			require.True(t, made[filepath.Base(target)], "%s shows %s, which the browser test does not make", doc, m[1])
+			linked[filepath.Base(target)] = true
 			shown++
 		}
 	}
 	require.NotZero(t, shown, "no screenshot found in the docs: the link pattern is wrong")
+	for name := range made {
+		require.True(t, linked[name], "docs/%s is made by the browser test and shown by no doc: show it or drop its row's screenshot", name)
+	}
+	pngs, err := filepath.Glob(filepath.Join("..", "..", "docs", "*.png"))
+	require.NoError(t, err)
+	for _, p := range pngs {
+		require.True(t, made[filepath.Base(p)], "%s is made by no test: remove it, or make it in the browser test", p)
+	}
 }
