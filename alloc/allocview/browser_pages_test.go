@@ -300,9 +300,7 @@ func timelineWant(of timelineOf) func(f viewFacts) pageWant {
 				}
 				w.texts = append(w.texts, label+" peak "+bytesText(s.peak))
 			}
-			for _, line := range strings.Split(strings.TrimSpace(h.Summary()), "\n") {
-				w.texts = append(w.texts, line)
-			}
+			w.texts = append(w.texts, strings.Split(strings.TrimSpace(h.Summary()), "\n")...)
 			w.marks["svg path"] += len(tl.sites)
 			if v.drawsReserved() {
 				w.marks["svg path"]++
