@@ -31,6 +31,7 @@ var (
 	errOverflow = errors.New("horizontal overflow: the page is wider than the window")
 	errMark     = errors.New("mark not drawn: fewer marks than expected, or one with no width")
 	errText     = errors.New("text not shown")
+	errUnwanted = errors.New("text shown that the page must not show")
 	errTooltip  = errors.New("empty tooltip")
 	errTinyText = fmt.Errorf("text drawn smaller than %d px", minTextPx)
 	errImage    = errors.New("image not shown")
@@ -39,7 +40,7 @@ var (
 )
 
 // pageFaults lists the kinds of fault, for tests of the check.
-var pageFaults = []error{errOverflow, errMark, errText, errTooltip, errTinyText, errImage, errConsole, errRequest}
+var pageFaults = []error{errOverflow, errMark, errText, errUnwanted, errTooltip, errTinyText, errImage, errConsole, errRequest}
 
 // minTextPx is the smallest an SVG text may be drawn, in CSS px: a
 // drawing scaled to fit its window's height instead of its width (its
@@ -259,6 +260,11 @@ func (b *browserTab) check(pageURL string, width int, want pageWant) (pageFacts,
 	for _, s := range want.texts {
 		if !strings.Contains(facts.Text, strings.Join(strings.Fields(s), " ")) {
 			faults = append(faults, fmt.Errorf("%w: %q", errText, s))
+		}
+	}
+	for _, s := range want.absent {
+		if strings.Contains(facts.Text, strings.Join(strings.Fields(s), " ")) {
+			faults = append(faults, fmt.Errorf("%w: %q", errUnwanted, s))
 		}
 	}
 	if facts.Tooltips < want.tooltips {

@@ -90,10 +90,10 @@ func TestBrowser(t *testing.T) {
 	for _, p := range viewPages {
 		for i, width := range browserWidths {
 			t.Run(fmt.Sprintf("%s/%d", p.name, width), func(t *testing.T) {
-				f, err := tab.check(p.url(t, base), width, p.want(facts))
+				f, err := tab.check(p.url(t, base, w), width, p.want(facts))
 				require.NoError(t, err)
 				t.Log(f)
-				if shots == "" {
+				if shots == "" || p.shots[i] == "" {
 					return
 				}
 				png, err := tab.screenshot(shotMaxHeight)
@@ -111,6 +111,9 @@ func TestBrowser(t *testing.T) {
 			want := p.want(facts)
 			if c.text != "" {
 				want.texts = append(want.texts, c.text)
+			}
+			if c.absent != "" {
+				want.absent = append(want.absent, c.absent)
 			}
 			_, err := tab.check(base+"?broken="+c.name, browserWidths[1], want)
 			require.Error(t, err)
@@ -130,6 +133,7 @@ type brokenCase struct {
 	// becomes new (regexp.Expand).
 	old, new string
 	text     string // a text the check is told to want that the page does not show
+	absent   string // a text the check is told the page must not show, which it does
 	faults   []error
 }
 
@@ -140,6 +144,7 @@ var brokenCases = []brokenCase{
 	{name: "zero-width-block", page: "map", view: "segments.svg", old: `(<rect class="blk" x="[^"]*" y="[^"]*" width=")[^"]*"`, new: `${1}0"`, faults: []error{errMark}},
 	{name: "empty-tooltip", page: "timeline", view: "timeline", old: "</svg>", new: `<rect x="0" y="0" width="10" height="10"><title> </title></rect></svg>`, faults: []error{errTooltip}},
 	{name: "missing-text", page: "summary", view: "summary.txt", text: "a figure the page does not show", faults: []error{errText}},
+	{name: "unwanted-text", page: "summary", view: "summary.txt", absent: "capalloc memory summary", faults: []error{errUnwanted}},
 	{name: "console-error", page: "index", view: "", old: "</body>", new: `<script>console.error("broken")</script></body>`, faults: []error{errConsole}},
 	{name: "exception", page: "index", view: "", old: "</body>", new: `<script>null.x</script></body>`, faults: []error{errConsole}},
 	{name: "missing-image", page: "index", view: "", old: "</body>", new: `<img src="no-such-view.svg" alt="x"></body>`, faults: []error{errRequest, errImage}},

@@ -1,6 +1,7 @@
 package allocview
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,8 +15,9 @@ import (
 // the views to draw (the browser test loads every page over it, and the
 // docs' screenshots are of it). The "decoder" allocator keeps its
 // history: model weights are loaded, a workspace reserved, a graph pool
-// of poolGraphs decode graphs captured at start-up (one per batch size,
-// largest first, each keeping its logits) and a prefill graph that owns
+// ("decode") of poolGraphs decode graphs captured at start-up (one per
+// batch size, "batch-64" first, each keeping its logits) and a graph
+// ("prefill") that owns
 // its temporaries and holds a KV page the engine evicted while it was
 // recorded; then the engine serves: a paged KV cache grows as sequences
 // lengthen and leaves holes where they finish, each step's activations
@@ -33,6 +35,15 @@ type workload struct {
 
 // poolGraphs is how many graphs the pool holds: batch sizes 1 to 64.
 const poolGraphs = 64
+
+// The names the views show: the pool's, the prefill graph's, and each
+// decode graph's, by its batch size.
+const (
+	poolName         = "decode"
+	prefillGraphName = "prefill"
+)
+
+func batchGraphName(batch int64) string { return fmt.Sprintf("batch-%d", batch) }
 
 // The allocation sites below are what the profile and the timeline name,
 // one function each.
@@ -137,10 +148,9 @@ func newWorkload(t testing.TB) *workload {
 		require.NoError(t, dec.Free(b))
 	}
 	w.pool = dec.NewGraphPool()
+	w.pool.SetName(poolName)
 	for batch := int64(poolGraphs); batch >= 1; batch-- {
-		// Each graph's name (decode-b64 ... decode-b1) goes in these
-		// options once captures are named.
-		g, err := dec.WithCapture(alloc.CaptureOptions{Pool: w.pool}, func() error {
+		g, err := dec.WithCapture(alloc.CaptureOptions{Pool: w.pool, Name: batchGraphName(batch)}, func() error {
 			tmp, err := decodeTemp(dec, batch)
 			if err != nil {
 				return err
@@ -157,7 +167,7 @@ func newWorkload(t testing.TB) *workload {
 	w.poolBytes = w.pool.Bytes()
 	evicted := kv[len(kv)-1]
 	kv = kv[:len(kv)-1]
-	g, err := dec.WithCapture(alloc.CaptureOptions{}, func() error {
+	g, err := dec.WithCapture(alloc.CaptureOptions{Name: prefillGraphName}, func() error {
 		if err := dec.UploadHost(evicted, 0, host, 0, 64<<10); err != nil {
 			return err
 		}
@@ -226,8 +236,9 @@ func newWorkload(t testing.TB) *workload {
 }
 
 // The workload is in the state its doc (and the docs' screenshots) say:
-// every block state has bytes in the decoder, the pool holds memory of
-// its own, there are 65 live graphs; in the history, the pool's captures
+// every block state has bytes in the decoder, there are 65 live graphs
+// with their names, the named pool holds memory of its own and 64 of
+// them; in the history, the pool's captures
 // take nothing from the driver, the out-of-memory error is there once,
 // and the reclaim ladder gave segments back before it; the prefill
 // allocator has live and wholly cached memory.
@@ -239,6 +250,19 @@ func TestWorkloadState(t *testing.T) {
 		require.Positive(t, s.Bytes[st], "decoder: no bytes %s", st)
 	}
 	require.Len(t, s.Graphs, poolGraphs+1)
+	var names []string
+	for _, g := range s.Graphs { // by ID: in capture order
+		names = append(names, g.Name)
+	}
+	want := []string{}
+	for batch := int64(poolGraphs); batch >= 1; batch-- {
+		want = append(want, batchGraphName(batch))
+	}
+	require.Equal(t, append(want, prefillGraphName), names)
+	require.Len(t, s.Pools, 1)
+	require.Equal(t, poolName, s.Pools[0].Name)
+	require.Equal(t, w.poolBytes, s.Pools[0].Bytes)
+	require.Len(t, s.Pools[0].Graphs, poolGraphs)
 	require.Positive(t, w.poolBytes)
 	require.GreaterOrEqual(t, s.Bytes[memmap.BlockGraphOwned]+s.Bytes[memmap.BlockGraphPool], w.poolBytes+6<<20, "the pool's memory (its graphs' blocks and its free part) and the prefill graph's are held for graphs")
 	require.EqualValues(t, 1, s.Stats.OutOfMemory)
