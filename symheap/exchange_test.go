@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -92,6 +93,47 @@ func TestFileExchangeRefusesSharedDir(t *testing.T) {
 	require.ErrorIs(t, err, alloc.ErrInvalidValue)
 	require.Contains(t, err.Error(), dir)
 	require.Nil(t, got)
+}
+
+// The exchange reads the directory it checked. While rank 0 waits for
+// rank 1, the owner of the directory's parent renames it away and puts a
+// directory open to everyone at its path, with a forged rank-1 message:
+// rank 0 does not take it, and gets rank 1's real message, published in
+// the directory rank 0 checked.
+func TestFileExchangeKeepsTheDirectoryItChecked(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("files are reached through the directory's descriptor on linux only (internal/rendezvous/dir_other.go)")
+	}
+	dir := filepath.Join(t.TempDir(), "x")
+	require.NoError(t, os.Mkdir(dir, 0o700))
+	type result struct {
+		got [][]byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		got, err := symheap.FileExchange(dir, 2).AllGather(0, []byte("rank 0"), 10*time.Second)
+		done <- result{got, err}
+	}()
+	require.Eventually(t, func() bool {
+		_, err := os.Lstat(filepath.Join(dir, "round-0-rank-0"))
+		return err == nil
+	}, 10*time.Second, time.Millisecond, "rank 0 checked the directory and published")
+
+	checked := dir + ".checked"
+	require.NoError(t, os.Rename(dir, checked))
+	require.NoError(t, os.Mkdir(dir, 0o777))
+	require.NoError(t, os.Chmod(dir, 0o777))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "round-0-rank-1"), []byte("forged"), 0o666))
+
+	_, err := symheap.FileExchange(dir, 2).AllGather(1, []byte("rank 1"), time.Second)
+	require.ErrorIs(t, err, symheap.ErrUntrustedDir, "a rank arriving now is refused the swapped-in directory")
+	got, err := symheap.FileExchange(checked, 2).AllGather(1, []byte("rank 1"), 10*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, [][]byte{[]byte("rank 0"), []byte("rank 1")}, got)
+	r := <-done
+	require.NoError(t, r.err)
+	require.Equal(t, [][]byte{[]byte("rank 0"), []byte("rank 1")}, r.got, "rank 0 took the forged file")
 }
 
 // A message file larger than MaxExchangeMessage is refused, and so is a
