@@ -5,7 +5,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -273,4 +275,41 @@ func TestCachedBytesIsTheCachedStates(t *testing.T) {
 	cached := value(t, fams, "capalloc_cached_bytes", labels(""))
 	require.Equal(t, cached, sum, "capalloc_cached_bytes against the cached states' capalloc_memory_bytes")
 	require.EqualValues(t, a.Stats().BytesCached, cached)
+}
+
+// Scrapes share a walk of the allocator's blocks: four scrapers, each
+// scraping after every new buffer, walk it at most once a second. Each
+// walk sees every buffer allocated before it, so the live bytes take a
+// new value at each walk, and the values seen count the walks.
+func TestScrapesShareAWalk(t *testing.T) {
+	a := newAllocator(t, "prom-walks")
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(allocprom.NewCollector()))
+	live := map[string]string{"allocator": "prom-walks", "state": string(memmap.BlockLive)}
+	const rounds, scrapers = 50, 4
+	seen := map[float64]bool{}
+	start := time.Now()
+	for range rounds {
+		b, err := a.Alloc(4 << 10)
+		require.NoError(t, err)
+		defer a.Free(b)
+		fams := make([][]*dto.MetricFamily, scrapers)
+		errs := make([]error, scrapers)
+		var wg sync.WaitGroup
+		for i := range scrapers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				fams[i], errs[i] = reg.Gather()
+			}()
+		}
+		wg.Wait()
+		for i := range scrapers {
+			require.NoError(t, errs[i])
+			seen[value(t, fams[i], "capalloc_memory_bytes", live)] = true
+		}
+	}
+	elapsed := time.Since(start)
+	require.LessOrEqual(t, len(seen), int(elapsed/time.Second)+1,
+		"%d scrapes in %v walked the allocator %d times", rounds*scrapers, elapsed, len(seen))
 }
