@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/alloc/memmap"
 	"github.com/capalloc/capalloc/cpu"
+	"github.com/capalloc/capalloc/internal/ranks"
 )
 
 func newAllocator(t *testing.T, name string) *alloc.Allocator {
@@ -294,16 +294,10 @@ func TestScrapesShareAWalk(t *testing.T) {
 		require.NoError(t, err)
 		defer a.Free(b)
 		fams := make([][]*dto.MetricFamily, scrapers)
-		errs := make([]error, scrapers)
-		var wg sync.WaitGroup
-		for i := range scrapers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				fams[i], errs[i] = reg.Gather()
-			}()
-		}
-		wg.Wait()
+		errs := ranks.Each(scrapers, func(i int) (err error) {
+			fams[i], err = reg.Gather()
+			return err
+		})
 		for i := range scrapers {
 			require.NoError(t, errs[i])
 			seen[value(t, fams[i], "capalloc_memory_bytes", live)] = true

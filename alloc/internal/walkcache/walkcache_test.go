@@ -2,12 +2,13 @@ package walkcache
 
 import (
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/internal/ranks"
 )
 
 // A walk serves every Get for its key until the TTL passes; keys are
@@ -61,16 +62,11 @@ func TestOneWalkAtATime(t *testing.T) {
 	for _, c := range caches {
 		defer c.SetTTL(0)()
 	}
-	var wg sync.WaitGroup
-	for i := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for k := range 5 {
-				_, _ = caches[i%2].Get(k)
-			}
-		}()
-	}
-	wg.Wait()
+	ranks.Each(8, func(i int) error {
+		for k := range 5 {
+			_, _ = caches[i%2].Get(k)
+		}
+		return nil
+	})
 	require.EqualValues(t, 1, most.Load())
 }
