@@ -676,9 +676,9 @@ static void ca_leave(ca_block *b) {
  * mmap made them (zero) unless the fiber overflows its stack, which the
  * end of its block finds (ca_check_red_zones) and aborts on, as a guard
  * page would fault. No guard page per fiber: each costs two memory
- * mappings, and 64-block launches of 64 threads on four devices, the two
- * fakes' workers alive at once, passed vm.max_map_count (65530) under the
- * race detector. */
+ * mappings, and a process's (vm.max_map_count, 65530 by default) must
+ * hold full-grid launches on several devices with both fakes' workers
+ * alive, and the race detector's own mappings. */
 #define CA_FIBER_STACK (128u << 10)
 #define CA_RED_ZONE 4096u
 struct ca_worker {
