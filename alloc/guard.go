@@ -215,7 +215,18 @@ func (g *guard) unsafeRefusalLocked(st CaptureState, onStream bool, what string)
 	case st == StateInvalidated:
 		return wrapf(ErrCaptureInvalidated, "%s", what)
 	}
-	return wrapf(ErrCaptureIncompatibleAllocation, "%s: %v", what, why)
+	return unsafeRefused("%s: %v", what, why)
+}
+
+// unsafeRefused is the error of an unsafe call (an implicitly
+// synchronizing one: a synchronous allocation or free, pinned host
+// memory, a pageable copy, freeing cached memory) that a capture forbids,
+// refused before the driver by the documented rules or by strict safety
+// (safety.go) alike: it matches ErrCaptureIncompatibleAllocation and
+// driver.ErrCaptureIllegalOp, CUDA's answer to such a call during a
+// capture, so an engine matching either sees every refusal.
+func unsafeRefused(format string, args ...any) error {
+	return fmt.Errorf("%w: %w: "+format, append([]any{driver.ErrCaptureIllegalOp, ErrCaptureIncompatibleAllocation}, args...)...)
 }
 
 // syncRefusalLocked is the error for a synchronize or query that a capture

@@ -129,7 +129,7 @@ func (a *Allocator) Trim() error {
 	var why error // why the graph trim and the unmapping are skipped
 	return a.guard.blocking("Trim", -1, func(st CaptureState) error {
 		if st != StateNone {
-			return refusal(st, "trim frees memory")
+			return a.guard.unsafeRefusalLocked(st, true, "trim frees memory")
 		}
 		if trims || a.vm != nil {
 			why = a.guard.unsafeAllowedLocked(st, false)

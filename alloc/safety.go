@@ -1,20 +1,15 @@
 package alloc
 
-import (
-	"fmt"
-	"github.com/capalloc/capalloc/alloc/driver"
-)
-
 // The device's capture safety is classified by the driver
 // (driver.CaptureSafety, docs/capture-safety.md); what follows are the
 // refusals strict safety adds.
 
 // strictRefusal is the error of a call refused by strict capture safety:
-// it wraps ErrCaptureIllegalOp and ErrCaptureIncompatibleAllocation (the
-// sentinels a refused unsafe call already matches) and names the profile.
+// an unsafe call's refusal (unsafeRefused: ErrCaptureIllegalOp and
+// ErrCaptureIncompatibleAllocation) that names the profile.
 func (g *guard) strictRefusal(what string, n int) error {
-	return fmt.Errorf("%w: %w: %s: %d capture(s) active in the capture domain and the device's capture safety is %s; no driver call was made",
-		driver.ErrCaptureIllegalOp, ErrCaptureIncompatibleAllocation, what, n, g.profile)
+	return unsafeRefused("%s: %d capture(s) active in the capture domain and the device's capture safety is %s; no driver call was made",
+		what, n, g.profile)
 }
 
 // strictLocked returns strictRefusal when strict safety forbids what now:

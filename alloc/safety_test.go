@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
@@ -122,6 +123,60 @@ func TestStrictSafetyRefusesBeforeTheDriver(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, b.Free(x))
 			require.NoError(t, g.Close())
+		})
+	}
+}
+
+// On the GB10 profile every refusal of an unsafe call during a capture
+// matches both capture sentinels, whichever rule refused it (the
+// documented rules' refusal during the allocator's own capture or another
+// one's Global capture, or strict safety's): an engine matching
+// driver.ErrCaptureIllegalOp sees each of them, as docs/capture-safety.md
+// says.
+func TestUnsafeRefusalsMatchBothSentinels(t *testing.T) {
+	for _, mode := range []alloc.CaptureMode{alloc.Global, alloc.ThreadLocal, alloc.Relaxed} {
+		t.Run(mode.String(), func(t *testing.T) {
+			_, a, b, _, _ := strictPair(t, cpu.Options{Profile: cpu.ProfileGB10})
+			syncB, err := b.AllocSync(1 << 20)
+			require.NoError(t, err)
+			hostA, err := a.HostAlloc(4096)
+			require.NoError(t, err)
+			hostB, err := b.HostAlloc(4096)
+			require.NoError(t, err)
+			for _, x := range []*alloc.Allocator{a, b} { // a cached segment each, for Trim to free
+				buf, err := x.Alloc(1 << 20)
+				require.NoError(t, err)
+				require.NoError(t, x.Free(buf))
+			}
+
+			require.NoError(t, a.BeginCapture(mode))
+			both := func(err error, what string) { // each call's verdict reported, not the first only
+				t.Helper()
+				assert.ErrorIs(t, err, driver.ErrCaptureIllegalOp, what)
+				assert.ErrorIs(t, err, alloc.ErrCaptureIncompatibleAllocation, what)
+				var ae *alloc.Error
+				assert.ErrorAs(t, err, &ae, what)
+			}
+			_, err = a.AllocSync(1 << 20)
+			both(err, "own AllocSync")
+			_, err = b.AllocSync(1 << 20)
+			both(err, "other AllocSync")
+			both(b.Free(syncB), "other synchronous Free")
+			_, err = a.HostAlloc(4096)
+			both(err, "own HostAlloc")
+			_, err = b.HostAlloc(4096)
+			both(err, "other HostAlloc")
+			both(hostA.Close(), "own HostBuffer.Close")
+			both(hostB.Close(), "other HostBuffer.Close")
+			both(a.Trim(), "own Trim")
+			both(b.Trim(), "other Trim")
+
+			g, err := a.EndCapture()
+			require.NoError(t, err)
+			require.NoError(t, g.Close())
+			require.NoError(t, b.Free(syncB))
+			require.NoError(t, hostA.Close())
+			require.NoError(t, hostB.Close())
 		})
 	}
 }

@@ -187,18 +187,22 @@ func (l *Library) FileRendezvous(path string, rank int, timeout time.Duration) (
 		return UniqueID{}, fmt.Errorf("%w: nccl: rendezvous at %q for rank %d", alloc.ErrInvalidValue, path, rank)
 	}
 	if rank == 0 {
-		// Checked before the id is made: making it starts the root.
-		if err := rendezvous.CheckDir(filepath.Dir(path)); err != nil {
+		// Checked before the id is made: making it starts the root. The
+		// id is published in the directory checked.
+		d, err := rendezvous.OpenDir(filepath.Dir(path))
+		if err != nil {
 			return UniqueID{}, fmt.Errorf("nccl: %w", err)
 		}
-		if err := rendezvous.Fresh(path); err != nil {
+		defer d.Close()
+		name := filepath.Base(path)
+		if err := d.Fresh(name); err != nil {
 			return UniqueID{}, fmt.Errorf("nccl: %w", err)
 		}
 		id, err := l.GetUniqueID()
 		if err != nil {
 			return UniqueID{}, err
 		}
-		if err := rendezvous.Publish(path, id.Internal[:]); err != nil {
+		if err := d.Publish(name, id.Internal[:]); err != nil {
 			return UniqueID{}, fmt.Errorf("nccl: %w", err)
 		}
 		return id, nil

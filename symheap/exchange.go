@@ -3,8 +3,6 @@ package symheap
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -118,6 +116,7 @@ type fileExchange struct {
 
 	mu   sync.Mutex
 	next map[int]int
+	open *rendezvous.Dir // dir, opened and checked by the first AllGather
 }
 
 // MaxExchangeMessage bounds one rank's message in a FileExchange round
@@ -136,16 +135,32 @@ var ErrUntrustedDir = rendezvous.ErrUntrustedDir
 // the others'. A file that already exists is refused (a stale one from an
 // earlier run): use a fresh directory per job. Nobody removes the files.
 // dir must be owned by the ranks' user and closed to everyone else (mode
-// 0700), or AllGather fails with ErrUntrustedDir; a message file must be
-// a regular file of at most MaxExchangeMessage bytes.
+// 0700), and be the directory itself, not a symbolic link, or AllGather
+// fails with ErrUntrustedDir; a message file must be a regular file of at
+// most MaxExchangeMessage bytes. The first AllGather opens and checks dir
+// and the exchange keeps it open for its life: every later round reads
+// and writes that directory, even if another is renamed into its path.
 func FileExchange(dir string, ranks int) Exchange {
 	return &fileExchange{dir: dir, ranks: ranks, next: map[int]int{}}
 }
 
 func (x *fileExchange) Ranks() int { return x.ranks }
 
-func (x *fileExchange) path(round, rank int) string {
-	return filepath.Join(x.dir, fmt.Sprintf("round-%d-rank-%d", round, rank))
+func fileName(round, rank int) string { return fmt.Sprintf("round-%d-rank-%d", round, rank) }
+
+// opened is the exchange's directory, opened and checked (OpenDir) the
+// first time; a refusal is not kept, so a later call checks again.
+func (x *fileExchange) opened() (*rendezvous.Dir, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.open == nil {
+		d, err := rendezvous.OpenDir(x.dir)
+		if err != nil {
+			return nil, err
+		}
+		x.open = d // closed with the exchange, when it is garbage (os.File's cleanup)
+	}
+	return x.open, nil
 }
 
 func (x *fileExchange) AllGather(rank int, msg []byte, timeout time.Duration) ([][]byte, error) {
@@ -159,17 +174,21 @@ func (x *fileExchange) AllGather(rank int, msg []byte, timeout time.Duration) ([
 	if len(msg) > MaxExchangeMessage {
 		return nil, fmt.Errorf("%w: symheap: exchange: a message of %d B (at most %d)", alloc.ErrInvalidValue, len(msg), MaxExchangeMessage)
 	}
-	if err := rendezvous.Publish(x.path(k, rank), msg); err != nil {
+	d, err := x.opened()
+	if err != nil {
+		return nil, fmt.Errorf("symheap: exchange: %w", err)
+	}
+	if err := d.Publish(fileName(k, rank), msg); err != nil {
 		return nil, fmt.Errorf("symheap: exchange: %w", err)
 	}
 	deadline := time.Now().Add(timeout)
 	out := make([][]byte, x.ranks)
 	for p := range out {
-		b, err := rendezvous.Await(x.path(k, p), MaxExchangeMessage, time.Until(deadline), ErrExchangeTimeout)
+		b, err := d.Await(fileName(k, p), MaxExchangeMessage, time.Until(deadline), ErrExchangeTimeout)
 		if errors.Is(err, ErrExchangeTimeout) {
 			missing := []int{p}
 			for q := p + 1; q < x.ranks; q++ {
-				if _, err := os.Lstat(x.path(k, q)); err != nil {
+				if !d.Exists(fileName(k, q)) {
 					missing = append(missing, q)
 				}
 			}

@@ -3,6 +3,7 @@ package symheap_test
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
+	"github.com/capalloc/capalloc/internal/kernels"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -43,9 +45,32 @@ func TestFakeCollectivesAcrossDevices(t *testing.T) {
 					}
 				}
 				runCollectives(t, w)
+				if len(devices) == 4 {
+					require.NotEmpty(t, gpurttest.Find(log.Lines(), v.launch+" kernel=", fmt.Sprintf("grid=%d,1,1", kernels.MaxBlocks)),
+						"the ranks launched full grids")
+					requireFewMappings(t)
+				}
 			})
 		})
 	}
+}
+
+// requireFewMappings checks, where /proc says, that the process holds far
+// fewer memory mappings than Linux allows one (vm.max_map_count, 65530 by
+// default) just after full-grid launches on four devices: the fakes'
+// workers, still alive, hold one mapping each for their fibers' stacks,
+// not two per fiber (internal/kernels/collectives.cu), and the race
+// detector's own mappings share the limit.
+func requireFewMappings(t *testing.T) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Logf("mappings not counted: %v", err)
+		return
+	}
+	n := bytes.Count(b, []byte("\n"))
+	t.Logf("%d memory mappings", n)
+	require.Less(t, n, 8192, "memory mappings held after full-grid launches on four devices")
 }
 
 // noEnable is a driver whose EnablePeerAccess does nothing: the open

@@ -106,9 +106,12 @@ func (w *topoWorld) must(t *testing.T, fn func(r int) error) {
 	}
 }
 
-// topoElems is each rank's chunk: 4096 int32s, 16 KiB, enough work for
-// more blocks than the small fake devices let a rank have.
-const topoElems = 4096
+// topoElems is each rank's chunk: 16384 int32s, 64 KiB, work for the
+// largest grid a launch may have (kernels.MaxBlocks blocks of 64 threads,
+// each a 16-byte pack, in a one-shot all-reduce) where the device holds
+// that many blocks a rank, and for more than the small fake devices let
+// a rank have.
+const topoElems = 16384
 
 // val is element i of rank r's input in round k.
 func val(r, k, i int) int32 { return int32(1000*r + 7*k + i%97) }

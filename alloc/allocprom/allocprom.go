@@ -15,7 +15,8 @@
 //	capalloc_memory_bytes{state=...}   device memory by block state: live,
 //	    workspace, graph-owned, held-for-graph, cached-fragment,
 //	    cached-segment (a gauge; a snapshot's Bytes, without listing the
-//	    blocks; memmap.BlockState.Meaning says what each is)
+//	    blocks, up to a second old: see below; memmap.BlockState.Meaning
+//	    says what each is)
 //	capalloc_allocs_total, capalloc_frees_total,
 //	capalloc_pool_hits_total, capalloc_pool_misses_total,
 //	capalloc_driver_allocs_total, capalloc_driver_frees_total,
@@ -47,8 +48,14 @@
 //
 // "Cached" means reserved from the driver and not in use, as everywhere
 // in capalloc: capalloc_cached_bytes is the sum of the two cached states'
-// capalloc_memory_bytes (both read in one scrape, a moment apart: while
-// the engine allocates they may differ by what it did in between).
+// capalloc_memory_bytes (while the engine allocates they may differ by
+// what it did in between: see below).
+//
+// capalloc_memory_bytes needs a walk of the allocator's blocks under its
+// lock, so it is taken at most once a second per allocator, one walk at a
+// time in the process, as the views' snapshots are (alloc/internal/walkcache):
+// however many scrapers poll, they cannot hold the engine's lock for more.
+// The other metrics are read at each scrape.
 package allocprom
 
 import (
@@ -60,6 +67,7 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/alloc/internal/registry"
+	"github.com/capalloc/capalloc/alloc/internal/walkcache"
 	"github.com/capalloc/capalloc/alloc/memmap"
 	"github.com/capalloc/capalloc/alloc/step"
 )
@@ -135,6 +143,11 @@ var memoryBytes = prometheus.NewDesc("capalloc_memory_bytes",
 	"Device memory held from the driver, by what its blocks are doing (memmap.BlockState).",
 	append([]string{"state"}, labels...), nil)
 
+// usage keeps each allocator's block-less snapshot (its memory by block
+// state and graph pool, and its counters) for a second: a scrape walks
+// the blocks at most once a second however many scrapers there are.
+var usage = walkcache.New(registry.Usage)
+
 // Collector is a prometheus.Collector of every open allocator's counters.
 type Collector struct{}
 
@@ -164,7 +177,7 @@ func (*Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- constMetric(stepEagerRuns, prometheus.CounterValue, float64(t.EagerRuns), label(t.Step))
 	}
 	for _, a := range registry.Allocators() {
-		u, err := registry.Usage(a)
+		u, err := usage.Get(a)
 		if err != nil {
 			continue // closed meanwhile
 		}

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -20,6 +21,7 @@ import (
 	"github.com/capalloc/capalloc/alloc/memmap"
 	"github.com/capalloc/capalloc/alloc/step"
 	"github.com/capalloc/capalloc/cpu"
+	"github.com/capalloc/capalloc/internal/ranks"
 )
 
 func newAllocator(t *testing.T, name string) *alloc.Allocator {
@@ -294,4 +296,35 @@ func TestStepFallbackMetric(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, value(t, fams, "capalloc_step_fallbacks_total", map[string]string{"step": "prom-decode", "reason": "sync-in-capture"}))
 	require.EqualValues(t, 3, value(t, fams, "capalloc_step_eager_runs_total", map[string]string{"step": "prom-decode"}))
+}
+
+// Scrapes share a walk of the allocator's blocks: four scrapers, each
+// scraping after every new buffer, walk it at most once a second. Each
+// walk sees every buffer allocated before it, so the live bytes take a
+// new value at each walk, and the values seen count the walks.
+func TestScrapesShareAWalk(t *testing.T) {
+	a := newAllocator(t, "prom-walks")
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(allocprom.NewCollector()))
+	live := map[string]string{"allocator": "prom-walks", "state": string(memmap.BlockLive)}
+	const rounds, scrapers = 50, 4
+	seen := map[float64]bool{}
+	start := time.Now()
+	for range rounds {
+		b, err := a.Alloc(4 << 10)
+		require.NoError(t, err)
+		defer a.Free(b)
+		fams := make([][]*dto.MetricFamily, scrapers)
+		errs := ranks.Each(scrapers, func(i int) (err error) {
+			fams[i], err = reg.Gather()
+			return err
+		})
+		for i := range scrapers {
+			require.NoError(t, errs[i])
+			seen[value(t, fams[i], "capalloc_memory_bytes", live)] = true
+		}
+	}
+	elapsed := time.Since(start)
+	require.LessOrEqual(t, len(seen), int(elapsed/time.Second)+1,
+		"%d scrapes in %v walked the allocator %d times", rounds*scrapers, elapsed, len(seen))
 }

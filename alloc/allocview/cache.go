@@ -1,55 +1,20 @@
 package allocview
 
 import (
-	"sync"
-	"time"
-
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/internal/walkcache"
 	"github.com/capalloc/capalloc/alloc/memmap"
 )
 
-// A snapshot walks every block under the allocator's lock (about a
-// millisecond per 10,000 blocks), so the views bound what requests can
-// cost the engine: one walk at a time in the process, and a walk serves
-// every request for the same allocator for snapshotTTL. However many
-// clients poll, each allocator's lock is taken for a walk at most once per
-// snapshotTTL; views may be that much behind.
-var snapshotTTL = time.Second
+// snapshotCache keeps each allocator's snapshot for a second, one walk at a
+// time in the process (alloc/internal/walkcache): however many clients
+// poll, each allocator's lock is taken for a snapshot at most once a
+// second, and the views may be that much behind.
+var snapshotCache = walkcache.New((*alloc.Allocator).Snapshot)
 
-var cache struct {
-	mu    sync.Mutex // held across a walk: one at a time
-	snaps map[*alloc.Allocator]cachedSnapshot
-}
-
-type cachedSnapshot struct {
-	s  memmap.Snapshot
-	at time.Time
-}
-
-// snapshotOf returns a's snapshot, at most snapshotTTL old. Callers share
-// it: they must not modify it.
-func snapshotOf(a *alloc.Allocator) (memmap.Snapshot, error) {
-	cache.mu.Lock()
-	defer cache.mu.Unlock()
-	now := time.Now()
-	for k, c := range cache.snaps { // drop the stale, closed allocators' included
-		if now.Sub(c.at) >= snapshotTTL {
-			delete(cache.snaps, k)
-		}
-	}
-	if c, ok := cache.snaps[a]; ok {
-		return c.s, nil
-	}
-	s, err := a.Snapshot()
-	if err != nil {
-		return s, err
-	}
-	if cache.snaps == nil {
-		cache.snaps = map[*alloc.Allocator]cachedSnapshot{}
-	}
-	cache.snaps[a] = cachedSnapshot{s, time.Now()}
-	return s, nil
-}
+// snapshotOf returns a's snapshot, at most a second old. Callers share it:
+// they must not modify it.
+func snapshotOf(a *alloc.Allocator) (memmap.Snapshot, error) { return snapshotCache.Get(a) }
 
 // DefaultMaxBlocks is how many blocks snapshot.json lists unless the
 // request's ?max_blocks= says otherwise.

@@ -137,7 +137,7 @@ func encodeErr(e *enc, err error) {
 	e.u64(mask)
 	msg := err.Error()
 	if len(msg) > maxErrText {
-		msg = msg[:maxErrText] + "…"
+		msg = msg[:maxErrText] + errTextCut
 	}
 	e.str(msg)
 }
@@ -148,6 +148,10 @@ func (d *dec) decodeErr() error {
 	text := d.str()
 	if d.err != nil {
 		return d.err
+	}
+	if len(text) > maxErrText+len(errTextCut) {
+		d.fail()
+		return fmt.Errorf("%w: an error's text of %d B, at most %d", errMalformed, len(text), maxErrText+len(errTextCut))
 	}
 	re := &remoteError{msg: text}
 	for i, s := range sentinels {
@@ -161,8 +165,13 @@ func (d *dec) decodeErr() error {
 	return re
 }
 
-// maxErrText bounds an error's text so a reply never nears gRPC's limits.
-const maxErrText = 64 << 10
+// maxErrText bounds an error's text so a reply never nears gRPC's limits;
+// a longer text is cut and ends in errTextCut. The host refuses a longer
+// one as malformed.
+const (
+	maxErrText = 64 << 10
+	errTextCut = "…"
+)
 
 // A request is the position in the pipeline it must follow (the number of
 // pipelined batches the host had formed when it made the request; the
@@ -182,6 +191,14 @@ type streamStatus struct {
 // this in one backend is a malformed reply.
 const maxViewed = 1 << 16
 
+// maxReported bounds a reply's failures of pipelined operations by what
+// one call can report: the failures of the one stream it synchronizes,
+// which the backend keeps up to maxFailedKept of, plus the one entry that
+// counts the rest (child_pipeline.go). More, or entries on two streams,
+// is a malformed reply; with each text bounded by maxErrText, so is the
+// reply's whole error text.
+const maxReported = maxFailedKept + 1
+
 // decodeReply returns the result decoder, with the capture view and the
 // reported failures of pipelined operations, and the call's own error. r
 // is nil only when the reply does not decode.
@@ -200,9 +217,23 @@ func decodeReply(b []byte) (r *dec, err error) {
 		r.view = append(r.view, streamStatus{driver.Stream(r.u64()), driver.CaptureStatus(r.u64())})
 	}
 	m := r.u64()
+	if m > maxReported {
+		return nil, fmt.Errorf("%w: %d failures of pipelined operations reported, one call reports at most %d", errMalformed, m, maxReported)
+	}
+	var first driver.Stream
 	for i := uint64(0); i < m && r.err == nil; i++ {
 		op, s := opcode(r.u64()), driver.Stream(r.u64())
-		r.async = append(r.async, &AsyncError{Op: op.String(), Stream: s, Err: r.decodeErr()})
+		if i == 0 {
+			first = s
+		} else if s != first {
+			return nil, fmt.Errorf("%w: failures of pipelined operations reported on streams %#x and %#x, one call reports one stream's",
+				errMalformed, uint64(first), uint64(s))
+		}
+		err := r.decodeErr()
+		if r.err != nil {
+			return nil, err
+		}
+		r.async = append(r.async, &AsyncError{Op: op.String(), Stream: s, Err: err})
 	}
 	if r.err != nil {
 		return nil, r.err
@@ -211,9 +242,11 @@ func decodeReply(b []byte) (r *dec, err error) {
 	case replyOK:
 		return r, nil
 	case replyErr:
-		if err := r.decodeErr(); r.err == nil {
+		err := r.decodeErr()
+		if r.err == nil {
 			return r, err
 		}
+		return nil, err
 	}
 	return nil, errMalformed
 }

@@ -611,7 +611,6 @@ CA_KERNEL capalloc_axpy(ca_axpy k) {
  * waits as on a GPU, and its barrier times out. */
 #include <sys/mman.h>
 #include <stdio.h>
-#include <unistd.h>
 #include <vector>
 struct ca_entry {
   const char *name;
@@ -672,7 +671,16 @@ static void ca_leave(ca_block *b) {
 }
 
 /* ---- the worker pool ---- */
+/* Each fiber's stack is CA_FIBER_STACK bytes of its worker's one mapping,
+ * the lowest CA_RED_ZONE of them below the stack proper: they stay as
+ * mmap made them (zero) unless the fiber overflows its stack, which the
+ * end of its block finds (ca_check_red_zones) and aborts on, as a guard
+ * page would fault. No guard page per fiber: each costs two memory
+ * mappings, and a process's (vm.max_map_count, 65530 by default) must
+ * hold full-grid launches on several devices with both fakes' workers
+ * alive, and the race detector's own mappings. */
 #define CA_FIBER_STACK (128u << 10)
+#define CA_RED_ZONE 4096u
 struct ca_worker {
   pthread_t id;
   pthread_cond_t cv;
@@ -703,6 +711,20 @@ static void ca_fiber_main() {
   /* returns to b->home (uc_link) */
 }
 
+/* ca_check_red_zones aborts when a fiber of block b, just run on worker
+ * w, wrote below its stack. */
+static void ca_check_red_zones(const ca_worker *w, const ca_block *b) {
+  for (u32 i = 0; i < b->l->bdim; i++) {
+    const unsigned long long *z = (const unsigned long long *)(w->stacks + (size_t)i * CA_FIBER_STACK);
+    for (u32 k = 0; k < CA_RED_ZONE / sizeof *z; k++)
+      if (z[k]) {
+        fprintf(stderr, "capalloc fake GPU: thread %u of block %u overflowed its %u KiB fiber stack\n", i, b->bid,
+                (CA_FIBER_STACK - CA_RED_ZONE) >> 10);
+        abort();
+      }
+  }
+}
+
 /* ca_run_block runs every thread of block b on worker w, as fibers. */
 static bool ca_run_block(ca_worker *w, ca_block *b) {
   u32 n = b->l->bdim;
@@ -718,8 +740,6 @@ static bool ca_run_block(ca_worker *w, ca_block *b) {
     }
     w->stacks = (unsigned char *)m;
     w->nthreads = n;
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    for (u32 i = 0; i < n; i++) mprotect(w->stacks + (size_t)i * CA_FIBER_STACK, page, PROT_NONE); /* a guard page below each stack */
   }
   b->t = w->threads;
   b->live = n;
@@ -734,8 +754,8 @@ static bool ca_run_block(ca_worker *w, ca_block *b) {
     t.state = CA_RUN;
     t.wait_gen = t.loads = 0;
     getcontext(&t.ctx);
-    t.ctx.uc_stack.ss_sp = w->stacks + (size_t)i * CA_FIBER_STACK;
-    t.ctx.uc_stack.ss_size = CA_FIBER_STACK;
+    t.ctx.uc_stack.ss_sp = w->stacks + (size_t)i * CA_FIBER_STACK + CA_RED_ZONE;
+    t.ctx.uc_stack.ss_size = CA_FIBER_STACK - CA_RED_ZONE;
     t.ctx.uc_link = &b->home;
     makecontext(&t.ctx, ca_fiber_main, 0);
   }
@@ -750,6 +770,7 @@ static bool ca_run_block(ca_worker *w, ca_block *b) {
     swapcontext(&b->home, &b->t[i].ctx);
   }
   ca_self = nullptr;
+  ca_check_red_zones(w, b);
   return true;
 }
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 var errLate = errors.New("late")
@@ -42,9 +42,9 @@ func TestStaleFileIsRefused(t *testing.T) {
 	path := filepath.Join(privateDir(t), "msg")
 	require.NoError(t, Fresh(path))
 	require.NoError(t, Publish(path, []byte("first")))
-	require.ErrorIs(t, Fresh(path), alloc.ErrInvalidValue)
+	require.ErrorIs(t, Fresh(path), driver.ErrInvalidValue)
 	err := Publish(path, []byte("second"))
-	require.ErrorIs(t, err, alloc.ErrInvalidValue)
+	require.ErrorIs(t, err, driver.ErrInvalidValue)
 	require.Contains(t, err.Error(), "already exists")
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
@@ -58,7 +58,7 @@ func TestAwaitTimesOut(t *testing.T) {
 	require.ErrorIs(t, err, errLate)
 	require.Contains(t, err.Error(), "never")
 	require.Less(t, time.Since(start), 2*time.Second)
-	require.ErrorIs(t, Publish(filepath.Join(privateDir(t), "no", "such", "dir"), nil), alloc.ErrInvalidValue)
+	require.ErrorIs(t, Publish(filepath.Join(privateDir(t), "no", "such", "dir"), nil), driver.ErrInvalidValue)
 }
 
 // A directory another user could write is refused, by name, before
@@ -71,7 +71,7 @@ func TestUntrustedDirIsRefused(t *testing.T) {
 		require.NoError(t, os.Chmod(dir, mode))
 		_, err := Await(path, 1<<10, time.Second, errLate)
 		require.ErrorIs(t, err, ErrUntrustedDir, "mode %#o", mode)
-		require.ErrorIs(t, err, alloc.ErrInvalidValue)
+		require.ErrorIs(t, err, driver.ErrInvalidValue)
 		var de *DirError
 		require.ErrorAs(t, err, &de)
 		require.Equal(t, dir, de.Dir)
@@ -100,7 +100,7 @@ func TestAwaitTakesOnlyRegularFilesOfBoundedSize(t *testing.T) {
 	go func() { _, err := Await(fifo, 1<<10, 100*time.Millisecond, errLate); done <- err }()
 	select {
 	case err := <-done:
-		require.ErrorIs(t, err, alloc.ErrInvalidValue)
+		require.ErrorIs(t, err, driver.ErrInvalidValue)
 		require.Contains(t, err.Error(), "not a regular file")
 	case <-time.After(time.Minute):
 		// unblock the reader so the test binary can exit
@@ -113,13 +113,13 @@ func TestAwaitTakesOnlyRegularFilesOfBoundedSize(t *testing.T) {
 	link := filepath.Join(dir, "link")
 	require.NoError(t, os.Symlink("/dev/zero", link))
 	_, err := Await(link, 1<<10, time.Second, errLate)
-	require.ErrorIs(t, err, alloc.ErrInvalidValue)
+	require.ErrorIs(t, err, driver.ErrInvalidValue)
 	require.Contains(t, err.Error(), "symbolic link")
 
 	big := filepath.Join(dir, "big")
 	require.NoError(t, os.WriteFile(big, make([]byte, 1025), 0o600))
 	_, err = Await(big, 1<<10, time.Second, errLate)
-	require.ErrorIs(t, err, alloc.ErrInvalidValue)
+	require.ErrorIs(t, err, driver.ErrInvalidValue)
 	require.Contains(t, err.Error(), "1025 B")
 	exact := filepath.Join(dir, "exact")
 	require.NoError(t, os.WriteFile(exact, make([]byte, 1024), 0o600))
