@@ -121,6 +121,7 @@ func (a *Allocator) teardownLocked(clean cleaner) []error {
 	}
 	a.hosts = map[*HostBuffer]struct{}{}
 	a.stats.HostBuffers, a.stats.HostBytes = 0, 0
+	chunks := a.host.takeAllLocked() // the cache's pinnings, those of live buffers included
 	syncFrees := a.releases.pending
 	a.releases.pending = nil
 	a.mu.Unlock()
@@ -137,11 +138,12 @@ func (a *Allocator) teardownLocked(clean cleaner) []error {
 			errs = append(errs, a.drv.Free(b.ptr))
 		}
 		for _, h := range hosts {
-			if h.closed.CompareAndSwap(false, true) {
+			if h.closed.CompareAndSwap(false, true) && h.slot == nil {
 				errs = append(errs, a.drv.HostFree(h.b))
 			}
 		}
 		errs = append(errs, a.drv.StreamSynchronize(a.stream))
+		errs = append(errs, unpinAll(a.drv.HostFree, chunks))
 		if unmap != nil {
 			errs = append(errs, unmap())
 		}

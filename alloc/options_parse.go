@@ -84,6 +84,21 @@ var optionKeys = []optionKey{
 			}
 			return strconv.Itoa(p.History)
 		}},
+	{"host_cache", "true|false (also 1|0, True|False; default true)",
+		func(p *Options, v string) error {
+			b, ok := confval.Bool(v)
+			if !ok {
+				return fmt.Errorf("not true or false")
+			}
+			p.NoHostCache = !b
+			return nil
+		},
+		func(p Options) string {
+			if !p.NoHostCache {
+				return ""
+			}
+			return "false"
+		}},
 	textKey("history_file", "a path without commas, written at each out-of-memory error",
 		func(p *Options) *string { return &p.HistoryFile }),
 	textKey("name", "text without commas (empty: the backend's name and a number)",

@@ -31,6 +31,7 @@ func counters(s alloc.Stats) []counter {
 		{"captures ended / failed", n(s.Captures) + " / " + n(s.FailedCapture)},
 		{"live graphs", formatCount(uint64(s.LiveGraphs))},
 		{"pinned host", bytesText(s.HostBytes) + " in " + buffers(s.HostBuffers)},
+		{"pinned host cached / pins made", bytesText(s.HostCached) + " / " + n(s.HostPins)},
 		{"watchdog expiries", n(s.Timeouts)},
 		{"out-of-memory errors / reclaim retries", n(s.OutOfMemory) + " / " + n(s.ReclaimRetries)},
 		{"fragmentation (reserved / in use)", fmt.Sprintf("%.2f", s.Fragmentation())},
