@@ -31,7 +31,7 @@ func (a *Allocator) Close() error {
 	a.stats.hist.close() // its clock: the events stay
 	a.lane.closeLocked() // for good: every call from now on is the locked path's
 	unregister(a)
-	leaks := a.leaksLocked()
+	leaks := leaksLocked(a)
 	errs := a.teardownLocked(a.releases.cleanup)
 	_ = a.stats.hist.flushFile() // teardownLocked released a.mu
 	if len(leaks) > 0 {
@@ -46,7 +46,7 @@ func (a *Allocator) Close() error {
 // leaksLocked lists what Close finds alive in a: an open capture, and the
 // graphs, buffers and host buffers the caller did not release (a graph's
 // buffers, and a capture's, go with it). Caller holds a.mu.
-func (a *Allocator) leaksLocked() []error {
+func leaksLocked(a *Allocator) []error {
 	var leaks []error
 	if a.guard.cap != nil {
 		leaks = append(leaks, errors.New("an open capture was aborted"))
@@ -139,7 +139,7 @@ func (a *Allocator) teardownLocked(clean cleaner) []error {
 		}
 		for _, h := range hosts {
 			if h.closed.CompareAndSwap(false, true) && h.slot == nil {
-				errs = append(errs, a.drv.HostFree(h.b))
+				errs = append(errs, h.unpin())
 			}
 		}
 		errs = append(errs, a.drv.StreamSynchronize(a.stream))

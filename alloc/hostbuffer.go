@@ -15,6 +15,8 @@ type HostBuffer struct {
 	drv    driver.Driver
 	b      []byte
 	slot   *hostSlot // the cache's memory (hostcache.go); nil: pinned for this buffer alone
+	reg    driver.HostRegisterer // the caller's memory, registered (Host.Register); nil: pinned here
+	dev    driver.DevicePtr      // its device address, where the driver gave one
 	closed atomic.Bool
 	prof   *sample // the profile's record of this allocation (a.mu)
 }
@@ -184,8 +186,17 @@ func (h *HostBuffer) Close() error {
 		if !h.release() {
 			return wrapf(ErrClosed, "HostBuffer closed twice")
 		}
-		return a.drv.HostFree(h.b)
+		return h.unpin()
 	})
+}
+
+// unpin gives h's memory back to the driver: unregisters the caller's
+// memory, or frees memory pinned for h alone.
+func (h *HostBuffer) unpin() error {
+	if h.reg != nil {
+		return h.reg.HostUnregister(h.b)
+	}
+	return h.drv.HostFree(h.b)
 }
 
 // release marks h closed and drops it from its allocator's books; false if

@@ -16,7 +16,7 @@ import (
 // call.
 func TestMethodsAreTheDriverInterface(t *testing.T) {
 	var want []string
-	for _, it := range []reflect.Type{reflect.TypeFor[driver.Driver](), reflect.TypeFor[driver.HostFuncLauncher](), reflect.TypeFor[driver.IPCMemory](), reflect.TypeFor[driver.KernelLauncher](), reflect.TypeFor[driver.VirtualMemory]()} {
+	for _, it := range []reflect.Type{reflect.TypeFor[driver.Driver](), reflect.TypeFor[driver.HostFuncLauncher](), reflect.TypeFor[driver.IPCMemory](), reflect.TypeFor[driver.KernelLauncher](), reflect.TypeFor[driver.VirtualMemory](), reflect.TypeFor[driver.HostRegisterer]()} {
 		for i := range it.NumMethod() {
 			want = append(want, it.Method(i).Name)
 		}
