@@ -14,7 +14,7 @@ type HostBuffer struct {
 	a      *Allocator
 	drv    driver.Driver
 	b      []byte
-	slot   *hostSlot // the cache's memory (hostcache.go); nil: pinned for this buffer alone
+	slot   *hostSlot             // the cache's memory (hostcache.go); nil: pinned for this buffer alone
 	reg    driver.HostRegisterer // the caller's memory, registered (Host.Register); nil: pinned here
 	dev    driver.DevicePtr      // its device address, where the driver gave one
 	closed atomic.Bool
