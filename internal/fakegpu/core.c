@@ -847,6 +847,17 @@ rtError_t RT(HostUnregister)(void *p) {
   RETURN(713);
 }
 
+/* RT(HostGetDevicePointer) is pinned or registered memory's device
+ * address: its host address (unified addressing); 1 for memory that is
+ * neither, or flags other than 0. */
+rtError_t RT(HostGetDevicePointer)(void **d, void *h, unsigned flags) {
+  ENTER(RTS(HostGetDevicePointer));
+  logf_(RTS(HostGetDevicePointer) " %p flags=%u", h, flags);
+  if (!d || flags || !pinned(h, 1)) RETURN(1);
+  *d = h;
+  RETURN(0);
+}
+
 #ifdef FAKE_HOSTFN_THREAD
 #include <sys/syscall.h>
 #include <unistd.h>
