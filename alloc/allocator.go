@@ -59,6 +59,7 @@ type Allocator struct {
 	graphs     map[*Graph]struct{}
 	graphPools map[*GraphPool]struct{} // not yet disposed (graphpool.go)
 	hosts      map[*HostBuffer]struct{}
+	host       hostCache // freed pinned host memory for reuse (hostcache.go)
 	workspaces map[string]*block
 	stats      counters   // every counter; Stats derives from it (stats.go)
 	prof       memProfile // sampled allocations (profile.go)
@@ -104,6 +105,7 @@ func New(drv driver.Driver, opts Options) (*Allocator, error) {
 		return nil, &Error{Op: "New", Backend: a.backend, Size: -1, Err: err}
 	}
 	a.stream = s
+	a.host.init()
 	a.stats.hist = newHistory(a)
 	a.pool.init(a, a.info.Alignment, a.info.TotalMemory, driverUpstream{a})
 	a.lane.init(a)

@@ -18,13 +18,14 @@ type capture struct {
 	id        int    // its graph's Graph.ID, given at begin (nextGraphID)
 	name      string // CaptureOptions.Name
 	mode      CaptureMode
-	blocks    []*block // allocated in the capture: owned by the graph
-	deferred  []*block // freed in the capture but allocated before it
-	refs      []*block // other blocks the captured work uses (block.refs)
-	lazyWS    []string // workspaces first allocated in the capture
-	allocs    int      // allocations made while capturing
-	abandoned bool     // the watchdog gave up on its function or driver call
-	err       error    // why it ended without a graph
+	blocks    []*block    // allocated in the capture: owned by the graph
+	deferred  []*block    // freed in the capture but allocated before it
+	refs      []*block    // other blocks the captured work uses (block.refs)
+	hostRefs  []*hostSlot // cached host memory it took or its copies use (hostcache.go)
+	lazyWS    []string    // workspaces first allocated in the capture
+	allocs    int         // allocations made while capturing
+	abandoned bool        // the watchdog gave up on its function or driver call
+	err       error       // why it ended without a graph
 	// pins counts the blocking calls in flight on its blocks (pinLocked);
 	// closedGraph is its graph, closed meanwhile, that the last of them
 	// destroys.

@@ -117,6 +117,7 @@ func (c *capture) discardLocked(launched bool) {
 	for _, b := range c.refs {
 		a.releases.unrefLocked(b)
 	}
+	a.host.unrefLocked(c.hostRefs)
 	c.discardPooledLocked(a)
-	c.blocks, c.deferred, c.refs = nil, nil, nil
+	c.blocks, c.deferred, c.refs, c.hostRefs = nil, nil, nil, nil
 }

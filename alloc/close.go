@@ -34,7 +34,7 @@ func (a *Allocator) Close() error {
 	a.stats.hist.close() // its clock: the events stay
 	a.lane.closeLocked() // for good: every call from now on is the locked path's
 	unregister(a)
-	leaks := a.leaksLocked()
+	leaks := leaksLocked(a)
 	errs := a.teardownLocked(a.releases.cleanup)
 	_ = a.stats.hist.flushFile() // teardownLocked released a.mu
 	if len(leaks) > 0 {
@@ -50,7 +50,7 @@ func (a *Allocator) Close() error {
 // graphs, buffers, host buffers and graph pools the caller did not
 // release (a graph's buffers, and a capture's, go with it), each graph
 // and pool by name. Caller holds a.mu.
-func (a *Allocator) leaksLocked() []error {
+func leaksLocked(a *Allocator) []error {
 	var leaks []error
 	if c := a.guard.cap; c != nil {
 		leaks = append(leaks, fmt.Errorf("an open capture (%s) was aborted", graphLabel(c.id, c.name)))
@@ -175,6 +175,7 @@ func (a *Allocator) teardownLocked(clean cleaner) []error {
 	}
 	a.hosts = map[*HostBuffer]struct{}{}
 	a.stats.HostBuffers, a.stats.HostBytes = 0, 0
+	chunks := a.host.takeAllLocked() // the cache's pinnings, those of live buffers included
 	syncFrees := a.releases.pending
 	a.releases.pending = nil
 	a.mu.Unlock()
@@ -191,11 +192,12 @@ func (a *Allocator) teardownLocked(clean cleaner) []error {
 			errs = append(errs, a.drv.Free(b.ptr))
 		}
 		for _, h := range hosts {
-			if h.closed.CompareAndSwap(false, true) {
-				errs = append(errs, a.drv.HostFree(h.b))
+			if h.closed.CompareAndSwap(false, true) && h.slot == nil {
+				errs = append(errs, h.unpin())
 			}
 		}
 		errs = append(errs, a.drv.StreamSynchronize(a.stream))
+		errs = append(errs, unpinAll(a.drv.HostFree, chunks))
 		if unmap != nil {
 			errs = append(errs, unmap())
 		}

@@ -123,10 +123,12 @@ func growLocked(a *Allocator, size int64) (*block, error) {
 // capture is active elsewhere in the domain it is skipped (the pool's
 // cache is still released) and a warning is logged. The pool's part is
 // the reclaim ladder's top rung (pool.releaseAll); the graph trim is made
-// after a.mu is released, a blocking call under the watchdog.
+// after a.mu is released, a blocking call under the watchdog, as is the
+// unpinning of the host cache's idle chunks (trimHostLocked).
 func (a *Allocator) Trim() error {
 	t, trims := a.drv.(driver.GraphMemTrimmer)
 	var why error // why the graph trim and the unmapping are skipped
+	var host [][]byte
 	return a.guard.blocking("Trim", -1, func(st CaptureState) error {
 		if st != StateNone {
 			return a.guard.unsafeRefusalLocked(st, true, "trim frees memory")
@@ -134,19 +136,17 @@ func (a *Allocator) Trim() error {
 		if trims || a.vm != nil {
 			why = a.guard.unsafeAllowedLocked(st, false)
 		}
+		host = trimHostLocked(a, st)
 		_, err := a.pool.releaseAll("Trim", a.vm != nil && why == nil)
 		return err
 	}, func() error {
-		switch {
-		case !trims && a.vm == nil:
-			return nil
-		case why != nil:
+		err := unpinAll(a.drv.HostFree, host)
+		if why != nil {
 			a.opts.logger().Warn("capalloc: graph memory not trimmed, free chunks not unmapped", "backend", a.backend, "reason", why)
-			return nil
-		case !trims:
-			return nil
+		} else if trims {
+			err = errors.Join(err, t.TrimGraphMemory())
 		}
-		return t.TrimGraphMemory()
+		return err
 	})
 }
 

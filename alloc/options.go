@@ -64,6 +64,11 @@ type Options struct {
 	// FlushHistoryFiles wait for a write in progress.
 	// docs/allocation-history.md, "Reading it".
 	HistoryFile string
+	// NoHostCache turns off the cache of pinned host memory behind
+	// HostAlloc (host_cache=false): every HostAlloc pins and every
+	// HostBuffer.Close unpins, so both are refused during captures that
+	// forbid unsafe calls. docs/host-memory.md.
+	NoHostCache bool
 }
 
 // maxHistory is the most events Options.History may keep: a ring of

@@ -84,6 +84,21 @@ var optionKeys = []optionKey{
 			}
 			return strconv.Itoa(p.History)
 		}},
+	{"host_cache", confval.BoolForms + "; default true",
+		func(p *Options, v string) error {
+			b, ok := confval.Bool(v)
+			if !ok {
+				return fmt.Errorf("not true or false")
+			}
+			p.NoHostCache = !b
+			return nil
+		},
+		func(p Options) string {
+			if !p.NoHostCache {
+				return ""
+			}
+			return "false"
+		}},
 	textKey("history_file", "a path without commas, written at each out-of-memory error",
 		func(p *Options) *string { return &p.HistoryFile }),
 	textKey("name", "text without commas (empty: the backend's name and a number)",
@@ -139,6 +154,7 @@ var optionKeys = []optionKey{
 //
 //	expandable_segments  true|false (any case; also 1|0, t|f, yes|no, on|off): Options.ExpandableSegments
 //	history              events kept (0: off), at most 4194304: Options.History
+//	host_cache           true|false (as expandable_segments; default true): !Options.NoHostCache
 //	history_file         a path: Options.HistoryFile
 //	name                 text without commas: Options.Name
 //	profile_rate         0 (off), 1 or bytes per sample (512KiB): Options.ProfileRate

@@ -33,6 +33,8 @@ func TestParseOptionsReadsEveryKey(t *testing.T) {
 		{"history=4194304", Options{History: 4194304}},
 		{"history:0", Options{}},
 		{"history=10,history_file=/tmp/oom history.json", Options{History: 10, HistoryFile: "/tmp/oom history.json"}},
+		{"host_cache=false", Options{NoHostCache: true}},
+		{"host_cache:True", Options{}},
 		{"profile_rate=512KiB", Options{ProfileRate: 512 << 10}},
 		{"profile_rate:1", Options{ProfileRate: 1}},
 		{"profile_rate=0", Options{ProfileRate: -1}},

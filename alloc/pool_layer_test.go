@@ -76,6 +76,7 @@ func (u *fakeUpstream) drain(string) error       { return nil }
 func (u *fakeUpstream) synchronize(string) error { return nil }
 func (u *fakeUpstream) trim(bool) bool           { return false }
 func (u *fakeUpstream) mayReleaseAll() error     { return nil }
+func (u *fakeUpstream) releaseHost(string) bool  { return false }
 func (u *fakeUpstream) retried()                 {}
 func (u *fakeUpstream) String() string           { return fmt.Sprintf("%d of %d B used", u.used, u.limit) }
 func (u *fakeUpstream) reset(p *pool, e int64)   { p.init(nil, 0, e, u) }

@@ -176,6 +176,9 @@ func (r *reclaim) step(rg rung) (bool, error) {
 			return false, err
 		}
 		gave, err := r.giveBack(p.takeAll())
+		if row.sync { // the host cache's pinned memory: a call of its own (hostcache.go)
+			gave = p.up.releaseHost(r.op) || gave
+		}
 		if err != nil || !unmap {
 			return gave, err
 		}

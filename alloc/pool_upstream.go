@@ -41,6 +41,10 @@ type reclaimEnv interface {
 	mayReleaseAll() error
 	// retried counts one retry of the ladder (Stats.ReclaimRetries).
 	retried()
+	// releaseHost unpins the host cache's idle chunks where host memory
+	// is the device's (unified memory); it reports whether it did
+	// (hostcache.go). Only on sync paths, which hold the gate.
+	releaseHost(op string) bool
 }
 
 // driverUpstream is the Allocator's side of the pool: the driver calls,

@@ -109,6 +109,7 @@ func (a *Allocator) statsLocked() Stats {
 		Timeouts:      a.guard.watchdog.expired.Load(),
 	}
 	s.OutOfMemory, s.ReclaimRetries = c.OutOfMemory, c.ReclaimRetries
+	s.HostCached, s.HostPins = a.host.cached, a.host.pins
 	a.lane.addStatsLocked(&s, &c.inUse)
 	return s
 }

@@ -35,6 +35,9 @@ func (a *Allocator) UploadHost(dst Buffer, dstOff int64, src *HostBuffer, srcOff
 		if err = a.validateLocked(dst, dstOff, n); err == nil {
 			hb, err = hostRange(a.drv, src, srcOff, n)
 		}
+		if err == nil {
+			a.host.refLocked(a.guard.cap, src.slot)
+		}
 		return err
 	}, func() error {
 		return a.drv.CopyHtoDAsync(dst.ptr+driver.DevicePtr(dstOff), hb, a.stream)
@@ -49,6 +52,9 @@ func (a *Allocator) DownloadHost(dst *HostBuffer, dstOff int64, src Buffer, srcO
 	return a.guard.enqueue("DownloadHost", n, Buffer{}, src, func() (err error) {
 		if err = a.validateLocked(src, srcOff, n); err == nil {
 			hb, err = hostRange(a.drv, dst, dstOff, n)
+		}
+		if err == nil {
+			a.host.refLocked(a.guard.cap, dst.slot)
 		}
 		return err
 	}, func() error {
@@ -115,32 +121,52 @@ func (a *Allocator) Download(dst []byte, src Buffer, off int64) error {
 // polls costs no hand-off; a longer wait, and every wait on other drivers,
 // is a watched blocking call.
 func (a *Allocator) Synchronize() error {
-	if a.guard.poll != nil && a.guard.watchdog.timeout > 0 {
-		if _, long, err := a.guard.waitPolled("Synchronize", false, true); !long || err != nil {
+	pos := a.host.begin() // the host cache's stream position (hostcache.go)
+	err := a.guard.synchronize()
+	if err == nil {
+		a.host.pass(pos)
+	}
+	return err
+}
+
+// synchronize is Synchronize's wait.
+func (g *guard) synchronize() error {
+	if g.poll != nil && g.watchdog.timeout > 0 {
+		if _, long, err := g.waitPolled("Synchronize", false, true); !long || err != nil {
 			return err
 		}
 	}
-	if idle, err := a.guard.idleNow("Synchronize"); idle || err != nil {
+	if idle, err := g.idleNow("Synchronize"); idle || err != nil {
 		return err
 	}
-	return a.guard.blocking("Synchronize", -1, a.guard.syncRefusalLocked, func() error {
-		return a.drv.StreamSynchronize(a.stream)
+	return g.blocking("Synchronize", -1, g.syncRefusalLocked, func() error {
+		return g.drv.StreamSynchronize(g.stream)
 	})
 }
 
 // Query reports whether all queued work is done, under Synchronize's rules.
 func (a *Allocator) Query() (bool, error) {
-	if a.guard.poll != nil && a.guard.watchdog.timeout > 0 {
-		if done, long, err := a.guard.waitPolled("Query", true, false); !long || err != nil {
+	pos := a.host.begin()
+	done, err := a.guard.query()
+	if done && err == nil {
+		a.host.pass(pos)
+	}
+	return done, err
+}
+
+// query is Query's question.
+func (g *guard) query() (bool, error) {
+	if g.poll != nil && g.watchdog.timeout > 0 {
+		if done, long, err := g.waitPolled("Query", true, false); !long || err != nil {
 			return done, err
 		}
 	}
-	if idle, err := a.guard.idleNow("Query"); idle || err != nil {
+	if idle, err := g.idleNow("Query"); idle || err != nil {
 		return idle && err == nil, err
 	}
 	var done atomic.Bool
-	err := a.guard.blocking("Query", -1, a.guard.syncRefusalLocked, func() error {
-		d, err := a.drv.StreamQuery(a.stream)
+	err := g.blocking("Query", -1, g.syncRefusalLocked, func() error {
+		d, err := g.drv.StreamQuery(g.stream)
 		done.Store(d)
 		return err
 	})

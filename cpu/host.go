@@ -13,6 +13,7 @@ import (
 type hostRegion struct {
 	start uintptr
 	buf   []byte
+	reg   bool // registered by HostRegister (hostreg.go): the caller's memory
 }
 
 func addr(b []byte) uintptr { return hostregion.Addr(b) }
@@ -72,8 +73,14 @@ func (d *Driver) hostAlloc(size int64, interaction driver.CaptureMode) ([]byte, 
 		d.dropHost(b)
 		return nil, errClosed(what)
 	}
+	d.insertHostLocked(hostRegion{start: addr(b), buf: b})
+	return b, nil
+}
+
+// insertHostLocked adds r to the pinned regions, in address order.
+// Caller holds d.mu.
+func (d *Driver) insertHostLocked(r hostRegion) {
 	rs := *d.hosts.Load()
-	r := hostRegion{start: addr(b), buf: b}
 	i, _ := slices.BinarySearchFunc(rs, r.start, func(r hostRegion, p uintptr) int {
 		if r.start < p {
 			return -1
@@ -82,7 +89,6 @@ func (d *Driver) hostAlloc(size int64, interaction driver.CaptureMode) ([]byte, 
 	})
 	rs = slices.Insert(slices.Clip(rs), i, r)
 	d.hosts.Store(&rs)
-	return b, nil
 }
 
 // HostFree releases a HostAlloc buffer, passed exactly as returned. Like
@@ -106,7 +112,7 @@ func (d *Driver) hostFree(b []byte, interaction driver.CaptureMode) error {
 	rs := *d.hosts.Load()
 	i := -1
 	if len(b) > 0 {
-		i = slices.IndexFunc(rs, func(r hostRegion) bool { return r.start == addr(b) && len(r.buf) == len(b) })
+		i = slices.IndexFunc(rs, func(r hostRegion) bool { return r.start == addr(b) && len(r.buf) == len(b) && !r.reg })
 	}
 	if i < 0 {
 		d.mu.Unlock()

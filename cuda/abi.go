@@ -38,6 +38,7 @@ const (
 const (
 	hostAllocPortable                = 0x01 // cudaHostAllocPortable: pinned for every context
 	hostRegisterPortable             = 0x01 // cudaHostRegisterPortable: registered for every context
+	hostRegisterMapped               = 0x02 // cudaHostRegisterMapped (CU_MEMHOSTREGISTER_DEVICEMAP, 2, in cuda-python's MemHostRegisterFlags)
 	streamNonBlocking                = 0x01 // cudaStreamNonBlocking
 	graphInstantiateAutoFreeOnLaunch = 1    // cudaGraphInstantiateFlagAutoFreeOnLaunch (CUDA 11.4+)
 )
@@ -124,6 +125,7 @@ var vendor = gpurt.Vendor{
 	MemcpyDeviceToDevice:             memcpyDeviceToDevice,
 	HostAllocPortable:                hostAllocPortable,
 	HostRegisterPortable:             hostRegisterPortable,
+	HostRegisterMapped:               hostRegisterMapped,
 	StreamNonBlocking:                streamNonBlocking,
 	GraphInstantiateAutoFreeOnLaunch: graphInstantiateAutoFreeOnLaunch,
 	MemPoolAttrReleaseThreshold:      memPoolAttrReleaseThreshold,

@@ -135,6 +135,10 @@ func (rt *runtimeAPI) bindings(runtimeVersion int) ([]gpurt.Binding, error) {
 		// at open says so). Declared in every cuda_runtime_api.h from
 		// 11.4 on, but a missing symbol must not refuse the library.
 		gpurt.Optional("cudaDeviceGraphMemTrim", &s.GraphMemTrim),
+		// Optional: registered host memory's device address
+		// (cudaHostGetDevicePointer(void **pDevice, void *pHost,
+		// unsigned int flags), flags 0); without it DevicePtr is 0.
+		gpurt.Optional("cudaHostGetDevicePointer", &s.HostGetDevicePointer),
 		// Optional: ranks' device identity and peer access
 		// (internal/gpurt/topology.go says what is lost without them).
 		gpurt.Optional("cudaDeviceGetPCIBusId", &s.DeviceGetPCIBusId),

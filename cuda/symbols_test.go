@@ -38,7 +38,7 @@ func TestBindingsByRuntimeVersion(t *testing.T) {
 		{13000, "cudaGetDeviceProperties"},
 	} {
 		req, opt := names(t, c.version)
-		require.Equal(t, []string{c.props, "cudaDeviceGraphMemTrim", "cudaDeviceGetPCIBusId", "cudaDeviceCanAccessPeer", "cudaDeviceEnablePeerAccess"}, opt, "version %d", c.version)
+		require.Equal(t, []string{c.props, "cudaDeviceGraphMemTrim", "cudaHostGetDevicePointer", "cudaDeviceGetPCIBusId", "cudaDeviceCanAccessPeer", "cudaDeviceEnablePeerAccess"}, opt, "version %d", c.version)
 		for _, must := range []string{"cudaStreamIsCapturing", "cudaGraphInstantiateWithFlags", "cudaMallocFromPoolAsync", "cudaMemPoolCreate", "cudaStreamBeginCapture"} {
 			require.Contains(t, req, must)
 		}

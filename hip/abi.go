@@ -36,6 +36,7 @@ const (
 const (
 	hostMallocPortable               = 0x1  // hipHostMallocPortable
 	hostRegisterPortable             = 0x1  // hipHostRegisterPortable
+	hostRegisterMapped               = 0x2  // hipHostRegisterMapped (hip_runtime_api.h, 5.2.3)
 	streamNonBlocking                = 0x01 // hipStreamNonBlocking
 	graphInstantiateAutoFreeOnLaunch = 1    // hipGraphInstantiateFlagAutoFreeOnLaunch
 )
@@ -146,6 +147,7 @@ var vendor = gpurt.Vendor{
 	MemcpyDeviceToDevice:             memcpyDeviceToDevice,
 	HostAllocPortable:                hostMallocPortable,
 	HostRegisterPortable:             hostRegisterPortable,
+	HostRegisterMapped:               hostRegisterMapped,
 	StreamNonBlocking:                streamNonBlocking,
 	GraphInstantiateAutoFreeOnLaunch: graphInstantiateAutoFreeOnLaunch,
 	MemPoolAttrReleaseThreshold:      memPoolAttrReleaseThreshold,

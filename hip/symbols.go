@@ -143,6 +143,11 @@ func (rt *runtimeAPI) bindings() []gpurt.Binding {
 		// Optional: without it graph memory is not trimmed (a warning at
 		// open says so). Not declared in 5.2.3's header.
 		gpurt.Optional("hipDeviceGraphMemTrim", &s.GraphMemTrim),
+		// Optional: registered host memory's device address
+		// (hipHostGetDevicePointer(void** devPtr, void* hstPtr,
+		// unsigned int flags), hip_runtime_api.h:3097); without it
+		// DevicePtr is 0.
+		gpurt.Optional("hipHostGetDevicePointer", &s.HostGetDevicePointer),
 		// Optional: without it LaunchHostFunc fails (a warning at open
 		// says so). Declared in 5.2.3's header, but Debian's
 		// libamdhip64.so.5 (5.2.3) does not export it.

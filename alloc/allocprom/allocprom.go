@@ -11,7 +11,8 @@
 //	capalloc_in_use_bytes, capalloc_reserved_bytes, capalloc_cached_bytes,
 //	capalloc_peak_in_use_bytes, capalloc_peak_reserved_bytes,
 //	capalloc_live_buffers, capalloc_live_graphs,
-//	capalloc_pinned_host_bytes, capalloc_pinned_host_buffers   (gauges)
+//	capalloc_pinned_host_bytes, capalloc_pinned_host_buffers,
+//	capalloc_pinned_host_cached_bytes   (gauges)
 //	capalloc_memory_bytes{state=...}   device memory by block state: live,
 //	    workspace, graph-owned, held-for-graph, cached-fragment,
 //	    cached-segment (a gauge; a snapshot's Bytes, without listing the
@@ -22,7 +23,8 @@
 //	capalloc_driver_allocs_total, capalloc_driver_frees_total,
 //	capalloc_capture_allocs_total, capalloc_captures_total,
 //	capalloc_failed_captures_total, capalloc_watchdog_timeouts_total,
-//	capalloc_out_of_memory_total, capalloc_reclaim_retries_total   (counters)
+//	capalloc_out_of_memory_total, capalloc_reclaim_retries_total,
+//	capalloc_pinned_host_pins_total   (counters)
 //	capalloc_fragmentation_ratio   reserved over in use, both over the
 //	    memory graphs do not hold (memmap.Snapshot.Fragmentation), 0 when
 //	    nothing outside graphs is in use (a gauge)
@@ -100,6 +102,8 @@ var metrics = []metric{
 	gauge("capalloc_live_graphs", "Graphs captured and not closed.", func(s alloc.Stats) float64 { return float64(s.LiveGraphs) }),
 	gauge("capalloc_pinned_host_bytes", "Bytes of pinned host buffers.", func(s alloc.Stats) float64 { return float64(s.HostBytes) }),
 	gauge("capalloc_pinned_host_buffers", "Pinned host buffers not closed.", func(s alloc.Stats) float64 { return float64(s.HostBuffers) }),
+	gauge("capalloc_pinned_host_cached_bytes", "Pinned host bytes the host cache keeps for reuse.", func(s alloc.Stats) float64 { return float64(s.HostCached) }),
+	counter("capalloc_pinned_host_pins_total", "Pinnings (driver host allocations) made.", func(s alloc.Stats) float64 { return float64(s.HostPins) }),
 	counter("capalloc_allocs_total", "Successful Alloc, AllocSync and workspace allocations.", func(s alloc.Stats) float64 { return float64(s.Allocs) }),
 	counter("capalloc_frees_total", "Buffers freed.", func(s alloc.Stats) float64 { return float64(s.Frees) }),
 	counter("capalloc_pool_hits_total", "Allocations the pool served without the driver.", func(s alloc.Stats) float64 { return float64(s.PoolHits) }),

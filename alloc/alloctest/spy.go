@@ -63,6 +63,10 @@ const (
 	MethodReleaseAddress
 	MethodMapMemory
 	MethodUnmapMemory
+	// driver.HostRegisterer, forwarded when the inner driver has it
+	// (spy_hostreg.go).
+	MethodHostRegister
+	MethodHostUnregister
 	numMethods
 )
 
@@ -76,6 +80,7 @@ var methodNames = [numMethods]string{
 	"IPCGetMemHandle", "IPCOpenMemHandle", "IPCCloseMemHandle",
 	"LoadModule", "LaunchKernel", "MaxActiveBlocks",
 	"MapGranularity", "ReserveAddress", "ReleaseAddress", "MapMemory", "UnmapMemory",
+	"HostRegister", "HostUnregister",
 }
 
 func (m Method) String() string {

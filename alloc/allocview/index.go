@@ -34,6 +34,7 @@ func counters(snap memmap.Snapshot) []counter {
 		{"captures ended / failed", n(s.Captures) + " / " + n(s.FailedCapture)},
 		{"live graphs", formatCount(uint64(s.LiveGraphs))},
 		{"pinned host", bytesText(s.HostBytes) + " in " + buffers(s.HostBuffers)},
+		{"pinned host cached / pins made", bytesText(s.HostCached) + " / " + n(s.HostPins)},
 		{"watchdog expiries", n(s.Timeouts)},
 		{"out-of-memory errors / reclaim retries", n(s.OutOfMemory) + " / " + n(s.ReclaimRetries)},
 		{"held by graphs (owned, pools, held)", bytesText(snap.GraphBytes())},

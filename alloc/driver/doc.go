@@ -18,7 +18,8 @@
 //     out-of-memory ladder), [StreamIdler] and [StreamPoller] (waits
 //     without a hand-off), [Aborter] (the watchdog ends a stuck backend
 //     process), [VirtualMemory] (expandable segments,
-//     docs/virtual-memory.md), [IPCMemory], [KernelLauncher] and
+//     docs/virtual-memory.md), [HostRegisterer] (the engine's own host
+//     memory pinned and mapped: alloc.Host.Register, docs/host-memory.md), [IPCMemory], [KernelLauncher] and
 //     [PeerAccess] (the symmetric heap's device collectives,
 //     docs/device-collectives.md), [UsageReporter] (the conformance
 //     suite's leak checks), [DirectSpanner] (the plugin server's copies),

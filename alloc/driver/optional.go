@@ -279,3 +279,22 @@ type VirtualMemory interface {
 	// UnmapMemory unmaps one MapMemory range and releases its memory.
 	UnmapMemory(p DevicePtr, size int64) error
 }
+
+// HostRegisterer is implemented by drivers that can pin host memory the
+// caller already has (a Go slice, an mmap'ed file region):
+// cudaHostRegister, hipHostRegister with the mapped flag. HostRegister
+// page-locks b, so the *Async copies take it as they take HostAlloc's
+// memory, and returns its device address (cudaHostGetDevicePointer,
+// hipHostGetDevicePointer) for kernels; on cpu, whose device is the host,
+// the address is b's own. HostUnregister takes b exactly as registered
+// and unpins it once work queued that may use it is done (the runtimes'
+// unregister waits). Both are unsafe calls, made only outside captures
+// that forbid them. Registering memory that overlaps a registered or
+// pinned range, or an empty b, fails with ErrInvalidValue. The caller
+// keeps b alive and unmoved from HostRegister to HostUnregister: the
+// runtime holds its address. A plugin driver does not implement it: host
+// memory of the engine's process cannot be pinned by the backend's.
+type HostRegisterer interface {
+	HostRegister(b []byte) (DevicePtr, error)
+	HostUnregister(b []byte) error
+}

@@ -256,8 +256,13 @@ type Stats struct {
 	FailedCapture uint64 `json:"failed_capture"` // captures that ended without a graph
 	LiveGraphs    int    `json:"live_graphs"`
 	HostBuffers   int    `json:"host_buffers"`
-	HostBytes     int64  `json:"host_bytes"`
-	Timeouts      uint64 `json:"timeouts"` // watchdog expiries
+	HostBytes     int64  `json:"host_bytes"` // pinned host memory in use, as requested
+	// HostCached is pinned host memory kept for reuse by the allocator's
+	// host cache (freed buffers' classes, carved chunks' unused slots);
+	// HostPins counts the pinnings (driver host allocations) it made.
+	HostCached int64  `json:"host_cached_bytes"`
+	HostPins   uint64 `json:"host_pins"`
+	Timeouts   uint64 `json:"timeouts"` // watchdog expiries
 	// OutOfMemory counts allocations (Alloc, AllocSync, workspaces, in
 	// captures or not) that failed for lack of device memory, each after
 	// the reclaim ladder; ReclaimRetries counts the ladder's retries: an

@@ -124,7 +124,7 @@ func (s Snapshot) Summary() string {
 	fmt.Fprintf(&b, "out-of-memory errors %d, reclaim retries %d, watchdog timeouts %d\n", st.OutOfMemory, st.ReclaimRetries, st.Timeouts)
 	fmt.Fprintf(&b, "largest free block %s\n", SizeText(largest))
 	fmt.Fprintf(&b, "fragmentation outside graphs (reserved / in use, the %s graphs hold left out) %.2f\n", SizeText(s.GraphBytes()), s.Fragmentation())
-	fmt.Fprintf(&b, "pinned host %s in %d buffers\n", SizeText(st.HostBytes), st.HostBuffers)
+	fmt.Fprintf(&b, "pinned host %s in %d buffers, %s cached, %d pins made\n", SizeText(st.HostBytes), st.HostBuffers, SizeText(st.HostCached), st.HostPins)
 	return b.String()
 }
 

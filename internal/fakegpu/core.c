@@ -297,6 +297,14 @@ static int peer_copy_ok(int device, const void *p, size_t n) {
 typedef struct { char *p; size_t n; int reg; } host_t; /* reg: host-registered, not ours */
 static host_t hosts[4096];
 static int nhosts;
+/* host_slot_ is a free entry of hosts (one freed or unregistered is
+ * reused, so a long run of pins and frees never fills the table), -1 when
+ * all 4096 are live. */
+static int host_slot_(void) {
+  for (int i = 0; i < nhosts; i++)
+    if (!hosts[i].p) return i;
+  return nhosts < 4096 ? nhosts++ : -1;
+}
 static int pinned(const void *p, size_t n) {
   for (int i = 0; i < nhosts; i++)
     if (hosts[i].p && (const char *)p >= hosts[i].p && (const char *)p + n <= hosts[i].p + hosts[i].n) return 1;
@@ -798,10 +806,11 @@ rtError_t HOST_ALLOC(void **p, size_t n, unsigned flags) {
   logf_(HOST_ALLOC_S " n=%zu flags=%u", n, flags);
   rtError_t e = unsafe();
   if (e) RETURN(e);
-  if (nhosts == 4096) RETURN(2);
+  int slot = host_slot_();
+  if (slot < 0) RETURN(2);
   char *b = calloc(1, n);
   if (!b) RETURN(2);
-  hosts[nhosts++] = (host_t){b, n};
+  hosts[slot] = (host_t){b, n};
   *p = b;
   RETURN(0);
 }
@@ -823,8 +832,9 @@ rtError_t RT(HostRegister)(void *p, size_t n, unsigned flags) {
   if (e) RETURN(e);
   if (!p || !n) RETURN(1);
   if (pinned(p, 1) || pinned((char *)p + n - 1, 1)) RETURN(712);
-  if (nhosts == 4096) RETURN(2);
-  hosts[nhosts++] = (host_t){p, n, 1};
+  int slot = host_slot_();
+  if (slot < 0) RETURN(2);
+  hosts[slot] = (host_t){p, n, 1};
   RETURN(0);
 }
 rtError_t RT(HostUnregister)(void *p) {
@@ -835,6 +845,17 @@ rtError_t RT(HostUnregister)(void *p) {
   for (int i = 0; i < nhosts; i++)
     if (hosts[i].p == p && hosts[i].reg) { forget(); hosts[i].p = NULL; RETURN(0); }
   RETURN(713);
+}
+
+/* RT(HostGetDevicePointer) is pinned or registered memory's device
+ * address: its host address (unified addressing); 1 for memory that is
+ * neither, or flags other than 0. */
+rtError_t RT(HostGetDevicePointer)(void **d, void *h, unsigned flags) {
+  ENTER(RTS(HostGetDevicePointer));
+  logf_(RTS(HostGetDevicePointer) " %p flags=%u", h, flags);
+  if (!d || flags || !pinned(h, 1)) RETURN(1);
+  *d = h;
+  RETURN(0);
 }
 
 #ifdef FAKE_HOSTFN_THREAD

@@ -17,6 +17,7 @@ type hostRegion struct {
 	start    uintptr
 	size     int
 	supplied []byte
+	reg      bool // registered by HostRegister (hostreg.go): the caller's memory
 }
 
 func addr(b []byte) uintptr { return hostregion.Addr(b) }
@@ -103,7 +104,7 @@ func (d *Driver) HostFree(b []byte) error {
 	rs := *d.hosts.Load()
 	i := -1
 	if len(b) > 0 {
-		i = slices.IndexFunc(rs, func(r hostRegion) bool { return r.start == addr(b) && r.size == len(b) })
+		i = slices.IndexFunc(rs, func(r hostRegion) bool { return r.start == addr(b) && r.size == len(b) && !r.reg })
 	}
 	if i < 0 {
 		d.mu.Unlock()

@@ -38,6 +38,7 @@ type Syms struct {
 	MemPoolImportFromShareableHandle                           Sym
 	MemPoolExportPointer, MemPoolImportPointer                 Sym
 	GraphMemTrim                                               Sym // optional in both: Addr 0 when missing
+	HostGetDevicePointer                                       Sym // optional in both (hostreg.go)
 	// Optional in both (topology.go): the device's PCI bus id, and peer
 	// access between devices of this process.
 	DeviceGetPCIBusId, DeviceCanAccessPeer, DeviceEnablePeerAccess Sym

@@ -37,6 +37,7 @@ type Vendor struct {
 	// Flags.
 	HostAllocPortable                uintptr // pinned for every context
 	HostRegisterPortable             uintptr // registered for every context
+	HostRegisterMapped               uintptr // mapped into the device's address space (hostreg.go)
 	StreamNonBlocking                uintptr
 	GraphInstantiateAutoFreeOnLaunch uintptr
 

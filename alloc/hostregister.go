@@ -1,0 +1,79 @@
+package alloc
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/capalloc/capalloc/alloc/driver"
+)
+
+// Host is the allocator's host memory beyond HostAlloc's pinned buffers:
+// memory the engine already has, registered for the device
+// (docs/host-memory.md). Its calls follow the allocator's capture rules.
+type Host struct{ a *Allocator }
+
+// Host returns the allocator's host memory calls.
+func (a *Allocator) Host() *Host { return &Host{a} }
+
+// Register pins memory the engine already has (a Go slice, an mmap'ed
+// file region) with the driver's host registration (cudaHostRegister,
+// hipHostRegister, mapped), so captured copies use it like any
+// HostBuffer's and kernels reach it at HostBuffer.DevicePtr. Close
+// unregisters it. Registering is an unsafe call: refused during captures
+// that forbid one, as HostAlloc's pinning is.
+//
+// b must stay alive and unmoved until Close: keep a reference to it (the
+// slice, or the mapping: do not munmap it) and do not grow it with append
+// (that may move it). The bytes are the engine's: Bytes returns b itself.
+// A driver without host registration (driver.HostRegisterer), such as a
+// plugin, whose backend process cannot pin this process's memory, fails
+// with an error wrapping errors.ErrUnsupported before any driver call.
+func (x *Host) Register(b []byte) (*HostBuffer, error) {
+	a := x.a
+	size := int64(len(b))
+	if size == 0 {
+		return nil, a.fail("RegisterHost", size, StateNone, wrapf(ErrInvalidSize, "empty memory"))
+	}
+	reg, ok := a.drv.(driver.HostRegisterer)
+	if !ok {
+		return nil, a.fail("RegisterHost", size, StateNone, fmt.Errorf("%w: backend %s cannot register host memory (no driver.HostRegisterer)", errors.ErrUnsupported, a.backend))
+	}
+	var h *HostBuffer
+	err := a.guard.blockingUndo("RegisterHost", size, nil, func(st CaptureState) error {
+		if err := a.guard.unsafeRefusalLocked(st, false, "host memory registration"); err != nil {
+			return err
+		}
+		return a.guard.strictLocked("host memory registration")
+	}, func() (func(), error) {
+		p, err := reg.HostRegister(b)
+		if err != nil {
+			return nil, err
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		nh := &HostBuffer{a: a, drv: a.drv, b: b[:size:size], reg: reg, dev: p}
+		a.hosts[nh] = struct{}{}
+		a.stats.HostBuffers++
+		a.stats.HostBytes += size
+		h = nh
+		return func() { // abandoned by the watchdog: nobody holds nh
+			if nh.release() {
+				a.releases.logLate("RegisterHost", a.releases.cleanupLate("RegisterHost", nh.unpin))
+			}
+		}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// DevicePtr is the buffer's device address, for kernels that read or
+// write host memory in place: registered memory's (Host.Register). Zero
+// for HostAlloc's buffers, which the allocator pins without mapping.
+func (h *HostBuffer) DevicePtr() driver.DevicePtr {
+	if h.closed.Load() {
+		return 0
+	}
+	return h.dev
+}

@@ -1,0 +1,72 @@
+package cpu
+
+import (
+	"slices"
+
+	"github.com/capalloc/capalloc/alloc/driver"
+)
+
+var _ driver.HostRegisterer = (*Driver)(nil)
+
+// HostRegister pins memory the caller owns (cudaHostRegister with the
+// mapped flag): the async copies take it from now on. The device is the
+// host, so its device address is its own. Unsafe, as HostAlloc.
+func (d *Driver) HostRegister(b []byte) (driver.DevicePtr, error) {
+	const what = "host register"
+	if d.closed.Load() {
+		return 0, errClosed(what)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.hangLocked(what); err != nil {
+		return 0, err
+	}
+	if err := d.refuseUnsafeLocked(what, driver.Global); err != nil {
+		return 0, err
+	}
+	if len(b) == 0 {
+		return 0, errf(driver.ErrInvalidValue, "%s: empty memory", what)
+	}
+	if d.overlapsPinned(b) {
+		return 0, errf(driver.ErrInvalidValue, "%s %#x (%d B): overlaps pinned or registered memory", what, addr(b), len(b))
+	}
+	d.insertHostLocked(hostRegion{start: addr(b), buf: b, reg: true})
+	return driver.DevicePtr(addr(b)), nil
+}
+
+// HostUnregister unpins what HostRegister pinned, passed exactly as
+// registered, once queued work that may use it is done.
+func (d *Driver) HostUnregister(b []byte) error {
+	const what = "host unregister"
+	if d.closed.Load() {
+		return errClosed(what)
+	}
+	d.mu.Lock()
+	if err := d.hangLocked(what); err != nil {
+		d.mu.Unlock()
+		return err
+	}
+	if err := d.refuseUnsafeLocked(what, driver.Global); err != nil {
+		d.mu.Unlock()
+		return err
+	}
+	rs := *d.hosts.Load()
+	i := slices.IndexFunc(rs, func(r hostRegion) bool { return r.reg && len(b) > 0 && r.start == addr(b) && len(r.buf) == len(b) })
+	if i < 0 {
+		d.mu.Unlock()
+		return errf(driver.ErrInvalidValue, "%s %#x (%d B): not registered", what, addr(b), len(b))
+	}
+	rs = slices.Delete(slices.Clone(rs), i, i+1)
+	d.hosts.Store(&rs)
+	d.mu.Unlock()
+	d.drainAll() // queued copies may still use it
+	return nil
+}
+
+// overlapsPinned reports whether any byte of b is pinned already.
+func (d *Driver) overlapsPinned(b []byte) bool {
+	lo, hi := addr(b), addr(b)+uintptr(len(b))
+	return slices.ContainsFunc(*d.hosts.Load(), func(r hostRegion) bool {
+		return r.start < hi && lo < r.start+uintptr(len(r.buf))
+	})
+}
