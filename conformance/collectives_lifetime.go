@@ -158,16 +158,47 @@ func (s *suite) peerClosedAlone(t *testing.T) {
 // all-reduce does not run (the output is the input), nothing of rank 1's
 // is written, and the heap's Synchronize says the heap is closed.
 func (s *suite) replayAfterClose(t *testing.T) {
-	const n, size = 2, 4096
-	l, ok := s.openLifeRanks(t, n, time.Second)
+	l, ok := s.openLifeRanks(t, 2, time.Second)
 	if !ok {
 		return
 	}
-	x := make([]symheap.Tensor, n)
-	ins, outs := make([]*alloc.HostBuffer, n), make([]*alloc.HostBuffer, n)
-	graphs := make([]*alloc.Graph, n)
+	c := newClosedReplay(t, l)
+	defer c.closeHostBuffers(t)
+	c.captureAllReduce(t)
+	a1, b, pat := c.closeRankOne(t)
+	clear(c.outs[0].Bytes())
+	require.NoError(t, c.graphs[0].Launch())
+	require.NoError(t, l.as[0].Synchronize())
+	err := l.heaps[0].Synchronize()
+	untouched(t, a1, b, pat, "rank 0's replayed all-reduce")
+	require.NoError(t, a1.Free(b))
+	require.NoError(t, a1.Close())
+	for i := range closedReplaySize / 4 {
+		require.EqualValues(t, 1, binary.LittleEndian.Uint32(c.outs[0].Bytes()[4*i:]), "element %d: the replayed all-reduce must not run on closed heaps", i)
+	}
+	require.ErrorIs(t, err, alloc.ErrClosed)
+	require.Contains(t, err.Error(), "refused", "the heap's Synchronize says what became of the replayed collectives")
+}
+
+// closedReplaySize is the bytes of replay_after_close's tensor.
+const closedReplaySize = 4096
+
+// closedReplay is replay_after_close's world: per rank a tensor of the
+// heap, pinned input (rank r's holds r+1 in every int32) and output, and
+// the graph that all-reduces one into the other.
+type closedReplay struct {
+	l         *lifeRanks
+	x         []symheap.Tensor
+	ins, outs []*alloc.HostBuffer
+	graphs    []*alloc.Graph
+}
+
+func newClosedReplay(t *testing.T, l *lifeRanks) *closedReplay {
+	n := len(l.heaps)
+	c := &closedReplay{l: l, x: make([]symheap.Tensor, n),
+		ins: make([]*alloc.HostBuffer, n), outs: make([]*alloc.HostBuffer, n), graphs: make([]*alloc.Graph, n)}
 	t.Cleanup(func() { // before the allocators' (cleanups run last first)
-		for _, g := range graphs {
+		for _, g := range c.graphs {
 			if g != nil {
 				_ = g.Close() // a second Close is ErrClosed
 			}
@@ -175,76 +206,80 @@ func (s *suite) replayAfterClose(t *testing.T) {
 	})
 	for r, h := range l.heaps {
 		var err error
-		x[r], err = h.Alloc(size)
+		c.x[r], err = h.Alloc(closedReplaySize)
 		require.NoError(t, err)
-		ins[r], err = l.as[r].HostAlloc(size)
+		c.ins[r], err = l.as[r].HostAlloc(closedReplaySize)
 		require.NoError(t, err)
-		outs[r], err = l.as[r].HostAlloc(size)
+		c.outs[r], err = l.as[r].HostAlloc(closedReplaySize)
 		require.NoError(t, err)
-		for i := range size / 4 {
-			binary.LittleEndian.PutUint32(ins[r].Bytes()[4*i:], uint32(r+1))
+		for i := range closedReplaySize / 4 {
+			binary.LittleEndian.PutUint32(c.ins[r].Bytes()[4*i:], uint32(r+1))
 		}
 	}
-	defer func() {
-		for r := range n {
-			if !l.aClosed[r] {
-				require.NoError(t, ins[r].Close())
-				require.NoError(t, outs[r].Close())
-			}
+	return c
+}
+
+// closeHostBuffers closes the pinned buffers of the ranks whose allocator
+// is still open.
+func (c *closedReplay) closeHostBuffers(t *testing.T) {
+	for r := range c.ins {
+		if !c.l.aClosed[r] {
+			require.NoError(t, c.ins[r].Close())
+			require.NoError(t, c.outs[r].Close())
 		}
-	}()
-	for r, err := range parallelEach(n, func(r int) (err error) {
+	}
+}
+
+// captureAllReduce captures [Write, all-reduce, Read] on every rank and
+// launches it once: the captured all-reduce sums.
+func (c *closedReplay) captureAllReduce(t *testing.T) {
+	l := c.l
+	for r, err := range parallelEach(len(l.heaps), func(r int) (err error) {
 		h := l.heaps[r]
-		graphs[r], err = l.as[r].WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, func() error {
-			if err := h.Write(x[r], ins[r], 0); err != nil {
+		c.graphs[r], err = l.as[r].WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, func() error {
+			if err := h.Write(c.x[r], c.ins[r], 0); err != nil {
 				return err
 			}
-			if err := h.AllReduce(x[r], symheap.Int32); err != nil {
+			if err := h.AllReduce(c.x[r], symheap.Int32); err != nil {
 				return err
 			}
-			return h.Read(outs[r], 0, x[r])
+			return h.Read(c.outs[r], 0, c.x[r])
 		})
 		if err != nil {
 			return err
 		}
-		if err := graphs[r].Launch(); err != nil {
+		if err := c.graphs[r].Launch(); err != nil {
 			return err
 		}
 		return h.Synchronize()
 	}) {
 		require.NoError(t, err, "rank %d", r)
 	}
-	for r := range n {
-		require.EqualValues(t, 3, binary.LittleEndian.Uint32(outs[r].Bytes()), "rank %d: the captured all-reduce sums", r)
+	for r := range c.outs {
+		require.EqualValues(t, 3, binary.LittleEndian.Uint32(c.outs[r].Bytes()), "rank %d: the captured all-reduce sums", r)
 	}
+}
 
-	for r, err := range parallelEach(n, func(r int) error { return l.heaps[r].Close() }) {
+// closeRankOne closes both heaps, then rank 1's graph, pinned buffers
+// and allocator, and hands the memory rank 1 gave back out again on its
+// device, filled with pat, through a new allocator a1.
+func (c *closedReplay) closeRankOne(t *testing.T) (a1 *alloc.Allocator, b alloc.Buffer, pat []byte) {
+	l := c.l
+	for r, err := range parallelEach(len(l.heaps), func(r int) error { return l.heaps[r].Close() }) {
 		require.NoError(t, err, "closing rank %d's heap", r)
 	}
 	l.hClosed[0], l.hClosed[1] = true, true
-	require.NoError(t, graphs[1].Close())
-	graphs[1] = nil
-	require.NoError(t, ins[1].Close())
-	require.NoError(t, outs[1].Close())
+	require.NoError(t, c.graphs[1].Close())
+	c.graphs[1] = nil
+	require.NoError(t, c.ins[1].Close())
+	require.NoError(t, c.outs[1].Close())
 	require.NoError(t, l.as[1].Close())
 	l.aClosed[1] = true
 	// The memory rank 1 gave back, handed out again on its device.
 	a1, err := alloc.New(l.drivers[1], alloc.Options{Watchdog: testWatchdog})
 	require.NoError(t, err)
-	b, pat := l.reuse(t, a1)
-
-	clear(outs[0].Bytes())
-	require.NoError(t, graphs[0].Launch())
-	require.NoError(t, l.as[0].Synchronize())
-	err = l.heaps[0].Synchronize()
-	untouched(t, a1, b, pat, "rank 0's replayed all-reduce")
-	require.NoError(t, a1.Free(b))
-	require.NoError(t, a1.Close())
-	for i := range size / 4 {
-		require.EqualValues(t, 1, binary.LittleEndian.Uint32(outs[0].Bytes()[4*i:]), "element %d: the replayed all-reduce must not run on closed heaps", i)
-	}
-	require.ErrorIs(t, err, alloc.ErrClosed)
-	require.Contains(t, err.Error(), "refused", "the heap's Synchronize says what became of the replayed collectives")
+	b, pat = l.reuse(t, a1)
+	return a1, b, pat
 }
 
 // Item 8: rank 1's allocator is closed under its open heap (the

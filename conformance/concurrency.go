@@ -98,185 +98,215 @@ func pinnedWorker(a *alloc.Allocator, w, iters int) (err error) {
 	return nil
 }
 
+// concurrency: allocators shared by goroutines, several allocators on one
+// driver, and captures beside eager work keep every goroutine's data its
+// own and every capture valid.
 func (s *suite) concurrency(t *testing.T) {
-	t.Run("one_allocator_pageable", func(t *testing.T) {
-		e := s.env(t)
-		require.NoError(t, parallel(workers, func(w int) error { return pageableWorker(e.a, w, iterations) }))
-		assert.Zero(t, e.a.Stats().LiveBuffers)
-		assert.Zero(t, e.a.Stats().BytesInUse)
-	})
-	t.Run("one_allocator_pinned", func(t *testing.T) {
-		e := s.env(t)
-		require.NoError(t, parallel(workers, func(w int) error { return pinnedWorker(e.a, w, iterations) }))
-		assert.Zero(t, e.a.Stats().LiveBuffers)
-		assert.Zero(t, e.a.Stats().HostBuffers)
-	})
-	t.Run("blocking_copy_in_stream_order", func(t *testing.T) {
-		// A blocking copy runs at its place in the stream's order: while
-		// one goroutine enqueues memsets (and makes them run) another's
-		// pageable download never sees a half-written buffer.
-		// Large enough that a copy outlasts a round trip to a plugin.
-		e := s.env(t)
-		const n = 8 << 20
-		b := mustAlloc(t, e.a, n)
-		upload(t, e.a, b, 0, repeat(1, n))
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
+	runRules(t,
+		rule{"one_allocator_pageable", s.oneAllocatorPageableRoundTrips},
+		rule{"one_allocator_pinned", s.oneAllocatorPinnedRoundTrips},
+		rule{"blocking_copy_in_stream_order", s.blockingCopyRunsInStreamOrder},
+		rule{"many_allocators_one_driver", s.manyAllocatorsShareOneDriver},
+		rule{"parallel_captures_fresh_data", s.parallelCapturesReplayFreshData},
+		rule{"global_capture_vs_unsafe_calls", s.globalCaptureSurvivesUnsafeCalls},
+	)
+}
+
+func (s *suite) oneAllocatorPageableRoundTrips(t *testing.T) {
+	e := s.env(t)
+	require.NoError(t, parallel(workers, func(w int) error { return pageableWorker(e.a, w, iterations) }))
+	assert.Zero(t, e.a.Stats().LiveBuffers)
+	assert.Zero(t, e.a.Stats().BytesInUse)
+}
+
+func (s *suite) oneAllocatorPinnedRoundTrips(t *testing.T) {
+	e := s.env(t)
+	require.NoError(t, parallel(workers, func(w int) error { return pinnedWorker(e.a, w, iterations) }))
+	assert.Zero(t, e.a.Stats().LiveBuffers)
+	assert.Zero(t, e.a.Stats().HostBuffers)
+}
+
+// blockingCopyRunsInStreamOrder: a blocking copy runs at its place in the
+// stream's order: while one goroutine enqueues memsets (and makes them
+// run) another's pageable download never sees a half-written buffer.
+// Large enough that a copy outlasts a round trip to a plugin.
+func (s *suite) blockingCopyRunsInStreamOrder(t *testing.T) {
+	e := s.env(t)
+	const n = 8 << 20
+	b := mustAlloc(t, e.a, n)
+	upload(t, e.a, b, 0, repeat(1, n))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := e.a.Memset(b, 0, byte(1+i%2), n); err != nil {
+				assert.NoError(t, err)
+				return
+			}
+			if _, err := e.a.Query(); err != nil {
+				assert.NoError(t, err)
+				return
+			}
+		}
+	}()
+	dst := make([]byte, n)
+	up := repeat(7, n)
+	torn, reads := 0, 0
+	for i := range 90 {
+		if i%3 == 0 {
+			require.NoError(t, e.a.Upload(b, 0, up))
+			continue
+		}
+		require.NoError(t, e.a.Download(dst, b, 0))
+		reads++
+		if c := bytes.Count(dst, dst[:1]); c != n {
+			torn++
+		}
+	}
+	close(stop)
+	wg.Wait()
+	require.Zero(t, torn, "%d of %d downloads were torn: a blocking copy ran concurrently with later work", torn, reads)
+	require.NoError(t, e.a.Free(b))
+}
+
+// fourAllocators is e's allocator and three more on its driver.
+func fourAllocators(e *env) []*alloc.Allocator {
+	as := []*alloc.Allocator{e.a}
+	for range 3 {
+		as = append(as, e.newAllocator(alloc.Options{}))
+	}
+	return as
+}
+
+func (s *suite) manyAllocatorsShareOneDriver(t *testing.T) {
+	e := s.env(t)
+	as := fourAllocators(e)
+	require.NoError(t, parallel(2*len(as), func(w int) error {
+		a := as[w%len(as)]
+		if w%2 == 0 {
+			return pageableWorker(a, w, iterations/4)
+		}
+		return pinnedWorker(a, w, iterations/4)
+	}))
+	for _, a := range as {
+		assert.Zero(t, a.Stats().LiveBuffers)
+	}
+}
+
+// parallelCapturesReplayFreshData: ThreadLocal captures on different
+// streams do not disturb each other or each other's eager work.
+func (s *suite) parallelCapturesReplayFreshData(t *testing.T) {
+	e := s.env(t)
+	as := fourAllocators(e)
+	progs := make([]*program, len(as))
+	for i, a := range as {
+		progs[i] = newProgram(t, a, 4096)
+	}
+	// Strict capture safety (docs/capture-safety.md) refuses a graph's
+	// instantiation while another capture is active: that capture
+	// yields no graph, cleanly, and is tried again.
+	strict := e.a.Info().CaptureSafety == driver.SafetyStrict
+	require.NoError(t, parallel(len(as), func(w int) error {
+		p := progs[w]
+		g, err := p.a.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, p.enqueue)
+		for try := 0; strict && errors.Is(err, driver.ErrCaptureIllegalOp) && try < 10000; try++ {
+			runtime.Gosched()
+			g, err = p.a.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, p.enqueue)
+		}
+		if err != nil {
+			return err
+		}
+		return errors.Join(checkFreshReplays(p, g, 20, uint64(100*w)), g.Close())
+	}))
+	for _, p := range progs {
+		p.close(t)
+	}
+}
+
+// unsafeCaller makes unsafe calls on b until stopped: each either runs or
+// is refused with a typed error. AllocSync buffers whose free was refused
+// are kept in pending, to be freed once it stopped.
+type unsafeCaller struct {
+	b            *alloc.Allocator
+	buf          alloc.Buffer
+	stop         atomic.Bool
+	ran, refused atomic.Int64
+	pending      []alloc.Buffer
+	errc         chan error
+}
+
+func (u *unsafeCaller) run() {
+	var err error
+	for i := 0; !u.stop.Load() && err == nil; i++ {
+		switch i % 3 {
+		case 0:
+			var x alloc.Buffer
+			if x, err = u.b.AllocSync(1000); err == nil {
+				// cudaFree is unsafe too: refused, it is retried later.
+				if err = u.b.Free(x); err != nil {
+					u.pending = append(u.pending, x)
 				}
-				if err := e.a.Memset(b, 0, byte(1+i%2), n); err != nil {
-					assert.NoError(t, err)
-					return
-				}
-				if _, err := e.a.Query(); err != nil {
-					assert.NoError(t, err)
-					return
-				}
 			}
-		}()
-		dst := make([]byte, n)
-		up := repeat(7, n)
-		torn, reads := 0, 0
-		for i := range 90 {
-			if i%3 == 0 {
-				require.NoError(t, e.a.Upload(b, 0, up))
-				continue
-			}
-			require.NoError(t, e.a.Download(dst, b, 0))
-			reads++
-			if c := bytes.Count(dst, dst[:1]); c != n {
-				torn++
-			}
+		case 1:
+			err = u.b.Upload(u.buf, 0, []byte{byte(i)})
+		case 2:
+			err = u.b.Synchronize()
 		}
-		close(stop)
-		wg.Wait()
-		require.Zero(t, torn, "%d of %d downloads were torn: a blocking copy ran concurrently with later work", torn, reads)
-		require.NoError(t, e.a.Free(b))
-	})
-	t.Run("many_allocators_one_driver", func(t *testing.T) {
-		e := s.env(t)
-		as := []*alloc.Allocator{e.a}
-		for range 3 {
-			as = append(as, e.newAllocator(alloc.Options{}))
+		switch {
+		case err == nil:
+			u.ran.Add(1)
+		case errors.Is(err, alloc.ErrCaptureIncompatibleAllocation), errors.Is(err, alloc.ErrSyncDuringCapture):
+			u.refused.Add(1)
+			err = nil
 		}
-		require.NoError(t, parallel(2*len(as), func(w int) error {
-			a := as[w%len(as)]
-			if w%2 == 0 {
-				return pageableWorker(a, w, iterations/4)
-			}
-			return pinnedWorker(a, w, iterations/4)
-		}))
-		for _, a := range as {
-			assert.Zero(t, a.Stats().LiveBuffers)
-		}
-	})
-	t.Run("parallel_captures_fresh_data", func(t *testing.T) {
-		// ThreadLocal captures on different streams do not disturb each
-		// other or each other's eager work.
-		e := s.env(t)
-		as := []*alloc.Allocator{e.a}
-		for range 3 {
-			as = append(as, e.newAllocator(alloc.Options{}))
-		}
-		progs := make([]*program, len(as))
-		for i, a := range as {
-			progs[i] = newProgram(t, a, 4096)
-		}
-		// Strict capture safety (docs/capture-safety.md) refuses a graph's
-		// instantiation while another capture is active: that capture
-		// yields no graph, cleanly, and is tried again.
-		strict := e.a.Info().CaptureSafety == driver.SafetyStrict
-		require.NoError(t, parallel(len(as), func(w int) error {
-			p := progs[w]
-			g, err := p.a.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, p.enqueue)
-			for try := 0; strict && errors.Is(err, driver.ErrCaptureIllegalOp) && try < 10000; try++ {
-				runtime.Gosched()
-				g, err = p.a.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, p.enqueue)
-			}
-			if err != nil {
-				return err
-			}
-			return errors.Join(checkFreshReplays(p, g, 20, uint64(100*w)), g.Close())
-		}))
-		for _, p := range progs {
-			p.close(t)
-		}
-	})
-	t.Run("global_capture_vs_unsafe_calls", func(t *testing.T) {
-		// One allocator captures in Global mode over and over while another
-		// makes unsafe calls: each call either runs or is refused with a
-		// typed error, and none ever lands inside a capture (the driver
-		// would refuse it and invalidate the capture).
-		e := s.env(t)
-		b := e.newAllocator(alloc.Options{})
-		buf := mustAlloc(t, b, 4096)
-		// Slow device-wide calls: one that slipped past the guard just
-		// before a capture began would still be in the driver inside it.
-		e.spy.Delay(alloctest.MethodMalloc, 100*time.Microsecond)
-		e.spy.Delay(alloctest.MethodFree, 100*time.Microsecond)
-		var stop atomic.Bool
-		defer stop.Store(true)
-		var ran, refused atomic.Int64
-		errc := make(chan error, 1)
-		var pending []alloc.Buffer // AllocSync buffers whose free was refused
-		go func() {
-			var err error
-			for i := 0; !stop.Load() && err == nil; i++ {
-				switch i % 3 {
-				case 0:
-					var x alloc.Buffer
-					if x, err = b.AllocSync(1000); err == nil {
-						// cudaFree is unsafe too: refused, it is retried later.
-						if err = b.Free(x); err != nil {
-							pending = append(pending, x)
-						}
-					}
-				case 1:
-					err = b.Upload(buf, 0, []byte{byte(i)})
-				case 2:
-					err = b.Synchronize()
-				}
-				switch {
-				case err == nil:
-					ran.Add(1)
-				case errors.Is(err, alloc.ErrCaptureIncompatibleAllocation), errors.Is(err, alloc.ErrSyncDuringCapture):
-					refused.Add(1)
-					err = nil
-				}
-				time.Sleep(10 * time.Microsecond)
-			}
-			errc <- err
-		}()
-		var slowest time.Duration
-		deadline := time.Now().Add(10 * time.Second)
-		i := 0
-		for ; (i < 100 || ran.Load() < 100) && time.Now().Before(deadline); i++ {
-			start := time.Now()
-			require.NoError(t, e.a.BeginCapture(alloc.Global))
-			slowest = max(slowest, time.Since(start))
-			x, err := e.a.Alloc(1000)
-			require.NoError(t, err)
-			time.Sleep(30 * time.Microsecond)
-			require.NoError(t, e.a.Free(x))
-			g, err := e.a.EndCapture()
-			require.NoError(t, err, "capture %d was invalidated by a concurrent unsafe call", i)
-			require.NoError(t, g.Close())
-			time.Sleep(30 * time.Microsecond) // a window for B's calls to start
-		}
-		stop.Store(true)
-		require.NoError(t, <-errc)
-		t.Logf("%d captures (slowest begin %v); B's unsafe calls: %d ran, %d refused", i, slowest, ran.Load(), refused.Load())
-		require.Positive(t, ran.Load(), "B never got a call through: the test proved nothing")
-		for _, x := range pending {
-			require.NoError(t, b.Free(x))
-		}
-		require.NoError(t, b.Free(buf))
-	})
+		time.Sleep(10 * time.Microsecond)
+	}
+	u.errc <- err
+}
+
+// globalCaptureSurvivesUnsafeCalls: one allocator captures in Global mode
+// over and over while another makes unsafe calls: each call either runs
+// or is refused with a typed error, and none ever lands inside a capture
+// (the driver would refuse it and invalidate the capture).
+func (s *suite) globalCaptureSurvivesUnsafeCalls(t *testing.T) {
+	e := s.env(t)
+	b := e.newAllocator(alloc.Options{})
+	u := &unsafeCaller{b: b, buf: mustAlloc(t, b, 4096), errc: make(chan error, 1)}
+	// Slow device-wide calls: one that slipped past the guard just
+	// before a capture began would still be in the driver inside it.
+	e.spy.Delay(alloctest.MethodMalloc, 100*time.Microsecond)
+	e.spy.Delay(alloctest.MethodFree, 100*time.Microsecond)
+	defer u.stop.Store(true)
+	go u.run()
+	var slowest time.Duration
+	deadline := time.Now().Add(10 * time.Second)
+	i := 0
+	for ; (i < 100 || u.ran.Load() < 100) && time.Now().Before(deadline); i++ {
+		start := time.Now()
+		require.NoError(t, e.a.BeginCapture(alloc.Global))
+		slowest = max(slowest, time.Since(start))
+		x, err := e.a.Alloc(1000)
+		require.NoError(t, err)
+		time.Sleep(30 * time.Microsecond)
+		require.NoError(t, e.a.Free(x))
+		g, err := e.a.EndCapture()
+		require.NoError(t, err, "capture %d was invalidated by a concurrent unsafe call", i)
+		require.NoError(t, g.Close())
+		time.Sleep(30 * time.Microsecond) // a window for B's calls to start
+	}
+	u.stop.Store(true)
+	require.NoError(t, <-u.errc)
+	t.Logf("%d captures (slowest begin %v); B's unsafe calls: %d ran, %d refused", i, slowest, u.ran.Load(), u.refused.Load())
+	require.Positive(t, u.ran.Load(), "B never got a call through: the test proved nothing")
+	for _, x := range u.pending {
+		require.NoError(t, b.Free(x))
+	}
+	require.NoError(t, b.Free(u.buf))
 }

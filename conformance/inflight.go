@@ -25,118 +25,133 @@ import (
 // context for every allocator in the process. Before issue 21 the copy
 // reached the driver after the memory was gone ("no allocation").
 func (s *suite) inFlight(t *testing.T) {
-	const n = 8192
-	uses := []struct {
-		name   string
-		method alloctest.Method // held in the spy while the buffer is released
-		ipc    bool             // needs driver.IPCMemory; exports AllocSync memory only
-		do     func(a *alloc.Allocator, b alloc.Buffer) error
-	}{
-		{"upload", alloctest.MethodCopyHtoD, false, func(a *alloc.Allocator, b alloc.Buffer) error {
-			return a.Upload(b, 0, pattern(int(b.Size()), 21))
-		}},
-		{"download", alloctest.MethodCopyDtoH, false, func(a *alloc.Allocator, b alloc.Buffer) error {
-			return a.Download(make([]byte, b.Size()), b, 0)
-		}},
-		{"ipc_export", alloctest.MethodIPCGetMemHandle, true, func(a *alloc.Allocator, b alloc.Buffer) error {
-			_, err := allochooks.Export(a, b)
-			return err
-		}},
-	}
-	releases := []struct {
-		name   string
-		ipc    bool // usable with an IPC export (the buffer is AllocSync memory)
-		closes bool // releases by closing the allocator
-		// make makes the buffer and returns it with its release.
-		make func(t *testing.T, e *env) (alloc.Buffer, func() error)
-	}{
-		{"graph_close", false, false, func(t *testing.T, e *env) (alloc.Buffer, func() error) {
-			g, b := graphWithBuffer(t, e.a)
-			launch(t, e.a, g) // a launch makes the graph's allocation real on every backend
-			return b, g.Close
-		}},
-		{"free", false, false, func(t *testing.T, e *env) (alloc.Buffer, func() error) {
-			b := mustAlloc(t, e.a, n)
-			return b, func() error { return e.a.Free(b) }
-		}},
-		{"free_sync", true, false, func(t *testing.T, e *env) (alloc.Buffer, func() error) {
-			b, err := e.a.AllocSync(n)
-			require.NoError(t, err)
-			return b, func() error { return e.a.Free(b) }
-		}},
-		{"allocator_close", true, true, func(t *testing.T, e *env) (alloc.Buffer, func() error) {
-			b, err := e.a.AllocSync(n)
-			require.NoError(t, err)
-			mustAlloc(t, e.a, n) // pool memory too
-			return b, func() error { return e.close(e.a) }
-		}},
-	}
 	t.Run("abandoned", s.inFlightAbandoned)
-	for _, use := range uses {
-		for _, rel := range releases {
+	for _, use := range inFlightUses {
+		for _, rel := range inFlightReleases {
 			if use.ipc && !rel.ipc {
 				continue
 			}
-			t.Run(use.name+"/"+rel.name, func(t *testing.T) {
-				e := s.env(t)
-				if _, ok := e.drv.(driver.IPCMemory); use.ipc && !ok {
-					t.Logf("%s has no IPC memory handles: nothing to export", e.drv.Name())
-					return
-				}
-				dev0, reports := liveBytes(e.drv)
-				host0, _ := hostBytes(e.drv)
-				b, release := rel.make(t, e)
-				size := b.Size()
-
-				unblock := e.spy.Block(use.method)
-				defer unblock()
-				useErr := make(chan error, 1)
-				go func() { useErr <- use.do(e.a, b) }()
-				eventually(t, "the call reached the driver", func() bool { return e.spy.Waiting(use.method) == 1 })
-
-				relErr := make(chan error, 1)
-				go func() { relErr <- release() }()
-				released := false
-				select {
-				case err := <-relErr: // released without waiting for the call
-					released = true
-					checkRelease(t, rel.closes, err)
-					if !rel.closes {
-						x := mustAlloc(t, e.a, size)
-						assert.False(t, overlaps(x.Ptr(), x.Size(), b.Ptr(), size),
-							"memory released while a call still uses it was handed out again")
-						require.NoError(t, e.a.Free(x))
-					}
-				case <-time.After(50 * time.Millisecond): // the release waits for the call: allowed
-				}
-
-				unblock()
-				err := within(t, wdSlack, use.name, func() error { return <-useErr })
-				if err != nil {
-					require.ErrorIs(t, err, alloc.ErrInvalidBuffer,
-						"a call racing the release may only be refused before the driver call, never reach freed memory")
-				}
-				if !released {
-					checkRelease(t, rel.closes, within(t, wdSlack, rel.name, func() error { return <-relErr }))
-				}
-
-				if !rel.closes {
-					eventually(t, "the memory given back once the call was done", func() bool {
-						require.NoError(t, e.a.Trim())
-						require.NoError(t, e.a.Synchronize())
-						n, _ := liveBytes(e.drv)
-						return !reports || n == dev0
-					})
-					return
-				}
-				eventually(t, "the closed allocator's memory given back once the call was done", func() bool {
-					n, _ := liveBytes(e.drv)
-					hn, _ := hostBytes(e.drv)
-					return !reports || n == dev0 && hn == host0
-				})
-			})
+			t.Run(use.name+"/"+rel.name, func(t *testing.T) { s.releaseWaitsForInFlightUse(t, use, rel) })
 		}
 	}
+}
+
+// inFlightBytes is the size of the buffers the calls use.
+const inFlightBytes = 8192
+
+// inFlightUse is a blocking call that uses a buffer.
+type inFlightUse struct {
+	name   string
+	method alloctest.Method // held in the spy while the buffer is released
+	ipc    bool             // needs driver.IPCMemory; exports AllocSync memory only
+	do     func(a *alloc.Allocator, b alloc.Buffer) error
+}
+
+var inFlightUses = []inFlightUse{
+	{"upload", alloctest.MethodCopyHtoD, false, func(a *alloc.Allocator, b alloc.Buffer) error {
+		return a.Upload(b, 0, pattern(int(b.Size()), 21))
+	}},
+	{"download", alloctest.MethodCopyDtoH, false, func(a *alloc.Allocator, b alloc.Buffer) error {
+		return a.Download(make([]byte, b.Size()), b, 0)
+	}},
+	{"ipc_export", alloctest.MethodIPCGetMemHandle, true, func(a *alloc.Allocator, b alloc.Buffer) error {
+		_, err := allochooks.Export(a, b)
+		return err
+	}},
+}
+
+// inFlightRelease is a way the buffer is released while the call uses it.
+type inFlightRelease struct {
+	name   string
+	ipc    bool // usable with an IPC export (the buffer is AllocSync memory)
+	closes bool // releases by closing the allocator
+	// make makes the buffer and returns it with its release.
+	make func(t *testing.T, e *env) (alloc.Buffer, func() error)
+}
+
+var inFlightReleases = []inFlightRelease{
+	{"graph_close", false, false, func(t *testing.T, e *env) (alloc.Buffer, func() error) {
+		g, b := graphWithBuffer(t, e.a)
+		launch(t, e.a, g) // a launch makes the graph's allocation real on every backend
+		return b, g.Close
+	}},
+	{"free", false, false, func(t *testing.T, e *env) (alloc.Buffer, func() error) {
+		b := mustAlloc(t, e.a, inFlightBytes)
+		return b, func() error { return e.a.Free(b) }
+	}},
+	{"free_sync", true, false, func(t *testing.T, e *env) (alloc.Buffer, func() error) {
+		b, err := e.a.AllocSync(inFlightBytes)
+		require.NoError(t, err)
+		return b, func() error { return e.a.Free(b) }
+	}},
+	{"allocator_close", true, true, func(t *testing.T, e *env) (alloc.Buffer, func() error) {
+		b, err := e.a.AllocSync(inFlightBytes)
+		require.NoError(t, err)
+		mustAlloc(t, e.a, inFlightBytes) // pool memory too
+		return b, func() error { return e.close(e.a) }
+	}},
+}
+
+// releaseWaitsForInFlightUse: while use is held in the driver, rel
+// releases its buffer; the memory is not handed out again under the call,
+// the call completes or is refused before the driver, and the memory goes
+// back once the call is done.
+func (s *suite) releaseWaitsForInFlightUse(t *testing.T, use inFlightUse, rel inFlightRelease) {
+	e := s.env(t)
+	if _, ok := e.drv.(driver.IPCMemory); use.ipc && !ok {
+		t.Logf("%s has no IPC memory handles: nothing to export", e.drv.Name())
+		return
+	}
+	dev0, reports := liveBytes(e.drv)
+	host0, _ := hostBytes(e.drv)
+	b, release := rel.make(t, e)
+	size := b.Size()
+
+	unblock := e.spy.Block(use.method)
+	defer unblock()
+	useErr := make(chan error, 1)
+	go func() { useErr <- use.do(e.a, b) }()
+	eventually(t, "the call reached the driver", func() bool { return e.spy.Waiting(use.method) == 1 })
+
+	relErr := make(chan error, 1)
+	go func() { relErr <- release() }()
+	released := false
+	select {
+	case err := <-relErr: // released without waiting for the call
+		released = true
+		checkRelease(t, rel.closes, err)
+		if !rel.closes {
+			x := mustAlloc(t, e.a, size)
+			assert.False(t, overlaps(x.Ptr(), x.Size(), b.Ptr(), size),
+				"memory released while a call still uses it was handed out again")
+			require.NoError(t, e.a.Free(x))
+		}
+	case <-time.After(50 * time.Millisecond): // the release waits for the call: allowed
+	}
+
+	unblock()
+	err := within(t, wdSlack, use.name, func() error { return <-useErr })
+	if err != nil {
+		require.ErrorIs(t, err, alloc.ErrInvalidBuffer,
+			"a call racing the release may only be refused before the driver call, never reach freed memory")
+	}
+	if !released {
+		checkRelease(t, rel.closes, within(t, wdSlack, rel.name, func() error { return <-relErr }))
+	}
+	if !rel.closes {
+		eventually(t, "the memory given back once the call was done", func() bool {
+			require.NoError(t, e.a.Trim())
+			require.NoError(t, e.a.Synchronize())
+			n, _ := liveBytes(e.drv)
+			return !reports || n == dev0
+		})
+		return
+	}
+	eventually(t, "the closed allocator's memory given back once the call was done", func() bool {
+		n, _ := liveBytes(e.drv)
+		hn, _ := hostBytes(e.drv)
+		return !reports || n == dev0 && hn == host0
+	})
 }
 
 // inFlightAbandoned: the same race when the call outlives the watchdog.

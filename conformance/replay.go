@@ -150,104 +150,119 @@ func captureProgram(t *testing.T, p *program, mode alloc.CaptureMode) *alloc.Gra
 	return g
 }
 
+// replay: a graph replays with the data its inputs hold at launch, and
+// the check that says so can fail.
 func (s *suite) replay(t *testing.T) {
-	t.Run("fresh_data_50x", func(t *testing.T) {
-		for _, mode := range driver.Modes() {
-			t.Run(mode.String(), func(t *testing.T) {
-				e := s.env(t)
-				p := newProgram(t, e.a, 8<<10)
-				g := captureProgram(t, p, mode)
-				assert.Equal(t, 1, g.CaptureAllocCount(), "the temporary is a graph allocation")
-				require.NoError(t, checkFreshReplays(p, g, 50, 1000))
-				require.NoError(t, g.Close())
-				p.close(t)
-			})
+	runRules(t,
+		rule{"fresh_data_50x", inEachMode(s.replaysReadFreshData)},
+		rule{"stale_snapshot_detected", s.staleSnapshotDetected},
+		rule{"graph_owned_temporary_unfreed", s.graphOwnedTemporarySurvivesReplays},
+		rule{"graph_launch_in_capture_refused", s.graphLaunchInCaptureRefused},
+		rule{"silent_invalidation_reported", s.silentInvalidationReported},
+	)
+}
+
+func (s *suite) replaysReadFreshData(t *testing.T, mode alloc.CaptureMode) {
+	e := s.env(t)
+	p := newProgram(t, e.a, 8<<10)
+	g := captureProgram(t, p, mode)
+	assert.Equal(t, 1, g.CaptureAllocCount(), "the temporary is a graph allocation")
+	require.NoError(t, checkFreshReplays(p, g, 50, 1000))
+	require.NoError(t, g.Close())
+	p.close(t)
+}
+
+// staleSnapshotDetected: a broken driver that freezes pinned inputs at
+// capture time must fail the check: this proves the check can fail.
+func (s *suite) staleSnapshotDetected(t *testing.T) {
+	e := s.env(t)
+	p := newProgram(t, e.a, 8<<10)
+	require.NoError(t, e.spy.SnapshotCapturedUploads(64<<10))
+	g := captureProgram(t, p, alloc.Global)
+	err := checkFreshReplays(p, g, 50, 1000)
+	require.ErrorIs(t, err, errStaleReplay)
+	require.NoError(t, g.Close())
+	p.close(t)
+}
+
+// graphOwnedTemporarySurvivesReplays: a graph allocation the graph does
+// not free (auto-free on launch) survives every replay at the same
+// address.
+func (s *suite) graphOwnedTemporarySurvivesReplays(t *testing.T) {
+	e := s.env(t)
+	const n = 4096
+	in, out := mustHost(t, e.a, n), mustHost(t, e.a, n)
+	var tmp alloc.Buffer
+	g, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, func() error {
+		var err error
+		if tmp, err = e.a.Alloc(n); err != nil {
+			return err
 		}
+		return errors.Join(e.a.UploadHost(tmp, 0, in, 0, n), e.a.DownloadHost(out, 0, tmp, 0, n))
 	})
-	t.Run("stale_snapshot_detected", func(t *testing.T) {
-		// A broken driver that freezes pinned inputs at capture time must
-		// fail the check: this proves the check can fail.
-		e := s.env(t)
-		p := newProgram(t, e.a, 8<<10)
-		require.NoError(t, e.spy.SnapshotCapturedUploads(64<<10))
-		g := captureProgram(t, p, alloc.Global)
-		err := checkFreshReplays(p, g, 50, 1000)
-		require.ErrorIs(t, err, errStaleReplay)
-		require.NoError(t, g.Close())
-		p.close(t)
-	})
-	t.Run("graph_owned_temporary_unfreed", func(t *testing.T) {
-		// A graph allocation the graph does not free (auto-free on launch)
-		// survives every replay at the same address.
-		e := s.env(t)
-		const n = 4096
-		in, out := mustHost(t, e.a, n), mustHost(t, e.a, n)
-		var tmp alloc.Buffer
-		g, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, func() error {
-			var err error
-			if tmp, err = e.a.Alloc(n); err != nil {
-				return err
-			}
-			return errors.Join(e.a.UploadHost(tmp, 0, in, 0, n), e.a.DownloadHost(out, 0, tmp, 0, n))
+	require.NoError(t, err)
+	for i := range 10 {
+		want := pattern(n, uint64(500+i))
+		copy(in.Bytes(), want)
+		fill(out.Bytes(), 0)
+		launch(t, e.a, g)
+		require.Equal(t, want, out.Bytes(), "replay %d", i)
+	}
+	require.NoError(t, g.Close())
+	requireRefused(t, e.a.Free(tmp), alloc.StateNone, alloc.ErrInvalidBuffer)
+	require.NoError(t, in.Close())
+	require.NoError(t, out.Close())
+}
+
+// graphLaunchInCaptureRefused: cudaGraphLaunch into a capturing stream
+// returns 900 and invalidates the capture in every mode, with or without
+// memory nodes (cmd/cudatruth on CUDA 13.0): the allocator refuses first,
+// the capture stays valid, and both graphs still replay.
+func (s *suite) graphLaunchInCaptureRefused(t *testing.T) {
+	for _, withAllocs := range []bool{false, true} {
+		t.Run(fmt.Sprintf("allocations=%v", withAllocs), func(t *testing.T) {
+			s.graphLaunchRefusedInEveryMode(t, withAllocs)
 		})
-		require.NoError(t, err)
-		for i := range 10 {
-			want := pattern(n, uint64(500+i))
-			copy(in.Bytes(), want)
-			fill(out.Bytes(), 0)
-			launch(t, e.a, g)
-			require.Equal(t, want, out.Bytes(), "replay %d", i)
-		}
+	}
+}
+
+func (s *suite) graphLaunchRefusedInEveryMode(t *testing.T, withAllocs bool) {
+	e := s.env(t)
+	p := newProgram(t, e.a, 4096)
+	if !withAllocs {
+		p.fixedTmp = mustAlloc(t, e.a, 4096)
+	}
+	inner := captureProgram(t, p, alloc.Global)
+	require.Equal(t, withAllocs, inner.CaptureAllocCount() > 0)
+	for _, mode := range driver.Modes() {
+		require.NoError(t, e.a.BeginCapture(mode))
+		launches := e.spy.Calls(alloctest.MethodGraphLaunch)
+		requireRefused(t, inner.Launch(), alloc.StateActive, driver.ErrCaptureIllegalOp)
+		assert.Equal(t, launches, e.spy.Calls(alloctest.MethodGraphLaunch), "refused before the driver")
+		g, err := e.a.EndCapture()
+		require.NoError(t, err, "the outer %s capture stays valid", mode)
 		require.NoError(t, g.Close())
-		requireRefused(t, e.a.Free(tmp), alloc.StateNone, alloc.ErrInvalidBuffer)
-		require.NoError(t, in.Close())
-		require.NoError(t, out.Close())
-	})
-	t.Run("graph_launch_in_capture_refused", func(t *testing.T) {
-		// cudaGraphLaunch into a capturing stream returns 900 and
-		// invalidates the capture in every mode, with or without memory
-		// nodes (cmd/cudatruth on CUDA 13.0): the allocator refuses first,
-		// the capture stays valid, and both graphs still replay.
-		for _, withAllocs := range []bool{false, true} {
-			t.Run(fmt.Sprintf("allocations=%v", withAllocs), func(t *testing.T) {
-				e := s.env(t)
-				p := newProgram(t, e.a, 4096)
-				if !withAllocs {
-					p.fixedTmp = mustAlloc(t, e.a, 4096)
-				}
-				inner := captureProgram(t, p, alloc.Global)
-				require.Equal(t, withAllocs, inner.CaptureAllocCount() > 0)
-				for _, mode := range driver.Modes() {
-					require.NoError(t, e.a.BeginCapture(mode))
-					launches := e.spy.Calls(alloctest.MethodGraphLaunch)
-					requireRefused(t, inner.Launch(), alloc.StateActive, driver.ErrCaptureIllegalOp)
-					assert.Equal(t, launches, e.spy.Calls(alloctest.MethodGraphLaunch), "refused before the driver")
-					g, err := e.a.EndCapture()
-					require.NoError(t, err, "the outer %s capture stays valid", mode)
-					require.NoError(t, g.Close())
-				}
-				require.NoError(t, checkFreshReplays(p, inner, 5, 3000), "the inner graph still replays")
-				require.NoError(t, inner.Close())
-				p.close(t)
-			})
-		}
-	})
-	t.Run("silent_invalidation_reported", func(t *testing.T) {
-		// A driver that invalidates the capture while reporting success for
-		// an operation is reported, not trusted.
-		for _, m := range []alloctest.Method{alloctest.MethodMemsetAsync, alloctest.MethodCopyHtoDAsync, alloctest.MethodMallocAsync} {
-			t.Run(m.String(), func(t *testing.T) {
-				e := s.env(t)
-				p := newProgram(t, e.a, 4096)
-				base := usageOf(e.a)
-				e.spy.InvalidateAfterNext(m)
-				g, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, p.enqueue)
-				require.ErrorIs(t, err, alloc.ErrCaptureInvalidated)
-				require.Nil(t, g)
-				requireState(t, e.a, alloc.StateNone)
-				assert.Equal(t, base, usageOf(e.a))
-				p.close(t)
-			})
-		}
-	})
+	}
+	require.NoError(t, checkFreshReplays(p, inner, 5, 3000), "the inner graph still replays")
+	require.NoError(t, inner.Close())
+	p.close(t)
+}
+
+// silentInvalidationReported: a driver that invalidates the capture while
+// reporting success for an operation is reported, not trusted.
+func (s *suite) silentInvalidationReported(t *testing.T) {
+	for _, m := range []alloctest.Method{alloctest.MethodMemsetAsync, alloctest.MethodCopyHtoDAsync, alloctest.MethodMallocAsync} {
+		t.Run(m.String(), func(t *testing.T) {
+			e := s.env(t)
+			p := newProgram(t, e.a, 4096)
+			base := usageOf(e.a)
+			e.spy.InvalidateAfterNext(m)
+			g, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, p.enqueue)
+			require.ErrorIs(t, err, alloc.ErrCaptureInvalidated)
+			require.Nil(t, g)
+			requireState(t, e.a, alloc.StateNone)
+			assert.Equal(t, base, usageOf(e.a))
+			p.close(t)
+		})
+	}
 }

@@ -53,233 +53,266 @@ func within(t *testing.T, limit time.Duration, what string, fn func() error) err
 	}
 }
 
+// notCapturing is a condition for eventually: a reports StateNone.
+func notCapturing(a *alloc.Allocator) func() bool {
+	return func() bool {
+		st, err := a.CaptureStatus()
+		return err == nil && st == alloc.StateNone
+	}
+}
+
 // watchdog: a stuck captured function or driver call costs the caller at
 // most the deadline, and the allocator recovers once it returns.
 func (s *suite) watchdog(t *testing.T) {
-	t.Run("busy_stream", s.watchdogBusyStream)
-	t.Run("capture_fn_timeout", func(t *testing.T) {
-		e := s.env(t)
-		h := mustHost(t, e.a, 4096)
-		b := mustAlloc(t, e.a, 4096)
-		base := usageOf(e.a)
-		unblock := make(chan struct{})
-		var unblocked bool
-		defer func() {
-			if !unblocked {
-				close(unblock)
+	runRules(t,
+		rule{"busy_stream", s.watchdogBusyStream},
+		rule{"capture_fn_timeout", s.watchdogStuckCaptureFnCostsTheDeadline},
+		rule{"abandoned_capture_outlives_close", s.abandonedCaptureOutlivesClose},
+		rule{"hung_driver_call", s.watchdogHungDriverCallCostsTheDeadline},
+		rule{"begin_capture_not_starved", s.watchdogBeginCaptureNotStarved},
+		rule{"hung_driver_" + alloctest.MethodBeginCapture.String(), s.watchdogHungCaptureCallHoldsNoLock(alloctest.MethodBeginCapture)},
+		rule{"hung_driver_" + alloctest.MethodEndCapture.String(), s.watchdogHungCaptureCallHoldsNoLock(alloctest.MethodEndCapture)},
+		rule{"with_capture_timeout_covers_end", s.watchdogCaptureTimeoutCoversTheEnd},
+		rule{"abandoned_results_released", s.watchdogAbandonedResultsReleased},
+	)
+}
+
+// watchdogStuckCaptureFnCostsTheDeadline: WithCapture whose function does
+// not return gives the caller ErrCaptureTimeout at the capture's Timeout;
+// while the function is abandoned the allocator refuses everything with
+// that error, and once it returns the capture is released and the
+// allocator works again.
+func (s *suite) watchdogStuckCaptureFnCostsTheDeadline(t *testing.T) {
+	e := s.env(t)
+	h := mustHost(t, e.a, 4096)
+	b := mustAlloc(t, e.a, 4096)
+	base := usageOf(e.a)
+	unblock := make(chan struct{})
+	var unblocked bool
+	defer func() {
+		if !unblocked {
+			close(unblock)
+		}
+	}()
+	fnDone := make(chan struct{})
+	start := time.Now()
+	var g *alloc.Graph
+	err := within(t, wdSlack, "WithCapture", func() (err error) {
+		g, err = e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global, Timeout: wdDeadline}, func() error {
+			defer close(fnDone)
+			if err := allocSome(e.a, h); err != nil {
+				return err
+			}
+			<-unblock
+			return nil
+		})
+		return err
+	})
+	elapsed := time.Since(start)
+	require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
+	require.Nil(t, g)
+	assert.GreaterOrEqual(t, elapsed, wdDeadline, "returned before the deadline")
+	assert.Less(t, elapsed, wdSlack, "the caller must get control back at the deadline")
+	assert.EqualValues(t, 1, e.a.Stats().Timeouts)
+
+	requireAbandonedRefusesAll(t, e.a, b, h)
+
+	close(unblock)
+	unblocked = true
+	<-fnDone
+	eventually(t, "back to StateNone after fn returned", notCapturing(e.a))
+	assert.Equal(t, base, usageOf(e.a), "the abandoned capture leaked")
+	require.NoError(t, e.a.Synchronize())
+	upload(t, e.a, b, 0, pattern(4096, 1))
+	require.Equal(t, pattern(4096, 1), download(t, e.a, b, 0, 4096))
+	require.NoError(t, e.a.Free(b))
+	require.NoError(t, h.Close())
+}
+
+// requireAbandonedRefusesAll: while a capture is abandoned, the allocator
+// says so instead of recording into a capture nobody will end.
+func requireAbandonedRefusesAll(t *testing.T, a *alloc.Allocator, b alloc.Buffer, h *alloc.HostBuffer) {
+	t.Helper()
+	_, err := a.Alloc(100)
+	require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
+	require.ErrorIs(t, a.Memset(b, 0, 1, 10), alloc.ErrCaptureTimeout)
+	require.ErrorIs(t, a.Synchronize(), alloc.ErrCaptureTimeout)
+	require.ErrorIs(t, a.UploadHost(b, 0, h, 0, 10), alloc.ErrCaptureTimeout)
+	_, err = a.CaptureStatus()
+	require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
+	require.ErrorIs(t, a.BeginCapture(alloc.Global), alloc.ErrCaptureTimeout)
+}
+
+// watchdogHungDriverCallCostsTheDeadline: a driver call that does not
+// return costs its caller the deadline (counted in Stats().Timeouts);
+// blocking calls behind it fail at once with no driver call, no capture
+// begins while it may land in one, and the allocator works again once it
+// returns.
+func (s *suite) watchdogHungDriverCallCostsTheDeadline(t *testing.T) {
+	e := s.newEnv(t, alloc.Options{Watchdog: wdDeadline})
+	b := mustAlloc(t, e.a, 4096)
+	release := e.spy.Block(alloctest.MethodStreamSynchronize)
+	defer release()
+
+	start := time.Now()
+	err := within(t, wdSlack, "Synchronize", e.a.Synchronize)
+	elapsed := time.Since(start)
+	require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
+	assert.Less(t, elapsed, wdSlack, "the caller must get control back at the deadline")
+	require.EqualValues(t, 1, e.spy.Waiting(alloctest.MethodStreamSynchronize), "the call is still stuck in the driver")
+	assert.EqualValues(t, 1, e.a.Stats().Timeouts, "Stats().Timeouts counts every watchdog expiry, driver calls included")
+
+	// While it is stuck, other blocking calls fail at once rather than
+	// queue behind it, and make no driver call.
+	before := e.spy.Snapshot()
+	start = time.Now()
+	require.ErrorIs(t, within(t, wdSlack, "Synchronize behind a stuck call", e.a.Synchronize), alloc.ErrCaptureTimeout)
+	require.ErrorIs(t, within(t, wdSlack, "Upload behind a stuck call", func() error {
+		return e.a.Upload(b, 0, []byte{1, 2, 3})
+	}), alloc.ErrCaptureTimeout)
+	require.ErrorIs(t, within(t, wdSlack, "AllocSync behind a stuck call", func() error {
+		_, err := e.a.AllocSync(100)
+		return err
+	}), alloc.ErrCaptureTimeout)
+	assert.Less(t, time.Since(start), wdDeadline, "calls behind a stuck one must fail at once")
+	assertNoDriverCall(t, e.spy, before)
+
+	// A capture cannot begin while an unsafe call may still land in it.
+	start = time.Now()
+	require.ErrorIs(t, within(t, wdSlack, "BeginCapture", func() error { return e.a.BeginCapture(alloc.Global) }), alloc.ErrCaptureTimeout)
+	assert.Less(t, time.Since(start), wdSlack)
+	requireState(t, e.a, alloc.StateNone)
+
+	release()
+	eventually(t, "Synchronize works again after the driver call returned", func() bool {
+		return e.a.Synchronize() == nil
+	})
+	upload(t, e.a, b, 0, pattern(4096, 2))
+	require.Equal(t, pattern(4096, 2), download(t, e.a, b, 0, 4096))
+	require.NoError(t, e.a.Free(b))
+}
+
+// watchdogBeginCaptureNotStarved: busy goroutines looping unsafe calls on
+// a sibling allocator must not keep a Global capture begin from the gate
+// until its deadline. The deadline is far longer than one upload, far
+// shorter than the time a polling begin waits for a gap between
+// overlapping ones.
+func (s *suite) watchdogBeginCaptureNotStarved(t *testing.T) {
+	e := s.newEnv(t, alloc.Options{Watchdog: 250 * time.Millisecond})
+	b := e.newAllocator(alloc.Options{})
+	buf := mustAlloc(t, b, 1<<16)
+	src := pattern(1<<16, 3)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					_ = b.Upload(buf, 0, src) // refused while A captures: fine
+				}
 			}
 		}()
-		fnDone := make(chan struct{})
-		start := time.Now()
-		var g *alloc.Graph
-		err := within(t, wdSlack, "WithCapture", func() (err error) {
-			g, err = e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global, Timeout: wdDeadline}, func() error {
-				defer close(fnDone)
-				if err := allocSome(e.a, h); err != nil {
-					return err
-				}
-				<-unblock
-				return nil
-			})
-			return err
-		})
-		elapsed := time.Since(start)
-		require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
-		require.Nil(t, g)
-		assert.GreaterOrEqual(t, elapsed, wdDeadline, "returned before the deadline")
-		assert.Less(t, elapsed, wdSlack, "the caller must get control back at the deadline")
-		assert.EqualValues(t, 1, e.a.Stats().Timeouts)
+	}
+	time.Sleep(20 * time.Millisecond)
+	for range 10 {
+		err := within(t, wdSlack, "BeginCapture", func() error { return e.a.BeginCapture(alloc.Global) })
+		require.NoError(t, err, "the capture begin starved behind the uploads")
+		g, err := e.a.EndCapture()
+		require.NoError(t, err)
+		require.NoError(t, g.Close())
+	}
+	close(stop)
+	wg.Wait()
+	require.NoError(t, b.Free(buf))
+}
 
-		// While abandoned, the allocator says so instead of recording into
-		// a capture nobody will end.
-		_, err = e.a.Alloc(100)
-		require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
-		require.ErrorIs(t, e.a.Memset(b, 0, 1, 10), alloc.ErrCaptureTimeout)
-		require.ErrorIs(t, e.a.Synchronize(), alloc.ErrCaptureTimeout)
-		require.ErrorIs(t, e.a.UploadHost(b, 0, h, 0, 10), alloc.ErrCaptureTimeout)
-		_, err = e.a.CaptureStatus()
-		require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
-		require.ErrorIs(t, e.a.BeginCapture(alloc.Global), alloc.ErrCaptureTimeout)
-
-		close(unblock)
-		unblocked = true
-		<-fnDone
-		eventually(t, "back to StateNone after fn returned", func() bool {
-			st, err := e.a.CaptureStatus()
-			return err == nil && st == alloc.StateNone
-		})
-		assert.Equal(t, base, usageOf(e.a), "the abandoned capture leaked")
-		require.NoError(t, e.a.Synchronize())
-		upload(t, e.a, b, 0, pattern(4096, 1))
-		require.Equal(t, pattern(4096, 1), download(t, e.a, b, 0, 4096))
-		require.NoError(t, e.a.Free(b))
-		require.NoError(t, h.Close())
-	})
-	t.Run("abandoned_capture_outlives_close", s.abandonedCaptureOutlivesClose)
-	t.Run("hung_driver_call", func(t *testing.T) {
+// watchdogHungCaptureCallHoldsNoLock: a capture begin or end (m) stuck in
+// the driver costs the caller the deadline, and holds no lock: the
+// allocator answers (ErrCaptureTimeout) and a sibling's unsafe call is
+// refused, not hung. Once the driver returns, all is released.
+func (s *suite) watchdogHungCaptureCallHoldsNoLock(m alloctest.Method) func(t *testing.T) {
+	return func(t *testing.T) {
 		e := s.newEnv(t, alloc.Options{Watchdog: wdDeadline})
-		b := mustAlloc(t, e.a, 4096)
-		release := e.spy.Block(alloctest.MethodStreamSynchronize)
-		defer release()
-
-		start := time.Now()
-		err := within(t, wdSlack, "Synchronize", e.a.Synchronize)
-		elapsed := time.Since(start)
-		require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
-		assert.Less(t, elapsed, wdSlack, "the caller must get control back at the deadline")
-		require.EqualValues(t, 1, e.spy.Waiting(alloctest.MethodStreamSynchronize), "the call is still stuck in the driver")
-		assert.EqualValues(t, 1, e.a.Stats().Timeouts, "Stats().Timeouts counts every watchdog expiry, driver calls included")
-
-		// While it is stuck, other blocking calls fail at once rather than
-		// queue behind it, and make no driver call.
-		before := e.spy.Snapshot()
-		start = time.Now()
-		require.ErrorIs(t, within(t, wdSlack, "Synchronize behind a stuck call", e.a.Synchronize), alloc.ErrCaptureTimeout)
-		require.ErrorIs(t, within(t, wdSlack, "Upload behind a stuck call", func() error {
-			return e.a.Upload(b, 0, []byte{1, 2, 3})
-		}), alloc.ErrCaptureTimeout)
-		require.ErrorIs(t, within(t, wdSlack, "AllocSync behind a stuck call", func() error {
-			_, err := e.a.AllocSync(100)
-			return err
-		}), alloc.ErrCaptureTimeout)
-		assert.Less(t, time.Since(start), wdDeadline, "calls behind a stuck one must fail at once")
-		assertNoDriverCall(t, e.spy, before)
-
-		// A capture cannot begin while an unsafe call may still land in it.
-		start = time.Now()
-		require.ErrorIs(t, within(t, wdSlack, "BeginCapture", func() error { return e.a.BeginCapture(alloc.Global) }), alloc.ErrCaptureTimeout)
-		assert.Less(t, time.Since(start), wdSlack)
-		requireState(t, e.a, alloc.StateNone)
-
-		release()
-		eventually(t, "Synchronize works again after the driver call returned", func() bool {
-			return e.a.Synchronize() == nil
-		})
-		upload(t, e.a, b, 0, pattern(4096, 2))
-		require.Equal(t, pattern(4096, 2), download(t, e.a, b, 0, 4096))
-		require.NoError(t, e.a.Free(b))
-	})
-	t.Run("begin_capture_not_starved", func(t *testing.T) {
-		// Busy goroutines looping unsafe calls on a sibling allocator must
-		// not keep a Global capture begin from the gate until its deadline.
-		// The deadline is far longer than one upload, far shorter than the
-		// time a polling begin waits for a gap between overlapping ones.
-		e := s.newEnv(t, alloc.Options{Watchdog: 250 * time.Millisecond})
 		b := e.newAllocator(alloc.Options{})
-		buf := mustAlloc(t, b, 1<<16)
-		src := pattern(1<<16, 3)
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-						_ = b.Upload(buf, 0, src) // refused while A captures: fine
-					}
-				}
-			}()
-		}
-		time.Sleep(20 * time.Millisecond)
-		for range 10 {
-			err := within(t, wdSlack, "BeginCapture", func() error { return e.a.BeginCapture(alloc.Global) })
-			require.NoError(t, err, "the capture begin starved behind the uploads")
-			g, err := e.a.EndCapture()
+		bbuf := mustAlloc(t, b, 1000)
+		pre := mustAlloc(t, e.a, 1000)
+		base := usageOf(e.a)
+		if m == alloctest.MethodEndCapture {
+			require.NoError(t, e.a.BeginCapture(alloc.Global))
+			_, err := e.a.Alloc(100) // a graph allocation the end must release
 			require.NoError(t, err)
-			require.NoError(t, g.Close())
 		}
-		close(stop)
-		wg.Wait()
-		require.NoError(t, b.Free(buf))
-	})
-	for _, m := range []alloctest.Method{alloctest.MethodBeginCapture, alloctest.MethodEndCapture} {
-		t.Run("hung_driver_"+m.String(), func(t *testing.T) {
-			// A capture begin or end stuck in the driver costs the caller
-			// the deadline, and holds no lock: the allocator answers
-			// (ErrCaptureTimeout) and a sibling's unsafe call is refused,
-			// not hung. Once the driver returns, all is released.
-			e := s.newEnv(t, alloc.Options{Watchdog: wdDeadline})
-			b := e.newAllocator(alloc.Options{})
-			bbuf := mustAlloc(t, b, 1000)
-			pre := mustAlloc(t, e.a, 1000)
-			base := usageOf(e.a)
-			if m == alloctest.MethodEndCapture {
-				require.NoError(t, e.a.BeginCapture(alloc.Global))
-				_, err := e.a.Alloc(100) // a graph allocation the end must release
-				require.NoError(t, err)
+		release := e.spy.Block(m)
+		defer release()
+		start := time.Now()
+		err := within(t, wdSlack, m.String(), func() error {
+			if m == alloctest.MethodBeginCapture {
+				return e.a.BeginCapture(alloc.Global)
 			}
-			release := e.spy.Block(m)
+			_, err := e.a.EndCapture()
+			return err
+		})
+		require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
+		assert.Less(t, time.Since(start), wdSlack)
+		err = within(t, wdSlack, "Alloc during the stuck call", func() error { _, err := e.a.Alloc(100); return err })
+		require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
+		err = within(t, wdSlack, "sibling's Synchronize during the stuck call", b.Synchronize)
+		require.ErrorIs(t, err, alloc.ErrSyncDuringCapture, "a capture may have begun: the sibling is refused, not hung")
+		release()
+		eventually(t, "back to StateNone after the driver returned", notCapturing(e.a))
+		eventually(t, "the sibling may synchronize again", func() bool { return b.Synchronize() == nil })
+		assert.Equal(t, base, usageOf(e.a), "the abandoned capture leaked")
+		g, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, func() error { return e.a.Memset(pre, 0, 1, 1000) })
+		require.NoError(t, err, "capturing again after recovery")
+		require.NoError(t, g.Close())
+		require.NoError(t, e.a.Free(pre))
+		require.NoError(t, b.Free(bbuf))
+	}
+}
+
+// watchdogCaptureTimeoutCoversTheEnd: the allocator's watchdog is long;
+// the capture's Timeout must bound a stuck EndCapture too.
+func (s *suite) watchdogCaptureTimeoutCoversTheEnd(t *testing.T) {
+	e := s.env(t)
+	release := e.spy.Block(alloctest.MethodEndCapture)
+	defer release()
+	start := time.Now()
+	err := within(t, wdSlack, "WithCapture", func() error {
+		_, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global, Timeout: wdDeadline}, func() error { return nil })
+		return err
+	})
+	require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
+	assert.Less(t, time.Since(start), wdSlack)
+	release()
+	eventually(t, "back to StateNone", notCapturing(e.a))
+}
+
+// watchdogAbandonedResultsReleased: an allocating call abandoned by the
+// watchdog that later succeeds has no caller left to free its result:
+// the allocator must.
+func (s *suite) watchdogAbandonedResultsReleased(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		method alloctest.Method
+		do     func(a *alloc.Allocator) error
+	}{
+		{"alloc_sync", alloctest.MethodMalloc, func(a *alloc.Allocator) error { _, err := a.AllocSync(4096); return err }},
+		{"host_alloc", alloctest.MethodHostAlloc, func(a *alloc.Allocator) error { _, err := a.HostAlloc(4096); return err }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := s.newEnv(t, alloc.Options{Watchdog: wdDeadline})
+			base := usageOf(e.a)
+			release := e.spy.Block(c.method)
 			defer release()
-			start := time.Now()
-			err := within(t, wdSlack, m.String(), func() error {
-				if m == alloctest.MethodBeginCapture {
-					return e.a.BeginCapture(alloc.Global)
-				}
-				_, err := e.a.EndCapture()
-				return err
-			})
-			require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
-			assert.Less(t, time.Since(start), wdSlack)
-			err = within(t, wdSlack, "Alloc during the stuck call", func() error { _, err := e.a.Alloc(100); return err })
-			require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
-			err = within(t, wdSlack, "sibling's Synchronize during the stuck call", b.Synchronize)
-			require.ErrorIs(t, err, alloc.ErrSyncDuringCapture, "a capture may have begun: the sibling is refused, not hung")
+			require.ErrorIs(t, within(t, wdSlack, c.name, func() error { return c.do(e.a) }), alloc.ErrCaptureTimeout)
 			release()
-			eventually(t, "back to StateNone after the driver returned", func() bool {
-				st, err := e.a.CaptureStatus()
-				return err == nil && st == alloc.StateNone
-			})
-			eventually(t, "the sibling may synchronize again", func() bool { return b.Synchronize() == nil })
-			assert.Equal(t, base, usageOf(e.a), "the abandoned capture leaked")
-			g, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, func() error { return e.a.Memset(pre, 0, 1, 1000) })
-			require.NoError(t, err, "capturing again after recovery")
-			require.NoError(t, g.Close())
-			require.NoError(t, e.a.Free(pre))
-			require.NoError(t, b.Free(bbuf))
+			eventually(t, "the stuck call returned", func() bool { return e.a.Synchronize() == nil })
+			assert.Equal(t, base, usageOf(e.a), "the abandoned call's result is nobody's and must be released")
 		})
 	}
-	t.Run("with_capture_timeout_covers_end", func(t *testing.T) {
-		e := s.env(t) // the allocator's watchdog is long: the capture's Timeout must bound the end
-		release := e.spy.Block(alloctest.MethodEndCapture)
-		defer release()
-		start := time.Now()
-		err := within(t, wdSlack, "WithCapture", func() error {
-			_, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global, Timeout: wdDeadline}, func() error { return nil })
-			return err
-		})
-		require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
-		assert.Less(t, time.Since(start), wdSlack)
-		release()
-		eventually(t, "back to StateNone", func() bool {
-			st, err := e.a.CaptureStatus()
-			return err == nil && st == alloc.StateNone
-		})
-	})
-	t.Run("abandoned_results_released", func(t *testing.T) {
-		// An allocating call abandoned by the watchdog that later succeeds
-		// has no caller left to free its result: the allocator must.
-		for _, c := range []struct {
-			name   string
-			method alloctest.Method
-			do     func(a *alloc.Allocator) error
-		}{
-			{"alloc_sync", alloctest.MethodMalloc, func(a *alloc.Allocator) error { _, err := a.AllocSync(4096); return err }},
-			{"host_alloc", alloctest.MethodHostAlloc, func(a *alloc.Allocator) error { _, err := a.HostAlloc(4096); return err }},
-		} {
-			t.Run(c.name, func(t *testing.T) {
-				e := s.newEnv(t, alloc.Options{Watchdog: wdDeadline})
-				base := usageOf(e.a)
-				release := e.spy.Block(c.method)
-				defer release()
-				require.ErrorIs(t, within(t, wdSlack, c.name, func() error { return c.do(e.a) }), alloc.ErrCaptureTimeout)
-				release()
-				eventually(t, "the stuck call returned", func() bool { return e.a.Synchronize() == nil })
-				assert.Equal(t, base, usageOf(e.a), "the abandoned call's result is nobody's and must be released")
-			})
-		}
-	})
 }

@@ -24,6 +24,9 @@ var stateColors = map[memmap.BlockState]string{
 // wide as what holds it (width 100%), so 800 units fit an 800 px window
 // with no horizontal scroll bar and text stays readable there (11 and 12
 // unit text draws at about 10.5 and 11.5 px); the index caps its width.
+// Its height follows from its width (height:auto): opened on its own, a
+// browser would otherwise make it the window's height and fit the whole
+// map into it, a long map's text shrinking to a few pixels.
 const (
 	svgWidth   = 800
 	labelFont  = 11              // segment labels' monospace size: 0.6 of it a character
@@ -57,7 +60,7 @@ func writeSVG(w io.Writer, snaps []memmap.Snapshot) {
 	for _, s := range snaps {
 		body, y = appendMap(body, s, y)
 	}
-	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="100%%" viewBox="0 0 %d %d" preserveAspectRatio="xMinYMin meet" font-family="sans-serif">`+"\n", svgWidth, y)
+	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="100%%" style="height:auto" viewBox="0 0 %d %d" preserveAspectRatio="xMinYMin meet" font-family="sans-serif">`+"\n", svgWidth, y)
 	fmt.Fprintf(w, `<rect width="%d" height="%d" fill="white"/>`+"\n", svgWidth, y)
 	w.Write(body)
 	io.WriteString(w, "</svg>\n")
