@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/capalloc/capalloc/alloc/driver"
 )
@@ -58,9 +59,11 @@ type Allocator struct {
 	graphPools map[*GraphPool]struct{} // not yet disposed (graphpool.go)
 	hosts      map[*HostBuffer]struct{}
 	workspaces map[string]*block
-	stats      counters   // every counter; Stats derives from it (stats.go)
-	prof       memProfile // sampled allocations (profile.go)
-	graphIDs   int        // last Graph.id given (snapshot.go)
+	stats      counters    // every counter; Stats derives from it (stats.go)
+	prof       memProfile  // sampled allocations (profile.go)
+	oomCalling atomic.Bool // Options.OnOutOfMemory is running (oom_callback.go)
+	gcAt       int64       // reserved bytes over which cached memory goes back (gc.go); 0: off
+	graphIDs   int         // last Graph.id given (snapshot.go)
 }
 
 // New makes an allocator with its own stream on drv. The caller keeps
@@ -78,6 +81,13 @@ func New(drv driver.Driver, opts Options) (*Allocator, error) {
 	}
 	info := drv.Info()
 	if err := driver.CheckAlignment(info.Alignment); err != nil {
+		return nil, &Error{Op: "New", Backend: drv.Name(), Size: -1, Err: err}
+	}
+	limit, limitKey, err := limitOf(drv, opts)
+	if err == nil {
+		err = checkGCThreshold(opts.GCThreshold)
+	}
+	if err != nil {
 		return nil, &Error{Op: "New", Backend: drv.Name(), Size: -1, Err: err}
 	}
 	a := &Allocator{
@@ -101,6 +111,8 @@ func New(drv driver.Driver, opts Options) (*Allocator, error) {
 	}
 	a.stream = s
 	a.stats.hist = newHistory(opts)
+	a.stats.limit.max, a.stats.limit.key = limit, limitKey
+	a.gcAt = gcAt(opts, limit, info.TotalMemory)
 	a.pool.init(a, a.info.Alignment, a.info.TotalMemory, driverUpstream{a})
 	a.lane.init(a)
 	a.guard = newGuard(&a.mu, a, &a.releases, drv, s, info, opts)

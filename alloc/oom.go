@@ -28,6 +28,8 @@ type oomError struct {
 	expandable    bool
 	why           string // the request never reached the driver: why
 	cause         error  // the driver's error, joined with what the ladder met
+	limit         int64  // the memory limit (limit.go); 0: none
+	limitKey      string // the setting that made it
 }
 
 // outOfMemory is the error of an allocation of req bytes a's device
@@ -37,7 +39,8 @@ type oomError struct {
 func outOfMemory(a *Allocator, req int64, why string, cause error) error {
 	a.stats.OutOfMemory++
 	e := &oomError{req: req, name: a.name, backend: a.backend, total: a.info.TotalMemory, free: -1,
-		stats: a.statsLocked(), expandable: a.vm != nil, why: why, cause: cause}
+		stats: a.statsLocked(), expandable: a.vm != nil, why: why, cause: cause,
+		limit: a.stats.limit.max, limitKey: a.stats.limit.key}
 	if free := deviceFree(a.drv); free != nil {
 		e.free = *free
 	}
@@ -67,9 +70,16 @@ func (e *oomError) Error() string {
 	if h := e.hint(); h != "" {
 		b.WriteString("; hint: " + h)
 	}
-	if e.cause == nil {
+	if l := limitText(e.limit, e.limitKey); l != "" {
+		b.WriteString("; " + l)
+	}
+	var refused *limitError
+	switch {
+	case e.cause == nil:
 		b.WriteString("; " + e.why)
-	} else {
+	case errors.As(e.cause, &refused):
+		b.WriteString("; " + withoutSentinel(e.cause))
+	default:
 		b.WriteString("; driver: " + withoutSentinel(e.cause))
 	}
 	return b.String()

@@ -106,6 +106,7 @@ func TestViewsOnDefaultMux(t *testing.T) {
 	require.Contains(t, page, "allocations in captures")
 	require.Contains(t, page, "<td>live graphs</td><td class=\"v\">1</td>", "the counters")
 	require.Contains(t, page, "<td>out-of-memory errors / reclaim retries</td><td class=\"v\">0 / 0</td>")
+	require.Contains(t, page, "<td>memory limit (reserved at most)</td><td class=\"v\">none</td>")
 	require.Contains(t, page, fmt.Sprintf("<td>fragmentation (reserved / in use)</td><td class=\"v\">%.2f</td>", a.Stats().Fragmentation()))
 	require.Contains(t, page, "capture safety "+a.Info().SafetyProfile(), "the device's capture safety profile")
 

@@ -22,6 +22,7 @@ func counters(s alloc.Stats) []counter {
 	return []counter{
 		{"in use", bytesText(s.BytesInUse) + " in " + buffers(s.LiveBuffers)},
 		{"reserved from the driver", bytesText(s.BytesReserved)},
+		{"memory limit (reserved at most)", limitText(s.MemoryLimit)},
 		{"cached (reserved, not in use)", bytesText(s.BytesCached)},
 		{"peak in use / reserved", bytesText(s.PeakInUse) + " / " + bytesText(s.PeakReserved)},
 		{"allocs / frees", n(s.Allocs) + " / " + n(s.Frees)},
@@ -35,6 +36,14 @@ func counters(s alloc.Stats) []counter {
 		{"out-of-memory errors / reclaim retries", n(s.OutOfMemory) + " / " + n(s.ReclaimRetries)},
 		{"fragmentation (reserved / in use)", fmt.Sprintf("%.2f", s.Fragmentation())},
 	}
+}
+
+// limitText is a memory limit for people: "none" when there is none.
+func limitText(n int64) string {
+	if n == 0 {
+		return "none"
+	}
+	return bytesText(n)
 }
 
 func buffers(n int) string {
