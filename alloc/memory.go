@@ -125,6 +125,7 @@ func growLocked(a *Allocator, size int64) (*block, error) {
 			return b, err
 		}
 	}
+	makeRoomLocked(a, size)
 	return a.pool.grow(size)
 }
 

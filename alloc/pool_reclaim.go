@@ -46,6 +46,10 @@ const (
 	// pathThreshold: the proactive release (Options.GCThreshold, gc.go),
 	// with no request to retry: reserved back under the threshold.
 	pathThreshold
+	// pathGrowth: before a new plain segment, wholly free cached segments
+	// past segmentSlack times the peak in use (gc.go), with no request to
+	// retry; the per-P caches are left as they are (a growth is common).
+	pathGrowth
 )
 
 // ladder is the one table of how far each out-of-memory path climbs and
@@ -75,6 +79,7 @@ var ladder = [...]struct {
 	pathAllocSync:    {rungs: []rung{rungFlush, rungAsNeeded, rungTrim, rungAll}, sync: true, unmap: true, trimPools: true},
 	pathRelease:      {rungs: []rung{rungFlush, rungAll}, unmap: true},
 	pathThreshold:    {rungs: []rung{rungFlush, rungOldest}, unmap: true},
+	pathGrowth:       {rungs: []rung{rungOldest}},
 }
 
 // reclaim is one climb of the ladder: the path's row, and what this
