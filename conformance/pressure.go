@@ -25,6 +25,7 @@ func (s *suite) pressure(t *testing.T) {
 		rule{"CallbackFreesAndRetries", s.callbackFreesAndRetries},
 		rule{"CallbackNotReentrant", s.callbackNotReentrant},
 		rule{"CallbackDuringCapture", s.callbackDuringCapture},
+		rule{"FillToTheFraction", s.fillToTheFraction},
 	)
 }
 
@@ -120,16 +121,21 @@ func (s *suite) fractionOfTheDevice(t *testing.T) {
 
 // thresholdReleasesOldest: once growth takes reserved over GCThreshold of
 // the limit, wholly free cached segments go back, least recently used
-// first, until reserved is under the threshold again.
+// first, until reserved is under the threshold again. (An earlier peak in
+// use keeps the growth's own slack out of it: docs/allocator-core.md.)
 func (s *suite) thresholdReleasesOldest(t *testing.T) {
-	const limit = 8 * pressureChunk
-	e := s.newEnv(t, alloc.Options{MemoryLimit: limit, GCThreshold: 0.5}) // 4 chunks
+	const limit = 14 * pressureChunk                                      // 168 MiB
+	e := s.newEnv(t, alloc.Options{MemoryLimit: limit, GCThreshold: 0.5}) // 84 MiB
+	peak := mustAlloc(t, e.a, 100<<20)
+	require.NoError(t, e.a.Free(peak))
+	require.NoError(t, e.a.Trim()) // peak in use 100 MiB, nothing reserved
+	ballast := mustAlloc(t, e.a, 40<<20)
 	old := mustAlloc(t, e.a, pressureChunk)
 	recent := mustAlloc(t, e.a, pressureChunk+(2<<20)) // another size: its own segment
 	oldPtr, recentPtr := old.Ptr(), recent.Ptr()
 	require.NoError(t, e.a.Free(old)) // freed first: least recently used
 	require.NoError(t, e.a.Free(recent))
-	big := mustAlloc(t, e.a, 2*pressureChunk+(4<<20)) // reserved 5 chunks: over 4
+	big := mustAlloc(t, e.a, 2*pressureChunk) // fits no cached block: reserved 90 MiB, over 84
 	st := e.a.Stats()
 	assert.LessOrEqual(t, st.BytesReserved, int64(limit/2), "reserved stays over the threshold: %v", st)
 	snap, err := e.a.Snapshot()
@@ -143,6 +149,7 @@ func (s *suite) thresholdReleasesOldest(t *testing.T) {
 		assert.Contains(t, kept, recentPtr, "the most recently used segment went first")
 	}
 	require.NoError(t, e.a.Free(big))
+	require.NoError(t, e.a.Free(ballast))
 }
 
 // callbackFreesAndRetries: at out-of-memory, the ladder climbed, the
@@ -236,4 +243,51 @@ func (s *suite) callbackDuringCapture(t *testing.T) {
 	require.NoError(t, g.Close())
 	b := mustAlloc(t, e.a, 2*pressureChunk) // the freed buffer's memory, released with the graph
 	require.NoError(t, e.a.Free(b))
+}
+
+// fillToTheFraction is the GPU kit's pressure step (docs/gpu-kit.md):
+// with memory_fraction=0.05 of the device the driver reports, buffers of
+// a sixteenth of the limit fill it; the next is refused with an error
+// naming the limit and memory_fraction; a callback then frees one and the
+// retry is served. Where the driver cannot tell the device's total,
+// Fraction checks the refusal instead.
+func (s *suite) fillToTheFraction(t *testing.T) {
+	d := s.openDriver(t)
+	if mi, ok := d.(driver.MemInfoer); !ok {
+		t.Skip("the driver cannot tell the device's total (driver.MemInfoer): Fraction checks New's refusal")
+	} else if _, total, err := mi.MemInfo(); err != nil || total <= 0 {
+		t.Skipf("the driver cannot tell the device's total now (%v): Fraction checks New's refusal", err)
+	}
+	var held []alloc.Buffer
+	calls := 0
+	a, err := alloc.New(d, alloc.Options{MemoryFraction: 0.05, Watchdog: testWatchdog, OnOutOfMemory: func(i alloc.OutOfMemoryInfo) bool {
+		calls++
+		if calls == 1 {
+			return false // the first refusal is the one checked below
+		}
+		require.NoError(t, i.Allocator.Free(held[len(held)-1]))
+		held = held[:len(held)-1]
+		return true
+	}})
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, a.Close()) }()
+	limit := a.Stats().MemoryLimit
+	chunk := max(limit/16&^(2<<20-1), 2<<20)
+	var refused error
+	for refused == nil {
+		var b alloc.Buffer
+		if b, refused = a.Alloc(chunk); refused == nil {
+			held = append(held, b)
+			require.LessOrEqual(t, a.Stats().BytesReserved, limit)
+		}
+	}
+	requireLimitError(t, refused, "memory_fraction=0.05")
+	require.NotEmpty(t, held, "not one buffer of %d B fit in the limit of %d B", chunk, limit)
+	t.Logf("limit %d B (memory_fraction=0.05): %d buffers of %d B; refused: %v", limit, len(held), chunk, refused)
+	b, err := a.Alloc(chunk)
+	require.NoError(t, err, "the retry after the callback's free")
+	require.Equal(t, 2, calls)
+	for _, x := range append(held, b) {
+		require.NoError(t, a.Free(x))
+	}
 }
