@@ -7,8 +7,8 @@ import (
 )
 
 // fragmentationTraces are the traces fragmentation is measured on: the
-// project's (issue 12), the inference mix (issue 23), the size families
-// with mixed lifetimes, and pytorch/pytorch#123548's pattern.
+// project's, the inference mix, the size families with mixed lifetimes,
+// and pytorch/pytorch#123548's pattern.
 func fragmentationTraces() []struct {
 	name string
 	tr   poolTrace

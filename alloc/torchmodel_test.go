@@ -102,22 +102,24 @@ func (m *torchModel) free(b *torchBlock) {
 	m.inUse -= b.req
 	if n := b.next; n != nil && n.free {
 		m.remove(n)
-		b.size += n.size
-		b.next = n.next
-		if b.next != nil {
-			b.next.prev = b
-		}
+		absorbNext(b)
 	}
 	if p := b.prev; p != nil && p.free {
 		m.remove(p)
-		p.size += b.size
-		p.next = b.next
-		if p.next != nil {
-			p.next.prev = p
-		}
+		absorbNext(p)
 		b = p
 	}
 	m.insert(b)
+}
+
+// absorbNext grows b over the block after it.
+func absorbNext(b *torchBlock) {
+	n := b.next
+	b.size += n.size
+	b.next = n.next
+	if b.next != nil {
+		b.next.prev = b
+	}
 }
 
 // runChecked plays tr once on the model, calling check after every op.

@@ -21,8 +21,8 @@ const (
 // decodeShape is the step's size: hidden activation bytes per sequence,
 // and output, when not zero, the bytes of an output buffer the step
 // allocates after its temporaries and keeps (a graph's output, alive
-// until the graph is closed; the issue-42 variant: 1 to 64 MiB of
-// scratch and a small output each).
+// until the graph is closed: 1 to 64 MiB of scratch and a small output
+// each).
 type decodeShape struct {
 	hidden, output int64
 }
@@ -165,7 +165,7 @@ func newDecodeDriver(b *testing.B) driver.Driver {
 // capture=pool_smallest_first) and reports the graph-owned bytes against the largest
 // graph's alone and the sum without a pool (issue 30's target: at most
 // 1.1x the largest); step=outputs is the same with decodeOutputs' steps
-// (issue 42's: 1 to 64 MiB of scratch, a small output kept by each graph;
+// (1 to 64 MiB of scratch, a small output kept by each graph;
 // its pool's bytes include what the captures took from the driver);
 // replay times one replay of each of the 64 graphs in turn, with and
 // without the pool.

@@ -18,7 +18,7 @@ import (
 var stepNames = []string{"device", "conformance", "capprobe", "collectives_bench", "decodeloop",
 	"tpdecode", "gpu_tests", "plugin", "stress", "truth", "pressure"}
 
-// The eleven steps, in the issues' order, fit one device call: their
+// The eleven steps, in priority order, fit one device call: their
 // timeouts sum to at most 480 s on cuda (a 600 s command with the
 // machine's start and the transfers around it).
 func TestTimeoutsFitTheDeviceCall(t *testing.T) {

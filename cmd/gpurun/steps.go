@@ -86,8 +86,8 @@ func pluginGPU(be string) string {
 exit $rc`
 }
 
-// steps are the ten steps of issue 28, in priority order, and issue 42's
-// pressure step last (the truth step's index stays). Their timeouts sum
+// steps are the kit's steps, in priority order, but for the pressure
+// step, last so that the truth step's index stays. Their timeouts sum
 // to 480 s (TestTimeoutsFitTheDeviceCall). $B is the binaries'
 // folder, $R the results folder, $SMALL 1 over the fakes. Over the fakes
 // (every CI run) the sizes are small and the conformance runs leave out
