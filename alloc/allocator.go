@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/capalloc/capalloc/alloc/driver"
 )
@@ -61,8 +62,10 @@ type Allocator struct {
 	hosts      map[*HostBuffer]struct{}
 	host       hostCache // freed pinned host memory for reuse (hostcache.go)
 	workspaces map[string]*block
-	stats      counters   // every counter; Stats derives from it (stats.go)
-	prof       memProfile // sampled allocations (profile.go)
+	stats      counters    // every counter; Stats derives from it (stats.go)
+	prof       memProfile  // sampled allocations (profile.go)
+	oomCalling atomic.Bool // Options.OnOutOfMemory is running (oom_callback.go)
+	gcAt       int64       // reserved bytes over which cached memory goes back (gc.go); 0: off
 }
 
 // New makes an allocator with its own stream on drv. The caller keeps
@@ -82,7 +85,14 @@ func New(drv driver.Driver, opts Options) (*Allocator, error) {
 	if err := driver.CheckAlignment(info.Alignment); err != nil {
 		return nil, &Error{Op: "New", Backend: drv.Name(), Size: -1, Err: err}
 	}
-	if err := checkHistory(opts); err != nil {
+	limit, limitKey, err := limitOf(drv, opts)
+	if err == nil {
+		err = checkGCThreshold(opts.GCThreshold)
+	}
+	if err == nil {
+		err = checkHistory(opts)
+	}
+	if err != nil {
 		return nil, &Error{Op: "New", Backend: drv.Name(), Size: -1, Err: err}
 	}
 	a := &Allocator{
@@ -107,6 +117,8 @@ func New(drv driver.Driver, opts Options) (*Allocator, error) {
 	a.stream = s
 	a.host.init()
 	a.stats.hist = newHistory(a)
+	a.stats.limit.max, a.stats.limit.key = limit, limitKey
+	a.gcAt = gcAt(opts, limit, info.TotalMemory)
 	a.pool.init(a, a.info.Alignment, a.info.TotalMemory, driverUpstream{a})
 	a.lane.init(a)
 	a.guard = newGuard(&a.mu, a, &a.releases, drv, s, info, opts)

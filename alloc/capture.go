@@ -205,6 +205,9 @@ func endCapture(a *Allocator, timeout time.Duration) (*Graph, error) {
 		return nil, a.fail("EndCapture", -1, st, err)
 	}
 	g, err := c.endLocked(timeout)
+	if a.gcAt != 0 && a.guard.cap == nil { // a release the capture deferred (gc.go)
+		collectLocked(a, "EndCapture")
+	}
 	a.mu.Unlock()
 	a.releases.flush()
 	if err != nil {
@@ -219,7 +222,13 @@ func endCapture(a *Allocator, timeout time.Duration) (*Graph, error) {
 // allocLocked makes an allocation node of a's in c, a's active capture:
 // the memory is the graph's until Graph.Close. Caller holds a.mu.
 func (c *capture) allocLocked(a *Allocator, op string, size int64) (Buffer, error) {
+	if err := a.stats.limit.take(size); err != nil {
+		return Buffer{}, outOfMemory(a, size, "", err)
+	}
 	p, err := a.drv.MallocAsync(size, a.stream)
+	if err != nil {
+		a.stats.limit.put(size)
+	}
 	if errors.Is(err, ErrOutOfMemory) {
 		return Buffer{}, outOfMemory(a, size, "", err)
 	}
@@ -227,6 +236,7 @@ func (c *capture) allocLocked(a *Allocator, op string, size int64) (Buffer, erro
 		return Buffer{}, refusedInCapture(a.drv, a.stream, err)
 	}
 	if err := afterCaptured(a.drv, a.stream, op); err != nil {
+		a.stats.limit.put(size)
 		return Buffer{}, err // the driver releases memory of an invalidated capture
 	}
 	b := &block{a: a, ptr: p, class: size, kind: kindGraph, cap: c}

@@ -169,9 +169,13 @@ func (gp *GraphPool) allocLocked(c *capture, size int64) (Buffer, bool) {
 // room. No driver call: the cache's memory is the allocator's already, and
 // every use of it, eager or replayed, is ordered on the allocator's one
 // stream. It first extends a segment of the arena over the free block
-// that follows it (extendLocked); else it takes a free block as a new
-// segment, a segment's worth when one is cached, as pool.grow does, so
-// later requests find room beside this one. Caller holds a.mu.
+// that follows it (extendLocked); else it takes a wholly free cached
+// segment whole, when one of a large request's size is cached
+// (takeWholeSegment: captures of growing size then find the room later
+// ones need in the pool, where pieces of separate segments never
+// merge); else a free block as a new segment, a segment's worth when one
+// is cached, as pool.grow does, so later requests find room beside this
+// one. Caller holds a.mu.
 func (gp *GraphPool) borrowLocked(n int64) *block {
 	a := gp.a
 	a.lane.flushLocked() // the per-P caches' blocks too
@@ -179,17 +183,31 @@ func (gp *GraphPool) borrowLocked(n int64) *block {
 	if b := gp.extendLocked(n); b != nil {
 		return b
 	}
+	if b := a.pool.takeWholeSegment(n); b != nil {
+		return gp.adoptLocked(b, n)
+	}
 	for _, want := range [2]int64{segmentSize(n), n} {
-		if b := a.pool.get(want); b != nil {
-			b.kind = kindShared // the allocator's snapshot shows it as graphs' memory
-			b.disarm()          // lent, not handed out
-			gp.borrowed = append(gp.borrowed, b)
-			blk := gp.arena.addSegment(b.ptr, b.class, n)
-			gp.tails[blk.seg] = b
-			return blk
+		take := a.pool.get
+		if n <= smallRequest && want > smallRequest { // a small segment out of a large block: its high end (pool_high.go)
+			take = a.pool.takeHigh
+		}
+		if b := take(want); b != nil {
+			return gp.adoptLocked(b, n)
 		}
 	}
 	return nil
+}
+
+// adoptLocked makes b, a block taken out of the allocator's cache, a
+// segment of the pool's arena and returns its first block cut to n
+// bytes. Caller holds a.mu.
+func (gp *GraphPool) adoptLocked(b *block, n int64) *block {
+	b.kind = kindShared // the allocator's snapshot shows it as graphs' memory
+	b.disarm()          // lent, not handed out
+	gp.borrowed = append(gp.borrowed, b)
+	blk := gp.arena.addSegment(b.ptr, b.class, n)
+	gp.tails[blk.seg] = b
+	return blk
 }
 
 // extendLocked grows a segment of the arena n's request goes to over the

@@ -21,14 +21,23 @@ func (a *Allocator) Alloc(size int64) (Buffer, error) {
 			return b, nil
 		}
 	}
+	b, err := allocSlow(a, size)
+	if err != nil && a.opts.OnOutOfMemory != nil {
+		return afterOutOfMemory(a, "Alloc", size, err, func() (Buffer, error) { return a.Alloc(size) })
+	}
+	return b, err
+}
+
+// allocSlow is Alloc's path through a.mu: a miss of the lane's.
+func allocSlow(a *Allocator, size int64) (Buffer, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	st, err := a.guard.stateLocked()
 	if err != nil {
 		return Buffer{}, a.fail("Alloc", size, st, err)
 	}
-	if size > a.info.TotalMemory {
-		return Buffer{}, a.fail("Alloc", size, st, outOfMemory(a, size, "the request is larger than the whole device", nil))
+	if why := neverFits(a, size); why != "" {
+		return Buffer{}, a.fail("Alloc", size, st, outOfMemory(a, size, why, nil))
 	}
 	if st == StateNone && a.eager == nil && profileRate.Load() == 0 {
 		// The common case apart, with no Buffer kept for an eager run or a
@@ -82,6 +91,9 @@ func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 	if err != nil {
 		return Buffer{}, err
 	}
+	if a.gcAt != 0 && a.stats.BytesReserved > a.gcAt {
+		collectLocked(a, "Alloc")
+	}
 	return a.handOutLocked(b, size, 0), nil
 }
 
@@ -113,6 +125,7 @@ func growLocked(a *Allocator, size int64) (*block, error) {
 			return b, err
 		}
 	}
+	makeRoomLocked(a, size)
 	return a.pool.grow(size)
 }
 
@@ -232,6 +245,14 @@ func (a *Allocator) freeLocked(st CaptureState, blk *block, gen uint64) error {
 // Global-mode capture is active anywhere in the domain. In a Relaxed
 // capture it is allowed and the memory is ordinary eager memory.
 func (a *Allocator) AllocSync(size int64) (Buffer, error) {
+	b, err := allocSync(a, size)
+	if err != nil && a.opts.OnOutOfMemory != nil {
+		return afterOutOfMemory(a, "AllocSync", size, err, func() (Buffer, error) { return a.AllocSync(size) })
+	}
+	return b, err
+}
+
+func allocSync(a *Allocator, size int64) (Buffer, error) {
 	if size <= 0 {
 		return Buffer{}, a.fail("AllocSync", size, StateNone, wrapf(ErrInvalidSize, "size must be positive"))
 	}
@@ -241,15 +262,15 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 	)
 	err := a.guard.blockingUndo("AllocSync", size, nil, func(st CaptureState) error {
 		capturing = st != StateNone
-		if size > a.info.TotalMemory {
-			return outOfMemory(a, size, "the request is larger than the whole device", nil)
+		if why := neverFits(a, size); why != "" {
+			return outOfMemory(a, size, why, nil)
 		}
 		if err := a.guard.unsafeRefusalLocked(st, false, "eager synchronous allocation"); err != nil {
 			return err
 		}
 		return a.guard.strictLocked("eager synchronous allocation")
 	}, func() (func(), error) {
-		p, err := a.drv.Malloc(size)
+		p, err := mallocSync(a, size)
 		if errors.Is(err, ErrOutOfMemory) && !capturing {
 			// The reclaim ladder (pathAllocSync), under a.mu but for the
 			// retries: the synchronous Malloc is never made under it. The
@@ -259,7 +280,7 @@ func (a *Allocator) AllocSync(size int64) (Buffer, error) {
 			r := reclaim{p: &a.pool, path: pathAllocSync, op: "AllocSync", need: size, unmap: a.vm != nil}
 			err = r.climb(err, func() error {
 				a.mu.Unlock()
-				p, err = a.drv.Malloc(size)
+				p, err = mallocSync(a, size)
 				a.mu.Lock()
 				if err != nil && a.guard.closed { // Close emptied the pool meanwhile: stop climbing
 					return wrapf(ErrClosed, "closed during the retry: %v", err)

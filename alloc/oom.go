@@ -32,6 +32,8 @@ type oomError struct {
 	pooled        bool   // ... into a graph pool
 	why           string // the request never reached the driver: why
 	cause         error  // the driver's error, joined with what the ladder met
+	limit         int64  // the memory limit (limit.go); 0: none
+	limitKey      string // the setting that made it
 }
 
 // outOfMemory is the error of an allocation of req bytes a's device
@@ -41,7 +43,8 @@ type oomError struct {
 func outOfMemory(a *Allocator, req int64, why string, cause error) error {
 	a.stats.OutOfMemory++
 	e := &oomError{req: req, name: a.name, backend: a.backend, total: a.info.TotalMemory, free: -1,
-		stats: a.statsLocked(), expandable: a.vm != nil, canExpand: canExpand(a.drv), why: why, cause: cause}
+		stats: a.statsLocked(), expandable: a.vm != nil, canExpand: canExpand(a.drv), why: why, cause: cause,
+		limit: a.stats.limit.max, limitKey: a.stats.limit.key}
 	if c := a.guard.cap; c != nil {
 		e.inCapture, e.pooled = true, c.pool != nil
 	}
@@ -76,9 +79,16 @@ func (e *oomError) Error() string {
 			b.WriteString("; hint: " + h.text(e))
 		}
 	}
-	if e.cause == nil {
+	if l := limitText(e.limit, e.limitKey); l != "" {
+		b.WriteString("; " + l)
+	}
+	var refused *limitError
+	switch {
+	case e.cause == nil:
 		b.WriteString("; " + e.why)
-	} else {
+	case errors.As(e.cause, &refused):
+		b.WriteString("; " + withoutSentinel(e.cause))
+	default:
 		b.WriteString("; driver: " + withoutSentinel(e.cause))
 	}
 	return b.String()

@@ -69,6 +69,34 @@ type Options struct {
 	// HostBuffer.Close unpins, so both are refused during captures that
 	// forbid unsafe calls. docs/host-memory.md.
 	NoHostCache bool
+	// MemoryLimit bounds the memory the allocator reserves from the
+	// driver, in bytes (segments, expandable mappings, AllocSync buffers,
+	// graph-owned memory and so graph pools): a request that would take
+	// reserved over it climbs the reclaim ladder, then fails with
+	// ErrOutOfMemory naming the limit. Zero: no limit (RMM's
+	// limiting_resource_adaptor). docs/memory-pressure.md.
+	MemoryLimit int64
+	// MemoryFraction bounds it as a fraction, in (0, 1], of the device's
+	// total memory as the driver reports it (driver.MemInfoer; New fails
+	// with an error wrapping errors.ErrUnsupported where it cannot):
+	// PyTorch's set_per_process_memory_fraction. With MemoryLimit too,
+	// the smaller bound holds.
+	MemoryFraction float64
+	// GCThreshold, in (0, 1), starts proactive release: once reserved
+	// memory grows past this fraction of the memory limit (of the
+	// device's total without one), wholly free cached segments go back to
+	// the driver, least recently used first, until it is under again
+	// (PyTorch's garbage_collection_threshold). Zero: off.
+	GCThreshold float64
+	// OnOutOfMemory, when set, is called when an allocation (Alloc,
+	// AllocSync, a workspace) is about to fail with ErrOutOfMemory, the
+	// reclaim ladder climbed, outside the allocator's locks: it may Free
+	// or Trim on the allocator; returning true tries the allocation once
+	// more (RMM's failure_callback_resource_adaptor). One call at a time:
+	// an out-of-memory while it runs, its own allocations included, fails
+	// without calling it. During a capture the retry can only use what the
+	// capture may: a pre-capture buffer freed is held by the capture.
+	OnOutOfMemory func(OutOfMemoryInfo) (retry bool)
 }
 
 // maxHistory is the most events Options.History may keep: a ring of

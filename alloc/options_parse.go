@@ -66,6 +66,9 @@ var optionKeys = []optionKey{
 			}
 			return "true"
 		}},
+	{"gc_threshold", "a fraction of the memory limit in (0, 1), such as 0.8",
+		fractionSetter(func(p *Options) *float64 { return &p.GCThreshold }, false),
+		fractionFormat(func(p *Options) *float64 { return &p.GCThreshold })},
 	{"history", "events kept (0: off) such as 100000, at most " + strconv.Itoa(maxHistory),
 		func(p *Options, v string) error {
 			n, err := strconv.Atoi(v)
@@ -101,6 +104,24 @@ var optionKeys = []optionKey{
 		}},
 	textKey("history_file", "a path without commas, written at each out-of-memory error",
 		func(p *Options) *string { return &p.HistoryFile }),
+	{"memory_fraction", "a fraction of the device's total memory in (0, 1], such as 0.9",
+		fractionSetter(func(p *Options) *float64 { return &p.MemoryFraction }, true),
+		fractionFormat(func(p *Options) *float64 { return &p.MemoryFraction })},
+	{"memory_limit", "bytes reserved at most, such as 40GiB (0: none)",
+		func(p *Options, v string) error {
+			n, err := confval.Bytes(v)
+			if err != nil {
+				return fmt.Errorf("not a byte count")
+			}
+			p.MemoryLimit = n
+			return nil
+		},
+		func(p Options) string {
+			if p.MemoryLimit == 0 {
+				return ""
+			}
+			return strconv.FormatInt(p.MemoryLimit, 10)
+		}},
 	textKey("name", "text without commas (empty: the backend's name and a number)",
 		func(p *Options) *string { return &p.Name }),
 	{"profile_rate", "0 (off), 1 (every allocation) or bytes per sample such as 512KiB",
@@ -148,14 +169,42 @@ var optionKeys = []optionKey{
 		}},
 }
 
+// fractionSetter reads a fraction into the field field returns: in
+// (0, 1], or (0, 1) when one is not allowed.
+func fractionSetter(field func(*Options) *float64, one bool) func(*Options, string) error {
+	return func(p *Options, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(f > 0 && (f < 1 || one && f == 1)) {
+			if one {
+				return fmt.Errorf("not a fraction in (0, 1]")
+			}
+			return fmt.Errorf("not a fraction in (0, 1)")
+		}
+		*field(p) = f
+		return nil
+	}
+}
+
+func fractionFormat(field func(*Options) *float64) func(Options) string {
+	return func(p Options) string {
+		if f := *field(&p); f != 0 {
+			return strconv.FormatFloat(f, 'g', -1, 64)
+		}
+		return ""
+	}
+}
+
 // ParseOptions reads allocator options from a configuration string:
 // comma-separated key=value pairs (key:value, PyTorch's spelling, too),
 // spaces around keys and values ignored, each key at most once:
 //
 //	expandable_segments  true|false (any case; also 1|0, t|f, yes|no, on|off): Options.ExpandableSegments
+//	gc_threshold         a fraction of the limit in (0, 1): Options.GCThreshold
 //	history              events kept (0: off), at most 4194304: Options.History
 //	host_cache           true|false (as expandable_segments; default true): !Options.NoHostCache
 //	history_file         a path: Options.HistoryFile
+//	memory_fraction      a fraction of the device's total in (0, 1]: Options.MemoryFraction
+//	memory_limit         bytes (40GiB): Options.MemoryLimit
 //	name                 text without commas: Options.Name
 //	profile_rate         0 (off), 1 or bytes per sample (512KiB): Options.ProfileRate
 //	watchdog             a duration (30s), 0 (the default) or off: Options.Watchdog
@@ -227,7 +276,7 @@ func findOptionKey(name string) *optionKey {
 
 // backendOptionKeys are options of the backends (docs/backend-config.md)
 // that a configuration string of the allocator's may be given by mistake.
-var backendOptionKeys = []string{"capture_safety", "device", "memory_limit", "release_threshold"}
+var backendOptionKeys = []string{"capture_safety", "device", "release_threshold"}
 
 // suggestOptionKey is "; did you mean KEY?" when k misspells a key, or
 // where k belongs when it is a backend's option.

@@ -38,6 +38,11 @@ func TestParseOptionsReadsEveryKey(t *testing.T) {
 		{"profile_rate=512KiB", Options{ProfileRate: 512 << 10}},
 		{"profile_rate:1", Options{ProfileRate: 1}},
 		{"profile_rate=0", Options{ProfileRate: -1}},
+		{"memory_limit=40GiB", Options{MemoryLimit: 40 << 30}},
+		{"memory_limit:4096", Options{MemoryLimit: 4096}},
+		{"memory_fraction=0.05", Options{MemoryFraction: 0.05}},
+		{"memory_fraction:1", Options{MemoryFraction: 1}},
+		{"gc_threshold=0.8,memory_fraction=0.9", Options{GCThreshold: 0.8, MemoryFraction: 0.9}},
 		{" expandable_segments:True , watchdog=2m, name=a, profile_rate=4k,", Options{ExpandableSegments: true, Watchdog: 2 * time.Minute, Name: "a", ProfileRate: 4 << 10}},
 	} {
 		const sentinel = 12345
@@ -75,6 +80,14 @@ func TestParseOptionsErrors(t *testing.T) {
 		{"profile_rate=1.5MiB", `profile_rate="1.5MiB"`},
 		{"name=\xff", "not valid UTF-8"},
 		{"profile_rate=1,bogus=1", `unknown key "bogus"`},
+		{"memory_limit=lots", `memory_limit="lots"`},
+		{"memory_limit=-1", `memory_limit="-1"`},
+		{"memory_fraction=0", `memory_fraction="0"`},
+		{"memory_fraction=1.5", `memory_fraction="1.5"`},
+		{"memory_fraction=NaN", `memory_fraction="NaN"`},
+		{"gc_threshold=1", `gc_threshold="1"`},
+		{"gc_threshold=-0.5", `gc_threshold="-0.5"`},
+		{"memory_limt=1GiB", `unknown key "memory_limt"; did you mean memory_limit?`},
 	} {
 		got, err := ParseOptions(tc.in)
 		require.ErrorIs(t, err, ErrInvalidValue, tc.in)
@@ -105,6 +118,7 @@ func TestParseOptionsRoundTrips(t *testing.T) {
 		{ProfileRate: 512 << 10},
 		{ExpandableSegments: true, Watchdog: time.Hour, Name: "n", ProfileRate: 7},
 		{History: 4096, HistoryFile: "/var/tmp/oom.json"},
+		{MemoryLimit: 3 << 30, MemoryFraction: 0.25, GCThreshold: 0.6},
 	} {
 		s := formatOptions(p)
 		got, err := parseOptions(s)

@@ -43,6 +43,7 @@ type segment struct {
 	ar         *arena
 	prev, next *segment
 	exp        *expandable // an expandable range (expandable.go): size counts what is mapped
+	idleSince  uint64      // pool.clock when it last became one free block (gc.go: least recently used first)
 }
 
 // arena is one family of segments (small or large) and its free blocks.
@@ -70,6 +71,7 @@ type pool struct {
 	recent  [recentBlocks]*block // oldest first
 	nRecent int
 
+	clock  uint64       // counts segments becoming wholly free: their segment.idleSince
 	up     poolUpstream // memory, and the reclaim ladder's rungs that are not the pool's
 	owner  *Allocator   // the block records' (block.a)
 	device int64        // the device's memory: sizes the expandable ranges
@@ -251,6 +253,10 @@ func (p *pool) merge(b *block) {
 		ar.free.remove(q)
 		p.absorb(q, b)
 		b = q
+	}
+	if b.segPrev == nil && b.segNext == nil { // the segment is one free block now
+		p.clock++
+		b.seg.idleSince = p.clock
 	}
 	p.putFree(ar, b)
 }

@@ -19,6 +19,10 @@ const (
 	rungTrim
 	// rungAll: every cached whole-free segment and every free chunk.
 	rungAll
+	// rungOldest: cached whole-free segments, least recently used first,
+	// until need bytes went back, then free chunks for the rest: the
+	// proactive release's (gc.go), with no request to retry.
+	rungOldest
 )
 
 // path is one of the allocator's out-of-memory paths: a row of ladder.
@@ -39,6 +43,13 @@ const (
 	// pathRelease: Trim and Close, with no request to retry: every cached
 	// segment back at once.
 	pathRelease
+	// pathThreshold: the proactive release (Options.GCThreshold, gc.go),
+	// with no request to retry: reserved back under the threshold.
+	pathThreshold
+	// pathGrowth: before a new plain segment, wholly free cached segments
+	// past segmentSlack times the peak in use (gc.go), with no request to
+	// retry; the per-P caches are left as they are (a growth is common).
+	pathGrowth
 )
 
 // ladder is the one table of how far each out-of-memory path climbs and
@@ -67,6 +78,8 @@ var ladder = [...]struct {
 	pathMapChunk:     {rungs: []rung{rungFlush, rungAsNeeded, rungTrim, rungAll}, sync: true, unmap: true},
 	pathAllocSync:    {rungs: []rung{rungFlush, rungAsNeeded, rungTrim, rungAll}, sync: true, unmap: true, trimPools: true},
 	pathRelease:      {rungs: []rung{rungFlush, rungAll}, unmap: true},
+	pathThreshold:    {rungs: []rung{rungFlush, rungOldest}, unmap: true},
+	pathGrowth:       {rungs: []rung{rungOldest}},
 }
 
 // reclaim is one climb of the ladder: the path's row, and what this
@@ -171,6 +184,8 @@ func (r *reclaim) step(rg rung) (bool, error) {
 			}
 		}
 		return p.up.trim(row.trimPools), nil
+	case rungOldest:
+		return r.giveBackOldest(unmap)
 	case rungAll:
 		if err := p.up.mayReleaseAll(); err != nil {
 			return false, err

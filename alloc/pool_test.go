@@ -48,23 +48,26 @@ func TestOutOfMemoryReleasesCacheAndRetries(t *testing.T) {
 // Under memory pressure the pool gives back only as many wholly free
 // segments as make room: the smallest one that is large enough, or else
 // the largest ones until their sizes cover the new segment. The rest stay
-// cached for the engine's next step.
+// cached for the engine's next step. (The cases keep the cache within the
+// growth's own slack, segmentSlack times the peak in use: a live
+// ballast raises the peak, so the growth gives nothing back first.)
 func TestOutOfMemoryReleasesOnlyWhatIsNeeded(t *testing.T) {
 	const MiB = 1 << 20
 	for _, tc := range []struct {
 		name        string
 		limit       int64
+		ballast     int64   // a buffer live throughout, allocated with the cached ones
 		cached      []int64 // buffers allocated then freed: one segment each
 		next        int64   // the allocation that runs out of memory
 		stillCached int64
 		frees       uint64
 	}{
 		// 20 MiB needed, no free segment that large: 16+14 cover it.
-		{"largest_first", 64 * MiB, []int64{10 * MiB, 12 * MiB, 14 * MiB, 16 * MiB}, 20 * MiB, 22 * MiB, 2},
+		{"largest_first", 124 * MiB, 60 * MiB, []int64{10 * MiB, 12 * MiB, 14 * MiB, 16 * MiB}, 20 * MiB, 22 * MiB, 2},
 		// A small request needs a 2 MiB segment: the smallest free
 		// segment of at least 2 MiB goes, the larger one stays (and the new
 		// segment's unused rest is cached too).
-		{"smallest_fit", 35 * MiB, []int64{12 * MiB, 22 * MiB}, 4 << 10, 22*MiB + 2*MiB - 4<<10, 1},
+		{"smallest_fit", 35 * MiB, 0, []int64{12 * MiB, 22 * MiB}, 4 << 10, 22*MiB + 2*MiB - 4<<10, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, err := cpu.New(cpu.Options{MemoryLimit: tc.limit})
@@ -72,6 +75,11 @@ func TestOutOfMemoryReleasesOnlyWhatIsNeeded(t *testing.T) {
 			defer d.Close()
 			a, err := alloc.New(d, alloc.Options{})
 			require.NoError(t, err)
+			var ballast alloc.Buffer
+			if tc.ballast > 0 {
+				ballast, err = a.Alloc(tc.ballast)
+				require.NoError(t, err)
+			}
 			var bufs []alloc.Buffer
 			for _, n := range tc.cached {
 				b, err := a.Alloc(n)
@@ -88,6 +96,9 @@ func TestOutOfMemoryReleasesOnlyWhatIsNeeded(t *testing.T) {
 			require.Equal(t, tc.stillCached, st.BytesCached, "what the retry did not need stays cached")
 			require.Equal(t, tc.frees, st.DriverFrees-before.DriverFrees)
 			require.NoError(t, a.Free(b))
+			if tc.ballast > 0 {
+				require.NoError(t, a.Free(ballast))
+			}
 			require.NoError(t, a.Close())
 		})
 	}

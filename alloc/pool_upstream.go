@@ -53,14 +53,21 @@ type reclaimEnv interface {
 // call (guard.go); the blocking ones (synchronize) run under the watchdog.
 type driverUpstream struct{ a *Allocator }
 
+// allocate, and mapMemory, ask the memory limit first (limit.go): a
+// refusal is an out-of-memory the reclaim ladder climbs like the driver's.
 func (u driverUpstream) allocate(n int64) (driver.DevicePtr, error) {
 	a := u.a
-	p, err := a.drv.MallocAsync(n, a.stream)
-	if err == nil {
-		a.stats.DriverAllocs++
-		a.stats.addReserved(p, n)
+	if err := a.stats.limit.take(n); err != nil {
+		return 0, err
 	}
-	return p, err
+	p, err := a.drv.MallocAsync(n, a.stream)
+	if err != nil {
+		a.stats.limit.put(n)
+		return p, err
+	}
+	a.stats.DriverAllocs++
+	a.stats.addReserved(p, n)
+	return p, nil
 }
 
 // free counts the segment as given back even when the driver fails to
@@ -81,12 +88,16 @@ func (u driverUpstream) mapGranularity() int64 {
 func (u driverUpstream) reserve(n int64) (driver.DevicePtr, error) { return u.a.vm.ReserveAddress(n) }
 
 func (u driverUpstream) mapMemory(p driver.DevicePtr, n int64) error {
-	err := u.a.vm.MapMemory(p, n)
-	if err == nil {
-		u.a.stats.DriverAllocs++
-		u.a.stats.addReserved(p, n)
+	if err := u.a.stats.limit.take(n); err != nil {
+		return err
 	}
-	return err
+	if err := u.a.vm.MapMemory(p, n); err != nil {
+		u.a.stats.limit.put(n)
+		return err
+	}
+	u.a.stats.DriverAllocs++
+	u.a.stats.addReserved(p, n)
+	return nil
 }
 
 // unmapMemory counts the chunk as given back even when the driver fails

@@ -99,9 +99,9 @@ func profileDataLocked(a *Allocator) profileData {
 
 const (
 	// allocAPI prefixes the frames the profile trims from the top of a
-	// stack: the allocator's own methods, so the leaf is the engine's
-	// call site, as in a Go heap profile.
-	allocAPI = "github.com/capalloc/capalloc/alloc.(*Allocator)."
+	// stack: the allocator package's own functions and methods, so the
+	// leaf is the engine's call site, as in a Go heap profile.
+	allocAPI = "github.com/capalloc/capalloc/alloc."
 
 	profileOffComment = "device memory profile recording is off: call alloc.SetProfileRate(512 << 10) (runtime.MemProfileRate's default), or 1 to record every allocation; any samples here were recorded before it was turned off"
 )

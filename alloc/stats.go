@@ -39,6 +39,10 @@ type counters struct {
 
 	inUse meter // bytes of live buffers and their peak
 
+	// limit bounds BytesReserved (limit.go): taken before each driver call
+	// that reserves, put back by givenBackLocked. Set once, in New.
+	limit memLimit
+
 	hist *history // the allocation timeline (history.go): nil when off; set once, in New
 }
 
@@ -73,6 +77,7 @@ func (c *counters) givenBackLocked(p driver.DevicePtr, n int64) {
 	}
 	c.DriverFrees++
 	c.BytesReserved -= n
+	c.limit.put(n)
 }
 
 // Stats returns a snapshot of the counters.
@@ -110,6 +115,7 @@ func (a *Allocator) statsLocked() Stats {
 	}
 	s.OutOfMemory, s.ReclaimRetries = c.OutOfMemory, c.ReclaimRetries
 	s.HostCached, s.HostPins = a.host.cached, a.host.pins
+	s.MemoryLimit = c.limit.max
 	a.lane.addStatsLocked(&s, &c.inUse)
 	return s
 }

@@ -11,6 +11,14 @@ import "fmt"
 // allocator did not start, or an invalidated one, a missing or too small
 // workspace is an error.
 func (a *Allocator) Workspace(name string, size int64) (Buffer, error) {
+	b, err := workspace(a, name, size)
+	if err != nil && a.opts.OnOutOfMemory != nil {
+		return afterOutOfMemory(a, "Workspace", size, err, func() (Buffer, error) { return a.Workspace(name, size) })
+	}
+	return b, err
+}
+
+func workspace(a *Allocator, name string, size int64) (Buffer, error) {
 	op := "Workspace(" + name + ")"
 	if size <= 0 {
 		return Buffer{}, a.fail(op, size, StateNone, wrapf(ErrInvalidSize, "size must be positive"))
@@ -25,8 +33,8 @@ func (a *Allocator) Workspace(name string, size int64) (Buffer, error) {
 		return Buffer{blk: old, gen: old.state.Load(), ptr: old.ptr, size: old.size}, nil
 	}
 	st, err := a.guard.stateLocked()
-	if err == nil && size > a.info.TotalMemory {
-		err = outOfMemory(a, size, "the request is larger than the whole device", nil)
+	if why := neverFits(a, size); err == nil && why != "" {
+		err = outOfMemory(a, size, why, nil)
 	}
 	var b Buffer
 	if err == nil {

@@ -19,7 +19,7 @@ import (
 // collectives, bad input, the probe) do not reach the pool's growth.
 var expandableGroups = []string{
 	"Eager", "CrossAllocator", "Replay", "Aliasing", "FailedCapture", "WithCapture",
-	"Workspace", "Concurrency", "InFlight", "Close", "Leaks", "GraphPool",
+	"Workspace", "Concurrency", "InFlight", "Close", "Leaks", "GraphPool", "Pressure",
 }
 
 // RunExpandable runs expandableGroups with every allocator the suite makes

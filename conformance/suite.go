@@ -79,6 +79,7 @@ var groups = []group{
 	{"External", (*suite).external},
 	{"Workspace", (*suite).workspace},
 	{"GraphPool", (*suite).graphPool},
+	{"Pressure", (*suite).pressure},
 	{"Watchdog", (*suite).watchdog},
 	{"Concurrency", (*suite).concurrency},
 	{"InFlight", (*suite).inFlight},

@@ -116,6 +116,7 @@ var metrics = []metric{
 	counter("capalloc_watchdog_timeouts_total", "Driver calls and captures the watchdog gave up on.", func(s alloc.Stats) float64 { return float64(s.Timeouts) }),
 	counter("capalloc_out_of_memory_total", "Allocations that failed for lack of device memory.", func(s alloc.Stats) float64 { return float64(s.OutOfMemory) }),
 	counter("capalloc_reclaim_retries_total", "Allocations retried after the reclaim ladder gave memory back.", func(s alloc.Stats) float64 { return float64(s.ReclaimRetries) }),
+	gauge("capalloc_memory_limit_bytes", "The most capalloc_reserved_bytes may be (memory_limit, memory_fraction); 0: no limit but the device's.", func(s alloc.Stats) float64 { return float64(s.MemoryLimit) }),
 }
 
 // The device's memory, from the driver rather than alloc.Stats: the

@@ -203,6 +203,9 @@ func TestScrapeOutOfMemoryAndDevice(t *testing.T) {
 	blind, err := alloc.New(struct{ driver.Driver }{d}, alloc.Options{Name: "prom-blind"})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, blind.Close()) })
+	limited, err := alloc.New(d, alloc.Options{Name: "prom-limit", MemoryLimit: 3 << 20})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, limited.Close()) })
 
 	small, err := a.Alloc(64 << 10)
 	require.NoError(t, err)
@@ -224,6 +227,8 @@ func TestScrapeOutOfMemoryAndDevice(t *testing.T) {
 	require.EqualValues(t, s.ReclaimRetries, value(t, fams, "capalloc_reclaim_retries_total", lv))
 	require.InDelta(t, float64(s.BytesReserved)/float64(s.BytesInUse), value(t, fams, "capalloc_fragmentation_ratio", lv), 1e-9)
 	require.EqualValues(t, 8<<20, value(t, fams, "capalloc_device_total_bytes", lv))
+	require.EqualValues(t, 0, value(t, fams, "capalloc_memory_limit_bytes", lv), "no limit")
+	require.EqualValues(t, 3<<20, value(t, fams, "capalloc_memory_limit_bytes", map[string]string{"allocator": "prom-limit"}))
 	require.EqualValues(t, 1<<20, value(t, fams, "capalloc_device_free_bytes", lv))
 	require.EqualValues(t, 0, value(t, fams, "capalloc_fragmentation_ratio", map[string]string{"allocator": "prom-blind"}), "nothing in use: 0")
 	require.EqualValues(t, 8<<20, value(t, fams, "capalloc_device_total_bytes", map[string]string{"allocator": "prom-blind"}))

@@ -111,6 +111,7 @@ func TestViewsOnDefaultMux(t *testing.T) {
 	require.Contains(t, page, fmt.Sprintf("<td>fragmentation outside graphs (reserved / in use)</td><td class=\"v\">%.2f</td>", snap.Fragmentation()))
 	require.Contains(t, page, "<td>held by graphs (owned, pools, held)</td><td class=\"v\">640 KiB</td>", "graphs' memory apart")
 	require.Regexp(t, `<tr><td>graph \d+</td><td>-</td><td class="n" title="1 block">512 KiB</td><td class="n" title="1 block">128 KiB</td>`, page, "a graph is a row of the graphs table")
+	require.Contains(t, page, "<td>memory limit (reserved at most)</td><td class=\"v\">none</td>")
 	require.Contains(t, page, "capture safety "+a.Info().SafetyProfile(), "the device's capture safety profile")
 
 	resp, body = get(t, base+"segments.svg"+q)

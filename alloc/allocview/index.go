@@ -25,6 +25,7 @@ func counters(snap memmap.Snapshot) []counter {
 	return []counter{
 		{"in use", bytesText(s.BytesInUse) + " in " + buffers(s.LiveBuffers)},
 		{"reserved from the driver", bytesText(s.BytesReserved)},
+		{"memory limit (reserved at most)", limitText(s.MemoryLimit)},
 		{"cached (reserved, not in use)", bytesText(s.BytesCached)},
 		{"peak in use / reserved", bytesText(s.PeakInUse) + " / " + bytesText(s.PeakReserved)},
 		{"allocs / frees", n(s.Allocs) + " / " + n(s.Frees)},
@@ -40,6 +41,14 @@ func counters(snap memmap.Snapshot) []counter {
 		{"held by graphs (owned, pools, held)", bytesText(snap.GraphBytes())},
 		{"fragmentation outside graphs (reserved / in use)", fmt.Sprintf("%.2f", snap.Fragmentation())},
 	}
+}
+
+// limitText is a memory limit for people: "none" when there is none.
+func limitText(n int64) string {
+	if n == 0 {
+		return "none"
+	}
+	return bytesText(n)
 }
 
 func buffers(n int) string {

@@ -270,6 +270,9 @@ type Stats struct {
 	// (docs/device-memory.md, "Out of memory").
 	OutOfMemory    uint64 `json:"out_of_memory"`
 	ReclaimRetries uint64 `json:"reclaim_retries"`
+	// MemoryLimit is the most BytesReserved may be (Options.MemoryLimit,
+	// Options.MemoryFraction); 0: no limit but the device's.
+	MemoryLimit int64 `json:"memory_limit"`
 }
 
 // Fragmentation is bytes reserved over bytes in use: 1 when every

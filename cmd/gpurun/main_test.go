@@ -16,9 +16,9 @@ import (
 )
 
 var stepNames = []string{"device", "conformance", "capprobe", "collectives_bench", "decodeloop",
-	"tpdecode", "gpu_tests", "plugin", "stress", "truth"}
+	"tpdecode", "gpu_tests", "plugin", "stress", "truth", "pressure"}
 
-// The ten steps, in the order, fit one device call: their
+// The eleven steps, in priority order, fit one device call: their
 // timeouts sum to at most 480 s on cuda (a 600 s command with the
 // machine's start and the transfers around it).
 func TestTimeoutsFitTheDeviceCall(t *testing.T) {
@@ -73,7 +73,7 @@ func TestExecStepKillsTheProcessGroup(t *testing.T) {
 	assert.Contains(t, string(o.Output), "err")
 }
 
-// run writes a complete results.json (all ten steps, the schema's keys)
+// run writes a complete results.json (all eleven steps, the schema's keys)
 // and results.md, and says which steps did not pass; here with the device
 // step alone over a stand-in collbench.
 func TestRunWritesCompleteResults(t *testing.T) {
@@ -87,7 +87,7 @@ func TestRunWritesCompleteResults(t *testing.T) {
 	require.NoError(t, err)
 	var raw []map[string]any
 	require.NoError(t, json.Unmarshal(b, &raw))
-	require.Len(t, raw, 10)
+	require.Len(t, raw, len(stepNames))
 	for i, s := range raw {
 		assert.Equal(t, stepNames[i], s["step"])
 		for _, k := range []string{"step", "command", "rc", "seconds", "timeout_s", "figures", "log_tail"} {
@@ -108,7 +108,7 @@ func TestRunWritesCompleteResults(t *testing.T) {
 	assert.Equal(t, 1, rc)
 	steps, err := readResults(filepath.Join(out, "results.json"))
 	require.NoError(t, err)
-	require.Len(t, steps, 10)
+	require.Len(t, steps, len(stepNames))
 	assert.Equal(t, statusFailed, steps[0].Status)
 	assert.Equal(t, 7, steps[0].RC)
 	assert.True(t, steps[0].Fake)
@@ -290,7 +290,7 @@ func TestCheck(t *testing.T) {
 	run = complete()
 	run[4].Status, run[4].RC = statusTimeout, 124
 	require.ErrorContains(t, check(run, true), "decodeloop: timeout (rc 124)")
-	require.ErrorContains(t, check(complete()[:9], true), "9 steps, want 10")
+	require.ErrorContains(t, check(complete()[:9], true), "9 steps, want 11")
 	run = complete()
 	run[2], run[3] = run[3], run[2]
 	require.ErrorContains(t, check(run, true), "want \"capprobe\"")

@@ -86,8 +86,9 @@ func pluginGPU(be string) string {
 exit $rc`
 }
 
-// steps are the kit's ten steps (docs/gpu-kit.md), in priority order. Their timeouts
-// sum to 480 s (TestTimeoutsFitTheDeviceCall). $B is the binaries'
+// steps are the kit's steps (docs/gpu-kit.md), in priority order, but for the pressure
+// step, last so that the truth step's index stays. Their timeouts sum
+// to 480 s (TestTimeoutsFitTheDeviceCall). $B is the binaries'
 // folder, $R the results folder, $SMALL 1 over the fakes. Over the fakes
 // (every CI run) the sizes are small and the conformance runs leave out
 // their slowest groups, which go test ./... runs over the same fakes: the
@@ -128,9 +129,9 @@ exit $rc`
 		{Name: "conformance", Timeout: 60 * time.Second, Dir: "conformance",
 			Command: `"$B/conformance.test" -backend=` + be + ` -test.count=1 -test.v -test.timeout=55s` +
 				pick("", ` -test.skip 'TestConformance/`+be+`/(Collectives|Probe|Watchdog)$'`), Figures: testFigures},
-		{Name: "capprobe", Timeout: 30 * time.Second,
+		{Name: "capprobe", Timeout: 25 * time.Second, // 0.7 s on an H200
 			Command: `"$B/capprobe" -backend=` + be + ` -mode=all -check -json >"$R/capprobe.json"`, Figures: capprobeFigures},
-		{Name: "collectives_bench", Timeout: 40 * time.Second,
+		{Name: "collectives_bench", Timeout: 30 * time.Second, // 2.3 s on an H200
 			Command: `"$B/collbench" -backend=` + be + pick("", " -small") + ` -json "$R/collbench.json"`, Figures: collbenchFigures},
 		{Name: "decodeloop", Timeout: 35 * time.Second, Command: `rc=0
 "$B/decodeloop" -backend=` + be + pick(" -kernels=1000 -steps 200", " -kernels=10 -steps 5") + ` || rc=1
@@ -151,6 +152,13 @@ exit $rc`, Figures: tpdecodeFigures},
 		{Name: "truth", Timeout: 60 * time.Second,
 			Command: `"$B/cudatruth" -json -parallel 16 -timeout 10s -budget 40s` + pick(" -only=global/", " -streams=nonblocking -only=global/") +
 				` -against cmd/cudatruth/testdata/h100-driver580-cuda13.0.json >"$R/truth.json"`, Figures: truthFigures},
+		// The allocator under pressure on the device: memory_fraction=0.05
+		// filled, refused with the limit in the message, a callback that
+		// frees and a retry served (conformance's Pressure group, whose
+		// FillToTheFraction rule is this step's claim).
+		{Name: "pressure", Timeout: 15 * time.Second, Dir: "conformance",
+			Command: `"$B/conformance.test" -backend=` + be + ` -test.run 'TestConformance/` + be + `/Pressure' -test.v -test.count=1 -test.timeout=12s`,
+			Figures: testFigures},
 	}
 	if be == "hip" {
 		defs[9].Command, defs[9].Skip = "", "cudatruth probes the CUDA runtime only: no HIP table yet"
