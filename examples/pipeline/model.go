@@ -117,7 +117,9 @@ func run(h symheap.Collectives, a *alloc.Allocator, r, steps int) error {
 	if err := h.Synchronize(); err != nil {
 		return err
 	}
-	graph, err := a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, func() error { return step(h, r, t, host) })
+	// ThreadLocal: on cuda and hip both stages are threads of one process,
+	// and a Global-mode capture on one would refuse the other's Synchronize
+	graph, err := a.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, func() error { return step(h, r, t, host) })
 	if err != nil {
 		return fmt.Errorf("stage %d: capture: %w", r, err)
 	}
