@@ -114,11 +114,17 @@ func run(h symheap.Collectives, a *alloc.Allocator, r, steps int) error {
 			return err
 		}
 	}
+	// Both stages are set up (their pinned buffers made) before either
+	// captures: on cuda and hip both are threads of one process, and a
+	// device of unknown capture safety refuses a pinned allocation while
+	// any capture is active in the process. ThreadLocal, as a Global-mode
+	// capture on one stage would refuse the other's Synchronize.
+	if err := h.Barrier(); err != nil {
+		return err
+	}
 	if err := h.Synchronize(); err != nil {
 		return err
 	}
-	// ThreadLocal: on cuda and hip both stages are threads of one process,
-	// and a Global-mode capture on one would refuse the other's Synchronize
 	graph, err := a.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, func() error { return step(h, r, t, host) })
 	if err != nil {
 		return fmt.Errorf("stage %d: capture: %w", r, err)
