@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 	"github.com/capalloc/capalloc/internal/kernels"
 	"github.com/capalloc/capalloc/symheap"
@@ -205,5 +206,73 @@ func TestFakePutSignalBadOperands(t *testing.T) {
 		require.ErrorIs(t, h.WaitSignal(symheap.SignalSlots, 1), alloc.ErrInvalidValue)
 		require.NoError(t, h.Synchronize())
 		require.Len(t, gpurttest.Find(log.Lines(), v.launch), before, "nothing launched")
+	})
+}
+
+// A wait that sees a rank's closed mark appear in its pad while it waits
+// (what a peer's Close writes, into the pads of the ranks of other
+// processes too) stops then, with ErrPeerClosed naming that rank, instead
+// of waiting out the timeout. The mark is written here by a driver of its
+// own while the wait spins: the fakes run an eager launch in the
+// launching thread, holding the rank's allocator, so a Close from a rank
+// of this process would wait for the kernel before it could mark.
+func TestFakeWaitSignalStopsAtAClosedMark(t *testing.T) {
+	forEachFake(t, func(t *testing.T, v *fakeVendor, _ *gpurttest.Log) {
+		const timeout = 20 * time.Second
+		w, errs := openTopo(t, v, []int{0, 0}, timeout, nil)
+		for r, err := range errs {
+			require.NoError(t, err, "rank %d", r)
+		}
+		d, err := v.open(0)
+		require.NoError(t, err)
+		defer d.Close()
+		start := time.Now()
+		waited := make(chan error, 1)
+		go func() {
+			if err := w.heaps[1].WaitSignal(2, 1); err != nil {
+				waited <- err
+				return
+			}
+			waited <- w.heaps[1].Synchronize()
+		}()
+		time.Sleep(300 * time.Millisecond) // the wait is spinning
+		mark := w.heaps[1].Buffer().Ptr() + driver.DevicePtr(kernels.PadClosedOff+4*0)
+		st, err := d.CreateStream()
+		require.NoError(t, err)
+		defer d.DestroyStream(st)
+		require.NoError(t, d.CopyHtoD(mark, []byte{1, 0, 0, 0}, st))
+		err = <-waited
+		require.ErrorIs(t, err, symheap.ErrPeerClosed)
+		require.ErrorContains(t, err, "rank 0 closed its heap")
+		require.Less(t, time.Since(start), timeout/2, "the wait stopped when it saw the mark")
+	})
+}
+
+// A put to a tensor at odd offsets (a hand-written Tensor, any byte) moves
+// its bytes in the widest accesses the addresses allow: no misaligned
+// access (which the fakes fail, as a GPU faults), every byte in place.
+func TestFakePutOddOffsets(t *testing.T) {
+	forEachFake(t, func(t *testing.T, v *fakeVendor, _ *gpurttest.Log) {
+		w, errs := openTopo(t, v, []int{0, 0}, 5*time.Second, nil)
+		for r, err := range errs {
+			require.NoError(t, err, "rank %d", r)
+		}
+		for _, h := range w.heaps {
+			_, err := h.Alloc(4096)
+			require.NoError(t, err)
+		}
+		src := make([]byte, 4096)
+		for i := range src {
+			src[i] = byte(i*13 + 1)
+		}
+		require.NoError(t, w.as[0].Upload(w.heaps[0].Buffer(), symheap.SignalPadBytes, src))
+		for _, c := range []struct{ dst, src, n int64 }{{1, 3, 37}, {2, 6, 130}, {4, 20, 300}, {17, 1, 1000}} {
+			d, s := symheap.Tensor{Off: 2048 + c.dst, Size: c.n}, symheap.Tensor{Off: c.src, Size: c.n}
+			require.NoError(t, w.heaps[0].Put(1, d, s))
+			require.NoError(t, w.heaps[0].Synchronize(), "%+v", c)
+			got := make([]byte, c.n)
+			require.NoError(t, w.as[1].Download(got, w.heaps[1].Buffer(), symheap.SignalPadBytes+d.Off))
+			require.Equal(t, src[c.src:c.src+c.n], got, "%+v", c)
+		}
 	})
 }
