@@ -102,6 +102,16 @@ var collOps = []collOp{
 	{name: "all_to_all", body: func(c *collEnv, r int) error {
 		return c.steps(r, func(h symheap.Collectives) error { return h.AllToAll(c.work, c.out) })
 	}},
+	// Point-to-point: each rank puts its input into the next rank's
+	// output and signals it, then waits for the previous rank's signal
+	// before reading its output. The waits count across replays.
+	{name: "put_signal", body: func(c *collEnv, r int) error {
+		next := (r + 1) % collRanks
+		return c.steps(r,
+			func(h symheap.Collectives) error { return h.Put(next, c.out, c.in) },
+			func(h symheap.Collectives) error { return h.Signal(next, 0, 1) },
+			func(h symheap.Collectives) error { return h.WaitSignal(0, 1) })
+	}},
 	{name: "heap_alloc_in_capture", body: func(c *collEnv, r int) error {
 		h := c.heaps[r]
 		t, err := h.Alloc(collN) // arithmetic only, in the capture
@@ -275,7 +285,7 @@ func probeCollective(drv driver.Driver, mode alloc.CaptureMode, op collOp, repla
 	switch op.name {
 	case "reduce_scatter":
 		outSize = collN
-	case "device_barrier", "host_barrier", "all_reduce_one_shot", "all_reduce_two_shot", "heap_alloc_in_capture", "naive_heap":
+	case "device_barrier", "host_barrier", "all_reduce_one_shot", "all_reduce_two_shot", "put_signal", "heap_alloc_in_capture", "naive_heap":
 		outSize = collN
 	}
 	for r, h := range c.heaps {

@@ -96,7 +96,9 @@ func padFailure(e kernels.PadError, timeout time.Duration) error {
 		return fmt.Errorf("%w: rank %d stopped waiting at epoch %d (block %d): rank %d's heap broke first",
 			ErrCollectiveTimeout, e.Rank, e.Epoch, e.Block, e.Peer)
 	case kernels.ErrClosed: // a kernel met closed[peer] (DeviceHeap.markClosed)
-		return fmt.Errorf("%w: rank %d closed its heap; rank %d's collectives stopped before touching any heap", ErrPeerClosed, e.Peer, e.Rank)
+		return fmt.Errorf("%w: rank %d closed its heap; rank %d's collectives stopped before touching any heap (or its signal wait stopped waiting)", ErrPeerClosed, e.Peer, e.Rank)
+	case kernels.ErrSignalTimeout:
+		return signalTimeout(int(e.Rank), timeout, int(e.Peer), e.Epoch, e.PeerEpoch)
 	case kernels.ErrLaunch:
 		return fmt.Errorf("%w: symheap: rank %d: a collective launched with %d ranks or more blocks than the kernels serve", alloc.ErrInvalidValue, e.Rank, e.Peer)
 	}

@@ -46,6 +46,17 @@ type Collectives interface {
 	// r-th chunk.
 	AllToAll(in, out Tensor) error
 
+	// Put copies this rank's src into peer's dst. Signal adds value to
+	// peer's signal slot (after the Puts queued before it landed);
+	// WaitSignal waits until this rank's slot received value more than
+	// the waits on it before consumed, then consumes it, so a captured
+	// step signals and waits once per replay with no reset. A wait past
+	// the timeout breaks the heap with ErrCollectiveTimeout. None of them
+	// is a collective: ranks may queue different numbers of them.
+	Put(peer int, dst, src Tensor) error
+	Signal(peer, slot int, value uint32) error
+	WaitSignal(slot int, value uint32) error
+
 	// Write copies dst.Size bytes from src at srcOff into this rank's
 	// dst; Read copies src into dst at dstOff. Pinned host memory, so a
 	// replay moves the bytes as they are then.

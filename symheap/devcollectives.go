@@ -107,6 +107,16 @@ func (h *DeviceHeap) CollectivesRun() error {
 func (h *DeviceHeap) collective(op, name string, c kernels.Coll, items int64) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if err := h.startLocked(op, &c); err != nil {
+		return err
+	}
+	return h.launchLocked(op, name, c.Encode(make([]byte, kernels.CollSize)), h.grid(items))
+}
+
+// startLocked refuses op on a heap that cannot run it (closed, broken, a
+// peer of this process closed, no kernels, too many ranks) and completes
+// c with the table, rank, ranks and timeout.
+func (h *DeviceHeap) startLocked(op string, c *kernels.Coll) error {
 	if err := h.usableLocked(op); err != nil {
 		return err
 	}
@@ -119,7 +129,7 @@ func (h *DeviceHeap) collective(op, name string, c kernels.Coll, items int64) er
 	c.Table = uint64(h.table.Ptr())
 	c.TimeoutTicks = h.kern.ticks(h.timeout)
 	c.Rank, c.NRanks = uint32(h.rank), uint32(h.Ranks())
-	return h.launchLocked(op, name, c.Encode(make([]byte, kernels.CollSize)), h.grid(items))
+	return nil
 }
 
 // launchLocked enqueues kernel name on the rank's stream.

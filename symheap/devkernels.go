@@ -97,7 +97,7 @@ func (k *devKernels) measure() error {
 	k.perSM, k.limiting, k.occupancy = 1, "", false
 	first := true
 	for _, n := range kernels.Names {
-		if n == kernels.Axpy { // no barrier: its blocks need not be co-resident
+		if n == kernels.Axpy || n == kernels.Put { // no barrier: its blocks need not be co-resident
 			continue
 		}
 		b, err := k.kl.MaxActiveBlocks(k.mod.Kernels[n], k.block)

@@ -51,6 +51,11 @@
 // error word in the pad (docs/device-collectives.md). NCCL/RCCL (package
 // nccl) serve ranks across machines.
 //
+// Both heaps also put and signal point to point (Put, Signal,
+// WaitSignal: host functions on Heap, kernels on DeviceHeap), capturable,
+// with signal counts kept in the pads at run time so a captured hand-off
+// replays without reset, and waits bounded by the same timeout.
+//
 // Heap and DeviceHeap implement Collectives, one interface for engine
 // code on every backend.
 package symheap

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/internal/kernels"
 )
 
 // Point-to-point on the host heap: Put copies into a peer's heap, Signal
@@ -36,16 +37,28 @@ const (
 	padSlotsLimit = padSlots + SignalSlots*slotStride
 )
 
-var _ [padSize - padSlotsLimit]struct{} // the slots fit in the pad
+var (
+	_ [padSize - padSlotsLimit]struct{} // the slots fit in the pad
+	// both heaps have as many slots
+	_ [SignalSlots - kernels.SignalSlots]struct{}
+	_ [kernels.SignalSlots - SignalSlots]struct{}
+)
 
 func slotWord(slot, field int) int { return padSlots + slot*slotStride + field }
 
-// checkPeer refuses a rank outside the group.
-func (h *Heap) checkPeer(what string, peer int) error {
-	if peer < 0 || peer >= h.Ranks() {
-		return fmt.Errorf("%w: symheap: %s: rank %d of %d", alloc.ErrInvalidValue, what, peer, h.Ranks())
+// checkPeer refuses a rank outside a group of ranks.
+func checkPeer(what string, peer, ranks int) error {
+	if peer < 0 || peer >= ranks {
+		return fmt.Errorf("%w: symheap: %s: rank %d of %d", alloc.ErrInvalidValue, what, peer, ranks)
 	}
 	return nil
+}
+
+// signalTimeout is the failure of rank's wait on slot, which wanted a
+// count of want and saw got, after timeout (both heaps).
+func signalTimeout(rank int, timeout time.Duration, slot int, want, got uint32) error {
+	return fmt.Errorf("%w: rank %d waited %v on signal slot %d for a count of %d (it is at %d): did a peer signal fewer times, or die?",
+		ErrCollectiveTimeout, rank, timeout, slot, want, got)
 }
 
 func checkSlot(what string, slot int) error {
@@ -59,7 +72,7 @@ func checkSlot(what string, slot int) error {
 // same place on every rank), in stream order. The peer learns of it by a
 // Signal queued after the Put.
 func (h *Heap) Put(peer int, dst, src Tensor) error {
-	if err := h.checkPeer("Put", peer); err != nil {
+	if err := checkPeer("Put", peer, h.Ranks()); err != nil {
 		return err
 	}
 	if err := h.bump.checkPair(dst, src); err != nil {
@@ -75,7 +88,7 @@ func (h *Heap) Put(peer int, dst, src Tensor) error {
 // before it have landed (their bytes are written before the add, which
 // releases them to the peer's WaitSignal).
 func (h *Heap) Signal(peer, slot int, value uint32) error {
-	if err := h.checkPeer("Signal", peer); err != nil {
+	if err := checkPeer("Signal", peer, h.Ranks()); err != nil {
 		return err
 	}
 	if err := checkSlot("Signal", slot); err != nil {
@@ -130,8 +143,7 @@ func (h *Heap) waitSlot(slot int, want uint32, deadline time.Time) error {
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			return fmt.Errorf("%w: rank %d waited %v on signal slot %d for a count of %d (it is at %d): did a peer signal fewer times, or die?",
-				ErrCollectiveTimeout, h.rank, h.opts.Timeout, slot, want, v)
+			return signalTimeout(h.rank, h.opts.Timeout, slot, want, v)
 		}
 		waiters := h.word(h.rank, slotWord(slot, slotWaiters))
 		waiters.Add(1)

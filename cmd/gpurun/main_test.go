@@ -260,6 +260,10 @@ func TestFigureParsers(t *testing.T) {
 	assert.Equal(t, "ran on 2 devices", tp["multi_gpu"])
 	assert.Equal(t, [][]bool{{true, false}, {false, true}}, tp["p2p_matrix"])
 	assert.Equal(t, "skipped: one GPU", tpdecodeFigures(config{}, "multi_gpu: skipped: one GPU\n")["multi_gpu"])
+	assert.Equal(t, false, tp["pipeline_checked"])
+	assert.Equal(t, true, tpdecodeFigures(config{Backend: "hip"}, "2 stages as goroutines on hip (device heap), 5 steps replayed, every output checked\n")["pipeline_checked"])
+	assert.Equal(t, false, tpdecodeFigures(config{Backend: "cuda"}, "2 stages as goroutines on cuda (host heap), 5 steps replayed, every output checked\n")["pipeline_checked"],
+		"the put/signal step is the device heap's")
 
 	d := decodeloopFigures(config{}, "200 steps of 1000 axpy kernels on cuda: eager 5ms/step, graph replay 1ms/step (5.00x)\n"+
 		"BenchmarkTorchReplayAxpy/kernels=1000/impl=eager\t20\t6000000.0 ns/op\nBenchmarkTorchReplayAxpy/kernels=1000/impl=graph\t200\t1500000.0 ns/op\n")

@@ -140,6 +140,7 @@ exit $rc`, Figures: decodeloopFigures},
 		{Name: "tpdecode", Timeout: 30 * time.Second, Command: `rc=0
 "$B/tpdecode" -backend=` + be + pick("", " -steps 5") + ` || rc=1
 "$B/tpdecode" -backend=` + be + ` -procs -ranks 2` + pick("", " -steps 5") + ` || rc=1
+"$B/pipeline" -backend=` + be + pick(" -steps 200", " -steps 5") + ` || rc=1
 ` + multiGPU(be, pick) + `
 exit $rc`, Figures: tpdecodeFigures},
 		{Name: "gpu_tests", Timeout: 45 * time.Second, Command: gpuTests, Figures: testFigures},
@@ -465,6 +466,10 @@ func tpdecodeFigures(c config, out string) map[string]any {
 		f["goroutine_replay_over_eager"], _ = strconv.ParseFloat(m[1], 64)
 	}
 	f["process_ranks_checked"] = strings.Contains(out, "2 ranks as processes on "+c.Backend+": every result checked")
+	// examples/pipeline: two goroutine stages handing activations over by
+	// the device heap's put and signals, captured and replayed
+	f["pipeline_checked"] = strings.Contains(out, "2 stages as goroutines on "+c.Backend+" (device heap)") &&
+		strings.Contains(out, "steps replayed, every output checked")
 	return f
 }
 

@@ -5,10 +5,13 @@
 // credit, so stage 0 never runs ahead into activations not yet read).
 // Each stage's step is captured once and replayed with fresh inputs;
 // every output is checked against the single-rank computation on the
-// host, bit for bit.
+// host, bit for bit. The step is written against symheap.Collectives: on
+// cpu the host heap's put and signals (host functions), on cuda and hip
+// the device heap's (this library's kernels).
 //
-//	go run ./examples/pipeline         # the two stages as goroutines, cpu
-//	go run ./examples/pipeline -procs  # as processes sharing memfd heaps
+//	go run ./examples/pipeline               # the two stages as goroutines, cpu
+//	go run ./examples/pipeline -procs        # as processes sharing memfd heaps
+//	go run ./examples/pipeline -backend=cuda # goroutine stages on the device heap
 package main
 
 import (
@@ -21,6 +24,9 @@ import (
 	"strconv"
 	"sync"
 
+	_ "github.com/capalloc/capalloc/cpu" // the backends a -backend name may ask for
+	_ "github.com/capalloc/capalloc/cuda"
+	_ "github.com/capalloc/capalloc/hip"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -37,16 +43,19 @@ const (
 
 func main() {
 	steps := flag.Int("steps", 100, "steps, each with a fresh input")
-	procs := flag.Bool("procs", false, "run the stages as processes (memfd heaps passed to them)")
+	procs := flag.Bool("procs", false, "run the stages as processes (memfd heaps passed to them; cpu)")
+	backend := flag.String("backend", "cpu", "backend of both stages (a backends name: cpu, cuda, hip)")
 	flag.Parse()
 	var err error
 	switch {
 	case os.Getenv(envStage) != "":
 		err = stageProcess(os.Stdout)
+	case *procs && *backend != "cpu":
+		err = fmt.Errorf("-procs runs the stages on cpu's host heap, not on %q", *backend)
 	case *procs:
 		err = runProcesses(os.Stdout, *steps)
 	default:
-		err = runGoroutines(os.Stdout, *steps)
+		err = runGoroutines(os.Stdout, *backend, *steps)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "pipeline:", err)
@@ -54,27 +63,30 @@ func main() {
 	}
 }
 
-// runGoroutines runs both stages in this process.
-func runGoroutines(w io.Writer, steps int) error {
+// runGoroutines runs both stages in this process, each on its own driver
+// of backend.
+func runGoroutines(w io.Writer, backend string, steps int) error {
 	g, err := symheap.NewGroup(stages, heapSize)
 	if err != nil {
 		return err
 	}
 	defer g.Close()
+	hs := heaps{g: g, x: symheap.NewLocalExchange(stages)}
 	var wg sync.WaitGroup
 	errs := make([]error, stages)
+	kinds := make([]string, stages)
 	for r := range stages {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[r] = stage(g, r, steps)
+			kinds[r], errs[r] = stage(backend, hs, r, steps)
 		}()
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "2 stages as goroutines on cpu, %d steps replayed, every output checked\n", steps)
+	fmt.Fprintf(w, "2 stages as goroutines on %s (%s), %d steps replayed, every output checked\n", backend, kinds[0], steps)
 	return nil
 }
 
@@ -130,5 +142,6 @@ func stageProcess(w io.Writer) error {
 		return err
 	}
 	defer g.Close()
-	return stage(g, r, steps)
+	_, err = stage("cpu", heaps{g: g}, r, steps)
+	return err
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -8,7 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
-	"github.com/capalloc/capalloc/cpu"
+	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -19,7 +20,7 @@ import (
 // stages so each names the same place on both.
 type tensors struct{ x, act, bias, out symheap.Tensor }
 
-func layout(h *symheap.Heap) (t tensors, err error) {
+func layout(h symheap.Collectives) (t tensors, err error) {
 	for _, p := range []*symheap.Tensor{&t.x, &t.act, &t.bias, &t.out} {
 		if *p, err = h.Alloc(4 * width); err != nil {
 			return t, err
@@ -40,24 +41,58 @@ func reference(step, i int) float32 {
 	return out
 }
 
-// stage opens rank r's heap on its own cpu allocator, captures its step
-// once and replays it steps times, stage 1 checking every output.
-func stage(g *symheap.Group, r, steps int) error {
-	d, err := cpu.New(cpu.Options{})
+// heaps is what a stage opens its heap from: the host heap's group (cpu),
+// or the device heap's exchange (cuda, hip), whichever its driver runs.
+type heaps struct {
+	g *symheap.Group
+	x symheap.Exchange
+}
+
+// timeout bounds every wait of a stage's heap: a stage that stops
+// signalling fails its peer with symheap.ErrCollectiveTimeout.
+const timeout = 20 * time.Second
+
+// open opens rank r's heap on a: the device heap where the driver has IPC
+// memory and kernels of ours, the host heap otherwise. kind says which.
+func (hs heaps) open(r int, a *alloc.Allocator) (h symheap.Collectives, kind string, err error) {
+	if !symheap.DeviceRuns(a.Driver()) {
+		h, err = hs.g.Open(r, a, symheap.Options{Timeout: timeout})
+		return h, "host heap", err
+	}
+	dh, err := symheap.OpenDevice(r, a, hs.x, heapSize, symheap.DeviceOptions{Timeout: timeout})
 	if err != nil {
-		return err
+		return nil, "", err
+	}
+	if err := dh.CollectivesRun(); err != nil {
+		return nil, "", errors.Join(err, dh.Close())
+	}
+	return dh, "device heap", nil
+}
+
+// stage opens rank r's heap on its own driver of backend and allocator,
+// captures its step once and replays it steps times, stage 1 checking
+// every output. kind is the heap it ran on.
+func stage(backend string, hs heaps, r, steps int) (kind string, err error) {
+	d, err := backends.OpenDriver(context.Background(), backend)
+	if err != nil {
+		return "", err
 	}
 	defer d.Close()
 	a, err := alloc.New(d, alloc.Options{})
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer a.Close()
-	h, err := g.Open(r, a, symheap.Options{Timeout: 20 * time.Second})
+	h, kind, err := hs.open(r, a)
 	if err != nil {
-		return err
+		return "", err
 	}
-	defer h.Close()
+	defer func() { err = errors.Join(err, h.Close()) }()
+	return kind, run(h, a, r, steps)
+}
+
+// run is stage r's work on its open heap h.
+func run(h symheap.Collectives, a *alloc.Allocator, r, steps int) error {
 	t, err := layout(h)
 	if err != nil {
 		return err
@@ -79,10 +114,18 @@ func stage(g *symheap.Group, r, steps int) error {
 			return err
 		}
 	}
+	// Both stages are set up (their pinned buffers made) before either
+	// captures: on cuda and hip both are threads of one process, and a
+	// device of unknown capture safety refuses a pinned allocation while
+	// any capture is active in the process. ThreadLocal, as a Global-mode
+	// capture on one stage would refuse the other's Synchronize.
+	if err := h.Barrier(); err != nil {
+		return err
+	}
 	if err := h.Synchronize(); err != nil {
 		return err
 	}
-	graph, err := a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, func() error { return step(h, r, t, host) })
+	graph, err := a.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, func() error { return step(h, r, t, host) })
 	if err != nil {
 		return fmt.Errorf("stage %d: capture: %w", r, err)
 	}
@@ -112,7 +155,7 @@ func stage(g *symheap.Group, r, steps int) error {
 
 // step is one stage's step, as captured: stage 0 reads the input from the
 // host buffer, stage 1 writes the output into it.
-func step(h *symheap.Heap, r int, t tensors, host *alloc.HostBuffer) error {
+func step(h symheap.Collectives, r int, t tensors, host *alloc.HostBuffer) error {
 	if r == 0 {
 		return errors.Join(
 			h.Write(t.x, host, 0),

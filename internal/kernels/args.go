@@ -17,11 +17,20 @@ const (
 // DecodePadError), then epoch_of[MaxBlocks] u32, then
 // arrive[MaxBlocks][MaxRanks] u64 (epoch | signature<<32), then
 // closed[MaxRanks] u32 (nonzero: that rank closed its heap; written by the
-// host, read by every kernel at its start).
+// host, read by every kernel at its start), then, 64-byte aligned,
+// SignalSlots slots of SignalSlotBytes: the count peers' signals add to
+// (u32 at SignalCountOff) and what this rank's waits consumed (u32 at
+// SignalConsumedOff).
 const (
 	PadEpochsOff  = 64
 	PadArrivesOff = PadEpochsOff + 4*MaxBlocks
 	PadClosedOff  = PadArrivesOff + 8*MaxBlocks*MaxRanks
+	PadSignalsOff = (PadClosedOff + 4*MaxRanks + 63) &^ 63
+
+	SignalSlots       = 16
+	SignalSlotBytes   = 64
+	SignalCountOff    = 0
+	SignalConsumedOff = 4
 )
 
 // Element types of the reductions (the source's CA_F32...).
@@ -60,6 +69,30 @@ func (c *Coll) Encode(b []byte) []byte {
 	le.PutUint32(b[44:], c.NRanks)
 	le.PutUint32(b[48:], c.DType)
 	le.PutUint32(b[52:], c.Sig)
+	return b
+}
+
+// P2P is the point-to-point kernels' parameter (struct ca_p2p): Coll's
+// table, rank, ranks and timeout; InOff the source, OutOff the
+// destination and Count the bytes of a put; Slot and Value of a signal or
+// a wait; Peer the rank a put or signal reaches. 72 bytes.
+type P2P struct {
+	Coll
+	Peer, Slot, Value uint32
+}
+
+// P2PSize is the size of struct ca_p2p.
+const P2PSize = CollSize + 16
+
+// Encode writes p into b (P2PSize bytes) and returns it.
+func (p *P2P) Encode(b []byte) []byte {
+	b = b[:P2PSize]
+	p.Coll.Encode(b)
+	le := binary.LittleEndian
+	le.PutUint32(b[CollSize:], p.Peer)
+	le.PutUint32(b[CollSize+4:], p.Slot)
+	le.PutUint32(b[CollSize+8:], p.Value)
+	le.PutUint32(b[CollSize+12:], 0)
 	return b
 }
 
@@ -139,7 +172,10 @@ const (
 	ErrPeerBroken = 2 // a peer's heap broke while this rank waited for it
 	ErrLaunch     = 3 // a launch the source cannot serve (too many ranks or blocks)
 	ErrMismatch   = 4 // a peer arrived with another collective's signature, or at an epoch it cannot be at
-	ErrClosed     = 5 // a kernel started after rank Peer closed its heap (it stopped at ca_begin)
+	ErrClosed     = 5 // a kernel started after rank Peer closed its heap (it stopped at ca_begin), or a signal wait saw it close
+	// ErrSignalTimeout: a signal wait passed the timeout; Peer is the
+	// slot, Epoch the count it waited for, PeerEpoch the count it saw.
+	ErrSignalTimeout = 6
 )
 
 // PadError is the failure record (struct ca_pad's first 15 words): the

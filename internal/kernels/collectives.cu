@@ -20,6 +20,10 @@
  *               this rank's pad (one 64-bit release store), read here
  *               with 64-bit acquire loads: epoch and signature are of one
  *               arrival.
+ *   [1104..1111] closed[p]: rank p closed its heap (written by the host)
+ *   [1120..1375] signal slots, a 64-byte line each: the count peers add to
+ *               (capalloc_signal) and what this rank's waits consumed
+ *               (capalloc_wait_signal; written only by this rank).
  * Barriers are per block: block b of every rank meets block b of every
  * other. The kernels map work to blocks by an index that does not depend
  * on the rank, so the bytes block b writes are the bytes block b of the
@@ -36,6 +40,9 @@
 #define CA_ERR_LAUNCH 3u
 #define CA_ERR_MISMATCH 4u
 #define CA_ERR_CLOSED 5u /* a kernel started after rank peer closed its heap */
+#define CA_ERR_SIGNAL_TIMEOUT 6u /* a signal wait passed the timeout: peer is the slot */
+
+#define CA_SIGNAL_SLOTS 16
 
 /* A failure: what failed where, this rank's signature and the peer's
  * arrival as last read; c_*: the first failure behind a peer-broken one. */
@@ -55,14 +62,21 @@ struct ca_pad {
    * (DeviceHeap.Close) into every rank's pad; ca_begin stops a kernel that
    * starts after it, before it touches any peer */
   u32 closed[CA_MAX_RANKS];
+  u32 align_[8];
+  /* signal slot k: a cache line; word 0 the count peers add to, word 1
+   * what this rank's waits on it consumed */
+  struct {
+    u32 count, consumed, line_[14];
+  } slot[CA_SIGNAL_SLOTS];
 };
 static_assert(sizeof(ca_pad) <= CA_PAD_BYTES, "the signal pad holds struct ca_pad");
 #if !defined(__CUDACC_RTC__) && !defined(__CUDACC__) && !defined(__HIPCC_RTC__) && !defined(__HIPCC__)
 /* checked by the host build (NVRTC has no offsetof); the layout is the
  * same for every compiler: naturally aligned u32 and u64 */
 static_assert(__builtin_offsetof(ca_pad, epoch_of) == 64 && __builtin_offsetof(ca_pad, arrive) == 320 &&
-                  __builtin_offsetof(ca_pad, closed) == 4416,
-              "args.go mirrors the offsets: PadEpochsOff, PadArrivesOff, PadClosedOff");
+                  __builtin_offsetof(ca_pad, closed) == 4416 && __builtin_offsetof(ca_pad, slot) == 4480 &&
+                  sizeof(((ca_pad *)0)->slot[0]) == 64,
+              "args.go mirrors the offsets: PadEpochsOff, PadArrivesOff, PadClosedOff, PadSignalsOff, SignalSlotBytes");
 #endif
 
 /* The kernels' parameter. Offsets are bytes from the start of the heap
@@ -75,6 +89,15 @@ struct ca_coll {
   u32 rank, nranks;
   u32 dtype;
   u32 sig;           /* the collective's signature (args.go Signature) */
+};
+
+/* The point-to-point kernels' parameter: c's table, rank, nranks and
+ * timeout; a put copies c.count bytes from this rank's heap at c.in_off
+ * into peer's at c.out_off; a signal adds value to peer's slot; a wait
+ * waits for value more on this rank's slot than its waits consumed. */
+struct ca_p2p {
+  ca_coll c;
+  u32 peer, slot, value, pad_;
 };
 
 struct ca_axpy {
@@ -564,6 +587,96 @@ CA_KERNEL capalloc_reducescatter(ca_coll a) {
   ca_end(a, s);
 }
 
+/* ---- point-to-point: put, signal, wait ----
+ * None of them meets a barrier, so ranks may run different numbers of
+ * them; each refuses a broken heap or a closed peer at ca_begin, before it
+ * touches any peer, and keeps the block's epoch as it was. */
+
+/* ca_p2p_ok: the peer and slot are ones the source serves. */
+CA_DEV bool ca_p2p_ok(const ca_p2p &p, ca_state &s) {
+  if (CA_TID == 0 && (p.peer >= p.c.nranks || p.slot >= CA_SIGNAL_SLOTS)) {
+    ca_rec r = {};
+    r.status = CA_ERR_LAUNCH;
+    r.rank = p.c.rank;
+    r.peer = p.c.nranks;
+    r.block = CA_BID;
+    ca_fail(ca_pad_of(p.c, p.c.rank), r);
+    *s.failed = 1u;
+  }
+  ca_sync();
+  return *s.failed == 0u;
+}
+
+/* capalloc_put: this rank's in_off..+count into peer's heap at out_off,
+ * spread over the grid. Stream order publishes it: the signal queued
+ * after it runs once every block's stores are done. */
+CA_KERNEL capalloc_put(ca_p2p p) {
+  CA_SHARED(u32, sh, 1);
+  ca_state s;
+  if (ca_begin(p.c, s, sh) && ca_p2p_ok(p, s))
+    ca_copy(ca_heap(p.c, p.peer) + p.c.out_off, ca_heap(p.c, p.c.rank) + p.c.in_off, p.c.count);
+  ca_end(p.c, s);
+}
+
+/* capalloc_signal: adds value to peer's slot, one thread, after a
+ * system-scope fence: the puts before it are visible to a wait that sees
+ * the count. */
+CA_KERNEL capalloc_signal(ca_p2p p) {
+  CA_SHARED(u32, sh, 1);
+  ca_state s;
+  if (ca_begin(p.c, s, sh) && ca_p2p_ok(p, s) && CA_TID == 0) {
+    ca_fence();
+    ca_add_release(&ca_pad_of(p.c, p.peer)->slot[p.slot].count, p.value);
+  }
+  ca_end(p.c, s);
+}
+
+/* capalloc_wait_signal: waits until this rank's slot count is value past
+ * what the waits before consumed (wrap-safe), then consumes it; past the
+ * timeout it records CA_ERR_SIGNAL_TIMEOUT (peer: the slot; epoch: the
+ * count wanted; peer_epoch: the count seen) and gives up. */
+CA_KERNEL capalloc_wait_signal(ca_p2p p) {
+  CA_SHARED(u32, sh, 1);
+  ca_state s;
+  if (ca_begin(p.c, s, sh) && ca_p2p_ok(p, s) && CA_TID == 0) {
+    ca_pad *me = ca_pad_of(p.c, p.c.rank);
+    u32 want = ca_ld_volatile(&me->slot[p.slot].consumed) + p.value;
+    u64 start = ca_timer();
+    for (;;) {
+      u32 got = ca_ld_acquire(&me->slot[p.slot].count);
+      if ((int)(got - want) >= 0) {
+        ca_st_volatile(&me->slot[p.slot].consumed, want);
+        break;
+      }
+      if (ca_ld_acquire(&me->status) != 0u) break;
+      u32 q = 0;
+      while (q < p.c.nranks && ca_ld_acquire(&me->closed[q]) == 0u) q++;
+      if (q < p.c.nranks) { /* a rank closed its heap: it signals no more */
+        ca_rec r = {};
+        r.status = CA_ERR_CLOSED;
+        r.rank = p.c.rank;
+        r.peer = q;
+        r.block = CA_BID;
+        ca_fail(me, r);
+        break;
+      }
+      if (ca_timer() - start > p.c.timeout_ticks) {
+        ca_rec r = {};
+        r.status = CA_ERR_SIGNAL_TIMEOUT;
+        r.rank = p.c.rank;
+        r.peer = p.slot;
+        r.epoch = want;
+        r.block = CA_BID;
+        r.peer_epoch = got;
+        ca_fail(me, r);
+        break;
+      }
+      ca_pause();
+    }
+  }
+  ca_end(p.c, s);
+}
+
 /* capalloc_axpy: y = a*x + y over n float32, the examples' local work.
  * x and y may start at any byte (a hand-written Tensor): a float that is
  * not 4-aligned moves in narrower words (ca_load). */
@@ -622,7 +735,8 @@ static const ca_entry ca_entries[] = {
     CA_ENTRY(capalloc_barrier, ca_coll),           CA_ENTRY(capalloc_allreduce_oneshot, ca_coll),
     CA_ENTRY(capalloc_allreduce_twoshot, ca_coll), CA_ENTRY(capalloc_allgather, ca_coll),
     CA_ENTRY(capalloc_alltoall, ca_coll),          CA_ENTRY(capalloc_reducescatter, ca_coll),
-    CA_ENTRY(capalloc_axpy, ca_axpy),
+    CA_ENTRY(capalloc_put, ca_p2p),                CA_ENTRY(capalloc_signal, ca_p2p),
+    CA_ENTRY(capalloc_wait_signal, ca_p2p),        CA_ENTRY(capalloc_axpy, ca_axpy),
 };
 
 extern "C" int capalloc_host_kernel(const char *name) {

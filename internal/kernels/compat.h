@@ -9,7 +9,7 @@
  *   kernels' logic is tested without one.
  * Only what the kernels need is here: thread and block indices, the block
  * barrier, one block-shared array, global-memory loads and stores (plain,
- * volatile, system-scope release/acquire, 32- and 64-bit), a compare-and-swap, a global
+ * volatile, system-scope release/acquire, 32- and 64-bit), a compare-and-swap, a release add, a global
  * timer and a pause in spin loops. The kernels touch global memory only
  * through these, so the host build checks every access as a GPU would. */
 #ifndef CAPALLOC_COMPAT_H
@@ -66,6 +66,11 @@ CA_DEV u64 ca_ld_acquire64(const u64 *p) {
   asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
 }
+/* An atomic add with release semantics at system scope (a peer's signal
+ * slot, over P2P). */
+CA_DEV void ca_add_release(u32 *p, u32 v) {
+  asm volatile("red.release.sys.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
 /* %globaltimer: nanoseconds. */
 CA_DEV u64 ca_timer() {
   u64 t;
@@ -81,6 +86,7 @@ CA_DEV void ca_st_release(u32 *p, u32 v) { __atomic_store_n(p, v, __ATOMIC_RELEA
 CA_DEV u32 ca_ld_acquire(const u32 *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 CA_DEV void ca_st_release64(u64 *p, u64 v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 CA_DEV u64 ca_ld_acquire64(const u64 *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+CA_DEV void ca_add_release(u32 *p, u32 v) { __atomic_fetch_add(p, v, __ATOMIC_RELEASE); }
 /* wall_clock64: a constant-rate counter (hipDeviceAttributeWallClockRate
  * kHz); the host converts the timeout into its ticks. */
 CA_DEV u64 ca_timer() { return wall_clock64(); }
@@ -289,6 +295,9 @@ CA_DEV void ca_st_release64(u64 *p, u64 v) {
 CA_DEV u64 ca_ld_acquire64(const u64 *p) {
   if ((++ca_self->loads & 63u) == 0u) ca_pause();
   return ca_check(p, 8, 0) ? __atomic_load_n(p, __ATOMIC_ACQUIRE) : 0ull;
+}
+CA_DEV void ca_add_release(u32 *p, u32 v) {
+  if (ca_check(p, 4, 1)) __atomic_fetch_add(p, v, __ATOMIC_RELEASE);
 }
 CA_DEV u32 ca_cas(u32 *p, u32 cmp, u32 v) {
   if (!ca_check(p, 4, 1)) return ~cmp; /* not swapped */

@@ -1,7 +1,7 @@
 // Package kernels is capalloc's device code: collectives.cu (with
-// compat.h), one CUDA/HIP C++ source for the symmetric heap's collectives
-// and the examples' elementwise kernel, and the Go mirror of its
-// parameter structs and signal pad.
+// compat.h), one CUDA/HIP C++ source for the symmetric heap's collectives,
+// its point-to-point put and signals, and the examples' elementwise
+// kernel; and the Go mirror of its parameter structs and signal pad.
 //
 // CUDA loads collectives.ptx, generated from the source by NVRTC for
 // compute_70 (go generate; .ci/run regenerates it and fails on a diff) and
@@ -32,11 +32,14 @@ const (
 	AllGather        = "capalloc_allgather"
 	AllToAll         = "capalloc_alltoall"
 	ReduceScatter    = "capalloc_reducescatter"
+	Put              = "capalloc_put"
+	Signal           = "capalloc_signal"
+	WaitSignal       = "capalloc_wait_signal"
 	Axpy             = "capalloc_axpy"
 )
 
 // Names is every kernel of the module.
-var Names = []string{Barrier, AllReduceOneShot, AllReduceTwoShot, AllGather, AllToAll, ReduceScatter, Axpy}
+var Names = []string{Barrier, AllReduceOneShot, AllReduceTwoShot, AllGather, AllToAll, ReduceScatter, Put, Signal, WaitSignal, Axpy}
 
 // Source is collectives.cu with compat.h in place of its #include, so a
 // runtime compiler needs no include path.
