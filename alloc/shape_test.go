@@ -25,7 +25,7 @@ import (
 // method, Host.Register and HostBuffer.DevicePtr; OutOfMemoryInfo is what
 // Options.OnOutOfMemory is given.
 const (
-	maxExports     = 100  // exported top-level names plus exported methods of exported types
+	maxExports     = 100 // exported top-level names plus exported methods of exported types
 	maxMethods     = 50  // methods of any one type, unexported included
 	maxFileLines   = 400 // non-test files
 	shapeTestLabel = "docs/design.md, Layers"
