@@ -7,12 +7,11 @@ import (
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
-// cudaError_t values this backend maps to a sentinel (driver_types.h: enum
-// cudaError). Any other non-zero code is ErrDriver; the code and the
+// cudaError_t values this backend maps to a sentinel beyond the codes both
+// runtimes share (gpurt's Code constants) (driver_types.h: enum cudaError). Any other non-zero code is ErrDriver; the code and the
 // runtime's own text are always kept in the message.
 const (
 	errInvalidValue               = 1
-	errMemoryAllocation           = 2
 	errInitializationError        = 3
 	errCudartUnloading            = 4
 	errInvalidDevicePointer       = 17 // deprecated since 10.1, still mapped
@@ -28,48 +27,19 @@ const (
 	errStartupFailure             = 127
 	errInvalidResourceHandle      = 400
 	errIllegalState               = 401
-	errNotReady                   = 600
-	errNotSupported               = 801
-	errPeerAccessAlreadyEnabled   = 704 // cudaErrorPeerAccessAlreadyEnabled (NVIDIA runtime API reference, enum cudaError)
 	errSystemNotReady             = 802
 	errSystemDriverMismatch       = 803
 	errCompatNotSupportedOnDevice = 804
-	errStreamCaptureUnsupported   = 900
-	errStreamCaptureInvalidated   = 901
-	errStreamCaptureMerge         = 902
-	errStreamCaptureUnmatched     = 903
-	errStreamCaptureUnjoined      = 904
-	errStreamCaptureIsolation     = 905
-	errStreamCaptureImplicit      = 906
-	errCapturedEvent              = 907
-	errStreamCaptureWrongThread   = 908
 	errTimeout                    = 909
-	errGraphExecUpdateFailure     = 910
 )
 
 // sentinelFor maps a cudaError_t to the alloc sentinel it means here,
-// through the table below (gpurt.Sentinels). The
-// meanings are driver_types.h's enum cudaError comments (quoted in
-// docs/cuda-backend.md, with the table).
+// through the table below (gpurt.Sentinels). The meanings are
+// driver_types.h's enum cudaError comments (quoted in
+// docs/cuda-backend.md, with the table). The out-of-memory and capture
+// codes (2, 900-908, 910), the same in both runtimes, are gpurt's (its
+// Code constants say what each means); CUDA's own:
 //
-//   - 2: out of memory.
-//   - 900 ("the operation is not permitted when the stream is capturing"),
-//     906 ("would have resulted in a disallowed implicit dependency on a
-//     current capture sequence from cudaStreamLegacy"), 907 ("not
-//     permitted on an event which was last recorded in a capturing
-//     stream"): the call was illegal because a capture is active. Whether
-//     CUDA also invalidated the capture depends on the call; alloc reads
-//     the stream's status again after such a refusal.
-//   - 908 ("a stream capture sequence not initiated with
-//     cudaStreamCaptureModeRelaxed ... was passed to cudaStreamEndCapture
-//     in a different thread"): ErrCaptureWrongThread (and
-//     ErrCaptureIllegalOp). The capture is still active, not invalidated.
-//   - 901 ("invalidated due to a previous error"): the capture was
-//     invalidated.
-//   - 902 (merge), 903 (unmatched: "not initiated in this stream"), 904
-//     (unjoined fork), 905 (isolation), 910 (graph exec update failure):
-//     capture misuse that leaves nothing usable: invalidated; the code
-//     says which.
 //   - 3, 4, 34, 35, 36, 46, 100, 102, 103, 127, 802, 803, 804: no usable
 //     driver or device: the backend is unavailable.
 //   - 1, 17, 21, 101, 400, 401: a bad argument or handle.
@@ -78,11 +48,6 @@ const (
 func sentinelFor(code int) error { return sentinels.For(code) }
 
 var sentinels = gpurt.NewSentinels(gpurt.Codes{
-	OutOfMemory: []int{errMemoryAllocation},
-	IllegalOp:   []int{errStreamCaptureUnsupported, errStreamCaptureImplicit, errCapturedEvent},
-	WrongThread: []int{errStreamCaptureWrongThread},
-	Invalidated: []int{errStreamCaptureInvalidated, errStreamCaptureMerge, errStreamCaptureUnmatched,
-		errStreamCaptureUnjoined, errStreamCaptureIsolation, errGraphExecUpdateFailure},
 	Unavailable: []int{errInitializationError, errCudartUnloading, errStubLibrary, errInsufficientDriver,
 		errCallRequiresNewerDriver, errDevicesUnavailable, errNoDevice, errDeviceNotLicensed,
 		errSoftwareValidityNotEstabl, errStartupFailure, errSystemNotReady,

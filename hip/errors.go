@@ -9,41 +9,28 @@ import (
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
-// hipError_t values this package names (hip_runtime_api.h: enum
-// hipError_t, ROCm 5.2.3). Codes and names are the header's; deprecated
+// hipError_t values this package maps beyond the codes both runtimes share
+// (gpurt's Code constants) (hip_runtime_api.h: enum hipError_t, ROCm
+// 5.2.3). Codes and names are the header's; deprecated
 // aliases (hipErrorMemoryAllocation, ...) share their code with the
 // current name. TestErrorTableMatchesHeader compares this table with the
 // installed header.
 const (
-	errInvalidValue             = 1
-	errOutOfMemory              = 2
-	errNotInitialized           = 3
-	errDeinitialized            = 4
-	errInvalidPitchValue        = 12
-	errInvalidSymbol            = 13
-	errInvalidDevicePointer     = 17
-	errInvalidMemcpyDirection   = 21
-	errInsufficientDriver       = 35
-	errNoDevice                 = 100
-	errInvalidDevice            = 101
-	errInvalidContext           = 201
-	errInvalidHandle            = 400
-	errIllegalState             = 401
-	errNotReady                 = 600
-	errHostMemoryAlreadyReg     = 712
-	errHostMemoryNotRegistered  = 713
-	errNotSupported             = 801
-	errPeerAccessAlreadyEnabled = 704 // hipErrorPeerAccessAlreadyEnabled (hip_runtime_api.h)
-	errStreamCaptureUnsupported = 900
-	errStreamCaptureInvalidated = 901
-	errStreamCaptureMerge       = 902
-	errStreamCaptureUnmatched   = 903
-	errStreamCaptureUnjoined    = 904
-	errStreamCaptureIsolation   = 905
-	errStreamCaptureImplicit    = 906
-	errCapturedEvent            = 907
-	errStreamCaptureWrongThread = 908
-	errGraphExecUpdateFailure   = 910
+	errInvalidValue            = 1
+	errNotInitialized          = 3
+	errDeinitialized           = 4
+	errInvalidPitchValue       = 12
+	errInvalidSymbol           = 13
+	errInvalidDevicePointer    = 17
+	errInvalidMemcpyDirection  = 21
+	errInsufficientDriver      = 35
+	errNoDevice                = 100
+	errInvalidDevice           = 101
+	errInvalidContext          = 201
+	errInvalidHandle           = 400
+	errIllegalState            = 401
+	errHostMemoryAlreadyReg    = 712
+	errHostMemoryNotRegistered = 713
 )
 
 // errorName is every hipError_t of the header: its name, and its
@@ -157,21 +144,12 @@ func describe(code int) string {
 }
 
 // sentinelFor maps a hipError_t to the alloc sentinel it means here,
-// through the table below (gpurt.Sentinels). The
-// meanings are the header's comments on enum hipError_t, which for the
-// capture codes repeat CUDA's (docs/hip-backend.md has the table).
+// through the table below (gpurt.Sentinels). The meanings are the
+// header's comments on enum hipError_t (docs/hip-backend.md has the
+// table). The out-of-memory and capture codes (2, 900-908, 910), whose
+// comments repeat CUDA's, are gpurt's (its Code constants say what each
+// means); HIP's own:
 //
-//   - 2: out of memory.
-//   - 900 ("not permitted when the stream is capturing"), 906 (implicit
-//     dependency on a capture from hipStreamLegacy), 907 (an event last
-//     recorded in a capturing stream): illegal because a capture is
-//     active. alloc reads the stream's status again after the refusal.
-//   - 908 ("a stream capture sequence not initiated with
-//     hipStreamCaptureModeRelaxed ... was passed to hipStreamEndCapture in
-//     a different thread"): ErrCaptureWrongThread (and
-//     ErrCaptureIllegalOp); the capture is still active.
-//   - 901 (invalidated), 902 (merge), 903 (unmatched), 904 (unjoined),
-//     905 (isolation), 910 (graph exec update failure): invalidated.
 //   - 3 (not initialized), 4 (deinitialized), 35 (insufficient driver),
 //     100 (no device): no usable runtime or device: the backend is
 //     unavailable.
@@ -181,11 +159,6 @@ func describe(code int) string {
 func sentinelFor(code int) error { return sentinels.For(code) }
 
 var sentinels = gpurt.NewSentinels(gpurt.Codes{
-	OutOfMemory: []int{errOutOfMemory},
-	IllegalOp:   []int{errStreamCaptureUnsupported, errStreamCaptureImplicit, errCapturedEvent},
-	WrongThread: []int{errStreamCaptureWrongThread},
-	Invalidated: []int{errStreamCaptureInvalidated, errStreamCaptureMerge, errStreamCaptureUnmatched,
-		errStreamCaptureUnjoined, errStreamCaptureIsolation, errGraphExecUpdateFailure},
 	Unavailable: []int{errNotInitialized, errDeinitialized, errInsufficientDriver, errNoDevice},
 	InvalidValue: []int{errInvalidValue, errInvalidPitchValue, errInvalidSymbol, errInvalidDevicePointer,
 		errInvalidMemcpyDirection, errInvalidDevice, errInvalidContext, errInvalidHandle,

@@ -118,7 +118,7 @@ func TestRealRuntimeCallsReturnCodes(t *testing.T) {
 	t.Logf("hipIpcGetMemHandle(NULL) = %d %s", code, rt.text(code))
 	code = gpurt.Call(rt.SetDevice.Addr, 0)
 	require.Equal(t, int32(errInvalidDevice), code, "hipSetDevice without a GPU")
-	var mode int32 = captureModeRelaxed
+	var mode = int32(gpurt.CaptureModeRelaxed)
 	code = gpurt.Call(rt.ThreadExchangeCaptureMode.Addr, uintptr(unsafe.Pointer(&mode)))
 	t.Logf("hipThreadExchangeStreamCaptureMode = %d %s", code, rt.text(code))
 }

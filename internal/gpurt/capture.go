@@ -12,11 +12,11 @@ import (
 func (v *Vendor) CaptureMode(m driver.CaptureMode) (uintptr, error) {
 	switch m {
 	case driver.Global:
-		return v.CaptureModeGlobal, nil
+		return CaptureModeGlobal, nil
 	case driver.ThreadLocal:
-		return v.CaptureModeThreadLocal, nil
+		return CaptureModeThreadLocal, nil
 	case driver.Relaxed:
-		return v.CaptureModeRelaxed, nil
+		return CaptureModeRelaxed, nil
 	}
 	return 0, v.Errf(driver.ErrInvalidValue, "begin capture: capture mode %d", int(m))
 }
@@ -41,7 +41,7 @@ func (d *Driver) BeginCapture(s driver.Stream, mode driver.CaptureMode) error {
 	}
 	return d.capture.Do(op, func() error {
 		code := Call(d.rt.StreamBeginCapture.Addr, uintptr(s), m)
-		if code == d.v.NotSupported {
+		if code == CodeNotSupported {
 			return d.rt.FailAs(driver.ErrCaptureUnavailable, fmt.Sprintf("%s (%s)", op, mode), d.rt.StreamBeginCapture.Name, code)
 		}
 		return d.rt.Check(fmt.Sprintf("%s (%s)", op, mode), d.rt.StreamBeginCapture.Name, code)
@@ -82,7 +82,7 @@ func (d *Driver) GraphInstantiate(g driver.GraphHandle, autoFree bool) (driver.G
 	}
 	flags := uintptr(0)
 	if autoFree {
-		flags = d.v.GraphInstantiateAutoFreeOnLaunch
+		flags = GraphInstantiateAutoFreeOnLaunch
 	}
 	var e uintptr
 	err := d.dev.Do(op, func() error {

@@ -36,7 +36,7 @@ func (d *Driver) CopyHtoDAsync(dst driver.DevicePtr, src []byte, s driver.Stream
 	if err := d.requirePinned(op, src); err != nil {
 		return err
 	}
-	return d.memcpy(op, uintptr(dst), addr(src), int64(len(src)), d.v.MemcpyHostToDevice, s)
+	return d.memcpy(op, uintptr(dst), addr(src), int64(len(src)), MemcpyHostToDevice, s)
 }
 
 func (d *Driver) CopyDtoHAsync(dst []byte, src driver.DevicePtr, s driver.Stream) error {
@@ -47,7 +47,7 @@ func (d *Driver) CopyDtoHAsync(dst []byte, src driver.DevicePtr, s driver.Stream
 	if err := d.requirePinned(op, dst); err != nil {
 		return err
 	}
-	return d.memcpy(op, addr(dst), uintptr(src), int64(len(dst)), d.v.MemcpyDeviceToHost, s)
+	return d.memcpy(op, addr(dst), uintptr(src), int64(len(dst)), MemcpyDeviceToHost, s)
 }
 
 func (d *Driver) CopyDtoDAsync(dst, src driver.DevicePtr, n int64, s driver.Stream) error {
@@ -58,7 +58,7 @@ func (d *Driver) CopyDtoDAsync(dst, src driver.DevicePtr, n int64, s driver.Stre
 	if err := d.checkSize(op, n); err != nil {
 		return err
 	}
-	return d.memcpy(op, uintptr(dst), uintptr(src), n, d.v.MemcpyDeviceToDevice, s)
+	return d.memcpy(op, uintptr(dst), uintptr(src), n, MemcpyDeviceToDevice, s)
 }
 
 // MemsetAsync is the async memset (the int value is converted to unsigned
@@ -88,7 +88,7 @@ func (d *Driver) CopyHtoD(dst driver.DevicePtr, src []byte, s driver.Stream) err
 		return d.v.Errf(driver.ErrInvalidValue, "%s: empty host buffer", op)
 	}
 	err := d.blocking(op, s, func() int32 {
-		return Call(d.rt.MemcpyAsync.Addr, uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), d.v.MemcpyHostToDevice, uintptr(s))
+		return Call(d.rt.MemcpyAsync.Addr, uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), MemcpyHostToDevice, uintptr(s))
 	})
 	runtime.KeepAlive(src)
 	return err
@@ -104,7 +104,7 @@ func (d *Driver) CopyDtoH(dst []byte, src driver.DevicePtr, s driver.Stream) err
 		return d.v.Errf(driver.ErrInvalidValue, "%s: empty host buffer", op)
 	}
 	err := d.blocking(op, s, func() int32 {
-		return Call(d.rt.MemcpyAsync.Addr, uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), d.v.MemcpyDeviceToHost, uintptr(s))
+		return Call(d.rt.MemcpyAsync.Addr, uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), MemcpyDeviceToHost, uintptr(s))
 	})
 	runtime.KeepAlive(dst)
 	return err

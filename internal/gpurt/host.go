@@ -60,7 +60,7 @@ func (d *Driver) HostAlloc(size int64) ([]byte, error) {
 			return nil, d.v.Errf(driver.ErrDriver, "%s: supplied host memory returned %d B", op, len(b))
 		}
 		err = d.dev.Do(op, func() error {
-			return d.rt.Check(op, d.rt.HostRegister.Name, Call(d.rt.HostRegister.Addr, addr(b), uintptr(size), d.v.HostRegisterPortable))
+			return d.rt.Check(op, d.rt.HostRegister.Name, Call(d.rt.HostRegister.Addr, addr(b), uintptr(size), HostRegisterPortable))
 		})
 		if err != nil {
 			_ = hm.Free(b)
@@ -70,7 +70,7 @@ func (d *Driver) HostAlloc(size int64) ([]byte, error) {
 	} else {
 		var p unsafe.Pointer // C writes a pointer to C memory: the GC ignores it
 		err := d.dev.Do(op, func() error {
-			return d.rt.Check(op, d.rt.HostAlloc.Name, Call(d.rt.HostAlloc.Addr, uintptr(unsafe.Pointer(&p)), uintptr(size), d.v.HostAllocPortable))
+			return d.rt.Check(op, d.rt.HostAlloc.Name, Call(d.rt.HostAlloc.Addr, uintptr(unsafe.Pointer(&p)), uintptr(size), HostAllocPortable))
 		})
 		if err != nil {
 			return nil, err

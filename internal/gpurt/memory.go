@@ -20,14 +20,14 @@ func (d *Driver) createPool() error {
 			return err
 		}
 	} else {
-		handles := v.MemHandleTypeNone
+		handles := MemHandleTypeNone
 		if d.opts.IPC {
-			handles = v.MemHandleTypePosixFD
+			handles = MemHandleTypePosixFD
 		}
 		props := MemPoolProps{
-			AllocType:    v.MemAllocationTypePinned,
+			AllocType:    MemAllocationTypePinned,
 			HandleTypes:  handles,
-			LocationType: v.MemLocationTypeDevice,
+			LocationType: MemLocationTypeDevice,
 			LocationID:   int32(dev),
 		}
 		if err := rt.Check("create memory pool", rt.MemPoolCreate.Name,
@@ -39,7 +39,7 @@ func (d *Driver) createPool() error {
 			// An exportable pool cannot serve graph allocations (801 in a
 			// capture, measured on an H100): captures allocate from a
 			// second pool that is not exportable.
-			props.HandleTypes = v.MemHandleTypeNone
+			props.HandleTypes = MemHandleTypeNone
 			if err := rt.Check("create capture memory pool", rt.MemPoolCreate.Name,
 				Call(rt.MemPoolCreate.Addr, uintptr(unsafe.Pointer(&d.capPool)), uintptr(unsafe.Pointer(&props)))); err != nil {
 				d.destroyPool()
@@ -53,7 +53,7 @@ func (d *Driver) createPool() error {
 			continue
 		}
 		if err := rt.Check(fmt.Sprintf("set pool release threshold %d B", threshold), rt.MemPoolSetAttribute.Name,
-			Call(rt.MemPoolSetAttribute.Addr, pool, v.MemPoolAttrReleaseThreshold, uintptr(unsafe.Pointer(&threshold)))); err != nil {
+			Call(rt.MemPoolSetAttribute.Addr, pool, MemPoolAttrReleaseThreshold, uintptr(unsafe.Pointer(&threshold)))); err != nil {
 			d.destroyPool()
 			return err
 		}

@@ -19,35 +19,7 @@ type Vendor struct {
 	// Alignment is the guaranteed alignment of device allocations.
 	Alignment int64
 
-	// Error codes the shared paths act on.
-	NotReady     int32 // cudaErrorNotReady / hipErrorNotReady: a stream query
-	NotSupported int32 // from begin capture: this device cannot capture
-	// PeerAccessAlreadyEnabled: enabling peer access a second time
-	// (success for EnablePeerAccess).
-	PeerAccessAlreadyEnabled int32
-
-	// Stream capture status, as the is-capturing call reports it.
-	CaptureStatusNone, CaptureStatusActive, CaptureStatusInvalidated int32
-	// Stream capture mode, and thread interaction mode.
-	CaptureModeGlobal, CaptureModeThreadLocal, CaptureModeRelaxed uintptr
-
-	// Memcpy kinds.
-	MemcpyHostToDevice, MemcpyDeviceToHost, MemcpyDeviceToDevice uintptr
-
-	// Flags.
-	HostAllocPortable                uintptr // pinned for every context
-	HostRegisterPortable             uintptr // registered for every context
-	StreamNonBlocking                uintptr
-	GraphInstantiateAutoFreeOnLaunch uintptr
-
-	// Memory pools.
-	MemPoolAttrReleaseThreshold uintptr // the value is a 64-bit unsigned
-	MemAllocationTypePinned     int32
-	MemHandleTypeNone           int32
-	MemHandleTypePosixFD        int32
-	MemLocationTypeDevice       int32
-
-	// Device attributes (the runtimes number them differently).
+	// Device attributes: the runtimes number them differently.
 	DevAttrIntegrated          uintptr
 	DevAttrMaxThreadsPerBlock  uintptr
 	DevAttrMultiprocessorCount uintptr
@@ -133,5 +105,5 @@ func (d *Driver) streamFlags() uintptr {
 	if d.opts.Blocking {
 		return 0
 	}
-	return d.v.StreamNonBlocking
+	return StreamNonBlocking
 }
