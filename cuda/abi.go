@@ -68,7 +68,8 @@ var _ [ipcHandleSize - gpurt.IPCHandleSize]struct{}
 var _ [gpurt.IPCHandleSize - ipcHandleSize]struct{}
 
 // vendor is this package's table for the shared runtime layer: the values
-// above where CUDA's numbering or behaviour is its own.
+// above where CUDA's numbering or behaviour is its own, and its errors
+// (errors.go).
 var vendor = gpurt.Vendor{
 	Name:                          "cuda",
 	Alignment:                     Alignment,
@@ -83,6 +84,8 @@ var vendor = gpurt.Vendor{
 	SeparateCapturePool: true,
 	IPCHandleType:       "cudaIpcMemHandle_t",
 	PtrExportDataType:   "cudaMemPoolPtrExportData",
+	Sentinels:           sentinels,
+	Wrap:                func(e *gpurt.CallError) error { return (*Error)(e) },
 }
 
 // devicePropsBufSize bounds struct cudaDeviceProp (about 1 KiB in CUDA 12);

@@ -126,7 +126,7 @@ func New(opts Options) (*Driver, error) {
 		Vendor: &vendor,
 		Opts:   opts.core(),
 		Load: func() (*gpurt.Runtime, error) {
-			rt, err := loadRuntime(os.Getenv)
+			rt, err := loader.Load(os.Getenv, nil)
 			if err != nil {
 				return nil, err
 			}

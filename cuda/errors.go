@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/capalloc/capalloc/internal/gpurt"
@@ -33,8 +32,8 @@ const (
 	errTimeout                    = 909
 )
 
-// sentinelFor maps a cudaError_t to the alloc sentinel it means here,
-// through the table below (gpurt.Sentinels). The meanings are
+// sentinels maps a cudaError_t to the alloc sentinel it means here
+// (gpurt.Sentinels). The meanings are
 // driver_types.h's enum cudaError comments (quoted in
 // docs/cuda-backend.md, with the table). The out-of-memory and capture
 // codes (2, 900-908, 910), the same in both runtimes, are gpurt's (its
@@ -45,8 +44,6 @@ const (
 //   - 1, 17, 21, 101, 400, 401: a bad argument or handle.
 //   - 801 (not supported), 909 (timeout) and everything else: a driver
 //     error.
-func sentinelFor(code int) error { return sentinels.For(code) }
-
 var sentinels = gpurt.NewSentinels(gpurt.Codes{
 	Unavailable: []int{errInitializationError, errCudartUnloading, errStubLibrary, errInsufficientDriver,
 		errCallRequiresNewerDriver, errDevicesUnavailable, errNoDevice, errDeviceNotLicensed,
@@ -56,48 +53,24 @@ var sentinels = gpurt.NewSentinels(gpurt.Codes{
 		errInvalidResourceHandle, errIllegalState},
 })
 
-// Error is a failed CUDA runtime call. It matches (errors.Is) the alloc
-// sentinel its code maps to, and errors.As gives the numeric code.
-type Error struct {
-	Op   string // what the driver was doing ("malloc async 4096 B")
-	Call string // the runtime function ("cudaMallocFromPoolAsync")
-	Code int    // cudaError_t
-	Text string // cudaGetErrorString(Code)
-
-	// kind overrides the code's sentinel where the call gives the code a
-	// more precise meaning (801 from cudaStreamBeginCapture: no graphs).
-	kind error
-	// why explains the code where the driver's version does ("no CUDA
-	// driver is installed ..."); empty otherwise.
-	why string
-}
+// Error is a failed CUDA runtime call: Op (what the driver was doing,
+// "malloc async 4096 B"), Call (the runtime function,
+// "cudaMallocFromPoolAsync"), Code (the cudaError_t) and Text
+// (cudaGetErrorString's), the fields gpurt.CallError declares. It matches
+// (errors.Is) the alloc sentinel its code maps to, and errors.As gives the
+// numeric code.
+type Error gpurt.CallError
 
 func (e *Error) Error() string {
-	msg := fmt.Sprintf("%v: cuda: %s: %s returned %d (%s)", e.Unwrap(), e.Op, e.Call, e.Code, e.Text)
-	if e.why != "" {
-		msg += ": " + e.why
-	}
-	return msg
+	return e.call().Message(fmt.Sprintf("%v: cuda: %s: %s returned %d (%s)", e.Unwrap(), e.Op, e.Call, e.Code, e.Text))
 }
 
 // Unwrap lets errors.Is find the sentinel.
-func (e *Error) Unwrap() error {
-	if e.kind != nil {
-		return e.kind
-	}
-	return sentinelFor(e.Code)
-}
+func (e *Error) Unwrap() error { return e.call().Sentinel(sentinels) }
+
+func (e *Error) call() *gpurt.CallError { return (*gpurt.CallError)(e) }
 
 // errf is a backend error that did not come from a runtime call.
 func errf(sentinel error, format string, args ...any) error {
 	return vendor.Errf(sentinel, format, args...)
-}
-
-// codeOf returns the cudaError_t inside err, or 0.
-func codeOf(err error) int {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return 0
 }

@@ -96,7 +96,8 @@ var (
 )
 
 // vendor is this package's table for the shared runtime layer: the values
-// above where HIP's numbering or behaviour is its own.
+// above where HIP's numbering or behaviour is its own, and its errors
+// (errors.go).
 var vendor = gpurt.Vendor{
 	Name:                          "hip",
 	Alignment:                     Alignment,
@@ -112,4 +113,6 @@ var vendor = gpurt.Vendor{
 	IPCHandleType:       "hipIpcMemHandle_t",
 	PtrExportDataType:   "hipMemPoolPtrExportData",
 	MissingHostFuncNote: " (Debian's 5.2.3 does not, although its header declares it)",
+	Sentinels:           sentinels,
+	Wrap:                func(e *gpurt.CallError) error { return (*Error)(e) },
 }

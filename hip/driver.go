@@ -133,7 +133,7 @@ func New(opts Options) (*Driver, error) {
 		Vendor: &vendor,
 		Opts:   opts.core(),
 		Load: func() (*gpurt.Runtime, error) {
-			rt, err := loadRuntime(os.Getenv, func(rt *runtimeAPI) error { return checkCaptureVersion(rt, opts.NoCapture) })
+			rt, err := loader.Load(os.Getenv, func(rt *runtimeAPI) error { return checkCaptureVersion(rt, opts.NoCapture) })
 			if err != nil {
 				return nil, err
 			}

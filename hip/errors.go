@@ -1,7 +1,6 @@
 package hip
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"unicode"
@@ -143,8 +142,8 @@ func describe(code int) string {
 	return b.String()
 }
 
-// sentinelFor maps a hipError_t to the alloc sentinel it means here,
-// through the table below (gpurt.Sentinels). The meanings are the
+// sentinels maps a hipError_t to the alloc sentinel it means here
+// (gpurt.Sentinels). The meanings are the
 // header's comments on enum hipError_t (docs/hip-backend.md has the
 // table). The out-of-memory and capture codes (2, 900-908, 910), whose
 // comments repeat CUDA's, are gpurt's (its Code constants say what each
@@ -156,8 +155,6 @@ func describe(code int) string {
 //   - 1, 12, 13, 17, 21, 101, 201, 400, 401, 712, 713: a bad argument,
 //     handle or state.
 //   - 801 (not supported) and everything else: a driver error.
-func sentinelFor(code int) error { return sentinels.For(code) }
-
 var sentinels = gpurt.NewSentinels(gpurt.Codes{
 	Unavailable: []int{errNotInitialized, errDeinitialized, errInsufficientDriver, errNoDevice},
 	InvalidValue: []int{errInvalidValue, errInvalidPitchValue, errInvalidSymbol, errInvalidDevicePointer,
@@ -165,51 +162,29 @@ var sentinels = gpurt.NewSentinels(gpurt.Codes{
 		errIllegalState, errHostMemoryAlreadyReg, errHostMemoryNotRegistered},
 })
 
-// Error is a failed HIP runtime call. It matches (errors.Is) the alloc
-// sentinel its code maps to, and errors.As gives the numeric code. Its
-// text names the code both ways: "no device (hipErrorNoDevice, 100)".
-type Error struct {
-	Op   string // what the driver was doing ("malloc async 4096 B")
-	Call string // the runtime function ("hipMallocFromPoolAsync")
-	Code int    // hipError_t
-	Text string // hipGetErrorString(Code): in 5.2.3 the name again
-
-	// kind overrides the code's sentinel where the call gives the code a
-	// more precise meaning (801 from hipStreamBeginCapture: no graphs).
-	kind error
-	// why explains the code ("no AMD GPU is visible ..."); empty otherwise.
-	why string
-}
+// Error is a failed HIP runtime call: Op (what the driver was doing,
+// "malloc async 4096 B"), Call (the runtime function,
+// "hipMallocFromPoolAsync"), Code (the hipError_t) and Text
+// (hipGetErrorString's: in 5.2.3 the name again), the fields
+// gpurt.CallError declares. It matches (errors.Is) the alloc sentinel its
+// code maps to, and errors.As gives the numeric code. Its text names the
+// code both ways: "no device (hipErrorNoDevice, 100)".
+type Error gpurt.CallError
 
 func (e *Error) Error() string {
 	msg := fmt.Sprintf("%v: hip: %s: %s: %s (%s, %d)", e.Unwrap(), e.Op, e.Call, describe(e.Code), codeName(e.Code), e.Code)
 	if e.Text != "" && e.Text != codeName(e.Code) {
 		msg += fmt.Sprintf(" %q", e.Text) // a runtime that explains its codes (newer ROCm)
 	}
-	if e.why != "" {
-		msg += ": " + e.why
-	}
-	return msg
+	return e.call().Message(msg)
 }
 
 // Unwrap lets errors.Is find the sentinel.
-func (e *Error) Unwrap() error {
-	if e.kind != nil {
-		return e.kind
-	}
-	return sentinelFor(e.Code)
-}
+func (e *Error) Unwrap() error { return e.call().Sentinel(sentinels) }
+
+func (e *Error) call() *gpurt.CallError { return (*gpurt.CallError)(e) }
 
 // errf is a backend error that did not come from a runtime call.
 func errf(sentinel error, format string, args ...any) error {
 	return vendor.Errf(sentinel, format, args...)
-}
-
-// codeOf returns the hipError_t inside err, or 0.
-func codeOf(err error) int {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return 0
 }

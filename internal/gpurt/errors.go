@@ -107,3 +107,39 @@ func (s *Sentinels) For(code int) error {
 	}
 	return s.def
 }
+
+// CallError is a failed runtime call: the fields of the vendor packages'
+// Error types (each declared `type Error gpurt.CallError`, with its own
+// message format), so both keep the same facts and map them to a
+// sentinel the same way. Runtime.Error builds it.
+type CallError struct {
+	Op   string // what the driver was doing ("malloc async 4096 B")
+	Call string // the runtime function ("cudaMallocFromPoolAsync")
+	Code int    // the runtime's error code (cudaError_t, hipError_t)
+	Text string // the runtime's error string for Code
+
+	// kind overrides the code's sentinel where the call gives the code a
+	// more precise meaning (801 from begin capture: no graphs).
+	kind error
+	// why explains the code where the library's version does ("no CUDA
+	// driver is installed ..."); empty otherwise.
+	why string
+}
+
+// Sentinel is the alloc sentinel e matches: its kind, else what s maps
+// its code to. The vendor's Error.Unwrap.
+func (e *CallError) Sentinel(s *Sentinels) error {
+	if e.kind != nil {
+		return e.kind
+	}
+	return s.For(e.Code)
+}
+
+// Message is head, the vendor's words for e, followed by the explanation
+// of the code, if any. The vendor's Error.Error.
+func (e *CallError) Message(head string) string {
+	if e.why != "" {
+		return head + ": " + e.why
+	}
+	return head
+}

@@ -38,6 +38,12 @@ type Vendor struct {
 	// cudaMemPoolPtrExportData; hipIpcMemHandle_t, hipMemPoolPtrExportData.
 	IPCHandleType, PtrExportDataType string
 
+	// Sentinels maps the runtime's error codes to alloc's sentinels.
+	Sentinels *Sentinels
+	// Wrap gives a failed call's error the vendor's type (its Error, with
+	// its own message format).
+	Wrap func(*CallError) error
+
 	// MissingHostFuncNote ends the error of LaunchHostFunc on a library
 	// without the (optional) host function symbol.
 	MissingHostFuncNote string
