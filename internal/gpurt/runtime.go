@@ -38,6 +38,23 @@ type Runtime struct {
 	Explain func(code int) (lib, why string)
 }
 
+// Shared is rt itself: through a vendor's runtime type, which embeds
+// Runtime, the part the shared paths use (Keep).
+func (rt *Runtime) Shared() *Runtime { return rt }
+
+// Keep is a Config.Load for a vendor's runtime type R: it loads the
+// runtime with load and keeps it in *rt for the vendor's own calls.
+func Keep[R interface{ Shared() *Runtime }](rt *R, load func() (R, error)) func() (*Runtime, error) {
+	return func() (*Runtime, error) {
+		r, err := load()
+		if err != nil {
+			return nil, err
+		}
+		*rt = r
+		return r.Shared(), nil
+	}
+}
+
 // Text is the runtime's error string for code.
 func (rt *Runtime) Text(code int32) string {
 	if rt.ErrorString == nil {
