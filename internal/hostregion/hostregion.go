@@ -1,11 +1,13 @@
 // Package hostregion finds which registered host buffer a byte slice lies
-// in. The cpu and cuda drivers use it to tell pinned memory (from their
-// HostAlloc) from pageable memory, and the plugin host to find the shared
-// region behind a buffer; one lookup, three users.
+// in. The cpu and GPU (internal/gpurt) drivers keep their HostAlloc
+// buffers in a Set, to tell pinned memory from pageable memory, and the
+// plugin host uses Find to find the shared region behind a buffer; one
+// lookup, three users.
 package hostregion
 
 import (
 	"slices"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -41,3 +43,75 @@ func Find[R any](regions []R, start, size func(R) uintptr, b []byte) (int, uintp
 	}
 	return i, p - s
 }
+
+// Region is a registered buffer as Set sees it: where it starts and how
+// many bytes it holds.
+type Region interface {
+	Start() uintptr
+	Len() int
+}
+
+// Set is a driver's registered host buffers (HostAlloc's), sorted by start
+// address: read without a lock on every async copy (Holds), through a
+// slice replaced copy-on-write, and changed (Insert, Remove, Take) under
+// the owner's lock. The zero value is empty.
+type Set[R Region] struct {
+	regions atomic.Pointer[[]R]
+}
+
+func (s *Set[R]) all() []R {
+	if p := s.regions.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Holds reports whether b lies inside one registered buffer: pinned
+// memory, as the drivers' async copies require.
+func (s *Set[R]) Holds(b []byte) bool {
+	i, _ := Find(s.all(), R.Start, func(r R) uintptr { return uintptr(r.Len()) }, b)
+	return i >= 0
+}
+
+// Insert registers r, which overlaps no registered buffer.
+func (s *Set[R]) Insert(r R) {
+	rs := s.all()
+	i, _ := slices.BinarySearchFunc(rs, r.Start(), func(x R, p uintptr) int {
+		if x.Start() < p {
+			return -1
+		}
+		return 1
+	})
+	rs = slices.Insert(slices.Clip(rs), i, r)
+	s.regions.Store(&rs)
+}
+
+// Remove unregisters and returns the buffer b is, passed exactly as
+// registered (its start and its length); false when it is none (an empty
+// slice, a part of a buffer, or one already removed).
+func (s *Set[R]) Remove(b []byte) (R, bool) {
+	rs := s.all()
+	i := -1
+	if len(b) > 0 {
+		i = slices.IndexFunc(rs, func(r R) bool { return r.Start() == Addr(b) && r.Len() == len(b) })
+	}
+	if i < 0 {
+		var none R
+		return none, false
+	}
+	r := rs[i]
+	rs = slices.Delete(slices.Clone(rs), i, i+1)
+	s.regions.Store(&rs)
+	return r, true
+}
+
+// Take unregisters every buffer and returns them (Close).
+func (s *Set[R]) Take() []R {
+	if p := s.regions.Swap(nil); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Len is how many buffers are registered.
+func (s *Set[R]) Len() int { return len(s.all()) }
