@@ -74,11 +74,8 @@ func (d *Driver) EndCapture(s driver.Stream) (driver.GraphHandle, error) {
 // device's context.
 func (d *Driver) GraphInstantiate(g driver.GraphHandle, autoFree bool) (driver.GraphExec, error) {
 	const op = "graph instantiate"
-	if d.closed.Load() {
-		return 0, d.v.ErrClosed(op)
-	}
-	if g == 0 {
-		return 0, d.v.Errf(driver.ErrInvalidValue, "%s: null graph", op)
+	if err := d.checkHandle(op, uintptr(g), "graph"); err != nil {
+		return 0, err
 	}
 	flags := uintptr(0)
 	if autoFree {
@@ -101,19 +98,16 @@ func (d *Driver) GraphLaunch(e driver.GraphExec, s driver.Stream) error {
 	if err := d.checkStream(op, s); err != nil {
 		return err
 	}
-	if e == 0 {
-		return d.v.Errf(driver.ErrInvalidValue, "%s: null graph exec", op)
+	if err := d.nonNull(op, uintptr(e), "graph exec"); err != nil {
+		return err
 	}
 	return d.rt.Check(op, d.rt.GraphLaunch.Name, First(CallHot(d.rt.GraphLaunch.Addr, uintptr(e), uintptr(s))))
 }
 
 func (d *Driver) GraphExecDestroy(e driver.GraphExec) error {
 	const op = "graph exec destroy"
-	if d.closed.Load() {
-		return d.v.ErrClosed(op)
-	}
-	if e == 0 {
-		return d.v.Errf(driver.ErrInvalidValue, "%s: null graph exec", op)
+	if err := d.checkHandle(op, uintptr(e), "graph exec"); err != nil {
+		return err
 	}
 	// Relaxed (relaxed.go): CUDA counts it as unsafe (HIP follows CUDA's
 	// capture rules), and closing one allocator's graph must not
@@ -123,11 +117,8 @@ func (d *Driver) GraphExecDestroy(e driver.GraphExec) error {
 
 func (d *Driver) GraphDestroy(g driver.GraphHandle) error {
 	const op = "graph destroy"
-	if d.closed.Load() {
-		return d.v.ErrClosed(op)
-	}
-	if g == 0 {
-		return d.v.Errf(driver.ErrInvalidValue, "%s: null graph", op)
+	if err := d.checkHandle(op, uintptr(g), "graph"); err != nil {
+		return err
 	}
 	return d.rt.Check(op, d.rt.GraphDestroy.Name, Call(d.rt.GraphDestroy.Addr, uintptr(g)))
 }

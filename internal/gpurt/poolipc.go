@@ -128,8 +128,8 @@ func (ip *ImportedPool) FreePointer(p driver.DevicePtr) error {
 	if err := ip.check(op); err != nil {
 		return err
 	}
-	if p == 0 {
-		return d.v.Errf(driver.ErrInvalidValue, "%s: null pointer", op)
+	if err := d.nonNull(op, uintptr(p), "pointer"); err != nil {
+		return err
 	}
 	return d.dev.Do(op, func() error { return d.rt.Check(op, d.rt.Free.Name, Call(d.rt.Free.Addr, uintptr(p))) })
 }
