@@ -1,8 +1,6 @@
 package cpu
 
 import (
-	"fmt"
-
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/hostregion"
 )
@@ -103,17 +101,7 @@ func (d *Driver) hostFree(b []byte, interaction driver.CaptureMode) error {
 
 // newHost backs a HostAlloc: supplied memory (Options.HostMemory) or the Go
 // heap.
-func (d *Driver) newHost(size int64) ([]byte, error) {
-	if d.hostMem == nil {
-		return make([]byte, size), nil
-	}
-	b, err := d.hostMem.Alloc(size)
-	if err == nil && int64(len(b)) != size {
-		_ = d.hostMem.Free(b)
-		return nil, fmt.Errorf("host memory supplier returned %d B for %d B", len(b), size)
-	}
-	return b, err
-}
+func (d *Driver) newHost(size int64) ([]byte, error) { return newFrom(d.hostMem, "host", size) }
 
 // dropHost gives supplied memory back; Go heap memory is the GC's.
 func (d *Driver) dropHost(b []byte) error {
