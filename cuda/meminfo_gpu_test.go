@@ -14,11 +14,7 @@ import (
 // a query, not an unsafe call. An out-of-memory error says the device's
 // free memory. Skipped, with the reason, where no CUDA device opens.
 func TestGPUMemInfoDuringCapture(t *testing.T) {
-	d, err := New(Options{})
-	if err != nil {
-		t.Skipf("no CUDA device: %v", err)
-	}
-	defer d.Close()
+	d := gpu(t)
 	free, total, err := d.MemInfo()
 	if err != nil {
 		t.Fatal(err)
@@ -27,15 +23,7 @@ func TestGPUMemInfoDuringCapture(t *testing.T) {
 	if total <= 0 || free <= 0 || free > total {
 		t.Fatalf("free %d B of %d B", free, total)
 	}
-	a, err := alloc.New(d, alloc.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := a.Close(); err != nil {
-			t.Error(err)
-		}
-	}()
+	a := allocator(t, d)
 	if err := a.BeginCapture(alloc.Global); err != nil {
 		t.Fatal(err)
 	}
