@@ -49,6 +49,18 @@ func newBenchWorld(b *testing.B, size int64) *benchWorld {
 	return w
 }
 
+// alloc allocates the same tensor of size bytes on every rank's heap.
+func (w *benchWorld) alloc(b *testing.B, size int64) symheap.Tensor {
+	var x symheap.Tensor
+	for _, h := range w.heaps {
+		var err error
+		if x, err = h.Alloc(size); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return x
+}
+
 // run times n iterations of step on every rank at once.
 func (w *benchWorld) run(b *testing.B, step func(r int, h *symheap.Heap) error) {
 	var wg sync.WaitGroup
@@ -79,13 +91,7 @@ func benchCollective(b *testing.B, size int64, launch func(h *symheap.Heap, t sy
 	for _, mode := range []string{"eager", "captured"} {
 		b.Run(mode, func(b *testing.B) {
 			w := newBenchWorld(b, 4*size+4096)
-			var x symheap.Tensor
-			for _, h := range w.heaps {
-				var err error
-				if x, err = h.Alloc(size); err != nil {
-					b.Fatal(err)
-				}
-			}
+			x := w.alloc(b, size)
 			graphs := make([]*alloc.Graph, benchRanks)
 			if mode == "captured" {
 				for r, h := range w.heaps {
@@ -133,13 +139,7 @@ func BenchmarkAllReduce(b *testing.B) {
 func BenchmarkSumLoop(b *testing.B) {
 	const size = 1 << 20
 	w := newBenchWorld(b, 4*size+4096)
-	var x symheap.Tensor
-	for _, h := range w.heaps {
-		var err error
-		if x, err = h.Alloc(size); err != nil {
-			b.Fatal(err)
-		}
-	}
+	x := w.alloc(b, size)
 	scratch := make([]float32, size/4)
 	bufs := make([][]float32, benchRanks)
 	for r, h := range w.heaps {

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/capalloc/capalloc/alloc"
@@ -32,24 +31,22 @@ func AuthenticatedExchange(x Exchange, key []byte) (Exchange, error) {
 	if len(key) < minExchangeKey {
 		return nil, fmt.Errorf("%w: symheap: exchange key of %d B (at least %d)", alloc.ErrInvalidValue, len(key), minExchangeKey)
 	}
-	return &authExchange{x: x, key: append([]byte(nil), key...), next: map[int]uint64{}}, nil
+	return &authExchange{x: x, key: append([]byte(nil), key...)}, nil
 }
 
 type authExchange struct {
-	x   Exchange
-	key []byte
-
-	mu   sync.Mutex
-	next map[int]uint64 // each rank's next round
+	x      Exchange
+	key    []byte
+	rounds roundCounter
 }
 
 func (a *authExchange) Ranks() int { return a.x.Ranks() }
 
 // tag is the MAC of rank's message msg in round.
-func (a *authExchange) tag(round uint64, rank int, msg []byte) []byte {
+func (a *authExchange) tag(round, rank int, msg []byte) []byte {
 	m := hmac.New(sha256.New, a.key)
 	var hdr [16]byte
-	binary.LittleEndian.PutUint64(hdr[:8], round)
+	binary.LittleEndian.PutUint64(hdr[:8], uint64(round))
 	binary.LittleEndian.PutUint64(hdr[8:], uint64(rank))
 	m.Write(hdr[:])
 	m.Write(msg)
@@ -57,13 +54,10 @@ func (a *authExchange) tag(round uint64, rank int, msg []byte) []byte {
 }
 
 func (a *authExchange) AllGather(rank int, msg []byte, timeout time.Duration) ([][]byte, error) {
-	if err := checkRank(a, rank); err != nil {
+	k, err := a.rounds.take(a, rank)
+	if err != nil {
 		return nil, err
 	}
-	a.mu.Lock()
-	k := a.next[rank]
-	a.next[rank]++
-	a.mu.Unlock()
 	sealed := append(append(make([]byte, 0, len(msg)+sha256.Size), msg...), a.tag(k, rank, msg)...)
 	got, err := a.x.AllGather(rank, sealed, timeout)
 	if err != nil {
