@@ -12,11 +12,12 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 )
 
 func gpuAllocator(b *testing.B) *alloc.Allocator {
 	b.Helper()
-	return allocator(b, gpu(b))
+	return alloctest.New(b, gpu(b), alloc.Options{})
 }
 
 func BenchmarkGPUAllocFree(b *testing.B) {

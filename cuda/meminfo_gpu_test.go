@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 )
 
 // On a real GPU: cudaMemGetInfo (driver.MemInfoer) answers sanely, and
@@ -23,7 +24,7 @@ func TestGPUMemInfoDuringCapture(t *testing.T) {
 	if total <= 0 || free <= 0 || free > total {
 		t.Fatalf("free %d B of %d B", free, total)
 	}
-	a := allocator(t, d)
+	a := alloctest.New(t, d, alloc.Options{})
 	if err := a.BeginCapture(alloc.Global); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 )
 
 // On a real GPU: memory the allocator's pool cached (and the CUDA pool
@@ -29,7 +30,7 @@ func TestFakeAllocSyncUsesCachedPoolMemory(t *testing.T) {
 // chunks, frees them (cached by the allocator), then asks AllocSync for
 // half the device.
 func allocSyncUsesCachedPool(t *testing.T, d *Driver, chunk int64) {
-	a := allocator(t, d)
+	a := alloctest.New(t, d, alloc.Options{})
 	total := a.Info().TotalMemory
 	var bs []alloc.Buffer
 	for i := int64(0); i <= total/chunk+1; i++ {

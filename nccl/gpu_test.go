@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/cuda"
 	"github.com/capalloc/capalloc/nccl"
 )
@@ -26,16 +27,7 @@ func onGPU(tb testing.TB) (*nccl.Library, *cuda.Driver, *alloc.Allocator) {
 		tb.Skipf("no CUDA device: %v", err)
 	}
 	tb.Cleanup(func() { _ = d.Close() })
-	a, err := alloc.New(d, alloc.Options{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if err := a.Close(); err != nil {
-			tb.Error(err)
-		}
-	})
-	return l, d, a
+	return l, d, alloctest.New(tb, d, alloc.Options{})
 }
 
 // operands are one rank's buffers of n bytes each: pinned in and out on

@@ -64,7 +64,8 @@ const (
 	CaptureModeThreadLocal uintptr = 1
 	CaptureModeRelaxed     uintptr = 2
 
-	// Flags (#defines and enum cuda/hipGraphInstantiateFlags).
+	// Flags (#defines, and enum cudaGraphInstantiateFlags and
+	// hipGraphInstantiateFlags).
 	HostAllocPortable                uintptr = 0x01 // cudaHostAllocPortable, hipHostMallocPortable: pinned for every context
 	HostRegisterPortable             uintptr = 0x01 // cudaHostRegisterPortable, hipHostRegisterPortable: registered for every context
 	StreamNonBlocking                uintptr = 0x01 // cudaStreamNonBlocking, hipStreamNonBlocking
