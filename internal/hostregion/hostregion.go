@@ -1,12 +1,13 @@
 // Package hostregion finds which registered host buffer a byte slice lies
 // in. The cpu and GPU (internal/gpurt) drivers keep their HostAlloc
 // buffers in a Set, to tell pinned memory from pageable memory, and the
-// plugin host uses Find to find the shared region behind a buffer; one
-// lookup, three users.
+// plugin's host and child keep their shared regions in one, to find the
+// region behind a buffer; one table, four users.
 package hostregion
 
 import (
 	"slices"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 )
@@ -51,11 +52,12 @@ type Region interface {
 	Len() int
 }
 
-// Set is a driver's registered host buffers (HostAlloc's), sorted by start
-// address: read without a lock on every async copy (Holds), through a
-// slice replaced copy-on-write, and changed (Insert, Remove, Take) under
-// the owner's lock. The zero value is empty.
+// Set is a table of registered buffers (a driver's HostAlloc buffers, the
+// plugin's shared regions), sorted by start address: read without a lock
+// on every copy (Find, Holds), through a slice replaced copy-on-write;
+// Insert, Remove and Take lock out each other. The zero value is empty.
 type Set[R Region] struct {
+	mu      sync.Mutex
 	regions atomic.Pointer[[]R]
 }
 
@@ -66,15 +68,29 @@ func (s *Set[R]) all() []R {
 	return nil
 }
 
+// Find returns the buffer that holds all of b and b's offset in it; false
+// when b (empty, pageable, or crossing a buffer's end) is in none.
+func (s *Set[R]) Find(b []byte) (R, uintptr, bool) {
+	rs := s.all()
+	i, off := Find(rs, R.Start, func(r R) uintptr { return uintptr(r.Len()) }, b)
+	if i < 0 {
+		var none R
+		return none, 0, false
+	}
+	return rs[i], off, true
+}
+
 // Holds reports whether b lies inside one registered buffer: pinned
 // memory, as the drivers' async copies require.
 func (s *Set[R]) Holds(b []byte) bool {
-	i, _ := Find(s.all(), R.Start, func(r R) uintptr { return uintptr(r.Len()) }, b)
-	return i >= 0
+	_, _, ok := s.Find(b)
+	return ok
 }
 
 // Insert registers r, which overlaps no registered buffer.
 func (s *Set[R]) Insert(r R) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	rs := s.all()
 	i, _ := slices.BinarySearchFunc(rs, r.Start(), func(x R, p uintptr) int {
 		if x.Start() < p {
@@ -90,11 +106,20 @@ func (s *Set[R]) Insert(r R) {
 // registered (its start and its length); false when it is none (an empty
 // slice, a part of a buffer, or one already removed).
 func (s *Set[R]) Remove(b []byte) (R, bool) {
-	rs := s.all()
-	i := -1
-	if len(b) > 0 {
-		i = slices.IndexFunc(rs, func(r R) bool { return r.Start() == Addr(b) && r.Len() == len(b) })
+	if len(b) == 0 {
+		var none R
+		return none, false
 	}
+	return s.RemoveWhere(func(r R) bool { return r.Start() == Addr(b) && r.Len() == len(b) })
+}
+
+// RemoveWhere unregisters and returns the first buffer match accepts;
+// false when it accepts none.
+func (s *Set[R]) RemoveWhere(match func(R) bool) (R, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rs := s.all()
+	i := slices.IndexFunc(rs, match)
 	if i < 0 {
 		var none R
 		return none, false
@@ -107,6 +132,8 @@ func (s *Set[R]) Remove(b []byte) (R, bool) {
 
 // Take unregisters every buffer and returns them (Close).
 func (s *Set[R]) Take() []R {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if p := s.regions.Swap(nil); p != nil {
 		return *p
 	}
