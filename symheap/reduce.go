@@ -60,28 +60,17 @@ func reduceAs[E uint16 | int32 | float32, A int32 | float32](dst []byte, srcs []
 	}
 }
 
-// The halves' conversions, a chunk at a time (len(v) >= len(a)).
-func widenF16(a []float32, v []uint16) {
-	for i, h := range v[:len(a)] {
-		a[i] = F16ToFloat32(h)
-	}
-}
+// The halves' conversions, a chunk at a time (len(src) >= len(dst)).
+func widenF16(a []float32, v []uint16)   { convert(a, v, F16ToFloat32) }
+func narrowF16(v []uint16, a []float32)  { convert(v, a, Float32ToF16) }
+func widenBF16(a []float32, v []uint16)  { convert(a, v, BF16ToFloat32) }
+func narrowBF16(v []uint16, a []float32) { convert(v, a, Float32ToBF16) }
 
-func narrowF16(v []uint16, a []float32) {
-	for i, f := range a {
-		v[i] = Float32ToF16(f)
-	}
-}
-
-func widenBF16(a []float32, v []uint16) {
-	for i, h := range v[:len(a)] {
-		a[i] = BF16ToFloat32(h)
-	}
-}
-
-func narrowBF16(v []uint16, a []float32) {
-	for i, f := range a {
-		v[i] = Float32ToBF16(f)
+// convert sets dst[i] to f(src[i]). Small enough to inline into the four
+// above, where f is then a direct call.
+func convert[S, D any](dst []D, src []S, f func(S) D) {
+	for i, x := range src[:len(dst)] {
+		dst[i] = f(x)
 	}
 }
 
