@@ -9,7 +9,6 @@ import (
 	"encoding/binary"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt"
 	"github.com/capalloc/capalloc/internal/kernels"
+	"github.com/capalloc/capalloc/internal/ranks"
 )
 
 // kernelDriver opens a driver over a fresh build of the vendor's fake that
@@ -247,22 +247,12 @@ func within(t *testing.T, limit time.Duration, fn func()) {
 	}
 }
 
-// inParallel runs fn for each of n ranks at once, each on a goroutine of
-// its own, and returns their errors once all are done (within a minute).
+// inParallel runs fn for each of n ranks at once (ranks.Each) and returns
+// their errors once all are done, within a minute.
 func inParallel(t *testing.T, n int, fn func(r int) error) []error {
 	t.Helper()
-	errs := make([]error, n)
-	within(t, time.Minute, func() {
-		var wg sync.WaitGroup
-		for r := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[r] = fn(r)
-			}()
-		}
-		wg.Wait()
-	})
+	var errs []error
+	within(t, time.Minute, func() { errs = ranks.Each(n, fn) })
 	return errs
 }
 
