@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/cpu"
 	"github.com/capalloc/capalloc/symheap"
 )
@@ -35,15 +36,13 @@ func newBenchWorld(b *testing.B, size int64) *benchWorld {
 		if err != nil {
 			b.Fatal(err)
 		}
-		a, err := alloc.New(d, alloc.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
+		b.Cleanup(func() { _ = d.Close() })
+		a := alloctest.New(b, d, alloc.Options{})
 		h, err := g.Open(r, a, symheap.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(func() { _ = h.Close(); _ = a.Close(); _ = d.Close() })
+		b.Cleanup(func() { _ = h.Close() })
 		w.heaps = append(w.heaps, h)
 	}
 	return w
