@@ -176,10 +176,7 @@ func (d *Driver) BeginCapture(h driver.Stream, mode driver.CaptureMode) error {
 // yields no graph and releases every allocation it made.
 func (d *Driver) EndCapture(h driver.Stream) (driver.GraphHandle, error) {
 	const what = "end capture"
-	if d.closed.Load() {
-		return 0, errClosed(what)
-	}
-	s, err := d.stream(h, what)
+	s, err := d.openStream(h, what)
 	if err != nil {
 		return 0, err
 	}
@@ -227,10 +224,7 @@ func (d *Driver) StreamCaptureStatus(h driver.Stream) (driver.CaptureStatus, err
 }
 
 func (d *Driver) streamCaptureStatus(h driver.Stream) (driver.CaptureStatus, error) {
-	if d.closed.Load() {
-		return driver.CaptureNone, errClosed("stream capture status")
-	}
-	s, err := d.stream(h, "stream capture status")
+	s, err := d.openStream(h, "stream capture status")
 	if err != nil {
 		return driver.CaptureNone, err
 	}

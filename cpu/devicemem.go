@@ -1,17 +1,26 @@
 package cpu
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/capalloc/capalloc/alloc/driver"
+)
 
 // newDevice backs a device allocation: supplied memory (Options.DeviceMemory)
 // or the Go heap. Either way the bytes start zeroed.
-func (d *Driver) newDevice(size int64) ([]byte, error) {
-	if d.devMem == nil {
+func (d *Driver) newDevice(size int64) ([]byte, error) { return newFrom(d.devMem, "device", size) }
+
+// newFrom is size bytes from mem, a supplier of the kind what names
+// ("device", "host"), or from the Go heap when mem is nil; zeroed either
+// way. A supplier that returns another size gets its slice back.
+func newFrom(mem driver.HostMemory, what string, size int64) ([]byte, error) {
+	if mem == nil {
 		return make([]byte, size), nil
 	}
-	b, err := d.devMem.Alloc(size)
+	b, err := mem.Alloc(size)
 	if err == nil && int64(len(b)) != size {
-		_ = d.devMem.Free(b)
-		return nil, fmt.Errorf("device memory supplier returned %d B for %d B", len(b), size)
+		_ = mem.Free(b)
+		return nil, fmt.Errorf("%s memory supplier returned %d B for %d B", what, len(b), size)
 	}
 	return b, err
 }

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 
 	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/internal/hostregion"
 )
 
 const (
@@ -96,7 +97,7 @@ type Driver struct {
 	// under mu when a stream is created (it takes its slot) or destroyed
 	// (it leaves it); a colliding stream is found in the map.
 	hot   [hotStreams]atomic.Pointer[stream]
-	hosts atomic.Pointer[[]hostRegion]
+	hosts hostregion.Set[hostRegion]
 
 	// vmCtl serializes the VirtualMemory calls (and Close against them);
 	// vmMu guards the reservations' mapped state: control calls write it,
@@ -179,7 +180,6 @@ func New(opts Options) (*Driver, error) {
 	}
 	d.table.Store(&idTable{})
 	d.streams.Store(&map[driver.Stream]*stream{})
-	d.hosts.Store(&[]hostRegion{})
 	return d, nil
 }
 
@@ -273,7 +273,7 @@ func (d *Driver) Close() error {
 		}
 	}
 	d.table.Store(&idTable{})
-	hosts := d.hosts.Swap(&[]hostRegion{})
+	hosts := d.hosts.Take()
 	d.freeIDs, d.freeHead = nil, 0
 	d.live, d.liveCount, d.hostLive = 0, 0, 0
 	d.graphs = map[driver.GraphHandle]*graph{}
@@ -304,7 +304,7 @@ func (d *Driver) Close() error {
 	}
 	// The queues are dropped, so nothing uses supplied host memory any more.
 	if d.hostMem != nil {
-		for _, r := range *hosts {
+		for _, r := range hosts {
 			if err := d.hostMem.Free(r.buf); err != nil {
 				errs = append(errs, err)
 			}

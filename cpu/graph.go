@@ -87,10 +87,7 @@ func (d *Driver) GraphInstantiate(gh driver.GraphHandle, autoFree bool) (driver.
 // recorded as a child graph.
 func (d *Driver) GraphLaunch(eh driver.GraphExec, h driver.Stream) error {
 	const what = "graph launch"
-	if d.closed.Load() {
-		return errClosed(what)
-	}
-	s, err := d.stream(h, what)
+	s, err := d.openStream(h, what)
 	if err != nil {
 		return err
 	}

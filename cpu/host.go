@@ -1,9 +1,6 @@
 package cpu
 
 import (
-	"fmt"
-	"slices"
-
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/hostregion"
 )
@@ -20,13 +17,10 @@ func addr(b []byte) uintptr { return hostregion.Addr(b) }
 
 // pinned reports whether b lies inside one HostAlloc buffer. The async copies
 // use it to apply CUDA's pageable-memory rules.
-func (d *Driver) pinned(b []byte) bool {
-	i, _ := hostregion.Find(*d.hosts.Load(), hostRegion.begin, hostRegion.size, b)
-	return i >= 0
-}
+func (d *Driver) pinned(b []byte) bool { return d.hosts.Holds(b) }
 
-func (r hostRegion) begin() uintptr { return r.start }
-func (r hostRegion) size() uintptr  { return uintptr(len(r.buf)) }
+func (r hostRegion) Start() uintptr { return r.start }
+func (r hostRegion) Len() int       { return len(r.buf) }
 
 // HostAlloc returns "pinned" host memory: ordinary Go memory (or memory from
 // Options.HostMemory), counted and registered so the async copies can tell
@@ -73,22 +67,8 @@ func (d *Driver) hostAlloc(size int64, interaction driver.CaptureMode) ([]byte, 
 		d.dropHost(b)
 		return nil, errClosed(what)
 	}
-	d.insertHostLocked(hostRegion{start: addr(b), buf: b})
+	d.hosts.Insert(hostRegion{start: addr(b), buf: b})
 	return b, nil
-}
-
-// insertHostLocked adds r to the pinned regions, in address order.
-// Caller holds d.mu.
-func (d *Driver) insertHostLocked(r hostRegion) {
-	rs := *d.hosts.Load()
-	i, _ := slices.BinarySearchFunc(rs, r.start, func(r hostRegion, p uintptr) int {
-		if r.start < p {
-			return -1
-		}
-		return 1
-	})
-	rs = slices.Insert(slices.Clip(rs), i, r)
-	d.hosts.Store(&rs)
 }
 
 // HostFree releases a HostAlloc buffer, passed exactly as returned. Like
@@ -109,18 +89,11 @@ func (d *Driver) hostFree(b []byte, interaction driver.CaptureMode) error {
 		d.mu.Unlock()
 		return err
 	}
-	rs := *d.hosts.Load()
-	i := -1
-	if len(b) > 0 {
-		i = slices.IndexFunc(rs, func(r hostRegion) bool { return r.start == addr(b) && len(r.buf) == len(b) && !r.reg })
-	}
-	if i < 0 {
+	r, ok := d.hosts.RemoveWhere(func(r hostRegion) bool { return !r.reg && len(b) > 0 && r.start == addr(b) && len(r.buf) == len(b) })
+	if !ok {
 		d.mu.Unlock()
 		return errf(driver.ErrInvalidValue, "%s %#x (%d B): not a buffer from HostAlloc, or already freed", what, addr(b), len(b))
 	}
-	r := rs[i]
-	rs = slices.Delete(slices.Clone(rs), i, i+1)
-	d.hosts.Store(&rs)
 	d.hostLive -= int64(len(b))
 	d.mu.Unlock()
 	d.drainAll() // queued work may still use the memory
@@ -129,17 +102,7 @@ func (d *Driver) hostFree(b []byte, interaction driver.CaptureMode) error {
 
 // newHost backs a HostAlloc: supplied memory (Options.HostMemory) or the Go
 // heap.
-func (d *Driver) newHost(size int64) ([]byte, error) {
-	if d.hostMem == nil {
-		return make([]byte, size), nil
-	}
-	b, err := d.hostMem.Alloc(size)
-	if err == nil && int64(len(b)) != size {
-		_ = d.hostMem.Free(b)
-		return nil, fmt.Errorf("host memory supplier returned %d B for %d B", len(b), size)
-	}
-	return b, err
-}
+func (d *Driver) newHost(size int64) ([]byte, error) { return newFrom(d.hostMem, "host", size) }
 
 // dropHost gives supplied memory back; Go heap memory is the GC's.
 func (d *Driver) dropHost(b []byte) error {

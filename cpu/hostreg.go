@@ -1,8 +1,6 @@
 package cpu
 
 import (
-	"slices"
-
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
@@ -27,10 +25,10 @@ func (d *Driver) HostRegister(b []byte) (driver.DevicePtr, error) {
 	if len(b) == 0 {
 		return 0, errf(driver.ErrInvalidValue, "%s: empty memory", what)
 	}
-	if d.overlapsPinned(b) {
+	if d.hosts.Overlaps(b) {
 		return 0, errf(driver.ErrInvalidValue, "%s %#x (%d B): overlaps pinned or registered memory", what, addr(b), len(b))
 	}
-	d.insertHostLocked(hostRegion{start: addr(b), buf: b, reg: true})
+	d.hosts.Insert(hostRegion{start: addr(b), buf: b, reg: true})
 	return driver.DevicePtr(addr(b)), nil
 }
 
@@ -50,23 +48,11 @@ func (d *Driver) HostUnregister(b []byte) error {
 		d.mu.Unlock()
 		return err
 	}
-	rs := *d.hosts.Load()
-	i := slices.IndexFunc(rs, func(r hostRegion) bool { return r.reg && len(b) > 0 && r.start == addr(b) && len(r.buf) == len(b) })
-	if i < 0 {
+	if _, ok := d.hosts.RemoveWhere(func(r hostRegion) bool { return r.reg && len(b) > 0 && r.start == addr(b) && len(r.buf) == len(b) }); !ok {
 		d.mu.Unlock()
 		return errf(driver.ErrInvalidValue, "%s %#x (%d B): not registered", what, addr(b), len(b))
 	}
-	rs = slices.Delete(slices.Clone(rs), i, i+1)
-	d.hosts.Store(&rs)
 	d.mu.Unlock()
 	d.drainAll() // queued copies may still use it
 	return nil
-}
-
-// overlapsPinned reports whether any byte of b is pinned already.
-func (d *Driver) overlapsPinned(b []byte) bool {
-	lo, hi := addr(b), addr(b)+uintptr(len(b))
-	return slices.ContainsFunc(*d.hosts.Load(), func(r hostRegion) bool {
-		return r.start < hi && lo < r.start+uintptr(len(r.buf))
-	})
 }

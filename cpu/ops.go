@@ -151,26 +151,39 @@ func (d *Driver) noop(s *stream, what string) error {
 	return nil
 }
 
-// badRange fails an operation whose address does not resolve.
+// asyncOn opens an async operation on n bytes at p on stream h: refused
+// on a closed driver, then the stream and the range resolved. done: the
+// call is answered already, with err: a refusal, or for n == 0 a no-op
+// (which an invalidated capture still fails). It makes the calls
+// openStream would itself: these are the hot calls.
+func (d *Driver) asyncOn(h driver.Stream, what string, p driver.DevicePtr, n int64) (s *stream, r *allocation, off int64, done bool, err error) {
+	if d.closed.Load() {
+		return nil, nil, 0, true, errClosed(what)
+	}
+	if s, err = d.stream(h, what); err != nil {
+		return nil, nil, 0, true, err
+	}
+	r, off, why := d.resolve(p, n)
+	if why != "" {
+		return s, nil, 0, true, d.badRange(s, what, p, n, why)
+	}
+	if n == 0 {
+		return s, nil, 0, true, d.noop(s, what)
+	}
+	return s, r, off, false, nil
+}
+
+// badRange fails an operation whose address does not resolve (and s's
+// capture, if any).
 func (d *Driver) badRange(s *stream, what string, p driver.DevicePtr, n int64, reason string) error {
 	return d.failed(s, errf(driver.ErrInvalidValue, "%s %#x+%d: %s", what, uint64(p), n, reason))
 }
 
 func (d *Driver) MemsetAsync(dst driver.DevicePtr, value byte, n int64, h driver.Stream) error {
 	const what = "memset"
-	if d.closed.Load() {
-		return errClosed(what)
-	}
-	s, err := d.stream(h, what)
-	if err != nil {
+	s, r, off, done, err := d.asyncOn(h, what, dst, n)
+	if done {
 		return err
-	}
-	r, off, why := d.resolve(dst, n)
-	if why != "" {
-		return d.badRange(s, what, dst, n, why)
-	}
-	if n == 0 {
-		return d.noop(s, what)
 	}
 	o := op{kind: opMemset, val: value, n: n, dst: r, dstOff: off}
 	return d.submit(s, &o, what)
@@ -178,20 +191,10 @@ func (d *Driver) MemsetAsync(dst driver.DevicePtr, value byte, n int64, h driver
 
 func (d *Driver) CopyHtoDAsync(dst driver.DevicePtr, src []byte, h driver.Stream) error {
 	const what = "copy host to device async"
-	if d.closed.Load() {
-		return errClosed(what)
-	}
-	s, err := d.stream(h, what)
-	if err != nil {
-		return err
-	}
 	n := int64(len(src))
-	r, off, why := d.resolve(dst, n)
-	if why != "" {
-		return d.badRange(s, what, dst, n, why)
-	}
-	if n == 0 {
-		return d.noop(s, what)
+	s, r, off, done, err := d.asyncOn(h, what, dst, n)
+	if done {
+		return err
 	}
 	o := op{kind: opHtoD, n: n, dst: r, dstOff: off, host: src, pageable: !d.pinned(src)}
 	return d.submit(s, &o, what)
@@ -201,20 +204,10 @@ func (d *Driver) CopyHtoDAsync(dst driver.DevicePtr, src []byte, h driver.Stream
 // once dst holds the bytes); into pinned memory it is queued.
 func (d *Driver) CopyDtoHAsync(dst []byte, src driver.DevicePtr, h driver.Stream) error {
 	const what = "copy device to host async"
-	if d.closed.Load() {
-		return errClosed(what)
-	}
-	s, err := d.stream(h, what)
-	if err != nil {
-		return err
-	}
 	n := int64(len(dst))
-	r, off, why := d.resolve(src, n)
-	if why != "" {
-		return d.badRange(s, what, src, n, why)
-	}
-	if n == 0 {
-		return d.noop(s, what)
+	s, r, off, done, err := d.asyncOn(h, what, src, n)
+	if done {
+		return err
 	}
 	if !d.pinned(dst) {
 		s.mu.Lock()
@@ -232,10 +225,7 @@ func (d *Driver) CopyDtoHAsync(dst []byte, src driver.DevicePtr, h driver.Stream
 
 func (d *Driver) CopyDtoDAsync(dst, src driver.DevicePtr, n int64, h driver.Stream) error {
 	const what = "copy device to device async"
-	if d.closed.Load() {
-		return errClosed(what)
-	}
-	s, err := d.stream(h, what)
+	s, err := d.openStream(h, what)
 	if err != nil {
 		return err
 	}

@@ -51,6 +51,15 @@ func (d *Driver) stream(h driver.Stream, what string) (*stream, error) {
 	return nil, errf(driver.ErrInvalidValue, "%s: unknown stream %#x", what, uint64(h))
 }
 
+// openStream is the start of a call on stream h: refused on a closed
+// driver, then h looked up.
+func (d *Driver) openStream(h driver.Stream, what string) (*stream, error) {
+	if d.closed.Load() {
+		return nil, errClosed(what)
+	}
+	return d.stream(h, what)
+}
+
 func errDestroyed(h driver.Stream, what string) error {
 	return errf(driver.ErrInvalidValue, "%s: stream %#x was destroyed", what, uint64(h))
 }
@@ -77,10 +86,7 @@ func (d *Driver) CreateStream() (driver.Stream, error) {
 // DestroyStream lets queued work finish (as cudaStreamDestroy does) and
 // forgets the stream. Destroying a capturing stream is illegal.
 func (d *Driver) DestroyStream(h driver.Stream) error {
-	if d.closed.Load() {
-		return errClosed("destroy stream")
-	}
-	s, err := d.stream(h, "destroy stream")
+	s, err := d.openStream(h, "destroy stream")
 	if err != nil {
 		return err
 	}
@@ -204,10 +210,7 @@ func (d *Driver) hold(h driver.Stream, what string, interaction driver.CaptureMo
 // while it captures, and, for a caller in Global interaction mode, while any
 // Global-mode capture is under way on the device (see wait).
 func (d *Driver) waitable(h driver.Stream, what string, interaction driver.CaptureMode) (*stream, error) {
-	if d.closed.Load() {
-		return nil, errClosed(what)
-	}
-	s, err := d.stream(h, what)
+	s, err := d.openStream(h, what)
 	if err != nil {
 		return nil, err
 	}

@@ -157,15 +157,10 @@ func (d *Driver) MapMemory(p driver.DevicePtr, size int64) error {
 }
 
 func (d *Driver) mapMemory(p driver.DevicePtr, size int64, interaction driver.CaptureMode) error {
-	const what = "map memory"
-	return d.vmCall(what, interaction, func() error { return d.mapRange(p, size, what) })
+	return d.rangeCall("map memory", interaction, p, size, d.mapRange)
 }
 
-func (d *Driver) mapRange(p driver.DevicePtr, size int64, what string) error {
-	r, off, err := d.vmRangeOf(p, size, what)
-	if err != nil {
-		return err
-	}
+func (d *Driver) mapRange(r *allocation, off int64, p driver.DevicePtr, size int64, what string) error {
 	// vmCtl held: only its holders change maps.
 	i := r.vm.first(off)
 	if i < len(r.vm.maps) && r.vm.maps[i].off < off+size {
@@ -207,15 +202,10 @@ func (d *Driver) UnmapMemory(p driver.DevicePtr, size int64) error {
 }
 
 func (d *Driver) unmapMemory(p driver.DevicePtr, size int64, interaction driver.CaptureMode) error {
-	const what = "unmap memory"
-	return d.vmCall(what, interaction, func() error { return d.unmapRange(p, size, what) })
+	return d.rangeCall("unmap memory", interaction, p, size, d.unmapRange)
 }
 
-func (d *Driver) unmapRange(p driver.DevicePtr, size int64, what string) error {
-	r, off, err := d.vmRangeOf(p, size, what)
-	if err != nil {
-		return err
-	}
+func (d *Driver) unmapRange(r *allocation, off int64, p driver.DevicePtr, size int64, what string) error {
 	i, found := slices.BinarySearchFunc(r.vm.maps, off, func(m vmRange, off int64) int { return cmp.Compare(m.off, off) })
 	if !found || r.vm.maps[i].size != size {
 		return errf(driver.ErrInvalidValue, "%s %#x+%d: not a range MapMemory mapped (only whole mappings unmap)",
@@ -233,6 +223,19 @@ func (d *Driver) unmapRange(p driver.DevicePtr, size int64, what string) error {
 	d.live -= size
 	d.mu.Unlock()
 	return nil
+}
+
+// rangeCall is MapMemory's and UnmapMemory's call (vmCall): [p, p+size)
+// resolved in its reservation (vmRangeOf), then fn on it.
+func (d *Driver) rangeCall(what string, interaction driver.CaptureMode, p driver.DevicePtr, size int64,
+	fn func(r *allocation, off int64, p driver.DevicePtr, size int64, what string) error) error {
+	return d.vmCall(what, interaction, func() error {
+		r, off, err := d.vmRangeOf(p, size, what)
+		if err != nil {
+			return err
+		}
+		return fn(r, off, p, size, what)
+	})
 }
 
 // vmCall runs fn, one virtual memory call, holding vmCtl. The call is

@@ -11,40 +11,10 @@ import (
 // Enums are C ints (4 bytes); handles (cudaStream_t, cudaMemPool_t,
 // cudaGraph_t, cudaGraphExec_t) are pointers.
 
-// cudaMemcpyKind (driver_types.h: enum cudaMemcpyKind).
-const (
-	memcpyHostToDevice   = 1
-	memcpyDeviceToHost   = 2
-	memcpyDeviceToDevice = 3
-)
-
-// cudaStreamCaptureStatus (driver_types.h), as cudaStreamIsCapturing reports it.
-const (
-	captureStatusNone        = 0
-	captureStatusActive      = 1
-	captureStatusInvalidated = 2
-)
-
-// cudaStreamCaptureMode (driver_types.h). driver.CaptureMode has the same
-// order, but the mapping is spelled out so a change on either side is caught
-// by the tests.
-const (
-	captureModeGlobal      = 0
-	captureModeThreadLocal = 1
-	captureModeRelaxed     = 2
-)
-
-// Flags (driver_types.h #defines and enum cudaGraphInstantiateFlags).
-const (
-	hostAllocPortable                = 0x01 // cudaHostAllocPortable: pinned for every context
-	hostRegisterPortable             = 0x01 // cudaHostRegisterPortable: registered for every context
-	hostRegisterMapped               = 0x02 // cudaHostRegisterMapped (CU_MEMHOSTREGISTER_DEVICEMAP, 2, in cuda-python's MemHostRegisterFlags)
-	streamNonBlocking                = 0x01 // cudaStreamNonBlocking
-	graphInstantiateAutoFreeOnLaunch = 1    // cudaGraphInstantiateFlagAutoFreeOnLaunch (CUDA 11.4+)
-)
-
-// cudaMemPoolAttr (driver_types.h): the value is a cuuint64_t.
-const memPoolAttrReleaseThreshold = 0x4
+// The enums and flags HIP shares with CUDA (memcpy kinds, capture status
+// and mode, the portable and non-blocking flags, auto-free-on-launch, the
+// pool's release threshold attribute, the pool properties' enums) are
+// internal/gpurt's constants, each cited there by its CUDA and HIP names.
 
 // cudaDeviceAttr (driver_types.h; the values also checked against the
 // bindgen output of docs.rs cuda-runtime-sys: cudaDevAttrMaxThreadsPerBlock
@@ -66,15 +36,6 @@ const (
 // globalTimerHz is the rate of PTX's %globaltimer, which the kernels'
 // bounded waits read: it counts nanoseconds (PTX ISA, special registers).
 const globalTimerHz = 1_000_000_000
-
-// cudaMemAllocationType, cudaMemAllocationHandleType, cudaMemLocationType
-// (driver_types.h).
-const (
-	memAllocationTypePinned = 0x1
-	memHandleTypeNone       = 0x0
-	memHandleTypePosixFD    = 0x1 // cudaMemHandleTypePosixFileDescriptor
-	memLocationTypeDevice   = 1
-)
 
 // IPC (cuda_runtime_api.h, driver_types.h): cudaIpcMemHandle_t is
 // struct cudaIpcMemHandle_st { char reserved[CUDA_IPC_HANDLE_SIZE]; } with
@@ -106,44 +67,25 @@ const (
 var _ [ipcHandleSize - gpurt.IPCHandleSize]struct{}
 var _ [gpurt.IPCHandleSize - ipcHandleSize]struct{}
 
-// vendor is this package's table for the shared runtime layer: every
-// value above, and the error codes it acts on (errors.go).
+// vendor is this package's table for the shared runtime layer: the values
+// above where CUDA's numbering or behaviour is its own, and its errors
+// (errors.go).
 var vendor = gpurt.Vendor{
-	Name:                             "cuda",
-	Alignment:                        Alignment,
-	NotReady:                         errNotReady,
-	NotSupported:                     errNotSupported,
-	PeerAccessAlreadyEnabled:         errPeerAccessAlreadyEnabled,
-	CaptureStatusNone:                captureStatusNone,
-	CaptureStatusActive:              captureStatusActive,
-	CaptureStatusInvalidated:         captureStatusInvalidated,
-	CaptureModeGlobal:                captureModeGlobal,
-	CaptureModeThreadLocal:           captureModeThreadLocal,
-	CaptureModeRelaxed:               captureModeRelaxed,
-	MemcpyHostToDevice:               memcpyHostToDevice,
-	MemcpyDeviceToHost:               memcpyDeviceToHost,
-	MemcpyDeviceToDevice:             memcpyDeviceToDevice,
-	HostAllocPortable:                hostAllocPortable,
-	HostRegisterPortable:             hostRegisterPortable,
-	HostRegisterMapped:               hostRegisterMapped,
-	StreamNonBlocking:                streamNonBlocking,
-	GraphInstantiateAutoFreeOnLaunch: graphInstantiateAutoFreeOnLaunch,
-	MemPoolAttrReleaseThreshold:      memPoolAttrReleaseThreshold,
-	MemAllocationTypePinned:          memAllocationTypePinned,
-	MemHandleTypeNone:                memHandleTypeNone,
-	MemHandleTypePosixFD:             memHandleTypePosixFD,
-	MemLocationTypeDevice:            memLocationTypeDevice,
-	DevAttrIntegrated:                devAttrIntegrated,
-	DevAttrMaxThreadsPerBlock:        devAttrMaxThreadsPerBlock,
-	DevAttrMultiprocessorCount:       devAttrMultiProcessorCount,
-	DevAttrComputeCapabilityMajor:    devAttrComputeCapabilityMajor,
-	DevAttrComputeCapabilityMinor:    devAttrComputeCapabilityMinor,
-	DevAttrPageableMemoryAccess:      devAttrPageableMemoryAccess,
+	Name:                          "cuda",
+	Alignment:                     Alignment,
+	DevAttrIntegrated:             devAttrIntegrated,
+	DevAttrMaxThreadsPerBlock:     devAttrMaxThreadsPerBlock,
+	DevAttrMultiprocessorCount:    devAttrMultiProcessorCount,
+	DevAttrComputeCapabilityMajor: devAttrComputeCapabilityMajor,
+	DevAttrComputeCapabilityMinor: devAttrComputeCapabilityMinor,
+	DevAttrPageableMemoryAccess:   devAttrPageableMemoryAccess,
 	// An exportable pool cannot serve graph allocations (801 in a
 	// capture, measured on an H100).
 	SeparateCapturePool: true,
 	IPCHandleType:       "cudaIpcMemHandle_t",
 	PtrExportDataType:   "cudaMemPoolPtrExportData",
+	Sentinels:           sentinels,
+	Wrap:                func(e *gpurt.CallError) error { return (*Error)(e) },
 }
 
 // devicePropsBufSize bounds struct cudaDeviceProp (about 1 KiB in CUDA 12);

@@ -12,26 +12,12 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 )
 
 func gpuAllocator(b *testing.B) *alloc.Allocator {
 	b.Helper()
-	d, err := New(Options{})
-	if err != nil {
-		b.Skipf("no CUDA device: %v", err)
-	}
-	a, err := alloc.New(d, alloc.Options{})
-	if err != nil {
-		d.Close()
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		if err := a.Close(); err != nil {
-			b.Error(err)
-		}
-		d.Close()
-	})
-	return a
+	return alloctest.New(b, gpu(b), alloc.Options{})
 }
 
 func BenchmarkGPUAllocFree(b *testing.B) {

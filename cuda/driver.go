@@ -29,54 +29,15 @@ const DefaultReleaseThreshold = gpurt.DefaultReleaseThreshold
 // context in the process sees every Global-mode capture, whichever Driver
 // started it.
 
-// Options configures a Driver. The zero value is device 0, a dedicated pool
-// that never trims, default-priority non-blocking streams.
-type Options struct {
-	// Device is the CUDA device ordinal.
-	Device int
-	// ReleaseThreshold is the pool's cudaMemPoolAttrReleaseThreshold in
-	// bytes: memory above it is returned to the OS at synchronize. 0 means
-	// DefaultReleaseThreshold; there is deliberately no way to ask for 0.
-	ReleaseThreshold int64
-	// Reserve is allocated and freed once at New, so the pool holds that
-	// much from the start. It must not exceed ReleaseThreshold, or the
-	// pool would give it back at the first synchronize.
-	Reserve int64
-	// DefaultPool uses the device's default pool
-	// (cudaDeviceGetDefaultMemPool), shared with every cudaMallocAsync in
-	// the process, instead of a pool of this driver's own.
-	DefaultPool bool
-	// StreamPriority is passed to cudaStreamCreateWithPriority (lower is
-	// higher priority; CUDA clamps it to the device's range).
-	StreamPriority int
-	// Blocking creates streams without cudaStreamNonBlocking, so they
-	// synchronize implicitly with the legacy default stream. The zero value
-	// (false) gives non-blocking streams, and that is what you want: while
-	// a blocking stream is capturing, in any mode, CUDA refuses work on the
-	// legacy stream (906, cudaErrorStreamCaptureImplicit) and invalidates
-	// the capture, so another library's cudaMemcpy or default-stream work
-	// (CuPy's, for one) breaks it (measured: docs/cuda-truth.md). Ask for
-	// blocking streams only when an engine relies on the legacy stream's
-	// implicit ordering with this driver's streams.
-	Blocking bool
-	// HostMemory, when set, supplies HostAlloc's memory, which the driver
-	// pins with cudaHostRegister instead of allocating with cudaHostAlloc.
-	// The plugin server passes its shared memory (driver.Memory, backends.Choice.Memory),
-	// so pinned buffers are visible to the engine's process and plugin:cuda
-	// moves no bytes over RPC.
-	HostMemory driver.HostMemory
-	// IPC creates the driver's pool with cudaMemHandleTypePosixFileDescriptor
-	// so it can be exported (ExportPool). Not with DefaultPool.
-	IPC bool
-	// CaptureSafety overrides the device's classification
-	// (driver.ClassifySafety; docs/capture-safety.md). SafetyUnset: strict
-	// on GB10 and on every device without a recorded truth table.
-	CaptureSafety driver.CaptureSafety
-}
-
-// core is the shared runtime layer's options for o: the same fields, in
-// the same order (a conversion, checked by the compiler).
-func (o Options) core() gpurt.Options { return gpurt.Options(o) }
+// Options configures a Driver: the options both GPU drivers take, each
+// field documented in internal/gpurt (go doc
+// github.com/capalloc/capalloc/internal/gpurt Options): Device (the CUDA
+// device ordinal), ReleaseThreshold, Reserve, DefaultPool, StreamPriority,
+// Blocking (read it before asking for blocking streams: they break
+// captures), HostMemory, IPC and CaptureSafety. The zero value is device
+// 0, a dedicated pool that never trims, default-priority non-blocking
+// streams.
+type Options = gpurt.Options
 
 // core is the shared driver (internal/gpurt), embedded under an unexported
 // name: its exported methods are Driver's.
@@ -124,15 +85,10 @@ func New(opts Options) (*Driver, error) {
 	d := &Driver{opts: opts}
 	c, err := gpurt.Open(gpurt.Config{
 		Vendor: &vendor,
-		Opts:   opts.core(),
-		Load: func() (*gpurt.Runtime, error) {
-			rt, err := loadRuntime(os.Getenv)
-			if err != nil {
-				return nil, err
-			}
-			d.rt = rt
-			return &rt.Runtime, nil
-		},
+		Opts:   opts,
+		Load: gpurt.Keep(&d.rt, func() (*runtimeAPI, error) {
+			return loader.Load(os.Getenv, nil)
+		}),
 		CheckDevice: d.checkDevice,
 		Describe:    d.describe,
 		Kernels:     d.kernels,

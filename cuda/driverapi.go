@@ -149,11 +149,7 @@ func (a *driverAPI) check(op, call string, code int32) error {
 	if code == 0 {
 		return nil
 	}
-	e := &Error{Op: op, Call: call, Code: int(code), Text: a.text(code)}
-	if sentinelFor(e.Code) == driver.ErrBackendUnavailable {
-		a.rt.explain(e)
-	}
-	return e
+	return a.rt.Error(op, call, code, a.text(code), nil)
 }
 
 func (a *driverAPI) text(code int32) string {
@@ -167,7 +163,7 @@ func (a *driverAPI) text(code int32) string {
 			return string(unsafe.Slice(p, n))
 		}
 	}
-	return a.rt.text(code)
+	return a.rt.Text(code)
 }
 
 // primary binds the driver API, initializes it and retains the runtime's

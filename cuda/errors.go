@@ -1,18 +1,16 @@
 package cuda
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
-// cudaError_t values this backend maps to a sentinel (driver_types.h: enum
-// cudaError). Any other non-zero code is ErrDriver; the code and the
+// cudaError_t values this backend maps to a sentinel beyond the codes both
+// runtimes share (gpurt's Code constants) (driver_types.h: enum cudaError). Any other non-zero code is ErrDriver; the code and the
 // runtime's own text are always kept in the message.
 const (
 	errInvalidValue               = 1
-	errMemoryAllocation           = 2
 	errInitializationError        = 3
 	errCudartUnloading            = 4
 	errInvalidDevicePointer       = 17 // deprecated since 10.1, still mapped
@@ -28,61 +26,25 @@ const (
 	errStartupFailure             = 127
 	errInvalidResourceHandle      = 400
 	errIllegalState               = 401
-	errNotReady                   = 600
-	errNotSupported               = 801
-	errPeerAccessAlreadyEnabled   = 704 // cudaErrorPeerAccessAlreadyEnabled (NVIDIA runtime API reference, enum cudaError)
 	errSystemNotReady             = 802
 	errSystemDriverMismatch       = 803
 	errCompatNotSupportedOnDevice = 804
-	errStreamCaptureUnsupported   = 900
-	errStreamCaptureInvalidated   = 901
-	errStreamCaptureMerge         = 902
-	errStreamCaptureUnmatched     = 903
-	errStreamCaptureUnjoined      = 904
-	errStreamCaptureIsolation     = 905
-	errStreamCaptureImplicit      = 906
-	errCapturedEvent              = 907
-	errStreamCaptureWrongThread   = 908
 	errTimeout                    = 909
-	errGraphExecUpdateFailure     = 910
 )
 
-// sentinelFor maps a cudaError_t to the alloc sentinel it means here,
-// through the table below (gpurt.Sentinels). The
-// meanings are driver_types.h's enum cudaError comments (quoted in
-// docs/cuda-backend.md, with the table).
+// sentinels maps a cudaError_t to the alloc sentinel it means here
+// (gpurt.Sentinels). The meanings are
+// driver_types.h's enum cudaError comments (quoted in
+// docs/cuda-backend.md, with the table). The out-of-memory and capture
+// codes (2, 900-908, 910), the same in both runtimes, are gpurt's (its
+// Code constants say what each means); CUDA's own:
 //
-//   - 2: out of memory.
-//   - 900 ("the operation is not permitted when the stream is capturing"),
-//     906 ("would have resulted in a disallowed implicit dependency on a
-//     current capture sequence from cudaStreamLegacy"), 907 ("not
-//     permitted on an event which was last recorded in a capturing
-//     stream"): the call was illegal because a capture is active. Whether
-//     CUDA also invalidated the capture depends on the call; alloc reads
-//     the stream's status again after such a refusal.
-//   - 908 ("a stream capture sequence not initiated with
-//     cudaStreamCaptureModeRelaxed ... was passed to cudaStreamEndCapture
-//     in a different thread"): ErrCaptureWrongThread (and
-//     ErrCaptureIllegalOp). The capture is still active, not invalidated.
-//   - 901 ("invalidated due to a previous error"): the capture was
-//     invalidated.
-//   - 902 (merge), 903 (unmatched: "not initiated in this stream"), 904
-//     (unjoined fork), 905 (isolation), 910 (graph exec update failure):
-//     capture misuse that leaves nothing usable: invalidated; the code
-//     says which.
 //   - 3, 4, 34, 35, 36, 46, 100, 102, 103, 127, 802, 803, 804: no usable
 //     driver or device: the backend is unavailable.
 //   - 1, 17, 21, 101, 400, 401: a bad argument or handle.
 //   - 801 (not supported), 909 (timeout) and everything else: a driver
 //     error.
-func sentinelFor(code int) error { return sentinels.For(code) }
-
 var sentinels = gpurt.NewSentinels(gpurt.Codes{
-	OutOfMemory: []int{errMemoryAllocation},
-	IllegalOp:   []int{errStreamCaptureUnsupported, errStreamCaptureImplicit, errCapturedEvent},
-	WrongThread: []int{errStreamCaptureWrongThread},
-	Invalidated: []int{errStreamCaptureInvalidated, errStreamCaptureMerge, errStreamCaptureUnmatched,
-		errStreamCaptureUnjoined, errStreamCaptureIsolation, errGraphExecUpdateFailure},
 	Unavailable: []int{errInitializationError, errCudartUnloading, errStubLibrary, errInsufficientDriver,
 		errCallRequiresNewerDriver, errDevicesUnavailable, errNoDevice, errDeviceNotLicensed,
 		errSoftwareValidityNotEstabl, errStartupFailure, errSystemNotReady,
@@ -91,48 +53,24 @@ var sentinels = gpurt.NewSentinels(gpurt.Codes{
 		errInvalidResourceHandle, errIllegalState},
 })
 
-// Error is a failed CUDA runtime call. It matches (errors.Is) the alloc
-// sentinel its code maps to, and errors.As gives the numeric code.
-type Error struct {
-	Op   string // what the driver was doing ("malloc async 4096 B")
-	Call string // the runtime function ("cudaMallocFromPoolAsync")
-	Code int    // cudaError_t
-	Text string // cudaGetErrorString(Code)
-
-	// kind overrides the code's sentinel where the call gives the code a
-	// more precise meaning (801 from cudaStreamBeginCapture: no graphs).
-	kind error
-	// why explains the code where the driver's version does ("no CUDA
-	// driver is installed ..."); empty otherwise.
-	why string
-}
+// Error is a failed CUDA runtime call: Op (what the driver was doing,
+// "malloc async 4096 B"), Call (the runtime function,
+// "cudaMallocFromPoolAsync"), Code (the cudaError_t) and Text
+// (cudaGetErrorString's), the fields gpurt.CallError declares. It matches
+// (errors.Is) the alloc sentinel its code maps to, and errors.As gives the
+// numeric code.
+type Error gpurt.CallError
 
 func (e *Error) Error() string {
-	msg := fmt.Sprintf("%v: cuda: %s: %s returned %d (%s)", e.Unwrap(), e.Op, e.Call, e.Code, e.Text)
-	if e.why != "" {
-		msg += ": " + e.why
-	}
-	return msg
+	return e.call().Message(fmt.Sprintf("%v: cuda: %s: %s returned %d (%s)", e.Unwrap(), e.Op, e.Call, e.Code, e.Text))
 }
 
 // Unwrap lets errors.Is find the sentinel.
-func (e *Error) Unwrap() error {
-	if e.kind != nil {
-		return e.kind
-	}
-	return sentinelFor(e.Code)
-}
+func (e *Error) Unwrap() error { return e.call().Sentinel(sentinels) }
+
+func (e *Error) call() *gpurt.CallError { return (*gpurt.CallError)(e) }
 
 // errf is a backend error that did not come from a runtime call.
 func errf(sentinel error, format string, args ...any) error {
 	return vendor.Errf(sentinel, format, args...)
-}
-
-// codeOf returns the cudaError_t inside err, or 0.
-func codeOf(err error) int {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return 0
 }

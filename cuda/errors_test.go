@@ -8,6 +8,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
 func TestErrorMapping(t *testing.T) {
@@ -40,7 +41,7 @@ func TestErrorMapping(t *testing.T) {
 		require.Contains(t, err.Error(), "the runtime's text")
 		var e *Error
 		require.ErrorAs(t, err, &e)
-		require.Equal(t, code, codeOf(err))
+		require.Equal(t, code, e.Code)
 	}
 }
 
@@ -58,8 +59,11 @@ func TestErrorWrongThread(t *testing.T) {
 func TestErrorMessageAndOverride(t *testing.T) {
 	err := &Error{Op: "malloc async 64 B", Call: "cudaMallocFromPoolAsync", Code: 2, Text: "out of memory"}
 	require.Equal(t, "out of device memory: cuda: malloc async 64 B: cudaMallocFromPoolAsync returned 2 (out of memory)", err.Error())
-	over := &Error{Op: "begin capture", Call: "cudaStreamBeginCapture", Code: 801, Text: "operation not supported", kind: driver.ErrCaptureUnavailable}
+	rt := &gpurt.Runtime{Vendor: &vendor}
+	over := rt.Error("begin capture", "cudaStreamBeginCapture", 801, "operation not supported", driver.ErrCaptureUnavailable)
 	require.ErrorIs(t, over, driver.ErrCaptureUnavailable)
 	require.NotErrorIs(t, over, driver.ErrDriver)
-	require.Zero(t, codeOf(errors.New("plain")))
+	var e *Error
+	require.ErrorAs(t, over, &e)
+	require.Equal(t, 801, e.Code)
 }

@@ -103,6 +103,8 @@ func TestFakeLoadModuleBadPTX(t *testing.T) {
 
 	_, err = d.LoadModule(driver.ModuleImage{Name: "junk", PTX: []byte("not ptx"), Kernels: []string{kernels.Axpy}})
 	require.ErrorIs(t, err, driver.ErrDriver)
-	require.Equal(t, 218, codeOf(err))
+	var e *Error
+	require.ErrorAs(t, err, &e)
+	require.Equal(t, 218, e.Code)
 	require.Contains(t, err.Error(), "cuModuleLoadData returned 218 (a PTX JIT compilation failed)")
 }

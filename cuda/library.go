@@ -36,13 +36,3 @@ var search = gpurt.Search{
 // driver.ErrBackendUnavailable and names every path with its reason, and
 // errors.As finds each unusable library's *Error with its cudaError_t.
 var loader = gpurt.Loader[runtimeAPI]{Vendor: &vendor, Search: &search, Bind: bind}
-
-func candidates(getenv func(string) string) []string { return search.Candidates(getenv) }
-
-// loadRuntime opens the first usable candidate and binds it.
-func loadRuntime(getenv func(string) string) (*runtimeAPI, error) {
-	return loadFirst(candidates(getenv))
-}
-
-// loadFirst tries paths in order (gpurt.Loader.First).
-func loadFirst(paths []string) (*runtimeAPI, error) { return loader.First(paths, nil) }

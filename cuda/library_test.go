@@ -22,16 +22,16 @@ func TestLibrarySearchOrder(t *testing.T) {
 		"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so",
 		"/usr/local/cuda/lib64/libcudart.so.13", "/usr/local/cuda/lib64/libcudart.so.12",
 		"/usr/local/cuda/lib64/libcudart.so.11.0", "/usr/local/cuda/lib64/libcudart.so",
-	}, candidates(env(nil)))
+	}, search.Candidates(env(nil)))
 	require.Equal(t, []string{
 		"/opt/cuda/lib64/libcudart.so.13", "/opt/cuda/lib64/libcudart.so.12",
 		"/opt/cuda/lib64/libcudart.so.11.0", "/opt/cuda/lib64/libcudart.so",
 		"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so",
 		"/usr/local/cuda/lib64/libcudart.so.13", "/usr/local/cuda/lib64/libcudart.so.12",
 		"/usr/local/cuda/lib64/libcudart.so.11.0", "/usr/local/cuda/lib64/libcudart.so",
-	}, candidates(env(map[string]string{"CUDA_HOME": "/opt/cuda"})))
+	}, search.Candidates(env(map[string]string{"CUDA_HOME": "/opt/cuda"})))
 	require.Equal(t, []string{"/x/libcudart.so.12"},
-		candidates(env(map[string]string{LibEnv: " /x/libcudart.so.12 ", "CUDA_HOME": "/opt/cuda"})), "the override is the only candidate")
+		search.Candidates(env(map[string]string{LibEnv: " /x/libcudart.so.12 ", "CUDA_HOME": "/opt/cuda"})), "the override is the only candidate")
 }
 
 func TestUnavailableNamesEveryPathAndReason(t *testing.T) {
@@ -40,12 +40,12 @@ func TestUnavailableNamesEveryPathAndReason(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(home, "lib64"), 0o755))
 	// Not a library: dlopen must fail with its reason, not crash.
 	require.NoError(t, os.WriteFile(filepath.Join(home, "lib64", "libcudart.so.12"), []byte(strings.Repeat("not an ELF file\n", 64)), 0o644))
-	rt, err := loadRuntime(env(map[string]string{"CUDA_HOME": home}))
+	rt, err := loader.Load(env(map[string]string{"CUDA_HOME": home}), nil)
 	if err == nil {
 		t.Skipf("a real CUDA runtime is installed here (%s): the search found it", rt.Path)
 	}
 	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
-	for _, p := range candidates(env(map[string]string{"CUDA_HOME": home})) {
+	for _, p := range search.Candidates(env(map[string]string{"CUDA_HOME": home})) {
 		require.Contains(t, err.Error(), p)
 	}
 	require.Contains(t, err.Error(), filepath.Join(home, "lib64", "libcudart.so.12")+": ")
@@ -107,12 +107,12 @@ func TestRealRuntimeWithoutGPU(t *testing.T) {
 	if h, err := purego.Dlopen("libcuda.so.1", purego.RTLD_NOW|purego.RTLD_LOCAL); err == nil {
 		purego.Dlclose(h)
 		// A driver library without a device: the runtime reports 100.
-		_, err := loadFirst([]string{path})
+		_, err := loader.First([]string{path}, nil)
 		require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 		require.Contains(t, err.Error(), path+": runtime version: cudaRuntimeGetVersion returned 100")
 		return
 	}
-	_, err := loadFirst([]string{path})
+	_, err := loader.First([]string{path}, nil)
 	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	msg := err.Error()
 	t.Log(msg)
@@ -125,7 +125,7 @@ func TestRealRuntimeWithoutGPU(t *testing.T) {
 
 	// The real library first, a working one after it: the second is used.
 	good := fake.Lib(t)
-	rt, err := loadFirst([]string{path, good})
+	rt, err := loader.First([]string{path, good}, nil)
 	require.NoError(t, err)
 	require.Equal(t, good, rt.Path)
 
@@ -151,7 +151,7 @@ const oldDriverEnv = "CAPALLOC_TEST_OLD_DRIVER"
 func TestRealRuntimeWithOldDriver(t *testing.T) {
 	path := realRuntime(t)
 	if os.Getenv(oldDriverEnv) != "" {
-		_, err := loadFirst([]string{path})
+		_, err := loader.First([]string{path}, nil)
 		require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 		msg := err.Error()
 		t.Log(msg)

@@ -77,7 +77,7 @@ func TestLoaderSkipsUnusableLibrary(t *testing.T) {
 			require.Equal(t, second, path, "Runtime reports the library in use")
 			require.Equal(t, 12040, rv)
 
-			_, err = loadFirst([]string{first})
+			_, err = loader.First([]string{first}, nil)
 			require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 			line := lineOf(t, err.Error(), first+": ")
 			for _, w := range c.want {
@@ -117,7 +117,7 @@ func TestLoaderNamesEveryLibraryTried(t *testing.T) {
 	})
 	paths := []string{filepath.Join(lib, "libcudart.so.13"), filepath.Join(lib, "libcudart.so.12"),
 		filepath.Join(lib, "libcudart.so.11.0"), filepath.Join(lib, "libcudart.so")}
-	_, err := loadFirst(paths)
+	_, err := loader.First(paths, nil)
 	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	msg := err.Error()
 	require.Contains(t, msg, "no usable CUDA runtime library")
@@ -132,7 +132,7 @@ func TestLoaderNamesEveryLibraryTried(t *testing.T) {
 	require.Contains(t, msg, "No such file or directory")
 
 	// Loading again tries them again: nothing failed was remembered.
-	_, err2 := loadFirst(paths)
+	_, err2 := loader.First(paths, nil)
 	require.Equal(t, msg, err2.Error())
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 )
 
 // On a real GPU: cudaMemGetInfo (driver.MemInfoer) answers sanely, and
@@ -14,11 +15,7 @@ import (
 // a query, not an unsafe call. An out-of-memory error says the device's
 // free memory. Skipped, with the reason, where no CUDA device opens.
 func TestGPUMemInfoDuringCapture(t *testing.T) {
-	d, err := New(Options{})
-	if err != nil {
-		t.Skipf("no CUDA device: %v", err)
-	}
-	defer d.Close()
+	d := gpu(t)
 	free, total, err := d.MemInfo()
 	if err != nil {
 		t.Fatal(err)
@@ -27,15 +24,7 @@ func TestGPUMemInfoDuringCapture(t *testing.T) {
 	if total <= 0 || free <= 0 || free > total {
 		t.Fatalf("free %d B of %d B", free, total)
 	}
-	a, err := alloc.New(d, alloc.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := a.Close(); err != nil {
-			t.Error(err)
-		}
-	}()
+	a := alloctest.New(t, d, alloc.Options{})
 	if err := a.BeginCapture(alloc.Global); err != nil {
 		t.Fatal(err)
 	}

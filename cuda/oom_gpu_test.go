@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 )
 
 // On a real GPU: memory the allocator's pool cached (and the CUDA pool
@@ -13,11 +14,7 @@ import (
 // and trims the pool (cudaMemPoolTrimTo), then retries. Skipped, with the
 // reason, where no CUDA device opens.
 func TestGPUAllocSyncUsesCachedPoolMemory(t *testing.T) {
-	d, err := New(Options{})
-	if err != nil {
-		t.Skipf("no CUDA device: %v", err)
-	}
-	defer d.Close()
+	d := gpu(t)
 	allocSyncUsesCachedPool(t, d, 1<<30)
 }
 
@@ -33,15 +30,7 @@ func TestFakeAllocSyncUsesCachedPoolMemory(t *testing.T) {
 // chunks, frees them (cached by the allocator), then asks AllocSync for
 // half the device.
 func allocSyncUsesCachedPool(t *testing.T, d *Driver, chunk int64) {
-	a, err := alloc.New(d, alloc.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := a.Close(); err != nil {
-			t.Error(err)
-		}
-	}()
+	a := alloctest.New(t, d, alloc.Options{})
 	total := a.Info().TotalMemory
 	var bs []alloc.Buffer
 	for i := int64(0); i <= total/chunk+1; i++ {

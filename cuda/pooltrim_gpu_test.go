@@ -24,11 +24,7 @@ func memInfo(t *testing.T, d *Driver) (free, total int64) {
 // by TestGPUAllocSyncUsesCachedPoolMemory on an H200). Over the fake
 // runtime it runs on the fake's 1 GiB, whose pools model the same rule.
 func TestGPUPoolTrimReturnsMemory(t *testing.T) {
-	d, err := New(Options{})
-	if err != nil {
-		t.Skipf("no CUDA device: %v", err)
-	}
-	defer d.Close()
+	d := gpu(t)
 	s, err := d.CreateStream()
 	if err != nil {
 		t.Fatal(err)

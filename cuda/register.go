@@ -23,10 +23,9 @@ func init() {
 // parseOptions reads config-string options (gpurt.ParseOptions); every
 // error wraps driver.ErrInvalidConfig.
 func parseOptions(o driver.Options) (Options, error) {
-	c, _, err := gpurt.ParseOptions(o)
+	opts, _, err := gpurt.ParseOptions(o)
 	if err != nil {
 		return Options{}, err
 	}
-	opts := Options(c)
-	return opts, vendor.ValidateConfig(c)
+	return opts, vendor.ValidateConfig(opts)
 }

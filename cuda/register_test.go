@@ -25,7 +25,7 @@ func TestParseOptions(t *testing.T) {
 	o, err = parseOptions(backends.Options{"non_blocking": "true"})
 	require.NoError(t, err)
 	require.False(t, o.Blocking)
-	require.Equal(t, DefaultReleaseThreshold, o.core().Threshold())
+	require.Equal(t, DefaultReleaseThreshold, o.Threshold())
 
 	// The whole table of refusals is gpurt.ParseOptions's test; these show
 	// this package's parse is wired to it, and to validation.

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"unsafe"
 
 	"github.com/ebitengine/purego"
 
@@ -36,37 +35,24 @@ type runtimeAPI struct {
 // bind checks the versions of the library at path and resolves its symbols.
 func bind(path string, h uintptr) (*runtimeAPI, error) {
 	rt := &runtimeAPI{driverVersion: -1, handle: h} // -1: not read yet
-	rt.Path = path
-	rt.NewError = rt.newError
-	var getRT, getDrv, getStr uintptr
-	for _, b := range []struct {
-		name string
-		addr *uintptr
-	}{
-		{"cudaRuntimeGetVersion", &getRT},
-		{"cudaDriverGetVersion", &getDrv},
-		{"cudaGetErrorString", &getStr},
-	} {
-		addr, err := purego.Dlsym(h, b.name)
-		if err != nil || addr == 0 {
-			return nil, fmt.Errorf("%w: cuda: %s: not a CUDA runtime: no symbol %s", driver.ErrBackendUnavailable, path, b.name)
-		}
-		*b.addr = addr
+	rt.Path, rt.Vendor, rt.NoText, rt.Explain = path, &vendor, "unknown error", rt.explain
+	var getRT, getDrv, getStr gpurt.Sym
+	if err := vendor.Identify(h, path, search.Product, gpurt.Required("cudaRuntimeGetVersion", &getRT),
+		gpurt.Required("cudaDriverGetVersion", &getDrv), gpurt.Required("cudaGetErrorString", &getStr)); err != nil {
+		return nil, err
 	}
-	purego.RegisterFunc(&rt.ErrorString, getStr)
+	purego.RegisterFunc(&rt.ErrorString, getStr.Addr)
 
 	// The driver's version first: the real runtime answers it (0 when no
 	// driver is installed) even when it cannot report its own.
-	var v int32
-	if code := gpurt.Call(getDrv, uintptr(unsafe.Pointer(&v))); code != 0 {
-		return nil, rt.unusable("driver version", "cudaDriverGetVersion", code)
+	v, err := rt.Query("driver version", getDrv)
+	if err != nil {
+		return nil, err
 	}
-	rt.driverVersion = int(v)
-	v = 0
-	if code := gpurt.Call(getRT, uintptr(unsafe.Pointer(&v))); code != 0 {
-		return nil, rt.unusable("runtime version", "cudaRuntimeGetVersion", code)
+	rt.driverVersion = v
+	if rt.Version, err = rt.Query("runtime version", getRT); err != nil {
+		return nil, err
 	}
-	rt.Version = int(v)
 	if err := checkVersions(path, rt.Version, rt.driverVersion); err != nil {
 		return nil, err
 	}
@@ -77,44 +63,27 @@ func bind(path string, h uintptr) (*runtimeAPI, error) {
 	if err := resolve(h, path, bs); err != nil {
 		return nil, err
 	}
-	purego.RegisterFunc(&rt.IPCOpen, rt.IPCOpenMemHandle.Addr)
-	rt.IPCOpenFlags = ipcLazyEnablePeerAccess
-	// The first call that needs the driver and a device: a runtime that
-	// reported its version can still refuse here (no device: 100), and the
-	// loader should then try the next library rather than fail at open.
-	v = 0
-	if code := gpurt.Call(rt.GetDeviceCount.Addr, uintptr(unsafe.Pointer(&v))); code != 0 {
-		return nil, rt.unusable("count devices", "cudaGetDeviceCount", code)
+	if _, err := rt.Bound(ipcLazyEnablePeerAccess); err != nil {
+		return nil, err
 	}
 	return rt, nil
 }
 
-// unusable is the error of a library that loaded but cannot be used: its
-// first calls failed. It wraps driver.ErrBackendUnavailable whatever the
-// code (the loader then moves on to the next candidate), names the
-// library, explains the code from the driver's version, and keeps the code
-// (errors.As gives the *Error).
-func (rt *runtimeAPI) unusable(op, fn string, code int32) error {
-	e := &Error{Op: op, Call: fn, Code: int(code), Text: rt.text(code), kind: driver.ErrBackendUnavailable}
-	rt.explain(e)
-	return e
-}
-
-// explain adds, to the error of a call that found no usable driver or
-// device, the library's path and what the driver's version says about it.
-// Without a driver, or with one too old for it, the real runtime fails
-// every call that needs the driver (cudaRuntimeGetVersion included) with 35
-// (cudaErrorInsufficientDriver), and cudaDriverGetVersion reports 0 or the
-// old version.
-func (rt *runtimeAPI) explain(e *Error) {
-	e.Op = rt.Path + ": " + e.Op
+// explain is the runtime's gpurt.Runtime.Explain: the library's path, and
+// what the driver's version says about a call that found no usable driver
+// or device. Without a driver, or with one too old for it, the real
+// runtime fails every call that needs the driver (cudaRuntimeGetVersion
+// included) with 35 (cudaErrorInsufficientDriver), and
+// cudaDriverGetVersion reports 0 or the old version.
+func (rt *runtimeAPI) explain(code int) (lib, why string) {
 	switch {
 	case rt.driverVersion < 0: // cudaDriverGetVersion itself failed: nothing to add
 	case rt.driverVersion == 0:
-		e.why = "no CUDA driver is installed (cudaDriverGetVersion reports 0: libcuda.so.1 is missing or cannot be loaded)"
-	case e.Code == errInsufficientDriver:
-		e.why = driverTooOld(rt.Path, rt.Version, rt.driverVersion)
+		why = "no CUDA driver is installed (cudaDriverGetVersion reports 0: libcuda.so.1 is missing or cannot be loaded)"
+	case code == errInsufficientDriver:
+		why = driverTooOld(rt.Path, rt.Version, rt.driverVersion)
 	}
+	return rt.Path, why
 }
 
 // driverTooOld says what a runtime needs of the driver. CUDA's minor
@@ -178,24 +147,4 @@ func checkVersions(path string, runtimeVersion, driverVersion int) error {
 		return fmt.Errorf("%w: cuda: %s: %s", driver.ErrBackendUnavailable, path, driverTooOld(path, runtimeVersion, driverVersion))
 	}
 	return nil
-}
-
-// newError is the typed error of a failed call (gpurt.Runtime.NewError):
-// kind, when set, overrides the code's sentinel. A code that means no
-// usable driver or device (35 and the others mapped to
-// driver.ErrBackendUnavailable), at any step of open or later, is explained
-// as the loader explains it: the library's path and the driver's version.
-func (rt *runtimeAPI) newError(op, fn string, code int32, kind error) error {
-	e := &Error{Op: op, Call: fn, Code: int(code), Text: rt.text(code), kind: kind}
-	if sentinelFor(e.Code) == driver.ErrBackendUnavailable {
-		rt.explain(e)
-	}
-	return e
-}
-
-func (rt *runtimeAPI) text(code int32) string {
-	if rt.ErrorString == nil {
-		return "unknown error"
-	}
-	return rt.ErrorString(code)
 }

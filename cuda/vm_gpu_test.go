@@ -13,11 +13,7 @@ import (
 // reservation, and the bytes come back. Skipped, with the reason, where no
 // CUDA device opens.
 func TestGPUVirtualMemoryAcrossChunks(t *testing.T) {
-	d, err := New(Options{})
-	if err != nil {
-		t.Skipf("no CUDA device: %v", err)
-	}
-	defer d.Close()
+	d := gpu(t)
 	g := d.MapGranularity()
 	if g == 0 {
 		_, err := d.ReserveAddress(2 << 20)
@@ -66,11 +62,7 @@ func TestGPUVirtualMemoryAcrossChunks(t *testing.T) {
 // "Expandable segments") it prices the policy's slack. Skipped where no
 // CUDA device opens.
 func BenchmarkGPUVirtualMemoryMapUnmap(b *testing.B) {
-	d, err := New(Options{})
-	if err != nil {
-		b.Skipf("no CUDA device: %v", err)
-	}
-	defer d.Close()
+	d := gpu(b)
 	g := d.MapGranularity()
 	if g == 0 {
 		b.Fatal("the device offers no virtual memory")

@@ -9,40 +9,12 @@ import "github.com/capalloc/capalloc/internal/gpurt"
 // C ints (4 bytes); handles (hipStream_t, hipMemPool_t, hipGraph_t,
 // hipGraphExec_t) are pointers.
 
-// hipMemcpyKind (driver_types.h: enum hipMemcpyKind).
-const (
-	memcpyHostToDevice   = 1
-	memcpyDeviceToHost   = 2
-	memcpyDeviceToDevice = 3
-)
-
-// hipStreamCaptureStatus (hip_runtime_api.h), as hipStreamIsCapturing
-// reports it.
-const (
-	captureStatusNone        = 0
-	captureStatusActive      = 1
-	captureStatusInvalidated = 2
-)
-
-// hipStreamCaptureMode (hip_runtime_api.h). driver.CaptureMode has the same
-// order; the mapping is spelled out so a change on either side is caught.
-const (
-	captureModeGlobal      = 0
-	captureModeThreadLocal = 1
-	captureModeRelaxed     = 2
-)
-
-// Flags (hip_runtime_api.h #defines and enum hipGraphInstantiateFlags).
-const (
-	hostMallocPortable               = 0x1  // hipHostMallocPortable
-	hostRegisterPortable             = 0x1  // hipHostRegisterPortable
-	hostRegisterMapped               = 0x2  // hipHostRegisterMapped (hip_runtime_api.h, 5.2.3)
-	streamNonBlocking                = 0x01 // hipStreamNonBlocking
-	graphInstantiateAutoFreeOnLaunch = 1    // hipGraphInstantiateFlagAutoFreeOnLaunch
-)
-
-// hipMemPoolAttr (hip_runtime_api.h): the value is a uint64_t.
-const memPoolAttrReleaseThreshold = 0x4
+// The enums and flags HIP took over from CUDA with CUDA's values (memcpy
+// kinds, capture status and mode, the portable and non-blocking flags,
+// auto-free-on-launch, the pool's release threshold attribute, the pool
+// properties' enums) are internal/gpurt's constants, each cited there by
+// its HIP and CUDA names; TestSharedABIMatchesHeader checks them against
+// the installed header.
 
 // hipDeviceAttribute_t (hip_runtime_api.h) numbers its attributes in its
 // own order, not CUDA's: the values below were printed by a C program
@@ -90,13 +62,8 @@ const (
 	gcnArchNameLen   = 256
 )
 
-// hipMemAllocationType, hipMemAllocationHandleType, hipMemLocationType
-// (hip_runtime_api.h).
+// Sizes and the IPC open flag (hip_runtime_api.h).
 const (
-	memAllocationTypePinned        = 0x1
-	memHandleTypeNone              = 0x0
-	memHandleTypePosixFD           = 0x1 // hipMemHandleTypePosixFileDescriptor
-	memLocationTypeDevice          = 1
 	deviceNameLen                  = 256 // buffer given to hipDeviceGetName
 	ipcHandleSize                  = 64  // HIP_IPC_HANDLE_SIZE
 	ipcLazyEnablePeerAccessBefore6 = 0   // hipIpcMemLazyEnablePeerAccess in ROCm 5.x headers
@@ -128,43 +95,24 @@ var (
 	_ [gpurt.IPCHandleSize - ipcHandleSize]struct{}
 )
 
-// vendor is this package's table for the shared runtime layer: every
-// value above, and the error codes it acts on (errors.go).
+// vendor is this package's table for the shared runtime layer: the values
+// above where HIP's numbering or behaviour is its own, and its errors
+// (errors.go).
 var vendor = gpurt.Vendor{
-	Name:                             "hip",
-	Alignment:                        Alignment,
-	NotReady:                         errNotReady,
-	NotSupported:                     errNotSupported,
-	PeerAccessAlreadyEnabled:         errPeerAccessAlreadyEnabled,
-	CaptureStatusNone:                captureStatusNone,
-	CaptureStatusActive:              captureStatusActive,
-	CaptureStatusInvalidated:         captureStatusInvalidated,
-	CaptureModeGlobal:                captureModeGlobal,
-	CaptureModeThreadLocal:           captureModeThreadLocal,
-	CaptureModeRelaxed:               captureModeRelaxed,
-	MemcpyHostToDevice:               memcpyHostToDevice,
-	MemcpyDeviceToHost:               memcpyDeviceToHost,
-	MemcpyDeviceToDevice:             memcpyDeviceToDevice,
-	HostAllocPortable:                hostMallocPortable,
-	HostRegisterPortable:             hostRegisterPortable,
-	HostRegisterMapped:               hostRegisterMapped,
-	StreamNonBlocking:                streamNonBlocking,
-	GraphInstantiateAutoFreeOnLaunch: graphInstantiateAutoFreeOnLaunch,
-	MemPoolAttrReleaseThreshold:      memPoolAttrReleaseThreshold,
-	MemAllocationTypePinned:          memAllocationTypePinned,
-	MemHandleTypeNone:                memHandleTypeNone,
-	MemHandleTypePosixFD:             memHandleTypePosixFD,
-	MemLocationTypeDevice:            memLocationTypeDevice,
-	DevAttrIntegrated:                devAttrIntegrated,
-	DevAttrMaxThreadsPerBlock:        devAttrMaxThreadsPerBlock,
-	DevAttrMultiprocessorCount:       devAttrMultiprocessorCount,
-	DevAttrComputeCapabilityMajor:    devAttrComputeCapabilityMajor,
-	DevAttrComputeCapabilityMinor:    devAttrComputeCapabilityMinor,
-	DevAttrPageableMemoryAccess:      devAttrPageableMemoryAccess,
+	Name:                          "hip",
+	Alignment:                     Alignment,
+	DevAttrIntegrated:             devAttrIntegrated,
+	DevAttrMaxThreadsPerBlock:     devAttrMaxThreadsPerBlock,
+	DevAttrMultiprocessorCount:    devAttrMultiprocessorCount,
+	DevAttrComputeCapabilityMajor: devAttrComputeCapabilityMajor,
+	DevAttrComputeCapabilityMinor: devAttrComputeCapabilityMinor,
+	DevAttrPageableMemoryAccess:   devAttrPageableMemoryAccess,
 	// One pool serves captures and exports (CUDA's 801 for graph
 	// allocations from an exportable pool is not known of ROCm).
 	SeparateCapturePool: false,
 	IPCHandleType:       "hipIpcMemHandle_t",
 	PtrExportDataType:   "hipMemPoolPtrExportData",
 	MissingHostFuncNote: " (Debian's 5.2.3 does not, although its header declares it)",
+	Sentinels:           sentinels,
+	Wrap:                func(e *gpurt.CallError) error { return (*Error)(e) },
 }

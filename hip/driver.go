@@ -31,44 +31,26 @@ const DefaultReleaseThreshold = gpurt.DefaultReleaseThreshold
 // The capture domain is "hip", one per process (vendor.Name): Global-mode
 // captures are process wide.
 
-// Options configures a Driver. The zero value is device 0, a dedicated pool
-// that never trims, default-priority non-blocking streams, capture on.
+// Options configures a Driver. The fields it shares with cuda.Options
+// mean what they mean there (documented on internal/gpurt's Options, with
+// the HIP calls named); NoCapture and Compile are HIP's own. The zero value
+// is device 0, a dedicated pool that never trims, default-priority
+// non-blocking streams, capture on.
 type Options struct {
-	// Device is the HIP device ordinal.
-	Device int
-	// ReleaseThreshold is the pool's hipMemPoolAttrReleaseThreshold in
-	// bytes: memory above it is returned to the OS at synchronize. 0 means
-	// DefaultReleaseThreshold; there is deliberately no way to ask for 0.
-	ReleaseThreshold int64
-	// Reserve is allocated and freed once at New, so the pool holds that
-	// much from the start. It must not exceed ReleaseThreshold.
-	Reserve int64
-	// DefaultPool uses the device's default pool
-	// (hipDeviceGetDefaultMemPool) instead of a pool of this driver's own.
-	DefaultPool bool
-	// StreamPriority is passed to hipStreamCreateWithPriority (lower is
-	// higher priority).
-	StreamPriority int
-	// Blocking creates streams without hipStreamNonBlocking, so they
-	// synchronize implicitly with the null stream; see the cuda package's
-	// Options.Blocking for what that costs a capture.
-	Blocking bool
+	Device           int   // the HIP device ordinal
+	ReleaseThreshold int64 // hipMemPoolAttrReleaseThreshold; 0: DefaultReleaseThreshold
+	Reserve          int64 // allocated and freed once at New; at most ReleaseThreshold
+	DefaultPool      bool  // hipDeviceGetDefaultMemPool's pool
+	StreamPriority   int   // hipStreamCreateWithPriority's priority
+	Blocking         bool  // streams without hipStreamNonBlocking (see cuda's Options.Blocking)
 	// NoCapture gives up graph capture: BeginCapture fails with
 	// driver.ErrCaptureUnavailable and makes no call. It is the only way to
 	// open a runtime older than 5.6, which cannot capture pool allocations
 	// (in 5.2.3 hipMallocAsync inside a capture allocates at once).
-	NoCapture bool
-	// IPC creates the driver's pool with hipMemHandleTypePosixFileDescriptor
-	// so it can be exported (ExportPool). Not with DefaultPool.
-	IPC bool
-	// CaptureSafety overrides the device's classification
-	// (driver.ClassifySafety; docs/capture-safety.md). SafetyUnset: strict
-	// on every device without a recorded truth table (no AMD one is).
-	CaptureSafety driver.CaptureSafety
-	// HostMemory, when set, supplies HostAlloc's memory, which the driver
-	// pins with hipHostRegister instead of allocating with hipHostMalloc
-	// (the plugin server's shared memory).
-	HostMemory driver.HostMemory
+	NoCapture     bool
+	IPC           bool                 // the pool created with hipMemHandleTypePosixFileDescriptor, exportable
+	CaptureSafety driver.CaptureSafety // overrides the device's classification
+	HostMemory    driver.HostMemory    // HostAlloc's memory, pinned with hipHostRegister
 	// Compile, when set, replaces hiprtc in LoadModule: it turns the
 	// module's source into a code object for the device's gcnArchName (a
 	// compiler of the engine's own, or code objects built ahead of time for
@@ -132,14 +114,9 @@ func New(opts Options) (*Driver, error) {
 	c, err := gpurt.Open(gpurt.Config{
 		Vendor: &vendor,
 		Opts:   opts.core(),
-		Load: func() (*gpurt.Runtime, error) {
-			rt, err := loadRuntime(os.Getenv, func(rt *runtimeAPI) error { return checkCaptureVersion(rt, opts.NoCapture) })
-			if err != nil {
-				return nil, err
-			}
-			d.rt = rt
-			return &rt.Runtime, nil
-		},
+		Load: gpurt.Keep(&d.rt, func() (*runtimeAPI, error) {
+			return loader.Load(os.Getenv, func(rt *runtimeAPI) error { return checkCaptureVersion(rt, opts.NoCapture) })
+		}),
 		CheckDevice: d.checkDevice,
 		Describe:    d.describe,
 		CaptureGate: d.captureGate,

@@ -1,7 +1,6 @@
 package hip
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"unicode"
@@ -9,41 +8,28 @@ import (
 	"github.com/capalloc/capalloc/internal/gpurt"
 )
 
-// hipError_t values this package names (hip_runtime_api.h: enum
-// hipError_t, ROCm 5.2.3). Codes and names are the header's; deprecated
+// hipError_t values this package maps beyond the codes both runtimes share
+// (gpurt's Code constants) (hip_runtime_api.h: enum hipError_t, ROCm
+// 5.2.3). Codes and names are the header's; deprecated
 // aliases (hipErrorMemoryAllocation, ...) share their code with the
 // current name. TestErrorTableMatchesHeader compares this table with the
 // installed header.
 const (
-	errInvalidValue             = 1
-	errOutOfMemory              = 2
-	errNotInitialized           = 3
-	errDeinitialized            = 4
-	errInvalidPitchValue        = 12
-	errInvalidSymbol            = 13
-	errInvalidDevicePointer     = 17
-	errInvalidMemcpyDirection   = 21
-	errInsufficientDriver       = 35
-	errNoDevice                 = 100
-	errInvalidDevice            = 101
-	errInvalidContext           = 201
-	errInvalidHandle            = 400
-	errIllegalState             = 401
-	errNotReady                 = 600
-	errHostMemoryAlreadyReg     = 712
-	errHostMemoryNotRegistered  = 713
-	errNotSupported             = 801
-	errPeerAccessAlreadyEnabled = 704 // hipErrorPeerAccessAlreadyEnabled (hip_runtime_api.h)
-	errStreamCaptureUnsupported = 900
-	errStreamCaptureInvalidated = 901
-	errStreamCaptureMerge       = 902
-	errStreamCaptureUnmatched   = 903
-	errStreamCaptureUnjoined    = 904
-	errStreamCaptureIsolation   = 905
-	errStreamCaptureImplicit    = 906
-	errCapturedEvent            = 907
-	errStreamCaptureWrongThread = 908
-	errGraphExecUpdateFailure   = 910
+	errInvalidValue            = 1
+	errNotInitialized          = 3
+	errDeinitialized           = 4
+	errInvalidPitchValue       = 12
+	errInvalidSymbol           = 13
+	errInvalidDevicePointer    = 17
+	errInvalidMemcpyDirection  = 21
+	errInsufficientDriver      = 35
+	errNoDevice                = 100
+	errInvalidDevice           = 101
+	errInvalidContext          = 201
+	errInvalidHandle           = 400
+	errIllegalState            = 401
+	errHostMemoryAlreadyReg    = 712
+	errHostMemoryNotRegistered = 713
 )
 
 // errorName is every hipError_t of the header: its name, and its
@@ -156,87 +142,49 @@ func describe(code int) string {
 	return b.String()
 }
 
-// sentinelFor maps a hipError_t to the alloc sentinel it means here,
-// through the table below (gpurt.Sentinels). The
-// meanings are the header's comments on enum hipError_t, which for the
-// capture codes repeat CUDA's (docs/hip-backend.md has the table).
+// sentinels maps a hipError_t to the alloc sentinel it means here
+// (gpurt.Sentinels). The meanings are the
+// header's comments on enum hipError_t (docs/hip-backend.md has the
+// table). The out-of-memory and capture codes (2, 900-908, 910), whose
+// comments repeat CUDA's, are gpurt's (its Code constants say what each
+// means); HIP's own:
 //
-//   - 2: out of memory.
-//   - 900 ("not permitted when the stream is capturing"), 906 (implicit
-//     dependency on a capture from hipStreamLegacy), 907 (an event last
-//     recorded in a capturing stream): illegal because a capture is
-//     active. alloc reads the stream's status again after the refusal.
-//   - 908 ("a stream capture sequence not initiated with
-//     hipStreamCaptureModeRelaxed ... was passed to hipStreamEndCapture in
-//     a different thread"): ErrCaptureWrongThread (and
-//     ErrCaptureIllegalOp); the capture is still active.
-//   - 901 (invalidated), 902 (merge), 903 (unmatched), 904 (unjoined),
-//     905 (isolation), 910 (graph exec update failure): invalidated.
 //   - 3 (not initialized), 4 (deinitialized), 35 (insufficient driver),
 //     100 (no device): no usable runtime or device: the backend is
 //     unavailable.
 //   - 1, 12, 13, 17, 21, 101, 201, 400, 401, 712, 713: a bad argument,
 //     handle or state.
 //   - 801 (not supported) and everything else: a driver error.
-func sentinelFor(code int) error { return sentinels.For(code) }
-
 var sentinels = gpurt.NewSentinels(gpurt.Codes{
-	OutOfMemory: []int{errOutOfMemory},
-	IllegalOp:   []int{errStreamCaptureUnsupported, errStreamCaptureImplicit, errCapturedEvent},
-	WrongThread: []int{errStreamCaptureWrongThread},
-	Invalidated: []int{errStreamCaptureInvalidated, errStreamCaptureMerge, errStreamCaptureUnmatched,
-		errStreamCaptureUnjoined, errStreamCaptureIsolation, errGraphExecUpdateFailure},
 	Unavailable: []int{errNotInitialized, errDeinitialized, errInsufficientDriver, errNoDevice},
 	InvalidValue: []int{errInvalidValue, errInvalidPitchValue, errInvalidSymbol, errInvalidDevicePointer,
 		errInvalidMemcpyDirection, errInvalidDevice, errInvalidContext, errInvalidHandle,
 		errIllegalState, errHostMemoryAlreadyReg, errHostMemoryNotRegistered},
 })
 
-// Error is a failed HIP runtime call. It matches (errors.Is) the alloc
-// sentinel its code maps to, and errors.As gives the numeric code. Its
-// text names the code both ways: "no device (hipErrorNoDevice, 100)".
-type Error struct {
-	Op   string // what the driver was doing ("malloc async 4096 B")
-	Call string // the runtime function ("hipMallocFromPoolAsync")
-	Code int    // hipError_t
-	Text string // hipGetErrorString(Code): in 5.2.3 the name again
-
-	// kind overrides the code's sentinel where the call gives the code a
-	// more precise meaning (801 from hipStreamBeginCapture: no graphs).
-	kind error
-	// why explains the code ("no AMD GPU is visible ..."); empty otherwise.
-	why string
-}
+// Error is a failed HIP runtime call: Op (what the driver was doing,
+// "malloc async 4096 B"), Call (the runtime function,
+// "hipMallocFromPoolAsync"), Code (the hipError_t) and Text
+// (hipGetErrorString's: in 5.2.3 the name again), the fields
+// gpurt.CallError declares. It matches (errors.Is) the alloc sentinel its
+// code maps to, and errors.As gives the numeric code. Its text names the
+// code both ways: "no device (hipErrorNoDevice, 100)".
+type Error gpurt.CallError
 
 func (e *Error) Error() string {
 	msg := fmt.Sprintf("%v: hip: %s: %s: %s (%s, %d)", e.Unwrap(), e.Op, e.Call, describe(e.Code), codeName(e.Code), e.Code)
 	if e.Text != "" && e.Text != codeName(e.Code) {
 		msg += fmt.Sprintf(" %q", e.Text) // a runtime that explains its codes (newer ROCm)
 	}
-	if e.why != "" {
-		msg += ": " + e.why
-	}
-	return msg
+	return e.call().Message(msg)
 }
 
 // Unwrap lets errors.Is find the sentinel.
-func (e *Error) Unwrap() error {
-	if e.kind != nil {
-		return e.kind
-	}
-	return sentinelFor(e.Code)
-}
+func (e *Error) Unwrap() error { return e.call().Sentinel(sentinels) }
+
+func (e *Error) call() *gpurt.CallError { return (*gpurt.CallError)(e) }
 
 // errf is a backend error that did not come from a runtime call.
 func errf(sentinel error, format string, args ...any) error {
 	return vendor.Errf(sentinel, format, args...)
-}
-
-// codeOf returns the hipError_t inside err, or 0.
-func codeOf(err error) int {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return 0
 }

@@ -121,6 +121,8 @@ func TestFakeCompileFailures(t *testing.T) {
 	require.NoError(t, err)
 	defer d3.Close()
 	_, err = d3.LoadModule(kernels.Image())
-	require.Equal(t, 209, codeOf(err), "%v", err)
+	var e *Error
+	require.ErrorAs(t, err, &e)
+	require.Equal(t, 209, e.Code, "%v", err)
 	require.Contains(t, err.Error(), "hipErrorNoBinaryForGpu")
 }

@@ -36,15 +36,3 @@ var search = gpurt.Search{
 // wraps driver.ErrBackendUnavailable, names every path with its reason,
 // and errors.As finds each unusable library's *Error with its hipError_t.
 var loader = gpurt.Loader[runtimeAPI]{Vendor: &vendor, Search: &search, Bind: bind, Remember: true}
-
-func candidates(getenv func(string) string) []string { return search.Candidates(getenv) }
-
-// loadRuntime opens the first candidate that binds and that accept takes.
-func loadRuntime(getenv func(string) string, accept func(*runtimeAPI) error) (*runtimeAPI, error) {
-	return loadFirst(candidates(getenv), accept)
-}
-
-// loadFirst tries paths in order (gpurt.Loader.First).
-func loadFirst(paths []string, accept func(*runtimeAPI) error) (*runtimeAPI, error) {
-	return loader.First(paths, accept)
-}

@@ -20,11 +20,11 @@ func env(m map[string]string) func(string) string { return func(k string) string
 func TestLibrarySearchOrder(t *testing.T) {
 	bare := []string{"libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"}
 	opt := []string{"/opt/rocm/lib/libamdhip64.so.7", "/opt/rocm/lib/libamdhip64.so.6", "/opt/rocm/lib/libamdhip64.so.5", "/opt/rocm/lib/libamdhip64.so"}
-	require.Equal(t, append(append([]string{}, bare...), opt...), candidates(env(nil)))
+	require.Equal(t, append(append([]string{}, bare...), opt...), search.Candidates(env(nil)))
 	rocm := []string{"/r/lib/libamdhip64.so.7", "/r/lib/libamdhip64.so.6", "/r/lib/libamdhip64.so.5", "/r/lib/libamdhip64.so"}
-	require.Equal(t, append(append(rocm, bare...), opt...), candidates(env(map[string]string{"ROCM_PATH": "/r"})))
+	require.Equal(t, append(append(rocm, bare...), opt...), search.Candidates(env(map[string]string{"ROCM_PATH": "/r"})))
 	require.Equal(t, []string{"/x/libamdhip64.so.6"},
-		candidates(env(map[string]string{LibEnv: " /x/libamdhip64.so.6 ", "ROCM_PATH": "/r"})), "the override is the only candidate")
+		search.Candidates(env(map[string]string{LibEnv: " /x/libamdhip64.so.6 ", "ROCM_PATH": "/r"})), "the override is the only candidate")
 }
 
 func TestUnavailableNamesEveryPathAndReason(t *testing.T) {
@@ -32,12 +32,12 @@ func TestUnavailableNamesEveryPathAndReason(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "lib"), 0o755))
 	bad := filepath.Join(dir, "lib", "libamdhip64.so.6")
 	require.NoError(t, os.WriteFile(bad, []byte(strings.Repeat("not an ELF file\n", 64)), 0o644))
-	rt, err := loadRuntime(env(map[string]string{"ROCM_PATH": dir}), func(*runtimeAPI) error { return nil })
+	rt, err := loader.Load(env(map[string]string{"ROCM_PATH": dir}), func(*runtimeAPI) error { return nil })
 	if err == nil {
 		t.Skipf("a usable HIP runtime is installed here (%s): the search found it", rt.Path)
 	}
 	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
-	for _, p := range candidates(env(map[string]string{"ROCM_PATH": dir})) {
+	for _, p := range search.Candidates(env(map[string]string{"ROCM_PATH": dir})) {
 		require.Contains(t, err.Error(), p)
 	}
 	require.Contains(t, err.Error(), bad+": ")
@@ -56,10 +56,10 @@ const char *hipGetErrorString(int e) { return "hipErrorUnknown"; }
 int hipGetDeviceCount(int *n) { *n = 1; return 0; }
 `))
 	good := fake.Lib(t)
-	rt, err := loadFirst([]string{partial, good}, func(*runtimeAPI) error { return nil })
+	rt, err := loader.First([]string{partial, good}, func(*runtimeAPI) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, good, rt.Path)
-	_, err = loadFirst([]string{partial}, func(*runtimeAPI) error { return nil })
+	_, err = loader.First([]string{partial}, func(*runtimeAPI) error { return nil })
 	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), partial+": lacks required symbols [hipSetDevice ")
 	require.NotContains(t, err.Error(), "hipDeviceGraphMemTrim", "an optional symbol is not required")
@@ -79,7 +79,7 @@ func TestNoDeviceIsUnavailableAndSkipped(t *testing.T) {
 
 	t.Setenv("FAKE_HIP_DEVICES", "1")
 	good := fake.Lib(t)
-	rt, err := loadFirst([]string{none, good}, func(*runtimeAPI) error { return nil })
+	rt, err := loader.First([]string{none, good}, func(*runtimeAPI) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, good, rt.Path)
 }

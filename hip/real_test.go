@@ -66,7 +66,7 @@ func TestRealRuntimeHasEverySymbol(t *testing.T) {
 // to the next candidate.
 func TestRealRuntimeWithoutGPU(t *testing.T) {
 	path := realRuntime(t)
-	_, err := loadFirst([]string{path}, func(*runtimeAPI) error { return nil })
+	_, err := loader.First([]string{path}, func(*runtimeAPI) error { return nil })
 	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	msg := err.Error()
 	t.Log(msg)
@@ -80,7 +80,7 @@ func TestRealRuntimeWithoutGPU(t *testing.T) {
 
 	// The real library first, a working one after it: the second is used.
 	good := fake.Lib(t)
-	rt, err := loadFirst([]string{path, good}, func(*runtimeAPI) error { return nil })
+	rt, err := loader.First([]string{path, good}, func(*runtimeAPI) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, good, rt.Path)
 
@@ -112,13 +112,13 @@ func TestRealRuntimeCallsReturnCodes(t *testing.T) {
 	var handle ipcMemHandle
 	code := rt.IPCOpen(&p, handle, ipcLazyEnablePeerAccessBefore6)
 	require.NotZero(t, code)
-	t.Logf("hipIpcOpenMemHandle(zero handle) = %d %s", code, rt.text(code))
+	t.Logf("hipIpcOpenMemHandle(zero handle) = %d %s", code, rt.Text(code))
 	code = gpurt.Call(rt.IPCGetMemHandle.Addr, uintptr(unsafe.Pointer(&handle)), 0)
 	require.NotZero(t, code)
-	t.Logf("hipIpcGetMemHandle(NULL) = %d %s", code, rt.text(code))
+	t.Logf("hipIpcGetMemHandle(NULL) = %d %s", code, rt.Text(code))
 	code = gpurt.Call(rt.SetDevice.Addr, 0)
 	require.Equal(t, int32(errInvalidDevice), code, "hipSetDevice without a GPU")
-	var mode int32 = captureModeRelaxed
+	var mode = int32(gpurt.CaptureModeRelaxed)
 	code = gpurt.Call(rt.ThreadExchangeCaptureMode.Addr, uintptr(unsafe.Pointer(&mode)))
-	t.Logf("hipThreadExchangeStreamCaptureMode = %d %s", code, rt.text(code))
+	t.Logf("hipThreadExchangeStreamCaptureMode = %d %s", code, rt.Text(code))
 }

@@ -2,7 +2,6 @@ package hip
 
 import (
 	"fmt"
-	"unsafe"
 
 	"github.com/ebitengine/purego"
 
@@ -44,68 +43,43 @@ type runtimeAPI struct {
 // 101 (hipErrorInvalidDevice); it neither hangs nor prints.
 func bind(path string, h uintptr) (*runtimeAPI, error) {
 	rt := &runtimeAPI{handle: h}
-	rt.Path = path
-	rt.NewError = rt.newError
-	var getRT, getStr uintptr
-	for _, b := range []struct {
-		name string
-		addr *uintptr
-	}{
-		{"hipRuntimeGetVersion", &getRT},
-		{"hipGetErrorString", &getStr},
-	} {
-		addr, err := purego.Dlsym(h, b.name)
-		if err != nil || addr == 0 {
-			return nil, fmt.Errorf("%w: hip: %s: not a HIP runtime: no symbol %s", driver.ErrBackendUnavailable, path, b.name)
-		}
-		*b.addr = addr
+	rt.Path, rt.Vendor, rt.Explain = path, &vendor, rt.explain
+	var getRT, getStr gpurt.Sym
+	if err := vendor.Identify(h, path, search.Product, gpurt.Required("hipRuntimeGetVersion", &getRT),
+		gpurt.Required("hipGetErrorString", &getStr)); err != nil {
+		return nil, err
 	}
-	purego.RegisterFunc(&rt.ErrorString, getStr)
+	purego.RegisterFunc(&rt.ErrorString, getStr.Addr)
 
-	var v int32
-	if code := gpurt.Call(getRT, uintptr(unsafe.Pointer(&v))); code != 0 {
-		return nil, rt.unusable("runtime version", "hipRuntimeGetVersion", code)
+	var err error
+	if rt.Version, err = rt.Query("runtime version", getRT); err != nil {
+		return nil, err
 	}
-	rt.Version = int(v)
 	if err := resolve(h, path, rt.bindings()); err != nil {
 		return nil, err
 	}
-	purego.RegisterFunc(&rt.IPCOpen, rt.IPCOpenMemHandle.Addr)
-	rt.IPCOpenFlags = rt.ipcOpenFlags()
 	// The one device probe: the loader moves on to the next library when
 	// this one sees no device.
-	v = 0
-	if code := gpurt.Call(rt.GetDeviceCount.Addr, uintptr(unsafe.Pointer(&v))); code != 0 {
-		return nil, rt.unusable("count devices", "hipGetDeviceCount", code)
+	if rt.devices, err = rt.Bound(rt.ipcOpenFlags()); err != nil {
+		return nil, err
 	}
-	rt.devices = int(v)
-	if v == 0 {
-		return nil, rt.unusable("count devices", "hipGetDeviceCount", errNoDevice)
+	if rt.devices == 0 {
+		return nil, rt.Unusable("count devices", rt.GetDeviceCount.Name, errNoDevice)
 	}
 	return rt, nil
 }
 
-// unusable is the error of a library that loaded but cannot be used. It
-// wraps driver.ErrBackendUnavailable whatever the code (the loader then
-// moves on), names the library and its version, and keeps the code
-// (errors.As gives the *Error).
-func (rt *runtimeAPI) unusable(op, fn string, code int32) error {
-	e := &Error{Op: op, Call: fn, Code: int(code), Text: rt.text(code), kind: driver.ErrBackendUnavailable}
-	rt.explain(e)
-	return e
-}
-
-// explain adds the library, its version and, for no device, what that
-// means, to the error of a call that found no usable device.
-func (rt *runtimeAPI) explain(e *Error) {
+// explain is the runtime's gpurt.Runtime.Explain: the library and its
+// version, and for no device what that means.
+func (rt *runtimeAPI) explain(code int) (lib, why string) {
 	v := "version unknown"
 	if rt.Version > 0 {
 		v = "HIP runtime " + versionString(rt.Version)
 	}
-	e.Op = fmt.Sprintf("%s (%s): %s", rt.Path, v, e.Op)
-	if e.Code == errNoDevice {
-		e.why = "no AMD GPU is visible to this runtime (no /dev/kfd, no amdgpu kernel driver, or HIP_VISIBLE_DEVICES hides them)"
+	if code == errNoDevice {
+		why = "no AMD GPU is visible to this runtime (no /dev/kfd, no amdgpu kernel driver, or HIP_VISIBLE_DEVICES hides them)"
 	}
+	return fmt.Sprintf("%s (%s)", rt.Path, v), why
 }
 
 // Capture of pool allocations as graph nodes arrived in ROCm 5.5 and
@@ -125,24 +99,6 @@ func checkCaptureVersion(rt *runtimeAPI, noCapture bool) error {
 	}
 	return fmt.Errorf("%w: hip: %s: HIP runtime %s is older than %s: it cannot capture pool allocations into graphs (graph allocation nodes arrived in ROCm 5.5, auto-free-on-launch in 5.6; before, hipMallocAsync in a capture allocates at once); open with no_capture=true to use it without graphs",
 		driver.ErrBackendUnavailable, rt.Path, versionString(rt.Version), versionString(minCaptureVersion))
-}
-
-// newError is the typed error of a failed call (gpurt.Runtime.NewError):
-// kind, when set, overrides the code's sentinel. A code that means no
-// usable runtime or device is explained with the library and its version.
-func (rt *runtimeAPI) newError(op, fn string, code int32, kind error) error {
-	e := &Error{Op: op, Call: fn, Code: int(code), Text: rt.text(code), kind: kind}
-	if sentinelFor(e.Code) == driver.ErrBackendUnavailable {
-		rt.explain(e)
-	}
-	return e
-}
-
-func (rt *runtimeAPI) text(code int32) string {
-	if rt.ErrorString == nil {
-		return ""
-	}
-	return rt.ErrorString(code)
 }
 
 // versionString renders HIP_VERSION's encoding (hip_version.h:

@@ -59,12 +59,12 @@ const (
 // with no export handle types, in the layout of runtime version version.
 func allocationProp(version, dev int) []byte {
 	if version >= propLayoutVersion {
-		return gpurt.AllocationProp(memAllocationTypePinned, memLocationTypeDevice, dev)
+		return gpurt.AllocationProp(gpurt.MemAllocationTypePinned, gpurt.MemLocationTypeDevice, dev)
 	}
 	b := make([]byte, hipMemAllocationPropSize)
-	binary.NativeEndian.PutUint32(b[4:], memLocationTypeDevice)
+	binary.NativeEndian.PutUint32(b[4:], uint32(gpurt.MemLocationTypeDevice))
 	binary.NativeEndian.PutUint32(b[8:], uint32(dev))
-	binary.NativeEndian.PutUint32(b[16:], memAllocationTypePinned)
+	binary.NativeEndian.PutUint32(b[16:], uint32(gpurt.MemAllocationTypePinned))
 	return b
 }
 
@@ -79,7 +79,7 @@ func (d *Driver) virtualMemory(*gpurt.Setup) (*gpurt.VMAPI, error) {
 		Lib:               fmt.Sprintf("%s (HIP runtime %s)", rt.Path, versionString(rt.Version)),
 		GranularityOption: hipMemAllocGranularityRecommended,
 		Prop:              allocationProp(rt.Version, d.opts.Device),
-		Access:            gpurt.AccessDesc(memLocationTypeDevice, d.opts.Device, hipMemAccessFlagsProtReadWrite),
+		Access:            gpurt.AccessDesc(gpurt.MemLocationTypeDevice, d.opts.Device, hipMemAccessFlagsProtReadWrite),
 		Check:             rt.Check,
 	}, nil
 }

@@ -31,7 +31,7 @@ func TestFake908EndOnAnotherThread(t *testing.T) {
 			require.Zero(t, code, "a relaxed capture may end on any thread")
 			continue
 		}
-		require.Equal(t, int32(errStreamCaptureWrongThread), code, mode)
+		require.Equal(t, int32(gpurt.CodeStreamCaptureWrongThread), code, mode)
 		err := d.rt.Check("end capture", "hipStreamEndCapture", code)
 		require.ErrorIs(t, err, driver.ErrCaptureWrongThread)
 		require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)

@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
-	"github.com/capalloc/capalloc/cuda"
 	"github.com/capalloc/capalloc/nccl"
 )
 
@@ -15,20 +14,7 @@ import (
 //
 //	go test ./nccl -run '^$' -bench . -count 6
 func BenchmarkGPUAllReduce(b *testing.B) {
-	l, err := nccl.Load()
-	if err != nil {
-		b.Skipf("no NCCL: %v", err)
-	}
-	d, err := cuda.New(cuda.Options{})
-	if err != nil {
-		b.Skipf("no CUDA device: %v", err)
-	}
-	b.Cleanup(func() { _ = d.Close() })
-	a, err := alloc.New(d, alloc.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = a.Close() })
+	l, _, a := onGPU(b)
 	comms, err := l.InitAll([]int{0})
 	if err != nil {
 		b.Fatal(err)

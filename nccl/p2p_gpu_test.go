@@ -5,8 +5,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/capalloc/capalloc/alloc"
-	"github.com/capalloc/capalloc/cuda"
 	"github.com/capalloc/capalloc/nccl"
 )
 
@@ -18,18 +16,7 @@ import (
 // async-error polling runs against the real library. Skipped, with the
 // reason, without a GPU or NCCL.
 func TestGPUPointToPointGroupsAndSplit(t *testing.T) {
-	l, err := nccl.Load()
-	if err != nil {
-		t.Skipf("no NCCL: %v", err)
-	}
-	d, err := cuda.New(cuda.Options{})
-	if err != nil {
-		t.Skipf("no CUDA device: %v", err)
-	}
-	defer d.Close()
-	a, err := alloc.New(d, alloc.Options{})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, a.Close()) }()
+	l, _, a := onGPU(t)
 	comms, err := l.InitAll([]int{0})
 	require.NoError(t, err)
 	c := comms[0]
@@ -38,18 +25,8 @@ func TestGPUPointToPointGroupsAndSplit(t *testing.T) {
 
 	const count = 1 << 12
 	const n = 4 * count
-	in, err := a.HostAlloc(n)
-	require.NoError(t, err)
-	defer in.Close()
-	out, err := a.HostAlloc(n)
-	require.NoError(t, err)
-	defer out.Close()
-	send, err := a.Alloc(n)
-	require.NoError(t, err)
-	defer a.Free(send)
-	recv, err := a.Alloc(n)
-	require.NoError(t, err)
-	defer a.Free(recv)
+	o := newOperands(t, a, n)
+	send, recv := o.send, o.recv
 
 	ops := []struct {
 		name string
@@ -78,7 +55,7 @@ func TestGPUPointToPointGroupsAndSplit(t *testing.T) {
 	}
 	for _, op := range ops {
 		t.Run(op.name, func(t *testing.T) {
-			replayOneRank(t, a, in, out, send, recv, op.call, func() error { return c.Wait(a) })
+			roundTripWait(t, a, o, 5, func(i, k int) byte { return byte(i/4*7+k*13) & 0x3f }, op.call, func() error { return c.Wait(a) })
 		})
 	}
 }

@@ -1,7 +1,6 @@
 package nccl_test
 
 import (
-	"bytes"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/cuda"
 	"github.com/capalloc/capalloc/nccl"
 )
 
@@ -24,18 +22,7 @@ import (
 // GPU), so the rendezvous of several ranks is checked over the stand-in
 // library only. Skipped, with the reason, without a GPU or NCCL.
 func TestGPUInitRank(t *testing.T) {
-	l, err := nccl.Load()
-	if err != nil {
-		t.Skipf("no NCCL: %v", err)
-	}
-	d, err := cuda.New(cuda.Options{})
-	if err != nil {
-		t.Skipf("no CUDA device: %v", err)
-	}
-	defer d.Close()
-	a, err := alloc.New(d, alloc.Options{})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, a.Close()) }()
+	l, d, a := onGPU(t)
 	t.Logf("NCCL %s from %s", nccl.VersionString(l.Version), l.Path)
 
 	for _, way := range []struct {
@@ -82,62 +69,20 @@ func TestGPUInitRank(t *testing.T) {
 func allReduceReplays(t *testing.T, a *alloc.Allocator, c *nccl.Comm) {
 	t.Helper()
 	const count = 1 << 12
-	const n = 4 * count
-	in, err := a.HostAlloc(n)
-	require.NoError(t, err)
-	defer in.Close()
-	out, err := a.HostAlloc(n)
-	require.NoError(t, err)
-	defer out.Close()
-	send, err := a.Alloc(n)
-	require.NoError(t, err)
-	defer a.Free(send)
-	recv, err := a.Alloc(n)
-	require.NoError(t, err)
-	defer a.Free(recv)
-	g, err := a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, func() error {
-		if err := a.UploadHost(send, 0, in, 0, n); err != nil {
-			return err
-		}
-		if err := a.Memset(recv, 0, 0, n); err != nil {
-			return err
-		}
-		if err := c.AllReduce(a, send, recv, count, nccl.Int32, nccl.Sum); err != nil {
-			return err
-		}
-		return a.DownloadHost(out, 0, recv, 0, n)
+	o := newOperands(t, a, 4*count)
+	roundTrip(t, a, o, 3, func(i, k int) byte { return byte(i*3 + k*29) }, func() error {
+		return c.AllReduce(a, o.send, o.recv, count, nccl.Int32, nccl.Sum)
 	})
-	require.NoError(t, err)
-	defer g.Close()
-	for k := range 3 {
-		for i := range in.Bytes() {
-			in.Bytes()[i] = byte(i*3 + k*29)
-		}
-		require.NoError(t, g.Launch())
-		require.NoError(t, a.Synchronize())
-		require.True(t, bytes.Equal(in.Bytes(), out.Bytes()), "replay %d", k)
-	}
 }
 
 // On a GPU with NCCL 2.27 or later: a one-rank symmetric window, an
 // all-reduce on it captured between a copy in and a copy out, replayed
 // with fresh data. Skipped, with the reason, without a GPU or windows.
 func TestGPUWindow(t *testing.T) {
-	l, err := nccl.Load()
-	if err != nil {
-		t.Skipf("no NCCL: %v", err)
-	}
+	l, d, a := onGPU(t)
 	if !l.HasWindows() {
 		t.Skipf("NCCL %s has no symmetric windows (2.27)", nccl.VersionString(l.Version))
 	}
-	d, err := cuda.New(cuda.Options{})
-	if err != nil {
-		t.Skipf("no CUDA device: %v", err)
-	}
-	defer d.Close()
-	a, err := alloc.New(d, alloc.Options{})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, a.Close()) }()
 	id, err := l.GetUniqueID()
 	require.NoError(t, err)
 	c, err := l.InitRank(d, 1, id, 0)
@@ -148,12 +93,7 @@ func TestGPUWindow(t *testing.T) {
 	w, err := c.NewWindow(d, 2*n)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, w.Close(d)) }()
-	in, err := a.HostAlloc(n)
-	require.NoError(t, err)
-	defer in.Close()
-	out, err := a.HostAlloc(n)
-	require.NoError(t, err)
-	defer out.Close()
+	in, out := pinned(t, a, n), pinned(t, a, n)
 	g, err := a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, func() error {
 		if err := a.Enqueue("copy in", nil, func(s driver.Stream) error { return d.CopyHtoDAsync(w.Ptr(), in.Bytes(), s) }); err != nil {
 			return err
@@ -164,13 +104,5 @@ func TestGPUWindow(t *testing.T) {
 		return a.Enqueue("copy out", nil, func(s driver.Stream) error { return d.CopyDtoHAsync(out.Bytes(), w.Ptr()+n, s) })
 	})
 	require.NoError(t, err)
-	defer g.Close()
-	for k := range 3 {
-		for i := range in.Bytes() {
-			in.Bytes()[i] = byte(i*5 + k*17)
-		}
-		require.NoError(t, g.Launch())
-		require.NoError(t, a.Synchronize())
-		require.True(t, bytes.Equal(in.Bytes(), out.Bytes()), "replay %d", k)
-	}
+	replayed(t, g, in, out, 3, func(i, k int) byte { return byte(i*5 + k*17) }, a.Synchronize)
 }

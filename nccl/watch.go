@@ -46,8 +46,10 @@ const (
 func (l *Library) watch(op string, comms []*Comm, timeout time.Duration, call func() int32) error {
 	var fired atomic.Bool
 	var t *time.Timer
+	aborted := make(chan struct{}) // closed once the timer has aborted every comm
 	if timeout > 0 {
 		t = time.AfterFunc(timeout, func() {
+			defer close(aborted)
 			fired.Store(true)
 			for _, c := range comms {
 				c.abort(fmt.Errorf("%w: nccl: %s on %s did not finish within %v", ErrCollectiveTimeout, op, c, timeout))
@@ -59,6 +61,10 @@ func (l *Library) watch(op string, comms []*Comm, timeout time.Duration, call fu
 		r = settle(comms, &fired)
 	}
 	if t != nil && !t.Stop() {
+		// The timer fired: the caller sees the timeout only once every
+		// comm is aborted, so its next call is refused, never made into a
+		// comm the timer is still aborting.
+		<-aborted
 		return fmt.Errorf("%w: nccl: %s on %s did not finish within %v; the communicator is aborted (ncclCommAbort)", ErrCollectiveTimeout, op, comms[0], timeout)
 	}
 	return l.check(op, r)

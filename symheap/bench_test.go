@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/cpu"
 	"github.com/capalloc/capalloc/symheap"
 )
@@ -35,18 +36,28 @@ func newBenchWorld(b *testing.B, size int64) *benchWorld {
 		if err != nil {
 			b.Fatal(err)
 		}
-		a, err := alloc.New(d, alloc.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
+		b.Cleanup(func() { _ = d.Close() })
+		a := alloctest.New(b, d, alloc.Options{})
 		h, err := g.Open(r, a, symheap.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(func() { _ = h.Close(); _ = a.Close(); _ = d.Close() })
+		b.Cleanup(func() { _ = h.Close() })
 		w.heaps = append(w.heaps, h)
 	}
 	return w
+}
+
+// alloc allocates the same tensor of size bytes on every rank's heap.
+func (w *benchWorld) alloc(b *testing.B, size int64) symheap.Tensor {
+	var x symheap.Tensor
+	for _, h := range w.heaps {
+		var err error
+		if x, err = h.Alloc(size); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return x
 }
 
 // run times n iterations of step on every rank at once.
@@ -79,13 +90,7 @@ func benchCollective(b *testing.B, size int64, launch func(h *symheap.Heap, t sy
 	for _, mode := range []string{"eager", "captured"} {
 		b.Run(mode, func(b *testing.B) {
 			w := newBenchWorld(b, 4*size+4096)
-			var x symheap.Tensor
-			for _, h := range w.heaps {
-				var err error
-				if x, err = h.Alloc(size); err != nil {
-					b.Fatal(err)
-				}
-			}
+			x := w.alloc(b, size)
 			graphs := make([]*alloc.Graph, benchRanks)
 			if mode == "captured" {
 				for r, h := range w.heaps {
@@ -133,13 +138,7 @@ func BenchmarkAllReduce(b *testing.B) {
 func BenchmarkSumLoop(b *testing.B) {
 	const size = 1 << 20
 	w := newBenchWorld(b, 4*size+4096)
-	var x symheap.Tensor
-	for _, h := range w.heaps {
-		var err error
-		if x, err = h.Alloc(size); err != nil {
-			b.Fatal(err)
-		}
-	}
+	x := w.alloc(b, size)
 	scratch := make([]float32, size/4)
 	bufs := make([][]float32, benchRanks)
 	for r, h := range w.heaps {

@@ -111,12 +111,35 @@ func (x *localExchange) AllGather(rank int, msg []byte, timeout time.Duration) (
 // fileExchange is an Exchange through files in a directory every rank
 // can reach (a shared file system across machines).
 type fileExchange struct {
-	dir   string
-	ranks int
+	dir    string
+	ranks  int
+	rounds roundCounter
 
 	mu   sync.Mutex
-	next map[int]int
 	open *rendezvous.Dir // dir, opened and checked by the first AllGather
+}
+
+// roundCounter numbers each rank's rounds of an exchange, whose messages
+// are matched by round. The zero value starts every rank at round 0; safe
+// for concurrent use.
+type roundCounter struct {
+	mu   sync.Mutex
+	next map[int]int
+}
+
+// take checks rank against x's ranks and returns its next round.
+func (c *roundCounter) take(x Exchange, rank int) (int, error) {
+	if err := checkRank(x, rank); err != nil {
+		return 0, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.next == nil {
+		c.next = map[int]int{}
+	}
+	k := c.next[rank]
+	c.next[rank]++
+	return k, nil
 }
 
 // MaxExchangeMessage bounds one rank's message in a FileExchange round
@@ -141,7 +164,7 @@ var ErrUntrustedDir = rendezvous.ErrUntrustedDir
 // and the exchange keeps it open for its life: every later round reads
 // and writes that directory, even if another is renamed into its path.
 func FileExchange(dir string, ranks int) Exchange {
-	return &fileExchange{dir: dir, ranks: ranks, next: map[int]int{}}
+	return &fileExchange{dir: dir, ranks: ranks}
 }
 
 func (x *fileExchange) Ranks() int { return x.ranks }
@@ -164,13 +187,10 @@ func (x *fileExchange) opened() (*rendezvous.Dir, error) {
 }
 
 func (x *fileExchange) AllGather(rank int, msg []byte, timeout time.Duration) ([][]byte, error) {
-	if err := checkRank(x, rank); err != nil {
+	k, err := x.rounds.take(x, rank)
+	if err != nil {
 		return nil, err
 	}
-	x.mu.Lock()
-	k := x.next[rank]
-	x.next[rank]++
-	x.mu.Unlock()
 	if len(msg) > MaxExchangeMessage {
 		return nil, fmt.Errorf("%w: symheap: exchange: a message of %d B (at most %d)", alloc.ErrInvalidValue, len(msg), MaxExchangeMessage)
 	}

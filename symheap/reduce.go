@@ -18,54 +18,59 @@ const reduceChunk = 1024
 // arithmetic. The sum starts from srcs[0]'s values, not from +0: -0 + -0
 // is -0, and +0 + -0 would turn it into +0. dst may be one of srcs.
 func reduce(dt DType, dst []byte, srcs [][]byte) {
-	es := int(dt.Size())
+	switch dt {
+	case Int32:
+		reduceAs[int32, int32](dst, srcs, nil, nil)
+	case Float32:
+		reduceAs[float32, float32](dst, srcs, nil, nil)
+	case BFloat16:
+		reduceAs(dst, srcs, widenBF16, narrowBF16)
+	default:
+		reduceAs(dst, srcs, widenF16, narrowF16)
+	}
+}
+
+// reduceAs is reduce for elements of E summed in an accumulator of A, a
+// chunk at a time. widen converts a chunk of elements to the accumulator's
+// type and narrow back (the halves); nil for both sums the elements as
+// they are (E is A). Each call through them converts a whole chunk, so the
+// per-element work is direct calls the compiler can inline.
+func reduceAs[E uint16 | int32 | float32, A int32 | float32](dst []byte, srcs [][]byte, widen func([]A, []E), narrow func([]E, []A)) {
+	es := int(unsafe.Sizeof(E(0)))
 	n := len(dst) / es
+	var acc, wide [reduceChunk]A
 	for lo := 0; lo < n; lo += reduceChunk {
 		hi := min(lo+reduceChunk, n)
-		switch dt {
-		case Int32:
-			var acc [reduceChunk]int32
-			a := acc[:hi-lo]
-			copy(a, elems[int32](srcs[0][lo*es:hi*es]))
+		a, w := acc[:hi-lo], wide[:hi-lo]
+		chunk := func(b []byte) []byte { return b[lo*es : hi*es] }
+		if widen == nil {
+			copy(a, elems[A](chunk(srcs[0])))
 			for _, s := range srcs[1:] {
-				addInto(a, elems[int32](s[lo*es:hi*es]))
+				addInto(a, elems[A](chunk(s)))
 			}
-			copy(elems[int32](dst[lo*es:hi*es]), a)
-		case Float32:
-			var acc [reduceChunk]float32
-			a := acc[:hi-lo]
-			copy(a, elems[float32](srcs[0][lo*es:hi*es]))
-			for _, s := range srcs[1:] {
-				addInto(a, elems[float32](s[lo*es:hi*es]))
-			}
-			copy(elems[float32](dst[lo*es:hi*es]), a)
-		default:
-			var acc [reduceChunk]float32
-			a := acc[:hi-lo]
-			widen := F16ToFloat32
-			narrow := Float32ToF16
-			if dt == BFloat16 {
-				widen, narrow = BF16ToFloat32, Float32ToBF16
-			}
-			for p, s := range srcs {
-				v := elems[uint16](s[lo*es : hi*es])
-				v = v[:len(a)]
-				if p == 0 {
-					for i := range a {
-						a[i] = widen(v[i])
-					}
-					continue
-				}
-				for i := range a {
-					a[i] += widen(v[i])
-				}
-			}
-			out := elems[uint16](dst[lo*es : hi*es])
-			out = out[:len(a)]
-			for i := range a {
-				out[i] = narrow(a[i])
-			}
+			copy(elems[A](chunk(dst)), a)
+			continue
 		}
+		widen(a, elems[E](chunk(srcs[0])))
+		for _, s := range srcs[1:] {
+			widen(w, elems[E](chunk(s)))
+			addInto(a, w)
+		}
+		narrow(elems[E](chunk(dst)), a)
+	}
+}
+
+// The halves' conversions, a chunk at a time (len(src) >= len(dst)).
+func widenF16(a []float32, v []uint16)   { convert(a, v, F16ToFloat32) }
+func narrowF16(v []uint16, a []float32)  { convert(v, a, Float32ToF16) }
+func widenBF16(a []float32, v []uint16)  { convert(a, v, BF16ToFloat32) }
+func narrowBF16(v []uint16, a []float32) { convert(v, a, Float32ToBF16) }
+
+// convert sets dst[i] to f(src[i]). Small enough to inline into the four
+// above, where f is then a direct call.
+func convert[S, D any](dst []D, src []S, f func(S) D) {
+	for i, x := range src[:len(dst)] {
+		dst[i] = f(x)
 	}
 }
 

@@ -45,71 +45,58 @@ func (o Options) Get(key, def string) string {
 
 // Int parses key as a decimal integer.
 func (o Options) Int(key string, def int) (int, error) {
-	v, ok := o[key]
-	if !ok {
-		return def, nil
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(v))
-	if err != nil {
-		return def, o.bad(key, "an integer")
-	}
-	return n, nil
+	return parsed(o, key, def, "an integer", func(v string) (int, bool) {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		return n, err == nil
+	})
 }
 
 // Bool parses key as true/false (also 1/0, yes/no, on/off, any case).
 func (o Options) Bool(key string, def bool) (bool, error) {
-	v, ok := o[key]
-	if !ok {
-		return def, nil
-	}
-	b, ok := confval.Bool(v)
-	if !ok {
-		return def, o.bad(key, confval.BoolForms)
-	}
-	return b, nil
+	return parsed(o, key, def, confval.BoolForms, confval.Bool)
 }
 
 // CaptureSafety reads the capture_safety option every backend takes
 // (strict or documented: docs/capture-safety.md); SafetyUnset when it is
 // not set, leaving the driver's classification of the device.
 func (o Options) CaptureSafety() (CaptureSafety, error) {
-	v, ok := o["capture_safety"]
-	if !ok {
-		return SafetyUnset, nil
-	}
-	s, err := ParseCaptureSafety(strings.ToLower(strings.TrimSpace(v)))
-	if err != nil {
-		return SafetyUnset, o.bad("capture_safety", "strict or documented")
-	}
-	return s, nil
+	return parsed(o, "capture_safety", SafetyUnset, "strict or documented", func(v string) (CaptureSafety, bool) {
+		s, err := ParseCaptureSafety(strings.ToLower(strings.TrimSpace(v)))
+		return s, err == nil
+	})
 }
 
 // Duration parses key with time.ParseDuration ("250ms", "5s").
 func (o Options) Duration(key string, def time.Duration) (time.Duration, error) {
-	v, ok := o[key]
-	if !ok {
-		return def, nil
-	}
-	d, err := time.ParseDuration(strings.TrimSpace(v))
-	if err != nil || d < 0 {
-		return def, o.bad(key, "a non-negative duration such as 500ms or 5s")
-	}
-	return d, nil
+	return parsed(o, key, def, "a non-negative duration such as 500ms or 5s", func(v string) (time.Duration, bool) {
+		d, err := time.ParseDuration(strings.TrimSpace(v))
+		return d, err == nil && d >= 0
+	})
 }
 
 // Bytes parses key as a byte count: a plain number, or one with a binary
 // (KiB, MiB, GiB, TiB) or decimal (KB, MB, GB, TB) suffix; "8GiB", "512m"
 // (single letters are binary, as in most tools), "1024".
 func (o Options) Bytes(key string, def int64) (int64, error) {
+	return parsed(o, key, def, "a byte size such as 8GiB, 512MiB or 1048576", func(v string) (int64, bool) {
+		n, err := confval.Bytes(v)
+		return n, err == nil
+	})
+}
+
+// parsed is the typed getters' rule: def when key is not set, else its
+// value read by parse, or def and an error (o.bad) saying want when parse
+// refuses it.
+func parsed[T any](o Options, key string, def T, want string, parse func(string) (T, bool)) (T, error) {
 	v, ok := o[key]
 	if !ok {
 		return def, nil
 	}
-	n, err := confval.Bytes(v)
-	if err != nil {
-		return def, o.bad(key, "a byte size such as 8GiB, 512MiB or 1048576")
+	x, ok := parse(v)
+	if !ok {
+		return def, o.bad(key, want)
 	}
-	return n, nil
+	return x, nil
 }
 
 // Check fails, with an error wrapping ErrInvalidConfig that lists the known

@@ -154,68 +154,54 @@ func BenchmarkTransfer(b *testing.B) {
 			}
 			return a, buf
 		}
-		b.Run(name+"/op=upload-pageable", func(b *testing.B) {
-			a, buf := setup(b)
-			src := pattern(benchBytes, 1) // touched: never-written memory reads the zero page
-			b.SetBytes(benchBytes)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if err := a.Upload(buf, 0, src); err != nil {
-					b.Fatal(err)
+		// Each op, timed: a copy from or to pageable memory (src, touched:
+		// never-written memory reads the zero page), or from or to a
+		// pinned buffer with its synchronize.
+		for _, op := range []struct {
+			name   string
+			pinned bool
+			copy   func(a *alloc.Allocator, buf alloc.Buffer, src []byte, h *alloc.HostBuffer) error
+		}{
+			{"upload-pageable", false, func(a *alloc.Allocator, buf alloc.Buffer, src []byte, _ *alloc.HostBuffer) error {
+				return a.Upload(buf, 0, src)
+			}},
+			{"download-pageable", false, func(a *alloc.Allocator, buf alloc.Buffer, src []byte, _ *alloc.HostBuffer) error {
+				return a.Download(src, buf, 0)
+			}},
+			{"upload-pinned", true, func(a *alloc.Allocator, buf alloc.Buffer, _ []byte, h *alloc.HostBuffer) error {
+				return a.UploadHost(buf, 0, h, 0, benchBytes)
+			}},
+			{"download-pinned", true, func(a *alloc.Allocator, buf alloc.Buffer, _ []byte, h *alloc.HostBuffer) error {
+				return a.DownloadHost(h, 0, buf, 0, benchBytes)
+			}},
+		} {
+			b.Run(name+"/op="+op.name, func(b *testing.B) {
+				a, buf := setup(b)
+				src := pattern(benchBytes, 1)
+				var h *alloc.HostBuffer
+				if op.pinned {
+					var err error
+					if h, err = a.HostAlloc(benchBytes); err != nil {
+						b.Fatal(err)
+					}
+					b.Cleanup(func() { _ = h.Close() })
+					copy(h.Bytes(), src)
+					warmPinned(b, a, buf, h)
 				}
-			}
-		})
-		b.Run(name+"/op=download-pageable", func(b *testing.B) {
-			a, buf := setup(b)
-			dst := pattern(benchBytes, 1)
-			b.SetBytes(benchBytes)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if err := a.Download(dst, buf, 0); err != nil {
-					b.Fatal(err)
+				b.SetBytes(benchBytes)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if err := op.copy(a, buf, src, h); err != nil {
+						b.Fatal(err)
+					}
+					if op.pinned {
+						if err := a.Synchronize(); err != nil {
+							b.Fatal(err)
+						}
+					}
 				}
-			}
-		})
-		b.Run(name+"/op=upload-pinned", func(b *testing.B) {
-			a, buf := setup(b)
-			h, err := a.HostAlloc(benchBytes)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = h.Close() })
-			copy(h.Bytes(), pattern(benchBytes, 1))
-			warmPinned(b, a, buf, h)
-			b.SetBytes(benchBytes)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if err := a.UploadHost(buf, 0, h, 0, benchBytes); err != nil {
-					b.Fatal(err)
-				}
-				if err := a.Synchronize(); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-		b.Run(name+"/op=download-pinned", func(b *testing.B) {
-			a, buf := setup(b)
-			h, err := a.HostAlloc(benchBytes)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = h.Close() })
-			copy(h.Bytes(), pattern(benchBytes, 1))
-			warmPinned(b, a, buf, h)
-			b.SetBytes(benchBytes)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if err := a.DownloadHost(h, 0, buf, 0, benchBytes); err != nil {
-					b.Fatal(err)
-				}
-				if err := a.Synchronize(); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+			})
+		}
 	}
 }
 

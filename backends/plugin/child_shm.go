@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"fmt"
-	"slices"
 	"sync"
 	"unsafe"
 
@@ -43,20 +42,11 @@ type childRegions struct {
 	nextID uint64
 	byID   map[uint64]*region
 	byAddr map[*byte]*region
-	sorted []*region
+	sorted hostregion.Set[*region]
 }
 
-func regionStart(r *region) uintptr { return hostregion.Addr(r.buf) }
-
-func cmpStart(r *region, p uintptr) int {
-	switch s := regionStart(r); {
-	case s < p:
-		return -1
-	case s > p:
-		return 1
-	}
-	return 0
-}
+func (r *region) Start() uintptr { return hostregion.Addr(r.buf) }
+func (r *region) Len() int       { return len(r.buf) }
 
 func newChildRegions() *childRegions {
 	return &childRegions{byID: map[uint64]*region{}, byAddr: map[*byte]*region{}}
@@ -74,8 +64,7 @@ func (t *childRegions) create(size int64) (*region, error) {
 	t.mu.Lock()
 	t.byID[id] = r
 	t.byAddr[unsafe.SliceData(r.buf)] = r
-	i, _ := slices.BinarySearchFunc(t.sorted, regionStart(r), cmpStart)
-	t.sorted = slices.Insert(t.sorted, i, r)
+	t.sorted.Insert(r)
 	t.mu.Unlock()
 	return r, nil
 }
@@ -93,13 +82,11 @@ func (t *childRegions) byPtr(b []byte) *region {
 // containing returns the region holding all of b (non-empty) and b's
 // offset in it, or nil.
 func (t *childRegions) containing(b []byte) (*region, int64) {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	i, off := hostregion.Find(t.sorted, regionStart, func(r *region) uintptr { return uintptr(len(r.buf)) }, b)
-	if i < 0 {
+	r, off, ok := t.sorted.Find(b)
+	if !ok {
 		return nil, 0
 	}
-	return t.sorted[i], int64(off)
+	return r, int64(off)
 }
 
 func (t *childRegions) get(id uint64) *region {
@@ -112,9 +99,7 @@ func (t *childRegions) remove(r *region) error {
 	t.mu.Lock()
 	delete(t.byID, r.id)
 	delete(t.byAddr, unsafe.SliceData(r.buf))
-	if i, ok := slices.BinarySearchFunc(t.sorted, regionStart(r), cmpStart); ok {
-		t.sorted = slices.Delete(t.sorted, i, i+1)
-	}
+	t.sorted.RemoveWhere(func(x *region) bool { return x == r })
 	t.mu.Unlock()
 	return r.release()
 }

@@ -57,20 +57,28 @@ func TestStagedCopies(t *testing.T) {
 	require.NoError(t, d.StreamSynchronize(s))
 }
 
-// A copy past its allocation fails before any byte lands, as in process.
+// A copy past its allocation fails before any byte lands, as in process,
+// over the single-copy path (plugin:cpu) and through staging.
 func TestStagedCopyOutOfRangeWritesNothing(t *testing.T) {
-	d := open(t, "plugin:cpu")
-	s, err := d.CreateStream()
-	require.NoError(t, err)
-	n := 2*chunk + 100
-	p, err := d.Malloc(int64(n))
-	require.NoError(t, err)
-	err = d.CopyHtoD(p, pattern(n+1, 1), s)
-	require.ErrorIs(t, err, alloc.ErrInvalidValue)
-	got := make([]byte, n)
-	require.NoError(t, d.CopyDtoH(got, p, s))
-	require.Equal(t, make([]byte, n), got, "nothing was written")
-	require.NoError(t, d.Free(p))
+	for _, backend := range []string{"plugin:cpu", stagingBackend} {
+		t.Run(backend, func(t *testing.T) {
+			d := open(t, backend)
+			s, err := d.CreateStream()
+			require.NoError(t, err)
+			n := 2*chunk + 100
+			p, err := d.Malloc(int64(n))
+			require.NoError(t, err)
+			err = d.CopyHtoD(p, pattern(n+1, 1), s)
+			require.ErrorIs(t, err, alloc.ErrInvalidValue)
+			err = d.CopyHtoDAsync(p, pattern(n+1, 2), s)
+			require.ErrorIs(t, err, alloc.ErrInvalidValue)
+			got := make([]byte, n)
+			require.NoError(t, d.CopyDtoH(got, p, s))
+			require.Equal(t, make([]byte, n), got, "nothing was written")
+			require.ErrorIs(t, d.CopyDtoH(make([]byte, n+1), p, s), alloc.ErrInvalidValue)
+			require.NoError(t, d.Free(p))
+		})
+	}
 }
 
 // Host buffers are shared: a captured upload reads the bytes the host

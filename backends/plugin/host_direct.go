@@ -186,24 +186,19 @@ func (d *Driver) mapErr(p driver.DevicePtr, n int64, err error) error {
 	return fmt.Errorf("%w: plugin %s: %v: %w", driver.ErrDriver, d.name, opDirectSpan, err)
 }
 
-// directIn is CopyHtoD's single-copy path; ok is false when the driver
+// directCopy is CopyHtoD's (toDevice) and CopyDtoH's single-copy path
+// between host and the device range at dev; ok is false when the driver
 // must stage instead (async, reported failures of pipelined operations,
 // then goes with the staged copy's result).
-func (d *Driver) directIn(dst driver.DevicePtr, src []byte, s driver.Stream) (ok bool, async, err error) {
-	span, done, ok, async, err := d.directSpan(dst, int64(len(src)), s)
+func (d *Driver) directCopy(dev driver.DevicePtr, host []byte, s driver.Stream, toDevice bool) (ok bool, async, err error) {
+	span, done, ok, async, err := d.directSpan(dev, int64(len(host)), s)
 	if !ok || err != nil {
 		return ok, async, err
 	}
-	copy(span, src)
-	return true, async, done()
-}
-
-// directOut is CopyDtoH's single-copy path.
-func (d *Driver) directOut(dst []byte, src driver.DevicePtr, s driver.Stream) (ok bool, async, err error) {
-	span, done, ok, async, err := d.directSpan(src, int64(len(dst)), s)
-	if !ok || err != nil {
-		return ok, async, err
+	if toDevice {
+		copy(span, host)
+	} else {
+		copy(host, span)
 	}
-	copy(dst, span)
 	return true, async, done()
 }

@@ -3,9 +3,6 @@ package plugin
 import (
 	"fmt"
 	"os"
-	"slices"
-	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -79,63 +76,29 @@ func mapChildFile(pid, fd int, size int64, ino uint64) ([]byte, error) {
 
 // hostRegions is the host's table, sorted by address so a copy's host slice
 // resolves to (region, offset) with a binary search and no lock.
-type hostRegions struct {
-	mu     sync.Mutex
-	sorted atomic.Pointer[[]*mapping]
-}
+type hostRegions struct{ hostregion.Set[*mapping] }
 
-func (t *hostRegions) add(m *mapping) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	old := t.load()
-	i, _ := slices.BinarySearchFunc(old, m.start, func(x *mapping, p uintptr) int {
-		if x.start < p {
-			return -1
-		}
-		return 1
-	})
-	ms := slices.Insert(slices.Clone(old), i, m)
-	t.sorted.Store(&ms)
-}
+func (m *mapping) Start() uintptr { return m.start }
+func (m *mapping) Len() int       { return len(m.buf) }
 
-func (t *hostRegions) load() []*mapping {
-	if p := t.sorted.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
+func (t *hostRegions) add(m *mapping) { t.Insert(m) }
 
 // remove drops m; false if it was not there (freed concurrently).
 func (t *hostRegions) remove(m *mapping) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	old := t.load()
-	i := slices.Index(old, m)
-	if i < 0 {
-		return false
-	}
-	ms := slices.Delete(slices.Clone(old), i, i+1)
-	t.sorted.Store(&ms)
-	return true
+	_, ok := t.RemoveWhere(func(x *mapping) bool { return x == m })
+	return ok
 }
 
 // takeAll empties the table and returns what it held.
-func (t *hostRegions) takeAll() []*mapping {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	old := t.load()
-	t.sorted.Store(&[]*mapping{})
-	return old
-}
+func (t *hostRegions) takeAll() []*mapping { return t.Take() }
 
 // find returns the caller-visible region holding all of b, and b's offset.
 func (t *hostRegions) find(b []byte) (*mapping, int64, bool) {
-	ms := t.load()
-	i, off := hostregion.Find(ms, func(m *mapping) uintptr { return m.start }, func(m *mapping) uintptr { return uintptr(len(m.buf)) }, b)
-	if i < 0 || ms[i].staging {
+	m, off, ok := t.Find(b)
+	if !ok || m.staging {
 		return nil, 0, false
 	}
-	return ms[i], int64(off), true
+	return m, int64(off), true
 }
 
 // exact returns the region b is exactly (as HostAlloc returned it).

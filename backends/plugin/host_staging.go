@@ -3,7 +3,6 @@ package plugin
 import (
 	"errors"
 	"sync"
-	"sync/atomic"
 
 	"github.com/capalloc/capalloc/alloc/driver"
 )
@@ -104,141 +103,105 @@ func (a *asyncErrs) join(err error) error {
 	return errors.Join(append(a.errs, err)...)
 }
 
-type chunkResult struct {
-	i, slot int
-	err     error
-}
-
-// stagedIn copies host bytes to the device through staging, op being the
-// driver call each chunk makes (CopyHtoD or CopyHtoDAsync). The last chunk
-// goes first: with the first one right after, both ends of the device
-// range are checked before the middle is written, so a range that runs
-// off its allocation fails before any byte lands.
-func (d *Driver) stagedIn(op opcode, dst driver.DevicePtr, src []byte, s driver.Stream) (err error) {
+// staged copies between host's bytes and the device range at dev through
+// staging, op being the driver call each chunk makes and naming its slot:
+// CopyHtoD or CopyHtoDAsync (toDevice), where the host fills one slot
+// while the backend copies the other out, or CopyDtoH or CopyDtoHAsync,
+// where the backend fills one slot while the host empties the other. To
+// the device the last chunk goes first: with the first one right after,
+// both ends of the device range are checked before the middle is
+// written, so a range that runs off its allocation fails before any byte
+// lands.
+func (d *Driver) staged(op opcode, dev driver.DevicePtr, host []byte, s driver.Stream, toDevice bool) (err error) {
 	var async asyncErrs // reported by the chunk calls (blocking copies synchronize)
 	defer func() { err = async.join(err) }()
-	n := int64(len(src))
+	n := int64(len(host))
 	if n == 0 {
-		return async.call(d, op, copyReq(op, dst, 0, 0, 0, s))
+		return async.call(d, op, copyReq(op, dev, 0, 0, 0, s))
 	}
 	m, err := d.getStaging()
 	if err != nil {
 		return err
 	}
 	k := int((n + chunk - 1) / chunk)
-	span := func(i int) (int64, int64) { return int64(i) * chunk, min(chunk, n-int64(i)*chunk) }
-	send := func(i, slot int) error {
-		off, l := span(i)
-		return async.call(d, op, copyReq(op, dst+driver.DevicePtr(off), m.id, int64(slot)*chunk, l, s))
+	// parts is chunk i's bytes in host memory and in slot.
+	parts := func(i, slot int) (h, b []byte) {
+		off, l := int64(i)*chunk, min(chunk, n-int64(i)*chunk)
+		return host[off : off+l], m.buf[int64(slot)*chunk : int64(slot)*chunk+l]
 	}
-	if k == 1 {
-		copy(m.buf, src)
-		err = send(0, 0)
-		d.finishStaging(m, err)
-		return err
+	call := func(i, slot int) error {
+		h, _ := parts(i, slot)
+		return async.call(d, op, copyReq(op, dev+driver.DevicePtr(int64(i)*chunk), m.id, int64(slot)*chunk, int64(len(h)), s))
 	}
 	order := make([]int, 0, k)
-	order = append(order, k-1)
-	for i := 0; i < k-1; i++ {
-		order = append(order, i)
-	}
-	free := make(chan int, 2)
-	free <- 0
-	free <- 1
-	jobs := make(chan chunkResult, 2)
-	done := make(chan error, 1)
-	var failed atomic.Bool
-	go func() { // the backend's side: one chunk call at a time, in order
-		var first error
-		for j := range jobs {
-			if first == nil {
-				if first = send(j.i, j.slot); first != nil {
-					failed.Store(true)
-				}
-			}
-			free <- j.slot
+	if toDevice {
+		order = append(order, k-1)
+		for i := 0; i < k-1; i++ {
+			order = append(order, i)
 		}
-		done <- first
-	}()
-	for _, i := range order {
-		slot := <-free
-		if failed.Load() {
-			break
+		err = twoSlots(order, func(i, slot int) error { h, b := parts(i, slot); copy(b, h); return nil }, call)
+	} else {
+		for i := 0; i < k; i++ {
+			order = append(order, i)
 		}
-		off, l := span(i)
-		copy(m.buf[int64(slot)*chunk:int64(slot)*chunk+l], src[off:off+l])
-		jobs <- chunkResult{i: i, slot: slot}
+		err = twoSlots(order, call, func(i, slot int) error { h, b := parts(i, slot); copy(h, b); return nil })
 	}
-	close(jobs)
-	err = <-done
 	d.finishStaging(m, err)
 	return err
 }
 
-// stagedOut copies device bytes to host memory through staging, op being
-// CopyDtoH or CopyDtoHAsync: the backend fills one slot while the host
-// empties the other.
-func (d *Driver) stagedOut(op opcode, dst []byte, src driver.DevicePtr, s driver.Stream) (err error) {
-	var async asyncErrs
-	defer func() { err = async.join(err) }()
-	n := int64(len(dst))
-	if n == 0 {
-		return async.call(d, op, copyReq(op, src, 0, 0, 0, s))
-	}
-	m, err := d.getStaging()
-	if err != nil {
-		return err
-	}
-	k := int((n + chunk - 1) / chunk)
-	span := func(i int) (int64, int64) { return int64(i) * chunk, min(chunk, n-int64(i)*chunk) }
-	fetch := func(i, slot int) error {
-		off, l := span(i)
-		return async.call(d, op, copyReq(op, src+driver.DevicePtr(off), m.id, int64(slot)*chunk, l, s))
-	}
-	drain := func(i, slot int) {
-		off, l := span(i)
-		copy(dst[off:off+l], m.buf[int64(slot)*chunk:int64(slot)*chunk+l])
-	}
-	if k == 1 {
-		if err = fetch(0, 0); err == nil {
-			drain(0, 0)
+// twoSlots runs fill and then empty on every chunk of order through the two
+// slots of a staging set: fill on a goroutine of its own, empty on the
+// caller's, so the two overlap. Chunks are emptied in order; a slot is
+// filled again only once emptied. The first error of either stops the copy
+// (no later chunk is filled or emptied) and is returned once the goroutine
+// is done, so the slots are free to reuse. One chunk runs on the caller
+// alone.
+func twoSlots(order []int, fill, empty func(i, slot int) error) error {
+	if len(order) == 1 {
+		if err := fill(order[0], 0); err != nil {
+			return err
 		}
-		d.finishStaging(m, err)
-		return err
+		return empty(order[0], 0)
+	}
+	type filledChunk struct {
+		i, slot int
+		err     error
 	}
 	free := make(chan int, 2)
 	free <- 0
 	free <- 1
-	filled := make(chan chunkResult, 2)
+	filled := make(chan filledChunk, 2)
 	stop := make(chan struct{})
-	go func() { // the backend's side
+	go func() {
 		defer close(filled)
-		for i := 0; i < k; i++ {
+		for _, i := range order {
 			var slot int
 			select {
 			case slot = <-free:
 			case <-stop:
 				return
 			}
-			err := fetch(i, slot)
-			filled <- chunkResult{i: i, slot: slot, err: err}
+			err := fill(i, slot)
+			filled <- filledChunk{i: i, slot: slot, err: err}
 			if err != nil {
 				return
 			}
 		}
 	}()
-	for r := range filled {
-		if r.err != nil {
-			err = r.err
+	var err error
+	for c := range filled {
+		if err = c.err; err == nil {
+			err = empty(c.i, c.slot)
+		}
+		if err != nil {
 			break
 		}
-		drain(r.i, r.slot)
-		free <- r.slot
+		free <- c.slot
 	}
 	close(stop)
-	for range filled { // let the fetcher finish before the slots are reused
+	for range filled { // let the filler finish before the slots are reused
 	}
-	d.finishStaging(m, err)
 	return err
 }
 
@@ -250,52 +213,44 @@ func (d *Driver) finishStaging(m *mapping, err error) {
 	d.putStaging(m)
 }
 
+// The copies between host memory and a device range, each a hostCopy:
 // CopyHtoDAsync and CopyDtoHAsync with a host buffer are pipelined
 // (host_pipeline.go): the buffer is shared memory, named by region, and
-// HostFree, a call, runs after them. Pageable memory stages, each chunk a
-// round trip, since the staging slot is reused at once.
+// HostFree, a call, runs after them. CopyHtoD and CopyDtoH with one are a
+// call. From pageable memory the async copies stage, each chunk a round
+// trip, since the staging slot is reused at once; the blocking ones take
+// the single-copy path (host_direct.go) when the backend offers it, and
+// stage otherwise.
 func (d *Driver) CopyHtoDAsync(dst driver.DevicePtr, src []byte, s driver.Stream) error {
-	if m, off, ok := d.regions.find(src); ok {
-		n := int64(len(src))
-		return d.pipelined(opCopyHtoDAsync, func(e *enc) { copyArgs(e, dst, m.id, off, n, s) })
-	}
-	return d.stagedIn(opCopyHtoDAsync, dst, src, s)
+	return d.hostCopy(opCopyHtoDAsync, dst, src, s, true)
 }
-
 func (d *Driver) CopyDtoHAsync(dst []byte, src driver.DevicePtr, s driver.Stream) error {
-	if m, off, ok := d.regions.find(dst); ok {
-		n := int64(len(dst))
-		return d.pipelined(opCopyDtoHAsync, func(e *enc) { copyArgs(e, src, m.id, off, n, s) })
-	}
-	return d.stagedOut(opCopyDtoHAsync, dst, src, s)
+	return d.hostCopy(opCopyDtoHAsync, src, dst, s, false)
 }
-
-// CopyHtoD and CopyDtoH from pageable memory take the single-copy path
-// (host_direct.go) when the backend offers it, and stage otherwise.
 func (d *Driver) CopyHtoD(dst driver.DevicePtr, src []byte, s driver.Stream) error {
-	if m, off, ok := d.regions.find(src); ok {
-		return d.callSync(opCopyHtoD, copyReq(opCopyHtoD, dst, m.id, off, int64(len(src)), s))
-	}
-	if len(src) > 0 && !d.noDirect.Load() {
-		ok, async, err := d.directIn(dst, src, s)
-		if !ok {
-			err = d.stagedIn(opCopyHtoD, dst, src, s)
-		}
-		return joinAsync(async, err)
-	}
-	return d.stagedIn(opCopyHtoD, dst, src, s)
+	return d.hostCopy(opCopyHtoD, dst, src, s, true)
+}
+func (d *Driver) CopyDtoH(dst []byte, src driver.DevicePtr, s driver.Stream) error {
+	return d.hostCopy(opCopyDtoH, src, dst, s, false)
 }
 
-func (d *Driver) CopyDtoH(dst []byte, src driver.DevicePtr, s driver.Stream) error {
-	if m, off, ok := d.regions.find(dst); ok {
-		return d.callSync(opCopyDtoH, copyReq(opCopyDtoH, src, m.id, off, int64(len(dst)), s))
+// hostCopy is op (one of the four copies above) between host and the
+// device range at dev, to the device when toDevice.
+func (d *Driver) hostCopy(op opcode, dev driver.DevicePtr, host []byte, s driver.Stream, toDevice bool) error {
+	blocking := op == opCopyHtoD || op == opCopyDtoH
+	if m, off, ok := d.regions.find(host); ok {
+		n := int64(len(host))
+		if blocking {
+			return d.callSync(op, copyReq(op, dev, m.id, off, n, s))
+		}
+		return d.pipelined(op, func(e *enc) { copyArgs(e, dev, m.id, off, n, s) })
 	}
-	if len(dst) > 0 && !d.noDirect.Load() {
-		ok, async, err := d.directOut(dst, src, s)
+	if blocking && len(host) > 0 && !d.noDirect.Load() {
+		ok, async, err := d.directCopy(dev, host, s, toDevice)
 		if !ok {
-			err = d.stagedOut(opCopyDtoH, dst, src, s)
+			err = d.staged(op, dev, host, s, toDevice)
 		}
 		return joinAsync(async, err)
 	}
-	return d.stagedOut(opCopyDtoH, dst, src, s)
+	return d.staged(op, dev, host, s, toDevice)
 }

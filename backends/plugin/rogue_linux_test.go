@@ -160,7 +160,7 @@ func TestRogueHostAllocFD(t *testing.T) {
 			require.ErrorIs(t, err, driver.ErrDriver, "mapped the child's unsafe memfd")
 			require.ErrorIs(t, err, errUnsafeRegion)
 			require.Nil(t, b)
-			require.Empty(t, d.regions.load(), "nothing registered")
+			require.Zero(t, d.regions.Len(), "nothing registered")
 		})
 	}
 }

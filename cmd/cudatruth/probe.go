@@ -177,13 +177,13 @@ func runTruthCase(c truthCase) (truthResult, error) {
 	}
 	if c.Caller == "other_relaxed" {
 		if err := otherT.Do("exchange mode", func() error {
-			m := int32(r.Vendor.CaptureModeRelaxed)
+			m := int32(gpurt.CaptureModeRelaxed)
 			return r.Check("thread capture mode", "cudaThreadExchangeStreamCaptureMode", gpurt.Call(p.syms.exchangeMode, uintptr(unsafe.Pointer(&m))))
 		}); err != nil {
 			return res, err
 		}
 	}
-	mode := map[string]uintptr{"global": r.Vendor.CaptureModeGlobal, "threadlocal": r.Vendor.CaptureModeThreadLocal, "relaxed": r.Vendor.CaptureModeRelaxed}[c.Mode]
+	mode := map[string]uintptr{"global": gpurt.CaptureModeGlobal, "threadlocal": gpurt.CaptureModeThreadLocal, "relaxed": gpurt.CaptureModeRelaxed}[c.Mode]
 	if err := capT.Do("begin", func() error {
 		if err := r.Check("begin capture", "cudaStreamBeginCapture", gpurt.Call(r.StreamBeginCapture.Addr, p.capS, mode)); err != nil {
 			return err
@@ -254,7 +254,7 @@ func (p *truthProbe) unavailable(c truthCase) string {
 
 func (p *truthProbe) setup(c truthCase) error {
 	rt := p.rt
-	flags := rt.Vendor.StreamNonBlocking
+	flags := gpurt.StreamNonBlocking
 	if c.Blocking {
 		flags = 0
 	}
@@ -269,7 +269,7 @@ func (p *truthProbe) setup(c truthCase) error {
 			return err
 		}
 	}
-	if err := rt.Check("host alloc", "cudaHostAlloc", gpurt.Call(rt.HostAlloc.Addr, uintptr(unsafe.Pointer(&p.pinned)), 4096, rt.Vendor.HostAllocPortable)); err != nil {
+	if err := rt.Check("host alloc", "cudaHostAlloc", gpurt.Call(rt.HostAlloc.Addr, uintptr(unsafe.Pointer(&p.pinned)), 4096, gpurt.HostAllocPortable)); err != nil {
 		return err
 	}
 	p.pageable = make([]byte, 4096)
@@ -285,7 +285,7 @@ func (p *truthProbe) setup(c truthCase) error {
 	// the launches and the exec destroy case) and kept raw for the
 	// instantiate case, the second for the destroy case.
 	precapture := func(value uintptr, out *uintptr) error {
-		if err := rt.Check("pre-capture begin", "cudaStreamBeginCapture", gpurt.Call(rt.StreamBeginCapture.Addr, scratch, rt.Vendor.CaptureModeThreadLocal)); err != nil {
+		if err := rt.Check("pre-capture begin", "cudaStreamBeginCapture", gpurt.Call(rt.StreamBeginCapture.Addr, scratch, gpurt.CaptureModeThreadLocal)); err != nil {
 			return err
 		}
 		if err := rt.Check("pre-capture memset", "cudaMemsetAsync", gpurt.Call(rt.MemsetAsync.Addr, p.dev1, value, 4096, scratch)); err != nil {
@@ -334,7 +334,7 @@ func (p *truthProbe) op(name string) int32 {
 		return gpurt.Call(rt.Free.Addr, p.dev0)
 	case "host_alloc":
 		var q uintptr
-		return gpurt.Call(rt.HostAlloc.Addr, uintptr(unsafe.Pointer(&q)), 4096, rt.Vendor.HostAllocPortable)
+		return gpurt.Call(rt.HostAlloc.Addr, uintptr(unsafe.Pointer(&q)), 4096, gpurt.HostAllocPortable)
 	case "mem_get_info":
 		var free, total uint64
 		return gpurt.Call(rt.MemGetInfo.Addr, uintptr(unsafe.Pointer(&free)), uintptr(unsafe.Pointer(&total)))
@@ -352,11 +352,11 @@ func (p *truthProbe) op(name string) int32 {
 	case "memset_other":
 		return gpurt.Call(rt.MemsetAsync.Addr, p.dev1, 3, 4096, p.otherS)
 	case "copy_pinned_capturing":
-		return gpurt.Call(rt.MemcpyAsync.Addr, p.dev1, p.pinned, 4096, rt.Vendor.MemcpyHostToDevice, p.capS)
+		return gpurt.Call(rt.MemcpyAsync.Addr, p.dev1, p.pinned, 4096, gpurt.MemcpyHostToDevice, p.capS)
 	case "copy_pageable_capturing":
-		return gpurt.Call(rt.MemcpyAsync.Addr, p.dev1, uintptr(unsafe.Pointer(&p.pageable[0])), 4096, rt.Vendor.MemcpyHostToDevice, p.capS)
+		return gpurt.Call(rt.MemcpyAsync.Addr, p.dev1, uintptr(unsafe.Pointer(&p.pageable[0])), 4096, gpurt.MemcpyHostToDevice, p.capS)
 	case "copy_pageable_sync":
-		return gpurt.Call(p.syms.memcpy, p.dev1, uintptr(unsafe.Pointer(&p.pageable[0])), 4096, rt.Vendor.MemcpyHostToDevice)
+		return gpurt.Call(p.syms.memcpy, p.dev1, uintptr(unsafe.Pointer(&p.pageable[0])), 4096, gpurt.MemcpyHostToDevice)
 	case "sync_capturing":
 		return gpurt.Call(rt.StreamSynchronize.Addr, p.capS)
 	case "query_capturing":
@@ -373,7 +373,7 @@ func (p *truthProbe) op(name string) int32 {
 		var s uintptr
 		return both(
 			func() int32 {
-				return gpurt.Call(rt.StreamCreateWithPriority.Addr, uintptr(unsafe.Pointer(&s)), rt.Vendor.StreamNonBlocking, 0)
+				return gpurt.Call(rt.StreamCreateWithPriority.Addr, uintptr(unsafe.Pointer(&s)), gpurt.StreamNonBlocking, 0)
 			},
 			func() int32 { return gpurt.Call(rt.StreamDestroy.Addr, s) })
 	case "graph_instantiate":

@@ -12,11 +12,11 @@ import (
 func (v *Vendor) CaptureMode(m driver.CaptureMode) (uintptr, error) {
 	switch m {
 	case driver.Global:
-		return v.CaptureModeGlobal, nil
+		return CaptureModeGlobal, nil
 	case driver.ThreadLocal:
-		return v.CaptureModeThreadLocal, nil
+		return CaptureModeThreadLocal, nil
 	case driver.Relaxed:
-		return v.CaptureModeRelaxed, nil
+		return CaptureModeRelaxed, nil
 	}
 	return 0, v.Errf(driver.ErrInvalidValue, "begin capture: capture mode %d", int(m))
 }
@@ -41,7 +41,7 @@ func (d *Driver) BeginCapture(s driver.Stream, mode driver.CaptureMode) error {
 	}
 	return d.capture.Do(op, func() error {
 		code := Call(d.rt.StreamBeginCapture.Addr, uintptr(s), m)
-		if code == d.v.NotSupported {
+		if code == CodeNotSupported {
 			return d.rt.FailAs(driver.ErrCaptureUnavailable, fmt.Sprintf("%s (%s)", op, mode), d.rt.StreamBeginCapture.Name, code)
 		}
 		return d.rt.Check(fmt.Sprintf("%s (%s)", op, mode), d.rt.StreamBeginCapture.Name, code)
@@ -74,15 +74,12 @@ func (d *Driver) EndCapture(s driver.Stream) (driver.GraphHandle, error) {
 // device's context.
 func (d *Driver) GraphInstantiate(g driver.GraphHandle, autoFree bool) (driver.GraphExec, error) {
 	const op = "graph instantiate"
-	if d.closed.Load() {
-		return 0, d.v.ErrClosed(op)
-	}
-	if g == 0 {
-		return 0, d.v.Errf(driver.ErrInvalidValue, "%s: null graph", op)
+	if err := d.checkHandle(op, uintptr(g), "graph"); err != nil {
+		return 0, err
 	}
 	flags := uintptr(0)
 	if autoFree {
-		flags = d.v.GraphInstantiateAutoFreeOnLaunch
+		flags = GraphInstantiateAutoFreeOnLaunch
 	}
 	var e uintptr
 	err := d.dev.Do(op, func() error {
@@ -101,19 +98,16 @@ func (d *Driver) GraphLaunch(e driver.GraphExec, s driver.Stream) error {
 	if err := d.checkStream(op, s); err != nil {
 		return err
 	}
-	if e == 0 {
-		return d.v.Errf(driver.ErrInvalidValue, "%s: null graph exec", op)
+	if err := d.nonNull(op, uintptr(e), "graph exec"); err != nil {
+		return err
 	}
 	return d.rt.Check(op, d.rt.GraphLaunch.Name, First(CallHot(d.rt.GraphLaunch.Addr, uintptr(e), uintptr(s))))
 }
 
 func (d *Driver) GraphExecDestroy(e driver.GraphExec) error {
 	const op = "graph exec destroy"
-	if d.closed.Load() {
-		return d.v.ErrClosed(op)
-	}
-	if e == 0 {
-		return d.v.Errf(driver.ErrInvalidValue, "%s: null graph exec", op)
+	if err := d.checkHandle(op, uintptr(e), "graph exec"); err != nil {
+		return err
 	}
 	// Relaxed (relaxed.go): CUDA counts it as unsafe (HIP follows CUDA's
 	// capture rules), and closing one allocator's graph must not
@@ -123,11 +117,8 @@ func (d *Driver) GraphExecDestroy(e driver.GraphExec) error {
 
 func (d *Driver) GraphDestroy(g driver.GraphHandle) error {
 	const op = "graph destroy"
-	if d.closed.Load() {
-		return d.v.ErrClosed(op)
-	}
-	if g == 0 {
-		return d.v.Errf(driver.ErrInvalidValue, "%s: null graph", op)
+	if err := d.checkHandle(op, uintptr(g), "graph"); err != nil {
+		return err
 	}
 	return d.rt.Check(op, d.rt.GraphDestroy.Name, Call(d.rt.GraphDestroy.Addr, uintptr(g)))
 }

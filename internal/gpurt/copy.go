@@ -8,6 +8,15 @@ import (
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
+// checkStreamSize is checkStream, then checkSize: an operation of n bytes
+// on s.
+func (d *Driver) checkStreamSize(op string, s driver.Stream, n int64) error {
+	if err := d.checkStream(op, s); err != nil {
+		return err
+	}
+	return d.checkSize(op, n)
+}
+
 // memcpy enqueues the async memcpy(dst, src, n, kind, s).
 func (d *Driver) memcpy(op string, dst, src uintptr, n int64, kind uintptr, s driver.Stream) error {
 	if code, _ := CallHot(d.rt.MemcpyAsync.Addr, dst, src, uintptr(n), kind, uintptr(s)); code != 0 {
@@ -16,59 +25,19 @@ func (d *Driver) memcpy(op string, dst, src uintptr, n int64, kind uintptr, s dr
 	return nil
 }
 
-func (d *Driver) requirePinned(op string, b []byte) error {
-	if len(b) == 0 {
-		return d.v.Errf(driver.ErrInvalidValue, "%s: empty host buffer", op)
-	}
-	if !d.pinned(b) {
-		return d.v.Errf(driver.ErrInvalidValue, "%s: host memory %#x (%d B) is pageable, not from HostAlloc", op, addr(b), len(b))
-	}
-	return nil
-}
-
-// CopyHtoDAsync copies from pinned memory; a captured copy reads src at
-// every replay.
-func (d *Driver) CopyHtoDAsync(dst driver.DevicePtr, src []byte, s driver.Stream) error {
-	const op = "copy host to device async"
-	if err := d.checkStream(op, s); err != nil {
-		return err
-	}
-	if err := d.requirePinned(op, src); err != nil {
-		return err
-	}
-	return d.memcpy(op, uintptr(dst), addr(src), int64(len(src)), d.v.MemcpyHostToDevice, s)
-}
-
-func (d *Driver) CopyDtoHAsync(dst []byte, src driver.DevicePtr, s driver.Stream) error {
-	const op = "copy device to host async"
-	if err := d.checkStream(op, s); err != nil {
-		return err
-	}
-	if err := d.requirePinned(op, dst); err != nil {
-		return err
-	}
-	return d.memcpy(op, addr(dst), uintptr(src), int64(len(dst)), d.v.MemcpyDeviceToHost, s)
-}
-
 func (d *Driver) CopyDtoDAsync(dst, src driver.DevicePtr, n int64, s driver.Stream) error {
 	const op = "copy device to device async"
-	if err := d.checkStream(op, s); err != nil {
+	if err := d.checkStreamSize(op, s, n); err != nil {
 		return err
 	}
-	if err := d.checkSize(op, n); err != nil {
-		return err
-	}
-	return d.memcpy(op, uintptr(dst), uintptr(src), n, d.v.MemcpyDeviceToDevice, s)
+	return d.memcpy(op, uintptr(dst), uintptr(src), n, MemcpyDeviceToDevice, s)
 }
 
 // MemsetAsync is the async memset (the int value is converted to unsigned
 // char by the runtime).
 func (d *Driver) MemsetAsync(dst driver.DevicePtr, value byte, n int64, s driver.Stream) error {
 	const op = "memset async"
-	if err := d.checkStream(op, s); err != nil {
-		return err
-	}
-	if err := d.checkSize(op, n); err != nil {
+	if err := d.checkStreamSize(op, s, n); err != nil {
 		return err
 	}
 	if code, _ := CallHot(d.rt.MemsetAsync.Addr, uintptr(dst), uintptr(value), uintptr(n), uintptr(s)); code != 0 {
@@ -77,36 +46,53 @@ func (d *Driver) MemsetAsync(dst driver.DevicePtr, value byte, n int64, s driver
 	return nil
 }
 
-// CopyHtoD takes pageable memory: the async memcpy on s, then stream
-// synchronize, so src may be reused on return. Unsafe.
+// The copies between host memory and a device range, each a hostCopy:
+// CopyHtoDAsync and CopyDtoHAsync take pinned memory (a captured upload
+// reads src at every replay); CopyHtoD and CopyDtoH take pageable memory,
+// the async memcpy on s then stream synchronize, so the buffer may be
+// reused, or holds the bytes, on return (unsafe).
+func (d *Driver) CopyHtoDAsync(dst driver.DevicePtr, src []byte, s driver.Stream) error {
+	return d.hostCopy("copy host to device async", uintptr(dst), src, MemcpyHostToDevice, s, true)
+}
+func (d *Driver) CopyDtoHAsync(dst []byte, src driver.DevicePtr, s driver.Stream) error {
+	return d.hostCopy("copy device to host async", uintptr(src), dst, MemcpyDeviceToHost, s, true)
+}
 func (d *Driver) CopyHtoD(dst driver.DevicePtr, src []byte, s driver.Stream) error {
-	const op = "copy host to device"
-	if err := d.checkStream(op, s); err != nil {
-		return err
-	}
-	if len(src) == 0 {
-		return d.v.Errf(driver.ErrInvalidValue, "%s: empty host buffer", op)
-	}
-	err := d.blocking(op, s, func() int32 {
-		return Call(d.rt.MemcpyAsync.Addr, uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), d.v.MemcpyHostToDevice, uintptr(s))
-	})
-	runtime.KeepAlive(src)
-	return err
+	return d.hostCopy("copy host to device", uintptr(dst), src, MemcpyHostToDevice, s, false)
+}
+func (d *Driver) CopyDtoH(dst []byte, src driver.DevicePtr, s driver.Stream) error {
+	return d.hostCopy("copy device to host", uintptr(src), dst, MemcpyDeviceToHost, s, false)
 }
 
-// CopyDtoH fills pageable dst and returns once it holds the bytes. Unsafe.
-func (d *Driver) CopyDtoH(dst []byte, src driver.DevicePtr, s driver.Stream) error {
-	const op = "copy device to host"
+// hostCopy is a copy of kind between host memory and the device range at
+// dev, on s: async from pinned memory only (pageable memory would make the
+// runtime copy synchronously, and a capture record a snapshot or fail),
+// else blocking from any memory. The blocking copy takes the host address
+// in Call's arguments, where go:uintptrescapes keeps the buffer in place.
+func (d *Driver) hostCopy(op string, dev uintptr, host []byte, kind uintptr, s driver.Stream, async bool) error {
 	if err := d.checkStream(op, s); err != nil {
 		return err
 	}
-	if len(dst) == 0 {
+	if len(host) == 0 {
 		return d.v.Errf(driver.ErrInvalidValue, "%s: empty host buffer", op)
 	}
+	toDevice := kind == MemcpyHostToDevice
+	if async {
+		if !d.pinned(host) {
+			return d.v.Errf(driver.ErrInvalidValue, "%s: host memory %#x (%d B) is pageable, not from HostAlloc", op, addr(host), len(host))
+		}
+		if toDevice {
+			return d.memcpy(op, dev, addr(host), int64(len(host)), kind, s)
+		}
+		return d.memcpy(op, addr(host), dev, int64(len(host)), kind, s)
+	}
 	err := d.blocking(op, s, func() int32 {
-		return Call(d.rt.MemcpyAsync.Addr, uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), d.v.MemcpyDeviceToHost, uintptr(s))
+		if toDevice {
+			return Call(d.rt.MemcpyAsync.Addr, dev, uintptr(unsafe.Pointer(&host[0])), uintptr(len(host)), kind, uintptr(s))
+		}
+		return Call(d.rt.MemcpyAsync.Addr, uintptr(unsafe.Pointer(&host[0])), dev, uintptr(len(host)), kind, uintptr(s))
 	})
-	runtime.KeepAlive(dst)
+	runtime.KeepAlive(host)
 	return err
 }
 

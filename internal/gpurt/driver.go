@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/internal/hostregion"
 )
 
 // Driver is one device of a GPU runtime: the whole driver.Driver, with the
@@ -39,7 +40,7 @@ type Driver struct {
 
 	mu      sync.Mutex                             // writers of streams and hosts
 	streams atomic.Pointer[map[driver.Stream]bool] // live streams, read lock-free
-	hosts   atomic.Pointer[[]hostRegion]           // pinned buffers by address
+	hosts   hostregion.Set[hostRegion]             // pinned buffers by address
 
 	hostErrMu sync.Mutex
 	hostErrs  map[driver.Stream]error // host function failures, for the next synchronize
@@ -141,7 +142,6 @@ func openGuarded(c Config) (*Driver, error) {
 	d := &Driver{v: v, rt: rt, opts: opts, captureGate: c.CaptureGate, kernelsHook: c.Kernels, vmHook: c.VirtualMemory, released: make(chan struct{})}
 	d.vm.gran.Store(-1)
 	d.streams.Store(&map[driver.Stream]bool{})
-	d.hosts.Store(&[]hostRegion{})
 	d.kernels.Store(&map[driver.Kernel]kernelInfo{})
 	s := &Setup{RT: rt, Opts: opts, d: d}
 	if err := c.CheckDevice(s); err != nil {
@@ -375,13 +375,13 @@ func (d *Driver) Close() error {
 		return d.v.ErrClosed("close")
 	}
 	d.mu.Lock()
-	hosts := d.hosts.Swap(&[]hostRegion{})
+	hosts := d.hosts.Take()
 	streams := d.streams.Swap(&map[driver.Stream]bool{})
 	d.kernels.Store(&map[driver.Kernel]kernelInfo{})
 	d.mu.Unlock()
 	defer d.dropHostFuncs()
 	now := driver.AfterGlobalCaptures(d.v.Name, func() {
-		d.closeErr = d.teardown(*hosts, *streams)
+		d.closeErr = d.teardown(hosts, *streams)
 		close(d.released)
 	})
 	if now {
@@ -438,7 +438,7 @@ func Pool(e Embedder) uintptr { return e.gpurtDriver().pool }
 func Pinned(e Embedder, b []byte) bool { return e.gpurtDriver().pinned(b) }
 
 // HostBuffers is the number of live HostAlloc buffers.
-func HostBuffers(e Embedder) int { return len(*e.gpurtDriver().hosts.Load()) }
+func HostBuffers(e Embedder) int { return e.gpurtDriver().hosts.Len() }
 
 // Embedder is *Driver and every vendor driver that embeds it: the
 // functions below take it, so they work on a cuda.Driver or hip.Driver

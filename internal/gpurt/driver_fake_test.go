@@ -33,8 +33,7 @@ func TestFakeOpenBindsPoolAndStreams(t *testing.T) {
 		require.Equal(t, v.name, d.CaptureDomain())
 		require.Equal(t, v.name, d.Name())
 
-		s, err := d.CreateStream()
-		require.NoError(t, err)
+		s := newStream(t, d)
 		require.Len(t, find(log.Lines(), v.fn("StreamCreateWithPriority")+" flags=1 priority=-2"), 1)
 		require.NoError(t, d.DestroyStream(s))
 		require.ErrorIs(t, d.DestroyStream(s), alloc.ErrInvalidValue, "a destroyed stream is refused before the runtime")
@@ -56,8 +55,7 @@ func TestFakeOptionsReachTheRuntime(t *testing.T) {
 func TestFakeMarshalling(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		d, log := openFake(t, v, opts{})
-		s, err := d.CreateStream()
-		require.NoError(t, err)
+		s := newStream(t, d)
 		host, err := d.HostAlloc(64)
 		require.NoError(t, err)
 		p, err := d.MallocAsync(64, s)
@@ -118,8 +116,7 @@ func TestFakeHostAllocIsPortable(t *testing.T) {
 func TestFakeGraphInstantiateFlags(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		d, log := openFake(t, v, opts{})
-		s, err := d.CreateStream()
-		require.NoError(t, err)
+		s := newStream(t, d)
 		for _, autoFree := range []bool{false, true} {
 			require.NoError(t, d.BeginCapture(s, alloc.Relaxed))
 			p, err := d.MallocAsync(256, s)
@@ -200,8 +197,7 @@ func TestFakeCaptureEndsOnTheBeginningThread(t *testing.T) {
 func TestFakeUnsafeCallsDuringCapture(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		d, _ := openFake(t, v, opts{})
-		s, err := d.CreateStream()
-		require.NoError(t, err)
+		s := newStream(t, d)
 
 		require.NoError(t, d.BeginCapture(s, alloc.ThreadLocal))
 		p, err := d.Malloc(1024)
@@ -241,8 +237,7 @@ func TestFakeDeviceIsCurrentForDeviceCalls(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				s, err := d.CreateStream()
-				require.NoError(t, err)
+				s := newStream(t, d)
 				p, err := d.Malloc(256)
 				require.NoError(t, err)
 				require.NoError(t, d.Free(p))
@@ -275,8 +270,7 @@ func TestFakeDeviceMissingIsUnavailable(t *testing.T) {
 func TestFakeQueryAndClosed(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		d, _ := openFake(t, v, opts{})
-		s, err := d.CreateStream()
-		require.NoError(t, err)
+		s := newStream(t, d)
 		done, err := d.StreamQuery(s)
 		require.NoError(t, err)
 		require.True(t, done)
@@ -303,8 +297,7 @@ func TestFakeQueryAndClosed(t *testing.T) {
 func TestFakeErrorsKeepCodeAndText(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		d, _ := openFake(t, v, opts{})
-		s, err := d.CreateStream()
-		require.NoError(t, err)
+		s := newStream(t, d)
 		for _, c := range []struct {
 			fn   string
 			code int

@@ -206,8 +206,7 @@ func openFake(t testing.TB, v *vendorCase, o opts) (gpuDriver, *fakeLog) {
 // fill writes b at p through a blocking copy on a fresh stream.
 func fill(t *testing.T, d gpuDriver, p driver.DevicePtr, b []byte) {
 	t.Helper()
-	s, err := d.CreateStream()
-	require.NoError(t, err)
+	s := newStream(t, d)
 	defer d.DestroyStream(s)
 	require.NoError(t, d.CopyHtoD(p, b, s))
 }
@@ -215,8 +214,7 @@ func fill(t *testing.T, d gpuDriver, p driver.DevicePtr, b []byte) {
 // read reads n bytes at p.
 func read(t *testing.T, d gpuDriver, p driver.DevicePtr, n int) []byte {
 	t.Helper()
-	s, err := d.CreateStream()
-	require.NoError(t, err)
+	s := newStream(t, d)
 	defer d.DestroyStream(s)
 	out := make([]byte, n)
 	require.NoError(t, d.CopyDtoH(out, p, s))

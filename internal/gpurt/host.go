@@ -2,7 +2,6 @@ package gpurt
 
 import (
 	"fmt"
-	"slices"
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc/driver"
@@ -25,13 +24,10 @@ func addr(b []byte) uintptr { return hostregion.Addr(b) }
 // pinned reports whether b lies inside one HostAlloc buffer. The async
 // copies require it: with pageable memory the runtime would copy
 // synchronously (and a capture would record a snapshot, or fail).
-func (d *Driver) pinned(b []byte) bool {
-	i, _ := hostregion.Find(*d.hosts.Load(), hostRegion.begin, hostRegion.length, b)
-	return i >= 0
-}
+func (d *Driver) pinned(b []byte) bool { return d.hosts.Holds(b) }
 
-func (r hostRegion) begin() uintptr  { return r.start }
-func (r hostRegion) length() uintptr { return uintptr(r.size) }
+func (r hostRegion) Start() uintptr { return r.start }
+func (r hostRegion) Len() int       { return r.size }
 
 // HostAlloc is the pinned host allocation with the portable flag (pinned
 // for every context, so the buffer does not depend on the current device),
@@ -61,7 +57,7 @@ func (d *Driver) HostAlloc(size int64) ([]byte, error) {
 			return nil, d.v.Errf(driver.ErrDriver, "%s: supplied host memory returned %d B", op, len(b))
 		}
 		err = d.dev.Do(op, func() error {
-			return d.rt.Check(op, d.rt.HostRegister.Name, Call(d.rt.HostRegister.Addr, addr(b), uintptr(size), d.v.HostRegisterPortable))
+			return d.rt.Check(op, d.rt.HostRegister.Name, Call(d.rt.HostRegister.Addr, addr(b), uintptr(size), HostRegisterPortable))
 		})
 		if err != nil {
 			_ = hm.Free(b)
@@ -71,7 +67,7 @@ func (d *Driver) HostAlloc(size int64) ([]byte, error) {
 	} else {
 		var p unsafe.Pointer // C writes a pointer to C memory: the GC ignores it
 		err := d.dev.Do(op, func() error {
-			return d.rt.Check(op, d.rt.HostAlloc.Name, Call(d.rt.HostAlloc.Addr, uintptr(unsafe.Pointer(&p)), uintptr(size), d.v.HostAllocPortable))
+			return d.rt.Check(op, d.rt.HostAlloc.Name, Call(d.rt.HostAlloc.Addr, uintptr(unsafe.Pointer(&p)), uintptr(size), HostAllocPortable))
 		})
 		if err != nil {
 			return nil, err
@@ -79,16 +75,7 @@ func (d *Driver) HostAlloc(size int64) ([]byte, error) {
 		b = unsafe.Slice((*byte)(p), int(size))
 	}
 	d.mu.Lock()
-	rs := *d.hosts.Load()
-	r := hostRegion{start: addr(b), size: int(size), supplied: supplied}
-	i, _ := slices.BinarySearchFunc(rs, r.start, func(r hostRegion, p uintptr) int {
-		if r.start < p {
-			return -1
-		}
-		return 1
-	})
-	rs = slices.Insert(slices.Clip(rs), i, r)
-	d.hosts.Store(&rs)
+	d.hosts.Insert(hostRegion{start: addr(b), size: int(size), supplied: supplied})
 	d.mu.Unlock()
 	return b, nil
 }
@@ -101,19 +88,11 @@ func (d *Driver) HostFree(b []byte) error {
 		return d.v.ErrClosed(op)
 	}
 	d.mu.Lock()
-	rs := *d.hosts.Load()
-	i := -1
-	if len(b) > 0 {
-		i = slices.IndexFunc(rs, func(r hostRegion) bool { return r.start == addr(b) && r.size == len(b) && !r.reg })
-	}
-	if i < 0 {
-		d.mu.Unlock()
+	r, ok := d.hosts.RemoveWhere(func(r hostRegion) bool { return !r.reg && len(b) > 0 && r.start == addr(b) && r.size == len(b) })
+	d.mu.Unlock()
+	if !ok {
 		return d.v.Errf(driver.ErrInvalidValue, "%s: not a buffer from HostAlloc, or already freed", op)
 	}
-	r := rs[i]
-	rs = slices.Delete(slices.Clone(rs), i, i+1)
-	d.hosts.Store(&rs)
-	d.mu.Unlock()
 	return d.dev.Do(op, func() error { return d.freeHostRegion(op, r) })
 }
 

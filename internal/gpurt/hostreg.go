@@ -2,7 +2,6 @@ package gpurt
 
 import (
 	"fmt"
-	"slices"
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc/driver"
@@ -22,13 +21,13 @@ func (d *Driver) HostRegister(b []byte) (driver.DevicePtr, error) {
 	if len(b) == 0 {
 		return 0, d.v.Errf(driver.ErrInvalidValue, "%s: empty memory", op)
 	}
-	lo, hi := addr(b), addr(b)+uintptr(len(b))
-	if slices.ContainsFunc(*d.hosts.Load(), func(r hostRegion) bool { return r.start < hi && lo < r.start+uintptr(r.size) }) {
+	lo := addr(b)
+	if d.hosts.Overlaps(b) {
 		return 0, d.v.Errf(driver.ErrInvalidValue, "%s: overlaps pinned or registered memory", op)
 	}
 	var dev unsafe.Pointer // a device address, never dereferenced here
 	err := d.dev.Do(op, func() error {
-		err := d.rt.Check(op, d.rt.HostRegister.Name, Call(d.rt.HostRegister.Addr, lo, uintptr(len(b)), d.v.HostRegisterPortable|d.v.HostRegisterMapped))
+		err := d.rt.Check(op, d.rt.HostRegister.Name, Call(d.rt.HostRegister.Addr, lo, uintptr(len(b)), HostRegisterPortable|HostRegisterMapped))
 		if err != nil || d.rt.HostGetDevicePointer.Addr == 0 {
 			return err
 		}
@@ -41,17 +40,7 @@ func (d *Driver) HostRegister(b []byte) (driver.DevicePtr, error) {
 	if err != nil {
 		return 0, err
 	}
-	d.mu.Lock()
-	rs := slices.Clone(*d.hosts.Load())
-	i, _ := slices.BinarySearchFunc(rs, lo, func(r hostRegion, p uintptr) int {
-		if r.start < p {
-			return -1
-		}
-		return 1
-	})
-	rs = slices.Insert(rs, i, hostRegion{start: lo, size: len(b), reg: true})
-	d.hosts.Store(&rs)
-	d.mu.Unlock()
+	d.hosts.Insert(hostRegion{start: lo, size: len(b), reg: true})
 	return driver.DevicePtr(uintptr(dev)), nil
 }
 
@@ -62,16 +51,9 @@ func (d *Driver) HostUnregister(b []byte) error {
 	if d.closed.Load() {
 		return d.v.ErrClosed(op)
 	}
-	d.mu.Lock()
-	rs := *d.hosts.Load()
-	i := slices.IndexFunc(rs, func(r hostRegion) bool { return r.reg && len(b) > 0 && r.start == addr(b) && r.size == len(b) })
-	if i < 0 {
-		d.mu.Unlock()
+	if _, ok := d.hosts.RemoveWhere(func(r hostRegion) bool { return r.reg && len(b) > 0 && r.start == addr(b) && r.size == len(b) }); !ok {
 		return d.v.Errf(driver.ErrInvalidValue, "%s: not registered", op)
 	}
-	rs = slices.Delete(slices.Clone(rs), i, i+1)
-	d.hosts.Store(&rs)
-	d.mu.Unlock()
 	return d.dev.Do(op, func() error {
 		return d.rt.Check(op, d.rt.HostUnregister.Name, Call(d.rt.HostUnregister.Addr, addr(b)))
 	})

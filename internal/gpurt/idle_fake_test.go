@@ -16,8 +16,7 @@ import (
 func TestFakeStreamIdle(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		d, log := openFake(t, v, opts{})
-		s, err := d.CreateStream()
-		require.NoError(t, err)
+		s := newStream(t, d)
 		log.Lines()
 		idle, err := d.StreamIdle(s)
 		require.NoError(t, err)

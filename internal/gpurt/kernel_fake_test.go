@@ -9,7 +9,6 @@ import (
 	"encoding/binary"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt"
 	"github.com/capalloc/capalloc/internal/kernels"
+	"github.com/capalloc/capalloc/internal/ranks"
 )
 
 // kernelDriver opens a driver over a fresh build of the vendor's fake that
@@ -37,6 +37,7 @@ func kernelDriver(t testing.TB, v *vendorCase, o opts) (gpuDriver, *driver.Modul
 	return d, m, log
 }
 
+// newStream is a stream of d, for the test.
 func newStream(t testing.TB, d gpuDriver) driver.Stream {
 	t.Helper()
 	s, err := d.CreateStream()
@@ -246,6 +247,15 @@ func within(t *testing.T, limit time.Duration, fn func()) {
 	}
 }
 
+// inParallel runs fn for each of n ranks at once (ranks.Each) and returns
+// their errors once all are done, within a minute.
+func inParallel(t *testing.T, n int, fn func(r int) error) []error {
+	t.Helper()
+	var errs []error
+	within(t, time.Minute, func() { errs = ranks.Each(n, fn) })
+	return errs
+}
+
 // Two ranks, each a goroutine with its own stream on one driver, meet at
 // the device barrier again and again: every launch returns, no error is
 // recorded, and the epochs advance once per barrier.
@@ -255,26 +265,18 @@ func TestFakeKernelBarrierTwoRanks(t *testing.T) {
 		const nranks, grid, block, rounds = 2, 2, 4, 3
 		h := newHeap(t, d, nranks)
 		streams := []driver.Stream{newStream(t, d), newStream(t, d)}
-		errs := make([]error, nranks)
-		within(t, time.Minute, func() {
-			var wg sync.WaitGroup
-			for r := range nranks {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					c := kernels.Coll{Table: uint64(h.table), Rank: uint32(r), NRanks: nranks, TimeoutTicks: uint64(30 * time.Second)}
-					params := c.Encode(make([]byte, kernels.CollSize))
-					for range rounds {
-						if errs[r] = d.LaunchKernel(m.Kernels[kernels.Barrier], grid, block, params, streams[r]); errs[r] != nil {
-							return
-						}
-						if errs[r] = d.StreamSynchronize(streams[r]); errs[r] != nil {
-							return
-						}
-					}
-				}()
+		errs := inParallel(t, nranks, func(r int) error {
+			c := kernels.Coll{Table: uint64(h.table), Rank: uint32(r), NRanks: nranks, TimeoutTicks: uint64(30 * time.Second)}
+			params := c.Encode(make([]byte, kernels.CollSize))
+			for range rounds {
+				if err := d.LaunchKernel(m.Kernels[kernels.Barrier], grid, block, params, streams[r]); err != nil {
+					return err
+				}
+				if err := d.StreamSynchronize(streams[r]); err != nil {
+					return err
+				}
 			}
-			wg.Wait()
+			return nil
 		})
 		for r := range nranks {
 			require.NoError(t, errs[r], "rank %d", r)
@@ -308,20 +310,12 @@ func TestFakeKernelBarrierMismatch(t *testing.T) {
 				}
 				fill(t, d, h.bases[0]+kernels.PadEpochsOff, moved)
 				streams := []driver.Stream{newStream(t, d), newStream(t, d)}
-				errs := make([]error, nranks)
-				within(t, time.Minute, func() {
-					var wg sync.WaitGroup
-					for r := range nranks {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							k := kernels.Coll{Table: uint64(h.table), Rank: uint32(r), NRanks: nranks, TimeoutTicks: uint64(time.Hour.Seconds() * float64(m.TimerHz)), Sig: c.sigs[r]}
-							if errs[r] = d.LaunchKernel(m.Kernels[kernels.Barrier], grid, block, k.Encode(make([]byte, kernels.CollSize)), streams[r]); errs[r] == nil {
-								errs[r] = d.StreamSynchronize(streams[r])
-							}
-						}()
+				errs := inParallel(t, nranks, func(r int) error {
+					k := kernels.Coll{Table: uint64(h.table), Rank: uint32(r), NRanks: nranks, TimeoutTicks: uint64(time.Hour.Seconds() * float64(m.TimerHz)), Sig: c.sigs[r]}
+					if err := d.LaunchKernel(m.Kernels[kernels.Barrier], grid, block, k.Encode(make([]byte, kernels.CollSize)), streams[r]); err != nil {
+						return err
 					}
-					wg.Wait()
+					return d.StreamSynchronize(streams[r])
 				})
 				epoch := [2]uint32{c.ahead + 1, 1}
 				for r := range nranks {

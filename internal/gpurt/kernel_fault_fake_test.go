@@ -12,7 +12,6 @@ package gpurt_test
 import (
 	"encoding/binary"
 	"runtime"
-	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -164,17 +163,8 @@ func TestFakeKernelResidency(t *testing.T) {
 			t.Setenv(v.envPrefix+"BLOCKS_PER_SM", c.blocksPerSM)
 			h := newHeap(t, d, 2)
 			streams := []driver.Stream{newStream(t, d), newStream(t, d)}
-			errs := make([]error, 2)
-			within(t, time.Minute, func() {
-				var wg sync.WaitGroup
-				for r := range 2 {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						errs[r] = d.LaunchKernel(m.Kernels[kernels.Barrier], 2, 4, collParams(h.table, r, 2, 300*time.Millisecond), streams[r])
-					}()
-				}
-				wg.Wait()
+			errs := inParallel(t, 2, func(r int) error {
+				return d.LaunchKernel(m.Kernels[kernels.Barrier], 2, 4, collParams(h.table, r, 2, 300*time.Millisecond), streams[r])
 			})
 			timeouts := 0
 			for r := range 2 {

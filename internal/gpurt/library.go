@@ -171,6 +171,11 @@ func (l *Loader[R]) First(paths []string, accept func(*R) error) (*R, error) {
 	return nil, l.unavailable(tried, opened, causes)
 }
 
+// Load tries the search's candidates (Search.Candidates) in order: First.
+func (l *Loader[R]) Load(getenv func(string) string, accept func(*R) error) (*R, error) {
+	return l.First(l.Search.Candidates(getenv), accept)
+}
+
 // LoadError is the search's failure: its text lists every path with its
 // reason; it matches driver.ErrBackendUnavailable and, through errors.As,
 // each unusable library's own error (the vendor's typed error, with its

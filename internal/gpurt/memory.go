@@ -20,14 +20,14 @@ func (d *Driver) createPool() error {
 			return err
 		}
 	} else {
-		handles := v.MemHandleTypeNone
+		handles := MemHandleTypeNone
 		if d.opts.IPC {
-			handles = v.MemHandleTypePosixFD
+			handles = MemHandleTypePosixFD
 		}
 		props := MemPoolProps{
-			AllocType:    v.MemAllocationTypePinned,
+			AllocType:    MemAllocationTypePinned,
 			HandleTypes:  handles,
-			LocationType: v.MemLocationTypeDevice,
+			LocationType: MemLocationTypeDevice,
 			LocationID:   int32(dev),
 		}
 		if err := rt.Check("create memory pool", rt.MemPoolCreate.Name,
@@ -39,7 +39,7 @@ func (d *Driver) createPool() error {
 			// An exportable pool cannot serve graph allocations (801 in a
 			// capture, measured on an H100): captures allocate from a
 			// second pool that is not exportable.
-			props.HandleTypes = v.MemHandleTypeNone
+			props.HandleTypes = MemHandleTypeNone
 			if err := rt.Check("create capture memory pool", rt.MemPoolCreate.Name,
 				Call(rt.MemPoolCreate.Addr, uintptr(unsafe.Pointer(&d.capPool)), uintptr(unsafe.Pointer(&props)))); err != nil {
 				d.destroyPool()
@@ -53,7 +53,7 @@ func (d *Driver) createPool() error {
 			continue
 		}
 		if err := rt.Check(fmt.Sprintf("set pool release threshold %d B", threshold), rt.MemPoolSetAttribute.Name,
-			Call(rt.MemPoolSetAttribute.Addr, pool, v.MemPoolAttrReleaseThreshold, uintptr(unsafe.Pointer(&threshold)))); err != nil {
+			Call(rt.MemPoolSetAttribute.Addr, pool, MemPoolAttrReleaseThreshold, uintptr(unsafe.Pointer(&threshold)))); err != nil {
 			d.destroyPool()
 			return err
 		}
@@ -125,11 +125,22 @@ func (d *Driver) Malloc(size int64) (driver.DevicePtr, error) {
 // checkPtr refuses a call on p after Close, or on a null p, before the
 // runtime sees it.
 func (d *Driver) checkPtr(op string, p driver.DevicePtr) error {
+	return d.checkHandle(op, uintptr(p), "pointer")
+}
+
+// checkHandle refuses a call after Close, or on a null h (what names it:
+// "pointer", "graph", "graph exec"), before the runtime sees it.
+func (d *Driver) checkHandle(op string, h uintptr, what string) error {
 	if d.closed.Load() {
 		return d.v.ErrClosed(op)
 	}
-	if p == 0 {
-		return d.v.Errf(driver.ErrInvalidValue, "%s: null pointer", op)
+	return d.nonNull(op, h, what)
+}
+
+// nonNull refuses a null h (what names it) before the runtime sees it.
+func (d *Driver) nonNull(op string, h uintptr, what string) error {
+	if h == 0 {
+		return d.v.Errf(driver.ErrInvalidValue, "%s: null %s", op, what)
 	}
 	return nil
 }
@@ -180,8 +191,8 @@ func (d *Driver) FreeAsync(p driver.DevicePtr, s driver.Stream) error {
 	if err := d.checkStream(op, s); err != nil {
 		return err
 	}
-	if p == 0 {
-		return d.v.Errf(driver.ErrInvalidValue, "%s: null pointer", op)
+	if err := d.nonNull(op, uintptr(p), "pointer"); err != nil {
+		return err
 	}
 	if code := d.relaxed(func() int32 { return First(CallHot(d.rt.FreeAsync.Addr, uintptr(p), uintptr(s))) }); code != 0 {
 		return d.rt.Fail(fmt.Sprintf("%s %#x", op, uint64(p)), d.rt.FreeAsync.Name, code)

@@ -50,8 +50,7 @@ func TestFakeIPCHandleRoundTrip(t *testing.T) {
 func TestFakeIPCRefusals(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		d, log := openFake(t, v, opts{})
-		s, err := d.CreateStream()
-		require.NoError(t, err)
+		s := newStream(t, d)
 		p, err := d.MallocAsync(4096, s)
 		require.NoError(t, err)
 		_, err = d.IPCGetMemHandle(p)

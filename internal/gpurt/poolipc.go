@@ -38,7 +38,7 @@ func (d *Driver) ExportPool() (fd int, err error) {
 	slot := new(int32) // the shareable handle of a POSIX fd handle type is an int
 	err = d.dev.Do(op, func() error {
 		return d.rt.Check(op, d.rt.MemPoolExportToShareableHandle.Name,
-			Call(d.rt.MemPoolExportToShareableHandle.Addr, uintptr(unsafe.Pointer(slot)), d.pool, uintptr(d.v.MemHandleTypePosixFD), 0))
+			Call(d.rt.MemPoolExportToShareableHandle.Addr, uintptr(unsafe.Pointer(slot)), d.pool, uintptr(MemHandleTypePosixFD), 0))
 	})
 	if err != nil {
 		return -1, err
@@ -87,7 +87,7 @@ func (d *Driver) ImportPool(fd int) (*ImportedPool, error) {
 	pool := new(uintptr)
 	err := d.dev.Do(op, func() error {
 		return d.rt.Check(op, d.rt.MemPoolImportFromShareableHandle.Name,
-			Call(d.rt.MemPoolImportFromShareableHandle.Addr, uintptr(unsafe.Pointer(pool)), uintptr(fd), uintptr(d.v.MemHandleTypePosixFD), 0))
+			Call(d.rt.MemPoolImportFromShareableHandle.Addr, uintptr(unsafe.Pointer(pool)), uintptr(fd), uintptr(MemHandleTypePosixFD), 0))
 	})
 	if err != nil {
 		return nil, err
@@ -128,8 +128,8 @@ func (ip *ImportedPool) FreePointer(p driver.DevicePtr) error {
 	if err := ip.check(op); err != nil {
 		return err
 	}
-	if p == 0 {
-		return d.v.Errf(driver.ErrInvalidValue, "%s: null pointer", op)
+	if err := d.nonNull(op, uintptr(p), "pointer"); err != nil {
+		return err
 	}
 	return d.dev.Do(op, func() error { return d.rt.Check(op, d.rt.Free.Name, Call(d.rt.Free.Addr, uintptr(p))) })
 }

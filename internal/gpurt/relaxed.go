@@ -50,7 +50,7 @@ func (d *Driver) relaxed(fn func() int32) int32 {
 	defer runtime.UnlockOSThread()
 	m := modeSlots.Get().(*modeSlot)
 	defer modeSlots.Put(m)
-	m.mode = int32(d.v.CaptureModeRelaxed)
+	m.mode = int32(CaptureModeRelaxed)
 	if code, _ := CallHot(x, uintptr(unsafe.Pointer(&m.mode))); code != 0 {
 		return code
 	}

@@ -188,11 +188,10 @@ func TestFake900ThatInvalidatesSaysSo(t *testing.T) {
 func TestFake908IsWrongThreadNotInvalidated(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		d, _ := openFake(t, v, opts{})
-		s, err := d.CreateStream()
-		require.NoError(t, err)
+		s := newStream(t, d)
 		require.NoError(t, d.BeginCapture(s, alloc.Global))
 		v.fail(t, v.fn("StreamEndCapture")+":908")
-		_, err = d.EndCapture(s)
+		_, err := d.EndCapture(s)
 		require.ErrorIs(t, err, driver.ErrCaptureWrongThread)
 		require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
 		require.NotErrorIs(t, err, alloc.ErrCaptureInvalidated)
@@ -257,8 +256,7 @@ func TestFakeSuppliedHostMemoryIsRegistered(t *testing.T) {
 		require.Empty(t, find(lines, v.fn("HostAlloc")))
 		require.True(t, gpurt.Pinned(d, b), "async copies accept it")
 
-		s, err := d.CreateStream()
-		require.NoError(t, err)
+		s := newStream(t, d)
 		p, err := d.MallocAsync(8192, s)
 		require.NoError(t, err)
 		for i := range b {
@@ -444,8 +442,7 @@ func TestFakePoolAcrossProcesses(t *testing.T) {
 			return
 		}
 		d, log := openFake(t, v, opts{IPC: true})
-		s, err := d.CreateStream()
-		require.NoError(t, err)
+		s := newStream(t, d)
 		p, err := d.MallocAsync(2048, s)
 		require.NoError(t, err)
 		fill(t, d, p, bytes.Repeat([]byte{0xA5}, 2048))
@@ -496,8 +493,7 @@ func poolChild(t *testing.T, v *vendorCase, hx string) {
 func TestFakePoolSharingRefusals(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		d, log := openFake(t, v, opts{})
-		s, err := d.CreateStream()
-		require.NoError(t, err)
+		s := newStream(t, d)
 		p, err := d.MallocAsync(64, s)
 		require.NoError(t, err)
 		_, err = d.ExportPointer(p)

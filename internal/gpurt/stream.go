@@ -98,7 +98,7 @@ func (d *Driver) query(s driver.Stream, hostErr bool) (bool, error) {
 			return true, d.takeHostFuncErr(s)
 		}
 		return true, nil
-	case d.v.NotReady:
+	case CodeNotReady:
 		return false, nil
 	default:
 		return false, d.rt.Fail(op, d.rt.StreamQuery.Name, code)
@@ -122,11 +122,11 @@ func (d *Driver) StreamCaptureStatus(s driver.Stream) (driver.CaptureStatus, err
 // call that reported it.
 func (v *Vendor) CaptureStatus(st int32, call string) (driver.CaptureStatus, error) {
 	switch st {
-	case v.CaptureStatusNone:
+	case CaptureStatusNone:
 		return driver.CaptureNone, nil
-	case v.CaptureStatusActive:
+	case CaptureStatusActive:
 		return driver.CaptureActive, nil
-	case v.CaptureStatusInvalidated:
+	case CaptureStatusInvalidated:
 		return driver.CaptureInvalidated, nil
 	}
 	return 0, v.Errf(driver.ErrDriver, "%s reported unknown status %d", call, st)

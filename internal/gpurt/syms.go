@@ -73,6 +73,22 @@ func (v *Vendor) Resolve(handle uintptr, path string, bs []Binding) error {
 	return nil
 }
 
+// Identify looks up the calls that make a library the vendor's runtime
+// (its version and error-string calls) before any is made. A library
+// without one is not a runtime of product's ("CUDA", "HIP"): the error
+// wraps driver.ErrBackendUnavailable, and the loader moves on.
+func (v *Vendor) Identify(handle uintptr, path, product string, bs ...Binding) error {
+	for _, b := range bs {
+		b.Sym.Name = b.Name
+		addr, err := purego.Dlsym(handle, b.Name)
+		if err != nil || addr == 0 {
+			return fmt.Errorf("%w: %s: %s: not a %s runtime: no symbol %s", driver.ErrBackendUnavailable, v.Name, path, product, b.Name)
+		}
+		b.Sym.Addr = addr
+	}
+	return nil
+}
+
 // Required is a binding whose absence refuses the library.
 func Required(name string, s *Sym) Binding { return Binding{Name: name, Sym: s} }
 

@@ -108,7 +108,7 @@ func (d *Driver) EnablePeerAccess(peer int) error {
 	return driver.DeviceWide(d.v.Name, d.v.Name+": "+op, func() error {
 		return d.dev.Do(op, func() error {
 			code := Call(d.rt.DeviceEnablePeerAccess.Addr, uintptr(peer), 0) // flags: reserved, 0
-			if code == d.v.PeerAccessAlreadyEnabled {
+			if code == CodePeerAccessAlreadyEnabled {
 				return nil
 			}
 			return d.rt.Check(op, d.rt.DeviceEnablePeerAccess.Name, code)

@@ -19,36 +19,7 @@ type Vendor struct {
 	// Alignment is the guaranteed alignment of device allocations.
 	Alignment int64
 
-	// Error codes the shared paths act on.
-	NotReady     int32 // cudaErrorNotReady / hipErrorNotReady: a stream query
-	NotSupported int32 // from begin capture: this device cannot capture
-	// PeerAccessAlreadyEnabled: enabling peer access a second time
-	// (success for EnablePeerAccess).
-	PeerAccessAlreadyEnabled int32
-
-	// Stream capture status, as the is-capturing call reports it.
-	CaptureStatusNone, CaptureStatusActive, CaptureStatusInvalidated int32
-	// Stream capture mode, and thread interaction mode.
-	CaptureModeGlobal, CaptureModeThreadLocal, CaptureModeRelaxed uintptr
-
-	// Memcpy kinds.
-	MemcpyHostToDevice, MemcpyDeviceToHost, MemcpyDeviceToDevice uintptr
-
-	// Flags.
-	HostAllocPortable                uintptr // pinned for every context
-	HostRegisterPortable             uintptr // registered for every context
-	HostRegisterMapped               uintptr // mapped into the device's address space (hostreg.go)
-	StreamNonBlocking                uintptr
-	GraphInstantiateAutoFreeOnLaunch uintptr
-
-	// Memory pools.
-	MemPoolAttrReleaseThreshold uintptr // the value is a 64-bit unsigned
-	MemAllocationTypePinned     int32
-	MemHandleTypeNone           int32
-	MemHandleTypePosixFD        int32
-	MemLocationTypeDevice       int32
-
-	// Device attributes (the runtimes number them differently).
+	// Device attributes: the runtimes number them differently.
 	DevAttrIntegrated          uintptr
 	DevAttrMaxThreadsPerBlock  uintptr
 	DevAttrMultiprocessorCount uintptr
@@ -66,6 +37,12 @@ type Vendor struct {
 	// Type names in the IPC size errors: cudaIpcMemHandle_t,
 	// cudaMemPoolPtrExportData; hipIpcMemHandle_t, hipMemPoolPtrExportData.
 	IPCHandleType, PtrExportDataType string
+
+	// Sentinels maps the runtime's error codes to alloc's sentinels.
+	Sentinels *Sentinels
+	// Wrap gives a failed call's error the vendor's type (its Error, with
+	// its own message format).
+	Wrap func(*CallError) error
 
 	// MissingHostFuncNote ends the error of LaunchHostFunc on a library
 	// without the (optional) host function symbol.
@@ -88,18 +65,57 @@ func (v *Vendor) ErrClosed(op string) error {
 // synchronize").
 const DefaultReleaseThreshold uint64 = math.MaxUint64
 
-// Options are the options both drivers take (cuda.Options and
-// hip.Options document them).
+// Options configures a driver: cuda.Options is this type, and hip.Options
+// has these fields and HIP's own. The zero value is device 0, a dedicated
+// pool that never trims, default-priority non-blocking streams.
 type Options struct {
-	Device           int
+	// Device is the device ordinal.
+	Device int
+	// ReleaseThreshold is the pool's release threshold attribute
+	// (cudaMemPoolAttrReleaseThreshold, hipMemPoolAttrReleaseThreshold)
+	// in bytes: memory above it is returned to the OS at synchronize. 0
+	// means DefaultReleaseThreshold; there is deliberately no way to ask
+	// for 0 (CUDA's own default, which returns memory at every
+	// synchronize: on GB10's unified memory that stalls the process).
 	ReleaseThreshold int64
-	Reserve          int64
-	DefaultPool      bool
-	StreamPriority   int
-	Blocking         bool
-	HostMemory       driver.HostMemory
-	IPC              bool
-	CaptureSafety    driver.CaptureSafety
+	// Reserve is allocated and freed once at New, so the pool holds that
+	// much from the start. It must not exceed ReleaseThreshold, or the
+	// pool would give it back at the first synchronize.
+	Reserve int64
+	// DefaultPool uses the device's default pool
+	// (cudaDeviceGetDefaultMemPool, hipDeviceGetDefaultMemPool), shared
+	// with every stream-ordered allocation of the process that names no
+	// pool, instead of a pool of this driver's own.
+	DefaultPool bool
+	// StreamPriority is passed to the stream creation
+	// (cudaStreamCreateWithPriority, hipStreamCreateWithPriority: lower
+	// is higher priority; CUDA clamps it to the device's range).
+	StreamPriority int
+	// Blocking creates streams without the non-blocking flag, so they
+	// synchronize implicitly with the legacy default stream. The zero value
+	// (false) gives non-blocking streams, and that is what you want: while
+	// a blocking stream is capturing, in any mode, CUDA refuses work on the
+	// legacy stream (906, cudaErrorStreamCaptureImplicit) and invalidates
+	// the capture, so another library's cudaMemcpy or default-stream work
+	// (CuPy's, for one) breaks it (measured: docs/cuda-truth.md). Ask for
+	// blocking streams only when an engine relies on the legacy stream's
+	// implicit ordering with this driver's streams.
+	Blocking bool
+	// HostMemory, when set, supplies HostAlloc's memory, which the driver
+	// pins with the host-register call (cudaHostRegister, hipHostRegister)
+	// instead of allocating pinned memory. The plugin server passes its
+	// shared memory (driver.Memory), so pinned buffers are visible to the
+	// engine's process and the plugin moves no bytes over RPC.
+	HostMemory driver.HostMemory
+	// IPC creates the driver's pool with POSIX file descriptor handles
+	// (cudaMemHandleTypePosixFileDescriptor,
+	// hipMemHandleTypePosixFileDescriptor) so it can be exported
+	// (ExportPool). Not with DefaultPool.
+	IPC bool
+	// CaptureSafety overrides the device's classification
+	// (driver.ClassifySafety; docs/capture-safety.md). SafetyUnset: strict
+	// on GB10 and on every device without a recorded truth table.
+	CaptureSafety driver.CaptureSafety
 }
 
 // Validate refuses options no driver can honour, before anything loads.
@@ -134,5 +150,5 @@ func (d *Driver) streamFlags() uintptr {
 	if d.opts.Blocking {
 		return 0
 	}
-	return d.v.StreamNonBlocking
+	return StreamNonBlocking
 }

@@ -286,16 +286,25 @@ func (d *Driver) vmRange(op string, p driver.DevicePtr, size int64, gran uintptr
 	return nil, 0, d.v.Errf(driver.ErrInvalidValue, "%s: not inside a reservation", op)
 }
 
-// MapMemory is driver.VirtualMemory's: new memory of the driver's device,
-// mapped read-write over [p, p+size) of a reservation, where nothing is
-// mapped. A failure part way undoes what was done.
-func (d *Driver) MapMemory(p driver.DevicePtr, size int64) error {
-	op := fmt.Sprintf("map %d B at %#x", size, uint64(p))
+// inRange runs fn, a map or unmap of [p, p+size), on the dev thread
+// (vmDo) with the reservation the range lies in and its offset there
+// (vmRange).
+func (d *Driver) inRange(op string, p driver.DevicePtr, size int64, fn func(api *VMAPI, r *vmReservation, off uintptr) error) error {
 	return d.vmDo(op, func(api *VMAPI, gran uintptr) error {
 		r, off, err := d.vmRange(op, p, size, gran)
 		if err != nil {
 			return err
 		}
+		return fn(api, r, off)
+	})
+}
+
+// MapMemory is driver.VirtualMemory's: new memory of the driver's device,
+// mapped read-write over [p, p+size) of a reservation, where nothing is
+// mapped. A failure part way undoes what was done.
+func (d *Driver) MapMemory(p driver.DevicePtr, size int64) error {
+	op := fmt.Sprintf("map %d B at %#x", size, uint64(p))
+	return d.inRange(op, p, size, func(api *VMAPI, r *vmReservation, off uintptr) error {
 		n := uintptr(size)
 		i, _ := slices.BinarySearchFunc(r.maps, off, func(m vmMapping, off uintptr) int { return cmp.Compare(m.off+m.size, off+1) })
 		if i < len(r.maps) && r.maps[i].off < off+n {
@@ -326,11 +335,7 @@ func (d *Driver) MapMemory(p driver.DevicePtr, size int64) error {
 // caller unmaps only memory no queued work uses.
 func (d *Driver) UnmapMemory(p driver.DevicePtr, size int64) error {
 	op := fmt.Sprintf("unmap %d B at %#x", size, uint64(p))
-	return d.vmDo(op, func(api *VMAPI, gran uintptr) error {
-		r, off, err := d.vmRange(op, p, size, gran)
-		if err != nil {
-			return err
-		}
+	return d.inRange(op, p, size, func(api *VMAPI, r *vmReservation, off uintptr) error {
 		i, found := slices.BinarySearchFunc(r.maps, off, func(m vmMapping, off uintptr) int { return cmp.Compare(m.off, off) })
 		if !found || r.maps[i].size != uintptr(size) {
 			return d.v.Errf(driver.ErrInvalidValue, "%s: not a range MapMemory mapped (only whole mappings unmap)", op)

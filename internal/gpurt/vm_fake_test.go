@@ -60,8 +60,7 @@ func TestFakeVirtualMemoryAcrossChunks(t *testing.T) {
 		require.Len(t, find(lines, v.vmCall("SetAccess"), "location=1:0 flags=3 count=1"), 1, "read-write for device 0")
 		require.NoError(t, vm.MapMemory(base+fakeGran, fakeGran))
 
-		s, err := d.CreateStream()
-		require.NoError(t, err)
+		s := newStream(t, d)
 		const n = 1 << 16
 		at := base + fakeGran - n/2
 		require.NoError(t, d.MemsetAsync(at, 0x5a, n, s))
@@ -221,8 +220,7 @@ func TestFakeVirtualMemoryUnsupported(t *testing.T) {
 		require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 		require.Contains(t, err.Error(), v.vmCall("GetAllocationGranularity"))
 		require.Len(t, v.vmLines(log.Lines()), 1, "asked once, not again")
-		s, err := d.CreateStream()
-		require.NoError(t, err)
+		s := newStream(t, d)
 		p, err := d.MallocAsync(256, s)
 		require.NoError(t, err)
 		require.NoError(t, d.FreeAsync(p, s))

@@ -17,14 +17,6 @@ type Runtime struct {
 	Device int
 }
 
-// Text is the runtime's message for code.
-func (r *Runtime) Text(code int32) string {
-	if r.ErrorString == nil {
-		return "unknown error"
-	}
-	return r.ErrorString(code)
-}
-
 // Open opens device 0 with the cuda backend's defaults, as cuda.New does,
 // and returns its runtime. Package cuda sets it at init: a program that
 // uses it imports cuda.
