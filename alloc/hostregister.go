@@ -69,8 +69,9 @@ func (x *Host) Register(b []byte) (*HostBuffer, error) {
 }
 
 // DevicePtr is the buffer's device address, for kernels that read or
-// write host memory in place: registered memory's (Host.Register). Zero
-// for HostAlloc's buffers, which the allocator pins without mapping.
+// write host memory in place: registered memory's (Host.Register),
+// managed memory's (Host.AllocManaged), mapped memory's (Host.MapHost).
+// Zero for HostAlloc's buffers, which the allocator pins without mapping.
 func (h *HostBuffer) DevicePtr() driver.DevicePtr {
 	if h.closed.Load() {
 		return 0

@@ -14,6 +14,9 @@ type hostRegion struct {
 	start uintptr
 	buf   []byte
 	reg   bool // registered by HostRegister (hostreg.go): the caller's memory
+	// managed is the device address of managed memory (managed.go) whose
+	// host view this is; 0 for pinned and registered memory.
+	managed driver.DevicePtr
 }
 
 func addr(b []byte) uintptr { return hostregion.Addr(b) }
@@ -112,7 +115,7 @@ func (d *Driver) hostFree(b []byte, interaction driver.CaptureMode) error {
 	rs := *d.hosts.Load()
 	i := -1
 	if len(b) > 0 {
-		i = slices.IndexFunc(rs, func(r hostRegion) bool { return r.start == addr(b) && len(r.buf) == len(b) && !r.reg })
+		i = slices.IndexFunc(rs, func(r hostRegion) bool { return r.start == addr(b) && len(r.buf) == len(b) && !r.reg && r.managed == 0 })
 	}
 	if i < 0 {
 		d.mu.Unlock()
