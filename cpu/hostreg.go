@@ -51,7 +51,9 @@ func (d *Driver) HostUnregister(b []byte) error {
 		return err
 	}
 	rs := *d.hosts.Load()
-	i := slices.IndexFunc(rs, func(r hostRegion) bool { return r.reg && r.managed == 0 && len(b) > 0 && r.start == addr(b) && len(r.buf) == len(b) })
+	i := slices.IndexFunc(rs, func(r hostRegion) bool {
+		return r.reg && r.managed == 0 && len(b) > 0 && r.start == addr(b) && len(r.buf) == len(b)
+	})
 	if i < 0 {
 		d.mu.Unlock()
 		return errf(driver.ErrInvalidValue, "%s %#x (%d B): not registered", what, addr(b), len(b))
