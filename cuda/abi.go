@@ -74,6 +74,15 @@ const (
 	memHandleTypeNone       = 0x0
 	memHandleTypePosixFD    = 0x1 // cudaMemHandleTypePosixFileDescriptor
 	memLocationTypeDevice   = 1
+	memLocationTypeHost     = 2 // cudaMemLocationTypeHost: id ignored
+)
+
+// Managed memory (driver_types.h): #define cudaMemAttachGlobal 0x01,
+// #define cudaCpuDeviceId ((int)-1), the host for the pre-13
+// cudaMemPrefetchAsync.
+const (
+	memAttachGlobal = 0x01
+	cpuDeviceID     = -1
 )
 
 // IPC (cuda_runtime_api.h, driver_types.h): cudaIpcMemHandle_t is
@@ -133,6 +142,9 @@ var vendor = gpurt.Vendor{
 	MemHandleTypeNone:                memHandleTypeNone,
 	MemHandleTypePosixFD:             memHandleTypePosixFD,
 	MemLocationTypeDevice:            memLocationTypeDevice,
+	MemLocationTypeHost:              memLocationTypeHost,
+	MemAttachGlobal:                  memAttachGlobal,
+	CPUDeviceID:                      cpuDeviceID,
 	DevAttrIntegrated:                devAttrIntegrated,
 	DevAttrMaxThreadsPerBlock:        devAttrMaxThreadsPerBlock,
 	DevAttrMultiprocessorCount:       devAttrMultiProcessorCount,

@@ -18,6 +18,7 @@ type hostRegion struct {
 	size     int
 	supplied []byte
 	reg      bool // registered by HostRegister (hostreg.go): the caller's memory
+	managed  bool // managed memory's host view (managed.go), freed with FreeManaged
 }
 
 func addr(b []byte) uintptr { return hostregion.Addr(b) }
@@ -104,7 +105,7 @@ func (d *Driver) HostFree(b []byte) error {
 	rs := *d.hosts.Load()
 	i := -1
 	if len(b) > 0 {
-		i = slices.IndexFunc(rs, func(r hostRegion) bool { return r.start == addr(b) && r.size == len(b) && !r.reg })
+		i = slices.IndexFunc(rs, func(r hostRegion) bool { return r.start == addr(b) && r.size == len(b) && !r.reg && !r.managed })
 	}
 	if i < 0 {
 		d.mu.Unlock()

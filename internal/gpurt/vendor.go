@@ -47,6 +47,11 @@ type Vendor struct {
 	MemHandleTypeNone           int32
 	MemHandleTypePosixFD        int32
 	MemLocationTypeDevice       int32
+	MemLocationTypeHost         int32 // a prefetch's location (managed.go)
+
+	// Managed memory (managed.go).
+	MemAttachGlobal uintptr // managed memory any stream of any device reaches
+	CPUDeviceID     int32   // the host as a prefetch's device ordinal
 
 	// Device attributes (the runtimes number them differently).
 	DevAttrIntegrated          uintptr
