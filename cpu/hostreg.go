@@ -12,6 +12,10 @@ var _ driver.HostRegisterer = (*Driver)(nil)
 // mapped flag): the async copies take it from now on. The device is the
 // host, so its device address is its own. Unsafe, as HostAlloc.
 func (d *Driver) HostRegister(b []byte) (driver.DevicePtr, error) {
+	return d.hostRegister(b, driver.Global)
+}
+
+func (d *Driver) hostRegister(b []byte, interaction driver.CaptureMode) (driver.DevicePtr, error) {
 	const what = "host register"
 	if d.closed.Load() {
 		return 0, errClosed(what)
@@ -21,7 +25,7 @@ func (d *Driver) HostRegister(b []byte) (driver.DevicePtr, error) {
 	if err := d.hangLocked(what); err != nil {
 		return 0, err
 	}
-	if err := d.refuseUnsafeLocked(what, driver.Global); err != nil {
+	if err := d.refuseUnsafeLocked(what, interaction); err != nil {
 		return 0, err
 	}
 	if len(b) == 0 {
@@ -36,7 +40,9 @@ func (d *Driver) HostRegister(b []byte) (driver.DevicePtr, error) {
 
 // HostUnregister unpins what HostRegister pinned, passed exactly as
 // registered, once queued work that may use it is done.
-func (d *Driver) HostUnregister(b []byte) error {
+func (d *Driver) HostUnregister(b []byte) error { return d.hostUnregister(b, driver.Global) }
+
+func (d *Driver) hostUnregister(b []byte, interaction driver.CaptureMode) error {
 	const what = "host unregister"
 	if d.closed.Load() {
 		return errClosed(what)
@@ -46,7 +52,7 @@ func (d *Driver) HostUnregister(b []byte) error {
 		d.mu.Unlock()
 		return err
 	}
-	if err := d.refuseUnsafeLocked(what, driver.Global); err != nil {
+	if err := d.refuseUnsafeLocked(what, interaction); err != nil {
 		d.mu.Unlock()
 		return err
 	}

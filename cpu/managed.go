@@ -13,12 +13,15 @@ var _ driver.ManagedMemory = (*Driver)(nil)
 // its host view, in the pinned set so the async copies take it. Unsafe,
 // as Malloc.
 func (d *Driver) MallocManaged(size int64) (driver.DevicePtr, []byte, error) {
+	return d.mallocManaged(size, driver.Global)
+}
+
+func (d *Driver) mallocManaged(size int64, interaction driver.CaptureMode) (driver.DevicePtr, []byte, error) {
 	const what = "malloc managed"
 	if d.closed.Load() {
 		return 0, nil, errClosed(what)
 	}
-	g := driver.Global
-	r, err := d.newAllocation(size, nil, nil, &g, what)
+	r, err := d.newAllocation(size, nil, nil, &interaction, what)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -30,7 +33,9 @@ func (d *Driver) MallocManaged(size int64) (driver.DevicePtr, []byte, error) {
 
 // FreeManaged is cudaFree of managed memory: it leaves the pinned set and
 // is freed as Free frees (after queued work).
-func (d *Driver) FreeManaged(p driver.DevicePtr) error {
+func (d *Driver) FreeManaged(p driver.DevicePtr) error { return d.freeManaged(p, driver.Global) }
+
+func (d *Driver) freeManaged(p driver.DevicePtr, interaction driver.CaptureMode) error {
 	const what = "free managed"
 	if d.closed.Load() {
 		return errClosed(what)
@@ -41,7 +46,7 @@ func (d *Driver) FreeManaged(p driver.DevicePtr) error {
 		return errf(driver.ErrInvalidValue, "%s %#x: not managed memory from MallocManaged, or already freed", what, uint64(p))
 	}
 	d.mu.Unlock()
-	if err := d.free(p, driver.Global); err != nil {
+	if err := d.free(p, interaction); err != nil {
 		return err
 	}
 	d.mu.Lock()

@@ -681,9 +681,10 @@ static int managed_range(const void *p, size_t n) {
 /* prefetch_ is the prefetch both ABIs share once the destination is read
  * (to the device: a valid ordinal; to the host: device -1): 1 (invalid
  * value) outside one managed allocation, the stream's rules otherwise.
- * On a capturing stream it is treated as an unsafe call (900, the capture
- * invalidated): nothing recorded says a capture may take it, and the
- * library never makes it during one. Memory does not move here. */
+ * Memory does not move here, so there is nothing to run: on a capturing
+ * stream it is taken (as the cpu backend records it) and adds no node.
+ * What a real capture does with it is not recorded (cmd/cudatruth's
+ * prefetch cases); the library never makes it during one. */
 static rtError_t prefetch_(const void *p, size_t n, int device, void *h) {
   stream_t *s = stream_of(h);
   if (!s && !is_legacy(h)) return 400;
@@ -691,7 +692,6 @@ static rtError_t prefetch_(const void *p, size_t n, int device, void *h) {
   rtError_t le = legacy(s);
   if (le) return le;
   if (s && s->status == 2) return 901;
-  if (s && s->status == 1) { s->status = 2; return 900; }
   return 0;
 }
 
