@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/kernels"
 )
@@ -105,6 +106,49 @@ func TestFakeKernelPageableAccess(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, d.StreamSynchronize(s))
 			require.Equal(t, axpyWant(xs, ys), bytesFloats(read(t, d, y, 4*n)))
+			runtime.KeepAlive(host)
+		}
+	})
+}
+
+// Through the allocator over each fake: MapHost of ordinary memory makes
+// no registration call where the device has pageable memory access, and
+// a kernel reads it in place; elsewhere it registers (and unregisters at
+// Close).
+func TestFakeMapHost(t *testing.T) {
+	forEach(t, func(t *testing.T, v *vendorCase) {
+		for _, pageable := range []bool{false, true} {
+			if pageable {
+				t.Setenv(v.envPrefix+"PAGEABLE_ACCESS", "1")
+			}
+			d, m, log := kernelDriver(t, v, opts{})
+			a, err := alloc.New(d, alloc.Options{})
+			require.NoError(t, err)
+			const n = 16
+			xs, ys := axpyInputs(n, 1)
+			host := floatBytes(xs)
+			h, err := a.Host().MapHost(host)
+			require.NoError(t, err)
+			require.Equal(t, driver.DevicePtr(uintptr(unsafe.Pointer(&host[0]))), h.DevicePtr())
+			y, err := a.Alloc(4 * n)
+			require.NoError(t, err)
+			require.NoError(t, a.Upload(y, 0, floatBytes(ys)))
+			args := (&kernels.AxpyArgs{X: uint64(h.DevicePtr()), Y: uint64(y.Ptr()), N: n, A: 2.5}).Encode(make([]byte, kernels.AxpySize))
+			require.NoError(t, a.Enqueue("axpy", []alloc.Buffer{y}, func(s driver.Stream) error {
+				return d.LaunchKernel(m.Kernels[kernels.Axpy], 1, 4, args, s)
+			}))
+			got := make([]byte, 4*n)
+			require.NoError(t, a.Download(got, y, 0))
+			require.Equal(t, axpyWant(xs, ys), bytesFloats(got))
+			require.NoError(t, h.Close())
+			require.NoError(t, a.Free(y))
+			require.NoError(t, a.Close())
+			regs := len(find(log.Lines(), v.prefix+"HostRegister"))
+			if pageable {
+				require.Zero(t, regs, "pageable access: no registration")
+			} else {
+				require.Equal(t, 1, regs, "registered where the device has no pageable access")
+			}
 			runtime.KeepAlive(host)
 		}
 	})
