@@ -52,18 +52,8 @@ func (x *Host) AllocManaged(n int64) (*HostBuffer, error) {
 			}
 			return nil, err
 		}
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		nh := &HostBuffer{a: a, drv: a.drv, b: b[:n:n], mm: mm, dev: p}
-		a.hosts[nh] = struct{}{}
-		a.stats.HostBuffers++
-		a.stats.HostBytes += n
-		h = nh
-		return func() { // abandoned by the watchdog: nobody holds nh
-			if nh.release() {
-				a.releases.logLate("AllocManaged", a.releases.cleanupLate("AllocManaged", nh.unpin))
-			}
-		}, nil
+		h = &HostBuffer{a: a, drv: a.drv, b: b[:n:n], mm: mm, dev: p}
+		return adoptHost("AllocManaged", h), nil
 	})
 	if err != nil {
 		return nil, err
@@ -118,12 +108,8 @@ func (x *Host) MapHost(b []byte) (*HostBuffer, error) {
 	if n == 0 {
 		return nil, a.fail("MapHost", n, StateNone, wrapf(ErrInvalidSize, "empty memory"))
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	h := &HostBuffer{a: a, drv: a.drv, b: b[:n:n], mapped: true, dev: driver.DevicePtr(uintptr(unsafe.Pointer(unsafe.SliceData(b))))}
-	a.hosts[h] = struct{}{}
-	a.stats.HostBuffers++
-	a.stats.HostBytes += n
+	adoptHost("MapHost", h)
 	return h, nil
 }
 

@@ -79,9 +79,15 @@ func (d *Driver) HostAlloc(size int64) ([]byte, error) {
 		}
 		b = unsafe.Slice((*byte)(p), int(size))
 	}
+	d.addHost(hostRegion{start: addr(b), size: int(size), supplied: supplied})
+	return b, nil
+}
+
+// addHost adds r to the pinned set, in address order.
+func (d *Driver) addHost(r hostRegion) {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	rs := *d.hosts.Load()
-	r := hostRegion{start: addr(b), size: int(size), supplied: supplied}
 	i, _ := slices.BinarySearchFunc(rs, r.start, func(r hostRegion, p uintptr) int {
 		if r.start < p {
 			return -1
@@ -90,8 +96,6 @@ func (d *Driver) HostAlloc(size int64) ([]byte, error) {
 	})
 	rs = slices.Insert(slices.Clip(rs), i, r)
 	d.hosts.Store(&rs)
-	d.mu.Unlock()
-	return b, nil
 }
 
 // HostFree releases a HostAlloc buffer passed exactly as returned; the

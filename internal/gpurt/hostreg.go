@@ -41,17 +41,7 @@ func (d *Driver) HostRegister(b []byte) (driver.DevicePtr, error) {
 	if err != nil {
 		return 0, err
 	}
-	d.mu.Lock()
-	rs := slices.Clone(*d.hosts.Load())
-	i, _ := slices.BinarySearchFunc(rs, lo, func(r hostRegion, p uintptr) int {
-		if r.start < p {
-			return -1
-		}
-		return 1
-	})
-	rs = slices.Insert(rs, i, hostRegion{start: lo, size: len(b), reg: true})
-	d.hosts.Store(&rs)
-	d.mu.Unlock()
+	d.addHost(hostRegion{start: lo, size: len(b), reg: true})
 	return driver.DevicePtr(uintptr(dev)), nil
 }
 

@@ -38,17 +38,7 @@ func (d *Driver) MallocManaged(size int64) (driver.DevicePtr, []byte, error) {
 		return 0, nil, err
 	}
 	b := unsafe.Slice((*byte)(p), int(size))
-	d.mu.Lock()
-	rs := slices.Clone(*d.hosts.Load())
-	i, _ := slices.BinarySearchFunc(rs, addr(b), func(r hostRegion, p uintptr) int {
-		if r.start < p {
-			return -1
-		}
-		return 1
-	})
-	rs = slices.Insert(rs, i, hostRegion{start: addr(b), size: int(size), managed: true})
-	d.hosts.Store(&rs)
-	d.mu.Unlock()
+	d.addHost(hostRegion{start: addr(b), size: int(size), managed: true})
 	return driver.DevicePtr(addr(b)), b, nil
 }
 
