@@ -16,6 +16,8 @@ type HostBuffer struct {
 	b      []byte
 	slot   *hostSlot             // the cache's memory (hostcache.go); nil: pinned for this buffer alone
 	reg    driver.HostRegisterer // the caller's memory, registered (Host.Register); nil: pinned here
+	mm     driver.ManagedMemory  // managed memory (Host.AllocManaged), freed with it
+	mapped bool                  // the caller's memory, mapped with no driver call (Host.MapHost)
 	dev    driver.DevicePtr      // its device address, where the driver gave one
 	closed atomic.Bool
 	prof   *sample // the profile's record of this allocation (a.mu)
@@ -162,6 +164,12 @@ func hostPin(a *Allocator, size int64) (*HostBuffer, error) {
 // with cudaFreeHost.
 func (h *HostBuffer) Close() error {
 	a := h.a
+	if h.mapped {
+		if !h.release() {
+			return a.fail("HostBuffer.Close", h.Size(), StateNone, wrapf(ErrClosed, "HostBuffer closed twice"))
+		}
+		return nil
+	}
 	if h.slot != nil {
 		a.mu.Lock()
 		ok := h.releaseLocked()
@@ -193,7 +201,12 @@ func (h *HostBuffer) Close() error {
 // unpin gives h's memory back to the driver: unregisters the caller's
 // memory, or frees memory pinned for h alone.
 func (h *HostBuffer) unpin() error {
-	if h.reg != nil {
+	switch {
+	case h.mapped:
+		return nil
+	case h.mm != nil:
+		return h.mm.FreeManaged(h.dev)
+	case h.reg != nil:
 		return h.reg.HostUnregister(h.b)
 	}
 	return h.drv.HostFree(h.b)

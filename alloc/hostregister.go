@@ -49,18 +49,8 @@ func (x *Host) Register(b []byte) (*HostBuffer, error) {
 		if err != nil {
 			return nil, err
 		}
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		nh := &HostBuffer{a: a, drv: a.drv, b: b[:size:size], reg: reg, dev: p}
-		a.hosts[nh] = struct{}{}
-		a.stats.HostBuffers++
-		a.stats.HostBytes += size
-		h = nh
-		return func() { // abandoned by the watchdog: nobody holds nh
-			if nh.release() {
-				a.releases.logLate("RegisterHost", a.releases.cleanupLate("RegisterHost", nh.unpin))
-			}
-		}, nil
+		h = &HostBuffer{a: a, drv: a.drv, b: b[:size:size], reg: reg, dev: p}
+		return adoptHost("RegisterHost", h), nil
 	})
 	if err != nil {
 		return nil, err
@@ -69,11 +59,29 @@ func (x *Host) Register(b []byte) (*HostBuffer, error) {
 }
 
 // DevicePtr is the buffer's device address, for kernels that read or
-// write host memory in place: registered memory's (Host.Register). Zero
-// for HostAlloc's buffers, which the allocator pins without mapping.
+// write host memory in place: registered memory's (Host.Register),
+// managed memory's (Host.AllocManaged), mapped memory's (Host.MapHost).
+// Zero for HostAlloc's buffers, which the allocator pins without mapping.
 func (h *HostBuffer) DevicePtr() driver.DevicePtr {
 	if h.closed.Load() {
 		return 0
 	}
 	return h.dev
+}
+
+// adoptHost books h, memory the driver just gave, as a live host buffer,
+// and returns what undoes that if the watchdog abandoned the call that
+// made it (nobody holds h then): release h and give its memory back, late.
+func adoptHost(op string, h *HostBuffer) (undo func()) {
+	a := h.a
+	a.mu.Lock()
+	a.hosts[h] = struct{}{}
+	a.stats.HostBuffers++
+	a.stats.HostBytes += h.Size()
+	a.mu.Unlock()
+	return func() {
+		if h.release() {
+			a.releases.logLate(op, a.releases.cleanupLate(op, h.unpin))
+		}
+	}
 }

@@ -11,6 +11,9 @@ type hostRegion struct {
 	start uintptr
 	buf   []byte
 	reg   bool // registered by HostRegister (hostreg.go): the caller's memory
+	// managed is the device address of managed memory (managed.go) whose
+	// host view this is; 0 for pinned and registered memory.
+	managed driver.DevicePtr
 }
 
 func addr(b []byte) uintptr { return hostregion.Addr(b) }
@@ -89,7 +92,9 @@ func (d *Driver) hostFree(b []byte, interaction driver.CaptureMode) error {
 		d.mu.Unlock()
 		return err
 	}
-	r, ok := d.hosts.RemoveWhere(func(r hostRegion) bool { return !r.reg && len(b) > 0 && r.start == addr(b) && len(r.buf) == len(b) })
+	r, ok := d.hosts.RemoveWhere(func(r hostRegion) bool {
+		return !r.reg && r.managed == 0 && len(b) > 0 && r.start == addr(b) && len(r.buf) == len(b)
+	})
 	if !ok {
 		d.mu.Unlock()
 		return errf(driver.ErrInvalidValue, "%s %#x (%d B): not a buffer from HostAlloc, or already freed", what, addr(b), len(b))

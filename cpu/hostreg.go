@@ -10,6 +10,10 @@ var _ driver.HostRegisterer = (*Driver)(nil)
 // mapped flag): the async copies take it from now on. The device is the
 // host, so its device address is its own. Unsafe, as HostAlloc.
 func (d *Driver) HostRegister(b []byte) (driver.DevicePtr, error) {
+	return d.hostRegister(b, driver.Global)
+}
+
+func (d *Driver) hostRegister(b []byte, interaction driver.CaptureMode) (driver.DevicePtr, error) {
 	const what = "host register"
 	if d.closed.Load() {
 		return 0, errClosed(what)
@@ -19,7 +23,7 @@ func (d *Driver) HostRegister(b []byte) (driver.DevicePtr, error) {
 	if err := d.hangLocked(what); err != nil {
 		return 0, err
 	}
-	if err := d.refuseUnsafeLocked(what, driver.Global); err != nil {
+	if err := d.refuseUnsafeLocked(what, interaction); err != nil {
 		return 0, err
 	}
 	if len(b) == 0 {
@@ -34,7 +38,9 @@ func (d *Driver) HostRegister(b []byte) (driver.DevicePtr, error) {
 
 // HostUnregister unpins what HostRegister pinned, passed exactly as
 // registered, once queued work that may use it is done.
-func (d *Driver) HostUnregister(b []byte) error {
+func (d *Driver) HostUnregister(b []byte) error { return d.hostUnregister(b, driver.Global) }
+
+func (d *Driver) hostUnregister(b []byte, interaction driver.CaptureMode) error {
 	const what = "host unregister"
 	if d.closed.Load() {
 		return errClosed(what)
@@ -44,11 +50,13 @@ func (d *Driver) HostUnregister(b []byte) error {
 		d.mu.Unlock()
 		return err
 	}
-	if err := d.refuseUnsafeLocked(what, driver.Global); err != nil {
+	if err := d.refuseUnsafeLocked(what, interaction); err != nil {
 		d.mu.Unlock()
 		return err
 	}
-	if _, ok := d.hosts.RemoveWhere(func(r hostRegion) bool { return r.reg && len(b) > 0 && r.start == addr(b) && len(r.buf) == len(b) }); !ok {
+	if _, ok := d.hosts.RemoveWhere(func(r hostRegion) bool {
+		return r.reg && r.managed == 0 && len(b) > 0 && r.start == addr(b) && len(r.buf) == len(b)
+	}); !ok {
 		d.mu.Unlock()
 		return errf(driver.ErrInvalidValue, "%s %#x (%d B): not registered", what, addr(b), len(b))
 	}

@@ -7,7 +7,7 @@ import (
 // WithInteractionMode returns d as seen by a caller whose capture
 // interaction mode is m, the emulation of a thread that called
 // cudaThreadExchangeStreamCaptureMode. The plain Driver calls as a thread in
-// Global mode (CUDA's default): its Malloc, Free, HostAlloc, HostFree and
+// Global mode (CUDA's default): its Malloc, Free, HostAlloc, HostFree, HostRegister/Unregister, MallocManaged/FreeManaged and
 // VirtualMemory calls are refused, and invalidate the capture, while any
 // Global-mode capture is under way on this device. Through a ThreadLocal or Relaxed view those
 // calls ignore other streams' captures, as CUDA lets such a thread make
@@ -30,6 +30,14 @@ func (v *interactionView) Malloc(size int64) (driver.DevicePtr, error) { return 
 func (v *interactionView) Free(p driver.DevicePtr) error               { return v.free(p, v.mode) }
 func (v *interactionView) HostAlloc(size int64) ([]byte, error)        { return v.hostAlloc(size, v.mode) }
 func (v *interactionView) HostFree(b []byte) error                     { return v.hostFree(b, v.mode) }
+func (v *interactionView) HostRegister(b []byte) (driver.DevicePtr, error) {
+	return v.hostRegister(b, v.mode)
+}
+func (v *interactionView) HostUnregister(b []byte) error { return v.hostUnregister(b, v.mode) }
+func (v *interactionView) MallocManaged(size int64) (driver.DevicePtr, []byte, error) {
+	return v.mallocManaged(size, v.mode)
+}
+func (v *interactionView) FreeManaged(p driver.DevicePtr) error { return v.freeManaged(p, v.mode) }
 func (v *interactionView) ReserveAddress(size int64) (driver.DevicePtr, error) {
 	return v.reserveAddress(size, v.mode)
 }

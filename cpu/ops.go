@@ -16,6 +16,9 @@ const (
 	opFree  // stream-ordered release; never part of a graph
 	opGraph // a graph launch: sub runs as one queue entry
 	opHost  // a host function (LaunchHostFunc)
+	// opPrefetch moves managed memory (PrefetchManaged): the bytes stay
+	// where they are, so it only checks the allocation is alive.
+	opPrefetch
 )
 
 // op is one unit of queued or captured work. It is a plain value rather than
@@ -75,6 +78,9 @@ func (d *Driver) run(o *op) error {
 		copy(dst, src)
 	case opHost:
 		return o.fn()
+	case opPrefetch:
+		_, err := o.dst.span(o.dstOff, o.n, "prefetch managed memory")
+		return err
 	case opFree:
 		d.mu.Lock()
 		d.releaseLocked(o.dst)

@@ -139,12 +139,32 @@ func (rt *runtimeAPI) bindings(runtimeVersion int) ([]gpurt.Binding, error) {
 		// (cudaHostGetDevicePointer(void **pDevice, void *pHost,
 		// unsigned int flags), flags 0); without it DevicePtr is 0.
 		gpurt.Optional("cudaHostGetDevicePointer", &s.HostGetDevicePointer),
+		// Optional: managed memory (internal/gpurt/managed.go):
+		// cudaMallocManaged(void **devPtr, size_t size, unsigned int
+		// flags), and cudaMemPrefetchAsync, whose parameters changed in
+		// CUDA 13 under the same name: (const void *devPtr, size_t count,
+		// int dstDevice, cudaStream_t stream) before, (const void *devPtr,
+		// size_t count, struct cudaMemLocation location, unsigned int
+		// flags, cudaStream_t stream) from 13.0 (the CUDA 13 programming
+		// guide, "Data Prefetching"; RMM's prefetch switches on
+		// CUDART_VERSION >= 13000 the same way).
+		gpurt.Optional("cudaMallocManaged", &s.MallocManaged),
+		gpurt.Optional("cudaMemPrefetchAsync", prefetchSym(s, runtimeVersion)),
 		// Optional: ranks' device identity and peer access
 		// (internal/gpurt/topology.go says what is lost without them).
 		gpurt.Optional("cudaDeviceGetPCIBusId", &s.DeviceGetPCIBusId),
 		gpurt.Optional("cudaDeviceCanAccessPeer", &s.DeviceCanAccessPeer),
 		gpurt.Optional("cudaDeviceEnablePeerAccess", &s.DeviceEnablePeerAccess),
 	}, nil
+}
+
+// prefetchSym is where cudaMemPrefetchAsync binds for runtimeVersion:
+// the location ABI from CUDA 13, the device-ordinal one before.
+func prefetchSym(s *gpurt.Syms, runtimeVersion int) *gpurt.Sym {
+	if runtimeVersion >= 13000 {
+		return &s.MemPrefetchLocation
+	}
+	return &s.MemPrefetchAsync
 }
 
 // resolve looks every binding up with Dlsym (gpurt: never

@@ -8,6 +8,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/internal/gpurt"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
@@ -38,7 +39,18 @@ func TestBindingsByRuntimeVersion(t *testing.T) {
 		{13000, "cudaGetDeviceProperties"},
 	} {
 		req, opt := names(t, c.version)
-		require.Equal(t, []string{c.props, "cudaDeviceGraphMemTrim", "cudaHostGetDevicePointer", "cudaDeviceGetPCIBusId", "cudaDeviceCanAccessPeer", "cudaDeviceEnablePeerAccess"}, opt, "version %d", c.version)
+		require.Equal(t, []string{c.props, "cudaDeviceGraphMemTrim", "cudaHostGetDevicePointer", "cudaMallocManaged", "cudaMemPrefetchAsync", "cudaDeviceGetPCIBusId", "cudaDeviceCanAccessPeer", "cudaDeviceEnablePeerAccess"}, opt, "version %d", c.version)
+		// cudaMemPrefetchAsync's parameters changed in CUDA 13 under the
+		// same name: bound to the location ABI from 13.0 only.
+		var rt runtimeAPI
+		bs, err := rt.bindings(c.version)
+		require.NoError(t, err)
+		i := slices.IndexFunc(bs, func(b gpurt.Binding) bool { return b.Name == "cudaMemPrefetchAsync" })
+		want := &rt.MemPrefetchAsync
+		if c.version >= 13000 {
+			want = &rt.MemPrefetchLocation
+		}
+		require.Same(t, want, bs[i].Sym, "version %d", c.version)
 		for _, must := range []string{"cudaStreamIsCapturing", "cudaGraphInstantiateWithFlags", "cudaMallocFromPoolAsync", "cudaMemPoolCreate", "cudaStreamBeginCapture"} {
 			require.Contains(t, req, must)
 		}

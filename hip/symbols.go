@@ -148,6 +148,13 @@ func (rt *runtimeAPI) bindings() []gpurt.Binding {
 		// unsigned int flags), hip_runtime_api.h:3097); without it
 		// DevicePtr is 0.
 		gpurt.Optional("hipHostGetDevicePointer", &s.HostGetDevicePointer),
+		// Optional: managed memory (internal/gpurt/managed.go):
+		// hipMallocManaged(void **dev_ptr, size_t size, unsigned int
+		// flags) and hipMemPrefetchAsync(const void *dev_ptr, size_t
+		// count, int device, hipStream_t stream), hip_runtime_api.h:2587
+		// and 2600 (5.2.3; both exported, hip_4.2).
+		gpurt.Optional("hipMallocManaged", &s.MallocManaged),
+		gpurt.Optional("hipMemPrefetchAsync", &s.MemPrefetchAsync),
 		// Optional: without it LaunchHostFunc fails (a warning at open
 		// says so). Declared in 5.2.3's header, but Debian's
 		// libamdhip64.so.5 (5.2.3) does not export it.

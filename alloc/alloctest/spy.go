@@ -67,6 +67,11 @@ const (
 	// (spy_hostreg.go).
 	MethodHostRegister
 	MethodHostUnregister
+	// driver.ManagedMemory, forwarded when the inner driver has it
+	// (spy_managed.go).
+	MethodMallocManaged
+	MethodFreeManaged
+	MethodPrefetchManaged
 	numMethods
 )
 
@@ -81,6 +86,7 @@ var methodNames = [numMethods]string{
 	"LoadModule", "LaunchKernel", "MaxActiveBlocks",
 	"MapGranularity", "ReserveAddress", "ReleaseAddress", "MapMemory", "UnmapMemory",
 	"HostRegister", "HostUnregister",
+	"MallocManaged", "FreeManaged", "PrefetchManaged",
 }
 
 func (m Method) String() string {

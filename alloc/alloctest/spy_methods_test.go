@@ -15,7 +15,7 @@ import (
 )
 
 // forwarded are the optional interfaces the Spy forwards (and counts).
-var forwarded = []reflect.Type{reflect.TypeFor[driver.HostFuncLauncher](), reflect.TypeFor[driver.IPCMemory](), reflect.TypeFor[driver.KernelLauncher](), reflect.TypeFor[driver.VirtualMemory](), reflect.TypeFor[driver.HostRegisterer]()}
+var forwarded = []reflect.Type{reflect.TypeFor[driver.HostFuncLauncher](), reflect.TypeFor[driver.IPCMemory](), reflect.TypeFor[driver.KernelLauncher](), reflect.TypeFor[driver.VirtualMemory](), reflect.TypeFor[driver.HostRegisterer](), reflect.TypeFor[driver.ManagedMemory]()}
 
 // optional is every optional interface of alloc/driver, by name.
 var optional = map[string]reflect.Type{}
@@ -26,7 +26,7 @@ func init() {
 		reflect.TypeFor[driver.StreamPoller](), reflect.TypeFor[driver.PoolTrimmer](), reflect.TypeFor[driver.Aborter](),
 		reflect.TypeFor[driver.MemInfoer](), reflect.TypeFor[driver.UsageReporter](), reflect.TypeFor[driver.DirectSpanner](),
 		reflect.TypeFor[driver.IPCMemory](), reflect.TypeFor[driver.KernelLauncher](), reflect.TypeFor[driver.PeerAccess](),
-		reflect.TypeFor[driver.VirtualMemory](), reflect.TypeFor[driver.HostRegisterer](),
+		reflect.TypeFor[driver.VirtualMemory](), reflect.TypeFor[driver.HostRegisterer](), reflect.TypeFor[driver.ManagedMemory](),
 	} {
 		optional[it.Name()] = it
 	}

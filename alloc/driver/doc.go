@@ -19,7 +19,8 @@
 //     without a hand-off), [Aborter] (the watchdog ends a stuck backend
 //     process), [VirtualMemory] (expandable segments,
 //     docs/virtual-memory.md), [HostRegisterer] (the engine's own host
-//     memory pinned and mapped: alloc.Host.Register, docs/host-memory.md), [IPCMemory], [KernelLauncher] and
+//     memory pinned and mapped: alloc.Host.Register, docs/host-memory.md), [ManagedMemory] (managed
+//     memory and its prefetch: alloc.Host.AllocManaged), [IPCMemory], [KernelLauncher] and
 //     [PeerAccess] (the symmetric heap's device collectives,
 //     docs/device-collectives.md), [UsageReporter] (the conformance
 //     suite's leak checks), [DirectSpanner] (the plugin server's copies),

@@ -298,3 +298,29 @@ type HostRegisterer interface {
 	HostRegister(b []byte) (DevicePtr, error)
 	HostUnregister(b []byte) error
 }
+
+// ManagedMemory is implemented by drivers with managed memory
+// (cudaMallocManaged, hipMallocManaged, with the global attach flag):
+// memory the host and the device both reach, at one address, that the
+// runtime migrates between them on demand. MallocManaged returns its
+// device address and the host's view of it (on a GPU the same address;
+// on cpu, whose device addresses are handles, the allocation's bytes);
+// the async copies take the host view as they take pinned memory.
+// FreeManaged takes the address as returned and, like Free, waits for
+// queued work. Both are unsafe calls; the allocator makes MallocManaged
+// only with no capture active at all (during one it hangs GB10).
+//
+// PrefetchManaged queues, on s, a migration of [p, p+n) of one managed
+// allocation to the device, or with toHost to the host
+// (cudaMemPrefetchAsync, hipMemPrefetchAsync): stream-ordered, it moves
+// the bytes without changing them. Whether a capture may record it is not
+// measured on a recorded device (cmd/cudatruth's prefetch cases), so the
+// allocator makes it only with no capture active. A range outside one
+// managed allocation fails with ErrInvalidValue. A plugin driver refuses
+// all three with errors.ErrUnsupported: the backend's managed memory is
+// in the backend's address space, not the engine's.
+type ManagedMemory interface {
+	MallocManaged(size int64) (DevicePtr, []byte, error)
+	FreeManaged(p DevicePtr) error
+	PrefetchManaged(p DevicePtr, n int64, toHost bool, s Stream) error
+}

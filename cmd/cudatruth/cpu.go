@@ -65,6 +65,8 @@ func cpuCase(d *cpu.Driver, c truthCase) (failed, invalidated bool, err error) {
 	must(e)
 	poolPtr, e := d.MallocAsync(4096, otherS)
 	must(e)
+	managed, _, e := d.MallocManaged(4096)
+	must(e)
 	for _, s := range []driver.Stream{capS, otherS, scratch} {
 		must(d.StreamSynchronize(s))
 	}
@@ -85,7 +87,7 @@ func cpuCase(d *cpu.Driver, c truthCase) (failed, invalidated bool, err error) {
 		v = d.WithInteractionMode(alloc.Relaxed)
 	}
 	pre := preCapture{capS: capS, otherS: otherS, dev0: dev0, dev1: dev1, pinned: pinned, pageable: pageable,
-		g: g, g2: g2, exec: exec, exec2: exec2, poolPtr: poolPtr}
+		g: g, g2: g2, exec: exec, exec2: exec2, poolPtr: poolPtr, managed: managed}
 	opErr := cpuOp(v, c.Op, pre)
 	if errors.Is(opErr, errNA) {
 		return false, false, opErr
@@ -107,6 +109,7 @@ type preCapture struct {
 	g, g2            driver.GraphHandle
 	exec, exec2      driver.GraphExec
 	poolPtr          driver.DevicePtr
+	managed          driver.DevicePtr // MallocManaged'd 4 KiB
 }
 
 func cpuOp(v driver.Driver, op string, p preCapture) error {
@@ -170,6 +173,24 @@ func cpuOp(v driver.Driver, op string, p preCapture) error {
 		return v.GraphDestroy(p.g2)
 	case "free_async_other":
 		return v.FreeAsync(p.poolPtr, otherS)
+	case "managed_alloc":
+		mp, _, err := v.(driver.ManagedMemory).MallocManaged(4096)
+		if err != nil {
+			return err
+		}
+		return v.(driver.ManagedMemory).FreeManaged(mp)
+	case "prefetch_capturing", "prefetch_other":
+		s := capS
+		if op == "prefetch_other" {
+			s = otherS
+		}
+		return v.(driver.ManagedMemory).PrefetchManaged(p.managed, 4096, false, s)
+	case "host_register":
+		b := make([]byte, 4096)
+		if _, err := v.(driver.HostRegisterer).HostRegister(b); err != nil {
+			return err
+		}
+		return v.(driver.HostRegisterer).HostUnregister(b)
 	case "event_query", "device_sync", "mem_get_info", "graph_mem_trim":
 		return fmt.Errorf("%s: %w", op, errNA)
 	}
@@ -191,7 +212,7 @@ func knownDifference(c truthCase, cudaV, cpuV string) string {
 	unsafeOp := map[string]bool{
 		"malloc": true, "free_precapture": true, "host_alloc": true, "sync_other": true, "query_other": true,
 		"pool_alloc_other": true, "graph_instantiate": true, "free_async_other": true,
-		"graph_exec_destroy": true, "graph_destroy": true,
+		"graph_exec_destroy": true, "graph_destroy": true, "managed_alloc": true, "host_register": true,
 	}
 	switch {
 	case c.Mode == "threadlocal" && c.Caller == "same" && unsafeOp[c.Op] &&

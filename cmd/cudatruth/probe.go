@@ -91,6 +91,10 @@ var truthOps = []string{
 	"graph_exec_destroy",      // cudaGraphExecDestroy of an exec instantiated before
 	"graph_destroy",           // cudaGraphDestroy of a graph captured before
 	"free_async_other",        // cudaFreeAsync, on an unrelated stream, of pool memory allocated before
+	"managed_alloc",           // cudaMallocManaged (cudaMemAttachGlobal) + cudaFree
+	"prefetch_capturing",      // cudaMemPrefetchAsync to the device, on the capturing stream, of managed memory allocated before
+	"prefetch_other",          // the same on an unrelated stream
+	"host_register",           // cudaHostRegister (portable, mapped) + cudaHostUnregister of pageable memory
 }
 
 // truthModes and truthCallers are the other two axes.
@@ -231,6 +235,8 @@ type truthProbe struct {
 	exec2        uintptr // a second exec of graph, for the destroy case
 	graph2       uintptr // a second captured graph, for the destroy case
 	poolPtr      uintptr // pool memory allocated on otherS before the capture
+	managed      uintptr // cudaMallocManaged'd 4 KiB, before the capture (0: the runtime lacks it)
+	toRegister   []byte  // pageable memory for host_register
 }
 
 func (p *truthProbe) unavailable(c truthCase) string {
@@ -239,6 +245,12 @@ func (p *truthProbe) unavailable(c truthCase) string {
 		"device_sync":        p.syms.deviceSynchronize,
 		"copy_pageable_sync": p.syms.memcpy,
 		"graph_mem_trim":     p.syms.graphMemTrim,
+		"managed_alloc":      p.rt.MallocManaged.Addr,
+		"prefetch_capturing": p.rt.MemPrefetchAsync.Addr | p.rt.MemPrefetchLocation.Addr,
+		"prefetch_other":     p.rt.MemPrefetchAsync.Addr | p.rt.MemPrefetchLocation.Addr,
+	}
+	if (c.Op == "prefetch_capturing" || c.Op == "prefetch_other") && p.managed == 0 {
+		return "the runtime lacks cudaMallocManaged"
 	}
 	if addr, ok := need[c.Op]; ok && addr == 0 {
 		return "the runtime lacks the call for " + c.Op
@@ -273,6 +285,12 @@ func (p *truthProbe) setup(c truthCase) error {
 		return err
 	}
 	p.pageable = make([]byte, 4096)
+	p.toRegister = make([]byte, 4096)
+	if rt.MallocManaged.Addr != 0 {
+		if err := rt.Check("malloc managed", "cudaMallocManaged", gpurt.Call(rt.MallocManaged.Addr, uintptr(unsafe.Pointer(&p.managed)), 4096, gpurt.MemAttachGlobal)); err != nil {
+			return err
+		}
+	}
 	if p.syms.eventCreate != 0 && p.syms.eventRecord != 0 {
 		if gpurt.Call(p.syms.eventCreate, uintptr(unsafe.Pointer(&p.event))) != 0 {
 			p.event = 0
@@ -391,6 +409,37 @@ func (p *truthProbe) op(name string) int32 {
 		return gpurt.Call(rt.GraphDestroy.Addr, p.graph2)
 	case "free_async_other":
 		return gpurt.Call(rt.FreeAsync.Addr, p.poolPtr, p.otherS)
+	case "managed_alloc":
+		var q uintptr
+		return both(
+			func() int32 {
+				return gpurt.Call(rt.MallocManaged.Addr, uintptr(unsafe.Pointer(&q)), 4096, gpurt.MemAttachGlobal)
+			},
+			func() int32 { return gpurt.Call(rt.Free.Addr, q) })
+	case "prefetch_capturing":
+		return p.prefetch(p.capS)
+	case "prefetch_other":
+		return p.prefetch(p.otherS)
+	case "host_register":
+		b := uintptr(unsafe.Pointer(&p.toRegister[0]))
+		return both(
+			func() int32 {
+				return gpurt.Call(rt.HostRegister.Addr, b, 4096, gpurt.HostRegisterPortable|gpurt.HostRegisterMapped)
+			},
+			func() int32 { return gpurt.Call(rt.HostUnregister.Addr, b) })
 	}
 	panic("unreachable: checked in runTruthCase")
+}
+
+// prefetch is cudaMemPrefetchAsync of the managed buffer to the device on
+// s, in the ABI the backend bound for this runtime's version (the device
+// ordinal before CUDA 13, the location struct {type, id} by value and
+// flags 0 from 13.0: internal/gpurt/managed.go).
+func (p *truthProbe) prefetch(s uintptr) int32 {
+	rt := p.rt
+	if rt.MemPrefetchLocation.Addr != 0 {
+		loc := uintptr(uint32(gpurt.MemLocationTypeDevice)) | uintptr(uint32(p.dev))<<32
+		return gpurt.Call(rt.MemPrefetchLocation.Addr, p.managed, 4096, loc, 0, s)
+	}
+	return gpurt.Call(rt.MemPrefetchAsync.Addr, p.managed, 4096, uintptr(p.dev), s)
 }

@@ -138,6 +138,7 @@ cudaError_t cudaDeviceGetAttribute(int *v, int attr, int dev) {
   case 1: *v = max_threads(); break;
   case 16: *v = multiprocessors(); break;
   case 18: *v = envint("FAKE_CUDA_INTEGRATED", 0); break;
+  case 88: *v = envint("FAKE_CUDA_PAGEABLE_ACCESS", 0); break; /* cudaDevAttrPageableMemoryAccess */
   case 115: *v = !getenv("FAKE_CUDA_NO_POOLS"); break;
   default: *v = 0;
   }
@@ -362,3 +363,31 @@ CUresult cuMemSetAccess(unsigned long long p, size_t n, const int *desc, size_t 
 }
 #endif /* FAKE_NO_VM_API */
 #endif
+
+/* cudaMemPrefetchAsync changed its parameters in CUDA 13 under the same
+ * name: before, (const void *devPtr, size_t count, int dstDevice,
+ * cudaStream_t stream), cudaCpuDeviceId (-1) for the host; from 13.0,
+ * (const void *devPtr, size_t count, struct cudaMemLocation location,
+ * unsigned int flags, cudaStream_t stream), the 8-byte struct {type, id}
+ * passed by value in one register (type 1 device, id its ordinal; type 2
+ * host). This fake answers as the runtime version it reports: the third
+ * argument is the device, or the location's two ints (type in the low
+ * half); the stream the fourth or the fifth. */
+cudaError_t cudaMemPrefetchAsync(const void *p, size_t n, unsigned long long a3, unsigned long long a4, void *a5) {
+  ENTER("cudaMemPrefetchAsync");
+  int device;
+  void *h;
+  if (runtime_version() >= 13000) {
+    int type = (int)(unsigned)(a3 & 0xffffffffu), id = (int)(unsigned)(a3 >> 32);
+    logf_("cudaMemPrefetchAsync %p n=%zu location=%d:%d flags=%llu stream=%p", p, n, type, id, a4, a5);
+    if (a4 != 0 || (type != 1 && type != 2)) RETURN(1);
+    device = type == 2 ? -1 : id;
+    if (type == 1 && id < 0) RETURN(1);
+    h = a5;
+  } else {
+    device = (int)(unsigned)(a3 & 0xffffffffu);
+    logf_("cudaMemPrefetchAsync %p n=%zu device=%d stream=%p", p, n, device, (void *)a4);
+    h = (void *)a4;
+  }
+  RETURN(prefetch_(p, n, device, h));
+}

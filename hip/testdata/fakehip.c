@@ -138,6 +138,7 @@ hipError_t hipDeviceGetAttribute(int *v, int attr, int dev) {
   int pools = envint("FAKE_HIP_POOLS_ATTR", ver >= 50600000 && ver < 60200000 ? 0 : 1);
   switch (attr) {
   case 16: *v = envint("FAKE_HIP_INTEGRATED", 0); break;
+  case 65: *v = envint("FAKE_HIP_PAGEABLE_ACCESS", 0); break; /* hipDeviceAttributePageableMemoryAccess */
   case 56: *v = max_threads(); break;
   case 63: *v = multiprocessors(); break;
   case 88: *v = pools; break;
@@ -398,3 +399,12 @@ hipError_t hipMemSetAccess(void *p, size_t n, const int *desc, size_t count) {
   RETURN(vm_set_access_(p, n, desc[0], desc[1], desc[2], count));
 }
 #endif /* FAKE_NO_VM_API */
+
+/* hipMemPrefetchAsync(const void *dev_ptr, size_t count, int device,
+ * hipStream_t stream), hipCpuDeviceId (-1) for the host
+ * (hip_runtime_api.h, 5.2.3). */
+hipError_t hipMemPrefetchAsync(const void *p, size_t n, int device, void *h) {
+  ENTER("hipMemPrefetchAsync");
+  logf_("hipMemPrefetchAsync %p n=%zu device=%d stream=%p", p, n, device, h);
+  RETURN(prefetch_(p, n, device, h));
+}

@@ -294,7 +294,9 @@ static int peer_copy_ok(int device, const void *p, size_t n) {
   return 1;
 }
 
-typedef struct { char *p; size_t n; int reg; } host_t; /* reg: host-registered, not ours */
+/* reg: host-registered, not ours; managed: RT(MallocManaged)'s, freed
+ * with RT(Free) */
+typedef struct { char *p; size_t n; int reg; int managed; } host_t;
 static host_t hosts[4096];
 static int nhosts;
 /* host_slot_ is a free entry of hosts (one freed or unregistered is
@@ -643,9 +645,54 @@ rtError_t RT(Free)(void *p) {
   rtError_t e = unsafe();
   if (e) RETURN(e);
   alloc_t *a = find(p);
+  if (!a) {
+    for (int i = 0; i < nhosts; i++)
+      if (hosts[i].p == p && hosts[i].managed) { forget(); free(p); hosts[i].p = NULL; RETURN(0); }
+  }
   if (!a || a->owner) RETURN(1);
   release(a);
   RETURN(0);
+}
+
+/* Managed memory (RT(MallocManaged), flags: the global attach flag, 1 in
+ * both headers; host attach, 2, is refused here): host memory the
+ * device's kernels and the copies reach at one address, in the host
+ * table (so a capture's copies take it, as pinned memory) and freed with
+ * RT(Free). An unsafe call, like RT(Malloc). */
+rtError_t RT(MallocManaged)(void **p, size_t n, unsigned flags) {
+  ENTER(RTS(MallocManaged));
+  logf_(RTS(MallocManaged) " n=%zu flags=%u", n, flags);
+  rtError_t e = unsafe();
+  if (e) RETURN(e);
+  if (!p || !n || flags != 1) RETURN(1);
+  int slot = host_slot_();
+  if (slot < 0) RETURN(2);
+  char *b = calloc(1, n);
+  if (!b) RETURN(2);
+  hosts[slot] = (host_t){b, n, 0, 1};
+  *p = b;
+  RETURN(0);
+}
+static int managed_range(const void *p, size_t n) {
+  for (int i = 0; i < nhosts; i++)
+    if (hosts[i].p && hosts[i].managed && (const char *)p >= hosts[i].p && (const char *)p + n <= hosts[i].p + hosts[i].n) return 1;
+  return 0;
+}
+/* prefetch_ is the prefetch both ABIs share once the destination is read
+ * (to the device: a valid ordinal; to the host: device -1): 1 (invalid
+ * value) outside one managed allocation, the stream's rules otherwise.
+ * Memory does not move here, so there is nothing to run: on a capturing
+ * stream it is taken (as the cpu backend records it) and adds no node.
+ * What a real capture does with it is not recorded (cmd/cudatruth's
+ * prefetch cases); the library never makes it during one. */
+static rtError_t prefetch_(const void *p, size_t n, int device, void *h) {
+  stream_t *s = stream_of(h);
+  if (!s && !is_legacy(h)) return 400;
+  if (!managed_range(p, n) || device < -1 || device >= ndevices()) return 1;
+  rtError_t le = legacy(s);
+  if (le) return le;
+  if (s && s->status == 2) return 901;
+  return 0;
 }
 
 /* handleTypes: none (0) or the POSIX file descriptor (1); an exportable
@@ -820,7 +867,7 @@ rtError_t HOST_FREE(void *p) {
   rtError_t e = unsafe();
   if (e) RETURN(e);
   for (int i = 0; i < nhosts; i++)
-    if (hosts[i].p == p && !hosts[i].reg) { forget(); free(p); hosts[i].p = NULL; RETURN(0); }
+    if (hosts[i].p == p && !hosts[i].reg && !hosts[i].managed) { forget(); free(p); hosts[i].p = NULL; RETURN(0); }
   RETURN(1);
 }
 /* RT(HostRegister) pins memory the caller owns; 712 when it overlaps a
@@ -1208,6 +1255,11 @@ static int legal_range(int device, const char *a, const char *b, range_t *out) {
   for (int i = 0; i < 256; i++)
     if (mappings[i].p && a >= mappings[i].p && b <= mappings[i].p + mappings[i].n) { out->lo = mappings[i].p; out->hi = mappings[i].p + mappings[i].n; return 1; }
   vmres_t *r = vm_res_of(a);
+  /* A device with pageable memory access (FAKE_<RT>_PAGEABLE_ACCESS=1,
+   * the device attribute's answer) reads any host memory that is not
+   * device memory: GB10, Grace Hopper. Elsewhere host memory must be
+   * pinned, registered or managed (above). */
+  if (!al && !r && envint(ENVN("PAGEABLE_ACCESS"), 0)) { out->lo = a; out->hi = b; return 1; }
   if (r && b <= r->base + r->n) {
     size_t at = (size_t)(a - r->base), end = (size_t)(b - r->base);
     for (vmmap_t *m = r->maps; m; m = m->next)

@@ -82,6 +82,16 @@ const (
 	MemHandleTypeNone       int32 = 0x0 // cudaMemHandleTypeNone, hipMemHandleTypeNone
 	MemHandleTypePosixFD    int32 = 0x1 // cudaMemHandleTypePosixFileDescriptor, hipMemHandleTypePosixFileDescriptor
 	MemLocationTypeDevice   int32 = 1   // cudaMemLocationTypeDevice, hipMemLocationTypeDevice
+	MemLocationTypeHost     int32 = 2   // cudaMemLocationTypeHost (a CUDA 13 prefetch's location; id ignored)
+)
+
+// Managed memory (managed.go): cudaMemAttachGlobal (driver_types.h
+// #define 0x01), hipMemAttachGlobal (hip_runtime_api.h 5.2.3, #define
+// 0x01): reachable from any stream of any device; cudaCpuDeviceId and
+// hipCpuDeviceId (both ((int)-1)): the host as a pre-13 prefetch's device.
+const (
+	MemAttachGlobal uintptr = 0x01
+	CPUDeviceID     int32   = -1
 )
 
 // PtrExportDataSize is sizeof(cudaMemPoolPtrExportData) and

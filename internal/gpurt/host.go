@@ -17,6 +17,7 @@ type hostRegion struct {
 	size     int
 	supplied []byte
 	reg      bool // registered by HostRegister (hostreg.go): the caller's memory
+	managed  bool // managed memory's host view (managed.go), freed with FreeManaged
 }
 
 func addr(b []byte) uintptr { return hostregion.Addr(b) }
@@ -88,7 +89,9 @@ func (d *Driver) HostFree(b []byte) error {
 		return d.v.ErrClosed(op)
 	}
 	d.mu.Lock()
-	r, ok := d.hosts.RemoveWhere(func(r hostRegion) bool { return !r.reg && len(b) > 0 && r.start == addr(b) && r.size == len(b) })
+	r, ok := d.hosts.RemoveWhere(func(r hostRegion) bool {
+		return !r.reg && !r.managed && len(b) > 0 && r.start == addr(b) && r.size == len(b)
+	})
 	d.mu.Unlock()
 	if !ok {
 		return d.v.Errf(driver.ErrInvalidValue, "%s: not a buffer from HostAlloc, or already freed", op)

@@ -39,6 +39,12 @@ type Syms struct {
 	MemPoolExportPointer, MemPoolImportPointer                 Sym
 	GraphMemTrim                                               Sym // optional in both: Addr 0 when missing
 	HostGetDevicePointer                                       Sym // optional in both (hostreg.go)
+	// Optional in both (managed.go): managed memory, and its prefetch in
+	// one of two ABIs, whichever the vendor bound for the runtime's
+	// version: MemPrefetchAsync takes the destination as a device ordinal
+	// (-1: the host), MemPrefetchLocation as a location struct and flags
+	// (CUDA 13's cudaMemPrefetchAsync).
+	MallocManaged, MemPrefetchAsync, MemPrefetchLocation Sym
 	// Optional in both (topology.go): the device's PCI bus id, and peer
 	// access between devices of this process.
 	DeviceGetPCIBusId, DeviceCanAccessPeer, DeviceEnablePeerAccess Sym

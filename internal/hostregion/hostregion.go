@@ -140,6 +140,9 @@ func (s *Set[R]) Take() []R {
 	return nil
 }
 
+// Any reports whether match accepts a registered buffer.
+func (s *Set[R]) Any(match func(R) bool) bool { return slices.ContainsFunc(s.all(), match) }
+
 // Overlaps reports whether any byte of b lies in a registered buffer.
 func (s *Set[R]) Overlaps(b []byte) bool {
 	lo, hi := Addr(b), Addr(b)+uintptr(len(b))
