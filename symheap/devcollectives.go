@@ -44,7 +44,7 @@ func (h *DeviceHeap) AllReduceWith(t Tensor, dt DType, alg Algorithm) error {
 	if err := h.bump.checkElems(t, dt); err != nil {
 		return err
 	}
-	alg = resolveAlgorithm(alg, t.Size)
+	alg = resolveAlgorithm(alg, t.Size, h.oneShotMax)
 	packs := (t.Size + 15) / 16
 	c := kernels.Coll{InOff: uint64(t.Off), Count: uint64(t.Size / dt.Size()), DType: uint32(dt)}
 	c.Sig = allReduceSig(alg, dt, t)

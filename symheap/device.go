@@ -61,6 +61,8 @@ type DeviceHeap struct {
 	// and, for tests, forceAligned: launch them whatever the operands.
 	maxGridAligned uint32
 	forceAligned   bool
+	// Auto's crossover, agreed by every rank at open (auto.go).
+	oneShotMax int64
 
 	mu     sync.Mutex
 	closed bool

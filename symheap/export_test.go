@@ -31,3 +31,14 @@ func MaxGridAligned(h *DeviceHeap) uint32 {
 	defer h.mu.Unlock()
 	return h.maxGridAligned
 }
+
+// SetRecordedOneShotMax replaces the recorded crossover table for a test
+// and returns a function that restores it.
+func SetRecordedOneShotMax(rows []OneShotRow) (restore func()) {
+	old := recordedOneShotMax
+	recordedOneShotMax = rows
+	return func() { recordedOneShotMax = old }
+}
+
+// OneShotMax is the heap's agreed Auto crossover.
+func OneShotMax(h *DeviceHeap) int64 { return h.oneShotMax }

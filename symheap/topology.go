@@ -44,6 +44,7 @@ type rankDevice struct {
 	perSMAligned    int
 	limitingAligned string
 	aligned         bool
+	oneShotMax      int64 // Auto's crossover for its device and the heap's ranks (auto.go)
 }
 
 func (h *DeviceHeap) rankDevice() rankDevice {
@@ -55,8 +56,10 @@ func (h *DeviceHeap) rankDevice() rankDevice {
 	for _, b := range h.bases {
 		aligned = aligned && (uint64(b)+SignalPadBytes)%16 == 0
 	}
+	oneShotMax, _ := OneShotMaxFor(DeviceKind(h.a.Driver().Info().Name), h.Ranks())
 	return rankDevice{runs: true, id: k.mod.DeviceID, device: k.mod.Device, perSM: k.perSM, sms: k.mod.Multiprocessors,
-		limiting: k.limiting, occupancy: k.occupancy, perSMAligned: k.perSMAligned, limitingAligned: k.limitingAligned, aligned: aligned}
+		limiting: k.limiting, occupancy: k.occupancy, perSMAligned: k.perSMAligned, limitingAligned: k.limitingAligned, aligned: aligned,
+		oneShotMax: oneShotMax}
 }
 
 // alignedView is d with the aligned variants' figures in place of the
@@ -73,7 +76,7 @@ func (d rankDevice) encode() []byte {
 		return nil
 	}
 	b := []byte{1, boolByte(d.occupancy), boolByte(d.aligned)}
-	for _, v := range []int{d.device, d.perSM, d.sms, d.perSMAligned} {
+	for _, v := range []int{d.device, d.perSM, d.sms, d.perSMAligned, int(d.oneShotMax)} {
 		b = binary.LittleEndian.AppendUint64(b, uint64(int64(v)))
 	}
 	for _, s := range []string{d.id, d.limiting, d.limitingAligned} {
@@ -95,7 +98,7 @@ func decodeRankDevice(b []byte) (rankDevice, error) {
 		return rankDevice{}, nil
 	}
 	bad := fmt.Errorf("%w: a device description of %d B that does not parse", ErrPeerOpen, len(b))
-	if len(b) < 3+32 || b[0] != 1 {
+	if len(b) < 3+40 || b[0] != 1 {
 		return rankDevice{}, bad
 	}
 	d := rankDevice{runs: true, occupancy: b[1] == 1, aligned: b[2] == 1}
@@ -103,7 +106,8 @@ func decodeRankDevice(b []byte) (rankDevice, error) {
 	d.perSM = int(int64(binary.LittleEndian.Uint64(b[11:])))
 	d.sms = int(int64(binary.LittleEndian.Uint64(b[19:])))
 	d.perSMAligned = int(int64(binary.LittleEndian.Uint64(b[27:])))
-	b = b[35:]
+	d.oneShotMax = int64(binary.LittleEndian.Uint64(b[35:]))
+	b = b[43:]
 	for _, s := range []*string{&d.id, &d.limiting, &d.limitingAligned} {
 		if len(b) < 2 || len(b) < 2+int(binary.LittleEndian.Uint16(b)) {
 			return rankDevice{}, bad
@@ -175,6 +179,15 @@ func (h *DeviceHeap) settleGrid(payloads [][]byte) error {
 		return err
 	}
 	h.maxGrid = g
+	// Auto's crossover: the least any rank's device recorded (every rank
+	// must resolve Auto alike; the signature carries the algorithm).
+	h.oneShotMax = OneShotMaxBytes
+	first := true
+	for _, d := range devs {
+		if d.runs && (first || d.oneShotMax < h.oneShotMax) {
+			h.oneShotMax, first = max(0, d.oneShotMax), false
+		}
+	}
 	// The aligned variants' own limit, where every rank maps every
 	// allocation 16-aligned; 0 (none: the general kernels serve every
 	// collective) otherwise, or where they leave a rank no block.
