@@ -576,6 +576,15 @@ CA_KERNEL capalloc_reducescatter(ca_coll a) {
 #define CA_UNROLL 4
 #define CA_RUNROLL 1
 
+/* CA_BY_DTYPE calls fn<element type> with args, for dt's type. */
+#define CA_BY_DTYPE(dt, fn, args)       \
+  switch (dt) {                         \
+  case CA_F32: fn<CA_F32> args; break;  \
+  case CA_I32: fn<CA_I32> args; break;  \
+  case CA_F16: fn<CA_F16> args; break;  \
+  default: fn<CA_BF16> args; break;     \
+  }
+
 CA_DEV void ca_vld(ca_pack &v, const unsigned char *p, u32 j) {
   ca_v4 x = ca_ld((const ca_v4 *)p + j);
   v.w[0] = x.x, v.w[1] = x.y, v.w[2] = x.z, v.w[3] = x.w;
@@ -642,12 +651,7 @@ CA_KERNEL_ALIGNED capalloc_allreduce_oneshot_aligned(ca_coll a) {
   CA_SHARED(u32, sh, 1);
   ca_state s;
   if (ca_begin(a, s, sh) && ca_barrier(a, s)) {
-    switch (a.dtype) {
-    case CA_F32: ca_oneshot_aligned<CA_F32>(a, s); break;
-    case CA_I32: ca_oneshot_aligned<CA_I32>(a, s); break;
-    case CA_F16: ca_oneshot_aligned<CA_F16>(a, s); break;
-    default: ca_oneshot_aligned<CA_BF16>(a, s); break;
-    }
+    CA_BY_DTYPE(a.dtype, ca_oneshot_aligned, (a, s));
   }
   ca_end(a, s);
 }
@@ -679,12 +683,7 @@ CA_KERNEL_ALIGNED capalloc_allreduce_twoshot_aligned(ca_coll a) {
   CA_SHARED(u32, sh, 1);
   ca_state s;
   if (ca_begin(a, s, sh) && ca_barrier(a, s)) {
-    switch (a.dtype) {
-    case CA_F32: ca_twoshot_aligned<CA_F32>(a, s); break;
-    case CA_I32: ca_twoshot_aligned<CA_I32>(a, s); break;
-    case CA_F16: ca_twoshot_aligned<CA_F16>(a, s); break;
-    default: ca_twoshot_aligned<CA_BF16>(a, s); break;
-    }
+    CA_BY_DTYPE(a.dtype, ca_twoshot_aligned, (a, s));
   }
   ca_end(a, s);
 }
@@ -735,12 +734,7 @@ CA_KERNEL_ALIGNED capalloc_reducescatter_aligned(ca_coll a) {
   CA_SHARED(u32, sh, 1);
   ca_state s;
   if (ca_begin(a, s, sh) && ca_barrier(a, s)) {
-    switch (a.dtype) {
-    case CA_F32: ca_reducescatter_aligned<CA_F32>(a); break;
-    case CA_I32: ca_reducescatter_aligned<CA_I32>(a); break;
-    case CA_F16: ca_reducescatter_aligned<CA_F16>(a); break;
-    default: ca_reducescatter_aligned<CA_BF16>(a); break;
-    }
+    CA_BY_DTYPE(a.dtype, ca_reducescatter_aligned, (a));
     ca_barrier(a, s);
   }
   ca_end(a, s);
