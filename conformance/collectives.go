@@ -555,14 +555,20 @@ func (s *suite) reductions(t *testing.T, kind heapKind) {
 // negativeZero: a sum in rank order starts from rank 0's value, so where
 // every rank holds -0 the sum is -0 (an accumulator started at +0 made it
 // +0), and where one rank holds +0 it is +0 (IEEE: -0 + +0 = +0). Every
-// float type, both all-reduce algorithms and reduce-scatter, a partial
-// pack at the end.
+// float type, both all-reduce algorithms and reduce-scatter, whole packs
+// (the device heap's aligned variants) and a partial pack at the end.
 func (s *suite) negativeZero(t *testing.T, kind heapKind) {
-	const n, count = 3, 1001
+	const n = 3
 	w, ok := kind.open(s, t, n, 1<<20, 10*time.Second, false)
 	if !ok {
 		return
 	}
+	for _, count := range []int64{1000, 1001} {
+		s.negativeZeroOf(t, w, n, count)
+	}
+}
+
+func (s *suite) negativeZeroOf(t *testing.T, w *world, n int, count int64) {
 	type op struct {
 		name   string
 		in     int64 // elements of in (out holds count)
@@ -575,7 +581,7 @@ func (s *suite) negativeZero(t *testing.T, kind heapKind) {
 		{"all_reduce_two_shot", count, func(h symheap.Collectives, in, _ symheap.Tensor, dt symheap.DType) error {
 			return h.AllReduceWith(in, dt, symheap.TwoShot)
 		}},
-		{"reduce_scatter", n * count, func(h symheap.Collectives, in, out symheap.Tensor, dt symheap.DType) error {
+		{"reduce_scatter", int64(n) * count, func(h symheap.Collectives, in, out symheap.Tensor, dt symheap.DType) error {
 			return h.ReduceScatter(in, out, dt)
 		}},
 	}
@@ -583,7 +589,7 @@ func (s *suite) negativeZero(t *testing.T, kind heapKind) {
 		es := dt.Size()
 		for _, o := range ops {
 			for _, plusOn := range []int{-1, 1} { // the rank that holds +0 (-1: none)
-				t.Run(fmt.Sprintf("%s/%s/plus_zero_on_%d", dt, o.name, plusOn), func(t *testing.T) {
+				t.Run(fmt.Sprintf("%s/%s/%d/plus_zero_on_%d", dt, o.name, count, plusOn), func(t *testing.T) {
 					in := w.alloc(t, o.in*es)
 					out := in
 					if o.in != count {
@@ -626,7 +632,7 @@ func (s *suite) negativeZero(t *testing.T, kind heapKind) {
 						wantZero = 0
 					}
 					for i := range count {
-						encodeElem(dt, want[i*int(es):], wantZero)
+						encodeElem(dt, want[i*es:], wantZero)
 					}
 					for r := range n {
 						require.Equal(t, want, ios[r].out.Bytes(), "rank %d: every element must be %v", r, wantZero)

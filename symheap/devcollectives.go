@@ -44,15 +44,51 @@ func (h *DeviceHeap) AllReduceWith(t Tensor, dt DType, alg Algorithm) error {
 	if err := h.bump.checkElems(t, dt); err != nil {
 		return err
 	}
-	alg = resolveAlgorithm(alg, t.Size)
+	alg = resolveAlgorithm(alg, t.Size, h.oneShotMax)
 	packs := (t.Size + 15) / 16
 	c := kernels.Coll{InOff: uint64(t.Off), Count: uint64(t.Size / dt.Size()), DType: uint32(dt)}
 	c.Sig = allReduceSig(alg, dt, t)
+	aligned := h.alignedOperands(t.Size, t.Off)
 	if alg == OneShot {
+		if aligned {
+			return h.collective("AllReduce (one-shot)", kernels.AllReduceOneShotAligned, c, ceilDiv(packs, kernels.AlignedSumPacks))
+		}
 		return h.collective("AllReduce (one-shot)", kernels.AllReduceOneShot, c, packs)
 	}
-	return h.collective("AllReduce (two-shot)", kernels.AllReduceTwoShot, c, (packs+int64(h.Ranks())-1)/int64(h.Ranks()))
+	part := ceilDiv(packs, int64(h.Ranks()))
+	if aligned {
+		return h.collective("AllReduce (two-shot)", kernels.AllReduceTwoShotAligned, c, ceilDiv(part, kernels.AlignedSumPacks))
+	}
+	return h.collective("AllReduce (two-shot)", kernels.AllReduceTwoShot, c, part)
 }
+
+// alignedOperands says whether a collective's operands suit the aligned
+// variants: the size it moves a rank (a tensor or a chunk: every chunk
+// then starts 16-aligned too) and every offset a multiple of 16 bytes,
+// the size at most kernels.AlignedMaxPacks packs, on a heap whose ranks all map their allocations 16-aligned
+// (maxGridAligned > 0, agreed at open). Every rank decides the same: the
+// offsets and sizes are the same on every rank. A vector access to a
+// misaligned address faults, so nothing else may launch them (but a
+// test's forceAligned).
+func (h *DeviceHeap) alignedOperands(size int64, offs ...int64) bool {
+	if h.kern == nil || h.maxGridAligned == 0 {
+		return false
+	}
+	if h.forceAligned {
+		return true
+	}
+	if size%16 != 0 || size/16 > kernels.AlignedMaxPacks {
+		return false
+	}
+	for _, off := range offs {
+		if off%16 != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func ceilDiv(n, d int64) int64 { return (n + d - 1) / d }
 
 // AllGather writes rank p's in at out's p-th chunk, on every rank:
 // out.Size must be Ranks()*in.Size.
@@ -62,6 +98,9 @@ func (h *DeviceHeap) AllGather(in, out Tensor) error {
 	}
 	c := kernels.Coll{InOff: uint64(in.Off), OutOff: uint64(out.Off), Count: uint64(in.Size)}
 	c.Sig = kernels.Signature(kernels.KindAllGather, 0, c.Count)
+	if h.alignedOperands(in.Size, in.Off, out.Off) {
+		return h.collective("AllGather", kernels.AllGatherAligned, c, ceilDiv(in.Size/16, kernels.AlignedCopyPacks))
+	}
 	return h.collective("AllGather", kernels.AllGather, c, in.Size/16)
 }
 
@@ -76,6 +115,9 @@ func (h *DeviceHeap) ReduceScatter(in, out Tensor, dt DType) error {
 	}
 	c := kernels.Coll{InOff: uint64(in.Off), OutOff: uint64(out.Off), Count: uint64(out.Size / dt.Size()), DType: uint32(dt)}
 	c.Sig = kernels.Signature(kernels.KindReduceScatter, c.DType, c.Count)
+	if h.alignedOperands(out.Size, in.Off, out.Off) {
+		return h.collective("ReduceScatter", kernels.ReduceScatterAligned, c, ceilDiv(out.Size/16, kernels.AlignedSumPacks))
+	}
 	return h.collective("ReduceScatter", kernels.ReduceScatter, c, (out.Size+15)/16)
 }
 
@@ -88,6 +130,9 @@ func (h *DeviceHeap) AllToAll(in, out Tensor) error {
 	n := in.Size / int64(h.Ranks())
 	c := kernels.Coll{InOff: uint64(in.Off), OutOff: uint64(out.Off), Count: uint64(n)}
 	c.Sig = kernels.Signature(kernels.KindAllToAll, 0, c.Count)
+	if h.alignedOperands(n, in.Off, out.Off) {
+		return h.collective("AllToAll", kernels.AllToAllAligned, c, ceilDiv(n/16, kernels.AlignedCopyPacks))
+	}
 	return h.collective("AllToAll", kernels.AllToAll, c, n/16)
 }
 
@@ -110,7 +155,11 @@ func (h *DeviceHeap) collective(op, name string, c kernels.Coll, items int64) er
 	if err := h.startLocked(op, &c); err != nil {
 		return err
 	}
-	return h.launchLocked(op, name, c.Encode(make([]byte, kernels.CollSize)), h.grid(items))
+	grid := h.grid(items)
+	if kernels.IsAligned(name) {
+		grid = h.gridUpTo(items, h.maxGridAligned)
+	}
+	return h.launchLocked(op, name, c.Encode(make([]byte, kernels.CollSize)), grid)
 }
 
 // startLocked refuses op on a heap that cannot run it (closed, broken, a

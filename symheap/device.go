@@ -57,6 +57,12 @@ type DeviceHeap struct {
 	kern    *devKernels // the collectives, loaded at open (nil: kernErr says why)
 	kernErr error
 	maxGrid uint32 // blocks per launch, at most: every rank's co-resident limit (topology.go)
+	// The aligned variants' limit (0: they are not used on this heap)
+	// and, for tests, forceAligned: launch them whatever the operands.
+	maxGridAligned uint32
+	forceAligned   bool
+	// Auto's crossover, agreed by every rank at open (auto.go).
+	oneShotMax int64
 
 	mu     sync.Mutex
 	closed bool

@@ -24,6 +24,10 @@ type devKernels struct {
 	perSM     int
 	limiting  string
 	occupancy bool
+	// The same for the aligned variants (kernels.Aligned), which launch
+	// their own grids: fewer registers hold more blocks.
+	perSMAligned    int
+	limitingAligned string
 }
 
 // loaded caches the module per driver: loading (a PTX JIT or a hiprtc
@@ -91,29 +95,52 @@ func newDevKernels(kl driver.KernelLauncher) (*devKernels, error) {
 }
 
 // measure asks the driver how many blocks of each collective kernel fit
-// on one multiprocessor at the launch's block size, and keeps the least.
-// A driver without the query (errors.ErrUnsupported) is taken to hold one.
+// on one multiprocessor at the launch's block size, and keeps the least,
+// of the general kernels and of the aligned variants apart. A driver
+// without the query (errors.ErrUnsupported) is taken to hold one.
 func (k *devKernels) measure() error {
-	k.perSM, k.limiting, k.occupancy = 1, "", false
-	first := true
+	k.occupancy = false
+	var general, aligned []string
 	for _, n := range kernels.Names {
-		if n == kernels.Axpy || n == kernels.Put { // no barrier: its blocks need not be co-resident
-			continue
-		}
-		b, err := k.kl.MaxActiveBlocks(k.mod.Kernels[n], k.block)
-		if errors.Is(err, errors.ErrUnsupported) {
-			k.perSM, k.limiting, k.occupancy = 1, n, false
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("symheap: occupancy of %s at %d threads a block: %w", n, k.block, err)
-		}
-		if first || b < k.perSM {
-			k.perSM, k.limiting, first = b, n, false
+		switch {
+		case n == kernels.Axpy, n == kernels.Put: // no barrier: its blocks need not be co-resident
+		case kernels.IsAligned(n):
+			aligned = append(aligned, n)
+		default:
+			general = append(general, n)
 		}
 	}
-	k.occupancy = true
+	var err error
+	if k.perSM, k.limiting, err = k.least(general); err != nil {
+		return err
+	}
+	if k.perSMAligned, k.limitingAligned, err = k.least(aligned); err != nil {
+		return err
+	}
+	k.occupancy = k.perSM > 0
+	if !k.occupancy {
+		k.perSM, k.perSMAligned = 1, 1
+	}
 	return nil
+}
+
+// least is the fewest blocks of names one multiprocessor holds, and the
+// kernel that holds them; 0 where the driver has no occupancy query.
+func (k *devKernels) least(names []string) (int, string, error) {
+	per, limiting := 0, ""
+	for _, n := range names {
+		b, err := k.kl.MaxActiveBlocks(k.mod.Kernels[n], k.block)
+		if errors.Is(err, errors.ErrUnsupported) {
+			return 0, n, nil
+		}
+		if err != nil {
+			return 0, "", fmt.Errorf("symheap: occupancy of %s at %d threads a block: %w", n, k.block, err)
+		}
+		if limiting == "" || b < per {
+			per, limiting = b, n
+		}
+	}
+	return per, limiting, nil
 }
 
 // ticks is d in the kernels' timer's ticks.

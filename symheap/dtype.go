@@ -44,7 +44,9 @@ func (d DType) Size() int64 {
 type Algorithm int
 
 const (
-	// Auto picks OneShot up to OneShotMaxBytes and TwoShot above.
+	// Auto picks OneShot up to OneShotMaxBytes and TwoShot above; on
+	// the device heap, up to the crossover recorded GPU runs measured for
+	// the device and rank count where there is one (auto.go).
 	Auto Algorithm = iota
 	// OneShot: every rank reads every peer's whole tensor and sums it:
 	// the fewest steps, the most traffic (latency-bound sizes).
@@ -55,7 +57,8 @@ const (
 	TwoShot
 )
 
-// OneShotMaxBytes is the largest all-reduce Auto runs one-shot.
+// OneShotMaxBytes is the largest all-reduce Auto runs one-shot, where no
+// recorded run says otherwise (auto.go).
 const OneShotMaxBytes = 256 << 10
 
 func (a Algorithm) String() string {

@@ -14,3 +14,31 @@ func MaxGrid(h *DeviceHeap) uint32 {
 	defer h.mu.Unlock()
 	return h.maxGrid
 }
+
+// ForceAligned makes the heap launch the aligned kernel variants whatever
+// the operands, so a test can show that a misaligned operand faults in
+// them (and so must never reach them).
+func ForceAligned(h *DeviceHeap, on bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.forceAligned = on
+}
+
+// MaxGridAligned is the aligned variants' co-resident grid limit (0: the
+// heap does not use them).
+func MaxGridAligned(h *DeviceHeap) uint32 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.maxGridAligned
+}
+
+// SetRecordedOneShotMax replaces the recorded crossover table for a test
+// and returns a function that restores it.
+func SetRecordedOneShotMax(rows []OneShotRow) (restore func()) {
+	old := recordedOneShotMax
+	recordedOneShotMax = rows
+	return func() { recordedOneShotMax = old }
+}
+
+// OneShotMax is the heap's agreed Auto crossover.
+func OneShotMax(h *DeviceHeap) int64 { return h.oneShotMax }

@@ -14,12 +14,13 @@ import (
 // peer cannot be at, fails with ErrCollectiveMismatch naming both ranks
 // and both collectives (docs/device-collectives.md, "Signatures").
 
-// resolveAlgorithm is alg with Auto decided by the tensor's size.
-func resolveAlgorithm(alg Algorithm, size int64) Algorithm {
+// resolveAlgorithm is alg with Auto decided by the tensor's size: one-shot
+// up to oneShotMax bytes.
+func resolveAlgorithm(alg Algorithm, size, oneShotMax int64) Algorithm {
 	if alg != Auto {
 		return alg
 	}
-	if size > OneShotMaxBytes {
+	if size > oneShotMax {
 		return TwoShot
 	}
 	return OneShot
@@ -28,7 +29,7 @@ func resolveAlgorithm(alg Algorithm, size int64) Algorithm {
 // allReduceSig is the signature of an all-reduce of t by alg (resolved).
 func allReduceSig(alg Algorithm, dt DType, t Tensor) uint32 {
 	kind := uint32(kernels.KindAllReduceOneShot)
-	if resolveAlgorithm(alg, t.Size) == TwoShot {
+	if resolveAlgorithm(alg, t.Size, OneShotMaxBytes) == TwoShot {
 		kind = kernels.KindAllReduceTwoShot
 	}
 	return kernels.Signature(kind, uint32(dt), uint64(t.Size/dt.Size()))

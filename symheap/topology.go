@@ -39,6 +39,12 @@ type rankDevice struct {
 	sms       int    // multiprocessors
 	limiting  string // the collective kernel with the fewest blocks per multiprocessor
 	occupancy bool   // perSM came from the occupancy query (else 1 is assumed)
+	// The aligned variants' perSM and limiting kernel, and whether every
+	// allocation this rank maps starts 16-aligned (the variants need it).
+	perSMAligned    int
+	limitingAligned string
+	aligned         bool
+	oneShotMax      int64 // Auto's crossover for its device and the heap's ranks (auto.go)
 }
 
 func (h *DeviceHeap) rankDevice() rankDevice {
@@ -46,8 +52,21 @@ func (h *DeviceHeap) rankDevice() rankDevice {
 	if k == nil {
 		return rankDevice{}
 	}
+	aligned := true
+	for _, b := range h.bases {
+		aligned = aligned && (uint64(b)+SignalPadBytes)%16 == 0
+	}
+	oneShotMax, _ := OneShotMaxFor(DeviceKind(h.a.Driver().Info().Name), h.Ranks())
 	return rankDevice{runs: true, id: k.mod.DeviceID, device: k.mod.Device, perSM: k.perSM, sms: k.mod.Multiprocessors,
-		limiting: k.limiting, occupancy: k.occupancy}
+		limiting: k.limiting, occupancy: k.occupancy, perSMAligned: k.perSMAligned, limitingAligned: k.limitingAligned, aligned: aligned,
+		oneShotMax: oneShotMax}
+}
+
+// alignedView is d with the aligned variants' figures in place of the
+// general kernels', for coResidentGrid.
+func (d rankDevice) alignedView() rankDevice {
+	d.perSM, d.limiting = d.perSMAligned, d.limitingAligned
+	return d
 }
 
 func (d rankDevice) resident() int { return d.perSM * d.sms }
@@ -56,11 +75,11 @@ func (d rankDevice) encode() []byte {
 	if !d.runs {
 		return nil
 	}
-	b := []byte{1, boolByte(d.occupancy)}
-	for _, v := range []int{d.device, d.perSM, d.sms} {
+	b := []byte{1, boolByte(d.occupancy), boolByte(d.aligned)}
+	for _, v := range []int{d.device, d.perSM, d.sms, d.perSMAligned, int(d.oneShotMax)} {
 		b = binary.LittleEndian.AppendUint64(b, uint64(int64(v)))
 	}
-	for _, s := range []string{d.id, d.limiting} {
+	for _, s := range []string{d.id, d.limiting, d.limitingAligned} {
 		b = binary.LittleEndian.AppendUint16(b, uint16(len(s)))
 		b = append(b, s...)
 	}
@@ -79,15 +98,17 @@ func decodeRankDevice(b []byte) (rankDevice, error) {
 		return rankDevice{}, nil
 	}
 	bad := fmt.Errorf("%w: a device description of %d B that does not parse", ErrPeerOpen, len(b))
-	if len(b) < 2+24 || b[0] != 1 {
+	if len(b) < 3+40 || b[0] != 1 {
 		return rankDevice{}, bad
 	}
-	d := rankDevice{runs: true, occupancy: b[1] == 1}
-	d.device = int(int64(binary.LittleEndian.Uint64(b[2:])))
-	d.perSM = int(int64(binary.LittleEndian.Uint64(b[10:])))
-	d.sms = int(int64(binary.LittleEndian.Uint64(b[18:])))
-	b = b[26:]
-	for _, s := range []*string{&d.id, &d.limiting} {
+	d := rankDevice{runs: true, occupancy: b[1] == 1, aligned: b[2] == 1}
+	d.device = int(int64(binary.LittleEndian.Uint64(b[3:])))
+	d.perSM = int(int64(binary.LittleEndian.Uint64(b[11:])))
+	d.sms = int(int64(binary.LittleEndian.Uint64(b[19:])))
+	d.perSMAligned = int(int64(binary.LittleEndian.Uint64(b[27:])))
+	d.oneShotMax = int64(binary.LittleEndian.Uint64(b[35:]))
+	b = b[43:]
+	for _, s := range []*string{&d.id, &d.limiting, &d.limitingAligned} {
 		if len(b) < 2 || len(b) < 2+int(binary.LittleEndian.Uint16(b)) {
 			return rankDevice{}, bad
 		}
@@ -135,9 +156,12 @@ func coResidentGrid(devs []rankDevice) (uint32, error) {
 
 // grid is the blocks for work items of block threads each: at least 1,
 // at most the heap's co-resident limit.
-func (h *DeviceHeap) grid(items int64) uint32 {
+func (h *DeviceHeap) grid(items int64) uint32 { return h.gridUpTo(items, h.maxGrid) }
+
+// gridUpTo is grid with limit in place of the heap's general one.
+func (h *DeviceHeap) gridUpTo(items int64, limit uint32) uint32 {
 	g := (items + int64(h.kern.block) - 1) / int64(h.kern.block)
-	return uint32(max(1, min(g, int64(h.maxGrid))))
+	return uint32(max(1, min(g, int64(limit))))
 }
 
 // settleGrid decodes every rank's device from the confirm round and sets
@@ -155,6 +179,29 @@ func (h *DeviceHeap) settleGrid(payloads [][]byte) error {
 		return err
 	}
 	h.maxGrid = g
+	// Auto's crossover: the least any rank's device recorded (every rank
+	// must resolve Auto alike; the signature carries the algorithm).
+	h.oneShotMax = OneShotMaxBytes
+	first := true
+	for _, d := range devs {
+		if d.runs && (first || d.oneShotMax < h.oneShotMax) {
+			h.oneShotMax, first = max(0, d.oneShotMax), false
+		}
+	}
+	// The aligned variants' own limit, where every rank maps every
+	// allocation 16-aligned; 0 (none: the general kernels serve every
+	// collective) otherwise, or where they leave a rank no block.
+	h.maxGridAligned = 0
+	views := make([]rankDevice, len(devs))
+	for p, d := range devs {
+		if d.runs && !d.aligned {
+			return nil
+		}
+		views[p] = d.alignedView()
+	}
+	if ga, err := coResidentGrid(views); err == nil {
+		h.maxGridAligned = ga
+	}
 	return nil
 }
 

@@ -224,12 +224,12 @@ func runCollectives(t *testing.T, w *topoWorld) {
 }
 
 // launchGrids are the grids of the collective kernels' launches in the
-// log lines.
-func launchGrids(t *testing.T, v *fakeVendor, lines []string) map[string]bool {
+// log lines: of the aligned variants, or of the general kernels.
+func launchGrids(t *testing.T, v *fakeVendor, lines []string, aligned bool) map[string]bool {
 	t.Helper()
 	grids := map[string]bool{}
 	for _, l := range gpurttest.Find(lines, v.launch+" kernel=") {
-		if strings.Contains(l, "kernel="+kernels.Axpy+" ") {
+		if strings.Contains(l, "kernel="+kernels.Axpy+" ") || strings.Contains(l, "_aligned ") != aligned {
 			continue
 		}
 		_, g, ok := strings.Cut(l, " grid=")
@@ -240,12 +240,14 @@ func launchGrids(t *testing.T, v *fakeVendor, lines []string) map[string]bool {
 	return grids
 }
 
-// Eight ranks on one small fake device (4 multiprocessors; the two-shot
-// all-reduce fits 2 blocks per multiprocessor, the other collectives 8):
-// 8 resident blocks shared by 8 ranks leave each rank one block, so every
-// collective launches a grid of 1 (the old rule, min(64,
-// multiprocessors), gave 4), and every collective passes, eager and
-// captured.
+// Eight ranks on one small fake device (4 multiprocessors; the general
+// two-shot all-reduce fits 2 blocks per multiprocessor, the other
+// collectives and every aligned variant 8): 8 resident blocks of the
+// general kernels shared by 8 ranks leave each rank one block, so every
+// general kernel launches a grid of 1 (the old rule, min(64,
+// multiprocessors), gave 4); the aligned variants, sized by their own
+// occupancy, get 32 / 8 = 4 and use them; every collective passes, eager
+// and captured.
 func TestFakeGridFromOccupancy(t *testing.T) {
 	forEachFake(t, func(t *testing.T, v *fakeVendor, log *gpurttest.Log) {
 		t.Setenv(v.env+"SMS", "4")
@@ -256,12 +258,19 @@ func TestFakeGridFromOccupancy(t *testing.T) {
 		}
 		for _, h := range w.heaps {
 			require.EqualValues(t, 1, symheap.MaxGrid(h))
+			require.EqualValues(t, 4, symheap.MaxGridAligned(h))
 		}
 		lines := log.Lines()
 		require.NotEmpty(t, gpurttest.Find(lines, "OccupancyMaxActiveBlocksPerMultiprocessor kernel="+kernels.AllReduceTwoShot+" block=64 shared=0 -> 2"),
 			"the occupancy was asked at the launch's block size")
 		runCollectives(t, w)
-		require.Equal(t, map[string]bool{"1,1,1": true}, launchGrids(t, v, log.Lines()))
+		lines = log.Lines()
+		require.Equal(t, map[string]bool{"1,1,1": true}, launchGrids(t, v, lines, false))
+		aligned := launchGrids(t, v, lines, true)
+		require.True(t, aligned["4,1,1"], "the aligned variants launch up to their own limit: %v", aligned)
+		for g := range aligned {
+			require.Contains(t, []string{"1,1,1", "2,1,1", "3,1,1", "4,1,1"}, g)
+		}
 	})
 }
 

@@ -122,7 +122,7 @@ func recordCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gpurun record:", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "regenerated %s and %s\n", benchmarksDoc, collectivesDoc)
+	fmt.Fprintf(stdout, "regenerated %s, %s and %s\n", benchmarksDoc, collectivesDoc, autoTableFile)
 	return 0
 }
 
@@ -137,7 +137,7 @@ func regenCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gpurun regen:", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "regenerated %s and %s\n", benchmarksDoc, collectivesDoc)
+	fmt.Fprintf(stdout, "regenerated %s, %s and %s\n", benchmarksDoc, collectivesDoc, autoTableFile)
 	return 0
 }
 

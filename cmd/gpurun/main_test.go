@@ -166,6 +166,7 @@ func TestTargets(t *testing.T) {
 func docsRoot(t *testing.T) string {
 	root := t.TempDir()
 	require.NoError(t, os.MkdirAll(filepath.Join(root, "docs"), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "symheap"), 0o755))
 	for _, f := range []struct{ path, section string }{{benchmarksDoc, tablesSection}, {collectivesDoc, probeSection}} {
 		begin, end := markers(f.section)
 		doc := "# Doc\n\nkept above\n\n" + begin + "\nold\n" + end + "\n\nkept below\n"
@@ -199,6 +200,9 @@ func TestRecordFilesARunAndRegenerates(t *testing.T) {
 	probe, err := os.ReadFile(filepath.Join(root, collectivesDoc))
 	require.NoError(t, err)
 	assert.Contains(t, string(probe), "| all_gather | CAPTURABLE | CAPTURABLE | CAPTURABLE | NOT CAPTURABLE |")
+	auto, err := os.ReadFile(autoTablePath(root))
+	require.NoError(t, err)
+	assert.Contains(t, string(auto), "var recordedOneShotMax = []OneShotRow{", "the Auto table is regenerated too")
 
 	// Regenerating again changes nothing.
 	require.Equal(t, 0, cli([]string{"regen", "-root", root}, &out, &out), out.String())

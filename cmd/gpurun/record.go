@@ -138,7 +138,8 @@ func recordedRuns(root string) ([]string, map[string][]Step, error) {
 }
 
 // regenerate rewrites the generated sections of BENCHMARKS.md and
-// docs/device-collectives.md from every recorded run.
+// docs/device-collectives.md, and the device heap's Auto crossover table
+// (symheap/autotable.go), from every recorded run.
 func regenerate(root string) error {
 	names, runs, err := recordedRuns(root)
 	if err != nil {
@@ -167,7 +168,14 @@ func regenerate(root string) error {
 	if err := replaceSection(filepath.Join(root, benchmarksDoc), tablesSection, tables.String()); err != nil {
 		return err
 	}
-	return replaceSection(filepath.Join(root, collectivesDoc), probeSection, probes.String())
+	if err := replaceSection(filepath.Join(root, collectivesDoc), probeSection, probes.String()); err != nil {
+		return err
+	}
+	auto, err := autoTable(names, runs)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(autoTablePath(root), auto, 0o644)
 }
 
 func markers(section string) (begin, end string) {

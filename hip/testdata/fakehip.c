@@ -305,7 +305,10 @@ hipError_t hipModuleLoadData(void **m, const void *image) {
   if (!same_processor(co + 10, arch())) RETURN(209);
   RETURN(module_load_(m, co, NULL, cur_device));
 }
-static int source_has(const char *image, const char *name) { return has_text(image, "CA_KERNEL ", name, "("); }
+/* a kernel the source defines: CA_KERNEL name( or CA_KERNEL_ALIGNED name( */
+static int source_has(const char *image, const char *name) {
+  return has_text(image, "CA_KERNEL ", name, "(") || has_text(image, "CA_KERNEL_ALIGNED ", name, "(");
+}
 hipError_t hipModuleGetFunction(void **f, void *m, const char *name) {
   ENTER("hipModuleGetFunction");
   logf_("hipModuleGetFunction %p %s", m, name ? name : "(null)");

@@ -277,17 +277,8 @@ CA_DEV bool ca_barrier(const ca_coll &a, ca_state &s) {
 /* ---- element types: sums in float (halves) or wrapping int32 ---- */
 CA_DEV float ca_h2f(u16 h) {
   u32 s = (u32)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
-  if (e == 0) {
-    if (m == 0) {
-      bits = s;
-    } else { /* subnormal: normalize */
-      u32 sh = 0;
-      while (!(m & 0x400u)) {
-        m <<= 1;
-        sh++;
-      }
-      bits = s | ((113u - sh) << 23) | ((m & 0x3ffu) << 13);
-    }
+  if (e == 0) { /* zero or subnormal: m * 2^-24, exact in float */
+    bits = s | ca_as_u32((float)m * 5.9604644775390625e-8f);
   } else if (e == 31) {
     bits = s | 0x7f800000u | (m << 13);
   } else {
@@ -375,56 +366,57 @@ struct ca_acc {
   float f[8];
   u32 i[4];
 };
+/* ca_half: element k (< 8) of a pack of halves, by shifts: a pack viewed
+ * through a u16 pointer would live in local memory on the GPU. */
+CA_DEV u16 ca_half(const ca_pack &v, int k) { return (u16)(v.w[k >> 1] >> (16 * (k & 1))); }
+
 /* ca_acc_set starts the sum at v (rank 0's pack), not at +0: -0 + -0 is
  * -0, and +0 + -0 would make it +0. */
 CA_DEV void ca_acc_set(ca_acc &c, const ca_pack &v, u32 dt) {
-  const u16 *h = (const u16 *)v.w;
   switch (dt) {
   case CA_F32:
-    for (int k = 0; k < 4; k++) c.f[k] = ca_as_float(v.w[k]);
+    CA_UNROLLED for (int k = 0; k < 4; k++) c.f[k] = ca_as_float(v.w[k]);
     break;
   case CA_I32:
-    for (int k = 0; k < 4; k++) c.i[k] = v.w[k];
+    CA_UNROLLED for (int k = 0; k < 4; k++) c.i[k] = v.w[k];
     break;
   case CA_F16:
-    for (int k = 0; k < 8; k++) c.f[k] = ca_h2f(h[k]);
+    CA_UNROLLED for (int k = 0; k < 8; k++) c.f[k] = ca_h2f(ca_half(v, k));
     break;
   default:
-    for (int k = 0; k < 8; k++) c.f[k] = ca_bf2f(h[k]);
+    CA_UNROLLED for (int k = 0; k < 8; k++) c.f[k] = ca_bf2f(ca_half(v, k));
     break;
   }
 }
 CA_DEV void ca_acc_add(ca_acc &c, const ca_pack &v, u32 dt) {
-  const u16 *h = (const u16 *)v.w;
   switch (dt) {
   case CA_F32:
-    for (int k = 0; k < 4; k++) c.f[k] += ca_as_float(v.w[k]);
+    CA_UNROLLED for (int k = 0; k < 4; k++) c.f[k] += ca_as_float(v.w[k]);
     break;
   case CA_I32:
-    for (int k = 0; k < 4; k++) c.i[k] += v.w[k];
+    CA_UNROLLED for (int k = 0; k < 4; k++) c.i[k] += v.w[k];
     break;
   case CA_F16:
-    for (int k = 0; k < 8; k++) c.f[k] += ca_h2f(h[k]);
+    CA_UNROLLED for (int k = 0; k < 8; k++) c.f[k] += ca_h2f(ca_half(v, k));
     break;
   default:
-    for (int k = 0; k < 8; k++) c.f[k] += ca_bf2f(h[k]);
+    CA_UNROLLED for (int k = 0; k < 8; k++) c.f[k] += ca_bf2f(ca_half(v, k));
     break;
   }
 }
 CA_DEV void ca_acc_out(ca_pack &v, const ca_acc &c, u32 dt) {
-  u16 *h = (u16 *)v.w;
   switch (dt) {
   case CA_F32:
-    for (int k = 0; k < 4; k++) v.w[k] = ca_as_u32(c.f[k]);
+    CA_UNROLLED for (int k = 0; k < 4; k++) v.w[k] = ca_as_u32(c.f[k]);
     break;
   case CA_I32:
-    for (int k = 0; k < 4; k++) v.w[k] = c.i[k];
+    CA_UNROLLED for (int k = 0; k < 4; k++) v.w[k] = c.i[k];
     break;
   case CA_F16:
-    for (int k = 0; k < 8; k++) h[k] = ca_f2h(c.f[k]);
+    CA_UNROLLED for (int k = 0; k < 4; k++) v.w[k] = (u32)ca_f2h(c.f[2 * k]) | (u32)ca_f2h(c.f[2 * k + 1]) << 16;
     break;
   default:
-    for (int k = 0; k < 8; k++) h[k] = ca_f2bf(c.f[k]);
+    CA_UNROLLED for (int k = 0; k < 4; k++) v.w[k] = (u32)ca_f2bf(c.f[2 * k]) | (u32)ca_f2bf(c.f[2 * k + 1]) << 16;
     break;
   }
 }
@@ -677,6 +669,190 @@ CA_KERNEL capalloc_wait_signal(ca_p2p p) {
   ca_end(p.c, s);
 }
 
+/* ---- the aligned variants ----
+ * Where every operand starts 16-aligned and every tensor and chunk a
+ * collective addresses is a whole number of 16-byte packs, packs move as
+ * 16-byte vectors only,
+ * several in flight per thread (CA_UNROLL for copies, CA_RUNROLL for
+ * sums: every load of a round is issued before any is used), indexed in
+ * 32 bits (the host sends at most 2^32 - 1 packs a rank here). The
+ * element type is a template parameter, so a sum's inner loop has no
+ * switch. The host picks these by the operands
+ * (symheap/devcollectives.go); the general kernels above serve every
+ * other layout. A vector access at an address that is not 16-aligned
+ * faults (the fakes' ca_check too): the choice must be the host's.
+ *
+ * Work mapping: round k of thread t of block b covers packs
+ * k*U*stride + u*stride + b*CA_BDIM + t (u < U), the same on every rank,
+ * so block b's barrier orders what block b of the peers reads and writes,
+ * as in the general kernels. */
+#define CA_UNROLL 4
+#define CA_RUNROLL 1
+
+/* CA_BY_DTYPE calls fn<element type> with args, for dt's type. */
+#define CA_BY_DTYPE(dt, fn, args)       \
+  switch (dt) {                         \
+  case CA_F32: fn<CA_F32> args; break;  \
+  case CA_I32: fn<CA_I32> args; break;  \
+  case CA_F16: fn<CA_F16> args; break;  \
+  default: fn<CA_BF16> args; break;     \
+  }
+
+CA_DEV void ca_vld(ca_pack &v, const unsigned char *p, u32 j) {
+  ca_v4 x = ca_ld((const ca_v4 *)p + j);
+  v.w[0] = x.x, v.w[1] = x.y, v.w[2] = x.z, v.w[3] = x.w;
+}
+CA_DEV void ca_vst(unsigned char *p, u32 j, const ca_pack &v) {
+  ca_v4 x;
+  x.x = v.w[0], x.y = v.w[1], x.z = v.w[2], x.w = v.w[3];
+  ca_st((ca_v4 *)p + j, x);
+}
+
+/* ca_vsum: v[u] is whole pack j0 + u*stride (those below full) of the
+ * tensor at off, summed over every rank, rank 0 first. The packs of two
+ * ranks are loaded before they are added: 2*CA_RUNROLL loads in flight. */
+template <u32 DT> CA_DEV void ca_vsum(const ca_coll &a, u64 off, u32 j0, u32 stride, u32 full, ca_pack (&v)[CA_RUNROLL]) {
+  ca_acc c[CA_RUNROLL];
+  for (u32 p = 0; p < a.nranks; p += 2u) {
+    const unsigned char *s0 = ca_heap(a, p) + off, *s1 = p + 1u < a.nranks ? ca_heap(a, p + 1u) + off : s0;
+    ca_pack x[CA_RUNROLL];
+    CA_UNROLLED for (u32 u = 0; u < CA_RUNROLL; u++) {
+      bool in = j0 + u * stride < full;
+      if (in) ca_vld(v[u], s0, j0 + u * stride);
+      if (in && p + 1u < a.nranks) ca_vld(x[u], s1, j0 + u * stride);
+    }
+    CA_UNROLLED for (u32 u = 0; u < CA_RUNROLL; u++) {
+      if (j0 + u * stride >= full) continue;
+      if (p == 0)
+        ca_acc_set(c[u], v[u], DT);
+      else
+        ca_acc_add(c[u], v[u], DT);
+      if (p + 1u < a.nranks) ca_acc_add(c[u], x[u], DT);
+    }
+  }
+  CA_UNROLLED for (u32 u = 0; u < CA_RUNROLL; u++)
+    if (j0 + u * stride < full) ca_acc_out(v[u], c[u], DT);
+}
+
+/* ca_vcopy copies whole packs [lo, hi) of src into dst. */
+CA_DEV void ca_vcopy(unsigned char *dst, const unsigned char *src, u32 lo, u32 hi) {
+  u32 stride = CA_GDIM * CA_BDIM, first = CA_BID * CA_BDIM + CA_TID;
+  for (u32 base = lo; base < hi; base += stride * CA_UNROLL) {
+    ca_pack v[CA_UNROLL];
+    CA_UNROLLED for (u32 u = 0; u < CA_UNROLL; u++)
+      if (base + first + u * stride < hi) ca_vld(v[u], src, base + first + u * stride);
+    CA_UNROLLED for (u32 u = 0; u < CA_UNROLL; u++)
+      if (base + first + u * stride < hi) ca_vst(dst, base + first + u * stride, v[u]);
+  }
+}
+
+template <u32 DT> CA_DEV void ca_oneshot_aligned(const ca_coll &a, ca_state &s) {
+  u32 full = (u32)(a.count * ca_elem_bytes(DT) / 16u), stride = CA_GDIM * CA_BDIM, first = CA_BID * CA_BDIM + CA_TID;
+  for (u32 base = 0; base < full; base += stride * CA_RUNROLL) {
+    ca_pack v[CA_RUNROLL];
+    ca_vsum<DT>(a, a.in_off, base + first, stride, full, v);
+    if (!ca_barrier(a, s)) return; /* every rank has read these packs */
+    unsigned char *mine = ca_heap(a, a.rank) + a.in_off;
+    CA_UNROLLED for (u32 u = 0; u < CA_RUNROLL; u++)
+      if (base + first + u * stride < full) ca_vst(mine, base + first + u * stride, v[u]);
+  }
+}
+
+/* capalloc_allreduce_oneshot_aligned: capalloc_allreduce_oneshot for a
+ * 16-aligned tensor: one barrier to start and one per round. */
+CA_KERNEL_ALIGNED capalloc_allreduce_oneshot_aligned(ca_coll a) {
+  CA_SHARED(u32, sh, 1);
+  ca_state s;
+  if (ca_begin(a, s, sh) && ca_barrier(a, s)) {
+    CA_BY_DTYPE(a.dtype, ca_oneshot_aligned, (a, s));
+  }
+  ca_end(a, s);
+}
+
+template <u32 DT> CA_DEV void ca_twoshot_aligned(const ca_coll &a, ca_state &s) {
+  u32 full = (u32)(a.count * ca_elem_bytes(DT) / 16u), part = (full + a.nranks - 1u) / a.nranks;
+  u32 stride = CA_GDIM * CA_BDIM, first = CA_BID * CA_BDIM + CA_TID;
+  u32 lo = a.rank * part, hi = lo + part < full ? lo + part : full;
+  for (u32 base = lo; base < hi; base += stride * CA_RUNROLL) {
+    ca_pack v[CA_RUNROLL];
+    ca_vsum<DT>(a, a.in_off, base + first, stride, hi, v);
+    unsigned char *mine = ca_heap(a, a.rank) + a.in_off;
+    CA_UNROLLED for (u32 u = 0; u < CA_RUNROLL; u++)
+      if (base + first + u * stride < hi) ca_vst(mine, base + first + u * stride, v[u]);
+  }
+  if (!ca_barrier(a, s)) return;
+  for (u32 q = 0; q < a.nranks; q++) {
+    if (q == a.rank) continue;
+    u32 qlo = q * part, qhi = qlo + part < full ? qlo + part : full;
+    ca_vcopy(ca_heap(a, a.rank) + a.in_off, ca_heap(a, q) + a.in_off, qlo, qhi);
+  }
+  ca_barrier(a, s);
+}
+
+/* capalloc_allreduce_twoshot_aligned: capalloc_allreduce_twoshot for a
+ * 16-aligned tensor. Rank q owns packs [q*part, (q+1)*part); whole pack
+ * q*part + i is handled by the same block and thread in both phases. */
+CA_KERNEL_ALIGNED capalloc_allreduce_twoshot_aligned(ca_coll a) {
+  CA_SHARED(u32, sh, 1);
+  ca_state s;
+  if (ca_begin(a, s, sh) && ca_barrier(a, s)) {
+    CA_BY_DTYPE(a.dtype, ca_twoshot_aligned, (a, s));
+  }
+  ca_end(a, s);
+}
+
+/* capalloc_allgather_aligned: capalloc_allgather where in, out and count
+ * are 16-aligned. */
+CA_KERNEL_ALIGNED capalloc_allgather_aligned(ca_coll a) {
+  CA_SHARED(u32, sh, 1);
+  ca_state s;
+  if (ca_begin(a, s, sh) && ca_barrier(a, s)) {
+    unsigned char *out = ca_heap(a, a.rank) + a.out_off;
+    for (u32 p = 0; p < a.nranks; p++) ca_vcopy(out + (u64)p * a.count, ca_heap(a, p) + a.in_off, 0, (u32)(a.count / 16u));
+    ca_barrier(a, s);
+  }
+  ca_end(a, s);
+}
+
+/* capalloc_alltoall_aligned: capalloc_alltoall where in, out and count
+ * are 16-aligned. */
+CA_KERNEL_ALIGNED capalloc_alltoall_aligned(ca_coll a) {
+  CA_SHARED(u32, sh, 1);
+  ca_state s;
+  if (ca_begin(a, s, sh) && ca_barrier(a, s)) {
+    unsigned char *out = ca_heap(a, a.rank) + a.out_off;
+    for (u32 p = 0; p < a.nranks; p++)
+      ca_vcopy(out + (u64)p * a.count, ca_heap(a, p) + a.in_off + (u64)a.rank * a.count, 0, (u32)(a.count / 16u));
+    ca_barrier(a, s);
+  }
+  ca_end(a, s);
+}
+
+template <u32 DT> CA_DEV void ca_reducescatter_aligned(const ca_coll &a) {
+  u64 nbytes = a.count * ca_elem_bytes(DT);
+  u32 full = (u32)(nbytes / 16u), stride = CA_GDIM * CA_BDIM, first = CA_BID * CA_BDIM + CA_TID;
+  u64 chunk = a.in_off + (u64)a.rank * nbytes;
+  unsigned char *out = ca_heap(a, a.rank) + a.out_off;
+  for (u32 base = 0; base < full; base += stride * CA_RUNROLL) {
+    ca_pack v[CA_RUNROLL];
+    ca_vsum<DT>(a, chunk, base + first, stride, full, v);
+    CA_UNROLLED for (u32 u = 0; u < CA_RUNROLL; u++)
+      if (base + first + u * stride < full) ca_vst(out, base + first + u * stride, v[u]);
+  }
+}
+
+/* capalloc_reducescatter_aligned: capalloc_reducescatter where in, out
+ * and the chunk (count elements, a whole number of packs) are 16-aligned. */
+CA_KERNEL_ALIGNED capalloc_reducescatter_aligned(ca_coll a) {
+  CA_SHARED(u32, sh, 1);
+  ca_state s;
+  if (ca_begin(a, s, sh) && ca_barrier(a, s)) {
+    CA_BY_DTYPE(a.dtype, ca_reducescatter_aligned, (a));
+    ca_barrier(a, s);
+  }
+  ca_end(a, s);
+}
+
 /* capalloc_axpy: y = a*x + y over n float32, the examples' local work.
  * x and y may start at any byte (a hand-written Tensor): a float that is
  * not 4-aligned moves in narrower words (ca_load). */
@@ -737,6 +913,10 @@ static const ca_entry ca_entries[] = {
     CA_ENTRY(capalloc_alltoall, ca_coll),          CA_ENTRY(capalloc_reducescatter, ca_coll),
     CA_ENTRY(capalloc_put, ca_p2p),                CA_ENTRY(capalloc_signal, ca_p2p),
     CA_ENTRY(capalloc_wait_signal, ca_p2p),        CA_ENTRY(capalloc_axpy, ca_axpy),
+    /* the aligned variants */
+    CA_ENTRY(capalloc_allreduce_oneshot_aligned, ca_coll), CA_ENTRY(capalloc_allreduce_twoshot_aligned, ca_coll),
+    CA_ENTRY(capalloc_allgather_aligned, ca_coll),         CA_ENTRY(capalloc_alltoall_aligned, ca_coll),
+    CA_ENTRY(capalloc_reducescatter_aligned, ca_coll),
 };
 
 extern "C" int capalloc_host_kernel(const char *name) {

@@ -33,6 +33,9 @@ struct alignas(16) ca_v4 {
 #define CA_BDIM blockDim.x
 #define CA_GDIM gridDim.x
 #define CA_SHARED(T, name, n) __shared__ T name[n]
+/* before a loop of a constant count: unroll it whole (an array it indexes
+ * then stays in registers) */
+#define CA_UNROLLED _Pragma("unroll")
 #define ca_sync() __syncthreads()
 CA_DEV void ca_fence() { __threadfence_system(); }
 CA_DEV u32 ca_cas(u32 *p, u32 cmp, u32 v) { return atomicCAS(p, cmp, v); }
@@ -48,6 +51,10 @@ CA_DEV void ca_st_volatile(u32 *p, u32 v) { *(volatile u32 *)p = v; }
 
 #if defined(__CUDACC_RTC__) || defined(__CUDACC__)
 /* ---- CUDA (NVRTC) ---- */
+/* The aligned variants: at most 512 threads a block (the device heap's),
+ * and registers for 3 such blocks a multiprocessor (at most 40 on sm_70
+ * and later: 64 K registers / 1,536 threads, in warp units of 256). */
+#define CA_KERNEL_ALIGNED extern "C" __global__ void __launch_bounds__(512, 3)
 /* PTX ISA 6.0 (sm_70): st.release / ld.acquire at system scope. */
 CA_DEV void ca_st_release(u32 *p, u32 v) {
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
@@ -81,6 +88,9 @@ CA_DEV void ca_pause() { __nanosleep(100); }
 
 #elif defined(__HIPCC_RTC__) || defined(__HIPCC__)
 /* ---- HIP (hiprtc) ---- */
+/* HIP's second __launch_bounds__ argument counts waves per execution unit,
+ * not blocks: only the block size is bounded. */
+#define CA_KERNEL_ALIGNED extern "C" __global__ void __launch_bounds__(512)
 /* clang's __atomic builtins are system scope on AMDGPU. */
 CA_DEV void ca_st_release(u32 *p, u32 v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 CA_DEV u32 ca_ld_acquire(const u32 *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
@@ -116,6 +126,8 @@ CA_DEV void ca_pause() { __builtin_amdgcn_s_sleep(2); }
 #include <ucontext.h>
 
 #define CA_KERNEL static void
+#define CA_KERNEL_ALIGNED static void
+#define CA_UNROLLED
 #define CA_DEV static inline
 
 /* What the runtime tells the executor about a launch: the contract of

@@ -136,3 +136,18 @@ func TestHIPRTCCompilesKernels(t *testing.T) {
 		})
 	}
 }
+
+// The host sizes the aligned variants' grids by what a thread moves per
+// round: AlignedCopyPacks and AlignedSumPacks are the source's CA_UNROLL
+// and CA_RUNROLL.
+func TestAlignedUnrollMatchesSource(t *testing.T) {
+	for name, want := range map[string]int{"CA_UNROLL": AlignedCopyPacks, "CA_RUNROLL": AlignedSumPacks} {
+		m := regexp.MustCompile(`(?m)^#define ` + name + ` (\d+)$`).FindStringSubmatch(source)
+		if m == nil {
+			t.Fatalf("collectives.cu defines no %s", name)
+		}
+		if m[1] != fmt.Sprint(want) {
+			t.Errorf("collectives.cu has %s %s, the Go mirror %d", name, m[1], want)
+		}
+	}
+}

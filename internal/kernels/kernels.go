@@ -13,6 +13,7 @@ package kernels
 
 import (
 	_ "embed"
+	"slices"
 	"strings"
 
 	"github.com/capalloc/capalloc/alloc/driver"
@@ -36,10 +37,40 @@ const (
 	Signal           = "capalloc_signal"
 	WaitSignal       = "capalloc_wait_signal"
 	Axpy             = "capalloc_axpy"
+
+	// The aligned variants: the same collectives where every operand
+	// (and every chunk) is 16-aligned, moved as 16-byte vectors only,
+	// several in flight per thread. A misaligned operand faults in them.
+	AllReduceOneShotAligned = "capalloc_allreduce_oneshot_aligned"
+	AllReduceTwoShotAligned = "capalloc_allreduce_twoshot_aligned"
+	AllGatherAligned        = "capalloc_allgather_aligned"
+	AllToAllAligned         = "capalloc_alltoall_aligned"
+	ReduceScatterAligned    = "capalloc_reducescatter_aligned"
 )
 
 // Names is every kernel of the module.
-var Names = []string{Barrier, AllReduceOneShot, AllReduceTwoShot, AllGather, AllToAll, ReduceScatter, Put, Signal, WaitSignal, Axpy}
+var Names = []string{Barrier, AllReduceOneShot, AllReduceTwoShot, AllGather, AllToAll, ReduceScatter, Put, Signal, WaitSignal, Axpy,
+	AllReduceOneShotAligned, AllReduceTwoShotAligned, AllGatherAligned, AllToAllAligned, ReduceScatterAligned}
+
+// Aligned is every aligned variant.
+var Aligned = []string{AllReduceOneShotAligned, AllReduceTwoShotAligned, AllGatherAligned, AllToAllAligned, ReduceScatterAligned}
+
+// IsAligned says whether kernel name is an aligned variant.
+func IsAligned(name string) bool { return slices.Contains(Aligned, name) }
+
+// What a thread of an aligned variant moves per round (the source's
+// CA_UNROLL and CA_RUNROLL): copies AlignedCopyPacks 16-byte packs,
+// sums AlignedSumPacks (each loaded from two ranks at once). The host
+// sizes their grids by it.
+const (
+	AlignedCopyPacks = 4
+	AlignedSumPacks  = 1
+)
+
+// AlignedMaxPacks bounds the 16-byte packs per rank an aligned variant
+// serves (32 GiB): it counts them in 32 bits, with room for a round past
+// the end.
+const AlignedMaxPacks = 1 << 31
 
 // Source is collectives.cu with compat.h in place of its #include, so a
 // runtime compiler needs no include path.
