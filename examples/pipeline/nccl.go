@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -144,7 +143,7 @@ func ncclRun(h *symheap.DeviceHeap, l *nccl.Library, c *nccl.Comm, steps int) (e
 		}
 		defer func() { err = errors.Join(err, a.Free(*b)) }()
 	}
-	host, err := a.HostAlloc(4 * width) // stage 0's input, stage 1's output
+	host, vals, err := hostBias(a, r)
 	if err != nil {
 		return err
 	}
@@ -154,10 +153,6 @@ func ncclRun(h *symheap.DeviceHeap, l *nccl.Library, c *nccl.Comm, steps int) (e
 		return err
 	}
 	defer got.Close()
-	vals := floats(host.Bytes())
-	for i := range vals {
-		vals[i] = bias(r, i)
-	}
 	err = errors.Join(
 		h.Write(t.bias, host, 0),
 		a.Memset(back, 0, 0, back.Size()), // stage 1's output before its first step
@@ -173,34 +168,20 @@ func ncclRun(h *symheap.DeviceHeap, l *nccl.Library, c *nccl.Comm, steps int) (e
 	}
 	defer graph.Close()
 	sent := floats(got.Bytes())
-	for k := range steps {
-		if r == 0 {
-			for i := range vals {
-				vals[i] = input(k, i)
+	return replay(graph, h, r, steps, vals, func(k int) error {
+		switch {
+		case r == 1:
+			return checkOutputs(k, vals, "")
+		case k > 0:
+			return checkOutputs(k-1, sent, fmt.Sprintf(" (sent back at step %d)", k))
+		}
+		for i, v := range sent {
+			if v != 0 {
+				return fmt.Errorf("step 0: value %d sent back is %v, not stage 1's zeroed output", i, v)
 			}
 		}
-		if err := graph.Launch(); err != nil {
-			return err
-		}
-		if err := h.Synchronize(); err != nil {
-			return fmt.Errorf("stage %d, step %d: %w", r, k, err)
-		}
-		for i := range width {
-			switch {
-			case r == 1:
-				if want := reference(k, i); math.Float32bits(vals[i]) != math.Float32bits(want) {
-					return fmt.Errorf("step %d: output %d is %v, the single-rank computation gives %v", k, i, vals[i], want)
-				}
-			case k > 0:
-				if want := reference(k-1, i); math.Float32bits(sent[i]) != math.Float32bits(want) {
-					return fmt.Errorf("step %d: output %d of step %d sent back is %v, the single-rank computation gives %v", k, i, k-1, sent[i], want)
-				}
-			case sent[i] != 0:
-				return fmt.Errorf("step 0: value %d sent back is %v, not stage 1's zeroed output", i, sent[i])
-			}
-		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // ncclStep is one stage's step, captured.
