@@ -1,17 +1,29 @@
-// Command pipeline is a toy two-stage pipeline on the symmetric heap:
-// each stage a rank; stage 0 computes its activations, puts them into
-// stage 1's heap and signals; stage 1 waits for the signal, computes the
-// output and signals back that the activations may be overwritten (a
-// credit, so stage 0 never runs ahead into activations not yet read).
-// Each stage's step is captured once and replayed with fresh inputs;
-// every output is checked against the single-rank computation on the
-// host, bit for bit. The step is written against symheap.Collectives: on
-// cpu the host heap's put and signals (host functions), on cuda and hip
-// the device heap's (this library's kernels).
+// Command pipeline is a toy two-stage pipeline: each stage a rank; stage
+// 0 computes its activations and hands them to stage 1, which computes the
+// output. Each stage's step is captured once and replayed with fresh
+// inputs; every output is checked against the single-rank computation on
+// the host, bit for bit. Two transports:
+//
+// -transport=heap (the default): stage 0 puts its activations into stage
+// 1's symmetric heap and signals; stage 1 waits for the signal, computes
+// and signals back that the activations may be overwritten (a credit, so
+// stage 0 never runs ahead into activations not yet read). The step is
+// written against symheap.Collectives: on cpu the host heap's put and
+// signals (host functions), on cuda and hip the device heap's (this
+// library's kernels).
+//
+// -transport=nccl: the stages are processes, each a rank of one NCCL
+// communicator (RCCL on hip) on device r; stage 0 Sends its activations
+// and stage 1 Recvs them, and sends its previous output back, both
+// directions in one Group (nccl.go). The library is found as nccl.Load
+// finds it (CAPALLOC_NCCL_LIB, CAPALLOC_RCCL_LIB, then the usual places);
+// without one the command fails with the loader's error, which lists every
+// path it tried. It never falls back to the heap.
 //
 //	go run ./examples/pipeline               # the two stages as goroutines, cpu
 //	go run ./examples/pipeline -procs        # as processes sharing memfd heaps
 //	go run ./examples/pipeline -backend=cuda # goroutine stages on the device heap
+//	go run ./examples/pipeline -backend=cuda -transport=nccl # processes over NCCL send/recv
 package main
 
 import (
@@ -24,6 +36,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/capalloc/capalloc/alloc"
 	_ "github.com/capalloc/capalloc/cpu" // the backends a -backend name may ask for
 	_ "github.com/capalloc/capalloc/cuda"
 	_ "github.com/capalloc/capalloc/hip"
@@ -45,11 +58,16 @@ func main() {
 	steps := flag.Int("steps", 100, "steps, each with a fresh input")
 	procs := flag.Bool("procs", false, "run the stages as processes (memfd heaps passed to them; cpu)")
 	backend := flag.String("backend", "cpu", "backend of both stages (a backends name: cpu, cuda, hip)")
+	transport := flag.String("transport", "heap", "how the activations reach stage 1: heap (put and signal) or nccl (send/recv over NCCL, RCCL on hip; stages as processes)")
 	flag.Parse()
 	var err error
 	switch {
 	case os.Getenv(envStage) != "":
 		err = stageProcess(os.Stdout)
+	case *transport == "nccl":
+		err = runNCCL(os.Stdout, *backend, *steps)
+	case *transport != "heap":
+		err = fmt.Errorf("%w: -transport=%q: heap or nccl", alloc.ErrInvalidValue, *transport)
 	case *procs && *backend != "cpu":
 		err = fmt.Errorf("-procs runs the stages on cpu's host heap, not on %q", *backend)
 	case *procs:
@@ -98,6 +116,16 @@ func runProcesses(w io.Writer, steps int) error {
 		return err
 	}
 	defer g.Close()
+	if err := runStages(nil, g.Files(), steps); err != nil { // fds 3, 4: the stages' heaps, in rank order
+		return err
+	}
+	fmt.Fprintf(w, "2 stages as processes on cpu, %d steps replayed, every output checked\n", steps)
+	return nil
+}
+
+// runStages starts this executable once per stage, with env added to its
+// environment and files as its fds from 3 on, and waits for them.
+func runStages(env []string, files []*os.File, steps int) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -105,8 +133,8 @@ func runProcesses(w io.Writer, steps int) error {
 	var cmds []*exec.Cmd
 	for r := range stages {
 		cmd := exec.Command(exe)
-		cmd.Env = append(os.Environ(), envStage+"="+strconv.Itoa(r), envSteps+"="+strconv.Itoa(steps))
-		cmd.ExtraFiles = g.Files() // fds 3, 4: the stages' heaps, in rank order
+		cmd.Env = append(append(os.Environ(), env...), envStage+"="+strconv.Itoa(r), envSteps+"="+strconv.Itoa(steps))
+		cmd.ExtraFiles = files
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
 			return err
@@ -119,11 +147,7 @@ func runProcesses(w io.Writer, steps int) error {
 			errs = append(errs, fmt.Errorf("stage %d: %w", r, err))
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "2 stages as processes on cpu, %d steps replayed, every output checked\n", steps)
-	return nil
+	return errors.Join(errs...)
 }
 
 // stageProcess is one stage in a process of its own.
@@ -132,6 +156,9 @@ func stageProcess(w io.Writer) error {
 	steps, err2 := strconv.Atoi(os.Getenv(envSteps))
 	if err := errors.Join(err1, err2); err != nil {
 		return err
+	}
+	if os.Getenv(envTransport) == "nccl" {
+		return ncclStageProcess(r, steps)
 	}
 	files := make([]*os.File, stages)
 	for i := range files {

@@ -97,15 +97,11 @@ func run(h symheap.Collectives, a *alloc.Allocator, r, steps int) error {
 	if err != nil {
 		return err
 	}
-	host, err := a.HostAlloc(4 * width)
+	host, vals, err := hostBias(a, r)
 	if err != nil {
 		return err
 	}
 	defer host.Close()
-	vals := floats(host.Bytes())
-	for i := range vals {
-		vals[i] = bias(r, i)
-	}
 	if err := h.Write(t.bias, host, 0); err != nil {
 		return err
 	}
@@ -130,24 +126,43 @@ func run(h symheap.Collectives, a *alloc.Allocator, r, steps int) error {
 		return fmt.Errorf("stage %d: capture: %w", r, err)
 	}
 	defer graph.Close()
-	for s := range steps {
+	return replay(graph, h, r, steps, vals, func(k int) error {
+		if r == 1 {
+			return checkOutputs(k, vals, "")
+		}
+		return nil
+	})
+}
+
+// replay launches stage r's graph steps times, stage 0 writing step k's
+// input into vals before each launch, and calls check(k) once the step is
+// done.
+func replay(graph *alloc.Graph, h interface{ Synchronize() error }, r, steps int, vals []float32, check func(k int) error) error {
+	for k := range steps {
 		if r == 0 {
 			for i := range vals {
-				vals[i] = input(s, i)
+				vals[i] = input(k, i)
 			}
 		}
 		if err := graph.Launch(); err != nil {
 			return err
 		}
 		if err := h.Synchronize(); err != nil {
-			return fmt.Errorf("stage %d, step %d: %w", r, s, err)
+			return fmt.Errorf("stage %d, step %d: %w", r, k, err)
 		}
-		if r == 1 {
-			for i, v := range vals {
-				if want := reference(s, i); math.Float32bits(v) != math.Float32bits(want) {
-					return fmt.Errorf("step %d: output %d is %v, the single-rank computation gives %v", s, i, v, want)
-				}
-			}
+		if err := check(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkOutputs compares got, step k's outputs as seen where says, with the
+// single-rank computation, bit for bit.
+func checkOutputs(k int, got []float32, where string) error {
+	for i, v := range got {
+		if want := reference(k, i); math.Float32bits(v) != math.Float32bits(want) {
+			return fmt.Errorf("step %d: output %d%s is %v, the single-rank computation gives %v", k, i, where, v, want)
 		}
 	}
 	return nil
@@ -173,6 +188,20 @@ func step(h symheap.Collectives, r int, t tensors, host *alloc.HostBuffer) error
 		h.Signal(0, slotCredit, 1), // act may be overwritten
 		h.Read(host, 0, t.out),
 	)
+}
+
+// hostBias is stage r's pinned host buffer (its input on stage 0, its
+// output on stage 1), holding its biases to write into the heap first.
+func hostBias(a *alloc.Allocator, r int) (*alloc.HostBuffer, []float32, error) {
+	host, err := a.HostAlloc(4 * width)
+	if err != nil {
+		return nil, nil, err
+	}
+	vals := floats(host.Bytes())
+	for i := range vals {
+		vals[i] = bias(r, i)
+	}
+	return host, vals, nil
 }
 
 // floats views pinned host bytes as float32s.

@@ -24,7 +24,16 @@
  * aborted, as a blocking communicator waiting for a dead peer;
  * FAKE_HANG_PROGRESS makes them return ncclInProgress and
  * ncclCommGetAsyncError report ncclInProgress until ncclCommAbort, as a
- * nonblocking communicator whose peer never answers. */
+ * nonblocking communicator whose peer never answers.
+ *
+ * Moving data (p2p_*, below): with FAKE_NCCL_RUNTIME naming the GPU
+ * runtime library the backend loaded (a fake cudart, or a fake
+ * libamdhip64 for -DFAKE_RCCL), ncclSend and ncclRecv move their bytes
+ * between the ranks of one unique id, in other processes, through a file
+ * both map: each transfer is a host function enqueued on the call's stream
+ * with the runtime's LaunchHostFunc, so it runs in stream order and a
+ * capture records it for every replay, as NCCL's kernels are. Without the
+ * variable nothing moves (the calls are only logged). */
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
@@ -35,7 +44,13 @@ typedef struct fcomm *ncclComm_t;
 typedef int ncclResult_t;
 
 enum { FAKE_LIVE, FAKE_DESTROYED, FAKE_ABORTED };
-struct fcomm { int rank, nranks, id, state; };
+struct p2p_seg;
+static void p2p_fresh_id(ncclUniqueId *id);
+static ncclResult_t p2p_join(ncclComm_t c, const ncclUniqueId *id);
+static void p2p_leave(ncclComm_t c);
+static ncclResult_t p2p_op(int send, ncclComm_t c, void *buf, size_t n, int t, int peer, void *stream);
+static ncclResult_t p2p_flush(ncclResult_t r);
+struct fcomm { int rank, nranks, id, state; struct p2p_seg *seg; char *path; };
 static pthread_cond_t aborted_cv = PTHREAD_COND_INITIALIZER;
 static int comm_ids, misuse, hang_mode;
 enum { FAKE_HANG_NONE, FAKE_HANG_BLOCK, FAKE_HANG_PROGRESS };
@@ -63,6 +78,7 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
   int c = ++counter;
   pthread_mutex_unlock(&mu);
   for (int i = 0; i < 128; i++) id->internal[i] = (char)(i * 7 + c);
+  p2p_fresh_id(id);
   return 0;
 }
 
@@ -90,7 +106,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
   inits++;
   pthread_mutex_unlock(&mu);
   *comm = new_comm(rank, nranks);
-  return 0;
+  return p2p_join(*comm, &id);
 }
 
 /* fake_last_init copies what the last ncclCommInitRank received and
@@ -123,6 +139,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t c) {
   int ok = live(c);
   if (ok) c->state = FAKE_DESTROYED;
   pthread_mutex_unlock(&mu);
+  if (ok) p2p_leave(c);
   return ok ? 0 : 4;
 }
 ncclResult_t ncclCommAbort(ncclComm_t c) {
@@ -131,6 +148,7 @@ ncclResult_t ncclCommAbort(ncclComm_t c) {
   if (ok) c->state = FAKE_ABORTED;
   pthread_cond_broadcast(&aborted_cv);
   pthread_mutex_unlock(&mu);
+  if (ok) p2p_leave(c);
   return ok ? 0 : 4;
 }
 ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *r) {
@@ -283,11 +301,13 @@ ncclResult_t ncclReduce(const void *s, void *r, size_t n, int t, int o, int root
 }
 ncclResult_t ncclSend(const void *s, size_t n, int t, int peer, ncclComm_t c, void *st) {
   if (peer < 0) return 4;
-  return op("send", c, peer, n);
+  ncclResult_t r = op("send", c, peer, n);
+  return r ? r : p2p_op(1, c, (void *)s, n, t, peer, st);
 }
 ncclResult_t ncclRecv(void *r, size_t n, int t, int peer, ncclComm_t c, void *st) {
   if (peer < 0) return 4;
-  return op("recv", c, peer, n);
+  ncclResult_t res = op("recv", c, peer, n);
+  return res ? res : p2p_op(0, c, r, n, t, peer, st);
 }
 ncclResult_t ncclGroupStart(void) {
   if (group_depth++ == 0) {
@@ -310,7 +330,7 @@ ncclResult_t ncclGroupEnd(void) {
   if (group_comm && group_hang == FAKE_HANG_BLOCK) r = hang_locked(group_comm);
   else if (group_comm && group_hang == FAKE_HANG_PROGRESS) r = 7;
   pthread_mutex_unlock(&mu);
-  return r;
+  return p2p_flush(r);
 }
 
 #ifndef FAKE_NO_SPLIT
@@ -338,3 +358,160 @@ ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, vo
  * hipStream_t stream). Only its presence matters here. */
 ncclResult_t ncclAllToAllv(const void *s, const size_t *sc, const size_t *sd, void *r, const size_t *rc, const size_t *rd, int t, ncclComm_t c, void *st) { return 0; }
 #endif
+
+/* ---- moving data between processes (FAKE_NCCL_RUNTIME) ----
+ *
+ * The ranks of one unique id share a file, TMPDIR/fakenccl-HASH, mapped by
+ * each: one channel per ordered pair of ranks, a buffer of P2P_CHUNK bytes
+ * with two counters (chunks put, chunks taken). A send puts its bytes
+ * chunk by chunk, each when the channel is empty; a receive takes them,
+ * each when one is there. So a send of one chunk never waits for its
+ * receive to start, and within a group sends are launched before
+ * receives: ranks that send to and receive from each other in one group
+ * do not deadlock, whatever the order of the calls. A wait longer than
+ * FAKE_NCCL_P2P_TIMEOUT seconds (default 60) ends the process with a
+ * message: a host function cannot fail, and a peer that is gone would
+ * otherwise hang it. The file is removed when every rank has destroyed or
+ * aborted its communicator. Transfer records live as long as the graphs
+ * that replay them may: they are never freed, like the communicators. */
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define P2P_RANKS 8
+#define P2P_CHUNK (64 << 10)
+struct p2p_chan { unsigned long put, taken; size_t n; char data[P2P_CHUNK]; };
+struct p2p_seg { int joined, left; struct p2p_chan ch[P2P_RANKS][P2P_RANKS]; /* [from][to] */ };
+static int p2p_on(void) { return getenv("FAKE_NCCL_RUNTIME") != NULL; }
+
+/* p2p_fresh_id makes the ids of different processes and runs differ: the
+ * id names the shared file. */
+static void p2p_fresh_id(ncclUniqueId *id) {
+  if (!p2p_on()) return;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  long v[3] = {(long)getpid(), (long)ts.tv_sec, ts.tv_nsec};
+  memcpy(id->internal + 64, v, sizeof v);
+}
+
+static ncclResult_t p2p_join(ncclComm_t c, const ncclUniqueId *id) {
+  if (!p2p_on()) return 0;
+  if (c->nranks > P2P_RANKS) return 4;
+  unsigned long long h = 1469598103934665603ULL; /* FNV-1a of the id */
+  for (int i = 0; i < 128; i++) h = (h ^ (unsigned char)id->internal[i]) * 1099511628211ULL;
+  const char *dir = getenv("TMPDIR");
+  char path[512];
+  snprintf(path, sizeof path, "%s/fakenccl-%016llx", dir && *dir ? dir : "/tmp", h);
+  int fd = open(path, O_RDWR | O_CREAT, 0600);
+  if (fd < 0) return 2;
+  void *m = MAP_FAILED;
+  if (ftruncate(fd, sizeof(struct p2p_seg)) == 0) m = mmap(NULL, sizeof(struct p2p_seg), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (m == MAP_FAILED) return 2;
+  c->seg = m;
+  c->path = strdup(path);
+  __atomic_add_fetch(&c->seg->joined, 1, __ATOMIC_SEQ_CST);
+  return 0;
+}
+
+static void p2p_leave(ncclComm_t c) {
+  if (!c->seg) return;
+  if (__atomic_add_fetch(&c->seg->left, 1, __ATOMIC_SEQ_CST) == c->nranks) unlink(c->path);
+}
+
+/* A transfer: a host function's argument, one per ncclSend or ncclRecv
+ * call (a replayed graph runs the same one again). */
+struct p2p_xfer { int send; ncclComm_t c; char *buf; size_t bytes; int peer; void *stream; };
+
+static size_t elem_size(int t) {
+  switch (t) {
+  case 0: case 1: return 1;         /* ncclInt8, ncclUint8 */
+  case 2: case 3: case 7: return 4; /* ncclInt32, ncclUint32, ncclFloat32 */
+  case 4: case 5: case 8: return 8; /* ncclInt64, ncclUint64, ncclFloat64 */
+  case 6: case 9: return 2;         /* ncclFloat16, ncclBfloat16 */
+  }
+  return 0;
+}
+
+/* p2p_wait waits until *v reaches want (or, for a send, until the channel
+ * is empty: taken reaches put); it ends the process past the timeout. */
+static void p2p_wait(struct p2p_xfer *x, unsigned long *v, unsigned long want) {
+  const char *e = getenv("FAKE_NCCL_P2P_TIMEOUT");
+  long limit = (e && atol(e) > 0 ? atol(e) : 60) * 20000L; /* 50 us polls */
+  for (long i = 0; __atomic_load_n(v, __ATOMIC_ACQUIRE) < want; i++) {
+    if (__atomic_load_n(&x->c->state, __ATOMIC_ACQUIRE) != FAKE_LIVE) return;
+    if (i == limit) {
+      fprintf(stderr, "fakenccl: rank %d: %s of %zu B %s rank %d made no progress in %ld s: peer gone?\n", x->c->rank,
+              x->send ? "send" : "recv", x->bytes, x->send ? "to" : "from", x->peer, limit / 20000L);
+      _exit(70);
+    }
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static void p2p_run(void *arg) {
+  struct p2p_xfer *x = arg;
+  struct p2p_chan *ch = x->send ? &x->c->seg->ch[x->c->rank][x->peer] : &x->c->seg->ch[x->peer][x->c->rank];
+  size_t chunks = x->bytes ? (x->bytes + P2P_CHUNK - 1) / P2P_CHUNK : 1; /* an empty message still pairs */
+  for (size_t k = 0; k < chunks; k++) {
+    size_t off = k * P2P_CHUNK, n = x->bytes - off < P2P_CHUNK ? x->bytes - off : P2P_CHUNK;
+    if (x->send) {
+      unsigned long put = __atomic_load_n(&ch->put, __ATOMIC_ACQUIRE);
+      p2p_wait(x, &ch->taken, put); /* the channel is empty */
+      memcpy(ch->data, x->buf + off, n);
+      ch->n = n;
+      __atomic_store_n(&ch->put, put + 1, __ATOMIC_RELEASE);
+    } else {
+      unsigned long taken = __atomic_load_n(&ch->taken, __ATOMIC_ACQUIRE);
+      p2p_wait(x, &ch->put, taken + 1); /* a chunk is there */
+      memcpy(x->buf + off, ch->data, n < ch->n ? n : ch->n);
+      __atomic_store_n(&ch->taken, taken + 1, __ATOMIC_RELEASE);
+    }
+  }
+}
+
+/* p2p_launch enqueues x on its stream with the runtime's LaunchHostFunc. */
+static ncclResult_t p2p_launch(struct p2p_xfer *x) {
+  static int (*launch)(void *, void (*)(void *), void *);
+  if (!launch) {
+    void *h = dlopen(getenv("FAKE_NCCL_RUNTIME"), RTLD_NOW);
+#ifdef FAKE_RCCL
+    const char *sym = "hipLaunchHostFunc";
+#else
+    const char *sym = "cudaLaunchHostFunc";
+#endif
+    if (h) launch = (int (*)(void *, void (*)(void *), void *))dlsym(h, sym);
+    if (!launch) return 1; /* ncclUnhandledCudaError */
+  }
+  return launch(x->stream, p2p_run, x) ? 1 : 0;
+}
+
+/* The calling thread's transfers of its open group, launched at its end. */
+#define P2P_PENDING 64
+static __thread struct p2p_xfer *pending[P2P_PENDING];
+static __thread int npending;
+
+static ncclResult_t p2p_op(int send, ncclComm_t c, void *buf, size_t n, int t, int peer, void *stream) {
+  if (!p2p_on()) return 0;
+  if (!c->seg || elem_size(t) == 0 || peer >= c->nranks) return 4;
+  struct p2p_xfer *x = malloc(sizeof *x);
+  if (!x) return 2;
+  *x = (struct p2p_xfer){send, c, buf, n * elem_size(t), peer, stream};
+  if (!group_depth) return p2p_launch(x);
+  if (npending == P2P_PENDING) return 5;
+  pending[npending++] = x;
+  return 0;
+}
+
+/* p2p_flush launches the ended group's transfers, sends then receives,
+ * unless the group end failed with r; it returns the first failure. */
+static ncclResult_t p2p_flush(ncclResult_t r) {
+  for (int pass = 1; pass >= 0; pass--)
+    for (int i = 0; i < npending; i++)
+      if (pending[i]->send == pass && !r) r = p2p_launch(pending[i]);
+  npending = 0;
+  return r;
+}
