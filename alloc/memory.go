@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"errors"
+	"sync/atomic"
 
 	"github.com/capalloc/capalloc/alloc/driver"
 )
@@ -127,6 +128,42 @@ func growLocked(a *Allocator, size int64) (*block, error) {
 	}
 	makeRoomLocked(a, size)
 	return a.pool.grow(size)
+}
+
+// segmentSlack is how far past the peak in use plain segments may take
+// reserved memory before a growth gives back wholly free cached segments,
+// least recently used first (the reclaim ladder's pathGrowth row): segments
+// cached for sizes the engine no longer asks for go back instead of adding
+// to the peak (expandSlack is the expandable ranges' own).
+const segmentSlack = 1.20
+
+// makeRoomLocked gives back, before a new segment for a request of size
+// bytes, the wholly free cached segments that would take reserved past
+// segmentSlack times the peak in use (the request's included). With
+// nothing cached there is nothing to give back. Caller holds a.mu.
+func makeRoomLocked(a *Allocator, size int64) {
+	if a.pool.cached == 0 {
+		return
+	}
+	in := &a.stats.inUse
+	peak := max(in.peak.Load(), in.cur.Load()+size)
+	over := a.stats.BytesReserved + segmentSize(a.pool.round(size)) - int64(segmentSlack*float64(peak))
+	if over > 0 && a.pool.cached >= over {
+		releaseOldestLocked(a, pathGrowth, "Alloc", over)
+	}
+}
+
+// neverFits says why a request of n bytes cannot be served whatever is
+// given back (larger than the device, or than the memory limit, limit.go),
+// or "".
+func neverFits(a *Allocator, n int64) string {
+	if n > a.info.TotalMemory {
+		return "the request is larger than the whole device"
+	}
+	if l := &a.stats.limit; l.max != 0 && n > l.max {
+		return "the request is larger than the memory limit (" + l.key + ")"
+	}
+	return ""
 }
 
 // Trim gives the pool's cached memory back to the driver and, when the
@@ -257,4 +294,84 @@ func (a *Allocator) Slice(b Buffer, off, n int64) (Buffer, error) {
 		return Buffer{}, a.fail("Slice", n, StateNone, wrapf(ErrMisaligned, "offset %d breaks the %d-byte alignment", off, al))
 	}
 	return Buffer{blk: b.blk, gen: b.gen, ptr: b.ptr + driver.DevicePtr(off), size: n, view: true}, nil
+}
+
+// A block's life, as Alloc and Free see it; caller holds a.mu.
+
+// handOutLocked makes b a live buffer of size bytes, publishing owed with
+// the allocation (at most 0: bytes the lane's shards freed, from
+// lane.flushOwedLocked; 0 elsewhere).
+func (a *Allocator) handOutLocked(b *block, size, owed int64) Buffer {
+	b.size = size
+	gen := b.handOut() // odd: live
+	if b.kind == kindPooled {
+		a.pooledLive++
+	} else {
+		a.live.push(b)
+	}
+	a.stats.Allocs++
+	a.stats.inUse.add(size + owed)
+	if h := a.stats.hist; h != nil {
+		h.record(evAlloc, b.ptr, size, blockState(b), "")
+	}
+	return Buffer{blk: b, gen: gen, ptr: b.ptr, size: size}
+}
+
+// handOut makes b live and returns the generation its Buffer holds: an
+// armed state (odd while free: never handed out) as it is, else the next
+// odd one. Caller owns b (a.mu, or the lane shard's lock that held it).
+func (b *block) handOut() uint64 {
+	if gen := b.state.Load(); gen&1 == 1 {
+		return gen
+	}
+	return b.state.Add(1)
+}
+
+// disarm makes a free record's armed state even again, for a block that
+// leaves the pool without being handed out (lent to a graph pool), so it
+// does not read as live. Caller holds a.mu.
+func (b *block) disarm() {
+	if b.state.Load()&1 == 1 {
+		b.state.Add(1)
+	}
+}
+
+// retireLocked ends the life of live block b, invalidating every handle.
+// Only for blocks no lane Free (shard.go) can race for: the lane is closed, or
+// b is not pooled. A Free takes the block with claimLocked instead.
+func (a *Allocator) retireLocked(b *block) {
+	_ = a.claimLocked(b, b.state.Load()) // nothing races for b: cannot fail
+}
+
+// claimLocked retires b for a Free of the Buffer handed out with gen: it
+// fails when b is no longer that Buffer's, even when a lane Free of the
+// same Buffer won the race since the caller validated it.
+func (a *Allocator) claimLocked(b *block, gen uint64) error {
+	if !b.state.CompareAndSwap(gen, gen+1) {
+		return wrapf(ErrInvalidBuffer, "buffer %#x was freed (double free or use after free)", b.ptr)
+	}
+	if b.kind == kindPooled {
+		a.pooledLive--
+	} else {
+		a.live.remove(b)
+	}
+	a.stats.Frees++
+	a.stats.inUse.add(-b.size)
+	if h := a.stats.hist; h != nil {
+		h.record(evFree, b.ptr, b.size, blockState(b), "")
+	}
+	return nil
+}
+
+// meter is a byte count and its peak, kept with atomics: the bytes in use
+// (counters.inUse) rise at a hand-out and fall at a claim, below, and the
+// lane publishes what it allocated into it without a.mu (shard.go).
+type meter struct {
+	cur, peak atomic.Int64
+}
+
+func (m *meter) add(n int64) {
+	v := m.cur.Add(n)
+	for p := m.peak.Load(); v > p && !m.peak.CompareAndSwap(p, v); p = m.peak.Load() {
+	}
 }
