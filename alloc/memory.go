@@ -33,7 +33,7 @@ func (a *Allocator) Alloc(size int64) (Buffer, error) {
 func allocSlow(a *Allocator, size int64) (Buffer, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	st, err := a.guard.stateLocked()
+	st, mayGrow, err := a.guard.allocStateLocked()
 	if err != nil {
 		return Buffer{}, a.fail("Alloc", size, st, err)
 	}
@@ -43,7 +43,7 @@ func allocSlow(a *Allocator, size int64) (Buffer, error) {
 	if st == StateNone && a.eager == nil && profileRate.Load() == 0 {
 		// The common case apart, with no Buffer kept for an eager run or a
 		// sample: a smaller frame, measured faster (BenchmarkPoolTrace).
-		b, err := a.poolAllocLocked(size)
+		b, err := a.poolAllocLocked(size, mayGrow)
 		if err != nil {
 			return Buffer{}, a.fail("Alloc", size, st, err)
 		}
@@ -52,7 +52,7 @@ func allocSlow(a *Allocator, size int64) (Buffer, error) {
 	var b Buffer
 	switch st {
 	case StateNone:
-		if b, err = a.poolAllocLocked(size); err == nil && a.eager != nil {
+		if b, err = a.poolAllocLocked(size, mayGrow); err == nil && a.eager != nil {
 			a.eager.bufs = append(a.eager.bufs, b) // an eager graph's run owns it
 		}
 	case StateActive:
@@ -70,8 +70,9 @@ func allocSlow(a *Allocator, size int64) (Buffer, error) {
 }
 
 // poolAllocLocked serves an allocation outside capture from the pool: a
-// free block, else a new one (growLocked).
-func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
+// free block, else a new one (growLocked). mayGrow is the guard's verdict
+// on growth read with the capture state (allocStateLocked).
+func (a *Allocator) poolAllocLocked(size int64, mayGrow bool) (Buffer, error) {
 	// The lane found no block of this size in the caller's shard: best fit
 	// sees every cached block, as the pool's recent ones (shard.go). What
 	// the shards owed to the bytes in use is published with the hand-out:
@@ -85,7 +86,7 @@ func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 		a.stats.inUse.add(owed) // before the reclaim ladder reads it
 	}
 	a.stats.PoolMisses++
-	b, err := growLocked(a, size)
+	b, err := growLocked(a, size, mayGrow)
 	if errors.Is(err, ErrOutOfMemory) {
 		return Buffer{}, outOfMemory(a, size, "", err)
 	}
@@ -102,11 +103,14 @@ func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 // from its cache: from the expandable range while the guard allows
 // mapping, else from a new segment (pool.grow). Kept out of
 // poolAllocLocked, whose hit path it would slow. Caller holds a.mu.
-func growLocked(a *Allocator, size int64) (*block, error) {
+func growLocked(a *Allocator, size int64, mayGrow bool) (*block, error) {
 	// Strict: no pool growth that the documented rules would make in
-	// Relaxed interaction mode (another stream's Global capture).
-	if err := a.guard.strictRelaxedLocked("pool growth"); err != nil {
-		return nil, err
+	// Relaxed interaction mode (another stream's Global capture). The
+	// guard's verdict was read with the state; asked again when it refused.
+	if !mayGrow {
+		if err := a.guard.strictRelaxedLocked("pool growth"); err != nil {
+			return nil, err
+		}
 	}
 	// Mapping is an unsafe call: only while the guard allows one now, the
 	// gate tried (a.mu is held: never waited for), no Global-mode capture
