@@ -11,15 +11,15 @@ import (
 // The guard: every refusal rule of the capture contract (docs/design.md's
 // table) is here, and every driver call an Allocator makes is checked by
 // it first: a call that a capture forbids is never made. Most go through
-// one of its two paths, which check and call. The rest are made under the
-// allocator's lock by code whose caller has just read the capture state
-// with the guard under that lock, and would otherwise take the lock a
-// second time: the pool's upstream (pool_upstream.go: MallocAsync and
-// FreeAsync on the allocator's stream, from Alloc, AllocSync and Trim
-// with no capture of this allocator active, and from Close's teardown
-// once its capture has ended), a capture's allocation node (memory.go:
-// recorded into this allocator's capture, its status read again after),
-// and capture begin and end themselves.
+// one of its two paths (guard_paths.go), which check and call. The rest
+// are made under the allocator's lock by code whose caller has just read
+// the capture state with the guard under that lock, and would otherwise
+// take the lock a second time: the pool's upstream (pool_upstream.go:
+// MallocAsync and FreeAsync on the allocator's stream, from Alloc,
+// AllocSync and Trim with no capture of this allocator active, and from
+// Close's teardown once its capture has ended), a capture's allocation
+// node (capture.go: recorded into this allocator's capture, its status
+// read again after), and capture begin and end themselves.
 //
 //   - enqueue: stream-ordered work (async copies, memset, a host function).
 //     Made at once with no capture, recorded into a capture this allocator
