@@ -80,7 +80,7 @@ func (d *domain) remove(s driver.Stream) {
 // afterAll runs fn, under the gate's read side, as soon as no capture of
 // any mode is active in d: now, in a goroutine of its own (fn may take an
 // allocator's lock its caller holds), or when the last one ends. Strict
-// capture safety's deferred work (safety.go).
+// capture safety's deferred work (guard.go).
 func (d *domain) afterAll(fn func()) {
 	d.mu.Lock()
 	d.afterAny = append(d.afterAny, fn)

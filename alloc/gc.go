@@ -48,26 +48,6 @@ func collectLocked(a *Allocator, op string) {
 	}
 }
 
-// segmentSlack is how far past the peak in use plain segments may take
-// reserved memory before a growth gives back wholly free cached segments,
-// least recently used first: segments cached for sizes the engine no
-// longer asks for go back instead of adding to the peak (expandSlack is
-// the expandable ranges' own).
-const segmentSlack = 1.20
-
-// makeRoomLocked gives back, before a new segment for a request of size
-// bytes, the wholly free cached segments that would take reserved past
-// segmentSlack times the peak in use (the request's included). Caller
-// holds a.mu.
-func makeRoomLocked(a *Allocator, size int64) {
-	in := &a.stats.inUse
-	peak := max(in.peak.Load(), in.cur.Load()+size)
-	over := a.stats.BytesReserved + segmentSize(a.pool.round(size)) - int64(segmentSlack*float64(peak))
-	if over > 0 && a.pool.cached >= over {
-		releaseOldestLocked(a, pathGrowth, "Alloc", over)
-	}
-}
-
 // releaseOldestLocked climbs row pa (pathThreshold, pathGrowth) to give
 // back over bytes, where the capture rules allow it now.
 func releaseOldestLocked(a *Allocator, pa path, op string, over int64) {

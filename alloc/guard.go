@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/capalloc/capalloc/alloc/driver"
 )
@@ -12,15 +11,15 @@ import (
 // The guard: every refusal rule of the capture contract (docs/design.md's
 // table) is here, and every driver call an Allocator makes is checked by
 // it first: a call that a capture forbids is never made. Most go through
-// one of its two paths, which check and call. The rest are made under the
-// allocator's lock by code whose caller has just read the capture state
-// with the guard under that lock, and would otherwise take the lock a
-// second time: the pool's upstream (pool_upstream.go: MallocAsync and
-// FreeAsync on the allocator's stream, from Alloc, AllocSync and Trim
-// with no capture of this allocator active, and from Close's teardown
-// once its capture has ended), a capture's allocation node (memory.go:
-// recorded into this allocator's capture, its status read again after),
-// and capture begin and end themselves.
+// one of its two paths (guard_paths.go), which check and call. The rest
+// are made under the allocator's lock by code whose caller has just read
+// the capture state with the guard under that lock, and would otherwise
+// take the lock a second time: the pool's upstream (pool_upstream.go:
+// MallocAsync and FreeAsync on the allocator's stream, from Alloc,
+// AllocSync and Trim with no capture of this allocator active, and from
+// Close's teardown once its capture has ended), a capture's allocation
+// node (capture.go: recorded into this allocator's capture, its status
+// read again after), and capture begin and end themselves.
 //
 //   - enqueue: stream-ordered work (async copies, memset, a host function).
 //     Made at once with no capture, recorded into a capture this allocator
@@ -52,7 +51,7 @@ type guard struct {
 	stream   driver.Stream
 	dom      *domain
 	watchdog *watchdog
-	strict   bool                              // the device's capture safety is SafetyStrict (safety.go)
+	strict   bool                              // the device's capture safety is SafetyStrict (strictLocked)
 	profile  string                            // DeviceInfo.SafetyProfile, for strict refusals
 	idler    driver.StreamIdler                // nil unless the driver is one
 	poll     func(driver.Stream) (bool, error) // pollerOf(drv): nil when the driver cannot be polled
@@ -128,6 +127,16 @@ func (g *guard) stateLocked() (CaptureState, error) {
 		return StateInvalidated, wrapf(ErrCaptureTimeout, "capture abandoned by the watchdog; its function or driver call is still running")
 	}
 	return s, nil
+}
+
+// allocStateLocked is stateLocked for an allocation from the pool, with
+// strict safety's verdict on growing the pool read in the same look:
+// mayGrow is false when strictRelaxedLocked would refuse pool growth now.
+// The grower asks strictRelaxedLocked itself only then. Caller holds the
+// lock.
+func (g *guard) allocStateLocked() (st CaptureState, mayGrow bool, err error) {
+	st, err = g.stateLocked()
+	return st, !g.strictRelaxedForbids(), err
 }
 
 // classify folds the allocator's own flag and the driver's status into one
@@ -222,7 +231,7 @@ func (g *guard) unsafeRefusalLocked(st CaptureState, onStream bool, what string)
 // synchronizing one: a synchronous allocation or free, pinned host
 // memory, a pageable copy, freeing cached memory) that a capture forbids,
 // refused before the driver by the documented rules or by strict safety
-// (safety.go) alike: it matches ErrCaptureIncompatibleAllocation and
+// (strictRefusal) alike: it matches ErrCaptureIncompatibleAllocation and
 // driver.ErrCaptureIllegalOp, CUDA's answer to such a call during a
 // capture, so an engine matching either sees every refusal.
 func unsafeRefused(format string, args ...any) error {
@@ -242,122 +251,47 @@ func (g *guard) syncRefusalLocked(st CaptureState) error {
 	return wrapf(ErrSyncDuringCapture, "%v", why)
 }
 
-// enqueue runs a stream-ordered driver call behind the guard: made eagerly
-// with no capture, recorded into a capture this allocator started, refused
-// (no driver call) in any other state. check validates operands under the
-// lock. dst and src (a zero Buffer when there is none) are the device
-// buffers the call uses: a capture that records it keeps their memory from
-// reuse until its graph is closed.
-func (g *guard) enqueue(op string, size int64, dst, src Buffer, check func() error, call func() error) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	st, err := g.stateLocked()
-	if err == nil {
-		err = check()
+// The device's capture safety is classified by the driver
+// (driver.CaptureSafety, docs/capture-safety.md); what follows are the
+// refusals strict safety adds.
+
+// strictRefusal is the error of a call refused by strict capture safety:
+// an unsafe call's refusal (unsafeRefused: ErrCaptureIllegalOp and
+// ErrCaptureIncompatibleAllocation) that names the profile.
+func (g *guard) strictRefusal(what string, n int) error {
+	return unsafeRefused("%s: %d capture(s) active in the capture domain and the device's capture safety is %s; no driver call was made",
+		what, n, g.profile)
+}
+
+// strictLocked returns strictRefusal when strict safety forbids what now:
+// any capture active in the domain (the synchronous allocations and frees,
+// and host allocation: what hangs GB10 during any capture). Nil otherwise.
+func (g *guard) strictLocked(what string) error {
+	if !g.strict {
+		return nil
 	}
-	if err == nil {
-		switch st {
-		case StateNone:
-			err = call()
-		case StateActive:
-			if err = call(); err == nil {
-				err = afterCaptured(g.drv, g.stream, op)
-			} else {
-				err = refusedInCapture(g.drv, g.stream, err)
-			}
-			if err == nil {
-				refLocked(g.cap, dst.blk)
-				refLocked(g.cap, src.blk)
-			}
-		default:
-			err = refusal(st, op)
-		}
-	}
-	if err != nil {
-		return g.fail(op, size, st, err)
+	if n := g.dom.active(); n > 0 {
+		return g.strictRefusal(what, n)
 	}
 	return nil
 }
 
-// blocking runs an unsafe call on the stream behind the gate and the
-// watchdog: refused, with no driver call, whenever a capture forbids it.
-func (g *guard) blocking(op string, size int64, check func(st CaptureState) error, call func() error) error {
-	return g.blockingUndo(op, size, nil, check, func() (func(), error) { return nil, call() })
+// strictRelaxedLocked returns strictRefusal when strict safety forbids
+// what now, a call the documented rules would make in Relaxed interaction
+// mode (pool growth, graph instantiation): a Global-mode capture active on
+// another stream. A capture of another mode elsewhere is no reason: the
+// documented rules make these calls then without switching modes, and
+// refusing them would keep ranks of one process from capturing side by
+// side. Nil otherwise.
+func (g *guard) strictRelaxedLocked(what string) error {
+	if !g.strictRelaxedForbids() {
+		return nil
+	}
+	return g.strictRefusal(what, g.dom.active())
 }
 
-// blockingOn is blocking for a call that uses buf's memory (a pageable
-// copy): check validates buf, which stays pinned (pinLocked) from the check
-// until the driver call returns, so a Free, Graph.Close or Close racing the
-// call holds the memory back instead of freeing it under the driver.
-func (g *guard) blockingOn(op string, size int64, buf Buffer, check func(st CaptureState) error, call func() error) error {
-	return g.blockingUndo(op, size, &buf, check, func() (func(), error) { return nil, call() })
-}
-
-// blockingUndo is blocking for a call that acquires something: if the
-// caller was already given ErrCaptureTimeout when call succeeds, nobody
-// will ever own the result, so the undo call returns releases it. use,
-// when not nil, is pinned as in blockingOn (check must validate it).
-func (g *guard) blockingUndo(op string, size int64, use *Buffer, check func(st CaptureState) error, call func() (func(), error)) error {
-	var (
-		seen     atomic.Int32 // written by a call the watchdog may abandon
-		undo     func()
-		unpinned bool // use was pinned and is unpinned: the unpin may let a release through
-	)
-	expired, err := g.watchdog.run(op, g.watchdog.timeout, func() (err error) {
-		undo, unpinned, err = g.guardedCall(use, &seen, check, call)
-		return err
-	}, func(err error) {
-		if err == nil && undo != nil {
-			undo()
-		}
-		if unpinned {
-			g.mem.afterUnpin(g.rel.cleanupLate)
-		}
-	})
-	if !expired && unpinned { // expired: the late path's
-		g.mem.afterUnpin(g.rel.cleanup)
-	}
-	if err != nil {
-		return g.fail(op, size, CaptureState(seen.Load()), err)
-	}
-	return nil
-}
-
-// guardedCall is one blocking call, on the watchdog's worker: check under
-// the lock, then call without it, all under the gate's read side so that
-// no capture begins meanwhile; use's block is pinned from the check to the
-// end of the call. unpinned says whether it pinned and unpinned use: the
-// unpin may have let a release through (an AllocSync free queued, Close's
-// teardown due), which the caller makes (afterUnpin), out of the gate.
-func (g *guard) guardedCall(use *Buffer, seen *atomic.Int32, check func(st CaptureState) error, call func() (func(), error)) (undo func(), unpinned bool, err error) {
-	g.dom.gate.RLock()
-	defer g.dom.gate.RUnlock()
-	g.mu.Lock()
-	st, err := g.stateLocked()
-	seen.Store(int32(st))
-	if err == nil {
-		err = check(st)
-	}
-	if err != nil {
-		g.mu.Unlock()
-		return nil, false, err
-	}
-	if use == nil {
-		g.mu.Unlock()
-		undo, err = call()
-		return undo, false, err
-	}
-	blk := use.blk
-	g.rel.pinLocked(blk)
-	if !blk.validFor(use.gen) { // a lane Free won the race since check (shard.go)
-		g.mem.unpinLocked(blk)
-		g.mu.Unlock()
-		return nil, true, wrapf(ErrInvalidBuffer, "buffer %#x was freed (double free or use after free)", use.ptr)
-	}
-	g.mu.Unlock()
-	undo, err = call()
-	g.mu.Lock()
-	g.mem.unpinLocked(blk)
-	g.mu.Unlock()
-	return undo, true, err
+// strictRelaxedForbids is strictRelaxedLocked's condition: strict safety
+// and a Global-mode capture active on another stream.
+func (g *guard) strictRelaxedForbids() bool {
+	return g.strict && g.dom.globalElsewhere(g.stream)
 }

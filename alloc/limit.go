@@ -112,15 +112,6 @@ func deviceTotal(drv driver.Driver) (int64, error) {
 	return total, err
 }
 
-// overLimit says why a request of n bytes can never fit, the limit
-// being what it is, or "" when it might.
-func (l *memLimit) overLimit(n int64) string {
-	if l.max == 0 || n <= l.max {
-		return ""
-	}
-	return "the request is larger than the memory limit (" + l.key + ")"
-}
-
 // limitText is the part of an out-of-memory message that names the limit
 // and the key that sets it, or "" when there is none.
 func limitText(max int64, key string) string {
@@ -128,15 +119,6 @@ func limitText(max int64, key string) string {
 		return ""
 	}
 	return fmt.Sprintf("memory limit %s reserved at most, set by %s (CAPALLOC_ALLOC_CONF; Options.MemoryLimit, Options.MemoryFraction)", memmap.SizeText(max), key)
-}
-
-// neverFits says why a request of n bytes cannot be served whatever is
-// given back (larger than the device, or than the memory limit), or "".
-func neverFits(a *Allocator, n int64) string {
-	if n > a.info.TotalMemory {
-		return "the request is larger than the whole device"
-	}
-	return a.stats.limit.overLimit(n)
 }
 
 // mallocSync is AllocSync's driver allocation, made without a.mu: the

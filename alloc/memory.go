@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"errors"
+	"sync/atomic"
 
 	"github.com/capalloc/capalloc/alloc/driver"
 )
@@ -32,7 +33,7 @@ func (a *Allocator) Alloc(size int64) (Buffer, error) {
 func allocSlow(a *Allocator, size int64) (Buffer, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	st, err := a.guard.stateLocked()
+	st, mayGrow, err := a.guard.allocStateLocked()
 	if err != nil {
 		return Buffer{}, a.fail("Alloc", size, st, err)
 	}
@@ -42,7 +43,7 @@ func allocSlow(a *Allocator, size int64) (Buffer, error) {
 	if st == StateNone && a.eager == nil && profileRate.Load() == 0 {
 		// The common case apart, with no Buffer kept for an eager run or a
 		// sample: a smaller frame, measured faster (BenchmarkPoolTrace).
-		b, err := a.poolAllocLocked(size)
+		b, err := a.poolAllocLocked(size, mayGrow)
 		if err != nil {
 			return Buffer{}, a.fail("Alloc", size, st, err)
 		}
@@ -51,7 +52,7 @@ func allocSlow(a *Allocator, size int64) (Buffer, error) {
 	var b Buffer
 	switch st {
 	case StateNone:
-		if b, err = a.poolAllocLocked(size); err == nil && a.eager != nil {
+		if b, err = a.poolAllocLocked(size, mayGrow); err == nil && a.eager != nil {
 			a.eager.bufs = append(a.eager.bufs, b) // an eager graph's run owns it
 		}
 	case StateActive:
@@ -69,8 +70,9 @@ func allocSlow(a *Allocator, size int64) (Buffer, error) {
 }
 
 // poolAllocLocked serves an allocation outside capture from the pool: a
-// free block, else a new one (growLocked).
-func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
+// free block, else a new one (growLocked). mayGrow is the guard's verdict
+// on growth read with the capture state (allocStateLocked).
+func (a *Allocator) poolAllocLocked(size int64, mayGrow bool) (Buffer, error) {
 	// The lane found no block of this size in the caller's shard: best fit
 	// sees every cached block, as the pool's recent ones (shard.go). What
 	// the shards owed to the bytes in use is published with the hand-out:
@@ -84,7 +86,7 @@ func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 		a.stats.inUse.add(owed) // before the reclaim ladder reads it
 	}
 	a.stats.PoolMisses++
-	b, err := growLocked(a, size)
+	b, err := growLocked(a, size, mayGrow)
 	if errors.Is(err, ErrOutOfMemory) {
 		return Buffer{}, outOfMemory(a, size, "", err)
 	}
@@ -101,11 +103,14 @@ func (a *Allocator) poolAllocLocked(size int64) (Buffer, error) {
 // from its cache: from the expandable range while the guard allows
 // mapping, else from a new segment (pool.grow). Kept out of
 // poolAllocLocked, whose hit path it would slow. Caller holds a.mu.
-func growLocked(a *Allocator, size int64) (*block, error) {
+func growLocked(a *Allocator, size int64, mayGrow bool) (*block, error) {
 	// Strict: no pool growth that the documented rules would make in
-	// Relaxed interaction mode (another stream's Global capture).
-	if err := a.guard.strictRelaxedLocked("pool growth"); err != nil {
-		return nil, err
+	// Relaxed interaction mode (another stream's Global capture). The
+	// guard's verdict was read with the state; asked again when it refused.
+	if !mayGrow {
+		if err := a.guard.strictRelaxedLocked("pool growth"); err != nil {
+			return nil, err
+		}
 	}
 	// Mapping is an unsafe call: only while the guard allows one now, the
 	// gate tried (a.mu is held: never waited for), no Global-mode capture
@@ -127,6 +132,42 @@ func growLocked(a *Allocator, size int64) (*block, error) {
 	}
 	makeRoomLocked(a, size)
 	return a.pool.grow(size)
+}
+
+// segmentSlack is how far past the peak in use plain segments may take
+// reserved memory before a growth gives back wholly free cached segments,
+// least recently used first (the reclaim ladder's pathGrowth row): segments
+// cached for sizes the engine no longer asks for go back instead of adding
+// to the peak (expandSlack is the expandable ranges' own).
+const segmentSlack = 1.20
+
+// makeRoomLocked gives back, before a new segment for a request of size
+// bytes, the wholly free cached segments that would take reserved past
+// segmentSlack times the peak in use (the request's included). With
+// nothing cached there is nothing to give back. Caller holds a.mu.
+func makeRoomLocked(a *Allocator, size int64) {
+	if a.pool.cached == 0 {
+		return
+	}
+	in := &a.stats.inUse
+	peak := max(in.peak.Load(), in.cur.Load()+size)
+	over := a.stats.BytesReserved + segmentSize(a.pool.round(size)) - int64(segmentSlack*float64(peak))
+	if over > 0 && a.pool.cached >= over {
+		releaseOldestLocked(a, pathGrowth, "Alloc", over)
+	}
+}
+
+// neverFits says why a request of n bytes cannot be served whatever is
+// given back (larger than the device, or than the memory limit, limit.go),
+// or "".
+func neverFits(a *Allocator, n int64) string {
+	if n > a.info.TotalMemory {
+		return "the request is larger than the whole device"
+	}
+	if l := &a.stats.limit; l.max != 0 && n > l.max {
+		return "the request is larger than the memory limit (" + l.key + ")"
+	}
+	return ""
 }
 
 // Trim gives the pool's cached memory back to the driver and, when the
@@ -238,139 +279,6 @@ func (a *Allocator) freeLocked(st CaptureState, blk *block, gen uint64) error {
 	return refusal(st, "free")
 }
 
-// AllocSync is the eager, synchronous allocation (cudaMalloc): outside the
-// pool, never a graph node. It is an unsafe call: refused during this
-// allocator's own Global or ThreadLocal capture, during any capture the
-// allocator did not start, and (in Global interaction mode) while a
-// Global-mode capture is active anywhere in the domain. In a Relaxed
-// capture it is allowed and the memory is ordinary eager memory.
-func (a *Allocator) AllocSync(size int64) (Buffer, error) {
-	b, err := allocSync(a, size)
-	if err != nil && a.opts.OnOutOfMemory != nil {
-		return afterOutOfMemory(a, "AllocSync", size, err, func() (Buffer, error) { return a.AllocSync(size) })
-	}
-	return b, err
-}
-
-func allocSync(a *Allocator, size int64) (Buffer, error) {
-	if size <= 0 {
-		return Buffer{}, a.fail("AllocSync", size, StateNone, wrapf(ErrInvalidSize, "size must be positive"))
-	}
-	var (
-		buf       Buffer
-		capturing bool // a (Relaxed) capture of ours is recording
-	)
-	err := a.guard.blockingUndo("AllocSync", size, nil, func(st CaptureState) error {
-		capturing = st != StateNone
-		if why := neverFits(a, size); why != "" {
-			return outOfMemory(a, size, why, nil)
-		}
-		if err := a.guard.unsafeRefusalLocked(st, false, "eager synchronous allocation"); err != nil {
-			return err
-		}
-		return a.guard.strictLocked("eager synchronous allocation")
-	}, func() (func(), error) {
-		p, err := mallocSync(a, size)
-		if errors.Is(err, ErrOutOfMemory) && !capturing {
-			// The reclaim ladder (pathAllocSync), under a.mu but for the
-			// retries: the synchronous Malloc is never made under it. The
-			// gate's shared side is held and the guard allows unsafe calls
-			// (the check), so free chunks may be unmapped.
-			a.mu.Lock()
-			r := reclaim{p: &a.pool, path: pathAllocSync, op: "AllocSync", need: size, unmap: a.vm != nil}
-			err = r.climb(err, func() error {
-				a.mu.Unlock()
-				p, err = mallocSync(a, size)
-				a.mu.Lock()
-				if err != nil && a.guard.closed { // Close emptied the pool meanwhile: stop climbing
-					return wrapf(ErrClosed, "closed during the retry: %v", err)
-				}
-				return err
-			})
-			a.mu.Unlock()
-		}
-		if err = afterSyncLadder(a, size, err); err != nil {
-			return nil, err
-		}
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		b := &block{a: a, ptr: p, class: size, kind: kindSync}
-		a.stats.DriverAllocs++
-		a.stats.addReserved(p, size)
-		if a.guard.cap != nil {
-			a.guard.cap.allocs++
-			a.stats.CaptureAllocs++
-		}
-		nb := a.handOutLocked(b, size, 0)
-		buf = nb
-		// Abandoned by the watchdog: nobody holds nb, so free it, in the
-		// watchdog's late path (cleanupLate: never into a capture).
-		return func() {
-			a.mu.Lock()
-			mine := b.validFor(nb.gen) // Close may have freed it
-			if mine {
-				a.retireLocked(b)
-				a.releases.releasedLocked(b)
-			}
-			a.mu.Unlock()
-			if mine {
-				a.releases.logLate("AllocSync", a.releases.cleanupLate("AllocSync", func() error { return a.drv.Free(p) }))
-			}
-		}, nil
-	})
-	if err != nil {
-		return Buffer{}, err
-	}
-	if profileRate.Load() != 0 {
-		a.mu.Lock()
-		if buf.blk.validFor(buf.gen) { // not freed meanwhile
-			a.prof.sample(buf.blk, nil, size)
-		}
-		a.mu.Unlock()
-	}
-	return buf, nil
-}
-
-// freeSync releases an AllocSync buffer with the driver's synchronous Free,
-// through the guard's blocking path. A capture that began meanwhile defers
-// it, as Free does during a capture; a live graph that uses the buffer
-// holds it until the graph closes.
-func (a *Allocator) freeSync(b Buffer) error {
-	var deferred bool // a capture began meanwhile: freeLocked took it
-	return a.guard.blocking("Free", b.size, func(st CaptureState) error {
-		if err := a.validateLocked(b, 0, 0); err != nil {
-			return err
-		}
-		if st != StateNone {
-			deferred = true
-			return a.freeLocked(st, b.blk, b.gen)
-		}
-		if err := a.guard.unsafeRefusalLocked(st, false, "synchronous free"); err != nil {
-			return err
-		}
-		return a.guard.strictLocked("synchronous free")
-	}, func() error {
-		if deferred {
-			return nil
-		}
-		a.mu.Lock()
-		blk := b.blk
-		if !blk.validFor(b.gen) { // freed by another goroutine meanwhile
-			a.mu.Unlock()
-			return wrapf(ErrInvalidBuffer, "buffer %#x was freed (double free or use after free)", b.ptr)
-		}
-		a.retireLocked(blk)
-		if blk.refs.Load() > 0 {
-			blk.held.Store(true)
-			a.mu.Unlock()
-			return nil
-		}
-		a.releases.releasedLocked(blk)
-		a.mu.Unlock()
-		return a.drv.Free(b.ptr)
-	})
-}
-
 // Slice returns a view of n bytes of b starting at off. off must keep the
 // device's alignment guarantee (Info().Alignment), which kernels rely on for
 // vectorized access. A view is valid while b is and cannot be freed itself.
@@ -390,4 +298,84 @@ func (a *Allocator) Slice(b Buffer, off, n int64) (Buffer, error) {
 		return Buffer{}, a.fail("Slice", n, StateNone, wrapf(ErrMisaligned, "offset %d breaks the %d-byte alignment", off, al))
 	}
 	return Buffer{blk: b.blk, gen: b.gen, ptr: b.ptr + driver.DevicePtr(off), size: n, view: true}, nil
+}
+
+// A block's life, as Alloc and Free see it; caller holds a.mu.
+
+// handOutLocked makes b a live buffer of size bytes, publishing owed with
+// the allocation (at most 0: bytes the lane's shards freed, from
+// lane.flushOwedLocked; 0 elsewhere).
+func (a *Allocator) handOutLocked(b *block, size, owed int64) Buffer {
+	b.size = size
+	gen := b.handOut() // odd: live
+	if b.kind == kindPooled {
+		a.pooledLive++
+	} else {
+		a.live.push(b)
+	}
+	a.stats.Allocs++
+	a.stats.inUse.add(size + owed)
+	if h := a.stats.hist; h != nil {
+		h.record(evAlloc, b.ptr, size, blockState(b), "")
+	}
+	return Buffer{blk: b, gen: gen, ptr: b.ptr, size: size}
+}
+
+// handOut makes b live and returns the generation its Buffer holds: an
+// armed state (odd while free: never handed out) as it is, else the next
+// odd one. Caller owns b (a.mu, or the lane shard's lock that held it).
+func (b *block) handOut() uint64 {
+	if gen := b.state.Load(); gen&1 == 1 {
+		return gen
+	}
+	return b.state.Add(1)
+}
+
+// disarm makes a free record's armed state even again, for a block that
+// leaves the pool without being handed out (lent to a graph pool), so it
+// does not read as live. Caller holds a.mu.
+func (b *block) disarm() {
+	if b.state.Load()&1 == 1 {
+		b.state.Add(1)
+	}
+}
+
+// retireLocked ends the life of live block b, invalidating every handle.
+// Only for blocks no lane Free (shard.go) can race for: the lane is closed, or
+// b is not pooled. A Free takes the block with claimLocked instead.
+func (a *Allocator) retireLocked(b *block) {
+	_ = a.claimLocked(b, b.state.Load()) // nothing races for b: cannot fail
+}
+
+// claimLocked retires b for a Free of the Buffer handed out with gen: it
+// fails when b is no longer that Buffer's, even when a lane Free of the
+// same Buffer won the race since the caller validated it.
+func (a *Allocator) claimLocked(b *block, gen uint64) error {
+	if !b.state.CompareAndSwap(gen, gen+1) {
+		return wrapf(ErrInvalidBuffer, "buffer %#x was freed (double free or use after free)", b.ptr)
+	}
+	if b.kind == kindPooled {
+		a.pooledLive--
+	} else {
+		a.live.remove(b)
+	}
+	a.stats.Frees++
+	a.stats.inUse.add(-b.size)
+	if h := a.stats.hist; h != nil {
+		h.record(evFree, b.ptr, b.size, blockState(b), "")
+	}
+	return nil
+}
+
+// meter is a byte count and its peak, kept with atomics: the bytes in use
+// (counters.inUse) rise at a hand-out and fall at a claim, below, and the
+// lane publishes what it allocated into it without a.mu (shard.go).
+type meter struct {
+	cur, peak atomic.Int64
+}
+
+func (m *meter) add(n int64) {
+	v := m.cur.Add(n)
+	for p := m.peak.Load(); v > p && !m.peak.CompareAndSwap(p, v); p = m.peak.Load() {
+	}
 }

@@ -70,6 +70,28 @@ func (u driverUpstream) allocate(n int64) (driver.DevicePtr, error) {
 	return p, nil
 }
 
+// addReserved counts n more bytes held from the driver, at p.
+func (c *counters) addReserved(p driver.DevicePtr, n int64) {
+	if c.hist != nil {
+		c.hist.record(evMap, p, n, stateNone, "")
+	}
+	c.BytesReserved += n
+	if c.BytesReserved > c.PeakReserved {
+		c.PeakReserved = c.BytesReserved
+	}
+}
+
+// givenBackLocked counts n bytes of one driver allocation, at p, as
+// given back.
+func (c *counters) givenBackLocked(p driver.DevicePtr, n int64) {
+	if c.hist != nil {
+		c.hist.record(evUnmap, p, n, stateNone, "")
+	}
+	c.DriverFrees++
+	c.BytesReserved -= n
+	c.limit.put(n)
+}
+
 // free counts the segment as given back even when the driver fails to
 // free it: the driver has it, not the pool.
 func (u driverUpstream) free(p driver.DevicePtr, n int64) error {

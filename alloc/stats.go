@@ -1,11 +1,6 @@
 package alloc
 
-import (
-	"sync/atomic"
-
-	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/alloc/memmap"
-)
+import "github.com/capalloc/capalloc/alloc/memmap"
 
 // Stats is a snapshot of an allocator's counters (Allocator.Stats). Its
 // one definition is the snapshot data's, so a Snapshot carries the same
@@ -44,40 +39,6 @@ type counters struct {
 	limit memLimit
 
 	hist *history // the allocation timeline (history.go): nil when off; set once, in New
-}
-
-// meter is a byte count and its peak, kept with atomics: the lane
-// publishes what it allocated into it without a.mu (shard.go).
-type meter struct {
-	cur, peak atomic.Int64
-}
-
-func (m *meter) add(n int64) {
-	v := m.cur.Add(n)
-	for p := m.peak.Load(); v > p && !m.peak.CompareAndSwap(p, v); p = m.peak.Load() {
-	}
-}
-
-// addReserved counts n more bytes held from the driver, at p.
-func (c *counters) addReserved(p driver.DevicePtr, n int64) {
-	if c.hist != nil {
-		c.hist.record(evMap, p, n, stateNone, "")
-	}
-	c.BytesReserved += n
-	if c.BytesReserved > c.PeakReserved {
-		c.PeakReserved = c.BytesReserved
-	}
-}
-
-// givenBackLocked counts n bytes of one driver allocation, at p, as
-// given back.
-func (c *counters) givenBackLocked(p driver.DevicePtr, n int64) {
-	if c.hist != nil {
-		c.hist.record(evUnmap, p, n, stateNone, "")
-	}
-	c.DriverFrees++
-	c.BytesReserved -= n
-	c.limit.put(n)
 }
 
 // Stats returns a snapshot of the counters.

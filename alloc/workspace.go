@@ -32,7 +32,7 @@ func workspace(a *Allocator, name string, size int64) (Buffer, error) {
 	if old != nil && old.live() && old.size >= size {
 		return Buffer{blk: old, gen: old.state.Load(), ptr: old.ptr, size: old.size}, nil
 	}
-	st, err := a.guard.stateLocked()
+	st, mayGrow, err := a.guard.allocStateLocked()
 	if why := neverFits(a, size); err == nil && why != "" {
 		err = outOfMemory(a, size, why, nil)
 	}
@@ -40,7 +40,7 @@ func workspace(a *Allocator, name string, size int64) (Buffer, error) {
 	if err == nil {
 		switch st {
 		case StateNone:
-			b, err = a.poolAllocLocked(size)
+			b, err = a.poolAllocLocked(size, mayGrow)
 		case StateActive:
 			if b, err = a.guard.cap.allocLocked(a, op, size); err == nil {
 				a.guard.cap.lazyWS = append(a.guard.cap.lazyWS, name)

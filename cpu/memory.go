@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"sync/atomic"
 
 	"github.com/capalloc/capalloc/alloc/driver"
@@ -65,72 +66,6 @@ type idTable struct {
 
 type idSlot struct {
 	rec atomic.Pointer[allocation]
-}
-
-// resolve turns (p, n) into a live allocation and offset. The reason is empty
-// on success; callers build the error so the hot path does not format.
-func (d *Driver) resolve(p driver.DevicePtr, n int64) (*allocation, int64, string) {
-	if n < 0 {
-		return nil, 0, "negative size"
-	}
-	id := uint64(p) >> offsetBits
-	off := int64(uint64(p) & offsetMask)
-	t := d.table.Load()
-	if id == 0 || id >= uint64(len(t.slots)) {
-		return nil, 0, "no allocation"
-	}
-	r := t.slots[id].rec.Load()
-	if r == nil || r.dead.Load() {
-		return nil, 0, "no allocation"
-	}
-	if off > r.size || n > r.size-off {
-		return nil, 0, "range crosses the end of the allocation"
-	}
-	if r.vm != nil && !d.vmCovers(r, off, n) {
-		return nil, 0, "range is not mapped in its reservation"
-	}
-	return r, off, ""
-}
-
-func (d *Driver) vmCovers(r *allocation, off, n int64) bool {
-	d.vmMu.RLock()
-	defer d.vmMu.RUnlock()
-	return r.vm.covers(off, n)
-}
-
-// lockVM read-locks the mapped state when a or b is a reservation, so
-// their chunks stay mapped while an operation touches them; the returned
-// function unlocks.
-func (d *Driver) lockVM(a, b *allocation) (unlock func()) {
-	if !inReservation(a, b) {
-		return noUnlock
-	}
-	d.vmMu.RLock()
-	return d.vmMu.RUnlock
-}
-
-func noUnlock() {}
-
-// inReservation reports whether a or b is a reservation (lockVM).
-func inReservation(a, b *allocation) bool {
-	return (a != nil && a.vm != nil) || (b != nil && b.vm != nil)
-}
-
-// baseLocked finds the allocation p is the base address of. d.mu held.
-func (d *Driver) baseLocked(p driver.DevicePtr) *allocation {
-	if uint64(p)&offsetMask != 0 {
-		return nil
-	}
-	id := uint64(p) >> offsetBits
-	t := d.table.Load()
-	if id == 0 || id >= uint64(len(t.slots)) {
-		return nil
-	}
-	r := t.slots[id].rec.Load()
-	if r == nil || r.dead.Load() {
-		return nil
-	}
-	return r
 }
 
 // takeIDLocked pops the oldest free id, doubling the table when none is left.
@@ -294,6 +229,37 @@ func (d *Driver) releaseLocked(r *allocation) {
 	d.live -= r.acct
 	d.liveCount--
 	d.dropDevice(r.buf)
+}
+
+// newDevice backs a device allocation: supplied memory (Options.DeviceMemory)
+// or the Go heap. Either way the bytes start zeroed.
+func (d *Driver) newDevice(size int64) ([]byte, error) { return newFrom(d.devMem, "device", size) }
+
+// newFrom is size bytes from mem, a supplier of the kind what names
+// ("device", "host"), or from the Go heap when mem is nil; zeroed either
+// way. A supplier that returns another size gets its slice back.
+func newFrom(mem driver.HostMemory, what string, size int64) ([]byte, error) {
+	if mem == nil {
+		return make([]byte, size), nil
+	}
+	b, err := mem.Alloc(size)
+	if err == nil && int64(len(b)) != size {
+		_ = mem.Free(b)
+		return nil, fmt.Errorf("%s memory supplier returned %d B for %d B", what, len(b), size)
+	}
+	return b, err
+}
+
+// dropDevice gives supplied memory back once an allocation is released; Go
+// heap memory is the GC's. Released allocations are dead, so queued work
+// that still names one fails before touching its bytes; a use racing the
+// release itself is the caller's use-after-free, as on a device. The
+// supplier only refuses slices it did not hand out, which a released
+// allocation's never is, so its error has nowhere useful to go.
+func (d *Driver) dropDevice(b []byte) {
+	if d.devMem != nil {
+		_ = d.devMem.Free(b)
+	}
 }
 
 // checkUserFreeLocked says why p cannot be freed by Free or an ordinary

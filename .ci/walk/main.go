@@ -9,7 +9,8 @@
 // literal) that records the call stack, runs one Alloc on a fresh
 // allocator, and rebuilds the walk from the stacks: between two hooks the
 // walk returns down to the frame the two stacks share, then calls up to
-// the new one. Frames outside the module are transparent.
+// the new one. Frames outside the module are transparent. The packages
+// copied are those alloc and cpu link (cpu does not import alloc).
 //
 //	go run .ci/walk/main.go [TREE] [SIZE]
 //
@@ -45,7 +46,7 @@ func main() {
 	for _, f := range []string{"go.mod", "go.sum"} {
 		copyFile(filepath.Join(tree, f), filepath.Join(tmp, f))
 	}
-	out, err := cmd(tree, "go", "list", "-deps", "-f", "{{.ImportPath}} {{.Dir}} {{join .GoFiles \",\"}} {{join .SFiles \",\"}}", "./cpu")
+	out, err := cmd(tree, "go", "list", "-deps", "-f", "{{.ImportPath}} {{.Dir}} {{join .GoFiles \",\"}} {{join .SFiles \",\"}}", "./alloc", "./cpu")
 	check(err)
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		f := strings.Fields(line)
