@@ -70,14 +70,6 @@ const (
 	ipcLazyEnablePeerAccessFrom6   = 1   // ... and from ROCm 6.0 on (ROCm 6's hip_runtime_api.h; not in the installed 5.2.3 one)
 )
 
-// Managed memory (hip_runtime_api.h, 5.2.3): #define hipMemAttachGlobal
-// 0x01 (line 636), #define hipCpuDeviceId ((int)-1) (line 692), the host
-// for hipMemPrefetchAsync.
-const (
-	memAttachGlobal = 0x01
-	cpuDeviceID     = -1
-)
-
 // memPoolProps is struct hipMemPoolProps (hip_runtime_api.h, 5.2.3), the
 // layout gpurt.MemPoolProps declares and checks at compile time:
 //
