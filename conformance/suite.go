@@ -84,6 +84,7 @@ var groups = []group{
 	{"Concurrency", (*suite).concurrency},
 	{"InFlight", (*suite).inFlight},
 	{"HostFunc", (*suite).hostFunc},
+	{"HostMemory", (*suite).hostMemory},
 	{"Enqueue", (*suite).enqueue},
 	{"Collectives", (*suite).collectivesGroup},
 	{"BadInput", (*suite).badInput},

@@ -3,7 +3,7 @@
 // steps run prebuilt binaries (.ci/gpu build), each under its own timeout
 // in a process group of its own, killed whole when the timeout passes.
 //
-//	gpurun run -bin DIR [-fake] [-backend=cuda|hip] [-out DIR]   # the eleven steps
+//	gpurun run -bin DIR [-fake] [-backend=cuda|hip] [-out DIR]   # the twelve steps
 //	gpurun record [-root .] DIR                                  # file a run, regenerate the docs' tables
 //	gpurun regen [-root .]                                       # regenerate the docs' tables only
 //	gpurun check [-fake] DIR                                     # CI: is the run complete, did every step pass

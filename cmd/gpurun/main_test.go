@@ -16,9 +16,9 @@ import (
 )
 
 var stepNames = []string{"device", "conformance", "capprobe", "collectives_bench", "decodeloop",
-	"tpdecode", "gpu_tests", "plugin", "stress", "truth", "pressure"}
+	"tpdecode", "gpu_tests", "plugin", "stress", "truth", "pressure", "host_memory"}
 
-// The eleven steps, in priority order, fit one device call: their
+// The twelve steps, in priority order, fit one device call: their
 // timeouts sum to at most 480 s on cuda (a 600 s command with the
 // machine's start and the transfers around it).
 func TestTimeoutsFitTheDeviceCall(t *testing.T) {
@@ -73,7 +73,7 @@ func TestExecStepKillsTheProcessGroup(t *testing.T) {
 	assert.Contains(t, string(o.Output), "err")
 }
 
-// run writes a complete results.json (all eleven steps, the schema's keys)
+// run writes a complete results.json (all twelve steps, the schema's keys)
 // and results.md, and says which steps did not pass; here with the device
 // step alone over a stand-in collbench.
 func TestRunWritesCompleteResults(t *testing.T) {
@@ -298,11 +298,30 @@ func TestCheck(t *testing.T) {
 	run = complete()
 	run[4].Status, run[4].RC = statusTimeout, 124
 	require.ErrorContains(t, check(run, true), "decodeloop: timeout (rc 124)")
-	require.ErrorContains(t, check(complete()[:9], true), "9 steps, want 11")
+	require.ErrorContains(t, check(complete()[:9], true), "9 steps, want 12")
 	run = complete()
 	run[2], run[3] = run[3], run[2]
 	require.ErrorContains(t, check(run, true), "want \"capprobe\"")
 	run = complete()
 	run[0].Fake = false
 	require.ErrorContains(t, check(run, true), "device: not a fake run")
+}
+
+// The host_memory step's figures: mmapweights' check and mapping, the
+// group's results, and the cache's speedup from the best of each case.
+func TestHostMemoryFigures(t *testing.T) {
+	out := "--- PASS: TestConformance/cuda/HostMemory/map_host_zero_copy_or_registers (0.00s)\n" +
+		"16777216 B of weights mapped on cuda: registered (no pageable memory access), copied by a captured UploadHost; 11 replays of one captured step, outputs checked against the file\n" +
+		"BenchmarkHostAlloc4MiB/cached-16   \t     200\t      2000 ns/op\n" +
+		"BenchmarkHostAlloc4MiB/pin-16      \t     200\t    900000 ns/op\n" +
+		"BenchmarkHostAlloc4MiB/cached-16   \t     200\t      1000 ns/op\n" +
+		"BenchmarkHostAlloc4MiB/pin-16      \t     200\t    800000 ns/op\n"
+	f := hostMemoryFigures(config{Backend: "cuda"}, out)
+	assert.Equal(t, true, f["mmapweights_checked"])
+	assert.Equal(t, "registered", f["mmapweights_mapping"])
+	assert.Equal(t, 1, f["pass"])
+	assert.Equal(t, 800.0, f["host_cache_speedup"])
+	f = hostMemoryFigures(config{Backend: "cuda"}, "mmapweights: MapHost: refused\n")
+	assert.Equal(t, false, f["mmapweights_checked"])
+	assert.NotContains(t, f, "host_cache_speedup")
 }

@@ -200,7 +200,7 @@ func replaceSection(path, section, body string) error {
 	return os.WriteFile(path, []byte(out), 0o644)
 }
 
-// check is nil when steps is a complete run (the eleven steps, in order)
+// check is nil when steps is a complete run (the twelve steps, in order)
 // whose every step passed or was skipped because the backend has no tool
 // for it (never for a -only), fake when fake is set.
 func check(run []Step, fake bool) error {

@@ -87,7 +87,7 @@ exit $rc`
 }
 
 // steps are the kit's steps (docs/gpu-kit.md), in priority order, but for the pressure
-// step, last so that the truth step's index stays. Their timeouts sum
+// and host_memory steps, last so that the truth step's index stays. Their timeouts sum
 // to 480 s (TestTimeoutsFitTheDeviceCall). $B is the binaries'
 // folder, $R the results folder, $SMALL 1 over the fakes. Over the fakes
 // (every CI run) the sizes are small and the conformance runs leave out
@@ -129,9 +129,9 @@ exit $rc`
 		{Name: "conformance", Timeout: 60 * time.Second, Dir: "conformance",
 			Command: `"$B/conformance.test" -backend=` + be + ` -test.count=1 -test.v -test.timeout=55s` +
 				pick("", ` -test.skip 'TestConformance/`+be+`/(Collectives|Probe|Watchdog)$'`), Figures: testFigures},
-		{Name: "capprobe", Timeout: 25 * time.Second, // 0.7 s on an H200
+		{Name: "capprobe", Timeout: 10 * time.Second, // 0.7 s on an H200
 			Command: `"$B/capprobe" -backend=` + be + ` -mode=all -check -json >"$R/capprobe.json"`, Figures: capprobeFigures},
-		{Name: "collectives_bench", Timeout: 30 * time.Second, // 2.3 s on an H200
+		{Name: "collectives_bench", Timeout: 25 * time.Second, // 2.3 s on an H200
 			Command: `"$B/collbench" -backend=` + be + pick("", " -small") + ` -json "$R/collbench.json"`, Figures: collbenchFigures},
 		{Name: "decodeloop", Timeout: 35 * time.Second, Command: `rc=0
 "$B/decodeloop" -backend=` + be + pick(" -kernels=1000 -steps 200", " -kernels=10 -steps 5") + ` || rc=1
@@ -160,6 +160,18 @@ exit $rc`, Figures: tpdecodeFigures},
 		{Name: "pressure", Timeout: 15 * time.Second, Dir: "conformance",
 			Command: `"$B/conformance.test" -backend=` + be + ` -test.run 'TestConformance/` + be + `/Pressure' -test.v -test.count=1 -test.timeout=12s`,
 			Figures: testFigures},
+		// Host memory on the device (docs/host-memory.md): conformance's
+		// HostMemory group (the pinned cache in captures, registration,
+		// managed memory and its prefetch, MapHost), weights from an
+		// mmap'ed file through MapHost in a captured step, and the pinned
+		// cache's hit against a fresh pin. Its 20 s came from capprobe
+		// (25 s to 10 s; 0.7 s on an H200) and collectives_bench (30 s to
+		// 25 s; 2.3 s on an H200).
+		{Name: "host_memory", Timeout: 20 * time.Second, Command: `rc=0
+(cd conformance && "$B/conformance.test" -backend=` + be + ` -test.run 'TestConformance/` + be + `/HostMemory' -test.v -test.count=1 -test.timeout=8s) || rc=1
+"$B/mmapweights" -backend=` + be + pick(" -floats 4194304 -replays 10", " -floats 4096 -replays 3") + ` || rc=1
+(cd conformance && "$B/conformance.test" -backend=` + be + ` -test.run '^$' -test.bench 'HostAlloc4MiB' -test.benchtime ` + pick("200x", "5x") + ` -test.count 3) || rc=1
+exit $rc`, Figures: hostMemoryFigures},
 	}
 	if be == "hip" {
 		defs[9].Command, defs[9].Skip = "", "cudatruth probes the CUDA runtime only: no HIP table yet"
@@ -448,6 +460,37 @@ func decodeloopFigures(c config, out string) map[string]any {
 	}
 	return f
 }
+
+// hostMemoryFigures is testFigures plus whether mmapweights checked its
+// replays, how it read the mapping, and the pinned cache's speedup: a
+// fresh pin's HostAlloc+Close pair over a cached one (the best of the
+// -count runs each).
+func hostMemoryFigures(c config, out string) map[string]any {
+	f := testFigures(c, out)
+	f["mmapweights_checked"] = strings.Contains(out, "outputs checked against the file")
+	if m := reMapped.FindStringSubmatch(out); m != nil {
+		f["mmapweights_mapping"] = m[1]
+	}
+	var cached, pin float64
+	if b, ok := f["bench_ns_op"].(map[string]float64); ok {
+		for name, v := range b {
+			switch {
+			case strings.HasPrefix(name, "BenchmarkHostAlloc4MiB/cached"):
+				cached = v
+			case strings.HasPrefix(name, "BenchmarkHostAlloc4MiB/pin"):
+				pin = v
+			}
+		}
+	}
+	if cached > 0 && pin > 0 {
+		f["host_cache_speedup"] = round(pin/cached, 2)
+	}
+	return f
+}
+
+// reMapped is how mmapweights read the mapping ("registered (...)" or
+// "in place (...)").
+var reMapped = regexp.MustCompile(`(?m)B of weights mapped on \S+: (registered|in place)`)
 
 func tpdecodeFigures(c config, out string) map[string]any {
 	f := map[string]any{"multi_gpu": "not reported"}

@@ -1,0 +1,62 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/cuda"
+	"github.com/capalloc/capalloc/hip"
+	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
+)
+
+// On cpu MapHost registers the mapping and a captured UploadHost copies
+// it; on cpu:profile=gb10 (pageable access) it is read in place. Either
+// way every replay's output is the file's bytes as rewritten through the
+// mapping before it (a stale read fails the run).
+func TestMmapWeightsOnCPU(t *testing.T) {
+	for backend, how := range map[string]string{
+		"cpu":              "registered (no pageable memory access), copied by a captured UploadHost",
+		"cpu:profile=gb10": "in place (pageable memory access: no registration, no copy), read by a captured host function",
+	} {
+		t.Run(backend, func(t *testing.T) {
+			var out bytes.Buffer
+			require.NoError(t, run(&out, backend, 3, 4096))
+			require.Contains(t, out.String(), "16384 B of weights mapped on cpu: "+how)
+			require.Contains(t, out.String(), "4 replays of one captured step, outputs checked against the file")
+		})
+	}
+}
+
+// Over the fake runtimes: registered where the fake device has no pageable
+// access; with it (FAKE_<RT>_PAGEABLE_ACCESS=1) the library's axpy kernel,
+// compiled for the host, reads the unregistered mapping at its device
+// address (the fakes fault a kernel that touches unregistered host memory
+// on a device without pageable access).
+func TestMmapWeightsOnFakes(t *testing.T) {
+	for _, f := range []struct {
+		backend, pageable string
+		fake              *gpurttest.Fake
+	}{
+		{"cuda", "FAKE_CUDA_PAGEABLE_ACCESS", &gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}},
+		{"hip", "FAKE_HIP_PAGEABLE_ACCESS", &gpurttest.Fake{Src: "hip/testdata/fakehip.c", Name: "libamdhip64", LibEnv: hip.LibEnv}},
+	} {
+		t.Run(f.backend, func(t *testing.T) {
+			f.fake.Lib(t)
+			var out bytes.Buffer
+			require.NoError(t, run(&out, f.backend, 2, 4096))
+			require.Contains(t, out.String(), "registered (no pageable memory access)")
+			t.Setenv(f.pageable, "1")
+			out.Reset()
+			require.NoError(t, run(&out, f.backend, 2, 4096))
+			require.Contains(t, out.String(), "in place (pageable memory access: no registration, no copy), read by a captured kernel at DevicePtr")
+		})
+	}
+}
+
+func TestMmapWeightsBadInput(t *testing.T) {
+	require.ErrorContains(t, run(&bytes.Buffer{}, "cpu", 1, 0), "want a positive count")
+}
