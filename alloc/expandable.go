@@ -103,7 +103,11 @@ func (p *pool) growExpandable(size, headroom int64) (b *block, ok bool, err erro
 	return p.carve(e, start, n), true, nil
 }
 
-// reserve reserves ar's range and makes it a segment of the arena.
+// reserve reserves ar's range and makes it a segment of the arena. From
+// then on the arena splits off every remainder (splitMin is the granule):
+// a block does not keep a tail of up to 1 MiB past its request, which
+// would stay mapped as long as the block lives, and a free tail merges
+// with its free neighbours, so whole chunks of free memory form sooner.
 func (p *pool) reserve(ar *arena) (*expandable, error) {
 	chunk := max(int64(expandChunk), p.up.mapGranularity())
 	size := roundUp(expandReserve*p.device, chunk)
@@ -116,6 +120,7 @@ func (p *pool) reserve(ar *arena) (*expandable, error) {
 	s.exp = e
 	ar.link(s)
 	ar.exp = e
+	ar.splitMin = p.granule
 	return e, nil
 }
 
