@@ -100,7 +100,7 @@ func (p *pool) growExpandable(size, headroom int64) (b *block, ok bool, err erro
 	if err := p.mapRange(e, keepLo, keepHi); err != nil {
 		return nil, true, err
 	}
-	return p.carve(e, start, n), true, nil
+	return p.carve(e, e.blockAt(start), start, n), true, nil
 }
 
 // reserve reserves ar's range and makes it a segment of the arena. From
@@ -109,7 +109,7 @@ func (p *pool) growExpandable(size, headroom int64) (b *block, ok bool, err erro
 // would stay mapped as long as the block lives, and a free tail merges
 // with its free neighbours, so whole chunks of free memory form sooner.
 func (p *pool) reserve(ar *arena) (*expandable, error) {
-	chunk := max(int64(expandChunk), p.up.mapGranularity())
+	chunk := max(int64(expandChunk), p.up.mapGranularity(), p.granule) // powers of two: a multiple of each
 	size := roundUp(expandReserve*p.device, chunk)
 	base, err := p.up.reserve(size)
 	if err != nil {
@@ -173,6 +173,35 @@ func (e *expandable) place(n int64) (start, cost int64, fits bool) {
 	}
 	endRun(run, nil)
 	return start, cost, best >= 0
+}
+
+// startIn is where in b, a free block of the range (all of it mapped),
+// a pool hit of n bytes goes: among b's start and end and the places
+// that begin or end on a chunk boundary, the one whose chunks are the
+// fewest, so the block shares as few chunks as can be with its
+// neighbours (a chunk goes back only when nothing in it is used: a
+// long-lived block across two chunks keeps both mapped); then the one
+// that takes the fewest of b's whole chunks, which the free rest keeps
+// for the slack policy to unmap; then the lowest. A 2 MiB block then
+// takes one chunk, not parts of two.
+func (e *expandable) startIn(b *block, n int64) int64 {
+	lo, hi := e.off(b.ptr), e.off(b.ptr)+b.class
+	wLo, wHi := roundUp(lo, e.chunk), roundDown(hi, e.chunk) // b's whole chunks
+	cost := func(x int64) (chunks, whole int64) {
+		cLo, cHi := roundDown(x, e.chunk), roundUp(x+n, e.chunk)
+		return cHi - cLo, max(0, min(cHi, wHi)-max(cLo, wLo))
+	}
+	best := lo
+	bc, bw := cost(lo)
+	for _, x := range [...]int64{wLo, roundUp(lo+n, e.chunk) - n, roundDown(hi-n, e.chunk), hi - n} {
+		if x < lo || x+n > hi {
+			continue
+		}
+		if c, w := cost(x); c < bc || (c == bc && (w < bw || (w == bw && x < best))) {
+			best, bc, bw = x, c, w
+		}
+	}
+	return best
 }
 
 // off is p's offset in the range.

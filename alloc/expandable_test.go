@@ -92,7 +92,7 @@ func TestExpandableGrowsByChunks(t *testing.T) {
 		t.Fatalf("3 MiB: %d B reserved, %d maps, %d reservations; want 4 MiB in 2 chunks, 1 reservation",
 			st.BytesReserved, d.count("MapMemory"), d.count("ReserveAddress"))
 	}
-	c, err := a.Alloc(512 << 10) // a hit: the large block's rest is too small to split, a small request has its own range
+	c, err := a.Alloc(512 << 10) // a small request has its own range: not the large block's free 1 MiB rest
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,6 +102,47 @@ func TestExpandableGrowsByChunks(t *testing.T) {
 	}
 	a.Free(b)
 	a.Free(c)
+	closeClean(t, a, d)
+}
+
+// A hit in a range takes the place in the free block whose chunks are
+// the fewest: a 2 MiB buffer in a free block that starts half-way into a
+// chunk takes the next whole chunk, not the ends of two, so once its
+// neighbours are gone Trim leaves one chunk mapped for it, not two.
+func TestExpandableHitTakesFewestChunks(t *testing.T) {
+	d := newVMDriver(t, 0)
+	a := newExpandable(t, d)
+	w, err := a.Alloc(1*mib + mib/2) // [0, 1.5 MiB): one chunk mapped
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := a.Alloc(4*mib + mib/2) // [1.5 MiB, 6 MiB): the rest of the first chunk and two more
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.Ptr() != w.Ptr()+driver.DevicePtr(w.Size()) {
+		t.Fatalf("x at %#x, want right after w (%#x)", x.Ptr(), w.Ptr()+driver.DevicePtr(w.Size()))
+	}
+	a.Free(x) // a free block [1.5 MiB, 6 MiB), all of it mapped
+	maps := d.count("MapMemory")
+	z, err := a.Alloc(2 * mib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.count("MapMemory") != maps {
+		t.Fatalf("2 MiB made %d maps; want a hit", d.count("MapMemory")-maps)
+	}
+	if z.Ptr() != w.Ptr()+2*mib {
+		t.Fatalf("2 MiB at offset %d B of the range, want 2 MiB (the second chunk)", z.Ptr()-w.Ptr())
+	}
+	a.Free(w)
+	if err := a.Trim(); err != nil {
+		t.Fatal(err)
+	}
+	if st := agrees(t, a, d); st.BytesReserved != 2*mib {
+		t.Fatalf("after Trim %d B reserved, want the one chunk z uses", st.BytesReserved)
+	}
+	a.Free(z)
 	closeClean(t, a, d)
 }
 
