@@ -539,53 +539,6 @@ func TestExpandableSnapshot(t *testing.T) {
 	closeClean(t, a, d)
 }
 
-// traceRatio plays tr twice on a fresh allocator, checking the pool and
-// the driver's mappings as it goes, and returns the first run's peak
-// reserved over peak in use.
-func traceRatio(t *testing.T, tr poolTrace, expandable bool) float64 {
-	d := newVMDriver(t, 0)
-	a, err := alloc.New(d, alloc.Options{ExpandableSegments: expandable})
-	if err != nil {
-		t.Fatal(err)
-	}
-	live := make([]alloc.Buffer, tr.slots)
-	check := func(i int) error {
-		if i%97 != 0 {
-			return nil
-		}
-		return a.CheckPool()
-	}
-	if err := tr.runChecked(a, live, check); err != nil {
-		t.Fatal(err)
-	}
-	first := a.Stats()
-	if err := tr.runChecked(a, live, check); err != nil {
-		t.Fatal(err)
-	}
-	if expandable {
-		agrees(t, a, d)
-	}
-	closeClean(t, a, d)
-	return float64(first.PeakReserved) / float64(first.PeakInUse)
-}
-
-// The fragmentation target of issue 23, item 4: peak reserved within
-// 1.15x the peak in use on both traces (the plain pool: 1.38x and 1.49x).
-func TestExpandableFragmentationTarget(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		tr   poolTrace
-	}{{"project", newPoolTrace(100000, 64, 256, 64<<20, 1)}, {"inference", newInferenceTrace(100000)}} {
-		t.Run(tc.name, func(t *testing.T) {
-			if r := traceRatio(t, tc.tr, true); r > 1.15 {
-				t.Fatalf("peak reserved / peak in use = %.3f, want <= 1.15", r)
-			} else {
-				t.Logf("expandable: %.3f", r)
-			}
-		})
-	}
-}
-
 // Goroutines allocating and freeing on one allocator while others trim
 // and snapshot it: the pool stays sound, the driver's mappings match the
 // counters, and Close gives everything back.
