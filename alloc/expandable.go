@@ -100,12 +100,16 @@ func (p *pool) growExpandable(size, headroom int64) (b *block, ok bool, err erro
 	if err := p.mapRange(e, keepLo, keepHi); err != nil {
 		return nil, true, err
 	}
-	return p.carve(e, start, n), true, nil
+	return p.carve(e, e.blockAt(start), start, n), true, nil
 }
 
-// reserve reserves ar's range and makes it a segment of the arena.
+// reserve reserves ar's range and makes it a segment of the arena. From
+// then on the arena splits off every remainder (splitMin is the granule):
+// a block does not keep a tail of up to 1 MiB past its request, which
+// would stay mapped as long as the block lives, and a free tail merges
+// with its free neighbours, so whole chunks of free memory form sooner.
 func (p *pool) reserve(ar *arena) (*expandable, error) {
-	chunk := max(int64(expandChunk), p.up.mapGranularity())
+	chunk := max(int64(expandChunk), p.up.mapGranularity(), p.granule) // powers of two: a multiple of each
 	size := roundUp(expandReserve*p.device, chunk)
 	base, err := p.up.reserve(size)
 	if err != nil {
@@ -116,80 +120,8 @@ func (p *pool) reserve(ar *arena) (*expandable, error) {
 	s.exp = e
 	ar.link(s)
 	ar.exp = e
+	ar.splitMin = p.granule
 	return e, nil
-}
-
-// place chooses where a block of n bytes goes: the start, in a run of
-// free blocks and holes (the last run may extend past the end), that
-// needs the fewest bytes mapped, the lowest address among equals. fits is
-// false when no run, the range's unused end included, has room.
-func (e *expandable) place(n int64) (start, cost int64, fits bool) {
-	best := int64(-1)
-	consider := func(run *block, runEnd int64, s int64) {
-		if s+n > runEnd || (run != nil && s < e.off(run.ptr)) || (run == nil && s < e.end) {
-			return
-		}
-		c := e.unmappedIn(run, roundDown(s, e.chunk), roundUp(s+n, e.chunk))
-		if best < 0 || c < cost || (c == cost && s < start) {
-			best, start, cost = s, s, c
-		}
-	}
-	// endRun considers every start in the run from run up to b (nil: the
-	// range's end, where the run can grow into the unused range).
-	endRun := func(run, b *block) {
-		runEnd := e.reserved
-		if b != nil {
-			runEnd = e.off(b.ptr)
-		}
-		if run == nil { // b == nil: the range's unused end alone
-			consider(nil, runEnd, e.end)
-			return
-		}
-		for r := range blocksFrom(run) {
-			if r == b {
-				break
-			}
-			consider(run, runEnd, e.off(r.ptr))
-		}
-		consider(run, runEnd, runEnd-n)
-	}
-	var run *block // first block of the current run
-	for b := range e.seg.blocks() {
-		if b.free || b.kind == kindHole {
-			if run == nil {
-				run = b
-			}
-			continue
-		}
-		if run != nil {
-			endRun(run, b)
-			run = nil
-		}
-	}
-	endRun(run, nil)
-	return start, cost, best >= 0
-}
-
-// off is p's offset in the range.
-func (e *expandable) off(p driver.DevicePtr) int64 { return int64(p - e.base) }
-
-// unmappedIn is the bytes of [lo, hi) (offsets) not mapped: in holes from
-// run on, or past the range's end.
-func (e *expandable) unmappedIn(run *block, lo, hi int64) int64 {
-	var c int64
-	for b := range blocksFrom(run) {
-		if e.off(b.ptr) >= hi {
-			break
-		}
-		if b.kind == kindHole {
-			bl := e.off(b.ptr)
-			c += max(0, min(hi, bl+b.class)-max(lo, bl))
-		}
-	}
-	if hi > e.end {
-		c += hi - max(lo, e.end)
-	}
-	return c
 }
 
 // mapRange maps every hole chunk in [lo, hi) (offsets, chunk-aligned),
@@ -373,14 +305,4 @@ func (p *pool) detach() (chunks, ranges []span) {
 		ar.exp = nil
 	}
 	return chunks, ranges
-}
-
-// blockAt is the block holding offset c, nil past the end.
-func (e *expandable) blockAt(c int64) *block {
-	for b := range e.seg.blocks() {
-		if bl := e.off(b.ptr); c >= bl && c < bl+b.class {
-			return b
-		}
-	}
-	return nil
 }

@@ -139,6 +139,9 @@ func (p *pool) get(size int64) *block {
 	if b == nil {
 		return nil
 	}
+	if e := b.seg.exp; e != nil { // where in b matters (expandable_place.go)
+		return p.carve(e, b, e.startIn(b, n), n)
+	}
 	p.claim(ar, b, n)
 	return b
 }

@@ -104,12 +104,11 @@ func (p *pool) punch(e *expandable, f *block, lo, hi driver.DevicePtr) {
 	}
 }
 
-// carve takes n bytes at offset start out of the free block holding them
-// (mapRange made it so) and returns them as a block, not free; the rest
-// on either side stays free.
-func (p *pool) carve(e *expandable, start, n int64) *block {
+// carve takes n bytes at offset start out of b, the free block of e
+// holding them, and returns them as a block, not free; the rest on either
+// side stays free.
+func (p *pool) carve(e *expandable, b *block, start, n int64) *block {
 	ar := e.seg.ar
-	b := e.blockAt(start)
 	ar.free.remove(b)
 	b.free = false
 	p.cached -= b.class
