@@ -1,3 +1,10 @@
+// Not in the capalloc_nomount build: this test reads the metrics too, and
+// client_golang links expvar, which mounts /debug/vars on
+// http.DefaultServeMux (TestNoDefaultMount checks that build mounts
+// nothing).
+
+//go:build !capalloc_nomount
+
 package allocview_test
 
 import (
