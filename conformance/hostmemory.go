@@ -57,7 +57,7 @@ func requireUnsupported(t *testing.T, e *env, err error, reason string) {
 	assert.Zero(t, e.a.Stats().HostBuffers, "a refused call booked a host buffer")
 }
 
-// The plugin's reasons (backends/plugin: host_register.go, host_managed.go).
+// The plugin's reasons (backends/plugin/host_register.go, backends/plugin/host_managed.go).
 const (
 	pluginNoRegister = "cannot be registered by the backend's process"
 	pluginNoManaged  = "managed memory lives in the backend process's address space"
