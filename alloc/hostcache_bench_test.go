@@ -14,5 +14,5 @@ import (
 //
 //	go test ./alloc -run '^$' -bench 'HostAlloc4MiB' -count 10
 func BenchmarkHostAlloc4MiB(b *testing.B) {
-	alloctest.BenchHostAllocPairs(b, func() (driver.Driver, error) { return cpu.New(cpu.Options{}) }, 4<<20)
+	alloctest.BenchHostAllocPairs(b, func(*testing.B) (driver.Driver, error) { return cpu.New(cpu.Options{}) }, 4<<20)
 }

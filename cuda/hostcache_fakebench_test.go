@@ -14,5 +14,5 @@ import (
 //	go test ./cuda -run '^$' -bench 'FakeHostAlloc4MiB' -count 10
 func BenchmarkFakeHostAlloc4MiB(b *testing.B) {
 	fake.Lib(b)
-	alloctest.BenchHostAllocPairs(b, func() (driver.Driver, error) { return New(Options{}) }, 4<<20)
+	alloctest.BenchHostAllocPairs(b, func(*testing.B) (driver.Driver, error) { return New(Options{}) }, 4<<20)
 }

@@ -18,11 +18,11 @@ var hostCacheCases = []struct {
 // BenchHostAllocPairs is the host cache's benchmark, shared by the
 // backends': for each of the cache on ("cached") and off ("pin"), a
 // sub-benchmark on a fresh driver from open makes b.N HostAlloc+Close
-// pairs of size bytes.
-func BenchHostAllocPairs(b *testing.B, open func() (driver.Driver, error), size int64) {
+// pairs of size bytes, and closes the driver.
+func BenchHostAllocPairs(b *testing.B, open func(*testing.B) (driver.Driver, error), size int64) {
 	for _, tc := range hostCacheCases {
 		b.Run(tc.name, func(b *testing.B) {
-			d, err := open()
+			d, err := open(b)
 			if err != nil {
 				b.Fatal(err)
 			}
