@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
 
@@ -13,17 +14,5 @@ import (
 //
 //	go test ./alloc -run '^$' -bench 'HostAlloc4MiB' -count 10
 func BenchmarkHostAlloc4MiB(b *testing.B) {
-	for _, tc := range alloctest.HostCacheCases {
-		b.Run(tc.Name, func(b *testing.B) {
-			d, err := cpu.New(cpu.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer d.Close()
-			b.SetBytes(4 << 20)
-			if err := alloctest.HostAllocPairs(d, tc.Opts, 4<<20, b.N, b.ResetTimer); err != nil {
-				b.Fatal(err)
-			}
-		})
-	}
+	alloctest.BenchHostAllocPairs(b, func(*testing.B) (driver.Driver, error) { return cpu.New(cpu.Options{}) }, 4<<20)
 }

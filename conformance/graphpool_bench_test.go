@@ -147,6 +147,15 @@ func (e *decodeGraphs) close(b *testing.B, gp *alloc.GraphPool) {
 // benchmark; it is closed when the benchmark ends.
 func newDecodeDriver(b *testing.B) driver.Driver {
 	b.Helper()
+	d := selectedFactory(b)(b)
+	b.Cleanup(func() { d.Close() })
+	return d
+}
+
+// selectedFactory is the Factory of the selected backend (cpu when none
+// is); an unavailable one fails b.
+func selectedFactory(b *testing.B) Factory {
+	b.Helper()
 	name := selected()
 	if name == "" {
 		name = "cpu"
@@ -155,9 +164,7 @@ func newDecodeDriver(b *testing.B) driver.Driver {
 	if err != nil {
 		b.Fatal(err)
 	}
-	d := open(b)
-	b.Cleanup(func() { d.Close() })
-	return d
+	return open
 }
 
 // BenchmarkGraphPoolDecode: capture=pool times capturing the 64 graphs

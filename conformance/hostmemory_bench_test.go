@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc/alloctest"
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // BenchmarkHostAlloc4MiB is alloc's host cache benchmark on the selected
@@ -13,13 +14,6 @@ import (
 //
 //	go test ./conformance -backend=cuda -run '^$' -bench 'HostAlloc4MiB' -count 3
 func BenchmarkHostAlloc4MiB(b *testing.B) {
-	for _, tc := range alloctest.HostCacheCases {
-		b.Run(tc.Name, func(b *testing.B) {
-			d := newDecodeDriver(b)
-			b.SetBytes(4 << 20)
-			if err := alloctest.HostAllocPairs(d, tc.Opts, 4<<20, b.N, b.ResetTimer); err != nil {
-				b.Fatal(err)
-			}
-		})
-	}
+	open := selectedFactory(b)
+	alloctest.BenchHostAllocPairs(b, func(b *testing.B) (driver.Driver, error) { return open(b), nil }, 4<<20)
 }

@@ -129,27 +129,9 @@ func captureInvalidated(t *testing.T, e *env) bool {
 }
 
 func captureAbandoned(t *testing.T, e *env) bool {
-	unblock := make(chan struct{})
-	fnDone := make(chan struct{})
-	defer func() {
-		select {
-		case <-unblock:
-		default:
-			close(unblock)
-		}
-	}()
-	err := within(t, wdSlack, "WithCapture", func() error {
-		_, err := e.a.WithCapture(alloc.CaptureOptions{Timeout: wdDeadline}, func() error {
-			defer close(fnDone)
-			err := capAlloc(e.a)
-			<-unblock
-			return err
-		})
-		return err
-	})
+	release, _, err := abandonCapture(t, e.a, alloc.CaptureOptions{Timeout: wdDeadline}, func() error { return capAlloc(e.a) })
 	require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
-	close(unblock)
-	<-fnDone
+	release()
 	eventually(t, "abandoned capture cleaned up", notCapturing(e.a))
 	return false
 }

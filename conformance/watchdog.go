@@ -37,6 +37,36 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// abandonCapture runs WithCapture on a with opts, its function running
+// body and, if body succeeded, blocking until release is called; it
+// returns WithCapture's graph and error, failing the test if WithCapture
+// has not returned within wdSlack. release lets the function return and
+// waits until it has; it may be called more than once, and runs when the
+// test ends if the test has not called it.
+func abandonCapture(t *testing.T, a *alloc.Allocator, opts alloc.CaptureOptions, body func() error) (release func(), g *alloc.Graph, err error) {
+	t.Helper()
+	unblock := make(chan struct{})
+	fnDone := make(chan struct{})
+	var once sync.Once
+	release = func() {
+		once.Do(func() { close(unblock) })
+		<-fnDone
+	}
+	t.Cleanup(func() { once.Do(func() { close(unblock) }) })
+	err = within(t, wdSlack, "WithCapture", func() (err error) {
+		g, err = a.WithCapture(opts, func() error {
+			defer close(fnDone)
+			if err := body(); err != nil {
+				return err
+			}
+			<-unblock
+			return nil
+		})
+		return err
+	})
+	return release, g, err
+}
+
 // within runs fn and fails the test if it has not returned after limit: a
 // broken watchdog must fail the test, not hang it. fn's goroutine is left
 // behind on failure; the test's cleanup unblocks it.
@@ -87,27 +117,9 @@ func (s *suite) watchdogStuckCaptureFnCostsTheDeadline(t *testing.T) {
 	h := mustHost(t, e.a, 4096)
 	b := mustAlloc(t, e.a, 4096)
 	base := usageOf(e.a)
-	unblock := make(chan struct{})
-	var unblocked bool
-	defer func() {
-		if !unblocked {
-			close(unblock)
-		}
-	}()
-	fnDone := make(chan struct{})
 	start := time.Now()
-	var g *alloc.Graph
-	err := within(t, wdSlack, "WithCapture", func() (err error) {
-		g, err = e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global, Timeout: wdDeadline}, func() error {
-			defer close(fnDone)
-			if err := allocSome(e.a, h); err != nil {
-				return err
-			}
-			<-unblock
-			return nil
-		})
-		return err
-	})
+	release, g, err := abandonCapture(t, e.a, alloc.CaptureOptions{Mode: alloc.Global, Timeout: wdDeadline},
+		func() error { return allocSome(e.a, h) })
 	elapsed := time.Since(start)
 	require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
 	require.Nil(t, g)
@@ -117,9 +129,7 @@ func (s *suite) watchdogStuckCaptureFnCostsTheDeadline(t *testing.T) {
 
 	requireAbandonedRefusesAll(t, e.a, b, h)
 
-	close(unblock)
-	unblocked = true
-	<-fnDone
+	release()
 	eventually(t, "back to StateNone after fn returned", notCapturing(e.a))
 	assert.Equal(t, base, usageOf(e.a), "the abandoned capture leaked")
 	require.NoError(t, e.a.Synchronize())

@@ -35,24 +35,7 @@ func (s *suite) abandonedCaptureOutlivesClose(t *testing.T) {
 	require.NoError(t, err)
 	h := mustHost(t, e.a, 4096)
 
-	unblock := make(chan struct{})
-	fnDone := make(chan struct{})
-	defer func() {
-		select {
-		case <-unblock:
-		default:
-			close(unblock)
-		}
-	}()
-	err = within(t, wdSlack, "WithCapture", func() error {
-		_, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global, Timeout: wdDeadline}, func() error {
-			defer close(fnDone)
-			err := allocSome(e.a, h)
-			<-unblock
-			return err
-		})
-		return err
-	})
+	release, _, err := abandonCapture(t, e.a, alloc.CaptureOptions{Mode: alloc.Global, Timeout: wdDeadline}, func() error { return allocSome(e.a, h) })
 	require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
 
 	err = within(t, wdSlack, "Close with the capture abandoned", func() error { return e.close(e.a) })
@@ -65,8 +48,7 @@ func (s *suite) abandonedCaptureOutlivesClose(t *testing.T) {
 	requireRefused(t, err, alloc.StateNone, alloc.ErrCaptureIncompatibleAllocation)
 	assertNoDriverCall(t, e.spy, before)
 
-	close(unblock)
-	<-fnDone
+	release()
 	eventually(t, "the sibling's unsafe calls allowed once the function returned", func() bool {
 		x, err := sib.AllocSync(100)
 		if err != nil {

@@ -32,16 +32,7 @@ func (d *Driver) HostAlloc(size int64) ([]byte, error) { return d.hostAlloc(size
 
 func (d *Driver) hostAlloc(size int64, interaction driver.CaptureMode) ([]byte, error) {
 	const what = "host alloc"
-	if d.closed.Load() {
-		return nil, errClosed(what)
-	}
-	d.mu.Lock()
-	if err := d.hangLocked(what); err != nil {
-		d.mu.Unlock()
-		return nil, err
-	}
-	if err := d.refuseUnsafeLocked(what, interaction); err != nil {
-		d.mu.Unlock()
+	if err := d.lockHostCall(what, interaction); err != nil {
 		return nil, err
 	}
 	if size <= 0 {
@@ -80,6 +71,24 @@ func (d *Driver) HostFree(b []byte) error { return d.hostFree(b, driver.Global) 
 
 func (d *Driver) hostFree(b []byte, interaction driver.CaptureMode) error {
 	const what = "host free"
+	if err := d.lockHostCall(what, interaction); err != nil {
+		return err
+	}
+	r, ok := d.removeHostLocked(b, false)
+	if !ok {
+		d.mu.Unlock()
+		return errf(driver.ErrInvalidValue, "%s %#x (%d B): not a buffer from HostAlloc, or already freed", what, addr(b), len(b))
+	}
+	d.hostLive -= int64(len(b))
+	d.mu.Unlock()
+	d.drainAll() // queued work may still use the memory
+	return d.dropHost(r.buf)
+}
+
+// lockHostCall opens a host-memory call: it fails on a closed driver, on
+// the GB10 profile's hang and on a Global-mode capture the call would
+// invalidate. On success d.mu is held; on an error it is not.
+func (d *Driver) lockHostCall(what string, interaction driver.CaptureMode) error {
 	if d.closed.Load() {
 		return errClosed(what)
 	}
@@ -92,17 +101,16 @@ func (d *Driver) hostFree(b []byte, interaction driver.CaptureMode) error {
 		d.mu.Unlock()
 		return err
 	}
-	r, ok := d.hosts.RemoveWhere(func(r hostRegion) bool {
-		return !r.reg && r.managed == 0 && len(b) > 0 && r.start == addr(b) && len(r.buf) == len(b)
+	return nil
+}
+
+// removeHostLocked takes b out of the pinned set if it is, exactly, a
+// HostAlloc buffer (reg false) or a registered one (reg true); managed
+// memory's host views leave only through FreeManaged. d.mu held.
+func (d *Driver) removeHostLocked(b []byte, reg bool) (hostRegion, bool) {
+	return d.hosts.RemoveWhere(func(r hostRegion) bool {
+		return r.reg == reg && r.managed == 0 && len(b) > 0 && r.start == addr(b) && len(r.buf) == len(b)
 	})
-	if !ok {
-		d.mu.Unlock()
-		return errf(driver.ErrInvalidValue, "%s %#x (%d B): not a buffer from HostAlloc, or already freed", what, addr(b), len(b))
-	}
-	d.hostLive -= int64(len(b))
-	d.mu.Unlock()
-	d.drainAll() // queued work may still use the memory
-	return d.dropHost(r.buf)
 }
 
 // newHost backs a HostAlloc: supplied memory (Options.HostMemory) or the Go

@@ -15,17 +15,10 @@ func (d *Driver) HostRegister(b []byte) (driver.DevicePtr, error) {
 
 func (d *Driver) hostRegister(b []byte, interaction driver.CaptureMode) (driver.DevicePtr, error) {
 	const what = "host register"
-	if d.closed.Load() {
-		return 0, errClosed(what)
+	if err := d.lockHostCall(what, interaction); err != nil {
+		return 0, err
 	}
-	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.hangLocked(what); err != nil {
-		return 0, err
-	}
-	if err := d.refuseUnsafeLocked(what, interaction); err != nil {
-		return 0, err
-	}
 	if len(b) == 0 {
 		return 0, errf(driver.ErrInvalidValue, "%s: empty memory", what)
 	}
@@ -42,21 +35,10 @@ func (d *Driver) HostUnregister(b []byte) error { return d.hostUnregister(b, dri
 
 func (d *Driver) hostUnregister(b []byte, interaction driver.CaptureMode) error {
 	const what = "host unregister"
-	if d.closed.Load() {
-		return errClosed(what)
-	}
-	d.mu.Lock()
-	if err := d.hangLocked(what); err != nil {
-		d.mu.Unlock()
+	if err := d.lockHostCall(what, interaction); err != nil {
 		return err
 	}
-	if err := d.refuseUnsafeLocked(what, interaction); err != nil {
-		d.mu.Unlock()
-		return err
-	}
-	if _, ok := d.hosts.RemoveWhere(func(r hostRegion) bool {
-		return r.reg && r.managed == 0 && len(b) > 0 && r.start == addr(b) && len(r.buf) == len(b)
-	}); !ok {
+	if _, ok := d.removeHostLocked(b, true); !ok {
 		d.mu.Unlock()
 		return errf(driver.ErrInvalidValue, "%s %#x (%d B): not registered", what, addr(b), len(b))
 	}

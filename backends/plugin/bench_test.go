@@ -84,34 +84,28 @@ func BenchmarkRoundTrip(b *testing.B) {
 	// A round trip of ours: StreamQuery of an idle stream.
 	// (StreamCaptureStatus is answered by the host itself: its row
 	// measures the local answer.)
-	b.Run("impl=plugin-StreamQuery", func(b *testing.B) {
-		d := benchDriver(b, "plugin:cpu")
-		s, err := d.CreateStream()
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.ReportAllocs()
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			if _, err := d.StreamQuery(s); err != nil {
+	for _, call := range []struct {
+		name string
+		fn   func(driver.Driver, driver.Stream) error
+	}{
+		{"StreamQuery", func(d driver.Driver, s driver.Stream) error { _, err := d.StreamQuery(s); return err }},
+		{"StreamCaptureStatus", func(d driver.Driver, s driver.Stream) error { _, err := d.StreamCaptureStatus(s); return err }},
+	} {
+		b.Run("impl=plugin-"+call.name, func(b *testing.B) {
+			d := benchDriver(b, "plugin:cpu")
+			s, err := d.CreateStream()
+			if err != nil {
 				b.Fatal(err)
 			}
-		}
-	})
-	b.Run("impl=plugin-StreamCaptureStatus", func(b *testing.B) {
-		d := benchDriver(b, "plugin:cpu")
-		s, err := d.CreateStream()
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.ReportAllocs()
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			if _, err := d.StreamCaptureStatus(s); err != nil {
-				b.Fatal(err)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := call.fn(d, s); err != nil {
+					b.Fatal(err)
+				}
 			}
-		}
-	})
+		})
+	}
 }
 
 const benchBytes = 64 << 20

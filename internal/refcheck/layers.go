@@ -225,21 +225,11 @@ func nonTestImports(root string) ([]importsOf, string, error) {
 	modPath := modulePath(gomod)
 	fset := token.NewFileSet()
 	var files []importsOf
-	err = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if skipDir(root, p, d) {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		rel := filepath.ToSlash(mustRel(root, p))
+	err = walkModuleFiles(root, func(rel string) error {
 		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") {
 			return nil
 		}
-		f, err := parser.ParseFile(fset, p, nil, parser.ImportsOnly)
+		f, err := parser.ParseFile(fset, filepath.Join(root, filepath.FromSlash(rel)), nil, parser.ImportsOnly)
 		if err != nil {
 			return err
 		}

@@ -79,6 +79,24 @@ func skipDir(root, p string, d os.DirEntry) bool {
 	return false
 }
 
+// walkModuleFiles calls fn with the slash-separated path, relative to
+// root, of every file in the directories the module's packages live in
+// (skipDir's), in lexical order; fn's error stops the walk.
+func walkModuleFiles(root string, fn func(rel string) error) error {
+	return filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if skipDir(root, p, d) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		return fn(filepath.ToSlash(mustRel(root, p)))
+	})
+}
+
 func loadModule(root string) (*module, []string, error) {
 	gomod, err := os.ReadFile(filepath.Join(root, "go.mod"))
 	if err != nil {
@@ -133,17 +151,7 @@ func loadModule(root string) (*module, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	err = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if skipDir(root, p, d) {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		rel := filepath.ToSlash(mustRel(root, p))
+	err = walkModuleFiles(root, func(rel string) error {
 		switch {
 		case strings.HasSuffix(rel, ".md"):
 			mds = append(mds, rel)
