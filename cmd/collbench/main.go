@@ -63,13 +63,30 @@ type Case struct {
 	Op    string // allreduce, allgather, reducescatter, alltoall
 	Alg   string // oneshot, twoshot (allreduce only)
 	Bytes int64  // the collective's size: the tensor (allreduce), the gathered output (allgather), the scattered input (reducescatter), each rank's input (alltoall)
+	// Variant is "" for the heap's own dispatch (the aligned kernels: every
+	// tensor collbench allocates is 16-aligned), or general: the
+	// operands placed generalSkew bytes past 16-aligned offsets, which the
+	// heap serves with its general kernels (symheap/devcollectives.go).
+	Variant string
 }
 
+// general is the Variant of the rows that time the general kernels.
+const general = "general"
+
+// generalSkew is how far a general row's operands lie past a 16-aligned
+// offset: a whole float32, so every collective accepts them, and not a
+// multiple of 16, so the heap cannot launch its aligned kernels.
+const generalSkew = 4
+
 func (c Case) String() string {
+	s := c.Op + "/" + sizeName(c.Bytes)
 	if c.Alg != "" {
-		return c.Op + "/" + c.Alg + "/" + sizeName(c.Bytes)
+		s = c.Op + "/" + c.Alg + "/" + sizeName(c.Bytes)
 	}
-	return c.Op + "/" + sizeName(c.Bytes)
+	if c.Variant != "" {
+		s += "/" + c.Variant
+	}
+	return s
 }
 
 // Row and Report are what -json writes (internal/collreport: the GPU
@@ -84,25 +101,33 @@ const (
 	MiB = 1 << 20
 )
 
-// cases are the GPU kit's collectives matrix (docs/gpu-kit.md); small
-// ones for -small.
+// cases are the GPU kit's collectives matrix (docs/gpu-kit.md): every
+// collective through the heap's dispatch, then every collective again
+// through the general kernels at the sizes that show the variants'
+// difference (latency, the 1 MiB Auto crossover, bandwidth); small ones
+// for -small.
 func cases(small bool) []Case {
 	var cs []Case
 	ar := []int64{1 * KiB, 16 * KiB, 256 * KiB, 1 * MiB, 64 * MiB, 256 * MiB}
-	other := []int64{1 * KiB, 64 * MiB}
+	other := []int64{1 * KiB, 1 * MiB, 64 * MiB, 256 * MiB}
+	gen := []int64{1 * KiB, 1 * MiB, 64 * MiB}
 	if small {
-		ar, other = []int64{1 * KiB, 16 * KiB}, []int64{1 * KiB}
+		ar, other, gen = []int64{1 * KiB, 16 * KiB}, []int64{1 * KiB}, []int64{1 * KiB}
 	}
-	for _, alg := range []string{"oneshot", "twoshot"} {
-		for _, b := range ar {
-			cs = append(cs, Case{Op: "allreduce", Alg: alg, Bytes: b})
+	ops := func(variant string, ar, other []int64) {
+		for _, alg := range []string{"oneshot", "twoshot"} {
+			for _, b := range ar {
+				cs = append(cs, Case{Op: "allreduce", Alg: alg, Bytes: b, Variant: variant})
+			}
+		}
+		for _, op := range []string{"allgather", "reducescatter", "alltoall"} {
+			for _, b := range other {
+				cs = append(cs, Case{Op: op, Bytes: b, Variant: variant})
+			}
 		}
 	}
-	for _, op := range []string{"allgather", "reducescatter", "alltoall"} {
-		for _, b := range other {
-			cs = append(cs, Case{Op: op, Bytes: b})
-		}
-	}
+	ops("", ar, other)
+	ops(general, gen, gen)
 	return cs
 }
 
@@ -526,7 +551,7 @@ func (b *bench) measure(rep *Report, ranks []int, cs []Case, log io.Writer) erro
 	var heap int64 = 1 * MiB
 	for _, c := range cs {
 		in, out := sizes(c, 1)
-		heap = max(heap, in+out+MiB)
+		heap = max(heap, in+out+MiB) // the MiB covers the general rows' skew and the alignment of two allocations
 	}
 	rep.CopyBytes = 256 * MiB
 	if b.small {
@@ -583,24 +608,44 @@ func (b *bench) measure(rep *Report, ranks []int, cs []Case, log io.Writer) erro
 	return nil
 }
 
+// operands allocates case c's in and out tensors on every rank (out
+// empty for all-reduce); a general row's lie generalSkew bytes into
+// allocations that much larger.
+func operands(w *world, c Case) (ins, outs []symheap.Tensor, err error) {
+	n := len(w.heaps)
+	inSize, outSize := sizes(c, n)
+	var skew int64
+	if c.Variant == general {
+		skew = generalSkew
+	}
+	alloc := func(h *symheap.DeviceHeap, size int64) (symheap.Tensor, error) {
+		t, err := h.Alloc(size + skew)
+		t.Off, t.Size = t.Off+skew, size
+		return t, err
+	}
+	ins, outs = make([]symheap.Tensor, n), make([]symheap.Tensor, n)
+	for r, h := range w.heaps {
+		if ins[r], err = alloc(h, inSize); err != nil {
+			return nil, nil, err
+		}
+		if outSize > 0 {
+			if outs[r], err = alloc(h, outSize); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	return ins, outs, nil
+}
+
 func (b *bench) row(w *world, c Case, n int, emptyT time.Duration, copyGBps float64) Row {
-	row := Row{Ranks: n, Case: c.String(), Op: c.Op, Alg: c.Alg, Bytes: c.Bytes, EmptyNs: float64(emptyT.Nanoseconds())}
+	row := Row{Ranks: n, Case: c.String(), Op: c.Op, Alg: c.Alg, Variant: c.Variant, Bytes: c.Bytes, EmptyNs: float64(emptyT.Nanoseconds())}
 	fail := func(err error) Row { row.Err = err.Error(); return row }
 	if err := w.each(func(r int) error { return w.heaps[r].Reset() }); err != nil {
 		return fail(err)
 	}
-	inSize, outSize := sizes(c, n)
-	ins, outs := make([]symheap.Tensor, n), make([]symheap.Tensor, n)
-	for r, h := range w.heaps {
-		var err error
-		if ins[r], err = h.Alloc(inSize); err != nil {
-			return fail(err)
-		}
-		if outSize > 0 {
-			if outs[r], err = h.Alloc(outSize); err != nil {
-				return fail(err)
-			}
-		}
+	ins, outs, err := operands(w, c)
+	if err != nil {
+		return fail(err)
 	}
 	captured, eager, reps, err := b.measureOp(w, step(w, c, ins, outs))
 	if err != nil {
