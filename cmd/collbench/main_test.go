@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,18 +14,30 @@ import (
 
 	"github.com/capalloc/capalloc/cuda"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
+	"github.com/capalloc/capalloc/symheap"
 )
 
-// The matrix: all-reduce one- and two-shot at six sizes, the
-// other collectives at two.
+// The kit's matrix: all-reduce one- and two-shot at six sizes, the
+// other collectives at four, through the heap's dispatch; every
+// collective again through the general kernels at three sizes.
 func TestCases(t *testing.T) {
 	var names []string
+	variants := map[string]int{}
 	for _, c := range cases(false) {
 		names = append(names, c.String())
+		variants[c.Variant]++
 	}
-	assert.Len(t, names, 18)
-	for _, want := range []string{"allreduce/oneshot/1KiB", "allreduce/twoshot/256MiB", "allgather/64MiB", "reducescatter/1KiB", "alltoall/64MiB"} {
+	assert.Len(t, names, 39)
+	assert.Equal(t, map[string]int{"": 24, general: 15}, variants)
+	for _, want := range []string{"allreduce/oneshot/1KiB", "allreduce/twoshot/256MiB", "allgather/64MiB", "reducescatter/1KiB", "alltoall/64MiB",
+		"allgather/1MiB", "allgather/256MiB", "reducescatter/1MiB", "reducescatter/256MiB", "alltoall/1MiB", "alltoall/256MiB",
+		"allreduce/oneshot/1MiB/general", "allreduce/twoshot/64MiB/general", "allgather/1KiB/general", "reducescatter/64MiB/general", "alltoall/1MiB/general"} {
 		assert.Contains(t, names, want)
+	}
+	seen := map[string]bool{}
+	for _, n := range names {
+		assert.False(t, seen[n], "%s twice: -only and the report tell rows by name", n)
+		seen[n] = true
 	}
 }
 
@@ -60,16 +73,23 @@ func TestOverFakeRuntime(t *testing.T) {
 	require.NoError(t, err)
 	var rep Report
 	require.NoError(t, json.Unmarshal(b, &rep))
-	assert.Len(t, rep.Rows, 5) // one-shot, two-shot, all-gather, reduce-scatter, all-to-all at 1 KiB
+	// one-shot, two-shot, all-gather, reduce-scatter, all-to-all at 1 KiB,
+	// through the dispatch and through the general kernels
+	assert.Len(t, rep.Rows, 10)
 	assert.Positive(t, rep.CopyGBps)
 	assert.Positive(t, rep.EmptyNs[2])
+	variants := map[string]int{}
 	for _, r := range rep.Rows {
+		variants[r.Variant]++
+		assert.Equal(t, r.Variant == general, strings.HasSuffix(r.Case, "/general"), r.Case)
 		assert.Empty(t, r.Err, r.Case)
 		assert.Equal(t, 3, r.Replays, r.Case)
 		assert.Positive(t, r.CapturedNs, r.Case)
 		assert.Positive(t, r.OverEmpty, r.Case)
 	}
+	assert.Equal(t, map[string]int{"": 5, general: 5}, variants)
 	assert.Contains(t, stdout.String(), "allreduce/twoshot/1KiB")
+	assert.Contains(t, stdout.String(), "alltoall/1KiB/general")
 
 	var info bytes.Buffer
 	require.Equal(t, 0, run([]string{"-backend=cuda", "-info"}, &info, &stderr), stderr.String())
@@ -94,4 +114,34 @@ func TestPeersMatrix(t *testing.T) {
 	assert.Equal(t, 3, got.Devices)
 	assert.Equal(t, [][]bool{{true, true, false}, {true, true, true}, {false, true, true}}, got.Matrix)
 	assert.Equal(t, 2, run([]string{"-backend=cuda", "-peers", "-1"}, &stdout, &stderr))
+}
+
+// The rows' operands decide the kernels the heap launches
+// (symheap/devcollectives.go: the aligned ones only when every offset is
+// 16-aligned): a general row's are all off 16-alignment, the others' all
+// on it, and both have the case's sizes.
+func TestOperandsPickTheVariant(t *testing.T) {
+	fake := gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}
+	fake.Lib(t) // skips without gcc and g++
+	b := &bench{backend: "cuda", small: true}
+	w, _, err := b.open(2, 1<<20)
+	require.NoError(t, err)
+	defer w.close()
+	for _, c := range cases(true) {
+		require.NoError(t, w.each(func(r int) error { return w.heaps[r].Reset() }))
+		ins, outs, err := operands(w, c)
+		require.NoError(t, err, c.String())
+		in, out := sizes(c, 2)
+		for r := range 2 {
+			ts := []symheap.Tensor{ins[r]}
+			assert.Equal(t, in, ins[r].Size, c.String())
+			if out > 0 {
+				ts = append(ts, outs[r])
+				assert.Equal(t, out, outs[r].Size, c.String())
+			}
+			for _, tn := range ts {
+				assert.Equal(t, c.Variant == general, tn.Off%16 != 0, "%s: offset %d", c, tn.Off)
+			}
+		}
+	}
 }
