@@ -163,6 +163,46 @@ func TestTargets(t *testing.T) {
 	}
 }
 
+// The collectives' targets at every rank count come from the heap's own
+// dispatch (the general kernels' rows are figures, not targets), at the
+// largest size up to 64 MiB, and a collective the run did not measure is
+// "not measured" (the recorded runs before these rows).
+func TestCollectiveTargets(t *testing.T) {
+	rep := collReport{CopyGBps: 3000, Rows: []collRow{
+		{Ranks: 2, Case: "allreduce/oneshot/1KiB", Op: "allreduce", Alg: "oneshot", Bytes: 1 << 10, OverEmpty: 1.2},
+		{Ranks: 2, Case: "allreduce/oneshot/1MiB", Op: "allreduce", Alg: "oneshot", Bytes: 1 << 20, OverEmpty: 1.9},
+		{Ranks: 2, Case: "allreduce/twoshot/1MiB/general", Op: "allreduce", Alg: "twoshot", Variant: "general", Bytes: 1 << 20, OverEmpty: 5},
+		{Ranks: 2, Case: "allreduce/oneshot/64MiB", Op: "allreduce", Alg: "oneshot", Bytes: 64 << 20, OverEmpty: 90},
+		{Ranks: 2, Case: "reducescatter/1MiB", Op: "reducescatter", Bytes: 1 << 20, BWOverCopy: 0.9},
+		{Ranks: 2, Case: "reducescatter/64MiB", Op: "reducescatter", Bytes: 64 << 20, BWOverCopy: 0.79},
+		{Ranks: 2, Case: "reducescatter/256MiB", Op: "reducescatter", Bytes: 256 << 20, BWOverCopy: 0.95},
+		{Ranks: 2, Case: "allgather/64MiB", Op: "allgather", Bytes: 64 << 20, BWOverCopy: 0.91},
+		{Ranks: 2, Case: "allgather/64MiB/general", Op: "allgather", Variant: "general", Bytes: 64 << 20, BWOverCopy: 0.2},
+		{Ranks: 4, Case: "reducescatter/64MiB", Op: "reducescatter", Bytes: 64 << 20, Err: "symheap: timeout"},
+	}}
+	got := map[string]string{}
+	for _, n := range []int{2, 4} {
+		for _, tg := range collectiveTargets(rep, n) {
+			got[tg.What] = tg.Verdict + " " + tg.Figure
+		}
+	}
+	assert.Equal(t, "met max 1.90× (allreduce/oneshot/1MiB)", got["every all-reduce up to 1 MiB ≤ 2× an empty kernel's graph replay (2 ranks; issue 45)"])
+	assert.Contains(t, got["64 MiB reduce-scatter traffic ≥ 0.8 of a device copy's (2 ranks; issue 45)"], "short 0.79 ")
+	assert.Contains(t, got["64 MiB all-gather traffic ≥ 0.9 of a device copy's (2 ranks; issue 45)"], "met 0.91 ")
+	assert.Equal(t, "n/a not measured in this run", got["64 MiB all-to-all traffic ≥ 0.9 of a device copy's (2 ranks; issue 45)"])
+	assert.Equal(t, "n/a not measured in this run", got["every all-reduce up to 1 MiB ≤ 2× an empty kernel's graph replay (4 ranks; issue 45)"])
+	assert.Equal(t, "n/a not measured in this run", got["64 MiB reduce-scatter traffic ≥ 0.8 of a device copy's (4 ranks; issue 45)"], "a failed row measures nothing")
+	assert.Len(t, got, 8)
+
+	// Over the fakes (no 64 MiB rows) the largest size measured stands in.
+	small := collReport{Rows: []collRow{{Ranks: 2, Case: "alltoall/1KiB", Op: "alltoall", Bytes: 1 << 10, BWOverCopy: 0.01}}}
+	var whats []string
+	for _, tg := range collectiveTargets(small, 2) {
+		whats = append(whats, tg.Verdict+" "+tg.What)
+	}
+	assert.Contains(t, whats, "short 1 KiB all-to-all traffic ≥ 0.9 of a device copy's (2 ranks; issue 45)")
+}
+
 func docsRoot(t *testing.T) string {
 	root := t.TempDir()
 	require.NoError(t, os.MkdirAll(filepath.Join(root, "docs"), 0o755))

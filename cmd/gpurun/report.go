@@ -75,6 +75,7 @@ func targets(steps []Step) []target {
 						fmt.Sprintf("%.3g (busbw %.3g GB/s; copy %.3g GB/s)", r.BWOverCopy, r.BusBWGBps, rep.CopyGBps), verdictOf(r.BWOverCopy >= 0.8)})
 				}
 			}
+			ts = append(ts, collectiveTargets(rep, n)...)
 		}
 		var small []float64
 		for _, r := range rep.Rows {
@@ -101,6 +102,52 @@ func targets(steps []Step) []target {
 		ts = append(ts, target{"decodeloop -kernels=1000 replay/eager ≥ PyTorch's", fmt.Sprintf("%.2f× vs %.2f×", ours, torch), verdictOf(ours >= torch)})
 	}
 	return append(ts, graphPoolTargets(find(steps, "gpu_tests"))...)
+}
+
+// collectiveTargets are the targets of every collective at n ranks, read
+// off the rows of the heap's own dispatch (Variant ""; the general
+// kernels' rows are figures, not targets): every all-reduce up to 1 MiB
+// ≤ 2× an empty kernel's graph, and at 64 MiB (the largest size measured
+// up to it, over the fakes) reduce-scatter's traffic ≥ 0.8 of a device
+// copy's, all-gather's and all-to-all's ≥ 0.9. A collective the run did
+// not measure is "not measured" (runs recorded before the rows joined
+// the kit).
+func collectiveTargets(rep collReport, n int) []target {
+	var ts []target
+	latency := fmt.Sprintf("every all-reduce up to 1 MiB ≤ 2× an empty kernel's graph replay (%d ranks; issue 45)", n)
+	var worst *collRow
+	for i, r := range rep.Rows {
+		if r.Ranks == n && r.Op == "allreduce" && r.Variant == "" && r.Bytes <= 1<<20 && r.Err == "" && (worst == nil || r.OverEmpty > worst.OverEmpty) {
+			worst = &rep.Rows[i]
+		}
+	}
+	if worst == nil {
+		ts = append(ts, target{latency, "not measured in this run", "n/a"})
+	} else {
+		ts = append(ts, target{latency, fmt.Sprintf("max %.2f× (%s)", worst.OverEmpty, worst.Case), verdictOf(worst.OverEmpty <= 2)})
+	}
+	for _, want := range []struct {
+		op, name string
+		min      float64
+	}{{"reducescatter", "reduce-scatter", 0.8}, {"allgather", "all-gather", 0.9}, {"alltoall", "all-to-all", 0.9}} {
+		var size int64
+		for _, r := range rep.Rows {
+			if r.Op == want.op && r.Variant == "" && r.Err == "" && r.Bytes <= 64<<20 {
+				size = max(size, r.Bytes)
+			}
+		}
+		if size == 0 {
+			size = 64 << 20
+		}
+		t := target{fmt.Sprintf("%s %s traffic ≥ %.1f of a device copy's (%d ranks; issue 45)", sizeLabel(size), want.name, want.min, n), "not measured in this run", "n/a"}
+		for _, r := range rep.Rows {
+			if r.Ranks == n && r.Op == want.op && r.Variant == "" && r.Err == "" && r.Bytes == size {
+				t.Figure, t.Verdict = fmt.Sprintf("%.3g (busbw %.3g GB/s; copy %.3g GB/s)", r.BWOverCopy, r.BusBWGBps, rep.CopyGBps), verdictOf(r.BWOverCopy >= want.min)
+			}
+		}
+		ts = append(ts, t)
+	}
+	return ts
 }
 
 // graphPoolTargets are the graph pools' targets: 64 decode-step graphs in one pool hold
