@@ -1,0 +1,19 @@
+package alloc
+
+import (
+	"testing"
+	"unsafe"
+)
+
+// cacheLine is the line size of the machines the library runs on (x86-64
+// and arm64 alike).
+const cacheLine = 64
+
+// A block record is a whole number of cache lines, so records allocated
+// side by side never share one (buffer.go, block's pad): a field added to
+// block changes its size, and the pad must change with it.
+func TestBlockFillsWholeCacheLines(t *testing.T) {
+	if n := unsafe.Sizeof(block{}); n%cacheLine != 0 {
+		t.Fatalf("block is %d B, not a multiple of %d: adjust its pad by %d B", n, cacheLine, cacheLine-n%cacheLine)
+	}
+}
