@@ -40,6 +40,7 @@ import (
 	_ "github.com/capalloc/capalloc/cpu" // the backends a -backend name may ask for
 	_ "github.com/capalloc/capalloc/cuda"
 	_ "github.com/capalloc/capalloc/hip"
+	"github.com/capalloc/capalloc/internal/ranks"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -130,24 +131,15 @@ func runStages(env []string, files []*os.File, steps int) error {
 	if err != nil {
 		return err
 	}
-	var cmds []*exec.Cmd
-	for r := range stages {
+	cmds := make([]*exec.Cmd, stages)
+	for r := range cmds {
 		cmd := exec.Command(exe)
 		cmd.Env = append(append(os.Environ(), env...), envStage+"="+strconv.Itoa(r), envSteps+"="+strconv.Itoa(steps))
 		cmd.ExtraFiles = files
 		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			return err
-		}
-		cmds = append(cmds, cmd)
+		cmds[r] = cmd
 	}
-	var errs []error
-	for r, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			errs = append(errs, fmt.Errorf("stage %d: %w", r, err))
-		}
-	}
-	return errors.Join(errs...)
+	return errors.Join(ranks.Processes(cmds)...) // a stage is a rank
 }
 
 // stageProcess is one stage in a process of its own.

@@ -34,6 +34,7 @@ import (
 	_ "github.com/capalloc/capalloc/cpu" // the backends a -backend name may ask for
 	_ "github.com/capalloc/capalloc/cuda"
 	_ "github.com/capalloc/capalloc/hip"
+	internalranks "github.com/capalloc/capalloc/internal/ranks"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -140,24 +141,15 @@ func runProcesses(w io.Writer, backend string, ranks, steps int) error {
 		return err
 	}
 	out := &lockedWriter{w: w} // the ranks' output is copied by one goroutine each
-	var cmds []*exec.Cmd
-	for r := range ranks {
+	cmds := make([]*exec.Cmd, ranks)
+	for r := range cmds {
 		cmd := exec.Command(exe)
 		cmd.Env = append(os.Environ(), envRank+"="+strconv.Itoa(r), envRanks+"="+strconv.Itoa(ranks), envSteps+"="+strconv.Itoa(steps), envBack+"="+backend, envDir+"="+dir)
 		cmd.ExtraFiles = g.Files() // fds 3, 4, …: the ranks' heaps, in rank order
 		cmd.Stdout, cmd.Stderr = out, os.Stderr
-		if err := cmd.Start(); err != nil {
-			return err
-		}
-		cmds = append(cmds, cmd)
+		cmds[r] = cmd
 	}
-	var errs []error
-	for r, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			errs = append(errs, fmt.Errorf("rank %d: %w", r, err))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(internalranks.Processes(cmds)...); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "%d ranks as processes on %s: every result checked\n", ranks, backend)

@@ -3,7 +3,11 @@
 // one process are goroutines of their own.
 package ranks
 
-import "sync"
+import (
+	"fmt"
+	"os/exec"
+	"sync"
+)
 
 // Each runs fn(r) for r in [0, n), each in its own goroutine, waits for
 // all of them and returns their errors, indexed by rank.
@@ -18,5 +22,29 @@ func Each(n int, fn func(r int) error) []error {
 		}()
 	}
 	wg.Wait()
+	return errs
+}
+
+// Processes starts every command, one rank each, and waits for all of
+// them; the errors are indexed by rank. A command that cannot start
+// fails its rank and ends the ones already started (they would wait
+// forever for the missing peer), so nothing is left running.
+func Processes(cmds []*exec.Cmd) []error {
+	errs := make([]error, len(cmds))
+	started := 0
+	for r, cmd := range cmds {
+		if errs[r] = cmd.Start(); errs[r] != nil {
+			for _, c := range cmds[:started] {
+				_ = c.Process.Kill()
+			}
+			break
+		}
+		started++
+	}
+	for r, cmd := range cmds[:started] {
+		if err := cmd.Wait(); err != nil {
+			errs[r] = fmt.Errorf("rank %d: %w", r, err)
+		}
+	}
 	return errs
 }
