@@ -61,8 +61,10 @@ type DeviceHeap struct {
 	// and, for tests, forceAligned: launch them whatever the operands.
 	maxGridAligned uint32
 	forceAligned   bool
-	// Auto's crossover, agreed by every rank at open (auto.go).
+	// Auto's crossover and copy-engine thresholds, agreed by every rank
+	// at open (auto.go, copyengine.go).
 	oneShotMax int64
+	copyMin    [copyOps]int64
 
 	mu     sync.Mutex
 	closed bool

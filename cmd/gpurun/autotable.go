@@ -46,6 +46,43 @@ func autoRows(names []string, runs map[string][]Step) []symheap.OneShotRow {
 	return out
 }
 
+// copyEngineRows are the copy-engine rows the recorded runs give: per
+// device kind, collective and rank count, the run filed last wins.
+func copyEngineRows(names []string, runs map[string][]Step) []symheap.CopyEngineRow {
+	type key struct {
+		kind, op string
+		ranks    int
+	}
+	rows := map[key]symheap.CopyEngineRow{}
+	for _, n := range names {
+		var rep collReport
+		if !figure(find(runs[n], "collectives_bench"), "report", &rep) || rep.Small {
+			continue
+		}
+		kind := symheap.DeviceKind(rep.Device)
+		for op, byRanks := range collreport.CopyEngineFrom(rep.Rows) {
+			for ranks, from := range byRanks {
+				rows[key{kind, op, ranks}] = symheap.CopyEngineRow{Kind: kind, Op: op, Ranks: ranks, MinBytes: from, Run: n}
+			}
+		}
+	}
+	out := make([]symheap.CopyEngineRow, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Kind != b.Kind {
+			return a.Kind < b.Kind
+		}
+		if a.Op != b.Op {
+			return a.Op < b.Op
+		}
+		return a.Ranks < b.Ranks
+	})
+	return out
+}
+
 // autoTable renders symheap/autotable.go from the recorded runs.
 func autoTable(names []string, runs map[string][]Step) ([]byte, error) {
 	var b bytes.Buffer
@@ -60,6 +97,17 @@ var recordedOneShotMax = []OneShotRow{
 `)
 	for _, r := range autoRows(names, runs) {
 		fmt.Fprintf(&b, "\t{Kind: %q, Ranks: %d, MaxBytes: %d, Run: %q},\n", r.Kind, r.Ranks, r.MaxBytes, r.Run)
+	}
+	b.WriteString(`}
+
+// recordedCopyEngineMin: per device kind, collective and rank count, the
+// smallest size from which the recorded run measured the copy-engine
+// variant faster than the kernels, there and at every larger size
+// (copyengine.go).
+var recordedCopyEngineMin = []CopyEngineRow{
+`)
+	for _, r := range copyEngineRows(names, runs) {
+		fmt.Fprintf(&b, "\t{Kind: %q, Op: %q, Ranks: %d, MinBytes: %d, Run: %q},\n", r.Kind, r.Op, r.Ranks, r.MinBytes, r.Run)
 	}
 	b.WriteString("}\n")
 	return format.Source(b.Bytes())
