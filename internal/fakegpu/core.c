@@ -943,12 +943,16 @@ static int legal_range(int device, const char *a, const char *b, range_t *out);
  * allocation's end, or replayed from a graph after its memory was freed
  * fails with 700 (illegal address), as a GPU's copy faults, instead of
  * moving bytes of memory the process no longer owns. */
-static int copy_legal(const op_t *o) {
+static int side_legal(int device, const char *p, size_t n, int write) {
   range_t r;
+  /* a reservation's span may cross mappings: every byte mapped with the access */
+  if (vm_res_of(p)) return vm_access_ok(p, n, write);
+  return legal_range(device, p, p + n, &r) > 0 && (r.writable || !write);
+}
+static int copy_legal(const op_t *o) {
   if (!o->n) return 1;
-  if ((o->dev_sides & DEV_DST) && (legal_range(o->device, o->dst, o->dst + o->n, &r) <= 0 || !r.writable)) return 0;
-  if ((o->dev_sides & DEV_SRC) && legal_range(o->device, o->src, o->src + o->n, &r) <= 0) return 0;
-  return 1;
+  if ((o->dev_sides & DEV_DST) && !side_legal(o->device, o->dst, o->n, 1)) return 0;
+  return !(o->dev_sides & DEV_SRC) || side_legal(o->device, o->src, o->n, 0);
 }
 /* apply runs one op, holding mu (a kernel releases it while it runs). */
 static rtError_t apply(op_t o) {
