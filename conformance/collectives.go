@@ -461,7 +461,9 @@ func (s *suite) mismatchIsNamed(t *testing.T, kind heapKind) {
 		}},
 		{"kernel_vs_copy_engine", [n]string{"AllGather of 4096 B", "AllGather (copy engine) of 4096 B"}, [n]func(h symheap.Collectives, x, y symheap.Tensor) error{
 			func(h symheap.Collectives, x, y symheap.Tensor) error { return h.AllGatherWith(y, x, symheap.Kernel) },
-			func(h symheap.Collectives, x, y symheap.Tensor) error { return h.AllGatherWith(y, x, symheap.CopyEngine) },
+			func(h symheap.Collectives, x, y symheap.Tensor) error {
+				return h.AllGatherWith(y, x, symheap.CopyEngine)
+			},
 		}},
 		{"epoch_ahead_on_one_rank", [n]string{"Barrier", "AllReduce (one-shot) of 2048 float32"}, [n]func(h symheap.Collectives, x, y symheap.Tensor) error{
 			func(h symheap.Collectives, x, _ symheap.Tensor) error {
@@ -761,7 +763,9 @@ func (s *suite) badCollectiveOperands(t *testing.T, kind heapKind) {
 		// The copy-engine variant checks as the kernels do.
 		{"copy engine: all-gather sizes", func() error { return h.AllGatherWith(x, x, symheap.CopyEngine) }, alloc.ErrInvalidSize},
 		{"copy engine: all-gather overlap", func() error { return h.AllGatherWith(half, x, symheap.CopyEngine) }, alloc.ErrInvalidValue},
-		{"copy engine: outside the heap", func() error { return h.AllGatherWith(outside, symheap.Tensor{Off: x.Off, Size: 32}, symheap.CopyEngine) }, alloc.ErrOutOfRange},
+		{"copy engine: outside the heap", func() error {
+			return h.AllGatherWith(outside, symheap.Tensor{Off: x.Off, Size: 32}, symheap.CopyEngine)
+		}, alloc.ErrOutOfRange},
 		{"copy engine: all-to-all sizes", func() error { return h.AllToAllWith(x, y, symheap.CopyEngine) }, alloc.ErrInvalidSize},
 		{"copy engine: all-to-all overlap", func() error { return h.AllToAllWith(x, x, symheap.CopyEngine) }, alloc.ErrInvalidValue},
 		{"copy engine: another group's tensor", func() error { return h.AllToAllWith(foreign, x, symheap.CopyEngine) }, alloc.ErrInvalidValue},

@@ -18,8 +18,8 @@ func TestCopyEngineFrom(t *testing.T) {
 		row("allgather", 2, "", 1<<20, 10), row("allgather", 2, "copy", 1<<20, 20),
 		row("allgather", 2, "", 64<<20, 90), row("allgather", 2, "copy", 64<<20, 50),
 		row("allgather", 2, "", 256<<20, 300), row("allgather", 2, "copy", 256<<20, 200),
-		row("allgather", 2, "copy", 512<<20, 1000), // no kernel figure
-		row("allgather", 2, "general", 256<<20, 1), // a forced kernel variant
+		row("allgather", 2, "copy", 512<<20, 1000),                              // no kernel figure
+		row("allgather", 2, "general", 256<<20, 1),                              // a forced kernel variant
 		row("alltoall", 2, "", 1<<10, 10), row("alltoall", 2, "copy", 1<<10, 5), // faster everywhere
 		row("alltoall", 2, "", 1<<20, 10), row("alltoall", 2, "copy", 1<<20, 5),
 		row("alltoall", 4, "", 1<<20, 10), row("alltoall", 4, "copy", 1<<20, 10), // a tie: the kernels
