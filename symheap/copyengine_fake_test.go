@@ -22,10 +22,7 @@ import (
 func TestFakeCopyEngineCapturesMemcpyNodes(t *testing.T) {
 	forEachFake(t, func(t *testing.T, v *fakeVendor, log *gpurttest.Log) {
 		const n, chunk = 3, 4096
-		w, errs := openTopo(t, v, make([]int, n), 5*time.Second, nil)
-		for r, err := range errs {
-			require.NoError(t, err, "rank %d", r)
-		}
+		w := mustOpenTopo(t, v, n)
 		var in, out symheap.Tensor
 		for _, h := range w.heaps {
 			var err error
@@ -87,13 +84,7 @@ func TestFakeCopyEngineCapturesMemcpyNodes(t *testing.T) {
 // every size; without the row (today's table) nothing copies.
 func TestFakeAutoCopyEngineFollowsRecordedTable(t *testing.T) {
 	forEachFake(t, func(t *testing.T, v *fakeVendor, log *gpurttest.Log) {
-		open := func() *topoWorld {
-			w, errs := openTopo(t, v, make([]int, 2), 5*time.Second, nil)
-			for r, err := range errs {
-				require.NoError(t, err, "rank %d", r)
-			}
-			return w
-		}
+		open := func() *topoWorld { return mustOpenTopo(t, v, 2) }
 		// run runs op on every rank on out.Size = size and says whether
 		// it copied (a memcpy node between barrier kernels) or ran a kernel.
 		run := func(w *topoWorld, op string, size int64) string {
@@ -145,4 +136,15 @@ func TestFakeAutoCopyEngineFollowsRecordedTable(t *testing.T) {
 		require.Equal(t, "kernel", run(w, "allgather", 4<<10))
 		require.Equal(t, "kernel", run(w, "alltoall", 64<<10))
 	})
+}
+
+// mustOpenTopo opens n goroutine ranks on device 0 of the fake, every
+// open succeeding.
+func mustOpenTopo(t *testing.T, v *fakeVendor, n int) *topoWorld {
+	t.Helper()
+	w, errs := openTopo(t, v, make([]int, n), 5*time.Second, nil)
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+	return w
 }

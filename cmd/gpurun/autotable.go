@@ -15,6 +15,18 @@ import (
 // from the recorded runs' collbench figures (symheap/auto.go).
 const autoTableFile = "symheap/autotable.go"
 
+// recordedReports calls fn with each recorded run's collbench report of
+// full sizes (a small run over the fakes says nothing of a device) and
+// its device kind, in the order of names (the run filed last last).
+func recordedReports(names []string, runs map[string][]Step, fn func(run, kind string, rep collReport)) {
+	for _, n := range names {
+		var rep collReport
+		if figure(find(runs[n], "collectives_bench"), "report", &rep) && !rep.Small {
+			fn(n, symheap.DeviceKind(rep.Device), rep)
+		}
+	}
+}
+
 // autoRows are the crossover rows the recorded runs give: per device kind
 // and rank count, the run filed last (by folder name: the date) wins.
 func autoRows(names []string, runs map[string][]Step) []symheap.OneShotRow {
@@ -23,16 +35,11 @@ func autoRows(names []string, runs map[string][]Step) []symheap.OneShotRow {
 		ranks int
 	}
 	rows := map[key]symheap.OneShotRow{}
-	for _, n := range names {
-		var rep collReport
-		if !figure(find(runs[n], "collectives_bench"), "report", &rep) || rep.Small {
-			continue
-		}
-		kind := symheap.DeviceKind(rep.Device)
+	recordedReports(names, runs, func(n, kind string, rep collReport) {
 		for ranks, max := range collreport.OneShotCrossover(rep.Rows) {
 			rows[key{kind, ranks}] = symheap.OneShotRow{Kind: kind, Ranks: ranks, MaxBytes: max, Run: n}
 		}
-	}
+	})
 	out := make([]symheap.OneShotRow, 0, len(rows))
 	for _, r := range rows {
 		out = append(out, r)
@@ -54,18 +61,13 @@ func copyEngineRows(names []string, runs map[string][]Step) []symheap.CopyEngine
 		ranks    int
 	}
 	rows := map[key]symheap.CopyEngineRow{}
-	for _, n := range names {
-		var rep collReport
-		if !figure(find(runs[n], "collectives_bench"), "report", &rep) || rep.Small {
-			continue
-		}
-		kind := symheap.DeviceKind(rep.Device)
+	recordedReports(names, runs, func(n, kind string, rep collReport) {
 		for op, byRanks := range collreport.CopyEngineFrom(rep.Rows) {
 			for ranks, from := range byRanks {
 				rows[key{kind, op, ranks}] = symheap.CopyEngineRow{Kind: kind, Op: op, Ranks: ranks, MinBytes: from, Run: n}
 			}
 		}
-	}
+	})
 	out := make([]symheap.CopyEngineRow, 0, len(rows))
 	for _, r := range rows {
 		out = append(out, r)
