@@ -11,7 +11,7 @@ import (
 
 // The copy-engine variant of the device heap's all-gather and all-to-all
 // (Algorithm CopyEngine): the bytes move by the driver's device-to-device
-// copy (driver.CopyDtoDAsync: cudaMemcpyAsync, hipMemcpyAsync) between
+// copy (driver.Driver.CopyDtoDAsync: cudaMemcpyAsync, hipMemcpyAsync) between
 // the peers' heap addresses as this process maps them, on the rank's
 // stream, so a capture records memcpy nodes that the device's copy
 // engines run at every replay, instead of SMs running a kernel.
