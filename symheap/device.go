@@ -394,7 +394,9 @@ func (h *DeviceHeap) release() error {
 }
 
 // Close releases the heap. Every rank calls it (after closing the graphs
-// that Copy between the heaps; a graph's collectives are safe, see below).
+// that Copy between the heaps or hold copy-engine collectives, whose
+// memcpy nodes hold peers' addresses; a graph's kernel collectives are
+// safe, see below).
 // It waits for the rank's queued work, then marks the heap closed in its
 // own signal pad and in every peer's (closed[rank], a word of the pad no
 // kernel writes): a collective of any rank that starts from then on,
