@@ -212,7 +212,7 @@ func (s *suite) parallelCapturesReplayFreshData(t *testing.T) {
 	// Strict capture safety (docs/capture-safety.md) refuses a graph's
 	// instantiation while another capture is active: that capture
 	// yields no graph, cleanly, and is tried again.
-	strict := e.a.Info().CaptureSafety == driver.SafetyStrict
+	strict := strictSafety(e.a)
 	require.NoError(t, parallel(len(as), func(w int) error {
 		p := progs[w]
 		g, err := p.a.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, p.enqueue)

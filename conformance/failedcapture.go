@@ -43,15 +43,13 @@ func invalidate(t *testing.T, e *env, a *alloc.Allocator) {
 // A failed capture releases everything it took and leaves the allocator
 // ready for the next one.
 func (s *suite) failedCapture(t *testing.T) {
-	for _, mode := range driver.Modes() {
-		t.Run(mode.String(), func(t *testing.T) {
-			runRules(t,
-				rule{"fn_error", func(t *testing.T) { s.fnErrorReleasesEverything(t, mode) }},
-				rule{"fn_error_wins_over_end_error", func(t *testing.T) { s.fnErrorWinsOverEndError(t, mode) }},
-				rule{"invalidated", func(t *testing.T) { s.invalidatedCaptureReleasesEverything(t, mode) }},
-			)
-		})
-	}
+	inEachMode(func(t *testing.T, mode alloc.CaptureMode) {
+		runRules(t,
+			rule{"fn_error", func(t *testing.T) { s.fnErrorReleasesEverything(t, mode) }},
+			rule{"fn_error_wins_over_end_error", func(t *testing.T) { s.fnErrorWinsOverEndError(t, mode) }},
+			rule{"invalidated", func(t *testing.T) { s.invalidatedCaptureReleasesEverything(t, mode) }},
+		)
+	})(t)
 	t.Run("deferred_sync_free_made", s.deferredSyncFreeMadeAtFailedEnd)
 }
 

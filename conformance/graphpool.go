@@ -3,7 +3,6 @@ package conformance
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -87,7 +86,7 @@ func (s *suite) graphPool(t *testing.T) {
 		rule{"shared_memory_fresh_replays", inEachMode(s.poolGraphsShareMemoryAndReplayFreshData)},
 		rule{"outputs_kept_from_later_captures", s.poolKeepsOutputsFromLaterCaptures},
 		rule{"refused_before_the_driver", s.poolOfOtherAllocatorOrClosedRefused},
-		rule{"memory_back_when_pool_and_last_graph_closed", s.poolMemoryBackWhenPoolAndLastGraphClosed},
+		rule{"memory_back_when_pool_and_last_graph_closed", forBoth("pool_closed_first", s.poolMemoryBackAfterBothClosed)},
 		rule{"interleaved_with_eager_work_and_other_captures", s.poolInterleavesWithEagerWorkAndOtherCaptures},
 	)
 }
@@ -201,14 +200,6 @@ func (s *suite) poolOfOtherAllocatorOrClosedRefused(t *testing.T) {
 	require.NoError(t, checkFreshReplays(p, pg.g, 2, 5))
 	closePooled(t, []pooledGraph{pg})
 	require.NoError(t, foreign.Close())
-}
-
-func (s *suite) poolMemoryBackWhenPoolAndLastGraphClosed(t *testing.T) {
-	for _, poolFirst := range []bool{false, true} {
-		t.Run(fmt.Sprintf("pool_closed_first=%v", poolFirst), func(t *testing.T) {
-			s.poolMemoryBackAfterBothClosed(t, poolFirst)
-		})
-	}
 }
 
 // poolMemoryBackAfterBothClosed: while a graph of the pool lives or the

@@ -88,6 +88,26 @@ func assertReused(t *testing.T, e *env, p driver.DevicePtr, n int64, msg string)
 // shard per P) for the few sizes a test uses.
 const reuseTries = 64
 
+// allocThenFree allocates n bytes with allocate (a's Alloc or AllocSync)
+// and frees them: a driver call each way that a capture may refuse.
+func allocThenFree(allocate func(n int64) (alloc.Buffer, error), a *alloc.Allocator, n int64) error {
+	x, err := allocate(n)
+	if err != nil {
+		return err
+	}
+	return a.Free(x)
+}
+
+// hostAllocThenClose allocates n bytes of pinned memory on a and closes
+// them.
+func hostAllocThenClose(a *alloc.Allocator, n int64) error {
+	h, err := a.HostAlloc(n)
+	if err != nil {
+		return err
+	}
+	return h.Close()
+}
+
 // mustHost allocates n bytes of pinned memory.
 func mustHost(t *testing.T, a *alloc.Allocator, n int64) *alloc.HostBuffer {
 	t.Helper()
@@ -116,6 +136,21 @@ func requireRefused(t *testing.T, err error, st alloc.CaptureState, sentinels ..
 	var ae *alloc.Error
 	require.True(t, errors.As(err, &ae), "error %q is not an *alloc.Error", err)
 	assert.Equal(t, st.String(), ae.State.String(), "capture state recorded in the error")
+}
+
+// strictSafety reports whether a's driver has strict capture safety
+// (docs/capture-safety.md): it refuses unsafe calls, and a graph's
+// instantiation, during a capture of any mode, Relaxed included.
+func strictSafety(a *alloc.Allocator) bool {
+	return a.Info().CaptureSafety == driver.SafetyStrict
+}
+
+// requireStrictRefusal asserts err is strict capture safety's refusal:
+// driver.ErrCaptureIllegalOp, with a message that names the profile.
+func requireStrictRefusal(t *testing.T, err error) {
+	t.Helper()
+	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp, "strict safety's refusal")
+	assert.Contains(t, err.Error(), "capture safety is strict", "the error names the profile")
 }
 
 // assertNoDriverCall asserts that nothing but capture-status queries reached

@@ -1,7 +1,9 @@
 package conformance
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 
@@ -18,18 +20,9 @@ import (
 // that cannot (a plugin: a Go function cannot cross into its process) must
 // say so with errors.ErrUnsupported, never drop the function.
 func (s *suite) hostFunc(t *testing.T) {
-	supported := func(t *testing.T, e *env) bool {
-		_, ok := e.drv.(driver.HostFuncLauncher)
-		if !ok {
-			err := e.a.LaunchHostFunc(func() error { return nil })
-			require.ErrorIs(t, err, errors.ErrUnsupported, "a backend without host functions must say so")
-			require.NoError(t, e.a.Synchronize())
-		}
-		return ok
-	}
 	t.Run("stream_order", func(t *testing.T) {
 		e := s.env(t)
-		if !supported(t, e) {
+		if !e.launchesHostFuncs(t) {
 			return
 		}
 		var order []int
@@ -41,7 +34,7 @@ func (s *suite) hostFunc(t *testing.T) {
 	})
 	t.Run("captured_runs_at_every_replay", func(t *testing.T) {
 		e := s.env(t)
-		if !supported(t, e) {
+		if !e.launchesHostFuncs(t) {
 			return
 		}
 		var runs, input, seen atomic.Int64
@@ -64,7 +57,7 @@ func (s *suite) hostFunc(t *testing.T) {
 	})
 	t.Run("error_fails_the_stream", func(t *testing.T) {
 		e := s.env(t)
-		if !supported(t, e) {
+		if !e.launchesHostFuncs(t) {
 			return
 		}
 		require.NoError(t, e.a.LaunchHostFunc(func() error { return errBoom }))
@@ -73,7 +66,7 @@ func (s *suite) hostFunc(t *testing.T) {
 	})
 	t.Run("refused_in_external_capture", func(t *testing.T) {
 		e := s.env(t)
-		if !supported(t, e) {
+		if !e.launchesHostFuncs(t) {
 			return
 		}
 		ran := false
@@ -91,6 +84,95 @@ func (s *suite) hostFunc(t *testing.T) {
 		e := s.env(t)
 		require.ErrorIs(t, e.a.LaunchHostFunc(nil), alloc.ErrInvalidValue)
 	})
+}
+
+// launchesHostFuncs reports whether e's backend runs host functions; one
+// that cannot must refuse LaunchHostFunc with errors.ErrUnsupported and
+// stay usable, which it checks.
+func (e *env) launchesHostFuncs(t *testing.T) bool {
+	t.Helper()
+	if launchesHostFuncs(e.drv) {
+		return true
+	}
+	err := e.a.LaunchHostFunc(func() error { return nil })
+	require.ErrorIs(t, err, errors.ErrUnsupported, "a backend without host functions must say so")
+	require.NoError(t, e.a.Synchronize())
+	return false
+}
+
+// hostFuncOrderedWithCopies: a host function sees what the copies queued
+// before it wrote into pinned memory, and the copies queued after it see
+// what it wrote, eagerly and at every replay of a capture, with inputs
+// changed between replays. This is what lets an engine's host work (and
+// the cpu backend's collectives) sit between device operations.
+func (s *suite) hostFuncOrderedWithCopies(t *testing.T) {
+	e := s.env(t)
+	if !e.launchesHostFuncs(t) {
+		return
+	}
+	const n = 4096
+	a := e.a
+	buf := mustAlloc(t, a, n)
+	defer func() { require.NoError(t, a.Free(buf)) }()
+	hbs := make([]*alloc.HostBuffer, 3) // in, mid (host function's input), out
+	for i := range hbs {
+		h, err := a.HostAlloc(n)
+		require.NoError(t, err)
+		defer func() { require.NoError(t, h.Close()) }()
+		hbs[i] = h
+	}
+	in, mid, out := hbs[0], hbs[1], hbs[2]
+	var hostErr error
+	step := func() error {
+		if err := a.UploadHost(buf, 0, in, 0, n); err != nil {
+			return err
+		}
+		if err := a.DownloadHost(mid, 0, buf, 0, n); err != nil {
+			return err
+		}
+		if err := a.LaunchHostFunc(func() error {
+			// mid holds in's bytes by now; write their complement back.
+			if !bytes.Equal(mid.Bytes(), in.Bytes()) {
+				hostErr = fmt.Errorf("the host function ran before the copies queued ahead of it")
+				return hostErr
+			}
+			for i, v := range mid.Bytes() {
+				mid.Bytes()[i] = ^v
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := a.UploadHost(buf, 0, mid, 0, n); err != nil {
+			return err
+		}
+		return a.DownloadHost(out, 0, buf, 0, n)
+	}
+	check := func(round int) {
+		t.Helper()
+		require.NoError(t, hostErr, "round %d", round)
+		for i, v := range out.Bytes() {
+			require.Equal(t, ^in.Bytes()[i], v, "round %d, byte %d: the copy after the host function did not see what it wrote", round, i)
+		}
+	}
+	fill := func(round int) {
+		for i := range in.Bytes() {
+			in.Bytes()[i] = byte(i*7 + round*31)
+		}
+		clear(out.Bytes())
+	}
+	fill(0)
+	require.NoError(t, step())
+	require.NoError(t, a.Synchronize())
+	check(0)
+	g, err := a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, step)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, g.Close()) }()
+	for k := 1; k <= 3; k++ {
+		fill(k)
+		launch(t, a, g)
+		check(k)
+	}
 }
 
 // enqueue: Allocator.Enqueue, an engine's own stream work through the

@@ -157,7 +157,7 @@ func (s *suite) replay(t *testing.T) {
 		rule{"fresh_data_50x", inEachMode(s.replaysReadFreshData)},
 		rule{"stale_snapshot_detected", s.staleSnapshotDetected},
 		rule{"graph_owned_temporary_unfreed", s.graphOwnedTemporarySurvivesReplays},
-		rule{"graph_launch_in_capture_refused", s.graphLaunchInCaptureRefused},
+		rule{"graph_launch_in_capture_refused", forBoth("allocations", s.graphLaunchRefusedInEveryMode)},
 		rule{"silent_invalidation_reported", s.silentInvalidationReported},
 	)
 }
@@ -214,18 +214,10 @@ func (s *suite) graphOwnedTemporarySurvivesReplays(t *testing.T) {
 	require.NoError(t, out.Close())
 }
 
-// graphLaunchInCaptureRefused: cudaGraphLaunch into a capturing stream
+// graphLaunchRefusedInEveryMode: cudaGraphLaunch into a capturing stream
 // returns 900 and invalidates the capture in every mode, with or without
 // memory nodes (cmd/cudatruth on CUDA 13.0): the allocator refuses first,
 // the capture stays valid, and both graphs still replay.
-func (s *suite) graphLaunchInCaptureRefused(t *testing.T) {
-	for _, withAllocs := range []bool{false, true} {
-		t.Run(fmt.Sprintf("allocations=%v", withAllocs), func(t *testing.T) {
-			s.graphLaunchRefusedInEveryMode(t, withAllocs)
-		})
-	}
-}
-
 func (s *suite) graphLaunchRefusedInEveryMode(t *testing.T, withAllocs bool) {
 	e := s.env(t)
 	p := newProgram(t, e.a, 4096)

@@ -223,6 +223,14 @@ func driverUsage(d driver.Driver) (u driver.Usage, ok bool) {
 	return u, err == nil
 }
 
+// launchesHostFuncs reports whether d runs host functions in stream order
+// (driver.HostFuncLauncher); a backend without them refuses
+// LaunchHostFunc with errors.ErrUnsupported.
+func launchesHostFuncs(d driver.Driver) bool {
+	_, ok := d.(driver.HostFuncLauncher)
+	return ok
+}
+
 // liveBytes is driverUsage's device bytes.
 func liveBytes(d driver.Driver) (n int64, ok bool) {
 	u, ok := driverUsage(d)
