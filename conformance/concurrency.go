@@ -305,8 +305,6 @@ func (s *suite) globalCaptureSurvivesUnsafeCalls(t *testing.T) {
 	require.NoError(t, <-u.errc)
 	t.Logf("%d captures (slowest begin %v); B's unsafe calls: %d ran, %d refused", i, slowest, u.ran.Load(), u.refused.Load())
 	require.Positive(t, u.ran.Load(), "B never got a call through: the test proved nothing")
-	for _, x := range u.pending {
-		require.NoError(t, b.Free(x))
-	}
+	freeAll(t, b, u.pending)
 	require.NoError(t, b.Free(u.buf))
 }

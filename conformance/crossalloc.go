@@ -109,9 +109,7 @@ func (s *suite) siblingsPoolAllocFreeAllowed(t *testing.T) {
 			require.NoError(t, b.Memset(x, 0, 0x5A, n))
 			bufs = append(bufs, x)
 		}
-		for _, x := range bufs {
-			require.NoError(t, b.Free(x))
-		}
+		freeAll(t, b, bufs)
 	})
 }
 

@@ -78,10 +78,16 @@ func assertReused(t *testing.T, e *env, p driver.DevicePtr, n int64, msg string)
 		found = b.Ptr() == p
 	}
 	assertNoDriverCall(t, e.spy, before)
-	for _, b := range bs {
-		require.NoError(t, e.a.Free(b))
-	}
+	freeAll(t, e.a, bs)
 	assert.True(t, found, "%s: none of %d allocations of %d B got %#x", msg, len(bs), n, p)
+}
+
+// freeAll frees every buffer of bs on a.
+func freeAll(t *testing.T, a *alloc.Allocator, bs []alloc.Buffer) {
+	t.Helper()
+	for _, b := range bs {
+		require.NoError(t, a.Free(b))
+	}
 }
 
 // reuseTries is more blocks than the pool caches unmerged (recent and one
@@ -159,6 +165,14 @@ func assertNoDriverCall(t *testing.T, spy *alloctest.Spy, before alloctest.Count
 	t.Helper()
 	d := spy.Snapshot().Sub(before)
 	assert.Zero(t, d.Total(alloctest.MethodStreamCaptureStatus), "driver calls made by a refused operation: %s", d)
+}
+
+// assertNoDeviceAllocation asserts that no device memory was allocated
+// since before: neither cudaMallocAsync nor cudaMalloc was called.
+func assertNoDeviceAllocation(t *testing.T, spy *alloctest.Spy, before alloctest.Counts) {
+	t.Helper()
+	assertCalls(t, spy, before, alloctest.MethodMallocAsync, 0)
+	assertCalls(t, spy, before, alloctest.MethodMalloc, 0)
 }
 
 // assertCalls asserts that m was called exactly n times since before.
