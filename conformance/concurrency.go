@@ -35,6 +35,38 @@ func stamp(b []byte, worker, iter int) {
 // parallel runs fn(w) on n goroutines and returns their errors joined.
 func parallel(n int, fn func(w int) error) error { return errors.Join(parallelEach(n, fn)...) }
 
+// loopUntilStopped runs body over and over on n goroutines (i counts a
+// goroutine's rounds) until body returns false or stop is called; stop
+// waits for them to end, and the test's cleanup calls it if the test has
+// not, so a failed test leaves nothing running.
+func loopUntilStopped(t *testing.T, n int, body func(i int) bool) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if !body(i) {
+					return
+				}
+			}
+		}()
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() { close(done) })
+		wg.Wait()
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
 // pageableWorker round-trips buffers through pageable copies.
 func pageableWorker(a *alloc.Allocator, w, iters int) error {
 	for i := range iters {
@@ -135,27 +167,13 @@ func (s *suite) blockingCopyRunsInStreamOrder(t *testing.T) {
 	const n = 8 << 20
 	b := mustAlloc(t, e.a, n)
 	upload(t, e.a, b, 0, repeat(1, n))
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if err := e.a.Memset(b, 0, byte(1+i%2), n); err != nil {
-				assert.NoError(t, err)
-				return
-			}
-			if _, err := e.a.Query(); err != nil {
-				assert.NoError(t, err)
-				return
-			}
+	stop := loopUntilStopped(t, 1, func(i int) bool {
+		if err := e.a.Memset(b, 0, byte(1+i%2), n); err != nil {
+			return assert.NoError(t, err)
 		}
-	}()
+		_, err := e.a.Query()
+		return assert.NoError(t, err)
+	})
 	dst := make([]byte, n)
 	up := repeat(7, n)
 	torn, reads := 0, 0
@@ -170,8 +188,7 @@ func (s *suite) blockingCopyRunsInStreamOrder(t *testing.T) {
 			torn++
 		}
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 	require.Zero(t, torn, "%d of %d downloads were torn: a blocking copy ran concurrently with later work", torn, reads)
 	require.NoError(t, e.a.Free(b))
 }

@@ -316,22 +316,10 @@ func (s *suite) watchdogBeginCaptureNotStarved(t *testing.T) {
 	b := e.newAllocator(alloc.Options{})
 	buf := mustAlloc(t, b, 1<<16)
 	src := pattern(1<<16, 3)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-					_ = b.Upload(buf, 0, src) // refused while A captures: fine
-				}
-			}
-		}()
-	}
+	stop := loopUntilStopped(t, 8, func(int) bool {
+		_ = b.Upload(buf, 0, src) // refused while A captures: fine
+		return true
+	})
 	time.Sleep(20 * time.Millisecond)
 	for range 10 {
 		err := within(t, wdSlack, "BeginCapture", func() error { return e.a.BeginCapture(alloc.Global) })
@@ -340,8 +328,7 @@ func (s *suite) watchdogBeginCaptureNotStarved(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, g.Close())
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 	require.NoError(t, b.Free(buf))
 }
 
