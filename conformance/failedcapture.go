@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"errors"
-	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
-	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 var errBoom = errors.New("conformance: the captured function failed")
@@ -30,14 +28,6 @@ func allocSome(a *alloc.Allocator, h *alloc.HostBuffer) error {
 		return err
 	}
 	return a.Free(bs[0]) // one freed inside, the others not
-}
-
-// invalidate makes the driver invalidate the allocator's capture with an
-// illegal call behind the allocator's back.
-func invalidate(t *testing.T, e *env, a *alloc.Allocator) {
-	t.Helper()
-	_, err := e.spy.Inner().StreamQuery(a.Stream())
-	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
 }
 
 // A failed capture releases everything it took and leaves the allocator
@@ -92,8 +82,8 @@ func (s *suite) fnErrorWinsOverEndError(t *testing.T, mode alloc.CaptureMode) {
 		}
 		// EndCapture will fail too. fn runs on another goroutine,
 		// so no require here.
-		if _, err := e.spy.Inner().StreamQuery(e.a.Stream()); !errors.Is(err, driver.ErrCaptureIllegalOp) {
-			return fmt.Errorf("invalidating the capture: %v", err)
+		if err := invalidateCapture(e.spy, e.a); err != nil {
+			return err
 		}
 		return errBoom
 	})

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -201,6 +202,23 @@ func sizeName(n int64) string {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// invalidateCapture makes the driver invalidate a's capture: a stream
+// query, illegal during a capture, made behind the allocator's back. It
+// returns an error if the driver did not refuse the query; it makes no
+// test assertion, so a captured function may call it.
+func invalidateCapture(spy *alloctest.Spy, a *alloc.Allocator) error {
+	if _, err := spy.Inner().StreamQuery(a.Stream()); !errors.Is(err, driver.ErrCaptureIllegalOp) {
+		return fmt.Errorf("invalidating the capture: the driver answered a stream query with %v, not %v", err, driver.ErrCaptureIllegalOp)
+	}
+	return nil
+}
+
+// invalidate is invalidateCapture on the test's goroutine.
+func invalidate(t *testing.T, e *env, a *alloc.Allocator) {
+	t.Helper()
+	require.NoError(t, invalidateCapture(e.spy, a))
+}
 
 // inExternalCapture runs fn while a capture the allocator did not start
 // (begun on the driver behind its back, in mode) records its stream, then

@@ -204,7 +204,7 @@ var stepFaults = []stepFault{
 	{"invalidated", alloc.ErrCaptureInvalidated, true, func(e *env, p *stepProg, _ *step.Registry) {
 		p.hook = func() error {
 			if p.st.Capturing() {
-				_, _ = e.spy.Inner().StreamQuery(p.a.Stream())
+				return invalidateCapture(e.spy, p.a)
 			}
 			return nil
 		}

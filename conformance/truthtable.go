@@ -8,7 +8,6 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
-	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // The capture contract of docs/design.md, one subtest per cell:
@@ -110,10 +109,7 @@ func (c *cell) enter(inCapture func(*cell)) {
 		if inCapture != nil {
 			inCapture(c)
 		}
-		// A query is illegal during capture: the driver refuses it and
-		// invalidates the capture.
-		_, err := c.spy.Inner().StreamQuery(c.a.Stream())
-		require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
+		invalidate(t, c.e, c.a)
 	}
 }
 
