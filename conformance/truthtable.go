@@ -202,28 +202,38 @@ func launch(t *testing.T, a *alloc.Allocator, g *alloc.Graph) {
 	require.NoError(t, a.Synchronize())
 }
 
+// actByState builds the act of a row whose operation do succeeds with no
+// capture (none, if set, then checks its effect), is judged by active in
+// the allocator's own capture, and is refused with no driver call in a
+// foreign or invalidated one.
+func actByState(do func(c *cell) error, none func(c *cell), active func(c *cell, err error)) func(c *cell) {
+	return func(c *cell) {
+		err := do(c)
+		switch c.state {
+		case alloc.StateNone:
+			require.NoError(c.t, err)
+			if none != nil {
+				none(c)
+			}
+		case alloc.StateActive:
+			active(c, err)
+		default:
+			c.refused(err, false)
+		}
+	}
+}
+
 // dataOp builds a row for a stream-ordered data operation (legal in None and
 // Active, refused in External and Invalidated).
 func dataOp(name string, do func(c *cell) error, none, active func(c *cell), verifyActive func(c *cell, g *alloc.Graph)) ttOp {
 	return ttOp{
 		name: name,
-		act: func(c *cell) {
-			err := do(c)
-			switch c.state {
-			case alloc.StateNone:
-				require.NoError(c.t, err)
-				if none != nil {
-					none(c)
-				}
-			case alloc.StateActive:
-				require.NoError(c.t, err)
-				if active != nil {
-					active(c)
-				}
-			default:
-				c.refused(err, false)
+		act: actByState(do, none, func(c *cell, err error) {
+			require.NoError(c.t, err)
+			if active != nil {
+				active(c)
 			}
-		},
+		}),
 		verify: func(c *cell, g *alloc.Graph) {
 			switch c.state {
 			case alloc.StateActive:
@@ -242,20 +252,11 @@ func dataOp(name string, do func(c *cell) error, none, active func(c *cell), ver
 func pageableOp(name string, do func(c *cell) error, none func(c *cell)) ttOp {
 	return ttOp{
 		name: name,
-		act: func(c *cell) {
-			err := do(c)
-			switch c.state {
-			case alloc.StateNone:
-				require.NoError(c.t, err)
-				none(c)
-			case alloc.StateActive:
-				c.refused(err, false)
-				assert.Contains(c.t, err.Error(), "pageable", "the error must say why: pageable memory")
-				requireState(c.t, c.a, alloc.StateActive)
-			default:
-				c.refused(err, false)
-			}
-		},
+		act: actByState(do, none, func(c *cell, err error) {
+			c.refused(err, false)
+			assert.Contains(c.t, err.Error(), "pageable", "the error must say why: pageable memory")
+			requireState(c.t, c.a, alloc.StateActive)
+		}),
 		verify: func(c *cell, g *alloc.Graph) {
 			if g != nil {
 				launch(c.t, c.a, g)
