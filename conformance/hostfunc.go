@@ -19,70 +19,89 @@ import (
 // that cannot (a plugin: a Go function cannot cross into its process) must
 // say so with errors.ErrUnsupported, never drop the function.
 func (s *suite) hostFunc(t *testing.T) {
-	t.Run("stream_order", func(t *testing.T) {
+	runRules(t,
+		rule{"stream_order", s.withHostFuncs(hostFuncsRunInStreamOrder)},
+		rule{"captured_runs_at_every_replay", s.withHostFuncs(capturedHostFuncRunsAtEveryReplay)},
+		rule{"error_fails_the_stream", s.withHostFuncs(hostFuncErrorFailsTheStream)},
+		rule{"refused_in_external_capture", s.withHostFuncs(hostFuncRefusedInExternalCapture)},
+		rule{"ordered_with_copies", s.withHostFuncs(hostFuncOrderedWithCopies)},
+		rule{"nil_function", s.nilHostFuncIsInvalid},
+	)
+}
+
+// withHostFuncs makes a check that runs check on a fresh env whose
+// backend launches host functions; on one that cannot, it checks the
+// refusal instead (env.launchesHostFuncs).
+func (s *suite) withHostFuncs(check func(t *testing.T, e *env)) func(t *testing.T) {
+	return func(t *testing.T) {
 		e := s.env(t)
-		if !e.launchesHostFuncs(t) {
-			return
+		if e.launchesHostFuncs(t) {
+			check(t, e)
 		}
-		var order []int
-		for i := range 3 {
-			require.NoError(t, e.a.LaunchHostFunc(func() error { order = append(order, i); return nil }))
-		}
-		require.NoError(t, e.a.Synchronize())
-		require.Equal(t, []int{0, 1, 2}, order, "host functions run in stream order, all done by Synchronize")
-	})
-	t.Run("captured_runs_at_every_replay", func(t *testing.T) {
-		e := s.env(t)
-		if !e.launchesHostFuncs(t) {
-			return
-		}
-		var runs, input, seen atomic.Int64
-		g, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, func() error {
-			return e.a.LaunchHostFunc(func() error {
-				runs.Add(1)
-				seen.Store(input.Load()) // reads its input at run time, not at capture
-				return nil
-			})
+	}
+}
+
+// hostFuncsRunInStreamOrder: host functions run in the order launched,
+// all of them by the next Synchronize.
+func hostFuncsRunInStreamOrder(t *testing.T, e *env) {
+	var order []int
+	for i := range 3 {
+		require.NoError(t, e.a.LaunchHostFunc(func() error { order = append(order, i); return nil }))
+	}
+	require.NoError(t, e.a.Synchronize())
+	require.Equal(t, []int{0, 1, 2}, order, "host functions run in stream order, all done by Synchronize")
+}
+
+// capturedHostFuncRunsAtEveryReplay: a captured host function does not run
+// at capture; every launch runs it, reading its input at run time.
+func capturedHostFuncRunsAtEveryReplay(t *testing.T, e *env) {
+	var runs, input, seen atomic.Int64
+	g, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, func() error {
+		return e.a.LaunchHostFunc(func() error {
+			runs.Add(1)
+			seen.Store(input.Load()) // reads its input at run time, not at capture
+			return nil
 		})
-		require.NoError(t, err)
-		require.Zero(t, runs.Load(), "a captured host function does not run at capture")
-		for i := int64(1); i <= 3; i++ {
-			input.Store(10 * i)
-			launch(t, e.a, g)
-			require.Equal(t, i, runs.Load())
-			require.Equal(t, 10*i, seen.Load(), "replay %d ran with stale input", i)
-		}
-		require.NoError(t, g.Close())
 	})
-	t.Run("error_fails_the_stream", func(t *testing.T) {
-		e := s.env(t)
-		if !e.launchesHostFuncs(t) {
-			return
-		}
-		require.NoError(t, e.a.LaunchHostFunc(func() error { return errBoom }))
-		require.ErrorIs(t, e.a.Synchronize(), errBoom, "the next synchronize reports the host function's failure")
-		require.NoError(t, e.a.Synchronize(), "reported once")
+	require.NoError(t, err)
+	require.Zero(t, runs.Load(), "a captured host function does not run at capture")
+	for i := int64(1); i <= 3; i++ {
+		input.Store(10 * i)
+		launch(t, e.a, g)
+		require.Equal(t, i, runs.Load())
+		require.Equal(t, 10*i, seen.Load(), "replay %d ran with stale input", i)
+	}
+	require.NoError(t, g.Close())
+}
+
+// hostFuncErrorFailsTheStream: a host function's error is the next
+// Synchronize's, once.
+func hostFuncErrorFailsTheStream(t *testing.T, e *env) {
+	require.NoError(t, e.a.LaunchHostFunc(func() error { return errBoom }))
+	require.ErrorIs(t, e.a.Synchronize(), errBoom, "the next synchronize reports the host function's failure")
+	require.NoError(t, e.a.Synchronize(), "reported once")
+}
+
+// hostFuncRefusedInExternalCapture: in a capture the allocator did not
+// start, LaunchHostFunc is refused before the driver and the function
+// never runs.
+func hostFuncRefusedInExternalCapture(t *testing.T, e *env) {
+	ran := false
+	e.inExternalCapture(alloc.Global, func() {
+		before := e.spy.Snapshot()
+		err := e.a.LaunchHostFunc(func() error { ran = true; return nil })
+		requireRefused(t, err, alloc.StateExternal, alloc.ErrCaptureIncompatibleAllocation)
+		assertCalls(t, e.spy, before, alloctest.MethodLaunchHostFunc, 0)
 	})
-	t.Run("refused_in_external_capture", func(t *testing.T) {
-		e := s.env(t)
-		if !e.launchesHostFuncs(t) {
-			return
-		}
-		ran := false
-		e.inExternalCapture(alloc.Global, func() {
-			before := e.spy.Snapshot()
-			err := e.a.LaunchHostFunc(func() error { ran = true; return nil })
-			requireRefused(t, err, alloc.StateExternal, alloc.ErrCaptureIncompatibleAllocation)
-			assertCalls(t, e.spy, before, alloctest.MethodLaunchHostFunc, 0)
-		})
-		require.NoError(t, e.a.Synchronize())
-		assert.False(t, ran)
-	})
-	t.Run("ordered_with_copies", s.hostFuncOrderedWithCopies)
-	t.Run("nil_function", func(t *testing.T) {
-		e := s.env(t)
-		require.ErrorIs(t, e.a.LaunchHostFunc(nil), alloc.ErrInvalidValue)
-	})
+	require.NoError(t, e.a.Synchronize())
+	assert.False(t, ran)
+}
+
+// nilHostFuncIsInvalid: a nil function is ErrInvalidValue, on every
+// backend.
+func (s *suite) nilHostFuncIsInvalid(t *testing.T) {
+	e := s.env(t)
+	require.ErrorIs(t, e.a.LaunchHostFunc(nil), alloc.ErrInvalidValue)
 }
 
 // launchesHostFuncs reports whether e's backend runs host functions; one
@@ -104,11 +123,7 @@ func (e *env) launchesHostFuncs(t *testing.T) bool {
 // what it wrote, eagerly and at every replay of a capture, with inputs
 // changed between replays. This is what lets an engine's host work (and
 // the cpu backend's collectives) sit between device operations.
-func (s *suite) hostFuncOrderedWithCopies(t *testing.T) {
-	e := s.env(t)
-	if !e.launchesHostFuncs(t) {
-		return
-	}
+func hostFuncOrderedWithCopies(t *testing.T, e *env) {
 	const n = 4096
 	a := e.a
 	buf := mustAlloc(t, a, n)
