@@ -16,7 +16,6 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/probe"
 )
 
 const (
@@ -84,8 +83,8 @@ func pageableWorker(a *alloc.Allocator, w, iters int) error {
 		if err := a.Download(got, b, 0); err != nil {
 			return err
 		}
-		if !bytes.Equal(got, want) {
-			return fmt.Errorf("worker %d iteration %d: data corrupted (first difference at byte %d)", w, i, probe.FirstDiff(got, want))
+		if err := diffBytes(got, want); err != nil {
+			return fmt.Errorf("worker %d iteration %d: data corrupted: %w", w, i, err)
 		}
 		if err := a.Free(b); err != nil {
 			return err
@@ -120,8 +119,8 @@ func pinnedWorker(a *alloc.Allocator, w, iters int) (err error) {
 		if err := a.Synchronize(); err != nil {
 			return err
 		}
-		if !bytes.Equal(out.Bytes()[:n], in.Bytes()[:n]) {
-			return fmt.Errorf("worker %d iteration %d: data corrupted (first difference at byte %d)", w, i, probe.FirstDiff(out.Bytes()[:n], in.Bytes()[:n]))
+		if err := diffBytes(out.Bytes()[:n], in.Bytes()[:n]); err != nil {
+			return fmt.Errorf("worker %d iteration %d: data corrupted: %w", w, i, err)
 		}
 		if err := a.Free(b); err != nil {
 			return err

@@ -13,6 +13,7 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/probe"
 )
 
 // pattern is n deterministic bytes that differ for every seed, so a stale or
@@ -24,6 +25,19 @@ func pattern(n int, seed uint64) []byte {
 		b[i] = byte(r.Uint32())
 	}
 	return b
+}
+
+// diffBytes says where got first differs from want, and how; nil when
+// they are equal.
+func diffBytes(got, want []byte) error {
+	i := probe.FirstDiff(got, want)
+	switch {
+	case i < 0:
+		return nil
+	case i >= len(got) || i >= len(want):
+		return fmt.Errorf("%d bytes, want %d", len(got), len(want))
+	}
+	return fmt.Errorf("first difference at byte %d (got %#x, want %#x)", i, got[i], want[i])
 }
 
 // fill sets every byte of b to v.
