@@ -1,14 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
 	"os/exec"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/capalloc/capalloc/internal/syncbuf"
 )
 
 // outcome is what one command did.
@@ -17,18 +17,6 @@ type outcome struct {
 	TimedOut bool
 	Elapsed  time.Duration
 	Output   []byte // stdout and stderr together, in order
-}
-
-// lockedBuffer takes stdout and stderr from two pipes at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
 }
 
 // execStep runs command with bash in dir, with env added, in a process
@@ -42,7 +30,7 @@ func execStep(command, dir string, env []string, timeout time.Duration) outcome 
 	cmd := exec.CommandContext(ctx, "bash", "-c", command)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
-	var out lockedBuffer
+	var out syncbuf.Buffer // stdout and stderr, copied from two pipes at once
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error {
@@ -56,9 +44,7 @@ func execStep(command, dir string, env []string, timeout time.Duration) outcome 
 	if cmd.Process != nil { // whatever the step left behind in its group
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
-	out.mu.Lock()
-	o.Output = append([]byte(nil), out.b.Bytes()...)
-	out.mu.Unlock()
+	o.Output = out.Bytes()
 	var ee *exec.ExitError
 	switch {
 	case ctx.Err() != nil:

@@ -35,6 +35,7 @@ import (
 	_ "github.com/capalloc/capalloc/cuda"
 	_ "github.com/capalloc/capalloc/hip"
 	internalranks "github.com/capalloc/capalloc/internal/ranks"
+	"github.com/capalloc/capalloc/internal/syncbuf"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -140,7 +141,7 @@ func runProcesses(w io.Writer, backend string, ranks, steps int) error {
 	if err != nil {
 		return err
 	}
-	out := &lockedWriter{w: w} // the ranks' output is copied by one goroutine each
+	out := &syncbuf.Writer{W: w} // the ranks' output is copied by one goroutine each
 	cmds := make([]*exec.Cmd, ranks)
 	for r := range cmds {
 		cmd := exec.Command(exe)
@@ -280,15 +281,3 @@ func rank(backend string, hs heaps, r, steps int) (result, error) {
 }
 
 func tokenAt(step int) int32 { return int32(step*7919%50000 + 1) }
-
-// lockedWriter serializes writes from several goroutines.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
