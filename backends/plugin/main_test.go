@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 	_ "github.com/capalloc/capalloc/cpu"
 )
@@ -23,6 +24,21 @@ func TestMain(m *testing.M) {
 		os.Exit(helperHost())
 	}
 	os.Exit(m.Run())
+}
+
+// cpuWithout opens a cpu driver with o less keys, whose values are
+// returned: a test backend that wraps cpu takes its own options so.
+func cpuWithout(ctx context.Context, o driver.Options, mem driver.Memory, keys ...string) (driver.Driver, map[string]string, error) {
+	own := map[string]string{}
+	inner := o.Clone()
+	for _, k := range keys {
+		if v, ok := o[k]; ok {
+			own[k] = v
+			delete(inner, k)
+		}
+	}
+	d, err := backends.Choice{Name: "cpu", Options: inner, Memory: mem}.Open(ctx)
+	return d, own, err
 }
 
 func helperHost() int {

@@ -128,25 +128,24 @@ func TestCaptureStatusTrackedByTheHost(t *testing.T) {
 		require.Equal(t, want, st)
 		require.Equal(t, trips, d.trips.Load(), "answered without a round trip")
 	}
+	// invalidatedBy makes op in a Global capture, where it is illegal:
+	// the backend invalidates the capture and the host learns it from the
+	// op's reply; the capture ends refused.
+	invalidatedBy := func(op func() error) {
+		t.Helper()
+		require.NoError(t, d.BeginCapture(s, alloc.Global))
+		status(driver.CaptureActive)
+		require.ErrorIs(t, op(), driver.ErrCaptureIllegalOp)
+		status(driver.CaptureInvalidated)
+		_, err := d.EndCapture(s)
+		require.ErrorIs(t, err, alloc.ErrCaptureInvalidated)
+		status(driver.CaptureNone)
+	}
 	status(driver.CaptureNone)
-	require.NoError(t, d.BeginCapture(s, alloc.Global))
-	status(driver.CaptureActive)
-	_, err = d.StreamQuery(s) // illegal during capture: the backend invalidates it
-	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
-	status(driver.CaptureInvalidated)
-	_, err = d.EndCapture(s)
-	require.ErrorIs(t, err, alloc.ErrCaptureInvalidated)
-	status(driver.CaptureNone)
-
+	invalidatedBy(func() error { _, err := d.StreamQuery(s); return err })
 	// A device-wide call on no stream at all breaks a Global capture (the
-	// backend's rule, as CUDA's): the host learns it from that call's reply.
-	require.NoError(t, d.BeginCapture(s, alloc.Global))
-	_, err = d.Malloc(64)
-	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
-	status(driver.CaptureInvalidated)
-	_, err = d.EndCapture(s)
-	require.ErrorIs(t, err, alloc.ErrCaptureInvalidated)
-	status(driver.CaptureNone)
+	// backend's rule, as CUDA's).
+	invalidatedBy(func() error { _, err := d.Malloc(64); return err })
 
 	// A begin that fails leaves it as it was.
 	require.NoError(t, d.BeginCapture(s, alloc.ThreadLocal))

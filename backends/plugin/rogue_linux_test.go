@@ -28,24 +28,15 @@ import (
 // spanfd=unsealed (DirectSpan's memfd replaced, inode announced too).
 func init() {
 	driver.Register("rogue", func(ctx context.Context, o driver.Options, mem driver.Memory) (driver.Driver, error) {
-		r := &rogue{opts: map[string]string{}}
-		inner := o.Clone()
-		for _, k := range []string{"alignment", "total", "name", "hostfd", "span", "spanfd"} {
-			if v, ok := o[k]; ok {
-				r.opts[k] = v
-				delete(inner, k)
-			}
-		}
-		r.regions, _ = mem.Host.(*childRegions)
-		if r.regions == nil {
+		regions, _ := mem.Host.(*childRegions)
+		if regions == nil {
 			return nil, fmt.Errorf("rogue: not in a plugin child")
 		}
-		d, err := backends.Choice{Name: "cpu", Options: inner, Memory: mem}.Open(ctx)
+		d, opts, err := cpuWithout(ctx, o, mem, "alignment", "total", "name", "hostfd", "span", "spanfd")
 		if err != nil {
 			return nil, err
 		}
-		r.Driver = d
-		return r, nil
+		return &rogue{Driver: d, opts: opts, regions: regions}, nil
 	})
 }
 
