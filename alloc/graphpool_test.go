@@ -20,11 +20,7 @@ const poolStep = 256 << 10 // a step's temporary in these tests
 // captures.
 func newPoolAllocator(t *testing.T, warm int64) (*alloc.Allocator, *cpu.Driver) {
 	t.Helper()
-	d, err := cpu.New(cpu.Options{MemoryLimit: 64 << 20})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, d.Close()) })
-	a, err := alloc.New(d, alloc.Options{})
-	require.NoError(t, err)
+	d, a := newCPUAllocator(t, 64<<20)
 	if warm > 0 {
 		b, err := a.Alloc(warm)
 		require.NoError(t, err)

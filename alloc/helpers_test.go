@@ -1,22 +1,23 @@
 package alloc_test
 
 import (
-	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
 
-// newCPU is a cpu driver of limit bytes, closed when the test ends.
+// newCPU is a cpu driver of limit bytes, closed without error when the
+// test ends.
 func newCPU(t testing.TB, limit int64) *cpu.Driver {
 	t.Helper()
 	d, err := cpu.New(cpu.Options{MemoryLimit: limit})
 	require.NoError(t, err)
-	t.Cleanup(func() { d.Close() })
+	t.Cleanup(func() { require.NoError(t, d.Close()) })
 	return d
 }
 
@@ -35,17 +36,7 @@ func newCPUAllocator(t *testing.T, limit int64) (*cpu.Driver, *alloc.Allocator) 
 // may have been closed by the test: ErrClosed then).
 func cpuAllocatorWith(t *testing.T, limit int64, opts alloc.Options) *alloc.Allocator {
 	t.Helper()
-	d, err := cpu.New(cpu.Options{MemoryLimit: limit})
-	require.NoError(t, err)
-	a, err := alloc.New(d, opts)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if err := a.Close(); err != nil && !errors.Is(err, alloc.ErrClosed) {
-			t.Error(err)
-		}
-		require.NoError(t, d.Close())
-	})
-	return a
+	return alloctest.New(t, newCPU(t, limit), opts)
 }
 
 // cacheFreed allocates a buffer of each size, all live at once, then

@@ -228,9 +228,7 @@ func TestProcessProfileCoversEveryAllocator(t *testing.T) {
 	require.NoError(t, x.Free(bx))
 	require.NoError(t, y.Free(by))
 
-	d, err := cpu.New(cpu.Options{})
-	require.NoError(t, err)
-	defer d.Close()
+	d := newCPU(t, 0)
 	z, err := alloc.New(d, alloc.Options{Name: "proc-z"})
 	require.NoError(t, err)
 	require.NoError(t, z.Close())

@@ -15,7 +15,6 @@ import (
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/alloc/internal/registry"
 	"github.com/capalloc/capalloc/alloc/memmap"
-	"github.com/capalloc/capalloc/cpu"
 )
 
 // blockAt finds the block at ptr in a snapshot, with its segment.
@@ -167,11 +166,7 @@ func TestSnapshotDuringCapture(t *testing.T) {
 	require.Equal(t, id, g.ID(), "the graph keeps its capture's number")
 	require.NoError(t, g.Close())
 
-	d, err := cpu.New(cpu.Options{})
-	require.NoError(t, err)
-	defer d.Close()
-	c, err := alloc.New(d, alloc.Options{})
-	require.NoError(t, err)
+	_, c := newCPUAllocator(t, 0)
 	require.NoError(t, c.Close())
 	_, err = c.Snapshot()
 	require.ErrorIs(t, err, alloc.ErrClosed)

@@ -10,16 +10,13 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/memmap"
-	"github.com/capalloc/capalloc/cpu"
 )
 
 // Summary's table has device memory by pool and state, the counters
 // current and peak, allocations and frees, out-of-memory errors and
 // retries, the largest free block and the fragmentation.
 func TestSummary(t *testing.T) {
-	d, err := cpu.New(cpu.Options{MemoryLimit: 64 << 20})
-	require.NoError(t, err)
-	defer d.Close()
+	d := newCPU(t, 64<<20)
 	a, err := alloc.New(d, alloc.Options{Name: "summary"})
 	require.NoError(t, err)
 	small, err := a.Alloc(64 << 10) // a 2 MiB small segment

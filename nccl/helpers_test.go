@@ -1,12 +1,12 @@
 package nccl_test
 
 import (
-	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/cpu"
 )
 
@@ -27,13 +27,6 @@ func domainAllocator(t *testing.T, domain string, opts alloc.Options) *alloc.All
 	t.Helper()
 	d, err := cpu.New(cpu.Options{})
 	require.NoError(t, err)
-	a, err := alloc.New(inDomain{d, domain}, opts)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if err := a.Close(); err != nil && !errors.Is(err, alloc.ErrClosed) {
-			t.Error(err)
-		}
-		require.NoError(t, d.Close())
-	})
-	return a
+	t.Cleanup(func() { require.NoError(t, d.Close()) })
+	return alloctest.New(t, inDomain{d, domain}, opts)
 }
