@@ -1,6 +1,7 @@
 package alloc_test
 
 import (
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -57,4 +58,29 @@ func cacheFreed(t *testing.T, a *alloc.Allocator, sizes ...int64) {
 // overlap says whether [p, p+pn) and [q, q+qn) share a byte.
 func overlap(p driver.DevicePtr, pn int64, q driver.DevicePtr, qn int64) bool {
 	return p < q+driver.DevicePtr(qn) && q < p+driver.DevicePtr(pn)
+}
+
+// allocFreeWorkers starts workers goroutines on a, worker w allocating
+// and freeing size(w, i) bytes for i in [0, n); a failure is the test's
+// error and ends that worker. The returned wait waits for them all.
+func allocFreeWorkers(t *testing.T, a *alloc.Allocator, workers, n int, size func(w, i int) int64) (wait func()) {
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range n {
+				b, err := a.Alloc(size(w, i))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if err := a.Free(b); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	return wg.Wait
 }
