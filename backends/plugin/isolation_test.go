@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"bufio"
-	"context"
 	"os"
 	"os/exec"
 	"strconv"
@@ -17,39 +16,6 @@ import (
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 )
-
-var ctx = context.Background()
-
-func open(t *testing.T, cfg string) *Driver {
-	t.Helper()
-	d, err := backends.OpenDriver(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = d.Close() })
-	return d.(*Driver) // whatever the backend: one host type
-}
-
-// gone reports whether pid no longer runs (absent, or a zombie nobody
-// reaped: a container's init may not reap reparented children).
-func gone(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && len(s) > i+2 && s[i+2] == 'Z'
-}
-
-func requireGone(t *testing.T, pid int, within time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !gone(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("backend process %d still running after %v", pid, within)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // crashBound is how soon every call must see a crash: the requirement.
 // Detection is event driven (the host waits on the child's exit), measured

@@ -5,8 +5,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
@@ -24,6 +28,39 @@ func TestMain(m *testing.M) {
 		os.Exit(helperHost())
 	}
 	os.Exit(m.Run())
+}
+
+var ctx = context.Background()
+
+func open(t *testing.T, cfg string) *Driver {
+	t.Helper()
+	d, err := backends.OpenDriver(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	return d.(*Driver) // whatever the backend: one host type
+}
+
+// gone reports whether pid no longer runs (absent, or a zombie nobody
+// reaped: a container's init may not reap reparented children).
+func gone(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && len(s) > i+2 && s[i+2] == 'Z'
+}
+
+func requireGone(t *testing.T, pid int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !gone(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("backend process %d still running after %v", pid, within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // cpuWithout opens a cpu driver with o less keys, whose values are
