@@ -34,9 +34,7 @@ const stagingBackend = "plugin:faulty"
 
 // Pageable copies of several sizes, across chunk boundaries, round trip.
 func TestStagedCopies(t *testing.T) {
-	d := open(t, stagingBackend)
-	s, err := d.CreateStream()
-	require.NoError(t, err)
+	d, s := openStream(t, stagingBackend)
 	for _, n := range []int{0, 1, 4096, chunk - 1, chunk, chunk + 1, 3*chunk + 12345} {
 		p, err := d.MallocAsync(int64(max(n, 1)), s)
 		require.NoError(t, err)

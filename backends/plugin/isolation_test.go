@@ -23,16 +23,14 @@ import (
 const crashBound = 100 * time.Millisecond
 
 func TestCrashFailsInFlightAndLaterCalls(t *testing.T) {
-	d := open(t, "plugin:faulty:malloc=exit-7,query=hang")
-	s, err := d.CreateStream()
-	require.NoError(t, err)
+	d, s := openStream(t, "plugin:faulty:malloc=exit-7,query=hang")
 
 	inflight := make(chan error, 1)
 	go func() { _, err := d.StreamQuery(s); inflight <- err }()
 	time.Sleep(50 * time.Millisecond) // let the query reach the backend and hang there
 
 	start := time.Now()
-	_, err = d.Malloc(4096) // the backend exits with status 7
+	_, err := d.Malloc(4096) // the backend exits with status 7
 	require.ErrorIs(t, err, driver.ErrBackendCrashed)
 	require.Contains(t, err.Error(), "exit status 7")
 	assert.Less(t, time.Since(start), crashBound)
@@ -80,12 +78,10 @@ func TestCrashSeenWithoutACall(t *testing.T) {
 
 func TestHungCallKillsBackend(t *testing.T) {
 	const deadline = 200 * time.Millisecond
-	d := open(t, "plugin:faulty:sync=hang,plugin.call_timeout=200ms")
-	s, err := d.CreateStream()
-	require.NoError(t, err)
+	d, s := openStream(t, "plugin:faulty:sync=hang,plugin.call_timeout=200ms")
 
 	start := time.Now()
-	err = d.StreamSynchronize(s)
+	err := d.StreamSynchronize(s)
 	elapsed := time.Since(start)
 	require.ErrorIs(t, err, driver.ErrBackendHung)
 	require.Contains(t, err.Error(), "200ms")

@@ -40,6 +40,15 @@ func open(t *testing.T, cfg string) *Driver {
 	return d.(*Driver) // whatever the backend: one host type
 }
 
+// openStream is open with a stream created on the driver.
+func openStream(t *testing.T, cfg string) (*Driver, driver.Stream) {
+	t.Helper()
+	d := open(t, cfg)
+	s, err := d.CreateStream()
+	require.NoError(t, err)
+	return d, s
+}
+
 // gone reports whether pid no longer runs (absent, or a zombie nobody
 // reaped: a container's init may not reap reparented children).
 func gone(pid int) bool {

@@ -117,9 +117,7 @@ func TestHotPathWithoutRoundTrips(t *testing.T) {
 // The host answers the capture status from what the backend's replies
 // said, including an invalidation the backend decided on its own.
 func TestCaptureStatusTrackedByTheHost(t *testing.T) {
-	d := open(t, "plugin:cpu")
-	s, err := d.CreateStream()
-	require.NoError(t, err)
+	d, s := openStream(t, "plugin:cpu")
 	status := func(want driver.CaptureStatus) {
 		t.Helper()
 		trips := d.trips.Load()
@@ -198,9 +196,7 @@ func TestExternalCaptureSeenWithoutRoundTrip(t *testing.T) {
 // call on its stream, before the call's own error, in the order they ran,
 // typed, once; another stream's stay with that stream.
 func TestPipelinedFailuresAtNextSync(t *testing.T) {
-	d := open(t, "plugin:cpu")
-	s, err := d.CreateStream()
-	require.NoError(t, err)
+	d, s := openStream(t, "plugin:cpu")
 	s2, err := d.CreateStream()
 	require.NoError(t, err)
 	p, err := d.MallocAsync(4096, s)
@@ -249,13 +245,11 @@ func TestPipelinedFailuresAtNextSync(t *testing.T) {
 
 // Past the failures kept per stream, the rest are counted in one.
 func TestPipelinedFailuresBounded(t *testing.T) {
-	d := open(t, "plugin:cpu")
-	s, err := d.CreateStream()
-	require.NoError(t, err)
+	d, s := openStream(t, "plugin:cpu")
 	for range maxFailedKept + 10 {
 		require.NoError(t, d.MemsetAsync(12345, 1, 10, s))
 	}
-	err = d.StreamSynchronize(s)
+	err := d.StreamSynchronize(s)
 	require.Len(t, asyncFailures(err), maxFailedKept+1)
 	require.Contains(t, err.Error(), "10 more pipelined operations")
 }
@@ -292,9 +286,7 @@ func TestPipelinedOrderedWithCalls(t *testing.T) {
 // During a capture nothing is pipelined: a refused call fails where it is
 // made and invalidates the capture then, as the capture contract needs.
 func TestNothingPipelinedDuringCapture(t *testing.T) {
-	d := open(t, "plugin:cpu")
-	s, err := d.CreateStream()
-	require.NoError(t, err)
+	d, s := openStream(t, "plugin:cpu")
 	other, err := d.CreateStream()
 	require.NoError(t, err)
 	p, err := d.Malloc(64)
@@ -334,9 +326,7 @@ func TestNothingPipelinedDuringCapture(t *testing.T) {
 // synchronizing call, within plugin.call_timeout, and the backend killed.
 func TestPipelinedHangCaughtAtNextSync(t *testing.T) {
 	const deadline = 300 * time.Millisecond
-	d := open(t, "plugin:faulty:memset=hang,plugin.call_timeout=300ms")
-	s, err := d.CreateStream()
-	require.NoError(t, err)
+	d, s := openStream(t, "plugin:faulty:memset=hang,plugin.call_timeout=300ms")
 	p, err := d.Malloc(64)
 	require.NoError(t, err)
 
@@ -376,9 +366,7 @@ func TestWatchdogAbortsHungPipelinedOp(t *testing.T) {
 // A backend that dies running pipelined operations: the next call says
 // so, with the exit status, as for any call.
 func TestCrashDuringPipelinedOps(t *testing.T) {
-	d := open(t, "plugin:faulty:memset=exit-9")
-	s, err := d.CreateStream()
-	require.NoError(t, err)
+	d, s := openStream(t, "plugin:faulty:memset=exit-9")
 	p, err := d.Malloc(64)
 	require.NoError(t, err)
 	require.NoError(t, d.MemsetAsync(p, 1, 64, s))

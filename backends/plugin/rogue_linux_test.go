@@ -159,9 +159,7 @@ func TestRogueHostAllocFD(t *testing.T) {
 // A direct span whose memfd was swapped for an unsealed one (inode
 // announced to match) is refused.
 func TestRogueDirectSpanFD(t *testing.T) {
-	d := open(t, "plugin:rogue:spanfd=unsealed")
-	s, err := d.CreateStream()
-	require.NoError(t, err)
+	d, s := openStream(t, "plugin:rogue:spanfd=unsealed")
 	p, err := d.Malloc(4096)
 	require.NoError(t, err)
 	err = d.CopyHtoD(p, make([]byte, 64), s)
@@ -172,9 +170,7 @@ func TestRogueDirectSpanFD(t *testing.T) {
 // A second direct span of a cached region announcing a larger size is a
 // malformed reply, not a slice out of range in the host.
 func TestRogueDirectSpanSize(t *testing.T) {
-	d := open(t, "plugin:rogue:span=grow")
-	s, err := d.CreateStream()
-	require.NoError(t, err)
+	d, s := openStream(t, "plugin:rogue:span=grow")
 	p, err := d.Malloc(4096)
 	require.NoError(t, err)
 	require.NoError(t, d.CopyHtoD(p, make([]byte, 4096), s))
