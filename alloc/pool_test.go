@@ -4,8 +4,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/capalloc/capalloc/alloc"
 	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/alloc"
 )
 
 // When the driver runs out of memory while the pool caches freed blocks of

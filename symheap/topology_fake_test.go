@@ -73,6 +73,16 @@ func onOneDevice(t *testing.T, v *fakeVendor, sms, blocksPerSM string, ranks int
 	return openTopo(t, v, make([]int, ranks), timeout, nil)
 }
 
+// openTopoOK is openTopo where every rank must open.
+func openTopoOK(t *testing.T, v *fakeVendor, devices []int, timeout time.Duration, wrap func(driver.Driver) driver.Driver) *topoWorld {
+	t.Helper()
+	w, errs := openTopo(t, v, devices, timeout, wrap)
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+	return w
+}
+
 // openTopo opens the ranks' heaps and returns the world and each rank's
 // open error; the heaps that opened are closed at the end of the test.
 func openTopo(t *testing.T, v *fakeVendor, devices []int, timeout time.Duration, wrap func(driver.Driver) driver.Driver) (*topoWorld, []error) {
