@@ -178,9 +178,7 @@ func TestSnapshotDuringCapture(t *testing.T) {
 // capture on the same allocators see consistent states (run with -race):
 // every snapshot's states add up to its reserved bytes.
 func TestViewsWhileAllocating(t *testing.T) {
-	prev, err := alloc.SetProfileRate(4 << 10)
-	require.NoError(t, err)
-	defer alloc.SetProfileRate(prev)
+	recordEvery(t, 4<<10)
 	as := []*alloc.Allocator{newNamed(t, "busy-0"), newNamed(t, "busy-1")}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
