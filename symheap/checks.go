@@ -25,6 +25,15 @@ func (b *bump) checkElems(t Tensor, dt DType) error {
 	return nil
 }
 
+// checkAllReduce checks an all-reduce's algorithm and its tensor of
+// whole elements of dt.
+func (b *bump) checkAllReduce(t Tensor, dt DType, alg Algorithm) error {
+	if err := checkAlgorithm(alg); err != nil {
+		return err
+	}
+	return b.checkElems(t, dt)
+}
+
 // checkChunks checks that whole holds ranks chunks of part's size, and
 // that both are in the heap and do not overlap.
 func (b *bump) checkChunks(whole, part Tensor, ranks int) error {

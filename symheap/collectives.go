@@ -31,10 +31,7 @@ func (h *Heap) AllReduce(t Tensor, dt DType) error { return h.AllReduceWith(t, d
 // run different algorithms fail with ErrCollectiveMismatch, as on
 // devices); otherwise it only matters on devices.
 func (h *Heap) AllReduceWith(t Tensor, dt DType, alg Algorithm) error {
-	if err := checkAlgorithm(alg); err != nil {
-		return err
-	}
-	if err := h.bump.checkElems(t, dt); err != nil {
+	if err := h.bump.checkAllReduce(t, dt, alg); err != nil {
 		return err
 	}
 	return h.launch("AllReduce", allReduceSig(alg, dt, t), func(at arrival) error {

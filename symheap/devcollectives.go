@@ -38,10 +38,7 @@ func (h *DeviceHeap) AllReduce(t Tensor, dt DType) error { return h.AllReduceWit
 // TwoShot: each rank sums its 1/N share, then gathers the others' (three
 // barriers); Auto: OneShot up to OneShotMaxBytes.
 func (h *DeviceHeap) AllReduceWith(t Tensor, dt DType, alg Algorithm) error {
-	if err := checkAlgorithm(alg); err != nil {
-		return err
-	}
-	if err := h.bump.checkElems(t, dt); err != nil {
+	if err := h.bump.checkAllReduce(t, dt, alg); err != nil {
 		return err
 	}
 	alg = resolveAlgorithm(alg, t.Size, h.oneShotMax)
