@@ -63,7 +63,7 @@ func overlap(p driver.DevicePtr, pn int64, q driver.DevicePtr, qn int64) bool {
 // allocFreeWorkers starts workers goroutines on a, worker w allocating
 // and freeing size(w, i) bytes for i in [0, n); a failure is the test's
 // error and ends that worker. The returned wait waits for them all.
-func allocFreeWorkers(t *testing.T, a *alloc.Allocator, workers, n int, size func(w, i int) int64) (wait func()) {
+func allocFreeWorkers(t testing.TB, a *alloc.Allocator, workers, n int, size func(w, i int) int64) (wait func()) {
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Add(1)
