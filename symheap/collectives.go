@@ -31,10 +31,7 @@ func (h *Heap) AllReduce(t Tensor, dt DType) error { return h.AllReduceWith(t, d
 // run different algorithms fail with ErrCollectiveMismatch, as on
 // devices); otherwise it only matters on devices.
 func (h *Heap) AllReduceWith(t Tensor, dt DType, alg Algorithm) error {
-	if err := checkAlgorithm(alg); err != nil {
-		return err
-	}
-	if err := h.bump.checkElems(t, dt); err != nil {
+	if err := h.bump.checkAllReduce(t, dt, alg); err != nil {
 		return err
 	}
 	return h.launch("AllReduce", allReduceSig(alg, dt, t), func(at arrival) error {
@@ -77,10 +74,7 @@ func (h *Heap) AllGather(in, out Tensor) error { return h.AllGatherWith(in, out,
 // allocations, not the group's shared mappings); alg is checked and part
 // of the signature, as on devices, where Auto is the kernels here.
 func (h *Heap) AllGatherWith(in, out Tensor, alg Algorithm) error {
-	if err := checkCopyAlgorithm("all-gather", alg); err != nil {
-		return err
-	}
-	if err := h.bump.checkChunks(out, in, h.Ranks()); err != nil {
+	if err := h.bump.checkAllGather(in, out, h.Ranks(), alg); err != nil {
 		return err
 	}
 	sig := copySig(kernels.KindAllGather, resolveCopy(alg, out.Size, NoCopyEngine), uint64(in.Size))
@@ -99,10 +93,7 @@ func (h *Heap) AllGatherWith(in, out Tensor, alg Algorithm) error {
 // ReduceScatter writes into out, on rank r, the sum over ranks of their
 // in's r-th chunk: in.Size must be Ranks()*out.Size.
 func (h *Heap) ReduceScatter(in, out Tensor, dt DType) error {
-	if err := h.bump.checkChunks(in, out, h.Ranks()); err != nil {
-		return err
-	}
-	if err := h.bump.checkElems(out, dt); err != nil {
+	if err := h.bump.checkReduceScatter(in, out, dt, h.Ranks()); err != nil {
 		return err
 	}
 	return h.launch("ReduceScatter", kernels.Signature(kernels.KindReduceScatter, uint32(dt), uint64(out.Size/dt.Size())), func(at arrival) error {
@@ -126,10 +117,7 @@ func (h *Heap) AllToAll(in, out Tensor) error { return h.AllToAllWith(in, out, A
 // r-th chunk: in.Size and out.Size must be equal and divisible by
 // Ranks(). alg as in AllGatherWith.
 func (h *Heap) AllToAllWith(in, out Tensor, alg Algorithm) error {
-	if err := checkCopyAlgorithm("all-to-all", alg); err != nil {
-		return err
-	}
-	if err := h.bump.checkAllToAll(in, out, h.Ranks()); err != nil {
+	if err := h.bump.checkAllToAll(in, out, h.Ranks(), alg); err != nil {
 		return err
 	}
 	n := in.Size / int64(h.Ranks())

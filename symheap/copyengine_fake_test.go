@@ -142,9 +142,5 @@ func TestFakeAutoCopyEngineFollowsRecordedTable(t *testing.T) {
 // open succeeding.
 func mustOpenTopo(t *testing.T, v *fakeVendor, n int) *topoWorld {
 	t.Helper()
-	w, errs := openTopo(t, v, make([]int, n), 5*time.Second, nil)
-	for r, err := range errs {
-		require.NoError(t, err, "rank %d", r)
-	}
-	return w
+	return openTopoOK(t, v, make([]int, n), 5*time.Second, nil)
 }

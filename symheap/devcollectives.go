@@ -38,10 +38,7 @@ func (h *DeviceHeap) AllReduce(t Tensor, dt DType) error { return h.AllReduceWit
 // TwoShot: each rank sums its 1/N share, then gathers the others' (three
 // barriers); Auto: OneShot up to OneShotMaxBytes.
 func (h *DeviceHeap) AllReduceWith(t Tensor, dt DType, alg Algorithm) error {
-	if err := checkAlgorithm(alg); err != nil {
-		return err
-	}
-	if err := h.bump.checkElems(t, dt); err != nil {
+	if err := h.bump.checkAllReduce(t, dt, alg); err != nil {
 		return err
 	}
 	alg = resolveAlgorithm(alg, t.Size, h.oneShotMax)
@@ -100,10 +97,7 @@ func (h *DeviceHeap) AllGather(in, out Tensor) error { return h.AllGatherWith(in
 // measured them faster at for the device and rank count, else the
 // kernels.
 func (h *DeviceHeap) AllGatherWith(in, out Tensor, alg Algorithm) error {
-	if err := checkCopyAlgorithm("all-gather", alg); err != nil {
-		return err
-	}
-	if err := h.bump.checkChunks(out, in, h.Ranks()); err != nil {
+	if err := h.bump.checkAllGather(in, out, h.Ranks(), alg); err != nil {
 		return err
 	}
 	alg = resolveCopy(alg, out.Size, h.copyMin[copyAllGather])
@@ -123,10 +117,7 @@ func (h *DeviceHeap) AllGatherWith(in, out Tensor, alg Algorithm) error {
 // ReduceScatter writes into out, on rank r, the sum over ranks of their
 // in's r-th chunk: in.Size must be Ranks()*out.Size.
 func (h *DeviceHeap) ReduceScatter(in, out Tensor, dt DType) error {
-	if err := h.bump.checkChunks(in, out, h.Ranks()); err != nil {
-		return err
-	}
-	if err := h.bump.checkElems(out, dt); err != nil {
+	if err := h.bump.checkReduceScatter(in, out, dt, h.Ranks()); err != nil {
 		return err
 	}
 	c := kernels.Coll{InOff: uint64(in.Off), OutOff: uint64(out.Off), Count: uint64(out.Size / dt.Size()), DType: uint32(dt)}
@@ -144,10 +135,7 @@ func (h *DeviceHeap) AllToAll(in, out Tensor) error { return h.AllToAllWith(in, 
 // r-th chunk: in.Size and out.Size must be equal and divisible by
 // Ranks(). alg as in AllGatherWith (Auto decides by in.Size).
 func (h *DeviceHeap) AllToAllWith(in, out Tensor, alg Algorithm) error {
-	if err := checkCopyAlgorithm("all-to-all", alg); err != nil {
-		return err
-	}
-	if err := h.bump.checkAllToAll(in, out, h.Ranks()); err != nil {
+	if err := h.bump.checkAllToAll(in, out, h.Ranks(), alg); err != nil {
 		return err
 	}
 	alg = resolveCopy(alg, in.Size, h.copyMin[copyAllToAll])
