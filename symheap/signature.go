@@ -53,6 +53,8 @@ func sigName(s uint32) string {
 		return fmt.Sprintf("AllGather of %s B per rank", count)
 	case kernels.KindAllToAll:
 		return fmt.Sprintf("AllToAll of %s B per rank pair", count)
+	case kernels.KindAllToAllV:
+		return fmt.Sprintf("AllToAllV of %s %v in", count, DType(d.DType))
 	case 0:
 		return "no collective yet"
 	}
