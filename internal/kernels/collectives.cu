@@ -24,6 +24,9 @@
  *   [1120..1375] signal slots, a 64-byte line each: the count peers add to
  *               (capalloc_signal) and what this rank's waits consumed
  *               (capalloc_wait_signal; written only by this rank).
+ *   [1376..1383] verr: capalloc_alltoallv's first counts error since the
+ *               host last read it (written only by this rank; cleared by
+ *               the host; it does not break the heap).
  * Barriers are per block: block b of every rank meets block b of every
  * other. The kernels map work to blocks by an index that does not depend
  * on the rank, so the bytes block b writes are the bytes block b of the
