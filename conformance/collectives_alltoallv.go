@@ -34,6 +34,7 @@ func (s *suite) allToAllV(t *testing.T, kind heapKind) {
 	if !ok {
 		return
 	}
+	t.Run("bad_operands", func(t *testing.T) { a2avBadOperands(t, w) })
 	for _, dt := range []symheap.DType{symheap.Float32, symheap.Int32, symheap.Float16, symheap.BFloat16} {
 		t.Run(dt.String(), func(t *testing.T) {
 			t.Cleanup(func() {
@@ -210,4 +211,40 @@ func (v *a2avCase) verify(t *testing.T, r, k int, m, recv [][]int64) {
 		got := int64(binary.LittleEndian.Uint64(v.recvB[r].Bytes()[8*p:]))
 		require.Equal(t, recv[p][r], got, fmt.Sprintf("replay %d: rank %d's receive count from rank %d", k, r, p))
 	}
+}
+
+// a2avBadOperands: operands AllToAllV cannot serve are typed errors made
+// on rank 0 alone, and queue nothing: a barrier of every rank then
+// passes, which it would not with rank 0 a collective ahead.
+func a2avBadOperands(t *testing.T, w *world) {
+	n := len(w.heaps)
+	t.Cleanup(func() {
+		for _, h := range w.heaps {
+			require.NoError(t, h.Reset())
+		}
+	})
+	in, out := w.alloc(t, 4096), w.alloc(t, 4096)
+	send, recv := w.alloc(t, symheap.CountsBytes(n)), w.alloc(t, symheap.CountsBytes(n))
+	short := symheap.Tensor{Off: send.Off, Size: send.Size - 8}
+	skewed := symheap.Tensor{Off: send.Off + 4, Size: send.Size}
+	odd := symheap.Tensor{Off: in.Off, Size: 4095}
+	h := w.heaps[0]
+	for _, c := range []struct {
+		name            string
+		in, out, sc, rc symheap.Tensor
+		dt              symheap.DType
+		want            error
+	}{
+		{"counts of another size", in, out, short, recv, symheap.Float32, alloc.ErrInvalidSize},
+		{"counts not 8-aligned", in, out, skewed, recv, symheap.Float32, alloc.ErrInvalidSize},
+		{"partial element", odd, out, send, recv, symheap.Float32, alloc.ErrInvalidSize},
+		{"unknown element type", in, out, send, recv, symheap.DType(9), alloc.ErrInvalidValue},
+		{"send and receive counts one tensor", in, out, send, send, symheap.Float32, alloc.ErrInvalidValue},
+		{"counts inside in", in, out, symheap.Tensor{Off: in.Off, Size: send.Size}, recv, symheap.Float32, alloc.ErrInvalidValue},
+		{"in and out overlap", in, in, send, recv, symheap.Int32, alloc.ErrInvalidValue},
+		{"outside the heap", in, symheap.Tensor{Off: 1 << 30, Size: 64}, send, recv, symheap.Int32, alloc.ErrOutOfRange},
+	} {
+		require.ErrorIs(t, h.AllToAllV(c.in, c.out, c.sc, c.rc, c.dt), c.want, c.name)
+	}
+	w.must(t, func(_ int, h symheap.Collectives) error { return errors.Join(h.Barrier(), h.Synchronize()) })
 }
