@@ -33,6 +33,7 @@ import (
 	_ "github.com/capalloc/capalloc/cpu" // the backends a -backend name may ask for
 	_ "github.com/capalloc/capalloc/cuda"
 	_ "github.com/capalloc/capalloc/hip"
+	"github.com/capalloc/capalloc/internal/rankheap"
 	"github.com/capalloc/capalloc/internal/ranks"
 	"github.com/capalloc/capalloc/symheap"
 )
@@ -81,20 +82,9 @@ func rank(backend string, g *symheap.Group, x symheap.Exchange, r, steps int) (k
 		return "", err
 	}
 	defer a.Close()
-	var h symheap.Collectives
-	if symheap.DeviceRuns(d) {
-		dh, err := symheap.OpenDevice(r, a, x, heapSize, symheap.DeviceOptions{Timeout: timeout})
-		if err != nil {
-			return "", err
-		}
-		if err := dh.CollectivesRun(); err != nil {
-			return "", errors.Join(err, dh.Close())
-		}
-		h, kind = dh, "device heap"
-	} else if h, err = g.Open(r, a, symheap.Options{Timeout: timeout}); err != nil {
+	h, kind, err := rankheap.Source{Group: g, Exchange: x, Size: heapSize}.Open(r, a, symheap.Options{Timeout: timeout})
+	if err != nil {
 		return "", err
-	} else {
-		kind = "host heap"
 	}
 	defer func() { err = errors.Join(err, h.Close()) }()
 	return kind, runRank(h, a, r, steps)
