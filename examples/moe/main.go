@@ -21,7 +21,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -29,7 +28,6 @@ import (
 	"os"
 
 	"github.com/capalloc/capalloc/alloc"
-	"github.com/capalloc/capalloc/backends"
 	_ "github.com/capalloc/capalloc/cpu" // the backends a -backend name may ask for
 	_ "github.com/capalloc/capalloc/cuda"
 	_ "github.com/capalloc/capalloc/hip"
@@ -68,24 +66,12 @@ func run(w io.Writer, backend string, steps int) error {
 	return nil
 }
 
-// rank opens rank r's heap on its own driver of backend (the device heap
+// rank runs rank r on its own driver of backend and heap (the device heap
 // where the driver has IPC memory and kernels of ours, the host heap of g
-// otherwise) and runs its steps. kind is the heap it ran on.
+// otherwise). kind is the heap it ran on.
 func rank(backend string, g *symheap.Group, x symheap.Exchange, r, steps int) (kind string, err error) {
-	d, err := backends.OpenDriver(context.Background(), backend)
-	if err != nil {
-		return "", err
-	}
-	defer d.Close()
-	a, err := alloc.New(d, alloc.Options{})
-	if err != nil {
-		return "", err
-	}
-	defer a.Close()
-	h, kind, err := rankheap.Source{Group: g, Exchange: x, Size: heapSize}.Open(r, a, symheap.Options{Timeout: timeout})
-	if err != nil {
-		return "", err
-	}
-	defer func() { err = errors.Join(err, h.Close()) }()
-	return kind, runRank(h, a, r, steps)
+	src := rankheap.Source{Group: g, Exchange: x, Size: heapSize}
+	return src.Run(backend, r, symheap.Options{Timeout: timeout}, func(h symheap.Collectives, a *alloc.Allocator) error {
+		return runRank(h, a, r, steps)
+	})
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -9,7 +8,6 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
-	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/internal/rankheap"
 	"github.com/capalloc/capalloc/symheap"
 )
@@ -50,22 +48,9 @@ const timeout = 20 * time.Second
 // captures its step once and replays it steps times, stage 1 checking
 // every output. kind is the heap it ran on.
 func stage(backend string, hs rankheap.Source, r, steps int) (kind string, err error) {
-	d, err := backends.OpenDriver(context.Background(), backend)
-	if err != nil {
-		return "", err
-	}
-	defer d.Close()
-	a, err := alloc.New(d, alloc.Options{})
-	if err != nil {
-		return "", err
-	}
-	defer a.Close()
-	h, kind, err := hs.Open(r, a, symheap.Options{Timeout: timeout})
-	if err != nil {
-		return "", err
-	}
-	defer func() { err = errors.Join(err, h.Close()) }()
-	return kind, run(h, a, r, steps)
+	return hs.Run(backend, r, symheap.Options{Timeout: timeout}, func(h symheap.Collectives, a *alloc.Allocator) error {
+		return run(h, a, r, steps)
+	})
 }
 
 // run is stage r's work on its open heap h.

@@ -6,9 +6,11 @@
 package rankheap
 
 import (
+	"context"
 	"errors"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -40,4 +42,27 @@ func (s Source) Open(r int, a *alloc.Allocator, opts symheap.Options) (h symheap
 		return nil, "", errors.Join(err, dh.Close())
 	}
 	return dh, "device heap", nil
+}
+
+// Run is one rank whole: it opens a driver of backend (a backends config)
+// for rank r, an allocator on it and the rank's heap (Open), runs fn on
+// them, and closes all three, their errors joined to fn's. kind says
+// which heap ran.
+func (s Source) Run(backend string, r int, opts symheap.Options, fn func(h symheap.Collectives, a *alloc.Allocator) error) (kind string, err error) {
+	d, err := backends.OpenDriver(context.Background(), backend)
+	if err != nil {
+		return "", err
+	}
+	defer func() { err = errors.Join(err, d.Close()) }()
+	a, err := alloc.New(d, alloc.Options{})
+	if err != nil {
+		return "", err
+	}
+	defer func() { err = errors.Join(err, a.Close()) }()
+	h, kind, err := s.Open(r, a, opts)
+	if err != nil {
+		return "", err
+	}
+	defer func() { err = errors.Join(err, h.Close()) }()
+	return kind, fn(h, a)
 }
