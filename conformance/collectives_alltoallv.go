@@ -82,8 +82,11 @@ func (s *suite) allToAllV(t *testing.T, kind heapKind) {
 	}
 }
 
-// a2avCap is each rank's in and out, in elements.
-const a2avCap = 60
+// a2avCap is each rank's in and out, in elements: enough that the device
+// heap launches several blocks for every element type (a block serves 512
+// threads of 16 bytes), so every block's copy of every segment, and its
+// reading of the counts, is checked.
+const a2avCap = 6000
 
 // a2avRouting is one replay's counts (m[p][q]: p sends q) and, for bad
 // ones, what every rank's error must say.
