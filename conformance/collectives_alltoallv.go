@@ -20,9 +20,10 @@ import (
 // counts) is captured once per rank and replayed with a new routing each
 // time: uniform, a rank that sends nothing and one that receives nothing,
 // odd counts (halves at 2-byte offsets), everything to one rank, and bad
-// counts (negative, a rank's sends past its in, a rank's receives past its
-// out) set on one rank only. Every byte each rank receives is compared
-// with what its peers sent, and the bytes past the received total must
+// counts (negative, a rank's sends past its in, a rank's receives past
+// its out, one of 2^62 that no check may add to) set on one rank only.
+// Every byte each rank receives is compared with what its peers sent, and
+// the bytes past the received total must
 // keep the poison; the receive counts must be what each peer sent. A bad
 // routing fails the replay on every rank with
 // symheap.ErrCountsOutOfRange naming the offending rank, writes nothing
@@ -122,6 +123,7 @@ func a2avRoutings(n int, cp int64) []a2avRouting {
 		{name: "negative", m: with(fill(uniform), 2, 0, -1), bad: "rank 2's send count for rank 0 is -1"},
 		{name: "odd counts", m: fill(func(p, q int) int64 { return int64(1 + (7*p+3*q)%17) })},
 		{name: "past a rank's in", m: with(fill(uniform), 1, 2, cp), bad: "rank 1's send count for rank 2"},
+		{name: "a count no sum may overflow on", m: with(fill(uniform), 0, 1, 1<<62), bad: "rank 0's send count for rank 1 is 4611686018427387904"},
 		{name: "everything to rank 0", m: fill(func(p, q int) int64 {
 			if q == 0 {
 				return cp / int64(n)
