@@ -37,6 +37,11 @@ type Collectives interface {
 	// AllReduceWith replaces t on every rank with the element-wise sum
 	// over ranks, summed in rank order (every rank gets the same bits).
 	AllReduceWith(t Tensor, dt DType, alg Algorithm) error
+	// AllGatherWith and AllToAllWith are AllGather and AllToAll by alg:
+	// Auto, Kernel, or CopyEngine (the device's copy engines move the
+	// bytes between barrier kernels; copyengine.go).
+	AllGatherWith(in, out Tensor, alg Algorithm) error
+	AllToAllWith(in, out Tensor, alg Algorithm) error
 	// AllGather writes rank p's in at out's p-th chunk, on every rank.
 	AllGather(in, out Tensor) error
 	// ReduceScatter writes into out, on rank r, the sum over ranks of

@@ -51,8 +51,12 @@
 // Its allocation is the same bump; its collectives are kernels of this
 // library (internal/kernels: one CUDA/HIP source) that read the table and
 // keep their epochs in the pads, with bounded waits that report through an
-// error word in the pad (docs/device-collectives.md). NCCL/RCCL (package
-// nccl) serve ranks across machines.
+// error word in the pad (docs/device-collectives.md). The all-gather and
+// all-to-all also have a copy-engine variant (AllGatherWith and
+// AllToAllWith with CopyEngine): one driver copy per rank between barrier
+// kernels, recorded by a capture as memcpy nodes; Auto picks it only
+// where a recorded GPU run measured it faster (copyengine.go). NCCL/RCCL
+// (package nccl) serve ranks across machines.
 //
 // Both heaps also put and signal point to point (Put, Signal,
 // WaitSignal: host functions on Heap, kernels on DeviceHeap), capturable,

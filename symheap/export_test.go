@@ -42,3 +42,21 @@ func SetRecordedOneShotMax(rows []OneShotRow) (restore func()) {
 
 // OneShotMax is the heap's agreed Auto crossover.
 func OneShotMax(h *DeviceHeap) int64 { return h.oneShotMax }
+
+// SetRecordedCopyEngineMin replaces the recorded copy-engine table for a
+// test and returns a function that restores it.
+func SetRecordedCopyEngineMin(rows []CopyEngineRow) (restore func()) {
+	old := recordedCopyEngineMin
+	recordedCopyEngineMin = rows
+	return func() { recordedCopyEngineMin = old }
+}
+
+// CopyEngineMin is the heap's agreed Auto copy-engine threshold for op.
+func CopyEngineMin(h *DeviceHeap, op string) int64 {
+	for i, n := range copyOpNames {
+		if n == op {
+			return h.copyMin[i]
+		}
+	}
+	return -1
+}

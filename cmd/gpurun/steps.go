@@ -131,7 +131,7 @@ exit $rc`
 				pick("", ` -test.skip 'TestConformance/`+be+`/(Collectives|Probe|Watchdog)$'`), Figures: testFigures},
 		{Name: "capprobe", Timeout: 10 * time.Second, // 0.7 s on an H200
 			Command: `"$B/capprobe" -backend=` + be + ` -mode=all -check -json >"$R/capprobe.json"`, Figures: capprobeFigures},
-		{Name: "collectives_bench", Timeout: 25 * time.Second, // 2.3 s on an H200 with 18 cases; 43 now (4 alltoallv), about 7 s estimated
+		{Name: "collectives_bench", Timeout: 25 * time.Second, // 2.3 s on an H200 with 18 cases; 51 now (the copy-engine and alltoallv rows), about 8 s estimated
 			Command: `"$B/collbench" -backend=` + be + pick("", " -small") + ` -json "$R/collbench.json"`, Figures: collbenchFigures},
 		{Name: "decodeloop", Timeout: 35 * time.Second, Command: `rc=0
 "$B/decodeloop" -backend=` + be + pick(" -kernels=1000 -steps 200", " -kernels=10 -steps 5") + ` || rc=1
