@@ -40,6 +40,7 @@ func (s *suite) collectivesGroup(t *testing.T) {
 			t.Run("odd_layouts", func(t *testing.T) { s.oddLayouts(t, k) })
 			t.Run("put_signal", func(t *testing.T) { s.putSignal(t, k) })
 			t.Run("copy_engine", func(t *testing.T) { s.copyEngine(t, k) })
+			t.Run("all_to_all_v", func(t *testing.T) { s.allToAllV(t, k) })
 		})
 	}
 	t.Run("peers_at_different_addresses", s.peersAtDifferentAddresses)

@@ -50,6 +50,11 @@ type Collectives interface {
 	// AllToAll writes into out's p-th chunk, on rank r, rank p's in's
 	// r-th chunk.
 	AllToAll(in, out Tensor) error
+	// AllToAllV sends sendCounts[q] elements of rank p's in to every
+	// rank q, packed in rank order into q's out, and writes into
+	// recvCounts what each rank sent; the counts are read when it runs
+	// (every replay), so one graph serves every routing (alltoallv.go).
+	AllToAllV(in, out, sendCounts, recvCounts Tensor, dt DType) error
 
 	// Put copies this rank's src into peer's dst. Signal adds value to
 	// peer's signal slot (after the Puts queued before it landed);

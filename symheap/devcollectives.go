@@ -259,8 +259,10 @@ func (h *DeviceHeap) Synchronize() error {
 	if err := h.a.Download(b, h.buf, 0); err != nil {
 		return fmt.Errorf("symheap: reading the signal pad of rank %d: %w", h.rank, err)
 	}
-	h.err = padFailure(kernels.DecodePadError(b), h.timeout)
-	return h.err
+	if h.err = padFailure(kernels.DecodePadError(b), h.timeout); h.err != nil {
+		return h.err
+	}
+	return h.takeCountsErrLocked()
 }
 
 // Err is the heap's failure as of the last Synchronize (nil while healthy).

@@ -1,6 +1,9 @@
 // Package symheap is a symmetric heap for N ranks with collectives that
 // stay capturable: barrier, all-reduce (sum of float32 or int32),
-// all-gather, reduce-scatter and all-to-all, each put on a rank's
+// all-gather, reduce-scatter, all-to-all and AllToAllV (per-peer counts
+// in heap memory, read when it runs: one graph serves every routing of a
+// mixture-of-experts step; bad counts are ErrCountsOutOfRange on every
+// rank, not a fault, and leave the heap usable), each put on a rank's
 // allocator stream as a host function (driver.HostFuncLauncher), so a
 // capture records it with the rest of the step and every replay runs it
 // again on fresh data.

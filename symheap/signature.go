@@ -58,6 +58,8 @@ func sigName(s uint32) string {
 			name += " (copy engine)"
 		}
 		return fmt.Sprintf("%s of %s B per %s", name, count, per)
+	case kernels.KindAllToAllV:
+		return fmt.Sprintf("AllToAllV of %s %v in", count, DType(d.DType))
 	case 0:
 		return "no collective yet"
 	}

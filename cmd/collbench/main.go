@@ -60,9 +60,9 @@ func main() {
 
 // Case is one collective at one size.
 type Case struct {
-	Op    string // allreduce, allgather, reducescatter, alltoall
+	Op    string // allreduce, allgather, reducescatter, alltoall, alltoallv
 	Alg   string // oneshot, twoshot (allreduce only)
-	Bytes int64  // the collective's size: the tensor (allreduce), the gathered output (allgather), the scattered input (reducescatter), each rank's input (alltoall)
+	Bytes int64  // the collective's size: the tensor (allreduce), the gathered output (allgather), the scattered input (reducescatter), each rank's input (alltoall, alltoallv)
 	// Variant is "" for the heap's own kernel dispatch (the aligned
 	// kernels: every tensor collbench allocates is 16-aligned), general:
 	// the operands placed generalSkew bytes past 16-aligned offsets, which
@@ -110,7 +110,8 @@ const (
 )
 
 // cases are the GPU kit's collectives matrix (docs/gpu-kit.md): every
-// collective through the heap's dispatch, then every collective again
+// collective through the heap's dispatch (AllToAllV with uniform routing
+// too: alltoallv.go), then every collective but AllToAllV again
 // through the general kernels at the sizes that show the variants'
 // difference (latency, the 1 MiB Auto crossover, bandwidth), then the
 // all-gather and all-to-all by the copy engines at the kernel rows'
@@ -137,6 +138,9 @@ func cases(small bool) []Case {
 		}
 	}
 	ops("", ar, other)
+	for _, b := range other { // counts read on the device, uniform routing (alltoallv.go)
+		cs = append(cs, Case{Op: "alltoallv", Bytes: b})
+	}
 	ops(general, gen, gen)
 	for _, op := range []string{"allgather", "alltoall"} {
 		for _, b := range other {
@@ -507,7 +511,7 @@ func traffic(c Case, n int) float64 {
 		perRank = 2 * s // reads every chunk of the output's size, writes it
 	case c.Op == "reducescatter":
 		perRank = s + s/N // reads its chunk of every rank's input, writes one chunk
-	default: // alltoall
+	default: // alltoall, alltoallv
 		perRank = 2 * s
 	}
 	return N * perRank
@@ -518,7 +522,7 @@ func traffic(c Case, n int) float64 {
 // ×(n-1)/n with S the total size).
 func busBW(c Case, n int, t time.Duration) float64 {
 	algbw := float64(c.Bytes) / t.Seconds()
-	if c.Op == "alltoall" {
+	if c.Op == "alltoall" || c.Op == "alltoallv" {
 		algbw *= float64(n) // S is each rank's input; NCCL's S is the total
 	}
 	f := float64(n-1) / float64(n)
@@ -671,7 +675,13 @@ func (b *bench) row(w *world, c Case, n int, emptyT time.Duration, copyGBps floa
 	if err != nil {
 		return fail(err)
 	}
-	captured, eager, reps, err := b.measureOp(w, step(w, c, ins, outs))
+	st := step(w, c, ins, outs)
+	if c.Op == "alltoallv" {
+		if st, err = allToAllVStep(w, ins, outs); err != nil {
+			return fail(err)
+		}
+	}
+	captured, eager, reps, err := b.measureOp(w, st)
 	if err != nil {
 		return fail(err)
 	}

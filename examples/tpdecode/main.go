@@ -34,6 +34,7 @@ import (
 	_ "github.com/capalloc/capalloc/cpu" // the backends a -backend name may ask for
 	_ "github.com/capalloc/capalloc/cuda"
 	_ "github.com/capalloc/capalloc/hip"
+	"github.com/capalloc/capalloc/internal/rankheap"
 	internalranks "github.com/capalloc/capalloc/internal/ranks"
 	"github.com/capalloc/capalloc/internal/syncbuf"
 	"github.com/capalloc/capalloc/symheap"
@@ -109,7 +110,7 @@ func runGoroutines(w io.Writer, backend string, ranks, steps, devices int) error
 			if devices > 1 {
 				b = fmt.Sprintf("%s:device=%d", backend, r%devices)
 			}
-			res[r], errs[r] = rank(b, heaps{g, x}, r, steps)
+			res[r], errs[r] = rank(b, rankheap.Source{Group: g, Exchange: x, Size: heapSize}, r, steps)
 		}()
 	}
 	wg.Wait()
@@ -176,7 +177,7 @@ func rankProcess(w io.Writer) error {
 		return err
 	}
 	defer g.Close()
-	res, err := rank(os.Getenv(envBack), heaps{g, symheap.FileExchange(os.Getenv(envDir), n)}, r, steps)
+	res, err := rank(os.Getenv(envBack), rankheap.Source{Group: g, Exchange: symheap.FileExchange(os.Getenv(envDir), n), Size: heapSize}, r, steps)
 	if err != nil {
 		return fmt.Errorf("rank %d: %w", r, err)
 	}
@@ -194,32 +195,9 @@ func report(w io.Writer, what string, steps int, res []result) {
 	fmt.Fprintf(w, "replay: %v per step (slowest rank), %.2fx\n", replay, float64(eager)/float64(replay))
 }
 
-// heaps is what a rank opens its heap from: the host heap's group (cpu),
-// or the device heap's exchange (cuda, hip), whichever its driver runs.
-type heaps struct {
-	g *symheap.Group
-	x symheap.Exchange
-}
-
-// open opens rank r's heap on a: the device heap where the driver has IPC
-// memory and kernels of ours, the host heap otherwise.
-func (hs heaps) open(r int, a *alloc.Allocator) (symheap.Collectives, error) {
-	if !symheap.DeviceRuns(a.Driver()) {
-		return hs.g.Open(r, a, symheap.Options{CheckAllocs: true})
-	}
-	h, err := symheap.OpenDevice(r, a, hs.x, heapSize, symheap.DeviceOptions{})
-	if err != nil {
-		return nil, err
-	}
-	if err := h.CollectivesRun(); err != nil {
-		return nil, errors.Join(err, h.Close())
-	}
-	return h, nil
-}
-
 // rank runs one rank: its own device (a driver of the backend) and
 // allocator, its heap, the step eagerly, then captured and replayed.
-func rank(backend string, hs heaps, r, steps int) (result, error) {
+func rank(backend string, hs rankheap.Source, r, steps int) (result, error) {
 	d, err := backends.OpenDriver(context.Background(), backend)
 	if err != nil {
 		return result{}, err
@@ -230,7 +208,7 @@ func rank(backend string, hs heaps, r, steps int) (result, error) {
 		return result{}, err
 	}
 	defer a.Close()
-	h, err := hs.open(r, a)
+	h, _, err := hs.Open(r, a, symheap.Options{CheckAllocs: true})
 	if err != nil {
 		return result{}, err
 	}
