@@ -68,6 +68,11 @@ type lane struct {
 	// off counts what holds the lane closed (a capture, an eager run, a
 	// walk, Close); changed under a.mu only, read under a shard's lock.
 	off atomic.Int32
+	// filled is set when a shard's hint goes from clear to set, and
+	// cleared by a flush of every shard (before it reads the hints), so a
+	// locked allocation skips the flush without looking at any shard when
+	// no lane Free cached a block or owed a free since the last one.
+	filled atomic.Bool
 
 	owner   *Allocator // the blocks' allocator: a lane Free of another's buffer steps aside
 	drv     driver.Driver
@@ -242,7 +247,7 @@ func (l *lane) free(b Buffer) bool {
 		blk.state.Add(1) // held, not free: even, as a retirement leaves it
 		blk.held.Store(true)
 		if blk.refs.Load() != 0 || !blk.held.CompareAndSwap(true, false) {
-			s.setHint(owedBit) // the owed free
+			l.setHint(s, owedBit) // the owed free
 			s.mu.Unlock()
 			return true
 		}
@@ -254,7 +259,7 @@ func (l *lane) free(b Buffer) bool {
 
 // push caches b in s, with room for it. Caller holds s.mu.
 func (l *lane) push(s *shard, b *block) {
-	s.setHint(classBit(b.class))
+	l.setHint(s, classBit(b.class))
 	b.cached = true
 	s.blocks[s.n] = b
 	s.n++
@@ -262,10 +267,15 @@ func (l *lane) push(s *shard, b *block) {
 }
 
 // setHint sets bit in s.hint, storing only when it was clear (a store is
-// a locked instruction). Caller holds s.mu.
-func (s *shard) setHint(bit uint64) {
+// a locked instruction), and marks the lane filled when the hint was
+// clear: the hint's store comes first, so a flush that cleared filled
+// before this store of it reads the hint set. Caller holds s.mu.
+func (l *lane) setHint(s *shard, bit uint64) {
 	if h := s.hint.Load(); h&bit == 0 {
 		s.hint.Store(h | bit)
+		if h == 0 && !l.filled.Load() {
+			l.filled.Store(true)
+		}
 	}
 }
 
@@ -322,6 +332,7 @@ func (l *lane) flushLocked() {
 // A shard with a clear hint holds no block and owes nothing: it is skipped
 // without its lock. Caller holds a.mu.
 func (l *lane) flushOwedLocked() (owed int64) {
+	l.filled.Store(false)
 	for i := range l.shards {
 		if s := &l.shards[i]; s.hint.Load() != 0 {
 			owed += l.flushShardLocked(s)
