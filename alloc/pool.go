@@ -71,10 +71,16 @@ type pool struct {
 	recent  [recentBlocks]*block // oldest first
 	nRecent int
 
-	clock  uint64       // counts segments becoming wholly free: their segment.idleSince
-	up     poolUpstream // memory, and the reclaim ladder's rungs that are not the pool's
-	owner  *Allocator   // the block records' (block.a)
-	device int64        // the device's memory: sizes the expandable ranges
+	clock uint64 // counts segments becoming wholly free: their segment.idleSince
+	// The growth's release hysteresis (makeRoomLocked, gc.go's regretted):
+	// given holds the sizes of the last segments a growth gave back, once
+	// those of them a growth needed again once; grace is what the slack
+	// grew by for sizes needed again a second time.
+	given, once [givenSizes]int64
+	grace       int64
+	up          poolUpstream // memory, and the reclaim ladder's rungs that are not the pool's
+	owner       *Allocator   // the block records' (block.a)
+	device      int64        // the device's memory: sizes the expandable ranges
 }
 
 // poolUpstream is what the pool is made over: its memory's source and the
@@ -85,6 +91,10 @@ type poolUpstream interface {
 }
 
 const recentBlocks = 8
+
+// givenSizes is how many given-back segment sizes the growth's release
+// hysteresis remembers.
+const givenSizes = 8
 
 // init readies the pool for a device of the given alignment and memory,
 // its blocks recorded as owner's, its memory from up.
@@ -202,17 +212,31 @@ func growLocked(a *Allocator, size int64, mayGrow bool) (*block, error) {
 // to the peak (expandSlack is the expandable ranges' own).
 const segmentSlack = 1.20
 
+// graceMax bounds pool.grace, the slack the release hysteresis adds, as a
+// fraction of the peak in use: at most 1.4 times the peak in use in all.
+const graceMax = 0.20
+
 // makeRoomLocked gives back, before a new segment for a request of size
 // bytes, the wholly free cached segments that would take reserved past
-// segmentSlack times the peak in use (the request's included). With
-// nothing cached there is nothing to give back. Caller holds a.mu.
+// segmentSlack times the peak in use (the request's included), plus the
+// release hysteresis's grace: a growth that needs, for the second time
+// lately, a segment of a size a growth gave back shows an engine cycling
+// through more memory than the slack holds (a training loop's steps), so
+// giving back costs a driver allocation per cycle; the slack grows by
+// that segment, up to graceMax. With nothing cached there is nothing to
+// give back. Caller holds a.mu.
 func makeRoomLocked(a *Allocator, size int64) {
 	if a.pool.cached == 0 {
 		return
 	}
 	in := &a.stats.inUse
 	peak := max(in.peak.Load(), in.cur.Load()+size)
-	over := a.stats.BytesReserved + segmentSize(a.pool.round(size)) - int64(segmentSlack*float64(peak))
+	seg := segmentSize(a.pool.round(size))
+	p := &a.pool
+	if p.regretted(seg) {
+		p.grace = min(p.grace+seg, int64(graceMax*float64(peak)))
+	}
+	over := a.stats.BytesReserved + seg - int64(segmentSlack*float64(peak)) - p.grace
 	if over > 0 && a.pool.cached >= over {
 		releaseOldestLocked(a, pathGrowth, "Alloc", over)
 	}
