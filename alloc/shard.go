@@ -332,7 +332,9 @@ func (l *lane) flushLocked() {
 // A shard with a clear hint holds no block and owes nothing: it is skipped
 // without its lock. Caller holds a.mu.
 func (l *lane) flushOwedLocked() (owed int64) {
-	l.filled.Store(false)
+	if l.filled.Load() {
+		l.filled.Store(false)
+	}
 	for i := range l.shards {
 		if s := &l.shards[i]; s.hint.Load() != 0 {
 			owed += l.flushShardLocked(s)
