@@ -51,7 +51,7 @@ const (
 	// with no request to retry: reserved back under the threshold.
 	pathThreshold
 	// pathGrowth: before a new plain segment, wholly free cached segments
-	// past segmentSlack times the peak in use (memory.go), with no request to
+	// past segmentSlack times the peak in use (pool.go), with no request to
 	// retry; the per-P caches are left as they are (a growth is common).
 	pathGrowth
 )
