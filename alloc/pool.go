@@ -130,7 +130,7 @@ func segmentSize(n int64) int64 {
 }
 
 // A request's way through the pool, read in one place: the per-P caches
-// flushed in (when a lane Free filled one since the last flush), a cached
+// flushed in (once a lane Free has used them), a cached
 // block (get: recent, then best fit), else growth: the guard's verdict,
 // the expandable range, the slack check that gives old segments back,
 // then a new segment (grow) from the upstream, climbing the reclaim
@@ -146,7 +146,7 @@ func segmentSize(n int64) int64 {
 func takeLocked(a *Allocator, size int64, mayGrow bool) (b *block, owed int64, err error) {
 	// The lane found no block of this size in the caller's shard: best fit
 	// sees every cached block, as the pool's recent ones (shard.go).
-	if a.lane.filled.Load() {
+	if a.lane.used.Load() {
 		owed = a.lane.flushOwedLocked()
 	}
 	if b = a.pool.get(size); b != nil {

@@ -68,11 +68,12 @@ type lane struct {
 	// off counts what holds the lane closed (a capture, an eager run, a
 	// walk, Close); changed under a.mu only, read under a shard's lock.
 	off atomic.Int32
-	// filled is set when a shard's hint goes from clear to set, and
-	// cleared by a flush of every shard (before it reads the hints), so a
-	// locked allocation skips the flush without looking at any shard when
-	// no lane Free cached a block or owed a free since the last one.
-	filled atomic.Bool
+	// used is set, once, when a lane Free first caches a block or owes a
+	// free (setHint): until then no shard holds anything, and a locked
+	// allocation skips the flush without looking at the shards (a fresh
+	// allocator's first allocations). Never cleared: a flag a flush
+	// cleared would cost two locked stores a flush.
+	used atomic.Bool
 
 	owner   *Allocator // the blocks' allocator: a lane Free of another's buffer steps aside
 	drv     driver.Driver
@@ -267,14 +268,12 @@ func (l *lane) push(s *shard, b *block) {
 }
 
 // setHint sets bit in s.hint, storing only when it was clear (a store is
-// a locked instruction), and marks the lane filled when the hint was
-// clear: the hint's store comes first, so a flush that cleared filled
-// before this store of it reads the hint set. Caller holds s.mu.
+// a locked instruction), and marks the lane used. Caller holds s.mu.
 func (l *lane) setHint(s *shard, bit uint64) {
 	if h := s.hint.Load(); h&bit == 0 {
 		s.hint.Store(h | bit)
-		if h == 0 && !l.filled.Load() {
-			l.filled.Store(true)
+		if !l.used.Load() {
+			l.used.Store(true)
 		}
 	}
 }
@@ -332,9 +331,6 @@ func (l *lane) flushLocked() {
 // A shard with a clear hint holds no block and owes nothing: it is skipped
 // without its lock. Caller holds a.mu.
 func (l *lane) flushOwedLocked() (owed int64) {
-	if l.filled.Load() {
-		l.filled.Store(false)
-	}
 	for i := range l.shards {
 		if s := &l.shards[i]; s.hint.Load() != 0 {
 			owed += l.flushShardLocked(s)
