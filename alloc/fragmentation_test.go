@@ -93,3 +93,29 @@ func TestGrowthGivesBackOldestPastTheSlack(t *testing.T) {
 	require.NoError(t, a.Free(b))
 	require.NoError(t, a.Free(ballast))
 }
+
+// An engine that cycles through more memory than the slack holds (the
+// project trace played again and again, a training loop's steps) stops
+// paying a driver allocation per cycle: once a growth needs again, a
+// second time, a segment size a growth gave back, the slack grows by that
+// segment (up to 1.4x the peak in use in all), and the later plays make
+// no driver call. The first play's ratio is TestFragmentationOnTraces'.
+func TestSegmentSlackStopsCyclingSegments(t *testing.T) {
+	tr := newPoolTrace(100000, 64, 256, 64<<20, 1)
+	d, err := cpu.New(cpu.Options{MemoryLimit: 64 << 30})
+	require.NoError(t, err)
+	defer d.Close()
+	a, err := alloc.New(d, alloc.Options{})
+	require.NoError(t, err)
+	defer a.Close()
+	live := make([]alloc.Buffer, tr.slots)
+	var allocs []uint64
+	for i := 0; i < 8; i++ {
+		before := a.Stats().DriverAllocs
+		require.NoError(t, tr.run(a, live))
+		allocs = append(allocs, a.Stats().DriverAllocs-before)
+	}
+	require.Zero(t, allocs[6]+allocs[7], "driver allocations per play: %v", allocs)
+	st := a.Stats()
+	require.LessOrEqual(t, float64(st.PeakReserved), 1.4*float64(st.PeakInUse))
+}

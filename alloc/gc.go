@@ -81,10 +81,41 @@ func (r *reclaim) giveBackOldest(unmap bool) (bool, error) {
 		got += segs[n].size
 		n++
 	}
+	if r.path == pathGrowth {
+		for _, sg := range segs[:n] {
+			p.gave(sg.size)
+		}
+	}
 	gave, err := r.giveBack(p.take(segs[:n]))
 	if err != nil || got >= r.need || !unmap {
 		return gave, err
 	}
 	m, err := r.unmapFree(r.need - got)
 	return gave || m > 0, err
+}
+
+// gave records a segment of n bytes a growth gave back.
+func (p *pool) gave(n int64) {
+	copy(p.given[1:], p.given[:])
+	p.given[0] = n
+}
+
+// regretted reports whether a segment of n bytes is one of those a growth
+// gave back lately, for the second time or more, and forgets it.
+func (p *pool) regretted(n int64) bool {
+	for i, g := range p.given {
+		if g == n {
+			p.given[i] = 0
+			for j, o := range p.once {
+				if o == n {
+					p.once[j] = 0
+					return true
+				}
+			}
+			copy(p.once[1:], p.once[:])
+			p.once[0] = n
+			return false
+		}
+	}
+	return false
 }

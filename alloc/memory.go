@@ -69,92 +69,15 @@ func allocSlow(a *Allocator, size int64) (Buffer, error) {
 	return b, nil
 }
 
-// poolAllocLocked serves an allocation outside capture from the pool: a
-// free block, else a new one (growLocked). mayGrow is the guard's verdict
-// on growth read with the capture state (allocStateLocked).
+// poolAllocLocked serves an allocation outside capture from the pool
+// (takeLocked, pool.go) and hands the block out. mayGrow is the guard's
+// verdict on growth read with the capture state (allocStateLocked).
 func (a *Allocator) poolAllocLocked(size int64, mayGrow bool) (Buffer, error) {
-	// The lane found no block of this size in the caller's shard: best fit
-	// sees every cached block, as the pool's recent ones (shard.go). What
-	// the shards owed to the bytes in use is published with the hand-out:
-	// one update of the meter, not two.
-	owed := a.lane.flushOwedLocked()
-	if b := a.pool.get(size); b != nil {
-		a.stats.PoolHits++
-		return a.handOutLocked(b, size, owed), nil
-	}
-	if owed != 0 {
-		a.stats.inUse.add(owed) // before the reclaim ladder reads it
-	}
-	a.stats.PoolMisses++
-	b, err := growLocked(a, size, mayGrow)
-	if errors.Is(err, ErrOutOfMemory) {
-		return Buffer{}, outOfMemory(a, size, "", err)
-	}
+	b, owed, err := takeLocked(a, size, mayGrow)
 	if err != nil {
 		return Buffer{}, err
 	}
-	if a.gcAt != 0 && a.stats.BytesReserved > a.gcAt {
-		collectLocked(a, "Alloc")
-	}
-	return a.handOutLocked(b, size, 0), nil
-}
-
-// growLocked serves a miss of size bytes the pool of a could not serve
-// from its cache: from the expandable range while the guard allows
-// mapping, else from a new segment (pool.grow). Kept out of
-// poolAllocLocked, whose hit path it would slow. Caller holds a.mu.
-func growLocked(a *Allocator, size int64, mayGrow bool) (*block, error) {
-	// Strict: no pool growth that the documented rules would make in
-	// Relaxed interaction mode (another stream's Global capture). The
-	// guard's verdict was read with the state; asked again when it refused.
-	if !mayGrow {
-		if err := a.guard.strictRelaxedLocked("pool growth"); err != nil {
-			return nil, err
-		}
-	}
-	// Mapping is an unsafe call: only while the guard allows one now, the
-	// gate tried (a.mu is held: never waited for), no Global-mode capture
-	// elsewhere in the domain.
-	if a.vm != nil && a.guard.dom.gate.TryRLock() {
-		var (
-			b   *block
-			ok  bool // the expandable range served it
-			err error
-		)
-		if a.guard.unsafeAllowedLocked(StateNone, false) == nil {
-			headroom := int64(expandSlack*float64(a.stats.inUse.peak.Load())) - a.stats.BytesReserved
-			b, ok, err = a.pool.growExpandable(size, headroom)
-		}
-		a.guard.dom.gate.RUnlock()
-		if ok {
-			return b, err
-		}
-	}
-	makeRoomLocked(a, size)
-	return a.pool.grow(size)
-}
-
-// segmentSlack is how far past the peak in use plain segments may take
-// reserved memory before a growth gives back wholly free cached segments,
-// least recently used first (the reclaim ladder's pathGrowth row): segments
-// cached for sizes the engine no longer asks for go back instead of adding
-// to the peak (expandSlack is the expandable ranges' own).
-const segmentSlack = 1.20
-
-// makeRoomLocked gives back, before a new segment for a request of size
-// bytes, the wholly free cached segments that would take reserved past
-// segmentSlack times the peak in use (the request's included). With
-// nothing cached there is nothing to give back. Caller holds a.mu.
-func makeRoomLocked(a *Allocator, size int64) {
-	if a.pool.cached == 0 {
-		return
-	}
-	in := &a.stats.inUse
-	peak := max(in.peak.Load(), in.cur.Load()+size)
-	over := a.stats.BytesReserved + segmentSize(a.pool.round(size)) - int64(segmentSlack*float64(peak))
-	if over > 0 && a.pool.cached >= over {
-		releaseOldestLocked(a, pathGrowth, "Alloc", over)
-	}
+	return a.handOutLocked(b, size, owed), nil
 }
 
 // neverFits says why a request of n bytes cannot be served whatever is

@@ -1,9 +1,7 @@
 package alloc
 
 import (
-	"cmp"
 	"errors"
-	"slices"
 
 	"github.com/capalloc/capalloc/alloc/driver"
 )
@@ -20,8 +18,10 @@ import (
 // Close. Reuse needs no event: every block is used on the allocator's one
 // stream, so a later user's work is stream-ordered after the earlier one's.
 //
-// The pool is geometry and bookkeeping only: it knows nothing of captures,
-// locks or counters. Its memory comes from an upstream (pool_upstream.go)
+// The pool's own methods are geometry and bookkeeping only: they know
+// nothing of captures, locks or counters; the Allocator's steps of a
+// request through it (takeLocked, growLocked) are written here beside
+// them, so a miss reads straight through one file. Its memory comes from an upstream (pool_upstream.go)
 // the Allocator supplies, which makes the driver calls behind the guard;
 // when the upstream runs out, the reclaim ladder (pool_reclaim.go) decides
 // what to give back. The Allocator serializes every call (a.mu).
@@ -71,10 +71,16 @@ type pool struct {
 	recent  [recentBlocks]*block // oldest first
 	nRecent int
 
-	clock  uint64       // counts segments becoming wholly free: their segment.idleSince
-	up     poolUpstream // memory, and the reclaim ladder's rungs that are not the pool's
-	owner  *Allocator   // the block records' (block.a)
-	device int64        // the device's memory: sizes the expandable ranges
+	clock uint64 // counts segments becoming wholly free: their segment.idleSince
+	// The growth's release hysteresis (makeRoomLocked, gc.go's regretted):
+	// given holds the sizes of the last segments a growth gave back, once
+	// those of them a growth needed again once; grace is what the slack
+	// grew by for sizes needed again a second time.
+	given, once [givenSizes]int64
+	grace       int64
+	up          poolUpstream // memory, and the reclaim ladder's rungs that are not the pool's
+	owner       *Allocator   // the block records' (block.a)
+	device      int64        // the device's memory: sizes the expandable ranges
 }
 
 // poolUpstream is what the pool is made over: its memory's source and the
@@ -85,6 +91,10 @@ type poolUpstream interface {
 }
 
 const recentBlocks = 8
+
+// givenSizes is how many given-back segment sizes the growth's release
+// hysteresis remembers.
+const givenSizes = 8
 
 // init readies the pool for a device of the given alignment and memory,
 // its blocks recorded as owner's, its memory from up.
@@ -119,9 +129,126 @@ func segmentSize(n int64) int64 {
 	return (n + largeRound - 1) &^ (largeRound - 1)
 }
 
+// A request's way through the pool, read in one place: the per-P caches
+// flushed in (once a lane Free has used them), a cached
+// block (get: recent, then best fit), else growth: the guard's verdict,
+// the expandable range, the slack check that gives old segments back,
+// then a new segment (grow) from the upstream, climbing the reclaim
+// ladder when it runs out. These are the Allocator's steps (they read
+// its guard, lane and counters; caller holds a.mu); the pool's own below
+// know nothing of them.
+
+// takeLocked is the block for an allocation of size bytes outside
+// capture, and what the lane's shards owed to the bytes in use, for the
+// hand-out to publish with the allocation (one update of the meter, not
+// two; 0 after a growth, which publishes it first for the reclaim ladder
+// to read).
+func takeLocked(a *Allocator, size int64, mayGrow bool) (b *block, owed int64, err error) {
+	// The lane found no block of this size in the caller's shard: best fit
+	// sees every cached block, as the pool's recent ones (shard.go).
+	if a.lane.used.Load() {
+		owed = a.lane.flushOwedLocked()
+	}
+	if b = a.pool.get(size); b != nil {
+		a.stats.PoolHits++
+		return b, owed, nil
+	}
+	if owed != 0 {
+		a.stats.inUse.add(owed) // before the reclaim ladder reads it
+	}
+	a.stats.PoolMisses++
+	b, err = growLocked(a, size, mayGrow)
+	if errors.Is(err, ErrOutOfMemory) {
+		return nil, 0, outOfMemory(a, size, "", err)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	if a.gcAt != 0 && a.stats.BytesReserved > a.gcAt {
+		collectLocked(a, "Alloc")
+	}
+	return b, 0, nil
+}
+
+// growLocked serves a miss of size bytes the pool of a could not serve
+// from its cache: from the expandable range while the guard allows
+// mapping, else from a new segment (pool.grow). Kept out of takeLocked,
+// whose hit path it would slow. Caller holds a.mu.
+func growLocked(a *Allocator, size int64, mayGrow bool) (*block, error) {
+	// Strict: no pool growth that the documented rules would make in
+	// Relaxed interaction mode (another stream's Global capture). The
+	// guard's verdict was read with the state; asked again when it refused.
+	if !mayGrow {
+		if err := a.guard.strictRelaxedLocked("pool growth"); err != nil {
+			return nil, err
+		}
+	}
+	// Mapping is an unsafe call: only while the guard allows one now, the
+	// gate tried (a.mu is held: never waited for), no Global-mode capture
+	// elsewhere in the domain.
+	if a.vm != nil && a.guard.dom.gate.TryRLock() {
+		var (
+			b   *block
+			ok  bool // the expandable range served it
+			err error
+		)
+		if a.guard.unsafeAllowedLocked(StateNone, false) == nil {
+			headroom := int64(expandSlack*float64(a.stats.inUse.peak.Load())) - a.stats.BytesReserved
+			b, ok, err = a.pool.growExpandable(size, headroom)
+		}
+		a.guard.dom.gate.RUnlock()
+		if ok {
+			return b, err
+		}
+	}
+	makeRoomLocked(a, size)
+	return a.pool.grow(size)
+}
+
+// segmentSlack is how far past the peak in use plain segments may take
+// reserved memory before a growth gives back wholly free cached segments,
+// least recently used first (the reclaim ladder's pathGrowth row): segments
+// cached for sizes the engine no longer asks for go back instead of adding
+// to the peak (expandSlack is the expandable ranges' own).
+const segmentSlack = 1.20
+
+// graceMax bounds pool.grace, the slack the release hysteresis adds, as a
+// fraction of the peak in use: at most 1.4 times the peak in use in all.
+const graceMax = 0.20
+
+// makeRoomLocked gives back, before a new segment for a request of size
+// bytes, the wholly free cached segments that would take reserved past
+// segmentSlack times the peak in use (the request's included), plus the
+// release hysteresis's grace: a growth that needs, for the second time
+// lately, a segment of a size a growth gave back shows an engine cycling
+// through more memory than the slack holds (a training loop's steps), so
+// giving back costs a driver allocation per cycle; the slack grows by
+// that segment, up to graceMax. With nothing cached there is nothing to
+// give back. Caller holds a.mu.
+func makeRoomLocked(a *Allocator, size int64) {
+	if a.pool.cached == 0 {
+		return
+	}
+	in := &a.stats.inUse
+	peak := max(in.peak.Load(), in.cur.Load()+size)
+	seg := segmentSize(a.pool.round(size))
+	p := &a.pool
+	if p.regretted(seg) {
+		p.grace = min(p.grace+seg, int64(graceMax*float64(peak)))
+	}
+	over := a.stats.BytesReserved + seg - int64(segmentSlack*float64(peak)) - p.grace
+	if over > 0 && a.pool.cached >= over {
+		releaseOldestLocked(a, pathGrowth, "Alloc", over)
+	}
+}
+
 // get takes a free block for a request of size bytes, split to the
-// rounded size when the rest is worth keeping, or returns nil.
+// rounded size when the rest is worth keeping, or returns nil. With
+// nothing cached (a cold pool) there is nothing to look for.
 func (p *pool) get(size int64) *block {
+	if p.cached == 0 {
+		return nil
+	}
 	n := p.round(size)
 	for i := p.nRecent - 1; i >= 0; i-- { // the latest first: still hot in caches
 		if b := p.recent[i]; b.class == n {
@@ -218,62 +345,6 @@ func (p *pool) grow(size int64) (*block, error) {
 	}
 }
 
-// put returns a freed block to the pool: to recent, moving the oldest
-// recent one to its arena when recent is full.
-func (p *pool) put(b *block) {
-	p.cached += b.class
-	b.cached = true
-	if p.nRecent < recentBlocks {
-		p.recent[p.nRecent] = b
-		p.nRecent++
-		return
-	}
-	old := p.recent[0] // the oldest goes; the order stays oldest first
-	copy(p.recent[:], p.recent[1:])
-	p.recent[recentBlocks-1] = b
-	p.merge(old)
-}
-
-// mergeRecent moves every recent block to its arena.
-func (p *pool) mergeRecent() {
-	for i := 0; i < p.nRecent; i++ {
-		p.merge(p.recent[i])
-		p.recent[i] = nil
-	}
-	p.nRecent = 0
-}
-
-// merge puts a block, counted in cached already, in its arena's index,
-// merged with its free neighbours.
-func (p *pool) merge(b *block) {
-	b.cached = false
-	ar := b.seg.ar
-	if n := b.segNext; n != nil && n.free {
-		ar.free.remove(n)
-		p.absorb(b, n)
-	}
-	if q := b.segPrev; q != nil && q.free {
-		ar.free.remove(q)
-		p.absorb(q, b)
-		b = q
-	}
-	if b.segPrev == nil && b.segNext == nil { // the segment is one free block now
-		p.clock++
-		b.seg.idleSince = p.clock
-	}
-	p.putFree(ar, b)
-}
-
-// absorb grows lo over hi, its next neighbour, and recycles hi's record.
-func (p *pool) absorb(lo, hi *block) {
-	lo.class += hi.class
-	lo.segNext = hi.segNext
-	if lo.segNext != nil {
-		lo.segNext.segPrev = lo
-	}
-	p.recycle(hi)
-}
-
 func (p *pool) putFree(ar *arena, b *block) {
 	b.free = true
 	ar.free.insert(b)
@@ -291,45 +362,6 @@ func (p *pool) record() *block {
 	return &block{a: p.owner, kind: kindPooled}
 }
 
-// recycle keeps a record for record(). It resets only the fields the pool
-// sets: a and state stay (state so stale handles stay stale; a because a
-// lane Free reads it from a stale handle's record without a.mu, shard.go),
-// and a pool block's ws, prof and references are clear. The taker sets
-// kind (a pooled block or a hole of an expandable range).
-func (p *pool) recycle(b *block) {
-	b.ptr, b.size, b.class, b.seg = 0, 0, 0, nil
-	b.segPrev, b.segNext, b.freePrev, b.freeNext = nil, p.spare, nil, nil
-	b.bucket, b.free, b.cached, b.lastCap = 0, false, false, nil
-	p.spare = b
-}
-
-// wholeFree lists the segments that are one free block, small arena first,
-// each arena most recent first, with the recent blocks merged so none is
-// missed.
-func (p *pool) wholeFree() []*segment {
-	p.mergeRecent()
-	var out []*segment
-	for s := range p.segments() {
-		if b := s.first; s.exp == nil && b.free && b.segNext == nil {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// take removes wholly free segments (from wholeFree) from the pool and
-// returns them, for the caller to give back to the driver.
-func (p *pool) take(segs []*segment) []*segment {
-	for _, s := range segs {
-		ar := s.ar
-		ar.free.remove(s.first)
-		p.cached -= s.first.class
-		p.recycle(s.first)
-		ar.unlink(s)
-	}
-	return segs
-}
-
 // link makes s the arena's most recent segment.
 func (ar *arena) link(s *segment) {
 	s.next = ar.segs
@@ -337,55 +369,4 @@ func (ar *arena) link(s *segment) {
 		s.next.prev = s
 	}
 	ar.segs = s
-}
-
-// unlink takes s out of the arena's list of segments.
-func (ar *arena) unlink(s *segment) {
-	if s.prev != nil {
-		s.prev.next = s.next
-	} else {
-		ar.segs = s.next
-	}
-	if s.next != nil {
-		s.next.prev = s.prev
-	}
-}
-
-// takeAll removes every wholly free segment.
-func (p *pool) takeAll() []*segment { return p.take(p.wholeFree()) }
-
-// takeFor removes as few wholly free segments as make room for n bytes:
-// the smallest one of at least n, or else the largest ones until their
-// sizes add up to n (all of them when they do not).
-func (p *pool) takeFor(n int64) []*segment {
-	segs := p.wholeFree()
-	var fit *segment
-	for _, s := range segs {
-		if s.size >= n && (fit == nil || s.size < fit.size) {
-			fit = s
-		}
-	}
-	if fit != nil {
-		return p.take([]*segment{fit})
-	}
-	slices.SortFunc(segs, func(x, y *segment) int { return cmp.Compare(y.size, x.size) })
-	var sum int64
-	for i, s := range segs {
-		if sum >= n {
-			return p.take(segs[:i])
-		}
-		sum += s.size
-	}
-	return p.take(segs)
-}
-
-// giveBack returns segments the pool took out to the upstream and reports
-// whether there were any. A segment whose free fails is still gone: the
-// driver has it, not the pool.
-func (p *pool) giveBack(segs []*segment) (bool, error) {
-	var errs []error
-	for _, s := range segs {
-		errs = append(errs, p.up.free(s.ptr, s.size))
-	}
-	return len(segs) > 0, errors.Join(errs...)
 }

@@ -1,6 +1,10 @@
 package alloc
 
-import "errors"
+import (
+	"cmp"
+	"errors"
+	"slices"
+)
 
 // rung is a step of the reclaim ladder, in the order they are climbed.
 type rung uint8
@@ -47,7 +51,7 @@ const (
 	// with no request to retry: reserved back under the threshold.
 	pathThreshold
 	// pathGrowth: before a new plain segment, wholly free cached segments
-	// past segmentSlack times the peak in use (memory.go), with no request to
+	// past segmentSlack times the peak in use (pool.go), with no request to
 	// retry; the per-P caches are left as they are (a growth is common).
 	pathGrowth
 )
@@ -243,4 +247,84 @@ func (r *reclaim) unmapFree(limit int64) (int64, error) {
 		}
 	}
 	return p.unmapFree(limit, keep, r.keepLo, r.keepHi)
+}
+
+// What the ladder takes out of the pool: wholly free segments.
+
+// wholeFree lists the segments that are one free block, small arena first,
+// each arena most recent first, with the recent blocks merged so none is
+// missed.
+func (p *pool) wholeFree() []*segment {
+	p.mergeRecent()
+	var out []*segment
+	for s := range p.segments() {
+		if b := s.first; s.exp == nil && b.free && b.segNext == nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// take removes wholly free segments (from wholeFree) from the pool and
+// returns them, for the caller to give back to the driver.
+func (p *pool) take(segs []*segment) []*segment {
+	for _, s := range segs {
+		ar := s.ar
+		ar.free.remove(s.first)
+		p.cached -= s.first.class
+		p.recycle(s.first)
+		ar.unlink(s)
+	}
+	return segs
+}
+
+// unlink takes s out of the arena's list of segments.
+func (ar *arena) unlink(s *segment) {
+	if s.prev != nil {
+		s.prev.next = s.next
+	} else {
+		ar.segs = s.next
+	}
+	if s.next != nil {
+		s.next.prev = s.prev
+	}
+}
+
+// takeAll removes every wholly free segment.
+func (p *pool) takeAll() []*segment { return p.take(p.wholeFree()) }
+
+// takeFor removes as few wholly free segments as make room for n bytes:
+// the smallest one of at least n, or else the largest ones until their
+// sizes add up to n (all of them when they do not).
+func (p *pool) takeFor(n int64) []*segment {
+	segs := p.wholeFree()
+	var fit *segment
+	for _, s := range segs {
+		if s.size >= n && (fit == nil || s.size < fit.size) {
+			fit = s
+		}
+	}
+	if fit != nil {
+		return p.take([]*segment{fit})
+	}
+	slices.SortFunc(segs, func(x, y *segment) int { return cmp.Compare(y.size, x.size) })
+	var sum int64
+	for i, s := range segs {
+		if sum >= n {
+			return p.take(segs[:i])
+		}
+		sum += s.size
+	}
+	return p.take(segs)
+}
+
+// giveBack returns segments the pool took out to the upstream and reports
+// whether there were any. A segment whose free fails is still gone: the
+// driver has it, not the pool.
+func (p *pool) giveBack(segs []*segment) (bool, error) {
+	var errs []error
+	for _, s := range segs {
+		errs = append(errs, p.up.free(s.ptr, s.size))
+	}
+	return len(segs) > 0, errors.Join(errs...)
 }

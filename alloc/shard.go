@@ -68,6 +68,12 @@ type lane struct {
 	// off counts what holds the lane closed (a capture, an eager run, a
 	// walk, Close); changed under a.mu only, read under a shard's lock.
 	off atomic.Int32
+	// used is set, once, when a lane Free first caches a block or owes a
+	// free (setHint): until then no shard holds anything, and a locked
+	// allocation skips the flush without looking at the shards (a fresh
+	// allocator's first allocations). Never cleared: a flag a flush
+	// cleared would cost two locked stores a flush.
+	used atomic.Bool
 
 	owner   *Allocator // the blocks' allocator: a lane Free of another's buffer steps aside
 	drv     driver.Driver
@@ -242,7 +248,7 @@ func (l *lane) free(b Buffer) bool {
 		blk.state.Add(1) // held, not free: even, as a retirement leaves it
 		blk.held.Store(true)
 		if blk.refs.Load() != 0 || !blk.held.CompareAndSwap(true, false) {
-			s.setHint(owedBit) // the owed free
+			l.setHint(s, owedBit) // the owed free
 			s.mu.Unlock()
 			return true
 		}
@@ -254,7 +260,7 @@ func (l *lane) free(b Buffer) bool {
 
 // push caches b in s, with room for it. Caller holds s.mu.
 func (l *lane) push(s *shard, b *block) {
-	s.setHint(classBit(b.class))
+	l.setHint(s, classBit(b.class))
 	b.cached = true
 	s.blocks[s.n] = b
 	s.n++
@@ -262,10 +268,13 @@ func (l *lane) push(s *shard, b *block) {
 }
 
 // setHint sets bit in s.hint, storing only when it was clear (a store is
-// a locked instruction). Caller holds s.mu.
-func (s *shard) setHint(bit uint64) {
+// a locked instruction), and marks the lane used. Caller holds s.mu.
+func (l *lane) setHint(s *shard, bit uint64) {
 	if h := s.hint.Load(); h&bit == 0 {
 		s.hint.Store(h | bit)
+		if !l.used.Load() {
+			l.used.Store(true)
+		}
 	}
 }
 
