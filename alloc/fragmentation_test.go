@@ -102,12 +102,7 @@ func TestGrowthGivesBackOldestPastTheSlack(t *testing.T) {
 // no driver call. The first play's ratio is TestFragmentationOnTraces'.
 func TestSegmentSlackStopsCyclingSegments(t *testing.T) {
 	tr := newPoolTrace(100000, 64, 256, 64<<20, 1)
-	d, err := cpu.New(cpu.Options{MemoryLimit: 64 << 30})
-	require.NoError(t, err)
-	defer d.Close()
-	a, err := alloc.New(d, alloc.Options{})
-	require.NoError(t, err)
-	defer a.Close()
+	a := cpuAllocatorWith(t, 64<<30, alloc.Options{})
 	live := make([]alloc.Buffer, tr.slots)
 	var allocs []uint64
 	for i := 0; i < 8; i++ {
