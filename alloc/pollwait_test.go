@@ -75,16 +75,6 @@ func (d *countingPoller) hangPolls() (release func()) {
 	}
 }
 
-// newPolled makes an allocator with the tests' watchdog on d, closed by
-// the test's cleanup.
-func newPolled(t *testing.T, d driver.Driver) *alloc.Allocator {
-	t.Helper()
-	a, err := alloc.New(d, alloc.Options{Watchdog: pollDeadline})
-	require.NoError(t, err)
-	t.Cleanup(func() { a.Close() })
-	return a
-}
-
 // A watched Synchronize on a stream kept busy (a host function that does
 // not return) polls briefly on its caller's goroutine, then hands the wait
 // to the watched blocking call, which would return as soon as the stream is
@@ -93,7 +83,7 @@ func newPolled(t *testing.T, d driver.Driver) *alloc.Allocator {
 // again and the work queued behind the host function has run, in order.
 func TestPolledSynchronizeHandsOffALongWait(t *testing.T) {
 	d := newCountingPoller(t)
-	a := newPolled(t, d)
+	a := alloctest.New(t, d, alloc.Options{Watchdog: pollDeadline})
 	buf, err := a.Alloc(4096)
 	require.NoError(t, err)
 
@@ -129,7 +119,7 @@ func TestPolledSynchronizeHandsOffALongWait(t *testing.T) {
 // ErrCaptureTimeout and the allocator works again.
 func TestPolledSynchronizeHungPollIsContained(t *testing.T) {
 	d := newCountingPoller(t)
-	a := newPolled(t, d)
+	a := alloctest.New(t, d, alloc.Options{Watchdog: pollDeadline})
 	buf, err := a.Alloc(4096)
 	require.NoError(t, err)
 
@@ -180,7 +170,7 @@ func (d *abortingPoller) Abort(cause error) {
 // at the deadline, so its caller gets control back then.
 func TestPolledSynchronizeAbortsHungPoll(t *testing.T) {
 	d := &abortingPoller{countingPoller: newCountingPoller(t), aborted: make(chan error, 1)}
-	a := newPolled(t, d)
+	a := alloctest.New(t, d, alloc.Options{Watchdog: pollDeadline})
 	d.release = d.hangPolls()
 	defer d.release()
 
@@ -198,7 +188,8 @@ func TestPolledSynchronizeAbortsHungPoll(t *testing.T) {
 // sibling's; the captures stay valid.
 func TestPolledSynchronizeRefusedInCapture(t *testing.T) {
 	d := newCountingPoller(t)
-	a, b := newPolled(t, d), newPolled(t, d)
+	opts := alloc.Options{Watchdog: pollDeadline}
+	a, b := alloctest.New(t, d, opts), alloctest.New(t, d, opts)
 
 	require.NoError(t, a.BeginCapture(alloc.Global))
 	before := d.polls.Load()
