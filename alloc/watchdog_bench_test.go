@@ -17,7 +17,7 @@ import (
 // watchdog and with it disabled, and the bare driver call as the floor.
 func BenchmarkWatchdog(b *testing.B) {
 	open := func(b *testing.B, watchdog int64) *alloc.Allocator {
-		return alloctest.New(b, newCPU(b, 1<<30), alloc.Options{Watchdog: time.Duration(watchdog)})
+		return cpuAllocatorWith(b, 1<<30, alloc.Options{Watchdog: time.Duration(watchdog)})
 	}
 	for _, w := range []struct {
 		name string
@@ -95,15 +95,7 @@ func BenchmarkWatchdogBusyWait(b *testing.B) {
 		{"wait=unwatched", -1, func(d *cpu.Driver) driver.Driver { return d }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			d, err := cpu.New(cpu.Options{MemoryLimit: 1 << 20})
-			if err != nil {
-				b.Fatal(err)
-			}
-			a, err := alloc.New(c.wrap(d), alloc.Options{Watchdog: c.watchdog})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { a.Close(); d.Close() })
+			a := alloctest.New(b, c.wrap(newCPU(b, 1<<20)), alloc.Options{Watchdog: c.watchdog})
 			sleep := func() error { time.Sleep(busy); return nil }
 			start, cpu0 := time.Now(), processCPU()
 			b.ResetTimer()
