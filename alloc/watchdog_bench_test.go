@@ -51,11 +51,7 @@ func BenchmarkWatchdog(b *testing.B) {
 		})
 	}
 	b.Run("op=sync-empty/driver", func(b *testing.B) {
-		d, err := cpu.New(cpu.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer d.Close()
+		d := newCPU(b, 0) // the default device size
 		s, err := d.CreateStream()
 		if err != nil {
 			b.Fatal(err)
