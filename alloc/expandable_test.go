@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/alloc/memmap"
 	"github.com/capalloc/capalloc/cpu"
@@ -70,6 +71,15 @@ func closeClean(t *testing.T, a *alloc.Allocator, d *vmDriver) {
 	}
 	if mapped, res := d.state(); mapped != 0 || res != 0 {
 		t.Fatalf("after Close: %d B mapped, %d reservations", mapped, res)
+	}
+}
+
+// requireAt fails the test unless b starts at want; what names b and
+// where it belongs.
+func requireAt(t *testing.T, b alloc.Buffer, want driver.DevicePtr, what string) {
+	t.Helper()
+	if b.Ptr() != want {
+		t.Fatalf("%s: at %#x, want %#x", what, b.Ptr(), want)
 	}
 }
 
@@ -137,14 +147,10 @@ func TestExpandableHitTakesFewestChunks(t *testing.T) {
 	d, a := newExpandableVM(t, 0)
 	w := mustAlloc(t, a, 1*mib+mib/2) // [0, 1.5 MiB): one chunk mapped
 	x := mustAlloc(t, a, 4*mib+mib/2) // [1.5 MiB, 6 MiB): the rest of the first chunk and two more
-	if x.Ptr() != w.Ptr()+driver.DevicePtr(w.Size()) {
-		t.Fatalf("x at %#x, want right after w (%#x)", x.Ptr(), w.Ptr()+driver.DevicePtr(w.Size()))
-	}
+	requireAt(t, x, w.Ptr()+driver.DevicePtr(w.Size()), "x, right after w")
 	a.Free(x) // a free block [1.5 MiB, 6 MiB), all of it mapped
 	z := mustHit(t, a, d, 2*mib)
-	if z.Ptr() != w.Ptr()+2*mib {
-		t.Fatalf("2 MiB at offset %d B of the range, want 2 MiB (the second chunk)", z.Ptr()-w.Ptr())
-	}
+	requireAt(t, z, w.Ptr()+2*mib, "2 MiB, at the second chunk of the range")
 	a.Free(w)
 	if err := a.Trim(); err != nil {
 		t.Fatal(err)
@@ -163,15 +169,11 @@ func TestExpandableReusesAcrossBoundaries(t *testing.T) {
 	d, a := newExpandableVM(t, 0)
 	x := mustAlloc(t, a, 12*mib)
 	y := mustAlloc(t, a, 12*mib)
-	if y.Ptr() != x.Ptr()+12*mib {
-		t.Fatalf("y at %#x, want right after x (%#x)", y.Ptr(), x.Ptr()+12*mib)
-	}
+	requireAt(t, y, x.Ptr()+12*mib, "y, right after x")
 	a.Free(x)
 	a.Free(y)
 	z := mustHit(t, a, d, 24*mib)
-	if z.Ptr() != x.Ptr() {
-		t.Fatalf("24 MiB at %#x; want x's address %#x", z.Ptr(), x.Ptr())
-	}
+	requireAt(t, z, x.Ptr(), "24 MiB, at x's address")
 	if st := agrees(t, a, d); st.PeakReserved != 24*mib {
 		t.Fatalf("peak reserved %d, want 24 MiB", st.PeakReserved)
 	}
@@ -519,7 +521,6 @@ func TestExpandableSnapshot(t *testing.T) {
 func TestExpandableConcurrent(t *testing.T) {
 	d, a := newExpandableVM(t, 256*mib)
 	var wg sync.WaitGroup
-	stop := make(chan struct{})
 	for g := 0; g < 4; g++ {
 		wg.Add(1)
 		go func(seed uint64) {
@@ -553,33 +554,23 @@ func TestExpandableConcurrent(t *testing.T) {
 			}
 		}(uint64(g))
 	}
-	var side sync.WaitGroup
-	side.Add(1)
-	go func() {
-		defer side.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if err := a.Trim(); err != nil {
-				t.Error(err)
-				return
-			}
-			if _, err := a.Snapshot(); err != nil {
-				t.Error(err)
-				return
-			}
-			if err := a.CheckPool(); err != nil {
-				t.Error(err)
-				return
-			}
+	stop := alloctest.LoopUntilStopped(t, 1, func(int) bool {
+		if err := a.Trim(); err != nil {
+			t.Error(err)
+			return false
 		}
-	}()
+		if _, err := a.Snapshot(); err != nil {
+			t.Error(err)
+			return false
+		}
+		if err := a.CheckPool(); err != nil {
+			t.Error(err)
+			return false
+		}
+		return true
+	})
 	wg.Wait()
-	close(stop)
-	side.Wait()
+	stop()
 	if st := agrees(t, a, d); st.LiveBuffers != 0 {
 		t.Fatalf("%d live buffers", st.LiveBuffers)
 	}

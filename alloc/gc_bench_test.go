@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
-	"github.com/capalloc/capalloc/cpu"
 )
 
 // gcTraceLimit and gcTraceThreshold put the proactive release's threshold
@@ -28,16 +27,7 @@ func BenchmarkPoolTraceThreshold(b *testing.B) {
 		gc   float64
 	}{{"gc=off", 0}, {"gc=0.45", gcTraceThreshold}} {
 		b.Run(c.name, func(b *testing.B) {
-			d, err := cpu.New(cpu.Options{MemoryLimit: 64 << 30})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer d.Close()
-			a, err := alloc.New(d, alloc.Options{MemoryLimit: gcTraceLimit, GCThreshold: c.gc})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer a.Close()
+			a := cpuAllocatorWith(b, 64<<30, alloc.Options{MemoryLimit: gcTraceLimit, GCThreshold: c.gc})
 			live := make([]alloc.Buffer, tr.slots)
 			most, err := mostReserved(tr, a, live) // untimed: also fills the pool
 			if err != nil {

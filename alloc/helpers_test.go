@@ -35,7 +35,7 @@ func newCPUAllocator(t *testing.T, limit int64) (*cpu.Driver, *alloc.Allocator) 
 // cpuAllocatorWith is an allocator with opts on a cpu driver of limit
 // bytes. Both are closed when the test ends, without error (the allocator
 // may have been closed by the test: ErrClosed then).
-func cpuAllocatorWith(t *testing.T, limit int64, opts alloc.Options) *alloc.Allocator {
+func cpuAllocatorWith(t testing.TB, limit int64, opts alloc.Options) *alloc.Allocator {
 	t.Helper()
 	return alloctest.New(t, newCPU(t, limit), opts)
 }

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
-	"github.com/capalloc/capalloc/cpu"
 )
 
 // The 64 KiB Alloc+Free pair with the allocation history off and on
@@ -18,16 +17,7 @@ func BenchmarkAllocFreeHistory(b *testing.B) {
 		history int
 	}{{"history=off", 0}, {"history=on", 1 << 16}} {
 		b.Run(c.name, func(b *testing.B) {
-			d, err := cpu.New(cpu.Options{MemoryLimit: 1 << 30})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer d.Close()
-			a, err := alloc.New(d, alloc.Options{History: c.history})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer a.Close()
+			a := cpuAllocatorWith(b, 1<<30, alloc.Options{History: c.history})
 			warm, _ := a.Alloc(64 << 10)
 			a.Free(warm)
 			b.ReportAllocs()
@@ -53,16 +43,7 @@ func BenchmarkAllocFreeHistory(b *testing.B) {
 // The file is written apart from it; the benchmark waits for the last
 // write at its end.
 func BenchmarkOutOfMemoryWithHistoryFile(b *testing.B) {
-	d, err := cpu.New(cpu.Options{MemoryLimit: 1 << 30})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer d.Close()
-	a, err := alloc.New(d, alloc.Options{History: 200_000, HistoryFile: filepath.Join(b.TempDir(), "history.json")})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer a.Close()
+	a := cpuAllocatorWith(b, 1<<30, alloc.Options{History: 200_000, HistoryFile: filepath.Join(b.TempDir(), "history.json")})
 	for range 100_000 {
 		buf, err := a.Alloc(4 << 10)
 		if err != nil {

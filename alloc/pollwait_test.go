@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
@@ -74,31 +75,6 @@ func (d *countingPoller) hangPolls() (release func()) {
 	}
 }
 
-// newPolled makes an allocator with the tests' watchdog on d, closed by
-// the test's cleanup.
-func newPolled(t *testing.T, d driver.Driver) *alloc.Allocator {
-	t.Helper()
-	a, err := alloc.New(d, alloc.Options{Watchdog: pollDeadline})
-	require.NoError(t, err)
-	t.Cleanup(func() { a.Close() })
-	return a
-}
-
-// returnsWithin runs fn and fails the test if it has not returned after
-// limit (a broken bound must fail, not hang, the test).
-func returnsWithin(t *testing.T, limit time.Duration, what string, fn func() error) error {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- fn() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(limit):
-		t.Fatalf("%s: still blocked after %v", what, limit)
-		return nil
-	}
-}
-
 // A watched Synchronize on a stream kept busy (a host function that does
 // not return) polls briefly on its caller's goroutine, then hands the wait
 // to the watched blocking call, which would return as soon as the stream is
@@ -107,7 +83,7 @@ func returnsWithin(t *testing.T, limit time.Duration, what string, fn func() err
 // again and the work queued behind the host function has run, in order.
 func TestPolledSynchronizeHandsOffALongWait(t *testing.T) {
 	d := newCountingPoller(t)
-	a := newPolled(t, d)
+	a := alloctest.New(t, d, alloc.Options{Watchdog: pollDeadline})
 	buf, err := a.Alloc(4096)
 	require.NoError(t, err)
 
@@ -117,7 +93,7 @@ func TestPolledSynchronizeHandsOffALongWait(t *testing.T) {
 	require.NoError(t, a.Memset(buf, 0, 7, 4096)) // queued behind the host function
 
 	start := time.Now()
-	err = returnsWithin(t, pollSlack, "Synchronize", a.Synchronize)
+	err = alloctest.ReturnsWithin(t, pollSlack, "Synchronize", a.Synchronize)
 	took := time.Since(start)
 	require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
 	require.ErrorContains(t, err, "did not return within")
@@ -143,7 +119,7 @@ func TestPolledSynchronizeHandsOffALongWait(t *testing.T) {
 // ErrCaptureTimeout and the allocator works again.
 func TestPolledSynchronizeHungPollIsContained(t *testing.T) {
 	d := newCountingPoller(t)
-	a := newPolled(t, d)
+	a := alloctest.New(t, d, alloc.Options{Watchdog: pollDeadline})
 	buf, err := a.Alloc(4096)
 	require.NoError(t, err)
 
@@ -160,8 +136,8 @@ func TestPolledSynchronizeHungPollIsContained(t *testing.T) {
 		"the monitor counts the hung poll at its deadline")
 
 	start := time.Now()
-	require.ErrorContains(t, returnsWithin(t, pollSlack, "Synchronize behind a hung poll", a.Synchronize), "not attempted")
-	require.ErrorIs(t, returnsWithin(t, pollSlack, "Download behind a hung poll", func() error {
+	require.ErrorContains(t, alloctest.ReturnsWithin(t, pollSlack, "Synchronize behind a hung poll", a.Synchronize), "not attempted")
+	require.ErrorIs(t, alloctest.ReturnsWithin(t, pollSlack, "Download behind a hung poll", func() error {
 		return a.Download(make([]byte, 16), buf, 0)
 	}), alloc.ErrCaptureTimeout)
 	assert.Less(t, time.Since(start), pollDeadline, "calls behind a hung poll fail at once")
@@ -194,11 +170,11 @@ func (d *abortingPoller) Abort(cause error) {
 // at the deadline, so its caller gets control back then.
 func TestPolledSynchronizeAbortsHungPoll(t *testing.T) {
 	d := &abortingPoller{countingPoller: newCountingPoller(t), aborted: make(chan error, 1)}
-	a := newPolled(t, d)
+	a := alloctest.New(t, d, alloc.Options{Watchdog: pollDeadline})
 	d.release = d.hangPolls()
 	defer d.release()
 
-	err := returnsWithin(t, pollSlack, "Synchronize in a hung poll", a.Synchronize)
+	err := alloctest.ReturnsWithin(t, pollSlack, "Synchronize in a hung poll", a.Synchronize)
 	require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
 	cause := <-d.aborted
 	require.ErrorIs(t, cause, alloc.ErrCaptureTimeout, "Abort gets the watchdog's error")
@@ -212,7 +188,8 @@ func TestPolledSynchronizeAbortsHungPoll(t *testing.T) {
 // sibling's; the captures stay valid.
 func TestPolledSynchronizeRefusedInCapture(t *testing.T) {
 	d := newCountingPoller(t)
-	a, b := newPolled(t, d), newPolled(t, d)
+	opts := alloc.Options{Watchdog: pollDeadline}
+	a, b := alloctest.New(t, d, opts), alloctest.New(t, d, opts)
 
 	require.NoError(t, a.BeginCapture(alloc.Global))
 	before := d.polls.Load()

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 )
 
 // The per-P lane (alloc/shard.go) under -race: goroutines sharing one
@@ -174,36 +176,21 @@ func TestCloseRacingLaneCalls(t *testing.T) {
 // buffer frees; in the end nothing is leaked.
 func TestCaptureClosesTheLane(t *testing.T) {
 	_, a := newCPUAllocator(t, 1<<30)
-	stop := make(chan struct{})
-	type result struct {
-		refused int
-		err     error
-	}
-	results := make(chan result, 2)
-	for range 2 {
-		go func() {
-			var r result
-			defer func() { results <- r }()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				b, err := a.Alloc(64 << 10)
-				if err != nil {
-					r.err = err
-					return
-				}
-				if err := a.Free(b); errors.Is(err, alloc.ErrInvalidBuffer) {
-					r.refused++ // a graph's: freed in the capture or released by Graph.Close
-				} else if err != nil {
-					r.err = err
-					return
-				}
-			}
-		}()
-	}
+	var refused atomic.Int64
+	stop := alloctest.LoopUntilStopped(t, 2, func(int) bool {
+		b, err := a.Alloc(64 << 10)
+		if err != nil {
+			t.Error(err)
+			return false
+		}
+		if err := a.Free(b); errors.Is(err, alloc.ErrInvalidBuffer) {
+			refused.Add(1) // a graph's: freed in the capture or released by Graph.Close
+		} else if err != nil {
+			t.Error(err)
+			return false
+		}
+		return true
+	})
 	captured := 0
 	for range 20 {
 		require.NoError(t, a.BeginCapture(alloc.Global))
@@ -213,14 +200,8 @@ func TestCaptureClosesTheLane(t *testing.T) {
 		captured += g.CaptureAllocCount()
 		require.NoError(t, g.Close())
 	}
-	close(stop)
-	refused := 0
-	for range 2 {
-		r := <-results
-		require.NoError(t, r.err)
-		refused += r.refused
-	}
-	require.LessOrEqual(t, refused, captured, "only graph allocations are refused")
+	stop()
+	require.LessOrEqual(t, int(refused.Load()), captured, "only graph allocations are refused")
 	st := a.Stats()
 	require.Equal(t, uint64(captured), st.CaptureAllocs, "%s", st)
 	require.Zero(t, st.LiveBuffers, "%s", st)
@@ -324,7 +305,7 @@ func TestProfiledFreeRaces(t *testing.T) {
 func TestStatsOfOneMoment(t *testing.T) {
 	_, a := newCPUAllocator(t, 1<<30)
 	const n, workers, reads = 768 << 10, 3, 50000
-	stop := churn(workers, func() error {
+	stop := churn(t, workers, func() error {
 		var bs [2]alloc.Buffer
 		for i := range bs {
 			var err error
@@ -355,33 +336,24 @@ func TestStatsOfOneMoment(t *testing.T) {
 // churn runs step in a loop on each of workers goroutines until the
 // returned stop is called; stop waits for them and returns the first
 // error a step returned (a worker ends at its first error).
-func churn(workers int, step func() error) (stop func() error) {
-	done := make(chan struct{})
-	errs := make(chan error, workers)
-	for range workers {
-		go func() {
-			errs <- func() error {
-				for {
-					select {
-					case <-done:
-						return nil
-					default:
-					}
-					if err := step(); err != nil {
-						return err
-					}
-				}
-			}()
-		}()
-	}
-	return func() error {
-		close(done)
-		var first error
-		for range workers {
-			if err := <-errs; err != nil && first == nil {
+func churn(t *testing.T, workers int, step func() error) (stop func() error) {
+	var mu sync.Mutex
+	var first error
+	stopLoops := alloctest.LoopUntilStopped(t, workers, func(int) bool {
+		err := step()
+		if err != nil {
+			mu.Lock()
+			if first == nil {
 				first = err
 			}
+			mu.Unlock()
 		}
+		return err == nil
+	})
+	return func() error {
+		stopLoops()
+		mu.Lock()
+		defer mu.Unlock()
 		return first
 	}
 }

@@ -6,12 +6,12 @@ import (
 	"io"
 	"regexp"
 	"runtime"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/alloc/internal/registry"
 	"github.com/capalloc/capalloc/alloc/memmap"
@@ -180,40 +180,31 @@ func TestSnapshotDuringCapture(t *testing.T) {
 func TestViewsWhileAllocating(t *testing.T) {
 	recordEvery(t, 4<<10)
 	as := []*alloc.Allocator{newNamed(t, "busy-0"), newNamed(t, "busy-1")}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
+	var stops []func()
 	for i, a := range as {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; ; n++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				b, err := a.Alloc(int64(1+n%7) << (10 + i))
+		stops = append(stops, alloctest.LoopUntilStopped(t, 1, func(n int) bool {
+			b, err := a.Alloc(int64(1+n%7) << (10 + i))
+			if err != nil {
+				t.Error(err)
+				return false
+			}
+			if n%5 == 0 {
+				g, err := a.WithCapture(alloc.CaptureOptions{}, func() error {
+					_, err := a.Alloc(8 << 10)
+					return err
+				})
 				if err != nil {
 					t.Error(err)
-					return
+					return false
 				}
-				if n%5 == 0 {
-					g, err := a.WithCapture(alloc.CaptureOptions{}, func() error {
-						_, err := a.Alloc(8 << 10)
-						return err
-					})
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					_ = g.Close()
-				}
-				if err := a.Free(b); err != nil {
-					t.Error(err)
-					return
-				}
+				_ = g.Close()
 			}
-		}()
+			if err := a.Free(b); err != nil {
+				t.Error(err)
+				return false
+			}
+			return true
+		}))
 	}
 	for range 50 {
 		for _, a := range as {
@@ -227,8 +218,9 @@ func TestViewsWhileAllocating(t *testing.T) {
 		}
 		require.NoError(t, alloc.WriteProfile(io.Discard))
 	}
-	close(stop)
-	wg.Wait()
+	for _, stop := range stops {
+		stop()
+	}
 }
 
 // A Snapshot's counters are of the moment of its blocks, while goroutines
@@ -240,7 +232,7 @@ func TestSnapshotCountersMatchItsBlocks(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
 	_, a := newCPUAllocator(t, 1<<30)
 	const n, workers, snaps = 64 << 10, 2, 50000
-	stop := churn(workers, func() error {
+	stop := churn(t, workers, func() error {
 		b, err := a.Alloc(n)
 		if err != nil {
 			return err

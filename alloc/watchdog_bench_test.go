@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
@@ -15,24 +16,15 @@ import (
 // Synchronize after one queued 256 B memset, each with the default
 // watchdog and with it disabled, and the bare driver call as the floor.
 func BenchmarkWatchdog(b *testing.B) {
-	open := func(b *testing.B, watchdog int64) (*cpu.Driver, *alloc.Allocator) {
-		d, err := cpu.New(cpu.Options{MemoryLimit: 1 << 30})
-		if err != nil {
-			b.Fatal(err)
-		}
-		a, err := alloc.New(d, alloc.Options{Watchdog: time.Duration(watchdog)})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { a.Close(); d.Close() })
-		return d, a
+	open := func(b *testing.B, watchdog int64) *alloc.Allocator {
+		return cpuAllocatorWith(b, 1<<30, alloc.Options{Watchdog: time.Duration(watchdog)})
 	}
 	for _, w := range []struct {
 		name string
 		on   int64
 	}{{"watchdog=on", 0}, {"watchdog=off", -1}} {
 		b.Run("op=sync-empty/"+w.name, func(b *testing.B) {
-			_, a := open(b, w.on)
+			a := open(b, w.on)
 			for i := 0; i < b.N; i++ {
 				if err := a.Synchronize(); err != nil {
 					b.Fatal(err)
@@ -40,7 +32,7 @@ func BenchmarkWatchdog(b *testing.B) {
 			}
 		})
 		b.Run("op=memset+sync/"+w.name, func(b *testing.B) {
-			_, a := open(b, w.on)
+			a := open(b, w.on)
 			buf, err := a.Alloc(256)
 			if err != nil {
 				b.Fatal(err)
@@ -59,11 +51,7 @@ func BenchmarkWatchdog(b *testing.B) {
 		})
 	}
 	b.Run("op=sync-empty/driver", func(b *testing.B) {
-		d, err := cpu.New(cpu.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer d.Close()
+		d := newCPU(b, 0) // the default device size
 		s, err := d.CreateStream()
 		if err != nil {
 			b.Fatal(err)
@@ -103,15 +91,7 @@ func BenchmarkWatchdogBusyWait(b *testing.B) {
 		{"wait=unwatched", -1, func(d *cpu.Driver) driver.Driver { return d }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			d, err := cpu.New(cpu.Options{MemoryLimit: 1 << 20})
-			if err != nil {
-				b.Fatal(err)
-			}
-			a, err := alloc.New(c.wrap(d), alloc.Options{Watchdog: c.watchdog})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { a.Close(); d.Close() })
+			a := alloctest.New(b, c.wrap(newCPU(b, 1<<20)), alloc.Options{Watchdog: c.watchdog})
 			sleep := func() error { time.Sleep(busy); return nil }
 			start, cpu0 := time.Now(), processCPU()
 			b.ResetTimer()

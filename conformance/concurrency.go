@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,38 +32,6 @@ func stamp(b []byte, worker, iter int) {
 
 // parallel runs fn(w) on n goroutines and returns their errors joined.
 func parallel(n int, fn func(w int) error) error { return errors.Join(parallelEach(n, fn)...) }
-
-// loopUntilStopped runs body over and over on n goroutines (i counts a
-// goroutine's rounds) until body returns false or stop is called; stop
-// waits for them to end, and the test's cleanup calls it if the test has
-// not, so a failed test leaves nothing running.
-func loopUntilStopped(t *testing.T, n int, body func(i int) bool) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				if !body(i) {
-					return
-				}
-			}
-		}()
-	}
-	var once sync.Once
-	stop = func() {
-		once.Do(func() { close(done) })
-		wg.Wait()
-	}
-	t.Cleanup(stop)
-	return stop
-}
 
 // pageableWorker round-trips buffers through pageable copies.
 func pageableWorker(a *alloc.Allocator, w, iters int) error {
@@ -166,7 +133,7 @@ func (s *suite) blockingCopyRunsInStreamOrder(t *testing.T) {
 	const n = 8 << 20
 	b := mustAlloc(t, e.a, n)
 	upload(t, e.a, b, 0, repeat(1, n))
-	stop := loopUntilStopped(t, 1, func(i int) bool {
+	stop := alloctest.LoopUntilStopped(t, 1, func(i int) bool {
 		if err := e.a.Memset(b, 0, byte(1+i%2), n); err != nil {
 			return assert.NoError(t, err)
 		}

@@ -130,13 +130,13 @@ func (s *suite) releaseWaitsForInFlightUse(t *testing.T, use inFlightUse, rel in
 	}
 
 	unblock()
-	err := within(t, wdSlack, use.name, func() error { return <-useErr })
+	err := alloctest.ReturnsWithin(t, wdSlack, use.name, func() error { return <-useErr })
 	if err != nil {
 		require.ErrorIs(t, err, alloc.ErrInvalidBuffer,
 			"a call racing the release may only be refused before the driver call, never reach freed memory")
 	}
 	if !released {
-		checkRelease(t, rel.closes, within(t, wdSlack, rel.name, func() error { return <-relErr }))
+		checkRelease(t, rel.closes, alloctest.ReturnsWithin(t, wdSlack, rel.name, func() error { return <-relErr }))
 	}
 	if !rel.closes {
 		eventually(t, "the memory given back once the call was done", func() bool {
@@ -182,14 +182,14 @@ func (s *suite) inFlightAbandoned(t *testing.T) {
 
 			unblock := e.spy.Block(alloctest.MethodCopyHtoD)
 			defer unblock()
-			err = within(t, wdSlack, "Upload", func() error { return a.Upload(b, 0, pattern(int(b.Size()), 22)) })
+			err = alloctest.ReturnsWithin(t, wdSlack, "Upload", func() error { return a.Upload(b, 0, pattern(int(b.Size()), 22)) })
 			require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
 			require.EqualValues(t, 1, e.spy.Waiting(alloctest.MethodCopyHtoD), "the copy is still in the driver")
 			if rel.closes {
 				closed = true
-				require.ErrorIs(t, within(t, wdSlack, "Close", a.Close), alloc.ErrLeaked)
+				require.ErrorIs(t, alloctest.ReturnsWithin(t, wdSlack, "Close", a.Close), alloc.ErrLeaked)
 			} else {
-				require.NoError(t, within(t, wdSlack, "Graph.Close", g.Close))
+				require.NoError(t, alloctest.ReturnsWithin(t, wdSlack, "Graph.Close", g.Close))
 			}
 			unblock()
 			eventually(t, "the abandoned copy returned", func() bool { return drv.returned.Load() == 1 })

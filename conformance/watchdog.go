@@ -54,7 +54,7 @@ func abandonCapture(t *testing.T, a *alloc.Allocator, opts alloc.CaptureOptions,
 		<-fnDone
 	}
 	t.Cleanup(func() { once.Do(func() { close(unblock) }) })
-	err = within(t, wdSlack, "WithCapture", func() (err error) {
+	err = alloctest.ReturnsWithin(t, wdSlack, "WithCapture", func() (err error) {
 		g, err = a.WithCapture(opts, func() error {
 			defer close(fnDone)
 			if err := body(); err != nil {
@@ -66,22 +66,6 @@ func abandonCapture(t *testing.T, a *alloc.Allocator, opts alloc.CaptureOptions,
 		return err
 	})
 	return release, g, err
-}
-
-// within runs fn and fails the test if it has not returned after limit: a
-// broken watchdog must fail the test, not hang it. fn's goroutine is left
-// behind on failure; the test's cleanup unblocks it.
-func within(t *testing.T, limit time.Duration, what string, fn func() error) error {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- fn() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(limit):
-		t.Fatalf("%s: still blocked after %v (no watchdog)", what, limit)
-		return nil
-	}
 }
 
 // notCapturing is a condition for eventually: a reports StateNone.
@@ -136,7 +120,7 @@ func (s *suite) watchdogBusyStream(t *testing.T) {
 	defer release()
 	require.NoError(t, a.LaunchHostFunc(func() error { <-unblock; return nil }))
 	start := time.Now()
-	err = within(t, wdSlack, "Synchronize on a busy stream", a.Synchronize)
+	err = alloctest.ReturnsWithin(t, wdSlack, "Synchronize on a busy stream", a.Synchronize)
 	elapsed := time.Since(start)
 	require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
 	assert.GreaterOrEqual(t, elapsed, wdDeadline, "returned before the deadline")
@@ -221,7 +205,7 @@ func (s *suite) abandonedCaptureOutlivesClose(t *testing.T) {
 	release, _, err := abandonCapture(t, e.a, alloc.CaptureOptions{Mode: alloc.Global, Timeout: wdDeadline}, func() error { return allocSome(e.a, h) })
 	require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
 
-	err = within(t, wdSlack, "Close with the capture abandoned", func() error { return e.close(e.a) })
+	err = alloctest.ReturnsWithin(t, wdSlack, "Close with the capture abandoned", func() error { return e.close(e.a) })
 	require.ErrorIs(t, err, alloc.ErrLeaked, "Close reports the capture it aborted and what was left alive")
 
 	// The function may still enqueue into the capture: a Global-mode one
@@ -269,7 +253,7 @@ func (s *suite) watchdogHungDriverCallCostsTheDeadline(t *testing.T) {
 	defer release()
 
 	start := time.Now()
-	err := within(t, wdSlack, "Synchronize", e.a.Synchronize)
+	err := alloctest.ReturnsWithin(t, wdSlack, "Synchronize", e.a.Synchronize)
 	elapsed := time.Since(start)
 	require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
 	assert.Less(t, elapsed, wdSlack, "the caller must get control back at the deadline")
@@ -280,11 +264,11 @@ func (s *suite) watchdogHungDriverCallCostsTheDeadline(t *testing.T) {
 	// queue behind it, and make no driver call.
 	before := e.spy.Snapshot()
 	start = time.Now()
-	require.ErrorIs(t, within(t, wdSlack, "Synchronize behind a stuck call", e.a.Synchronize), alloc.ErrCaptureTimeout)
-	require.ErrorIs(t, within(t, wdSlack, "Upload behind a stuck call", func() error {
+	require.ErrorIs(t, alloctest.ReturnsWithin(t, wdSlack, "Synchronize behind a stuck call", e.a.Synchronize), alloc.ErrCaptureTimeout)
+	require.ErrorIs(t, alloctest.ReturnsWithin(t, wdSlack, "Upload behind a stuck call", func() error {
 		return e.a.Upload(b, 0, []byte{1, 2, 3})
 	}), alloc.ErrCaptureTimeout)
-	require.ErrorIs(t, within(t, wdSlack, "AllocSync behind a stuck call", func() error {
+	require.ErrorIs(t, alloctest.ReturnsWithin(t, wdSlack, "AllocSync behind a stuck call", func() error {
 		_, err := e.a.AllocSync(100)
 		return err
 	}), alloc.ErrCaptureTimeout)
@@ -293,7 +277,7 @@ func (s *suite) watchdogHungDriverCallCostsTheDeadline(t *testing.T) {
 
 	// A capture cannot begin while an unsafe call may still land in it.
 	start = time.Now()
-	require.ErrorIs(t, within(t, wdSlack, "BeginCapture", func() error { return e.a.BeginCapture(alloc.Global) }), alloc.ErrCaptureTimeout)
+	require.ErrorIs(t, alloctest.ReturnsWithin(t, wdSlack, "BeginCapture", func() error { return e.a.BeginCapture(alloc.Global) }), alloc.ErrCaptureTimeout)
 	assert.Less(t, time.Since(start), wdSlack)
 	requireState(t, e.a, alloc.StateNone)
 
@@ -316,13 +300,13 @@ func (s *suite) watchdogBeginCaptureNotStarved(t *testing.T) {
 	b := e.newAllocator(alloc.Options{})
 	buf := mustAlloc(t, b, 1<<16)
 	src := pattern(1<<16, 3)
-	stop := loopUntilStopped(t, 8, func(int) bool {
+	stop := alloctest.LoopUntilStopped(t, 8, func(int) bool {
 		_ = b.Upload(buf, 0, src) // refused while A captures: fine
 		return true
 	})
 	time.Sleep(20 * time.Millisecond)
 	for range 10 {
-		err := within(t, wdSlack, "BeginCapture", func() error { return e.a.BeginCapture(alloc.Global) })
+		err := alloctest.ReturnsWithin(t, wdSlack, "BeginCapture", func() error { return e.a.BeginCapture(alloc.Global) })
 		require.NoError(t, err, "the capture begin starved behind the uploads")
 		g, err := e.a.EndCapture()
 		require.NoError(t, err)
@@ -351,7 +335,7 @@ func (s *suite) watchdogHungCaptureCallHoldsNoLock(m alloctest.Method) func(t *t
 		release := e.spy.Block(m)
 		defer release()
 		start := time.Now()
-		err := within(t, wdSlack, m.String(), func() error {
+		err := alloctest.ReturnsWithin(t, wdSlack, m.String(), func() error {
 			if m == alloctest.MethodBeginCapture {
 				return e.a.BeginCapture(alloc.Global)
 			}
@@ -360,9 +344,9 @@ func (s *suite) watchdogHungCaptureCallHoldsNoLock(m alloctest.Method) func(t *t
 		})
 		require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
 		assert.Less(t, time.Since(start), wdSlack)
-		err = within(t, wdSlack, "Alloc during the stuck call", func() error { _, err := e.a.Alloc(100); return err })
+		err = alloctest.ReturnsWithin(t, wdSlack, "Alloc during the stuck call", func() error { _, err := e.a.Alloc(100); return err })
 		require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
-		err = within(t, wdSlack, "sibling's Synchronize during the stuck call", b.Synchronize)
+		err = alloctest.ReturnsWithin(t, wdSlack, "sibling's Synchronize during the stuck call", b.Synchronize)
 		require.ErrorIs(t, err, alloc.ErrSyncDuringCapture, "a capture may have begun: the sibling is refused, not hung")
 		release()
 		eventually(t, "back to StateNone after the driver returned", notCapturing(e.a))
@@ -383,7 +367,7 @@ func (s *suite) watchdogCaptureTimeoutCoversTheEnd(t *testing.T) {
 	release := e.spy.Block(alloctest.MethodEndCapture)
 	defer release()
 	start := time.Now()
-	err := within(t, wdSlack, "WithCapture", func() error {
+	err := alloctest.ReturnsWithin(t, wdSlack, "WithCapture", func() error {
 		_, err := e.a.WithCapture(alloc.CaptureOptions{Mode: alloc.Global, Timeout: wdDeadline}, func() error { return nil })
 		return err
 	})
@@ -410,7 +394,7 @@ func (s *suite) watchdogAbandonedResultsReleased(t *testing.T) {
 			base := usageOf(e.a)
 			release := e.spy.Block(c.method)
 			defer release()
-			require.ErrorIs(t, within(t, wdSlack, c.name, func() error { return c.do(e.a) }), alloc.ErrCaptureTimeout)
+			require.ErrorIs(t, alloctest.ReturnsWithin(t, wdSlack, c.name, func() error { return c.do(e.a) }), alloc.ErrCaptureTimeout)
 			release()
 			eventually(t, "the stuck call returned", func() bool { return e.a.Synchronize() == nil })
 			assert.Equal(t, base, usageOf(e.a), "the abandoned call's result is nobody's and must be released")

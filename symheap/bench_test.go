@@ -5,8 +5,6 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
-	"github.com/capalloc/capalloc/alloc/alloctest"
-	"github.com/capalloc/capalloc/cpu"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -32,13 +30,7 @@ func newBenchWorld(b *testing.B, size int64) *benchWorld {
 	b.Cleanup(func() { _ = g.Close() })
 	w := &benchWorld{}
 	for r := range benchRanks {
-		d, err := cpu.New(cpu.Options{MemoryLimit: 1 << 30})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = d.Close() })
-		a := alloctest.New(b, d, alloc.Options{})
-		h, err := g.Open(r, a, symheap.Options{})
+		h, err := g.Open(r, cpuAllocator(b, 1<<30, nil), symheap.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}

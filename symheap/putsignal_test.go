@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
-	"github.com/capalloc/capalloc/cpu"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -22,13 +21,9 @@ func rankHeaps(t *testing.T, ranks int, timeout time.Duration) []*symheap.Heap {
 	t.Cleanup(func() { require.NoError(t, g.Close()) })
 	hs := make([]*symheap.Heap, ranks)
 	for r := range ranks {
-		d, err := cpu.New(cpu.Options{})
+		hs[r], err = g.Open(r, cpuAllocator(t, 0, nil), symheap.Options{Timeout: timeout})
 		require.NoError(t, err)
-		a, err := alloc.New(d, alloc.Options{})
-		require.NoError(t, err)
-		hs[r], err = g.Open(r, a, symheap.Options{Timeout: timeout})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, errors.Join(hs[r].Close(), a.Close(), d.Close())) })
+		t.Cleanup(func() { require.NoError(t, hs[r].Close()) })
 	}
 	return hs
 }

@@ -153,17 +153,25 @@ func groupAndAllocator(t *testing.T, ranks int, wrap func(driver.Driver) driver.
 	g, err := symheap.NewGroup(ranks, 1<<16)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, g.Close()) })
-	d, err := cpu.New(cpu.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, d.Close()) })
+	return g, cpuAllocator(t, 0, wrap)
+}
+
+// cpuAllocator is an allocator on a cpu device of limit bytes (0: the
+// default), seen through wrap when it is not nil; the allocator, then the
+// device, are closed without error when the test ends.
+func cpuAllocator(tb testing.TB, limit int64, wrap func(driver.Driver) driver.Driver) *alloc.Allocator {
+	tb.Helper()
+	d, err := cpu.New(cpu.Options{MemoryLimit: limit})
+	require.NoError(tb, err)
+	tb.Cleanup(func() { require.NoError(tb, d.Close()) })
 	var drv driver.Driver = d
 	if wrap != nil {
 		drv = wrap(d)
 	}
 	a, err := alloc.New(drv, alloc.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, a.Close()) })
-	return g, a
+	require.NoError(tb, err)
+	tb.Cleanup(func() { require.NoError(tb, a.Close()) })
+	return a
 }
 
 // spiedGroupAndAllocator is groupAndAllocator of one rank with an
@@ -206,13 +214,9 @@ func TestClosedHeap(t *testing.T) {
 func TestEpochMovedAheadIsAMismatch(t *testing.T) {
 	const timeout = 5 * time.Second
 	g, a0 := groupAndAllocator(t, 2, nil)
-	d, err := cpu.New(cpu.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, d.Close()) })
-	a1, err := alloc.New(d, alloc.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, a1.Close()) })
+	a1 := cpuAllocator(t, 0, nil)
 	var heaps [2]*symheap.Heap
+	var err error
 	for r, a := range []*alloc.Allocator{a0, a1} {
 		heaps[r], err = g.Open(r, a, symheap.Options{Timeout: timeout})
 		require.NoError(t, err)

@@ -71,21 +71,7 @@ func TestScrape(t *testing.T) {
 	require.NoError(t, err)
 	y, err := a.Alloc(64 << 10)
 	require.NoError(t, err)
-	h, err := a.HostAlloc(4 << 10)
-	require.NoError(t, err)
-	defer h.Close()
-	g, err := a.WithCapture(alloc.CaptureOptions{}, func() error {
-		if err := a.UploadHost(y, 0, h, 0, 4<<10); err != nil {
-			return err
-		}
-		if err := a.Free(y); err != nil { // held for the graph
-			return err
-		}
-		_, err := a.Alloc(256 << 10)
-		return err
-	})
-	require.NoError(t, err)
-	defer g.Close()
+	alloctest.CaptureHolding(t, a, y, 256<<10) // y held for the graph
 	defer a.Free(x)
 	z, err := b.Alloc(2 << 20)
 	require.NoError(t, err)
@@ -102,7 +88,7 @@ func TestScrape(t *testing.T) {
 	require.EqualValues(t, s.Allocs, value(t, fams, "capalloc_allocs_total", dec))
 	require.EqualValues(t, 1, value(t, fams, "capalloc_captures_total", dec))
 	require.EqualValues(t, 1, value(t, fams, "capalloc_live_graphs", dec))
-	require.EqualValues(t, 4<<10, value(t, fams, "capalloc_pinned_host_bytes", dec))
+	require.EqualValues(t, alloctest.HeldHostBytes, value(t, fams, "capalloc_pinned_host_bytes", dec))
 	with := func(state string) map[string]string {
 		m := map[string]string{"state": state}
 		for k, v := range dec {

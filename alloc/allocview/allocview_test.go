@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/alloc/allocview"
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/alloc/internal/registry"
@@ -47,27 +48,13 @@ func engine(t *testing.T, name string) *alloc.Allocator {
 	require.NoError(t, err)
 	kv, err := a.Alloc(128 << 10)
 	require.NoError(t, err)
-	h, err := a.HostAlloc(4 << 10)
-	require.NoError(t, err)
-	g, err := a.WithCapture(alloc.CaptureOptions{}, func() error {
-		if err := a.UploadHost(kv, 0, h, 0, 4<<10); err != nil {
-			return err
-		}
-		if err := a.Free(kv); err != nil {
-			return err
-		}
-		_, err := a.Alloc(512 << 10)
-		return err
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		require.NoError(t, g.Close())
-		require.NoError(t, h.Close())
+	t.Cleanup(func() { // after the graph's (registered later)
 		require.NoError(t, a.Free(bufs[0]))
 		require.NoError(t, a.Free(bufs[2]))
 		require.NoError(t, a.Close())
 		require.NoError(t, d.Close())
 	})
+	alloctest.CaptureHolding(t, a, kv, 512<<10)
 	return a
 }
 
