@@ -6,9 +6,10 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/capalloc/capalloc/internal/prog"
 )
 
 // outcome is what one command did.
@@ -17,18 +18,6 @@ type outcome struct {
 	TimedOut bool
 	Elapsed  time.Duration
 	Output   []byte // stdout and stderr together, in order
-}
-
-// lockedBuffer takes stdout and stderr from two pipes at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
 }
 
 // execStep runs command with bash in dir, with env added, in a process
@@ -42,8 +31,9 @@ func execStep(command, dir string, env []string, timeout time.Duration) outcome 
 	cmd := exec.CommandContext(ctx, "bash", "-c", command)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
-	var out lockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	var buf bytes.Buffer
+	out := &prog.LockedWriter{W: &buf} // stdout and stderr from two pipes at once
+	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error {
 		// The negative pid is the group: bash and everything under it.
@@ -56,9 +46,7 @@ func execStep(command, dir string, env []string, timeout time.Duration) outcome 
 	if cmd.Process != nil { // whatever the step left behind in its group
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
-	out.mu.Lock()
-	o.Output = append([]byte(nil), out.b.Bytes()...)
-	out.mu.Unlock()
+	out.Do(func() { o.Output = append([]byte(nil), buf.Bytes()...) })
 	var ee *exec.ExitError
 	switch {
 	case ctx.Err() != nil:

@@ -152,11 +152,7 @@ func stageProcess(w io.Writer) error {
 	if os.Getenv(envTransport) == "nccl" {
 		return ncclStageProcess(r, steps)
 	}
-	files := make([]*os.File, stages)
-	for i := range files {
-		files[i] = os.NewFile(uintptr(3+i), fmt.Sprintf("heap-%d", i))
-	}
-	g, err := symheap.Attach(files, heapSize)
+	g, err := symheap.Attach(ranks.InheritedFiles(stages), heapSize)
 	if err != nil {
 		return err
 	}

@@ -14,13 +14,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
-	"os/signal"
 
 	"github.com/capalloc/capalloc/alloc"
 	_ "github.com/capalloc/capalloc/alloc/allocview" // mounts /debug/capalloc/
 	"github.com/capalloc/capalloc/cpu"
+	"github.com/capalloc/capalloc/internal/prog"
 )
 
 func main() {
@@ -43,15 +42,7 @@ func main() {
 	}
 	defer g.Close()
 
-	srv := &http.Server{Addr: *addr}
-	go func() {
-		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, os.Interrupt)
-		<-sig
-		srv.Close()
-	}()
-	fmt.Printf("serving http://%s/debug/capalloc/timeline (interrupt to stop)\n", *addr)
-	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+	if err := prog.Serve(*addr, "/debug/capalloc/timeline"); err != nil {
 		fail(err)
 	}
 }

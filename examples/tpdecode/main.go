@@ -31,9 +31,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/backends"
-	_ "github.com/capalloc/capalloc/cpu" // the backends a -backend name may ask for
-	_ "github.com/capalloc/capalloc/cuda"
-	_ "github.com/capalloc/capalloc/hip"
+	"github.com/capalloc/capalloc/internal/prog" // also registers the backends a -backend name may ask for
 	internalranks "github.com/capalloc/capalloc/internal/ranks"
 	"github.com/capalloc/capalloc/symheap"
 )
@@ -140,7 +138,7 @@ func runProcesses(w io.Writer, backend string, ranks, steps int) error {
 	if err != nil {
 		return err
 	}
-	out := &lockedWriter{w: w} // the ranks' output is copied by one goroutine each
+	out := &prog.LockedWriter{W: w} // the ranks' output is copied by one goroutine each
 	cmds := make([]*exec.Cmd, ranks)
 	for r := range cmds {
 		cmd := exec.Command(exe)
@@ -166,11 +164,7 @@ func rankProcess(w io.Writer) error {
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return err
 	}
-	files := make([]*os.File, n)
-	for i := range files {
-		files[i] = os.NewFile(uintptr(3+i), fmt.Sprintf("heap-%d", i))
-	}
-	g, err := symheap.Attach(files, heapSize)
+	g, err := symheap.Attach(internalranks.InheritedFiles(n), heapSize)
 	if err != nil {
 		return err
 	}
@@ -280,15 +274,3 @@ func rank(backend string, hs heaps, r, steps int) (result, error) {
 }
 
 func tokenAt(step int) int32 { return int32(step*7919%50000 + 1) }
-
-// lockedWriter serializes writes from several goroutines.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
