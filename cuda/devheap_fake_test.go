@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
@@ -237,8 +238,7 @@ const devHeapChildEnv = "CAPALLOC_TEST_DEVHEAP_RANK"
 // open: every rank fails with ErrPeerOpen naming rank 2's heap, and
 // closes every handle it had opened.
 func TestFakeDeviceHeapAcrossProcesses(t *testing.T) {
-	if spec := os.Getenv(devHeapChildEnv); spec != "" {
-		devHeapChild(t, spec)
+	if asRank(t, devHeapChildEnv, devHeapChild) {
 		return
 	}
 	fake.Lib(t)
@@ -250,22 +250,40 @@ func TestFakeDeviceHeapAcrossProcesses(t *testing.T) {
 // runDevHeapRanks runs n ranks of the device heap as processes: this test
 // binary, running test, in rank mode.
 func runDevHeapRanks(t *testing.T, test string, n int, mode string) {
+	runRanks(t, test, devHeapChildEnv, n, func(r int, dir string) string {
+		return fmt.Sprintf("%d,%d,%s,%s", r, n, dir, mode)
+	})
+}
+
+// asRank runs child with this process's spec when the test binary was
+// started as one of a test's rank processes (env set, by runRanks), and
+// reports whether it was: the test itself then does nothing else.
+func asRank(t *testing.T, env string, child func(t *testing.T, spec string)) bool {
+	spec := os.Getenv(env)
+	if spec != "" {
+		child(t, spec)
+	}
+	return spec != ""
+}
+
+// runRanks runs n processes of this test binary, each running test alone
+// with env set to spec(rank, dir), dir a fresh private directory they
+// share (FileExchange wants one), waits for all of them and requires each
+// to have passed, showing a failed rank's output.
+func runRanks(t *testing.T, test, env string, n int, spec func(r int, dir string) string) {
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	dir := t.TempDir()
-	require.NoError(t, os.Chmod(dir, 0o700)) // FileExchange wants a private directory
-	var cmds []*exec.Cmd
-	outs := make([]*bytes.Buffer, n)
+	require.NoError(t, os.Chmod(dir, 0o700))
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]bytes.Buffer, n)
 	for r := range n {
-		cmd := exec.Command(exe, "-test.run=^"+test+"$", "-test.count=1", "-test.v")
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d,%d,%s,%s", devHeapChildEnv, r, n, dir, mode))
-		outs[r] = &bytes.Buffer{}
-		cmd.Stdout, cmd.Stderr = outs[r], outs[r]
-		require.NoError(t, cmd.Start())
-		cmds = append(cmds, cmd)
+		cmds[r] = exec.Command(exe, "-test.run=^"+test+"$", "-test.count=1", "-test.v")
+		cmds[r].Env = append(os.Environ(), env+"="+spec(r, dir))
+		cmds[r].Stdout, cmds[r].Stderr = &outs[r], &outs[r]
 	}
-	for r, cmd := range cmds {
-		require.NoError(t, cmd.Wait(), "rank %d:\n%s", r, outs[r])
+	for r, err := range ranks.Processes(cmds) {
+		assert.NoError(t, err, "rank %d:\n%s", r, outs[r].String())
 	}
 }
 

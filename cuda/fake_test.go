@@ -1,10 +1,6 @@
 package cuda
 
-import (
-	"testing"
-
-	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
-)
+import "github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 
 // The fake libcudart (testdata/fakecudart.c) is compiled with gcc by
 // internal/gpurt/gpurttest and loaded through CAPALLOC_CUDA_LIB, so the purego
@@ -13,8 +9,6 @@ import (
 
 var fake = gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: LibEnv}
 
-// openFake opens a driver on a fresh build of the fake (gpurttest.Open).
-func openFake(t testing.TB, opts Options) (*Driver, *gpurttest.Log) {
-	t.Helper()
-	return gpurttest.Open(t, &fake, New, opts)
-}
+// openFake opens a driver on a fresh build of the fake, closed at the end
+// of the test, and returns it with the fake's call log (gpurttest.Open).
+var openFake = gpurttest.Opener(&fake, New)

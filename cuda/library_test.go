@@ -34,23 +34,10 @@ func TestLibrarySearchOrder(t *testing.T) {
 		search.Candidates(env(map[string]string{LibEnv: " /x/libcudart.so.12 ", "CUDA_HOME": "/opt/cuda"})), "the override is the only candidate")
 }
 
+// A search that finds only a file that is not a library names every path
+// it tried, with dlopen's reason.
 func TestUnavailableNamesEveryPathAndReason(t *testing.T) {
-	dir := t.TempDir()
-	home := filepath.Join(dir, "cuda")
-	require.NoError(t, os.MkdirAll(filepath.Join(home, "lib64"), 0o755))
-	// Not a library: dlopen must fail with its reason, not crash.
-	require.NoError(t, os.WriteFile(filepath.Join(home, "lib64", "libcudart.so.12"), []byte(strings.Repeat("not an ELF file\n", 64)), 0o644))
-	rt, err := loader.Load(env(map[string]string{"CUDA_HOME": home}), nil)
-	if err == nil {
-		t.Skipf("a real CUDA runtime is installed here (%s): the search found it", rt.Path)
-	}
-	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
-	for _, p := range search.Candidates(env(map[string]string{"CUDA_HOME": home})) {
-		require.Contains(t, err.Error(), p)
-	}
-	require.Contains(t, err.Error(), filepath.Join(home, "lib64", "libcudart.so.12")+": ")
-	require.Contains(t, err.Error(), "invalid ELF header", "dlopen's reason is kept")
-	require.Contains(t, err.Error(), LibEnv, "the message says how to point at a library")
+	gpurttest.UnavailableNamesEveryPath(t, &loader)
 }
 
 // realRuntimeEnv names a real libcudart for the TestRealRuntime tests

@@ -10,6 +10,7 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt"
+	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
 // HIP's rule for ending a capture is CUDA's: a capture not begun in
@@ -37,12 +38,7 @@ func TestFake908EndOnAnotherThread(t *testing.T) {
 		require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
 		require.NotErrorIs(t, err, alloc.ErrCaptureInvalidated)
 		require.Contains(t, err.Error(), "(hipErrorStreamCaptureWrongThread, 908)")
-		st, err := d.StreamCaptureStatus(s)
-		require.NoError(t, err)
-		require.Equal(t, driver.CaptureActive, st, "908 leaves the capture active")
-		g, err := d.EndCapture(s)
-		require.NoError(t, err, "ended on the beginning thread")
-		require.NoError(t, d.GraphDestroy(g))
+		gpurttest.EndActiveCapture(t, d, s, "908 leaves the capture active")
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/internal/gpurt"
+	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
 // capturingAllocator opens a driver over the fake at path and starts a Global-mode
@@ -197,12 +198,7 @@ func TestFake908IsWrongThreadNotInvalidated(t *testing.T) {
 		require.NotErrorIs(t, err, alloc.ErrCaptureInvalidated)
 		require.Contains(t, err.Error(), "capture must be ended on the thread that began it")
 		v.fail(t, "")
-		st, err := d.StreamCaptureStatus(s)
-		require.NoError(t, err)
-		require.Equal(t, driver.CaptureActive, st)
-		g, err := d.EndCapture(s)
-		require.NoError(t, err)
-		require.NoError(t, d.GraphDestroy(g))
+		gpurttest.EndActiveCapture(t, d, s)
 	})
 }
 
