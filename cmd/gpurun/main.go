@@ -118,12 +118,7 @@ func recordCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintf(stdout, "recorded under %s\n", dir)
-	if err := regenerate(*root); err != nil {
-		fmt.Fprintln(stderr, "gpurun record:", err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "regenerated %s, %s and %s\n", benchmarksDoc, collectivesDoc, autoTableFile)
-	return 0
+	return regenerateCmd("gpurun record", *root, stdout, stderr)
 }
 
 func regenCmd(args []string, stdout, stderr io.Writer) int {
@@ -133,8 +128,14 @@ func regenCmd(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if err := regenerate(*root); err != nil {
-		fmt.Fprintln(stderr, "gpurun regen:", err)
+	return regenerateCmd("gpurun regen", *root, stdout, stderr)
+}
+
+// regenerateCmd regenerates the documents under root from the recorded
+// runs and says which, for the command cmd: its exit status.
+func regenerateCmd(cmd, root string, stdout, stderr io.Writer) int {
+	if err := regenerate(root); err != nil {
+		fmt.Fprintln(stderr, cmd+":", err)
 		return 1
 	}
 	fmt.Fprintf(stdout, "regenerated %s, %s and %s\n", benchmarksDoc, collectivesDoc, autoTableFile)

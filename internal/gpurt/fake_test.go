@@ -106,11 +106,7 @@ var vendors = []vendorCase{
 		// read at offset 288 of struct cudaDeviceProp
 		totalMemFrom: "cudaDeviceProp.totalGlobalMem", totalMemEnv: "PROP_MEM",
 		notRuntime: ": not a CUDA runtime: no symbol cudaRuntimeGetVersion",
-		code: func(err error) (int, bool) {
-			var e *cuda.Error
-			ok := errors.As(err, &e)
-			return e.Code, ok
-		},
+		code:       errorCode[*cuda.Error],
 	},
 	{
 		name: "hip", fake: &gpurttest.Fake{Src: "hip/testdata/fakehip.c", Name: "libamdhip64", LibEnv: hip.LibEnv}, envPrefix: "FAKE_HIP_",
@@ -133,12 +129,21 @@ var vendors = []vendorCase{
 		says:         func(call, _, text string) string { return call + ": " + text },
 		totalMemFrom: "hipDeviceTotalMem", totalMemEnv: "MEM",
 		notRuntime: ": not a HIP runtime: no symbol hipRuntimeGetVersion",
-		code: func(err error) (int, bool) {
-			var e *hip.Error
-			ok := errors.As(err, &e)
-			return e.Code, ok
-		},
+		code:       errorCode[*hip.Error],
 	},
+}
+
+// errorCode is the code of the vendor's Error (a gpurt.CallError) that err
+// holds, if it holds one.
+func errorCode[E interface {
+	*cuda.Error | *hip.Error
+	error
+}](err error) (int, bool) {
+	var e E
+	if !errors.As(err, &e) {
+		return 0, false
+	}
+	return (*gpurt.CallError)(e).Code, true
 }
 
 // hipOptions are the hip driver's options for o.
