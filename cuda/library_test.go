@@ -47,11 +47,7 @@ const realRuntimeEnv = "CAPALLOC_REAL_CUDART"
 
 func realRuntime(t *testing.T) string {
 	t.Helper()
-	path := os.Getenv(realRuntimeEnv)
-	if path == "" {
-		t.Skipf("%s is not set (.ci/run sets it to Debian's libcudart.so.11.0)", realRuntimeEnv)
-	}
-	return path
+	return gpurttest.RealRuntime(t, realRuntimeEnv, "Debian's libcudart.so.11.0")
 }
 
 // Every symbol the driver binds for the real library's version is in it,

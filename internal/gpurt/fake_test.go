@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -170,6 +172,32 @@ func forEach(t *testing.T, test func(t *testing.T, v *vendorCase)) {
 		v := &vendors[i]
 		t.Run(v.name, func(t *testing.T) { test(t, v) })
 	}
+}
+
+// runChild runs test's subtest for v in a child process of this test
+// binary, with env set to v's name and spec (for asChild) and files as its
+// fds from 3 on, and requires it to pass.
+func runChild(t *testing.T, v *vendorCase, test, env, spec string, files ...*os.File) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$/^"+v.name+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env+"="+v.name+":"+spec)
+	cmd.ExtraFiles = files
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "child: %s", out)
+}
+
+// asChild reports whether this process is a child runChild started
+// through env, and then runs child with its spec for the vendor it was
+// started for: a child does nothing else.
+func asChild(t *testing.T, v *vendorCase, env string, child func(t *testing.T, v *vendorCase, spec string)) bool {
+	spec := os.Getenv(env)
+	if spec == "" {
+		return false
+	}
+	if name, spec, _ := strings.Cut(spec, ":"); name == v.name {
+		child(t, v, spec)
+	}
+	return true
 }
 
 // fn is the vendor's name of a gpurt.Syms function ("MemPoolDestroy" ->

@@ -7,9 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -431,10 +429,7 @@ const poolChildEnv = "CAPALLOC_TEST_GPURT_POOL_PTR"
 // wrote, writes back, frees its import and closes the pool.
 func TestFakePoolAcrossProcesses(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
-		if hx := os.Getenv(poolChildEnv); hx != "" {
-			if name, hx, _ := strings.Cut(hx, ":"); name == v.name {
-				poolChild(t, v, hx)
-			}
+		if asChild(t, v, poolChildEnv, poolChild) {
 			return
 		}
 		d, log := openFake(t, v, opts{IPC: true})
@@ -453,11 +448,7 @@ func TestFakePoolAcrossProcesses(t *testing.T) {
 		require.Len(t, data, 64)
 		require.Len(t, find(log.Lines(), v.fn("MemPoolExportPointer")), 1)
 
-		cmd := exec.Command(os.Args[0], "-test.run=^TestFakePoolAcrossProcesses$/^"+v.name+"$", "-test.count=1")
-		cmd.Env = append(os.Environ(), poolChildEnv+"="+v.name+":"+hex.EncodeToString(data))
-		cmd.ExtraFiles = []*os.File{pool}
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "child: %s", out)
+		runChild(t, v, "TestFakePoolAcrossProcesses", poolChildEnv, hex.EncodeToString(data), pool)
 		require.Equal(t, bytes.Repeat([]byte{0x5A}, 2048), read(t, d, p, 2048), "the child's write is here")
 		require.NoError(t, d.FreeAsync(p, s))
 	})

@@ -55,3 +55,15 @@ func UnavailableNamesEveryPath[R any](t *testing.T, l *gpurt.Loader[R]) {
 	require.Contains(t, err.Error(), "invalid ELF header", "dlopen's reason is kept")
 	require.Contains(t, err.Error(), s.LibEnv, "the message says how to point at a library")
 }
+
+// RealRuntime is the real runtime library at $env, for the tests of what
+// it answers on a machine without a GPU; where env is not set the test is
+// skipped, saying what .ci/run sets it to (where).
+func RealRuntime(t testing.TB, env, where string) string {
+	t.Helper()
+	path := os.Getenv(env)
+	if path == "" {
+		t.Skipf("%s is not set (.ci/run sets it to %s)", env, where)
+	}
+	return path
+}
