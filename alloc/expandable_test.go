@@ -17,6 +17,7 @@ import (
 	"github.com/capalloc/capalloc/alloc/memmap"
 	"github.com/capalloc/capalloc/cpu"
 	"github.com/capalloc/capalloc/internal/allocipc"
+	"github.com/capalloc/capalloc/internal/syncio"
 )
 
 const mib = 1 << 20
@@ -307,7 +308,7 @@ func TestExpandableNoMappingInCapture(t *testing.T) {
 // gives it back once the capture is over.
 func TestExpandableFallsBackUnderForeignGlobalCapture(t *testing.T) {
 	d := newVMDriver(t, 0)
-	var logs syncBuffer
+	var logs syncio.Buffer // the logger is shared by goroutines
 	a, err := alloc.New(d, alloc.Options{ExpandableSegments: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -716,24 +717,6 @@ func BenchmarkExpandableAllocFree(b *testing.B) {
 			benchPairs(b, a, 64<<10)
 		})
 	}
-}
-
-// syncBuffer is a bytes.Buffer for a logger that goroutines share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // On the cpu driver's own VirtualMemory (Linux): buffers of a range hold

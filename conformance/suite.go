@@ -8,10 +8,8 @@
 package conformance
 
 import (
-	"bytes"
 	"log/slog"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/internal/syncio"
 )
 
 // Factory opens a fresh driver for one subtest; Run closes it with
@@ -122,27 +121,10 @@ type env struct {
 	a   *alloc.Allocator
 
 	closed map[*alloc.Allocator]bool // closed by the test itself
-	logs   *logBuffer                // what the allocators logged
-}
-
-// logBuffer collects allocator warnings, so tests can check them and a
-// passing run stays quiet. Written from abandoned goroutines too, hence the
-// lock (t.Log would panic once the test is over).
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	// logs is what the allocators logged, so tests can check warnings and
+	// a passing run stays quiet; written from abandoned goroutines too,
+	// hence a locked buffer (t.Log would panic once the test is over).
+	logs *syncio.Buffer
 }
 
 // openDriver opens a driver that t's cleanup closes.
@@ -156,7 +138,7 @@ func (s *suite) openDriver(t *testing.T) driver.Driver {
 func (s *suite) newEnv(t *testing.T, opts alloc.Options) *env {
 	t.Helper()
 	d := s.openDriver(t)
-	e := &env{t: t, s: s, drv: d, spy: alloctest.NewSpy(d), logs: &logBuffer{}}
+	e := &env{t: t, s: s, drv: d, spy: alloctest.NewSpy(d), logs: &syncio.Buffer{}}
 	t.Cleanup(func() {
 		e.spy.ReleaseAll() // a held call must not hang the cleanup
 		assert.NoError(t, e.spy.StopSnapshot(), "freeing the spy's staging memory")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -9,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/capalloc/capalloc/internal/prog"
+	"github.com/capalloc/capalloc/internal/syncio"
 )
 
 // outcome is what one command did.
@@ -31,9 +30,8 @@ func execStep(command, dir string, env []string, timeout time.Duration) outcome 
 	cmd := exec.CommandContext(ctx, "bash", "-c", command)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
-	var buf bytes.Buffer
-	out := &prog.LockedWriter{W: &buf} // stdout and stderr from two pipes at once
-	cmd.Stdout, cmd.Stderr = out, out
+	var out syncio.Buffer // stdout and stderr from two pipes at once
+	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error {
 		// The negative pid is the group: bash and everything under it.
@@ -46,7 +44,7 @@ func execStep(command, dir string, env []string, timeout time.Duration) outcome 
 	if cmd.Process != nil { // whatever the step left behind in its group
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
-	out.Do(func() { o.Output = append([]byte(nil), buf.Bytes()...) })
+	o.Output = out.Bytes()
 	var ee *exec.ExitError
 	switch {
 	case ctx.Err() != nil:

@@ -31,8 +31,9 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/backends"
-	"github.com/capalloc/capalloc/internal/prog" // also registers the backends a -backend name may ask for
+	_ "github.com/capalloc/capalloc/internal/prog" // registers the backends a -backend name may ask for
 	internalranks "github.com/capalloc/capalloc/internal/ranks"
+	"github.com/capalloc/capalloc/internal/syncio"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -138,7 +139,7 @@ func runProcesses(w io.Writer, backend string, ranks, steps int) error {
 	if err != nil {
 		return err
 	}
-	out := &prog.LockedWriter{W: w} // the ranks' output is copied by one goroutine each
+	out := &syncio.Writer{W: w} // the ranks' output is copied by one goroutine each
 	cmds := make([]*exec.Cmd, ranks)
 	for r := range cmds {
 		cmd := exec.Command(exe)

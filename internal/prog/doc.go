@@ -1,5 +1,4 @@
 // Package prog holds what the module's commands (cmd/...) and examples
 // (examples/...) share: the backends a -backend flag may name, the
-// -backend flag itself, an output writer several goroutines share, and
-// serving HTTP until an interrupt.
+// -backend flag itself, and serving HTTP until an interrupt.
 package prog
