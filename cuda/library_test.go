@@ -15,23 +15,21 @@ import (
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
-func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-
 func TestLibrarySearchOrder(t *testing.T) {
 	require.Equal(t, []string{
 		"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so",
 		"/usr/local/cuda/lib64/libcudart.so.13", "/usr/local/cuda/lib64/libcudart.so.12",
 		"/usr/local/cuda/lib64/libcudart.so.11.0", "/usr/local/cuda/lib64/libcudart.so",
-	}, search.Candidates(env(nil)))
+	}, search.Candidates(gpurttest.Env(nil)))
 	require.Equal(t, []string{
 		"/opt/cuda/lib64/libcudart.so.13", "/opt/cuda/lib64/libcudart.so.12",
 		"/opt/cuda/lib64/libcudart.so.11.0", "/opt/cuda/lib64/libcudart.so",
 		"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so",
 		"/usr/local/cuda/lib64/libcudart.so.13", "/usr/local/cuda/lib64/libcudart.so.12",
 		"/usr/local/cuda/lib64/libcudart.so.11.0", "/usr/local/cuda/lib64/libcudart.so",
-	}, search.Candidates(env(map[string]string{"CUDA_HOME": "/opt/cuda"})))
+	}, search.Candidates(gpurttest.Env(map[string]string{"CUDA_HOME": "/opt/cuda"})))
 	require.Equal(t, []string{"/x/libcudart.so.12"},
-		search.Candidates(env(map[string]string{LibEnv: " /x/libcudart.so.12 ", "CUDA_HOME": "/opt/cuda"})), "the override is the only candidate")
+		search.Candidates(gpurttest.Env(map[string]string{LibEnv: " /x/libcudart.so.12 ", "CUDA_HOME": "/opt/cuda"})), "the override is the only candidate")
 }
 
 // A search that finds only a file that is not a library names every path

@@ -10,19 +10,17 @@ import (
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
-func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-
 // The order issue 9 and docs/hip-backend.md give: the override alone;
 // else $ROCM_PATH/lib, the loader's path, /opt/rocm/lib; newest soname
 // first in each.
 func TestLibrarySearchOrder(t *testing.T) {
 	bare := []string{"libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"}
 	opt := []string{"/opt/rocm/lib/libamdhip64.so.7", "/opt/rocm/lib/libamdhip64.so.6", "/opt/rocm/lib/libamdhip64.so.5", "/opt/rocm/lib/libamdhip64.so"}
-	require.Equal(t, append(append([]string{}, bare...), opt...), search.Candidates(env(nil)))
+	require.Equal(t, append(append([]string{}, bare...), opt...), search.Candidates(gpurttest.Env(nil)))
 	rocm := []string{"/r/lib/libamdhip64.so.7", "/r/lib/libamdhip64.so.6", "/r/lib/libamdhip64.so.5", "/r/lib/libamdhip64.so"}
-	require.Equal(t, append(append(rocm, bare...), opt...), search.Candidates(env(map[string]string{"ROCM_PATH": "/r"})))
+	require.Equal(t, append(append(rocm, bare...), opt...), search.Candidates(gpurttest.Env(map[string]string{"ROCM_PATH": "/r"})))
 	require.Equal(t, []string{"/x/libamdhip64.so.6"},
-		search.Candidates(env(map[string]string{LibEnv: " /x/libamdhip64.so.6 ", "ROCM_PATH": "/r"})), "the override is the only candidate")
+		search.Candidates(gpurttest.Env(map[string]string{LibEnv: " /x/libamdhip64.so.6 ", "ROCM_PATH": "/r"})), "the override is the only candidate")
 }
 
 // A search that finds only a file that is not a library names every path

@@ -25,6 +25,12 @@ func EndActiveCapture(t testing.TB, d driver.Driver, s driver.Stream, msgAndArgs
 	require.NoError(t, d.GraphDestroy(g))
 }
 
+// Env is a getenv that reads m (Search.Candidates', Loader.Load's), so a
+// test sets the search's variables without touching the process's.
+func Env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
 // UnavailableNamesEveryPath plants a file that is not a library where l's
 // search looks first under the toolkit's root ($HomeEnv/HomeSub, the
 // second soname) and requires a search given only that root to fail as
@@ -37,12 +43,7 @@ func UnavailableNamesEveryPath[R any](t *testing.T, l *gpurt.Loader[R]) {
 	require.NoError(t, os.MkdirAll(filepath.Join(home, s.HomeSub), 0o755))
 	bad := filepath.Join(home, s.HomeSub, s.Sonames[1])
 	require.NoError(t, os.WriteFile(bad, []byte(strings.Repeat("not an ELF file\n", 64)), 0o644))
-	getenv := func(k string) string {
-		if k == s.HomeEnv {
-			return home
-		}
-		return ""
-	}
+	getenv := Env(map[string]string{s.HomeEnv: home})
 	_, err := l.Load(getenv, nil)
 	if err == nil {
 		t.Skipf("a usable %s runtime is installed here: the search found it", s.Product)
