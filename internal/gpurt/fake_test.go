@@ -236,6 +236,22 @@ func openFake(t testing.TB, v *vendorCase, o opts) (gpuDriver, *fakeLog) {
 	return gpurttest.Open(t, v.fake, v.open, o)
 }
 
+// malloc is d.Malloc's allocation, failing the test on its error.
+func malloc(t testing.TB, d gpuDriver, size int64) driver.DevicePtr {
+	t.Helper()
+	p, err := d.Malloc(size)
+	require.NoError(t, err)
+	return p
+}
+
+// hostAlloc is d.HostAlloc's pinned memory, failing the test on its error.
+func hostAlloc(t testing.TB, d gpuDriver, size int64) []byte {
+	t.Helper()
+	h, err := d.HostAlloc(size)
+	require.NoError(t, err)
+	return h
+}
+
 // fill writes b at p through a blocking copy on a fresh stream.
 func fill(t *testing.T, d gpuDriver, p driver.DevicePtr, b []byte) {
 	t.Helper()

@@ -27,22 +27,26 @@ type Buffer struct {
 	b  bytes.Buffer
 }
 
-func (b *Buffer) Write(p []byte) (int, error) {
+// locked runs fn while no other method of b runs.
+func (b *Buffer) locked(fn func()) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.b.Write(p)
+	fn()
+}
+
+func (b *Buffer) Write(p []byte) (n int, err error) {
+	b.locked(func() { n, err = b.b.Write(p) })
+	return n, err
 }
 
 // Bytes is a copy of what was written so far.
-func (b *Buffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Clone(b.b.Bytes())
+func (b *Buffer) Bytes() (out []byte) {
+	b.locked(func() { out = bytes.Clone(b.b.Bytes()) })
+	return out
 }
 
 // String is what was written so far.
-func (b *Buffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+func (b *Buffer) String() (s string) {
+	b.locked(func() { s = b.b.String() })
+	return s
 }
