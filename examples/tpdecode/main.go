@@ -26,7 +26,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/capalloc/capalloc/alloc"
@@ -97,20 +96,15 @@ func runGoroutines(w io.Writer, backend string, ranks, steps, devices int) error
 	defer g.Close()
 	x := symheap.NewLocalExchange(ranks)
 	res := make([]result, ranks)
-	errs := make([]error, ranks)
-	var wg sync.WaitGroup
-	for r := range ranks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b := backend
-			if devices > 1 {
-				b = fmt.Sprintf("%s:device=%d", backend, r%devices)
-			}
-			res[r], errs[r] = rank(b, heaps{g, x}, r, steps)
-		}()
-	}
-	wg.Wait()
+	errs := internalranks.Each(ranks, func(r int) error {
+		b := backend
+		if devices > 1 {
+			b = fmt.Sprintf("%s:device=%d", backend, r%devices)
+		}
+		var err error
+		res[r], err = rank(b, heaps{g, x}, r, steps)
+		return err
+	})
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
