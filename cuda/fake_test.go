@@ -10,11 +10,11 @@ import (
 )
 
 // The fake libcudart (testdata/fakecudart.c) is compiled with gcc by
-// internal/gpurt/gpurttest and loaded through CAPALLOC_CUDA_LIB, so the purego
-// marshalling of every bound call runs here without a GPU. The tests both
-// drivers share run once per vendor in internal/gpurt (driver_fake_test.go
-// there for every bound call); here, the fake and what only CUDA does when
-// a driver opens on it.
+// internal/gpurt/gpurttest and loaded through CAPALLOC_CUDA_LIB, so the
+// purego marshalling of every bound call runs here without a GPU. The tests
+// both drivers share run once per vendor in internal/gpurt
+// (internal/gpurt/driver_fake_test.go for every bound call); here, the fake
+// and what only CUDA does when a driver opens on it.
 
 var fake = gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: LibEnv}
 

@@ -9,8 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/capalloc/capalloc/cuda"
-	"github.com/capalloc/capalloc/hip"
+	"github.com/capalloc/capalloc/internal/fakes"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 	"github.com/capalloc/capalloc/nccl"
 )
@@ -53,8 +52,8 @@ func TestGoroutinesOnFakes(t *testing.T) {
 		backend string
 		fake    *gpurttest.Fake
 	}{
-		{"cuda", &gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}},
-		{"hip", &gpurttest.Fake{Src: "hip/testdata/fakehip.c", Name: "libamdhip64", LibEnv: hip.LibEnv}},
+		{"cuda", fakes.CUDA},
+		{"hip", fakes.HIP},
 	} {
 		t.Run(f.backend, func(t *testing.T) {
 			f.fake.Lib(t)
@@ -95,8 +94,8 @@ func TestNCCLOnFakes(t *testing.T) {
 		flags                   []string
 		fake                    *gpurttest.Fake
 	}{
-		{"cuda", "NCCL", nccl.EnvLib, nil, &gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}},
-		{"hip", "RCCL", nccl.EnvRCCLLib, []string{"-DFAKE_RCCL"}, &gpurttest.Fake{Src: "hip/testdata/fakehip.c", Name: "libamdhip64", LibEnv: hip.LibEnv}},
+		{"cuda", "NCCL", nccl.EnvLib, nil, fakes.CUDA},
+		{"hip", "RCCL", nccl.EnvRCCLLib, []string{"-DFAKE_RCCL"}, fakes.HIP},
 	} {
 		t.Run(f.backend, func(t *testing.T) {
 			runtime := f.fake.Lib(t)

@@ -8,8 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/capalloc/capalloc/cuda"
-	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
+	"github.com/capalloc/capalloc/internal/fakes"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -45,15 +44,11 @@ func TestProcesses(t *testing.T) {
 	}
 }
 
-// cudaFake is the fake CUDA runtime the tests build (internal/gpurt's
-// gpurttest): the device heap's kernels run in it, compiled for the host.
-var cudaFake = gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}
-
 // The same step, unchanged, on the device heap over the fake CUDA runtime:
 // goroutine ranks, then process ranks that open each other's heaps through
 // IPC handles exchanged in files.
 func TestGoroutinesOnCUDAFake(t *testing.T) {
-	cudaFake.Lib(t)
+	fakes.CUDA.Lib(t)
 	out := output(t, func(w io.Writer) error { return runGoroutines(w, "cuda", 2, 3, 1) })
 	if !strings.Contains(out, "on cuda, 3 steps each way, every result checked") {
 		t.Fatalf("output: %s", out)
@@ -61,7 +56,7 @@ func TestGoroutinesOnCUDAFake(t *testing.T) {
 }
 
 func TestProcessesOnCUDAFake(t *testing.T) {
-	cudaFake.Lib(t)
+	fakes.CUDA.Lib(t)
 	out := output(t, func(w io.Writer) error { return runProcesses(w, "cuda", 2, 3) })
 	if !strings.Contains(out, "2 ranks as processes on cuda: every result checked") {
 		t.Fatalf("output: %s", out)
@@ -73,7 +68,7 @@ func TestProcessesOnCUDAFake(t *testing.T) {
 // every result; without peer access (FAKE_CUDA_NO_P2P) the run fails at
 // open, naming the devices.
 func TestGoroutinesOverDevicesOnCUDAFake(t *testing.T) {
-	cudaFake.Lib(t)
+	fakes.CUDA.Lib(t)
 	t.Setenv("FAKE_CUDA_DEVICES", "2")
 	out := output(t, func(w io.Writer) error { return runGoroutines(w, "cuda", 4, 3, 2) })
 	if !strings.Contains(out, "4 ranks as goroutines on cuda over 2 devices, 3 steps each way, every result checked") {

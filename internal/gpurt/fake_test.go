@@ -23,6 +23,7 @@ import (
 	"github.com/capalloc/capalloc/backends/plugin"
 	"github.com/capalloc/capalloc/cuda"
 	"github.com/capalloc/capalloc/hip"
+	"github.com/capalloc/capalloc/internal/fakes"
 	"github.com/capalloc/capalloc/internal/gpurt"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
@@ -94,7 +95,7 @@ type vendorCase struct {
 
 var vendors = []vendorCase{
 	{
-		name: "cuda", fake: &gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}, envPrefix: "FAKE_CUDA_",
+		name: "cuda", fake: fakes.CUDA, envPrefix: "FAKE_CUDA_",
 		prefix: "cuda", hostAlloc: "cudaHostAlloc", hostFree: "cudaFreeHost",
 		open: func(o opts) (gpuDriver, error) {
 			return cuda.New(cuda.Options(documented(o)))
@@ -111,7 +112,7 @@ var vendors = []vendorCase{
 		code:       errorCode[*cuda.Error],
 	},
 	{
-		name: "hip", fake: &gpurttest.Fake{Src: "hip/testdata/fakehip.c", Name: "libamdhip64", LibEnv: hip.LibEnv}, envPrefix: "FAKE_HIP_",
+		name: "hip", fake: fakes.HIP, envPrefix: "FAKE_HIP_",
 		prefix: "hip", hostAlloc: "hipHostMalloc", hostFree: "hipHostFree",
 		open: func(o opts) (gpuDriver, error) {
 			return hip.New(hipOptions(documented(o)))
