@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends/plugin"
 	"github.com/capalloc/capalloc/cuda"
@@ -235,6 +236,15 @@ func find(lines []string, parts ...string) []string { return gpurttest.Find(line
 func openFake(t testing.TB, v *vendorCase, o opts) (gpuDriver, *fakeLog) {
 	t.Helper()
 	return gpurttest.Open(t, v.fake, v.open, o)
+}
+
+// endCapture ends a's capture, which must succeed (msgAndArgs say why),
+// and closes the graph.
+func endCapture(t testing.TB, a *alloc.Allocator, msgAndArgs ...any) {
+	t.Helper()
+	g, err := a.EndCapture()
+	require.NoError(t, err, msgAndArgs...)
+	require.NoError(t, g.Close())
 }
 
 // malloc is d.Malloc's allocation, failing the test on its error.

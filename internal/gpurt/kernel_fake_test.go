@@ -442,9 +442,7 @@ func TestFakeLoadModuleDuringGlobalCaptureIsRefused(t *testing.T) {
 		require.Contains(t, err.Error(), "load module capalloc collectives")
 		require.Empty(t, log.Lines(), "no driver call while the capture is active")
 
-		g, err := a.EndCapture()
-		require.NoError(t, err, "the capture survived")
-		require.NoError(t, g.Close())
+		endCapture(t, a, "the capture survived")
 		_, err = d.LoadModule(kernels.Image())
 		require.NoError(t, err)
 	})

@@ -126,9 +126,7 @@ func TestFakeIPCThroughAllocatorIsGuarded(t *testing.T) {
 		require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
 		require.ErrorIs(t, allocipc.Close(a, 1), driver.ErrCaptureIllegalOp)
 		require.Empty(t, find(log.Lines(), v.prefix+"Ipc"), "no runtime call during the capture")
-		g, err := a.EndCapture()
-		require.NoError(t, err, "the capture survived")
-		require.NoError(t, g.Close())
+		endCapture(t, a, "the capture survived")
 
 		q, err := allocipc.Open(a, h)
 		require.NoError(t, err)
@@ -161,9 +159,7 @@ func graphMemory(t *testing.T, a *alloc.Allocator, n int64) {
 	b, err := a.Alloc(n)
 	require.NoError(t, err)
 	require.NoError(t, a.Free(b))
-	g, err := a.EndCapture()
-	require.NoError(t, err)
-	require.NoError(t, g.Close())
+	endCapture(t, a)
 }
 
 func TestFakeTrimTrimsGraphMemory(t *testing.T) {
@@ -185,9 +181,7 @@ func TestFakeTrimTrimsGraphMemory(t *testing.T) {
 		require.NoError(t, b.BeginCapture(alloc.Global))
 		require.NoError(t, a.Trim())
 		require.Empty(t, find(log.Lines(), v.fn("DeviceGraphMemTrim")))
-		g, err := b.EndCapture()
-		require.NoError(t, err)
-		require.NoError(t, g.Close())
+		endCapture(t, b)
 	})
 }
 

@@ -54,9 +54,7 @@ func TestFakeOpenDuringGlobalCaptureIsRefused(t *testing.T) {
 		require.ErrorIs(t, err, driver.ErrCaptureIllegalOp, "the chain stops: falling back to cpu because of a capture would surprise")
 		require.Empty(t, log.Lines(), "no driver call while the capture is active")
 
-		g, err := a.EndCapture()
-		require.NoError(t, err, "the capture survived")
-		require.NoError(t, g.Close())
+		endCapture(t, a, "the capture survived")
 		d, err := v.open(opts{})
 		require.NoError(t, err, "a retry after the capture opens")
 		require.NoError(t, d.Close())
@@ -116,9 +114,7 @@ func TestFakeCloseOutsideGlobalCaptureIsImmediate(t *testing.T) {
 		require.NoError(t, other.Close())
 		require.Len(t, find(log.Lines(), v.fn("MemPoolDestroy")), 1, "torn down before Close returned")
 		require.NoError(t, other.WaitClosed(t.Context()))
-		g, err := a.EndCapture()
-		require.NoError(t, err)
-		require.NoError(t, g.Close())
+		endCapture(t, a)
 		require.NoError(t, d.Close())
 	})
 }
@@ -149,9 +145,7 @@ func TestFake900LeavesCaptureActive(t *testing.T) {
 		buf, err := a.Alloc(4096)
 		require.NoError(t, err, "the capture goes on")
 		require.NoError(t, a.Free(buf))
-		g, err := a.EndCapture()
-		require.NoError(t, err)
-		require.NoError(t, g.Close())
+		endCapture(t, a)
 	})
 }
 
@@ -326,9 +320,7 @@ func TestFakeDefaultStreamsAreNonBlocking(t *testing.T) {
 		st, err := a.CaptureStatus()
 		require.NoError(t, err)
 		require.Equal(t, alloc.StateActive, st)
-		g, err := a.EndCapture()
-		require.NoError(t, err, "A's capture survived B's allocation")
-		require.NoError(t, g.Close())
+		endCapture(t, a, "A's capture survived B's allocation")
 		require.NoError(t, b.Free(buf))
 	})
 }
@@ -340,9 +332,7 @@ func TestFakeBlockingStreamsOption(t *testing.T) {
 		require.NoError(t, a.BeginCapture(alloc.Global))
 		buf, err := b.Alloc(4096)
 		require.NoError(t, err, "another stream's pool growth does not touch the legacy stream")
-		g, err := a.EndCapture()
-		require.NoError(t, err)
-		require.NoError(t, g.Close())
+		endCapture(t, a)
 		require.NoError(t, b.Free(buf))
 	})
 }
@@ -386,9 +376,7 @@ func TestFakeLegacyStreamDuringCapture(t *testing.T) {
 					} else {
 						require.Zero(t, code, "a non-blocking stream's capture does not involve the legacy stream")
 						require.Equal(t, alloc.StateActive, st)
-						g, err := a.EndCapture()
-						require.NoError(t, err)
-						require.NoError(t, g.Close())
+						endCapture(t, a)
 					}
 					require.NoError(t, a.Free(scratch))
 				})
