@@ -10,7 +10,6 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/cpu"
 )
 
 // abortable is a cpu driver whose StreamSynchronize hangs until Abort, as a
@@ -40,9 +39,7 @@ func (d *abortable) Abort(cause error) {
 }
 
 func TestWatchdogAbortsAnAborterDriver(t *testing.T) {
-	inner, err := cpu.New(cpu.Options{MemoryLimit: 1 << 20})
-	require.NoError(t, err)
-	defer inner.Close()
+	inner := newCPU(t, 1<<20)
 	d := &abortable{Driver: inner, killed: make(chan struct{}), aborted: make(chan error, 1)}
 	a, err := alloc.New(d, alloc.Options{Watchdog: 50 * time.Millisecond})
 	require.NoError(t, err)

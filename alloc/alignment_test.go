@@ -10,7 +10,6 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/cpu"
 )
 
 // infoDriver is a driver that reports a forged device alignment.
@@ -29,9 +28,7 @@ func (d infoDriver) Info() driver.DeviceInfo {
 // (a plugin child is not trusted to report one): MaxInt64 used to overflow
 // the pool's rounding and spin New forever, 3 to round sizes wrong.
 func TestNewRefusesBadAlignment(t *testing.T) {
-	d, err := cpu.New(cpu.Options{})
-	require.NoError(t, err)
-	defer d.Close()
+	d := newCPU(t, 0)
 	for _, al := range []int64{0, -256, 3, 768, driver.MaxAlignment << 1, math.MaxInt64, math.MinInt64} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		done := make(chan error, 1)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/cpu"
 )
 
 // statusFailing is a cpu driver whose capture status read fails while fail
@@ -33,9 +32,7 @@ func (d *statusFailing) StreamCaptureStatus(s driver.Stream) (driver.CaptureStat
 // IsCapturing reports the error it cannot read the status for, instead of
 // a false that reads as "not capturing".
 func TestIsCapturingReportsTheStatusError(t *testing.T) {
-	inner, err := cpu.New(cpu.Options{MemoryLimit: 1 << 20})
-	require.NoError(t, err)
-	defer inner.Close()
+	inner := newCPU(t, 1<<20)
 	d := &statusFailing{Driver: inner}
 	a, err := alloc.New(d, alloc.Options{})
 	require.NoError(t, err)
@@ -71,9 +68,7 @@ func panicsInCapture() error { panic("capture_test: boom") }
 // it panicked, is logged first: the re-raise happens on the caller's
 // goroutine, whose stack does not show the function.
 func TestWithCapturePanicKeepsValueAndLogsItsStack(t *testing.T) {
-	d, err := cpu.New(cpu.Options{MemoryLimit: 1 << 20})
-	require.NoError(t, err)
-	defer d.Close()
+	d := newCPU(t, 1<<20)
 	var logged bytes.Buffer
 	a, err := alloc.New(d, alloc.Options{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	require.NoError(t, err)

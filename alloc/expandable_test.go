@@ -17,7 +17,7 @@ import (
 	"github.com/capalloc/capalloc/alloc/memmap"
 	"github.com/capalloc/capalloc/cpu"
 	"github.com/capalloc/capalloc/internal/allocipc"
-	"github.com/capalloc/capalloc/internal/syncio"
+	"github.com/capalloc/capalloc/internal/syncbuf"
 )
 
 const mib = 1 << 20
@@ -29,6 +29,36 @@ func newExpandable(t testing.TB, d driver.Driver) *alloc.Allocator {
 		t.Fatal(err)
 	}
 	return a
+}
+
+// newExpandableVM is an allocator with expandable segments on a fresh
+// vmDriver of limit bytes (0: no limit).
+func newExpandableVM(t *testing.T, limit int64) (*vmDriver, *alloc.Allocator) {
+	t.Helper()
+	d := newVMDriver(t, limit)
+	return d, newExpandable(t, d)
+}
+
+// mustAlloc allocates n bytes of a, or ends the test.
+func mustAlloc(t *testing.T, a *alloc.Allocator, n int64) alloc.Buffer {
+	t.Helper()
+	b, err := a.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// mustHit allocates n bytes of a and checks the allocation was a hit:
+// served from chunks already mapped, with no new mapping.
+func mustHit(t *testing.T, a *alloc.Allocator, d *vmDriver, n int64) alloc.Buffer {
+	t.Helper()
+	maps := d.count("MapMemory")
+	b := mustAlloc(t, a, n)
+	if d.count("MapMemory") != maps {
+		t.Fatalf("%d B made %d maps; want a hit", n, d.count("MapMemory")-maps)
+	}
+	return b
 }
 
 // closeClean closes a and checks that the driver got every mapping and
@@ -79,24 +109,17 @@ func TestExpandableNeedsVirtualMemory(t *testing.T) {
 
 // A miss maps whole chunks at the range's end; nothing else is reserved.
 func TestExpandableGrowsByChunks(t *testing.T) {
-	d := newVMDriver(t, 0)
-	a := newExpandable(t, d)
+	d, a := newExpandableVM(t, 0)
 	if d.vmCalls() != 0 {
 		t.Fatalf("New made %d virtual memory calls; the range is reserved on the first miss", d.vmCalls())
 	}
-	b, err := a.Alloc(3 * mib)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := mustAlloc(t, a, 3*mib)
 	st := agrees(t, a, d)
 	if st.BytesReserved != 4*mib || d.count("MapMemory") != 2 || d.count("ReserveAddress") != 1 {
 		t.Fatalf("3 MiB: %d B reserved, %d maps, %d reservations; want 4 MiB in 2 chunks, 1 reservation",
 			st.BytesReserved, d.count("MapMemory"), d.count("ReserveAddress"))
 	}
-	c, err := a.Alloc(512 << 10) // a small request has its own range: not the large block's free 1 MiB rest
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustAlloc(t, a, 512<<10) // a small request has its own range: not the large block's free 1 MiB rest
 	st = agrees(t, a, d)
 	if st.BytesReserved != 6*mib || d.count("ReserveAddress") != 2 {
 		t.Fatalf("small request: %d B reserved, %d reservations; want 6 MiB, 2 ranges", st.BytesReserved, d.count("ReserveAddress"))
@@ -111,28 +134,14 @@ func TestExpandableGrowsByChunks(t *testing.T) {
 // chunk takes the next whole chunk, not the ends of two, so once its
 // neighbours are gone Trim leaves one chunk mapped for it, not two.
 func TestExpandableHitTakesFewestChunks(t *testing.T) {
-	d := newVMDriver(t, 0)
-	a := newExpandable(t, d)
-	w, err := a.Alloc(1*mib + mib/2) // [0, 1.5 MiB): one chunk mapped
-	if err != nil {
-		t.Fatal(err)
-	}
-	x, err := a.Alloc(4*mib + mib/2) // [1.5 MiB, 6 MiB): the rest of the first chunk and two more
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, a := newExpandableVM(t, 0)
+	w := mustAlloc(t, a, 1*mib+mib/2) // [0, 1.5 MiB): one chunk mapped
+	x := mustAlloc(t, a, 4*mib+mib/2) // [1.5 MiB, 6 MiB): the rest of the first chunk and two more
 	if x.Ptr() != w.Ptr()+driver.DevicePtr(w.Size()) {
 		t.Fatalf("x at %#x, want right after w (%#x)", x.Ptr(), w.Ptr()+driver.DevicePtr(w.Size()))
 	}
 	a.Free(x) // a free block [1.5 MiB, 6 MiB), all of it mapped
-	maps := d.count("MapMemory")
-	z, err := a.Alloc(2 * mib)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d.count("MapMemory") != maps {
-		t.Fatalf("2 MiB made %d maps; want a hit", d.count("MapMemory")-maps)
-	}
+	z := mustHit(t, a, d, 2*mib)
 	if z.Ptr() != w.Ptr()+2*mib {
 		t.Fatalf("2 MiB at offset %d B of the range, want 2 MiB (the second chunk)", z.Ptr()-w.Ptr())
 	}
@@ -151,25 +160,17 @@ func TestExpandableHitTakesFewestChunks(t *testing.T) {
 // two 12 MiB buffers (each a segment of its own without the option) make
 // room for one 24 MiB buffer with no new mapping.
 func TestExpandableReusesAcrossBoundaries(t *testing.T) {
-	d := newVMDriver(t, 0)
-	a := newExpandable(t, d)
-	x, _ := a.Alloc(12 * mib)
-	y, err := a.Alloc(12 * mib)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, a := newExpandableVM(t, 0)
+	x := mustAlloc(t, a, 12*mib)
+	y := mustAlloc(t, a, 12*mib)
 	if y.Ptr() != x.Ptr()+12*mib {
 		t.Fatalf("y at %#x, want right after x (%#x)", y.Ptr(), x.Ptr()+12*mib)
 	}
 	a.Free(x)
 	a.Free(y)
-	maps := d.count("MapMemory")
-	z, err := a.Alloc(24 * mib)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if z.Ptr() != x.Ptr() || d.count("MapMemory") != maps {
-		t.Fatalf("24 MiB at %#x with %d new maps; want x's address %#x and none", z.Ptr(), d.count("MapMemory")-maps, x.Ptr())
+	z := mustHit(t, a, d, 24*mib)
+	if z.Ptr() != x.Ptr() {
+		t.Fatalf("24 MiB at %#x; want x's address %#x", z.Ptr(), x.Ptr())
 	}
 	if st := agrees(t, a, d); st.PeakReserved != 24*mib {
 		t.Fatalf("peak reserved %d, want 24 MiB", st.PeakReserved)
@@ -182,14 +183,10 @@ func TestExpandableReusesAcrossBoundaries(t *testing.T) {
 // unmaps the rest, leaked buffers' memory included, and releases both
 // ranges.
 func TestExpandableTrimAndCloseUnmap(t *testing.T) {
-	d := newVMDriver(t, 0)
-	a := newExpandable(t, d)
+	d, a := newExpandableVM(t, 0)
 	var bufs []alloc.Buffer
 	for _, n := range []int64{5 * mib, 100 << 10, 30 * mib, 7 * mib, 300 << 10} {
-		b, err := a.Alloc(n)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := mustAlloc(t, a, n)
 		bufs = append(bufs, b)
 	}
 	for _, i := range []int{0, 2, 4} {
@@ -221,8 +218,7 @@ func TestExpandableTrimAndCloseUnmap(t *testing.T) {
 // Close during another allocator's Global-mode capture leaves the
 // unmapping, with the rest of its unsafe cleanup, until the capture ends.
 func TestExpandableCloseDefersUnmapping(t *testing.T) {
-	d := newVMDriver(t, 0)
-	a := newExpandable(t, d)
+	d, a := newExpandableVM(t, 0)
 	other, err := alloc.New(d, alloc.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -261,18 +257,14 @@ func TestExpandableCloseDefersUnmapping(t *testing.T) {
 // Inside a capture an allocation stays a graph allocation: no virtual
 // memory call is made while the capture records.
 func TestExpandableNoMappingInCapture(t *testing.T) {
-	d := newVMDriver(t, 0)
-	a := newExpandable(t, d)
+	d, a := newExpandableVM(t, 0)
 	warm, _ := a.Alloc(3 * mib)
 	a.Free(warm)
 	calls := d.vmCalls()
 	if err := a.BeginCapture(alloc.Global); err != nil {
 		t.Fatal(err)
 	}
-	b, err := a.Alloc(40 * mib) // a miss outside a capture
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := mustAlloc(t, a, 40*mib) // a miss outside a capture
 	snap, err := a.Snapshot()
 	if err != nil {
 		t.Fatal(err)
@@ -308,7 +300,7 @@ func TestExpandableNoMappingInCapture(t *testing.T) {
 // gives it back once the capture is over.
 func TestExpandableFallsBackUnderForeignGlobalCapture(t *testing.T) {
 	d := newVMDriver(t, 0)
-	var logs syncio.Buffer // the logger is shared by goroutines
+	var logs syncbuf.Buffer
 	a, err := alloc.New(d, alloc.Options{ExpandableSegments: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -323,10 +315,7 @@ func TestExpandableFallsBackUnderForeignGlobalCapture(t *testing.T) {
 	if err := other.BeginCapture(alloc.Global); err != nil {
 		t.Fatal(err)
 	}
-	b, err := a.Alloc(12 * mib)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := mustAlloc(t, a, 12*mib)
 	if n := d.vmCalls() - calls; n != 0 {
 		t.Fatalf("%d virtual memory calls under a foreign Global capture", n)
 	}
@@ -373,8 +362,7 @@ func TestExpandableFallsBackUnderForeignGlobalCapture(t *testing.T) {
 // memory freed on the stream may still be used by work queued before the
 // free, and unmapping is not stream-ordered.
 func TestExpandableUnmapsOnlyIdleStream(t *testing.T) {
-	d := newVMDriver(t, 0)
-	a := newExpandable(t, d)
+	d, a := newExpandableVM(t, 0)
 	x, _ := a.Alloc(4 * mib)
 	y, _ := a.Alloc(2 * mib)
 	a.Free(x)
@@ -382,10 +370,7 @@ func TestExpandableUnmapsOnlyIdleStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	unmaps := d.count("UnmapMemory")
-	z, err := a.Alloc(6 * mib) // does not fit x's place: maps 6 MiB past y
-	if err != nil {
-		t.Fatal(err)
-	}
+	z := mustAlloc(t, a, 6*mib) // does not fit x's place: maps 6 MiB past y
 	if n := d.count("UnmapMemory") - unmaps; n != 0 {
 		t.Fatalf("%d chunks unmapped while work was queued", n)
 	}
@@ -393,10 +378,7 @@ func TestExpandableUnmapsOnlyIdleStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Free(z)
-	w, err := a.Alloc(8 * mib) // idle now: x's and z's free chunks go first
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := mustAlloc(t, a, 8*mib) // idle now: x's and z's free chunks go first
 	if st := agrees(t, a, d); d.count("UnmapMemory") == unmaps || st.BytesReserved > 12*mib {
 		t.Fatalf("idle stream: %d unmaps, %d B reserved", d.count("UnmapMemory")-unmaps, st.BytesReserved)
 	}
@@ -410,18 +392,14 @@ func TestExpandableUnmapsOnlyIdleStream(t *testing.T) {
 // inside it, unmaps nothing, even with the stream idle. (Reading the
 // peak from the wrong counter once made every idle miss unmap.)
 func TestExpandableKeepsFreeChunksWithinSlack(t *testing.T) {
-	d := newVMDriver(t, 0)
-	a := newExpandable(t, d)
+	d, a := newExpandableVM(t, 0)
 	x, _ := a.Alloc(50 * mib)
 	y, _ := a.Alloc(50 * mib) // reserved 100 MiB, peak in use 100 MiB
 	if err := a.Free(x); err != nil {
 		t.Fatal(err)
 	}
 	maps, unmaps := d.count("MapMemory"), d.count("UnmapMemory")
-	s, err := a.Alloc(4 << 10) // the small range's first chunk: 102 MiB reserved, within 1.04x
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustAlloc(t, a, 4<<10) // the small range's first chunk: 102 MiB reserved, within 1.04x
 	if n := d.count("MapMemory") - maps; n != 1 {
 		t.Fatalf("%d chunks mapped for the small request, want 1", n)
 	}
@@ -440,13 +418,9 @@ func TestExpandableKeepsFreeChunksWithinSlack(t *testing.T) {
 // retries; when even that does not make room it fails with
 // ErrOutOfMemory and leaves everything as it was.
 func TestExpandableOutOfMemory(t *testing.T) {
-	d := newVMDriver(t, 8*mib)
-	a := newExpandable(t, d)
+	d, a := newExpandableVM(t, 8*mib)
 	x, _ := a.Alloc(4 * mib)
-	y, err := a.Alloc(2 * mib)
-	if err != nil {
-		t.Fatal(err)
-	}
+	y := mustAlloc(t, a, 2*mib)
 	a.Free(x)
 	ran := false
 	if err := a.LaunchHostFunc(func() error { ran = true; return nil }); err != nil {
@@ -493,8 +467,7 @@ func TestExpandableOutOfMemory(t *testing.T) {
 // its blocks lie at their offsets across Span, and nothing is drawn in
 // the unmapped gaps.
 func TestExpandableSnapshot(t *testing.T) {
-	d := newVMDriver(t, 0)
-	a := newExpandable(t, d)
+	d, a := newExpandableVM(t, 0)
 	tr := newPoolTrace(3000, 64, 256, 64<<20, 1)
 	live := make([]alloc.Buffer, tr.slots)
 	tr.ops = tr.ops[:2000] // stop half way: buffers live, free blocks and holes between them
@@ -544,8 +517,7 @@ func TestExpandableSnapshot(t *testing.T) {
 // and snapshot it: the pool stays sound, the driver's mappings match the
 // counters, and Close gives everything back.
 func TestExpandableConcurrent(t *testing.T) {
-	d := newVMDriver(t, 256*mib)
-	a := newExpandable(t, d)
+	d, a := newExpandableVM(t, 256*mib)
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for g := 0; g < 4; g++ {
@@ -764,10 +736,7 @@ func TestExpandableOnCPUDriver(t *testing.T) {
 			continue
 		}
 		n := int64(4<<10) << rng.IntN(12) // 4 KiB .. 8 MiB
-		b, err := a.Alloc(n + rng.Int64N(n))
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := mustAlloc(t, a, n+rng.Int64N(n))
 		off := rng.Int64N(mib)
 		h := held{b, pat[off : off+b.Size()]}
 		if err := a.Upload(b, 0, h.data); err != nil {
@@ -800,8 +769,7 @@ func TestExpandableOnCPUDriver(t *testing.T) {
 // memory in an expandable range is refused before the driver is asked:
 // another process cannot open part of a reservation.
 func TestExpandableRefusesExport(t *testing.T) {
-	d := newVMDriver(t, 0)
-	a := newExpandable(t, d)
+	d, a := newExpandableVM(t, 0)
 	b, _ := a.Alloc(3 * mib)
 	s, _ := a.Alloc(4 << 10)
 	view, err := a.Slice(b, 1<<20, 1<<20)

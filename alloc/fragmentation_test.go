@@ -6,7 +6,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
-	"github.com/capalloc/capalloc/cpu"
 )
 
 // Peak reserved stays within 1.30x the peak in use with plain segments
@@ -35,11 +34,7 @@ func TestFragmentationOnTraces(t *testing.T) {
 					vm = newVMDriver(t, 0)
 					a = newExpandable(t, vm)
 				} else {
-					d, err := cpu.New(cpu.Options{MemoryLimit: 64 << 30})
-					require.NoError(t, err)
-					defer d.Close()
-					a, err = alloc.New(d, alloc.Options{})
-					require.NoError(t, err)
+					_, a = newCPUAllocator(t, 64<<30)
 				}
 				defer a.Close()
 				var mid int64
@@ -77,11 +72,7 @@ func TestFragmentationOnTraces(t *testing.T) {
 // first, and keeps the others cached.
 func TestGrowthGivesBackOldestPastTheSlack(t *testing.T) {
 	const MiB = 1 << 20
-	d, err := cpu.New(cpu.Options{MemoryLimit: 1 << 30})
-	require.NoError(t, err)
-	defer d.Close()
-	a, err := alloc.New(d, alloc.Options{})
-	require.NoError(t, err)
+	_, a := newCPUAllocator(t, 1<<30)
 	defer a.Close()
 	ballast, err := a.Alloc(100 * MiB)
 	require.NoError(t, err)

@@ -56,17 +56,14 @@ func TestGraphIDsAreStableAndNeverReused(t *testing.T) {
 	for _, g := range graphs {
 		require.NoError(t, g.Close())
 	}
-	require.NoError(t, a.Free(out))
-	require.NoError(t, a.Close())
+	closeAll(t, a, out)
 	require.NoError(t, b.Close())
 }
 
 // A pool has a name (SetName) and a number, and its graphs name it in the
 // snapshot.
 func TestGraphPoolNameInTheSnapshot(t *testing.T) {
-	a, _ := newPoolAllocator(t, poolStep)
-	out, err := a.Alloc(512)
-	require.NoError(t, err)
+	a, _, out := newPoolOut(t, poolStep)
 	gp := a.NewGraphPool()
 	require.Equal(t, "", gp.Name())
 	gp.SetName("decode")
@@ -82,19 +79,14 @@ func TestGraphPoolNameInTheSnapshot(t *testing.T) {
 	require.Len(t, s.Graphs, 1)
 	require.Equal(t, p.ID, s.Graphs[0].Pool)
 	require.Equal(t, fmt.Sprintf("decode (pool %d)", p.ID), p.Label())
-	require.NoError(t, g.Close())
-	require.NoError(t, gp.Close())
-	require.NoError(t, a.Free(out))
-	require.NoError(t, a.Close())
+	closeAll(t, a, out, g, gp)
 }
 
 // The leak report at Close names what is open: a graph by name and
 // number, with its pool; a pool closed before its graph is not reported
 // as open, and the report says its memory waited for the graph.
 func TestLeakReportNamesGraphsAndPools(t *testing.T) {
-	a, _ := newPoolAllocator(t, poolStep)
-	out, err := a.Alloc(512)
-	require.NoError(t, err)
+	a, _, out := newPoolOut(t, poolStep)
 	gp := a.NewGraphPool()
 	gp.SetName("decode")
 	g, err := a.WithCapture(alloc.CaptureOptions{Pool: gp, Name: "batch-8"}, func() error {

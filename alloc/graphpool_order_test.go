@@ -6,7 +6,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
-	"github.com/capalloc/capalloc/cpu"
 )
 
 // orderStep allocates a step's temporaries at batch n (n MiB, n/2, n/4)
@@ -42,11 +41,7 @@ func orderStep(a *alloc.Allocator, n int64) (alloc.Buffer, error) {
 func TestGraphPoolSmallestFirstCostsTheLargest(t *testing.T) {
 	const batches = 64
 	graphBytes := func(up bool, lo int64) int64 {
-		d, err := cpu.New(cpu.Options{MemoryLimit: 8 << 30})
-		require.NoError(t, err)
-		defer d.Close()
-		a, err := alloc.New(d, alloc.Options{})
-		require.NoError(t, err)
+		_, a := newCPUAllocator(t, 8<<30)
 		warm, err := orderStep(a, batches)
 		require.NoError(t, err)
 		require.NoError(t, a.Free(warm))

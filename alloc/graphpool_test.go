@@ -2,13 +2,13 @@ package alloc_test
 
 import (
 	"bytes"
+	"io"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
-	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/alloc/memmap"
 	"github.com/capalloc/capalloc/cpu"
 )
@@ -20,17 +20,34 @@ const poolStep = 256 << 10 // a step's temporary in these tests
 // captures.
 func newPoolAllocator(t *testing.T, warm int64) (*alloc.Allocator, *cpu.Driver) {
 	t.Helper()
-	d, err := cpu.New(cpu.Options{MemoryLimit: 64 << 20})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, d.Close()) })
-	a, err := alloc.New(d, alloc.Options{})
-	require.NoError(t, err)
+	d, a := newCPUAllocator(t, 64<<20)
 	if warm > 0 {
 		b, err := a.Alloc(warm)
 		require.NoError(t, err)
 		require.NoError(t, a.Free(b))
 	}
 	return a, d
+}
+
+// newPoolOut is newPoolAllocator with out, a 512-byte buffer the tests'
+// captured steps copy into (see captureStep).
+func newPoolOut(t *testing.T, warm int64) (*alloc.Allocator, *cpu.Driver, alloc.Buffer) {
+	t.Helper()
+	a, d := newPoolAllocator(t, warm)
+	out, err := a.Alloc(512)
+	require.NoError(t, err)
+	return a, d, out
+}
+
+// closeAll closes what a test opened on a, in order (graphs, pools), then
+// frees out and closes a; each without error, so nothing is left open.
+func closeAll(t *testing.T, a *alloc.Allocator, out alloc.Buffer, open ...io.Closer) {
+	t.Helper()
+	for _, c := range open {
+		require.NoError(t, c.Close())
+	}
+	require.NoError(t, a.Free(out))
+	require.NoError(t, a.Close())
 }
 
 // captureStep captures a step into gp (nil: none) that allocates n bytes,
@@ -59,17 +76,11 @@ func captureStep(t *testing.T, a *alloc.Allocator, gp *alloc.GraphPool, n int64,
 	return g, tmp
 }
 
-func overlap(p driver.DevicePtr, pn int64, q driver.DevicePtr, qn int64) bool {
-	return p < q+driver.DevicePtr(qn) && q < p+driver.DevicePtr(pn)
-}
-
 // Graphs of one pool reuse what earlier captures freed: the pool holds
 // the largest step, not the sum, and the captures make no driver
 // allocation. Without a pool each graph owns its own.
 func TestGraphPoolSharesWhatCapturesFreed(t *testing.T) {
-	a, _ := newPoolAllocator(t, poolStep)
-	out, err := a.Alloc(512)
-	require.NoError(t, err)
+	a, _, out := newPoolOut(t, poolStep)
 	gp := a.NewGraphPool()
 	before := a.Stats()
 	g1, t1 := captureStep(t, a, gp, poolStep, 1, out, false)
@@ -97,18 +108,14 @@ func TestGraphPoolSharesWhatCapturesFreed(t *testing.T) {
 	for _, g := range []*alloc.Graph{g1, g2, n1, n2} {
 		require.NoError(t, g.Close())
 	}
-	require.NoError(t, gp.Close())
-	require.NoError(t, a.Free(out))
-	require.NoError(t, a.Close())
+	closeAll(t, a, out, gp)
 }
 
 // What a graph holds when its capture ends (its output) is never given to
 // another capture of the pool while the graph lives: replaying the other
 // graph leaves it intact.
 func TestGraphPoolKeepsAGraphsOutputs(t *testing.T) {
-	a, _ := newPoolAllocator(t, 2*poolStep)
-	out, err := a.Alloc(512)
-	require.NoError(t, err)
+	a, _, out := newPoolOut(t, 2*poolStep)
 	gp := a.NewGraphPool()
 	g1, kept := captureStep(t, a, gp, poolStep, 1, out, true)
 	g2, t2 := captureStep(t, a, gp, poolStep, 2, out, false)
@@ -127,11 +134,7 @@ func TestGraphPoolKeepsAGraphsOutputs(t *testing.T) {
 	g3, t3 := captureStep(t, a, gp, poolStep, 3, out, false)
 	require.Equal(t, int64(2*poolStep), gp.Bytes(), "the pool did not grow: the closed graph's output was reused")
 	_ = t3
-	require.NoError(t, g2.Close())
-	require.NoError(t, g3.Close())
-	require.NoError(t, gp.Close())
-	require.NoError(t, a.Free(out))
-	require.NoError(t, a.Close())
+	closeAll(t, a, out, g2, g3, gp)
 }
 
 // The pool's memory goes back to the allocator when the pool and its last
@@ -144,9 +147,7 @@ func TestGraphPoolReturnsMemoryWhenPoolAndLastGraphClosed(t *testing.T) {
 			name = "pool_closed_first"
 		}
 		t.Run(name, func(t *testing.T) {
-			a, _ := newPoolAllocator(t, poolStep)
-			out, err := a.Alloc(512)
-			require.NoError(t, err)
+			a, _, out := newPoolOut(t, poolStep)
 			gp := a.NewGraphPool()
 			g, tmp := captureStep(t, a, gp, poolStep, 1, out, false)
 			cachedWithPool := a.Stats().BytesCached
@@ -166,8 +167,7 @@ func TestGraphPoolReturnsMemoryWhenPoolAndLastGraphClosed(t *testing.T) {
 			require.Zero(t, gp.Bytes())
 			require.Equal(t, cachedWithPool+poolStep, a.Stats().BytesCached, "the pool's memory is the cache's again")
 			require.NoError(t, a.CheckPool())
-			require.NoError(t, a.Free(out))
-			require.NoError(t, a.Close())
+			closeAll(t, a, out)
 		})
 	}
 }
@@ -208,32 +208,25 @@ func TestGraphPoolRefusesForeignAndClosedPools(t *testing.T) {
 // With nothing cached the capture's allocation is the graph's own memory,
 // as without a pool, and the graph says so.
 func TestGraphPoolWithAnEmptyCacheWarns(t *testing.T) {
-	a, _ := newPoolAllocator(t, 0)
-	out, err := a.Alloc(512)
-	require.NoError(t, err)
+	a, _, out := newPoolOut(t, 0)
 	gp := a.NewGraphPool()
 	g, _ := captureStep(t, a, gp, 4<<20, 1, out, false)
 	require.Zero(t, gp.Bytes())
 	require.Len(t, g.Warnings(), 1)
 	require.Contains(t, g.Warnings()[0], "graph pool")
 	require.NoError(t, g.Launch())
-	require.NoError(t, g.Close())
-	require.NoError(t, gp.Close())
-	require.NoError(t, a.Free(out))
-	require.NoError(t, a.Close())
+	closeAll(t, a, out, g, gp)
 }
 
 // Close finds a pool left open: a leak, reported, and its memory given
 // back to the driver with the rest.
 func TestGraphPoolLeftOpenIsALeakAtClose(t *testing.T) {
-	a, d := newPoolAllocator(t, poolStep)
-	out, err := a.Alloc(512)
-	require.NoError(t, err)
+	a, d, out := newPoolOut(t, poolStep)
 	gp := a.NewGraphPool()
 	g, _ := captureStep(t, a, gp, poolStep, 1, out, false)
 	require.NoError(t, g.Close())
 	require.NoError(t, a.Free(out))
-	err = a.Close()
+	err := a.Close()
 	require.ErrorIs(t, err, alloc.ErrLeaked)
 	require.Contains(t, err.Error(), "graph pool")
 	u, err := d.Usage()
@@ -244,9 +237,7 @@ func TestGraphPoolLeftOpenIsALeakAtClose(t *testing.T) {
 // Graphs and the pool closed from several goroutines at once, while
 // another goroutine allocates: the memory goes back exactly once (-race).
 func TestGraphPoolConcurrentCloses(t *testing.T) {
-	a, d := newPoolAllocator(t, poolStep)
-	out, err := a.Alloc(512)
-	require.NoError(t, err)
+	a, d, out := newPoolOut(t, poolStep)
 	gp := a.NewGraphPool()
 	var gs []*alloc.Graph
 	for i := range 8 {
@@ -272,8 +263,7 @@ func TestGraphPoolConcurrentCloses(t *testing.T) {
 	wg.Wait()
 	require.Zero(t, gp.Bytes())
 	require.NoError(t, a.CheckPool())
-	require.NoError(t, a.Free(out))
-	require.NoError(t, a.Close())
+	closeAll(t, a, out)
 	u, err := d.Usage()
 	require.NoError(t, err)
 	require.Zero(t, u.Device)
@@ -284,19 +274,9 @@ func TestGraphPoolConcurrentCloses(t *testing.T) {
 // it ends at about the largest capture's need, not the sum of pieces.
 func TestGraphPoolGrowsOneSegmentSmallestFirst(t *testing.T) {
 	const unit, k = 16 << 10, 16
-	a, _ := newPoolAllocator(t, 0)
-	out, err := a.Alloc(512)
-	require.NoError(t, err)
+	a, _, out := newPoolOut(t, 0)
 	// The warm-up: the largest step's three temporaries, freed.
-	var warm []alloc.Buffer
-	for _, n := range []int64{k * unit, k * unit / 2, k * unit / 4} {
-		b, err := a.Alloc(n)
-		require.NoError(t, err)
-		warm = append(warm, b)
-	}
-	for _, b := range warm {
-		require.NoError(t, a.Free(b))
-	}
+	cacheFreed(t, a, k*unit, k*unit/2, k*unit/4)
 	gp := a.NewGraphPool()
 	var gs []*alloc.Graph
 	for i := int64(1); i <= k; i++ {
@@ -352,17 +332,14 @@ func TestGraphPoolGrowsOneSegmentSmallestFirst(t *testing.T) {
 	}
 	require.NoError(t, gp.Close())
 	require.NoError(t, a.CheckPool())
-	require.NoError(t, a.Free(out))
-	require.NoError(t, a.Close())
+	closeAll(t, a, out)
 }
 
 // The allocator's snapshot shows the pool's memory as graphs' memory:
 // graph-owned where a graph holds it, graph-pool where it is free for the
 // next capture.
 func TestGraphPoolMemoryIsGraphOwnedInTheSnapshot(t *testing.T) {
-	a, _ := newPoolAllocator(t, poolStep)
-	out, err := a.Alloc(512)
-	require.NoError(t, err)
+	a, _, out := newPoolOut(t, poolStep)
 	gp := a.NewGraphPool()
 	owned := func() int64 {
 		s, err := a.Snapshot()
@@ -375,8 +352,7 @@ func TestGraphPoolMemoryIsGraphOwnedInTheSnapshot(t *testing.T) {
 	require.NoError(t, g.Close())
 	require.NoError(t, gp.Close())
 	require.Equal(t, before, owned())
-	require.NoError(t, a.Free(out))
-	require.NoError(t, a.Close())
+	closeAll(t, a, out)
 }
 
 // Trim gives back what the allocator caches, never what a pool holds:

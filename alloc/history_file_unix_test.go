@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
-	"github.com/capalloc/capalloc/cpu"
 )
 
 // newWithHistoryFile is New on a fresh cpu driver with a history and
@@ -19,9 +18,7 @@ import (
 // test ends.
 func newWithHistoryFile(t *testing.T, path string) (*alloc.Allocator, error) {
 	t.Helper()
-	d, err := cpu.New(cpu.Options{MemoryLimit: 64 << 20})
-	require.NoError(t, err)
-	t.Cleanup(func() { d.Close() })
+	d := newCPU(t, 64<<20)
 	a, err := alloc.New(d, alloc.Options{History: 100, HistoryFile: path})
 	if err == nil {
 		t.Cleanup(func() { a.Close() })

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -202,29 +201,12 @@ func TestHistoryFileAtOutOfMemory(t *testing.T) {
 // the state's. Run with -race.
 func TestHistoryOrderUnderConcurrency(t *testing.T) {
 	a := cpuAllocatorWith(t, 256<<20, alloc.Options{History: 1 << 16})
-	var wg sync.WaitGroup
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 2000 {
-				b, err := a.Alloc(int64(4<<10) << (i % 3 * w % 4))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if err := a.Free(b); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}()
-	}
+	wait := allocFreeWorkers(t, a, 4, 2000, func(w, i int) int64 { return int64(4<<10) << (i % 3 * w % 4) })
 	for range 5 {
 		var buf bytes.Buffer
 		require.NoError(t, a.WriteHistory(&buf)) // while they run
 	}
-	wg.Wait()
+	wait()
 	h := readHistory(t, a)
 	require.EqualValues(t, len(h.Events), h.Recorded, "nothing dropped")
 	live := map[driver.DevicePtr]bool{}

@@ -94,9 +94,7 @@ func TestManagedRefusedDuringCaptures(t *testing.T) {
 type noManaged struct{ driver.Driver }
 
 func TestManagedUnsupported(t *testing.T) {
-	d, err := cpu.New(cpu.Options{})
-	require.NoError(t, err)
-	defer d.Close()
+	d := newCPU(t, 0)
 	a, err := alloc.New(noManaged{d}, alloc.Options{})
 	require.NoError(t, err)
 	defer a.Close()

@@ -42,9 +42,7 @@ func TestSynchronizeIdleStreamInline(t *testing.T) {
 		syncs    int32 // blocking calls that synchronizing queued work makes
 	}{{"watchdog=off", -1, 1}, {"watchdog=on", time.Minute, 0}} {
 		t.Run(c.name, func(t *testing.T) {
-			inner, err := cpu.New(cpu.Options{MemoryLimit: 1 << 20})
-			require.NoError(t, err)
-			defer inner.Close()
+			inner := newCPU(t, 1<<20)
 			d := &syncCounter{Driver: inner}
 			a, err := alloc.New(d, alloc.Options{Watchdog: c.watchdog})
 			require.NoError(t, err)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/cpu"
 )
 
 // Both allocation paths give the pool's cache back to the driver and retry
@@ -122,9 +121,7 @@ func TestOutOfMemoryMessage(t *testing.T) {
 // A driver that cannot tell its free memory (no driver.MemInfoer) gets a
 // message without it.
 func TestOutOfMemoryMessageWithoutMemInfo(t *testing.T) {
-	d, err := cpu.New(cpu.Options{MemoryLimit: 8 << 20})
-	require.NoError(t, err)
-	t.Cleanup(func() { d.Close() })
+	d := newCPU(t, 8<<20)
 	a, err := alloc.New(struct{ driver.Driver }{d}, alloc.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { a.Close() })
@@ -229,9 +226,7 @@ func TestOutOfMemoryHintsOnlyWhatCanHelp(t *testing.T) {
 	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
 	require.Contains(t, err.Error(), "set CAPALLOC_ALLOC_CONF=expandable_segments:True (Options.ExpandableSegments)")
 
-	d, err := cpu.New(cpu.Options{MemoryLimit: 8 << 20})
-	require.NoError(t, err)
-	defer d.Close()
+	d := newCPU(t, 8<<20)
 	_, err = alloc.New(noVM{d}, alloc.Options{ExpandableSegments: true})
 	require.ErrorIs(t, err, errors.ErrUnsupported, "the driver refuses what the hint would suggest")
 	a, err := alloc.New(noVM{d}, alloc.Options{})

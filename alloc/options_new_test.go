@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
-	"github.com/capalloc/capalloc/cpu"
 )
 
 // New applies Options.ProfileRate, the process's sampling rate, once the
@@ -21,9 +20,7 @@ func TestNewAppliesProfileRate(t *testing.T) {
 		_, _ = alloc.SetProfileRate(r)
 		return r
 	}
-	d, err := cpu.New(cpu.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { d.Close() })
+	d := newCPU(t, 0)
 	for _, tc := range []struct{ opt, want int }{{0, 777}, {4096, 4096}, {-1, 0}} {
 		_, _ = alloc.SetProfileRate(777)
 		a, err := alloc.New(d, alloc.Options{ProfileRate: tc.opt})
@@ -32,7 +29,7 @@ func TestNewAppliesProfileRate(t *testing.T) {
 		require.NoError(t, a.Close())
 	}
 	_, _ = alloc.SetProfileRate(777)
-	_, err = alloc.New(d, alloc.Options{ProfileRate: 1, Name: "\xff"})
+	_, err := alloc.New(d, alloc.Options{ProfileRate: 1, Name: "\xff"})
 	require.ErrorIs(t, err, alloc.ErrInvalidValue)
 	require.Equal(t, 777, rate(), "a New that failed set no rate")
 }
@@ -43,9 +40,7 @@ func TestNewAppliesProfileRate(t *testing.T) {
 // count past the slice limit used to panic in New ("makeslice: len out
 // of range").
 func TestNewRefusesAHistoryAboveItsMaximum(t *testing.T) {
-	d, err := cpu.New(cpu.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { d.Close() })
+	d := newCPU(t, 0)
 	for _, n := range []int{1 << 50, math.MaxInt, 1<<22 + 1} {
 		a, err := alloc.New(d, alloc.Options{Name: "too-long-a-history", History: n})
 		require.ErrorIs(t, err, alloc.ErrInvalidValue, "History %d", n)

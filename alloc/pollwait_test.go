@@ -36,9 +36,7 @@ type countingPoller struct {
 }
 
 func newCountingPoller(t *testing.T) *countingPoller {
-	inner, err := cpu.New(cpu.Options{MemoryLimit: 1 << 20})
-	require.NoError(t, err)
-	t.Cleanup(func() { inner.Close() })
+	inner := newCPU(t, 1<<20)
 	return &countingPoller{Driver: inner, polling: make(chan struct{}, 16)}
 }
 

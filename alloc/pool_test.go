@@ -1,33 +1,20 @@
 package alloc_test
 
 import (
+	"slices"
 	"testing"
 
-	"github.com/capalloc/capalloc/alloc"
-	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/cpu"
 	"github.com/stretchr/testify/require"
+
+	"github.com/capalloc/capalloc/alloc"
 )
 
 // When the driver runs out of memory while the pool caches freed blocks of
 // other sizes, the allocator gives the cache back and retries, so cached
 // memory never causes an out-of-memory an engine could not recover from.
 func TestOutOfMemoryReleasesCacheAndRetries(t *testing.T) {
-	d, err := cpu.New(cpu.Options{MemoryLimit: 1 << 20})
-	require.NoError(t, err)
-	defer d.Close()
-	a, err := alloc.New(d, alloc.Options{})
-	require.NoError(t, err)
-
-	var small []alloc.Buffer
-	for i := 0; i < 12; i++ { // 12 × 64 KiB = 768 KiB of the 1 MiB device
-		b, err := a.Alloc(64 << 10)
-		require.NoError(t, err)
-		small = append(small, b)
-	}
-	for _, b := range small {
-		require.NoError(t, a.Free(b))
-	}
+	_, a := newCPUAllocator(t, 1<<20)
+	cacheFreed(t, a, slices.Repeat([]int64{64 << 10}, 12)...) // 768 KiB of the 1 MiB device
 	require.Equal(t, int64(12<<10)*64, a.Stats().BytesCached, "freed blocks stay cached")
 
 	big, err := a.Alloc(512 << 10) // fits only once the cache is returned
@@ -70,25 +57,14 @@ func TestOutOfMemoryReleasesOnlyWhatIsNeeded(t *testing.T) {
 		{"smallest_fit", 35 * MiB, 0, []int64{12 * MiB, 22 * MiB}, 4 << 10, 22*MiB + 2*MiB - 4<<10, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := cpu.New(cpu.Options{MemoryLimit: tc.limit})
-			require.NoError(t, err)
-			defer d.Close()
-			a, err := alloc.New(d, alloc.Options{})
-			require.NoError(t, err)
+			_, a := newCPUAllocator(t, tc.limit)
 			var ballast alloc.Buffer
 			if tc.ballast > 0 {
+				var err error
 				ballast, err = a.Alloc(tc.ballast)
 				require.NoError(t, err)
 			}
-			var bufs []alloc.Buffer
-			for _, n := range tc.cached {
-				b, err := a.Alloc(n)
-				require.NoError(t, err)
-				bufs = append(bufs, b)
-			}
-			for _, b := range bufs {
-				require.NoError(t, a.Free(b))
-			}
+			cacheFreed(t, a, tc.cached...)
 			before := a.Stats()
 			b, err := a.Alloc(tc.next)
 			require.NoError(t, err)
@@ -108,11 +84,7 @@ func TestOutOfMemoryReleasesOnlyWhatIsNeeded(t *testing.T) {
 // the order of frees, once every buffer is freed each segment is one free
 // block again, so Trim gives every byte back. Live buffers never overlap.
 func TestPoolSplitsAndMergesBlocks(t *testing.T) {
-	d, err := cpu.New(cpu.Options{MemoryLimit: 1 << 30})
-	require.NoError(t, err)
-	defer d.Close()
-	a, err := alloc.New(d, alloc.Options{})
-	require.NoError(t, err)
+	_, a := newCPUAllocator(t, 1<<30)
 	tr := newPoolTrace(4000, 64, 256, 16<<20, 7)
 	live := make([]alloc.Buffer, tr.slots)
 	for i, op := range tr.ops {
@@ -125,7 +97,7 @@ func TestPoolSplitsAndMergesBlocks(t *testing.T) {
 		require.NoError(t, err, "op %d", i)
 		require.Zero(t, uint64(b.Ptr())%uint64(a.Info().Alignment), "aligned")
 		for j, o := range live {
-			if o.Size() > 0 && b.Ptr() < o.Ptr()+driver.DevicePtr(o.Size()) && o.Ptr() < b.Ptr()+driver.DevicePtr(b.Size()) {
+			if o.Size() > 0 && overlap(b.Ptr(), b.Size(), o.Ptr(), o.Size()) {
 				t.Fatalf("op %d: new buffer [%#x,+%d) overlaps live slot %d [%#x,+%d)", i, b.Ptr(), b.Size(), j, o.Ptr(), o.Size())
 			}
 		}
@@ -151,11 +123,7 @@ func TestPoolSplitsAndMergesBlocks(t *testing.T) {
 // 64 MiB, about 64 live) the memory reserved at the peak stays within 1.6x
 // of the bytes in use at the peak. Size-class caching reserved 5x.
 func TestPoolFragmentationOnTrace(t *testing.T) {
-	d, err := cpu.New(cpu.Options{MemoryLimit: 8 << 30})
-	require.NoError(t, err)
-	defer d.Close()
-	a, err := alloc.New(d, alloc.Options{})
-	require.NoError(t, err)
+	_, a := newCPUAllocator(t, 8<<30)
 	tr := newPoolTrace(100000, 64, 256, 64<<20, 1) // the benchmark's trace
 	live := make([]alloc.Buffer, tr.slots)
 	require.NoError(t, tr.run(a, live))

@@ -10,7 +10,6 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/cpu"
 )
 
 // Allocation wrappers small enough to be inlined, at two depths, as an
@@ -103,9 +102,7 @@ func TestProfileKeepsInlinedCallers(t *testing.T) {
 		}, []string{"inlinedAlloc", "inlinedTwice", "TestProfileKeepsInlinedCallers.func", "TestProfileKeepsInlinedCallers.func"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cpuDrv, err := cpu.New(cpu.Options{MemoryLimit: 1 << 30})
-			require.NoError(t, err)
-			defer cpuDrv.Close()
+			cpuDrv := newCPU(t, 1<<30)
 			d := &stackDriver{Driver: cpuDrv}
 			a, err := alloc.New(d, alloc.Options{Name: "inlined-" + c.name})
 			require.NoError(t, err)

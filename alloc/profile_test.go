@@ -15,23 +15,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/alloc/internal/registry"
-	"github.com/capalloc/capalloc/cpu"
 )
 
 // newNamed makes an allocator called name on a fresh cpu driver, closed
 // (and the driver with it) when the test ends.
 func newNamed(t testing.TB, name string) *alloc.Allocator {
 	t.Helper()
-	d, err := cpu.New(cpu.Options{MemoryLimit: 1 << 30})
-	require.NoError(t, err)
-	a, err := alloc.New(d, alloc.Options{Name: name})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		require.NoError(t, a.Close())
-		require.NoError(t, d.Close())
-	})
-	return a
+	return alloctest.New(t, newCPU(t, 1<<30), alloc.Options{Name: name})
 }
 
 // recordEvery turns recording of every allocation on for the test.
@@ -228,9 +220,7 @@ func TestProcessProfileCoversEveryAllocator(t *testing.T) {
 	require.NoError(t, x.Free(bx))
 	require.NoError(t, y.Free(by))
 
-	d, err := cpu.New(cpu.Options{})
-	require.NoError(t, err)
-	defer d.Close()
+	d := newCPU(t, 0)
 	z, err := alloc.New(d, alloc.Options{Name: "proc-z"})
 	require.NoError(t, err)
 	require.NoError(t, z.Close())

@@ -11,16 +11,13 @@ import (
 	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/alloc/internal/registry"
-	"github.com/capalloc/capalloc/cpu"
 )
 
 // Open allocators have distinct names: a default one is the backend's name
 // and a number, a name in use is refused before any driver call (no stream
 // made), and a closed allocator's name is free again.
 func TestAllocatorNames(t *testing.T) {
-	d, err := cpu.New(cpu.Options{})
-	require.NoError(t, err)
-	defer d.Close()
+	d := newCPU(t, 0)
 	spy := alloctest.NewSpy(d)
 
 	x, err := alloc.New(spy, alloc.Options{Name: "decoder"})
@@ -68,9 +65,7 @@ func TestAllocatorNames(t *testing.T) {
 // publishes an allocator only when it is complete, and every reader
 // method is safe on one closed meanwhile (issue 27, item 1).
 func TestAllocatorsNeverListsAHalfBuiltOne(t *testing.T) {
-	d, err := cpu.New(cpu.Options{})
-	require.NoError(t, err)
-	defer d.Close()
+	d := newCPU(t, 0)
 	const rounds = 2000
 	done := make(chan error, 1)
 	go func() {
@@ -112,12 +107,10 @@ func TestAllocatorsNeverListsAHalfBuiltOne(t *testing.T) {
 // driver call; the views and metrics label by name and need text
 // (issue 27, item 5).
 func TestAllocatorNameMustBeUTF8(t *testing.T) {
-	d, err := cpu.New(cpu.Options{})
-	require.NoError(t, err)
-	defer d.Close()
+	d := newCPU(t, 0)
 	spy := alloctest.NewSpy(d)
 	before := spy.Snapshot()
-	_, err = alloc.New(spy, alloc.Options{Name: "gpu\xff0"})
+	_, err := alloc.New(spy, alloc.Options{Name: "gpu\xff0"})
 	require.ErrorIs(t, err, alloc.ErrInvalidValue)
 	require.ErrorContains(t, err, "not valid UTF-8")
 	calls := spy.Snapshot().Sub(before)
@@ -144,16 +137,12 @@ func (oddBackend) Name() string { return "cpu\xfe" }
 // capture refuses the one, with no call made, and defers the other until
 // it ends.
 func TestDriverDomainHooksReachTheAllocator(t *testing.T) {
-	d, err := cpu.New(cpu.Options{})
-	require.NoError(t, err)
-	defer d.Close()
-	a, err := alloc.New(d, alloc.Options{})
-	require.NoError(t, err)
+	d, a := newCPUAllocator(t, 0)
 	defer a.Close()
 
 	require.NoError(t, a.BeginCapture(alloc.Global))
 	called := false
-	err = driver.DeviceWide(d.CaptureDomain(), "hook test", func() error { called = true; return nil })
+	err := driver.DeviceWide(d.CaptureDomain(), "hook test", func() error { called = true; return nil })
 	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
 	require.False(t, called, "no call during a Global-mode capture")
 	ran := make(chan struct{})

@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
-	"github.com/capalloc/capalloc/cpu"
 )
 
 // The per-P lane (alloc/shard.go) under -race: goroutines sharing one
@@ -279,36 +278,6 @@ func TestPeakInUseExactAcrossFlush(t *testing.T) {
 	require.Equal(t, int64(large), st.PeakInUse, "%s", st)
 	require.NoError(t, a.Free(b))
 	require.NoError(t, a.Close())
-}
-
-// newCPUAllocator is an allocator on a cpu device of limit bytes; the
-// device is closed when the test ends, the allocator by the test.
-// cpuAllocatorWith is an allocator with opts on a cpu driver of limit
-// bytes. Both are closed when the test ends, without error (the allocator
-// may have been closed by the test: ErrClosed then).
-func cpuAllocatorWith(t *testing.T, limit int64, opts alloc.Options) *alloc.Allocator {
-	t.Helper()
-	d, err := cpu.New(cpu.Options{MemoryLimit: limit})
-	require.NoError(t, err)
-	a, err := alloc.New(d, opts)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if err := a.Close(); err != nil && !errors.Is(err, alloc.ErrClosed) {
-			t.Error(err)
-		}
-		require.NoError(t, d.Close())
-	})
-	return a
-}
-
-func newCPUAllocator(t *testing.T, limit int64) (*cpu.Driver, *alloc.Allocator) {
-	t.Helper()
-	d, err := cpu.New(cpu.Options{MemoryLimit: limit})
-	require.NoError(t, err)
-	t.Cleanup(func() { d.Close() })
-	a, err := alloc.New(d, alloc.Options{})
-	require.NoError(t, err)
-	return d, a
 }
 
 // With every allocation sampled, two frees of one buffer racing each

@@ -15,7 +15,6 @@ import (
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/alloc/internal/registry"
 	"github.com/capalloc/capalloc/alloc/memmap"
-	"github.com/capalloc/capalloc/cpu"
 )
 
 // blockAt finds the block at ptr in a snapshot, with its segment.
@@ -167,11 +166,7 @@ func TestSnapshotDuringCapture(t *testing.T) {
 	require.Equal(t, id, g.ID(), "the graph keeps its capture's number")
 	require.NoError(t, g.Close())
 
-	d, err := cpu.New(cpu.Options{})
-	require.NoError(t, err)
-	defer d.Close()
-	c, err := alloc.New(d, alloc.Options{})
-	require.NoError(t, err)
+	_, c := newCPUAllocator(t, 0)
 	require.NoError(t, c.Close())
 	_, err = c.Snapshot()
 	require.ErrorIs(t, err, alloc.ErrClosed)
@@ -183,9 +178,7 @@ func TestSnapshotDuringCapture(t *testing.T) {
 // capture on the same allocators see consistent states (run with -race):
 // every snapshot's states add up to its reserved bytes.
 func TestViewsWhileAllocating(t *testing.T) {
-	prev, err := alloc.SetProfileRate(4 << 10)
-	require.NoError(t, err)
-	defer alloc.SetProfileRate(prev)
+	recordEvery(t, 4<<10)
 	as := []*alloc.Allocator{newNamed(t, "busy-0"), newNamed(t, "busy-1")}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

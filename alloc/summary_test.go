@@ -3,23 +3,19 @@ package alloc_test
 import (
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/memmap"
-	"github.com/capalloc/capalloc/cpu"
 )
 
 // Summary's table has device memory by pool and state, the counters
 // current and peak, allocations and frees, out-of-memory errors and
 // retries, the largest free block and the fragmentation.
 func TestSummary(t *testing.T) {
-	d, err := cpu.New(cpu.Options{MemoryLimit: 64 << 20})
-	require.NoError(t, err)
-	defer d.Close()
+	d := newCPU(t, 64<<20)
 	a, err := alloc.New(d, alloc.Options{Name: "summary"})
 	require.NoError(t, err)
 	small, err := a.Alloc(64 << 10) // a 2 MiB small segment
@@ -71,26 +67,9 @@ func TestSummary(t *testing.T) {
 // (run with -race).
 func TestSummaryRaces(t *testing.T) {
 	a := cpuAllocatorWith(t, 256<<20, alloc.Options{})
-	var wg sync.WaitGroup
-	for g := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 200 {
-				b, err := a.Alloc(int64(4<<10) * int64(1+(i+g)%16))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if err := a.Free(b); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}()
-	}
+	wait := allocFreeWorkers(t, a, 4, 200, func(g, i int) int64 { return int64(4<<10) * int64(1+(i+g)%16) })
 	for range 20 {
 		require.Contains(t, a.Summary(), "device memory by pool")
 	}
-	wg.Wait()
+	wait()
 }

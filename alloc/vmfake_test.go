@@ -49,10 +49,16 @@ func newVMDriver(t testing.TB, limit int64) *vmDriver {
 
 func (d *vmDriver) MapGranularity() int64 { return d.gran }
 
-func (d *vmDriver) ReserveAddress(size int64) (driver.DevicePtr, error) {
+// call counts one call of method and takes d's lock; the returned
+// function releases it.
+func (d *vmDriver) call(method string) (unlock func()) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.calls["ReserveAddress"]++
+	d.calls[method]++
+	return d.mu.Unlock
+}
+
+func (d *vmDriver) ReserveAddress(size int64) (driver.DevicePtr, error) {
+	defer d.call("ReserveAddress")()
 	if size <= 0 || size%d.gran != 0 {
 		return 0, fmt.Errorf("%w: reserve %d B", alloc.ErrInvalidValue, size)
 	}
@@ -63,9 +69,7 @@ func (d *vmDriver) ReserveAddress(size int64) (driver.DevicePtr, error) {
 }
 
 func (d *vmDriver) ReleaseAddress(base driver.DevicePtr, size int64) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.calls["ReleaseAddress"]++
+	defer d.call("ReleaseAddress")()
 	if d.reserved[base] != size {
 		return fmt.Errorf("%w: release %#x+%d: not a reservation", alloc.ErrInvalidValue, base, size)
 	}
@@ -77,9 +81,7 @@ func (d *vmDriver) ReleaseAddress(base driver.DevicePtr, size int64) error {
 }
 
 func (d *vmDriver) MapMemory(p driver.DevicePtr, size int64) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.calls["MapMemory"]++
+	defer d.call("MapMemory")()
 	if size <= 0 || size%d.gran != 0 || int64(p)%d.gran != 0 || !d.insideLocked(p, size) {
 		return fmt.Errorf("%w: map %#x+%d", alloc.ErrInvalidValue, p, size)
 	}
@@ -102,9 +104,7 @@ func (d *vmDriver) MapMemory(p driver.DevicePtr, size int64) error {
 }
 
 func (d *vmDriver) UnmapMemory(p driver.DevicePtr, size int64) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.calls["UnmapMemory"]++
+	defer d.call("UnmapMemory")()
 	if d.maps[p] != size {
 		return fmt.Errorf("%w: unmap %#x+%d: not a mapping", alloc.ErrInvalidValue, p, size)
 	}

@@ -47,6 +47,16 @@ func TestUnknownNameSaysWhatItMeant(t *testing.T) {
 }
 
 // captureLog sends slog.Default to a buffer for the test.
+// openClosed opens spec, which must open, and closes the driver it
+// opened; what opened is returned.
+func openClosed(t *testing.T, spec string, msgAndArgs ...any) *backends.Opened {
+	t.Helper()
+	o, err := backends.OpenString(ctx, spec)
+	require.NoError(t, err, msgAndArgs...)
+	require.NoError(t, o.Driver.Close())
+	return o
+}
+
 func captureLog(t *testing.T) *bytes.Buffer {
 	var buf bytes.Buffer
 	prev := slog.Default()
@@ -58,9 +68,7 @@ func captureLog(t *testing.T) *bytes.Buffer {
 func TestFallbackLogsOneWarning(t *testing.T) {
 	missing, _ := registerFake(t, fmt.Errorf("%w: no GPU in this machine", driver.ErrBackendUnavailable))
 	log := captureLog(t)
-	o, err := backends.OpenString(ctx, missing+";cdua;cpu")
-	require.NoError(t, err)
-	require.NoError(t, o.Driver.Close())
+	o := openClosed(t, missing+";cdua;cpu")
 	require.Equal(t, "cpu", o.Choice.Name)
 	require.Equal(t, 1, strings.Count(log.String(), "\n"), "one record for the chain: %s", log)
 	require.Contains(t, log.String(), "level=WARN")
@@ -71,9 +79,7 @@ func TestFallbackLogsOneWarning(t *testing.T) {
 	require.NotContains(t, log.String(), "backend unavailable", "the sentinel is the message's, not each reason's")
 
 	log.Reset()
-	o, err = backends.OpenString(ctx, "cpu;"+missing)
-	require.NoError(t, err)
-	require.NoError(t, o.Driver.Close())
+	openClosed(t, "cpu;"+missing)
 	require.Empty(t, log.String(), "no fallback, no warning")
 }
 
@@ -82,9 +88,7 @@ func TestFallbackLogsOneWarning(t *testing.T) {
 func TestFallbackWarningIsOneLinePerChoice(t *testing.T) {
 	missing, _ := registerFake(t, fmt.Errorf("%w: fake: no runtime library could be loaded; tried:\n  libfake.so.2: not found\n  /opt/fake/libfake.so: not found", driver.ErrBackendUnavailable))
 	log := captureLog(t)
-	o, err := backends.OpenString(ctx, missing+";cpu")
-	require.NoError(t, err)
-	require.NoError(t, o.Driver.Close())
+	openClosed(t, missing+";cpu")
 	require.Contains(t, log.String(), "failed."+missing+"=\"fake: no runtime library could be loaded; tried: libfake.so.2: not found; /opt/fake/libfake.so: not found\"")
 	require.NotContains(t, log.String(), `\n`, "no literal line break")
 }
@@ -113,9 +117,7 @@ func TestStrictModeRefusesFallback(t *testing.T) {
 	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 	require.Contains(t, err.Error(), "no GPU in this machine")
 	require.Zero(t, calls.Load(), "strict mode opens nothing after the first choice")
-	o, err := backends.OpenString(ctx, "cpu;"+ok)
-	require.NoError(t, err, "strict mode opens a first choice that is there")
-	require.NoError(t, o.Driver.Close())
+	openClosed(t, "cpu;"+ok, "strict mode opens a first choice that is there")
 
 	t.Setenv(backends.StrictEnvVar, "maybe")
 	_, err = backends.OpenString(ctx, "cpu")
@@ -127,9 +129,7 @@ func TestStrictModeRefusesFallback(t *testing.T) {
 	require.ErrorIs(t, err, backends.ErrUnknownBackend, "the chain's own flag")
 	require.Contains(t, err.Error(), "strict mode")
 	require.Zero(t, calls.Load())
-	o, err = backends.OpenString(ctx, "cdua;"+ok)
-	require.NoError(t, err, "false: a fallback")
-	require.NoError(t, o.Driver.Close())
+	openClosed(t, "cdua;"+ok, "false: a fallback")
 	require.Equal(t, int32(1), calls.Load())
 	require.Equal(t, 1, strings.Count(log.String(), "\n"), "the one fallback, one warning; strict refusals are errors: %s", log)
 }

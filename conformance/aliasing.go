@@ -55,9 +55,7 @@ func churn(t *testing.T, a *alloc.Allocator, held []span, rounds int) {
 		}
 		live = keep
 	}
-	for _, b := range live {
-		require.NoError(t, a.Free(b))
-	}
+	freeAll(t, a, live)
 }
 
 // warmPool leaves cached blocks of every alias size in the pool, so a
@@ -70,9 +68,7 @@ func warmPool(t *testing.T, a *alloc.Allocator) {
 			bs = append(bs, mustAlloc(t, a, n))
 		}
 	}
-	for _, b := range bs {
-		require.NoError(t, a.Free(b))
-	}
+	freeAll(t, a, bs)
 }
 
 func (s *suite) aliasing(t *testing.T) {
@@ -138,9 +134,7 @@ func (s *suite) graphMemoryNotClobbered(t *testing.T) {
 	}
 	require.NoError(t, e.a.Synchronize())
 	require.Equal(t, want, download(t, e.a, owned, 0, n), "eager writes reached graph-owned memory")
-	for _, b := range bs {
-		require.NoError(t, e.a.Free(b))
-	}
+	freeAll(t, e.a, bs)
 	require.NoError(t, g.Close())
 	require.NoError(t, in.Close())
 }

@@ -48,6 +48,43 @@ func allocIn(f *fixture, a *alloc.Allocator, n int64) alloc.Buffer {
 	return b
 }
 
+// The setups cases share, each leaving what it made in the fixture.
+
+// scratchBuffer sets x to 1000 B of f.a, freed after the checks.
+func (f *fixture) scratchBuffer() {
+	f.x = allocIn(f, f.a, 1000)
+	f.freeLater(f.a, f.x)
+}
+
+// freedBuffer sets x to a handle of 1000 B already freed.
+func (f *fixture) freedBuffer() {
+	f.x = allocIn(f, f.a, 1000)
+	require.NoError(f.t, f.a.Free(f.x))
+}
+
+// foreignBuffer sets x to 1000 B of the other allocator, still valid for
+// its owner (which frees it after the checks).
+func (f *fixture) foreignBuffer() {
+	f.x = allocIn(f, f.other, 1000)
+	f.freeLater(f.other, f.x)
+}
+
+// closedHostBuffer sets h2 to a pinned buffer already closed.
+func (f *fixture) closedHostBuffer() {
+	h, err := f.a.HostAlloc(100)
+	require.NoError(f.t, err)
+	require.NoError(f.t, h.Close())
+	f.h2 = h
+}
+
+// closedGraph sets g to an empty graph already closed.
+func (f *fixture) closedGraph() {
+	g, err := f.a.WithCapture(alloc.CaptureOptions{}, func() error { return nil })
+	require.NoError(f.t, err)
+	require.NoError(f.t, g.Close())
+	f.g = g
+}
+
 var badCases = []badCase{
 	{name: "alloc_zero", do: func(f *fixture) error { _, err := f.a.Alloc(0); return err }, want: alloc.ErrInvalidSize},
 	{name: "alloc_negative", do: func(f *fixture) error { _, err := f.a.Alloc(-1); return err }, want: alloc.ErrInvalidSize},
@@ -91,21 +128,14 @@ var badCases = []badCase{
 	}, want: alloc.ErrOutOfRange},
 	{name: "memset_out_of_range", do: func(f *fixture) error { return f.a.Memset(f.buf, badSize-100, 1, 200) }, want: alloc.ErrOutOfRange},
 	{name: "memset_negative_length", do: func(f *fixture) error { return f.a.Memset(f.buf, 0, 1, -1) }, want: alloc.ErrOutOfRange},
-	{name: "copy_out_of_range_dst", setup: func(f *fixture) { f.x = allocIn(f, f.a, 1000); f.freeLater(f.a, f.x) },
+	{name: "copy_out_of_range_dst", setup: (*fixture).scratchBuffer,
 		do: func(f *fixture) error { return f.a.Copy(f.x, 500, f.buf, 0, 600) }, want: alloc.ErrOutOfRange},
-	{name: "copy_out_of_range_src", setup: func(f *fixture) { f.x = allocIn(f, f.a, 1000); f.freeLater(f.a, f.x) },
+	{name: "copy_out_of_range_src", setup: (*fixture).scratchBuffer,
 		do: func(f *fixture) error { return f.a.Copy(f.buf, 0, f.x, 500, 600) }, want: alloc.ErrOutOfRange},
-	{name: "double_free", setup: func(f *fixture) {
-		f.x = allocIn(f, f.a, 1000)
-		require.NoError(f.t, f.a.Free(f.x))
-	}, do: func(f *fixture) error { return f.a.Free(f.x) }, want: alloc.ErrInvalidBuffer},
-	{name: "use_after_free", setup: func(f *fixture) {
-		f.x = allocIn(f, f.a, 1000)
-		require.NoError(f.t, f.a.Free(f.x))
-	}, do: func(f *fixture) error { return f.a.Upload(f.x, 0, []byte{1}) }, want: alloc.ErrInvalidBuffer},
+	{name: "double_free", setup: (*fixture).freedBuffer, do: func(f *fixture) error { return f.a.Free(f.x) }, want: alloc.ErrInvalidBuffer},
+	{name: "use_after_free", setup: (*fixture).freedBuffer, do: func(f *fixture) error { return f.a.Upload(f.x, 0, []byte{1}) }, want: alloc.ErrInvalidBuffer},
 	{name: "stale_handle_after_reuse", setup: func(f *fixture) {
-		f.x = allocIn(f, f.a, 1000)
-		require.NoError(f.t, f.a.Free(f.x))
+		f.freedBuffer()
 		y := allocIn(f, f.a, 1000) // most likely the same memory, recycled
 		require.NoError(f.t, f.a.Memset(y, 0, 0x33, 1000))
 		f.after = append(f.after, func() {
@@ -116,18 +146,11 @@ var badCases = []badCase{
 		return f.a.Memset(f.x, 0, 0x44, 1000)
 	}, want: alloc.ErrInvalidBuffer},
 	{name: "stale_handle_double_free_after_reuse", setup: func(f *fixture) {
-		f.x = allocIn(f, f.a, 1000)
-		require.NoError(f.t, f.a.Free(f.x))
+		f.freedBuffer()
 		f.freeLater(f.a, allocIn(f, f.a, 1000))
 	}, do: func(f *fixture) error { return f.a.Free(f.x) }, want: alloc.ErrInvalidBuffer},
-	{name: "free_foreign_buffer", setup: func(f *fixture) {
-		f.x = allocIn(f, f.other, 1000)
-		f.freeLater(f.other, f.x) // still valid for its owner
-	}, do: func(f *fixture) error { return f.a.Free(f.x) }, want: alloc.ErrInvalidBuffer},
-	{name: "upload_foreign_buffer", setup: func(f *fixture) {
-		f.x = allocIn(f, f.other, 1000)
-		f.freeLater(f.other, f.x)
-	}, do: func(f *fixture) error { return f.a.Upload(f.x, 0, []byte{1}) }, want: alloc.ErrInvalidBuffer},
+	{name: "free_foreign_buffer", setup: (*fixture).foreignBuffer, do: func(f *fixture) error { return f.a.Free(f.x) }, want: alloc.ErrInvalidBuffer},
+	{name: "upload_foreign_buffer", setup: (*fixture).foreignBuffer, do: func(f *fixture) error { return f.a.Upload(f.x, 0, []byte{1}) }, want: alloc.ErrInvalidBuffer},
 	{name: "upload_host_foreign_driver", setup: func(f *fixture) {
 		// Pinned memory of another device is not this driver's.
 		d := f.e.s.openDriver(f.t)
@@ -154,39 +177,14 @@ var badCases = []badCase{
 		f.after = append(f.after, func() { require.NoError(f.t, f.g.Close()) })
 	}, do: func(f *fixture) error { return f.a.Free(f.x) }, want: alloc.ErrInvalidBuffer},
 	{name: "nil_host_buffer", do: func(f *fixture) error { return f.a.UploadHost(f.buf, 0, nil, 0, 1) }, want: alloc.ErrInvalidBuffer},
-	{name: "host_buffer_after_close", setup: func(f *fixture) {
-		h, err := f.a.HostAlloc(100)
-		require.NoError(f.t, err)
-		require.NoError(f.t, h.Close())
-		f.h2 = h
-	}, do: func(f *fixture) error { return f.a.UploadHost(f.buf, 0, f.h2, 0, 10) }, want: alloc.ErrClosed},
-	{name: "download_host_after_close", setup: func(f *fixture) {
-		h, err := f.a.HostAlloc(100)
-		require.NoError(f.t, err)
-		require.NoError(f.t, h.Close())
-		f.h2 = h
-	}, do: func(f *fixture) error { return f.a.DownloadHost(f.h2, 0, f.buf, 0, 10) }, want: alloc.ErrClosed},
-	{name: "host_buffer_close_twice", setup: func(f *fixture) {
-		h, err := f.a.HostAlloc(100)
-		require.NoError(f.t, err)
-		require.NoError(f.t, h.Close())
-		f.h2 = h
-	}, do: func(f *fixture) error { return f.h2.Close() }, want: alloc.ErrClosed},
+	{name: "host_buffer_after_close", setup: (*fixture).closedHostBuffer, do: func(f *fixture) error { return f.a.UploadHost(f.buf, 0, f.h2, 0, 10) }, want: alloc.ErrClosed},
+	{name: "download_host_after_close", setup: (*fixture).closedHostBuffer, do: func(f *fixture) error { return f.a.DownloadHost(f.h2, 0, f.buf, 0, 10) }, want: alloc.ErrClosed},
+	{name: "host_buffer_close_twice", setup: (*fixture).closedHostBuffer, do: func(f *fixture) error { return f.h2.Close() }, want: alloc.ErrClosed},
 	{name: "end_without_begin", do: func(f *fixture) error { _, err := f.a.EndCapture(); return err }, want: alloc.ErrNotCapturing},
 	{name: "begin_invalid_mode", do: func(f *fixture) error { return f.a.BeginCapture(alloc.CaptureMode(42)) }, want: alloc.ErrInvalidValue},
 	{name: "with_capture_nil_fn", do: func(f *fixture) error { _, err := f.a.WithCapture(alloc.CaptureOptions{}, nil); return err }, want: alloc.ErrInvalidValue},
-	{name: "graph_launch_after_close", setup: func(f *fixture) {
-		g, err := f.a.WithCapture(alloc.CaptureOptions{}, func() error { return nil })
-		require.NoError(f.t, err)
-		require.NoError(f.t, g.Close())
-		f.g = g
-	}, do: func(f *fixture) error { return f.g.Launch() }, want: alloc.ErrClosed},
-	{name: "graph_close_twice", setup: func(f *fixture) {
-		g, err := f.a.WithCapture(alloc.CaptureOptions{}, func() error { return nil })
-		require.NoError(f.t, err)
-		require.NoError(f.t, g.Close())
-		f.g = g
-	}, do: func(f *fixture) error { return f.g.Close() }, want: alloc.ErrClosed},
+	{name: "graph_launch_after_close", setup: (*fixture).closedGraph, do: func(f *fixture) error { return f.g.Launch() }, want: alloc.ErrClosed},
+	{name: "graph_close_twice", setup: (*fixture).closedGraph, do: func(f *fixture) error { return f.g.Close() }, want: alloc.ErrClosed},
 }
 
 // graphWithBuffer captures one allocation and returns its graph and buffer.

@@ -39,6 +39,8 @@ func (s *suite) collectivesGroup(t *testing.T) {
 			t.Run("stress_replays", func(t *testing.T) { s.stressReplays(t, k) })
 			t.Run("odd_layouts", func(t *testing.T) { s.oddLayouts(t, k) })
 			t.Run("put_signal", func(t *testing.T) { s.putSignal(t, k) })
+			t.Run("copy_engine", func(t *testing.T) { s.copyEngine(t, k) })
+			t.Run("all_to_all_v", func(t *testing.T) { s.allToAllV(t, k) })
 		})
 	}
 	t.Run("peers_at_different_addresses", s.peersAtDifferentAddresses)
@@ -458,6 +460,12 @@ func (s *suite) mismatchIsNamed(t *testing.T, kind heapKind) {
 				return h.AllReduceWith(x, symheap.Float32, symheap.TwoShot)
 			},
 		}},
+		{"kernel_vs_copy_engine", [n]string{"AllGather of 4096 B", "AllGather (copy engine) of 4096 B"}, [n]func(h symheap.Collectives, x, y symheap.Tensor) error{
+			func(h symheap.Collectives, x, y symheap.Tensor) error { return h.AllGatherWith(y, x, symheap.Kernel) },
+			func(h symheap.Collectives, x, y symheap.Tensor) error {
+				return h.AllGatherWith(y, x, symheap.CopyEngine)
+			},
+		}},
 		{"epoch_ahead_on_one_rank", [n]string{"Barrier", "AllReduce (one-shot) of 2048 float32"}, [n]func(h symheap.Collectives, x, y symheap.Tensor) error{
 			func(h symheap.Collectives, x, _ symheap.Tensor) error {
 				if err := h.Barrier(); err != nil { // one collective more than rank 1
@@ -753,6 +761,17 @@ func (s *suite) badCollectiveOperands(t *testing.T, kind heapKind) {
 		{"reduce-scatter sizes", func() error { return h.ReduceScatter(x, x, symheap.Int32) }, alloc.ErrInvalidSize},
 		{"all-to-all sizes", func() error { return h.AllToAll(x, y) }, alloc.ErrInvalidSize},
 		{"all-to-all overlap", func() error { return h.AllToAll(x, x) }, alloc.ErrInvalidValue},
+		// The copy-engine variant checks as the kernels do.
+		{"copy engine: all-gather sizes", func() error { return h.AllGatherWith(x, x, symheap.CopyEngine) }, alloc.ErrInvalidSize},
+		{"copy engine: all-gather overlap", func() error { return h.AllGatherWith(half, x, symheap.CopyEngine) }, alloc.ErrInvalidValue},
+		{"copy engine: outside the heap", func() error {
+			return h.AllGatherWith(outside, symheap.Tensor{Off: x.Off, Size: 32}, symheap.CopyEngine)
+		}, alloc.ErrOutOfRange},
+		{"copy engine: all-to-all sizes", func() error { return h.AllToAllWith(x, y, symheap.CopyEngine) }, alloc.ErrInvalidSize},
+		{"copy engine: all-to-all overlap", func() error { return h.AllToAllWith(x, x, symheap.CopyEngine) }, alloc.ErrInvalidValue},
+		{"copy engine: another group's tensor", func() error { return h.AllToAllWith(foreign, x, symheap.CopyEngine) }, alloc.ErrInvalidValue},
+		{"all-gather by one-shot", func() error { return h.AllGatherWith(half, y, symheap.OneShot) }, alloc.ErrInvalidValue},
+		{"all-reduce by the copy engines", func() error { return h.AllReduceWith(x, symheap.Float32, symheap.CopyEngine) }, alloc.ErrInvalidValue},
 		{"axpy sizes", func() error { return h.Axpy(x, y, 2) }, alloc.ErrInvalidSize},
 		{"write past the host buffer", func() error { return h.Write(x, hb, 0) }, alloc.ErrOutOfRange},
 		{"read from another group", func() error { return h.Read(hb, 0, foreign) }, alloc.ErrInvalidValue},

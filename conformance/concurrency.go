@@ -16,7 +16,6 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/probe"
 )
 
 const (
@@ -35,6 +34,38 @@ func stamp(b []byte, worker, iter int) {
 // parallel runs fn(w) on n goroutines and returns their errors joined.
 func parallel(n int, fn func(w int) error) error { return errors.Join(parallelEach(n, fn)...) }
 
+// loopUntilStopped runs body over and over on n goroutines (i counts a
+// goroutine's rounds) until body returns false or stop is called; stop
+// waits for them to end, and the test's cleanup calls it if the test has
+// not, so a failed test leaves nothing running.
+func loopUntilStopped(t *testing.T, n int, body func(i int) bool) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if !body(i) {
+					return
+				}
+			}
+		}()
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() { close(done) })
+		wg.Wait()
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
 // pageableWorker round-trips buffers through pageable copies.
 func pageableWorker(a *alloc.Allocator, w, iters int) error {
 	for i := range iters {
@@ -52,8 +83,8 @@ func pageableWorker(a *alloc.Allocator, w, iters int) error {
 		if err := a.Download(got, b, 0); err != nil {
 			return err
 		}
-		if !bytes.Equal(got, want) {
-			return fmt.Errorf("worker %d iteration %d: data corrupted (first difference at byte %d)", w, i, probe.FirstDiff(got, want))
+		if err := diffBytes(got, want); err != nil {
+			return fmt.Errorf("worker %d iteration %d: data corrupted: %w", w, i, err)
 		}
 		if err := a.Free(b); err != nil {
 			return err
@@ -88,8 +119,8 @@ func pinnedWorker(a *alloc.Allocator, w, iters int) (err error) {
 		if err := a.Synchronize(); err != nil {
 			return err
 		}
-		if !bytes.Equal(out.Bytes()[:n], in.Bytes()[:n]) {
-			return fmt.Errorf("worker %d iteration %d: data corrupted (first difference at byte %d)", w, i, probe.FirstDiff(out.Bytes()[:n], in.Bytes()[:n]))
+		if err := diffBytes(out.Bytes()[:n], in.Bytes()[:n]); err != nil {
+			return fmt.Errorf("worker %d iteration %d: data corrupted: %w", w, i, err)
 		}
 		if err := a.Free(b); err != nil {
 			return err
@@ -135,27 +166,13 @@ func (s *suite) blockingCopyRunsInStreamOrder(t *testing.T) {
 	const n = 8 << 20
 	b := mustAlloc(t, e.a, n)
 	upload(t, e.a, b, 0, repeat(1, n))
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if err := e.a.Memset(b, 0, byte(1+i%2), n); err != nil {
-				assert.NoError(t, err)
-				return
-			}
-			if _, err := e.a.Query(); err != nil {
-				assert.NoError(t, err)
-				return
-			}
+	stop := loopUntilStopped(t, 1, func(i int) bool {
+		if err := e.a.Memset(b, 0, byte(1+i%2), n); err != nil {
+			return assert.NoError(t, err)
 		}
-	}()
+		_, err := e.a.Query()
+		return assert.NoError(t, err)
+	})
 	dst := make([]byte, n)
 	up := repeat(7, n)
 	torn, reads := 0, 0
@@ -170,8 +187,7 @@ func (s *suite) blockingCopyRunsInStreamOrder(t *testing.T) {
 			torn++
 		}
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 	require.Zero(t, torn, "%d of %d downloads were torn: a blocking copy ran concurrently with later work", torn, reads)
 	require.NoError(t, e.a.Free(b))
 }
@@ -212,7 +228,7 @@ func (s *suite) parallelCapturesReplayFreshData(t *testing.T) {
 	// Strict capture safety (docs/capture-safety.md) refuses a graph's
 	// instantiation while another capture is active: that capture
 	// yields no graph, cleanly, and is tried again.
-	strict := e.a.Info().CaptureSafety == driver.SafetyStrict
+	strict := strictSafety(e.a)
 	require.NoError(t, parallel(len(as), func(w int) error {
 		p := progs[w]
 		g, err := p.a.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, p.enqueue)
@@ -305,8 +321,6 @@ func (s *suite) globalCaptureSurvivesUnsafeCalls(t *testing.T) {
 	require.NoError(t, <-u.errc)
 	t.Logf("%d captures (slowest begin %v); B's unsafe calls: %d ran, %d refused", i, slowest, u.ran.Load(), u.refused.Load())
 	require.Positive(t, u.ran.Load(), "B never got a call through: the test proved nothing")
-	for _, x := range u.pending {
-		require.NoError(t, b.Free(x))
-	}
+	freeAll(t, b, u.pending)
 	require.NoError(t, b.Free(u.buf))
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
-	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // CUDA's Global-mode rule: while any Global-mode capture is active, every
@@ -18,7 +17,7 @@ import (
 // unsafeCall is one of B's calls that a Global capture elsewhere forbids.
 type unsafeCall struct {
 	name string
-	do   func(t *testing.T, b *alloc.Allocator, buf alloc.Buffer) error
+	do   func(b *alloc.Allocator, buf alloc.Buffer) error
 	// refusal is the sentinel B gets while A holds a Global capture.
 	refusal error
 	// strict: strict capture safety refuses it during a capture of any
@@ -27,30 +26,22 @@ type unsafeCall struct {
 }
 
 var unsafeCalls = []unsafeCall{
-	{"alloc_sync", func(t *testing.T, b *alloc.Allocator, _ alloc.Buffer) error {
-		x, err := b.AllocSync(1000)
-		if err == nil {
-			require.NoError(t, b.Free(x))
-		}
-		return err
+	{"alloc_sync", func(b *alloc.Allocator, _ alloc.Buffer) error {
+		return allocThenFree(b.AllocSync, b, 1000)
 	}, alloc.ErrCaptureIncompatibleAllocation, true},
-	{"upload_pageable", func(t *testing.T, b *alloc.Allocator, buf alloc.Buffer) error {
+	{"upload_pageable", func(b *alloc.Allocator, buf alloc.Buffer) error {
 		return b.Upload(buf, 0, pattern(1000, 8))
 	}, alloc.ErrCaptureIncompatibleAllocation, false},
-	{"download_pageable", func(t *testing.T, b *alloc.Allocator, buf alloc.Buffer) error {
+	{"download_pageable", func(b *alloc.Allocator, buf alloc.Buffer) error {
 		return b.Download(make([]byte, 1000), buf, 0)
 	}, alloc.ErrCaptureIncompatibleAllocation, false},
-	{"host_alloc", func(t *testing.T, b *alloc.Allocator, _ alloc.Buffer) error {
-		h, err := b.HostAlloc(1000)
-		if err == nil {
-			require.NoError(t, h.Close())
-		}
-		return err
+	{"host_alloc", func(b *alloc.Allocator, _ alloc.Buffer) error {
+		return hostAllocThenClose(b, 1000)
 	}, alloc.ErrCaptureIncompatibleAllocation, true},
-	{"synchronize", func(t *testing.T, b *alloc.Allocator, _ alloc.Buffer) error {
+	{"synchronize", func(b *alloc.Allocator, _ alloc.Buffer) error {
 		return b.Synchronize()
 	}, alloc.ErrSyncDuringCapture, false},
-	{"query", func(t *testing.T, b *alloc.Allocator, _ alloc.Buffer) error {
+	{"query", func(b *alloc.Allocator, _ alloc.Buffer) error {
 		_, err := b.Query()
 		return err
 	}, alloc.ErrSyncDuringCapture, false},
@@ -91,7 +82,7 @@ func (s *suite) globalCaptureRefusesSiblingsUnsafeCalls(t *testing.T) {
 		rules = append(rules, rule{c.name + "_refused", func(t *testing.T) {
 			s.whileCapturing(t, alloc.Global, func(t *testing.T, e *env, b *alloc.Allocator, buf alloc.Buffer) {
 				before := e.spy.Snapshot()
-				err := c.do(t, b, buf)
+				err := c.do(b, buf)
 				requireRefused(t, err, alloc.StateNone, c.refusal)
 				assertNoDriverCall(t, e.spy, before)
 				requireState(t, b, alloc.StateNone)
@@ -117,9 +108,7 @@ func (s *suite) siblingsPoolAllocFreeAllowed(t *testing.T) {
 			require.NoError(t, b.Memset(x, 0, 0x5A, n))
 			bufs = append(bufs, x)
 		}
-		for _, x := range bufs {
-			require.NoError(t, b.Free(x))
-		}
+		freeAll(t, b, bufs)
 	})
 }
 
@@ -135,7 +124,7 @@ func (s *suite) siblingsGraphsAllowed(t *testing.T) {
 	before, err := b.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, memset(1))
 	require.NoError(t, err)
 	require.NoError(t, e.a.BeginCapture(alloc.Global))
-	if b.Info().CaptureSafety == driver.SafetyStrict {
+	if strictSafety(b) {
 		strictSiblingsGraphsWait(t, e, b, before, memset(2))
 	} else {
 		during, err := b.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, memset(2))
@@ -159,7 +148,7 @@ func (s *suite) siblingsGraphsAllowed(t *testing.T) {
 func strictSiblingsGraphsWait(t *testing.T, e *env, b *alloc.Allocator, before *alloc.Graph, memset func() error) {
 	calls := e.spy.Snapshot()
 	_, err := b.WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, memset)
-	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp, "strict: B's instantiation")
+	requireStrictRefusal(t, err) // B's instantiation
 	require.NoError(t, before.Launch())
 	require.NoError(t, before.Close())
 	assertCalls(t, e.spy, calls, alloctest.MethodGraphInstantiate, 0)
@@ -226,7 +215,7 @@ func (s *suite) siblingsUnsafeCallsAllowedAfterEnd(t *testing.T) {
 	g, err := e.a.EndCapture()
 	require.NoError(t, err)
 	for _, c := range unsafeCalls {
-		assert.NoError(t, c.do(t, b, buf), "%s after A's capture ended", c.name)
+		assert.NoError(t, c.do(b, buf), "%s after A's capture ended", c.name)
 	}
 	require.NoError(t, g.Close())
 	require.NoError(t, b.Free(buf))
@@ -240,15 +229,15 @@ func (s *suite) nonGlobalCaptureLeavesSiblingsAlone(mode alloc.CaptureMode) func
 		for _, c := range unsafeCalls {
 			t.Run(c.name+"_unaffected", func(t *testing.T) {
 				s.whileCapturing(t, mode, func(t *testing.T, e *env, b *alloc.Allocator, buf alloc.Buffer) {
-					if c.strict && b.Info().CaptureSafety == driver.SafetyStrict {
+					if c.strict && strictSafety(b) {
 						before := e.spy.Snapshot()
-						err := c.do(t, b, buf)
-						requireRefused(t, err, alloc.StateNone, driver.ErrCaptureIllegalOp, c.refusal)
-						assert.Contains(t, err.Error(), "capture safety is strict", "the error names the profile")
+						err := c.do(b, buf)
+						requireRefused(t, err, alloc.StateNone, c.refusal)
+						requireStrictRefusal(t, err)
 						assertNoDriverCall(t, e.spy, before)
 						return
 					}
-					require.NoError(t, c.do(t, b, buf))
+					require.NoError(t, c.do(b, buf))
 				})
 			})
 		}

@@ -25,25 +25,13 @@ type externalCall struct {
 
 var externalCalls = []externalCall{
 	{"alloc", alloctest.MethodMallocAsync, func(e *env, _ alloc.Buffer, _ *alloc.HostBuffer) error {
-		x, err := e.a.Alloc(123 << 10) // a size the pool has not cached
-		if err == nil {
-			err = e.a.Free(x)
-		}
-		return err
+		return allocThenFree(e.a.Alloc, e.a, 123<<10) // a size the pool has not cached
 	}, alloc.ErrCaptureIncompatibleAllocation},
 	{"alloc_sync", alloctest.MethodMalloc, func(e *env, _ alloc.Buffer, _ *alloc.HostBuffer) error {
-		x, err := e.a.AllocSync(1000)
-		if err == nil {
-			err = e.a.Free(x)
-		}
-		return err
+		return allocThenFree(e.a.AllocSync, e.a, 1000)
 	}, alloc.ErrCaptureIncompatibleAllocation},
 	{"host_alloc", alloctest.MethodHostAlloc, func(e *env, _ alloc.Buffer, _ *alloc.HostBuffer) error {
-		x, err := e.a.HostAlloc(1000)
-		if err == nil {
-			err = x.Close()
-		}
-		return err
+		return hostAllocThenClose(e.a, 1000)
 	}, alloc.ErrCaptureIncompatibleAllocation},
 	{"upload_host", alloctest.MethodCopyHtoDAsync, func(e *env, b alloc.Buffer, h *alloc.HostBuffer) error {
 		return e.a.UploadHost(b, 0, h, 0, 1000)

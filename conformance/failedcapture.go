@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"errors"
-	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
-	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 var errBoom = errors.New("conformance: the captured function failed")
@@ -32,26 +30,16 @@ func allocSome(a *alloc.Allocator, h *alloc.HostBuffer) error {
 	return a.Free(bs[0]) // one freed inside, the others not
 }
 
-// invalidate makes the driver invalidate the allocator's capture with an
-// illegal call behind the allocator's back.
-func invalidate(t *testing.T, e *env, a *alloc.Allocator) {
-	t.Helper()
-	_, err := e.spy.Inner().StreamQuery(a.Stream())
-	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
-}
-
 // A failed capture releases everything it took and leaves the allocator
 // ready for the next one.
 func (s *suite) failedCapture(t *testing.T) {
-	for _, mode := range driver.Modes() {
-		t.Run(mode.String(), func(t *testing.T) {
-			runRules(t,
-				rule{"fn_error", func(t *testing.T) { s.fnErrorReleasesEverything(t, mode) }},
-				rule{"fn_error_wins_over_end_error", func(t *testing.T) { s.fnErrorWinsOverEndError(t, mode) }},
-				rule{"invalidated", func(t *testing.T) { s.invalidatedCaptureReleasesEverything(t, mode) }},
-			)
-		})
-	}
+	inEachMode(func(t *testing.T, mode alloc.CaptureMode) {
+		runRules(t,
+			rule{"fn_error", func(t *testing.T) { s.fnErrorReleasesEverything(t, mode) }},
+			rule{"fn_error_wins_over_end_error", func(t *testing.T) { s.fnErrorWinsOverEndError(t, mode) }},
+			rule{"invalidated", func(t *testing.T) { s.invalidatedCaptureReleasesEverything(t, mode) }},
+		)
+	})(t)
 	t.Run("deferred_sync_free_made", s.deferredSyncFreeMadeAtFailedEnd)
 }
 
@@ -94,8 +82,8 @@ func (s *suite) fnErrorWinsOverEndError(t *testing.T, mode alloc.CaptureMode) {
 		}
 		// EndCapture will fail too. fn runs on another goroutine,
 		// so no require here.
-		if _, err := e.spy.Inner().StreamQuery(e.a.Stream()); !errors.Is(err, driver.ErrCaptureIllegalOp) {
-			return fmt.Errorf("invalidating the capture: %v", err)
+		if err := invalidateCapture(e.spy, e.a); err != nil {
+			return err
 		}
 		return errBoom
 	})

@@ -3,14 +3,12 @@ package conformance
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
-	"github.com/capalloc/capalloc/alloc/alloctest"
 )
 
 // Graph pools (docs/graph-pools.md): graphs captured into one pool share
@@ -87,7 +85,7 @@ func (s *suite) graphPool(t *testing.T) {
 		rule{"shared_memory_fresh_replays", inEachMode(s.poolGraphsShareMemoryAndReplayFreshData)},
 		rule{"outputs_kept_from_later_captures", s.poolKeepsOutputsFromLaterCaptures},
 		rule{"refused_before_the_driver", s.poolOfOtherAllocatorOrClosedRefused},
-		rule{"memory_back_when_pool_and_last_graph_closed", s.poolMemoryBackWhenPoolAndLastGraphClosed},
+		rule{"memory_back_when_pool_and_last_graph_closed", forBoth("pool_closed_first", s.poolMemoryBackAfterBothClosed)},
 		rule{"interleaved_with_eager_work_and_other_captures", s.poolInterleavesWithEagerWorkAndOtherCaptures},
 	)
 }
@@ -104,8 +102,7 @@ func (s *suite) poolGraphsShareMemoryAndReplayFreshData(t *testing.T, mode alloc
 	before, reserved := e.spy.Snapshot(), e.a.Stats().BytesReserved
 	gs := captureSteps(t, ps, gp, mode)
 	// The captures took the warm-up's memory, no driver's.
-	assertCalls(t, e.spy, before, alloctest.MethodMallocAsync, 0)
-	assertCalls(t, e.spy, before, alloctest.MethodMalloc, 0)
+	assertNoDeviceAllocation(t, e.spy, before)
 	assert.Equal(t, reserved, e.a.Stats().BytesReserved, "the captures allocated device memory")
 	largest := int64(k) * poolUnit
 	assert.GreaterOrEqual(t, gp.Bytes(), largest)
@@ -201,14 +198,6 @@ func (s *suite) poolOfOtherAllocatorOrClosedRefused(t *testing.T) {
 	require.NoError(t, checkFreshReplays(p, pg.g, 2, 5))
 	closePooled(t, []pooledGraph{pg})
 	require.NoError(t, foreign.Close())
-}
-
-func (s *suite) poolMemoryBackWhenPoolAndLastGraphClosed(t *testing.T) {
-	for _, poolFirst := range []bool{false, true} {
-		t.Run(fmt.Sprintf("pool_closed_first=%v", poolFirst), func(t *testing.T) {
-			s.poolMemoryBackAfterBothClosed(t, poolFirst)
-		})
-	}
 }
 
 // poolMemoryBackAfterBothClosed: while a graph of the pool lives or the

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/probe"
 )
 
 // pattern is n deterministic bytes that differ for every seed, so a stale or
@@ -23,6 +25,19 @@ func pattern(n int, seed uint64) []byte {
 		b[i] = byte(r.Uint32())
 	}
 	return b
+}
+
+// diffBytes says where got first differs from want, and how; nil when
+// they are equal.
+func diffBytes(got, want []byte) error {
+	i := probe.FirstDiff(got, want)
+	switch {
+	case i < 0:
+		return nil
+	case i >= len(got) || i >= len(want):
+		return fmt.Errorf("%d bytes, want %d", len(got), len(want))
+	}
+	return fmt.Errorf("first difference at byte %d (got %#x, want %#x)", i, got[i], want[i])
 }
 
 // fill sets every byte of b to v.
@@ -78,15 +93,41 @@ func assertReused(t *testing.T, e *env, p driver.DevicePtr, n int64, msg string)
 		found = b.Ptr() == p
 	}
 	assertNoDriverCall(t, e.spy, before)
-	for _, b := range bs {
-		require.NoError(t, e.a.Free(b))
-	}
+	freeAll(t, e.a, bs)
 	assert.True(t, found, "%s: none of %d allocations of %d B got %#x", msg, len(bs), n, p)
+}
+
+// freeAll frees every buffer of bs on a.
+func freeAll(t *testing.T, a *alloc.Allocator, bs []alloc.Buffer) {
+	t.Helper()
+	for _, b := range bs {
+		require.NoError(t, a.Free(b))
+	}
 }
 
 // reuseTries is more blocks than the pool caches unmerged (recent and one
 // shard per P) for the few sizes a test uses.
 const reuseTries = 64
+
+// allocThenFree allocates n bytes with allocate (a's Alloc or AllocSync)
+// and frees them: a driver call each way that a capture may refuse.
+func allocThenFree(allocate func(n int64) (alloc.Buffer, error), a *alloc.Allocator, n int64) error {
+	x, err := allocate(n)
+	if err != nil {
+		return err
+	}
+	return a.Free(x)
+}
+
+// hostAllocThenClose allocates n bytes of pinned memory on a and closes
+// them.
+func hostAllocThenClose(a *alloc.Allocator, n int64) error {
+	h, err := a.HostAlloc(n)
+	if err != nil {
+		return err
+	}
+	return h.Close()
+}
 
 // mustHost allocates n bytes of pinned memory.
 func mustHost(t *testing.T, a *alloc.Allocator, n int64) *alloc.HostBuffer {
@@ -118,12 +159,35 @@ func requireRefused(t *testing.T, err error, st alloc.CaptureState, sentinels ..
 	assert.Equal(t, st.String(), ae.State.String(), "capture state recorded in the error")
 }
 
+// strictSafety reports whether a's driver has strict capture safety
+// (docs/capture-safety.md): it refuses unsafe calls, and a graph's
+// instantiation, during a capture of any mode, Relaxed included.
+func strictSafety(a *alloc.Allocator) bool {
+	return a.Info().CaptureSafety == driver.SafetyStrict
+}
+
+// requireStrictRefusal asserts err is strict capture safety's refusal:
+// driver.ErrCaptureIllegalOp, with a message that names the profile.
+func requireStrictRefusal(t *testing.T, err error) {
+	t.Helper()
+	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp, "strict safety's refusal")
+	assert.Contains(t, err.Error(), "capture safety is strict", "the error names the profile")
+}
+
 // assertNoDriverCall asserts that nothing but capture-status queries reached
 // the driver since before: the guard refused before calling it.
 func assertNoDriverCall(t *testing.T, spy *alloctest.Spy, before alloctest.Counts) {
 	t.Helper()
 	d := spy.Snapshot().Sub(before)
 	assert.Zero(t, d.Total(alloctest.MethodStreamCaptureStatus), "driver calls made by a refused operation: %s", d)
+}
+
+// assertNoDeviceAllocation asserts that no device memory was allocated
+// since before: neither cudaMallocAsync nor cudaMalloc was called.
+func assertNoDeviceAllocation(t *testing.T, spy *alloctest.Spy, before alloctest.Counts) {
+	t.Helper()
+	assertCalls(t, spy, before, alloctest.MethodMallocAsync, 0)
+	assertCalls(t, spy, before, alloctest.MethodMalloc, 0)
 }
 
 // assertCalls asserts that m was called exactly n times since before.
@@ -152,6 +216,23 @@ func sizeName(n int64) string {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// invalidateCapture makes the driver invalidate a's capture: a stream
+// query, illegal during a capture, made behind the allocator's back. It
+// returns an error if the driver did not refuse the query; it makes no
+// test assertion, so a captured function may call it.
+func invalidateCapture(spy *alloctest.Spy, a *alloc.Allocator) error {
+	if _, err := spy.Inner().StreamQuery(a.Stream()); !errors.Is(err, driver.ErrCaptureIllegalOp) {
+		return fmt.Errorf("invalidating the capture: the driver answered a stream query with %v, not %v", err, driver.ErrCaptureIllegalOp)
+	}
+	return nil
+}
+
+// invalidate is invalidateCapture on the test's goroutine.
+func invalidate(t *testing.T, e *env, a *alloc.Allocator) {
+	t.Helper()
+	require.NoError(t, invalidateCapture(e.spy, a))
+}
 
 // inExternalCapture runs fn while a capture the allocator did not start
 // (begun on the driver behind its back, in mode) records its stream, then

@@ -218,7 +218,7 @@ func (s *suite) registeredCapturedCopyReadsLaterWrites(t *testing.T) {
 func (s *suite) registerRefusedWhereUnsafeCallsAre(t *testing.T, mode alloc.CaptureMode) {
 	e := s.env(t)
 	b := make([]byte, hostN)
-	refused := mode != alloc.Relaxed || e.a.Info().CaptureSafety == driver.SafetyStrict
+	refused := mode != alloc.Relaxed || strictSafety(e.a)
 	var h *alloc.HostBuffer
 	g, err := e.a.WithCapture(alloc.CaptureOptions{Mode: mode}, func() error {
 		before := e.spy.Snapshot()

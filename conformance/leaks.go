@@ -162,8 +162,6 @@ func trimAfterFrees(t *testing.T, e *env) bool {
 	for _, n := range aliasSizes {
 		bs = append(bs, mustAlloc(t, e.a, n))
 	}
-	for _, b := range bs {
-		require.NoError(t, e.a.Free(b))
-	}
+	freeAll(t, e.a, bs)
 	return false
 }

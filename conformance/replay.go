@@ -12,7 +12,6 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/probe"
 )
 
 // errStaleReplay is what the fresh-data check returns when a replay's output
@@ -120,8 +119,8 @@ func checkFreshReplays(p *program, g *alloc.Graph, replays int, seed uint64) err
 		if err != nil {
 			return fmt.Errorf("replay %d: eager run: %w", i, err)
 		}
-		if !bytes.Equal(want, p.model(in)) {
-			return fmt.Errorf("replay %d: the eager run itself is wrong (first difference at byte %d)", i, probe.FirstDiff(want, p.model(in)))
+		if err := diffBytes(want, p.model(in)); err != nil {
+			return fmt.Errorf("replay %d: the eager run itself is wrong: %w", i, err)
 		}
 		fill(p.out.Bytes(), 0xEE) // reset outputs so a skipped write shows
 		if err := g.Launch(); err != nil {
@@ -130,9 +129,8 @@ func checkFreshReplays(p *program, g *alloc.Graph, replays int, seed uint64) err
 		if err := p.a.Synchronize(); err != nil {
 			return fmt.Errorf("replay %d: synchronize: %w", i, err)
 		}
-		if got := p.out.Bytes(); !bytes.Equal(got, want) {
-			return fmt.Errorf("%w: replay %d differs from the eager run at byte %d (got %#x, want %#x)",
-				errStaleReplay, i, probe.FirstDiff(got, want), got[probe.FirstDiff(got, want)], want[probe.FirstDiff(got, want)])
+		if err := diffBytes(p.out.Bytes(), want); err != nil {
+			return fmt.Errorf("%w: replay %d differs from the eager run: %v", errStaleReplay, i, err)
 		}
 	}
 	return nil
@@ -157,7 +155,7 @@ func (s *suite) replay(t *testing.T) {
 		rule{"fresh_data_50x", inEachMode(s.replaysReadFreshData)},
 		rule{"stale_snapshot_detected", s.staleSnapshotDetected},
 		rule{"graph_owned_temporary_unfreed", s.graphOwnedTemporarySurvivesReplays},
-		rule{"graph_launch_in_capture_refused", s.graphLaunchInCaptureRefused},
+		rule{"graph_launch_in_capture_refused", forBoth("allocations", s.graphLaunchRefusedInEveryMode)},
 		rule{"silent_invalidation_reported", s.silentInvalidationReported},
 	)
 }
@@ -214,18 +212,10 @@ func (s *suite) graphOwnedTemporarySurvivesReplays(t *testing.T) {
 	require.NoError(t, out.Close())
 }
 
-// graphLaunchInCaptureRefused: cudaGraphLaunch into a capturing stream
+// graphLaunchRefusedInEveryMode: cudaGraphLaunch into a capturing stream
 // returns 900 and invalidates the capture in every mode, with or without
 // memory nodes (cmd/cudatruth on CUDA 13.0): the allocator refuses first,
 // the capture stays valid, and both graphs still replay.
-func (s *suite) graphLaunchInCaptureRefused(t *testing.T) {
-	for _, withAllocs := range []bool{false, true} {
-		t.Run(fmt.Sprintf("allocations=%v", withAllocs), func(t *testing.T) {
-			s.graphLaunchRefusedInEveryMode(t, withAllocs)
-		})
-	}
-}
-
 func (s *suite) graphLaunchRefusedInEveryMode(t *testing.T, withAllocs bool) {
 	e := s.env(t)
 	p := newProgram(t, e.a, 4096)

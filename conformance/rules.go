@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
@@ -42,5 +43,15 @@ func launchedOrNot(check func(t *testing.T, launched bool)) func(t *testing.T) {
 	return func(t *testing.T) {
 		t.Run("unlaunched", func(t *testing.T) { check(t, false) })
 		t.Run("launched", func(t *testing.T) { check(t, true) })
+	}
+}
+
+// forBoth makes a check that runs check with false and with true, as the
+// subtests "key=false" and "key=true".
+func forBoth(key string, check func(t *testing.T, v bool)) func(t *testing.T) {
+	return func(t *testing.T) {
+		for _, v := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s=%v", key, v), func(t *testing.T) { check(t, v) })
+		}
 	}
 }

@@ -204,7 +204,7 @@ var stepFaults = []stepFault{
 	{"invalidated", alloc.ErrCaptureInvalidated, true, func(e *env, p *stepProg, _ *step.Registry) {
 		p.hook = func() error {
 			if p.st.Capturing() {
-				_, _ = e.spy.Inner().StreamQuery(p.a.Stream())
+				return invalidateCapture(e.spy, p.a)
 			}
 			return nil
 		}
@@ -432,20 +432,16 @@ func (s *suite) stepSerializesRunsWhileRegistryFills(t *testing.T) {
 		return e.a.Memset(b, 0, 1, 256)
 	}})
 	require.NoError(t, err)
-	var wg sync.WaitGroup
-	for i := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range 10 {
-				assert.NoError(t, st.Run())
-				reg.Add(fmt.Sprintf("op%d.%d", i, j))
-				_ = reg.Contains("op0.0")
-				_ = st.Stats()
-			}
-		}()
-	}
-	wg.Wait()
+	require.NoError(t, parallel(4, func(i int) error {
+		var errs []error
+		for j := range 10 {
+			errs = append(errs, st.Run())
+			reg.Add(fmt.Sprintf("op%d.%d", i, j))
+			_ = reg.Contains("op0.0")
+			_ = st.Stats()
+		}
+		return errors.Join(errs...)
+	}))
 	got := st.Stats()
 	assert.Equal(t, 40, got.Steps)
 	assert.Equal(t, 40, got.Replays, "one capture (and its launch), then replays")

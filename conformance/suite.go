@@ -19,7 +19,7 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/internal/syncio"
+	"github.com/capalloc/capalloc/internal/syncbuf"
 )
 
 // Factory opens a fresh driver for one subtest; Run closes it with
@@ -121,10 +121,10 @@ type env struct {
 	a   *alloc.Allocator
 
 	closed map[*alloc.Allocator]bool // closed by the test itself
-	// logs is what the allocators logged, so tests can check warnings and
-	// a passing run stays quiet; written from abandoned goroutines too,
-	// hence a locked buffer (t.Log would panic once the test is over).
-	logs *syncio.Buffer
+	// logs collects what the allocators logged, so tests can check their
+	// warnings and a passing run stays quiet. Abandoned calls write to it
+	// too, after the test may be over (t.Log would panic).
+	logs *syncbuf.Buffer
 }
 
 // openDriver opens a driver that t's cleanup closes.
@@ -138,7 +138,7 @@ func (s *suite) openDriver(t *testing.T) driver.Driver {
 func (s *suite) newEnv(t *testing.T, opts alloc.Options) *env {
 	t.Helper()
 	d := s.openDriver(t)
-	e := &env{t: t, s: s, drv: d, spy: alloctest.NewSpy(d), logs: &syncio.Buffer{}}
+	e := &env{t: t, s: s, drv: d, spy: alloctest.NewSpy(d), logs: &syncbuf.Buffer{}}
 	t.Cleanup(func() {
 		e.spy.ReleaseAll() // a held call must not hang the cleanup
 		assert.NoError(t, e.spy.StopSnapshot(), "freeing the spy's staging memory")
@@ -203,6 +203,14 @@ func driverUsage(d driver.Driver) (u driver.Usage, ok bool) {
 	}
 	u, err := r.Usage()
 	return u, err == nil
+}
+
+// launchesHostFuncs reports whether d runs host functions in stream order
+// (driver.HostFuncLauncher); a backend without them refuses
+// LaunchHostFunc with errors.ErrUnsupported.
+func launchesHostFuncs(d driver.Driver) bool {
+	_, ok := d.(driver.HostFuncLauncher)
+	return ok
 }
 
 // liveBytes is driverUsage's device bytes.

@@ -8,7 +8,6 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
-	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // The capture contract of docs/design.md, one subtest per cell:
@@ -57,17 +56,15 @@ type ttOp struct {
 }
 
 func (s *suite) truthTable(t *testing.T) {
-	for _, mode := range driver.Modes() {
-		t.Run(mode.String(), func(t *testing.T) {
-			for _, st := range []alloc.CaptureState{alloc.StateNone, alloc.StateActive, alloc.StateExternal, alloc.StateInvalidated} {
-				t.Run(st.String(), func(t *testing.T) {
-					for _, op := range ttOps {
-						t.Run(op.name, func(t *testing.T) { s.runCell(t, mode, st, op) })
-					}
-				})
-			}
-		})
-	}
+	inEachMode(func(t *testing.T, mode alloc.CaptureMode) {
+		for _, st := range []alloc.CaptureState{alloc.StateNone, alloc.StateActive, alloc.StateExternal, alloc.StateInvalidated} {
+			t.Run(st.String(), func(t *testing.T) {
+				for _, op := range ttOps {
+					t.Run(op.name, func(t *testing.T) { s.runCell(t, mode, st, op) })
+				}
+			})
+		}
+	})(t)
 }
 
 func (s *suite) runCell(t *testing.T, mode alloc.CaptureMode, st alloc.CaptureState, op ttOp) {
@@ -112,10 +109,7 @@ func (c *cell) enter(inCapture func(*cell)) {
 		if inCapture != nil {
 			inCapture(c)
 		}
-		// A query is illegal during capture: the driver refuses it and
-		// invalidates the capture.
-		_, err := c.spy.Inner().StreamQuery(c.a.Stream())
-		require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
+		invalidate(t, c.e, c.a)
 	}
 }
 
@@ -180,6 +174,27 @@ func (c *cell) preIntact(why string) {
 	require.Equal(c.t, pattern(ttSize, ttSeed), download(c.t, c.a, c.pre, 0, ttSize), why)
 }
 
+// capturedOneAllocation asserts that what (the operation, in this
+// capture) made one graph allocation: a cudaMallocAsync node, no
+// cudaMalloc, counted by CaptureAllocCount.
+func (c *cell) capturedOneAllocation(what string) {
+	c.t.Helper()
+	assertCalls(c.t, c.spy, c.before, alloctest.MethodMallocAsync, 1)
+	assertCalls(c.t, c.spy, c.before, alloctest.MethodMalloc, 0)
+	assert.Equal(c.t, 1, c.a.CaptureAllocCount(), "%s is counted", what)
+}
+
+// graphCountsOneAllocation reports whether the cell's capture made a graph
+// (g is nil outside StateActive) and asserts that it holds one allocation.
+func (c *cell) graphCountsOneAllocation(g *alloc.Graph) bool {
+	c.t.Helper()
+	if g == nil {
+		return false
+	}
+	assert.Equal(c.t, 1, g.CaptureAllocCount())
+	return true
+}
+
 // launch replays g and waits for it.
 func launch(t *testing.T, a *alloc.Allocator, g *alloc.Graph) {
 	t.Helper()
@@ -187,28 +202,38 @@ func launch(t *testing.T, a *alloc.Allocator, g *alloc.Graph) {
 	require.NoError(t, a.Synchronize())
 }
 
+// actByState builds the act of a row whose operation do succeeds with no
+// capture (none, if set, then checks its effect), is judged by active in
+// the allocator's own capture, and is refused with no driver call in a
+// foreign or invalidated one.
+func actByState(do func(c *cell) error, none func(c *cell), active func(c *cell, err error)) func(c *cell) {
+	return func(c *cell) {
+		err := do(c)
+		switch c.state {
+		case alloc.StateNone:
+			require.NoError(c.t, err)
+			if none != nil {
+				none(c)
+			}
+		case alloc.StateActive:
+			active(c, err)
+		default:
+			c.refused(err, false)
+		}
+	}
+}
+
 // dataOp builds a row for a stream-ordered data operation (legal in None and
 // Active, refused in External and Invalidated).
 func dataOp(name string, do func(c *cell) error, none, active func(c *cell), verifyActive func(c *cell, g *alloc.Graph)) ttOp {
 	return ttOp{
 		name: name,
-		act: func(c *cell) {
-			err := do(c)
-			switch c.state {
-			case alloc.StateNone:
-				require.NoError(c.t, err)
-				if none != nil {
-					none(c)
-				}
-			case alloc.StateActive:
-				require.NoError(c.t, err)
-				if active != nil {
-					active(c)
-				}
-			default:
-				c.refused(err, false)
+		act: actByState(do, none, func(c *cell, err error) {
+			require.NoError(c.t, err)
+			if active != nil {
+				active(c)
 			}
-		},
+		}),
 		verify: func(c *cell, g *alloc.Graph) {
 			switch c.state {
 			case alloc.StateActive:
@@ -227,20 +252,11 @@ func dataOp(name string, do func(c *cell) error, none, active func(c *cell), ver
 func pageableOp(name string, do func(c *cell) error, none func(c *cell)) ttOp {
 	return ttOp{
 		name: name,
-		act: func(c *cell) {
-			err := do(c)
-			switch c.state {
-			case alloc.StateNone:
-				require.NoError(c.t, err)
-				none(c)
-			case alloc.StateActive:
-				c.refused(err, false)
-				assert.Contains(c.t, err.Error(), "pageable", "the error must say why: pageable memory")
-				requireState(c.t, c.a, alloc.StateActive)
-			default:
-				c.refused(err, false)
-			}
-		},
+		act: actByState(do, none, func(c *cell, err error) {
+			c.refused(err, false)
+			assert.Contains(c.t, err.Error(), "pageable", "the error must say why: pageable memory")
+			requireState(c.t, c.a, alloc.StateActive)
+		}),
 		verify: func(c *cell, g *alloc.Graph) {
 			if g != nil {
 				launch(c.t, c.a, g)
@@ -294,19 +310,16 @@ var ttOps = []ttOp{
 				require.NoError(c.t, c.a.Free(b))
 			case alloc.StateActive:
 				require.NoError(c.t, err)
-				assertCalls(c.t, c.spy, c.before, alloctest.MethodMallocAsync, 1)
-				assertCalls(c.t, c.spy, c.before, alloctest.MethodMalloc, 0)
-				assert.Equal(c.t, 1, c.a.CaptureAllocCount())
+				c.capturedOneAllocation("an allocation in capture")
 				c.captured = b
 			default:
 				c.refused(err, false)
 			}
 		},
 		verify: func(c *cell, g *alloc.Graph) {
-			if g == nil {
+			if !c.graphCountsOneAllocation(g) {
 				return
 			}
-			assert.Equal(c.t, 1, g.CaptureAllocCount())
 			launch(c.t, c.a, g)
 			// The address belongs to the graph until Graph.Close.
 			requireRefused(c.t, c.a.Free(c.captured), alloc.StateNone, alloc.ErrInvalidBuffer)
@@ -382,8 +395,7 @@ var ttOps = []ttOp{
 			}
 		},
 		verify: func(c *cell, g *alloc.Graph) {
-			if g != nil {
-				assert.Equal(c.t, 1, g.CaptureAllocCount())
+			if c.graphCountsOneAllocation(g) {
 				launch(c.t, c.a, g)
 				launch(c.t, c.a, g)
 			}
@@ -500,18 +512,15 @@ var ttOps = []ttOp{
 				require.NoError(c.t, c.a.ReleaseWorkspace(lazyName))
 			case alloc.StateActive:
 				require.NoError(c.t, err)
-				assert.Equal(c.t, 1, c.a.CaptureAllocCount(), "a workspace first used in capture is counted")
-				assertCalls(c.t, c.spy, c.before, alloctest.MethodMallocAsync, 1)
-				assertCalls(c.t, c.spy, c.before, alloctest.MethodMalloc, 0)
+				c.capturedOneAllocation("a workspace first used in capture")
 			default:
 				c.refused(err, false)
 			}
 		},
 		verify: func(c *cell, g *alloc.Graph) {
-			if g == nil {
+			if !c.graphCountsOneAllocation(g) {
 				return
 			}
-			assert.Equal(c.t, 1, g.CaptureAllocCount())
 			w := g.Warnings()
 			require.Len(c.t, w, 1, "a lazy workspace is warned about at EndCapture")
 			assert.Contains(c.t, w[0], lazyName)
@@ -525,14 +534,13 @@ var ttOps = []ttOp{
 			b, err := c.a.AllocSync(1000)
 			// Strict capture safety (docs/capture-safety.md) refuses it
 			// during any capture, Relaxed included.
-			strict := c.a.Info().CaptureSafety == driver.SafetyStrict
+			strict := strictSafety(c.a)
 			relaxedOK := c.state == alloc.StateActive && c.mode == alloc.Relaxed
 			allowed := c.state == alloc.StateNone || (relaxedOK && !strict)
 			if !allowed {
 				c.refused(err, false)
 				if relaxedOK {
-					require.ErrorIs(c.t, err, driver.ErrCaptureIllegalOp, "strict safety's refusal")
-					assert.Contains(c.t, err.Error(), "capture safety is strict", "the error names the profile")
+					requireStrictRefusal(c.t, err)
 				}
 				return
 			}
@@ -554,7 +562,7 @@ var ttOps = []ttOp{
 			assertCalls(c.t, c.spy, c.before, alloctest.MethodFree, 1)
 		},
 		verify: func(c *cell, g *alloc.Graph) {
-			if g == nil || c.mode != alloc.Relaxed || c.a.Info().CaptureSafety == driver.SafetyStrict {
+			if g == nil || c.mode != alloc.Relaxed || strictSafety(c.a) {
 				return // no AllocSync buffer: refused (strict) or freed already
 			}
 			before := c.spy.Snapshot()

@@ -7,7 +7,6 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/alloctest"
-	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // hostFuncRow is LaunchHostFunc's row of the truth table: a stream-ordered
@@ -22,7 +21,7 @@ var hostFuncRow = ttOp{
 		mark := c.host.Bytes()[:8]
 		fill(mark, 0)
 		err := c.a.LaunchHostFunc(func() error { fill(mark, 0x5A); return nil })
-		_, launches := c.e.drv.(driver.HostFuncLauncher)
+		launches := launchesHostFuncs(c.e.drv)
 		switch {
 		case !launches && (c.state == alloc.StateNone || c.state == alloc.StateActive):
 			require.ErrorIs(c.t, err, errors.ErrUnsupported)
@@ -44,7 +43,7 @@ var hostFuncRow = ttOp{
 	},
 	verify: func(c *cell, g *alloc.Graph) {
 		mark := c.host.Bytes()[:8]
-		_, launches := c.e.drv.(driver.HostFuncLauncher)
+		launches := launchesHostFuncs(c.e.drv)
 		switch {
 		case c.state == alloc.StateActive && launches:
 			require.Equal(c.t, repeat(0, 8), mark, "a captured host function does not run before launch")

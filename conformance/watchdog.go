@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,6 +108,45 @@ func (s *suite) watchdog(t *testing.T) {
 	)
 }
 
+// watchdogBusyStream: a Synchronize on a stream whose work does not end
+// (a host function that blocks) costs the caller the deadline, whichever
+// way the allocator waits: on the backend's own driver, not the suite's
+// spy, so a driver that can be polled (driver.StreamIdler, StreamPoller) is
+// waited for by polling on the caller's goroutine. Once the work
+// ends, the stream synchronizes again.
+func (s *suite) watchdogBusyStream(t *testing.T) {
+	d := s.openDriver(t)
+	if !launchesHostFuncs(d) {
+		t.Skip("the backend cannot launch host functions, which this test keeps its stream busy with")
+	}
+	a, err := alloc.New(d, alloc.Options{Watchdog: wdDeadline})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, a.Close()) }()
+
+	var ranAtLaunch atomic.Bool
+	require.NoError(t, a.LaunchHostFunc(func() error { ranAtLaunch.Store(true); return nil }))
+	if ranAtLaunch.Load() {
+		t.Skip("the backend runs a host function inside its launch (a synchronous stream): its stream is never busy for a Synchronize")
+	}
+	require.NoError(t, a.Synchronize())
+
+	unblock := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(unblock) }) }
+	defer release()
+	require.NoError(t, a.LaunchHostFunc(func() error { <-unblock; return nil }))
+	start := time.Now()
+	err = within(t, wdSlack, "Synchronize on a busy stream", a.Synchronize)
+	elapsed := time.Since(start)
+	require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
+	assert.GreaterOrEqual(t, elapsed, wdDeadline, "returned before the deadline")
+	assert.Less(t, elapsed, wdSlack, "the caller must get control back at the deadline")
+	assert.EqualValues(t, 1, a.Stats().Timeouts)
+
+	release()
+	eventually(t, "Synchronize works again once the work ended", func() bool { return a.Synchronize() == nil })
+}
+
 // watchdogStuckCaptureFnCostsTheDeadline: WithCapture whose function does
 // not return gives the caller ErrCaptureTimeout at the capture's Timeout;
 // while the function is abandoned the allocator refuses everything with
@@ -151,6 +191,70 @@ func requireAbandonedRefusesAll(t *testing.T, a *alloc.Allocator, b alloc.Buffer
 	_, err = a.CaptureStatus()
 	require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
 	require.ErrorIs(t, a.BeginCapture(alloc.Global), alloc.ErrCaptureTimeout)
+}
+
+// abandonedCaptureOutlivesClose: a Global WithCapture whose function is
+// stuck past its deadline is abandoned, and the engine closes the
+// allocator. Close returns at once; while the function runs, the capture
+// may still record, so a sibling's unsafe call is refused. Once the
+// function returns, the capture is ended, its graph discarded, the domain
+// forgets it (the sibling's unsafe calls are allowed again) and Close's
+// teardown runs: nothing the closed allocator held stays with the driver.
+// Close and the goroutine waiting for the function must not each leave
+// the capture's end to the other: the sibling would be refused forever and
+// the driver would keep the memory.
+func (s *suite) abandonedCaptureOutlivesClose(t *testing.T) {
+	e := s.env(t)
+	sib := e.newAllocator(alloc.Options{})
+	sibBuf := mustAlloc(t, sib, 4096)
+	base, reports := liveBytes(e.drv)
+	hbase, _ := hostBytes(e.drv)
+
+	// What Close has to give back once the capture is gone: pool memory,
+	// an AllocSync buffer and a pinned host buffer left alive (leaks it
+	// reports), besides what the capture allocates.
+	mustAlloc(t, e.a, 1<<20)
+	_, err := e.a.AllocSync(4096)
+	require.NoError(t, err)
+	h := mustHost(t, e.a, 4096)
+
+	release, _, err := abandonCapture(t, e.a, alloc.CaptureOptions{Mode: alloc.Global, Timeout: wdDeadline}, func() error { return allocSome(e.a, h) })
+	require.ErrorIs(t, err, alloc.ErrCaptureTimeout)
+
+	err = within(t, wdSlack, "Close with the capture abandoned", func() error { return e.close(e.a) })
+	require.ErrorIs(t, err, alloc.ErrLeaked, "Close reports the capture it aborted and what was left alive")
+
+	// The function may still enqueue into the capture: a Global-mode one
+	// forbids the sibling's unsafe calls, refused with no driver call.
+	before := e.spy.Snapshot()
+	_, err = sib.AllocSync(100)
+	requireRefused(t, err, alloc.StateNone, alloc.ErrCaptureIncompatibleAllocation)
+	assertNoDriverCall(t, e.spy, before)
+
+	release()
+	eventually(t, "the sibling's unsafe calls allowed once the function returned", func() bool {
+		x, err := sib.AllocSync(100)
+		if err != nil {
+			return false
+		}
+		require.NoError(t, sib.Free(x))
+		return true
+	})
+	eventually(t, "Close's teardown ran: the closed allocator's stream destroyed", func() bool {
+		return e.spy.Calls(alloctest.MethodDestroyStream) >= 1
+	})
+	if reports {
+		eventually(t, "the driver holds no memory of the closed allocator", func() bool {
+			n, _ := liveBytes(e.drv)
+			hn, _ := hostBytes(e.drv)
+			return n == base && hn == hbase
+		})
+	}
+	require.NoError(t, sib.Free(sibBuf))
+	require.NoError(t, sib.Synchronize())
+	g, err := sib.WithCapture(alloc.CaptureOptions{Mode: alloc.Global}, func() error { return nil })
+	require.NoError(t, err, "the sibling captures again")
+	assert.NoError(t, g.Close())
 }
 
 // watchdogHungDriverCallCostsTheDeadline: a driver call that does not
@@ -212,22 +316,10 @@ func (s *suite) watchdogBeginCaptureNotStarved(t *testing.T) {
 	b := e.newAllocator(alloc.Options{})
 	buf := mustAlloc(t, b, 1<<16)
 	src := pattern(1<<16, 3)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-					_ = b.Upload(buf, 0, src) // refused while A captures: fine
-				}
-			}
-		}()
-	}
+	stop := loopUntilStopped(t, 8, func(int) bool {
+		_ = b.Upload(buf, 0, src) // refused while A captures: fine
+		return true
+	})
 	time.Sleep(20 * time.Millisecond)
 	for range 10 {
 		err := within(t, wdSlack, "BeginCapture", func() error { return e.a.BeginCapture(alloc.Global) })
@@ -236,8 +328,7 @@ func (s *suite) watchdogBeginCaptureNotStarved(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, g.Close())
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 	require.NoError(t, b.Free(buf))
 }
 

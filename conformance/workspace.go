@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
-	"github.com/capalloc/capalloc/alloc/alloctest"
 )
 
 // Workspaces are the fix for the lazy-cudaMalloc-on-first-use hang: reserve
@@ -49,8 +48,7 @@ func (s *suite) reservedWorkspaceCostsNothingInCapture(t *testing.T, mode alloc.
 	assert.Zero(t, e.a.CaptureAllocCount())
 	assert.Zero(t, g.CaptureAllocCount())
 	assert.Empty(t, g.Warnings())
-	assertCalls(t, e.spy, before, alloctest.MethodMallocAsync, 0)
-	assertCalls(t, e.spy, before, alloctest.MethodMalloc, 0)
+	assertNoDeviceAllocation(t, e.spy, before)
 	launch(t, e.a, g)
 	for i, n := range workspaceNames {
 		w, err := e.a.Workspace(n, 1)

@@ -14,13 +14,7 @@ import (
 //
 //	go test ./nccl -run '^$' -bench . -count 6
 func BenchmarkGPUAllReduce(b *testing.B) {
-	l, _, a := onGPU(b)
-	comms, err := l.InitAll([]int{0})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = comms[0].Destroy() })
-	c := comms[0]
+	_, a, c := oneRankOnGPU(b)
 	const perGraph = 10
 	for _, s := range []struct {
 		name string

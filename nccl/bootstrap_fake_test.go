@@ -16,7 +16,6 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/cpu"
 	"github.com/capalloc/capalloc/nccl"
 )
 
@@ -71,6 +70,16 @@ func openFake(t *testing.T, l *nccl.Library) *fake {
 	f.lastInit, err = purego.Dlsym(h, "fake_last_init")
 	require.NoError(t, err)
 	return f
+}
+
+// call calls the stand-in's function name (one of its fake_* test
+// hooks) with args and returns its result.
+func (f *fake) call(t *testing.T, name string, args ...uintptr) uintptr {
+	t.Helper()
+	p, err := purego.Dlsym(f.h, name)
+	require.NoError(t, err)
+	r, _, _ := purego.SyscallN(p, args...)
+	return r
 }
 
 // last is what the stand-in's last ncclCommInitRank received.
@@ -138,24 +147,13 @@ func TestInitRankRefusesBadArguments(t *testing.T) {
 	require.Zero(t, inits)
 }
 
-// cudaDomain puts a cpu device in the "cuda" capture domain, so a Global
-// capture on it stands for one on a GPU in this process.
-type cudaDomain struct{ driver.Driver }
-
-func (cudaDomain) CaptureDomain() string { return "cuda" }
-
 // A communicator is not made during a Global-mode capture in the process:
 // refused before NCCL is called.
 func TestInitRankRefusedDuringGlobalCapture(t *testing.T) {
 	f := loadFake(t)
 	id, err := f.l.GetUniqueID()
 	require.NoError(t, err)
-	d, err := cpu.New(cpu.Options{})
-	require.NoError(t, err)
-	defer d.Close()
-	a, err := alloc.New(cudaDomain{d}, alloc.Options{})
-	require.NoError(t, err)
-	defer a.Close()
+	a := domainAllocator(t, "cuda", alloc.Options{})
 	require.NoError(t, a.BeginCapture(alloc.Global))
 	dev := &onCaller{}
 	_, err = f.l.InitRank(dev, 1, id, 0)

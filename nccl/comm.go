@@ -116,16 +116,23 @@ func elems(what string, b alloc.Buffer, count int64, dt DataType) error {
 	return nil
 }
 
+// sendRecv enqueues call, a collective that reads sendCount elements of dt
+// from send and writes recvCount into recv, once both buffers are checked
+// to hold them.
+func (c *Comm) sendRecv(a *alloc.Allocator, what, sym string, send alloc.Buffer, sendCount int64, recv alloc.Buffer, recvCount int64, dt DataType, call func(h, s uintptr) int32) error {
+	if err := elems(what, send, sendCount, dt); err != nil {
+		return err
+	}
+	if err := elems(what, recv, recvCount, dt); err != nil {
+		return err
+	}
+	return c.enqueue(a, what, sym, []alloc.Buffer{send, recv}, call)
+}
+
 // AllReduce sums count elements of send over the ranks into recv
 // (ncclAllReduce) on a's stream. send and recv may be the same buffer.
 func (c *Comm) AllReduce(a *alloc.Allocator, send, recv alloc.Buffer, count int64, dt DataType, op RedOp) error {
-	if err := elems("all-reduce", send, count, dt); err != nil {
-		return err
-	}
-	if err := elems("all-reduce", recv, count, dt); err != nil {
-		return err
-	}
-	return c.enqueue(a, "all-reduce", "ncclAllReduce", []alloc.Buffer{send, recv}, func(h, s uintptr) int32 {
+	return c.sendRecv(a, "all-reduce", "ncclAllReduce", send, count, recv, count, dt, func(h, s uintptr) int32 {
 		return gpurt.Call(c.l.allReduce, uintptr(send.Ptr()), uintptr(recv.Ptr()), uintptr(count), uintptr(dt), uintptr(op), h, s)
 	})
 }
@@ -133,13 +140,7 @@ func (c *Comm) AllReduce(a *alloc.Allocator, send, recv alloc.Buffer, count int6
 // AllGather writes every rank's count elements of send into recv, rank
 // order (ncclAllGather): recv holds Ranks()*count elements.
 func (c *Comm) AllGather(a *alloc.Allocator, send, recv alloc.Buffer, count int64, dt DataType) error {
-	if err := elems("all-gather", send, count, dt); err != nil {
-		return err
-	}
-	if err := elems("all-gather", recv, int64(c.ranks)*count, dt); err != nil {
-		return err
-	}
-	return c.enqueue(a, "all-gather", "ncclAllGather", []alloc.Buffer{send, recv}, func(h, s uintptr) int32 {
+	return c.sendRecv(a, "all-gather", "ncclAllGather", send, count, recv, int64(c.ranks)*count, dt, func(h, s uintptr) int32 {
 		return gpurt.Call(c.l.allGather, uintptr(send.Ptr()), uintptr(recv.Ptr()), uintptr(count), uintptr(dt), h, s)
 	})
 }
@@ -147,13 +148,7 @@ func (c *Comm) AllGather(a *alloc.Allocator, send, recv alloc.Buffer, count int6
 // ReduceScatter sums the ranks' send (Ranks()*count elements) and leaves
 // this rank's count-element share in recv (ncclReduceScatter).
 func (c *Comm) ReduceScatter(a *alloc.Allocator, send, recv alloc.Buffer, count int64, dt DataType, op RedOp) error {
-	if err := elems("reduce-scatter", send, int64(c.ranks)*count, dt); err != nil {
-		return err
-	}
-	if err := elems("reduce-scatter", recv, count, dt); err != nil {
-		return err
-	}
-	return c.enqueue(a, "reduce-scatter", "ncclReduceScatter", []alloc.Buffer{send, recv}, func(h, s uintptr) int32 {
+	return c.sendRecv(a, "reduce-scatter", "ncclReduceScatter", send, int64(c.ranks)*count, recv, count, dt, func(h, s uintptr) int32 {
 		return gpurt.Call(c.l.reduceScatter, uintptr(send.Ptr()), uintptr(recv.Ptr()), uintptr(count), uintptr(dt), uintptr(op), h, s)
 	})
 }

@@ -2,6 +2,7 @@ package nccl_test
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -28,6 +29,55 @@ func onGPU(tb testing.TB) (*nccl.Library, *cuda.Driver, *alloc.Allocator) {
 	}
 	tb.Cleanup(func() { _ = d.Close() })
 	return l, d, alloctest.New(tb, d, alloc.Options{})
+}
+
+// On a GPU with NCCL (CAPALLOC_NCCL_LIB or the default search): every
+// collective on one rank, captured with its copies through a capalloc
+// allocator and replayed with fresh data. One rank's results equal its
+// inputs; the point is that the NCCL calls are recorded into the graph and
+// run at every replay. Skipped, with the reason, without a GPU or NCCL.
+func TestGPUCollectivesCaptured(t *testing.T) {
+	l, a, c := oneRankOnGPU(t)
+	t.Logf("NCCL %s from %s", nccl.VersionString(l.Version), l.Path)
+
+	const count = 1 << 14
+	const n = 4 * count
+	o := newOperands(t, a, n)
+	for _, op := range []struct {
+		name string
+		call func() error
+	}{
+		{"all_reduce", func() error { return c.AllReduce(a, o.send, o.recv, count, nccl.Float32, nccl.Sum) }},
+		{"all_gather", func() error { return c.AllGather(a, o.send, o.recv, count, nccl.Int32) }},
+		{"reduce_scatter", func() error { return c.ReduceScatter(a, o.send, o.recv, count, nccl.Int32, nccl.Sum) }},
+		{"all_to_all", func() error { return c.AllToAll(a, o.send, o.recv, count, nccl.Int32) }},
+	} {
+		t.Run(op.name, func(t *testing.T) {
+			// Small float32 / int32 values.
+			roundTrip(t, a, o, 5, func(i, k int) byte { return byte(i/4*7+k*13) & 0x3f }, op.call)
+		})
+	}
+	// Bad operands are typed errors before any NCCL call.
+	require.ErrorIs(t, c.AllReduce(a, o.send, o.recv, n, nccl.Float32, nccl.Sum), alloc.ErrOutOfRange)
+	require.True(t, errors.Is(c.AllReduce(a, o.send, o.recv, 1, nccl.DataType(99), nccl.Sum), alloc.ErrInvalidValue))
+}
+
+// oneRankOnGPU is onGPU with a communicator of one rank on device 0
+// (InitAll), destroyed without error when the test ends.
+func oneRankOnGPU(tb testing.TB) (*nccl.Library, *alloc.Allocator, *nccl.Comm) {
+	tb.Helper()
+	l, _, a := onGPU(tb)
+	comms, err := l.InitAll([]int{0})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c := comms[0]
+	tb.Cleanup(func() {
+		if err := c.Destroy(); err != nil {
+			tb.Error(err)
+		}
+	})
+	return l, a, c
 }
 
 // operands are one rank's buffers of n bytes each: pinned in and out on

@@ -24,27 +24,25 @@ func (c *Comm) rankArg(what, role string, r int) error {
 // matching Recv must be in flight at the same time: two ranks that send to
 // each other, or a rank that sends to itself, put both calls in one Group.
 func (c *Comm) Send(a *alloc.Allocator, buf alloc.Buffer, count int64, dt DataType, peer int) error {
-	if err := c.rankArg("send", "peer", peer); err != nil {
-		return err
-	}
-	if err := elems("send", buf, count, dt); err != nil {
-		return err
-	}
-	return c.enqueue(a, "send", "ncclSend", []alloc.Buffer{buf}, func(h, s uintptr) int32 {
-		return gpurt.Call(c.l.send, uintptr(buf.Ptr()), uintptr(count), uintptr(dt), uintptr(peer), h, s)
-	})
+	return c.p2p(a, "send", "ncclSend", c.l.send, buf, count, dt, peer)
 }
 
 // Recv receives count elements from rank peer into buf (ncclRecv).
 func (c *Comm) Recv(a *alloc.Allocator, buf alloc.Buffer, count int64, dt DataType, peer int) error {
-	if err := c.rankArg("recv", "peer", peer); err != nil {
+	return c.p2p(a, "recv", "ncclRecv", c.l.recv, buf, count, dt, peer)
+}
+
+// p2p enqueues fn, the library's ncclSend or ncclRecv (named sym), for
+// count elements of buf with rank peer, once both are checked.
+func (c *Comm) p2p(a *alloc.Allocator, what, sym string, fn uintptr, buf alloc.Buffer, count int64, dt DataType, peer int) error {
+	if err := c.rankArg(what, "peer", peer); err != nil {
 		return err
 	}
-	if err := elems("recv", buf, count, dt); err != nil {
+	if err := elems(what, buf, count, dt); err != nil {
 		return err
 	}
-	return c.enqueue(a, "recv", "ncclRecv", []alloc.Buffer{buf}, func(h, s uintptr) int32 {
-		return gpurt.Call(c.l.recv, uintptr(buf.Ptr()), uintptr(count), uintptr(dt), uintptr(peer), h, s)
+	return c.enqueue(a, what, sym, []alloc.Buffer{buf}, func(h, s uintptr) int32 {
+		return gpurt.Call(fn, uintptr(buf.Ptr()), uintptr(count), uintptr(dt), uintptr(peer), h, s)
 	})
 }
 
@@ -55,13 +53,7 @@ func (c *Comm) Broadcast(a *alloc.Allocator, send, recv alloc.Buffer, count int6
 	if err := c.rankArg("broadcast", "root", root); err != nil {
 		return err
 	}
-	if err := elems("broadcast", send, count, dt); err != nil {
-		return err
-	}
-	if err := elems("broadcast", recv, count, dt); err != nil {
-		return err
-	}
-	return c.enqueue(a, "broadcast", "ncclBroadcast", []alloc.Buffer{send, recv}, func(h, s uintptr) int32 {
+	return c.sendRecv(a, "broadcast", "ncclBroadcast", send, count, recv, count, dt, func(h, s uintptr) int32 {
 		return gpurt.Call(c.l.broadcast, uintptr(send.Ptr()), uintptr(recv.Ptr()), uintptr(count), uintptr(dt), uintptr(root), h, s)
 	})
 }
@@ -73,13 +65,7 @@ func (c *Comm) Reduce(a *alloc.Allocator, send, recv alloc.Buffer, count int64, 
 	if err := c.rankArg("reduce", "root", root); err != nil {
 		return err
 	}
-	if err := elems("reduce", send, count, dt); err != nil {
-		return err
-	}
-	if err := elems("reduce", recv, count, dt); err != nil {
-		return err
-	}
-	return c.enqueue(a, "reduce", "ncclReduce", []alloc.Buffer{send, recv}, func(h, s uintptr) int32 {
+	return c.sendRecv(a, "reduce", "ncclReduce", send, count, recv, count, dt, func(h, s uintptr) int32 {
 		return gpurt.Call(c.l.reduce, uintptr(send.Ptr()), uintptr(recv.Ptr()), uintptr(count), uintptr(dt), uintptr(op), uintptr(root), h, s)
 	})
 }

@@ -10,12 +10,10 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/ebitengine/purego"
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/cpu"
 	"github.com/capalloc/capalloc/nccl"
 )
 
@@ -51,18 +49,18 @@ func eachBuild(t *testing.T, fn func(t *testing.T, f *fake), extra ...string) {
 // log returns the stand-in's call log since the last read.
 func (f *fake) log(t *testing.T) string {
 	buf := make([]byte, 1<<16)
-	n, _, _ := purego.SyscallN(f.sym(t, "fake_log"), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
+	n := f.call(t, "fake_log", uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
 	return string(buf[:n])
 }
 
 func (f *fake) hang(t *testing.T, mode int) {
-	purego.SyscallN(f.sym(t, "fake_hang"), uintptr(mode))
+	f.call(t, "fake_hang", uintptr(mode))
 }
 
 // misuse counts calls the stand-in saw into destroyed or aborted
 // communicators: it must stay 0.
 func (f *fake) misuse(t *testing.T) int {
-	n, _, _ := purego.SyscallN(f.sym(t, "fake_misuse"))
+	n := f.call(t, "fake_misuse")
 	return int(n)
 }
 
@@ -76,33 +74,21 @@ func (f *fake) comm(t *testing.T, rank, ranks int) *nccl.Comm {
 	return c
 }
 
-// cpuIn is a cpu driver, with all its methods (host functions, polling),
-// in a GPU driver's capture domain.
-type cpuIn struct {
-	*cpu.Driver
-	domain string
-}
-
-func (d cpuIn) CaptureDomain() string { return d.domain }
-
 // allocator is a cpu allocator in the library's capture domain, with the
 // watchdog given, and two buffers of 64 int32s.
 func allocator(t *testing.T, l *nccl.Library, watchdog time.Duration) (*alloc.Allocator, alloc.Buffer, alloc.Buffer) {
 	t.Helper()
-	d, err := cpu.New(cpu.Options{})
-	require.NoError(t, err)
 	domain := "cuda"
 	if l.RCCL {
 		domain = "hip"
 	}
-	a, err := alloc.New(cpuIn{d, domain}, alloc.Options{Watchdog: watchdog})
-	require.NoError(t, err)
+	a := domainAllocator(t, domain, alloc.Options{Watchdog: watchdog})
 	x, err := a.Alloc(256)
 	require.NoError(t, err)
 	y, err := a.Alloc(256)
 	require.NoError(t, err)
 	t.Cleanup(func() {
-		require.NoError(t, errors.Join(a.Free(x), a.Free(y), a.Close(), d.Close()))
+		require.NoError(t, errors.Join(a.Free(x), a.Free(y), a.Close()))
 	})
 	return a, x, y
 }

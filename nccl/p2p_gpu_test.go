@@ -16,11 +16,7 @@ import (
 // async-error polling runs against the real library. Skipped, with the
 // reason, without a GPU or NCCL.
 func TestGPUPointToPointGroupsAndSplit(t *testing.T) {
-	l, _, a := onGPU(t)
-	comms, err := l.InitAll([]int{0})
-	require.NoError(t, err)
-	c := comms[0]
-	defer func() { require.NoError(t, c.Destroy()) }()
+	l, a, c := oneRankOnGPU(t)
 	t.Logf("NCCL %s from %s, split: %v", nccl.VersionString(l.Version), l.Path, l.HasSplit())
 
 	const count = 1 << 12

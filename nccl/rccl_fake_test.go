@@ -8,7 +8,6 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/cpu"
 	"github.com/capalloc/capalloc/nccl"
 )
 
@@ -128,15 +127,6 @@ func TestLoadFor(t *testing.T) {
 	}
 }
 
-// inDomain puts a cpu device in a GPU driver's capture domain, so a
-// Global capture on it stands for one on that GPU in this process.
-type inDomain struct {
-	driver.Driver
-	domain string
-}
-
-func (d inDomain) CaptureDomain() string { return d.domain }
-
 // An RCCL communicator belongs to the hip driver's capture domain: made
 // under a Global capture there it is refused with no call, while a Global
 // capture in the cuda domain does not stop it; NCCL's the other way round.
@@ -157,15 +147,12 @@ func TestCommunicatorsJoinTheirDriversCaptureDomain(t *testing.T) {
 		id, err := f.l.GetUniqueID()
 		require.NoError(t, err)
 		capturing := func(domain string) (end func()) {
-			d, err := cpu.New(cpu.Options{})
-			require.NoError(t, err)
-			a, err := alloc.New(inDomain{d, domain}, alloc.Options{})
-			require.NoError(t, err)
+			a := domainAllocator(t, domain, alloc.Options{})
 			require.NoError(t, a.BeginCapture(alloc.Global))
 			return func() {
 				g, err := a.EndCapture()
 				require.NoError(t, err)
-				require.NoError(t, errors.Join(g.Close(), a.Close(), d.Close()))
+				require.NoError(t, errors.Join(g.Close(), a.Close()))
 			}
 		}
 

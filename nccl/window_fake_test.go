@@ -4,21 +4,12 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/ebitengine/purego"
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/cpu"
 	"github.com/capalloc/capalloc/nccl"
 )
-
-func (f *fake) sym(t *testing.T, name string) uintptr {
-	t.Helper()
-	p, err := purego.Dlsym(f.h, name)
-	require.NoError(t, err)
-	return p
-}
 
 // A symmetric window over the stand-in: ncclMemAlloc'd memory registered
 // with NCCL_WIN_COLL_SYMMETRIC on the device thread; an all-reduce on it
@@ -29,11 +20,11 @@ func TestWindow(t *testing.T) {
 	f := loadFake(t)
 	require.True(t, f.l.HasWindows())
 	windows := func() (n int, flags int32, size uint64) {
-		r, _, _ := purego.SyscallN(f.sym(t, "fake_windows"), uintptr(unsafe.Pointer(&flags)), uintptr(unsafe.Pointer(&size)))
+		r := f.call(t, "fake_windows", uintptr(unsafe.Pointer(&flags)), uintptr(unsafe.Pointer(&size)))
 		return int(r), flags, size
 	}
 	lastAllReduce := func() (send, recv uintptr, count uint64) {
-		purego.SyscallN(f.sym(t, "fake_last_allreduce"), uintptr(unsafe.Pointer(&send)), uintptr(unsafe.Pointer(&recv)), uintptr(unsafe.Pointer(&count)))
+		f.call(t, "fake_last_allreduce", uintptr(unsafe.Pointer(&send)), uintptr(unsafe.Pointer(&recv)), uintptr(unsafe.Pointer(&count)))
 		return send, recv, count
 	}
 	id, err := f.l.GetUniqueID()
@@ -43,12 +34,7 @@ func TestWindow(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, c.Destroy()) }()
 
-	d, err := cpu.New(cpu.Options{})
-	require.NoError(t, err)
-	defer d.Close()
-	a, err := alloc.New(cudaDomain{d}, alloc.Options{})
-	require.NoError(t, err)
-	defer a.Close()
+	a := domainAllocator(t, "cuda", alloc.Options{})
 
 	// Refused during a Global-mode capture, before any NCCL call.
 	require.NoError(t, a.BeginCapture(alloc.Global))

@@ -42,6 +42,9 @@ type collEnv struct {
 	table []alloc.Buffer // naive_heap: the device copy of the peer table
 	meet  *hostBarrier   // host_barrier
 	fresh func(r, k int) byte
+	// all_to_all_v: the counts tensors and the send counts' staging
+	send, recv symheap.Tensor
+	cntHB      []*alloc.HostBuffer
 }
 
 type collOp struct {
@@ -102,6 +105,7 @@ var collOps = []collOp{
 	{name: "all_to_all", body: func(c *collEnv, r int) error {
 		return c.steps(r, func(h symheap.Collectives) error { return h.AllToAll(c.work, c.out) })
 	}},
+	{name: "all_to_all_v", body: allToAllV},
 	// Point-to-point: each rank puts its input into the next rank's
 	// output and signals it, then waits for the previous rank's signal
 	// before reading its output. The waits count across replays.
@@ -263,6 +267,9 @@ func probeCollective(drv driver.Driver, mode alloc.CaptureMode, op collOp, repla
 			if r < len(c.table) {
 				_ = a.Free(c.table[r])
 			}
+			if r < len(c.cntHB) {
+				_ = c.cntHB[r].Close()
+			}
 			if cerr := a.Close(); cerr != nil && err == nil && v != "" {
 				v, err = "", cerr
 			}
@@ -313,6 +320,9 @@ func probeCollective(drv driver.Driver, mode alloc.CaptureMode, op collOp, repla
 			return "", err
 		}
 		c.table = append(c.table, b)
+		if err := c.allocCounts(r, h, a); err != nil {
+			return "", err
+		}
 	}
 
 	graphs := make([]*alloc.Graph, collRanks)
@@ -355,6 +365,7 @@ func (c *collEnv) round(k int, launch func(r int) error) ([][]byte, error) {
 		fill(c.inHB[r].Bytes(), c.fresh(r, k))
 		fill(c.wkHB[r].Bytes(), c.fresh(r, k)+0x40)
 		clear(c.outHB[r].Bytes())
+		c.fillCounts(r, k)
 	}
 	if err := eachRank(func(r int) error {
 		if err := launch(r); err != nil {

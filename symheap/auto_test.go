@@ -2,7 +2,6 @@ package symheap_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -35,13 +34,7 @@ func TestDeviceKind(t *testing.T) {
 // would have picked two-shot); without one, the fallback holds.
 func TestFakeAutoFollowsRecordedCrossover(t *testing.T) {
 	forEachFake(t, func(t *testing.T, v *fakeVendor, log *gpurttest.Log) {
-		open := func() *topoWorld {
-			w, errs := openTopo(t, v, make([]int, 2), 5*time.Second, nil)
-			for r, err := range errs {
-				require.NoError(t, err, "rank %d", r)
-			}
-			return w
-		}
+		open := func() *topoWorld { return mustOpenTopo(t, v, 2) }
 		run := func(w *topoWorld) string {
 			w.must(t, func(r int) error {
 				h := w.heaps[r]

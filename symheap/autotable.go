@@ -10,3 +10,9 @@ var recordedOneShotMax = []OneShotRow{
 	{Kind: "NVIDIA H200", Ranks: 4, MaxBytes: 262144, Run: "nvidia-h200-2026-11-27"},
 	{Kind: "NVIDIA H200", Ranks: 8, MaxBytes: 262144, Run: "nvidia-h200-2026-11-27"},
 }
+
+// recordedCopyEngineMin: per device kind, collective and rank count, the
+// smallest size from which the recorded run measured the copy-engine
+// variant faster than the kernels, there and at every larger size
+// (copyengine.go).
+var recordedCopyEngineMin = []CopyEngineRow{}

@@ -25,6 +25,15 @@ func (b *bump) checkElems(t Tensor, dt DType) error {
 	return nil
 }
 
+// checkAllReduce checks an all-reduce's algorithm and its tensor of
+// whole elements of dt.
+func (b *bump) checkAllReduce(t Tensor, dt DType, alg Algorithm) error {
+	if err := checkAlgorithm(alg); err != nil {
+		return err
+	}
+	return b.checkElems(t, dt)
+}
+
 // checkChunks checks that whole holds ranks chunks of part's size, and
 // that both are in the heap and do not overlap.
 func (b *bump) checkChunks(whole, part Tensor, ranks int) error {
@@ -34,8 +43,30 @@ func (b *bump) checkChunks(whole, part Tensor, ranks int) error {
 	return b.disjoint(whole, part)
 }
 
-// checkAllToAll checks in and out of an all-to-all over ranks.
-func (b *bump) checkAllToAll(in, out Tensor, ranks int) error {
+// checkAllGather checks an all-gather's algorithm and that out holds
+// ranks chunks of in's size.
+func (b *bump) checkAllGather(in, out Tensor, ranks int, alg Algorithm) error {
+	if err := checkCopyAlgorithm("all-gather", alg); err != nil {
+		return err
+	}
+	return b.checkChunks(out, in, ranks)
+}
+
+// checkReduceScatter checks that in holds ranks chunks of out's size and
+// out whole elements of dt.
+func (b *bump) checkReduceScatter(in, out Tensor, dt DType, ranks int) error {
+	if err := b.checkChunks(in, out, ranks); err != nil {
+		return err
+	}
+	return b.checkElems(out, dt)
+}
+
+// checkAllToAll checks the algorithm, in and out of an all-to-all over
+// ranks.
+func (b *bump) checkAllToAll(in, out Tensor, ranks int, alg Algorithm) error {
+	if err := checkCopyAlgorithm("all-to-all", alg); err != nil {
+		return err
+	}
 	if in.Size != out.Size || in.Size%int64(ranks) != 0 {
 		return fmt.Errorf("%w: symheap: all-to-all of %d B into %d B over %d ranks", alloc.ErrInvalidSize, in.Size, out.Size, ranks)
 	}

@@ -37,6 +37,11 @@ type Collectives interface {
 	// AllReduceWith replaces t on every rank with the element-wise sum
 	// over ranks, summed in rank order (every rank gets the same bits).
 	AllReduceWith(t Tensor, dt DType, alg Algorithm) error
+	// AllGatherWith and AllToAllWith are AllGather and AllToAll by alg:
+	// Auto, Kernel, or CopyEngine (the device's copy engines move the
+	// bytes between barrier kernels; copyengine.go).
+	AllGatherWith(in, out Tensor, alg Algorithm) error
+	AllToAllWith(in, out Tensor, alg Algorithm) error
 	// AllGather writes rank p's in at out's p-th chunk, on every rank.
 	AllGather(in, out Tensor) error
 	// ReduceScatter writes into out, on rank r, the sum over ranks of
@@ -45,6 +50,11 @@ type Collectives interface {
 	// AllToAll writes into out's p-th chunk, on rank r, rank p's in's
 	// r-th chunk.
 	AllToAll(in, out Tensor) error
+	// AllToAllV sends sendCounts[q] elements of rank p's in to every
+	// rank q, packed in rank order into q's out, and writes into
+	// recvCounts what each rank sent; the counts are read when it runs
+	// (every replay), so one graph serves every routing (alltoallv.go).
+	AllToAllV(in, out, sendCounts, recvCounts Tensor, dt DType) error
 
 	// Put copies this rank's src into peer's dst. Signal adds value to
 	// peer's signal slot (after the Puts queued before it landed);

@@ -31,10 +31,7 @@ func (h *Heap) AllReduce(t Tensor, dt DType) error { return h.AllReduceWith(t, d
 // run different algorithms fail with ErrCollectiveMismatch, as on
 // devices); otherwise it only matters on devices.
 func (h *Heap) AllReduceWith(t Tensor, dt DType, alg Algorithm) error {
-	if err := checkAlgorithm(alg); err != nil {
-		return err
-	}
-	if err := h.bump.checkElems(t, dt); err != nil {
+	if err := h.bump.checkAllReduce(t, dt, alg); err != nil {
 		return err
 	}
 	return h.launch("AllReduce", allReduceSig(alg, dt, t), func(at arrival) error {
@@ -68,13 +65,20 @@ func (h *Heap) slice(t Tensor, dt DType, p int) Tensor {
 	return Tensor{Off: t.Off + es*lo, Size: es * (hi - lo)}
 }
 
-// AllGather writes rank p's in at out's p-th chunk, on every rank:
-// out.Size must be Ranks()*in.Size.
-func (h *Heap) AllGather(in, out Tensor) error {
-	if err := h.bump.checkChunks(out, in, h.Ranks()); err != nil {
+// AllGather is AllGatherWith(in, out, Auto).
+func (h *Heap) AllGather(in, out Tensor) error { return h.AllGatherWith(in, out, Auto) }
+
+// AllGatherWith writes rank p's in at out's p-th chunk, on every rank:
+// out.Size must be Ranks()*in.Size. On the host heap every algorithm is
+// the host function's copy (the cpu driver's copies reach only its own
+// allocations, not the group's shared mappings); alg is checked and part
+// of the signature, as on devices, where Auto is the kernels here.
+func (h *Heap) AllGatherWith(in, out Tensor, alg Algorithm) error {
+	if err := h.bump.checkAllGather(in, out, h.Ranks(), alg); err != nil {
 		return err
 	}
-	return h.launch("AllGather", kernels.Signature(kernels.KindAllGather, 0, uint64(in.Size)), func(at arrival) error {
+	sig := copySig(kernels.KindAllGather, resolveCopy(alg, out.Size, NoCopyEngine), uint64(in.Size))
+	return h.launch("AllGather", sig, func(at arrival) error {
 		if err := h.barrier(at); err != nil {
 			return err
 		}
@@ -89,10 +93,7 @@ func (h *Heap) AllGather(in, out Tensor) error {
 // ReduceScatter writes into out, on rank r, the sum over ranks of their
 // in's r-th chunk: in.Size must be Ranks()*out.Size.
 func (h *Heap) ReduceScatter(in, out Tensor, dt DType) error {
-	if err := h.bump.checkChunks(in, out, h.Ranks()); err != nil {
-		return err
-	}
-	if err := h.bump.checkElems(out, dt); err != nil {
+	if err := h.bump.checkReduceScatter(in, out, dt, h.Ranks()); err != nil {
 		return err
 	}
 	return h.launch("ReduceScatter", kernels.Signature(kernels.KindReduceScatter, uint32(dt), uint64(out.Size/dt.Size())), func(at arrival) error {
@@ -109,14 +110,19 @@ func (h *Heap) ReduceScatter(in, out Tensor, dt DType) error {
 	})
 }
 
-// AllToAll writes into out's p-th chunk, on rank r, rank p's in's r-th
-// chunk: in.Size and out.Size must be equal and divisible by Ranks().
-func (h *Heap) AllToAll(in, out Tensor) error {
-	if err := h.bump.checkAllToAll(in, out, h.Ranks()); err != nil {
+// AllToAll is AllToAllWith(in, out, Auto).
+func (h *Heap) AllToAll(in, out Tensor) error { return h.AllToAllWith(in, out, Auto) }
+
+// AllToAllWith writes into out's p-th chunk, on rank r, rank p's in's
+// r-th chunk: in.Size and out.Size must be equal and divisible by
+// Ranks(). alg as in AllGatherWith.
+func (h *Heap) AllToAllWith(in, out Tensor, alg Algorithm) error {
+	if err := h.bump.checkAllToAll(in, out, h.Ranks(), alg); err != nil {
 		return err
 	}
 	n := in.Size / int64(h.Ranks())
-	return h.launch("AllToAll", kernels.Signature(kernels.KindAllToAll, 0, uint64(n)), func(at arrival) error {
+	sig := copySig(kernels.KindAllToAll, resolveCopy(alg, in.Size, NoCopyEngine), uint64(n))
+	return h.launch("AllToAll", sig, func(at arrival) error {
 		if err := h.barrier(at); err != nil {
 			return err
 		}

@@ -38,10 +38,7 @@ func (h *DeviceHeap) AllReduce(t Tensor, dt DType) error { return h.AllReduceWit
 // TwoShot: each rank sums its 1/N share, then gathers the others' (three
 // barriers); Auto: OneShot up to OneShotMaxBytes.
 func (h *DeviceHeap) AllReduceWith(t Tensor, dt DType, alg Algorithm) error {
-	if err := checkAlgorithm(alg); err != nil {
-		return err
-	}
-	if err := h.bump.checkElems(t, dt); err != nil {
+	if err := h.bump.checkAllReduce(t, dt, alg); err != nil {
 		return err
 	}
 	alg = resolveAlgorithm(alg, t.Size, h.oneShotMax)
@@ -90,14 +87,27 @@ func (h *DeviceHeap) alignedOperands(size int64, offs ...int64) bool {
 
 func ceilDiv(n, d int64) int64 { return (n + d - 1) / d }
 
-// AllGather writes rank p's in at out's p-th chunk, on every rank:
-// out.Size must be Ranks()*in.Size.
-func (h *DeviceHeap) AllGather(in, out Tensor) error {
-	if err := h.bump.checkChunks(out, in, h.Ranks()); err != nil {
+// AllGather is AllGatherWith(in, out, Auto).
+func (h *DeviceHeap) AllGather(in, out Tensor) error { return h.AllGatherWith(in, out, Auto) }
+
+// AllGatherWith writes rank p's in at out's p-th chunk, on every rank:
+// out.Size must be Ranks()*in.Size. Kernel: this library's kernels;
+// CopyEngine: a copy per rank between barrier kernels (copyengine.go);
+// Auto: the copy engines from the size (out.Size) a recorded run
+// measured them faster at for the device and rank count, else the
+// kernels.
+func (h *DeviceHeap) AllGatherWith(in, out Tensor, alg Algorithm) error {
+	if err := h.bump.checkAllGather(in, out, h.Ranks(), alg); err != nil {
 		return err
 	}
+	alg = resolveCopy(alg, out.Size, h.copyMin[copyAllGather])
 	c := kernels.Coll{InOff: uint64(in.Off), OutOff: uint64(out.Off), Count: uint64(in.Size)}
-	c.Sig = kernels.Signature(kernels.KindAllGather, 0, c.Count)
+	c.Sig = copySig(kernels.KindAllGather, alg, c.Count)
+	if alg == CopyEngine {
+		return h.copyEngine("AllGather (copy engine)", c, func(p int) (dst, src Tensor) {
+			return Tensor{Off: out.Off + int64(p)*in.Size, Size: in.Size}, in
+		})
+	}
 	if h.alignedOperands(in.Size, in.Off, out.Off) {
 		return h.collective("AllGather", kernels.AllGatherAligned, c, ceilDiv(in.Size/16, kernels.AlignedCopyPacks))
 	}
@@ -107,10 +117,7 @@ func (h *DeviceHeap) AllGather(in, out Tensor) error {
 // ReduceScatter writes into out, on rank r, the sum over ranks of their
 // in's r-th chunk: in.Size must be Ranks()*out.Size.
 func (h *DeviceHeap) ReduceScatter(in, out Tensor, dt DType) error {
-	if err := h.bump.checkChunks(in, out, h.Ranks()); err != nil {
-		return err
-	}
-	if err := h.bump.checkElems(out, dt); err != nil {
+	if err := h.bump.checkReduceScatter(in, out, dt, h.Ranks()); err != nil {
 		return err
 	}
 	c := kernels.Coll{InOff: uint64(in.Off), OutOff: uint64(out.Off), Count: uint64(out.Size / dt.Size()), DType: uint32(dt)}
@@ -121,15 +128,25 @@ func (h *DeviceHeap) ReduceScatter(in, out Tensor, dt DType) error {
 	return h.collective("ReduceScatter", kernels.ReduceScatter, c, (out.Size+15)/16)
 }
 
-// AllToAll writes into out's p-th chunk, on rank r, rank p's in's r-th
-// chunk: in.Size and out.Size must be equal and divisible by Ranks().
-func (h *DeviceHeap) AllToAll(in, out Tensor) error {
-	if err := h.bump.checkAllToAll(in, out, h.Ranks()); err != nil {
+// AllToAll is AllToAllWith(in, out, Auto).
+func (h *DeviceHeap) AllToAll(in, out Tensor) error { return h.AllToAllWith(in, out, Auto) }
+
+// AllToAllWith writes into out's p-th chunk, on rank r, rank p's in's
+// r-th chunk: in.Size and out.Size must be equal and divisible by
+// Ranks(). alg as in AllGatherWith (Auto decides by in.Size).
+func (h *DeviceHeap) AllToAllWith(in, out Tensor, alg Algorithm) error {
+	if err := h.bump.checkAllToAll(in, out, h.Ranks(), alg); err != nil {
 		return err
 	}
+	alg = resolveCopy(alg, in.Size, h.copyMin[copyAllToAll])
 	n := in.Size / int64(h.Ranks())
 	c := kernels.Coll{InOff: uint64(in.Off), OutOff: uint64(out.Off), Count: uint64(n)}
-	c.Sig = kernels.Signature(kernels.KindAllToAll, 0, c.Count)
+	c.Sig = copySig(kernels.KindAllToAll, alg, c.Count)
+	if alg == CopyEngine {
+		return h.copyEngine("AllToAll (copy engine)", c, func(p int) (dst, src Tensor) {
+			return Tensor{Off: out.Off + int64(p)*n, Size: n}, Tensor{Off: in.Off + int64(h.rank)*n, Size: n}
+		})
+	}
 	if h.alignedOperands(n, in.Off, out.Off) {
 		return h.collective("AllToAll", kernels.AllToAllAligned, c, ceilDiv(n/16, kernels.AlignedCopyPacks))
 	}
@@ -242,8 +259,10 @@ func (h *DeviceHeap) Synchronize() error {
 	if err := h.a.Download(b, h.buf, 0); err != nil {
 		return fmt.Errorf("symheap: reading the signal pad of rank %d: %w", h.rank, err)
 	}
-	h.err = padFailure(kernels.DecodePadError(b), h.timeout)
-	return h.err
+	if h.err = padFailure(kernels.DecodePadError(b), h.timeout); h.err != nil {
+		return h.err
+	}
+	return h.takeCountsErrLocked()
 }
 
 // Err is the heap's failure as of the last Synchronize (nil while healthy).

@@ -61,8 +61,10 @@ type DeviceHeap struct {
 	// and, for tests, forceAligned: launch them whatever the operands.
 	maxGridAligned uint32
 	forceAligned   bool
-	// Auto's crossover, agreed by every rank at open (auto.go).
+	// Auto's crossover and copy-engine thresholds, agreed by every rank
+	// at open (auto.go, copyengine.go).
 	oneShotMax int64
+	copyMin    [copyOps]int64
 
 	mu     sync.Mutex
 	closed bool
@@ -392,7 +394,9 @@ func (h *DeviceHeap) release() error {
 }
 
 // Close releases the heap. Every rank calls it (after closing the graphs
-// that Copy between the heaps; a graph's collectives are safe, see below).
+// that Copy between the heaps or hold copy-engine collectives, whose
+// memcpy nodes hold peers' addresses; a graph's kernel collectives are
+// safe, see below).
 // It waits for the rank's queued work, then marks the heap closed in its
 // own signal pad and in every peer's (closed[rank], a word of the pad no
 // kernel writes): a collective of any rank that starts from then on,

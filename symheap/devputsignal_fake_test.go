@@ -34,10 +34,7 @@ const slotChunk = 256
 func TestFakePutSignalEverySlotReplayed(t *testing.T) {
 	forEachFake(t, func(t *testing.T, v *fakeVendor, log *gpurttest.Log) {
 		t.Setenv(v.env+"DEVICES", "2")
-		w, errs := openTopo(t, v, []int{0, 1}, 20*time.Second, nil)
-		for r, err := range errs {
-			require.NoError(t, err, "rank %d", r)
-		}
+		w := openTopoOK(t, v, []int{0, 1}, 20*time.Second, nil)
 		const n = symheap.SignalSlots * slotChunk
 		var x symheap.Tensor
 		for _, h := range w.heaps {
@@ -122,10 +119,7 @@ func TestFakePutSignalEverySlotReplayed(t *testing.T) {
 // peer's heap is untouched.
 func TestFakeWaitSignalWithoutSignalTimesOut(t *testing.T) {
 	forEachFake(t, func(t *testing.T, v *fakeVendor, _ *gpurttest.Log) {
-		w, errs := openTopo(t, v, []int{0, 0}, time.Second, nil)
-		for r, err := range errs {
-			require.NoError(t, err, "rank %d", r)
-		}
+		w := openTopoOK(t, v, []int{0, 0}, time.Second, nil)
 		h := w.heaps[1]
 		x, err := h.Alloc(64)
 		require.NoError(t, err)
@@ -148,10 +142,7 @@ func TestFakeWaitSignalWithoutSignalTimesOut(t *testing.T) {
 // never comes and times out.
 func TestFakeWaitSignalReplayedMoreThanSignalled(t *testing.T) {
 	forEachFake(t, func(t *testing.T, v *fakeVendor, _ *gpurttest.Log) {
-		w, errs := openTopo(t, v, []int{0, 0}, time.Second, nil)
-		for r, err := range errs {
-			require.NoError(t, err, "rank %d", r)
-		}
+		w := openTopoOK(t, v, []int{0, 0}, time.Second, nil)
 		graphs := make([]*alloc.Graph, 2)
 		w.must(t, func(r int) (err error) {
 			graphs[r], err = w.as[r].WithCapture(alloc.CaptureOptions{Mode: alloc.ThreadLocal}, func() error {
@@ -186,10 +177,7 @@ func TestFakeWaitSignalReplayedMoreThanSignalled(t *testing.T) {
 // Bad operands are typed errors and launch nothing.
 func TestFakePutSignalBadOperands(t *testing.T) {
 	forEachFake(t, func(t *testing.T, v *fakeVendor, log *gpurttest.Log) {
-		w, errs := openTopo(t, v, []int{0, 0}, 5*time.Second, nil)
-		for r, err := range errs {
-			require.NoError(t, err, "rank %d", r)
-		}
+		w := openTopoOK(t, v, []int{0, 0}, 5*time.Second, nil)
 		h := w.heaps[0]
 		x, err := h.Alloc(64)
 		require.NoError(t, err)
@@ -219,10 +207,7 @@ func TestFakePutSignalBadOperands(t *testing.T) {
 func TestFakeWaitSignalStopsAtAClosedMark(t *testing.T) {
 	forEachFake(t, func(t *testing.T, v *fakeVendor, _ *gpurttest.Log) {
 		const timeout = 20 * time.Second
-		w, errs := openTopo(t, v, []int{0, 0}, timeout, nil)
-		for r, err := range errs {
-			require.NoError(t, err, "rank %d", r)
-		}
+		w := openTopoOK(t, v, []int{0, 0}, timeout, nil)
 		d, err := v.open(0)
 		require.NoError(t, err)
 		defer d.Close()
@@ -253,10 +238,7 @@ func TestFakeWaitSignalStopsAtAClosedMark(t *testing.T) {
 // access (which the fakes fail, as a GPU faults), every byte in place.
 func TestFakePutOddOffsets(t *testing.T) {
 	forEachFake(t, func(t *testing.T, v *fakeVendor, _ *gpurttest.Log) {
-		w, errs := openTopo(t, v, []int{0, 0}, 5*time.Second, nil)
-		for r, err := range errs {
-			require.NoError(t, err, "rank %d", r)
-		}
+		w := openTopoOK(t, v, []int{0, 0}, 5*time.Second, nil)
 		for _, h := range w.heaps {
 			_, err := h.Alloc(4096)
 			require.NoError(t, err)

@@ -1,6 +1,9 @@
 // Package symheap is a symmetric heap for N ranks with collectives that
 // stay capturable: barrier, all-reduce (sum of float32 or int32),
-// all-gather, reduce-scatter and all-to-all, each put on a rank's
+// all-gather, reduce-scatter, all-to-all and AllToAllV (per-peer counts
+// in heap memory, read when it runs: one graph serves every routing of a
+// mixture-of-experts step; bad counts are ErrCountsOutOfRange on every
+// rank, not a fault, and leave the heap usable), each put on a rank's
 // allocator stream as a host function (driver.HostFuncLauncher), so a
 // capture records it with the rest of the step and every replay runs it
 // again on fresh data.
@@ -48,8 +51,12 @@
 // Its allocation is the same bump; its collectives are kernels of this
 // library (internal/kernels: one CUDA/HIP source) that read the table and
 // keep their epochs in the pads, with bounded waits that report through an
-// error word in the pad (docs/device-collectives.md). NCCL/RCCL (package
-// nccl) serve ranks across machines.
+// error word in the pad (docs/device-collectives.md). The all-gather and
+// all-to-all also have a copy-engine variant (AllGatherWith and
+// AllToAllWith with CopyEngine): one driver copy per rank between barrier
+// kernels, recorded by a capture as memcpy nodes; Auto picks it only
+// where a recorded GPU run measured it faster (copyengine.go). NCCL/RCCL
+// (package nccl) serve ranks across machines.
 //
 // Both heaps also put and signal point to point (Put, Signal,
 // WaitSignal: host functions on Heap, kernels on DeviceHeap), capturable,

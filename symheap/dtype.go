@@ -40,7 +40,9 @@ func (d DType) Size() int64 {
 	return 0
 }
 
-// Algorithm chooses how AllReduce moves the data.
+// Algorithm chooses how a collective moves the data: AllReduceWith takes
+// Auto, OneShot or TwoShot; AllGatherWith and AllToAllWith take Auto,
+// Kernel or CopyEngine.
 type Algorithm int
 
 const (
@@ -55,6 +57,15 @@ const (
 	// then an all-gather: 2/N of the traffic of OneShot per rank
 	// (bandwidth-bound sizes).
 	TwoShot
+	// Kernel: an all-gather or all-to-all moved by this library's kernels
+	// (on the host heap, by the host function's copy).
+	Kernel
+	// CopyEngine: an all-gather or all-to-all whose bytes the device's
+	// copy engines move, one device-to-device copy per peer between two
+	// barrier kernels (copyengine.go). On the device heap Auto picks it
+	// only where a recorded GPU run measured it faster (auto.go); on the
+	// host heap it is the same host copy as Kernel.
+	CopyEngine
 )
 
 // OneShotMaxBytes is the largest all-reduce Auto runs one-shot, where no
@@ -69,6 +80,10 @@ func (a Algorithm) String() string {
 		return "one-shot"
 	case TwoShot:
 		return "two-shot"
+	case Kernel:
+		return "kernel"
+	case CopyEngine:
+		return "copy-engine"
 	}
 	return fmt.Sprintf("Algorithm(%d)", int(a))
 }

@@ -13,30 +13,28 @@ import (
 // in stream order: every replay copies the host buffer's bytes as they
 // are then.
 func (h *Heap) Write(dst Tensor, src *alloc.HostBuffer, srcOff int64) error {
-	if err := h.checkHost(dst, src, srcOff); err != nil {
-		return err
-	}
-	return h.launch("Write", 0, func(arrival) error {
-		b := src.Bytes()
-		if b == nil {
-			return fmt.Errorf("%w: symheap: Write from a closed host buffer", alloc.ErrInvalidBuffer)
-		}
-		copy(h.peer(h.rank, dst), b[srcOff:srcOff+dst.Size])
-		return nil
-	})
+	return h.hostCopy("Write", "from", dst, src, srcOff, func(t, b []byte) { copy(t, b) })
 }
 
 // Read copies this rank's src into dst at dstOff, in stream order.
 func (h *Heap) Read(dst *alloc.HostBuffer, dstOff int64, src Tensor) error {
-	if err := h.checkHost(src, dst, dstOff); err != nil {
+	return h.hostCopy("Read", "into", src, dst, dstOff, func(t, b []byte) { copy(b, t) })
+}
+
+// hostCopy checks t and the t.Size bytes of hb at off, then runs move on
+// them (this rank's bytes of t, hb's) in stream order as op; a host
+// buffer closed by then fails the copy ("op from/into a closed host
+// buffer").
+func (h *Heap) hostCopy(op, dir string, t Tensor, hb *alloc.HostBuffer, off int64, move func(t, b []byte)) error {
+	if err := h.checkHost(t, hb, off); err != nil {
 		return err
 	}
-	return h.launch("Read", 0, func(arrival) error {
-		b := dst.Bytes()
+	return h.launch(op, 0, func(arrival) error {
+		b := hb.Bytes()
 		if b == nil {
-			return fmt.Errorf("%w: symheap: Read into a closed host buffer", alloc.ErrInvalidBuffer)
+			return fmt.Errorf("%w: symheap: %s %s a closed host buffer", alloc.ErrInvalidBuffer, op, dir)
 		}
-		copy(b[dstOff:dstOff+src.Size], h.peer(h.rank, src))
+		move(h.peer(h.rank, t), b[off:off+t.Size])
 		return nil
 	})
 }

@@ -29,10 +29,7 @@ func TestFakeCollectivesAcrossDevices(t *testing.T) {
 		t.Run(fmt.Sprint(devices), func(t *testing.T) {
 			forEachFake(t, func(t *testing.T, v *fakeVendor, log *gpurttest.Log) {
 				t.Setenv(v.env+"DEVICES", "4")
-				w, errs := openTopo(t, v, devices, 20*time.Second, nil)
-				for r, err := range errs {
-					require.NoError(t, err, "rank %d", r)
-				}
+				w := openTopoOK(t, v, devices, 20*time.Second, nil)
 				lines := log.Lines()
 				for _, d := range devices {
 					for _, e := range devices {
@@ -100,10 +97,7 @@ func TestFakeMissingPeerEnableFaults(t *testing.T) {
 				if !enable {
 					wrap = func(d driver.Driver) driver.Driver { return noEnable{d.(peerDriver)} }
 				}
-				w, errs := openTopo(t, v, []int{0, 1}, 2*time.Second, wrap)
-				for r, err := range errs {
-					require.NoError(t, err, "rank %d", r)
-				}
+				w := openTopoOK(t, v, []int{0, 1}, 2*time.Second, wrap)
 				h := w.heaps[0]
 				x, err := h.Alloc(256)
 				require.NoError(t, err)
@@ -124,7 +118,7 @@ func TestFakeMissingPeerEnableFaults(t *testing.T) {
 				}
 				require.Error(t, err)
 				require.Contains(t, err.Error(), "700", "the illegal-address code: %v", err)
-				errs = w.each(func(r int) error { return w.heaps[r].Barrier() })
+				errs := w.each(func(r int) error { return w.heaps[r].Barrier() })
 				for r, err := range errs {
 					if err == nil {
 						err = w.heaps[r].Synchronize()

@@ -49,10 +49,17 @@ func sigName(s uint32) string {
 	case kernels.KindAllReduceOneShot, kernels.KindAllReduceTwoShot, kernels.KindReduceScatter:
 		name := map[uint32]string{kernels.KindAllReduceOneShot: "AllReduce (one-shot)", kernels.KindAllReduceTwoShot: "AllReduce (two-shot)", kernels.KindReduceScatter: "ReduceScatter"}[d.Kind]
 		return fmt.Sprintf("%s of %s %v", name, count, DType(d.DType))
-	case kernels.KindAllGather:
-		return fmt.Sprintf("AllGather of %s B per rank", count)
-	case kernels.KindAllToAll:
-		return fmt.Sprintf("AllToAll of %s B per rank pair", count)
+	case kernels.KindAllGather, kernels.KindAllToAll:
+		name, per := "AllGather", "rank"
+		if d.Kind == kernels.KindAllToAll {
+			name, per = "AllToAll", "rank pair"
+		}
+		if d.DType == kernels.SigCopyEngine {
+			name += " (copy engine)"
+		}
+		return fmt.Sprintf("%s of %s B per %s", name, count, per)
+	case kernels.KindAllToAllV:
+		return fmt.Sprintf("AllToAllV of %s %v in", count, DType(d.DType))
 	case 0:
 		return "no collective yet"
 	}

@@ -19,8 +19,7 @@ import (
 // Opening a heap during a capture is refused before any driver call;
 // allocating in a capture is arithmetic: no driver call either.
 func TestCaptureRules(t *testing.T) {
-	var spy *alloctest.Spy
-	g, a := groupAndAllocator(t, 1, func(d driver.Driver) driver.Driver { spy = alloctest.NewSpy(d); return spy })
+	g, a, spy := spiedGroupAndAllocator(t)
 	var err error
 
 	require.NoError(t, a.BeginCapture(alloc.Global))
@@ -98,6 +97,54 @@ func TestUnsupportedBackendIsRefused(t *testing.T) {
 	require.True(t, errors.Is(err, errors.ErrUnsupported), "%v", err)
 }
 
+// On a backend without IPC handles (cpu; the Spy in front of it forwards
+// the IPC methods, so symheap looks through it) a device heap is refused
+// at once, with no driver call but the capture status query and no
+// exchange round; during a capture the capture is refused first. Bad
+// arguments are typed errors.
+func TestOpenDeviceRefusals(t *testing.T) {
+	_, a, spy := spiedGroupAndAllocator(t)
+	require.False(t, symheap.DeviceRuns(spy), "the Spy forwards IPC, cpu has none")
+	require.False(t, symheap.DeviceRuns(a.Driver()))
+
+	x := symheap.NewLocalExchange(2) // rank 1 never comes: a refusal must not wait for it
+	before := spy.Snapshot()
+	start := time.Now()
+	_, err := symheap.OpenDevice(0, a, x, 1<<16, symheap.DeviceOptions{Timeout: 5 * time.Second})
+	require.True(t, errors.Is(err, errors.ErrUnsupported), "%v", err)
+	require.Less(t, time.Since(start), 2*time.Second, "no exchange round")
+	require.Zero(t, spy.Snapshot().Sub(before).Total(alloctest.MethodStreamCaptureStatus, alloctest.MethodName), "no driver call but the status query")
+
+	require.NoError(t, a.BeginCapture(alloc.Global))
+	before = spy.Snapshot()
+	_, err = symheap.OpenDevice(0, a, x, 1<<16, symheap.DeviceOptions{})
+	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
+	require.Zero(t, spy.Snapshot().Sub(before).Total(alloctest.MethodStreamCaptureStatus), "no driver call but the status query")
+	st, err := a.CaptureStatus()
+	require.NoError(t, err)
+	require.Equal(t, alloc.StateActive, st, "the refusal leaves the capture valid")
+	g, err := a.EndCapture()
+	require.NoError(t, err)
+	require.NoError(t, g.Close())
+
+	for _, c := range []struct {
+		err  error
+		open func() error
+	}{
+		{alloc.ErrInvalidValue, func() error { _, err := symheap.OpenDevice(2, a, x, 1, symheap.DeviceOptions{}); return err }},
+		{alloc.ErrInvalidValue, func() error { _, err := symheap.OpenDevice(-1, a, x, 1, symheap.DeviceOptions{}); return err }},
+		{alloc.ErrInvalidValue, func() error { _, err := symheap.OpenDevice(0, nil, x, 1, symheap.DeviceOptions{}); return err }},
+		{alloc.ErrInvalidValue, func() error { _, err := symheap.OpenDevice(0, a, nil, 1, symheap.DeviceOptions{}); return err }},
+		{alloc.ErrInvalidSize, func() error { _, err := symheap.OpenDevice(0, a, x, 0, symheap.DeviceOptions{}); return err }},
+		{alloc.ErrInvalidValue, func() error {
+			_, err := symheap.OpenDevice(0, a, x, 1, symheap.DeviceOptions{Timeout: -time.Second})
+			return err
+		}},
+	} {
+		require.ErrorIs(t, c.open(), c.err)
+	}
+}
+
 // groupAndAllocator makes a group of ranks ranks and one cpu allocator
 // whose driver wrap may replace (a spy, a wrapper); the test's cleanup
 // closes them.
@@ -117,6 +164,15 @@ func groupAndAllocator(t *testing.T, ranks int, wrap func(driver.Driver) driver.
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, a.Close()) })
 	return g, a
+}
+
+// spiedGroupAndAllocator is groupAndAllocator of one rank with an
+// alloctest.Spy in front of the driver, counting its calls.
+func spiedGroupAndAllocator(t *testing.T) (*symheap.Group, *alloc.Allocator, *alloctest.Spy) {
+	t.Helper()
+	var spy *alloctest.Spy
+	g, a := groupAndAllocator(t, 1, func(d driver.Driver) driver.Driver { spy = alloctest.NewSpy(d); return spy })
+	return g, a, spy
 }
 
 // A collective that runs after Close, queued or replayed, fails the

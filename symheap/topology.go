@@ -44,7 +44,8 @@ type rankDevice struct {
 	perSMAligned    int
 	limitingAligned string
 	aligned         bool
-	oneShotMax      int64 // Auto's crossover for its device and the heap's ranks (auto.go)
+	oneShotMax      int64          // Auto's crossover for its device and the heap's ranks (auto.go)
+	copyMin         [copyOps]int64 // Auto's copy-engine thresholds for them (copyengine.go)
 }
 
 func (h *DeviceHeap) rankDevice() rankDevice {
@@ -56,10 +57,11 @@ func (h *DeviceHeap) rankDevice() rankDevice {
 	for _, b := range h.bases {
 		aligned = aligned && (uint64(b)+SignalPadBytes)%16 == 0
 	}
-	oneShotMax, _ := OneShotMaxFor(DeviceKind(h.a.Driver().Info().Name), h.Ranks())
+	kind := DeviceKind(h.a.Driver().Info().Name)
+	oneShotMax, _ := OneShotMaxFor(kind, h.Ranks())
 	return rankDevice{runs: true, id: k.mod.DeviceID, device: k.mod.Device, perSM: k.perSM, sms: k.mod.Multiprocessors,
 		limiting: k.limiting, occupancy: k.occupancy, perSMAligned: k.perSMAligned, limitingAligned: k.limitingAligned, aligned: aligned,
-		oneShotMax: oneShotMax}
+		oneShotMax: oneShotMax, copyMin: copyEngineMins(kind, h.Ranks())}
 }
 
 // alignedView is d with the aligned variants' figures in place of the
@@ -76,8 +78,8 @@ func (d rankDevice) encode() []byte {
 		return nil
 	}
 	b := []byte{1, boolByte(d.occupancy), boolByte(d.aligned)}
-	for _, v := range []int{d.device, d.perSM, d.sms, d.perSMAligned, int(d.oneShotMax)} {
-		b = binary.LittleEndian.AppendUint64(b, uint64(int64(v)))
+	for _, v := range []int64{int64(d.device), int64(d.perSM), int64(d.sms), int64(d.perSMAligned), d.oneShotMax, d.copyMin[0], d.copyMin[1]} {
+		b = binary.LittleEndian.AppendUint64(b, uint64(v))
 	}
 	for _, s := range []string{d.id, d.limiting, d.limitingAligned} {
 		b = binary.LittleEndian.AppendUint16(b, uint16(len(s)))
@@ -98,7 +100,7 @@ func decodeRankDevice(b []byte) (rankDevice, error) {
 		return rankDevice{}, nil
 	}
 	bad := fmt.Errorf("%w: a device description of %d B that does not parse", ErrPeerOpen, len(b))
-	if len(b) < 3+40 || b[0] != 1 {
+	if len(b) < 3+56 || b[0] != 1 {
 		return rankDevice{}, bad
 	}
 	d := rankDevice{runs: true, occupancy: b[1] == 1, aligned: b[2] == 1}
@@ -107,7 +109,9 @@ func decodeRankDevice(b []byte) (rankDevice, error) {
 	d.sms = int(int64(binary.LittleEndian.Uint64(b[19:])))
 	d.perSMAligned = int(int64(binary.LittleEndian.Uint64(b[27:])))
 	d.oneShotMax = int64(binary.LittleEndian.Uint64(b[35:]))
-	b = b[43:]
+	d.copyMin[0] = int64(binary.LittleEndian.Uint64(b[43:]))
+	d.copyMin[1] = int64(binary.LittleEndian.Uint64(b[51:]))
+	b = b[59:]
 	for _, s := range []*string{&d.id, &d.limiting, &d.limitingAligned} {
 		if len(b) < 2 || len(b) < 2+int(binary.LittleEndian.Uint16(b)) {
 			return rankDevice{}, bad
@@ -188,6 +192,7 @@ func (h *DeviceHeap) settleGrid(payloads [][]byte) error {
 			h.oneShotMax, first = max(0, d.oneShotMax), false
 		}
 	}
+	h.copyMin = agreeCopyEngine(devs)
 	// The aligned variants' own limit, where every rank maps every
 	// allocation 16-aligned; 0 (none: the general kernels serve every
 	// collective) otherwise, or where they leave a rank no block.

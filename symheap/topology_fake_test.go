@@ -60,6 +60,29 @@ type topoWorld struct {
 	heaps []*symheap.DeviceHeap
 }
 
+// onOneDevice sets the fake device's multiprocessors (sms) and the
+// kernels' resident blocks per multiprocessor (blocksPerSM, the fake's
+// BLOCKS_PER_SM list; "": the fake's own answer), then opens ranks ranks
+// on that one device, as openTopo.
+func onOneDevice(t *testing.T, v *fakeVendor, sms, blocksPerSM string, ranks int, timeout time.Duration) (*topoWorld, []error) {
+	t.Helper()
+	t.Setenv(v.env+"SMS", sms)
+	if blocksPerSM != "" {
+		t.Setenv(v.env+"BLOCKS_PER_SM", blocksPerSM)
+	}
+	return openTopo(t, v, make([]int, ranks), timeout, nil)
+}
+
+// openTopoOK is openTopo where every rank must open.
+func openTopoOK(t *testing.T, v *fakeVendor, devices []int, timeout time.Duration, wrap func(driver.Driver) driver.Driver) *topoWorld {
+	t.Helper()
+	w, errs := openTopo(t, v, devices, timeout, wrap)
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+	return w
+}
+
 // openTopo opens the ranks' heaps and returns the world and each rank's
 // open error; the heaps that opened are closed at the end of the test.
 func openTopo(t *testing.T, v *fakeVendor, devices []int, timeout time.Duration, wrap func(driver.Driver) driver.Driver) (*topoWorld, []error) {
@@ -250,9 +273,7 @@ func launchGrids(t *testing.T, v *fakeVendor, lines []string, aligned bool) map[
 // and captured.
 func TestFakeGridFromOccupancy(t *testing.T) {
 	forEachFake(t, func(t *testing.T, v *fakeVendor, log *gpurttest.Log) {
-		t.Setenv(v.env+"SMS", "4")
-		t.Setenv(v.env+"BLOCKS_PER_SM", kernels.AllReduceTwoShot+"=2,*=8")
-		w, errs := openTopo(t, v, make([]int, 8), 20*time.Second, nil)
+		w, errs := onOneDevice(t, v, "4", kernels.AllReduceTwoShot+"=2,*=8", 8, 20*time.Second)
 		for r, err := range errs {
 			require.NoError(t, err, "rank %d", r)
 		}
@@ -280,9 +301,7 @@ func TestFakeGridFromOccupancy(t *testing.T) {
 // kernel ran and no memory is left.
 func TestFakeNotCoResidentRefusedAtOpen(t *testing.T) {
 	forEachFake(t, func(t *testing.T, v *fakeVendor, log *gpurttest.Log) {
-		t.Setenv(v.env+"SMS", "4")
-		t.Setenv(v.env+"BLOCKS_PER_SM", kernels.ReduceScatter+"=1,*=8")
-		w, errs := openTopo(t, v, make([]int, 8), 20*time.Second, nil)
+		w, errs := onOneDevice(t, v, "4", kernels.ReduceScatter+"=1,*=8", 8, 20*time.Second)
 		for r, err := range errs {
 			require.ErrorIs(t, err, symheap.ErrNotCoResident, "rank %d", r)
 			require.Contains(t, err.Error(), "device 0 (0000:10:00.0) of rank 0: kernel "+kernels.ReduceScatter+
@@ -299,8 +318,7 @@ func TestFakeNotCoResidentRefusedAtOpen(t *testing.T) {
 // are refused, saying the count was assumed.
 func TestFakeNoOccupancyQueryAssumesOneBlock(t *testing.T) {
 	forEachFake(t, func(t *testing.T, v *fakeVendor, _ *gpurttest.Log) {
-		t.Setenv(v.env+"SMS", "4")
-		w, errs := openTopo(t, v, make([]int, 2), 20*time.Second, nil)
+		w, errs := onOneDevice(t, v, "4", "", 2, 20*time.Second)
 		for r, err := range errs {
 			require.NoError(t, err, "rank %d", r)
 			require.EqualValues(t, 2, symheap.MaxGrid(w.heaps[r]))
@@ -324,9 +342,7 @@ func TestFakeNoOccupancyQueryAssumesOneBlock(t *testing.T) {
 // other way, and the heaps close.
 func TestFakeOversizeGridTimesOut(t *testing.T) {
 	forEachFake(t, func(t *testing.T, v *fakeVendor, _ *gpurttest.Log) {
-		t.Setenv(v.env+"SMS", "1")
-		t.Setenv(v.env+"BLOCKS_PER_SM", "2")
-		w, errs := openTopo(t, v, make([]int, 2), time.Second, nil)
+		w, errs := onOneDevice(t, v, "1", "2", 2, time.Second)
 		for r, err := range errs {
 			require.NoError(t, err, "rank %d", r)
 			require.EqualValues(t, 1, symheap.MaxGrid(w.heaps[r]))

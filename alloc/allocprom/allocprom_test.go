@@ -17,6 +17,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/allocprom"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/alloc/memmap"
 	"github.com/capalloc/capalloc/alloc/step"
@@ -28,13 +29,8 @@ func newAllocator(t *testing.T, name string) *alloc.Allocator {
 	t.Helper()
 	d, err := cpu.New(cpu.Options{})
 	require.NoError(t, err)
-	a, err := alloc.New(d, alloc.Options{Name: name})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		require.NoError(t, a.Close())
-		require.NoError(t, d.Close())
-	})
-	return a
+	t.Cleanup(func() { require.NoError(t, d.Close()) })
+	return alloctest.New(t, d, alloc.Options{Name: name})
 }
 
 // value finds the sample of family name whose labels include want.

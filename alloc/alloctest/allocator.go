@@ -1,6 +1,7 @@
 package alloctest
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
@@ -9,8 +10,9 @@ import (
 
 // New is an allocator over d with opts for a test or benchmark, closed
 // when it ends (before anything the caller registered for cleanup
-// earlier, d's Close included); a failed Close fails it, and a failed New
-// ends it at once.
+// earlier, d's Close included); a failed Close fails it (ErrClosed
+// aside: the test may close it itself, to check that Close), and a
+// failed New ends it at once.
 func New(tb testing.TB, d driver.Driver, opts alloc.Options) *alloc.Allocator {
 	tb.Helper()
 	a, err := alloc.New(d, opts)
@@ -18,7 +20,7 @@ func New(tb testing.TB, d driver.Driver, opts alloc.Options) *alloc.Allocator {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
-		if err := a.Close(); err != nil {
+		if err := a.Close(); err != nil && !errors.Is(err, alloc.ErrClosed) {
 			tb.Error(err)
 		}
 	})

@@ -166,16 +166,10 @@ type Spy struct {
 // count their calls (TestSpyImplementsItsOptionalInterfaces keeps this
 // list exact).
 var (
-	_ driver.HostFuncLauncher = (*Spy)(nil)
-	_ driver.IPCMemory        = (*Spy)(nil)
-	_ driver.KernelLauncher   = (*Spy)(nil)
-	_ driver.VirtualMemory    = (*Spy)(nil)
-)
-
-var (
 	_ driver.Driver           = (*Spy)(nil)
 	_ driver.HostFuncLauncher = (*Spy)(nil)
 	_ driver.IPCMemory        = (*Spy)(nil)
+	_ driver.KernelLauncher   = (*Spy)(nil)
 	_ driver.VirtualMemory    = (*Spy)(nil)
 )
 
@@ -476,22 +470,30 @@ func (s *Spy) LaunchHostFunc(st driver.Stream, fn func() error) error {
 	return s.after(MethodLaunchHostFunc, st, l.LaunchHostFunc(st, fn))
 }
 
-// ipc is the inner driver's driver.IPCMemory, or an error wrapping
-// alloc.ErrInvalidValue (what the Allocator reports for a driver without
-// IPC) when it has none.
-func (s *Spy) ipc() (driver.IPCMemory, error) {
-	if d, ok := s.inner.(driver.IPCMemory); ok {
-		return d, nil
+// forwardTo counts a call of method and returns the inner driver as the
+// optional interface I that method belongs to; a driver without it gives
+// an error wrapping sentinel that says what it lacks.
+func forwardTo[I any](s *Spy, method Method, sentinel error, lacks string) (I, error) {
+	s.enter(method)
+	d, ok := s.inner.(I)
+	if !ok {
+		return d, fmt.Errorf("%w: %s %s", sentinel, s.inner.Name(), lacks)
 	}
-	return nil, fmt.Errorf("%w: %s has no IPC memory handles", alloc.ErrInvalidValue, s.inner.Name())
+	return d, nil
+}
+
+// ipc counts a call of method and is the inner driver's
+// driver.IPCMemory, or an error wrapping alloc.ErrInvalidValue (what the
+// Allocator reports for a driver without IPC) when it has none.
+func (s *Spy) ipc(method Method) (driver.IPCMemory, error) {
+	return forwardTo[driver.IPCMemory](s, method, alloc.ErrInvalidValue, "has no IPC memory handles")
 }
 
 // IPCGetMemHandle, IPCOpenMemHandle and IPCCloseMemHandle forward to the
 // inner driver's driver.IPCMemory. Code that must know whether the backend
 // has IPC looks through the Spy with Inner.
 func (s *Spy) IPCGetMemHandle(p driver.DevicePtr) ([]byte, error) {
-	s.enter(MethodIPCGetMemHandle)
-	d, err := s.ipc()
+	d, err := s.ipc(MethodIPCGetMemHandle)
 	if err != nil {
 		return nil, err
 	}
@@ -499,8 +501,7 @@ func (s *Spy) IPCGetMemHandle(p driver.DevicePtr) ([]byte, error) {
 }
 
 func (s *Spy) IPCOpenMemHandle(handle []byte) (driver.DevicePtr, error) {
-	s.enter(MethodIPCOpenMemHandle)
-	d, err := s.ipc()
+	d, err := s.ipc(MethodIPCOpenMemHandle)
 	if err != nil {
 		return 0, err
 	}
@@ -508,8 +509,7 @@ func (s *Spy) IPCOpenMemHandle(handle []byte) (driver.DevicePtr, error) {
 }
 
 func (s *Spy) IPCCloseMemHandle(p driver.DevicePtr) error {
-	s.enter(MethodIPCCloseMemHandle)
-	d, err := s.ipc()
+	d, err := s.ipc(MethodIPCCloseMemHandle)
 	if err != nil {
 		return err
 	}
@@ -545,13 +545,11 @@ func (s *Spy) MaxActiveBlocks(k driver.Kernel, block uint32) (int, error) {
 	return kl.MaxActiveBlocks(k, block)
 }
 
-// vm is the inner driver's driver.VirtualMemory, or an error wrapping
-// errors.ErrUnsupported when it has none.
-func (s *Spy) vm() (driver.VirtualMemory, error) {
-	if d, ok := s.inner.(driver.VirtualMemory); ok {
-		return d, nil
-	}
-	return nil, fmt.Errorf("%w: %s has no virtual memory management", errors.ErrUnsupported, s.inner.Name())
+// vm counts a call of method and is the inner driver's
+// driver.VirtualMemory, or an error wrapping errors.ErrUnsupported when it
+// has none.
+func (s *Spy) vm(method Method) (driver.VirtualMemory, error) {
+	return forwardTo[driver.VirtualMemory](s, method, errors.ErrUnsupported, "has no virtual memory management")
 }
 
 // MapGranularity forwards to the inner driver's driver.VirtualMemory, and
@@ -559,8 +557,7 @@ func (s *Spy) vm() (driver.VirtualMemory, error) {
 // memory" (Options.ExpandableSegments then fails there, as on the inner
 // driver). The other four fail with errors.ErrUnsupported there.
 func (s *Spy) MapGranularity() int64 {
-	s.enter(MethodMapGranularity)
-	d, err := s.vm()
+	d, err := s.vm(MethodMapGranularity)
 	if err != nil {
 		return 0
 	}
@@ -568,8 +565,7 @@ func (s *Spy) MapGranularity() int64 {
 }
 
 func (s *Spy) ReserveAddress(size int64) (driver.DevicePtr, error) {
-	s.enter(MethodReserveAddress)
-	d, err := s.vm()
+	d, err := s.vm(MethodReserveAddress)
 	if err != nil {
 		return 0, err
 	}
@@ -577,8 +573,7 @@ func (s *Spy) ReserveAddress(size int64) (driver.DevicePtr, error) {
 }
 
 func (s *Spy) ReleaseAddress(base driver.DevicePtr, size int64) error {
-	s.enter(MethodReleaseAddress)
-	d, err := s.vm()
+	d, err := s.vm(MethodReleaseAddress)
 	if err != nil {
 		return err
 	}
@@ -586,8 +581,7 @@ func (s *Spy) ReleaseAddress(base driver.DevicePtr, size int64) error {
 }
 
 func (s *Spy) MapMemory(p driver.DevicePtr, size int64) error {
-	s.enter(MethodMapMemory)
-	d, err := s.vm()
+	d, err := s.vm(MethodMapMemory)
 	if err != nil {
 		return err
 	}
@@ -595,8 +589,7 @@ func (s *Spy) MapMemory(p driver.DevicePtr, size int64) error {
 }
 
 func (s *Spy) UnmapMemory(p driver.DevicePtr, size int64) error {
-	s.enter(MethodUnmapMemory)
-	d, err := s.vm()
+	d, err := s.vm(MethodUnmapMemory)
 	if err != nil {
 		return err
 	}

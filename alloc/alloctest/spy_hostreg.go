@@ -2,7 +2,6 @@ package alloctest
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/capalloc/capalloc/alloc/driver"
 )
@@ -13,8 +12,7 @@ var _ driver.HostRegisterer = (*Spy)(nil)
 // driver.HostRegisterer; without one they fail with an error wrapping
 // errors.ErrUnsupported, as the allocator does for such a driver.
 func (s *Spy) HostRegister(b []byte) (driver.DevicePtr, error) {
-	s.enter(MethodHostRegister)
-	r, err := s.hostRegisterer()
+	r, err := s.hostRegisterer(MethodHostRegister)
 	if err != nil {
 		return 0, err
 	}
@@ -22,18 +20,13 @@ func (s *Spy) HostRegister(b []byte) (driver.DevicePtr, error) {
 }
 
 func (s *Spy) HostUnregister(b []byte) error {
-	s.enter(MethodHostUnregister)
-	r, err := s.hostRegisterer()
+	r, err := s.hostRegisterer(MethodHostUnregister)
 	if err != nil {
 		return err
 	}
 	return r.HostUnregister(b)
 }
 
-func (s *Spy) hostRegisterer() (driver.HostRegisterer, error) {
-	r, ok := s.inner.(driver.HostRegisterer)
-	if !ok {
-		return nil, fmt.Errorf("%w: %s cannot register host memory", errors.ErrUnsupported, s.inner.Name())
-	}
-	return r, nil
+func (s *Spy) hostRegisterer(method Method) (driver.HostRegisterer, error) {
+	return forwardTo[driver.HostRegisterer](s, method, errors.ErrUnsupported, "cannot register host memory")
 }

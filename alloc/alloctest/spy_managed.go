@@ -2,7 +2,6 @@ package alloctest
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/capalloc/capalloc/alloc/driver"
 )
@@ -13,8 +12,7 @@ var _ driver.ManagedMemory = (*Spy)(nil)
 // driver's driver.ManagedMemory; without one they fail with an error
 // wrapping errors.ErrUnsupported, as the allocator does for such a driver.
 func (s *Spy) MallocManaged(size int64) (driver.DevicePtr, []byte, error) {
-	s.enter(MethodMallocManaged)
-	m, err := s.managed()
+	m, err := s.managed(MethodMallocManaged)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -22,8 +20,7 @@ func (s *Spy) MallocManaged(size int64) (driver.DevicePtr, []byte, error) {
 }
 
 func (s *Spy) FreeManaged(p driver.DevicePtr) error {
-	s.enter(MethodFreeManaged)
-	m, err := s.managed()
+	m, err := s.managed(MethodFreeManaged)
 	if err != nil {
 		return err
 	}
@@ -31,18 +28,13 @@ func (s *Spy) FreeManaged(p driver.DevicePtr) error {
 }
 
 func (s *Spy) PrefetchManaged(p driver.DevicePtr, n int64, toHost bool, st driver.Stream) error {
-	s.enter(MethodPrefetchManaged)
-	m, err := s.managed()
+	m, err := s.managed(MethodPrefetchManaged)
 	if err != nil {
 		return err
 	}
 	return m.PrefetchManaged(p, n, toHost, st)
 }
 
-func (s *Spy) managed() (driver.ManagedMemory, error) {
-	m, ok := s.inner.(driver.ManagedMemory)
-	if !ok {
-		return nil, fmt.Errorf("%w: %s has no managed memory", errors.ErrUnsupported, s.inner.Name())
-	}
-	return m, nil
+func (s *Spy) managed(method Method) (driver.ManagedMemory, error) {
+	return forwardTo[driver.ManagedMemory](s, method, errors.ErrUnsupported, "has no managed memory")
 }

@@ -81,7 +81,9 @@ func get(t *testing.T, u string) (*http.Response, []byte) {
 	return resp, body
 }
 
-func withRate(t *testing.T, rate int) {
+// withRate sets the process's profile rate until the test ends.
+func withRate(t testing.TB, rate int) {
+	t.Helper()
 	prev, err := alloc.SetProfileRate(rate)
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = alloc.SetProfileRate(prev) })

@@ -31,9 +31,7 @@ import (
 // every graph by name: the snapshot, the summary, the metrics, the index
 // and the profile, whose samples of the pool sum to its bytes at rate 1.
 func TestSixtyFourNamedGraphsInEveryView(t *testing.T) {
-	prev, err := alloc.SetProfileRate(1)
-	require.NoError(t, err)
-	t.Cleanup(func() { alloc.SetProfileRate(prev) })
+	withRate(t, 1)
 	d, err := cpu.New(cpu.Options{MemoryLimit: 256 << 20})
 	require.NoError(t, err)
 	a, err := alloc.New(d, alloc.Options{Name: "views-decode"})

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/alloc/allocview"
 	"github.com/capalloc/capalloc/alloc/memmap"
 	"github.com/capalloc/capalloc/cpu"
@@ -23,14 +24,9 @@ func historyEngine(t *testing.T, name string, opts alloc.Options) *alloc.Allocat
 	t.Helper()
 	d, err := cpu.New(cpu.Options{MemoryLimit: 64 << 20})
 	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, d.Close()) })
 	opts.Name = name
-	a, err := alloc.New(d, opts)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		require.NoError(t, a.Close())
-		require.NoError(t, d.Close())
-	})
-	return a
+	return alloctest.New(t, d, opts)
 }
 
 func weightsSite(a *alloc.Allocator) (alloc.Buffer, error) { return a.Alloc(8 << 20) }

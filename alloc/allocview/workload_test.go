@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/alloc/memmap"
 	"github.com/capalloc/capalloc/cpu"
 )
@@ -80,10 +81,7 @@ func newWorkload(t testing.TB) *workload {
 		d, err := cpu.New(cpu.Options{MemoryLimit: limit})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, d.Close()) })
-		a, err := alloc.New(d, alloc.Options{Name: name, History: history})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, a.Close()) })
-		return a
+		return alloctest.New(t, d, alloc.Options{Name: name, History: history})
 	}
 	w := &workload{decoder: open("decoder", 128<<20, 20000), prefill: open("prefill", 96<<20, 0)}
 	// Cleanups run last first: the buffers and graphs go before their

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -35,9 +34,7 @@ const stagingBackend = "plugin:faulty"
 
 // Pageable copies of several sizes, across chunk boundaries, round trip.
 func TestStagedCopies(t *testing.T) {
-	d := open(t, stagingBackend)
-	s, err := d.CreateStream()
-	require.NoError(t, err)
+	d, s := openStream(t, stagingBackend)
 	for _, n := range []int{0, 1, 4096, chunk - 1, chunk, chunk + 1, 3*chunk + 12345} {
 		p, err := d.MallocAsync(int64(max(n, 1)), s)
 		require.NoError(t, err)
@@ -155,19 +152,22 @@ func TestOptions(t *testing.T) {
 	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
 }
 
-func TestChecksum(t *testing.T) {
+// ownBinary is the running test binary's path and contents.
+func ownBinary(t *testing.T) (string, []byte) {
+	t.Helper()
 	exe, err := os.Executable()
 	require.NoError(t, err)
-	f, err := os.Open(exe)
+	data, err := os.ReadFile(exe)
 	require.NoError(t, err)
-	h := sha256.New()
-	_, err = io.Copy(h, f)
-	f.Close()
-	require.NoError(t, err)
-	sum := hex.EncodeToString(h.Sum(nil))
+	return exe, data
+}
 
-	d := open(t, "plugin:"+exe+":plugin.backend=cpu,plugin.sha256="+sum)
-	_, err = d.CreateStream()
+func TestChecksum(t *testing.T) {
+	exe, data := ownBinary(t)
+	sum := sha256.Sum256(data)
+
+	d := open(t, "plugin:"+exe+":plugin.backend=cpu,plugin.sha256="+hex.EncodeToString(sum[:]))
+	_, err := d.CreateStream()
 	require.NoError(t, err)
 
 	wrong := sha256.Sum256([]byte("not this binary"))
@@ -180,10 +180,7 @@ func TestChecksum(t *testing.T) {
 // swapped in at the path after the check (here a script that exits at
 // once) is not what the host executes.
 func TestChecksumRunsTheCheckedFile(t *testing.T) {
-	exe, err := os.Executable()
-	require.NoError(t, err)
-	data, err := os.ReadFile(exe)
-	require.NoError(t, err)
+	_, data := ownBinary(t)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "capalloc-plugin")
 	require.NoError(t, os.WriteFile(bin, data, 0o755))
@@ -194,7 +191,7 @@ func TestChecksumRunsTheCheckedFile(t *testing.T) {
 	defer func() { afterChecksum = nil }()
 
 	d := open(t, "plugin:"+bin+":plugin.backend=cpu,plugin.start_timeout=20s,plugin.sha256="+hex.EncodeToString(sum[:]))
-	_, err = d.CreateStream()
+	_, err := d.CreateStream()
 	require.NoError(t, err)
 	got, err := os.ReadFile(bin)
 	require.NoError(t, err)

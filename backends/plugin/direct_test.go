@@ -48,9 +48,7 @@ func TestDirectCopies(t *testing.T) {
 // An out-of-range direct copy fails like the in-process one and writes
 // nothing, on either side.
 func TestDirectCopyOutOfRangeWritesNothing(t *testing.T) {
-	d := open(t, "plugin:cpu")
-	s, err := d.CreateStream()
-	require.NoError(t, err)
+	d, s := openStream(t, "plugin:cpu")
 	n := 2*chunk + 100
 	p, err := d.Malloc(int64(n))
 	require.NoError(t, err)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
-	"github.com/capalloc/capalloc/backends"
 )
 
 // "faulty" is cpu with injected faults, registered in the test binary, which
@@ -20,17 +19,11 @@ import (
 // (MemsetAsync, which the host pipelines).
 func init() {
 	driver.Register("faulty", func(ctx context.Context, o driver.Options, _ driver.Memory) (driver.Driver, error) {
-		f := &faulty{malloc: o["malloc"], sync: o["sync"], query: o["query"], begin: o["begin"], end: o["end"], memset: o["memset"]}
-		inner := o.Clone()
-		for _, k := range []string{"malloc", "sync", "query", "begin", "end", "memset"} {
-			delete(inner, k)
-		}
-		d, err := backends.Choice{Name: "cpu", Options: inner}.Open(ctx)
+		d, own, err := cpuWithout(ctx, o, driver.Memory{}, "malloc", "sync", "query", "begin", "end", "memset")
 		if err != nil {
 			return nil, err
 		}
-		f.Driver = d
-		return f, nil
+		return &faulty{Driver: d, malloc: own["malloc"], sync: own["sync"], query: own["query"], begin: own["begin"], end: own["end"], memset: own["memset"]}, nil
 	})
 }
 

@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"bufio"
-	"context"
 	"os"
 	"os/exec"
 	"strconv"
@@ -18,55 +17,20 @@ import (
 	"github.com/capalloc/capalloc/backends"
 )
 
-var ctx = context.Background()
-
-func open(t *testing.T, cfg string) *Driver {
-	t.Helper()
-	d, err := backends.OpenDriver(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = d.Close() })
-	return d.(*Driver) // whatever the backend: one host type
-}
-
-// gone reports whether pid no longer runs (absent, or a zombie nobody
-// reaped: a container's init may not reap reparented children).
-func gone(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && len(s) > i+2 && s[i+2] == 'Z'
-}
-
-func requireGone(t *testing.T, pid int, within time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !gone(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("backend process %d still running after %v", pid, within)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // crashBound is how soon every call must see a crash: the requirement.
 // Detection is event driven (the host waits on the child's exit), measured
 // at about 4 ms, so the bound holds even on a loaded CI machine under -race.
 const crashBound = 100 * time.Millisecond
 
 func TestCrashFailsInFlightAndLaterCalls(t *testing.T) {
-	d := open(t, "plugin:faulty:malloc=exit-7,query=hang")
-	s, err := d.CreateStream()
-	require.NoError(t, err)
+	d, s := openStream(t, "plugin:faulty:malloc=exit-7,query=hang")
 
 	inflight := make(chan error, 1)
 	go func() { _, err := d.StreamQuery(s); inflight <- err }()
 	time.Sleep(50 * time.Millisecond) // let the query reach the backend and hang there
 
 	start := time.Now()
-	_, err = d.Malloc(4096) // the backend exits with status 7
+	_, err := d.Malloc(4096) // the backend exits with status 7
 	require.ErrorIs(t, err, driver.ErrBackendCrashed)
 	require.Contains(t, err.Error(), "exit status 7")
 	assert.Less(t, time.Since(start), crashBound)
@@ -114,12 +78,10 @@ func TestCrashSeenWithoutACall(t *testing.T) {
 
 func TestHungCallKillsBackend(t *testing.T) {
 	const deadline = 200 * time.Millisecond
-	d := open(t, "plugin:faulty:sync=hang,plugin.call_timeout=200ms")
-	s, err := d.CreateStream()
-	require.NoError(t, err)
+	d, s := openStream(t, "plugin:faulty:sync=hang,plugin.call_timeout=200ms")
 
 	start := time.Now()
-	err = d.StreamSynchronize(s)
+	err := d.StreamSynchronize(s)
 	elapsed := time.Since(start)
 	require.ErrorIs(t, err, driver.ErrBackendHung)
 	require.Contains(t, err.Error(), "200ms")

@@ -117,9 +117,7 @@ func TestHotPathWithoutRoundTrips(t *testing.T) {
 // The host answers the capture status from what the backend's replies
 // said, including an invalidation the backend decided on its own.
 func TestCaptureStatusTrackedByTheHost(t *testing.T) {
-	d := open(t, "plugin:cpu")
-	s, err := d.CreateStream()
-	require.NoError(t, err)
+	d, s := openStream(t, "plugin:cpu")
 	status := func(want driver.CaptureStatus) {
 		t.Helper()
 		trips := d.trips.Load()
@@ -128,25 +126,24 @@ func TestCaptureStatusTrackedByTheHost(t *testing.T) {
 		require.Equal(t, want, st)
 		require.Equal(t, trips, d.trips.Load(), "answered without a round trip")
 	}
+	// invalidatedBy makes op in a Global capture, where it is illegal:
+	// the backend invalidates the capture and the host learns it from the
+	// op's reply; the capture ends refused.
+	invalidatedBy := func(op func() error) {
+		t.Helper()
+		require.NoError(t, d.BeginCapture(s, alloc.Global))
+		status(driver.CaptureActive)
+		require.ErrorIs(t, op(), driver.ErrCaptureIllegalOp)
+		status(driver.CaptureInvalidated)
+		_, err := d.EndCapture(s)
+		require.ErrorIs(t, err, alloc.ErrCaptureInvalidated)
+		status(driver.CaptureNone)
+	}
 	status(driver.CaptureNone)
-	require.NoError(t, d.BeginCapture(s, alloc.Global))
-	status(driver.CaptureActive)
-	_, err = d.StreamQuery(s) // illegal during capture: the backend invalidates it
-	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
-	status(driver.CaptureInvalidated)
-	_, err = d.EndCapture(s)
-	require.ErrorIs(t, err, alloc.ErrCaptureInvalidated)
-	status(driver.CaptureNone)
-
+	invalidatedBy(func() error { _, err := d.StreamQuery(s); return err })
 	// A device-wide call on no stream at all breaks a Global capture (the
-	// backend's rule, as CUDA's): the host learns it from that call's reply.
-	require.NoError(t, d.BeginCapture(s, alloc.Global))
-	_, err = d.Malloc(64)
-	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
-	status(driver.CaptureInvalidated)
-	_, err = d.EndCapture(s)
-	require.ErrorIs(t, err, alloc.ErrCaptureInvalidated)
-	status(driver.CaptureNone)
+	// backend's rule, as CUDA's).
+	invalidatedBy(func() error { _, err := d.Malloc(64); return err })
 
 	// A begin that fails leaves it as it was.
 	require.NoError(t, d.BeginCapture(s, alloc.ThreadLocal))
@@ -199,9 +196,7 @@ func TestExternalCaptureSeenWithoutRoundTrip(t *testing.T) {
 // call on its stream, before the call's own error, in the order they ran,
 // typed, once; another stream's stay with that stream.
 func TestPipelinedFailuresAtNextSync(t *testing.T) {
-	d := open(t, "plugin:cpu")
-	s, err := d.CreateStream()
-	require.NoError(t, err)
+	d, s := openStream(t, "plugin:cpu")
 	s2, err := d.CreateStream()
 	require.NoError(t, err)
 	p, err := d.MallocAsync(4096, s)
@@ -250,13 +245,11 @@ func TestPipelinedFailuresAtNextSync(t *testing.T) {
 
 // Past the failures kept per stream, the rest are counted in one.
 func TestPipelinedFailuresBounded(t *testing.T) {
-	d := open(t, "plugin:cpu")
-	s, err := d.CreateStream()
-	require.NoError(t, err)
+	d, s := openStream(t, "plugin:cpu")
 	for range maxFailedKept + 10 {
 		require.NoError(t, d.MemsetAsync(12345, 1, 10, s))
 	}
-	err = d.StreamSynchronize(s)
+	err := d.StreamSynchronize(s)
 	require.Len(t, asyncFailures(err), maxFailedKept+1)
 	require.Contains(t, err.Error(), "10 more pipelined operations")
 }
@@ -293,9 +286,7 @@ func TestPipelinedOrderedWithCalls(t *testing.T) {
 // During a capture nothing is pipelined: a refused call fails where it is
 // made and invalidates the capture then, as the capture contract needs.
 func TestNothingPipelinedDuringCapture(t *testing.T) {
-	d := open(t, "plugin:cpu")
-	s, err := d.CreateStream()
-	require.NoError(t, err)
+	d, s := openStream(t, "plugin:cpu")
 	other, err := d.CreateStream()
 	require.NoError(t, err)
 	p, err := d.Malloc(64)
@@ -335,9 +326,7 @@ func TestNothingPipelinedDuringCapture(t *testing.T) {
 // synchronizing call, within plugin.call_timeout, and the backend killed.
 func TestPipelinedHangCaughtAtNextSync(t *testing.T) {
 	const deadline = 300 * time.Millisecond
-	d := open(t, "plugin:faulty:memset=hang,plugin.call_timeout=300ms")
-	s, err := d.CreateStream()
-	require.NoError(t, err)
+	d, s := openStream(t, "plugin:faulty:memset=hang,plugin.call_timeout=300ms")
 	p, err := d.Malloc(64)
 	require.NoError(t, err)
 
@@ -377,9 +366,7 @@ func TestWatchdogAbortsHungPipelinedOp(t *testing.T) {
 // A backend that dies running pipelined operations: the next call says
 // so, with the exit status, as for any call.
 func TestCrashDuringPipelinedOps(t *testing.T) {
-	d := open(t, "plugin:faulty:memset=exit-9")
-	s, err := d.CreateStream()
-	require.NoError(t, err)
+	d, s := openStream(t, "plugin:faulty:memset=exit-9")
 	p, err := d.Malloc(64)
 	require.NoError(t, err)
 	require.NoError(t, d.MemsetAsync(p, 1, 64, s))

@@ -28,24 +28,15 @@ import (
 // spanfd=unsealed (DirectSpan's memfd replaced, inode announced too).
 func init() {
 	driver.Register("rogue", func(ctx context.Context, o driver.Options, mem driver.Memory) (driver.Driver, error) {
-		r := &rogue{opts: map[string]string{}}
-		inner := o.Clone()
-		for _, k := range []string{"alignment", "total", "name", "hostfd", "span", "spanfd"} {
-			if v, ok := o[k]; ok {
-				r.opts[k] = v
-				delete(inner, k)
-			}
-		}
-		r.regions, _ = mem.Host.(*childRegions)
-		if r.regions == nil {
+		regions, _ := mem.Host.(*childRegions)
+		if regions == nil {
 			return nil, fmt.Errorf("rogue: not in a plugin child")
 		}
-		d, err := backends.Choice{Name: "cpu", Options: inner, Memory: mem}.Open(ctx)
+		d, opts, err := cpuWithout(ctx, o, mem, "alignment", "total", "name", "hostfd", "span", "spanfd")
 		if err != nil {
 			return nil, err
 		}
-		r.Driver = d
-		return r, nil
+		return &rogue{Driver: d, opts: opts, regions: regions}, nil
 	})
 }
 
@@ -168,9 +159,7 @@ func TestRogueHostAllocFD(t *testing.T) {
 // A direct span whose memfd was swapped for an unsealed one (inode
 // announced to match) is refused.
 func TestRogueDirectSpanFD(t *testing.T) {
-	d := open(t, "plugin:rogue:spanfd=unsealed")
-	s, err := d.CreateStream()
-	require.NoError(t, err)
+	d, s := openStream(t, "plugin:rogue:spanfd=unsealed")
 	p, err := d.Malloc(4096)
 	require.NoError(t, err)
 	err = d.CopyHtoD(p, make([]byte, 64), s)
@@ -181,9 +170,7 @@ func TestRogueDirectSpanFD(t *testing.T) {
 // A second direct span of a cached region announcing a larger size is a
 // malformed reply, not a slice out of range in the host.
 func TestRogueDirectSpanSize(t *testing.T) {
-	d := open(t, "plugin:rogue:span=grow")
-	s, err := d.CreateStream()
-	require.NoError(t, err)
+	d, s := openStream(t, "plugin:rogue:span=grow")
 	p, err := d.Malloc(4096)
 	require.NoError(t, err)
 	require.NoError(t, d.CopyHtoD(p, make([]byte, 4096), s))

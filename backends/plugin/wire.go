@@ -56,8 +56,10 @@ func (d *dec) fail() {
 	d.b = nil
 }
 
-func (d *dec) u64() uint64 {
-	v, n := binary.Uvarint(d.b)
+// varint takes one varint off d with read (binary.Uvarint or
+// binary.Varint); a truncated or overlong one fails d and reads as 0.
+func varint[T uint64 | int64](d *dec, read func([]byte) (T, int)) T {
+	v, n := read(d.b)
 	if n <= 0 {
 		d.fail()
 		return 0
@@ -66,15 +68,9 @@ func (d *dec) u64() uint64 {
 	return v
 }
 
-func (d *dec) i64() int64 {
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail()
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
+func (d *dec) u64() uint64 { return varint(d, binary.Uvarint) }
+
+func (d *dec) i64() int64 { return varint(d, binary.Varint) }
 
 func (d *dec) bool() bool { return d.u64() != 0 }
 

@@ -60,18 +60,26 @@ func main() {
 
 // Case is one collective at one size.
 type Case struct {
-	Op    string // allreduce, allgather, reducescatter, alltoall
+	Op    string // allreduce, allgather, reducescatter, alltoall, alltoallv
 	Alg   string // oneshot, twoshot (allreduce only)
-	Bytes int64  // the collective's size: the tensor (allreduce), the gathered output (allgather), the scattered input (reducescatter), each rank's input (alltoall)
-	// Variant is "" for the heap's own dispatch (the aligned kernels: every
-	// tensor collbench allocates is 16-aligned), or general: the
-	// operands placed generalSkew bytes past 16-aligned offsets, which the
-	// heap serves with its general kernels (symheap/devcollectives.go).
+	Bytes int64  // the collective's size: the tensor (allreduce), the gathered output (allgather), the scattered input (reducescatter), each rank's input (alltoall, alltoallv)
+	// Variant is "" for the heap's own kernel dispatch (the aligned
+	// kernels: every tensor collbench allocates is 16-aligned), general:
+	// the operands placed generalSkew bytes past 16-aligned offsets, which
+	// the heap serves with its general kernels
+	// (symheap/devcollectives.go), or copy: an all-gather or all-to-all
+	// by the copy engines (symheap.CopyEngine; symheap/copyengine.go).
+	// The kernel rows force symheap.Kernel, so Auto's copy-engine choice
+	// (from the copy rows against them) never changes what they time.
 	Variant string
 }
 
-// general is the Variant of the rows that time the general kernels.
-const general = "general"
+// general is the Variant of the rows that time the general kernels;
+// copyVariant that of the copy-engine rows.
+const (
+	general     = "general"
+	copyVariant = collreport.CopyVariant
+)
 
 // generalSkew is how far a general row's operands lie past a 16-aligned
 // offset: a whole float32, so every collective accepts them, and not a
@@ -102,10 +110,13 @@ const (
 )
 
 // cases are the GPU kit's collectives matrix (docs/gpu-kit.md): every
-// collective through the heap's dispatch, then every collective again
+// collective through the heap's dispatch (AllToAllV with uniform routing
+// too: alltoallv.go), then every collective but AllToAllV again
 // through the general kernels at the sizes that show the variants'
-// difference (latency, the 1 MiB Auto crossover, bandwidth); small ones
-// for -small.
+// difference (latency, the 1 MiB Auto crossover, bandwidth), then the
+// all-gather and all-to-all by the copy engines at the kernel rows'
+// sizes (Auto's copy-engine choice compares the two); small ones for
+// -small.
 func cases(small bool) []Case {
 	var cs []Case
 	ar := []int64{1 * KiB, 16 * KiB, 256 * KiB, 1 * MiB, 64 * MiB, 256 * MiB}
@@ -127,7 +138,15 @@ func cases(small bool) []Case {
 		}
 	}
 	ops("", ar, other)
+	for _, b := range other { // counts read on the device, uniform routing (alltoallv.go)
+		cs = append(cs, Case{Op: "alltoallv", Bytes: b})
+	}
 	ops(general, gen, gen)
+	for _, op := range []string{"allgather", "alltoall"} {
+		for _, b := range other {
+			cs = append(cs, Case{Op: op, Bytes: b, Variant: copyVariant})
+		}
+	}
 	return cs
 }
 
@@ -492,7 +511,7 @@ func traffic(c Case, n int) float64 {
 		perRank = 2 * s // reads every chunk of the output's size, writes it
 	case c.Op == "reducescatter":
 		perRank = s + s/N // reads its chunk of every rank's input, writes one chunk
-	default: // alltoall
+	default: // alltoall, alltoallv
 		perRank = 2 * s
 	}
 	return N * perRank
@@ -503,7 +522,7 @@ func traffic(c Case, n int) float64 {
 // ×(n-1)/n with S the total size).
 func busBW(c Case, n int, t time.Duration) float64 {
 	algbw := float64(c.Bytes) / t.Seconds()
-	if c.Op == "alltoall" {
+	if c.Op == "alltoall" || c.Op == "alltoallv" {
 		algbw *= float64(n) // S is each rank's input; NCCL's S is the total
 	}
 	f := float64(n-1) / float64(n)
@@ -524,12 +543,21 @@ func step(w *world, c Case, ins, outs []symheap.Tensor) func(r int) error {
 		}
 		return func(r int) error { return h(r).AllReduceWith(ins[r], symheap.Float32, alg) }
 	case "allgather":
-		return func(r int) error { return h(r).AllGather(ins[r], outs[r]) }
+		return func(r int) error { return h(r).AllGatherWith(ins[r], outs[r], copyAlg(c)) }
 	case "reducescatter":
 		return func(r int) error { return h(r).ReduceScatter(ins[r], outs[r], symheap.Float32) }
 	default:
-		return func(r int) error { return h(r).AllToAll(ins[r], outs[r]) }
+		return func(r int) error { return h(r).AllToAllWith(ins[r], outs[r], copyAlg(c)) }
 	}
+}
+
+// copyAlg is what moves an all-gather's or all-to-all's bytes in case c:
+// the copy engines in a copy row, the kernels in every other.
+func copyAlg(c Case) symheap.Algorithm {
+	if c.Variant == copyVariant {
+		return symheap.CopyEngine
+	}
+	return symheap.Kernel
 }
 
 // sizes are the in and out tensors' sizes of c on n ranks.
@@ -647,7 +675,13 @@ func (b *bench) row(w *world, c Case, n int, emptyT time.Duration, copyGBps floa
 	if err != nil {
 		return fail(err)
 	}
-	captured, eager, reps, err := b.measureOp(w, step(w, c, ins, outs))
+	st := step(w, c, ins, outs)
+	if c.Op == "alltoallv" {
+		if st, err = allToAllVStep(w, ins, outs); err != nil {
+			return fail(err)
+		}
+	}
+	captured, eager, reps, err := b.measureOp(w, st)
 	if err != nil {
 		return fail(err)
 	}

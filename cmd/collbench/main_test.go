@@ -18,8 +18,10 @@ import (
 )
 
 // The kit's matrix: all-reduce one- and two-shot at six sizes, the
-// other collectives at four, through the heap's dispatch; every
-// collective again through the general kernels at three sizes.
+// other collectives (AllToAllV too) at four, through the heap's dispatch;
+// every collective but AllToAllV (one kernel) again through the general
+// kernels at three sizes; the all-gather and all-to-all by the copy
+// engines at the kernel rows' four.
 func TestCases(t *testing.T) {
 	var names []string
 	variants := map[string]int{}
@@ -27,11 +29,13 @@ func TestCases(t *testing.T) {
 		names = append(names, c.String())
 		variants[c.Variant]++
 	}
-	assert.Len(t, names, 39)
-	assert.Equal(t, map[string]int{"": 24, general: 15}, variants)
+	assert.Len(t, names, 51)
+	assert.Equal(t, map[string]int{"": 28, general: 15, copyVariant: 8}, variants)
 	for _, want := range []string{"allreduce/oneshot/1KiB", "allreduce/twoshot/256MiB", "allgather/64MiB", "reducescatter/1KiB", "alltoall/64MiB",
+		"alltoallv/1KiB", "alltoallv/1MiB", "alltoallv/64MiB", "alltoallv/256MiB",
 		"allgather/1MiB", "allgather/256MiB", "reducescatter/1MiB", "reducescatter/256MiB", "alltoall/1MiB", "alltoall/256MiB",
-		"allreduce/oneshot/1MiB/general", "allreduce/twoshot/64MiB/general", "allgather/1KiB/general", "reducescatter/64MiB/general", "alltoall/1MiB/general"} {
+		"allreduce/oneshot/1MiB/general", "allreduce/twoshot/64MiB/general", "allgather/1KiB/general", "reducescatter/64MiB/general", "alltoall/1MiB/general",
+		"allgather/1KiB/copy", "allgather/256MiB/copy", "alltoall/1MiB/copy", "alltoall/64MiB/copy"} {
 		assert.Contains(t, names, want)
 	}
 	seen := map[string]bool{}
@@ -58,6 +62,10 @@ func TestSizesAndBandwidth(t *testing.T) {
 	// NCCL: all-reduce busbw = S/t · 2(n-1)/n.
 	assert.InDelta(t, 1.5e9, busBW(Case{Op: "allreduce", Bytes: 1e9}, 4, time.Second), 1)
 	assert.InDelta(t, 0.75e9, busBW(Case{Op: "allgather", Bytes: 1e9}, 4, time.Second), 1)
+	// all-to-all: S is each rank's input, NCCL's the total; uniform
+	// AllToAllV moves what AllToAll does.
+	assert.Equal(t, busBW(Case{Op: "alltoall", Bytes: 1e9}, 4, time.Second), busBW(Case{Op: "alltoallv", Bytes: 1e9}, 4, time.Second))
+	assert.Equal(t, traffic(Case{Op: "alltoall", Bytes: 1e9}, 4), traffic(Case{Op: "alltoallv", Bytes: 1e9}, 4))
 }
 
 // Over the fake runtime (the kernels' host build): every row runs, is
@@ -74,8 +82,9 @@ func TestOverFakeRuntime(t *testing.T) {
 	var rep Report
 	require.NoError(t, json.Unmarshal(b, &rep))
 	// one-shot, two-shot, all-gather, reduce-scatter, all-to-all at 1 KiB,
-	// through the dispatch and through the general kernels
-	assert.Len(t, rep.Rows, 10)
+	// through the dispatch and through the general kernels; all-gather and
+	// all-to-all by the copy engines; AllToAllV
+	assert.Len(t, rep.Rows, 13)
 	assert.Positive(t, rep.CopyGBps)
 	assert.Positive(t, rep.EmptyNs[2])
 	variants := map[string]int{}
@@ -87,9 +96,11 @@ func TestOverFakeRuntime(t *testing.T) {
 		assert.Positive(t, r.CapturedNs, r.Case)
 		assert.Positive(t, r.OverEmpty, r.Case)
 	}
-	assert.Equal(t, map[string]int{"": 5, general: 5}, variants)
+	assert.Equal(t, map[string]int{"": 6, general: 5, copyVariant: 2}, variants)
 	assert.Contains(t, stdout.String(), "allreduce/twoshot/1KiB")
+	assert.Contains(t, stdout.String(), "alltoallv/1KiB")
 	assert.Contains(t, stdout.String(), "alltoall/1KiB/general")
+	assert.Contains(t, stdout.String(), "allgather/1KiB/copy")
 
 	var info bytes.Buffer
 	require.Equal(t, 0, run([]string{"-backend=cuda", "-info"}, &info, &stderr), stderr.String())

@@ -15,6 +15,18 @@ import (
 // from the recorded runs' collbench figures (symheap/auto.go).
 const autoTableFile = "symheap/autotable.go"
 
+// recordedReports calls fn with each recorded run's collbench report of
+// full sizes (a small run over the fakes says nothing of a device) and
+// its device kind, in the order of names (the run filed last last).
+func recordedReports(names []string, runs map[string][]Step, fn func(run, kind string, rep collReport)) {
+	for _, n := range names {
+		var rep collReport
+		if figure(find(runs[n], "collectives_bench"), "report", &rep) && !rep.Small {
+			fn(n, symheap.DeviceKind(rep.Device), rep)
+		}
+	}
+}
+
 // autoRows are the crossover rows the recorded runs give: per device kind
 // and rank count, the run filed last (by folder name: the date) wins.
 func autoRows(names []string, runs map[string][]Step) []symheap.OneShotRow {
@@ -23,16 +35,11 @@ func autoRows(names []string, runs map[string][]Step) []symheap.OneShotRow {
 		ranks int
 	}
 	rows := map[key]symheap.OneShotRow{}
-	for _, n := range names {
-		var rep collReport
-		if !figure(find(runs[n], "collectives_bench"), "report", &rep) || rep.Small {
-			continue
-		}
-		kind := symheap.DeviceKind(rep.Device)
+	recordedReports(names, runs, func(n, kind string, rep collReport) {
 		for ranks, max := range collreport.OneShotCrossover(rep.Rows) {
 			rows[key{kind, ranks}] = symheap.OneShotRow{Kind: kind, Ranks: ranks, MaxBytes: max, Run: n}
 		}
-	}
+	})
 	out := make([]symheap.OneShotRow, 0, len(rows))
 	for _, r := range rows {
 		out = append(out, r)
@@ -42,6 +49,38 @@ func autoRows(names []string, runs map[string][]Step) []symheap.OneShotRow {
 			return out[i].Kind < out[j].Kind
 		}
 		return out[i].Ranks < out[j].Ranks
+	})
+	return out
+}
+
+// copyEngineRows are the copy-engine rows the recorded runs give: per
+// device kind, collective and rank count, the run filed last wins.
+func copyEngineRows(names []string, runs map[string][]Step) []symheap.CopyEngineRow {
+	type key struct {
+		kind, op string
+		ranks    int
+	}
+	rows := map[key]symheap.CopyEngineRow{}
+	recordedReports(names, runs, func(n, kind string, rep collReport) {
+		for op, byRanks := range collreport.CopyEngineFrom(rep.Rows) {
+			for ranks, from := range byRanks {
+				rows[key{kind, op, ranks}] = symheap.CopyEngineRow{Kind: kind, Op: op, Ranks: ranks, MinBytes: from, Run: n}
+			}
+		}
+	})
+	out := make([]symheap.CopyEngineRow, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Kind != b.Kind {
+			return a.Kind < b.Kind
+		}
+		if a.Op != b.Op {
+			return a.Op < b.Op
+		}
+		return a.Ranks < b.Ranks
 	})
 	return out
 }
@@ -60,6 +99,17 @@ var recordedOneShotMax = []OneShotRow{
 `)
 	for _, r := range autoRows(names, runs) {
 		fmt.Fprintf(&b, "\t{Kind: %q, Ranks: %d, MaxBytes: %d, Run: %q},\n", r.Kind, r.Ranks, r.MaxBytes, r.Run)
+	}
+	b.WriteString(`}
+
+// recordedCopyEngineMin: per device kind, collective and rank count, the
+// smallest size from which the recorded run measured the copy-engine
+// variant faster than the kernels, there and at every larger size
+// (copyengine.go).
+var recordedCopyEngineMin = []CopyEngineRow{
+`)
+	for _, r := range copyEngineRows(names, runs) {
+		fmt.Fprintf(&b, "\t{Kind: %q, Op: %q, Ranks: %d, MinBytes: %d, Run: %q},\n", r.Kind, r.Op, r.Ranks, r.MinBytes, r.Run)
 	}
 	b.WriteString("}\n")
 	return format.Source(b.Bytes())

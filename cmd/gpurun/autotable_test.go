@@ -35,3 +35,33 @@ func TestAutoTableMatchesRecordedRuns(t *testing.T) {
 		t.Errorf("the recorded H200 run is not the table's row for 8 ranks:\n%s", want)
 	}
 }
+
+// A recorded run whose collbench measured the copy-engine rows faster
+// from some size on reaches the table as a copy-engine row (what `gpurun
+// record` then `regen` write); a small run over the fakes does not.
+func TestAutoTableCarriesCopyEngineRows(t *testing.T) {
+	row := func(op, variant string, bytes int64, ns float64) collRow {
+		return collRow{Ranks: 4, Op: op, Variant: variant, Bytes: bytes, CapturedNs: ns}
+	}
+	rep := collReport{Device: "cuda:0 NVIDIA H200 (runtime 13.0, driver 13.0)", Rows: []collRow{
+		row("allgather", "", 1<<20, 10), row("allgather", "copy", 1<<20, 20),
+		row("allgather", "", 64<<20, 100), row("allgather", "copy", 64<<20, 80),
+		row("alltoall", "", 64<<20, 100), row("alltoall", "copy", 64<<20, 120),
+	}}
+	step := func(small bool) []Step {
+		r := rep
+		r.Small = small
+		return []Step{{Step: "collectives_bench", Figures: map[string]any{"report": r}}}
+	}
+	runs := map[string][]Step{"nvidia-h200-2027-01-01": step(false), "fakes": step(true)}
+	out, err := autoTable([]string{"fakes", "nvidia-h200-2027-01-01"}, runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(out, []byte(`{Kind: "NVIDIA H200", Op: "allgather", Ranks: 4, MinBytes: 67108864, Run: "nvidia-h200-2027-01-01"},`)) {
+		t.Errorf("no copy-engine row for the all-gather measured faster from 64 MiB:\n%s", out)
+	}
+	if bytes.Contains(out, []byte(`Op: "alltoall"`)) || bytes.Contains(out, []byte(`"fakes"`)) {
+		t.Errorf("a row where the kernels were faster, or from a small run:\n%s", out)
+	}
+}

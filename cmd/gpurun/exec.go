@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/capalloc/capalloc/internal/syncio"
+	"github.com/capalloc/capalloc/internal/syncbuf"
 )
 
 // outcome is what one command did.
@@ -30,7 +30,7 @@ func execStep(command, dir string, env []string, timeout time.Duration) outcome 
 	cmd := exec.CommandContext(ctx, "bash", "-c", command)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
-	var out syncio.Buffer // stdout and stderr from two pipes at once
+	var out syncbuf.Buffer // stdout and stderr, copied from two pipes at once
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error {

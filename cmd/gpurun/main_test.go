@@ -308,6 +308,10 @@ func TestFigureParsers(t *testing.T) {
 	assert.Equal(t, true, tpdecodeFigures(config{Backend: "hip"}, "2 stages as goroutines on hip (device heap), 5 steps replayed, every output checked\n")["pipeline_checked"])
 	assert.Equal(t, false, tpdecodeFigures(config{Backend: "cuda"}, "2 stages as goroutines on cuda (host heap), 5 steps replayed, every output checked\n")["pipeline_checked"],
 		"the put/signal step is the device heap's")
+	moe := "4 experts as goroutines on hip (device heap): dispatch, expert and combine captured once, 5 steps replayed with new routing, every token checked\n"
+	assert.Equal(t, true, tpdecodeFigures(config{Backend: "hip"}, moe)["moe_checked"])
+	assert.Equal(t, false, tpdecodeFigures(config{Backend: "cuda"}, moe)["moe_checked"], "another backend's line")
+	assert.Equal(t, false, tp["moe_checked"])
 
 	d := decodeloopFigures(config{}, "200 steps of 1000 axpy kernels on cuda: eager 5ms/step, graph replay 1ms/step (5.00x)\n"+
 		"BenchmarkTorchReplayAxpy/kernels=1000/impl=eager\t20\t6000000.0 ns/op\nBenchmarkTorchReplayAxpy/kernels=1000/impl=graph\t200\t1500000.0 ns/op\n")

@@ -131,7 +131,7 @@ exit $rc`
 				pick("", ` -test.skip 'TestConformance/`+be+`/(Collectives|Probe|Watchdog)$'`), Figures: testFigures},
 		{Name: "capprobe", Timeout: 10 * time.Second, // 0.7 s on an H200
 			Command: `"$B/capprobe" -backend=` + be + ` -mode=all -check -json >"$R/capprobe.json"`, Figures: capprobeFigures},
-		{Name: "collectives_bench", Timeout: 25 * time.Second, // 2.3 s on an H200 with 18 cases; 39 now, about 6 s estimated
+		{Name: "collectives_bench", Timeout: 25 * time.Second, // 2.3 s on an H200 with 18 cases; 51 now (the copy-engine and alltoallv rows), about 8 s estimated
 			Command: `"$B/collbench" -backend=` + be + pick("", " -small") + ` -json "$R/collbench.json"`, Figures: collbenchFigures},
 		{Name: "decodeloop", Timeout: 35 * time.Second, Command: `rc=0
 "$B/decodeloop" -backend=` + be + pick(" -kernels=1000 -steps 200", " -kernels=10 -steps 5") + ` || rc=1
@@ -141,6 +141,7 @@ exit $rc`, Figures: decodeloopFigures},
 "$B/tpdecode" -backend=` + be + pick("", " -steps 5") + ` || rc=1
 "$B/tpdecode" -backend=` + be + ` -procs -ranks 2` + pick("", " -steps 5") + ` || rc=1
 "$B/pipeline" -backend=` + be + pick(" -steps 200", " -steps 5") + ` || rc=1
+"$B/moe" -backend=` + be + pick(" -steps 200", " -steps 5") + ` || rc=1
 ` + multiGPU(be, pick) + `
 exit $rc`, Figures: tpdecodeFigures},
 		{Name: "gpu_tests", Timeout: 45 * time.Second, Command: gpuTests, Figures: testFigures},
@@ -513,6 +514,10 @@ func tpdecodeFigures(c config, out string) map[string]any {
 	// the device heap's put and signals, captured and replayed
 	f["pipeline_checked"] = strings.Contains(out, "2 stages as goroutines on "+c.Backend+" (device heap)") &&
 		strings.Contains(out, "steps replayed, every output checked")
+	// examples/moe: dispatch and combine by AllToAllV, counts read on the
+	// device, captured once and replayed with new routing every step
+	f["moe_checked"] = strings.Contains(out, "experts as goroutines on "+c.Backend+" (device heap)") &&
+		strings.Contains(out, "steps replayed with new routing, every token checked")
 	return f
 }
 

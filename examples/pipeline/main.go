@@ -40,6 +40,7 @@ import (
 	_ "github.com/capalloc/capalloc/cpu" // the backends a -backend name may ask for
 	_ "github.com/capalloc/capalloc/cuda"
 	_ "github.com/capalloc/capalloc/hip"
+	"github.com/capalloc/capalloc/internal/rankheap"
 	"github.com/capalloc/capalloc/internal/ranks"
 	"github.com/capalloc/capalloc/symheap"
 )
@@ -90,7 +91,7 @@ func runGoroutines(w io.Writer, backend string, steps int) error {
 		return err
 	}
 	defer g.Close()
-	hs := heaps{g: g, x: symheap.NewLocalExchange(stages)}
+	hs := rankheap.Source{Group: g, Exchange: symheap.NewLocalExchange(stages), Size: heapSize}
 	var wg sync.WaitGroup
 	errs := make([]error, stages)
 	kinds := make([]string, stages)
@@ -157,6 +158,6 @@ func stageProcess(w io.Writer) error {
 		return err
 	}
 	defer g.Close()
-	_, err = stage("cpu", heaps{g: g}, r, steps)
+	_, err = stage("cpu", rankheap.Source{Group: g}, r, steps)
 	return err
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -9,7 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
-	"github.com/capalloc/capalloc/backends"
+	"github.com/capalloc/capalloc/internal/rankheap"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -41,54 +40,17 @@ func reference(step, i int) float32 {
 	return out
 }
 
-// heaps is what a stage opens its heap from: the host heap's group (cpu),
-// or the device heap's exchange (cuda, hip), whichever its driver runs.
-type heaps struct {
-	g *symheap.Group
-	x symheap.Exchange
-}
-
 // timeout bounds every wait of a stage's heap: a stage that stops
 // signalling fails its peer with symheap.ErrCollectiveTimeout.
 const timeout = 20 * time.Second
 
-// open opens rank r's heap on a: the device heap where the driver has IPC
-// memory and kernels of ours, the host heap otherwise. kind says which.
-func (hs heaps) open(r int, a *alloc.Allocator) (h symheap.Collectives, kind string, err error) {
-	if !symheap.DeviceRuns(a.Driver()) {
-		h, err = hs.g.Open(r, a, symheap.Options{Timeout: timeout})
-		return h, "host heap", err
-	}
-	dh, err := symheap.OpenDevice(r, a, hs.x, heapSize, symheap.DeviceOptions{Timeout: timeout})
-	if err != nil {
-		return nil, "", err
-	}
-	if err := dh.CollectivesRun(); err != nil {
-		return nil, "", errors.Join(err, dh.Close())
-	}
-	return dh, "device heap", nil
-}
-
 // stage opens rank r's heap on its own driver of backend and allocator,
 // captures its step once and replays it steps times, stage 1 checking
 // every output. kind is the heap it ran on.
-func stage(backend string, hs heaps, r, steps int) (kind string, err error) {
-	d, err := backends.OpenDriver(context.Background(), backend)
-	if err != nil {
-		return "", err
-	}
-	defer d.Close()
-	a, err := alloc.New(d, alloc.Options{})
-	if err != nil {
-		return "", err
-	}
-	defer a.Close()
-	h, kind, err := hs.open(r, a)
-	if err != nil {
-		return "", err
-	}
-	defer func() { err = errors.Join(err, h.Close()) }()
-	return kind, run(h, a, r, steps)
+func stage(backend string, hs rankheap.Source, r, steps int) (kind string, err error) {
+	return hs.Run(backend, r, symheap.Options{Timeout: timeout}, func(h symheap.Collectives, a *alloc.Allocator) error {
+		return run(h, a, r, steps)
+	})
 }
 
 // run is stage r's work on its open heap h.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/backends"
+	"github.com/capalloc/capalloc/internal/rankheap"
 	"github.com/capalloc/capalloc/nccl"
 	"github.com/capalloc/capalloc/symheap"
 )
@@ -106,7 +107,7 @@ func ncclStageProcess(r, steps int) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, a.Close()) }()
-	h, _, err := heaps{x: symheap.NewLocalExchange(1)}.open(0, a)
+	h, _, err := rankheap.Source{Exchange: symheap.NewLocalExchange(1), Size: heapSize}.Open(0, a, symheap.Options{Timeout: timeout})
 	if err != nil {
 		return err
 	}

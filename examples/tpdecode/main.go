@@ -31,8 +31,9 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/backends"
 	_ "github.com/capalloc/capalloc/internal/prog" // registers the backends a -backend name may ask for
+	"github.com/capalloc/capalloc/internal/rankheap"
 	internalranks "github.com/capalloc/capalloc/internal/ranks"
-	"github.com/capalloc/capalloc/internal/syncio"
+	"github.com/capalloc/capalloc/internal/syncbuf"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -102,7 +103,7 @@ func runGoroutines(w io.Writer, backend string, ranks, steps, devices int) error
 			b = fmt.Sprintf("%s:device=%d", backend, r%devices)
 		}
 		var err error
-		res[r], err = rank(b, heaps{g, x}, r, steps)
+		res[r], err = rank(b, rankheap.Source{Group: g, Exchange: x, Size: heapSize}, r, steps)
 		return err
 	})
 	if err := errors.Join(errs...); err != nil {
@@ -133,7 +134,7 @@ func runProcesses(w io.Writer, backend string, ranks, steps int) error {
 	if err != nil {
 		return err
 	}
-	out := &syncio.Writer{W: w} // the ranks' output is copied by one goroutine each
+	out := &syncbuf.Writer{W: w} // the ranks' output is copied by one goroutine each
 	cmds := make([]*exec.Cmd, ranks)
 	for r := range cmds {
 		cmd := exec.Command(exe)
@@ -164,7 +165,7 @@ func rankProcess(w io.Writer) error {
 		return err
 	}
 	defer g.Close()
-	res, err := rank(os.Getenv(envBack), heaps{g, symheap.FileExchange(os.Getenv(envDir), n)}, r, steps)
+	res, err := rank(os.Getenv(envBack), rankheap.Source{Group: g, Exchange: symheap.FileExchange(os.Getenv(envDir), n), Size: heapSize}, r, steps)
 	if err != nil {
 		return fmt.Errorf("rank %d: %w", r, err)
 	}
@@ -182,32 +183,9 @@ func report(w io.Writer, what string, steps int, res []result) {
 	fmt.Fprintf(w, "replay: %v per step (slowest rank), %.2fx\n", replay, float64(eager)/float64(replay))
 }
 
-// heaps is what a rank opens its heap from: the host heap's group (cpu),
-// or the device heap's exchange (cuda, hip), whichever its driver runs.
-type heaps struct {
-	g *symheap.Group
-	x symheap.Exchange
-}
-
-// open opens rank r's heap on a: the device heap where the driver has IPC
-// memory and kernels of ours, the host heap otherwise.
-func (hs heaps) open(r int, a *alloc.Allocator) (symheap.Collectives, error) {
-	if !symheap.DeviceRuns(a.Driver()) {
-		return hs.g.Open(r, a, symheap.Options{CheckAllocs: true})
-	}
-	h, err := symheap.OpenDevice(r, a, hs.x, heapSize, symheap.DeviceOptions{})
-	if err != nil {
-		return nil, err
-	}
-	if err := h.CollectivesRun(); err != nil {
-		return nil, errors.Join(err, h.Close())
-	}
-	return h, nil
-}
-
 // rank runs one rank: its own device (a driver of the backend) and
 // allocator, its heap, the step eagerly, then captured and replayed.
-func rank(backend string, hs heaps, r, steps int) (result, error) {
+func rank(backend string, hs rankheap.Source, r, steps int) (result, error) {
 	d, err := backends.OpenDriver(context.Background(), backend)
 	if err != nil {
 		return result{}, err
@@ -218,7 +196,7 @@ func rank(backend string, hs heaps, r, steps int) (result, error) {
 		return result{}, err
 	}
 	defer a.Close()
-	h, err := hs.open(r, a)
+	h, _, err := hs.Open(r, a, symheap.Options{CheckAllocs: true})
 	if err != nil {
 		return result{}, err
 	}

@@ -11,7 +11,8 @@ type Row struct {
 	Case  string `json:"case"`
 	Op    string `json:"op"`
 	Alg   string `json:"alg,omitempty"`
-	// Variant is the kernel variant a row forced ("general", "aligned";
+	// Variant is the variant a row forced ("general", "aligned" kernels;
+	// "copy" the copy engines: CopyVariant;
 	// "" the default dispatch: the aligned variant where the operands
 	// allow, as for every tensor collbench allocates).
 	Variant         string  `json:"variant,omitempty"`

@@ -113,8 +113,11 @@ void fake_log_reset(void) { pthread_mutex_lock(&mu); loglen = 0; pthread_mutex_u
 /* ---- graphs and streams ---- */
 enum { OP_COPY, OP_SET, OP_FREE, OP_HOST, OP_KERNEL };
 /* OP_KERNEL: kernel k on grid blocks of block threads of device, its
- * parameter a copy at dst that the op owns. */
-typedef struct { int kind; char *dst; const char *src; size_t n; int val; int k; unsigned grid, block; int device; } op_t;
+ * parameter a copy at dst that the op owns. OP_COPY, OP_SET: on device
+ * (the stream's), dev_sides the sides that are device memory (DEV_DST,
+ * DEV_SRC: by the copy's kind), checked when the op runs (copy_legal). */
+enum { DEV_DST = 1, DEV_SRC = 2 };
+typedef struct { int kind; char *dst; const char *src; size_t n; int val; int k; unsigned grid, block; int device; int dev_sides; } op_t;
 typedef struct graph { op_t *ops; int nops, cap; int launched; } graph_t;
 typedef struct { graph_t *g; unsigned long long flags; } exec_t;
 typedef struct stream {
@@ -929,9 +932,36 @@ static void run_hostfn(op_t o) { ((void (*)(void *))(void *)o.dst)((void *)o.src
 #endif
 
 static rtError_t run_kernel(op_t o);
+/* range_t: a range of memory work on device may touch (legal_range), as
+ * fake_access's cache keeps them. */
+typedef struct range { const char *lo, *hi; unsigned long gen; int writable, device; } range_t;
+static int legal_range(int device, const char *a, const char *b, range_t *out);
+/* copy_legal: every device side of a copy or memset lies inside memory
+ * the op's device may touch when it runs (legal_range, as a kernel's
+ * access: a live allocation, pinned or registered host memory, an IPC or
+ * virtual-memory mapping), so a copy from freed memory, past an
+ * allocation's end, or replayed from a graph after its memory was freed
+ * fails with 700 (illegal address), as a GPU's copy faults, instead of
+ * moving bytes of memory the process no longer owns. */
+static int side_legal(int device, const char *p, size_t n, int write) {
+  range_t r;
+  /* a reservation's span may cross mappings: every byte mapped with the access */
+  if (vm_res_of(p)) return vm_access_ok(p, n, write);
+  return legal_range(device, p, p + n, &r) > 0 && (r.writable || !write);
+}
+static int copy_legal(const op_t *o) {
+  if (!o->n) return 1;
+  if ((o->dev_sides & DEV_DST) && !side_legal(o->device, o->dst, o->n, 1)) return 0;
+  return !(o->dev_sides & DEV_SRC) || side_legal(o->device, o->src, o->n, 0);
+}
 /* apply runs one op, holding mu (a kernel releases it while it runs). */
 static rtError_t apply(op_t o) {
   if (o.kind == OP_KERNEL) return run_kernel(o);
+  if ((o.kind == OP_COPY || o.kind == OP_SET) && !copy_legal(&o)) {
+    logf_("illegal address: %s dst=%p src=%p n=%zu on device %d: a device side is not memory the device may touch (freed, past an allocation's end, or never allocated)",
+          o.kind == OP_COPY ? "copy" : "set", (void *)o.dst, (const void *)o.src, o.n, o.device);
+    return 700;
+  }
   if ((o.kind == OP_COPY || o.kind == OP_SET) && (!vm_access_ok(o.dst, o.n, 1) || (o.kind == OP_COPY && !vm_access_ok(o.src, o.n, 0)))) {
     logf_("illegal address: %s dst=%p src=%p n=%zu touches reserved memory not mapped with access", o.kind == OP_COPY ? "copy" : "set", (void *)o.dst, (const void *)o.src, o.n);
     return 700;
@@ -973,15 +1003,17 @@ rtError_t RT(MemcpyAsync)(void *dst, const void *src, size_t n, int kind, void *
   if (!peer_copy_ok(cdev, dst, n) || !peer_copy_ok(cdev, src, n)) RETURN(700);
   rtError_t le = legacy(s);
   if (le) RETURN(le);
-  if (!s) RETURN(apply((op_t){OP_COPY, dst, src, n, 0}));
+  /* kinds 1-3: host to device, device to host, device to device */
+  op_t o = {OP_COPY, dst, src, n, 0, .device = cdev, .dev_sides = kind == 1 ? DEV_DST : kind == 2 ? DEV_SRC : DEV_DST | DEV_SRC};
+  if (!s) RETURN(apply(o));
   if (s->status == 2) RETURN(901);
   if (s->status == 1) {
     const void *host = kind == 1 ? src : kind == 2 ? dst : NULL;
     if (host && !pinned(host, n)) { s->status = 2; RETURN(900); }
-    record(s, (op_t){OP_COPY, dst, src, n, 0});
+    record(s, o);
     RETURN(0);
   }
-  RETURN(apply((op_t){OP_COPY, dst, src, n, 0}));
+  RETURN(apply(o));
 }
 rtError_t RT(MemsetAsync)(void *dst, int val, size_t n, void *h) {
   ENTER(RTS(MemsetAsync));
@@ -991,10 +1023,11 @@ rtError_t RT(MemsetAsync)(void *dst, int val, size_t n, void *h) {
   if (!peer_copy_ok(s ? s->device : cur_device, dst, n)) RETURN(700);
   rtError_t le = legacy(s);
   if (le) RETURN(le);
-  if (!s) RETURN(apply((op_t){OP_SET, dst, NULL, n, val}));
+  op_t o = {OP_SET, dst, NULL, n, val, .device = s ? s->device : cur_device, .dev_sides = DEV_DST};
+  if (!s) RETURN(apply(o));
   if (s->status == 2) RETURN(901);
-  if (s->status == 1) { record(s, (op_t){OP_SET, dst, NULL, n, val}); RETURN(0); }
-  RETURN(apply((op_t){OP_SET, dst, NULL, n, val}));
+  if (s->status == 1) { record(s, o); RETURN(0); }
+  RETURN(apply(o));
 }
 
 rtError_t RT(StreamBeginCapture)(void *h, int mode) {
@@ -1234,7 +1267,6 @@ static unsigned fake_blocks_per_sm(int k, unsigned block) {
  * 700, illegal address, as a GPU's memory fault. It runs on every access:
  * a per-thread cache of the ranges last found answers while access_gen
  * stands still; a miss searches the tables under mu. */
-typedef struct { const char *lo, *hi; unsigned long gen; int writable, device; } range_t;
 #define ACCESS_CACHE 16
 static __thread range_t access_cache[ACCESS_CACHE];
 static __thread unsigned access_next;

@@ -110,7 +110,9 @@ const (
 // 32 bits that travel next to the epoch in each arrival (both heaps):
 //
 //	bits 0-2  kind (KindBarrier...; the all-reduce's algorithm is its kind)
-//	bits 3-4  element type (reductions; 0 for copies and the barrier)
+//	bits 3-4  element type (reductions); for an all-gather or all-to-all
+//	          the variant (0 the kernels, SigCopyEngine the copy engines);
+//	          0 for the barrier
 //	bit  5    the count field is a fold of a count of 2^26 or more
 //	bits 6-31 count (elements of a reduction, bytes of a copy per rank)
 //
@@ -120,6 +122,12 @@ const (
 	sigCountBits = 26
 	sigFolded    = 1 << 5
 )
+
+// SigCopyEngine is the element-type field of an all-gather's or
+// all-to-all's signature when the copy engines move its bytes between
+// barrier kernels that carry the signature (symheap/copyengine.go): ranks
+// that run the two variants of one collective fail with a mismatch.
+const SigCopyEngine = 1
 
 // Signature packs a collective's kind, element type and count.
 func Signature(kind, dtype uint32, count uint64) uint32 {

@@ -24,6 +24,9 @@
  *   [1120..1375] signal slots, a 64-byte line each: the count peers add to
  *               (capalloc_signal) and what this rank's waits consumed
  *               (capalloc_wait_signal; written only by this rank).
+ *   [1376..1383] verr: capalloc_alltoallv's first counts error since the
+ *               host last read it (written only by this rank; cleared by
+ *               the host; it does not break the heap).
  * Barriers are per block: block b of every rank meets block b of every
  * other. The kernels map work to blocks by an index that does not depend
  * on the rank, so the bytes block b writes are the bytes block b of the
@@ -68,6 +71,13 @@ struct ca_pad {
   struct {
     u32 count, consumed, line_[14];
   } slot[CA_SIGNAL_SLOTS];
+  /* the first counts error of capalloc_alltoallv since the host last read
+   * it (status 0: none); written by this rank's block 0 only, read and
+   * cleared by the host: the heap is not broken by it */
+  struct {
+    u32 status, sender, receiver, pad_;
+    u64 value, limit;
+  } verr;
 };
 static_assert(sizeof(ca_pad) <= CA_PAD_BYTES, "the signal pad holds struct ca_pad");
 #if !defined(__CUDACC_RTC__) && !defined(__CUDACC__) && !defined(__HIPCC_RTC__) && !defined(__HIPCC__)
@@ -75,8 +85,8 @@ static_assert(sizeof(ca_pad) <= CA_PAD_BYTES, "the signal pad holds struct ca_pa
  * same for every compiler: naturally aligned u32 and u64 */
 static_assert(__builtin_offsetof(ca_pad, epoch_of) == 64 && __builtin_offsetof(ca_pad, arrive) == 320 &&
                   __builtin_offsetof(ca_pad, closed) == 4416 && __builtin_offsetof(ca_pad, slot) == 4480 &&
-                  sizeof(((ca_pad *)0)->slot[0]) == 64,
-              "args.go mirrors the offsets: PadEpochsOff, PadArrivesOff, PadClosedOff, PadSignalsOff, SignalSlotBytes");
+                  sizeof(((ca_pad *)0)->slot[0]) == 64 && __builtin_offsetof(ca_pad, verr) == 5504,
+              "args.go mirrors the offsets: PadEpochsOff, PadArrivesOff, PadClosedOff, PadSignalsOff, SignalSlotBytes, PadCountsErrOff");
 #endif
 
 /* The kernels' parameter. Offsets are bytes from the start of the heap
@@ -853,6 +863,101 @@ CA_KERNEL_ALIGNED capalloc_reducescatter_aligned(ca_coll a) {
   ca_end(a, s);
 }
 
+/* ---- all-to-all with counts on the device ----
+ * capalloc_alltoallv reads every rank's send counts from the heaps at run
+ * time, so one recorded launch serves every routing. Rank p's counts are
+ * nranks int64 at send_off of its heap: counts[q] elements go to rank q,
+ * from p's in at the prefix sum counts[0..q) (elements); rank r's out
+ * receives rank p's elements at the prefix sum over q < p of what rank q
+ * sends r, and recv_off gets nranks int64: recv[p], what p sent. Every
+ * block of every rank reads the same nranks x nranks counts after the
+ * first barrier (peers write theirs before they arrive, and change them
+ * only after the last barrier) and checks all of them the same way, so
+ * every rank reaches the same verdict with no further exchange: a
+ * negative count, a rank's sends past its in (c.count bytes), or a rank's
+ * receives past its out (out_bytes) makes every rank skip the copies and
+ * the receive counts (nothing written) and record the first bad count, in
+ * rank order, in its pad's verr; the last barrier still runs, so the
+ * epochs stay in step and the heap stays usable. */
+struct ca_a2av {
+  ca_coll c;               /* c.in_off, c.out_off; c.count: in's bytes; c.dtype */
+  u64 out_bytes;           /* out's bytes */
+  u64 send_off, recv_off;  /* the counts: nranks int64 each, 8-aligned */
+};
+
+#define CA_COUNTS_NEGATIVE 1u   /* a count below zero */
+#define CA_COUNTS_PAST_SEND 2u  /* a rank's sends past its in */
+#define CA_COUNTS_PAST_RECV 3u  /* a rank's receives past its out */
+
+/* ca_counts_check: 0 when counts m (m[p*n+q]: p sends q) fit every rank's
+ * in (in_elems) and out (out_elems); else the first bad count's status,
+ * sender, receiver, value (the count) and limit (the room its rank's in
+ * or out had left for it). Compared with the room left, never summed past
+ * it, so nothing overflows. */
+CA_DEV u32 ca_counts_check(const u64 *m, u32 n, u64 in_elems, u64 out_elems, u32 &sender, u32 &receiver, u64 &value, u64 &limit) {
+  for (u32 p = 0; p < n; p++) {
+    u64 sum = 0;
+    for (u32 q = 0; q < n; q++) {
+      u64 c = m[p * n + q];
+      sender = p, receiver = q, value = c, limit = in_elems - sum;
+      if ((long long)c < 0) return CA_COUNTS_NEGATIVE;
+      if (c > in_elems - sum) return CA_COUNTS_PAST_SEND;
+      sum += c;
+    }
+  }
+  for (u32 r = 0; r < n; r++) {
+    u64 sum = 0;
+    for (u32 p = 0; p < n; p++) {
+      u64 c = m[p * n + r];
+      sender = p, receiver = r, value = c, limit = out_elems - sum;
+      if (c > out_elems - sum) return CA_COUNTS_PAST_RECV;
+      sum += c;
+    }
+  }
+  return 0u;
+}
+
+CA_KERNEL capalloc_alltoallv(ca_a2av v) {
+  /* sh[0]: the failure flag; sh[1..]: the counts, m[p*n+q] */
+  CA_SHARED(u64, sh, 1 + CA_MAX_RANKS * CA_MAX_RANKS);
+  const ca_coll &a = v.c;
+  ca_state s;
+  if (ca_begin(a, s, (volatile u32 *)sh) && ca_barrier(a, s)) {
+    u64 *m = sh + 1;
+    u32 n = a.nranks;
+    for (u32 i = CA_TID; i < n * n; i += CA_BDIM) m[i] = ca_ld((const u64 *)(ca_heap(a, i / n) + v.send_off) + i % n);
+    ca_sync();
+    u64 es = ca_elem_bytes(a.dtype);
+    u32 sender, receiver;
+    u64 value, limit;
+    u32 bad = ca_counts_check(m, n, a.count / es, v.out_bytes / es, sender, receiver, value, limit);
+    if (bad == 0u) {
+      unsigned char *out = ca_heap(a, a.rank) + a.out_off;
+      u64 at = 0;
+      for (u32 p = 0; p < n; p++) {
+        u64 from = 0;
+        for (u32 q = 0; q < a.rank; q++) from += m[p * n + q];
+        u64 c = m[p * n + a.rank];
+        ca_copy(out + at * es, ca_heap(a, p) + a.in_off + from * es, c * es);
+        at += c;
+      }
+      if (CA_BID == 0 && CA_TID < n) ca_st((u64 *)(ca_heap(a, a.rank) + v.recv_off) + CA_TID, m[CA_TID * n + a.rank]);
+    } else if (CA_BID == 0 && CA_TID == 0) {
+      ca_pad *me = ca_pad_of(a, a.rank);
+      if (ca_ld_volatile(&me->verr.status) == 0u) {
+        ca_st_volatile(&me->verr.sender, sender);
+        ca_st_volatile(&me->verr.receiver, receiver);
+        ca_st(&me->verr.value, value);
+        ca_st(&me->verr.limit, limit);
+        ca_fence();
+        ca_st_volatile(&me->verr.status, bad);
+      }
+    }
+    ca_barrier(a, s); /* no rank rewrites its in or its counts while a peer reads them */
+  }
+  ca_end(a, s);
+}
+
 /* capalloc_axpy: y = a*x + y over n float32, the examples' local work.
  * x and y may start at any byte (a hand-written Tensor): a float that is
  * not 4-aligned moves in narrower words (ca_load). */
@@ -917,6 +1022,7 @@ static const ca_entry ca_entries[] = {
     CA_ENTRY(capalloc_allreduce_oneshot_aligned, ca_coll), CA_ENTRY(capalloc_allreduce_twoshot_aligned, ca_coll),
     CA_ENTRY(capalloc_allgather_aligned, ca_coll),         CA_ENTRY(capalloc_alltoall_aligned, ca_coll),
     CA_ENTRY(capalloc_reducescatter_aligned, ca_coll),
+    CA_ENTRY(capalloc_alltoallv, ca_a2av),
 };
 
 extern "C" int capalloc_host_kernel(const char *name) {

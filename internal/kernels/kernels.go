@@ -50,7 +50,7 @@ const (
 
 // Names is every kernel of the module.
 var Names = []string{Barrier, AllReduceOneShot, AllReduceTwoShot, AllGather, AllToAll, ReduceScatter, Put, Signal, WaitSignal, Axpy,
-	AllReduceOneShotAligned, AllReduceTwoShotAligned, AllGatherAligned, AllToAllAligned, ReduceScatterAligned}
+	AllReduceOneShotAligned, AllReduceTwoShotAligned, AllGatherAligned, AllToAllAligned, ReduceScatterAligned, AllToAllV}
 
 // Aligned is every aligned variant.
 var Aligned = []string{AllReduceOneShotAligned, AllReduceTwoShotAligned, AllGatherAligned, AllToAllAligned, ReduceScatterAligned}

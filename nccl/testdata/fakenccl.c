@@ -34,6 +34,7 @@
  * with the runtime's LaunchHostFunc, so it runs in stream order and a
  * capture records it for every replay, as NCCL's kernels are. Without the
  * variable nothing moves (the calls are only logged). */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
@@ -158,19 +159,20 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *r) {
   pthread_mutex_unlock(&mu);
   return ok ? 0 : 4;
 }
-ncclResult_t ncclCommCount(const ncclComm_t c, int *n) {
+/* comm_int reads the int at offset off of a live communicator into out,
+   under the lock: the count and rank getters. */
+static ncclResult_t comm_int(const ncclComm_t c, size_t off, int *out) {
   pthread_mutex_lock(&mu);
-  int ok = live(c) && n;
-  if (ok) *n = c->nranks;
+  int ok = live(c) && out;
+  if (ok) *out = *(const int *)((const char *)c + off);
   pthread_mutex_unlock(&mu);
   return ok ? 0 : 4;
 }
+ncclResult_t ncclCommCount(const ncclComm_t c, int *n) {
+  return comm_int(c, offsetof(struct fcomm, nranks), n);
+}
 ncclResult_t ncclCommUserRank(const ncclComm_t c, int *rank) {
-  pthread_mutex_lock(&mu);
-  int ok = live(c) && rank;
-  if (ok) *rank = c->rank;
-  pthread_mutex_unlock(&mu);
-  return ok ? 0 : 4;
+  return comm_int(c, offsetof(struct fcomm, rank), rank);
 }
 
 /* fake_hang sets the never-completes mode (FAKE_HANG_*). */

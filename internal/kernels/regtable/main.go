@@ -52,8 +52,8 @@ const (
 )
 
 // blocksPerSM is how many blocks of block threads using regs registers a
-// thread one multiprocessor of a holds (shared memory, 4 B a block here,
-// does not bind).
+// thread one multiprocessor of a holds (shared memory, at most 520 B a
+// block here, does not bind).
 func blocksPerSM(a arch, regs int) int {
 	perWarp := (regs*warpThreads + regUnit - 1) / regUnit * regUnit
 	byRegs := regsPerSM / perWarp / (block / warpThreads)
@@ -145,7 +145,7 @@ func table(n *rtc.NVRTC) ([]byte, error) {
 	for i, a := range archs {
 		names[i] = a.name
 	}
-	fmt.Fprintf(&b, "NVRTC %d.%d, `go run ./internal/kernels/regtable`; blocks of %d threads one multiprocessor holds, from the registers and its thread and block limits (4 B of shared memory a block binds nothing):\n\n", major, minor, block)
+	fmt.Fprintf(&b, "NVRTC %d.%d, `go run ./internal/kernels/regtable`; blocks of %d threads one multiprocessor holds, from the registers and its thread and block limits (at most 520 B of shared memory a block, alltoallv's, binds nothing):\n\n", major, minor, block)
 	fmt.Fprintf(&b, "| kernel | registers %s | spill stores / loads, B | %d-thread blocks per SM %s |\n|---|---|---|---|\n",
 		strings.Join(names, " / "), block, strings.Join(names, " / "))
 	for _, k := range kernels.Names {
