@@ -5,8 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/capalloc/capalloc/cuda"
-	"github.com/capalloc/capalloc/hip"
+	"github.com/capalloc/capalloc/internal/fakes"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
@@ -28,8 +27,8 @@ func TestGoroutinesOnFakes(t *testing.T) {
 		backend string
 		fake    *gpurttest.Fake
 	}{
-		{"cuda", &gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}},
-		{"hip", &gpurttest.Fake{Src: "hip/testdata/fakehip.c", Name: "libamdhip64", LibEnv: hip.LibEnv}},
+		{"cuda", fakes.CUDA},
+		{"hip", fakes.HIP},
 	} {
 		t.Run(f.backend, func(t *testing.T) {
 			f.fake.Lib(t)
