@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/capalloc/capalloc/internal/fakes"
-	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
 func TestGoroutines(t *testing.T) {
@@ -23,24 +22,15 @@ func TestGoroutines(t *testing.T) {
 // the all-to-alls are this library's kernel, compiled for the host (every
 // access checked), reading the counts at every replay.
 func TestGoroutinesOnFakes(t *testing.T) {
-	for _, f := range []struct {
-		backend string
-		fake    *gpurttest.Fake
-	}{
-		{"cuda", fakes.CUDA},
-		{"hip", fakes.HIP},
-	} {
-		t.Run(f.backend, func(t *testing.T) {
-			f.fake.Lib(t)
-			var out bytes.Buffer
-			if err := run(&out, f.backend, 8); err != nil {
-				t.Fatal(err)
-			}
-			if want := "4 experts as goroutines on " + f.backend + " (device heap)"; !strings.Contains(out.String(), want) {
-				t.Fatalf("output: %s, want %q", out.String(), want)
-			}
-		})
-	}
+	fakes.Each(t, func(t *testing.T, backend string) {
+		var out bytes.Buffer
+		if err := run(&out, backend, 8); err != nil {
+			t.Fatal(err)
+		}
+		if want := "4 experts as goroutines on " + backend + " (device heap)"; !strings.Contains(out.String(), want) {
+			t.Fatalf("output: %s, want %q", out.String(), want)
+		}
+	})
 }
 
 // The router covers what a captured AllToAllV must serve: within the

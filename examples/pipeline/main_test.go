@@ -48,24 +48,15 @@ func TestGoroutines(t *testing.T) {
 // the put and signals are this library's kernels, compiled for the host
 // (every access checked), and every output is checked.
 func TestGoroutinesOnFakes(t *testing.T) {
-	for _, f := range []struct {
-		backend string
-		fake    *gpurttest.Fake
-	}{
-		{"cuda", fakes.CUDA},
-		{"hip", fakes.HIP},
-	} {
-		t.Run(f.backend, func(t *testing.T) {
-			f.fake.Lib(t)
-			var out bytes.Buffer
-			if err := runGoroutines(&out, f.backend, 8); err != nil {
-				t.Fatal(err)
-			}
-			if want := "2 stages as goroutines on " + f.backend + " (device heap), 8 steps replayed, every output checked"; !strings.Contains(out.String(), want) {
-				t.Fatalf("output: %s, want %q", out.String(), want)
-			}
-		})
-	}
+	fakes.Each(t, func(t *testing.T, backend string) {
+		var out bytes.Buffer
+		if err := runGoroutines(&out, backend, 8); err != nil {
+			t.Fatal(err)
+		}
+		if want := "2 stages as goroutines on " + backend + " (device heap), 8 steps replayed, every output checked"; !strings.Contains(out.String(), want) {
+			t.Fatalf("output: %s, want %q", out.String(), want)
+		}
+	})
 }
 
 func TestProcesses(t *testing.T) {

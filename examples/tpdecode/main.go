@@ -90,12 +90,11 @@ func runGoroutines(w io.Writer, backend string, ranks, steps, devices int) error
 	if devices < 1 || (devices > 1 && backend != "cuda" && backend != "hip") {
 		return fmt.Errorf("-devices=%d: ranks spread over devices of cuda or hip (a bare backend name), not %q", devices, backend)
 	}
-	g, err := symheap.NewGroup(ranks, heapSize)
+	hs, err := rankheap.Local(ranks, heapSize)
 	if err != nil {
 		return err
 	}
-	defer g.Close()
-	x := symheap.NewLocalExchange(ranks)
+	defer hs.Group.Close()
 	res := make([]result, ranks)
 	errs := internalranks.Each(ranks, func(r int) error {
 		b := backend
@@ -103,7 +102,7 @@ func runGoroutines(w io.Writer, backend string, ranks, steps, devices int) error
 			b = fmt.Sprintf("%s:device=%d", backend, r%devices)
 		}
 		var err error
-		res[r], err = rank(b, rankheap.Source{Group: g, Exchange: x, Size: heapSize}, r, steps)
+		res[r], err = rank(b, hs, r, steps)
 		return err
 	})
 	if err := errors.Join(errs...); err != nil {

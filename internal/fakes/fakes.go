@@ -6,6 +6,8 @@
 package fakes
 
 import (
+	"testing"
+
 	"github.com/capalloc/capalloc/cuda"
 	"github.com/capalloc/capalloc/hip"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
@@ -17,3 +19,17 @@ var (
 	// HIP is the fake libamdhip64, loaded through hip.LibEnv.
 	HIP = &gpurttest.Fake{Src: "hip/testdata/fakehip.c", Name: "libamdhip64", LibEnv: hip.LibEnv}
 )
+
+// Each runs test once per fake runtime, as a subtest named after its
+// backend ("cuda", "hip"), with a fresh build of that fake loaded.
+func Each(t *testing.T, test func(t *testing.T, backend string)) {
+	for _, f := range []struct {
+		backend string
+		fake    *gpurttest.Fake
+	}{{"cuda", CUDA}, {"hip", HIP}} {
+		t.Run(f.backend, func(t *testing.T) {
+			f.fake.Lib(t)
+			test(t, f.backend)
+		})
+	}
+}
