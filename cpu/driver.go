@@ -121,9 +121,10 @@ type Driver struct {
 	safety     driver.CaptureSafety  // Info's CaptureSafety
 }
 
-// The optional interfaces the cpu driver implements
+// The contract and the optional interfaces the cpu driver implements
 // (alloc/driver/optional.go), checked when the package compiles.
 var (
+	_ driver.Driver           = (*Driver)(nil)
 	_ driver.HostFuncLauncher = (*Driver)(nil)
 	_ driver.StreamIdler      = (*Driver)(nil)
 	_ driver.StreamPoller     = (*Driver)(nil)
@@ -131,14 +132,6 @@ var (
 	_ driver.UsageReporter    = (*Driver)(nil)
 	_ driver.DirectSpanner    = (*Driver)(nil)
 	_ driver.VirtualMemory    = (*Driver)(nil)
-)
-
-var (
-	_ driver.Driver           = (*Driver)(nil)
-	_ driver.UsageReporter    = (*Driver)(nil)
-	_ driver.MemInfoer        = (*Driver)(nil)
-	_ driver.DirectSpanner    = (*Driver)(nil)
-	_ driver.HostFuncLauncher = (*Driver)(nil)
 )
 
 // New creates an emulated device.

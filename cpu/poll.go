@@ -16,12 +16,9 @@ import (
 // It is what lets the allocator bound a Synchronize by polling on its
 // caller's goroutine instead of handing the wait to a watched one.
 func (d *Driver) StreamPoll(h driver.Stream) (bool, error) {
-	s, err := d.waitable(h, "stream query", driver.Global)
-	if err != nil {
+	s, err := d.lockForQuery(h)
+	if s == nil {
 		return false, err
-	}
-	if !s.execMu.TryLock() {
-		return false, nil // a drain is under way
 	}
 	s.mu.Lock()
 	q := s.queue

@@ -137,12 +137,9 @@ func (d *Driver) query(h driver.Stream, interaction driver.CaptureMode) (bool, e
 // when idle it reports, and clears, the failure of work already run, as a
 // synchronize would. Same rules as StreamQuery.
 func (d *Driver) StreamIdle(h driver.Stream) (bool, error) {
-	s, err := d.waitable(h, "stream query", driver.Global)
-	if err != nil {
+	s, err := d.lockForQuery(h)
+	if s == nil {
 		return false, err
-	}
-	if !s.execMu.TryLock() {
-		return false, nil // a drain is under way
 	}
 	defer s.execMu.Unlock()
 	s.mu.Lock()
@@ -152,6 +149,22 @@ func (d *Driver) StreamIdle(h driver.Stream) (bool, error) {
 	}
 	err, s.err = s.err, nil
 	return true, err
+}
+
+// lockForQuery is s for a question that never waits (StreamIdle,
+// StreamPoll), under the same rules as StreamQuery, with its execution
+// lock taken for the caller to release. It is nil with the refusal's
+// error, or nil and no error while a drain is under way: the stream is
+// not idle then.
+func (d *Driver) lockForQuery(h driver.Stream) (*stream, error) {
+	s, err := d.waitable(h, "stream query", driver.Global)
+	if err != nil {
+		return nil, err
+	}
+	if !s.execMu.TryLock() {
+		return nil, nil
+	}
+	return s, nil
 }
 
 // copyInteraction is what a blocking copy passes to wait: a synchronous

@@ -3,14 +3,12 @@ package cuda
 import (
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
@@ -31,30 +29,13 @@ const devHeapClosedEnv = "CAPALLOC_TEST_DEVHEAP_CLOSED_RANK"
 // Rank 0's Close then finds rank 1's release in the file exchange and
 // frees its heap (docs/reliability.md, round 4, item 6).
 func TestFakeDeviceHeapPeerClosedAcrossProcesses(t *testing.T) {
-	if spec := os.Getenv(devHeapClosedEnv); spec != "" {
-		devHeapClosedChild(t, spec)
+	if asRank(t, devHeapClosedEnv, devHeapClosedChild) {
 		return
 	}
 	fake.Lib(t)
-	exe, err := os.Executable()
-	require.NoError(t, err)
-	dir := t.TempDir()
-	require.NoError(t, os.Chmod(dir, 0o700)) // FileExchange wants a private directory
-	var outs [2]bytes.Buffer
-	var cmds [2]*exec.Cmd
-	for r := range 2 {
-		cmds[r] = exec.Command(exe, "-test.run=^TestFakeDeviceHeapPeerClosedAcrossProcesses$", "-test.count=1", "-test.v")
-		cmds[r].Env = append(os.Environ(), devHeapClosedEnv+"="+strconv.Itoa(r)+","+dir)
-		cmds[r].Stdout, cmds[r].Stderr = &outs[r], &outs[r]
-		require.NoError(t, cmds[r].Start())
-	}
-	var errs [2]error
-	for r, c := range cmds {
-		errs[r] = c.Wait()
-	}
-	for r, err := range errs {
-		assert.NoError(t, err, "rank %d:\n%s", r, outs[r].String())
-	}
+	runRanks(t, "TestFakeDeviceHeapPeerClosedAcrossProcesses", devHeapClosedEnv, 2, func(r int, dir string) string {
+		return strconv.Itoa(r) + "," + dir
+	})
 }
 
 // awaitFile waits for path to exist (the other rank's signal).

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -237,8 +236,7 @@ const devHeapChildEnv = "CAPALLOC_TEST_DEVHEAP_RANK"
 // open: every rank fails with ErrPeerOpen naming rank 2's heap, and
 // closes every handle it had opened.
 func TestFakeDeviceHeapAcrossProcesses(t *testing.T) {
-	if spec := os.Getenv(devHeapChildEnv); spec != "" {
-		devHeapChild(t, spec)
+	if asRank(t, devHeapChildEnv, devHeapChild) {
 		return
 	}
 	fake.Lib(t)
@@ -250,23 +248,9 @@ func TestFakeDeviceHeapAcrossProcesses(t *testing.T) {
 // runDevHeapRanks runs n ranks of the device heap as processes: this test
 // binary, running test, in rank mode.
 func runDevHeapRanks(t *testing.T, test string, n int, mode string) {
-	exe, err := os.Executable()
-	require.NoError(t, err)
-	dir := t.TempDir()
-	require.NoError(t, os.Chmod(dir, 0o700)) // FileExchange wants a private directory
-	var cmds []*exec.Cmd
-	outs := make([]*bytes.Buffer, n)
-	for r := range n {
-		cmd := exec.Command(exe, "-test.run=^"+test+"$", "-test.count=1", "-test.v")
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d,%d,%s,%s", devHeapChildEnv, r, n, dir, mode))
-		outs[r] = &bytes.Buffer{}
-		cmd.Stdout, cmd.Stderr = outs[r], outs[r]
-		require.NoError(t, cmd.Start())
-		cmds = append(cmds, cmd)
-	}
-	for r, cmd := range cmds {
-		require.NoError(t, cmd.Wait(), "rank %d:\n%s", r, outs[r])
-	}
+	runRanks(t, test, devHeapChildEnv, n, func(r int, dir string) string {
+		return fmt.Sprintf("%d,%d,%s,%s", r, n, dir, mode)
+	})
 }
 
 func devHeapChild(t *testing.T, spec string) {

@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"os"
 	"testing"
 )
 
@@ -15,8 +14,7 @@ import (
 // ./conformance -backend=cuda). Skipped, with the reason, where no CUDA
 // device opens.
 func TestGPUDeviceHeap(t *testing.T) {
-	if spec := os.Getenv(devHeapChildEnv); spec != "" {
-		devHeapChild(t, spec)
+	if asRank(t, devHeapChildEnv, devHeapChild) {
 		return
 	}
 	d, err := New(Options{})

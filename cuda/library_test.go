@@ -15,42 +15,27 @@ import (
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
-func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-
 func TestLibrarySearchOrder(t *testing.T) {
 	require.Equal(t, []string{
 		"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so",
 		"/usr/local/cuda/lib64/libcudart.so.13", "/usr/local/cuda/lib64/libcudart.so.12",
 		"/usr/local/cuda/lib64/libcudart.so.11.0", "/usr/local/cuda/lib64/libcudart.so",
-	}, search.Candidates(env(nil)))
+	}, search.Candidates(gpurttest.Env(nil)))
 	require.Equal(t, []string{
 		"/opt/cuda/lib64/libcudart.so.13", "/opt/cuda/lib64/libcudart.so.12",
 		"/opt/cuda/lib64/libcudart.so.11.0", "/opt/cuda/lib64/libcudart.so",
 		"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so",
 		"/usr/local/cuda/lib64/libcudart.so.13", "/usr/local/cuda/lib64/libcudart.so.12",
 		"/usr/local/cuda/lib64/libcudart.so.11.0", "/usr/local/cuda/lib64/libcudart.so",
-	}, search.Candidates(env(map[string]string{"CUDA_HOME": "/opt/cuda"})))
+	}, search.Candidates(gpurttest.Env(map[string]string{"CUDA_HOME": "/opt/cuda"})))
 	require.Equal(t, []string{"/x/libcudart.so.12"},
-		search.Candidates(env(map[string]string{LibEnv: " /x/libcudart.so.12 ", "CUDA_HOME": "/opt/cuda"})), "the override is the only candidate")
+		search.Candidates(gpurttest.Env(map[string]string{LibEnv: " /x/libcudart.so.12 ", "CUDA_HOME": "/opt/cuda"})), "the override is the only candidate")
 }
 
+// A search that finds only a file that is not a library names every path
+// it tried, with dlopen's reason.
 func TestUnavailableNamesEveryPathAndReason(t *testing.T) {
-	dir := t.TempDir()
-	home := filepath.Join(dir, "cuda")
-	require.NoError(t, os.MkdirAll(filepath.Join(home, "lib64"), 0o755))
-	// Not a library: dlopen must fail with its reason, not crash.
-	require.NoError(t, os.WriteFile(filepath.Join(home, "lib64", "libcudart.so.12"), []byte(strings.Repeat("not an ELF file\n", 64)), 0o644))
-	rt, err := loader.Load(env(map[string]string{"CUDA_HOME": home}), nil)
-	if err == nil {
-		t.Skipf("a real CUDA runtime is installed here (%s): the search found it", rt.Path)
-	}
-	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
-	for _, p := range search.Candidates(env(map[string]string{"CUDA_HOME": home})) {
-		require.Contains(t, err.Error(), p)
-	}
-	require.Contains(t, err.Error(), filepath.Join(home, "lib64", "libcudart.so.12")+": ")
-	require.Contains(t, err.Error(), "invalid ELF header", "dlopen's reason is kept")
-	require.Contains(t, err.Error(), LibEnv, "the message says how to point at a library")
+	gpurttest.UnavailableNamesEveryPath(t, &loader)
 }
 
 // realRuntimeEnv names a real libcudart for the TestRealRuntime tests
@@ -60,11 +45,7 @@ const realRuntimeEnv = "CAPALLOC_REAL_CUDART"
 
 func realRuntime(t *testing.T) string {
 	t.Helper()
-	path := os.Getenv(realRuntimeEnv)
-	if path == "" {
-		t.Skipf("%s is not set (.ci/run sets it to Debian's libcudart.so.11.0)", realRuntimeEnv)
-	}
-	return path
+	return gpurttest.RealRuntime(t, realRuntimeEnv, "Debian's libcudart.so.11.0")
 }
 
 // Every symbol the driver binds for the real library's version is in it,

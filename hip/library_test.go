@@ -1,9 +1,7 @@
 package hip
 
 import (
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -12,37 +10,23 @@ import (
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
-func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-
 // The order issue 9 and docs/hip-backend.md give: the override alone;
 // else $ROCM_PATH/lib, the loader's path, /opt/rocm/lib; newest soname
 // first in each.
 func TestLibrarySearchOrder(t *testing.T) {
 	bare := []string{"libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"}
 	opt := []string{"/opt/rocm/lib/libamdhip64.so.7", "/opt/rocm/lib/libamdhip64.so.6", "/opt/rocm/lib/libamdhip64.so.5", "/opt/rocm/lib/libamdhip64.so"}
-	require.Equal(t, append(append([]string{}, bare...), opt...), search.Candidates(env(nil)))
+	require.Equal(t, append(append([]string{}, bare...), opt...), search.Candidates(gpurttest.Env(nil)))
 	rocm := []string{"/r/lib/libamdhip64.so.7", "/r/lib/libamdhip64.so.6", "/r/lib/libamdhip64.so.5", "/r/lib/libamdhip64.so"}
-	require.Equal(t, append(append(rocm, bare...), opt...), search.Candidates(env(map[string]string{"ROCM_PATH": "/r"})))
+	require.Equal(t, append(append(rocm, bare...), opt...), search.Candidates(gpurttest.Env(map[string]string{"ROCM_PATH": "/r"})))
 	require.Equal(t, []string{"/x/libamdhip64.so.6"},
-		search.Candidates(env(map[string]string{LibEnv: " /x/libamdhip64.so.6 ", "ROCM_PATH": "/r"})), "the override is the only candidate")
+		search.Candidates(gpurttest.Env(map[string]string{LibEnv: " /x/libamdhip64.so.6 ", "ROCM_PATH": "/r"})), "the override is the only candidate")
 }
 
+// A search that finds only a file that is not a library names every path
+// it tried, with dlopen's reason.
 func TestUnavailableNamesEveryPathAndReason(t *testing.T) {
-	dir := t.TempDir()
-	require.NoError(t, os.MkdirAll(filepath.Join(dir, "lib"), 0o755))
-	bad := filepath.Join(dir, "lib", "libamdhip64.so.6")
-	require.NoError(t, os.WriteFile(bad, []byte(strings.Repeat("not an ELF file\n", 64)), 0o644))
-	rt, err := loader.Load(env(map[string]string{"ROCM_PATH": dir}), func(*runtimeAPI) error { return nil })
-	if err == nil {
-		t.Skipf("a usable HIP runtime is installed here (%s): the search found it", rt.Path)
-	}
-	require.ErrorIs(t, err, driver.ErrBackendUnavailable)
-	for _, p := range search.Candidates(env(map[string]string{"ROCM_PATH": dir})) {
-		require.Contains(t, err.Error(), p)
-	}
-	require.Contains(t, err.Error(), bad+": ")
-	require.Contains(t, err.Error(), "invalid ELF header", "dlopen's reason is kept")
-	require.Contains(t, err.Error(), LibEnv, "the message says how to point at a library")
+	gpurttest.UnavailableNamesEveryPath(t, &loader)
 }
 
 // A library that reports a version but lacks a required symbol is refused

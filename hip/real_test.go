@@ -11,6 +11,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/gpurt"
+	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
 // realRuntimeEnv names a real libamdhip64 for the TestRealRuntime tests
@@ -20,10 +21,7 @@ const realRuntimeEnv = "CAPALLOC_REAL_HIP"
 
 func realRuntime(t *testing.T) string {
 	t.Helper()
-	path := os.Getenv(realRuntimeEnv)
-	if path == "" {
-		t.Skipf("%s is not set (.ci/run sets it to Debian's libamdhip64.so.5)", realRuntimeEnv)
-	}
+	path := gpurttest.RealRuntime(t, realRuntimeEnv, "Debian's libamdhip64.so.5")
 	if _, err := os.Stat("/dev/kfd"); err == nil {
 		t.Skip("/dev/kfd exists: this machine may have an AMD GPU; these tests are for one without")
 	}

@@ -19,12 +19,20 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func TestJSONEveryModeMatchesCUDARules(t *testing.T) {
+// checkedRows runs the probe on backend in every mode with -check and
+// -json, requires it to pass, and returns its rows.
+func checkedRows(t *testing.T, backend string, replays int) []map[string]any {
+	t.Helper()
 	var out, errb bytes.Buffer
-	code := run([]string{"-backend=cpu", "-mode=all", "--json", "-check", "-replays=5"}, &out, &errb)
+	code := run([]string{"-backend=" + backend, "-mode=all", "--json", "-check", "-replays=" + strconv.Itoa(replays)}, &out, &errb)
 	require.Equal(t, 0, code, errb.String())
 	var rows []map[string]any
 	require.NoError(t, json.Unmarshal(out.Bytes(), &rows))
+	return rows
+}
+
+func TestJSONEveryModeMatchesCUDARules(t *testing.T) {
+	rows := checkedRows(t, "cpu", 5)
 	require.Len(t, rows, 3*(len(probe.Ops())+len(probe.CollectiveOps())), "cpu runs the collective rows too")
 	for _, r := range rows {
 		for _, k := range []string{"op", "verdict", "error", "mode", "expected"} {
@@ -71,11 +79,7 @@ func TestFallbackChainSaysWhatWasSkipped(t *testing.T) {
 }
 
 func TestProbeOutOfProcessMatchesCUDARules(t *testing.T) {
-	var out, errb bytes.Buffer
-	code := run([]string{"-backend=plugin:cpu", "-mode=all", "--json", "-check", "-replays=3"}, &out, &errb)
-	require.Equal(t, 0, code, errb.String())
-	var rows []map[string]any
-	require.NoError(t, json.Unmarshal(out.Bytes(), &rows))
+	rows := checkedRows(t, "plugin:cpu", 3)
 	require.Len(t, rows, 3*len(probe.Ops()), "no collective rows: a plugin cannot run host functions")
 	for _, r := range rows {
 		require.Equal(t, r["expected"], r["verdict"], "%v", r)

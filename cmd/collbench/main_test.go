@@ -12,8 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/capalloc/capalloc/cuda"
-	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
+	"github.com/capalloc/capalloc/internal/fakes"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -71,8 +70,7 @@ func TestSizesAndBandwidth(t *testing.T) {
 // Over the fake runtime (the kernels' host build): every row runs, is
 // captured and replayed, and its figures are written.
 func TestOverFakeRuntime(t *testing.T) {
-	fake := gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}
-	fake.Lib(t) // skips without gcc and g++
+	fakes.CUDA.Lib(t) // skips without gcc and g++
 	out := filepath.Join(t.TempDir(), "c.json")
 	var stdout, stderr bytes.Buffer
 	rc := run([]string{"-backend=cuda", "-small", "-ranks=2", "-only=1KiB", "-json", out}, &stdout, &stderr)
@@ -111,8 +109,7 @@ func TestOverFakeRuntime(t *testing.T) {
 // -peers prints which of N devices can reach which, as the runtime says
 // (the fake's FAKE_CUDA_NO_P2P pairs cannot), for the GPU kit's P2P matrix.
 func TestPeersMatrix(t *testing.T) {
-	fake := gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}
-	fake.Lib(t) // skips without gcc and g++
+	fakes.CUDA.Lib(t) // skips without gcc and g++
 	t.Setenv("FAKE_CUDA_DEVICES", "3")
 	t.Setenv("FAKE_CUDA_NO_P2P", "0-2")
 	var stdout, stderr bytes.Buffer
@@ -132,8 +129,7 @@ func TestPeersMatrix(t *testing.T) {
 // 16-aligned): a general row's are all off 16-alignment, the others' all
 // on it, and both have the case's sizes.
 func TestOperandsPickTheVariant(t *testing.T) {
-	fake := gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}
-	fake.Lib(t) // skips without gcc and g++
+	fakes.CUDA.Lib(t) // skips without gcc and g++
 	b := &bench{backend: "cuda", small: true}
 	w, _, err := b.open(2, 1<<20)
 	require.NoError(t, err)

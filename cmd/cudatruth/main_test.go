@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/cuda"
-	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
+	"github.com/capalloc/capalloc/internal/fakes"
 )
 
 // hangEnv makes a child case hang, to test that a hang is recorded.
@@ -152,8 +152,7 @@ func TestCaseRoundTrip(t *testing.T) {
 // (cuda/testdata/fakecudart.c on internal/fakegpu/core.c, which models the
 // measured rules): children, JSON, and the comparison with the cpu backend.
 func TestOverFakeRuntime(t *testing.T) {
-	fake := gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}
-	fake.Lib(t) // skips without gcc and g++
+	fakes.CUDA.Lib(t) // skips without gcc and g++
 	var stdout, stderr bytes.Buffer
 	rc := run([]string{"-json", "-compare", "-streams=nonblocking", "-only=global/", "-timeout=20s"}, &stdout, &stderr)
 	require.Equal(t, 0, rc, "stderr: %s", stderr.String())
@@ -175,8 +174,7 @@ func TestOverFakeRuntime(t *testing.T) {
 // but still writes the whole table, the cases left "not run" (and not
 // compared), so a GPU run short of time reports what it measured.
 func TestBudgetLeavesCasesNotRun(t *testing.T) {
-	fake := gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}
-	fake.Lib(t) // skips without gcc and g++
+	fakes.CUDA.Lib(t) // skips without gcc and g++
 	var stdout, stderr bytes.Buffer
 	rc := run([]string{"-json", "-compare", "-streams=nonblocking", "-only=global/", "-parallel=1", "-budget=1ns"}, &stdout, &stderr)
 	require.Equal(t, 0, rc, "stderr: %s", stderr.String())

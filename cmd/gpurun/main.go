@@ -101,40 +101,48 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func recordCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("gpurun record", flag.ContinueOnError)
+// parseRoot parses args for the subcommand cmd, whose one flag is -root:
+// the flag set and the root, or ok false when they did not parse (the
+// flag set said why; exit 2).
+func parseRoot(cmd string, args []string, stderr io.Writer) (fs *flag.FlagSet, root string, ok bool) {
+	fs = flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	root := fs.String("root", ".", "the repository's root")
-	if err := fs.Parse(args); err != nil {
+	fs.StringVar(&root, "root", ".", "the repository's root")
+	err := fs.Parse(args)
+	return fs, root, err == nil
+}
+
+func recordCmd(args []string, stdout, stderr io.Writer) int {
+	fs, root, ok := parseRoot("gpurun record", args, stderr)
+	if !ok {
 		return 2
 	}
 	if fs.NArg() != 1 {
 		fmt.Fprintln(stderr, "usage: gpurun record [-root .] DIR (a run's results: results.json and what came with it)")
 		return 2
 	}
-	dir, err := record(*root, fs.Arg(0))
+	dir, err := record(root, fs.Arg(0))
 	if err != nil {
 		fmt.Fprintln(stderr, "gpurun record:", err)
 		return 1
 	}
 	fmt.Fprintf(stdout, "recorded under %s\n", dir)
-	if err := regenerate(*root); err != nil {
-		fmt.Fprintln(stderr, "gpurun record:", err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "regenerated %s, %s and %s\n", benchmarksDoc, collectivesDoc, autoTableFile)
-	return 0
+	return regenerateCmd("gpurun record", root, stdout, stderr)
 }
 
 func regenCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("gpurun regen", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	root := fs.String("root", ".", "the repository's root")
-	if err := fs.Parse(args); err != nil {
+	_, root, ok := parseRoot("gpurun regen", args, stderr)
+	if !ok {
 		return 2
 	}
-	if err := regenerate(*root); err != nil {
-		fmt.Fprintln(stderr, "gpurun regen:", err)
+	return regenerateCmd("gpurun regen", root, stdout, stderr)
+}
+
+// regenerateCmd regenerates the documents under root from the recorded
+// runs and says which, for the command cmd: its exit status.
+func regenerateCmd(cmd, root string, stdout, stderr io.Writer) int {
+	if err := regenerate(root); err != nil {
+		fmt.Fprintln(stderr, cmd+":", err)
 		return 1
 	}
 	fmt.Fprintf(stdout, "regenerated %s, %s and %s\n", benchmarksDoc, collectivesDoc, autoTableFile)

@@ -25,15 +25,11 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
-	"github.com/capalloc/capalloc/backends/plugin"
-	_ "github.com/capalloc/capalloc/cpu" // the backends -backend may name
-	_ "github.com/capalloc/capalloc/cuda"
-	_ "github.com/capalloc/capalloc/hip"
+	"github.com/capalloc/capalloc/internal/prog"
 )
 
 func main() {
-	plugin.ServeIfChild() // so -backend=plugin:NAME can run this binary as its backend process
-	backend := flag.String("backend", "cpu", "backend ("+fmt.Sprint(backends.Names())+")")
+	backend := prog.BackendFlag()
 	steps := flag.Int("steps", 1000, "decode steps to run in each mode")
 	kern := flag.Int("kernels", 0, "kernels per step (axpy; cuda, hip): 0 runs copies and memsets instead")
 	flag.Parse()

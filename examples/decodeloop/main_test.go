@@ -6,8 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/capalloc/capalloc/cuda"
-	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
+	"github.com/capalloc/capalloc/internal/fakes"
 )
 
 // The example must run clean: no allocation in the capture, fresh inputs at
@@ -30,8 +29,7 @@ func TestDecodeLoopKernelsNeedADevice(t *testing.T) {
 // With -kernels, over the fake CUDA runtime (where the library's kernels
 // run compiled for the host): every step, eager and replayed, checks y[0].
 func TestDecodeLoopKernelsOnCUDAFake(t *testing.T) {
-	fake := gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}
-	fake.Lib(t)
+	fakes.CUDA.Lib(t)
 	var out bytes.Buffer
 	require.NoError(t, run(&out, "cuda", 3, 4))
 	require.Contains(t, out.String(), "3 steps of 4 axpy kernels on cuda")

@@ -14,23 +14,20 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
-	"os/signal"
 
 	"github.com/capalloc/capalloc/alloc"
 	_ "github.com/capalloc/capalloc/alloc/allocview" // mounts /debug/capalloc/ and the "capalloc" expvar
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
-	_ "github.com/capalloc/capalloc/cpu"
+	"github.com/capalloc/capalloc/internal/prog"
 )
 
 func main() {
 	addr := flag.String("addr", "localhost:6060", "address to serve on")
-	backend := flag.String("backend", "cpu", "backend ("+fmt.Sprint(backends.Names())+")")
+	backend := prog.BackendFlag()
 	rate := flag.Int("rate", 1, "alloc.SetProfileRate: 1 records every allocation, 0 none")
 	flag.Parse()
 	if _, err := alloc.SetProfileRate(*rate); err != nil {
@@ -47,15 +44,7 @@ func main() {
 	}
 	defer w.close()
 
-	srv := &http.Server{Addr: *addr}
-	go func() {
-		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, os.Interrupt)
-		<-sig
-		srv.Close()
-	}()
-	fmt.Printf("serving http://%s/debug/capalloc/ (interrupt to stop)\n", *addr)
-	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+	if err := prog.Serve(*addr, "/debug/capalloc/"); err != nil {
 		fail(err)
 	}
 }

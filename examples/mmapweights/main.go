@@ -32,15 +32,11 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/backends"
-	"github.com/capalloc/capalloc/backends/plugin"
-	_ "github.com/capalloc/capalloc/cpu" // the backends -backend may name
-	_ "github.com/capalloc/capalloc/cuda"
-	_ "github.com/capalloc/capalloc/hip"
+	"github.com/capalloc/capalloc/internal/prog"
 )
 
 func main() {
-	plugin.ServeIfChild() // so -backend=plugin:NAME can run this binary as its backend process
-	backend := flag.String("backend", "cpu", "backend ("+fmt.Sprint(backends.Names())+")")
+	backend := prog.BackendFlag()
 	replays := flag.Int("replays", 4, "replays of the captured step, the weights changed before each")
 	floats := flag.Int("floats", 64<<10, "float32 weights in the file")
 	flag.Parse()

@@ -8,8 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/capalloc/capalloc/cuda"
-	"github.com/capalloc/capalloc/hip"
+	"github.com/capalloc/capalloc/internal/fakes"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
@@ -41,8 +40,8 @@ func TestMmapWeightsOnFakes(t *testing.T) {
 		backend, pageable string
 		fake              *gpurttest.Fake
 	}{
-		{"cuda", "FAKE_CUDA_PAGEABLE_ACCESS", &gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}},
-		{"hip", "FAKE_HIP_PAGEABLE_ACCESS", &gpurttest.Fake{Src: "hip/testdata/fakehip.c", Name: "libamdhip64", LibEnv: hip.LibEnv}},
+		{"cuda", "FAKE_CUDA_PAGEABLE_ACCESS", fakes.CUDA},
+		{"hip", "FAKE_HIP_PAGEABLE_ACCESS", fakes.HIP},
 	} {
 		t.Run(f.backend, func(t *testing.T) {
 			f.fake.Lib(t)

@@ -48,15 +48,14 @@ func main() {
 
 // run runs every rank as a goroutine, each on its own driver of backend.
 func run(w io.Writer, backend string, steps int) error {
-	g, err := symheap.NewGroup(experts, heapSize)
+	hs, err := rankheap.Local(experts, heapSize)
 	if err != nil {
 		return err
 	}
-	defer g.Close()
-	x := symheap.NewLocalExchange(experts)
+	defer hs.Group.Close()
 	kinds := make([]string, experts)
 	if err := errors.Join(ranks.Each(experts, func(r int) (err error) {
-		kinds[r], err = rank(backend, g, x, r, steps)
+		kinds[r], err = rank(backend, hs, r, steps)
 		return err
 	})...); err != nil {
 		return err
@@ -66,11 +65,10 @@ func run(w io.Writer, backend string, steps int) error {
 	return nil
 }
 
-// rank runs rank r on its own driver of backend and heap (the device heap
-// where the driver has IPC memory and kernels of ours, the host heap of g
-// otherwise). kind is the heap it ran on.
-func rank(backend string, g *symheap.Group, x symheap.Exchange, r, steps int) (kind string, err error) {
-	src := rankheap.Source{Group: g, Exchange: x, Size: heapSize}
+// rank runs rank r on its own driver of backend and heap from src (the
+// device heap where the driver has IPC memory and kernels of ours, the
+// host heap of its group otherwise). kind is the heap it ran on.
+func rank(backend string, src rankheap.Source, r, steps int) (kind string, err error) {
 	return src.Run(backend, r, symheap.Options{Timeout: timeout}, func(h symheap.Collectives, a *alloc.Allocator) error {
 		return runRank(h, a, r, steps)
 	})

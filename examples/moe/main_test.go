@@ -5,9 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/capalloc/capalloc/cuda"
-	"github.com/capalloc/capalloc/hip"
-	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
+	"github.com/capalloc/capalloc/internal/fakes"
 )
 
 func TestGoroutines(t *testing.T) {
@@ -24,24 +22,15 @@ func TestGoroutines(t *testing.T) {
 // the all-to-alls are this library's kernel, compiled for the host (every
 // access checked), reading the counts at every replay.
 func TestGoroutinesOnFakes(t *testing.T) {
-	for _, f := range []struct {
-		backend string
-		fake    *gpurttest.Fake
-	}{
-		{"cuda", &gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}},
-		{"hip", &gpurttest.Fake{Src: "hip/testdata/fakehip.c", Name: "libamdhip64", LibEnv: hip.LibEnv}},
-	} {
-		t.Run(f.backend, func(t *testing.T) {
-			f.fake.Lib(t)
-			var out bytes.Buffer
-			if err := run(&out, f.backend, 8); err != nil {
-				t.Fatal(err)
-			}
-			if want := "4 experts as goroutines on " + f.backend + " (device heap)"; !strings.Contains(out.String(), want) {
-				t.Fatalf("output: %s, want %q", out.String(), want)
-			}
-		})
-	}
+	fakes.Each(t, func(t *testing.T, backend string) {
+		var out bytes.Buffer
+		if err := run(&out, backend, 8); err != nil {
+			t.Fatal(err)
+		}
+		if want := "4 experts as goroutines on " + backend + " (device heap)"; !strings.Contains(out.String(), want) {
+			t.Fatalf("output: %s, want %q", out.String(), want)
+		}
+	})
 }
 
 // The router covers what a captured AllToAllV must serve: within the

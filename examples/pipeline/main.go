@@ -34,7 +34,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"sync"
 
 	"github.com/capalloc/capalloc/alloc"
 	_ "github.com/capalloc/capalloc/cpu" // the backends a -backend name may ask for
@@ -86,23 +85,16 @@ func main() {
 // runGoroutines runs both stages in this process, each on its own driver
 // of backend.
 func runGoroutines(w io.Writer, backend string, steps int) error {
-	g, err := symheap.NewGroup(stages, heapSize)
+	hs, err := rankheap.Local(stages, heapSize)
 	if err != nil {
 		return err
 	}
-	defer g.Close()
-	hs := rankheap.Source{Group: g, Exchange: symheap.NewLocalExchange(stages), Size: heapSize}
-	var wg sync.WaitGroup
-	errs := make([]error, stages)
+	defer hs.Group.Close()
 	kinds := make([]string, stages)
-	for r := range stages {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			kinds[r], errs[r] = stage(backend, hs, r, steps)
-		}()
-	}
-	wg.Wait()
+	errs := ranks.Each(stages, func(r int) (err error) {
+		kinds[r], err = stage(backend, hs, r, steps)
+		return err
+	})
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -153,11 +145,7 @@ func stageProcess(w io.Writer) error {
 	if os.Getenv(envTransport) == "nccl" {
 		return ncclStageProcess(r, steps)
 	}
-	files := make([]*os.File, stages)
-	for i := range files {
-		files[i] = os.NewFile(uintptr(3+i), fmt.Sprintf("heap-%d", i))
-	}
-	g, err := symheap.Attach(files, heapSize)
+	g, err := symheap.Attach(ranks.InheritedFiles(stages), heapSize)
 	if err != nil {
 		return err
 	}

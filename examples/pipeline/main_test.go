@@ -9,8 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/capalloc/capalloc/cuda"
-	"github.com/capalloc/capalloc/hip"
+	"github.com/capalloc/capalloc/internal/fakes"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 	"github.com/capalloc/capalloc/nccl"
 )
@@ -49,24 +48,15 @@ func TestGoroutines(t *testing.T) {
 // the put and signals are this library's kernels, compiled for the host
 // (every access checked), and every output is checked.
 func TestGoroutinesOnFakes(t *testing.T) {
-	for _, f := range []struct {
-		backend string
-		fake    *gpurttest.Fake
-	}{
-		{"cuda", &gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}},
-		{"hip", &gpurttest.Fake{Src: "hip/testdata/fakehip.c", Name: "libamdhip64", LibEnv: hip.LibEnv}},
-	} {
-		t.Run(f.backend, func(t *testing.T) {
-			f.fake.Lib(t)
-			var out bytes.Buffer
-			if err := runGoroutines(&out, f.backend, 8); err != nil {
-				t.Fatal(err)
-			}
-			if want := "2 stages as goroutines on " + f.backend + " (device heap), 8 steps replayed, every output checked"; !strings.Contains(out.String(), want) {
-				t.Fatalf("output: %s, want %q", out.String(), want)
-			}
-		})
-	}
+	fakes.Each(t, func(t *testing.T, backend string) {
+		var out bytes.Buffer
+		if err := runGoroutines(&out, backend, 8); err != nil {
+			t.Fatal(err)
+		}
+		if want := "2 stages as goroutines on " + backend + " (device heap), 8 steps replayed, every output checked"; !strings.Contains(out.String(), want) {
+			t.Fatalf("output: %s, want %q", out.String(), want)
+		}
+	})
 }
 
 func TestProcesses(t *testing.T) {
@@ -95,8 +85,8 @@ func TestNCCLOnFakes(t *testing.T) {
 		flags                   []string
 		fake                    *gpurttest.Fake
 	}{
-		{"cuda", "NCCL", nccl.EnvLib, nil, &gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}},
-		{"hip", "RCCL", nccl.EnvRCCLLib, []string{"-DFAKE_RCCL"}, &gpurttest.Fake{Src: "hip/testdata/fakehip.c", Name: "libamdhip64", LibEnv: hip.LibEnv}},
+		{"cuda", "NCCL", nccl.EnvLib, nil, fakes.CUDA},
+		{"hip", "RCCL", nccl.EnvRCCLLib, []string{"-DFAKE_RCCL"}, fakes.HIP},
 	} {
 		t.Run(f.backend, func(t *testing.T) {
 			runtime := f.fake.Lib(t)

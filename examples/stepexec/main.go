@@ -26,15 +26,11 @@ import (
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/step"
 	"github.com/capalloc/capalloc/backends"
-	"github.com/capalloc/capalloc/backends/plugin"
-	_ "github.com/capalloc/capalloc/cpu" // the backends -backend may name
-	_ "github.com/capalloc/capalloc/cuda"
-	_ "github.com/capalloc/capalloc/hip"
+	"github.com/capalloc/capalloc/internal/prog"
 )
 
 func main() {
-	plugin.ServeIfChild() // so -backend=plugin:NAME can run this binary as its backend process
-	backend := flag.String("backend", "cpu", "backend ("+fmt.Sprint(backends.Names())+")")
+	backend := prog.BackendFlag()
 	steps := flag.Int("steps", 100, "decode steps")
 	misplace := flag.Bool("misplace", false, "put the non-capturable upload in the captured region (the capture fails; the step falls back to eager)")
 	flag.Parse()

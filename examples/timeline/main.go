@@ -14,28 +14,23 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
-	"os/signal"
 
 	"github.com/capalloc/capalloc/alloc"
 	_ "github.com/capalloc/capalloc/alloc/allocview" // mounts /debug/capalloc/
 	"github.com/capalloc/capalloc/cpu"
+	"github.com/capalloc/capalloc/internal/prog"
 )
 
 func main() {
 	addr := flag.String("addr", "localhost:6060", "address to serve on")
 	oomFile := flag.String("oom-file", "", "where to write the history at the out-of-memory error (none when empty)")
 	flag.Parse()
-	d, err := cpu.New(cpu.Options{MemoryLimit: 96 << 20})
+	d, a, err := open(*oomFile)
 	if err != nil {
 		fail(err)
 	}
 	defer d.Close()
-	a, err := alloc.New(d, alloc.Options{Name: "decoder", History: 10000, HistoryFile: *oomFile})
-	if err != nil {
-		fail(err)
-	}
 	defer a.Close()
 	g, err := decode(a, 40)
 	if err != nil {
@@ -43,17 +38,25 @@ func main() {
 	}
 	defer g.Close()
 
-	srv := &http.Server{Addr: *addr}
-	go func() {
-		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, os.Interrupt)
-		<-sig
-		srv.Close()
-	}()
-	fmt.Printf("serving http://%s/debug/capalloc/timeline (interrupt to stop)\n", *addr)
-	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+	if err := prog.Serve(*addr, "/debug/capalloc/timeline"); err != nil {
 		fail(err)
 	}
+}
+
+// open makes the device the loop runs on (96 MiB of cpu memory) and its
+// allocator, which keeps its history and writes it to historyFile at an
+// out-of-memory error (none when empty).
+func open(historyFile string) (*cpu.Driver, *alloc.Allocator, error) {
+	d, err := cpu.New(cpu.Options{MemoryLimit: 96 << 20})
+	if err != nil {
+		return nil, nil, err
+	}
+	a, err := alloc.New(d, alloc.Options{Name: "decoder", History: 10000, HistoryFile: historyFile})
+	if err != nil {
+		d.Close()
+		return nil, nil, err
+	}
+	return d, a, nil
 }
 
 func fail(err error) {

@@ -11,18 +11,15 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/memmap"
-	"github.com/capalloc/capalloc/cpu"
 )
 
 // The loop runs out of memory once, and the history written at that
 // moment names its sites, the failed growth last.
 func TestDecodeWritesHistoryAtOOM(t *testing.T) {
-	d, err := cpu.New(cpu.Options{MemoryLimit: 96 << 20})
+	file := filepath.Join(t.TempDir(), "history.json")
+	d, a, err := open(file)
 	require.NoError(t, err)
 	defer d.Close()
-	file := filepath.Join(t.TempDir(), "history.json")
-	a, err := alloc.New(d, alloc.Options{Name: "timeline-test", History: 10000, HistoryFile: file})
-	require.NoError(t, err)
 	g, err := decode(a, 12)
 	require.NoError(t, err)
 	require.NoError(t, g.Close())

@@ -26,14 +26,11 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/backends"
-	_ "github.com/capalloc/capalloc/cpu" // the backends a -backend name may ask for
-	_ "github.com/capalloc/capalloc/cuda"
-	_ "github.com/capalloc/capalloc/hip"
+	_ "github.com/capalloc/capalloc/internal/prog" // registers the backends a -backend name may ask for
 	"github.com/capalloc/capalloc/internal/rankheap"
 	internalranks "github.com/capalloc/capalloc/internal/ranks"
 	"github.com/capalloc/capalloc/internal/syncbuf"
@@ -93,27 +90,21 @@ func runGoroutines(w io.Writer, backend string, ranks, steps, devices int) error
 	if devices < 1 || (devices > 1 && backend != "cuda" && backend != "hip") {
 		return fmt.Errorf("-devices=%d: ranks spread over devices of cuda or hip (a bare backend name), not %q", devices, backend)
 	}
-	g, err := symheap.NewGroup(ranks, heapSize)
+	hs, err := rankheap.Local(ranks, heapSize)
 	if err != nil {
 		return err
 	}
-	defer g.Close()
-	x := symheap.NewLocalExchange(ranks)
+	defer hs.Group.Close()
 	res := make([]result, ranks)
-	errs := make([]error, ranks)
-	var wg sync.WaitGroup
-	for r := range ranks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b := backend
-			if devices > 1 {
-				b = fmt.Sprintf("%s:device=%d", backend, r%devices)
-			}
-			res[r], errs[r] = rank(b, rankheap.Source{Group: g, Exchange: x, Size: heapSize}, r, steps)
-		}()
-	}
-	wg.Wait()
+	errs := internalranks.Each(ranks, func(r int) error {
+		b := backend
+		if devices > 1 {
+			b = fmt.Sprintf("%s:device=%d", backend, r%devices)
+		}
+		var err error
+		res[r], err = rank(b, hs, r, steps)
+		return err
+	})
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -168,11 +159,7 @@ func rankProcess(w io.Writer) error {
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return err
 	}
-	files := make([]*os.File, n)
-	for i := range files {
-		files[i] = os.NewFile(uintptr(3+i), fmt.Sprintf("heap-%d", i))
-	}
-	g, err := symheap.Attach(files, heapSize)
+	g, err := symheap.Attach(internalranks.InheritedFiles(n), heapSize)
 	if err != nil {
 		return err
 	}

@@ -95,10 +95,7 @@ func (d *Driver) GraphInstantiate(g driver.GraphHandle, autoFree bool) (driver.G
 // GraphLaunch enqueues the graph on s (stream-bound: any thread).
 func (d *Driver) GraphLaunch(e driver.GraphExec, s driver.Stream) error {
 	const op = "graph launch"
-	if err := d.checkStream(op, s); err != nil {
-		return err
-	}
-	if err := d.nonNull(op, uintptr(e), "graph exec"); err != nil {
+	if err := d.checkStreamHandle(op, s, uintptr(e), "graph exec"); err != nil {
 		return err
 	}
 	return d.rt.Check(op, d.rt.GraphLaunch.Name, First(CallHot(d.rt.GraphLaunch.Addr, uintptr(e), uintptr(s))))

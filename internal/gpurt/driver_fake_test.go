@@ -12,6 +12,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
 // What both drivers do with every bound call, over the fakes: the
@@ -203,18 +204,13 @@ func TestFakeUnsafeCallsDuringCapture(t *testing.T) {
 		p, err := d.Malloc(1024)
 		require.NoError(t, err, "the synchronous malloc runs on the dev thread, not the capturing one")
 		require.NoError(t, d.Free(p))
-		st, err := d.StreamCaptureStatus(s)
-		require.NoError(t, err)
-		require.Equal(t, driver.CaptureActive, st)
-		g, err := d.EndCapture(s)
-		require.NoError(t, err)
-		require.NoError(t, d.GraphDestroy(g))
+		gpurttest.EndActiveCapture(t, d, s)
 
 		require.NoError(t, d.BeginCapture(s, alloc.Global))
 		_, err = d.Malloc(1024)
 		require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
 		require.Contains(t, err.Error(), v.failed(v.fn("Malloc"), 900))
-		st, err = d.StreamCaptureStatus(s)
+		st, err := d.StreamCaptureStatus(s)
 		require.NoError(t, err)
 		require.Equal(t, driver.CaptureInvalidated, st)
 		_, err = d.EndCapture(s)

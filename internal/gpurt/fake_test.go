@@ -13,14 +13,18 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends/plugin"
 	"github.com/capalloc/capalloc/cuda"
 	"github.com/capalloc/capalloc/hip"
+	"github.com/capalloc/capalloc/internal/fakes"
 	"github.com/capalloc/capalloc/internal/gpurt"
 	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
@@ -92,7 +96,7 @@ type vendorCase struct {
 
 var vendors = []vendorCase{
 	{
-		name: "cuda", fake: &gpurttest.Fake{Src: "cuda/testdata/fakecudart.c", Name: "libcudart", LibEnv: cuda.LibEnv}, envPrefix: "FAKE_CUDA_",
+		name: "cuda", fake: fakes.CUDA, envPrefix: "FAKE_CUDA_",
 		prefix: "cuda", hostAlloc: "cudaHostAlloc", hostFree: "cudaFreeHost",
 		open: func(o opts) (gpuDriver, error) {
 			return cuda.New(cuda.Options(documented(o)))
@@ -106,14 +110,10 @@ var vendors = []vendorCase{
 		// read at offset 288 of struct cudaDeviceProp
 		totalMemFrom: "cudaDeviceProp.totalGlobalMem", totalMemEnv: "PROP_MEM",
 		notRuntime: ": not a CUDA runtime: no symbol cudaRuntimeGetVersion",
-		code: func(err error) (int, bool) {
-			var e *cuda.Error
-			ok := errors.As(err, &e)
-			return e.Code, ok
-		},
+		code:       errorCode[*cuda.Error],
 	},
 	{
-		name: "hip", fake: &gpurttest.Fake{Src: "hip/testdata/fakehip.c", Name: "libamdhip64", LibEnv: hip.LibEnv}, envPrefix: "FAKE_HIP_",
+		name: "hip", fake: fakes.HIP, envPrefix: "FAKE_HIP_",
 		prefix: "hip", hostAlloc: "hipHostMalloc", hostFree: "hipHostFree",
 		open: func(o opts) (gpuDriver, error) {
 			return hip.New(hipOptions(documented(o)))
@@ -133,12 +133,21 @@ var vendors = []vendorCase{
 		says:         func(call, _, text string) string { return call + ": " + text },
 		totalMemFrom: "hipDeviceTotalMem", totalMemEnv: "MEM",
 		notRuntime: ": not a HIP runtime: no symbol hipRuntimeGetVersion",
-		code: func(err error) (int, bool) {
-			var e *hip.Error
-			ok := errors.As(err, &e)
-			return e.Code, ok
-		},
+		code:       errorCode[*hip.Error],
 	},
+}
+
+// errorCode is the code of the vendor's Error (a gpurt.CallError) that err
+// holds, if it holds one.
+func errorCode[E interface {
+	*cuda.Error | *hip.Error
+	error
+}](err error) (int, bool) {
+	var e E
+	if !errors.As(err, &e) {
+		return 0, false
+	}
+	return (*gpurt.CallError)(e).Code, true
 }
 
 // hipOptions are the hip driver's options for o.
@@ -165,6 +174,32 @@ func forEach(t *testing.T, test func(t *testing.T, v *vendorCase)) {
 		v := &vendors[i]
 		t.Run(v.name, func(t *testing.T) { test(t, v) })
 	}
+}
+
+// runChild runs test's subtest for v in a child process of this test
+// binary, with env set to v's name and spec (for asChild) and files as its
+// fds from 3 on, and requires it to pass.
+func runChild(t *testing.T, v *vendorCase, test, env, spec string, files ...*os.File) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$/^"+v.name+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env+"="+v.name+":"+spec)
+	cmd.ExtraFiles = files
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "child: %s", out)
+}
+
+// asChild reports whether this process is a child runChild started
+// through env, and then runs child with its spec for the vendor it was
+// started for: a child does nothing else.
+func asChild(t *testing.T, v *vendorCase, env string, child func(t *testing.T, v *vendorCase, spec string)) bool {
+	spec := os.Getenv(env)
+	if spec == "" {
+		return false
+	}
+	if name, spec, _ := strings.Cut(spec, ":"); name == v.name {
+		child(t, v, spec)
+	}
+	return true
 }
 
 // fn is the vendor's name of a gpurt.Syms function ("MemPoolDestroy" ->
@@ -201,6 +236,31 @@ func find(lines []string, parts ...string) []string { return gpurttest.Find(line
 func openFake(t testing.TB, v *vendorCase, o opts) (gpuDriver, *fakeLog) {
 	t.Helper()
 	return gpurttest.Open(t, v.fake, v.open, o)
+}
+
+// endCapture ends a's capture, which must succeed (msgAndArgs say why),
+// and closes the graph.
+func endCapture(t testing.TB, a *alloc.Allocator, msgAndArgs ...any) {
+	t.Helper()
+	g, err := a.EndCapture()
+	require.NoError(t, err, msgAndArgs...)
+	require.NoError(t, g.Close())
+}
+
+// malloc is d.Malloc's allocation, failing the test on its error.
+func malloc(t testing.TB, d gpuDriver, size int64) driver.DevicePtr {
+	t.Helper()
+	p, err := d.Malloc(size)
+	require.NoError(t, err)
+	return p
+}
+
+// hostAlloc is d.HostAlloc's pinned memory, failing the test on its error.
+func hostAlloc(t testing.TB, d gpuDriver, size int64) []byte {
+	t.Helper()
+	h, err := d.HostAlloc(size)
+	require.NoError(t, err)
+	return h
 }
 
 // fill writes b at p through a blocking copy on a fresh stream.

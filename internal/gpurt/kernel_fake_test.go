@@ -77,10 +77,8 @@ func axpyInputs(n, r int) (x, y []float32) {
 func axpyOnDevice(t *testing.T, d gpuDriver, n int) (xs, ys []float32, y driver.DevicePtr, s driver.Stream, args []byte) {
 	t.Helper()
 	xs, ys = axpyInputs(n, 1)
-	x, err := d.Malloc(4 * int64(n))
-	require.NoError(t, err)
-	y, err = d.Malloc(4 * int64(n))
-	require.NoError(t, err)
+	x := malloc(t, d, 4*int64(n))
+	y = malloc(t, d, 4*int64(n))
 	fill(t, d, x, floatBytes(xs))
 	fill(t, d, y, floatBytes(ys))
 	s = newStream(t, d)
@@ -148,16 +146,11 @@ func TestFakeKernelInGraph(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		d, m, log := kernelDriver(t, v, opts{})
 		const n = 64
-		hx, err := d.HostAlloc(4 * n)
-		require.NoError(t, err)
-		hy, err := d.HostAlloc(4 * n)
-		require.NoError(t, err)
-		hout, err := d.HostAlloc(4 * n)
-		require.NoError(t, err)
-		x, err := d.Malloc(4 * n)
-		require.NoError(t, err)
-		y, err := d.Malloc(4 * n)
-		require.NoError(t, err)
+		hx := hostAlloc(t, d, 4*n)
+		hy := hostAlloc(t, d, 4*n)
+		hout := hostAlloc(t, d, 4*n)
+		x := malloc(t, d, 4*n)
+		y := malloc(t, d, 4*n)
 		s := newStream(t, d)
 
 		require.NoError(t, d.BeginCapture(s, alloc.Global))
@@ -202,8 +195,7 @@ func newHeap(t *testing.T, d gpuDriver, nranks int) heap {
 	h := heap{}
 	tbl := make([]byte, 8*nranks)
 	for r := range nranks {
-		p, err := d.Malloc(kernels.PadBytes + heapBytes)
-		require.NoError(t, err)
+		p := malloc(t, d, kernels.PadBytes+heapBytes)
 		fill(t, d, p, make([]byte, kernels.PadBytes+heapBytes))
 		h.bases = append(h.bases, p)
 		binary.LittleEndian.PutUint64(tbl[8*r:], uint64(p))
@@ -450,9 +442,7 @@ func TestFakeLoadModuleDuringGlobalCaptureIsRefused(t *testing.T) {
 		require.Contains(t, err.Error(), "load module capalloc collectives")
 		require.Empty(t, log.Lines(), "no driver call while the capture is active")
 
-		g, err := a.EndCapture()
-		require.NoError(t, err, "the capture survived")
-		require.NoError(t, g.Close())
+		endCapture(t, a, "the capture survived")
 		_, err = d.LoadModule(kernels.Image())
 		require.NoError(t, err)
 	})
@@ -497,8 +487,7 @@ func TestFakeLaunchKernelAllocatesNothing(t *testing.T) {
 	}
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		d, m, _ := kernelDriver(t, v, opts{})
-		x, err := d.Malloc(64)
-		require.NoError(t, err)
+		x := malloc(t, d, 64)
 		s := newStream(t, d)
 		args := (&kernels.AxpyArgs{X: uint64(x), Y: uint64(x), N: 16, A: 1}).Encode(make([]byte, kernels.AxpySize))
 		k := m.Kernels[kernels.Axpy]

@@ -1,6 +1,7 @@
 package gpurt_test
 
 import (
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -77,37 +78,48 @@ func TestFakeManagedPrefetchCUDA13(t *testing.T) {
 	require.NoError(t, mm.FreeManaged(p))
 }
 
+// forEachPageable runs test for each vendor on a kernel driver over its
+// fake without, then with, pageable memory access (the device attribute
+// the fake reports when its PAGEABLE_ACCESS knob is set), as subtests.
+func forEachPageable(t *testing.T, test func(t *testing.T, v *vendorCase, pageable bool, d gpuDriver, m *driver.Module, log *fakeLog)) {
+	forEach(t, func(t *testing.T, v *vendorCase) {
+		for _, pageable := range []bool{false, true} {
+			t.Run(fmt.Sprintf("pageable=%v", pageable), func(t *testing.T) {
+				if pageable {
+					t.Setenv(v.envPrefix+"PAGEABLE_ACCESS", "1")
+				}
+				d, m, log := kernelDriver(t, v, opts{})
+				test(t, v, pageable, d, m, log)
+			})
+		}
+	})
+}
+
 // A kernel that reads host memory nobody registered faults (700) on a
 // device without pageable memory access; with it (the attribute the
 // driver reads into DeviceInfo.PageableMemoryAccess: GB10, Grace) the
 // same launch reads the memory in place.
 func TestFakeKernelPageableAccess(t *testing.T) {
-	forEach(t, func(t *testing.T, v *vendorCase) {
-		for _, pageable := range []bool{false, true} {
-			if pageable {
-				t.Setenv(v.envPrefix+"PAGEABLE_ACCESS", "1")
-			}
-			d, m, log := kernelDriver(t, v, opts{})
-			require.Equal(t, pageable, d.Info().PageableMemoryAccess)
-			const n = 16
-			xs, ys := axpyInputs(n, 1)
-			host := floatBytes(xs) // ordinary Go memory: not pinned, not registered
-			y, err := d.Malloc(4 * n)
-			require.NoError(t, err)
-			fill(t, d, y, floatBytes(ys))
-			s := newStream(t, d)
-			args := (&kernels.AxpyArgs{X: uint64(uintptr(unsafe.Pointer(&host[0]))), Y: uint64(y), N: n, A: 2.5}).Encode(make([]byte, kernels.AxpySize))
-			within(t, time.Minute, func() { err = d.LaunchKernel(m.Kernels[kernels.Axpy], 1, 4, args, s) })
-			if !pageable {
-				requireCode(t, v, err, 700)
-				log.ResetFaults()
-				continue
-			}
-			require.NoError(t, err)
-			require.NoError(t, d.StreamSynchronize(s))
-			require.Equal(t, axpyWant(xs, ys), bytesFloats(read(t, d, y, 4*n)))
-			runtime.KeepAlive(host)
+	forEachPageable(t, func(t *testing.T, v *vendorCase, pageable bool, d gpuDriver, m *driver.Module, log *fakeLog) {
+		require.Equal(t, pageable, d.Info().PageableMemoryAccess)
+		const n = 16
+		xs, ys := axpyInputs(n, 1)
+		host := floatBytes(xs) // ordinary Go memory: not pinned, not registered
+		y, err := d.Malloc(4 * n)
+		require.NoError(t, err)
+		fill(t, d, y, floatBytes(ys))
+		s := newStream(t, d)
+		args := (&kernels.AxpyArgs{X: uint64(uintptr(unsafe.Pointer(&host[0]))), Y: uint64(y), N: n, A: 2.5}).Encode(make([]byte, kernels.AxpySize))
+		within(t, time.Minute, func() { err = d.LaunchKernel(m.Kernels[kernels.Axpy], 1, 4, args, s) })
+		if !pageable {
+			requireCode(t, v, err, 700)
+			log.ResetFaults()
+			return
 		}
+		require.NoError(t, err)
+		require.NoError(t, d.StreamSynchronize(s))
+		require.Equal(t, axpyWant(xs, ys), bytesFloats(read(t, d, y, 4*n)))
+		runtime.KeepAlive(host)
 	})
 }
 
@@ -116,40 +128,34 @@ func TestFakeKernelPageableAccess(t *testing.T) {
 // a kernel reads it in place; elsewhere it registers (and unregisters at
 // Close).
 func TestFakeMapHost(t *testing.T) {
-	forEach(t, func(t *testing.T, v *vendorCase) {
-		for _, pageable := range []bool{false, true} {
-			if pageable {
-				t.Setenv(v.envPrefix+"PAGEABLE_ACCESS", "1")
-			}
-			d, m, log := kernelDriver(t, v, opts{})
-			a, err := alloc.New(d, alloc.Options{})
-			require.NoError(t, err)
-			const n = 16
-			xs, ys := axpyInputs(n, 1)
-			host := floatBytes(xs)
-			h, err := a.Host().MapHost(host)
-			require.NoError(t, err)
-			require.Equal(t, driver.DevicePtr(uintptr(unsafe.Pointer(&host[0]))), h.DevicePtr())
-			y, err := a.Alloc(4 * n)
-			require.NoError(t, err)
-			require.NoError(t, a.Upload(y, 0, floatBytes(ys)))
-			args := (&kernels.AxpyArgs{X: uint64(h.DevicePtr()), Y: uint64(y.Ptr()), N: n, A: 2.5}).Encode(make([]byte, kernels.AxpySize))
-			require.NoError(t, a.Enqueue("axpy", []alloc.Buffer{y}, func(s driver.Stream) error {
-				return d.LaunchKernel(m.Kernels[kernels.Axpy], 1, 4, args, s)
-			}))
-			got := make([]byte, 4*n)
-			require.NoError(t, a.Download(got, y, 0))
-			require.Equal(t, axpyWant(xs, ys), bytesFloats(got))
-			require.NoError(t, h.Close())
-			require.NoError(t, a.Free(y))
-			require.NoError(t, a.Close())
-			regs := len(find(log.Lines(), v.prefix+"HostRegister"))
-			if pageable {
-				require.Zero(t, regs, "pageable access: no registration")
-			} else {
-				require.Equal(t, 1, regs, "registered where the device has no pageable access")
-			}
-			runtime.KeepAlive(host)
+	forEachPageable(t, func(t *testing.T, v *vendorCase, pageable bool, d gpuDriver, m *driver.Module, log *fakeLog) {
+		a, err := alloc.New(d, alloc.Options{})
+		require.NoError(t, err)
+		const n = 16
+		xs, ys := axpyInputs(n, 1)
+		host := floatBytes(xs)
+		h, err := a.Host().MapHost(host)
+		require.NoError(t, err)
+		require.Equal(t, driver.DevicePtr(uintptr(unsafe.Pointer(&host[0]))), h.DevicePtr())
+		y, err := a.Alloc(4 * n)
+		require.NoError(t, err)
+		require.NoError(t, a.Upload(y, 0, floatBytes(ys)))
+		args := (&kernels.AxpyArgs{X: uint64(h.DevicePtr()), Y: uint64(y.Ptr()), N: n, A: 2.5}).Encode(make([]byte, kernels.AxpySize))
+		require.NoError(t, a.Enqueue("axpy", []alloc.Buffer{y}, func(s driver.Stream) error {
+			return d.LaunchKernel(m.Kernels[kernels.Axpy], 1, 4, args, s)
+		}))
+		got := make([]byte, 4*n)
+		require.NoError(t, a.Download(got, y, 0))
+		require.Equal(t, axpyWant(xs, ys), bytesFloats(got))
+		require.NoError(t, h.Close())
+		require.NoError(t, a.Free(y))
+		require.NoError(t, a.Close())
+		regs := len(find(log.Lines(), v.prefix+"HostRegister"))
+		if pageable {
+			require.Zero(t, regs, "pageable access: no registration")
+		} else {
+			require.Equal(t, 1, regs, "registered where the device has no pageable access")
 		}
+		runtime.KeepAlive(host)
 	})
 }

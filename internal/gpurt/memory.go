@@ -145,6 +145,14 @@ func (d *Driver) nonNull(op string, h uintptr, what string) error {
 	return nil
 }
 
+// checkStreamHandle is checkStream, then nonNull of the call's handle h.
+func (d *Driver) checkStreamHandle(op string, s driver.Stream, h uintptr, what string) error {
+	if err := d.checkStream(op, s); err != nil {
+		return err
+	}
+	return d.nonNull(op, h, what)
+}
+
 // Free is the synchronous free, on the dev thread. Unsafe.
 func (d *Driver) Free(p driver.DevicePtr) error {
 	op := fmt.Sprintf("free %#x", uint64(p))
@@ -188,10 +196,7 @@ func (d *Driver) MallocAsync(size int64, s driver.Stream) (driver.DevicePtr, err
 // like MallocAsync.
 func (d *Driver) FreeAsync(p driver.DevicePtr, s driver.Stream) error {
 	const op = "free async"
-	if err := d.checkStream(op, s); err != nil {
-		return err
-	}
-	if err := d.nonNull(op, uintptr(p), "pointer"); err != nil {
+	if err := d.checkStreamHandle(op, s, uintptr(p), "pointer"); err != nil {
 		return err
 	}
 	if code := d.relaxed(func() int32 { return First(CallHot(d.rt.FreeAsync.Addr, uintptr(p), uintptr(s))) }); code != 0 {

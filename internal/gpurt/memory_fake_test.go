@@ -3,8 +3,6 @@ package gpurt_test
 import (
 	"bytes"
 	"encoding/hex"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -79,10 +77,7 @@ const ipcChildEnv = "CAPALLOC_TEST_GPURT_IPC_HANDLE"
 // handle's bytes are all the child gets.
 func TestFakeIPCAcrossProcesses(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
-		if hx := os.Getenv(ipcChildEnv); hx != "" {
-			if name, hx, _ := strings.Cut(hx, ":"); name == v.name {
-				ipcChild(t, v, hx)
-			}
+		if asChild(t, v, ipcChildEnv, ipcChild) {
 			return
 		}
 		d, _ := openFake(t, v, opts{})
@@ -91,10 +86,7 @@ func TestFakeIPCAcrossProcesses(t *testing.T) {
 		fill(t, d, p, bytes.Repeat([]byte("parent"), 1024/6+1)[:1024])
 		h, err := d.IPCGetMemHandle(p)
 		require.NoError(t, err)
-		cmd := exec.Command(os.Args[0], "-test.run=^TestFakeIPCAcrossProcesses$/^"+v.name+"$", "-test.count=1")
-		cmd.Env = append(os.Environ(), ipcChildEnv+"="+v.name+":"+hex.EncodeToString(h))
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "child: %s", out)
+		runChild(t, v, "TestFakeIPCAcrossProcesses", ipcChildEnv, hex.EncodeToString(h))
 		require.Equal(t, bytes.Repeat([]byte("child!"), 1024/6+1)[:1024], read(t, d, p, 1024), "the child's write is here")
 	})
 }
@@ -134,9 +126,7 @@ func TestFakeIPCThroughAllocatorIsGuarded(t *testing.T) {
 		require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
 		require.ErrorIs(t, allocipc.Close(a, 1), driver.ErrCaptureIllegalOp)
 		require.Empty(t, find(log.Lines(), v.prefix+"Ipc"), "no runtime call during the capture")
-		g, err := a.EndCapture()
-		require.NoError(t, err, "the capture survived")
-		require.NoError(t, g.Close())
+		endCapture(t, a, "the capture survived")
 
 		q, err := allocipc.Open(a, h)
 		require.NoError(t, err)
@@ -169,9 +159,7 @@ func graphMemory(t *testing.T, a *alloc.Allocator, n int64) {
 	b, err := a.Alloc(n)
 	require.NoError(t, err)
 	require.NoError(t, a.Free(b))
-	g, err := a.EndCapture()
-	require.NoError(t, err)
-	require.NoError(t, g.Close())
+	endCapture(t, a)
 }
 
 func TestFakeTrimTrimsGraphMemory(t *testing.T) {
@@ -193,9 +181,7 @@ func TestFakeTrimTrimsGraphMemory(t *testing.T) {
 		require.NoError(t, b.BeginCapture(alloc.Global))
 		require.NoError(t, a.Trim())
 		require.Empty(t, find(log.Lines(), v.fn("DeviceGraphMemTrim")))
-		g, err := b.EndCapture()
-		require.NoError(t, err)
-		require.NoError(t, g.Close())
+		endCapture(t, b)
 	})
 }
 

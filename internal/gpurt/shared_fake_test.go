@@ -7,9 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -22,6 +20,7 @@ import (
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/internal/gpurt"
+	"github.com/capalloc/capalloc/internal/gpurt/gpurttest"
 )
 
 // capturingAllocator opens a driver over the fake at path and starts a Global-mode
@@ -55,9 +54,7 @@ func TestFakeOpenDuringGlobalCaptureIsRefused(t *testing.T) {
 		require.ErrorIs(t, err, driver.ErrCaptureIllegalOp, "the chain stops: falling back to cpu because of a capture would surprise")
 		require.Empty(t, log.Lines(), "no driver call while the capture is active")
 
-		g, err := a.EndCapture()
-		require.NoError(t, err, "the capture survived")
-		require.NoError(t, g.Close())
+		endCapture(t, a, "the capture survived")
 		d, err := v.open(opts{})
 		require.NoError(t, err, "a retry after the capture opens")
 		require.NoError(t, d.Close())
@@ -117,9 +114,7 @@ func TestFakeCloseOutsideGlobalCaptureIsImmediate(t *testing.T) {
 		require.NoError(t, other.Close())
 		require.Len(t, find(log.Lines(), v.fn("MemPoolDestroy")), 1, "torn down before Close returned")
 		require.NoError(t, other.WaitClosed(t.Context()))
-		g, err := a.EndCapture()
-		require.NoError(t, err)
-		require.NoError(t, g.Close())
+		endCapture(t, a)
 		require.NoError(t, d.Close())
 	})
 }
@@ -150,9 +145,7 @@ func TestFake900LeavesCaptureActive(t *testing.T) {
 		buf, err := a.Alloc(4096)
 		require.NoError(t, err, "the capture goes on")
 		require.NoError(t, a.Free(buf))
-		g, err := a.EndCapture()
-		require.NoError(t, err)
-		require.NoError(t, g.Close())
+		endCapture(t, a)
 	})
 }
 
@@ -197,12 +190,7 @@ func TestFake908IsWrongThreadNotInvalidated(t *testing.T) {
 		require.NotErrorIs(t, err, alloc.ErrCaptureInvalidated)
 		require.Contains(t, err.Error(), "capture must be ended on the thread that began it")
 		v.fail(t, "")
-		st, err := d.StreamCaptureStatus(s)
-		require.NoError(t, err)
-		require.Equal(t, driver.CaptureActive, st)
-		g, err := d.EndCapture(s)
-		require.NoError(t, err)
-		require.NoError(t, d.GraphDestroy(g))
+		gpurttest.EndActiveCapture(t, d, s)
 	})
 }
 
@@ -332,9 +320,7 @@ func TestFakeDefaultStreamsAreNonBlocking(t *testing.T) {
 		st, err := a.CaptureStatus()
 		require.NoError(t, err)
 		require.Equal(t, alloc.StateActive, st)
-		g, err := a.EndCapture()
-		require.NoError(t, err, "A's capture survived B's allocation")
-		require.NoError(t, g.Close())
+		endCapture(t, a, "A's capture survived B's allocation")
 		require.NoError(t, b.Free(buf))
 	})
 }
@@ -346,9 +332,7 @@ func TestFakeBlockingStreamsOption(t *testing.T) {
 		require.NoError(t, a.BeginCapture(alloc.Global))
 		buf, err := b.Alloc(4096)
 		require.NoError(t, err, "another stream's pool growth does not touch the legacy stream")
-		g, err := a.EndCapture()
-		require.NoError(t, err)
-		require.NoError(t, g.Close())
+		endCapture(t, a)
 		require.NoError(t, b.Free(buf))
 	})
 }
@@ -392,9 +376,7 @@ func TestFakeLegacyStreamDuringCapture(t *testing.T) {
 					} else {
 						require.Zero(t, code, "a non-blocking stream's capture does not involve the legacy stream")
 						require.Equal(t, alloc.StateActive, st)
-						g, err := a.EndCapture()
-						require.NoError(t, err)
-						require.NoError(t, g.Close())
+						endCapture(t, a)
 					}
 					require.NoError(t, a.Free(scratch))
 				})
@@ -435,10 +417,7 @@ const poolChildEnv = "CAPALLOC_TEST_GPURT_POOL_PTR"
 // wrote, writes back, frees its import and closes the pool.
 func TestFakePoolAcrossProcesses(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
-		if hx := os.Getenv(poolChildEnv); hx != "" {
-			if name, hx, _ := strings.Cut(hx, ":"); name == v.name {
-				poolChild(t, v, hx)
-			}
+		if asChild(t, v, poolChildEnv, poolChild) {
 			return
 		}
 		d, log := openFake(t, v, opts{IPC: true})
@@ -457,11 +436,7 @@ func TestFakePoolAcrossProcesses(t *testing.T) {
 		require.Len(t, data, 64)
 		require.Len(t, find(log.Lines(), v.fn("MemPoolExportPointer")), 1)
 
-		cmd := exec.Command(os.Args[0], "-test.run=^TestFakePoolAcrossProcesses$/^"+v.name+"$", "-test.count=1")
-		cmd.Env = append(os.Environ(), poolChildEnv+"="+v.name+":"+hex.EncodeToString(data))
-		cmd.ExtraFiles = []*os.File{pool}
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "child: %s", out)
+		runChild(t, v, "TestFakePoolAcrossProcesses", poolChildEnv, hex.EncodeToString(data), pool)
 		require.Equal(t, bytes.Repeat([]byte{0x5A}, 2048), read(t, d, p, 2048), "the child's write is here")
 		require.NoError(t, d.FreeAsync(p, s))
 	})

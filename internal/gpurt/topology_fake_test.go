@@ -107,9 +107,7 @@ func TestFakePeerAccess(t *testing.T) {
 		t.Cleanup(func() { a.Close() })
 		require.NoError(t, a.BeginCapture(alloc.Global))
 		require.ErrorIs(t, pa.EnablePeerAccess(1), driver.ErrCaptureIllegalOp)
-		g, err := a.EndCapture()
-		require.NoError(t, err)
-		require.NoError(t, g.Close())
+		endCapture(t, a)
 	})
 }
 

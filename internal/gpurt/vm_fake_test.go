@@ -33,12 +33,23 @@ func (v *vendorCase) vmLines(lines []string) []string {
 	return out
 }
 
-func vmOf(t *testing.T, d gpuDriver) driver.VirtualMemory {
+// openVM opens a driver on a fresh build of v's fake (openFake) and
+// returns it as its driver.VirtualMemory too, at the fakes' granularity.
+func openVM(t *testing.T, v *vendorCase) (gpuDriver, driver.VirtualMemory, *fakeLog) {
 	t.Helper()
+	d, log := openFake(t, v, opts{})
 	vm, ok := d.(driver.VirtualMemory)
 	require.True(t, ok, "the driver implements driver.VirtualMemory")
 	require.EqualValues(t, fakeGran, vm.MapGranularity())
-	return vm
+	return d, vm, log
+}
+
+// reserve reserves chunks granules of address space.
+func reserve(t *testing.T, vm driver.VirtualMemory, chunks int, msgAndArgs ...any) driver.DevicePtr {
+	t.Helper()
+	base, err := vm.ReserveAddress(int64(chunks) * fakeGran)
+	require.NoError(t, err, msgAndArgs...)
+	return base
 }
 
 // Two chunks mapped by separate calls read and write as one range:
@@ -47,10 +58,8 @@ func vmOf(t *testing.T, d gpuDriver) driver.VirtualMemory {
 // the driver's device; each unmap releases its handle.
 func TestFakeVirtualMemoryAcrossChunks(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
-		d, log := openFake(t, v, opts{})
-		vm := vmOf(t, d)
-		base, err := vm.ReserveAddress(4 * fakeGran)
-		require.NoError(t, err)
+		d, vm, log := openVM(t, v)
+		base := reserve(t, vm, 4)
 		require.Zero(t, uint64(base)%fakeGran, "the reservation is aligned to the granularity")
 		log.Lines()
 		require.NoError(t, vm.MapMemory(base, fakeGran))
@@ -99,10 +108,8 @@ func TestFakeVirtualMemoryAcrossChunks(t *testing.T) {
 // and changes nothing.
 func TestFakeVirtualMemoryBadInput(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
-		d, log := openFake(t, v, opts{})
-		vm := vmOf(t, d)
-		base, err := vm.ReserveAddress(8 * fakeGran)
-		require.NoError(t, err)
+		d, vm, log := openVM(t, v)
+		base := reserve(t, vm, 8)
 		require.NoError(t, vm.MapMemory(base, fakeGran))
 		two := base + 2*fakeGran
 		require.NoError(t, vm.MapMemory(two, 2*fakeGran))
@@ -153,13 +160,11 @@ func second[T any](_ T, err error) error { return err }
 func TestFakeVirtualMemoryFailuresUndo(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		t.Setenv(v.envPrefix+"MEM", fmt.Sprint(3*fakeGran))
-		d, log := openFake(t, v, opts{})
-		vm := vmOf(t, d)
-		base, err := vm.ReserveAddress(8 * fakeGran)
-		require.NoError(t, err, "reserving more than the device has")
+		d, vm, log := openVM(t, v)
+		base := reserve(t, vm, 8, "reserving more than the device has")
 		require.NoError(t, vm.MapMemory(base, 2*fakeGran))
 		log.Lines()
-		err = vm.MapMemory(base+2*fakeGran, 2*fakeGran)
+		err := vm.MapMemory(base+2*fakeGran, 2*fakeGran)
 		require.ErrorIs(t, err, alloc.ErrOutOfMemory)
 		require.Empty(t, find(log.Lines(), v.vmCall("Map ")), "nothing mapped")
 
@@ -183,10 +188,8 @@ func TestFakeVirtualMemoryFailuresUndo(t *testing.T) {
 // and (cuda) releases the primary context it retained.
 func TestFakeVirtualMemoryCloseReleases(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
-		d, log := openFake(t, v, opts{})
-		vm := vmOf(t, d)
-		base, err := vm.ReserveAddress(4 * fakeGran)
-		require.NoError(t, err)
+		d, vm, log := openVM(t, v)
+		base := reserve(t, vm, 4)
 		require.NoError(t, vm.MapMemory(base, fakeGran))
 		require.NoError(t, vm.MapMemory(base+fakeGran, 2*fakeGran))
 		log.Lines()
@@ -201,7 +204,7 @@ func TestFakeVirtualMemoryCloseReleases(t *testing.T) {
 		}
 		require.EqualValues(t, fakeGran, vm.MapGranularity(), "known since before Close")
 		require.ErrorIs(t, vm.MapMemory(base, fakeGran), alloc.ErrClosed)
-		_, err = vm.ReserveAddress(fakeGran)
+		_, err := vm.ReserveAddress(fakeGran)
 		require.ErrorIs(t, err, alloc.ErrClosed)
 	})
 }

@@ -23,6 +23,17 @@ type Source struct {
 	Size     int64 // the device heap's bytes a rank
 }
 
+// Local is the source for n ranks that are goroutines of one process: a
+// group of n host heaps of size bytes, and an exchange within the process
+// for device heaps of the same size. The caller closes the Group.
+func Local(n int, size int64) (Source, error) {
+	g, err := symheap.NewGroup(n, size)
+	if err != nil {
+		return Source{}, err
+	}
+	return Source{Group: g, Exchange: symheap.NewLocalExchange(n), Size: size}, nil
+}
+
 // Open opens rank r's heap on a, with opts (the device heap takes its
 // Timeout); a device heap whose collectives do not run on the driver is
 // closed and refused. kind says which heap: "device heap" or "host heap".

@@ -5,6 +5,7 @@ package ranks
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"sync"
 )
@@ -47,4 +48,15 @@ func Processes(cmds []*exec.Cmd) []error {
 		}
 	}
 	return errs
+}
+
+// InheritedFiles is the rank process's side of exec.Cmd.ExtraFiles: the n
+// files its parent gave it as fds 3, 4, …, in rank order (the ranks'
+// heaps), named heap-0, heap-1, ….
+func InheritedFiles(n int) []*os.File {
+	files := make([]*os.File, n)
+	for i := range files {
+		files[i] = os.NewFile(uintptr(3+i), fmt.Sprintf("heap-%d", i))
+	}
+	return files
 }

@@ -16,26 +16,26 @@ const badSource = "extern \"C\" __global__ void k(int *p) { *p = 1 +; }\n"
 
 func openNVRTC(t *testing.T) *NVRTC {
 	t.Helper()
-	n, err := OpenNVRTC()
-	if errors.Is(err, driver.ErrBackendUnavailable) {
-		t.Skipf("no NVRTC installed (Debian: libnvrtc11.2, contrib/non-free): %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return openCompiler(t, OpenNVRTC, "no NVRTC installed (Debian: libnvrtc11.2, contrib/non-free)")
 }
 
 func openHIPRTC(t *testing.T) *HIPRTC {
 	t.Helper()
-	r, err := OpenHIPRTC()
+	return openCompiler(t, OpenHIPRTC, "no hiprtc installed (Debian: libamdhip64-5 with libamd-comgr2)")
+}
+
+// openCompiler opens a runtime compiler, skipping the test with absent
+// where it is not installed; any other failure fails the test.
+func openCompiler[C any](t *testing.T, open func() (C, error), absent string) C {
+	t.Helper()
+	c, err := open()
 	if errors.Is(err, driver.ErrBackendUnavailable) {
-		t.Skipf("no hiprtc installed (Debian: libamdhip64-5 with libamd-comgr2): %v", err)
+		t.Skipf("%s: %v", absent, err)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	return r
+	return c
 }
 
 // checkCompileError: a rejected source is ErrCompile, and the error

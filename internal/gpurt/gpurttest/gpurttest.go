@@ -256,3 +256,11 @@ func Open[O any, D interface{ Close() error }](t testing.TB, f *Fake, open func(
 	t.Cleanup(func() { d.Close() })
 	return d, log
 }
+
+// Opener is Open for one vendor's fake and open: a package's openFake.
+func Opener[O any, D interface{ Close() error }](f *Fake, open func(O) (D, error)) func(testing.TB, O) (D, *Log) {
+	return func(t testing.TB, o O) (D, *Log) {
+		t.Helper()
+		return Open(t, f, open, o)
+	}
+}

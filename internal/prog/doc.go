@@ -1,0 +1,4 @@
+// Package prog holds what the module's commands (cmd/...) and examples
+// (examples/...) share: the backends a -backend flag may name, the
+// -backend flag itself, and serving HTTP until an interrupt.
+package prog
