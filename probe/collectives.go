@@ -106,6 +106,15 @@ var collOps = []collOp{
 		return c.steps(r, func(h symheap.Collectives) error { return h.AllToAll(c.work, c.out) })
 	}},
 	{name: "all_to_all_v", body: allToAllV},
+	// The copy-engine variants: the heap's barrier kernel around one
+	// device-to-device copy per rank, which a capture records as memcpy
+	// nodes between the peers' heap addresses.
+	{name: "all_gather_copy_engine", body: func(c *collEnv, r int) error {
+		return c.steps(r, func(h symheap.Collectives) error { return h.AllGatherWith(c.in, c.out, symheap.CopyEngine) })
+	}},
+	{name: "all_to_all_copy_engine", body: func(c *collEnv, r int) error {
+		return c.steps(r, func(h symheap.Collectives) error { return h.AllToAllWith(c.work, c.out, symheap.CopyEngine) })
+	}},
 	// Point-to-point: each rank puts its input into the next rank's
 	// output and signals it, then waits for the previous rank's signal
 	// before reading its output. The waits count across replays.
