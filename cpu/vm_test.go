@@ -42,8 +42,7 @@ func pattern(n int, seed byte) []byte {
 // Two chunks mapped by separate calls read and write as one range: memset,
 // every copy and DirectSpan across their boundary. New chunks are zeroed.
 func TestVMAcrossChunkBoundary(t *testing.T) {
-	d := newDriver(t, cpu.Options{})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{})
 	base := reserveMapped(t, d, 4, 2)
 	wantLive(t, d, 2*gran)
 
@@ -100,8 +99,7 @@ func TestVMAcrossChunkBoundary(t *testing.T) {
 // with ErrInvalidValue (never a fault), and so does queued or captured work
 // that reaches it after an unmap. Remapping gives zeroed memory again.
 func TestVMUnmappedAccessFails(t *testing.T) {
-	d := newDriver(t, cpu.Options{})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{})
 	base := reserveMapped(t, d, 4, 2)
 	third := base + driver.DevicePtr(2*gran)
 	buf := make([]byte, 64)
@@ -170,8 +168,7 @@ func vmStateOf(d *cpu.Driver) vmState { return vmState{d.LiveBytes(), d.LiveAllo
 // Every bad input is ErrInvalidValue and changes nothing: the mappings
 // stay readable with their bytes, the accounting is the same.
 func TestVMBadInput(t *testing.T) {
-	d := newDriver(t, cpu.Options{})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{})
 	base := val[driver.DevicePtr](t)(d.ReserveAddress(8 * gran))
 	twoChunks := base + driver.DevicePtr(2*gran) // mapped by one call
 	ok(t, d.MapMemory(base, gran))
@@ -249,8 +246,7 @@ func second[T any](_ T, err error) error { return err }
 // Mapped bytes count against MemoryLimit with Malloc's: a mapping past it
 // fails with ErrOutOfMemory and maps nothing; unmapping gives room back.
 func TestVMMemoryLimit(t *testing.T) {
-	d := newDriver(t, cpu.Options{MemoryLimit: 3 * gran})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{MemoryLimit: 3 * gran})
 	base := val[driver.DevicePtr](t)(d.ReserveAddress(16 * gran)) // more than the device has
 	ok(t, d.MapMemory(base, 2*gran))
 	err := d.MapMemory(base+driver.DevicePtr(2*gran), 2*gran)
@@ -315,8 +311,7 @@ func TestVMUsageAndClose(t *testing.T) {
 // a Global-mode capture (invalidating it) for a Global caller, allowed
 // through a Relaxed interaction view.
 func TestVMDuringCapture(t *testing.T) {
-	d := newDriver(t, cpu.Options{})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{})
 	base := reserveMapped(t, d, 4, 1)
 	ok(t, d.BeginCapture(s, alloc.Global))
 	isErr(t, d.MapMemory(base+driver.DevicePtr(gran), gran), driver.ErrCaptureIllegalOp)
