@@ -1,7 +1,6 @@
 package cliargs
 
 import (
-	"bytes"
 	"flag"
 	"strings"
 	"testing"
@@ -22,7 +21,7 @@ func TestParseOne(t *testing.T) {
 		{"help", []string{"-h"}, "", false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var out bytes.Buffer
+			var out strings.Builder
 			fs := flag.NewFlagSet("cmd", flag.ContinueOnError)
 			fs.SetOutput(&out)
 			n := fs.Int("n", 1, "how many")
