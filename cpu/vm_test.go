@@ -5,12 +5,14 @@ package cpu_test
 import (
 	"bytes"
 	"errors"
+	"maps"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
@@ -180,35 +182,19 @@ func TestVMBadInput(t *testing.T) {
 	before := vmStateOf(d)
 
 	at := func(chunks int64) driver.DevicePtr { return base + driver.DevicePtr(chunks*gran) }
-	cases := map[string]error{
-		"map: size not a multiple":         d.MapMemory(at(5), gran+4096),
-		"map: size zero":                   d.MapMemory(at(5), 0),
-		"map: size negative":               d.MapMemory(at(5), -gran),
-		"map: offset not a multiple":       d.MapMemory(at(5)+4096, gran),
-		"map: past the end":                d.MapMemory(at(7), 2*gran),
-		"map: already mapped":              d.MapMemory(base, gran),
-		"map: overlaps a mapping":          d.MapMemory(at(1), 2*gran),
-		"map: inside a mapping":            d.MapMemory(at(3), gran),
-		"map: in a Malloc allocation":      d.MapMemory(m, gran),
-		"map: unknown address":             d.MapMemory(base+1<<50, gran),
-		"map: null":                        d.MapMemory(0, gran),
-		"unmap: half of a mapping":         d.UnmapMemory(twoChunks, gran),
-		"unmap: second half of a mapping":  d.UnmapMemory(at(3), gran),
-		"unmap: two mappings at once":      d.UnmapMemory(base, 4*gran),
-		"unmap: not mapped":                d.UnmapMemory(at(5), gran),
-		"unmap: misaligned":                d.UnmapMemory(base+4096, gran),
-		"unmap: in a Malloc allocation":    d.UnmapMemory(m, gran),
-		"release: chunks still mapped":     d.ReleaseAddress(base, 8*gran),
-		"release: wrong size":              d.ReleaseAddress(base, 4*gran),
-		"release: not the base":            d.ReleaseAddress(at(1), 7*gran),
-		"release: a Malloc allocation":     d.ReleaseAddress(m, gran),
-		"free: a reservation":              d.Free(base),
-		"free async: a reservation":        d.FreeAsync(base, s),
-		"reserve: size zero":               second(d.ReserveAddress(0)),
-		"reserve: size not a multiple":     second(d.ReserveAddress(gran + 1)),
-		"reserve: size negative":           second(d.ReserveAddress(-gran)),
-		"memset: past the reservation end": d.MemsetAsync(at(8)-1, 0, 2, s),
-	}
+	cases := alloctest.VMBadInput(d, base, m, gran)
+	maps.Copy(cases, map[string]error{
+		"map: size negative":                d.MapMemory(at(5), -gran),
+		"map: unknown address":              d.MapMemory(base+1<<50, gran),
+		"unmap: second half of a mapping":   d.UnmapMemory(at(3), gran),
+		"unmap: misaligned":                 d.UnmapMemory(base+4096, gran),
+		"unmap: in a Malloc allocation":     d.UnmapMemory(m, gran),
+		"free: a reservation":               d.Free(base),
+		"free async: a reservation":         d.FreeAsync(base, s),
+		"reserve: one byte past a multiple": second(d.ReserveAddress(gran + 1)),
+		"reserve: size negative":            second(d.ReserveAddress(-gran)),
+		"memset: past the reservation end":  d.MemsetAsync(at(8)-1, 0, 2, s),
+	})
 	for name, err := range cases {
 		if err == nil {
 			t.Fatalf("%s: no error", name)
