@@ -93,29 +93,33 @@ func (a *Allocator) Copy(dst Buffer, dstOff int64, src Buffer, srcOff, n int64) 
 // reused. A pageable copy cannot be captured: during any capture it fails
 // with ErrCaptureIncompatibleAllocation (use UploadHost with a HostBuffer).
 func (a *Allocator) Upload(dst Buffer, off int64, src []byte) error {
-	n := int64(len(src))
-	return a.guard.blockingOn("Upload", n, dst, func(st CaptureState) error {
-		if err := a.validateLocked(dst, off, n); err != nil {
-			return err
-		}
-		return a.guard.unsafeRefusalLocked(st, true, "pageable host memory cannot be copied during capture (use a HostBuffer)")
-	}, func() error {
-		return a.drv.CopyHtoD(dst.ptr+driver.DevicePtr(off), src, a.stream)
-	})
+	return pageableCopy(a, "Upload", true, dst, off, src)
 }
 
 // Download copies len(dst) bytes from src at off into pageable dst and
 // returns when dst holds them (everything queued before is done). Refused
 // during any capture like Upload.
 func (a *Allocator) Download(dst []byte, src Buffer, off int64) error {
-	n := int64(len(dst))
-	return a.guard.blockingOn("Download", n, src, func(st CaptureState) error {
-		if err := a.validateLocked(src, off, n); err != nil {
+	return pageableCopy(a, "Download", false, src, off, dst)
+}
+
+// pageableCopy is a's blocking op, a copy of len(host) bytes between dev
+// at off and pageable host: into dev when toDev, out of it otherwise.
+// dev's range is checked, and any capture refuses it, before the driver
+// is called.
+func pageableCopy(a *Allocator, op string, toDev bool, dev Buffer, off int64, host []byte) error {
+	n := int64(len(host))
+	return a.guard.blockingOn(op, n, dev, func(st CaptureState) error {
+		if err := a.validateLocked(dev, off, n); err != nil {
 			return err
 		}
 		return a.guard.unsafeRefusalLocked(st, true, "pageable host memory cannot be copied during capture (use a HostBuffer)")
 	}, func() error {
-		return a.drv.CopyDtoH(dst, src.ptr+driver.DevicePtr(off), a.stream)
+		p := dev.ptr + driver.DevicePtr(off)
+		if toDev {
+			return a.drv.CopyHtoD(p, host, a.stream)
+		}
+		return a.drv.CopyDtoH(host, p, a.stream)
 	})
 }
 
