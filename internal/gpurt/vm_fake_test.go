@@ -134,8 +134,6 @@ func TestFakeVirtualMemoryBadInput(t *testing.T) {
 	})
 }
 
-func second[T any](_ T, err error) error { return err }
-
 // Out of device memory is ErrOutOfMemory with nothing mapped; a failure
 // part way through a map (the map call, the access call) undoes what was
 // done, so a retry works and nothing leaks.
