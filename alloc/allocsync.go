@@ -36,10 +36,7 @@ func allocSync(a *Allocator, size int64) (Buffer, error) {
 		if why := neverFits(a, size); why != "" {
 			return outOfMemory(a, size, why, nil)
 		}
-		if err := a.guard.unsafeRefusalLocked(st, false, "eager synchronous allocation"); err != nil {
-			return err
-		}
-		return a.guard.strictLocked("eager synchronous allocation")
+		return a.guard.deviceWideRefusalLocked(st, "eager synchronous allocation")
 	}, func() (func(), error) {
 		p, err := mallocSync(a, size)
 		if errors.Is(err, ErrOutOfMemory) && !capturing {
@@ -116,10 +113,7 @@ func (a *Allocator) freeSync(b Buffer) error {
 			deferred = true
 			return a.freeLocked(st, b.blk, b.gen)
 		}
-		if err := a.guard.unsafeRefusalLocked(st, false, "synchronous free"); err != nil {
-			return err
-		}
-		return a.guard.strictLocked("synchronous free")
+		return a.guard.deviceWideRefusalLocked(st, "synchronous free")
 	}, func() error {
 		if deferred {
 			return nil

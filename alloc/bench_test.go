@@ -110,14 +110,7 @@ func BenchmarkTransfer64MiB(b *testing.B) {
 		a := newBenchAllocator(b)
 		buf, _ := a.Alloc(bulk)
 		_ = a.Upload(buf, 0, src) // untimed: fault the device buffer's pages in
-		b.SetBytes(bulk)
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			if err := a.Upload(buf, 0, src); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.StopTimer()
+		timeBulk(b, func() error { return a.Upload(buf, 0, src) })
 		a.Free(buf)
 	})
 	b.Run("impl=Download", func(b *testing.B) {
@@ -126,14 +119,7 @@ func BenchmarkTransfer64MiB(b *testing.B) {
 		dst := make([]byte, bulk)
 		_ = a.Upload(buf, 0, src)
 		_ = a.Download(dst, buf, 0) // untimed: fault both sides' pages in
-		b.SetBytes(bulk)
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			if err := a.Download(dst, buf, 0); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.StopTimer()
+		timeBulk(b, func() error { return a.Download(dst, buf, 0) })
 		a.Free(buf)
 	})
 	b.Run("impl=UploadHost+Sync", func(b *testing.B) {
@@ -141,20 +127,28 @@ func BenchmarkTransfer64MiB(b *testing.B) {
 		buf, _ := a.Alloc(bulk)
 		h, _ := a.HostAlloc(bulk)
 		copy(h.Bytes(), src)
-		b.SetBytes(bulk)
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
+		timeBulk(b, func() error {
 			if err := a.UploadHost(buf, 0, h, 0, bulk); err != nil {
-				b.Fatal(err)
+				return err
 			}
-			if err := a.Synchronize(); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.StopTimer()
+			return a.Synchronize()
+		})
 		a.Free(buf)
 		h.Close()
 	})
+}
+
+// timeBulk runs op, a transfer of bulk bytes, b.N times on a reset
+// timer, failing the benchmark at op's first error, and stops the timer.
+func timeBulk(b *testing.B, op func() error) {
+	b.SetBytes(bulk)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := op(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
 }
 
 // BenchmarkReplay1000 compares 1,000 small stream operations issued eagerly

@@ -263,6 +263,16 @@ func (g *guard) strictRefusal(what string, n int) error {
 		what, n, g.profile)
 }
 
+// deviceWideRefusalLocked is the refusal of what, a device-wide call off
+// the stream (a synchronous allocation or free, pinning or registering
+// host memory): unsafeRefusalLocked's, then strictLocked's.
+func (g *guard) deviceWideRefusalLocked(st CaptureState, what string) error {
+	if err := g.unsafeRefusalLocked(st, false, what); err != nil {
+		return err
+	}
+	return g.strictLocked(what)
+}
+
 // strictLocked returns strictRefusal when strict safety forbids what now:
 // any capture active in the domain (the synchronous allocations and frees,
 // and host allocation: what hangs GB10 during any capture). Nil otherwise.

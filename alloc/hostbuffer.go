@@ -113,10 +113,7 @@ func hostPin(a *Allocator, size int64) (*HostBuffer, error) {
 	var h *HostBuffer
 	var ch *hostChunk
 	err := a.guard.blockingUndo("HostAlloc", size, nil, func(st CaptureState) error {
-		if err := a.guard.unsafeRefusalLocked(st, false, "pinned host allocation"); err != nil {
-			return err
-		}
-		return a.guard.strictLocked("pinned host allocation")
+		return a.guard.deviceWideRefusalLocked(st, "pinned host allocation")
 	}, func() (func(), error) {
 		b, err := a.drv.HostAlloc(n)
 		if err != nil {
@@ -186,10 +183,7 @@ func (h *HostBuffer) Close() error {
 		if h.closed.Load() {
 			return wrapf(ErrClosed, "HostBuffer closed twice")
 		}
-		if err := a.guard.unsafeRefusalLocked(st, false, "pinned host free"); err != nil {
-			return err
-		}
-		return a.guard.strictLocked("pinned host free")
+		return a.guard.deviceWideRefusalLocked(st, "pinned host free")
 	}, func() error {
 		if !h.release() {
 			return wrapf(ErrClosed, "HostBuffer closed twice")

@@ -40,10 +40,7 @@ func (x *Host) Register(b []byte) (*HostBuffer, error) {
 	}
 	var h *HostBuffer
 	err := a.guard.blockingUndo("RegisterHost", size, nil, func(st CaptureState) error {
-		if err := a.guard.unsafeRefusalLocked(st, false, "host memory registration"); err != nil {
-			return err
-		}
-		return a.guard.strictLocked("host memory registration")
+		return a.guard.deviceWideRefusalLocked(st, "host memory registration")
 	}, func() (func(), error) {
 		p, err := reg.HostRegister(b)
 		if err != nil {

@@ -30,35 +30,40 @@ func hostRange(drv driver.Driver, h *HostBuffer, off, n int64) ([]byte, error) {
 // stream-ordered: src must not change until the stream passes the copy.
 // Captured, the copy reads src's bytes at every replay.
 func (a *Allocator) UploadHost(dst Buffer, dstOff int64, src *HostBuffer, srcOff, n int64) error {
-	var hb []byte
-	return a.guard.enqueue("UploadHost", n, dst, Buffer{}, func() (err error) {
-		if err = a.validateLocked(dst, dstOff, n); err == nil {
-			hb, err = hostRange(a.drv, src, srcOff, n)
-		}
-		if err == nil {
-			a.host.refLocked(a.guard.cap, src.slot)
-		}
-		return err
-	}, func() error {
-		return a.drv.CopyHtoDAsync(dst.ptr+driver.DevicePtr(dstOff), hb, a.stream)
-	})
+	return hostCopy(a, "UploadHost", true, dst, dstOff, src, srcOff, n)
 }
 
 // DownloadHost copies n bytes from src at srcOff into pinned dst[dstOff:],
 // stream-ordered: dst holds them once the stream is synchronized. Captured,
 // every replay writes dst again.
 func (a *Allocator) DownloadHost(dst *HostBuffer, dstOff int64, src Buffer, srcOff, n int64) error {
+	return hostCopy(a, "DownloadHost", false, src, srcOff, dst, dstOff, n)
+}
+
+// hostCopy enqueues a's op, a copy of n bytes between dev at devOff and
+// pinned host at hostOff: into dev when toDev, out of it otherwise. Both
+// ranges are checked before the driver is called, and a capture that
+// records the copy holds host until its graph closes.
+func hostCopy(a *Allocator, op string, toDev bool, dev Buffer, devOff int64, host *HostBuffer, hostOff, n int64) error {
+	dst, src := dev, Buffer{}
+	if !toDev {
+		dst, src = src, dst
+	}
 	var hb []byte
-	return a.guard.enqueue("DownloadHost", n, Buffer{}, src, func() (err error) {
-		if err = a.validateLocked(src, srcOff, n); err == nil {
-			hb, err = hostRange(a.drv, dst, dstOff, n)
+	return a.guard.enqueue(op, n, dst, src, func() (err error) {
+		if err = a.validateLocked(dev, devOff, n); err == nil {
+			hb, err = hostRange(a.drv, host, hostOff, n)
 		}
 		if err == nil {
-			a.host.refLocked(a.guard.cap, dst.slot)
+			a.host.refLocked(a.guard.cap, host.slot)
 		}
 		return err
 	}, func() error {
-		return a.drv.CopyDtoHAsync(hb, src.ptr+driver.DevicePtr(srcOff), a.stream)
+		p := dev.ptr + driver.DevicePtr(devOff)
+		if toDev {
+			return a.drv.CopyHtoDAsync(p, hb, a.stream)
+		}
+		return a.drv.CopyDtoHAsync(hb, p, a.stream)
 	})
 }
 
@@ -88,29 +93,33 @@ func (a *Allocator) Copy(dst Buffer, dstOff int64, src Buffer, srcOff, n int64) 
 // reused. A pageable copy cannot be captured: during any capture it fails
 // with ErrCaptureIncompatibleAllocation (use UploadHost with a HostBuffer).
 func (a *Allocator) Upload(dst Buffer, off int64, src []byte) error {
-	n := int64(len(src))
-	return a.guard.blockingOn("Upload", n, dst, func(st CaptureState) error {
-		if err := a.validateLocked(dst, off, n); err != nil {
-			return err
-		}
-		return a.guard.unsafeRefusalLocked(st, true, "pageable host memory cannot be copied during capture (use a HostBuffer)")
-	}, func() error {
-		return a.drv.CopyHtoD(dst.ptr+driver.DevicePtr(off), src, a.stream)
-	})
+	return pageableCopy(a, "Upload", true, dst, off, src)
 }
 
 // Download copies len(dst) bytes from src at off into pageable dst and
 // returns when dst holds them (everything queued before is done). Refused
 // during any capture like Upload.
 func (a *Allocator) Download(dst []byte, src Buffer, off int64) error {
-	n := int64(len(dst))
-	return a.guard.blockingOn("Download", n, src, func(st CaptureState) error {
-		if err := a.validateLocked(src, off, n); err != nil {
+	return pageableCopy(a, "Download", false, src, off, dst)
+}
+
+// pageableCopy is a's blocking op, a copy of len(host) bytes between dev
+// at off and pageable host: into dev when toDev, out of it otherwise.
+// dev's range is checked, and any capture refuses it, before the driver
+// is called.
+func pageableCopy(a *Allocator, op string, toDev bool, dev Buffer, off int64, host []byte) error {
+	n := int64(len(host))
+	return a.guard.blockingOn(op, n, dev, func(st CaptureState) error {
+		if err := a.validateLocked(dev, off, n); err != nil {
 			return err
 		}
 		return a.guard.unsafeRefusalLocked(st, true, "pageable host memory cannot be copied during capture (use a HostBuffer)")
 	}, func() error {
-		return a.drv.CopyDtoH(dst, src.ptr+driver.DevicePtr(off), a.stream)
+		p := dev.ptr + driver.DevicePtr(off)
+		if toDev {
+			return a.drv.CopyHtoD(p, host, a.stream)
+		}
+		return a.drv.CopyDtoH(host, p, a.stream)
 	})
 }
 

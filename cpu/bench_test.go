@@ -13,8 +13,7 @@ import (
 // Enqueue cost of a small memset; the queue runs when full (every 65536
 // ops), so execution is amortized in.
 func BenchmarkMemsetAsync(b *testing.B) {
-	d := newDriver(b, cpu.Options{})
-	s := newStream(b, d)
+	d, s := newDriverStream(b, cpu.Options{})
 	p := val[driver.DevicePtr](b)(d.Malloc(256))
 	b.ReportAllocs()
 	for b.Loop() {
@@ -26,8 +25,7 @@ func BenchmarkMemsetAsync(b *testing.B) {
 }
 
 func BenchmarkCopyHtoDAsync(b *testing.B) {
-	d := newDriver(b, cpu.Options{})
-	s := newStream(b, d)
+	d, s := newDriverStream(b, cpu.Options{})
 	p := val[driver.DevicePtr](b)(d.Malloc(256))
 	h := host(b, d, 64)
 	b.ReportAllocs()
@@ -42,8 +40,7 @@ func BenchmarkCopyHtoDAsync(b *testing.B) {
 // A stream-ordered Alloc/Free pair, synchronizing every 256 pairs so the
 // frees run.
 func BenchmarkMallocFreeAsync(b *testing.B) {
-	d := newDriver(b, cpu.Options{})
-	s := newStream(b, d)
+	d, s := newDriverStream(b, cpu.Options{})
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -63,8 +60,7 @@ func BenchmarkMallocFreeAsync(b *testing.B) {
 
 func BenchmarkCopyHtoD64MiB(b *testing.B) {
 	const n = 64 << 20
-	d := newDriver(b, cpu.Options{})
-	s := newStream(b, d)
+	d, s := newDriverStream(b, cpu.Options{})
 	p := val[driver.DevicePtr](b)(d.Malloc(n))
 	src := bytes.Repeat([]byte{1}, n)
 	b.SetBytes(n)
@@ -90,8 +86,7 @@ const opsPerIteration = 100
 // 100 small memsets enqueued one by one and run, versus the same 100 as one
 // graph launch: replay is one queue entry.
 func BenchmarkEager100Memsets(b *testing.B) {
-	d := newDriver(b, cpu.Options{})
-	s := newStream(b, d)
+	d, s := newDriverStream(b, cpu.Options{})
 	p := val[driver.DevicePtr](b)(d.Malloc(256))
 	b.ReportAllocs()
 	for b.Loop() {
@@ -105,8 +100,7 @@ func BenchmarkEager100Memsets(b *testing.B) {
 }
 
 func BenchmarkGraphReplay100Memsets(b *testing.B) {
-	d := newDriver(b, cpu.Options{})
-	s := newStream(b, d)
+	d, s := newDriverStream(b, cpu.Options{})
 	p := val[driver.DevicePtr](b)(d.Malloc(256))
 	ok(b, d.BeginCapture(s, alloc.Global))
 	for range opsPerIteration {
@@ -154,8 +148,7 @@ func BenchmarkMemsetAsyncParallel(b *testing.B) {
 func BenchmarkCapture(b *testing.B) {
 	for _, n := range []int{1_000, 10_000, 100_000} {
 		b.Run(fmt.Sprintf("ops=%d", n), func(b *testing.B) {
-			d := newDriver(b, cpu.Options{})
-			s := newStream(b, d)
+			d, s := newDriverStream(b, cpu.Options{})
 			p := val[driver.DevicePtr](b)(d.Malloc(4096))
 			b.ResetTimer()
 			for range b.N {

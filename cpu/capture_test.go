@@ -14,8 +14,7 @@ import (
 func TestCaptureReplaysWithFreshHostData(t *testing.T) {
 	for _, mode := range driver.Modes() {
 		t.Run(mode.String(), func(t *testing.T) {
-			d := newDriver(t, cpu.Options{})
-			s := newStream(t, d)
+			d, s := newDriverStream(t, cpu.Options{})
 			const n = 4096
 			in, out := host(t, d, n), host(t, d, n)
 			work := val[driver.DevicePtr](t)(d.Malloc(n))
@@ -55,8 +54,7 @@ func TestCaptureReplaysWithFreshHostData(t *testing.T) {
 }
 
 func TestGraphAllocationsAreStableAndNotReused(t *testing.T) {
-	d := newDriver(t, cpu.Options{})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{})
 
 	ok(t, d.BeginCapture(s, alloc.Global))
 	kept := val[driver.DevicePtr](t)(d.MallocAsync(1000, s))
@@ -103,11 +101,7 @@ func TestGraphAllocationsAreStableAndNotReused(t *testing.T) {
 	wantLive(t, d, 1024)
 
 	// What the graph allocated and did not free is the caller's until freed.
-	ok(t, d.CopyDtoH(out, kept, s))
-	wantBytes(t, out, 3)
-	ok(t, d.FreeAsync(kept, s))
-	ok(t, d.StreamSynchronize(s))
-	wantLive(t, d, 0)
+	wantFreedByCaller(t, d, s, kept, out, 3)
 }
 
 // Every call that would synchronize the capturing stream is refused with
@@ -137,8 +131,7 @@ func TestIllegalCallsInvalidateCapture(t *testing.T) {
 	for name, call := range illegal {
 		for _, mode := range driver.Modes() {
 			t.Run(fmt.Sprintf("%s/%s", name, mode), func(t *testing.T) {
-				d := newDriver(t, cpu.Options{})
-				s := newStream(t, d)
+				d, s := newDriverStream(t, cpu.Options{})
 				pre := val[driver.DevicePtr](t)(d.Malloc(256))
 
 				ok(t, d.BeginCapture(s, mode))
@@ -250,14 +243,11 @@ func TestGlobalCaptureInvalidatesEveryGlobalCapture(t *testing.T) {
 }
 
 func TestFreeAsyncInCaptureOnlyForCaptureAllocations(t *testing.T) {
-	d := newDriver(t, cpu.Options{})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{})
 	p := val[driver.DevicePtr](t)(d.Malloc(256))
 	ok(t, d.BeginCapture(s, alloc.Relaxed))
 	isErr(t, d.FreeAsync(p, s), alloc.ErrInvalidValue)
-	wantStatus(t, d, s, driver.CaptureInvalidated)
-	_, err := d.EndCapture(s)
-	isErr(t, err, alloc.ErrCaptureInvalidated)
+	endInvalidated(t, d, s)
 	ok(t, d.Free(p)) // untouched by the refused free
 
 	// Use after a free node invalidates too.
@@ -265,9 +255,7 @@ func TestFreeAsyncInCaptureOnlyForCaptureAllocations(t *testing.T) {
 	q := val[driver.DevicePtr](t)(d.MallocAsync(256, s))
 	ok(t, d.FreeAsync(q, s))
 	isErr(t, d.MemsetAsync(q, 1, 16, s), alloc.ErrInvalidValue)
-	wantStatus(t, d, s, driver.CaptureInvalidated)
-	_, err = d.EndCapture(s)
-	isErr(t, err, alloc.ErrCaptureInvalidated)
+	endInvalidated(t, d, s)
 	wantLive(t, d, 0)
 
 	// Capture memory cannot be freed from outside the capture.
@@ -287,8 +275,7 @@ func TestFreeAsyncInCaptureOnlyForCaptureAllocations(t *testing.T) {
 // that runs its allocation node until the caller frees it; its address stays
 // the graph's for every launch.
 func TestGraphAllocationLifetime(t *testing.T) {
-	d := newDriver(t, cpu.Options{})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{})
 	capture := func() (driver.GraphHandle, driver.DevicePtr) {
 		ok(t, d.BeginCapture(s, alloc.Global))
 		p := val[driver.DevicePtr](t)(d.MallocAsync(1000, s))
@@ -331,19 +318,14 @@ func TestGraphAllocationLifetime(t *testing.T) {
 	ok(t, d.GraphDestroy(g))
 	ok(t, d.GraphExecDestroy(e))
 	wantLive(t, d, 1024)
-	ok(t, d.CopyDtoH(out, p, s))
-	wantBytes(t, out, 8)
-	ok(t, d.FreeAsync(p, s))
-	ok(t, d.StreamSynchronize(s))
-	wantLive(t, d, 0)
+	wantFreedByCaller(t, d, s, p, out, 8)
 }
 
 // cudaGraphLaunch into a capturing stream returns 900 and invalidates the
 // capture in every mode (cmd/cudatruth, CUDA 13.0): the emulation does the
 // same, and the graph still launches once the capture is over.
 func TestGraphLaunchInCaptureIsRefused(t *testing.T) {
-	d := newDriver(t, cpu.Options{})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{})
 	p := val[driver.DevicePtr](t)(d.Malloc(64))
 	out := host(t, d, 64)
 
@@ -355,9 +337,7 @@ func TestGraphLaunchInCaptureIsRefused(t *testing.T) {
 	for _, m := range driver.Modes() {
 		ok(t, d.BeginCapture(s, m))
 		isErr(t, d.GraphLaunch(ce, s), driver.ErrCaptureIllegalOp)
-		wantStatus(t, d, s, driver.CaptureInvalidated)
-		_, err := d.EndCapture(s)
-		isErr(t, err, alloc.ErrCaptureInvalidated)
+		endInvalidated(t, d, s)
 	}
 
 	ok(t, d.GraphLaunch(ce, s))
@@ -382,9 +362,7 @@ func TestSyncOfOtherStreamDuringGlobalCapture(t *testing.T) {
 		err = d.StreamSynchronize(other)
 		if m == alloc.Global {
 			isErr(t, err, driver.ErrCaptureIllegalOp)
-			wantStatus(t, d, s, driver.CaptureInvalidated)
-			_, err = d.EndCapture(s)
-			isErr(t, err, alloc.ErrCaptureInvalidated)
+			endInvalidated(t, d, s)
 			continue
 		}
 		ok(t, err)
@@ -396,8 +374,7 @@ func TestSyncOfOtherStreamDuringGlobalCapture(t *testing.T) {
 }
 
 func TestCaptureUnavailable(t *testing.T) {
-	d := newDriver(t, cpu.Options{NoCapture: true})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{NoCapture: true})
 	isErr(t, d.BeginCapture(s, alloc.Global), driver.ErrCaptureUnavailable)
 	wantStatus(t, d, s, driver.CaptureNone)
 	_, err := d.EndCapture(s)
@@ -407,8 +384,7 @@ func TestCaptureUnavailable(t *testing.T) {
 // CUDA's rules for graphs with memory nodes: one instantiation at a time,
 // and (like every graph) never launched into a capture.
 func TestGraphWithMemoryNodes(t *testing.T) {
-	d := newDriver(t, cpu.Options{})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{})
 	ok(t, d.BeginCapture(s, alloc.Global))
 	p := val[driver.DevicePtr](t)(d.MallocAsync(256, s))
 	ok(t, d.MemsetAsync(p, 1, 256, s))
@@ -420,9 +396,7 @@ func TestGraphWithMemoryNodes(t *testing.T) {
 
 	ok(t, d.BeginCapture(s, alloc.Global))
 	isErr(t, d.GraphLaunch(e, s), driver.ErrCaptureIllegalOp)
-	wantStatus(t, d, s, driver.CaptureInvalidated)
-	_, err = d.EndCapture(s)
-	isErr(t, err, alloc.ErrCaptureInvalidated)
+	endInvalidated(t, d, s)
 
 	ok(t, d.GraphExecDestroy(e))
 	e = val[driver.GraphExec](t)(d.GraphInstantiate(g, false))
@@ -436,8 +410,7 @@ func TestGraphWithMemoryNodes(t *testing.T) {
 // A graph replayed after memory it uses was freed reports the use at the
 // next wait on the launch stream instead of writing to a reused address.
 func TestReplayAfterFreeIsReported(t *testing.T) {
-	d := newDriver(t, cpu.Options{})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{})
 	p := val[driver.DevicePtr](t)(d.Malloc(256))
 	ok(t, d.BeginCapture(s, alloc.Global))
 	ok(t, d.MemsetAsync(p, 1, 256, s))
@@ -455,8 +428,7 @@ func TestReplayAfterFreeIsReported(t *testing.T) {
 // Destroying a graph with a launch still queued is fine, as in CUDA: its
 // memory is released once the launch has run.
 func TestDestroyGraphWithQueuedLaunch(t *testing.T) {
-	d := newDriver(t, cpu.Options{})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{})
 	ok(t, d.BeginCapture(s, alloc.Global))
 	p := val[driver.DevicePtr](t)(d.MallocAsync(256, s))
 	ok(t, d.MemsetAsync(p, 1, 256, s))
@@ -489,9 +461,7 @@ func TestInteractionModeView(t *testing.T) {
 			wantStatus(t, d, s, driver.CaptureActive)
 			_, err := d.WithInteractionMode(alloc.Global).Malloc(64)
 			isErr(t, err, driver.ErrCaptureIllegalOp)
-			wantStatus(t, d, s, driver.CaptureInvalidated)
-			_, err = d.EndCapture(s)
-			isErr(t, err, alloc.ErrCaptureInvalidated)
+			endInvalidated(t, d, s)
 			wantLive(t, d, 0)
 		})
 	}

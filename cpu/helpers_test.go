@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
@@ -50,6 +51,14 @@ func newStream(t testing.TB, d *cpu.Driver) driver.Stream {
 	return val[driver.Stream](t)(d.CreateStream())
 }
 
+// newDriverStream is a new driver with opts and a stream on it, the
+// setup most tests start from.
+func newDriverStream(t testing.TB, opts cpu.Options) (*cpu.Driver, driver.Stream) {
+	t.Helper()
+	d := newDriver(t, opts)
+	return d, newStream(t, d)
+}
+
 func host(t testing.TB, d *cpu.Driver, n int64) []byte {
 	t.Helper()
 	return val[[]byte](t)(d.HostAlloc(n))
@@ -83,4 +92,25 @@ func wantLive(t testing.TB, d *cpu.Driver, want int64) {
 	if got := d.LiveBytes(); got != want {
 		t.Fatalf("live bytes %d, want %d", got, want)
 	}
+}
+
+// endInvalidated checks that the capture on s was invalidated: its status
+// says so and EndCapture fails with ErrCaptureInvalidated.
+func endInvalidated(t testing.TB, d *cpu.Driver, s driver.Stream) {
+	t.Helper()
+	wantStatus(t, d, s, driver.CaptureInvalidated)
+	_, err := d.EndCapture(s)
+	isErr(t, err, alloc.ErrCaptureInvalidated)
+}
+
+// wantFreedByCaller checks that p, an allocation its graph left behind,
+// still holds fill in its first len(out) bytes and is the caller's to
+// free: freeing it releases the last live bytes.
+func wantFreedByCaller(t testing.TB, d *cpu.Driver, s driver.Stream, p driver.DevicePtr, out []byte, fill byte) {
+	t.Helper()
+	ok(t, d.CopyDtoH(out, p, s))
+	wantBytes(t, out, fill)
+	ok(t, d.FreeAsync(p, s))
+	ok(t, d.StreamSynchronize(s))
+	wantLive(t, d, 0)
 }

@@ -38,9 +38,7 @@ func TestMemoryLimit(t *testing.T) {
 	isErr(t, err, alloc.ErrOutOfMemory)
 	_, err = d.MallocAsync(limit, s)
 	isErr(t, err, alloc.ErrOutOfMemory)
-	wantStatus(t, d, s, driver.CaptureInvalidated)
-	_, err = d.EndCapture(s)
-	isErr(t, err, alloc.ErrCaptureInvalidated)
+	endInvalidated(t, d, s)
 	isErr(t, d.Free(q), alloc.ErrInvalidValue)
 	wantLive(t, d, 0)
 	p = val[driver.DevicePtr](t)(d.Malloc(limit))
@@ -48,8 +46,7 @@ func TestMemoryLimit(t *testing.T) {
 }
 
 func TestBadAddresses(t *testing.T) {
-	d := newDriver(t, cpu.Options{})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{})
 	p := val[driver.DevicePtr](t)(d.Malloc(1000))
 	h := host(t, d, 2000)
 	for name, err := range map[string]error{
@@ -103,8 +100,7 @@ func TestBadAddresses(t *testing.T) {
 }
 
 func TestBadHandles(t *testing.T) {
-	d := newDriver(t, cpu.Options{})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{})
 	p := val[driver.DevicePtr](t)(d.Malloc(64))
 	for _, bad := range []driver.Stream{0, 12345} {
 		_, err := d.MallocAsync(64, bad)
@@ -195,8 +191,7 @@ func TestClose(t *testing.T) {
 // offset around the row fill copies before it doubles (ops.go).
 func TestMemsetLengths(t *testing.T) {
 	const size = 2048
-	d := newDriver(t, cpu.Options{})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{})
 	p := val[driver.DevicePtr](t)(d.Malloc(size))
 	got := make([]byte, size)
 	for _, off := range []int64{0, 1, 7, 300} {

@@ -46,8 +46,7 @@ func TestInfo(t *testing.T) {
 }
 
 func TestStreamIsLazyAndOrdered(t *testing.T) {
-	d := newDriver(t, cpu.Options{})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{})
 	const n = 1024
 	p := val[driver.DevicePtr](t)(d.MallocAsync(n, s))
 	in, out := host(t, d, n), host(t, d, n)
@@ -76,8 +75,7 @@ func TestStreamIsLazyAndOrdered(t *testing.T) {
 }
 
 func TestBlockingCopiesAreOrderedOnTheStream(t *testing.T) {
-	d := newDriver(t, cpu.Options{})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{})
 	p := val[driver.DevicePtr](t)(d.MallocAsync(512, s))
 	ok(t, d.MemsetAsync(p, 5, 512, s))
 	out := make([]byte, 512) // pageable
@@ -91,8 +89,7 @@ func TestBlockingCopiesAreOrderedOnTheStream(t *testing.T) {
 }
 
 func TestPageableAsyncCopies(t *testing.T) {
-	d := newDriver(t, cpu.Options{})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{})
 	p := val[driver.DevicePtr](t)(d.MallocAsync(64, s))
 
 	// Pageable source: staged at the call, so reusing it at once is safe.
@@ -113,8 +110,7 @@ func TestPageableAsyncCopies(t *testing.T) {
 }
 
 func TestFreeAsyncIsStreamOrdered(t *testing.T) {
-	d := newDriver(t, cpu.Options{})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{})
 	p := val[driver.DevicePtr](t)(d.MallocAsync(1000, s))
 	wantLive(t, d, 1024) // rounded to the 256-byte alignment
 	ok(t, d.FreeAsync(p, s))
@@ -127,8 +123,7 @@ func TestFreeAsyncIsStreamOrdered(t *testing.T) {
 }
 
 func TestUseAfterStreamOrderedFreeFailsAtSynchronize(t *testing.T) {
-	d := newDriver(t, cpu.Options{})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{})
 	p := val[driver.DevicePtr](t)(d.MallocAsync(256, s))
 	ok(t, d.FreeAsync(p, s))
 	ok(t, d.MemsetAsync(p, 1, 256, s)) // still allocated when enqueued
@@ -163,8 +158,7 @@ func TestMallocAsyncReusesQueuedFrees(t *testing.T) {
 }
 
 func TestDestroyStreamRunsQueuedWork(t *testing.T) {
-	d := newDriver(t, cpu.Options{})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{})
 	p := val[driver.DevicePtr](t)(d.MallocAsync(256, s))
 	ok(t, d.FreeAsync(p, s))
 	ok(t, d.DestroyStream(s))

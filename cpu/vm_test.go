@@ -5,12 +5,14 @@ package cpu_test
 import (
 	"bytes"
 	"errors"
+	"maps"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 )
@@ -42,8 +44,7 @@ func pattern(n int, seed byte) []byte {
 // Two chunks mapped by separate calls read and write as one range: memset,
 // every copy and DirectSpan across their boundary. New chunks are zeroed.
 func TestVMAcrossChunkBoundary(t *testing.T) {
-	d := newDriver(t, cpu.Options{})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{})
 	base := reserveMapped(t, d, 4, 2)
 	wantLive(t, d, 2*gran)
 
@@ -100,8 +101,7 @@ func TestVMAcrossChunkBoundary(t *testing.T) {
 // with ErrInvalidValue (never a fault), and so does queued or captured work
 // that reaches it after an unmap. Remapping gives zeroed memory again.
 func TestVMUnmappedAccessFails(t *testing.T) {
-	d := newDriver(t, cpu.Options{})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{})
 	base := reserveMapped(t, d, 4, 2)
 	third := base + driver.DevicePtr(2*gran)
 	buf := make([]byte, 64)
@@ -170,8 +170,7 @@ func vmStateOf(d *cpu.Driver) vmState { return vmState{d.LiveBytes(), d.LiveAllo
 // Every bad input is ErrInvalidValue and changes nothing: the mappings
 // stay readable with their bytes, the accounting is the same.
 func TestVMBadInput(t *testing.T) {
-	d := newDriver(t, cpu.Options{})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{})
 	base := val[driver.DevicePtr](t)(d.ReserveAddress(8 * gran))
 	twoChunks := base + driver.DevicePtr(2*gran) // mapped by one call
 	ok(t, d.MapMemory(base, gran))
@@ -183,35 +182,19 @@ func TestVMBadInput(t *testing.T) {
 	before := vmStateOf(d)
 
 	at := func(chunks int64) driver.DevicePtr { return base + driver.DevicePtr(chunks*gran) }
-	cases := map[string]error{
-		"map: size not a multiple":         d.MapMemory(at(5), gran+4096),
-		"map: size zero":                   d.MapMemory(at(5), 0),
-		"map: size negative":               d.MapMemory(at(5), -gran),
-		"map: offset not a multiple":       d.MapMemory(at(5)+4096, gran),
-		"map: past the end":                d.MapMemory(at(7), 2*gran),
-		"map: already mapped":              d.MapMemory(base, gran),
-		"map: overlaps a mapping":          d.MapMemory(at(1), 2*gran),
-		"map: inside a mapping":            d.MapMemory(at(3), gran),
-		"map: in a Malloc allocation":      d.MapMemory(m, gran),
-		"map: unknown address":             d.MapMemory(base+1<<50, gran),
-		"map: null":                        d.MapMemory(0, gran),
-		"unmap: half of a mapping":         d.UnmapMemory(twoChunks, gran),
-		"unmap: second half of a mapping":  d.UnmapMemory(at(3), gran),
-		"unmap: two mappings at once":      d.UnmapMemory(base, 4*gran),
-		"unmap: not mapped":                d.UnmapMemory(at(5), gran),
-		"unmap: misaligned":                d.UnmapMemory(base+4096, gran),
-		"unmap: in a Malloc allocation":    d.UnmapMemory(m, gran),
-		"release: chunks still mapped":     d.ReleaseAddress(base, 8*gran),
-		"release: wrong size":              d.ReleaseAddress(base, 4*gran),
-		"release: not the base":            d.ReleaseAddress(at(1), 7*gran),
-		"release: a Malloc allocation":     d.ReleaseAddress(m, gran),
-		"free: a reservation":              d.Free(base),
-		"free async: a reservation":        d.FreeAsync(base, s),
-		"reserve: size zero":               second(d.ReserveAddress(0)),
-		"reserve: size not a multiple":     second(d.ReserveAddress(gran + 1)),
-		"reserve: size negative":           second(d.ReserveAddress(-gran)),
-		"memset: past the reservation end": d.MemsetAsync(at(8)-1, 0, 2, s),
-	}
+	cases := alloctest.VMBadInput(d, base, m, gran)
+	maps.Copy(cases, map[string]error{
+		"map: size negative":                d.MapMemory(at(5), -gran),
+		"map: unknown address":              d.MapMemory(base+1<<50, gran),
+		"unmap: second half of a mapping":   d.UnmapMemory(at(3), gran),
+		"unmap: misaligned":                 d.UnmapMemory(base+4096, gran),
+		"unmap: in a Malloc allocation":     d.UnmapMemory(m, gran),
+		"free: a reservation":               d.Free(base),
+		"free async: a reservation":         d.FreeAsync(base, s),
+		"reserve: one byte past a multiple": second(d.ReserveAddress(gran + 1)),
+		"reserve: size negative":            second(d.ReserveAddress(-gran)),
+		"memset: past the reservation end":  d.MemsetAsync(at(8)-1, 0, 2, s),
+	})
 	for name, err := range cases {
 		if err == nil {
 			t.Fatalf("%s: no error", name)
@@ -249,8 +232,7 @@ func second[T any](_ T, err error) error { return err }
 // Mapped bytes count against MemoryLimit with Malloc's: a mapping past it
 // fails with ErrOutOfMemory and maps nothing; unmapping gives room back.
 func TestVMMemoryLimit(t *testing.T) {
-	d := newDriver(t, cpu.Options{MemoryLimit: 3 * gran})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{MemoryLimit: 3 * gran})
 	base := val[driver.DevicePtr](t)(d.ReserveAddress(16 * gran)) // more than the device has
 	ok(t, d.MapMemory(base, 2*gran))
 	err := d.MapMemory(base+driver.DevicePtr(2*gran), 2*gran)
@@ -315,8 +297,7 @@ func TestVMUsageAndClose(t *testing.T) {
 // a Global-mode capture (invalidating it) for a Global caller, allowed
 // through a Relaxed interaction view.
 func TestVMDuringCapture(t *testing.T) {
-	d := newDriver(t, cpu.Options{})
-	s := newStream(t, d)
+	d, s := newDriverStream(t, cpu.Options{})
 	base := reserveMapped(t, d, 4, 1)
 	ok(t, d.BeginCapture(s, alloc.Global))
 	isErr(t, d.MapMemory(base+driver.DevicePtr(gran), gran), driver.ErrCaptureIllegalOp)

@@ -36,6 +36,7 @@ import (
 	_ "github.com/capalloc/capalloc/cpu"
 	_ "github.com/capalloc/capalloc/cuda"
 	_ "github.com/capalloc/capalloc/hip"
+	"github.com/capalloc/capalloc/internal/cliargs"
 )
 
 func main() {
@@ -48,18 +49,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	backend := fs.String("backend", "cpu", "backend config to replay on ("+strings.Join(backends.Names(), ", ")+"), with options: cpu:memory_limit=16GiB")
 	expandable := fs.Bool("expandable", false, "replay with expandable segments (Options.ExpandableSegments)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: allocreplay [-backend=cpu] [-expandable] FILE.json")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	file, ok := cliargs.ParseOne(fs, args, "usage: allocreplay [-backend=cpu] [-expandable] FILE.json")
+	if !ok {
 		return 2
 	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return 2
-	}
-	hs, err := memmap.ReadHistoryFile(fs.Arg(0), memmap.DefaultHistoryLimits)
+	hs, err := memmap.ReadHistoryFile(file, memmap.DefaultHistoryLimits)
 	if err != nil {
 		fmt.Fprintln(stderr, "allocreplay:", err)
 		return 1

@@ -25,6 +25,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc/allocview"
 	"github.com/capalloc/capalloc/alloc/memmap"
+	"github.com/capalloc/capalloc/internal/cliargs"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -38,15 +39,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Uint64Var(&v.To, "to", 0, "last event shown; 0: the last")
 	fs.StringVar(&v.Site, "site", "", "show only buffers allocated at call sites whose name contains this")
 	baseline := fs.String("baseline", "in", "out: take out the bytes held throughout what is shown, so the axis spans the step")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: allocview [-o OUT.html] [-from N] [-to N] [-site NAME] [-baseline=out] FILE.json")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
+	in, ok := cliargs.ParseOne(fs, args, "usage: allocview [-o OUT.html] [-from N] [-to N] [-site NAME] [-baseline=out] FILE.json")
+	if !ok {
 		return 2
 	}
 	switch *baseline {
@@ -61,7 +55,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "allocview: -to %d is before -from %d\n", v.To, v.From)
 		return 2
 	}
-	in := fs.Arg(0)
 	hs, err := memmap.ReadHistoryFile(in, memmap.DefaultHistoryLimits)
 	if err != nil {
 		fmt.Fprintln(stderr, "allocview:", err)

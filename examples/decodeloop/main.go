@@ -33,10 +33,7 @@ func main() {
 	steps := flag.Int("steps", 1000, "decode steps to run in each mode")
 	kern := flag.Int("kernels", 0, "kernels per step (axpy; cuda, hip): 0 runs copies and memsets instead")
 	flag.Parse()
-	if err := run(os.Stdout, *backend, *steps, *kern); err != nil {
-		fmt.Fprintln(os.Stderr, "decodeloop:", err)
-		os.Exit(1)
-	}
+	prog.ExitOnError("decodeloop", run(os.Stdout, *backend, *steps, *kern))
 }
 
 const (

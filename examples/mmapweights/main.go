@@ -40,10 +40,7 @@ func main() {
 	replays := flag.Int("replays", 4, "replays of the captured step, the weights changed before each")
 	floats := flag.Int("floats", 64<<10, "float32 weights in the file")
 	flag.Parse()
-	if err := run(os.Stdout, *backend, *replays, *floats); err != nil {
-		fmt.Fprintln(os.Stderr, "mmapweights:", err)
-		os.Exit(1)
-	}
+	prog.ExitOnError("mmapweights", run(os.Stdout, *backend, *replays, *floats))
 }
 
 // weight is the file's i-th weight at version v (the file is rewritten

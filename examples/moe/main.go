@@ -21,7 +21,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -31,8 +30,8 @@ import (
 	_ "github.com/capalloc/capalloc/cpu" // the backends a -backend name may ask for
 	_ "github.com/capalloc/capalloc/cuda"
 	_ "github.com/capalloc/capalloc/hip"
+	"github.com/capalloc/capalloc/internal/prog"
 	"github.com/capalloc/capalloc/internal/rankheap"
-	"github.com/capalloc/capalloc/internal/ranks"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -40,36 +39,18 @@ func main() {
 	steps := flag.Int("steps", 50, "steps, each with new tokens and a new routing")
 	backend := flag.String("backend", "cpu", "backend of every rank (a backends name: cpu, cuda, hip)")
 	flag.Parse()
-	if err := run(os.Stdout, *backend, *steps); err != nil {
-		fmt.Fprintln(os.Stderr, "moe:", err)
-		os.Exit(1)
-	}
+	prog.ExitOnError("moe", run(os.Stdout, *backend, *steps))
 }
 
 // run runs every rank as a goroutine, each on its own driver of backend.
 func run(w io.Writer, backend string, steps int) error {
-	hs, err := rankheap.Local(experts, heapSize)
+	kinds, err := rankheap.RunLocal(backend, experts, heapSize, symheap.Options{Timeout: timeout}, func(h symheap.Collectives, a *alloc.Allocator, r int) error {
+		return runRank(h, a, r, steps)
+	})
 	if err != nil {
-		return err
-	}
-	defer hs.Group.Close()
-	kinds := make([]string, experts)
-	if err := errors.Join(ranks.Each(experts, func(r int) (err error) {
-		kinds[r], err = rank(backend, hs, r, steps)
-		return err
-	})...); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "%d experts as goroutines on %s (%s): dispatch, expert and combine captured once, %d steps replayed with new routing, every token checked\n",
 		experts, backend, kinds[0], steps)
 	return nil
-}
-
-// rank runs rank r on its own driver of backend and heap from src (the
-// device heap where the driver has IPC memory and kernels of ours, the
-// host heap of its group otherwise). kind is the heap it ran on.
-func rank(backend string, src rankheap.Source, r, steps int) (kind string, err error) {
-	return src.Run(backend, r, symheap.Options{Timeout: timeout}, func(h symheap.Collectives, a *alloc.Allocator) error {
-		return runRank(h, a, r, steps)
-	})
 }

@@ -39,6 +39,7 @@ import (
 	_ "github.com/capalloc/capalloc/cpu" // the backends a -backend name may ask for
 	_ "github.com/capalloc/capalloc/cuda"
 	_ "github.com/capalloc/capalloc/hip"
+	"github.com/capalloc/capalloc/internal/prog"
 	"github.com/capalloc/capalloc/internal/rankheap"
 	"github.com/capalloc/capalloc/internal/ranks"
 	"github.com/capalloc/capalloc/symheap"
@@ -76,26 +77,16 @@ func main() {
 	default:
 		err = runGoroutines(os.Stdout, *backend, *steps)
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "pipeline:", err)
-		os.Exit(1)
-	}
+	prog.ExitOnError("pipeline", err)
 }
 
 // runGoroutines runs both stages in this process, each on its own driver
 // of backend.
 func runGoroutines(w io.Writer, backend string, steps int) error {
-	hs, err := rankheap.Local(stages, heapSize)
-	if err != nil {
-		return err
-	}
-	defer hs.Group.Close()
-	kinds := make([]string, stages)
-	errs := ranks.Each(stages, func(r int) (err error) {
-		kinds[r], err = stage(backend, hs, r, steps)
-		return err
+	kinds, err := rankheap.RunLocal(backend, stages, heapSize, symheap.Options{Timeout: timeout}, func(h symheap.Collectives, a *alloc.Allocator, r int) error {
+		return run(h, a, r, steps)
 	})
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "2 stages as goroutines on %s (%s), %d steps replayed, every output checked\n", backend, kinds[0], steps)

@@ -34,10 +34,7 @@ func main() {
 	steps := flag.Int("steps", 100, "decode steps")
 	misplace := flag.Bool("misplace", false, "put the non-capturable upload in the captured region (the capture fails; the step falls back to eager)")
 	flag.Parse()
-	if err := run(os.Stdout, *backend, *steps, *misplace); err != nil {
-		fmt.Fprintln(os.Stderr, "stepexec:", err)
-		os.Exit(1)
-	}
+	prog.ExitOnError("stepexec", run(os.Stdout, *backend, *steps, *misplace))
 }
 
 const (

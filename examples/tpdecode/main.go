@@ -30,6 +30,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/backends"
+	"github.com/capalloc/capalloc/internal/prog"
 	_ "github.com/capalloc/capalloc/internal/prog" // registers the backends a -backend name may ask for
 	"github.com/capalloc/capalloc/internal/rankheap"
 	internalranks "github.com/capalloc/capalloc/internal/ranks"
@@ -70,10 +71,7 @@ func main() {
 }
 
 func exitIf(err error) {
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "tpdecode:", err)
-		os.Exit(1)
-	}
+	prog.ExitOnError("tpdecode", err)
 	if os.Getenv(envRank) != "" {
 		os.Exit(0) // a rank process does nothing else
 	}

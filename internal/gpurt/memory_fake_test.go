@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/cpu"
 	"github.com/capalloc/capalloc/internal/allocipc"
@@ -110,9 +111,7 @@ func ipcChild(t *testing.T, v *vendorCase, hx string) {
 func TestFakeIPCThroughAllocatorIsGuarded(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		d, log := openFake(t, v, opts{})
-		a, err := alloc.New(d, alloc.Options{})
-		require.NoError(t, err)
-		defer a.Close()
+		a := alloctest.New(t, d, alloc.Options{})
 		b, err := a.AllocSync(4096)
 		require.NoError(t, err)
 		h, err := allocipc.Export(a, b)
@@ -141,14 +140,13 @@ func TestFakeIPCThroughAllocatorIsGuarded(t *testing.T) {
 func TestIPCOnBackendWithoutIt(t *testing.T) {
 	d, err := cpu.New(cpu.Options{})
 	require.NoError(t, err)
-	a, err := alloc.New(d, alloc.Options{})
-	require.NoError(t, err)
-	defer a.Close()
+	a := alloctest.New(t, d, alloc.Options{})
 	b, err := a.AllocSync(64)
 	require.NoError(t, err)
 	_, err = allocipc.Export(a, b)
 	require.ErrorIs(t, err, alloc.ErrInvalidValue)
 	require.Contains(t, err.Error(), "no IPC memory handles")
+	require.NoError(t, a.Free(b), "the refused export left the buffer the caller's")
 }
 
 // graphMemory captures an allocation the graph also frees, then closes the
@@ -165,9 +163,7 @@ func graphMemory(t *testing.T, a *alloc.Allocator, n int64) {
 func TestFakeTrimTrimsGraphMemory(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		d, log := openFake(t, v, opts{})
-		a, err := alloc.New(d, alloc.Options{})
-		require.NoError(t, err)
-		defer a.Close()
+		a := alloctest.New(t, d, alloc.Options{})
 		graphMemory(t, a, 1<<20)
 		log.Lines()
 		require.NoError(t, a.Trim())
@@ -191,9 +187,7 @@ func TestFakeOutOfMemoryTrimsGraphMemory(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		t.Setenv(v.envPrefix+"MEM", "4194304")
 		d, log := openFake(t, v, opts{})
-		a, err := alloc.New(d, alloc.Options{})
-		require.NoError(t, err)
-		defer a.Close()
+		a := alloctest.New(t, d, alloc.Options{})
 		graphMemory(t, a, 3<<20)
 		log.Lines()
 		b, err := a.Alloc(2 << 20)
@@ -219,9 +213,7 @@ func TestFakeGraphMemTrimAbsent(t *testing.T) {
 		defer d.Close()
 		require.Contains(t, strings.Join(d.Warnings(), "\n"), "lacks "+v.fn("DeviceGraphMemTrim"))
 		require.NoError(t, d.TrimGraphMemory(), "nothing to call")
-		a, err := alloc.New(d, alloc.Options{})
-		require.NoError(t, err)
-		defer a.Close()
+		a := alloctest.New(t, d, alloc.Options{})
 		graphMemory(t, a, 3<<20)
 		require.NoError(t, a.Trim())
 		_, err = a.Alloc(2 << 20)

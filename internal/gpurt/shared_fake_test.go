@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/internal/gpurt"
@@ -104,9 +105,7 @@ func TestFakeCloseOutsideGlobalCaptureIsImmediate(t *testing.T) {
 		log := openFakeLog(t, path)
 		d, err := v.open(opts{})
 		require.NoError(t, err)
-		a, err := alloc.New(d, alloc.Options{})
-		require.NoError(t, err)
-		defer a.Close()
+		a := alloctest.New(t, d, alloc.Options{})
 		require.NoError(t, a.BeginCapture(alloc.ThreadLocal))
 		other, err := v.open(opts{})
 		require.NoError(t, err, "a ThreadLocal capture does not forbid opening on the driver's own thread")
@@ -126,13 +125,11 @@ func TestFakeCloseOutsideGlobalCaptureIsImmediate(t *testing.T) {
 func TestFake900LeavesCaptureActive(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		d, _ := openFake(t, v, opts{})
-		a, err := alloc.New(d, alloc.Options{})
-		require.NoError(t, err)
-		defer a.Close()
+		a := alloctest.New(t, d, alloc.Options{})
 		require.NoError(t, a.BeginCapture(alloc.Global))
 
 		v.fail(t, v.fn("MallocFromPoolAsync")+":900")
-		_, err = a.Alloc(4096)
+		_, err := a.Alloc(4096)
 		require.ErrorIs(t, err, driver.ErrCaptureIllegalOp)
 		require.NotErrorIs(t, err, alloc.ErrCaptureInvalidated)
 		require.Contains(t, err.Error(), v.failed(v.fn("MallocFromPoolAsync"), 900))
@@ -154,9 +151,7 @@ func TestFake900LeavesCaptureActive(t *testing.T) {
 func TestFake900ThatInvalidatesSaysSo(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		d, _ := openFake(t, v, opts{})
-		a, err := alloc.New(d, alloc.Options{})
-		require.NoError(t, err)
-		defer a.Close()
+		a := alloctest.New(t, d, alloc.Options{})
 		buf, err := a.Alloc(256)
 		require.NoError(t, err)
 		require.NoError(t, a.BeginCapture(alloc.Global))
@@ -359,9 +354,7 @@ func TestFakeLegacyStreamDuringCapture(t *testing.T) {
 					d, err := v.open(opts{Blocking: blocking})
 					require.NoError(t, err)
 					t.Cleanup(func() { d.Close() })
-					a, err := alloc.New(d, alloc.Options{})
-					require.NoError(t, err)
-					defer a.Close()
+					a := alloctest.New(t, d, alloc.Options{})
 					scratch, err := a.Alloc(256)
 					require.NoError(t, err)
 					require.NoError(t, a.BeginCapture(mode))

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 )
 
 // StreamIdle is the stream query: success is idle (and reports, once, the
@@ -59,9 +60,7 @@ func TestFakeStreamIdle(t *testing.T) {
 func TestFakeSynchronizeOfIdleStreamIsOneQuery(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		d, log := openFake(t, v, opts{})
-		a, err := alloc.New(d, alloc.Options{})
-		require.NoError(t, err)
-		defer a.Close()
+		a := alloctest.New(t, d, alloc.Options{})
 		log.Lines()
 		require.NoError(t, a.Synchronize())
 		lines := log.Lines()

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capalloc/capalloc/alloc"
+	"github.com/capalloc/capalloc/alloc/alloctest"
 	"github.com/capalloc/capalloc/alloc/driver"
 )
 
@@ -116,30 +117,11 @@ func TestFakeVirtualMemoryBadInput(t *testing.T) {
 		fill(t, d, two, bytes.Repeat([]byte{4}, 2*fakeGran))
 		m, err := d.Malloc(fakeGran)
 		require.NoError(t, err)
-		at := func(chunks int) driver.DevicePtr { return base + driver.DevicePtr(chunks*fakeGran) }
 		log.Lines()
 
-		for name, err := range map[string]error{
-			"reserve: size zero":             second(vm.ReserveAddress(0)),
-			"reserve: size not a multiple":   second(vm.ReserveAddress(fakeGran + 4096)),
-			"map: size not a multiple":       vm.MapMemory(at(5), fakeGran+4096),
-			"map: size zero":                 vm.MapMemory(at(5), 0),
-			"map: offset not a multiple":     vm.MapMemory(at(5)+4096, fakeGran),
-			"map: past the end":              vm.MapMemory(at(7), 2*fakeGran),
-			"map: already mapped":            vm.MapMemory(base, fakeGran),
-			"map: overlaps a mapping":        vm.MapMemory(at(1), 2*fakeGran),
-			"map: inside a mapping":          vm.MapMemory(at(3), fakeGran),
-			"map: a Malloc allocation":       vm.MapMemory(m, fakeGran),
-			"map: null":                      vm.MapMemory(0, fakeGran),
-			"unmap: half a mapping":          vm.UnmapMemory(two, fakeGran),
-			"unmap: two mappings at once":    vm.UnmapMemory(base, 4*fakeGran),
-			"unmap: not mapped":              vm.UnmapMemory(at(5), fakeGran),
-			"release: chunks mapped":         vm.ReleaseAddress(base, 8*fakeGran),
-			"release: wrong size":            vm.ReleaseAddress(base, 4*fakeGran),
-			"release: not the base":          vm.ReleaseAddress(at(1), 7*fakeGran),
-			"release: a Malloc allocation":   vm.ReleaseAddress(m, fakeGran),
-			"release: size zero, wrong size": vm.ReleaseAddress(base, 0),
-		} {
+		cases := alloctest.VMBadInput(vm, base, m, fakeGran)
+		cases["release: size zero, wrong size"] = vm.ReleaseAddress(base, 0)
+		for name, err := range cases {
 			require.ErrorIs(t, err, alloc.ErrInvalidValue, name)
 		}
 		require.Empty(t, v.vmLines(log.Lines()), "every refusal before a runtime call")
@@ -151,8 +133,6 @@ func TestFakeVirtualMemoryBadInput(t *testing.T) {
 		require.NoError(t, d.Free(m))
 	})
 }
-
-func second[T any](_ T, err error) error { return err }
 
 // Out of device memory is ErrOutOfMemory with nothing mapped; a failure
 // part way through a map (the map call, the access call) undoes what was

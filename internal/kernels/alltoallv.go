@@ -27,10 +27,7 @@ const AllToAllVSize = CollSize + 24
 func (v *AllToAllVArgs) Encode(b []byte) []byte {
 	b = b[:AllToAllVSize]
 	v.Coll.Encode(b)
-	le := binary.LittleEndian
-	le.PutUint64(b[CollSize:], v.OutBytes)
-	le.PutUint64(b[CollSize+8:], v.SendOff)
-	le.PutUint64(b[CollSize+16:], v.RecvOff)
+	putU64s(b[CollSize:], v.OutBytes, v.SendOff, v.RecvOff)
 	return b
 }
 

@@ -59,16 +59,27 @@ const CollSize = 56
 // alignment) into b, which must hold CollSize bytes, and returns it.
 func (c *Coll) Encode(b []byte) []byte {
 	b = b[:CollSize]
-	le := binary.LittleEndian
-	le.PutUint64(b[0:], c.Table)
-	le.PutUint64(b[8:], c.InOff)
-	le.PutUint64(b[16:], c.OutOff)
-	le.PutUint64(b[24:], c.Count)
-	le.PutUint64(b[32:], c.TimeoutTicks)
-	le.PutUint32(b[40:], c.Rank)
-	le.PutUint32(b[44:], c.NRanks)
-	le.PutUint32(b[48:], c.DType)
-	le.PutUint32(b[52:], c.Sig)
+	putU32s(putU64s(b, c.Table, c.InOff, c.OutOff, c.Count, c.TimeoutTicks), c.Rank, c.NRanks, c.DType, c.Sig)
+	return b
+}
+
+// putU64s writes vs into b one after the other, little-endian, and
+// returns what follows them: the encoders write each struct's fields in
+// the source's order, so no offset is written twice.
+func putU64s(b []byte, vs ...uint64) []byte {
+	for _, v := range vs {
+		binary.LittleEndian.PutUint64(b, v)
+		b = b[8:]
+	}
+	return b
+}
+
+// putU32s is putU64s for 32-bit fields.
+func putU32s(b []byte, vs ...uint32) []byte {
+	for _, v := range vs {
+		binary.LittleEndian.PutUint32(b, v)
+		b = b[4:]
+	}
 	return b
 }
 
@@ -88,11 +99,7 @@ const P2PSize = CollSize + 16
 func (p *P2P) Encode(b []byte) []byte {
 	b = b[:P2PSize]
 	p.Coll.Encode(b)
-	le := binary.LittleEndian
-	le.PutUint32(b[CollSize:], p.Peer)
-	le.PutUint32(b[CollSize+4:], p.Slot)
-	le.PutUint32(b[CollSize+8:], p.Value)
-	le.PutUint32(b[CollSize+12:], 0)
+	putU32s(b[CollSize:], p.Peer, p.Slot, p.Value, 0)
 	return b
 }
 
@@ -164,12 +171,7 @@ const AxpySize = 32
 // Encode writes k into b (AxpySize bytes) and returns it.
 func (k *AxpyArgs) Encode(b []byte) []byte {
 	b = b[:AxpySize]
-	le := binary.LittleEndian
-	le.PutUint64(b[0:], k.X)
-	le.PutUint64(b[8:], k.Y)
-	le.PutUint64(b[16:], k.N)
-	le.PutUint32(b[24:], math.Float32bits(k.A))
-	le.PutUint32(b[28:], 0)
+	putU32s(putU64s(b, k.X, k.Y, k.N), math.Float32bits(k.A), 0)
 	return b
 }
 

@@ -1,4 +1,5 @@
 // Package prog holds what the module's commands (cmd/...) and examples
 // (examples/...) share: the backends a -backend flag may name, the
-// -backend flag itself, and serving HTTP until an interrupt.
+// -backend flag itself, serving HTTP until an interrupt, and ending the
+// program on an error.
 package prog

@@ -11,6 +11,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/backends"
+	"github.com/capalloc/capalloc/internal/ranks"
 	"github.com/capalloc/capalloc/symheap"
 )
 
@@ -76,4 +77,24 @@ func (s Source) Run(backend string, r int, opts symheap.Options, fn func(h symhe
 	}
 	defer func() { err = errors.Join(err, h.Close()) }()
 	return kind, fn(h, a)
+}
+
+// RunLocal runs n ranks as goroutines of this process on Local(n, size):
+// rank r is Run(backend, r, opts) with fn(h, a, r). It closes the group
+// once every rank has returned, joins the ranks' errors, and says which
+// heap each rank ran on.
+func RunLocal(backend string, n int, size int64, opts symheap.Options, fn func(h symheap.Collectives, a *alloc.Allocator, r int) error) (kinds []string, err error) {
+	src, err := Local(n, size)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Group.Close()
+	kinds = make([]string, n)
+	errs := ranks.Each(n, func(r int) (err error) {
+		kinds[r], err = src.Run(backend, r, opts, func(h symheap.Collectives, a *alloc.Allocator) error {
+			return fn(h, a, r)
+		})
+		return err
+	})
+	return kinds, errors.Join(errs...)
 }

@@ -8,14 +8,21 @@ import (
 	"testing"
 )
 
-// TestRepository runs the check on this repository: every path, package
-// and identifier a comment or a document names exists, or is an entry of
-// allowlist.txt.
-func TestRepository(t *testing.T) {
+// repoRoot is the repository's root, two levels above this package.
+func repoRoot(t *testing.T) string {
+	t.Helper()
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return root
+}
+
+// TestRepository runs the check on this repository: every path, package
+// and identifier a comment or a document names exists, or is an entry of
+// allowlist.txt.
+func TestRepository(t *testing.T) {
+	root := repoRoot(t)
 	allow, err := readAllowlist("allowlist.txt")
 	if err != nil {
 		t.Fatal(err)
@@ -79,10 +86,7 @@ func TestDesignIndexesEveryNote(t *testing.T) {
 // (docs/design.md, "Layers", read by CheckLayers: the table there is the
 // only copy of the rule).
 func TestLayers(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := repoRoot(t)
 	problems, err := CheckLayers(root)
 	if err != nil {
 		t.Fatal(err)
@@ -95,10 +99,7 @@ func TestLayers(t *testing.T) {
 // TestNoTrackedExecutables: git tracks no built binary (go build's output
 // at the root, a test binary, an object file); .gitignore names them.
 func TestNoTrackedExecutables(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := repoRoot(t)
 	found, err := TrackedExecutables(root)
 	if err != nil {
 		t.Fatalf("git ls-files: %v (the check needs git and the repository's .git)", err)
