@@ -144,37 +144,96 @@ func TestFakeKernelFaultEndsSpinWaits(t *testing.T) {
 
 // Residency: the fake device has one multiprocessor that holds two
 // blocks of the barrier. Two ranks' barriers of two blocks each cannot
-// be co-resident: the blocks admitted first wait for peers that cannot
-// start, until the timeout; then the others run, find their peer
-// arrived, and pass. So exactly one rank records a timeout. With room for
-// four blocks, both pass.
+// be co-resident: the launch admitted first holds both places (a grid's
+// blocks are dispatched together, as on a GPU) and its blocks wait for a
+// peer that cannot start, until the timeout; then the other runs, finds
+// its peer arrived, and passes. So exactly one rank records a timeout,
+// whichever launched first and however late the other came. With room
+// for four blocks both pass: their timeout only bounds a hang (the
+// barrier passes as soon as the peer arrives), so a rank that starts late
+// on a loaded machine still meets its peer.
 func TestFakeKernelResidency(t *testing.T) {
 	forEach(t, func(t *testing.T, v *vendorCase) {
 		t.Setenv(v.envPrefix+"SMS", "1")
 		d, m, _ := kernelDriver(t, v, opts{})
 		for _, c := range []struct {
 			blocksPerSM string
+			timeout     time.Duration
 			timeouts    int
-		}{{"capalloc_barrier=2,*=8", 1}, {"4", 0}} {
+		}{{"capalloc_barrier=2,*=8", 300 * time.Millisecond, 1}, {"4", 30 * time.Second, 0}} {
 			t.Setenv(v.envPrefix+"BLOCKS_PER_SM", c.blocksPerSM)
 			h := newHeap(t, d, 2)
 			streams := []driver.Stream{newStream(t, d), newStream(t, d)}
 			errs := inParallel(t, 2, func(r int) error {
-				return d.LaunchKernel(m.Kernels[kernels.Barrier], 2, 4, collParams(h.table, r, 2, 300*time.Millisecond), streams[r])
+				return d.LaunchKernel(m.Kernels[kernels.Barrier], 2, 4, collParams(h.table, r, 2, c.timeout), streams[r])
 			})
-			timeouts := 0
-			for r := range 2 {
-				require.NoError(t, errs[r], "rank %d: the failure is in the pad", r)
-				switch pe := h.padError(t, d, r); pe.Status {
-				case kernels.ErrTimeout:
-					timeouts++
-				case kernels.ErrNone:
-				default:
-					t.Fatalf("%s: rank %d: %+v", c.blocksPerSM, r, pe)
-				}
-			}
-			require.Equal(t, c.timeouts, timeouts, "BLOCKS_PER_SM=%s", c.blocksPerSM)
+			require.Equal(t, c.timeouts, h.timeouts(t, d, errs), "BLOCKS_PER_SM=%s", c.blocksPerSM)
 		}
+	})
+}
+
+// timeouts counts the ranks of h whose barrier timed out, given each
+// rank's launch error (none: a failure is recorded in the pad); any
+// other failure fails the test.
+func (h heap) timeouts(t *testing.T, d gpuDriver, errs []error) int {
+	t.Helper()
+	n := 0
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d: the failure is in the pad", r)
+		switch pe := h.padError(t, d, r); pe.Status {
+		case kernels.ErrTimeout:
+			n++
+		case kernels.ErrNone:
+		default:
+			t.Fatalf("rank %d: %+v", r, pe)
+		}
+	}
+	return n
+}
+
+// Launches are admitted grid by grid, in the order they ask, as a GPU's
+// block scheduler dispatches one grid's blocks before the next one's. On
+// the device of TestFakeKernelResidency (two barrier blocks) a lone
+// rank's barrier holds both places until its timeout; two ranks' barriers
+// of two blocks each ask meanwhile. When the places free, the launch that
+// asked first takes both and times out waiting for the other, which then
+// runs and passes: exactly one of them times out, whoever asked first. A
+// scheduler that handed the freed places out block by block in the order
+// the blocks asked would seat one block of each (the first launch's
+// second block asks only once its first is seated) and both would pass,
+// which a GPU does not do.
+func TestFakeKernelResidencyWholeGrids(t *testing.T) {
+	forEach(t, func(t *testing.T, v *vendorCase) {
+		t.Setenv(v.envPrefix+"SMS", "1")
+		t.Setenv(v.envPrefix+"BLOCKS_PER_SM", "capalloc_barrier=2,*=8")
+		d, m, _ := kernelDriver(t, v, opts{})
+		lone, h := newHeap(t, d, 2), newHeap(t, d, 2)
+		s := newStream(t, d)
+		held := make(chan error, 1)
+		// Its hold lasts past the other two's asking (for the
+		// block-by-block scheduler to show); what this test asserts
+		// does not depend on it.
+		go func() {
+			held <- d.LaunchKernel(m.Kernels[kernels.Barrier], 2, 4, collParams(lone.table, 0, 2, time.Second), s)
+		}()
+		// Both its blocks are seated once each stored its arrival in the
+		// absent rank's pad (arrive[block][rank 0]).
+		deadline := time.Now().Add(time.Minute)
+		for {
+			arrive := read(t, d, lone.bases[1]+kernels.PadArrivesOff, 8*(kernels.MaxRanks+1))
+			if binary.LittleEndian.Uint64(arrive) != 0 && binary.LittleEndian.Uint64(arrive[8*kernels.MaxRanks:]) != 0 {
+				break
+			}
+			require.False(t, time.Now().After(deadline), "the lone barrier's blocks never started")
+			time.Sleep(time.Millisecond)
+		}
+		streams := []driver.Stream{newStream(t, d), newStream(t, d)}
+		errs := inParallel(t, 2, func(r int) error {
+			return d.LaunchKernel(m.Kernels[kernels.Barrier], 2, 4, collParams(h.table, r, 2, 300*time.Millisecond), streams[r])
+		})
+		require.NoError(t, <-held)
+		require.EqualValues(t, kernels.ErrTimeout, lone.padError(t, d, 0).Status, "the lone rank waits for its peer until its timeout")
+		require.Equal(t, 1, h.timeouts(t, d, errs), "the launch seated first waits for the other, which cannot be seated")
 	})
 }
 

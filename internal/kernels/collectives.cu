@@ -1000,9 +1000,11 @@ CA_KERNEL capalloc_axpy(ca_axpy k) {
  * is 840 units (divisible by 1..8, 10, 12, 14, 15...), a block of this
  * launch costs ceil(840 / blocks_per_sm); a block waits for its units
  * before any of its threads start, and returns them when its last thread
- * ends; blocks are admitted in the order they ask, block 0 of a launch
- * first. A grid that cannot be co-resident with its peers' therefore
- * waits as on a GPU, and its barrier times out. */
+ * ends; launches are admitted in the order they ask, each launch's
+ * blocks in order (block 0 first) and with no other launch's block
+ * between them, as a GPU dispatches one grid's blocks before the next
+ * grid's (ca_reserve). A grid that cannot be co-resident with its peers'
+ * therefore waits as on a GPU, and its barrier times out. */
 #include <sys/mman.h>
 #include <stdio.h>
 #include <vector>
@@ -1045,16 +1047,32 @@ static pthread_mutex_t ca_res_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t ca_res_cv = PTHREAD_COND_INITIALIZER;
 static ca_res ca_res_of[CA_RES_DEVICES];
 
-/* ca_admit waits until block b fits on its device, and takes its units. */
-static void ca_admit(ca_block *b) {
+/* ca_limited reports whether launches under e are admitted by residency. */
+static bool ca_limited(const ca_host_env *e) {
+  return e && e->sms && e->blocks_per_sm && e->device >= 0 && e->device < CA_RES_DEVICES;
+}
+/* ca_reserve takes grid consecutive tickets on the launch's device, the
+ * first returned: a launch's blocks are admitted one after another, no
+ * other launch's block between them, as a GPU's block scheduler
+ * dispatches a grid before the next one's blocks. */
+static unsigned long long ca_reserve(const ca_host_env *e, u32 grid) {
+  if (!ca_limited(e)) return 0;
+  pthread_mutex_lock(&ca_res_mu);
+  unsigned long long first = ca_res_of[e->device].next;
+  ca_res_of[e->device].next += grid;
+  pthread_mutex_unlock(&ca_res_mu);
+  return first;
+}
+/* ca_admit waits until it is ticket's turn and block b fits on its
+ * device, and takes its units. */
+static void ca_admit(ca_block *b, unsigned long long ticket) {
   const ca_host_env *e = b->l->env;
   b->cost = 0;
-  if (!e || !e->sms || !e->blocks_per_sm || e->device < 0 || e->device >= CA_RES_DEVICES) return;
+  if (!ca_limited(e)) return;
   unsigned cost = (CA_SM_UNITS + e->blocks_per_sm - 1) / e->blocks_per_sm;
   unsigned long long cap = (unsigned long long)e->sms * CA_SM_UNITS;
   ca_res *r = &ca_res_of[e->device];
   pthread_mutex_lock(&ca_res_mu);
-  unsigned long long ticket = r->next++;
   while (r->serving != ticket || r->used + cost > cap) pthread_cond_wait(&ca_res_cv, &ca_res_mu);
   r->used += cost;
   r->serving++;
@@ -1286,10 +1304,11 @@ extern "C" int capalloc_host_launch(int k, u32 grid, u32 block, const void *para
   pthread_mutex_init(&l.mu, nullptr);
   pthread_cond_init(&l.cv, nullptr);
   std::vector<ca_block> blocks(grid);
+  unsigned long long first = ca_reserve(env, grid);
   for (u32 b = 0; b < grid; b++) {
     blocks[b].l = &l;
     blocks[b].bid = b;
-    ca_admit(&blocks[b]);
+    ca_admit(&blocks[b], first + b);
     pthread_mutex_lock(&ca_pool_mu);
     workers[b]->job = &blocks[b];
     pthread_cond_signal(&workers[b]->cv);
