@@ -88,8 +88,9 @@ func checkName(name string) error {
 // link).
 func (d *Dir) Exists(name string) bool { return checkName(name) == nil && d.exists(name) }
 
-// Fresh refuses a name that already exists in the directory, as the
-// package's Fresh does a path.
+// Fresh refuses a name that already exists in the directory: a file left
+// by an earlier run would hand readers a stale message. The error wraps
+// driver.ErrInvalidValue.
 func (d *Dir) Fresh(name string) error {
 	if err := checkName(name); err != nil {
 		return err

@@ -54,15 +54,8 @@ func CheckDir(dir string) error {
 	return d.Close()
 }
 
-// Fresh refuses a path that already exists: a file left by an earlier run
-// would hand readers a stale message. The error wraps driver.ErrInvalidValue.
-func Fresh(path string) error {
-	if _, err := os.Lstat(path); err == nil {
-		return staleError(path)
-	}
-	return nil
-}
-
+// staleError refuses a name that already exists: a file left by an
+// earlier run would hand readers a stale message.
 func staleError(path string) error {
 	return fmt.Errorf("%w: rendezvous file %s already exists (a stale one from an earlier run?); use a fresh path per job", driver.ErrInvalidValue, path)
 }

@@ -39,11 +39,15 @@ func TestPublishThenAwait(t *testing.T) {
 // A path that exists is refused, by Fresh and by Publish, and its
 // contents stay.
 func TestStaleFileIsRefused(t *testing.T) {
-	path := filepath.Join(privateDir(t), "msg")
-	require.NoError(t, Fresh(path))
+	dir := privateDir(t)
+	path := filepath.Join(dir, "msg")
+	d, err := OpenDir(dir)
+	require.NoError(t, err)
+	defer d.Close()
+	require.NoError(t, d.Fresh("msg"))
 	require.NoError(t, Publish(path, []byte("first")))
-	require.ErrorIs(t, Fresh(path), driver.ErrInvalidValue)
-	err := Publish(path, []byte("second"))
+	require.ErrorIs(t, d.Fresh("msg"), driver.ErrInvalidValue)
+	err = Publish(path, []byte("second"))
 	require.ErrorIs(t, err, driver.ErrInvalidValue)
 	require.Contains(t, err.Error(), "already exists")
 	b, err := os.ReadFile(path)
