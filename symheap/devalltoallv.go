@@ -28,15 +28,11 @@ func (h *DeviceHeap) AllToAllV(in, out, sendCounts, recvCounts Tensor, dt DType)
 	return h.launchLocked("AllToAllV", kernels.AllToAllV, v.Encode(make([]byte, kernels.AllToAllVSize)), grid)
 }
 
-// takeCountsErrLocked reads the counts error record of this rank's pad
-// (after the stream is idle): a recorded one is cleared and returned as
-// ErrCountsOutOfRange; the heap stays usable.
-func (h *DeviceHeap) takeCountsErrLocked() error {
-	b := make([]byte, kernels.PadCountsErrBytes)
-	if err := h.a.Download(b, h.buf, kernels.PadCountsErrOff); err != nil {
-		return fmt.Errorf("symheap: reading the signal pad of rank %d: %w", h.rank, err)
-	}
-	e := kernels.DecodeCountsErr(b)
+// takeCountsErrLocked decodes rec, the counts error record of this rank's
+// pad as Synchronize read it (the stream idle): a recorded one is cleared
+// and returned as ErrCountsOutOfRange; the heap stays usable.
+func (h *DeviceHeap) takeCountsErrLocked(rec []byte) error {
+	e := kernels.DecodeCountsErr(rec)
 	if e.Status == 0 {
 		return nil
 	}

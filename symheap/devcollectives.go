@@ -255,14 +255,16 @@ func (h *DeviceHeap) Synchronize() error {
 	if h.err != nil {
 		return h.err
 	}
-	b := make([]byte, kernels.PadErrorBytes)
+	// One read of the pad from its start through the counts error record:
+	// both records, one device round trip.
+	b := make([]byte, kernels.PadCountsErrOff+kernels.PadCountsErrBytes)
 	if err := h.a.Download(b, h.buf, 0); err != nil {
 		return fmt.Errorf("symheap: reading the signal pad of rank %d: %w", h.rank, err)
 	}
-	if h.err = padFailure(kernels.DecodePadError(b), h.timeout); h.err != nil {
+	if h.err = padFailure(kernels.DecodePadError(b[:kernels.PadErrorBytes]), h.timeout); h.err != nil {
 		return h.err
 	}
-	return h.takeCountsErrLocked()
+	return h.takeCountsErrLocked(b[kernels.PadCountsErrOff:])
 }
 
 // Err is the heap's failure as of the last Synchronize (nil while healthy).
