@@ -62,6 +62,10 @@ var heapKinds = []heapKind{
 	{"device_heap", (*suite).newDeviceWorld},
 }
 
+// everyDType is every element type the heaps' collectives take: the
+// cells that must hold for each run over all of them.
+var everyDType = []symheap.DType{symheap.Float32, symheap.Int32, symheap.Float16, symheap.BFloat16}
+
 // world is n ranks as goroutines, each on its own driver (ranks are
 // devices) and allocator.
 type world struct {
@@ -550,7 +554,7 @@ func (s *suite) reductions(t *testing.T, kind heapKind) {
 	}
 	// 1 pack, a partial pack, several rounds of packs, past the one-shot limit.
 	for _, count := range []int{4, 1001, 70000} {
-		for _, dt := range []symheap.DType{symheap.Float32, symheap.Int32, symheap.Float16, symheap.BFloat16} {
+		for _, dt := range everyDType {
 			for _, alg := range []symheap.Algorithm{symheap.Auto, symheap.OneShot, symheap.TwoShot} {
 				t.Run(fmt.Sprintf("%s/%d/%s", dt, count, alg), func(t *testing.T) {
 					reduceCase(t, w, n, count, dt, alg)

@@ -36,7 +36,7 @@ func (s *suite) allToAllV(t *testing.T, kind heapKind) {
 		return
 	}
 	t.Run("bad_operands", func(t *testing.T) { a2avBadOperands(t, w) })
-	for _, dt := range []symheap.DType{symheap.Float32, symheap.Int32, symheap.Float16, symheap.BFloat16} {
+	for _, dt := range everyDType {
 		t.Run(dt.String(), func(t *testing.T) {
 			t.Cleanup(func() {
 				for _, h := range w.heaps {

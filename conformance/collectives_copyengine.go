@@ -28,7 +28,7 @@ func (s *suite) copyEngine(t *testing.T, kind heapKind) {
 		return
 	}
 	for _, op := range []copyOp{copyAllGather, copyAllToAll} {
-		for _, dt := range []symheap.DType{symheap.Float32, symheap.Int32, symheap.Float16, symheap.BFloat16} {
+		for _, dt := range everyDType {
 			for _, shift := range []int64{0, dt.Size()} {
 				t.Run(fmt.Sprintf("%s/%s/offset_%d", op.name, dt, shift), func(t *testing.T) {
 					copyEngineCase(t, w, op, int64(count)*dt.Size(), shift)

@@ -35,7 +35,7 @@ func (s *suite) oddLayouts(t *testing.T, kind heapKind) {
 	}
 	for _, shift := range []int64{1, 2, 4, 8} {
 		cases := []layoutOp{layoutAllGather(37), layoutAllToAll(37), layoutAxpy(37)}
-		for _, dt := range []symheap.DType{symheap.Float32, symheap.Int32, symheap.Float16, symheap.BFloat16} {
+		for _, dt := range everyDType {
 			cases = append(cases, layoutReduceScatter(dt, 37))
 			for _, alg := range []symheap.Algorithm{symheap.OneShot, symheap.TwoShot} {
 				cases = append(cases, layoutAllReduce(dt, alg, 37))
