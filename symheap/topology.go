@@ -78,7 +78,7 @@ func (d rankDevice) encode() []byte {
 		return nil
 	}
 	b := []byte{1, boolByte(d.occupancy), boolByte(d.aligned)}
-	for _, v := range []int64{int64(d.device), int64(d.perSM), int64(d.sms), int64(d.perSMAligned), d.oneShotMax, d.copyMin[0], d.copyMin[1]} {
+	for _, v := range d.words() {
 		b = binary.LittleEndian.AppendUint64(b, uint64(v))
 	}
 	for _, s := range []string{d.id, d.limiting, d.limitingAligned} {
@@ -86,6 +86,21 @@ func (d rankDevice) encode() []byte {
 		b = append(b, s...)
 	}
 	return b
+}
+
+// rankDeviceWords is how many 8-byte figures a description carries, in
+// the order of words and setWords.
+const rankDeviceWords = 5 + copyOps
+
+// words are d's figures as a description carries them.
+func (d rankDevice) words() [rankDeviceWords]int64 {
+	return [rankDeviceWords]int64{int64(d.device), int64(d.perSM), int64(d.sms), int64(d.perSMAligned), d.oneShotMax, d.copyMin[copyAllGather], d.copyMin[copyAllToAll]}
+}
+
+// setWords sets d's figures from w, in words' order.
+func (d *rankDevice) setWords(w [rankDeviceWords]int64) {
+	d.device, d.perSM, d.sms, d.perSMAligned = int(w[0]), int(w[1]), int(w[2]), int(w[3])
+	d.oneShotMax, d.copyMin[copyAllGather], d.copyMin[copyAllToAll] = w[4], w[5], w[6]
 }
 
 func boolByte(b bool) byte {
@@ -100,18 +115,17 @@ func decodeRankDevice(b []byte) (rankDevice, error) {
 		return rankDevice{}, nil
 	}
 	bad := fmt.Errorf("%w: a device description of %d B that does not parse", ErrPeerOpen, len(b))
-	if len(b) < 3+56 || b[0] != 1 {
+	const head = 3 + 8*rankDeviceWords
+	if len(b) < head || b[0] != 1 {
 		return rankDevice{}, bad
 	}
 	d := rankDevice{runs: true, occupancy: b[1] == 1, aligned: b[2] == 1}
-	d.device = int(int64(binary.LittleEndian.Uint64(b[3:])))
-	d.perSM = int(int64(binary.LittleEndian.Uint64(b[11:])))
-	d.sms = int(int64(binary.LittleEndian.Uint64(b[19:])))
-	d.perSMAligned = int(int64(binary.LittleEndian.Uint64(b[27:])))
-	d.oneShotMax = int64(binary.LittleEndian.Uint64(b[35:]))
-	d.copyMin[0] = int64(binary.LittleEndian.Uint64(b[43:]))
-	d.copyMin[1] = int64(binary.LittleEndian.Uint64(b[51:]))
-	b = b[59:]
+	var w [rankDeviceWords]int64
+	for i := range w {
+		w[i] = int64(binary.LittleEndian.Uint64(b[3+8*i:]))
+	}
+	d.setWords(w)
+	b = b[head:]
 	for _, s := range []*string{&d.id, &d.limiting, &d.limitingAligned} {
 		if len(b) < 2 || len(b) < 2+int(binary.LittleEndian.Uint16(b)) {
 			return rankDevice{}, bad
