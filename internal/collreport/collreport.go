@@ -3,7 +3,10 @@
 // both sides, so a field added to the benchmark reaches the report.
 package collreport
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+)
 
 // Row is one case's figures on one number of ranks.
 type Row struct {
@@ -48,47 +51,72 @@ type Report struct {
 // faster at the smallest). Failed rows and rows of an explicit kernel
 // variant (the default dispatch is what Auto serves) do not count.
 func OneShotCrossover(rows []Row) map[int]int64 {
-	type pair struct{ one, two float64 }
-	by := map[int]map[int64]*pair{}
-	for _, r := range rows {
-		if r.Op != "allreduce" || r.Err != "" || r.Variant != "" || r.CapturedNs <= 0 {
-			continue
-		}
-		if by[r.Ranks] == nil {
-			by[r.Ranks] = map[int64]*pair{}
-		}
-		p := by[r.Ranks][r.Bytes]
-		if p == nil {
-			p = &pair{}
-			by[r.Ranks][r.Bytes] = p
+	both := measuredBoth(rows, func(r Row) (int, int, bool) {
+		if r.Op != "allreduce" || r.Variant != "" {
+			return 0, 0, false
 		}
 		switch r.Alg {
 		case "oneshot":
-			p.one = r.CapturedNs
+			return r.Ranks, 0, true
 		case "twoshot":
-			p.two = r.CapturedNs
+			return r.Ranks, 1, true
 		}
-	}
+		return 0, 0, false
+	})
 	out := map[int]int64{}
-	for ranks, sizes := range by {
-		var both []int64
-		for b, p := range sizes {
-			if p.one > 0 && p.two > 0 {
-				both = append(both, b)
-			}
-		}
-		if len(both) == 0 {
-			continue
-		}
-		slices.Sort(both)
+	for ranks, sizes := range both {
 		var cross int64
-		for _, b := range both {
-			if sizes[b].one > sizes[b].two {
+		for _, s := range sizes {
+			if s.ns[0] > s.ns[1] {
 				break
 			}
-			cross = b
+			cross = s.bytes
 		}
 		out[ranks] = cross
+	}
+	return out
+}
+
+// sizeTimes is one size's replay times of the two things a table
+// compares (ns[0] and ns[1]).
+type sizeTimes struct {
+	bytes int64
+	ns    [2]float64
+}
+
+// measuredBoth groups the rows that side names (a key, which of the two
+// compared things the row times, and whether it counts at all) by key
+// and size, and keeps, per key, the sizes measured with both, ascending.
+// Failed rows and rows without a replay time never count.
+func measuredBoth[K comparable](rows []Row, side func(Row) (key K, which int, ok bool)) map[K][]sizeTimes {
+	by := map[K]map[int64]*sizeTimes{}
+	for _, r := range rows {
+		k, which, ok := side(r)
+		if !ok || r.Err != "" || r.CapturedNs <= 0 {
+			continue
+		}
+		if by[k] == nil {
+			by[k] = map[int64]*sizeTimes{}
+		}
+		t := by[k][r.Bytes]
+		if t == nil {
+			t = &sizeTimes{bytes: r.Bytes}
+			by[k][r.Bytes] = t
+		}
+		t.ns[which] = r.CapturedNs
+	}
+	out := map[K][]sizeTimes{}
+	for k, sizes := range by {
+		var both []sizeTimes
+		for _, t := range sizes {
+			if t.ns[0] > 0 && t.ns[1] > 0 {
+				both = append(both, *t)
+			}
+		}
+		if len(both) > 0 {
+			slices.SortFunc(both, func(a, b sizeTimes) int { return cmp.Compare(a.bytes, b.bytes) })
+			out[k] = both
+		}
 	}
 	return out
 }

@@ -1,7 +1,5 @@
 package collreport
 
-import "slices"
-
 // CopyVariant is the Variant of the rows that force the copy-engine
 // variant of an all-gather or all-to-all (symheap.CopyEngine).
 const CopyVariant = "copy"
@@ -14,43 +12,27 @@ const CopyVariant = "copy"
 // engines were not faster at the largest such size has no entry (Auto
 // keeps the kernels); failed rows do not count.
 func CopyEngineFrom(rows []Row) map[string]map[int]int64 {
-	type pair struct{ kernel, copy float64 }
 	type key struct {
 		op    string
 		ranks int
 	}
-	by := map[key]map[int64]*pair{}
-	for _, r := range rows {
-		if (r.Op != "allgather" && r.Op != "alltoall") || r.Err != "" || r.CapturedNs <= 0 || (r.Variant != "" && r.Variant != CopyVariant) {
-			continue
+	both := measuredBoth(rows, func(r Row) (key, int, bool) {
+		if r.Op != "allgather" && r.Op != "alltoall" {
+			return key{}, 0, false
 		}
-		k := key{r.Op, r.Ranks}
-		if by[k] == nil {
-			by[k] = map[int64]*pair{}
+		switch r.Variant {
+		case "":
+			return key{r.Op, r.Ranks}, 0, true
+		case CopyVariant:
+			return key{r.Op, r.Ranks}, 1, true
 		}
-		p := by[k][r.Bytes]
-		if p == nil {
-			p = &pair{}
-			by[k][r.Bytes] = p
-		}
-		if r.Variant == CopyVariant {
-			p.copy = r.CapturedNs
-		} else {
-			p.kernel = r.CapturedNs
-		}
-	}
+		return key{}, 0, false
+	})
 	out := map[string]map[int]int64{}
-	for k, sizes := range by {
-		var both []int64
-		for b, p := range sizes {
-			if p.kernel > 0 && p.copy > 0 {
-				both = append(both, b)
-			}
-		}
-		slices.Sort(both)
+	for k, sizes := range both {
 		from := int64(-1)
-		for i := len(both) - 1; i >= 0 && sizes[both[i]].copy < sizes[both[i]].kernel; i-- {
-			from = both[i]
+		for i := len(sizes) - 1; i >= 0 && sizes[i].ns[1] < sizes[i].ns[0]; i-- {
+			from = sizes[i].bytes
 		}
 		if from < 0 {
 			continue
