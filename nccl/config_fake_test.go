@@ -157,6 +157,24 @@ func TestInitRankConfigThatNeverCompletesIsAborted(t *testing.T) {
 	})
 }
 
+// A blocking init cannot be interrupted (NCCL hands out the handle only
+// when it returns): one that returns past the deadline is
+// ErrCollectiveTimeout, and the communicator it made is aborted, not
+// handed out or left alive.
+func TestInitRankConfigBlockingPastTheDeadline(t *testing.T) {
+	eachBuild(t, func(t *testing.T, f *fake) {
+		id, err := f.l.GetUniqueID()
+		require.NoError(t, err)
+		f.call(t, "fake_init_delay", 300)
+		c, err := f.l.InitRankConfig(&onCaller{}, 1, id, 0, nccl.Config{Blocking: nccl.Blocks, Timeout: 50 * time.Millisecond})
+		require.ErrorIs(t, err, nccl.ErrCollectiveTimeout)
+		require.Contains(t, err.Error(), "ncclCommInitRankConfig")
+		require.Nil(t, c)
+		require.Zero(t, f.live(t), "the communicator made past the deadline is aborted")
+		require.Zero(t, f.misuse(t))
+	})
+}
+
 // Bad values are refused before any call (ErrBadConfig, an
 // alloc.ErrInvalidValue naming the field), by InitRankConfig and
 // SplitConfig alike.
@@ -204,6 +222,7 @@ func TestConfigRefusedBeforeAnyCall(t *testing.T) {
 // 2.16 refuse NCCL_CONFIG_UNDEF_INT there; the stand-in does too).
 func TestInitRankConfigNeedsTheLibrary(t *testing.T) {
 	eachBuild(t, func(t *testing.T, f *fake) {
+		require.False(t, f.l.HasConfig())
 		id, err := f.l.GetUniqueID()
 		require.NoError(t, err)
 		_, err = f.l.InitRankConfig(&onCaller{}, 1, id, 0, nccl.Config{})
@@ -214,6 +233,7 @@ func TestInitRankConfigNeedsTheLibrary(t *testing.T) {
 		require.Zero(t, inits)
 	}, "-DFAKE_NO_CONFIG")
 	eachBuild(t, func(t *testing.T, f *fake) {
+		require.True(t, f.l.HasConfig())
 		id, err := f.l.GetUniqueID()
 		require.NoError(t, err)
 		_, err = f.l.InitRankConfig(&onCaller{}, 1, id, 0, nccl.Config{MaxCTAs: 4})

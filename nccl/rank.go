@@ -65,6 +65,10 @@ func (l *Library) InitRank(dev DeviceRunner, ranks int, id UniqueID, rank int) (
 	return newComm(l, h, rank, ranks, dev), nil
 }
 
+// HasConfig reports whether the library makes communicators with a
+// configuration (ncclCommInitRankConfig: NCCL 2.14, RCCL 2.15.5).
+func (l *Library) HasConfig() bool { return l.commInitRankConfig != nil }
+
 // InitRankConfig is InitRank with a configuration (ncclCommInitRankConfig,
 // NCCL 2.14 and later; ErrNoConfig without it, or for a field the
 // library's ncclConfig_t lacks). cfg is checked before any call
@@ -81,7 +85,7 @@ func (l *Library) InitRankConfig(dev DeviceRunner, ranks int, id UniqueID, rank 
 	if err := l.checkInit(dev, ranks, id, rank); err != nil {
 		return nil, err
 	}
-	if l.commInitRankConfig == nil {
+	if !l.HasConfig() {
 		return nil, fmt.Errorf("%w: %s is %s %s", ErrNoConfig, l.Path, vendorName(l), VersionString(l.Version))
 	}
 	abi, err := l.configABI(cfg)

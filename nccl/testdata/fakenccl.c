@@ -54,6 +54,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <limits.h>
+#include <time.h>
 
 typedef struct { char internal[128]; } ncclUniqueId;
 typedef struct fcomm *ncclComm_t;
@@ -199,6 +200,13 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
 }
 
 #ifndef FAKE_NO_CONFIG
+static int init_delay_ms; /* fake_init_delay: a blocking init's time */
+/* fake_init_delay makes a blocking ncclCommInitRankConfig take ms. */
+void fake_init_delay(int ms) {
+  pthread_mutex_lock(&mu);
+  init_delay_ms = ms;
+  pthread_mutex_unlock(&mu);
+}
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t *config) {
   ncclConfig_t cfg = {0};
   cfg.blocking = 1;
@@ -207,7 +215,15 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
     if (r) return r;
   }
   ncclResult_t r = ncclCommInitRank(comm, nranks, id, rank);
-  if (r || cfg.blocking) return r;
+  if (r) return r;
+  if (cfg.blocking) {
+    pthread_mutex_lock(&mu);
+    int ms = init_delay_ms;
+    pthread_mutex_unlock(&mu);
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    return 0;
+  }
   pthread_mutex_lock(&mu);
   (*comm)->blocking = 0;
   (*comm)->pending = FAKE_POLLS;
