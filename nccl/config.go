@@ -92,10 +92,10 @@ type Config struct {
 // cgaClusterSize, minCTAs, maxCTAs; const char *netName. 40 bytes, no
 // padding.
 type configABI struct {
-	size                                      uint64
-	magic, version                            uint32
+	size                                       uint64
+	magic, version                             uint32
 	blocking, cgaClusterSize, minCTAs, maxCTAs int32
-	netName                                   *byte
+	netName                                    *byte
 }
 
 const (

@@ -41,7 +41,9 @@ func (c *Comm) Split(color, key int) (*Comm, error) { return c.splitWith(color, 
 // by the parent's, as Split. Whether the split is polled is the parent's
 // mode: NCCL runs it in the parent's background and reports it through
 // the parent's ncclCommGetAsyncError, writing the new handle when done.
-func (c *Comm) SplitConfig(color, key int, cfg Config) (*Comm, error) { return c.splitWith(color, key, &cfg) }
+func (c *Comm) SplitConfig(color, key int, cfg Config) (*Comm, error) {
+	return c.splitWith(color, key, &cfg)
+}
 
 func (c *Comm) splitWith(color, key int, cfg *Config) (*Comm, error) {
 	l := c.l
