@@ -33,8 +33,9 @@ type BlockingMode uint8
 const (
 	// DefaultBlocking leaves blocking unset (NCCL_CONFIG_UNDEF_INT):
 	// NCCL's default, blocking, or NCCL_COMM_BLOCKING from the environment.
-	// Libraries before 2.17 refuse the unset value, so they are passed 1,
-	// the value of their NCCL_CONFIG_INITIALIZER.
+	// Libraries before 2.17 refuse the unset value: they are passed 1, the
+	// value of their NCCL_CONFIG_INITIALIZER (there NCCL_COMM_BLOCKING can
+	// only force blocking).
 	DefaultBlocking BlockingMode = iota
 	// Blocks makes every call return once its work is enqueued
 	// (blocking = 1).
@@ -99,10 +100,9 @@ type configABI struct {
 }
 
 const (
-	configMagic   = 0xcafebeef // NCCL_API_MAGIC; the literal in 2.14 to 2.28's NCCL_CONFIG_INITIALIZER
-	configVersion = 21700      // NCCL_VERSION(2,17,0): the release whose layout configABI is
-	configUndef   = math.MinInt32
-	configV2_14   = 21400 // ncclCommInitRankConfig and blocking
+	configMagic   = 0xcafebeef    // NCCL_API_MAGIC; the literal in 2.14 to 2.28's NCCL_CONFIG_INITIALIZER
+	configVersion = 21700         // NCCL_VERSION(2,17,0): the release whose layout configABI is
+	configUndef   = math.MinInt32 // NCCL_CONFIG_UNDEF_INT
 )
 
 // configSize is sizeof(ncclConfig_v21700) on 64-bit targets.
