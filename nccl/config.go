@@ -105,10 +105,19 @@ const (
 	configUndef   = math.MinInt32 // NCCL_CONFIG_UNDEF_INT
 )
 
-// configSize is sizeof(ncclConfig_v21700) on 64-bit targets.
+// configSize is sizeof(ncclConfig_v21700) on amd64 and arm64.
 const configSize = 40
 
-var _ = [1]struct{}{}[unsafe.Sizeof(configABI{})-configSize] // configABI is 40 bytes
+// The layout is part of the ABI: checked at compile time (the four ints
+// from offset 16, netName at 32, 40 bytes).
+var (
+	_ [configSize - unsafe.Sizeof(configABI{})]struct{}
+	_ [unsafe.Sizeof(configABI{}) - configSize]struct{}
+	_ [16 - unsafe.Offsetof(configABI{}.blocking)]struct{}
+	_ [unsafe.Offsetof(configABI{}.blocking) - 16]struct{}
+	_ [32 - unsafe.Offsetof(configABI{}.netName)]struct{}
+	_ [unsafe.Offsetof(configABI{}.netName) - 32]struct{}
+)
 
 // configABI checks cfg and lays it out for l, or says why not. The result holds
 // NetName's bytes: keep it alive until the call has returned.
