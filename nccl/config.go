@@ -43,7 +43,9 @@ const (
 	// Nonblocking makes calls return ncclInProgress while NCCL works in
 	// the background (blocking = 0): init, split and collectives are then
 	// settled by polling under their deadline, and a timeout aborts the
-	// communicator without a call blocked in NCCL.
+	// communicator without a call blocked in NCCL. NCCL refuses a group
+	// (Library.Group) mixing blocking and nonblocking communicators
+	// (group.cc: ncclInvalidArgument).
 	Nonblocking
 )
 
