@@ -20,12 +20,12 @@ import (
 // ncclConfig_v21700 (nccl.h.in of NCCL 2.17.1) and the string netName
 // pointed at.
 type received struct {
-	size                                      uint64
-	magic, version                            uint32
-	blocking, cgaClusterSize, minCTAs, maxCTA int32
-	netName                                   uint64 // the pointer: 0 or not
-	net                                       string
-	count                                     int // configs received so far
+	size                                       uint64
+	magic, version                             uint32
+	blocking, cgaClusterSize, minCTAs, maxCTAs int32
+	netName                                    uint64 // the pointer: 0 or not
+	net                                        string
+	count                                      int // configs received so far
 }
 
 const undef = math.MinInt32 // NCCL_CONFIG_UNDEF_INT
@@ -40,7 +40,7 @@ func (f *fake) lastConfig(t *testing.T) received {
 	r := received{
 		size: le.Uint64(raw[0:]), magic: le.Uint32(raw[8:]), version: le.Uint32(raw[12:]),
 		blocking: int32(le.Uint32(raw[16:])), cgaClusterSize: int32(le.Uint32(raw[20:])),
-		minCTAs: int32(le.Uint32(raw[24:])), maxCTA: int32(le.Uint32(raw[28:])),
+		minCTAs: int32(le.Uint32(raw[24:])), maxCTAs: int32(le.Uint32(raw[28:])),
 		netName: le.Uint64(raw[32:]), net: strings.TrimRight(string(net), "\x00"), count: int(count),
 	}
 	require.EqualValues(t, size, r.size)
@@ -68,7 +68,7 @@ func TestInitRankConfigPassesTheConfig(t *testing.T) {
 		require.EqualValues(t, 4, ranks)
 		require.EqualValues(t, 2, rank)
 		r := f.lastConfig(t)
-		require.Equal(t, received{size: 40, magic: 0xcafebeef, version: 21700, blocking: 1, cgaClusterSize: 0, minCTAs: 2, maxCTA: 8,
+		require.Equal(t, received{size: 40, magic: 0xcafebeef, version: 21700, blocking: 1, cgaClusterSize: 0, minCTAs: 2, maxCTAs: 8,
 			netName: r.netName, net: "Socket", count: 1}, r)
 		require.NotZero(t, r.netName)
 		require.NoError(t, c.Destroy())
@@ -76,10 +76,10 @@ func TestInitRankConfigPassesTheConfig(t *testing.T) {
 		// The zero Config sets nothing: NCCL's defaults and environment apply.
 		c, err = f.l.InitRankConfig(dev, 1, id, 0, nccl.Config{})
 		require.NoError(t, err)
-		require.Equal(t, received{size: 40, magic: 0xcafebeef, version: 21700, blocking: undef, cgaClusterSize: undef, minCTAs: undef, maxCTA: undef, count: 2}, f.lastConfig(t))
+		require.Equal(t, received{size: 40, magic: 0xcafebeef, version: 21700, blocking: undef, cgaClusterSize: undef, minCTAs: undef, maxCTAs: undef, count: 2}, f.lastConfig(t))
 		c2, err := f.l.InitRankConfig(dev, 1, id, 0, nccl.Config{MaxCTAs: 4, CGAClusterSize: 2})
 		require.NoError(t, err)
-		require.Equal(t, received{size: 40, magic: 0xcafebeef, version: 21700, blocking: undef, cgaClusterSize: 2, minCTAs: undef, maxCTA: 4, count: 3}, f.lastConfig(t))
+		require.Equal(t, received{size: 40, magic: 0xcafebeef, version: 21700, blocking: undef, cgaClusterSize: 2, minCTAs: undef, maxCTAs: 4, count: 3}, f.lastConfig(t))
 		require.NoError(t, c.Destroy())
 		require.NoError(t, c2.Destroy())
 		require.Zero(t, f.live(t))
@@ -126,7 +126,7 @@ func TestInitRankConfigNonblockingCompletesByPolling(t *testing.T) {
 		require.NoError(t, err)
 		r := f.lastConfig(t)
 		require.EqualValues(t, 0, r.blocking)
-		require.EqualValues(t, 16, r.maxCTA)
+		require.EqualValues(t, 16, r.maxCTAs)
 		a, x, y := allocator(t, f.l, time.Second)
 		require.NoError(t, c.AllReduce(a, x, y, 4, nccl.Int32, nccl.Sum))
 		require.NoError(t, c.Wait(a))
@@ -136,43 +136,40 @@ func TestInitRankConfigNonblockingCompletesByPolling(t *testing.T) {
 	})
 }
 
-// A nonblocking init whose peers never join is aborted at the config's
-// timeout: ErrCollectiveTimeout naming the call, no communicator returned,
-// none left alive in the library, no call into it afterwards.
-func TestInitRankConfigThatNeverCompletesIsAborted(t *testing.T) {
-	eachBuild(t, func(t *testing.T, f *fake) {
-		id, err := f.l.GetUniqueID()
-		require.NoError(t, err)
-		f.hang(t, hangProgress)
-		start := time.Now()
-		c, err := f.l.InitRankConfig(&onCaller{}, 2, id, 1, nccl.Config{Blocking: nccl.Nonblocking, Timeout: 150 * time.Millisecond})
-		require.Less(t, time.Since(start), 5*time.Second)
-		require.ErrorIs(t, err, nccl.ErrCollectiveTimeout)
-		require.Contains(t, err.Error(), "ncclCommInitRankConfig")
-		require.Contains(t, err.Error(), "rank 1 of 2")
-		require.Nil(t, c)
-		f.hang(t, hangNone)
-		require.Zero(t, f.live(t), "the half-made communicator is aborted")
-		require.Zero(t, f.misuse(t))
-	})
-}
-
-// A blocking init cannot be interrupted (NCCL hands out the handle only
-// when it returns): one that returns past the deadline is
-// ErrCollectiveTimeout, and the communicator it made is aborted, not
-// handed out or left alive.
-func TestInitRankConfigBlockingPastTheDeadline(t *testing.T) {
-	eachBuild(t, func(t *testing.T, f *fake) {
-		id, err := f.l.GetUniqueID()
-		require.NoError(t, err)
-		f.call(t, "fake_init_delay", 300)
-		c, err := f.l.InitRankConfig(&onCaller{}, 1, id, 0, nccl.Config{Blocking: nccl.Blocks, Timeout: 50 * time.Millisecond})
-		require.ErrorIs(t, err, nccl.ErrCollectiveTimeout)
-		require.Contains(t, err.Error(), "ncclCommInitRankConfig")
-		require.Nil(t, c)
-		require.Zero(t, f.live(t), "the communicator made past the deadline is aborted")
-		require.Zero(t, f.misuse(t))
-	})
+// An init past its deadline leaves no communicator: a nonblocking one
+// whose peers never join is aborted at the config's timeout; a blocking
+// one cannot be interrupted (NCCL hands out the handle only when it
+// returns), so the communicator it made past the deadline is aborted then.
+// Either way the result is ErrCollectiveTimeout naming the call and the
+// rank, no communicator is returned or left alive in the library, and
+// nothing calls into it afterwards.
+func TestInitRankConfigPastTheDeadlineLeavesNoCommunicator(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		mode  nccl.BlockingMode
+		stall func(t *testing.T, f *fake)
+	}{
+		{"nonblocking_never_completes", nccl.Nonblocking, func(t *testing.T, f *fake) { f.hang(t, hangProgress) }},
+		{"blocking_returns_late", nccl.Blocks, func(t *testing.T, f *fake) { f.call(t, "fake_init_delay", 300) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eachBuild(t, func(t *testing.T, f *fake) {
+				id, err := f.l.GetUniqueID()
+				require.NoError(t, err)
+				tc.stall(t, f)
+				start := time.Now()
+				c, err := f.l.InitRankConfig(&onCaller{}, 2, id, 1, nccl.Config{Blocking: tc.mode, Timeout: 100 * time.Millisecond})
+				require.Less(t, time.Since(start), 5*time.Second)
+				require.ErrorIs(t, err, nccl.ErrCollectiveTimeout)
+				require.Contains(t, err.Error(), "ncclCommInitRankConfig")
+				require.Contains(t, err.Error(), "rank 1 of 2")
+				require.Nil(t, c)
+				f.hang(t, hangNone)
+				require.Zero(t, f.live(t), "the half-made communicator is aborted")
+				require.Zero(t, f.misuse(t))
+			})
+		})
+	}
 }
 
 // Bad values are refused before any call (ErrBadConfig, an
@@ -267,7 +264,7 @@ func TestSplitConfig(t *testing.T) {
 		require.Equal(t, 4, s.Ranks())
 		require.Regexp(t, `^split comm=\d+ color=2 key=5 config=1\n$`, f.log(t))
 		r := f.lastConfig(t)
-		require.Equal(t, received{size: 40, magic: 0xcafebeef, version: 21700, blocking: 0, cgaClusterSize: undef, minCTAs: 1, maxCTA: 2,
+		require.Equal(t, received{size: 40, magic: 0xcafebeef, version: 21700, blocking: 0, cgaClusterSize: undef, minCTAs: 1, maxCTAs: 2,
 			netName: r.netName, net: "IB", count: 2}, r)
 		a, x, y := allocator(t, f.l, time.Second)
 		require.NoError(t, s.AllReduce(a, x, y, 4, nccl.Int32, nccl.Sum), "nonblocking too: polled")
