@@ -50,6 +50,14 @@ func newComm(l *Library, h uintptr, rank, ranks int, dev DeviceRunner) *Comm {
 	return &Comm{l: l, h: h, rank: rank, ranks: ranks, dev: dev, timeout: alloc.DefaultWatchdog}
 }
 
+// adopt gives c, made before its NCCL call returned, the handle the call
+// wrote (0: none).
+func (c *Comm) adopt(h uintptr) {
+	c.mu.Lock()
+	c.h = h
+	c.mu.Unlock()
+}
+
 // InitAll makes one communicator per device of devices, all in this
 // process (ncclCommInitAll): rank i runs on devices[i]. It is a
 // device-wide call: refused (driver.ErrCaptureIllegalOp) while a Global-mode

@@ -96,13 +96,76 @@
 //	ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
 //	ncclResult_t ncclCommAbort(ncclComm_t comm)
 //
-// Communicators are made blocking (ncclCommInitRank, no ncclConfig_t):
-// ncclConfig_t is a versioned struct (size, magic 0xcafebeef, version,
-// then fields appended release by release) whose layout this package does
-// not bind, so it does not pass one. A nonblocking communicator is had
-// with NCCL's NCCL_COMM_BLOCKING=0 environment variable, and its
-// ncclInProgress results are handled as above. During a capture a timeout
-// still aborts the communicator; the capture fails with the call's error.
+// Configured communicators (config.go; Library.InitRankConfig,
+// Comm.SplitConfig): a Config is passed as an ncclConfig_t, so nonblocking
+// mode and the CTA limits are per communicator (NCCL_COMM_BLOCKING,
+// NCCL_MIN_CTAS, NCCL_MAX_CTAS are process-wide, and override a config
+// when set). ABI facts, from NVIDIA/nccl's src/nccl.h.in and src/init.cc
+// at the tags named (read in the repository, v2.14.3-1 to v2.30.7-1), and
+// ROCm/rccl's at rocm-5.5.0 to its 2.21.5 sources:
+//
+//	ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks,
+//	    ncclUniqueId commId, int rank, ncclConfig_t *config)   // 2.14 (v2.14.3-1)
+//	#define NCCL_CONFIG_UNDEF_INT INT_MIN                        // 2.17
+//	#define NCCL_CONFIG_UNDEF_PTR NULL
+//	#define NCCL_API_MAGIC 0xcafebeef     // 2.29's name; the literal before
+//	#define NCCL_VERSION(X,Y,Z) (((X) <= 2 && (Y) <= 8) ? (X)*1000+(Y)*100+(Z) : (X)*10000+(Y)*100+(Z))
+//	typedef struct ncclConfig_v21700 {   // v2.17.1-1
+//	  size_t size; unsigned int magic; unsigned int version;
+//	  int blocking; int cgaClusterSize; int minCTAs; int maxCTAs;
+//	  const char *netName;
+//	} ncclConfig_t;
+//	// NCCL_CONFIG_INITIALIZER: { sizeof(ncclConfig_t), 0xcafebeef,
+//	//   NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), then UNDEF for each field }
+//
+// Fields appended since: 2.14 (ncclConfig_v21400) has blocking only, its
+// initializer 1; 2.17 adds cgaClusterSize, minCTAs, maxCTAs, netName;
+// 2.18 splitShare; 2.26 trafficClass (v2.26.2-1; parsed from version
+// 2.25); 2.27 commName, collnetEnable, CTAPolicy, shrinkShare, nvlsCTAs
+// (ncclConfig_v22700); 2.28 nChannelsPerNetPeer, nvlinkCentricSched
+// (ncclConfig_v22800); 2.29 graphUsageMode, numRmaCtx; 2.30 maxP2pPeers,
+// then graphStreamOrdering (v2.30.7-1, ncclConfig_v23000).
+//
+// We bind 2.17's layout (40 bytes on amd64 and arm64) and pass size 40,
+// the magic and version 21700 (NCCL_VERSION(2,17,0)). Why every release
+// from 2.14 accepts it: each copies min(size, its own
+// sizeof(ncclConfig_t)) bytes over its NCCL_CONFIG_INITIALIZER and refuses
+// a magic other than 0xcafebeef (ncclInvalidArgument): 2.14 to 2.16 in
+// ncclCommInitRankConfig, 2.17 on in parseCommConfig (init.cc), which
+// also resets to its default each field newer than the config's version (version <
+// NCCL_VERSION(2,17,0): the 2.17 fields; < 2.25: trafficClass; < 2.27,
+// 2.28, 2.29, 2.30, 2.30.5: theirs). So a newer library reads our 40
+// bytes, keeps the 2.17 fields (version 21700) and takes every field past
+// them from its own initializer (unset); 2.14 to 2.16 read size, magic,
+// version and blocking (24 bytes) and ignore the rest, which this package
+// refuses to set there (ErrNoConfig). Checks copied from parseCommConfig
+// (2.17.1 and 2.30.7 alike): blocking UNDEF, 0 or 1 (2.14 to 2.16: 0 or 1
+// only, so an unset Blocking is passed as 1 there); cgaClusterSize UNDEF
+// or >= 0; minCTAs and maxCTAs UNDEF or > 0, and minCTAs > maxCTAs refused
+// comparing the raw values, so a minimum with the maximum unset (INT_MIN)
+// is refused; values above MAXCHANNELS (32 in 2.17, 64 in 2.30; RCCL 32 at
+// rocm-5.7.0, 128 at 2.21.5) are lowered to it with a warning; netName is
+// copied during the call. NCCL_MAX_CGA_CLUSTER_SIZE is 8. RCCL: the same
+// header and checks (ncclConfig_v21700, magic 0xcafebeef, NCCL_VERSION as
+// above); ncclCommInitRankConfig from RCCL 2.15.5 (rocm-5.5.0, the 2.14
+// struct), the 2.17 layout from RCCL 2.17.1 (rocm-5.7.0); RCCL 2.13.4
+// (rocm-5.4.0, MinRCCLVersion) has none.
+//
+// ncclCommInitRankConfig takes the unique id by value, so it is declared to
+// purego's RegisterFunc like ncclCommInitRank (amd64 and arm64 only), and
+// resolved with Dlsym as optional (HasConfig; ErrNoConfig without it). In
+// nonblocking mode NCCL writes *comm before returning ncclInProgress and
+// completes the init in the background (init.cc, ncclCommInitRankDev);
+// for a split it writes *newcomm only when the split completes, from its
+// thread, and reports progress on the parent (ncclCommInitChildComm runs
+// the job in the parent's group). So both calls are watched: polled with
+// ncclCommGetAsyncError until settled, under the deadline (Config.Timeout
+// for an init, the parent's for a split), the handle slot on the heap
+// until then; at the deadline the communicator (or the parent) is aborted
+// and a communicator made past it is aborted too, never handed out. Split
+// still passes a NULL config (inherit the parent's). During a capture a
+// timeout still aborts the communicator; the capture fails with the call's
+// error.
 //
 // Symmetric windows (NCCL 2.27; window.go): ncclMemAlloc memory registered
 // with ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC), optional symbols

@@ -67,6 +67,8 @@ type Library struct {
 	// the amd64 and arm64 C ABIs pass differently (on the stack; as a
 	// pointer to a caller's copy): RegisterFunc lays it out per ABI.
 	commInitRank func(comm *uintptr, nranks int32, id UniqueID, rank int32) int32
+	// ncclCommInitRankConfig (2.14; optional, config.go): nil when absent.
+	commInitRankConfig func(comm *uintptr, nranks int32, id UniqueID, rank int32, cfg *configABI) int32
 	// Optional (window.go, split.go): 0 when this NCCL lacks them.
 	memAlloc, memFree, winRegister, winDeregister uintptr
 	commSplit                                     uintptr
@@ -264,6 +266,9 @@ func (v *vendor) bind(path string, h uintptr) (*Library, error) {
 		// Elsewhere RegisterFunc may panic on the struct argument, and
 		// the layout was never checked: InitRank refuses instead.
 		purego.RegisterFunc(&l.commInitRank, commInitRank)
+		if p, err := purego.Dlsym(h, "ncclCommInitRankConfig"); err == nil && p != 0 {
+			purego.RegisterFunc(&l.commInitRankConfig, p)
+		}
 	}
 	var ver int32
 	if r := gpurt.Call(getVersion, uintptr(unsafe.Pointer(&ver))); r != 0 {

@@ -106,3 +106,48 @@ func TestGPUWindow(t *testing.T) {
 	require.NoError(t, err)
 	replayed(t, g, in, out, 3, func(i, k int) byte { return byte(i*5 + k*17) }, a.Synchronize)
 }
+
+// On a GPU with NCCL 2.17 or later: a one-rank nonblocking communicator
+// made through ncclCommInitRankConfig with MaxCTAs set (its init polled to
+// completion), an all-reduce made at once and waited for with Comm.Wait,
+// then captured and replayed with fresh data; with ncclCommSplit (2.18), a
+// split of it configured the same way does the same. Skipped, with the
+// reason, without a GPU, NCCL, or NCCL 2.17.
+func TestGPUInitRankConfigNonblocking(t *testing.T) {
+	l, d, a := onGPU(t)
+	if !l.HasConfig() || l.Version < 21700 {
+		t.Skipf("NCCL %s has no ncclConfig_t with maxCTAs (2.17)", nccl.VersionString(l.Version))
+	}
+	id, err := l.GetUniqueID()
+	require.NoError(t, err)
+	cfg := nccl.Config{Blocking: nccl.Nonblocking, MinCTAs: 1, MaxCTAs: 2, Timeout: time.Minute}
+	c, err := l.InitRankConfig(d, 1, id, 0, cfg)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Destroy()) }()
+	comms := map[string]*nccl.Comm{"init": c}
+	if l.HasSplit() {
+		s, err := c.SplitConfig(0, 0, cfg)
+		require.NoError(t, err)
+		require.Equal(t, 1, s.Ranks())
+		defer func() { require.NoError(t, s.Destroy()) }()
+		comms["split"] = s
+	}
+	const count = 1 << 12
+	for name, c := range comms {
+		t.Run(name, func(t *testing.T) {
+			o := newOperands(t, a, 4*count)
+			for i := range o.in.Bytes() {
+				o.in.Bytes()[i] = byte(i*11 + 3)
+			}
+			require.NoError(t, a.UploadHost(o.send, 0, o.in, 0, 4*count))
+			require.NoError(t, a.Memset(o.recv, 0, 0, 4*count))
+			require.NoError(t, c.AllReduce(a, o.send, o.recv, count, nccl.Int32, nccl.Sum))
+			require.NoError(t, a.DownloadHost(o.out, 0, o.recv, 0, 4*count))
+			require.NoError(t, c.Wait(a))
+			require.Equal(t, o.in.Bytes(), o.out.Bytes(), "one rank's sum is its input")
+			roundTripWait(t, a, o, 3, func(i, k int) byte { return byte(i*3 + k*31) }, func() error {
+				return c.AllReduce(a, o.send, o.recv, count, nccl.Int32, nccl.Sum)
+			}, func() error { return c.Wait(a) })
+		})
+	}
+}

@@ -3,6 +3,7 @@ package nccl
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"unsafe"
 
 	"github.com/capalloc/capalloc/alloc"
@@ -32,7 +33,19 @@ func (l *Library) HasSplit() bool { return l.commSplit != 0 }
 // in the process; it runs on InitRank's device thread, and it is bounded
 // by c's timeout (SetTimeout): past it c is aborted and the result is
 // ErrCollectiveTimeout. A library without ncclCommSplit is ErrNoSplit.
-func (c *Comm) Split(color, key int) (*Comm, error) {
+func (c *Comm) Split(color, key int) (*Comm, error) { return c.splitWith(color, key, nil) }
+
+// SplitConfig is Split with a configuration for the new communicator
+// (ncclCommSplit's config, checked before any call: ErrBadConfig). Its
+// timeout is cfg's (the parent's when unset); the split itself is bounded
+// by the parent's, as Split. Whether the split is polled is the parent's
+// mode: NCCL runs it in the parent's background and reports it through
+// the parent's ncclCommGetAsyncError, writing the new handle when done.
+func (c *Comm) SplitConfig(color, key int, cfg Config) (*Comm, error) {
+	return c.splitWith(color, key, &cfg)
+}
+
+func (c *Comm) splitWith(color, key int, cfg *Config) (*Comm, error) {
 	l := c.l
 	if !l.HasSplit() {
 		return nil, fmt.Errorf("%w: %s is %s %s", ErrNoSplit, l.Path, vendorName(l), VersionString(l.Version))
@@ -40,15 +53,27 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 	if color < NoColor || color > math.MaxInt32 || key < math.MinInt32 || key > math.MaxInt32 {
 		return nil, fmt.Errorf("%w: nccl: split: color %d, key %d (color >= 0 or NoColor; both C ints)", alloc.ErrInvalidValue, color, key)
 	}
+	var abi *configABI
+	timeout := c.ownTimeout()
+	if cfg != nil {
+		var err error
+		if abi, err = l.configABI(*cfg); err != nil {
+			return nil, err
+		}
+		timeout = cfg.timeout(timeout)
+	}
 	h, err := c.handle("split")
 	if err != nil {
 		return nil, err
 	}
-	var nh uintptr
+	// A nonblocking parent's split writes the new handle from NCCL's
+	// thread when it completes: the slot is on the heap, alive until the
+	// split settles.
+	out := new(uintptr)
 	err = driver.DeviceWide(l.domain, "nccl: split communicator", func() error {
 		split := func() error {
 			return l.watch("ncclCommSplit", []*Comm{c}, c.ownTimeout(), func() int32 {
-				return gpurt.Call(l.commSplit, h, uintptr(int32(color)), uintptr(int32(key)), uintptr(unsafe.Pointer(&nh)), 0)
+				return gpurt.Call(l.commSplit, h, uintptr(int32(color)), uintptr(int32(key)), uintptr(unsafe.Pointer(out)), uintptr(unsafe.Pointer(abi)))
 			})
 		}
 		if c.dev != nil {
@@ -56,7 +81,13 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 		}
 		return split()
 	})
+	runtime.KeepAlive(abi)
+	nh := *out
+	runtime.KeepAlive(out)
 	if err != nil {
+		if nh != 0 { // made before the parent's abort: not handed out
+			_ = gpurt.Call(l.commAbort, nh)
+		}
 		return nil, fmt.Errorf("nccl: split of %s by color %d: %w", c, color, err)
 	}
 	if nh == 0 {
@@ -78,7 +109,7 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 		return nil, err
 	}
 	n := newComm(l, nh, int(rank), int(ranks), c.dev)
-	n.timeout = c.ownTimeout()
+	n.timeout = timeout
 	n.split = fmt.Sprintf("split of rank %d of %d by color %d", c.rank, c.ranks, color)
 	return n, nil
 }

@@ -18,7 +18,8 @@ import (
 // deadline; at the deadline the communicator is aborted (ncclCommAbort),
 // which makes a call blocked in NCCL return, and the caller gets
 // ErrCollectiveTimeout. A call that returns ncclInProgress (a nonblocking
-// communicator: NCCL_COMM_BLOCKING=0) is followed by polling
+// communicator: Config.Blocking Nonblocking, or NCCL_COMM_BLOCKING=0) is
+// followed by polling
 // ncclCommGetAsyncError until it settles, under the same deadline. An
 // aborted communicator is never called again: every later call is
 // ErrCommAborted, with no NCCL call.

@@ -10,7 +10,21 @@
  * RCCL: it also exports ncclAllToAllv, RCCL's own (rccl.h, under
  * RCCL_ALLTOALLV). -DFAKE_VERSION=N sets the version code ncclGetVersion
  * reports (default 22803, 2.28.3). -DFAKE_NO_SPLIT leaves out ncclCommSplit,
- * as in NCCL before 2.18.
+ * as in NCCL before 2.18; -DFAKE_NO_CONFIG leaves out ncclCommInitRankConfig,
+ * as in NCCL before 2.14 (RCCL before 2.15.5).
+ *
+ * Configs (ncclCommInitRankConfig, ncclCommSplit's config) are read as
+ * NCCL's parseCommConfig reads them (init.cc): size bytes, capped at the
+ * library's own sizeof(ncclConfig_t), over NCCL_CONFIG_INITIALIZER; a
+ * magic other than 0xcafebeef, or a field out of range, is
+ * ncclInvalidArgument; fields newer than the config's version are reset.
+ * Before 2.17 (FAKE_VERSION) the struct is 2.14's (blocking only, which
+ * must be 0 or 1). fake_last_config reports the bytes received. A
+ * nonblocking communicator (blocking = 0) answers its init, its split and
+ * its collectives with ncclInProgress, and ncclCommGetAsyncError reports
+ * ncclInProgress FAKE_POLLS times before success; a split's new handle is
+ * written when the parent's split completes, as NCCL writes *newcomm from
+ * its thread.
  *
  * Communicators are fcomm records that are never freed, so a call into one
  * that was destroyed or aborted is caught and counted (fake_misuse), not a
@@ -39,6 +53,8 @@
 #include <string.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <limits.h>
+#include <time.h>
 
 typedef struct { char internal[128]; } ncclUniqueId;
 typedef struct fcomm *ncclComm_t;
@@ -51,9 +67,14 @@ static ncclResult_t p2p_join(ncclComm_t c, const ncclUniqueId *id);
 static void p2p_leave(ncclComm_t c);
 static ncclResult_t p2p_op(int send, ncclComm_t c, void *buf, size_t n, int t, int peer, void *stream);
 static ncclResult_t p2p_flush(ncclResult_t r);
-struct fcomm { int rank, nranks, id, state; struct p2p_seg *seg; char *path; };
+struct fcomm {
+  int rank, nranks, id, state; struct p2p_seg *seg; char *path;
+  int blocking, pending;            /* pending: polls still answered ncclInProgress */
+  ncclComm_t *split_out;            /* a pending split's *newcomm, written when it completes */
+  int split_blocking;               /* and its new communicator's mode */
+};
 static pthread_cond_t aborted_cv = PTHREAD_COND_INITIALIZER;
-static int comm_ids, misuse, hang_mode;
+static int comm_ids, misuse, hang_mode, live_comms;
 enum { FAKE_HANG_NONE, FAKE_HANG_BLOCK, FAKE_HANG_PROGRESS };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -83,12 +104,80 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
   return 0;
 }
 
-static ncclComm_t new_comm(int rank, int nranks) {
+static ncclComm_t new_comm_locked(int rank, int nranks) {
   struct fcomm *c = calloc(1, sizeof *c);
+  c->rank = rank; c->nranks = nranks; c->id = ++comm_ids; c->blocking = 1;
+  live_comms++;
+  return c;
+}
+static ncclComm_t new_comm(int rank, int nranks) {
   pthread_mutex_lock(&mu);
-  c->rank = rank; c->nranks = nranks; c->id = ++comm_ids;
+  ncclComm_t c = new_comm_locked(rank, nranks);
   pthread_mutex_unlock(&mu);
   return c;
+}
+
+/* ncclConfig_v21700 (nccl.h.in of NCCL 2.17.1). */
+typedef struct {
+  size_t size;
+  unsigned int magic, version;
+  int blocking, cgaClusterSize, minCTAs, maxCTAs;
+  const char *netName;
+} ncclConfig_t;
+#define FAKE_UNDEF INT_MIN
+#ifndef FAKE_POLLS
+#define FAKE_POLLS 3
+#endif
+static unsigned char last_cfg[sizeof(ncclConfig_t)];
+static size_t last_cfg_size, last_cfg_copied;
+static char last_cfg_net[64];
+static int configs;
+
+/* parse_config reads cfg as parseCommConfig does into *out; it records
+ * what it received. */
+static ncclResult_t parse_config(const ncclConfig_t *cfg, ncclConfig_t *out) {
+  ncclConfig_t in = {sizeof in, 0, FAKE_VERSION, FAKE_UNDEF, FAKE_UNDEF, FAKE_UNDEF, FAKE_UNDEF, NULL};
+  size_t own = FAKE_VERSION < 21700 ? offsetof(ncclConfig_t, cgaClusterSize) + sizeof(int) : sizeof in; /* 2.14: 24 */
+  size_t size;
+  memcpy(&size, cfg, sizeof size);
+  size_t n = size > own ? own : size;
+  memcpy(&in, cfg, n);
+  pthread_mutex_lock(&mu);
+  configs++;
+  last_cfg_size = size;
+  last_cfg_copied = n;
+  memset(last_cfg, 0, sizeof last_cfg);
+  memcpy(last_cfg, cfg, size > sizeof last_cfg ? sizeof last_cfg : size);
+  last_cfg_net[0] = 0;
+  if (n == sizeof in && in.netName) snprintf(last_cfg_net, sizeof last_cfg_net, "%s", in.netName);
+  pthread_mutex_unlock(&mu);
+  if (in.magic != 0xcafebeef) return 4;
+  if (FAKE_VERSION < 21700) {
+    if (in.blocking != 0 && in.blocking != 1) return 4; /* 2.14 to 2.16 have no unset value */
+    in.cgaClusterSize = in.minCTAs = in.maxCTAs = FAKE_UNDEF;
+    in.netName = NULL;
+  }
+  if (in.version < 21400) in.blocking = FAKE_UNDEF;
+  if (in.version < 21700) { in.cgaClusterSize = in.minCTAs = in.maxCTAs = FAKE_UNDEF; in.netName = NULL; }
+  if (in.blocking != FAKE_UNDEF && in.blocking != 0 && in.blocking != 1) return 4;
+  if (in.cgaClusterSize != FAKE_UNDEF && in.cgaClusterSize < 0) return 4;
+  if ((in.minCTAs != FAKE_UNDEF && in.minCTAs <= 0) || (in.maxCTAs != FAKE_UNDEF && in.maxCTAs <= 0) || in.minCTAs > in.maxCTAs) return 4;
+  if (in.blocking == FAKE_UNDEF) in.blocking = 1;
+  *out = in;
+  return 0;
+}
+
+/* fake_last_config copies the bytes of the last config received (at most
+ * cap) and the network name it pointed at; it returns its size field, and
+ * the number of configs received in *count. */
+size_t fake_last_config(unsigned char *raw, size_t cap, char *net, size_t ncap, int *count) {
+  pthread_mutex_lock(&mu);
+  memcpy(raw, last_cfg, cap < sizeof last_cfg ? cap : sizeof last_cfg);
+  snprintf(net, ncap, "%s", last_cfg_net);
+  *count = configs;
+  size_t n = last_cfg_size;
+  pthread_mutex_unlock(&mu);
+  return n;
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
@@ -109,6 +198,39 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
   *comm = new_comm(rank, nranks);
   return p2p_join(*comm, &id);
 }
+
+#ifndef FAKE_NO_CONFIG
+static int init_delay_ms; /* fake_init_delay: a blocking init's time */
+/* fake_init_delay makes a blocking ncclCommInitRankConfig take ms. */
+void fake_init_delay(int ms) {
+  pthread_mutex_lock(&mu);
+  init_delay_ms = ms;
+  pthread_mutex_unlock(&mu);
+}
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t *config) {
+  ncclConfig_t cfg = {0};
+  cfg.blocking = 1;
+  if (config) {
+    ncclResult_t r = parse_config(config, &cfg);
+    if (r) return r;
+  }
+  ncclResult_t r = ncclCommInitRank(comm, nranks, id, rank);
+  if (r) return r;
+  if (cfg.blocking) {
+    pthread_mutex_lock(&mu);
+    int ms = init_delay_ms;
+    pthread_mutex_unlock(&mu);
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    return 0;
+  }
+  pthread_mutex_lock(&mu);
+  (*comm)->blocking = 0;
+  (*comm)->pending = FAKE_POLLS;
+  pthread_mutex_unlock(&mu);
+  return 7; /* ncclInProgress: made in the background */
+}
+#endif
 
 /* fake_last_init copies what the last ncclCommInitRank received and
  * returns how many were made. */
@@ -138,7 +260,7 @@ static int live(ncclComm_t c) {
 ncclResult_t ncclCommDestroy(ncclComm_t c) {
   pthread_mutex_lock(&mu);
   int ok = live(c);
-  if (ok) c->state = FAKE_DESTROYED;
+  if (ok) { c->state = FAKE_DESTROYED; live_comms--; }
   pthread_mutex_unlock(&mu);
   if (ok) p2p_leave(c);
   return ok ? 0 : 4;
@@ -146,7 +268,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t c) {
 ncclResult_t ncclCommAbort(ncclComm_t c) {
   pthread_mutex_lock(&mu);
   int ok = live(c);
-  if (ok) c->state = FAKE_ABORTED;
+  if (ok) { c->state = FAKE_ABORTED; live_comms--; }
   pthread_cond_broadcast(&aborted_cv);
   pthread_mutex_unlock(&mu);
   if (ok) p2p_leave(c);
@@ -155,7 +277,16 @@ ncclResult_t ncclCommAbort(ncclComm_t c) {
 ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *r) {
   pthread_mutex_lock(&mu);
   int ok = live(c) && r;
-  if (ok) *r = hang_mode == FAKE_HANG_PROGRESS ? 7 : 0;
+  if (ok && hang_mode == FAKE_HANG_PROGRESS) *r = 7;
+  else if (ok && c->pending > 0) {
+    *r = 7;
+    if (--c->pending == 0 && c->split_out) { /* the split completes */
+      ncclComm_t n = new_comm_locked(c->rank, c->nranks);
+      n->blocking = c->split_blocking;
+      *c->split_out = n;
+      c->split_out = NULL;
+    }
+  } else if (ok) *r = 0;
   pthread_mutex_unlock(&mu);
   return ok ? 0 : 4;
 }
@@ -180,6 +311,14 @@ void fake_hang(int mode) {
   pthread_mutex_lock(&mu);
   hang_mode = mode;
   pthread_mutex_unlock(&mu);
+}
+/* fake_live counts the communicators neither destroyed nor aborted. */
+int fake_live(void) {
+  pthread_mutex_lock(&mu);
+  int n = 0;
+  n = live_comms;
+  pthread_mutex_unlock(&mu);
+  return n;
 }
 /* fake_misuse counts calls made into destroyed or aborted communicators. */
 int fake_misuse(void) {
@@ -233,6 +372,9 @@ static ncclResult_t op(const char *name, ncclComm_t c, int peer, size_t n) {
   } else if (hang_mode == FAKE_HANG_BLOCK) {
     r = hang_locked(c);
   } else if (hang_mode == FAKE_HANG_PROGRESS) {
+    r = 7;
+  } else if (!c->blocking) {
+    c->pending = FAKE_POLLS;
     r = 7;
   }
   pthread_mutex_unlock(&mu);
@@ -338,17 +480,33 @@ ncclResult_t ncclGroupEnd(void) {
 #ifndef FAKE_NO_SPLIT
 /* ncclCommSplit: the new communicator keeps the parent's size and rank
  * (the stand-in's peers are imaginary; color and key are logged). */
-ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, void *config) {
+ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, ncclConfig_t *config) {
   if (!out || color < -1) return 4;
+  ncclConfig_t cfg = {0};
+  if (config) {
+    ncclResult_t r = parse_config(config, &cfg);
+    if (r) return r;
+  }
   pthread_mutex_lock(&mu);
   if (!live(c)) { pthread_mutex_unlock(&mu); return 4; }
   char line[96];
   int k = snprintf(line, sizeof line, "split comm=%d color=%d key=%d config=%d\n", c->id, color, key, config != 0);
   if (k > 0 && loglen + (size_t)k < sizeof logbuf) { memcpy(logbuf + loglen, line, (size_t)k); loglen += (size_t)k; }
   if (hang_mode == FAKE_HANG_BLOCK) { ncclResult_t r = hang_locked(c); pthread_mutex_unlock(&mu); return r; }
-  int rank = c->rank, nranks = c->nranks;
+  int blocking = config ? cfg.blocking : c->blocking;
+  *out = 0;
+  if (!c->blocking && color != -1) { /* in the parent's background: *out written when it completes */
+    c->pending = FAKE_POLLS;
+    c->split_out = out;
+    c->split_blocking = blocking;
+    pthread_mutex_unlock(&mu);
+    return 7;
+  }
+  if (color != -1) {
+    *out = new_comm_locked(c->rank, c->nranks);
+    (*out)->blocking = blocking;
+  }
   pthread_mutex_unlock(&mu);
-  *out = color == -1 ? 0 : new_comm(rank, nranks);
   return 0;
 }
 #endif
