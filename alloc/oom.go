@@ -58,7 +58,7 @@ func outOfMemory(a *Allocator, req int64, why string, cause error) error {
 		if detail == "" {
 			detail = "driver out of memory after the reclaim ladder"
 		}
-		h.record(evOutOfMemory, 0, req, stateNone, detail)
+		h.record(evOutOfMemory, 0, req, eventTag{}, detail)
 		dumpHistoryLocked(a)
 	}
 	return e

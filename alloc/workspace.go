@@ -37,6 +37,8 @@ func workspace(a *Allocator, name string, size int64) (Buffer, error) {
 		err = outOfMemory(a, size, why, nil)
 	}
 	var b Buffer
+	a.wsAlloc = name
+	defer func() { a.wsAlloc = "" }()
 	if err == nil {
 		switch st {
 		case StateNone:
