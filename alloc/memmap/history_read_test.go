@@ -20,6 +20,28 @@ const goodHistory = `{"allocator":"a","backend":"cpu","device":"d","start":"2026
  {"seq":4,"t_ns":2000000,"kind":"free","addr":4096,"size":512,"state":"live","in_use":0,"reserved":2097152,"stack":0}],
 "stacks":[[{"function":"main.step","file":"main.go","line":9}]]}`
 
+// edit replaces old with new in a good history, and wants ReadHistories
+// to refuse the result with an error matching want.
+type edit struct {
+	old, new string
+	want     error
+}
+
+// refused applies each edit to good and checks the refusal.
+func refused(t *testing.T, good string, edits map[string]edit) {
+	t.Helper()
+	for name, c := range edits {
+		in := strings.Replace(good, c.old, c.new, 1)
+		if in == good {
+			t.Fatalf("%s: the case changes nothing", name)
+		}
+		_, err := memmap.ReadHistories(strings.NewReader(in), memmap.DefaultHistoryLimits)
+		if !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", name, err, c.want)
+		}
+	}
+}
+
 // ownedHistory is a history of HistoryFormat: its allocations say which
 // call made them and which graph owns them, its captures their graph and
 // graph pool.
@@ -49,10 +71,7 @@ func TestReadHistoriesOwners(t *testing.T) {
 		e[2].Graph != 7 || e[2].Pool != 3 || e[3].Graph != 7 || e[5].Kind != memmap.EventPoolClose || e[5].Pool != 3 {
 		t.Fatalf("read as %+v", hs[0])
 	}
-	for name, c := range map[string]struct {
-		old, new string
-		want     error
-	}{
+	refused(t, ownedHistory, map[string]edit{
 		"format":                  {`"format":2`, `"format":3`, memmap.ErrInvalidHistory},
 		"negative format":         {`"format":2`, `"format":-1`, memmap.ErrInvalidHistory},
 		"fields of an old file":   {`"format":2,`, ``, memmap.ErrInvalidHistory},
@@ -69,16 +88,7 @@ func TestReadHistoriesOwners(t *testing.T) {
 		"graph-owned, no graph":   {`"state":"graph-owned","graph":7,"in_use":1280`, `"state":"graph-owned","in_use":1280`, memmap.ErrInvalidHistory},
 		"pool-close, no pool":     {`"kind":"pool-close","size":0,"pool":3`, `"kind":"pool-close","size":0`, memmap.ErrInvalidHistory},
 		"capture, no graph":       {`"kind":"capture-end","size":0,"graph":7`, `"kind":"capture-end","size":0`, memmap.ErrInvalidHistory},
-	} {
-		in := strings.Replace(ownedHistory, c.old, c.new, 1)
-		if in == ownedHistory {
-			t.Fatalf("%s: the case changes nothing", name)
-		}
-		_, err := memmap.ReadHistories(strings.NewReader(in), memmap.DefaultHistoryLimits)
-		if !errors.Is(err, c.want) {
-			t.Errorf("%s: %v, want %v", name, err, c.want)
-		}
-	}
+	})
 	// An older history: graph-owned memory without a graph is what it says.
 	old := strings.Replace(goodHistory, `"state":"live","in_use":512`, `"state":"graph-owned","in_use":512`, 1)
 	if _, err := memmap.ReadHistories(strings.NewReader(old), memmap.DefaultHistoryLimits); err != nil {
@@ -97,10 +107,7 @@ func TestReadHistories(t *testing.T) {
 	if err != nil || len(hs) != 2 {
 		t.Fatalf("an array of two: %v, %d", err, len(hs))
 	}
-	for name, c := range map[string]struct {
-		old, new string
-		want     error
-	}{
+	refused(t, goodHistory, map[string]edit{
 		"kind":        {`"kind":"capture-end"`, `"kind":"boom"`, memmap.ErrInvalidHistory},
 		"state":       {`"state":"live","in_use":512`, `"state":"odd","in_use":512`, memmap.ErrInvalidHistory},
 		"stack":       {`"reserved":2097152,"stack":0}`, `"reserved":2097152,"stack":7}`, memmap.ErrInvalidHistory},
@@ -113,16 +120,7 @@ func TestReadHistories(t *testing.T) {
 		"line":        {`"line":9`, `"line":-9`, memmap.ErrInvalidHistory},
 		"not json":    {`"allocator"`, `allocator`, memmap.ErrInvalidHistory},
 		"wrong shape": {`"events":[`, `"events":{"x":[`, memmap.ErrInvalidHistory},
-	} {
-		in := strings.Replace(goodHistory, c.old, c.new, 1)
-		if in == goodHistory {
-			t.Fatalf("%s: the case changes nothing", name)
-		}
-		_, err := memmap.ReadHistories(strings.NewReader(in), memmap.DefaultHistoryLimits)
-		if !errors.Is(err, c.want) {
-			t.Errorf("%s: %v, want %v", name, err, c.want)
-		}
-	}
+	})
 	small := memmap.DefaultHistoryLimits
 	for name, lim := range map[string]func(*memmap.HistoryLimits){
 		"bytes":  func(l *memmap.HistoryLimits) { l.Bytes = 100 },

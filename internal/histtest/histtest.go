@@ -22,23 +22,32 @@ const Backend = "cpu:memory_limit=8MiB"
 // 1 MiB pieces.
 const OOMRequest = 2 << 20
 
+// recording is an allocator named name on a cpu device of limit bytes,
+// its history on and written to the file returned at each out-of-memory
+// error; the test's cleanup closes both (the caller's Close first).
+func recording(t testing.TB, limit int64, name string) (*alloc.Allocator, string) {
+	t.Helper()
+	d, err := cpu.New(cpu.Options{MemoryLimit: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	file := filepath.Join(t.TempDir(), "history.json")
+	a, err := alloc.New(d, alloc.Options{Name: name, History: 10000, HistoryFile: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a, file
+}
+
 // WriteOOMHistory runs a step that fragments an 8 MiB cpu device and
 // then fails to allocate OOMRequest, with the history on and
 // Options.HistoryFile set, as an engine in the field would; it returns the
 // file the allocator wrote at the out-of-memory error.
 func WriteOOMHistory(t testing.TB) string {
 	t.Helper()
-	d, err := cpu.New(cpu.Options{MemoryLimit: 8 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	file := filepath.Join(t.TempDir(), "history.json")
-	a, err := alloc.New(d, alloc.Options{Name: "field-engine", History: 10000, HistoryFile: file})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a, file := recording(t, 8<<20, "field-engine")
 	var bs []alloc.Buffer
 	for range 8 { // four 2 MiB segments, the device full
 		b, err := a.Alloc(1 << 20)
@@ -83,17 +92,7 @@ const GraphBackend = "cpu:memory_limit=16MiB"
 // out-of-memory error.
 func WriteGraphOOMHistory(t testing.TB) string {
 	t.Helper()
-	d, err := cpu.New(cpu.Options{MemoryLimit: 16 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	file := filepath.Join(t.TempDir(), "history.json")
-	a, err := alloc.New(d, alloc.Options{Name: "graph-engine", History: 10000, HistoryFile: file})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a, file := recording(t, 16<<20, "graph-engine")
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
