@@ -14,6 +14,7 @@ import (
 	"github.com/capalloc/capalloc/alloc/memmap"
 	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/backends/plugin"
+	"github.com/capalloc/capalloc/cpu"
 	"github.com/capalloc/capalloc/internal/histtest"
 )
 
@@ -195,4 +196,33 @@ func TestReplayRefusesBadOwners(t *testing.T) {
 	require.Equal(t, 1, run([]string{bad}, &out, &errb))
 	require.Contains(t, errb.String(), `memmap: invalid history: event 3 (seq 3): via "mmap"`)
 	require.Empty(t, out.String())
+}
+
+// An out-of-memory error inside a capture (the history written there,
+// mid-capture) is retried inside the replayed capture, where it
+// happened: the error says so.
+func TestReplayRetriesInTheCapture(t *testing.T) {
+	d, err := cpu.New(cpu.Options{MemoryLimit: 8 << 20})
+	require.NoError(t, err)
+	defer d.Close()
+	file := filepath.Join(t.TempDir(), "history.json")
+	a, err := alloc.New(d, alloc.Options{History: 1000, HistoryFile: file})
+	require.NoError(t, err)
+	b, err := a.Alloc(4 << 20)
+	require.NoError(t, err)
+	_, err = a.WithCapture(alloc.CaptureOptions{}, func() error {
+		if _, err := a.Alloc(2 << 20); err != nil {
+			return err
+		}
+		_, err := a.Alloc(3 << 20)
+		return err
+	})
+	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+	require.NoError(t, a.Free(b))
+	require.NoError(t, a.Close())
+
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, run([]string{"-backend=cpu:memory_limit=8MiB", file}, &out, &errb), errb.String())
+	require.Contains(t, out.String(), "as made: captures 1 (graph pools 0)")
+	require.Regexp(t, `event \d+, 3.00 MiB: reproduced: capalloc cpu: Alloc \[capture=active\]: out of device memory`, out.String())
 }
