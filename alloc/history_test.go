@@ -126,6 +126,30 @@ func TestHistoryRecordsEvents(t *testing.T) {
 	}
 }
 
+// An out-of-memory event says which call failed when it was not Alloc.
+func TestHistoryOutOfMemorySaysWhichCall(t *testing.T) {
+	a := cpuAllocatorWith(t, 64<<20, alloc.Options{History: 100})
+	_, err := a.Alloc(1 << 40)
+	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+	_, err = a.AllocSync(1 << 40)
+	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+	held, err := a.AllocSync(48 << 20)
+	require.NoError(t, err)
+	_, err = a.AllocSync(48 << 20) // fits the device, not the driver's memory left
+	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+	require.NoError(t, a.Free(held))
+	_, err = a.Workspace("big", 1<<40)
+	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+	var vias []memmap.AllocVia
+	for _, e := range readHistory(t, a).Events {
+		if e.Kind == memmap.EventOutOfMemory {
+			vias = append(vias, e.Via)
+			require.Empty(t, e.Workspace)
+		}
+	}
+	require.Equal(t, []memmap.AllocVia{"", memmap.ViaAllocSync, memmap.ViaAllocSync, memmap.ViaWorkspace}, vias)
+}
+
 // A capture into a graph pool names the pool at its begin, its
 // allocations (the pool's memory) are graph-owned by its graph, a
 // workspace first allocated in a capture is graph-owned and named, and

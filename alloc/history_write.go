@@ -93,6 +93,8 @@ func eventData(e *event, seq uint64, stk int) memmap.Event {
 		if e.via == viaWorkspace {
 			d.Workspace = e.detail
 		}
+	case evOutOfMemory:
+		d.Via, d.Detail = eventVias[e.via], e.detail
 	default:
 		d.Addr, d.Detail = e.addr, e.detail
 	}

@@ -46,8 +46,8 @@ const (
 // field (0) is older: it says none of these.
 const HistoryFormat = 2
 
-// AllocVia is the call that made an EventAlloc's buffer, when it was not
-// Alloc (Event.Via).
+// AllocVia is the call that made an EventAlloc's buffer, or made an
+// EventOutOfMemory's failed request, when it was not Alloc (Event.Via).
 type AllocVia string
 
 const (
@@ -113,7 +113,8 @@ type Event struct {
 	// capture, into the graph's own memory or its graph pool's).
 	State BlockState `json:"state,omitempty"`
 	// Via, for EventAlloc, is the call that made the buffer when it was
-	// not Alloc (AllocSync, Workspace); Workspace is the workspace's name.
+	// not Alloc (AllocSync, Workspace), and Workspace the workspace's
+	// name; for EventOutOfMemory, the call that failed.
 	Via       AllocVia `json:"via,omitempty"`
 	Workspace string   `json:"workspace,omitempty"`
 	// Graph is the graph's ID (alloc.Graph.ID): of the capture that

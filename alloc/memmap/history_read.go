@@ -116,10 +116,10 @@ func checkOwners(e *Event, format int, lim HistoryLimits) string {
 		return fmt.Sprintf("%s: via, workspace, graph, pool and pool-close need format %d, the history is format %d", e.Kind, HistoryFormat, format)
 	case !validVias[e.Via]:
 		return fmt.Sprintf("via %q", e.Via)
-	case e.Via != "" && e.Kind != EventAlloc:
+	case e.Via != "" && e.Kind != EventAlloc && e.Kind != EventOutOfMemory:
 		return fmt.Sprintf("via %q on a %s event", e.Via, e.Kind)
-	case (e.Workspace != "") != (e.Via == ViaWorkspace):
-		return fmt.Sprintf("workspace %q, via %q: a name is a workspace's, and a workspace has one", e.Workspace, e.Via)
+	case (e.Workspace != "") != (e.Via == ViaWorkspace && e.Kind == EventAlloc):
+		return fmt.Sprintf("%s: workspace %q, via %q: a name is a workspace allocation's, and a workspace allocation has one", e.Kind, e.Workspace, e.Via)
 	case len(e.Workspace) > lim.Text:
 		return fmt.Sprintf("a workspace name of %d bytes (at most %d)", len(e.Workspace), lim.Text)
 	case e.Graph < 0 || e.Pool < 0:

@@ -45,7 +45,7 @@ func refused(t *testing.T, good string, edits map[string]edit) {
 // ownedHistory is a history of HistoryFormat: its allocations say which
 // call made them and which graph owns them, its captures their graph and
 // graph pool.
-const ownedHistory = `{"allocator":"a","backend":"cpu","device":"d","start":"2026-01-02T03:04:05Z","format":2,"capacity":10,"recorded":9,"resolution_ns":1000000,
+const ownedHistory = `{"allocator":"a","backend":"cpu","device":"d","start":"2026-01-02T03:04:05Z","format":2,"capacity":10,"recorded":10,"resolution_ns":1000000,
 "events":[
  {"seq":0,"t_ns":0,"kind":"alloc","addr":4096,"size":512,"state":"workspace","via":"workspace","workspace":"attn","in_use":512,"reserved":2097152,"stack":-1},
  {"seq":1,"t_ns":0,"kind":"alloc","addr":8192,"size":512,"state":"live","via":"alloc-sync","in_use":1024,"reserved":2097664,"stack":-1},
@@ -55,7 +55,8 @@ const ownedHistory = `{"allocator":"a","backend":"cpu","device":"d","start":"202
  {"seq":5,"t_ns":0,"kind":"pool-close","size":0,"pool":3,"in_use":1280,"reserved":2097664,"stack":-1},
  {"seq":6,"t_ns":0,"kind":"graph-close","size":0,"graph":7,"in_use":1280,"reserved":2097664,"stack":-1},
  {"seq":7,"t_ns":0,"kind":"free","addr":12288,"size":256,"state":"graph-owned","graph":7,"in_use":1024,"reserved":2097664,"stack":-1},
- {"seq":8,"t_ns":0,"kind":"free","addr":4096,"size":512,"state":"live","in_use":512,"reserved":2097664,"stack":-1}],
+ {"seq":8,"t_ns":0,"kind":"free","addr":4096,"size":512,"state":"live","in_use":512,"reserved":2097664,"stack":-1},
+ {"seq":9,"t_ns":0,"kind":"out-of-memory","size":4096,"via":"alloc-sync","in_use":512,"reserved":2097664,"detail":"why","stack":-1}],
 "stacks":[]}`
 
 // The fields of HistoryFormat are read, and refused, with a typed error
@@ -68,7 +69,7 @@ func TestReadHistoriesOwners(t *testing.T) {
 	}
 	e := hs[0].Events
 	if hs[0].Format != memmap.HistoryFormat || e[0].Via != memmap.ViaWorkspace || e[0].Workspace != "attn" || e[1].Via != memmap.ViaAllocSync ||
-		e[2].Graph != 7 || e[2].Pool != 3 || e[3].Graph != 7 || e[5].Kind != memmap.EventPoolClose || e[5].Pool != 3 {
+		e[2].Graph != 7 || e[2].Pool != 3 || e[3].Graph != 7 || e[5].Kind != memmap.EventPoolClose || e[5].Pool != 3 || e[9].Via != memmap.ViaAllocSync {
 		t.Fatalf("read as %+v", hs[0])
 	}
 	refused(t, ownedHistory, map[string]edit{
@@ -79,6 +80,7 @@ func TestReadHistoriesOwners(t *testing.T) {
 		"via on a free":           {`"addr":4096,"size":512,"state":"live","in_use":512`, `"addr":4096,"size":512,"state":"live","via":"alloc-sync","in_use":512`, memmap.ErrInvalidHistory},
 		"workspace without name":  {`,"workspace":"attn"`, ``, memmap.ErrInvalidHistory},
 		"name without workspace":  {`"via":"alloc-sync"`, `"workspace":"x"`, memmap.ErrInvalidHistory},
+		"name on an oom":          {`"via":"alloc-sync","in_use":512`, `"via":"workspace","workspace":"x","in_use":512`, memmap.ErrInvalidHistory},
 		"workspace name too long": {`"workspace":"attn"`, `"workspace":"` + strings.Repeat("w", 5000) + `"`, memmap.ErrHistoryTooLarge},
 		"negative graph":          {`"graph":7,"pool":3`, `"graph":-7,"pool":3`, memmap.ErrInvalidHistory},
 		"negative pool":           {`"graph":7,"pool":3`, `"graph":7,"pool":-3`, memmap.ErrInvalidHistory},

@@ -26,8 +26,8 @@
 // format 2 (which does not say), the allocations of a capture whose begin
 // is older than the history's oldest event (or that the replay could not
 // begin). -eager replays every allocation as an eager Alloc, to compare.
-// Recorded out-of-memory requests are retried as Alloc (the history does
-// not say which call failed). Buffers allocated before the history's
+// Recorded out-of-memory requests are retried at their place through
+// the call that failed (Alloc in a history older than format 2). Buffers allocated before the history's
 // oldest event are one buffer of their bytes, allocated first. The file
 // is untrusted input: memmap.ReadHistories bounds and checks it.
 package main

@@ -226,3 +226,38 @@ func TestReplayRetriesInTheCapture(t *testing.T) {
 	require.Contains(t, out.String(), "as made: captures 1 (graph pools 0)")
 	require.Regexp(t, `event \d+, 3.00 MiB: reproduced: capalloc cpu: Alloc \[capture=active\]: out of device memory`, out.String())
 }
+
+// An AllocSync that failed is retried as AllocSync: on a full device
+// whose pool caches 1 MiB pieces, an Alloc of 1 MiB has room, an
+// AllocSync (driver memory) has none, and the replay reproduces it.
+func TestReplayRetriesThroughTheCallThatFailed(t *testing.T) {
+	d, err := cpu.New(cpu.Options{MemoryLimit: 8 << 20})
+	require.NoError(t, err)
+	defer d.Close()
+	file := filepath.Join(t.TempDir(), "history.json")
+	a, err := alloc.New(d, alloc.Options{History: 1000, HistoryFile: file})
+	require.NoError(t, err)
+	var bs []alloc.Buffer
+	for range 8 { // four 2 MiB segments, the device full
+		b, err := a.Alloc(1 << 20)
+		require.NoError(t, err)
+		bs = append(bs, b)
+	}
+	for i, b := range bs {
+		if i%2 == 0 { // 1 MiB free in each segment: none wholly free
+			require.NoError(t, a.Free(b))
+		}
+	}
+	_, err = a.AllocSync(1 << 20)
+	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+	for i, b := range bs {
+		if i%2 == 1 {
+			require.NoError(t, a.Free(b))
+		}
+	}
+	require.NoError(t, a.Close())
+
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, run([]string{"-backend=cpu:memory_limit=8MiB", file}, &out, &errb), errb.String())
+	require.Regexp(t, `event \d+, 1.00 MiB: reproduced: capalloc cpu: AllocSync `, out.String())
+}

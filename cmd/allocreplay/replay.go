@@ -169,15 +169,33 @@ func (p *replayer) dispose(addr driver.DevicePtr, h held) {
 	}
 }
 
-// retry tries a recorded out-of-memory request again at its place (an
-// Alloc: the history does not say which call failed).
+// retry tries a recorded out-of-memory request again at its place,
+// through the call that failed (a workspace under a name of the replay's
+// own, so that none the history has is replaced), and frees what it got.
 func (p *replayer) retry(e memmap.Event) error {
 	if e.Size <= 0 {
 		return nil
 	}
-	b, err := p.a.Alloc(e.Size)
+	var (
+		b       alloc.Buffer
+		err     error
+		release = func() { _ = p.a.Free(b) }
+	)
+	switch via := e.Via; {
+	case p.asMade && via == memmap.ViaAllocSync:
+		b, err = p.a.AllocSync(e.Size)
+	case p.asMade && via == memmap.ViaWorkspace:
+		name := "allocreplay: retried request"
+		for p.workspaces[name] != 0 {
+			name += "'"
+		}
+		b, err = p.a.Workspace(name, e.Size)
+		release = func() { _ = p.a.ReleaseWorkspace(name) }
+	default:
+		b, err = p.a.Alloc(e.Size)
+	}
 	if err == nil {
-		_ = p.a.Free(b) // it failed in the field: nothing kept it
+		release() // it failed in the field: nothing kept it
 	} else if !errors.Is(err, alloc.ErrOutOfMemory) {
 		return fmt.Errorf("event %d: %w", e.Seq, err)
 	}
