@@ -261,3 +261,31 @@ func TestReplayRetriesThroughTheCallThatFailed(t *testing.T) {
 	require.Equal(t, 0, run([]string{"-backend=cpu:memory_limit=8MiB", file}, &out, &errb), errb.String())
 	require.Regexp(t, `event \d+, 1.00 MiB: reproduced: capalloc cpu: AllocSync `, out.String())
 }
+
+// Captures the replay cannot make as recorded are made as near as it can
+// and said: a mode it does not know is begun as global, and a capture
+// the history says failed, which the replay's did not, gives its graph
+// back at once; the replay goes on.
+func TestReplaySaysWhereCapturesDiffer(t *testing.T) {
+	edited := rewrite(t, histtest.WriteGraphOOMHistory(t), func(h map[string]any) {
+		begins, ends := 0, 0
+		for _, e := range h["events"].([]any) {
+			switch e := e.(map[string]any); e["kind"] {
+			case string(memmap.EventCaptureBegin):
+				if begins++; begins == 1 {
+					e["detail"] = "sideways"
+				}
+			case string(memmap.EventCaptureEnd):
+				if ends++; ends == 3 {
+					e["detail"] = "failed: as the history says"
+				}
+			}
+		}
+	})
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, run([]string{"-backend=" + histtest.GraphBackend, edited}, &out, &errb), errb.String())
+	text := out.String()
+	require.Contains(t, text, "\n  fallback: 1 captures of an unknown mode begun as global\n")
+	require.Contains(t, text, "\n  fallback: 1 captures that failed in the history or in the replay but not both (the graph released at once)\n")
+	require.Contains(t, text, "as made: captures 4 (graph pools 1)")
+}
