@@ -14,7 +14,6 @@ import (
 	"github.com/capalloc/capalloc/alloc/memmap"
 	"github.com/capalloc/capalloc/backends"
 	"github.com/capalloc/capalloc/backends/plugin"
-	"github.com/capalloc/capalloc/cpu"
 	"github.com/capalloc/capalloc/internal/histtest"
 )
 
@@ -63,6 +62,15 @@ func TestReplayRefusesABadFile(t *testing.T) {
 	require.Equal(t, 2, run(nil, &out, &errb), "no file")
 }
 
+// replayed runs allocreplay with args, wants it to succeed and returns
+// what it printed.
+func replayed(t *testing.T, args ...string) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, run(args, &out, &errb), errb.String())
+	return out.String()
+}
+
 // replayFile replays the histories in file on backend as run does,
 // returning the results.
 func replayFile(t *testing.T, file, backend string, eager bool) []result {
@@ -96,9 +104,7 @@ func replayFile(t *testing.T, file, backend string, eager bool) []result {
 // nor the peaks are reproduced.
 func TestReplayMakesCapturesAsTheEngineDid(t *testing.T) {
 	file := histtest.WriteGraphOOMHistory(t)
-	var out, errb bytes.Buffer
-	require.Equal(t, 0, run([]string{"-backend=" + histtest.GraphBackend, file}, &out, &errb), errb.String())
-	text := out.String()
+	text := replayed(t, "-backend="+histtest.GraphBackend, file)
 	require.Contains(t, text, "as made: captures 4 (graph pools 1), workspace allocations 1, AllocSync allocations 1")
 	require.NotContains(t, text, "fallback")
 	require.Contains(t, text, "out-of-memory errors reproduced: 1 of 1 recorded")
@@ -112,10 +118,9 @@ func TestReplayMakesCapturesAsTheEngineDid(t *testing.T) {
 	eager := replayFile(t, file, histtest.GraphBackend, true)[0]
 	require.Zero(t, eager.reproduced(), "the eager replay has room the engine did not")
 	require.NotEqual(t, [2]int64{eager.recordedInUse, eager.recordedReserv}, [2]int64{eager.peakInUse, eager.peakReserved})
-	out.Reset()
-	require.Equal(t, 0, run([]string{"-backend=" + histtest.GraphBackend, "-eager", file}, &out, &errb), errb.String())
-	require.Contains(t, out.String(), "every allocation an eager Alloc (-eager)")
-	require.Contains(t, out.String(), "out-of-memory errors reproduced: 0 of 1 recorded")
+	text = replayed(t, "-backend="+histtest.GraphBackend, "-eager", file)
+	require.Contains(t, text, "every allocation an eager Alloc (-eager)")
+	require.Contains(t, text, "out-of-memory errors reproduced: 0 of 1 recorded")
 }
 
 // rewrite rewrites the history in file with edit, as JSON objects, into
@@ -153,9 +158,7 @@ func TestReplayOldHistoryFallsBackToEager(t *testing.T) {
 		}
 		h["events"] = evs
 	})
-	var out, errb bytes.Buffer
-	require.Equal(t, 0, run([]string{"-backend=" + histtest.GraphBackend, old}, &out, &errb), errb.String())
-	text := out.String()
+	text := replayed(t, "-backend="+histtest.GraphBackend, old)
 	require.Regexp(t, `\n  fallback: 24 allocations replayed as eager Alloc: the history is older than format 2 and does not say which were made in captures, into graph pools, as workspaces or by AllocSync\n`, text)
 	require.NotContains(t, text, "as made")
 	require.Contains(t, text, "out-of-memory errors reproduced: 0 of 1 recorded", "eager, as before")
@@ -175,9 +178,7 @@ func TestReplayCaptureBeganBeforeTheHistory(t *testing.T) {
 		}
 		t.Fatal("no capture in the history")
 	})
-	var out, errb bytes.Buffer
-	require.Equal(t, 0, run([]string{"-backend=" + histtest.GraphBackend, cut}, &out, &errb), errb.String())
-	text := out.String()
+	text := replayed(t, "-backend="+histtest.GraphBackend, cut)
 	require.Contains(t, text, "\n  fallback: 2 graph-owned allocations replayed as eager Alloc: their capture is not replayed")
 	require.Contains(t, text, "as made: captures 3 (graph pools 1)")
 }
@@ -202,12 +203,7 @@ func TestReplayRefusesBadOwners(t *testing.T) {
 // mid-capture) is retried inside the replayed capture, where it
 // happened: the error says so.
 func TestReplayRetriesInTheCapture(t *testing.T) {
-	d, err := cpu.New(cpu.Options{MemoryLimit: 8 << 20})
-	require.NoError(t, err)
-	defer d.Close()
-	file := filepath.Join(t.TempDir(), "history.json")
-	a, err := alloc.New(d, alloc.Options{History: 1000, HistoryFile: file})
-	require.NoError(t, err)
+	a, file := histtest.Recording(t, 8<<20, "engine")
 	b, err := a.Alloc(4 << 20)
 	require.NoError(t, err)
 	_, err = a.WithCapture(alloc.CaptureOptions{}, func() error {
@@ -221,22 +217,16 @@ func TestReplayRetriesInTheCapture(t *testing.T) {
 	require.NoError(t, a.Free(b))
 	require.NoError(t, a.Close())
 
-	var out, errb bytes.Buffer
-	require.Equal(t, 0, run([]string{"-backend=cpu:memory_limit=8MiB", file}, &out, &errb), errb.String())
-	require.Contains(t, out.String(), "as made: captures 1 (graph pools 0)")
-	require.Regexp(t, `event \d+, 3.00 MiB: reproduced: capalloc cpu: Alloc \[capture=active\]: out of device memory`, out.String())
+	text := replayed(t, "-backend=cpu:memory_limit=8MiB", file)
+	require.Contains(t, text, "as made: captures 1 (graph pools 0)")
+	require.Regexp(t, `event \d+, 3.00 MiB: reproduced: capalloc cpu: Alloc \[capture=active\]: out of device memory`, text)
 }
 
 // An AllocSync that failed is retried as AllocSync: on a full device
 // whose pool caches 1 MiB pieces, an Alloc of 1 MiB has room, an
 // AllocSync (driver memory) has none, and the replay reproduces it.
 func TestReplayRetriesThroughTheCallThatFailed(t *testing.T) {
-	d, err := cpu.New(cpu.Options{MemoryLimit: 8 << 20})
-	require.NoError(t, err)
-	defer d.Close()
-	file := filepath.Join(t.TempDir(), "history.json")
-	a, err := alloc.New(d, alloc.Options{History: 1000, HistoryFile: file})
-	require.NoError(t, err)
+	a, file := histtest.Recording(t, 8<<20, "engine")
 	var bs []alloc.Buffer
 	for range 8 { // four 2 MiB segments, the device full
 		b, err := a.Alloc(1 << 20)
@@ -248,7 +238,7 @@ func TestReplayRetriesThroughTheCallThatFailed(t *testing.T) {
 			require.NoError(t, a.Free(b))
 		}
 	}
-	_, err = a.AllocSync(1 << 20)
+	_, err := a.AllocSync(1 << 20)
 	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
 	for i, b := range bs {
 		if i%2 == 1 {
@@ -257,9 +247,8 @@ func TestReplayRetriesThroughTheCallThatFailed(t *testing.T) {
 	}
 	require.NoError(t, a.Close())
 
-	var out, errb bytes.Buffer
-	require.Equal(t, 0, run([]string{"-backend=cpu:memory_limit=8MiB", file}, &out, &errb), errb.String())
-	require.Regexp(t, `event \d+, 1.00 MiB: reproduced: capalloc cpu: AllocSync `, out.String())
+	text := replayed(t, "-backend=cpu:memory_limit=8MiB", file)
+	require.Regexp(t, `event \d+, 1.00 MiB: reproduced: capalloc cpu: AllocSync `, text)
 }
 
 // Captures the replay cannot make as recorded are made as near as it can
@@ -282,9 +271,7 @@ func TestReplaySaysWhereCapturesDiffer(t *testing.T) {
 			}
 		}
 	})
-	var out, errb bytes.Buffer
-	require.Equal(t, 0, run([]string{"-backend=" + histtest.GraphBackend, edited}, &out, &errb), errb.String())
-	text := out.String()
+	text := replayed(t, "-backend="+histtest.GraphBackend, edited)
 	require.Contains(t, text, "\n  fallback: 1 captures of an unknown mode begun as global\n")
 	require.Contains(t, text, "\n  fallback: 1 captures that failed in the history or in the replay but not both (the graph released at once)\n")
 	require.Contains(t, text, "as made: captures 4 (graph pools 1)")

@@ -22,10 +22,10 @@ const Backend = "cpu:memory_limit=8MiB"
 // 1 MiB pieces.
 const OOMRequest = 2 << 20
 
-// recording is an allocator named name on a cpu device of limit bytes,
+// Recording is an allocator named name on a cpu device of limit bytes,
 // its history on and written to the file returned at each out-of-memory
 // error; the test's cleanup closes both (the caller's Close first).
-func recording(t testing.TB, limit int64, name string) (*alloc.Allocator, string) {
+func Recording(t testing.TB, limit int64, name string) (*alloc.Allocator, string) {
 	t.Helper()
 	d, err := cpu.New(cpu.Options{MemoryLimit: limit})
 	if err != nil {
@@ -47,7 +47,7 @@ func recording(t testing.TB, limit int64, name string) (*alloc.Allocator, string
 // file the allocator wrote at the out-of-memory error.
 func WriteOOMHistory(t testing.TB) string {
 	t.Helper()
-	a, file := recording(t, 8<<20, "field-engine")
+	a, file := Recording(t, 8<<20, "field-engine")
 	var bs []alloc.Buffer
 	for range 8 { // four 2 MiB segments, the device full
 		b, err := a.Alloc(1 << 20)
@@ -92,7 +92,7 @@ const GraphBackend = "cpu:memory_limit=16MiB"
 // out-of-memory error.
 func WriteGraphOOMHistory(t testing.TB) string {
 	t.Helper()
-	a, file := recording(t, 16<<20, "graph-engine")
+	a, file := Recording(t, 16<<20, "graph-engine")
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
