@@ -62,6 +62,7 @@ type Allocator struct {
 	hosts      map[*HostBuffer]struct{}
 	host       hostCache // freed pinned host memory for reuse (hostcache.go)
 	workspaces map[string]*block
+	wsAlloc    string      // the workspace Workspace allocates now: its block's name from hand-out on
 	stats      counters    // every counter; Stats derives from it (stats.go)
 	prof       memProfile  // sampled allocations (profile.go)
 	oomCalling atomic.Bool // Options.OnOutOfMemory is running (oom_callback.go)

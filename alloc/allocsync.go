@@ -34,7 +34,7 @@ func allocSync(a *Allocator, size int64) (Buffer, error) {
 	err := a.guard.blockingUndo("AllocSync", size, nil, func(st CaptureState) error {
 		capturing = st != StateNone
 		if why := neverFits(a, size); why != "" {
-			return outOfMemory(a, size, why, nil)
+			return outOfMemoryVia(a, size, viaSync, why, nil)
 		}
 		return a.guard.deviceWideRefusalLocked(st, "eager synchronous allocation")
 	}, func() (func(), error) {

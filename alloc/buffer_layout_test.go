@@ -17,3 +17,15 @@ func TestBlockFillsWholeCacheLines(t *testing.T) {
 		t.Fatalf("block is %d B, not a multiple of %d: adjust its pad by %d B", n, cacheLine, cacheLine-n%cacheLine)
 	}
 }
+
+// A history ring slot is four cache lines, its fields before the stack
+// the first (history.go, event): what docs/allocation-history.md says an
+// event kept costs, and what the read-ahead in record assumes.
+func TestHistoryEventFillsFourCacheLines(t *testing.T) {
+	if n := unsafe.Sizeof(event{}); n != 4*cacheLine {
+		t.Fatalf("a history event is %d B, not %d", n, 4*cacheLine)
+	}
+	if off := unsafe.Offsetof(event{}.pcs); off != cacheLine {
+		t.Fatalf("a history event's stack starts at byte %d, not %d", off, cacheLine)
+	}
+}

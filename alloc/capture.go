@@ -154,7 +154,7 @@ func (c *capture) begin() error {
 	}
 	g.dom.add(g.stream, c.mode)
 	if h := a.stats.hist; h != nil {
-		h.record(evCaptureBegin, 0, 0, stateNone, c.mode.String())
+		h.record(evCaptureBegin, driver.DevicePtr(c.pool.idOrZero()), 0, graphTag(c.id), c.mode.String())
 	}
 	return nil
 }

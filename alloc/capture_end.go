@@ -71,7 +71,7 @@ func (c *capture) finishLocked(h driver.GraphHandle, err error) *Graph {
 		c.err = err
 		a.stats.FailedCapture++
 		if h := a.stats.hist; h != nil {
-			h.record(evCaptureEnd, 0, 0, stateNone, "failed: "+err.Error())
+			h.record(evCaptureEnd, 0, 0, graphTag(c.id), "failed: "+err.Error())
 		}
 		c.discardLocked(false)
 		return nil
@@ -86,7 +86,7 @@ func (c *capture) finishLocked(h driver.GraphHandle, err error) *Graph {
 	a.graphs[gr] = struct{}{}
 	a.stats.Captures++
 	if h := a.stats.hist; h != nil {
-		h.record(evCaptureEnd, 0, 0, stateNone, "")
+		h.record(evCaptureEnd, 0, 0, graphTag(c.id), "")
 	}
 	return gr
 }

@@ -221,7 +221,7 @@ func (g *Graph) closeLocked() {
 	g.closed = true
 	delete(a.graphs, g)
 	if h := a.stats.hist; h != nil {
-		h.record(evGraphClose, 0, 0, stateNone, "")
+		h.record(evGraphClose, 0, 0, graphTag(g.id), "")
 	}
 	if g.eager != nil {
 		return

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"slices"
 	"sync/atomic"
+
+	"github.com/capalloc/capalloc/alloc/driver"
 )
 
 // GraphPool is memory that graphs captured into it share
@@ -119,6 +121,9 @@ func (gp *GraphPool) Close() error {
 		return a.fail("GraphPool.Close", -1, StateNone, wrapf(ErrClosed, "graph pool closed twice"))
 	}
 	gp.closed = true
+	if h := a.stats.hist; h != nil {
+		h.record(evPoolClose, driver.DevicePtr(gp.id), 0, eventTag{}, "")
+	}
 	gp.disposeIfDoneLocked()
 	return nil
 }

@@ -37,7 +37,7 @@ const historyTick = time.Millisecond
 
 // eventKinds maps the ring's kinds to the data's.
 var eventKinds = [...]memmap.EventKind{memmap.EventAlloc, memmap.EventFree, memmap.EventSegmentMap, memmap.EventSegmentUnmap,
-	memmap.EventCaptureBegin, memmap.EventCaptureEnd, memmap.EventGraphClose, memmap.EventOutOfMemory}
+	memmap.EventCaptureBegin, memmap.EventCaptureEnd, memmap.EventGraphClose, memmap.EventOutOfMemory, memmap.EventPoolClose}
 
 type eventKind uint8
 
@@ -50,6 +50,7 @@ const (
 	evCaptureEnd
 	evGraphClose
 	evOutOfMemory
+	evPoolClose
 )
 
 // history is an allocator's ring of events. Its lock is a leaf (the lock
@@ -71,16 +72,41 @@ type history struct {
 }
 
 // event is one ring slot: its fields before the stack fill one cache
-// line; the stack's addresses stay unsymbolized.
+// line; the stack's addresses stay unsymbolized. A capture-begin's and a
+// pool-close's addr is the graph pool's ID (0: none), as they have no
+// address; an alloc's detail is its workspace's name.
 type event struct {
 	t, size, inUse, reserved int64
 	addr                     driver.DevicePtr
 	detail                   string
 	kind                     eventKind
-	state                    eventState
 	npc                      uint8
+	state                    eventState // eventTag's fields, unnested: no padding
+	via                      eventVia
+	graph                    uint32
 	pcs                      [historyStack]uintptr
 }
+
+// eventTag is what an event says of whose memory it is: an alloc or free
+// event's state and origin, and the graph that owns the memory, or whose
+// capture or close the event is.
+type eventTag struct {
+	state eventState
+	via   eventVia
+	graph uint32 // Graph.ID; 0: none (IDs past 2^32 wrap)
+}
+
+// eventVia is the call that made an alloc event's buffer, when it was not
+// Alloc: memmap.Event.Via (eventVias).
+type eventVia uint8
+
+const (
+	viaAlloc eventVia = iota
+	viaSync
+	viaWorkspace
+)
+
+var eventVias = [...]memmap.AllocVia{"", memmap.ViaAllocSync, memmap.ViaWorkspace}
 
 // eventState is an alloc or free event's memmap.BlockState (eventStates),
 // a byte in the ring.
@@ -147,7 +173,7 @@ func (h *history) close() {
 // record adds an event, its stack starting at record's caller.
 //
 //go:noinline
-func (h *history) record(k eventKind, addr driver.DevicePtr, size int64, st eventState, detail string) {
+func (h *history) record(k eventKind, addr driver.DevicePtr, size int64, tag eventTag, detail string) {
 	t := h.clock.Load()
 	h.mu.Lock()
 	switch k {
@@ -165,7 +191,8 @@ func (h *history) record(k eventKind, addr driver.DevicePtr, size int64, st even
 		h.next = 0
 	}
 	h.recorded++
-	e.t, e.size, e.inUse, e.reserved, e.addr, e.kind, e.state = t, size, h.inUse, h.reserved, addr, k, st
+	e.t, e.size, e.inUse, e.reserved, e.addr, e.kind = t, size, h.inUse, h.reserved, addr, k
+	e.state, e.via, e.graph = tag.state, tag.via, tag.graph
 	if e.detail != detail { // a string store only on a change: no write barrier on the common event
 		e.detail = detail
 	}
@@ -181,16 +208,31 @@ func (h *history) record(k eventKind, addr driver.DevicePtr, size int64, st even
 	h.mu.Unlock()
 }
 
-// blockState is the state a block's events carry.
-func blockState(b *block) eventState {
+// tagLive is the tag of an eager Alloc's buffer and its free.
+var tagLive = eventTag{state: stateLive}
+
+// blockTag is what a block's events carry: graph-owned, with its graph,
+// while a capture's allocation (its own memory or a graph pool's);
+// otherwise a workspace or live; and the call that made it.
+func blockTag(b *block) eventTag {
+	t := tagLive
 	switch {
-	case b.kind == kindGraph:
-		return stateGraphOwned
+	case (b.kind == kindGraph || b.kind == kindShared) && b.cap != nil:
+		t.state, t.graph = stateGraphOwned, uint32(b.cap.id)
 	case b.ws != "":
-		return stateWorkspace
+		t.state = stateWorkspace
 	}
-	return stateLive
+	switch {
+	case b.ws != "":
+		t.via = viaWorkspace
+	case b.kind == kindSync:
+		t.via = viaSync
+	}
+	return t
 }
+
+// graphTag is the tag of a capture's or graph's own event.
+func graphTag(id int) eventTag { return eventTag{graph: uint32(id)} }
 
 // historyWindow is a copy of the ring's newest events, oldest first,
 // taken under its lock.

@@ -13,7 +13,7 @@ import (
 func BenchmarkHistoryWindowCopy(b *testing.B) {
 	h := &history{ring: make([]event, 200_000)}
 	for i := range 3 * len(h.ring) / 2 { // wrapped
-		h.record(evAlloc, 0, int64(i), stateLive, "")
+		h.record(evAlloc, 0, int64(i), tagLive, "")
 	}
 	for _, n := range []int{10_000, 100_000, 200_000} {
 		buf := make([]event, n)

@@ -67,13 +67,14 @@ func TestHistoryRecordsEvents(t *testing.T) {
 	require.Equal(t, 1000, h.Capacity)
 	require.EqualValues(t, len(h.Events), h.Recorded)
 	require.Equal(t, []string{
-		"alloc live", "alloc live", "alloc live", // Alloc, AllocSync, Workspace (named after its allocation)
+		"alloc live", "alloc live", "alloc workspace", // Alloc, AllocSync, Workspace
 		"free live", "free live",
 		"capture-begin ", "alloc graph-owned", "capture-end ",
 		"graph-close ", "free graph-owned",
 		"out-of-memory ",
 		"free live", // ReleaseWorkspace (unnamed before its free)
 	}, kinds(h))
+	require.Equal(t, memmap.HistoryFormat, h.Format)
 	at := map[memmap.EventKind][]memmap.Event{}
 	for i, e := range h.Events {
 		require.EqualValues(t, i, e.Seq)
@@ -85,6 +86,18 @@ func TestHistoryRecordsEvents(t *testing.T) {
 	require.Equal(t, []int64{1 << 20, 64 << 10, 256 << 10, 128 << 10},
 		[]int64{allocs[0].Size, allocs[1].Size, allocs[2].Size, allocs[3].Size})
 	require.EqualValues(t, 1<<20+64<<10+256<<10, allocs[2].InUse)
+	// What each allocation was, and whose: the call, the graph.
+	require.Equal(t, []memmap.AllocVia{"", memmap.ViaAllocSync, memmap.ViaWorkspace, ""},
+		[]memmap.AllocVia{allocs[0].Via, allocs[1].Via, allocs[2].Via, allocs[3].Via})
+	require.Equal(t, "attn", allocs[2].Workspace)
+	require.Empty(t, allocs[2].Detail)
+	require.Equal(t, []int{0, 0, 0, g.ID()}, []int{allocs[0].Graph, allocs[1].Graph, allocs[2].Graph, allocs[3].Graph})
+	for _, k := range []memmap.EventKind{memmap.EventCaptureBegin, memmap.EventCaptureEnd, memmap.EventGraphClose} {
+		require.Equal(t, g.ID(), at[k][0].Graph, k)
+		require.Zero(t, at[k][0].Pool, k)
+	}
+	require.Equal(t, "global", at[memmap.EventCaptureBegin][0].Detail)
+	require.Equal(t, g.ID(), at[memmap.EventFree][2].Graph, "the graph-owned free")
 	last := h.Events[len(h.Events)-1]
 	st := a.Stats()
 	require.Zero(t, last.InUse, "everything freed")
@@ -111,6 +124,89 @@ func TestHistoryRecordsEvents(t *testing.T) {
 	for _, stk := range h.Stacks {
 		require.False(t, strings.HasPrefix(stk[0].Function, "github.com/capalloc/capalloc/alloc."), "the allocator's own frames are left out: %v", stk)
 	}
+}
+
+// An out-of-memory event says which call failed when it was not Alloc.
+func TestHistoryOutOfMemorySaysWhichCall(t *testing.T) {
+	a := cpuAllocatorWith(t, 64<<20, alloc.Options{History: 100})
+	_, err := a.Alloc(1 << 40)
+	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+	_, err = a.AllocSync(1 << 40)
+	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+	held, err := a.AllocSync(48 << 20)
+	require.NoError(t, err)
+	_, err = a.AllocSync(48 << 20) // fits the device, not the driver's memory left
+	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+	require.NoError(t, a.Free(held))
+	_, err = a.Workspace("big", 1<<40)
+	require.ErrorIs(t, err, alloc.ErrOutOfMemory)
+	var vias []memmap.AllocVia
+	for _, e := range readHistory(t, a).Events {
+		if e.Kind == memmap.EventOutOfMemory {
+			vias = append(vias, e.Via)
+			require.Empty(t, e.Workspace)
+		}
+	}
+	require.Equal(t, []memmap.AllocVia{"", memmap.ViaAllocSync, memmap.ViaAllocSync, memmap.ViaWorkspace}, vias)
+}
+
+// A capture into a graph pool names the pool at its begin, its
+// allocations (the pool's memory) are graph-owned by its graph, a
+// workspace first allocated in a capture is graph-owned and named, and
+// the pool's close is an event naming it.
+func TestHistoryRecordsGraphPools(t *testing.T) {
+	a := cpuAllocatorWith(t, 64<<20, alloc.Options{History: 1000})
+	warm, err := a.Alloc(512 << 10) // cached memory for the pool to borrow
+	require.NoError(t, err)
+	require.NoError(t, a.Free(warm))
+	gp := a.NewGraphPool()
+	var out, ws alloc.Buffer
+	g, err := a.WithCapture(alloc.CaptureOptions{Pool: gp, Mode: alloc.Relaxed}, func() error {
+		if out, err = a.Alloc(256 << 10); err != nil {
+			return err
+		}
+		ws, err = a.Workspace("lazy", 64<<10)
+		return err
+	})
+	require.NoError(t, err)
+	require.NoError(t, gp.Close())
+	require.NoError(t, g.Close())
+
+	h := readHistory(t, a)
+	var begin, poolClose *memmap.Event
+	byAddr := map[driver.DevicePtr][]memmap.Event{}
+	for i, e := range h.Events {
+		switch e.Kind {
+		case memmap.EventCaptureBegin:
+			begin = &h.Events[i]
+		case memmap.EventPoolClose:
+			poolClose = &h.Events[i]
+		case memmap.EventAlloc, memmap.EventFree:
+			if begin != nil { // the warm-up's buffer had the address first
+				byAddr[e.Addr] = append(byAddr[e.Addr], e)
+			}
+		}
+	}
+	require.NotNil(t, begin)
+	require.Positive(t, begin.Pool)
+	require.Equal(t, g.ID(), begin.Graph)
+	require.Equal(t, "relaxed", begin.Detail)
+	require.NotNil(t, poolClose)
+	require.Equal(t, begin.Pool, poolClose.Pool)
+	for _, b := range []alloc.Buffer{out, ws} {
+		evs := byAddr[b.Ptr()]
+		require.Len(t, evs, 2, "its alloc and, at Graph.Close, its free")
+		for _, e := range evs {
+			require.Equal(t, memmap.BlockGraphOwned, e.State)
+			require.Equal(t, g.ID(), e.Graph)
+		}
+	}
+	require.Equal(t, memmap.ViaWorkspace, byAddr[ws.Ptr()][0].Via)
+	require.Equal(t, "lazy", byAddr[ws.Ptr()][0].Workspace)
+	var again bytes.Buffer
+	require.NoError(t, a.WriteHistory(&again))
+	_, err = memmap.ReadHistories(&again, memmap.DefaultHistoryLimits)
+	require.NoError(t, err, "the reader accepts what the writer wrote")
 }
 
 // The ring keeps the latest Options.History events, numbered on from

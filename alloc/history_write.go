@@ -51,7 +51,7 @@ func historyData(a *Allocator, w historyWindow) memmap.History {
 		return d
 	}
 	evs := w.events
-	d.Start, d.Capacity, d.Recorded, d.Resolution = h.start, h.capacity, w.recorded, historyTick
+	d.Start, d.Format, d.Capacity, d.Recorded, d.Resolution = h.start, memmap.HistoryFormat, h.capacity, w.recorded, historyTick
 	d.Truncated = w.kept - len(evs)
 	d.File = h.file.status()
 	d.Events = make([]memmap.Event, len(evs))
@@ -73,8 +73,30 @@ func historyData(a *Allocator, w historyWindow) memmap.History {
 				byPCs[e.pcs] = stk
 			}
 		}
-		d.Events[i] = memmap.Event{Seq: w.recorded - uint64(len(evs)-i), Time: time.Duration(e.t), Kind: eventKinds[e.kind], Addr: e.addr, Size: e.size,
-			State: eventStates[e.state], InUse: e.inUse, Reserved: e.reserved, Detail: e.detail, Stack: stk}
+		d.Events[i] = eventData(e, w.recorded-uint64(len(evs)-i), stk)
+	}
+	return d
+}
+
+// eventData is ring slot e as the history's event seq, its stack stk:
+// the slot's tag and the IDs it keeps in addr and detail (event) are
+// written in the fields of the kinds they belong to.
+func eventData(e *event, seq uint64, stk int) memmap.Event {
+	d := memmap.Event{Seq: seq, Time: time.Duration(e.t), Kind: eventKinds[e.kind], Size: e.size,
+		State: eventStates[e.state], Graph: int(e.graph), InUse: e.inUse, Reserved: e.reserved, Stack: stk}
+	switch e.kind {
+	case evCaptureBegin, evPoolClose:
+		d.Pool = int(e.addr)
+		d.Detail = e.detail
+	case evAlloc:
+		d.Addr, d.Via = e.addr, eventVias[e.via]
+		if e.via == viaWorkspace {
+			d.Workspace = e.detail
+		}
+	case evOutOfMemory:
+		d.Via, d.Detail = eventVias[e.via], e.detail
+	default:
+		d.Addr, d.Detail = e.addr, e.detail
 	}
 	return d
 }

@@ -238,8 +238,11 @@ func (a *Allocator) handOutLocked(b *block, size, owed int64) Buffer {
 	}
 	a.stats.Allocs++
 	a.stats.inUse.add(size + owed)
+	if a.wsAlloc != "" {
+		b.ws = a.wsAlloc
+	}
 	if h := a.stats.hist; h != nil {
-		h.record(evAlloc, b.ptr, size, blockState(b), "")
+		h.record(evAlloc, b.ptr, size, blockTag(b), b.ws)
 	}
 	return Buffer{blk: b, gen: gen, ptr: b.ptr, size: size}
 }
@@ -285,7 +288,7 @@ func (a *Allocator) claimLocked(b *block, gen uint64) error {
 	a.stats.Frees++
 	a.stats.inUse.add(-b.size)
 	if h := a.stats.hist; h != nil {
-		h.record(evFree, b.ptr, b.size, blockState(b), "")
+		h.record(evFree, b.ptr, b.size, blockTag(b), "")
 	}
 	return nil
 }

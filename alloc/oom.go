@@ -41,6 +41,16 @@ type oomError struct {
 // device: cause nil, why says so). It counts it, and reads a's figures of
 // the moment. Caller holds a.mu.
 func outOfMemory(a *Allocator, req int64, why string, cause error) error {
+	via := viaAlloc
+	if a.wsAlloc != "" {
+		via = viaWorkspace
+	}
+	return outOfMemoryVia(a, req, via, why, cause)
+}
+
+// outOfMemoryVia is outOfMemory of a request made by the call via says
+// (its history event's).
+func outOfMemoryVia(a *Allocator, req int64, via eventVia, why string, cause error) error {
 	a.stats.OutOfMemory++
 	e := &oomError{req: req, name: a.name, backend: a.backend, total: a.info.TotalMemory, free: -1,
 		stats: a.statsLocked(), expandable: a.vm != nil, canExpand: canExpand(a.drv), why: why, cause: cause,
@@ -58,7 +68,7 @@ func outOfMemory(a *Allocator, req int64, why string, cause error) error {
 		if detail == "" {
 			detail = "driver out of memory after the reclaim ladder"
 		}
-		h.record(evOutOfMemory, 0, req, stateNone, detail)
+		h.record(evOutOfMemory, 0, req, eventTag{via: via}, detail)
 		dumpHistoryLocked(a)
 	}
 	return e
@@ -156,7 +166,7 @@ func afterSyncLadder(a *Allocator, req int64, err error) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return outOfMemory(a, req, "", err)
+	return outOfMemoryVia(a, req, viaSync, "", err)
 }
 
 // canExpand reports whether drv can back expandable segments: it maps

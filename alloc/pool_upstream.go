@@ -73,7 +73,7 @@ func (u driverUpstream) allocate(n int64) (driver.DevicePtr, error) {
 // addReserved counts n more bytes held from the driver, at p.
 func (c *counters) addReserved(p driver.DevicePtr, n int64) {
 	if c.hist != nil {
-		c.hist.record(evMap, p, n, stateNone, "")
+		c.hist.record(evMap, p, n, eventTag{}, "")
 	}
 	c.BytesReserved += n
 	if c.BytesReserved > c.PeakReserved {
@@ -85,7 +85,7 @@ func (c *counters) addReserved(p driver.DevicePtr, n int64) {
 // given back.
 func (c *counters) givenBackLocked(p driver.DevicePtr, n int64) {
 	if c.hist != nil {
-		c.hist.record(evUnmap, p, n, stateNone, "")
+		c.hist.record(evUnmap, p, n, eventTag{}, "")
 	}
 	c.DriverFrees++
 	c.BytesReserved -= n

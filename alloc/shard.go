@@ -210,7 +210,7 @@ func (l *lane) alloc(s *shard, size int64) (buf Buffer, ok bool) {
 	}
 	buf = Buffer{blk: b, gen: gen, ptr: b.ptr, size: size} // before the unlock: a Close may recycle b right after
 	if h := l.owner.stats.hist; h != nil {
-		h.record(evAlloc, b.ptr, size, stateLive, "")
+		h.record(evAlloc, b.ptr, size, tagLive, "")
 	}
 	s.mu.Unlock()
 	return buf, true
@@ -238,7 +238,7 @@ func (l *lane) free(b Buffer) bool {
 	s.frees++
 	s.live--
 	if h := l.owner.stats.hist; h != nil {
-		h.record(evFree, blk.ptr, blk.size, stateLive, "")
+		h.record(evFree, blk.ptr, blk.size, tagLive, "")
 	}
 	if s.owed -= blk.size; s.owed < -shardSlack {
 		l.inUse.add(s.owed)

@@ -32,6 +32,8 @@ func workspace(a *Allocator, name string, size int64) (Buffer, error) {
 	if old != nil && old.live() && old.size >= size {
 		return Buffer{blk: old, gen: old.state.Load(), ptr: old.ptr, size: old.size}, nil
 	}
+	a.wsAlloc = name // its allocation's (and out-of-memory error's) event says whose
+	defer func() { a.wsAlloc = "" }()
 	st, mayGrow, err := a.guard.allocStateLocked()
 	if why := neverFits(a, size); err == nil && why != "" {
 		err = outOfMemory(a, size, why, nil)

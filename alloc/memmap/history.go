@@ -32,6 +32,29 @@ const (
 	// EventOutOfMemory: a request failed for want of device memory;
 	// Detail says why, Size is the request (-1 when not known).
 	EventOutOfMemory EventKind = "out-of-memory"
+	// EventPoolClose: a graph pool closed (GraphPool.Close); Pool says
+	// which. Its memory goes back to the allocator's cache once its last
+	// graph is closed too.
+	EventPoolClose EventKind = "pool-close"
+)
+
+// HistoryFormat is the format of the histories this package's writers
+// write (History.Format): 2, whose events say which call made an
+// allocation (Event.Via, Event.Workspace), which graph owns it
+// (Event.Graph) and which graph pool a capture shares (Event.Pool), and
+// which record GraphPool.Close (EventPoolClose). A history without the
+// field (0) is older: it says none of these.
+const HistoryFormat = 2
+
+// AllocVia is the call that made an EventAlloc's buffer, or made an
+// EventOutOfMemory's failed request, when it was not Alloc (Event.Via).
+type AllocVia string
+
+const (
+	// ViaAllocSync: AllocSync, the eager synchronous allocation.
+	ViaAllocSync AllocVia = "alloc-sync"
+	// ViaWorkspace: Workspace; Event.Workspace is its name.
+	ViaWorkspace AllocVia = "workspace"
 )
 
 // History is an allocator's latest events, oldest first, as
@@ -42,6 +65,10 @@ type History struct {
 	Backend   string    `json:"backend"`
 	Device    string    `json:"device"`
 	Start     time.Time `json:"start"` // when recording began: events' times count from it
+	// Format is HistoryFormat for a history that says what each
+	// allocation was (which call, which graph, which graph pool); 0 for
+	// an older one, which does not.
+	Format int `json:"format,omitempty"`
 	// Capacity is how many events the history keeps (alloc.Options.History):
 	// 0 when it is off. Recorded counts every event since Start; the
 	// Recorded - len(Events) oldest are not listed: Truncated of them are
@@ -82,8 +109,21 @@ type Event struct {
 	Addr driver.DevicePtr `json:"addr,omitempty"`
 	Size int64            `json:"size"`
 	// State, for EventAlloc and EventFree: BlockLive, BlockWorkspace
-	// (when known at the time) or BlockGraphOwned.
+	// (when known at the time) or BlockGraphOwned (an allocation in a
+	// capture, into the graph's own memory or its graph pool's).
 	State BlockState `json:"state,omitempty"`
+	// Via, for EventAlloc, is the call that made the buffer when it was
+	// not Alloc (AllocSync, Workspace), and Workspace the workspace's
+	// name; for EventOutOfMemory, the call that failed.
+	Via       AllocVia `json:"via,omitempty"`
+	Workspace string   `json:"workspace,omitempty"`
+	// Graph is the graph's ID (alloc.Graph.ID): of the capture that
+	// began or ended, of the graph that closed, of the graph that owns a
+	// graph-owned buffer. 0: none (or an older history).
+	Graph int `json:"graph,omitempty"`
+	// Pool is the graph pool's ID: the pool an EventCaptureBegin's
+	// capture shares, the pool an EventPoolClose closed. 0: none.
+	Pool int `json:"pool,omitempty"`
 	// InUse and Reserved are the allocator's bytes in use (buffers, as
 	// requested) and taken from the driver right after the event.
 	InUse    int64  `json:"in_use"`

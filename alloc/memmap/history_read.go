@@ -96,7 +96,47 @@ func ReadHistoryFile(name string, lim HistoryLimits) ([]History, error) {
 var validStates = map[BlockState]bool{"": true, BlockLive: true, BlockWorkspace: true, BlockGraphOwned: true, BlockGraphPool: true, BlockHeldForGraph: true}
 
 var validKinds = map[EventKind]bool{EventAlloc: true, EventFree: true, EventSegmentMap: true, EventSegmentUnmap: true,
-	EventCaptureBegin: true, EventCaptureEnd: true, EventGraphClose: true, EventOutOfMemory: true}
+	EventCaptureBegin: true, EventCaptureEnd: true, EventGraphClose: true, EventOutOfMemory: true, EventPoolClose: true}
+
+var validVias = map[AllocVia]bool{"": true, ViaAllocSync: true, ViaWorkspace: true}
+
+// graphKinds are the kinds whose events may name a graph (Event.Graph);
+// poolKinds, a graph pool (Event.Pool).
+var (
+	graphKinds = map[EventKind]bool{EventAlloc: true, EventFree: true, EventCaptureBegin: true, EventCaptureEnd: true, EventGraphClose: true}
+	poolKinds  = map[EventKind]bool{EventCaptureBegin: true, EventPoolClose: true}
+)
+
+// checkOwners checks e's fields of HistoryFormat (Via, Workspace, Graph,
+// Pool): known values, each only on the kinds it belongs to. It returns
+// what is wrong, "" for nothing.
+func checkOwners(e *Event, format int, lim HistoryLimits) string {
+	switch {
+	case format < HistoryFormat && (e.Via != "" || e.Workspace != "" || e.Graph != 0 || e.Pool != 0 || e.Kind == EventPoolClose):
+		return fmt.Sprintf("%s: via, workspace, graph, pool and pool-close need format %d, the history is format %d", e.Kind, HistoryFormat, format)
+	case !validVias[e.Via]:
+		return fmt.Sprintf("via %q", e.Via)
+	case e.Via != "" && e.Kind != EventAlloc && e.Kind != EventOutOfMemory:
+		return fmt.Sprintf("via %q on a %s event", e.Via, e.Kind)
+	case (e.Workspace != "") != (e.Via == ViaWorkspace && e.Kind == EventAlloc):
+		return fmt.Sprintf("%s: workspace %q, via %q: a name is a workspace allocation's, and a workspace allocation has one", e.Kind, e.Workspace, e.Via)
+	case len(e.Workspace) > lim.Text:
+		return fmt.Sprintf("a workspace name of %d bytes (at most %d)", len(e.Workspace), lim.Text)
+	case e.Graph < 0 || e.Pool < 0:
+		return fmt.Sprintf("graph %d, pool %d", e.Graph, e.Pool)
+	case e.Graph != 0 && !graphKinds[e.Kind]:
+		return fmt.Sprintf("graph %d on a %s event", e.Graph, e.Kind)
+	case e.Pool != 0 && !poolKinds[e.Kind]:
+		return fmt.Sprintf("pool %d on a %s event", e.Pool, e.Kind)
+	case format >= HistoryFormat && (e.Kind == EventAlloc || e.Kind == EventFree) && (e.Graph != 0) != (e.State == BlockGraphOwned):
+		return fmt.Sprintf("%s of state %q with graph %d: graph-owned memory, and only it, has a graph", e.Kind, e.State, e.Graph)
+	case e.Kind == EventPoolClose && e.Pool == 0:
+		return "pool-close without its pool"
+	case format >= HistoryFormat && e.Graph == 0 && (e.Kind == EventCaptureBegin || e.Kind == EventCaptureEnd || e.Kind == EventGraphClose):
+		return fmt.Sprintf("%s without its graph", e.Kind)
+	}
+	return ""
+}
 
 // Validate checks h as ReadHistories does: its counts and text within
 // lim, and every field in its range, events in order. The error wraps
@@ -119,6 +159,8 @@ func (h *History) Validate(lim HistoryLimits) error {
 		return bad("recorded %d, fewer than its %d events", h.Recorded, len(h.Events))
 	case h.Resolution < 0:
 		return bad("resolution %v", h.Resolution)
+	case h.Format < 0 || h.Format > HistoryFormat:
+		return bad("format %d (this reader knows formats 0 to %d)", h.Format, HistoryFormat)
 	}
 	for i, fs := range h.Stacks {
 		if len(fs) > lim.Frames {
@@ -154,6 +196,12 @@ func (h *History) Validate(lim HistoryLimits) error {
 			return bad("%s: after seq %d", where, prev.Seq)
 		case prev != nil && e.Time < prev.Time:
 			return bad("%s: time %v before the previous event's %v", where, e.Time, prev.Time)
+		}
+		if why := checkOwners(e, h.Format, lim); why != "" {
+			if len(e.Workspace) > lim.Text {
+				return fmt.Errorf("%w: %s: %s", ErrHistoryTooLarge, where, why)
+			}
+			return bad("%s: %s", where, why)
 		}
 		switch e.Kind {
 		case EventAlloc, EventFree:
