@@ -8,8 +8,8 @@ import (
 
 // The ABI values passed to NCCL and RCCL and compared with what they
 // return, by their names in nccl.h.in, as NVIDIA/nccl gives them at every
-// tag from v2.9.9-1 to v2.30.7-1 and ROCm/rccl from rocm-5.5.0 on
-// (docs/abi-audit.md). No header is installed to read them from, so they
+// tag from v2.9.9-1 to v2.30.7-1 and, those RCCL declares, ROCm/rccl from
+// rocm-5.4.0 (RCCL 2.13.4) to its newest (docs/abi-audit.md). No header is installed to read them from, so they
 // are written out here; a change to any of them is a change of ABI.
 func TestABIValues(t *testing.T) {
 	for name, c := range map[string]struct{ got, want int64 }{
