@@ -12,7 +12,10 @@ import (
 // NVIDIA's headers give them (driver_types.h, cuda_runtime_api.h; cited in
 // abi.go and internal/gpurt/abi.go): the shared constants in gpurt and
 // this package's table. No CUDA header is installed to read them from, so
-// they are written out here; a change to any of them is a change of ABI.
+// they are written out here, as the bindgen output of every header from
+// 11.4 to 13.0 gives them, and cudaCpuDeviceId as driver_types.h defines
+// it, ((int)-1) (docs/abi-audit.md); a change to any of them is a change
+// of ABI.
 func TestABIValues(t *testing.T) {
 	for name, c := range map[string]struct{ got, want int64 }{
 		"cudaMemcpyHostToDevice":                   {int64(gpurt.MemcpyHostToDevice), 1},
@@ -33,6 +36,10 @@ func TestABIValues(t *testing.T) {
 		"cudaMemHandleTypeNone":                    {int64(gpurt.MemHandleTypeNone), 0x0},
 		"cudaMemHandleTypePosixFileDescriptor":     {int64(gpurt.MemHandleTypePosixFD), 0x1},
 		"cudaMemLocationTypeDevice":                {int64(gpurt.MemLocationTypeDevice), 1},
+		"cudaMemLocationTypeHost":                  {int64(gpurt.MemLocationTypeHost), 2},
+		"cudaHostRegisterMapped":                   {int64(gpurt.HostRegisterMapped), 0x02},
+		"cudaMemAttachGlobal":                      {int64(gpurt.MemAttachGlobal), 0x01},
+		"cudaCpuDeviceId":                          {int64(gpurt.CPUDeviceID), -1},
 		"CUDA_IPC_HANDLE_SIZE":                     {gpurt.IPCHandleSize, 64},
 		"cudaIpcMemLazyEnablePeerAccess":           {ipcLazyEnablePeerAccess, 0x01},
 

@@ -45,6 +45,9 @@ func TestSharedABIMatchesHeader(t *testing.T) {
 		"hipMemHandleTypeNone":                    int64(gpurt.MemHandleTypeNone),
 		"hipMemHandleTypePosixFileDescriptor":     int64(gpurt.MemHandleTypePosixFD),
 		"hipMemLocationTypeDevice":                int64(gpurt.MemLocationTypeDevice),
+		"hipHostRegisterMapped":                   int64(gpurt.HostRegisterMapped),
+		"hipMemAttachGlobal":                      int64(gpurt.MemAttachGlobal),
+		"hipCpuDeviceId":                          int64(gpurt.CPUDeviceID),
 		"HIP_IPC_HANDLE_SIZE":                     gpurt.IPCHandleSize,
 		"hipIpcMemLazyEnablePeerAccess":           ipcLazyEnablePeerAccessBefore6,
 
@@ -89,8 +92,13 @@ func headerValues(src string) map[string]int64 {
 	src = regexp.MustCompile(`(?s)/\*.*?\*/`).ReplaceAllString(src, " ")
 	src = regexp.MustCompile(`//[^\n]*`).ReplaceAllString(src, "")
 	values := map[string]int64{}
+	intCast := regexp.MustCompile(`^\(\(int\)\s*(\S+)\)$`) // ((int)-1), as hipCpuDeviceId is defined
 	literal := func(s string) (int64, bool) {
-		s = strings.TrimRight(strings.TrimSpace(s), "uUlL")
+		s = strings.TrimSpace(s)
+		if m := intCast.FindStringSubmatch(s); m != nil {
+			s = m[1]
+		}
+		s = strings.TrimRight(s, "uUlL")
 		v, err := strconv.ParseInt(s, 0, 64)
 		return v, err == nil
 	}

@@ -884,6 +884,23 @@ struct ca_a2av {
   u64 out_bytes;           /* out's bytes */
   u64 send_off, recv_off;  /* the counts: nranks int64 each, 8-aligned */
 };
+#if !defined(__CUDACC_RTC__) && !defined(__CUDACC__) && !defined(__HIPCC_RTC__) && !defined(__HIPCC__)
+/* the kernels' parameters as args.go encodes them (CollSize, P2PSize,
+ * AllToAllVSize, AxpySize and each field's offset), checked by the host
+ * build; the committed PTX declares the same sizes (compile_test.go) */
+static_assert(sizeof(ca_coll) == 56 && __builtin_offsetof(ca_coll, timeout_ticks) == 32 &&
+                  __builtin_offsetof(ca_coll, rank) == 40 && __builtin_offsetof(ca_coll, nranks) == 44 &&
+                  __builtin_offsetof(ca_coll, dtype) == 48 && __builtin_offsetof(ca_coll, sig) == 52,
+              "args.go's Coll mirrors struct ca_coll");
+static_assert(sizeof(ca_p2p) == 72 && __builtin_offsetof(ca_p2p, peer) == 56 && __builtin_offsetof(ca_p2p, slot) == 60 &&
+                  __builtin_offsetof(ca_p2p, value) == 64,
+              "args.go's P2P mirrors struct ca_p2p");
+static_assert(sizeof(ca_a2av) == 80 && __builtin_offsetof(ca_a2av, out_bytes) == 56 &&
+                  __builtin_offsetof(ca_a2av, send_off) == 64 && __builtin_offsetof(ca_a2av, recv_off) == 72,
+              "alltoallv.go's AllToAllVArgs mirrors struct ca_a2av");
+static_assert(sizeof(ca_axpy) == 32 && __builtin_offsetof(ca_axpy, n) == 16 && __builtin_offsetof(ca_axpy, a) == 24,
+              "args.go's AxpyArgs mirrors struct ca_axpy");
+#endif
 
 #define CA_COUNTS_NEGATIVE 1u   /* a count below zero */
 #define CA_COUNTS_PAST_SEND 2u  /* a rank's sends past its in */

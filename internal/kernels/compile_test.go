@@ -151,3 +151,43 @@ func TestAlignedUnrollMatchesSource(t *testing.T) {
 		}
 	}
 }
+
+// Every kernel of the committed PTX takes one parameter, a struct of the
+// size the Go encoder launching it writes (cuLaunchKernel copies that many
+// bytes from the one kernelParams pointer): the collectives and the
+// aligned variants a Coll, the point-to-point kernels a P2P, AllToAllV its
+// own, Axpy an AxpyArgs.
+func TestPTXParamsMatchEncoders(t *testing.T) {
+	want := map[string]int{Put: P2PSize, Signal: P2PSize, WaitSignal: P2PSize, AllToAllV: AllToAllVSize, Axpy: AxpySize}
+	for _, k := range []string{Barrier, AllReduceOneShot, AllReduceTwoShot, AllGather, AllToAll, ReduceScatter} {
+		want[k] = CollSize
+	}
+	for _, k := range Aligned {
+		want[k] = CollSize
+	}
+	entry := regexp.MustCompile(`(?m)^\.visible \.entry (\w+)\(\n((?:\s*\.param[^\n]*\n)*)\)`)
+	param := regexp.MustCompile(`^\s*\.param \.align 8 \.b8 (\w+)_param_0\[(\d+)\],?$`)
+	seen := map[string]bool{}
+	for _, m := range entry.FindAllSubmatch(ptxText, -1) {
+		name, params := string(m[1]), strings.Split(strings.TrimRight(string(m[2]), "\n"), "\n")
+		seen[name] = true
+		size, ok := want[name]
+		if !ok {
+			t.Errorf("collectives.ptx has .entry %s, which no encoder launches", name)
+			continue
+		}
+		p := param.FindStringSubmatch(params[0])
+		if len(params) != 1 || p == nil || p[1] != name {
+			t.Errorf("%s: parameters %q, want one 8-aligned struct", name, params)
+			continue
+		}
+		if p[2] != fmt.Sprint(size) {
+			t.Errorf("%s: the PTX's parameter is %s B, the encoder writes %d B", name, p[2], size)
+		}
+	}
+	for _, k := range Names {
+		if !seen[k] {
+			t.Errorf("collectives.ptx has no .entry %s", k)
+		}
+	}
+}
