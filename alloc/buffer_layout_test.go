@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"reflect"
 	"testing"
 	"unsafe"
 )
@@ -15,5 +16,15 @@ const cacheLine = 64
 func TestBlockFillsWholeCacheLines(t *testing.T) {
 	if n := unsafe.Sizeof(block{}); n%cacheLine != 0 {
 		t.Fatalf("block is %d B, not a multiple of %d: adjust its pad by %d B", n, cacheLine, cacheLine-n%cacheLine)
+	}
+}
+
+// A Buffer has at most four fields, so the compiler keeps it in registers
+// and Alloc's frames return it without a copy through memory (buffer.go):
+// a field added to Buffer belongs in one of the four (as a view's flag is
+// in gen).
+func TestBufferFitsInRegisters(t *testing.T) {
+	if n := reflect.TypeFor[Buffer]().NumField(); n > 4 {
+		t.Fatalf("Buffer has %d fields: at most 4 stay in registers", n)
 	}
 }
