@@ -86,20 +86,32 @@ func (b *block) live() bool {
 	return b.state.Load()&1 == 1 && !b.free && !b.cached && b.kind != kindHole
 }
 
-// validFor reports whether a Buffer handed out with gen still owns b.
-func (b *block) validFor(gen uint64) bool { return b.state.Load() == gen }
+// validFor reports whether a Buffer handed out with gen (a view's too:
+// its viewBit aside) still owns b.
+func (b *block) validFor(gen uint64) bool { return b.state.Load() == gen&^viewBit }
 
 // Buffer is a handle to device memory from an Allocator. It is a small value;
 // copying it does not copy memory. The zero Buffer is invalid. After Free (or
 // Close of the graph that owns it) every copy of the handle is invalid and
 // operations on it fail with ErrInvalidBuffer.
 type Buffer struct {
+	// Four fields, no more: the compiler keeps a struct of up to four in
+	// registers, so returning one from a call (Alloc's frames) copies
+	// nothing through memory; with a fifth, BenchmarkPoolTrace ran a fifth
+	// slower (BENCHMARKS.md).
 	blk  *block
-	gen  uint64
+	gen  uint64 // block.state at the hand-out, with viewBit set in a view
 	ptr  driver.DevicePtr
 	size int64
-	view bool
 }
+
+// viewBit marks a view (Slice) in Buffer.gen: a view shares its buffer's
+// generation and may not be freed. block.state never reaches it (one
+// increment per hand-out or retirement), so a generation never holds it.
+const viewBit = 1 << 63
+
+// isView reports whether b is a view made by Slice.
+func (b Buffer) isView() bool { return b.gen&viewBit != 0 }
 
 // Ptr is the device address of the first byte.
 func (b Buffer) Ptr() driver.DevicePtr { return b.ptr }

@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"reflect"
 	"testing"
 	"unsafe"
 )
@@ -27,5 +28,15 @@ func TestHistoryEventFillsFourCacheLines(t *testing.T) {
 	}
 	if off := unsafe.Offsetof(event{}.pcs); off != cacheLine {
 		t.Fatalf("a history event's stack starts at byte %d, not %d", off, cacheLine)
+	}
+}
+
+// A Buffer has at most four fields, so the compiler keeps it in registers
+// and Alloc's frames return it without a copy through memory (buffer.go):
+// a field added to Buffer belongs in one of the four (as a view's flag is
+// in gen).
+func TestBufferFitsInRegisters(t *testing.T) {
+	if n := reflect.TypeFor[Buffer]().NumField(); n > 4 {
+		t.Fatalf("Buffer has %d fields: at most 4 stay in registers", n)
 	}
 }

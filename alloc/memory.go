@@ -141,7 +141,7 @@ func (a *Allocator) Free(b Buffer) error {
 	if err == nil {
 		err = a.validateLocked(b, 0, 0)
 	}
-	if err == nil && b.view {
+	if err == nil && b.isView() {
 		err = wrapf(ErrInvalidBuffer, "buffer %#x is a view; free the buffer it was sliced from", b.ptr)
 	}
 	if err == nil && b.blk.ws != "" {
@@ -220,7 +220,7 @@ func (a *Allocator) Slice(b Buffer, off, n int64) (Buffer, error) {
 	if al := a.info.Alignment; al > 0 && (uint64(b.ptr)+uint64(off))%uint64(al) != 0 {
 		return Buffer{}, a.fail("Slice", n, StateNone, wrapf(ErrMisaligned, "offset %d breaks the %d-byte alignment", off, al))
 	}
-	return Buffer{blk: b.blk, gen: b.gen, ptr: b.ptr + driver.DevicePtr(off), size: n, view: true}, nil
+	return Buffer{blk: b.blk, gen: b.gen | viewBit, ptr: b.ptr + driver.DevicePtr(off), size: n}, nil
 }
 
 // A block's life, as Alloc and Free see it; caller holds a.mu.

@@ -223,7 +223,7 @@ func (l *lane) alloc(s *shard, size int64) (buf Buffer, ok bool) {
 // the block held for it.
 func (l *lane) free(b Buffer) bool {
 	blk := b.blk
-	if blk == nil || blk.a != l.owner || b.view || !blk.validFor(b.gen) ||
+	if blk == nil || blk.a != l.owner || b.isView() || !blk.validFor(b.gen) ||
 		blk.kind != kindPooled || blk.ws != "" || blk.prof.Load() != nil || blk.refs.Load() != 0 {
 		return false
 	}
