@@ -11,6 +11,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/internal/gpurt"
 	"github.com/capalloc/capalloc/internal/kernels"
 )
 
@@ -76,6 +77,15 @@ func TestFakeManagedPrefetchCUDA13(t *testing.T) {
 	require.Len(t, find(lines, "cudaMemPrefetchAsync", "location=2:0 flags=0"), 1, "%v", lines)
 	require.NoError(t, d.StreamSynchronize(s))
 	require.NoError(t, mm.FreeManaged(p))
+}
+
+// A location passed by value is one register: type in the low 32 bits, id
+// in the high, neither's sign spilling into the other's half.
+func TestMemLocationArg(t *testing.T) {
+	require.Equal(t, uint64(1|3<<32), uint64(gpurt.MemLocationArg(gpurt.MemLocationTypeDevice, 3)))
+	require.Equal(t, uint64(2), uint64(gpurt.MemLocationArg(gpurt.MemLocationTypeHost, 0)))
+	require.Equal(t, uint64(0xffffffff_00000001), uint64(gpurt.MemLocationArg(1, -1)))
+	require.Equal(t, uint64(0x00000005_ffffffff), uint64(gpurt.MemLocationArg(-1, 5)))
 }
 
 // forEachPageable runs test for each vendor on a kernel driver over its
