@@ -89,19 +89,23 @@ func (x *Host) Prefetch(h *HostBuffer, to Place) error {
 
 // MapHost gives the device an address for b, memory the engine already
 // has (a Go slice, an mmap'ed file region). On a device that reads
-// pageable host memory through the host's page tables
-// (DeviceInfo.PageableMemoryAccess: GB10, Grace Hopper) that address is
+// pageable host memory in place, through the host's page tables
+// (DeviceInfo.HostPageTables, ATS: GB10, Grace Hopper), that address is
 // b's own: no driver call, no pinning, no copy, so MapHost is allowed
-// during captures, and Close makes no driver call either. Elsewhere it is
-// Register: b is pinned and mapped, with Register's rules.
+// during captures, and Close makes no driver call either. Everywhere else
+// it is Register: b is pinned and mapped, with Register's rules. That
+// includes a device whose pageable access goes through the driver's
+// mirror of the page tables (HMM: PageableMemoryAccess without
+// HostPageTables), where a kernel's reads may migrate b's pages into
+// device memory the allocator neither counts nor limits; pinned, they
+// stay where they are.
 //
 // Either way b must stay alive and unmoved until Close, and DevicePtr is
-// for kernels. A mapped buffer on a pageable-access device is not pinned:
-// captured copies refuse it (they need pinned memory), kernels read it in
-// place.
+// for kernels. A buffer mapped in place is not pinned: captured copies
+// refuse it (they need pinned memory), kernels read it in place.
 func (x *Host) MapHost(b []byte) (*HostBuffer, error) {
 	a := x.a
-	if !a.info.PageableMemoryAccess {
+	if !a.info.ReadsHostInPlace() {
 		return x.Register(b)
 	}
 	n := int64(len(b))

@@ -102,9 +102,9 @@ func TestManagedUnsupported(t *testing.T) {
 	require.True(t, errors.Is(err, errors.ErrUnsupported), "%v", err)
 }
 
-// MapHost on a device with pageable memory access (gb10) gives b's own
-// address with no driver call, during a capture too, and Close makes
-// none; on other devices it registers.
+// MapHost on a device that reads pageable memory through the host's page
+// tables (gb10) gives b's own address with no driver call, during a
+// capture too, and Close makes none; on other devices it registers.
 func TestMapHost(t *testing.T) {
 	_, a, s := hostAllocator(t, cpu.Options{Profile: cpu.ProfileGB10}, alloc.Options{})
 	b := make([]byte, 8192)
@@ -129,4 +129,45 @@ func TestMapHost(t *testing.T) {
 	c := s.Snapshot()
 	require.EqualValues(t, 1, c[alloctest.MethodHostRegister], "registered where the device has no pageable access")
 	require.EqualValues(t, 1, c[alloctest.MethodHostUnregister])
+}
+
+// hmmDriver is the cpu driver's gb10 device reporting HMM's pageable
+// access: coherent, but through the driver's mirror of the host's page
+// tables, not the tables themselves.
+type hmmDriver struct{ *cpu.Driver }
+
+func (d hmmDriver) Info() driver.DeviceInfo {
+	i := d.Driver.Info()
+	i.HostPageTables = false
+	return i
+}
+
+// On an HMM device MapHost registers b as where there is no pageable
+// access (its kernels' reads could otherwise migrate b's pages into device
+// memory the allocator does not see), so it is refused during a capture
+// under strict safety, before the driver, and Close unregisters.
+func TestMapHostRegistersOnHMM(t *testing.T) {
+	d, err := cpu.New(cpu.Options{Profile: cpu.ProfileGB10})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	s := alloctest.NewSpy(hmmDriver{d})
+	a, err := alloc.New(s, alloc.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Close() })
+	require.True(t, a.Info().PageableMemoryAccess)
+	require.False(t, a.Info().ReadsHostInPlace())
+	b := make([]byte, 8192)
+	require.NoError(t, a.BeginCapture(alloc.Global))
+	_, err = a.Host().MapHost(b)
+	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp, "a registration during a capture under strict safety")
+	g, err := a.EndCapture()
+	require.NoError(t, err)
+	require.NoError(t, g.Close())
+	require.Zero(t, s.Snapshot()[alloctest.MethodHostRegister], "refused before the driver")
+	h, err := a.Host().MapHost(b)
+	require.NoError(t, err)
+	require.Equal(t, driver.DevicePtr(uintptr(unsafe.Pointer(&b[0]))), h.DevicePtr())
+	require.EqualValues(t, 1, s.Snapshot()[alloctest.MethodHostRegister], "registered on an HMM device")
+	require.NoError(t, h.Close())
+	require.EqualValues(t, 1, s.Snapshot()[alloctest.MethodHostUnregister])
 }

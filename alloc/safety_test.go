@@ -47,7 +47,7 @@ func requireStrict(t *testing.T, err error, what string) {
 	require.Error(t, err, what)
 	require.ErrorIs(t, err, driver.ErrCaptureIllegalOp, what)
 	require.ErrorIs(t, err, alloc.ErrCaptureIncompatibleAllocation, what)
-	require.Contains(t, err.Error(), "strict (gb10, sm 12.1, integrated, pageable memory access)", what)
+	require.Contains(t, err.Error(), "strict (gb10, sm 12.1, integrated, pageable memory access via host page tables)", what)
 }
 
 // Under strict safety, while any capture is active (own Relaxed one,

@@ -321,13 +321,14 @@ func (s *suite) managedPrefetchCopiesSeeTheData(t *testing.T) {
 }
 
 // mapHostZeroCopyOrRegisters: where the device reads pageable host memory
-// (DeviceInfo.PageableMemoryAccess), MapHost gives b's own address with
-// no driver call, during a capture too, and Close makes none; elsewhere
+// in place, through the host's page tables (DeviceInfo.HostPageTables),
+// MapHost gives b's own address with no driver call, during a capture
+// too, and Close makes none; elsewhere, HMM's pageable access included,
 // it registers b (a plugin refuses that, with its reason).
 func (s *suite) mapHostZeroCopyOrRegisters(t *testing.T) {
 	e := s.env(t)
 	b := make([]byte, hostN)
-	if !e.a.Info().PageableMemoryAccess {
+	if !e.a.Info().ReadsHostInPlace() {
 		before := e.spy.Snapshot()
 		h, err := e.a.Host().MapHost(b)
 		if pluginRefusesHostMemory(e) {
@@ -350,12 +351,12 @@ func (s *suite) mapHostZeroCopyOrRegisters(t *testing.T) {
 		assertNoDriverCall(t, e.spy, before)
 		return nil
 	})
-	require.NoError(t, err, "MapHost during a capture on a pageable-access device")
+	require.NoError(t, err, "MapHost during a capture on a device that reads through the host's page tables")
 	require.NoError(t, g.Close())
 	assert.Equal(t, driver.DevicePtr(uintptr(unsafe.Pointer(&b[0]))), h.DevicePtr(), "b's own address")
 	before := e.spy.Snapshot()
 	require.NoError(t, h.Close())
 	assertNoDriverCall(t, e.spy, before)
 	c := e.spy.Snapshot()
-	assert.Zero(t, c[alloctest.MethodHostRegister]+c[alloctest.MethodHostUnregister], "MapHost registered on a pageable-access device")
+	assert.Zero(t, c[alloctest.MethodHostRegister]+c[alloctest.MethodHostUnregister], "MapHost registered on a device that reads through the host's page tables")
 }

@@ -194,6 +194,7 @@ func (d *Driver) Info() driver.DeviceInfo {
 		info.Name = "cpu (emulated NVIDIA GB10)"
 		info.Integrated = true
 		info.PageableMemoryAccess = true
+		info.HostPageTables = true // GB10 is an ATS system
 		info.ComputeCapability = "12.1"
 		info.Profile = ProfileGB10
 	}

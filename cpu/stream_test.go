@@ -24,7 +24,7 @@ func TestInfo(t *testing.T) {
 	}
 	gb := newDriver(t, cpu.Options{Profile: cpu.ProfileGB10})
 	want = driver.DeviceInfo{Name: "cpu (emulated NVIDIA GB10)", TotalMemory: 4 << 30, Alignment: 256, UnifiedMemory: true,
-		Integrated: true, PageableMemoryAccess: true, ComputeCapability: "12.1", CaptureSafety: driver.SafetyStrict, Profile: "gb10"}
+		Integrated: true, PageableMemoryAccess: true, HostPageTables: true, ComputeCapability: "12.1", CaptureSafety: driver.SafetyStrict, Profile: "gb10"}
 	if gb.Info() != want {
 		t.Fatalf("gb10 info %+v, want %+v", gb.Info(), want)
 	}

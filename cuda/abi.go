@@ -27,10 +27,13 @@ const (
 	// The safety profile's (CUDA Runtime API reference, enum
 	// cudaDeviceAttr): cudaDevAttrComputeCapabilityMajor = 75,
 	// cudaDevAttrComputeCapabilityMinor = 76,
-	// cudaDevAttrPageableMemoryAccess = 88.
+	// cudaDevAttrPageableMemoryAccess = 88,
+	// cudaDevAttrPageableMemoryAccessUsesHostPageTables = 100 (the same
+	// in every cudaDeviceAttr from 11.4 to 13.0: docs/abi-audit.md).
 	devAttrComputeCapabilityMajor = 75
 	devAttrComputeCapabilityMinor = 76
 	devAttrPageableMemoryAccess   = 88
+	devAttrHostPageTables         = 100
 )
 
 // globalTimerHz is the rate of PTX's %globaltimer, which the kernels'
@@ -79,6 +82,7 @@ var vendor = gpurt.Vendor{
 	DevAttrComputeCapabilityMajor: devAttrComputeCapabilityMajor,
 	DevAttrComputeCapabilityMinor: devAttrComputeCapabilityMinor,
 	DevAttrPageableMemoryAccess:   devAttrPageableMemoryAccess,
+	DevAttrHostPageTables:         devAttrHostPageTables,
 	// An exportable pool cannot serve graph allocations (801 in a
 	// capture, measured on an H100).
 	SeparateCapturePool: true,

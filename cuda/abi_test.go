@@ -59,13 +59,14 @@ func TestABIValues(t *testing.T) {
 		"cudaErrorGraphExecUpdateFailure":   {gpurt.CodeGraphExecUpdateFailure, 910},
 		"cudaErrorInsufficientDriver":       {errInsufficientDriver, 35},
 
-		"cudaDevAttrMaxThreadsPerBlock":     {int64(vendor.DevAttrMaxThreadsPerBlock), 1},
-		"cudaDevAttrMultiProcessorCount":    {int64(vendor.DevAttrMultiprocessorCount), 16},
-		"cudaDevAttrIntegrated":             {int64(vendor.DevAttrIntegrated), 18},
-		"cudaDevAttrComputeCapabilityMajor": {int64(vendor.DevAttrComputeCapabilityMajor), 75},
-		"cudaDevAttrComputeCapabilityMinor": {int64(vendor.DevAttrComputeCapabilityMinor), 76},
-		"cudaDevAttrPageableMemoryAccess":   {int64(vendor.DevAttrPageableMemoryAccess), 88},
-		"cudaDevAttrMemoryPoolsSupported":   {devAttrMemoryPoolsSupported, 115},
+		"cudaDevAttrMaxThreadsPerBlock":                     {int64(vendor.DevAttrMaxThreadsPerBlock), 1},
+		"cudaDevAttrMultiProcessorCount":                    {int64(vendor.DevAttrMultiprocessorCount), 16},
+		"cudaDevAttrIntegrated":                             {int64(vendor.DevAttrIntegrated), 18},
+		"cudaDevAttrComputeCapabilityMajor":                 {int64(vendor.DevAttrComputeCapabilityMajor), 75},
+		"cudaDevAttrComputeCapabilityMinor":                 {int64(vendor.DevAttrComputeCapabilityMinor), 76},
+		"cudaDevAttrPageableMemoryAccess":                   {int64(vendor.DevAttrPageableMemoryAccess), 88},
+		"cudaDevAttrPageableMemoryAccessUsesHostPageTables": {int64(vendor.DevAttrHostPageTables), 100},
+		"cudaDevAttrMemoryPoolsSupported":                   {devAttrMemoryPoolsSupported, 115},
 	} {
 		require.Equal(t, c.want, c.got, name)
 	}

@@ -28,10 +28,13 @@ const (
 	devAttrMultiprocessorCount  = 63 // hipDeviceAttributeMultiprocessorCount
 	// The safety profile's, printed the same way:
 	// hipDeviceAttributeComputeCapabilityMajor 23, ...Minor 61,
-	// hipDeviceAttributePageableMemoryAccess 65.
+	// hipDeviceAttributePageableMemoryAccess 65,
+	// hipDeviceAttributePageableMemoryAccessUsesHostPageTables 66 (the
+	// member after it, in 5.2.3's header and ROCm 6's).
 	devAttrComputeCapabilityMajor = 23
 	devAttrComputeCapabilityMinor = 61
 	devAttrPageableMemoryAccess   = 65
+	devAttrHostPageTables         = 66
 )
 
 // devAttrWallClockRate is hipDeviceAttributeWallClockRate ("constant
@@ -107,6 +110,7 @@ var vendor = gpurt.Vendor{
 	DevAttrComputeCapabilityMajor: devAttrComputeCapabilityMajor,
 	DevAttrComputeCapabilityMinor: devAttrComputeCapabilityMinor,
 	DevAttrPageableMemoryAccess:   devAttrPageableMemoryAccess,
+	DevAttrHostPageTables:         devAttrHostPageTables,
 	// One pool serves captures and exports (CUDA's 801 for graph
 	// allocations from an exportable pool is not known of ROCm).
 	SeparateCapturePool: false,

@@ -70,13 +70,14 @@ func TestSharedABIMatchesHeader(t *testing.T) {
 		"hipErrorHostMemoryNotRegistered":     errHostMemoryNotRegistered,
 		"hipErrorHostMemoryAlreadyRegistered": errHostMemoryAlreadyReg,
 
-		"hipDeviceAttributeIntegrated":             int64(vendor.DevAttrIntegrated),
-		"hipDeviceAttributeMaxThreadsPerBlock":     int64(vendor.DevAttrMaxThreadsPerBlock),
-		"hipDeviceAttributeMultiprocessorCount":    int64(vendor.DevAttrMultiprocessorCount),
-		"hipDeviceAttributeComputeCapabilityMajor": int64(vendor.DevAttrComputeCapabilityMajor),
-		"hipDeviceAttributeComputeCapabilityMinor": int64(vendor.DevAttrComputeCapabilityMinor),
-		"hipDeviceAttributePageableMemoryAccess":   int64(vendor.DevAttrPageableMemoryAccess),
-		"hipDeviceAttributeMemoryPoolsSupported":   devAttrMemoryPoolsSupported,
+		"hipDeviceAttributeIntegrated":                             int64(vendor.DevAttrIntegrated),
+		"hipDeviceAttributeMaxThreadsPerBlock":                     int64(vendor.DevAttrMaxThreadsPerBlock),
+		"hipDeviceAttributeMultiprocessorCount":                    int64(vendor.DevAttrMultiprocessorCount),
+		"hipDeviceAttributeComputeCapabilityMajor":                 int64(vendor.DevAttrComputeCapabilityMajor),
+		"hipDeviceAttributeComputeCapabilityMinor":                 int64(vendor.DevAttrComputeCapabilityMinor),
+		"hipDeviceAttributePageableMemoryAccess":                   int64(vendor.DevAttrPageableMemoryAccess),
+		"hipDeviceAttributePageableMemoryAccessUsesHostPageTables": int64(vendor.DevAttrHostPageTables),
+		"hipDeviceAttributeMemoryPoolsSupported":                   devAttrMemoryPoolsSupported,
 	} {
 		got, ok := values[name]
 		require.True(t, ok, "%s not found in the header", name)

@@ -79,10 +79,20 @@ type DeviceInfo struct {
 	// the driver at open: ClassifySafety's verdict unless the backend
 	// config's capture_safety overrides it.
 	Integrated           bool          // cudaDevAttrIntegrated / hipDeviceAttributeIntegrated
-	PageableMemoryAccess bool          // the device reads pageable host memory coherently (GB10, Grace)
+	PageableMemoryAccess bool          // reads pageable host memory coherently: in place (ATS) or through HMM's mirror of the page tables, which may migrate pages to device memory
+	HostPageTables       bool          // with PageableMemoryAccess: that access is in place, through the host's page tables (ATS: GB10, Grace)
 	ComputeCapability    string        // "9.0", "12.1"; empty when the driver has none
 	CaptureSafety        CaptureSafety // SafetyUnset: the allocator uses SafetyDocumented
 	Profile              string        // why: "gb10", "unrecorded", "recorded:<table>", "config"
+}
+
+// ReadsHostInPlace reports whether the device reads pageable host memory
+// where it lies, through the host's page tables (ATS: GB10, Grace): what
+// MapHost needs to hand out a host address with no registration.
+// Pageable access through HMM does not count: its reads may migrate the
+// pages.
+func (i DeviceInfo) ReadsHostInPlace() bool {
+	return i.PageableMemoryAccess && i.HostPageTables
 }
 
 // MaxAlignment bounds DeviceInfo.Alignment: alloc.New refuses a driver that

@@ -101,8 +101,11 @@ func (i DeviceInfo) SafetyProfile() string {
 	if i.Integrated {
 		parts = append(parts, "integrated")
 	}
-	if i.PageableMemoryAccess {
-		parts = append(parts, "pageable memory access")
+	switch {
+	case i.ReadsHostInPlace():
+		parts = append(parts, "pageable memory access via host page tables")
+	case i.PageableMemoryAccess:
+		parts = append(parts, "pageable memory access via mirrored page tables")
 	}
 	if len(parts) > 0 {
 		fmt.Fprintf(&b, " (%s)", strings.Join(parts, ", "))

@@ -78,7 +78,7 @@ type Snapshot struct {
 	Time         time.Time `json:"time"`
 	Capturing    bool      `json:"capturing"` // a capture of this allocator is recording
 	// CaptureSafety is the device's safety profile (docs/capture-safety.md):
-	// "strict (gb10, sm 12.1, integrated, pageable memory access)".
+	// "strict (gb10, sm 12.1, integrated, pageable memory access via host page tables)".
 	CaptureSafety string `json:"capture_safety"`
 	ProfileRate   int    `json:"profile_rate"` // alloc.SetProfileRate's rate
 	Stats         Stats  `json:"stats"`        // alloc.Allocator.Stats at the moment of the blocks

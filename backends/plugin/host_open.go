@@ -252,10 +252,12 @@ func start(ctx context.Context, run, path, backend string, fwd backends.Options,
 		d.info.Profile = r.str()
 	}
 	// The child's device reads the child's pageable memory, never the
-	// engine's: to the engine's allocator it has no pageable access, so
-	// MapHost asks for a registration, which plugin mode refuses, instead
-	// of handing the engine's own address to a device that cannot read it.
-	d.info.PageableMemoryAccess = false
+	// engine's: to the engine's allocator it has no pageable access (and
+	// so none through the host's page tables, which the wire does not
+	// carry), so MapHost asks for a registration, which plugin mode
+	// refuses, instead of handing the engine's own address to a device
+	// that cannot read it.
+	d.info.PageableMemoryAccess, d.info.HostPageTables = false, false
 	if r.err == nil {
 		r.err = checkInfo(&d.info)
 	}

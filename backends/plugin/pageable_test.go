@@ -20,6 +20,7 @@ func TestPageableAccessStaysInTheChild(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d.Close() })
 	require.False(t, d.Info().PageableMemoryAccess)
+	require.False(t, d.Info().HostPageTables)
 	a, err := alloc.New(d, alloc.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = a.Close() })

@@ -434,12 +434,11 @@ func (p *truthProbe) op(name string) int32 {
 // prefetch is cudaMemPrefetchAsync of the managed buffer to the device on
 // s, in the ABI the backend bound for this runtime's version (the device
 // ordinal before CUDA 13, the location struct {type, id} by value and
-// flags 0 from 13.0: internal/gpurt/managed.go).
+// flags 0 from 13.0: gpurt.MemLocationArg).
 func (p *truthProbe) prefetch(s uintptr) int32 {
 	rt := p.rt
 	if rt.MemPrefetchLocation.Addr != 0 {
-		loc := uintptr(uint32(gpurt.MemLocationTypeDevice)) | uintptr(uint32(p.dev))<<32
-		return gpurt.Call(rt.MemPrefetchLocation.Addr, p.managed, 4096, loc, 0, s)
+		return gpurt.Call(rt.MemPrefetchLocation.Addr, p.managed, 4096, gpurt.MemLocationArg(gpurt.MemLocationTypeDevice, int32(p.dev)), 0, s)
 	}
 	return gpurt.Call(rt.MemPrefetchAsync.Addr, p.managed, 4096, uintptr(p.dev), s)
 }

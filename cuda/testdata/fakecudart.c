@@ -7,6 +7,11 @@
  * Environment: FAKE_CUDART_VERSION, FAKE_CUDA_DRIVER_VERSION (default
  * 12040; 0: no driver), FAKE_CUDA_DEVICES (default 1; 0: no device),
  * FAKE_CUDA_NO_POOLS, FAKE_CUDA_INTEGRATED, FAKE_CUDA_MEM (bytes, default 1 GiB),
+ * FAKE_CUDA_PAGEABLE_ACCESS (cudaDevAttrPageableMemoryAccess; core.c's
+ * kernels then read unregistered host memory) and FAKE_CUDA_HOST_PAGE_TABLES
+ * (cudaDevAttrPageableMemoryAccessUsesHostPageTables, default: what
+ * FAKE_CUDA_PAGEABLE_ACCESS says, an ATS device such as GB10; 0 with
+ * FAKE_CUDA_PAGEABLE_ACCESS=1 is an HMM device),
  * FAKE_CUDA_FAIL=name:code (that function returns code; with
  * FAKE_CUDA_FAIL_INVALIDATES set it also invalidates every active capture),
  * FAKE_CUDA_MAX_THREADS (cudaDevAttrMaxThreadsPerBlock, default 64) and
@@ -133,12 +138,14 @@ cudaError_t cudaDeviceGetAttribute(int *v, int attr, int dev) {
   ENTER("cudaDeviceGetAttribute");
   logf_("cudaDeviceGetAttribute attr=%d device=%d", attr, dev);
   /* cudaDeviceAttr: 1 MaxThreadsPerBlock, 16 MultiProcessorCount, 18
-   * Integrated, 115 MemoryPoolsSupported. */
+   * Integrated, 88 PageableMemoryAccess, 100
+   * PageableMemoryAccessUsesHostPageTables, 115 MemoryPoolsSupported. */
   switch (attr) {
   case 1: *v = max_threads(); break;
   case 16: *v = multiprocessors(); break;
   case 18: *v = envint("FAKE_CUDA_INTEGRATED", 0); break;
-  case 88: *v = envint("FAKE_CUDA_PAGEABLE_ACCESS", 0); break; /* cudaDevAttrPageableMemoryAccess */
+  case 88: *v = envint("FAKE_CUDA_PAGEABLE_ACCESS", 0); break;
+  case 100: *v = envint("FAKE_CUDA_HOST_PAGE_TABLES", envint("FAKE_CUDA_PAGEABLE_ACCESS", 0)); break;
   case 115: *v = !getenv("FAKE_CUDA_NO_POOLS"); break;
   default: *v = 0;
   }

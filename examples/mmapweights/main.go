@@ -5,11 +5,13 @@
 // changing the weights through the mapping (the file's own bytes) and
 // checks every output against the file.
 //
-// Where the device reads pageable host memory (DeviceInfo.PageableMemoryAccess:
-// GB10, Grace Hopper; cpu:profile=gb10) MapHost makes no driver call and
-// the step reads the weights in place: a kernel at HostBuffer.DevicePtr
-// (cuda, hip), or on the cpu backend, whose device is the host, a
-// captured host function standing in for it. Elsewhere MapHost registers
+// Where the device reads pageable host memory in place, through the
+// host's page tables (DeviceInfo.ReadsHostInPlace: GB10, Grace Hopper;
+// cpu:profile=gb10), MapHost makes no driver call and the step reads the
+// weights in place: a kernel at HostBuffer.DevicePtr (cuda, hip), or on
+// the cpu backend, whose device is the host, a captured host function
+// standing in for it. Elsewhere, HMM's pageable access included (its
+// reads may migrate the weights into device memory), MapHost registers
 // the mapping and the step copies it with a captured UploadHost.
 //
 //	go run ./examples/mmapweights

@@ -43,15 +43,19 @@ func newStep(a *alloc.Allocator, m []byte) (s *step, err error) {
 	if s.out, err = a.HostAlloc(n); err != nil {
 		return nil, err
 	}
-	if !a.Info().PageableMemoryAccess {
+	switch info := a.Info(); {
+	case !info.PageableMemoryAccess:
 		s.how = "registered (no pageable memory access), copied by a captured UploadHost"
+		return s, nil
+	case !info.ReadsHostInPlace():
+		s.how = "registered (pageable memory access without the host's page tables: HMM could migrate it), copied by a captured UploadHost"
 		return s, nil
 	}
 	if kl, ok := a.Driver().(driver.KernelLauncher); ok {
-		s.how = "in place (pageable memory access: no registration, no copy), read by a captured kernel at DevicePtr"
+		s.how = "in place (through the host's page tables: no registration, no copy), read by a captured kernel at DevicePtr"
 		return s, s.loadAxpy(kl, n)
 	}
-	s.how = "in place (pageable memory access: no registration, no copy), read by a captured host function (the cpu backend's device is the host)"
+	s.how = "in place (through the host's page tables: no registration, no copy), read by a captured host function (the cpu backend's device is the host)"
 	s.stage, err = a.HostAlloc(n)
 	return s, err
 }

@@ -11,6 +11,11 @@
  * no device: hipGetDeviceCount returns 100, hipErrorNoDevice, and the
  * other device calls 101, as the real 5.2.3 does without a GPU),
  * FAKE_HIP_INTEGRATED, FAKE_HIP_MEM (bytes, default 1 GiB),
+ * FAKE_HIP_PAGEABLE_ACCESS (hipDeviceAttributePageableMemoryAccess; core.c's
+ * kernels then read unregistered host memory), FAKE_HIP_HOST_PAGE_TABLES
+ * (hipDeviceAttributePageableMemoryAccessUsesHostPageTables, default: what
+ * FAKE_HIP_PAGEABLE_ACCESS says; 0 with FAKE_HIP_PAGEABLE_ACCESS=1 is an
+ * HMM device),
  * FAKE_HIP_MEMINFO_TOTAL, FAKE_HIP_POOLS_ATTR (what
  * hipDeviceAttributeMemoryPoolsSupported reports; default: 0 on 5.6-6.1, as
  * those versions report by default, else 1), FAKE_HIP_FAIL=name:code and
@@ -128,7 +133,8 @@ hipError_t hipSetDevice(int d) {
 }
 /* hipDeviceAttribute_t (hip_runtime_api.h): 16 is
  * hipDeviceAttributeIntegrated, 56 MaxThreadsPerBlock, 63
- * MultiprocessorCount, 88 MemoryPoolsSupported; 10017 WallClockRate (kHz;
+ * MultiprocessorCount, 65 PageableMemoryAccess, 66
+ * PageableMemoryAccessUsesHostPageTables, 88 MemoryPoolsSupported; 10017 WallClockRate (kHz;
  * ROCm 6's header, not 5.2.3's). */
 hipError_t hipDeviceGetAttribute(int *v, int attr, int dev) {
   ENTER("hipDeviceGetAttribute");
@@ -138,7 +144,8 @@ hipError_t hipDeviceGetAttribute(int *v, int attr, int dev) {
   int pools = envint("FAKE_HIP_POOLS_ATTR", ver >= 50600000 && ver < 60200000 ? 0 : 1);
   switch (attr) {
   case 16: *v = envint("FAKE_HIP_INTEGRATED", 0); break;
-  case 65: *v = envint("FAKE_HIP_PAGEABLE_ACCESS", 0); break; /* hipDeviceAttributePageableMemoryAccess */
+  case 65: *v = envint("FAKE_HIP_PAGEABLE_ACCESS", 0); break;
+  case 66: *v = envint("FAKE_HIP_HOST_PAGE_TABLES", envint("FAKE_HIP_PAGEABLE_ACCESS", 0)); break;
   case 56: *v = max_threads(); break;
   case 63: *v = multiprocessors(); break;
   case 88: *v = pools; break;

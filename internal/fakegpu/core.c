@@ -1289,8 +1289,10 @@ static int legal_range(int device, const char *a, const char *b, range_t *out) {
   vmres_t *r = vm_res_of(a);
   /* A device with pageable memory access (FAKE_<RT>_PAGEABLE_ACCESS=1,
    * the device attribute's answer) reads any host memory that is not
-   * device memory: GB10, Grace Hopper. Elsewhere host memory must be
-   * pinned, registered or managed (above). */
+   * device memory: in place through the host's page tables (ATS: GB10,
+   * Grace Hopper) or through HMM's mirror of them, which the fake does not
+   * tell apart. Elsewhere host memory must be pinned, registered or
+   * managed (above). */
   if (!al && !r && envint(ENVN("PAGEABLE_ACCESS"), 0)) { out->lo = a; out->hi = b; return 1; }
   if (r && b <= r->base + r->n) {
     size_t at = (size_t)(a - r->base), end = (size_t)(b - r->base);

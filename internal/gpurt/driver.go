@@ -203,13 +203,14 @@ func (d *Driver) setup(s *Setup, describe func(*Setup, bool) (string, uint64, er
 	return nil
 }
 
-// classify completes d.info's safety profile: compute capability and
-// pageable memory access from the device's attributes, the capture safety
-// from driver.ClassifySafety unless Options.CaptureSafety overrides it.
-// Runs on the dev thread.
+// classify completes d.info's safety profile: compute capability,
+// pageable memory access and whether it goes through the host's page
+// tables from the device's attributes, the capture safety from
+// driver.ClassifySafety unless Options.CaptureSafety overrides it. Runs on
+// the dev thread.
 func (d *Driver) classify() error {
-	var attrs [3]int32
-	for i, a := range []uintptr{d.v.DevAttrComputeCapabilityMajor, d.v.DevAttrComputeCapabilityMinor, d.v.DevAttrPageableMemoryAccess} {
+	var attrs [4]int32
+	for i, a := range []uintptr{d.v.DevAttrComputeCapabilityMajor, d.v.DevAttrComputeCapabilityMinor, d.v.DevAttrPageableMemoryAccess, d.v.DevAttrHostPageTables} {
 		if err := d.rt.Check("query device attribute", d.rt.DeviceGetAttribute.Name,
 			Call(d.rt.DeviceGetAttribute.Addr, uintptr(unsafe.Pointer(&attrs[i])), a, uintptr(d.opts.Device))); err != nil {
 			return err
@@ -217,6 +218,7 @@ func (d *Driver) classify() error {
 	}
 	d.info.ComputeCapability = fmt.Sprintf("%d.%d", attrs[0], attrs[1])
 	d.info.PageableMemoryAccess = attrs[2] != 0
+	d.info.HostPageTables = attrs[2] != 0 && attrs[3] != 0
 	d.info.CaptureSafety, d.info.Profile = driver.ClassifySafety(d.info)
 	if d.opts.CaptureSafety != driver.SafetyUnset {
 		d.info.CaptureSafety, d.info.Profile = d.opts.CaptureSafety, "config"

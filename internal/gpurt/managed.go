@@ -57,11 +57,18 @@ func (d *Driver) FreeManaged(p driver.DevicePtr) error {
 	return d.dev.Do(op, func() error { return d.rt.Check(op, d.rt.Free.Name, Call(d.rt.Free.Addr, uintptr(p))) })
 }
 
+// MemLocationArg is struct cudaMemLocation {type, id} as a call passes
+// it by value (CUDA 13's prefetch): 8 bytes of two ints, which the amd64
+// SysV and AAPCS64 C ABIs pass in one integer register, type in the low
+// 32 bits and id in the high.
+func MemLocationArg(typ, id int32) uintptr {
+	return uintptr(uint32(typ)) | uintptr(uint32(id))<<32
+}
+
 // PrefetchManaged queues the prefetch of [p, p+n), inside one managed
 // allocation, on s: to this driver's device, or to the host. The vendor
 // bound one of the two ABIs (syms.go): a device ordinal (the CPU's id for
-// the host), or CUDA 13's location struct {type, id} by value (8 bytes:
-// one integer register on amd64 and arm64, type in the low half) and
+// the host), or CUDA 13's location struct by value (MemLocationArg) and
 // flags 0.
 func (d *Driver) PrefetchManaged(p driver.DevicePtr, n int64, toHost bool, s driver.Stream) error {
 	op := fmt.Sprintf("prefetch managed %#x (%d B)", uint64(p), n)
@@ -79,8 +86,7 @@ func (d *Driver) PrefetchManaged(p driver.DevicePtr, n int64, toHost bool, s dri
 		if toHost {
 			typ, id = MemLocationTypeHost, 0
 		}
-		loc := uintptr(uint32(typ)) | uintptr(uint32(id))<<32
-		return d.rt.Check(op, sym.Name, Call(sym.Addr, lo, uintptr(n), loc, 0, uintptr(s)))
+		return d.rt.Check(op, sym.Name, Call(sym.Addr, lo, uintptr(n), MemLocationArg(typ, id), 0, uintptr(s)))
 	}
 	sym := d.rt.MemPrefetchAsync
 	if sym.Addr == 0 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/capalloc/capalloc/alloc"
 	"github.com/capalloc/capalloc/alloc/driver"
+	"github.com/capalloc/capalloc/internal/gpurt"
 	"github.com/capalloc/capalloc/internal/kernels"
 )
 
@@ -76,6 +77,15 @@ func TestFakeManagedPrefetchCUDA13(t *testing.T) {
 	require.Len(t, find(lines, "cudaMemPrefetchAsync", "location=2:0 flags=0"), 1, "%v", lines)
 	require.NoError(t, d.StreamSynchronize(s))
 	require.NoError(t, mm.FreeManaged(p))
+}
+
+// A location passed by value is one register: type in the low 32 bits, id
+// in the high, neither's sign spilling into the other's half.
+func TestMemLocationArg(t *testing.T) {
+	require.Equal(t, uint64(1|3<<32), uint64(gpurt.MemLocationArg(gpurt.MemLocationTypeDevice, 3)))
+	require.Equal(t, uint64(2), uint64(gpurt.MemLocationArg(gpurt.MemLocationTypeHost, 0)))
+	require.Equal(t, uint64(0xffffffff_00000001), uint64(gpurt.MemLocationArg(1, -1)))
+	require.Equal(t, uint64(0x00000005_ffffffff), uint64(gpurt.MemLocationArg(-1, 5)))
 }
 
 // forEachPageable runs test for each vendor on a kernel driver over its
@@ -157,5 +167,63 @@ func TestFakeMapHost(t *testing.T) {
 			require.Equal(t, 1, regs, "registered where the device has no pageable access")
 		}
 		runtime.KeepAlive(host)
+	})
+}
+
+// The device attributes MapHost decides by, over each fake, through the
+// allocator: on an HMM-like device (pageable memory access, but not
+// through the host's page tables) MapHost registers b, as where there is
+// no pageable access: a registration call for b in the fake's log, and
+// the HostBuffer's device pointer is what the runtime's device-pointer
+// call answered for b (the fake answers b's own address); Close
+// unregisters. On an ATS-like device (both attributes) it makes no driver
+// call, hands out b's own address and Close makes none either.
+func TestFakeMapHostByPageTables(t *testing.T) {
+	forEach(t, func(t *testing.T, v *vendorCase) {
+		for _, c := range []struct {
+			name                     string
+			pageable, hostPageTables string
+			inPlace                  bool
+			profile                  string
+		}{
+			{"none", "0", "0", false, ""},
+			{"hmm", "1", "0", false, "pageable memory access via mirrored page tables"},
+			{"ats", "1", "1", true, "pageable memory access via host page tables"},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				t.Setenv(v.envPrefix+"PAGEABLE_ACCESS", c.pageable)
+				t.Setenv(v.envPrefix+"HOST_PAGE_TABLES", c.hostPageTables)
+				d, log := openFake(t, v, opts{})
+				info := d.Info()
+				require.Equal(t, c.pageable == "1", info.PageableMemoryAccess)
+				require.Equal(t, c.inPlace, info.HostPageTables)
+				if c.profile == "" {
+					require.NotContains(t, info.SafetyProfile(), "pageable")
+				} else {
+					require.Contains(t, info.SafetyProfile(), c.profile)
+				}
+				a, err := alloc.New(d, alloc.Options{})
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = a.Close() })
+				b := make([]byte, 4096)
+				at := fmt.Sprintf("%p", &b[0])
+				log.Lines()
+				h, err := a.Host().MapHost(b)
+				require.NoError(t, err)
+				mapped := log.Lines()
+				require.Equal(t, driver.DevicePtr(uintptr(unsafe.Pointer(&b[0]))), h.DevicePtr())
+				require.NoError(t, h.Close())
+				closed := log.Lines()
+				if c.inPlace {
+					require.Empty(t, mapped, "MapHost on an ATS device")
+					require.Empty(t, closed, "Close of an in-place mapping")
+					return
+				}
+				require.Len(t, find(mapped, v.prefix+"HostRegister "+at, "n=4096"), 1, "%v", mapped)
+				require.Len(t, find(mapped, v.prefix+"HostGetDevicePointer "+at), 1, "%v", mapped)
+				require.Len(t, find(closed, v.prefix+"HostUnregister "+at), 1, "%v", closed)
+				runtime.KeepAlive(b)
+			})
+		}
 	})
 }

@@ -27,6 +27,10 @@ type Vendor struct {
 	DevAttrComputeCapabilityMajor uintptr
 	DevAttrComputeCapabilityMinor uintptr
 	DevAttrPageableMemoryAccess   uintptr
+	// DevAttrHostPageTables is ...PageableMemoryAccessUsesHostPageTables:
+	// the device reads pageable memory through the host's page tables
+	// (ATS), not the driver's mirror of them (HMM).
+	DevAttrHostPageTables uintptr
 
 	// SeparateCapturePool: an exportable pool cannot serve graph
 	// allocations (CUDA: 801 in a capture, measured on an H100), so with
