@@ -131,9 +131,15 @@ func (s *suite) thresholdReleasesOldest(t *testing.T) {
 	require.NoError(t, e.a.Trim()) // peak in use 100 MiB, nothing reserved
 	ballast := mustAlloc(t, e.a, 40<<20)
 	old := mustAlloc(t, e.a, pressureChunk)
+	oldPtr := old.Ptr()
+	// Freed first, before recent is allocated: that allocation moves the
+	// per-P caches' blocks into the pool, so old is the least recently
+	// used whichever P each call ran on (frees made on different Ps
+	// between two such moves reach the pool in the Ps' order:
+	// docs/memory-pressure.md).
+	require.NoError(t, e.a.Free(old))
 	recent := mustAlloc(t, e.a, pressureChunk+(2<<20)) // another size: its own segment
-	oldPtr, recentPtr := old.Ptr(), recent.Ptr()
-	require.NoError(t, e.a.Free(old)) // freed first: least recently used
+	recentPtr := recent.Ptr()
 	require.NoError(t, e.a.Free(recent))
 	big := mustAlloc(t, e.a, 2*pressureChunk) // fits no cached block: reserved 90 MiB, over 84
 	st := e.a.Stats()
