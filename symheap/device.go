@@ -1,6 +1,7 @@
 package symheap
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -198,7 +199,7 @@ func OpenDevice(rank int, a *alloc.Allocator, x Exchange, size int64, opts Devic
 	if err != nil { // nobody opened anything
 		return nil, errors.Join(err, h.free())
 	}
-	err = h.openPeers(msgs)
+	err = h.openPeers(msgs, export)
 	if err == nil {
 		err = h.writeTable()
 	}
@@ -284,9 +285,9 @@ func (h *DeviceHeap) allocate() ([]byte, error) {
 // of this process on another device it enables peer access to that
 // device first (topology.go). Every message is decoded and checked
 // (checkExports) before anything is enabled or mapped, so a bad one
-// leaves nothing half-done.
-func (h *DeviceHeap) openPeers(msgs [][]byte) error {
-	exports, err := h.checkExports(msgs)
+// leaves nothing half-done; sent is this rank's own, as it sent it.
+func (h *DeviceHeap) openPeers(msgs [][]byte, sent []byte) error {
+	exports, err := h.checkExports(msgs, sent)
 	if err != nil {
 		return err
 	}
@@ -319,16 +320,20 @@ func (h *DeviceHeap) openPeers(msgs [][]byte) error {
 }
 
 // checkExports decodes every rank's export message and checks it against
-// this rank's own: the same heap size and handle length; a peer that
+// this rank's own (which must come back as sent): the same heap size and
+// handle length; a peer that
 // claims this process must name a live allocation of it, other than this
 // rank's and another peer's, at the base address, of the heap's size and
 // on the device ordinal it sends. That last check bounds the ordinal (the
 // only one openPeers uses) by the devices this process really opened,
 // before any peer access is enabled with it. A refusal is ErrPeerOpen
 // naming both ranks and the field.
-func (h *DeviceHeap) checkExports(msgs [][]byte) ([]heapExport, error) {
+func (h *DeviceHeap) checkExports(msgs [][]byte, sent []byte) ([]heapExport, error) {
 	refuse := func(p int, format string, args ...any) error {
 		return fmt.Errorf("%w: rank %d: rank %d's export: %s", ErrPeerOpen, h.rank, p, fmt.Sprintf(format, args...))
+	}
+	if !bytes.Equal(msgs[h.rank], sent) {
+		return nil, refuse(h.rank, "it came back from the exchange changed")
 	}
 	exports := make([]heapExport, len(msgs))
 	for p, m := range msgs {
