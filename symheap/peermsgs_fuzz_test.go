@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
@@ -98,5 +99,36 @@ func FuzzDecodeCountsRecord(f *testing.F) {
 			require.Greater(t, e.Value, e.Limit)
 		}
 		require.NotContains(t, countsError(0, e).Error(), "unknown counts status")
+	})
+}
+
+// echoExchange is two ranks where rank 1 sends peer in every round.
+type echoExchange struct{ peer []byte }
+
+func (echoExchange) Ranks() int { return 2 }
+func (x echoExchange) AllGather(_ int, msg []byte, _ time.Duration) ([][]byte, error) {
+	return [][]byte{msg, x.peer}, nil
+}
+
+// fuzzKey is the job key of FuzzAuthenticatedExchange.
+var fuzzKey = []byte("0123456789abcdef")
+
+// An authenticated exchange takes only what verifies: whatever rank 1
+// sends, rank 0's round ends in its messages or ErrUnauthenticated, never
+// a panic. The seed is rank 1's real opening message (a nonce, tagged).
+func FuzzAuthenticatedExchange(f *testing.F) {
+	a := &authExchange{key: fuzzKey}
+	nonce := bytes.Repeat([]byte{7}, nonceBytes)
+	f.Add(append(append([]byte(nil), nonce...), a.tag(tagOpening, nil, 0, 1, nonce)...))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, peer []byte) {
+		x, err := AuthenticatedExchange(echoExchange{peer}, fuzzKey)
+		require.NoError(t, err)
+		msgs, err := x.AllGather(0, []byte("rank 0"), time.Second)
+		if err != nil {
+			require.ErrorIs(t, err, ErrUnauthenticated)
+			return
+		}
+		require.Equal(t, []byte("rank 0"), msgs[0])
 	})
 }
