@@ -40,12 +40,13 @@ func (e heapExport) encode() []byte {
 // maxIPCHandle. What a figure must match (this rank's size and handle
 // length, this process's allocations) checkExports checks.
 func (e heapExport) check() error {
-	switch {
-	case e.size <= 0:
+	if e.size <= 0 {
 		return fmt.Errorf("a heap of %d B", e.size)
-	case e.device < -1 || e.device >= maxDeviceOrdinal:
-		return fmt.Errorf("device ordinal %d (want -1 to %d)", e.device, maxDeviceOrdinal-1)
-	case len(e.handle) == 0 || len(e.handle) > maxIPCHandle:
+	}
+	if err := checkOrdinal(int64(e.device)); err != nil {
+		return err
+	}
+	if len(e.handle) == 0 || len(e.handle) > maxIPCHandle {
 		return fmt.Errorf("an IPC handle of %d B (want 1 to %d)", len(e.handle), maxIPCHandle)
 	}
 	return nil
@@ -62,12 +63,21 @@ func decodeExport(m []byte) (heapExport, error) {
 	e := heapExport{size: int64(le.Uint64(m)), token: [16]byte(m[8:24]), memID: le.Uint64(m[24:]),
 		base: driver.DevicePtr(le.Uint64(m[32:])), handle: append([]byte(nil), m[exportHeader:]...)}
 	dev := int64(le.Uint64(m[40:]))
-	if dev < -1 || dev >= maxDeviceOrdinal {
-		return heapExport{}, fmt.Errorf("device ordinal %d (want -1 to %d)", dev, maxDeviceOrdinal-1)
+	if err := checkOrdinal(dev); err != nil { // before int(dev) could wrap it into range
+		return heapExport{}, err
 	}
 	e.device = int(dev)
 	if err := e.check(); err != nil {
 		return heapExport{}, err
 	}
 	return e, nil
+}
+
+// checkOrdinal refuses an export's device ordinal below -1 (unknown) or
+// past maxDeviceOrdinal.
+func checkOrdinal(dev int64) error {
+	if dev < -1 || dev >= maxDeviceOrdinal {
+		return fmt.Errorf("device ordinal %d (want -1 to %d)", dev, maxDeviceOrdinal-1)
+	}
+	return nil
 }

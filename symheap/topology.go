@@ -199,7 +199,7 @@ func checkRankDeviceWords(w [rankDeviceWords]int64, occupancy bool) error {
 		lo[1], hi[1] = 1, 1
 	}
 	for i, v := range w {
-		if v >= lo[i] && v <= hi[i] || i >= 5 && v == NoCopyEngine {
+		if v >= lo[i] && v <= hi[i] || i >= rankDeviceWords-copyOps && v == NoCopyEngine {
 			continue
 		}
 		return fmt.Errorf("%s is %d (want %d to %d)", names[i], v, lo[i], hi[i])
