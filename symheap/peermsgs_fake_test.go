@@ -150,16 +150,7 @@ func TestFakeBadDeviceDescriptionRefused(t *testing.T) {
 // as the driver's fault, not as counts a rank never sent, and cleared:
 // the heap stays usable.
 func TestFakeCorruptCountsRecordRefused(t *testing.T) {
-	le := binary.LittleEndian
-	record := func(status, sender, receiver uint32, value, limit int64) []byte {
-		b := make([]byte, kernels.PadCountsErrBytes)
-		le.PutUint32(b, status)
-		le.PutUint32(b[4:], sender)
-		le.PutUint32(b[8:], receiver)
-		le.PutUint64(b[16:], uint64(value))
-		le.PutUint64(b[24:], uint64(limit))
-		return b
-	}
+	record := symheap.CountsRecord
 	forEachFake(t, func(t *testing.T, v *fakeVendor, log *gpurttest.Log) {
 		w := openTopoOK(t, v, []int{0, 0}, 5*time.Second, nil)
 		h := w.heaps[0]

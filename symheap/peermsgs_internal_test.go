@@ -163,16 +163,7 @@ func TestFirstFailureBoundsWhatPeersSay(t *testing.T) {
 }
 
 func TestDecodeCountsRecord(t *testing.T) {
-	rec := func(status, sender, receiver uint32, value, limit int64) []byte {
-		b := make([]byte, kernels.PadCountsErrBytes)
-		le := binary.LittleEndian
-		le.PutUint32(b, status)
-		le.PutUint32(b[4:], sender)
-		le.PutUint32(b[8:], receiver)
-		le.PutUint64(b[16:], uint64(value))
-		le.PutUint64(b[24:], uint64(limit))
-		return b
-	}
+	rec := countsRecord
 	for _, ok := range [][]byte{
 		make([]byte, kernels.PadCountsErrBytes),
 		rec(kernels.CountsNegative, 1, 0, -1, 4),
@@ -198,4 +189,17 @@ func TestDecodeCountsRecord(t *testing.T) {
 		_, err := decodeCountsRecord(c.b, 2)
 		require.ErrorContains(t, err, c.want)
 	}
+}
+
+// countsRecord is a counts error record as the kernel lays it out
+// (kernels.PadCountsErrOff's comment).
+func countsRecord(status, sender, receiver uint32, value, limit int64) []byte {
+	b := make([]byte, kernels.PadCountsErrBytes)
+	le := binary.LittleEndian
+	le.PutUint32(b, status)
+	le.PutUint32(b[4:], sender)
+	le.PutUint32(b[8:], receiver)
+	le.PutUint64(b[16:], uint64(value))
+	le.PutUint64(b[24:], uint64(limit))
+	return b
 }
