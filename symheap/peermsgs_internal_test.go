@@ -77,6 +77,7 @@ func TestDecodeRankDeviceRefusesWhatNoDeviceSends(t *testing.T) {
 		{"negative copy-engine minimum", withWord(good, 5, -1), "AllGather copy-engine minimum is -1"},
 		{"huge copy-engine minimum", withWord(good, 6, 1<<60), "AllToAll copy-engine minimum is 1152921504606846976"},
 		{"long device id", longID.encode(), "device id \"000"},
+		{"device id not text", withID("0000:19:00.0\x1b[2J"), `device id "0000:19:00.0\x1b[2J"`},
 		{"unknown kernel", badKernel.encode(), `limiting kernel "capalloc_nonesuch"`},
 		{"trailing bytes", append(append([]byte(nil), good...), 0, 0), "2 B past its end"},
 		{"string cut short", good[:len(good)-1], "aligned limiting kernel cut short"},
@@ -92,6 +93,13 @@ func TestDecodeRankDeviceRefusesWhatNoDeviceSends(t *testing.T) {
 		_, err := decodeRankDevice(withWord(good, i, NoCopyEngine))
 		require.NoError(t, err, "no copy-engine crossover recorded (figure %d)", i)
 	}
+}
+
+// withID is a real description with bus id id.
+func withID(id string) []byte {
+	d := realDevice()
+	d.id = id
+	return d.encode()
 }
 
 // noQueryWith is a description without the occupancy query that claims

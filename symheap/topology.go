@@ -168,7 +168,7 @@ func decodeRankDevice(b []byte) (rankDevice, error) {
 		ok   func(string) bool
 		want string
 	}{
-		{"device id", &d.id, func(s string) bool { return len(s) <= maxDeviceIDLen }, fmt.Sprintf("at most %d B", maxDeviceIDLen)},
+		{"device id", &d.id, isDeviceID, fmt.Sprintf("at most %d printable ASCII bytes", maxDeviceIDLen)},
 		{"limiting kernel", &d.limiting, isKernelName, "a collective kernel's name or none"},
 		{"aligned limiting kernel", &d.limitingAligned, isKernelName, "a collective kernel's name or none"},
 	} {
@@ -205,6 +205,18 @@ func checkRankDeviceWords(w [rankDeviceWords]int64, occupancy bool) error {
 		return fmt.Errorf("%s is %d (want %d to %d)", names[i], v, lo[i], hi[i])
 	}
 	return nil
+}
+
+// isDeviceID reports whether s can be a PCI bus id as a runtime writes
+// it ("dddd:bb:dd.f"): at most maxDeviceIDLen printable ASCII bytes, so
+// it goes into errors as it is.
+func isDeviceID(s string) bool {
+	for _, c := range []byte(s) {
+		if c <= ' ' || c > '~' {
+			return false
+		}
+	}
+	return len(s) <= maxDeviceIDLen
 }
 
 // isKernelName reports whether s is one of the module's kernels, or none.
