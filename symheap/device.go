@@ -321,10 +321,9 @@ func (h *DeviceHeap) openPeers(msgs [][]byte, sent []byte) error {
 
 // checkExports decodes every rank's export message and checks it against
 // this rank's own (which must come back as sent): the same heap size and
-// handle length; a peer that
-// claims this process must name a live allocation of it, other than this
-// rank's and another peer's, at the base address, of the heap's size and
-// on the device ordinal it sends. That last check bounds the ordinal (the
+// handle length; a peer that claims this process must name a live
+// allocation of it, other than this rank's and another peer's, at the
+// base address, of the heap's size and on the device ordinal it sends. That last check bounds the ordinal (the
 // only one openPeers uses) by the devices this process really opened,
 // before any peer access is enabled with it. A refusal is ErrPeerOpen
 // naming both ranks and the field.

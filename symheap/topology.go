@@ -178,7 +178,7 @@ func decodeRankDevice(b []byte) (rankDevice, error) {
 		n := int(binary.LittleEndian.Uint16(rest))
 		*f.s, rest = string(rest[2:2+n]), rest[2+n:]
 		if !f.ok(*f.s) {
-			return rankDevice{}, bad("%s %q (want %s)", f.name, *f.s, f.want)
+			return rankDevice{}, bad("%s %.80q (want %s)", f.name, *f.s, f.want)
 		}
 	}
 	if len(rest) > 0 {
