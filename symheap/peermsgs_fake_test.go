@@ -14,11 +14,11 @@ import (
 	"github.com/capalloc/capalloc/symheap"
 )
 
-// What a peer sends at open is checked before it is used (docs/
-// symmetric-heap.md, "What a peer may send"): a bad export message fails
-// every rank's open with ErrPeerOpen naming the rank and the field, before
-// any rank enables peer access with it or maps it, and every rank frees
-// what it allocated.
+// What a peer sends at open is checked before it is used
+// (docs/symmetric-heap.md, "What a peer may send"): a bad export message
+// fails every rank's open with ErrPeerOpen naming the rank and the field,
+// before any rank enables peer access with it or maps it, and every rank
+// frees what it allocated.
 
 // tamperExchange is an exchange whose round round hands every rank the
 // messages as edit leaves them (the same edit for every rank).
