@@ -3,6 +3,7 @@ package symheap
 import (
 	"fmt"
 
+	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/kernels"
 )
 
@@ -30,14 +31,46 @@ func (h *DeviceHeap) AllToAllV(in, out, sendCounts, recvCounts Tensor, dt DType)
 
 // takeCountsErrLocked decodes rec, the counts error record of this rank's
 // pad as Synchronize read it (the stream idle): a recorded one is cleared
-// and returned as ErrCountsOutOfRange; the heap stays usable.
+// and returned as ErrCountsOutOfRange (driver.ErrDriver where the record
+// is not one the kernel writes); the heap stays usable.
 func (h *DeviceHeap) takeCountsErrLocked(rec []byte) error {
-	e := kernels.DecodeCountsErr(rec)
-	if e.Status == 0 {
+	e, err := decodeCountsRecord(rec, h.Ranks())
+	if err == nil && e.Status == 0 {
 		return nil
 	}
 	if err := h.a.Upload(h.buf, kernels.PadCountsErrOff, make([]byte, kernels.PadCountsErrBytes)); err != nil {
 		return fmt.Errorf("symheap: clearing the counts error of rank %d: %w", h.rank, err)
 	}
+	if err != nil {
+		return fmt.Errorf("%w: symheap: rank %d's signal pad holds a counts error record no kernel writes: %w", driver.ErrDriver, h.rank, err)
+	}
 	return countsError(h.rank, e)
+}
+
+// decodeCountsRecord decodes a counts error record (kernels.
+// PadCountsErrBytes) and refuses one capalloc_alltoallv does not write
+// for ranks ranks (ca_counts_check): a status it has no name for, ranks
+// past the heap's, a room left below 0, a count recorded as negative that
+// is not, or as past its room that is not. Status 0 is no record.
+func decodeCountsRecord(rec []byte, ranks int) (kernels.CountsErr, error) {
+	if len(rec) != kernels.PadCountsErrBytes {
+		return kernels.CountsErr{}, fmt.Errorf("a record of %d B, not %d", len(rec), kernels.PadCountsErrBytes)
+	}
+	e := kernels.DecodeCountsErr(rec)
+	past := e.Status == kernels.CountsPastSend || e.Status == kernels.CountsPastRecv
+	switch {
+	case e.Status == 0:
+		return e, nil
+	case e.Status != kernels.CountsNegative && !past:
+		return e, fmt.Errorf("status %d", e.Status)
+	case int64(e.Sender) >= int64(ranks) || int64(e.Receiver) >= int64(ranks):
+		return e, fmt.Errorf("sender %d, receiver %d of %d ranks", e.Sender, e.Receiver, ranks)
+	case e.Limit < 0:
+		return e, fmt.Errorf("room left %d", e.Limit)
+	case e.Status == kernels.CountsNegative && e.Value >= 0:
+		return e, fmt.Errorf("count %d recorded as negative", e.Value)
+	case past && e.Value <= e.Limit:
+		return e, fmt.Errorf("count %d recorded as past a room of %d", e.Value, e.Limit)
+	}
+	return e, nil
 }

@@ -1,6 +1,7 @@
 package symheap
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -109,28 +110,41 @@ func okMsg(payload []byte) []byte { return append([]byte{msgOK}, payload...) }
 // the text.
 func failedMsg(err error) []byte { return append([]byte{msgFailed, carriedKind(err)}, err.Error()...) }
 
+// maxFailureText bounds how much of a peer's failure text an error
+// carries (the rest is counted, not kept).
+const maxFailureText = 4 << 10
+
 // firstFailure returns the payloads, or an ErrPeerOpen naming the first
-// rank whose message says it failed (wrapping the sentinel it carried).
+// rank whose message says it failed (wrapping the sentinel it carried),
+// or whose status byte is neither.
 func firstFailure(msgs [][]byte) ([][]byte, error) {
 	out := make([][]byte, len(msgs))
 	for p, m := range msgs {
 		switch {
 		case len(m) == 0:
 			return nil, fmt.Errorf("%w: rank %d sent an empty message", ErrPeerOpen, p)
-		case m[0] != msgOK && len(m) < 2:
+		case m[0] != msgOK && m[0] != msgFailed:
+			return nil, fmt.Errorf("%w: rank %d sent a message of unknown status %d", ErrPeerOpen, p, m[0])
+		case m[0] == msgFailed && len(m) < 2:
 			return nil, fmt.Errorf("%w: rank %d failed without saying why", ErrPeerOpen, p)
-		case m[0] != msgOK:
-			return nil, fmt.Errorf("%w: rank %d: %w", ErrPeerOpen, p, peerFailure(m[1], strings.TrimPrefix(string(m[2:]), ErrPeerOpen.Error()+": ")))
+		case m[0] == msgFailed:
+			return nil, fmt.Errorf("%w: rank %d: %w", ErrPeerOpen, p, peerFailure(m[1], failureText(m[2:])))
 		}
 		out[p] = m[1:]
 	}
 	return out, nil
 }
 
-// export payload: heap size, process token, the allocation's id in its
-// process (devMem), base address, device ordinal (-1: unknown), IPC
-// handle.
-const exportHeader = 8 + 16 + 8 + 8 + 8
+// failureText is a peer's failure text as an error carries it: without
+// the ErrPeerOpen prefix its own error had, valid UTF-8, at most
+// maxFailureText bytes of it.
+func failureText(b []byte) string {
+	s := strings.ToValidUTF8(string(b[:min(len(b), maxFailureText)]), "\ufffd")
+	if len(b) > maxFailureText {
+		s += fmt.Sprintf(" … (%d B more)", len(b)-maxFailureText)
+	}
+	return strings.TrimPrefix(s, ErrPeerOpen.Error()+": ")
+}
 
 // OpenDevice makes rank's heap of size bytes on a's device and maps every
 // peer's, exchanging IPC handles through x (NewLocalExchange for
@@ -185,7 +199,7 @@ func OpenDevice(rank int, a *alloc.Allocator, x Exchange, size int64, opts Devic
 	if err != nil { // nobody opened anything
 		return nil, errors.Join(err, h.free())
 	}
-	err = h.openPeers(msgs)
+	err = h.openPeers(msgs, export)
 	if err == nil {
 		err = h.writeTable()
 	}
@@ -260,52 +274,106 @@ func (h *DeviceHeap) allocate() ([]byte, error) {
 		return nil, fmt.Errorf("symheap: exporting the heap of rank %d: %w", h.rank, err)
 	}
 	h.bases[h.rank] = h.buf.Ptr()
-	tok := processToken()
-	msg := binary.LittleEndian.AppendUint64(nil, uint64(h.bump.size))
-	msg = append(msg, tok[:]...)
-	msg = binary.LittleEndian.AppendUint64(msg, h.mem.id)
-	msg = binary.LittleEndian.AppendUint64(msg, uint64(h.buf.Ptr()))
-	msg = binary.LittleEndian.AppendUint64(msg, uint64(int64(h.deviceOrdinal())))
-	return append(msg, handle...), nil
+	e := heapExport{size: h.bump.size, token: processToken(), memID: h.mem.id, base: h.buf.Ptr(), device: h.deviceOrdinal(), handle: handle}
+	if err := e.check(); err != nil { // this rank's driver sent what its peers would refuse
+		return nil, fmt.Errorf("symheap: exporting the heap of rank %d: %w", h.rank, err)
+	}
+	return e.encode(), nil
 }
 
 // openPeers maps every peer's heap from its export message; for a peer
 // of this process on another device it enables peer access to that
-// device first (topology.go).
-func (h *DeviceHeap) openPeers(exports [][]byte) error {
-	tok := processToken()
+// device first (topology.go). Every message is decoded and checked
+// (checkExports) before anything is enabled or mapped, so a bad one
+// leaves nothing half-done; sent is this rank's own, as it sent it.
+func (h *DeviceHeap) openPeers(msgs [][]byte, sent []byte) error {
+	exports, err := h.checkExports(msgs, sent)
+	if err != nil {
+		return err
+	}
 	me, enabled := h.deviceOrdinal(), map[int]bool{}
-	for p, m := range exports {
+	for p, e := range exports {
 		if p == h.rank {
 			continue
 		}
-		if len(m) < exportHeader {
-			return fmt.Errorf("%w: rank %d: rank %d's export is %d B, shorter than its header", ErrPeerOpen, h.rank, p, len(m))
-		}
-		if size := int64(binary.LittleEndian.Uint64(m)); size != h.bump.size {
-			return fmt.Errorf("%w: rank %d: rank %d's heap is %d B, this rank's %d B: every rank opens the same size", ErrPeerOpen, h.rank, p, size, h.bump.size)
-		}
-		if [16]byte(m[8:24]) == tok {
-			if dev := int(int64(binary.LittleEndian.Uint64(m[40:]))); me >= 0 && dev >= 0 && dev != me && !enabled[dev] {
+		if e.token == processToken() {
+			if dev := e.device; me >= 0 && dev >= 0 && dev != me && !enabled[dev] {
 				if err := h.enablePeer(p, dev); err != nil {
 					return err
 				}
 				enabled[dev] = true
 			}
-			pm, ok := acquireDevMem(binary.LittleEndian.Uint64(m[24:]))
+			pm, ok := acquireDevMem(e.memID)
 			if !ok {
 				return fmt.Errorf("%w: rank %d: rank %d's heap was released before this rank mapped it", ErrPeerOpen, h.rank, p)
 			}
-			h.bases[p], h.locals[p] = driver.DevicePtr(binary.LittleEndian.Uint64(m[32:])), pm
+			h.bases[p], h.locals[p] = e.base, pm
 			continue
 		}
-		ptr, err := openPeerHeap(h.a, m[exportHeader:])
+		ptr, err := openPeerHeap(h.a, e.handle)
 		if err != nil {
 			return fmt.Errorf("%w: rank %d opening rank %d's heap: %w", ErrPeerOpen, h.rank, p, err)
 		}
 		h.bases[p], h.opened[p] = ptr, true
 	}
 	return nil
+}
+
+// checkExports decodes every rank's export message and checks it against
+// this rank's own (which must come back as sent): the same heap size and
+// handle length; a peer that claims this process must name a live
+// allocation of it, other than this rank's and another peer's, at the
+// base address, of the heap's size and on the device ordinal it sends. That last check bounds the ordinal (the
+// only one openPeers uses) by the devices this process really opened,
+// before any peer access is enabled with it. A refusal is ErrPeerOpen
+// naming both ranks and the field.
+func (h *DeviceHeap) checkExports(msgs [][]byte, sent []byte) ([]heapExport, error) {
+	refuse := func(p int, format string, args ...any) error {
+		return fmt.Errorf("%w: rank %d: rank %d's export: %s", ErrPeerOpen, h.rank, p, fmt.Sprintf(format, args...))
+	}
+	if !bytes.Equal(msgs[h.rank], sent) {
+		return nil, refuse(h.rank, "it came back from the exchange changed")
+	}
+	exports := make([]heapExport, len(msgs))
+	for p, m := range msgs {
+		e, err := decodeExport(m)
+		if err != nil {
+			return nil, refuse(p, "%v", err)
+		}
+		exports[p] = e
+	}
+	own := exports[h.rank]
+	tok, ids := processToken(), map[uint64]int{own.memID: h.rank}
+	for p, e := range exports {
+		if p == h.rank {
+			continue
+		}
+		if e.size != h.bump.size {
+			return nil, refuse(p, "a heap of %d B, this rank's is %d B: every rank opens the same size", e.size, h.bump.size)
+		}
+		if len(e.handle) != len(own.handle) {
+			return nil, refuse(p, "an IPC handle of %d B, this rank's driver's are %d B", len(e.handle), len(own.handle))
+		}
+		if e.token != tok {
+			continue
+		}
+		if q, dup := ids[e.memID]; dup {
+			return nil, refuse(p, "it claims allocation %d of this process, which is rank %d's", e.memID, q)
+		}
+		ids[e.memID] = p
+		v, ok := devMems.Load(e.memID)
+		if !ok {
+			return nil, refuse(p, "it claims allocation %d of this process, which holds none such (released, or never made)", e.memID)
+		}
+		m := v.(*devMem)
+		if want := m.buf.Ptr(); e.base != want || m.buf.Size() != SignalPadBytes+e.size {
+			return nil, refuse(p, "allocation %d at %#x (%d B with the pad), which is at %#x (%d B)", e.memID, uint64(e.base), SignalPadBytes+e.size, uint64(want), m.buf.Size())
+		}
+		if want := ordinalOf(m.a.Driver()); e.device != want {
+			return nil, refuse(p, "device ordinal %d for allocation %d, which is on device %d", e.device, e.memID, want)
+		}
+	}
+	return exports, nil
 }
 
 // writeTable copies the bases to the device table (one copy) and waits

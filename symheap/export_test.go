@@ -1,5 +1,9 @@
 package symheap
 
+// CountsRecord is a counts error record as the kernel lays it out, for a
+// test to write into a pad (TestFakeCorruptCountsRecordRefused).
+var CountsRecord = countsRecord
+
 // SetMaxGrid overrides the heap's co-resident grid limit, so a test can
 // launch a grid the device cannot hold (TestFakeOversizeGridTimesOut).
 func SetMaxGrid(h *DeviceHeap, g uint32) { withLock(h, func() { h.maxGrid = g }) }

@@ -26,7 +26,8 @@ type Group struct {
 }
 
 // NewGroup makes the shared memory for ranks ranks with size heap bytes
-// each. It makes no driver call. Files are closed by Close.
+// each, one memfd per rank with its size sealed. It makes no driver call.
+// Files are closed by Close.
 func NewGroup(ranks int, size int64) (*Group, error) {
 	if ranks < 1 || size <= 0 {
 		return nil, fmt.Errorf("%w: symheap: %d ranks of %d B", alloc.ErrInvalidValue, ranks, size)
@@ -44,7 +45,10 @@ func NewGroup(ranks int, size int64) (*Group, error) {
 }
 
 // Attach wraps the files of a group made by another process (passed, in
-// rank order, as Files returned them), for a rank running there.
+// rank order, as Files returned them), for a rank running there. Each
+// must be of the group's size and have it sealed, as NewGroup's are (on
+// Linux: no process can shrink a file under its peers' mappings), or it
+// is refused with alloc.ErrInvalidValue.
 func Attach(files []*os.File, size int64) (*Group, error) {
 	if len(files) < 1 || size <= 0 {
 		return nil, fmt.Errorf("%w: symheap: attach %d files of %d B", alloc.ErrInvalidValue, len(files), size)
@@ -56,6 +60,9 @@ func Attach(files []*os.File, size int64) (*Group, error) {
 		}
 		if st.Size() != padSize+size {
 			return nil, fmt.Errorf("%w: symheap: file of rank %d is %d B, want %d", alloc.ErrInvalidValue, i, st.Size(), padSize+size)
+		}
+		if err := checkSealed(f); err != nil {
+			return nil, fmt.Errorf("%w: symheap: file of rank %d: %v", alloc.ErrInvalidValue, i, err)
 		}
 	}
 	return &Group{files: files, size: size}, nil

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/capalloc/capalloc/alloc/driver"
 	"github.com/capalloc/capalloc/internal/kernels"
@@ -110,31 +111,116 @@ func boolByte(b bool) byte {
 	return 0
 }
 
+// Bounds on what a rank's device description may carry: what no real
+// device sends is refused (ErrPeerOpen naming the field), so one bad peer
+// fails every rank's open with the same clear error instead of an
+// overflow in resident or a grid computed from nonsense.
+const (
+	// maxDeviceOrdinal bounds a device ordinal (a process sees far fewer).
+	maxDeviceOrdinal = 1 << 10
+	// maxBlocksPerSM bounds blocks per multiprocessor: none holds more
+	// resident threads than this, and every block has at least one.
+	maxBlocksPerSM = 1 << 12
+	// maxMultiprocessors bounds SMs / CUs per device.
+	maxMultiprocessors = 1 << 16
+	// maxThresholdBytes bounds Auto's byte thresholds other than
+	// NoCopyEngine (256 TiB: past any device's memory).
+	maxThresholdBytes = 1 << 48
+	// maxDeviceIDLen is the longest PCI bus id a runtime writes
+	// (internal/gpurt's buffer for it).
+	maxDeviceIDLen = 64
+)
+
+// decodeRankDevice decodes a rank's device description: an empty one is a
+// rank whose collectives do not run; anything else must be exactly what
+// encode writes for figures within the bounds above (flags 0 or 1, the
+// kernels' names or none, no trailing bytes), or it is ErrPeerOpen naming
+// the field.
 func decodeRankDevice(b []byte) (rankDevice, error) {
 	if len(b) == 0 {
 		return rankDevice{}, nil
 	}
-	bad := fmt.Errorf("%w: a device description of %d B that does not parse", ErrPeerOpen, len(b))
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: a device description of %d B: %s", ErrPeerOpen, len(b), fmt.Sprintf(format, args...))
+	}
 	const head = 3 + 8*rankDeviceWords
-	if len(b) < head || b[0] != 1 {
-		return rankDevice{}, bad
+	if len(b) < head {
+		return rankDevice{}, bad("shorter than its %d B of flags and figures", head)
+	}
+	for i, name := range []string{"version", "occupancy flag", "alignment flag"} {
+		if b[i] > 1 || (i == 0 && b[i] != 1) {
+			return rankDevice{}, bad("%s is %d", name, b[i])
+		}
 	}
 	d := rankDevice{runs: true, occupancy: b[1] == 1, aligned: b[2] == 1}
 	var w [rankDeviceWords]int64
 	for i := range w {
 		w[i] = int64(binary.LittleEndian.Uint64(b[3+8*i:]))
 	}
+	if err := checkRankDeviceWords(w, d.occupancy); err != nil {
+		return rankDevice{}, bad("%v", err)
+	}
 	d.setWords(w)
-	b = b[head:]
-	for _, s := range []*string{&d.id, &d.limiting, &d.limitingAligned} {
-		if len(b) < 2 || len(b) < 2+int(binary.LittleEndian.Uint16(b)) {
-			return rankDevice{}, bad
+	rest := b[head:]
+	for _, f := range []struct {
+		name string
+		s    *string
+		ok   func(string) bool
+		want string
+	}{
+		{"device id", &d.id, isDeviceID, fmt.Sprintf("at most %d printable ASCII bytes", maxDeviceIDLen)},
+		{"limiting kernel", &d.limiting, isKernelName, "a collective kernel's name or none"},
+		{"aligned limiting kernel", &d.limitingAligned, isKernelName, "a collective kernel's name or none"},
+	} {
+		if len(rest) < 2 || len(rest) < 2+int(binary.LittleEndian.Uint16(rest)) {
+			return rankDevice{}, bad("%s cut short", f.name)
 		}
-		n := int(binary.LittleEndian.Uint16(b))
-		*s, b = string(b[2:2+n]), b[2+n:]
+		n := int(binary.LittleEndian.Uint16(rest))
+		*f.s, rest = string(rest[2:2+n]), rest[2+n:]
+		if !f.ok(*f.s) {
+			return rankDevice{}, bad("%s %.80q (want %s)", f.name, *f.s, f.want)
+		}
+	}
+	if len(rest) > 0 {
+		return rankDevice{}, bad("%d B past its end", len(rest))
 	}
 	return d, nil
 }
+
+// checkRankDeviceWords refuses figures (in words' order) no real device
+// sends; occupancy is the description's flag (without the query a rank
+// assumes one block per multiprocessor).
+func checkRankDeviceWords(w [rankDeviceWords]int64, occupancy bool) error {
+	names := [rankDeviceWords]string{"device ordinal", "blocks per multiprocessor", "multiprocessors", "aligned blocks per multiprocessor",
+		"one-shot maximum", "AllGather copy-engine minimum", "AllToAll copy-engine minimum"}
+	lo := [rankDeviceWords]int64{0, 0, 1, 0, 0, 0, 0}
+	hi := [rankDeviceWords]int64{maxDeviceOrdinal - 1, maxBlocksPerSM, maxMultiprocessors, maxBlocksPerSM, maxThresholdBytes, maxThresholdBytes, maxThresholdBytes}
+	if !occupancy {
+		lo[1], hi[1] = 1, 1
+	}
+	for i, v := range w {
+		if v >= lo[i] && v <= hi[i] || i >= rankDeviceWords-copyOps && v == NoCopyEngine {
+			continue
+		}
+		return fmt.Errorf("%s is %d (want %d to %d)", names[i], v, lo[i], hi[i])
+	}
+	return nil
+}
+
+// isDeviceID reports whether s can be a PCI bus id as a runtime writes
+// it ("dddd:bb:dd.f"): at most maxDeviceIDLen printable ASCII bytes, so
+// it goes into errors as it is.
+func isDeviceID(s string) bool {
+	for _, c := range []byte(s) {
+		if c <= ' ' || c > '~' {
+			return false
+		}
+	}
+	return len(s) <= maxDeviceIDLen
+}
+
+// isKernelName reports whether s is one of the module's kernels, or none.
+func isKernelName(s string) bool { return s == "" || slices.Contains(kernels.Names, s) }
 
 // coResidentGrid is the grid limit every rank computes from every rank's
 // device: the least, over ranks whose collectives run, of its device's
@@ -241,8 +327,12 @@ func peerAccess(d driver.Driver) (driver.PeerAccess, bool) {
 
 // deviceOrdinal is this rank's device ordinal for the export message
 // (-1: the driver cannot say, and no peer access is arranged for it).
-func (h *DeviceHeap) deviceOrdinal() int {
-	if pa, ok := peerAccess(h.a.Driver()); ok {
+func (h *DeviceHeap) deviceOrdinal() int { return ordinalOf(h.a.Driver()) }
+
+// ordinalOf is d's device ordinal (driver.PeerAccess), -1 where it cannot
+// say.
+func ordinalOf(d driver.Driver) int {
+	if pa, ok := peerAccess(d); ok {
 		return pa.Device()
 	}
 	return -1

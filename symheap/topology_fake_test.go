@@ -87,6 +87,12 @@ func openTopoOK(t *testing.T, v *fakeVendor, devices []int, timeout time.Duratio
 // open error; the heaps that opened are closed at the end of the test.
 func openTopo(t *testing.T, v *fakeVendor, devices []int, timeout time.Duration, wrap func(driver.Driver) driver.Driver) (*topoWorld, []error) {
 	t.Helper()
+	return openTopoVia(t, v, devices, timeout, wrap, symheap.NewLocalExchange(len(devices)))
+}
+
+// openTopoVia is openTopo through the exchange x.
+func openTopoVia(t *testing.T, v *fakeVendor, devices []int, timeout time.Duration, wrap func(driver.Driver) driver.Driver, x symheap.Exchange) (*topoWorld, []error) {
+	t.Helper()
 	n := len(devices)
 	w := &topoWorld{as: make([]*alloc.Allocator, n), heaps: make([]*symheap.DeviceHeap, n)}
 	for r, dev := range devices {
@@ -102,7 +108,6 @@ func openTopo(t *testing.T, v *fakeVendor, devices []int, timeout time.Duration,
 		a := w.as[r]
 		t.Cleanup(func() { require.NoError(t, a.Close()) })
 	}
-	x := symheap.NewLocalExchange(n)
 	errs := w.each(func(r int) (err error) {
 		w.heaps[r], err = symheap.OpenDevice(r, w.as[r], x, 1<<20, symheap.DeviceOptions{Timeout: timeout})
 		return err
