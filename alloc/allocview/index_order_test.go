@@ -41,7 +41,7 @@ func TestIndexShowsLargestGraphsFirst(t *testing.T) {
 	for i := range buckets {
 		name := fmt.Sprintf("bucket-%02d", i)
 		size[name] = int64((i*7)%buckets+1) * unit // 1 to 20 units, each once, in no order
-		warm, err := a.Alloc(size[name]) // the step run eagerly: its pool borrows this
+		warm, err := a.Alloc(size[name])           // the step run eagerly: its pool borrows this
 		require.NoError(t, err)
 		require.NoError(t, a.Free(warm))
 		gp := a.NewGraphPool()
