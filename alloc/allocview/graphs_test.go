@@ -132,9 +132,9 @@ func TestSixtyFourNamedGraphsInEveryView(t *testing.T) {
 	require.True(t, found, "capalloc_graph_pool_bytes{pool=\"decode\"}")
 
 	// The index: the pool and every graph, a table row each with its
-	// figures: the largest eight (batch-64 to batch-57) in the graphs
-	// table, the other 56 in the <details> under it, whose summary counts
-	// them and the memory they own (none holds any).
+	// figures: the largest (batch-64 down) in the graphs table, the others
+	// in the <details> under it, whose summary counts them and the memory
+	// they own (none holds any).
 	srv := httptest.NewServer(allocview.Handler())
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/?allocator=views-decode")
@@ -144,8 +144,9 @@ func TestSixtyFourNamedGraphsInEveryView(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Contains(t, page.String(), "<tr><td>"+poolLabel+"</td><td class=\"n\">"+bytesText(poolBytes)+"</td>")
-	details := strings.Index(page.String(), "<details><summary>56 more graphs, ")
-	require.Positive(t, details, "the 56 smaller graphs folded")
+	folded := fmt.Sprintf("<details><summary>%d more graphs, ", 64-allocview.IndexShown)
+	details := strings.Index(page.String(), folded)
+	require.Positive(t, details, "the smaller graphs folded")
 	var foldedBytes int64
 	for name, g := range graphs {
 		gi := byID[g.ID()]
@@ -155,14 +156,14 @@ func TestSixtyFourNamedGraphsInEveryView(t *testing.T) {
 		var n int
 		_, err := fmt.Sscanf(name, "batch-%d", &n)
 		require.NoError(t, err)
-		if n > 56 {
+		if n > 64-allocview.IndexShown {
 			require.Less(t, at, details, "%s is among the largest, in the table", name)
 		} else {
 			require.Greater(t, at, details, "%s is folded", name)
 			foldedBytes += gi.OwnedBytes
 		}
 	}
-	require.Contains(t, page.String(), "<details><summary>56 more graphs, "+bytesText(foldedBytes)+"</summary>")
+	require.Contains(t, page.String(), folded+bytesText(foldedBytes)+"</summary>")
 
 	// The profile: every graph a label, and the pool's samples its bytes.
 	var buf bytes.Buffer
