@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/url"
 	"os"
@@ -256,21 +257,11 @@ func (b *browserTab) check(pageURL string, width int, want pageWant) (pageFacts,
 	); err != nil {
 		return pageFacts{}, fmt.Errorf("loading %s: %w", pageURL, err)
 	}
-	selectors := []string{}
-	for sel := range want.marks {
-		selectors = append(selectors, sel)
-	}
-	slices.Sort(selectors)
-	sels, err := json.Marshal(selectors)
+	sels, err := keysJSON(want.marks)
 	if err != nil {
 		return pageFacts{}, err
 	}
-	firsts := []string{}
-	for sel := range want.first {
-		firsts = append(firsts, sel)
-	}
-	slices.Sort(firsts)
-	starts, err := json.Marshal(firsts)
+	starts, err := keysJSON(want.first)
 	if err != nil {
 		return pageFacts{}, err
 	}
@@ -329,6 +320,15 @@ func (b *browserTab) check(pageURL string, width int, want pageWant) (pageFacts,
 		return facts, fmt.Errorf("%s at %d px: %w", pageURL, width, err)
 	}
 	return facts, nil
+}
+
+// keysJSON is m's keys, sorted, as a JSON array ([] for none).
+func keysJSON[V any](m map[string]V) ([]byte, error) {
+	keys := slices.Sorted(maps.Keys(m))
+	if keys == nil {
+		keys = []string{}
+	}
+	return json.Marshal(keys)
 }
 
 // String sums the facts up for the test's log.

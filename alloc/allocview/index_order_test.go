@@ -2,7 +2,6 @@ package allocview_test
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -103,16 +102,12 @@ func TestIndexShowsLargestGraphsFirst(t *testing.T) {
 
 	srv := httptest.NewServer(allocview.Handler())
 	defer srv.Close()
-	get := func(view string) string {
-		resp, err := http.Get(srv.URL + "/" + view + "?allocator=views-order")
-		require.NoError(t, err)
-		defer resp.Body.Close()
+	view := func(name string) string {
+		resp, body := get(t, srv.URL+"/"+name+"?allocator=views-order")
 		require.Equal(t, http.StatusOK, resp.StatusCode)
-		body, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
 		return string(body)
 	}
-	page := get("")
+	page := view("")
 	require.NotContains(t, page, "<script", "the views are script-free")
 
 	// The graphs: the table's rows the largest, largest first; the
@@ -181,17 +176,17 @@ func TestIndexShowsLargestGraphsFirst(t *testing.T) {
 
 	// summary.txt keeps every row, largest first; so does the segment
 	// map's table (its bars are drawn by address).
-	for view, head := range map[string]*regexp.Regexp{
+	for name, head := range map[string]*regexp.Regexp{
 		"summary.txt":  regexp.MustCompile(`\n *graphs +pool +owns`),
 		"segments.svg": regexp.MustCompile(`font-weight="bold">graphs</text>`),
 	} {
-		body := get(view)
+		body := view(name)
 		m := head.FindStringIndex(body)
-		require.NotNil(t, m, "%s has no graphs table", view)
+		require.NotNil(t, m, "%s has no graphs table", name)
 		table, at := body[m[0]:], -1
 		for _, g := range order {
 			j := strings.Index(table, g.Label())
-			require.Greater(t, j, at, "%s: %s comes after a smaller graph", view, g.Label())
+			require.Greater(t, j, at, "%s: %s comes after a smaller graph", name, g.Label())
 			at = j
 		}
 	}
