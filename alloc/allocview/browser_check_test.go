@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/url"
 	"os"
@@ -37,10 +38,15 @@ var (
 	errImage    = errors.New("image not shown")
 	errConsole  = errors.New("console error")
 	errRequest  = errors.New("failed request")
+	errFirst    = fmt.Errorf("not on the first screen (%d px)", firstScreenPx)
 )
 
 // pageFaults lists the kinds of fault, for tests of the check.
-var pageFaults = []error{errOverflow, errMark, errText, errUnwanted, errTooltip, errTinyText, errImage, errConsole, errRequest}
+var pageFaults = []error{errOverflow, errMark, errText, errUnwanted, errTooltip, errTinyText, errImage, errConsole, errRequest, errFirst}
+
+// firstScreenPx is the first screen's height: what a laptop's browser
+// window, 1400 by 800 px, shows of a page before it is scrolled.
+const firstScreenPx = 800
 
 // minTextPx is the smallest an SVG text may be drawn, in CSS px: a
 // drawing scaled to fit its window's height instead of its width (its
@@ -184,10 +190,19 @@ type pageFacts struct {
 	Tooltips      int      `json:"tooltips"`
 	EmptyTooltips []string `json:"emptyTooltips"`
 	BadImages     []string `json:"badImages"`
+	// Folded is the text of the page's <details> as shown when opened.
+	Folded string `json:"folded"`
+	// Starts: per selector of pageWant.first, how far below the page's
+	// top its first element starts, in CSS px; -1 for none.
+	Starts []struct {
+		Selector string  `json:"selector"`
+		Top      float64 `json:"top"`
+	} `json:"starts"`
 }
 
 // factsScript measures the page in the browser; %s is the JSON array of
-// the selectors of the marks to measure, %d minTextPx. The page may be
+// the selectors of the marks to measure, %d minTextPx, %s the JSON array
+// of the selectors whose start to measure (pageWant.first). The page may be
 // HTML (its text is body.innerText) or an SVG document (no body); SVG
 // text counts when drawn with a size, without the tooltips (<title>) it
 // holds, and its size is its font's times the scale it is drawn at.
@@ -216,6 +231,16 @@ const factsScript = `(() => {
   facts.badImages = [...document.images]
     .filter(img => !(img.complete && img.naturalWidth > 0 && img.getBoundingClientRect().width > 0))
     .map(img => img.src + ' (' + (img.complete ? 'loaded' : 'loading') + ', natural width ' + img.naturalWidth + ', drawn ' + img.getBoundingClientRect().width + ' px)');
+  facts.starts = %s.map(sel => {
+    const el = document.querySelector(sel);
+    return {selector: sel, top: el ? el.getBoundingClientRect().top + window.scrollY : -1};
+  });
+  // The folded text, read with every <details> open, then closed again.
+  const details = [...document.querySelectorAll('details')];
+  const closed = details.filter(d => !d.open);
+  closed.forEach(d => { d.open = true; });
+  facts.folded = details.map(d => d.innerText).join(' ').replace(/\s+/g, ' ');
+  closed.forEach(d => { d.open = false; });
   return facts;
 })()`
 
@@ -232,16 +257,15 @@ func (b *browserTab) check(pageURL string, width int, want pageWant) (pageFacts,
 	); err != nil {
 		return pageFacts{}, fmt.Errorf("loading %s: %w", pageURL, err)
 	}
-	selectors := []string{}
-	for sel := range want.marks {
-		selectors = append(selectors, sel)
-	}
-	slices.Sort(selectors)
-	sels, err := json.Marshal(selectors)
+	sels, err := keysJSON(want.marks)
 	if err != nil {
 		return pageFacts{}, err
 	}
-	facts, err := chromedp.Run(b.ctx, chromedp.Evaluate[pageFacts](fmt.Sprintf(factsScript, sels, minTextPx)))
+	starts, err := keysJSON(want.first)
+	if err != nil {
+		return pageFacts{}, err
+	}
+	facts, err := chromedp.Run(b.ctx, chromedp.Evaluate[pageFacts](fmt.Sprintf(factsScript, sels, minTextPx, starts)))
 	if err != nil {
 		return facts, fmt.Errorf("measuring %s: %w", pageURL, err)
 	}
@@ -260,6 +284,16 @@ func (b *browserTab) check(pageURL string, width int, want pageWant) (pageFacts,
 	for _, s := range want.texts {
 		if !strings.Contains(facts.Text, strings.Join(strings.Fields(s), " ")) {
 			faults = append(faults, fmt.Errorf("%w: %q", errText, s))
+		}
+	}
+	for _, s := range want.folded {
+		if !strings.Contains(facts.Folded, strings.Join(strings.Fields(s), " ")) {
+			faults = append(faults, fmt.Errorf("%w: %q, folded in a <details>", errText, s))
+		}
+	}
+	for _, st := range facts.Starts {
+		if st.Top < 0 || st.Top > firstScreenPx {
+			faults = append(faults, fmt.Errorf("%w: %s (%s) starts %.0f px down", errFirst, st.Selector, want.first[st.Selector], st.Top))
 		}
 	}
 	for _, s := range want.absent {
@@ -288,11 +322,23 @@ func (b *browserTab) check(pageURL string, width int, want pageWant) (pageFacts,
 	return facts, nil
 }
 
+// keysJSON is m's keys, sorted, as a JSON array ([] for none).
+func keysJSON[V any](m map[string]V) ([]byte, error) {
+	keys := slices.Sorted(maps.Keys(m))
+	if keys == nil {
+		keys = []string{}
+	}
+	return json.Marshal(keys)
+}
+
 // String sums the facts up for the test's log.
 func (f pageFacts) String() string {
 	s := fmt.Sprintf("%.0f of %.0f px wide, %d tooltips", f.ScrollWidth, f.InnerWidth, f.Tooltips)
 	for _, m := range f.Marks {
 		s += fmt.Sprintf(", %d %q", m.Count, m.Selector)
+	}
+	for _, st := range f.Starts {
+		s += fmt.Sprintf(", %q starts %.0f px down", st.Selector, st.Top)
 	}
 	return s + fmt.Sprintf(", %d characters of text", len(f.Text))
 }

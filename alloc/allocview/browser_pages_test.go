@@ -37,6 +37,13 @@ type pageWant struct {
 	// tooltips is the fewest tooltips (<title> elements outside the
 	// document's head) the page must have; none may be empty.
 	tooltips int
+	// folded must be on the page inside a <details>, as text shown when
+	// it is opened (whitespace runs read as one space).
+	folded []string
+	// first: per CSS selector, what its first element is; it must start
+	// on the first screen, within 800 px of the page's top (the browser
+	// check's firstScreenPx).
+	first map[string]string
 }
 
 // viewFacts is what the pages should show of the workload: the
@@ -136,17 +143,17 @@ func cachedBytes(s memmap.Snapshot) int64 {
 }
 
 // graphRows are the cells of a snapshot's graph pools and graphs tables,
-// a row each, as sz writes bytes: a pool's name (decode (pool 3)),
-// bytes, free part, borrowed blocks (as blocks writes them) and graphs;
-// a graph's name (batch-8 (graph 12)), pool, bytes owned, held and used,
-// and launches.
+// a row each, largest first as the views list them, as sz writes bytes:
+// a pool's name (decode (pool 3)), bytes, free part, borrowed blocks (as
+// blocks writes them) and graphs; a graph's name (batch-8 (graph 12)),
+// pool, bytes owned, held and used, and launches.
 func graphRows(s memmap.Snapshot, sz func(int64) string, blocks func(int) string) (pools, graphs [][]string) {
 	names := map[int]string{}
-	for _, p := range s.Pools {
+	for _, p := range s.PoolsByBytes() {
 		names[p.ID] = p.Label()
 		pools = append(pools, []string{p.Label(), sz(p.Bytes), sz(p.FreeBytes), blocks(p.Borrowed), fmt.Sprint(len(p.Graphs))})
 	}
-	for _, g := range s.Graphs {
+	for _, g := range s.GraphsByMemory() {
 		pool := "-"
 		if g.Pool != 0 {
 			pool = names[g.Pool]
@@ -169,9 +176,11 @@ func rowTexts(rows ...[][]string) []string {
 
 // indexWant: each allocator's name, its key counters (the memory graphs
 // hold, the fragmentation of the rest), its graph pools and graphs a row
-// each (name, bytes), its segment map (an image) drawn.
+// each (name, bytes), the largest shown and the rest folded under a line
+// that counts them, its segment map (an image) drawn, the first
+// allocator's starting on the first screen.
 func indexWant(f viewFacts) pageWant {
-	w := pageWant{marks: map[string]int{"img.map": len(f.snaps)}}
+	w := pageWant{marks: map[string]int{"img.map": len(f.snaps)}, first: map[string]string{"img.map": "the first allocator's segment map"}}
 	for _, s := range f.snaps {
 		st := s.Stats
 		w.texts = append(w.texts, s.Allocator,
@@ -192,7 +201,12 @@ func indexWant(f viewFacts) pageWant {
 		if len(graphs) > 0 {
 			w.texts = append(w.texts, "graphs graph pool owns holds uses launches")
 		}
-		w.texts = append(w.texts, rowTexts(pools, graphs)...)
+		np, ng := shownRows(len(pools)), shownRows(len(graphs))
+		w.texts = append(w.texts, rowTexts(pools[:np], graphs[:ng])...)
+		w.folded = append(w.folded, rowTexts(pools[np:], graphs[ng:])...)
+		if ng < len(graphs) {
+			w.texts = append(w.texts, fmt.Sprintf("%d more graphs, %s", len(graphs)-ng, bytesText(s.GraphsMemory(s.GraphsByMemory()[ng:]))))
+		}
 	}
 	return w
 }

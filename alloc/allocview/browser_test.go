@@ -145,6 +145,7 @@ var brokenCases = []brokenCase{
 	{name: "empty-tooltip", page: "timeline", view: "timeline", old: "</svg>", new: `<rect x="0" y="0" width="10" height="10"><title> </title></rect></svg>`, faults: []error{errTooltip}},
 	{name: "missing-text", page: "summary", view: "summary.txt", text: "a figure the page does not show", faults: []error{errText}},
 	{name: "unwanted-text", page: "summary", view: "summary.txt", absent: "capalloc memory summary", faults: []error{errUnwanted}},
+	{name: "unfolded", page: "index", view: "", old: "<details>", new: "<details open>", faults: []error{errFirst}},
 	{name: "console-error", page: "index", view: "", old: "</body>", new: `<script>console.error("broken")</script></body>`, faults: []error{errConsole}},
 	{name: "exception", page: "index", view: "", old: "</body>", new: `<script>null.x</script></body>`, faults: []error{errConsole}},
 	{name: "missing-image", page: "index", view: "", old: "</body>", new: `<img src="no-such-view.svg" alt="x"></body>`, faults: []error{errRequest, errImage}},

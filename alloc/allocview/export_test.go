@@ -8,3 +8,6 @@ func SetSnapshotTTL(d time.Duration) (restore func()) { return snapshotCache.Set
 
 // BytesText is the views' size text.
 func BytesText(n int64) string { return bytesText(n) }
+
+// IndexShown is how many graphs, and graph pools, the index's tables show.
+const IndexShown = indexShown

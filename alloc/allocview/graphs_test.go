@@ -131,7 +131,10 @@ func TestSixtyFourNamedGraphsInEveryView(t *testing.T) {
 	}
 	require.True(t, found, "capalloc_graph_pool_bytes{pool=\"decode\"}")
 
-	// The index: the pool and every graph, a table row each.
+	// The index: the pool and every graph, a table row each with its
+	// figures: the largest (batch-64 down) in the graphs table, the others
+	// in the <details> under it, whose summary counts them and the memory
+	// they own (none holds any).
 	srv := httptest.NewServer(allocview.Handler())
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/?allocator=views-decode")
@@ -141,9 +144,26 @@ func TestSixtyFourNamedGraphsInEveryView(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Contains(t, page.String(), "<tr><td>"+poolLabel+"</td><td class=\"n\">"+bytesText(poolBytes)+"</td>")
-	for _, g := range graphs {
-		require.Contains(t, page.String(), "<tr><td>"+label(g)+"</td><td>"+poolLabel+"</td>")
+	folded := fmt.Sprintf("<details><summary>%d more graphs, ", 64-allocview.IndexShown)
+	details := strings.Index(page.String(), folded)
+	require.Positive(t, details, "the smaller graphs folded")
+	var foldedBytes int64
+	for name, g := range graphs {
+		gi := byID[g.ID()]
+		row := "<tr><td>" + label(g) + "</td><td>" + poolLabel + "</td><td class=\"n\" title=\"1 block\">" + bytesText(gi.OwnedBytes) + "</td><td class=\"n\" title=\"0 blocks\">0 B</td>"
+		at := strings.Index(page.String(), row)
+		require.Positive(t, at, "%s's row", name)
+		var n int
+		_, err := fmt.Sscanf(name, "batch-%d", &n)
+		require.NoError(t, err)
+		if n > 64-allocview.IndexShown {
+			require.Less(t, at, details, "%s is among the largest, in the table", name)
+		} else {
+			require.Greater(t, at, details, "%s is folded", name)
+			foldedBytes += gi.OwnedBytes
+		}
 	}
+	require.Contains(t, page.String(), folded+bytesText(foldedBytes)+"</summary>")
 
 	// The profile: every graph a label, and the pool's samples its bytes.
 	var buf bytes.Buffer

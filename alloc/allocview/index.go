@@ -77,9 +77,20 @@ type indexAllocator struct {
 	Name, Key, Backend, Device, Safety string
 	Counters                           []counter
 	States                             []indexState
-	Pools                              []indexPool
-	Graphs                             []indexGraph
-	MoreGraphs                         int // graphs not listed (maxIndexGraphs)
+	// Pools and Graphs are the tables' rows, largest first; MorePools and
+	// MoreGraphs the rest, folded (nil when none is).
+	Pools      []indexPool
+	MorePools  *foldedRows[indexPool]
+	Graphs     []indexGraph
+	MoreGraphs *foldedRows[indexGraph]
+}
+
+// foldedRows are the rows of a table the index folds into a <details>:
+// its summary says how many and how much memory they hold together.
+type foldedRows[T any] struct {
+	Summary  string
+	Rows     []T
+	Unlisted int // rows not listed (maxIndexGraphs)
 }
 
 // indexPool and indexGraph are a row of the index's graph pools and
@@ -95,23 +106,64 @@ type indexGraph struct {
 	Launches                             uint64
 }
 
-// maxIndexGraphs bounds the graphs the index lists one a row.
+// indexShown is how many graphs, and graph pools, the index's tables
+// show, largest first; the rest fold into a <details> (no script). An
+// engine captures a graph per batch size or sequence bucket, 30 to 100 of
+// them, most holding little: listed whole they push the segment map and
+// the other allocators' sections screens down. Six rows, under the 17
+// counters, leave the first segment map starting within the first 800 px
+// at 1400 and 800 px wide, with room for a line that wraps (the browser
+// test checks it: 722 and 737 px over its workload; eight rows would
+// leave it at about 775 and 790), and hold what matters in a bucketed
+// engine: the prefill graphs and the largest batches.
+const indexShown = 6
+
+// maxIndexGraphs bounds the graphs the index lists one a row, shown and
+// folded together.
 const maxIndexGraphs = 512
 
-// graphTables are the index's rows for s's graph pools and graphs.
-func graphTables(s memmap.Snapshot) (pools []indexPool, graphs []indexGraph, more int) {
+// shownRows is how many of n rows a table shows: all of them when folding
+// would hide one row only (the summary line would take its place).
+func shownRows(n int) int {
+	if n <= indexShown+1 {
+		return n
+	}
+	return indexShown
+}
+
+// graphTables are the index's rows for s's graph pools and graphs,
+// largest first, the shown ones and the folded rest.
+func graphTables(s memmap.Snapshot) (pools []indexPool, morePools *foldedRows[indexPool], graphs []indexGraph, moreGraphs *foldedRows[indexGraph]) {
 	names := map[int]string{}
-	for _, p := range s.Pools {
+	ps := s.PoolsByBytes()
+	for i, p := range ps {
 		names[p.ID] = printable(p.Label())
 		ip := indexPool{Name: printable(p.Label()), Bytes: bytesText(p.Bytes), Free: bytesText(p.FreeBytes), Borrowed: p.Borrowed, Graphs: len(p.Graphs), State: "open"}
 		if p.Closed {
 			ip.State = "closed: its memory goes back with its last graph"
 		}
-		pools = append(pools, ip)
+		if i < shownRows(len(ps)) {
+			pools = append(pools, ip)
+			continue
+		}
+		if morePools == nil {
+			var rest int64
+			for _, p := range ps[i:] {
+				rest += p.Bytes
+			}
+			morePools = &foldedRows[indexPool]{Summary: fmt.Sprintf("%s more graph pools, %s", formatCount(uint64(len(ps)-i)), bytesText(rest))}
+		}
+		morePools.Rows = append(morePools.Rows, ip)
 	}
-	for i, g := range s.Graphs {
+	gs := s.GraphsByMemory()
+	shown := shownRows(len(gs))
+	if shown < len(gs) {
+		moreGraphs = &foldedRows[indexGraph]{Summary: fmt.Sprintf("%s more graphs, %s", formatCount(uint64(len(gs)-shown)), bytesText(s.GraphsMemory(gs[shown:])))}
+	}
+	for i, g := range gs {
 		if i == maxIndexGraphs {
-			return pools, graphs, len(s.Graphs) - i
+			moreGraphs.Unlisted = len(gs) - i
+			break
 		}
 		ig := indexGraph{Name: printable(g.Label()), Pool: "-", Launches: g.Launches, State: g.Kind(),
 			Owns: bytesText(g.OwnedBytes), Holds: bytesText(g.HeldBytes), Uses: bytesText(g.UsedBytes),
@@ -119,9 +171,13 @@ func graphTables(s memmap.Snapshot) (pools []indexPool, graphs []indexGraph, mor
 		if g.Pool != 0 {
 			ig.Pool = names[g.Pool]
 		}
-		graphs = append(graphs, ig)
+		if i < shown {
+			graphs = append(graphs, ig)
+		} else {
+			moreGraphs.Rows = append(moreGraphs.Rows, ig)
+		}
 	}
-	return pools, graphs, 0
+	return pools, morePools, graphs, moreGraphs
 }
 
 type indexState struct {
@@ -133,7 +189,7 @@ var indexPage = template.Must(template.New("index").Parse(`<!DOCTYPE html>
 <style>
 body { font-family: sans-serif; margin: 16px 24px; color: #222; }
 table { border-collapse: collapse; margin: 6px 0 10px; }
-td { padding: 2px 14px 2px 0; font-size: 14px; }
+td { padding: 1px 14px 1px 0; font-size: 14px; }
 td.v { font-variant-numeric: tabular-nums; }
 h2 { margin: 18px 0 2px; font-size: 18px; }
 .sub { color: #555; font-size: 13px; }
@@ -144,6 +200,8 @@ table.list th { text-align: left; padding: 2px 14px 2px 0; font-weight: 600; bor
 table.list td { white-space: nowrap; font-size: 13px; }
 table.list td.n { text-align: right; font-variant-numeric: tabular-nums; }
 h3 { margin: 10px 0 2px; font-size: 15px; }
+details { margin: -4px 0 10px; font-size: 13px; }
+details summary { color: #555; }
 </style></head><body>
 <h1 style="font-size:20px">capalloc device memory</h1>
 <p class="sub">{{len .Allocators}} open allocator(s) ·
@@ -155,17 +213,21 @@ h3 { margin: 10px 0 2px; font-size: 15px; }
 <div class="sub">{{.Backend}} · {{.Device}} · capture safety {{.Safety}} · <a href="segments.svg?allocator={{.Key}}">segments.svg</a> · <a href="snapshot.json?allocator={{.Key}}">snapshot.json</a> · <a href="profile?allocator={{.Key}}">profile</a></div>
 <table>{{range .Counters}}<tr><td>{{.Name}}</td><td class="v">{{.Value}}</td></tr>{{end}}</table>
 {{if .Pools}}<h3>graph pools</h3>
-<table class="list"><tr><th>pool</th><th>bytes</th><th>free</th><th>borrowed blocks</th><th>graphs</th><th></th></tr>
-{{range .Pools}}<tr><td>{{.Name}}</td><td class="n">{{.Bytes}}</td><td class="n">{{.Free}}</td><td class="n">{{.Borrowed}}</td><td class="n">{{.Graphs}}</td><td>{{.State}}</td></tr>
-{{end}}</table>{{end}}
+<table class="list">{{template "poolHead"}}{{range .Pools}}{{template "poolRow" .}}{{end}}</table>
+{{with .MorePools}}<details><summary>{{.Summary}}</summary>
+<table class="list">{{template "poolHead"}}{{range .Rows}}{{template "poolRow" .}}{{end}}</table></details>{{end}}{{end}}
 {{if .Graphs}}<h3>graphs</h3>
-<table class="list"><tr><th>graph</th><th>pool</th><th>owns</th><th>holds</th><th>uses</th><th>launches</th><th></th></tr>
-{{range .Graphs}}<tr><td>{{.Name}}</td><td>{{.Pool}}</td><td class="n" title="{{.OwnsN}}">{{.Owns}}</td><td class="n" title="{{.HoldsN}}">{{.Holds}}</td><td class="n" title="{{.UsesN}}">{{.Uses}}</td><td class="n">{{.Launches}}</td><td>{{.State}}</td></tr>
-{{end}}{{if .MoreGraphs}}<tr><td colspan="7">… {{.MoreGraphs}} more (snapshot.json lists them all)</td></tr>{{end}}</table>{{end}}
+<table class="list">{{template "graphHead"}}{{range .Graphs}}{{template "graphRow" .}}{{end}}</table>
+{{with .MoreGraphs}}<details><summary>{{.Summary}}</summary>
+<table class="list">{{template "graphHead"}}{{range .Rows}}{{template "graphRow" .}}{{end}}{{if .Unlisted}}<tr><td colspan="7">… {{.Unlisted}} more (snapshot.json lists them all)</td></tr>{{end}}</table></details>{{end}}{{end}}
 <img src="segments.svg?allocator={{.Key}}&amp;tables=off" class="map" alt="segment map of {{.Name}}">
 {{else}}<p>No open allocator.</p>{{end}}
 </body></html>
-`))
+{{define "poolHead"}}<tr><th>pool</th><th>bytes</th><th>free</th><th>borrowed blocks</th><th>graphs</th><th></th></tr>
+{{end}}{{define "poolRow"}}<tr><td>{{.Name}}</td><td class="n">{{.Bytes}}</td><td class="n">{{.Free}}</td><td class="n">{{.Borrowed}}</td><td class="n">{{.Graphs}}</td><td>{{.State}}</td></tr>
+{{end}}{{define "graphHead"}}<tr><th>graph</th><th>pool</th><th>owns</th><th>holds</th><th>uses</th><th>launches</th><th></th></tr>
+{{end}}{{define "graphRow"}}<tr><td>{{.Name}}</td><td>{{.Pool}}</td><td class="n" title="{{.OwnsN}}">{{.Owns}}</td><td class="n" title="{{.HoldsN}}">{{.Holds}}</td><td class="n" title="{{.UsesN}}">{{.Uses}}</td><td class="n">{{.Launches}}</td><td>{{.State}}</td></tr>
+{{end}}`))
 
 func serveIndex(w http.ResponseWriter, r *http.Request, one *alloc.Allocator) {
 	page := struct {
@@ -185,7 +247,7 @@ func serveIndex(w http.ResponseWriter, r *http.Request, one *alloc.Allocator) {
 	for _, s := range snapshots(chosen(one)) {
 		ia := indexAllocator{Name: printable(s.Allocator), Key: s.Allocator, Backend: printable(s.Backend), Device: printable(s.Device), Safety: printable(s.CaptureSafety),
 			Counters: counters(s)}
-		ia.Pools, ia.Graphs, ia.MoreGraphs = graphTables(s)
+		ia.Pools, ia.MorePools, ia.Graphs, ia.MoreGraphs = graphTables(s)
 		page.Allocators = append(page.Allocators, ia)
 	}
 	var buf bytes.Buffer

@@ -78,8 +78,9 @@ const (
 	maxTableRow = 512 // graphs drawn one a row at most; the rest counted
 )
 
-// appendGraphTables draws s's graph pools and graphs, a row each, from y
-// down, and returns the y after them.
+// appendGraphTables draws s's graph pools and graphs, a row each, largest
+// first (as the index lists them), from y down, and returns the y after
+// them.
 func appendGraphTables(b []byte, s memmap.Snapshot, y int) ([]byte, int) {
 	names := newMapNames(s)
 	head := func(b []byte, y int, cols ...string) []byte {
@@ -115,7 +116,7 @@ func appendGraphTables(b []byte, s memmap.Snapshot, y int) ([]byte, int) {
 		y += 6
 		b = head(b, y, "graph pools", "state", "bytes", "free", "borrowed", "graphs")
 		y += rowHeight
-		for _, p := range s.Pools {
+		for _, p := range s.PoolsByBytes() {
 			state := "open"
 			if p.Closed {
 				state = "closed, kept for its graphs"
@@ -134,7 +135,7 @@ func appendGraphTables(b []byte, s memmap.Snapshot, y int) ([]byte, int) {
 		y += 6
 		b = head(b, y, "graphs", "pool", "owns", "holds", "uses", "launches")
 		y += rowHeight
-		for i, g := range s.Graphs {
+		for i, g := range s.GraphsByMemory() {
 			if i == maxTableRow {
 				b = fmt.Appendf(b, `<text x="%d" y="%d" font-size="12">… %d more graphs (snapshot.json lists them all)</text>`+"\n", colName, y+12, len(s.Graphs)-i)
 				y += rowHeight

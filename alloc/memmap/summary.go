@@ -31,13 +31,13 @@ var summaryKinds = []string{"small", "large", "sync", "graph", poolColumn}
 
 const poolColumn = "graph pools"
 
-// maxSummaryGraphs bounds the graphs a summary lists one a row; the rest
-// are counted.
+// maxSummaryGraphs bounds the graphs a summary lists one a row, largest
+// first; the rest, the smallest, are counted.
 const maxSummaryGraphs = 256
 
 // Summary is the snapshot as text (PyTorch's torch.cuda.memory_summary):
 // device memory by pool and by block state, the graph pools and the
-// graphs (one row each), the allocator's current and peak bytes, its
+// graphs (one row each, largest first: GraphsByMemory, PoolsByBytes), the allocator's current and peak bytes, its
 // allocations and frees, out-of-memory errors and reclaim retries, the
 // largest free block, the memory graphs hold and the fragmentation of the
 // rest (Snapshot.Fragmentation). Peaks are the allocator's, not per pool
@@ -128,8 +128,8 @@ func (s Snapshot) Summary() string {
 	return b.String()
 }
 
-// writePools writes a row per graph pool: its memory, what of it is free
-// and its graphs.
+// writePools writes a row per graph pool, largest first: its memory, what
+// of it is free and its graphs.
 func writePools(b *strings.Builder, s Snapshot) {
 	if len(s.Pools) == 0 {
 		return
@@ -137,7 +137,7 @@ func writePools(b *strings.Builder, s Snapshot) {
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(b, "\n")
 	fmt.Fprintf(tw, "%-24s\tbytes\tfree\tborrowed blocks\tgraphs\t\n", "graph pools")
-	for _, p := range s.Pools {
+	for _, p := range s.PoolsByBytes() {
 		name := safeText(p.Label())
 		if p.Closed {
 			name += " (closed)"
@@ -147,8 +147,8 @@ func writePools(b *strings.Builder, s Snapshot) {
 	tw.Flush()
 }
 
-// writeGraphs writes a row per graph (and the capture recording): its
-// pool and the memory it owns, holds and uses, and its launches.
+// writeGraphs writes a row per graph (and the capture recording), largest
+// first: its pool and the memory it owns, holds and uses, and its launches.
 func writeGraphs(b *strings.Builder, s Snapshot) {
 	if len(s.Graphs) == 0 {
 		return
@@ -160,7 +160,7 @@ func writeGraphs(b *strings.Builder, s Snapshot) {
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(b, "\n")
 	fmt.Fprintf(tw, "%-24s\tpool\towns\tholds\tuses\tlaunches\t\n", "graphs")
-	for i, g := range s.Graphs {
+	for i, g := range s.GraphsByMemory() {
 		if i == maxSummaryGraphs {
 			fmt.Fprintf(tw, "%-24s\t\n", fmt.Sprintf("... %d more", len(s.Graphs)-i))
 			break
