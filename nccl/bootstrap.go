@@ -148,6 +148,24 @@ func checkPort(p string) error {
 // MASTER_ADDR must be on a private network (docs/security.md). Other
 // goroutines calling GetUniqueID during InitFromEnv see the variable too.
 func (l *Library) InitFromEnv(dev DeviceRunner) (*Comm, error) {
+	return l.initFromEnv(func(ranks int, id UniqueID, rank int) (*Comm, error) { return l.InitRank(dev, ranks, id, rank) })
+}
+
+// InitFromEnvConfig is InitFromEnv with a communicator made by
+// InitRankConfig from cfg (nonblocking mode, CTA limits: Config).
+func (l *Library) InitFromEnvConfig(dev DeviceRunner, cfg Config) (*Comm, error) {
+	if _, err := l.checkConfig(cfg); err != nil {
+		return nil, err
+	}
+	return l.initFromEnv(func(ranks int, id UniqueID, rank int) (*Comm, error) {
+		return l.InitRankConfig(dev, ranks, id, rank, cfg)
+	})
+}
+
+// initFromEnv reads torchrun's variables, derives the unique id from
+// NCCL_COMM_ID and makes the communicator with initRank while the
+// variable is still set (rank 0 starts its root there).
+func (l *Library) initFromEnv(initRank func(ranks int, id UniqueID, rank int) (*Comm, error)) (*Comm, error) {
 	e, err := EnvFrom(os.Getenv)
 	if err != nil {
 		return nil, err
@@ -166,7 +184,7 @@ func (l *Library) InitFromEnv(dev DeviceRunner) (*Comm, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nccl: unique id from NCCL_COMM_ID=%s: %w", e.CommID, err)
 	}
-	return l.InitRank(dev, e.WorldSize, id, e.Rank)
+	return initRank(e.WorldSize, id, e.Rank)
 }
 
 // envMu serializes InitFromEnv's use of the process's NCCL_COMM_ID.
@@ -212,14 +230,33 @@ func (l *Library) FileRendezvous(path string, rank int, timeout time.Duration) (
 
 // InitFromFile is FileRendezvous then InitRank.
 func (l *Library) InitFromFile(dev DeviceRunner, path string, ranks, rank int, timeout time.Duration) (*Comm, error) {
-	if ranks < 1 || rank < 0 || rank >= ranks {
-		return nil, fmt.Errorf("%w: nccl: rank %d of %d", alloc.ErrInvalidValue, rank, ranks)
-	}
-	id, err := l.FileRendezvous(path, rank, timeout)
+	id, err := l.fileID(path, ranks, rank, timeout)
 	if err != nil {
 		return nil, err
 	}
 	return l.InitRank(dev, ranks, id, rank)
+}
+
+// InitFromFileConfig is FileRendezvous then InitRankConfig with cfg. The
+// config is checked before the rendezvous, so a bad one leaves no id
+// published and no rank waiting.
+func (l *Library) InitFromFileConfig(dev DeviceRunner, path string, ranks, rank int, timeout time.Duration, cfg Config) (*Comm, error) {
+	if _, err := l.checkConfig(cfg); err != nil {
+		return nil, err
+	}
+	id, err := l.fileID(path, ranks, rank, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return l.InitRankConfig(dev, ranks, id, rank, cfg)
+}
+
+// fileID checks rank of ranks and runs FileRendezvous.
+func (l *Library) fileID(path string, ranks, rank int, timeout time.Duration) (UniqueID, error) {
+	if ranks < 1 || rank < 0 || rank >= ranks {
+		return UniqueID{}, fmt.Errorf("%w: nccl: rank %d of %d", alloc.ErrInvalidValue, rank, ranks)
+	}
+	return l.FileRendezvous(path, rank, timeout)
 }
 
 // awaitID polls for path until it holds an id or timeout passes.

@@ -172,20 +172,10 @@ func TestInitRankRefusedDuringGlobalCapture(t *testing.T) {
 // afterwards the variable is gone, and a unique id is random again.
 func TestInitFromEnvSetsNCCLCommID(t *testing.T) {
 	f := loadFake(t)
-	t.Setenv("NCCL_COMM_ID", "")
-	require.NoError(t, os.Unsetenv("NCCL_COMM_ID"))
-	t.Setenv("RANK", "1")
-	t.Setenv("WORLD_SIZE", "4")
-	t.Setenv("MASTER_ADDR", "10.1.2.3")
-	t.Setenv("MASTER_PORT", "29511")
+	torchrunEnv(t)
 	c, err := f.l.InitFromEnv(&onCaller{})
 	require.NoError(t, err)
-	_, set := os.LookupEnv("NCCL_COMM_ID")
-	require.False(t, set, "NCCL_COMM_ID restored")
-	id, ranks, rank, _ := f.last()
-	require.Equal(t, "env:10.1.2.3:29511", string(bytes.TrimRight(id.Internal[:], "\x00")), "NCCL saw NCCL_COMM_ID")
-	require.EqualValues(t, 4, ranks)
-	require.EqualValues(t, 1, rank)
+	requireJoinedFromEnv(t, f)
 	require.Equal(t, 1, c.Rank())
 	later, err := f.l.GetUniqueID()
 	require.NoError(t, err)
@@ -197,8 +187,32 @@ func TestInitFromEnvSetsNCCLCommID(t *testing.T) {
 	c, err = f.l.InitFromEnv(&onCaller{})
 	require.NoError(t, err)
 	require.Equal(t, 0, c.Rank())
-	_, set = os.LookupEnv("NCCL_COMM_ID")
+	_, set := os.LookupEnv("NCCL_COMM_ID")
 	require.False(t, set)
+}
+
+// torchrunEnv sets torchrun's variables for rank 1 of 4 with the master
+// at 10.1.2.3:29511, and unsets NCCL_COMM_ID (restored after the test).
+func torchrunEnv(t *testing.T) {
+	t.Setenv("NCCL_COMM_ID", "")
+	require.NoError(t, os.Unsetenv("NCCL_COMM_ID"))
+	t.Setenv("RANK", "1")
+	t.Setenv("WORLD_SIZE", "4")
+	t.Setenv("MASTER_ADDR", "10.1.2.3")
+	t.Setenv("MASTER_PORT", "29511")
+}
+
+// requireJoinedFromEnv requires that the last init saw torchrunEnv's
+// address as NCCL_COMM_ID, as rank 1 of 4, and that the variable is gone
+// again.
+func requireJoinedFromEnv(t *testing.T, f *fake) {
+	t.Helper()
+	_, set := os.LookupEnv("NCCL_COMM_ID")
+	require.False(t, set, "NCCL_COMM_ID restored")
+	id, ranks, rank, _ := f.last()
+	require.Equal(t, "env:10.1.2.3:29511", string(bytes.TrimRight(id.Internal[:], "\x00")), "NCCL saw NCCL_COMM_ID")
+	require.EqualValues(t, 4, ranks)
+	require.EqualValues(t, 1, rank)
 }
 
 func TestEnvFrom(t *testing.T) {
@@ -251,25 +265,14 @@ func TestFileRendezvous(t *testing.T) {
 	path := filepath.Join(privateDir(t), "nccl-id")
 	const ranks = 3
 	ids := make([]nccl.UniqueID, ranks)
-	errs := make([]error, ranks)
-	var wg sync.WaitGroup
-	for r := ranks - 1; r >= 0; r-- { // the others first: they must wait
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := f.l.InitFromFile(&onCaller{}, path, ranks, r, 5*time.Second)
-			if err == nil {
-				ids[r], _, _, _ = f.last()
-				err = c.Destroy()
-			}
-			errs[r] = err
-		}()
-		time.Sleep(20 * time.Millisecond)
-	}
-	wg.Wait()
-	for r := range ranks {
-		require.NoError(t, errs[r], "rank %d", r)
-	}
+	joinRanks(t, ranks, func(r int) error {
+		c, err := f.l.InitFromFile(&onCaller{}, path, ranks, r, 5*time.Second)
+		if err == nil {
+			ids[r], _, _, _ = f.last()
+			err = c.Destroy()
+		}
+		return err
+	})
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	require.Len(t, b, nccl.UniqueIDBytes)
@@ -310,4 +313,25 @@ func privateDir(t *testing.T) string {
 	dir := t.TempDir()
 	require.NoError(t, os.Chmod(dir, 0o700))
 	return dir
+}
+
+// joinRanks runs join for every rank on a goroutine of its own, the
+// highest rank first and rank 0 last, 20 ms apart (so the others are
+// already waiting for rank 0's id), and requires every rank to succeed.
+func joinRanks(t *testing.T, ranks int, join func(rank int) error) {
+	t.Helper()
+	errs := make([]error, ranks)
+	var wg sync.WaitGroup
+	for r := ranks - 1; r >= 0; r-- {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = join(r)
+		}()
+		time.Sleep(20 * time.Millisecond)
+	}
+	wg.Wait()
+	for r := range ranks {
+		require.NoError(t, errs[r], "rank %d", r)
+	}
 }

@@ -85,10 +85,7 @@ func (l *Library) InitRankConfig(dev DeviceRunner, ranks int, id UniqueID, rank 
 	if err := l.checkInit(dev, ranks, id, rank); err != nil {
 		return nil, err
 	}
-	if !l.HasConfig() {
-		return nil, fmt.Errorf("%w: %s is %s %s", ErrNoConfig, l.Path, vendorName(l), VersionString(l.Version))
-	}
-	abi, err := l.configABI(cfg)
+	abi, err := l.checkConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -116,6 +113,16 @@ func (l *Library) InitRankConfig(dev DeviceRunner, ranks int, id UniqueID, rank 
 		return nil, fmt.Errorf("%w: nccl: ncclCommInitRankConfig of rank %d of %d gave no communicator", driver.ErrDriver, rank, ranks)
 	}
 	return c, nil
+}
+
+// checkConfig lays cfg out for ncclCommInitRankConfig, or says why it
+// cannot be passed (ErrNoConfig: the library has no such call;
+// ErrBadConfig: a field out of range), before any call.
+func (l *Library) checkConfig(cfg Config) (*configABI, error) {
+	if !l.HasConfig() {
+		return nil, fmt.Errorf("%w: %s is %s %s", ErrNoConfig, l.Path, vendorName(l), VersionString(l.Version))
+	}
+	return l.configABI(cfg)
 }
 
 // checkInit refuses InitRank's bad arguments before any call.
