@@ -58,8 +58,7 @@ func workspace(a *Allocator, name string, size int64) (Buffer, error) {
 		old.ws = ""
 		_ = a.freeLocked(st, old, old.state.Load()) // too small: replaced; pooled or deferred
 	}
-	b.blk.ws = name
-	a.workspaces[name] = b.blk
+	a.workspaces[name] = b.blk // named at its hand-out (handOutLocked, from a.wsAlloc)
 	if profileRate.Load() != 0 {
 		a.prof.sample(b.blk, nil, size)
 	}

@@ -110,7 +110,7 @@ var (
 // checkOwners checks e's fields of HistoryFormat (Via, Workspace, Graph,
 // Pool): known values, each only on the kinds it belongs to. It returns
 // what is wrong, "" for nothing.
-func checkOwners(e *Event, format int, lim HistoryLimits) string {
+func checkOwners(e *Event, format int) string {
 	switch {
 	case format < HistoryFormat && (e.Via != "" || e.Workspace != "" || e.Graph != 0 || e.Pool != 0 || e.Kind == EventPoolClose):
 		return fmt.Sprintf("%s: via, workspace, graph, pool and pool-close need format %d, the history is format %d", e.Kind, HistoryFormat, format)
@@ -120,8 +120,6 @@ func checkOwners(e *Event, format int, lim HistoryLimits) string {
 		return fmt.Sprintf("via %q on a %s event", e.Via, e.Kind)
 	case (e.Workspace != "") != (e.Via == ViaWorkspace && e.Kind == EventAlloc):
 		return fmt.Sprintf("%s: workspace %q, via %q: a name is a workspace allocation's, and a workspace allocation has one", e.Kind, e.Workspace, e.Via)
-	case len(e.Workspace) > lim.Text:
-		return fmt.Sprintf("a workspace name of %d bytes (at most %d)", len(e.Workspace), lim.Text)
 	case e.Graph < 0 || e.Pool < 0:
 		return fmt.Sprintf("graph %d, pool %d", e.Graph, e.Pool)
 	case e.Graph != 0 && !graphKinds[e.Kind]:
@@ -192,15 +190,14 @@ func (h *History) Validate(lim HistoryLimits) error {
 			return bad("%s: stack %d of %d", where, e.Stack, len(h.Stacks))
 		case len(e.Detail) > lim.Text:
 			return fmt.Errorf("%w: %s: a detail of %d bytes (at most %d)", ErrHistoryTooLarge, where, len(e.Detail), lim.Text)
+		case len(e.Workspace) > lim.Text:
+			return fmt.Errorf("%w: %s: a workspace name of %d bytes (at most %d)", ErrHistoryTooLarge, where, len(e.Workspace), lim.Text)
 		case prev != nil && e.Seq <= prev.Seq:
 			return bad("%s: after seq %d", where, prev.Seq)
 		case prev != nil && e.Time < prev.Time:
 			return bad("%s: time %v before the previous event's %v", where, e.Time, prev.Time)
 		}
-		if why := checkOwners(e, h.Format, lim); why != "" {
-			if len(e.Workspace) > lim.Text {
-				return fmt.Errorf("%w: %s: %s", ErrHistoryTooLarge, where, why)
-			}
+		if why := checkOwners(e, h.Format); why != "" {
 			return bad("%s: %s", where, why)
 		}
 		switch e.Kind {
