@@ -17,7 +17,7 @@ import (
 
 // graphEvent replays capture-begin, capture-end, graph-close and
 // pool-close.
-func (p *replayer) graphEvent(e memmap.Event) error {
+func (p *replayer) graphEvent(e memmap.Event) {
 	switch e.Kind {
 	case memmap.EventCaptureBegin:
 		p.begin(e)
@@ -35,7 +35,6 @@ func (p *replayer) graphEvent(e memmap.Event) error {
 			_ = gp.Close()
 		}
 	}
-	return nil
 }
 
 // begin begins e's capture on the replay's allocator, in its mode and

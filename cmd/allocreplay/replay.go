@@ -55,7 +55,7 @@ func (p *replayer) event(e memmap.Event) error {
 		return p.retry(e)
 	case memmap.EventCaptureBegin, memmap.EventCaptureEnd, memmap.EventGraphClose, memmap.EventPoolClose:
 		if p.asMade {
-			return p.graphEvent(e)
+			p.graphEvent(e)
 		}
 	}
 	return nil
@@ -142,30 +142,29 @@ func (p *replayer) free(e memmap.Event) error {
 		return nil
 	}
 	delete(p.live, e.Addr)
-	var err error
-	if h.workspace != "" && p.workspaces[h.workspace] == e.Addr {
-		delete(p.workspaces, h.workspace)
-		err = p.a.ReleaseWorkspace(h.workspace)
-	} else {
-		err = p.a.Free(h.buf)
-	}
-	if err != nil {
+	if err := p.release(e.Addr, h); err != nil {
 		return fmt.Errorf("event %d: %w", e.Seq, err)
 	}
 	return nil
+}
+
+// release frees h, recorded at addr, through the call that frees what
+// made it: ReleaseWorkspace for the workspace it still is, Free for the
+// rest.
+func (p *replayer) release(addr driver.DevicePtr, h held) error {
+	if h.workspace != "" && p.workspaces[h.workspace] == addr {
+		delete(p.workspaces, h.workspace)
+		return p.a.ReleaseWorkspace(h.workspace)
+	}
+	return p.a.Free(h.buf)
 }
 
 // dispose frees h, recorded at addr, at the end of the replay or when
 // its address is allocated again without a recorded free; a graph's
 // buffer is its graph's to free.
 func (p *replayer) dispose(addr driver.DevicePtr, h held) {
-	switch {
-	case h.graph != 0:
-	case h.workspace != "" && p.workspaces[h.workspace] == addr:
-		delete(p.workspaces, h.workspace)
-		_ = p.a.ReleaseWorkspace(h.workspace)
-	default:
-		_ = p.a.Free(h.buf)
+	if h.graph == 0 {
+		_ = p.release(addr, h)
 	}
 }
 
