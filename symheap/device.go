@@ -323,10 +323,10 @@ func (h *DeviceHeap) openPeers(msgs [][]byte, sent []byte) error {
 // this rank's own (which must come back as sent): the same heap size and
 // handle length; a peer that claims this process must name a live
 // allocation of it, other than this rank's and another peer's, at the
-// base address, of the heap's size and on the device ordinal it sends. That last check bounds the ordinal (the
-// only one openPeers uses) by the devices this process really opened,
-// before any peer access is enabled with it. A refusal is ErrPeerOpen
-// naming both ranks and the field.
+// base address, of the heap's size and on the device ordinal it sends.
+// That last check bounds the ordinal (the only one openPeers uses) by the
+// devices this process really opened, before any peer access is enabled
+// with it. A refusal is ErrPeerOpen naming both ranks and the field.
 func (h *DeviceHeap) checkExports(msgs [][]byte, sent []byte) ([]heapExport, error) {
 	refuse := func(p int, format string, args ...any) error {
 		return fmt.Errorf("%w: rank %d: rank %d's export: %s", ErrPeerOpen, h.rank, p, fmt.Sprintf(format, args...))

@@ -136,48 +136,49 @@ func shownRows(n int) int {
 func graphTables(s memmap.Snapshot) (pools []indexPool, morePools *foldedRows[indexPool], graphs []indexGraph, moreGraphs *foldedRows[indexGraph]) {
 	names := map[int]string{}
 	ps := s.PoolsByBytes()
-	for i, p := range ps {
+	var poolRows []indexPool
+	for _, p := range ps {
 		names[p.ID] = printable(p.Label())
 		ip := indexPool{Name: printable(p.Label()), Bytes: bytesText(p.Bytes), Free: bytesText(p.FreeBytes), Borrowed: p.Borrowed, Graphs: len(p.Graphs), State: "open"}
 		if p.Closed {
 			ip.State = "closed: its memory goes back with its last graph"
 		}
-		if i < shownRows(len(ps)) {
-			pools = append(pools, ip)
-			continue
-		}
-		if morePools == nil {
-			var rest int64
-			for _, p := range ps[i:] {
-				rest += p.Bytes
-			}
-			morePools = &foldedRows[indexPool]{Summary: fmt.Sprintf("%s more graph pools, %s", formatCount(uint64(len(ps)-i)), bytesText(rest))}
-		}
-		morePools.Rows = append(morePools.Rows, ip)
+		poolRows = append(poolRows, ip)
 	}
+	pools, morePools = fold(poolRows, len(ps), "graph pools", func(shown int) (rest int64) {
+		for _, p := range ps[shown:] {
+			rest += p.Bytes
+		}
+		return rest
+	})
 	gs := s.GraphsByMemory()
-	shown := shownRows(len(gs))
-	if shown < len(gs) {
-		moreGraphs = &foldedRows[indexGraph]{Summary: fmt.Sprintf("%s more graphs, %s", formatCount(uint64(len(gs)-shown)), bytesText(s.GraphsMemory(gs[shown:])))}
-	}
-	for i, g := range gs {
-		if i == maxIndexGraphs {
-			moreGraphs.Unlisted = len(gs) - i
-			break
-		}
+	var graphRows []indexGraph
+	for _, g := range gs[:min(len(gs), maxIndexGraphs)] {
 		ig := indexGraph{Name: printable(g.Label()), Pool: "-", Launches: g.Launches, State: g.Kind(),
 			Owns: bytesText(g.OwnedBytes), Holds: bytesText(g.HeldBytes), Uses: bytesText(g.UsedBytes),
 			OwnsN: plural(g.OwnedBlocks, "block"), HoldsN: plural(g.HeldBlocks, "block"), UsesN: plural(g.UsedBlocks, "block")}
 		if g.Pool != 0 {
 			ig.Pool = names[g.Pool]
 		}
-		if i < shown {
-			graphs = append(graphs, ig)
-		} else {
-			moreGraphs.Rows = append(moreGraphs.Rows, ig)
-		}
+		graphRows = append(graphRows, ig)
+	}
+	graphs, moreGraphs = fold(graphRows, len(gs), "graphs", func(shown int) int64 { return s.GraphsMemory(gs[shown:]) })
+	if moreGraphs != nil {
+		moreGraphs.Unlisted = len(gs) - len(graphRows)
 	}
 	return pools, morePools, graphs, moreGraphs
+}
+
+// fold splits a table's rows (of total, largest first; past
+// maxIndexGraphs unlisted) into the shown ones and the folded rest, whose
+// summary counts them and gives restBytes(shown), the memory they hold;
+// nil when nothing folds.
+func fold[T any](rows []T, total int, what string, restBytes func(shown int) int64) ([]T, *foldedRows[T]) {
+	shown := shownRows(total)
+	if shown == total {
+		return rows, nil
+	}
+	return rows[:shown], &foldedRows[T]{Summary: fmt.Sprintf("%s more %s, %s", formatCount(uint64(total-shown)), what, bytesText(restBytes(shown))), Rows: rows[shown:]}
 }
 
 type indexState struct {
